@@ -1,0 +1,218 @@
+"""The dry-run sizing report (`plan`) and the splitter's batches (`iter_batches`).
+
+Both walk the same `reader.scan` and the same `sizing.Packer`, so the batches
+`plan` reports are the batches `submit` sends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .reader import Rejection, Request, ScanStats, Source, scan
+from .sizing import ENVELOPE_BYTES, Limits, Packer, body_chunks, body_size, max_item_bytes
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """One batch as the splitter cut it: where its lines are and how big its body is."""
+
+    index: int  # 0-based, in input order
+    requests: int = 0
+    bytes: int = 0  # exact length of the create body
+    first_line: int = 0
+    last_line: int = 0
+    start_offset: int = -1  # byte offset of the first line (-1 for an iterable source)
+    end_offset: int = -1  # byte offset just past the last line
+    first_custom_id: str = ""
+    last_custom_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "requests": self.requests,
+            "bytes": self.bytes,
+            "first_line": self.first_line,
+            "last_line": self.last_line,
+            "first_custom_id": self.first_custom_id,
+            "last_custom_id": self.last_custom_id,
+        }
+
+
+@dataclass(slots=True)
+class PlanReport:
+    """What `plan` found: counts, every rejection, and the batches."""
+
+    limits: Limits
+    lines: int = 0  # lines read, blank ones included
+    requests: int = 0  # valid requests
+    errors: list[Rejection] = field(default_factory=list)
+    batches: list[BatchPlan] = field(default_factory=list)
+    largest_bytes: int = 0
+    largest_line: int = 0
+    largest_custom_id: str = ""
+    models: dict[str, int] = field(default_factory=dict)
+    request_bytes: int = 0  # sum of the valid requests' bytes
+    content_hash: str = ""  # sha256 of a file source's bytes, when asked for
+
+    @property
+    def invalid(self) -> int:
+        return len(self.errors)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "requests": self.requests,
+            "invalid": self.invalid,
+            "errors": [e.to_json() for e in self.errors],
+            "batches": [b.to_json() for b in self.batches],
+            "largest_request": (
+                {"bytes": self.largest_bytes, "line": self.largest_line, "custom_id": self.largest_custom_id}
+                if self.requests
+                else None
+            ),
+            "models": dict(sorted(self.models.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "request_bytes": self.request_bytes,
+            "limits": {"max_requests": self.limits.max_requests, "max_bytes": self.limits.max_bytes},
+        }
+
+
+def plan(
+    source: Source,
+    *,
+    limits: Limits | None = None,
+    hash_content: bool = False,
+) -> PlanReport:
+    """Validate and size `source` in one pass; nothing is sent.
+
+    `source` is a path ("-" for stdin) or an iterable of requests (dicts or
+    encoded JSON lines). Example::
+
+        report = gatekeeper.plan("requests.jsonl", limits=Limits(max_requests=50_000))
+        print(report.requests, len(report.batches), report.invalid)
+    """
+    limits = limits or Limits()
+    report = PlanReport(limits=limits)
+    stats = ScanStats()
+    hasher = hashlib.sha256() if hash_content else None
+    max_requests, max_bytes = limits.max_requests, limits.max_bytes
+    batches = report.batches
+    models: dict[str, int] = {}
+    count = 0  # requests in the open batch
+    size = ENVELOPE_BYTES  # its body bytes
+    total = 0
+    largest = 0
+    first_line = first_offset = 0
+    first_cid = ""
+    line = offset = 0
+    cid = ""
+    body = b""
+    # Packing is inlined (the same rule as sizing.Packer, which the tests hold it to).
+    for line, offset, cid, model, body in scan(
+        source, report.errors.append, item_limit=max_item_bytes(max_bytes), stats=stats, hasher=hasher
+    ):
+        n = len(body)
+        if count and (count >= max_requests or size + 1 + n > max_bytes):
+            batches.append(_closed(len(batches), count, size, first_line, first_offset, first_cid, prev))
+            count = 0
+            size = ENVELOPE_BYTES
+        if count:
+            size += 1 + n
+        else:
+            size += n
+            first_line, first_offset, first_cid = line, offset, cid
+        count += 1
+        prev = (line, offset, cid, n)
+        total += n
+        if model in models:
+            models[model] += 1
+        else:
+            models[model] = 1
+        if n > largest:
+            largest = n
+            report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
+    if count:
+        batches.append(_closed(len(batches), count, size, first_line, first_offset, first_cid, prev))
+    report.lines = stats.lines
+    report.requests = sum(models.values())
+    report.request_bytes = total
+    report.models = models
+    if hasher is not None:
+        report.content_hash = hasher.hexdigest()
+    return report
+
+
+def _closed(
+    index: int, count: int, size: int, first_line: int, first_offset: int, first_cid: str, last: tuple[int, int, str, int]
+) -> BatchPlan:
+    last_line, last_offset, last_cid, last_len = last
+    return BatchPlan(
+        index=index,
+        requests=count,
+        bytes=size,
+        first_line=first_line,
+        last_line=last_line,
+        start_offset=first_offset,
+        end_offset=last_offset + last_len if last_offset >= 0 else -1,
+        first_custom_id=first_cid,
+        last_custom_id=last_cid,
+    )
+
+
+@dataclass(slots=True)
+class Batch:
+    """A batch ready to send: its plan and its requests."""
+
+    plan: BatchPlan
+    requests: list[Request]
+
+    def body(self) -> Iterator[bytes]:
+        return body_chunks(r.body for r in self.requests)
+
+    @property
+    def body_size(self) -> int:
+        return body_size(len(self.requests), sum(len(r.body) for r in self.requests))
+
+
+def iter_batches(
+    source: Source,
+    *,
+    limits: Limits | None = None,
+    reject: Callable[[Rejection], None] | None = None,
+) -> Iterator[Batch]:
+    """Yield the batches of `source` one at a time (memory: one batch), rejections to `reject`."""
+    limits = limits or Limits()
+    packer = Packer(limits)
+    pending: list[Request] = []
+    index = 0
+    for fields in scan(source, reject or (lambda r: None), item_limit=max_item_bytes(limits.max_bytes)):
+        req = Request(*fields)
+        if packer.add(len(req.body)) and pending:
+            yield _batch(index, pending)
+            index += 1
+            pending = []
+        pending.append(req)
+    if pending:
+        yield _batch(index, pending)
+
+
+def _batch(index: int, requests: list[Request]) -> Batch:
+    first, last = requests[0], requests[-1]
+    p = BatchPlan(
+        index=index,
+        requests=len(requests),
+        bytes=body_size(len(requests), sum(len(r.body) for r in requests)),
+        first_line=first.line,
+        last_line=last.line,
+        start_offset=first.offset,
+        end_offset=last.offset + len(last.body) if last.offset >= 0 else -1,
+        first_custom_id=first.custom_id,
+        last_custom_id=last.custom_id,
+    )
+    return Batch(plan=p, requests=requests)

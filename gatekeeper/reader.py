@@ -1,0 +1,307 @@
+"""Read a JSONL of batch requests in one pass and validate every line.
+
+Each valid line becomes a `Request` whose `body` is the line's own bytes (only
+surrounding whitespace, the CR of CRLF and a leading BOM removed): it is sent
+exactly as given, never re-serialized. Each bad line becomes a `Rejection`
+naming its 1-based line number.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO, NamedTuple, Union
+
+import orjson
+
+from .errors import InputError
+from .idindex import IdIndex
+
+CUSTOM_ID_PATTERN = "[A-Za-z0-9_-]{1,64}"
+_custom_id_ok = re.compile(CUSTOM_ID_PATTERN).fullmatch  # fullmatch: a trailing "\n" must not pass
+
+_BOM = b"\xef\xbb\xbf"
+_KEYS = {"custom_id": 0, "params": 0}.keys()
+_ALLOWED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+
+
+@dataclass(slots=True)
+class ScanStats:
+    lines: int = 0  # lines read, blank ones included
+    end_offset: int = 0  # bytes read
+
+# What `plan`/`submit` accept as input: a path ("-" for stdin), or requests as
+# dicts / encoded lines.
+Source = Union[str, "os.PathLike[str]", Iterable[Union[dict[str, Any], bytes, str]]]
+
+
+class Request(NamedTuple):
+    line: int  # 1-based line number in the input
+    offset: int  # byte offset of the line in the input (-1 for an iterable source)
+    custom_id: str
+    model: str
+    body: bytes  # the request's bytes as they will be sent
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    line: int
+    custom_id: str | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"line": self.line, "custom_id": self.custom_id, "reason": self.reason}
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_request(obj: Any) -> tuple[str | None, str | None, str | None]:
+    """Validate one parsed line. Returns (custom_id, model, reason); reason is None when valid."""
+    if type(obj) is not dict:
+        return None, None, "not a JSON object"
+    cid = obj.get("custom_id")
+    if cid is None and "custom_id" not in obj:
+        return None, None, "missing key 'custom_id'"
+    if type(cid) is not str:
+        return None, None, f"custom_id must be a string, got {_short(cid)}"
+    if not _custom_id_ok(cid):
+        return None, None, f"custom_id {_short(cid)} does not match {CUSTOM_ID_PATTERN}"
+    if len(obj) != 2 or "params" not in obj:
+        extra = sorted(k for k in obj if k not in ("custom_id", "params"))
+        if extra:
+            return cid, None, f"unexpected key {_short(extra[0])}: a request has exactly 'custom_id' and 'params'"
+        return cid, None, "missing key 'params'"
+    params = obj["params"]
+    if type(params) is not dict:
+        return cid, None, "params must be an object"
+    model = params.get("model")
+    if type(model) is not str or not model:
+        return cid, None, "params.model must be a non-empty string"
+    max_tokens = params.get("max_tokens")
+    if type(max_tokens) is not int or max_tokens < 1:
+        return cid, model, f"params.max_tokens must be an integer >= 1, got {_short(max_tokens)}"
+    messages = params.get("messages")
+    if type(messages) is not list or not messages:
+        return cid, model, "params.messages must be a non-empty list"
+    if params.get("stream", False) is not False:
+        return cid, model, "params.stream must be absent or false: batch requests do not stream"
+    if "speed" in params:
+        return cid, model, "params.speed is not allowed in a batch"
+    return cid, model, None
+
+
+def _json_reason(raw: bytes, exc: Exception) -> str:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return f"not valid UTF-8 (byte {err.start + 1})"
+    return f"not valid JSON: {exc}"
+
+
+def _iterable_lines(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[bytes]:
+    for item in items:
+        if isinstance(item, dict):
+            yield orjson.dumps(item)
+        elif isinstance(item, str):
+            yield item.encode("utf-8", "surrogatepass")
+        elif isinstance(item, (bytes, bytearray, memoryview)):
+            yield bytes(item)
+        else:
+            raise TypeError(f"requests must be dicts, bytes or str, got {type(item).__name__}")
+
+
+def open_source(source: Source) -> tuple[BinaryIO | None, Iterable[Any] | None, int]:
+    """Resolve a source to (binary stream, None, size) or (None, iterable, 0)."""
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if path == "-":
+            return sys.stdin.buffer, None, 0
+        try:
+            stream = open(path, "rb")  # noqa: SIM115 - closed by the caller's `scan`
+        except OSError as exc:
+            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        try:
+            size = os.fstat(stream.fileno()).st_size
+        except OSError:
+            size = 0
+        return stream, None, size
+    return None, source, 0
+
+
+def _line_at(fd: int, offset: int) -> bytes:
+    """The line starting at `offset`, read without moving the main stream."""
+    parts = []
+    while True:
+        piece = os.pread(fd, 1 << 16, offset)
+        if not piece:
+            break
+        cut = piece.find(b"\n")
+        if cut >= 0:
+            parts.append(piece[:cut])
+            break
+        parts.append(piece)
+        offset += len(piece)
+    return b"".join(parts)
+
+
+def _custom_id_reader(fd: int) -> Callable[[int], str | None]:
+    def custom_id_at(offset: int) -> str | None:
+        try:
+            obj = orjson.loads(_line_at(fd, offset))
+        except (orjson.JSONDecodeError, OSError):
+            return None
+        cid = obj.get("custom_id") if type(obj) is dict else None
+        return cid if type(cid) is str else None
+
+    return custom_id_at
+
+
+def scan(
+    source: Source,
+    reject: Callable[[Rejection], None],
+    *,
+    item_limit: int,
+    stats: ScanStats | None = None,
+    hasher: Any = None,
+) -> Iterator[tuple[int, int, str, str, bytes]]:
+    """Yield (line, offset, custom_id, model, body) for every valid request, in order.
+
+    Every bad line goes to `reject`. `item_limit` is the largest request (bytes)
+    a batch can hold: a larger one is rejected here rather than breaking the
+    splitter. `stats` receives the line count and end offset; `hasher` (a
+    hashlib object) sees every byte of a file source. This loop is the hot path
+    of `plan`: it is written flat on purpose (see README, "Performance").
+    """
+    stream, items, size = open_source(source)
+    stats = stats if stats is not None else ScanStats()
+    try:
+        lines: Iterable[Any] = stream if stream is not None else _iterable_lines(items or ())
+        from_file = stream is not None
+        confirm = None
+        if from_file:
+            try:
+                fd = stream.fileno()
+                os.lseek(fd, 0, os.SEEK_CUR)
+                confirm = _custom_id_reader(fd)
+            except (OSError, ValueError, io.UnsupportedOperation):
+                confirm = None  # a pipe: the 64-bit hash alone decides
+        index = IdIndex()
+        mask, slot_lines, slot_hashes, slot_offsets, used, limit = (
+            index.mask, index.lines, index.hashes, index.offsets, 0, index.limit,
+        )
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        keys = _KEYS
+        allowed = _ALLOWED
+        update = hasher.update if hasher is not None else None
+        line_no = 0
+        offset = 0
+        sized = size == 0
+        for raw in lines:
+            line_no += 1
+            start = offset
+            if from_file:
+                offset += len(raw)
+                if update is not None:
+                    update(raw)
+            else:
+                start = -1
+            if line_no == 1 and raw.startswith(_BOM):
+                raw = raw[3:]
+                if start >= 0:
+                    start += 3
+            try:
+                obj = loads(raw)
+            except decode_error as exc:
+                if raw.strip():
+                    reject(Rejection(line_no, None, _json_reason(raw.strip(), exc)))
+                continue
+            # The common shape, checked with as few operations as possible;
+            # anything else goes to check_request, which names the reason.
+            if obj.__class__ is dict and obj.keys() == keys:
+                cid = obj["custom_id"]
+                params = obj["params"]
+                if (
+                    cid.__class__ is str
+                    and 0 < len(cid) <= 64
+                    and not cid.strip(allowed)
+                    and params.__class__ is dict
+                    and "stream" not in params
+                    and "speed" not in params
+                ):
+                    model = params.get("model")
+                    max_tokens = params.get("max_tokens")
+                    messages = params.get("messages")
+                    if not (
+                        model.__class__ is str
+                        and model
+                        and max_tokens.__class__ is int
+                        and max_tokens >= 1
+                        and messages.__class__ is list
+                        and messages
+                    ):
+                        cid, model, reason = check_request(obj)
+                        if reason is not None:
+                            reject(Rejection(line_no, cid, reason))
+                            continue
+                else:
+                    cid, model, reason = check_request(obj)
+                    if reason is not None:
+                        reject(Rejection(line_no, cid, reason))
+                        continue
+            else:
+                cid, model, reason = check_request(obj)
+                if reason is not None:
+                    reject(Rejection(line_no, cid, reason))
+                    continue
+            body = raw.strip()
+            if start >= 0 and body[0] != raw[0]:
+                start += len(raw) - len(raw.lstrip())
+            if len(body) > item_limit:
+                reject(Rejection(line_no, cid, f"request is {len(body)} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
+                continue
+            if not sized and line_no >= 1000:
+                # Size the index once from the average line so far rather than rehash it as it fills.
+                index.used = used
+                index.reserve(int(size / (offset / line_no) * 1.1))
+                mask, slot_lines, slot_hashes, slot_offsets, limit = (
+                    index.mask, index.lines, index.hashes, index.offsets, index.limit,
+                )
+                sized = True
+            h = hash(cid)
+            i = h & mask
+            if slot_lines[i]:
+                index.used = used
+                first = index.insert_slow(h, cid, line_no, start, confirm)
+                if first:
+                    reject(Rejection(line_no, cid, f"duplicate custom_id {cid!r} (first on line {first})"))
+                    continue
+                used = index.used
+                if index.mask != mask:
+                    mask, slot_lines, slot_hashes, slot_offsets, limit = (
+                        index.mask, index.lines, index.hashes, index.offsets, index.limit,
+                    )
+            else:
+                slot_hashes[i] = h
+                slot_lines[i] = line_no
+                slot_offsets[i] = start
+                used += 1
+                if used > limit:
+                    index.used = used
+                    index.reserve(used * 2)
+                    mask, slot_lines, slot_hashes, slot_offsets, limit = (
+                        index.mask, index.lines, index.hashes, index.offsets, index.limit,
+                    )
+            yield line_no, start, cid, model, body
+        stats.lines = line_no
+        stats.end_offset = offset
+    finally:
+        if stream is not None and stream is not sys.stdin.buffer:
+            stream.close()

@@ -1,0 +1,89 @@
+"""Exact byte sizing of a create body, and greedy packing into legal batches. Pure.
+
+The body is `{"requests":[` + items joined by `,` + `]}`. `body_chunks` builds it
+and `body_size` counts it from the same three constants, so the bytes we size
+are the bytes we send: there is no second serializer to disagree with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+BODY_OPEN = b'{"requests":['
+BODY_SEP = b","
+BODY_CLOSE = b"]}"
+ENVELOPE_BYTES = len(BODY_OPEN) + len(BODY_CLOSE)
+
+# The API's limits (api.md section 5). 256 MB is read as 10^6 bytes: safe under
+# either reading of "MB", at a cost of 4.6% against 2^20.
+API_MAX_REQUESTS = 100_000
+API_MAX_BYTES = 256_000_000
+
+
+def body_size(count: int, item_bytes: int) -> int:
+    """Length of the body holding `count` items whose lengths add up to `item_bytes`."""
+    return ENVELOPE_BYTES + item_bytes + max(0, count - 1) * len(BODY_SEP)
+
+
+def body_chunks(items: Iterable[bytes]) -> Iterator[bytes]:
+    """The create body, piece by piece, with every item sent as given."""
+    yield BODY_OPEN
+    first = True
+    for item in items:
+        if not first:
+            yield BODY_SEP
+        first = False
+        yield item
+    yield BODY_CLOSE
+
+
+def max_item_bytes(max_bytes: int) -> int:
+    """The largest single item that fits in a body of `max_bytes`."""
+    return max_bytes - ENVELOPE_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-batch limits; both can only be lowered below the API's."""
+
+    max_requests: int = API_MAX_REQUESTS
+    max_bytes: int = API_MAX_BYTES
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_requests <= API_MAX_REQUESTS:
+            raise ValueError(f"max_requests must be between 1 and {API_MAX_REQUESTS}, got {self.max_requests}")
+        if not ENVELOPE_BYTES + 2 <= self.max_bytes <= API_MAX_BYTES:
+            raise ValueError(f"max_bytes must be between {ENVELOPE_BYTES + 2} and {API_MAX_BYTES}, got {self.max_bytes}")
+
+
+class Packer:
+    """Greedy packing in input order: a batch closes only when the next item would break a limit.
+
+    `add` returns True when the item opens a new batch (the previous one closed).
+    """
+
+    __slots__ = ("max_requests", "max_bytes", "count", "size", "batches")
+
+    def __init__(self, limits: Limits) -> None:
+        self.max_requests = limits.max_requests
+        self.max_bytes = limits.max_bytes
+        self.count = 0  # items in the open batch
+        self.size = ENVELOPE_BYTES  # body bytes of the open batch
+        self.batches = 0  # batches opened so far
+
+    def fits_alone(self, item_len: int) -> bool:
+        return ENVELOPE_BYTES + item_len <= self.max_bytes
+
+    def add(self, item_len: int) -> bool:
+        if self.count and (self.count >= self.max_requests or self.size + 1 + item_len > self.max_bytes):
+            self.count = 0
+            self.size = ENVELOPE_BYTES
+        opened = self.count == 0
+        if opened:
+            self.batches += 1
+            self.size += item_len
+        else:
+            self.size += 1 + item_len
+        self.count += 1
+        return opened

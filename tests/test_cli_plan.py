@@ -1,0 +1,67 @@
+"""`gatekeeper plan`: report shape and exit codes, in-process and as a real subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper.cli import main
+from tests.helpers import req, write_jsonl
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_plan_json_valid_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints one object with requests, invalid, errors and batches; exit 0 when all valid."""
+    assert main(["plan", str(EXAMPLES / "requests.jsonl"), "--json", "--max-requests", "100"]) == 0
+    out = orjson.loads(capsys.readouterr().out)
+    assert out["requests"] == 300 and out["invalid"] == 0 and out["errors"] == []
+    assert [b["requests"] for b in out["batches"]] == [100, 100, 100]
+    assert all(b["bytes"] > 0 for b in out["batches"])
+
+
+def test_plan_json_rejections_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rejected lines make exit 1 and every one is listed with line, custom_id and reason."""
+    assert main(["plan", str(EXAMPLES / "defective.jsonl"), "--json"]) == 1
+    out = orjson.loads(capsys.readouterr().out)
+    assert out["invalid"] == len(out["errors"]) == 16
+    assert set(out["errors"][0]) == {"line", "custom_id", "reason"}
+
+
+def test_plan_human_lists_first_20(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The human form shows the first 20 rejections and a count of the rest."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("ok")] + [b"{" for _ in range(25)])
+    assert main(["plan", str(path)]) == 1
+    text = capsys.readouterr().out
+    assert "line 21:" in text and "line 22:" not in text
+    assert "and 5 more" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["plan"], ["plan", "missing.jsonl"], ["plan", "x", "--max-requests", "0"], ["plan", "x", "--max-bytes", "abc"],
+     ["plan", "x", "--max-requests", "100001"], ["frobnicate"]],
+)
+def test_plan_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Usage errors and unreadable files: exit 2, one line on stderr, no traceback."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+
+
+def test_plan_subprocess_stdin(tmp_path: Path) -> None:
+    """`python -m gatekeeper plan -` reads standard input."""
+    data = orjson.dumps(req("a")) + b"\n" + orjson.dumps(req("b")) + b"\n"
+    proc = subprocess.run([sys.executable, "-m", "gatekeeper", "plan", "-", "--json"], input=data, capture_output=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert orjson.loads(proc.stdout)["requests"] == 2
+
+
+def test_directory_is_unreadable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory given as input is a clear usage error."""
+    assert main(["plan", str(tmp_path)]) == 2
+    assert "cannot read" in capsys.readouterr().err

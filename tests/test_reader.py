@@ -1,0 +1,160 @@
+"""The reader: every rejection kind names its line; accepted lines are sent as given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper import Limits, plan
+from gatekeeper.idindex import IdIndex
+from gatekeeper.reader import Rejection, scan
+from tests.helpers import req, write_jsonl
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+# line -> (custom_id, a fragment of the reason), for examples/defective.jsonl
+DEFECTIVE = {
+    2: (None, "not valid JSON"),
+    3: (None, "not valid UTF-8"),
+    4: (None, "not a JSON object"),
+    5: (None, "missing key 'custom_id'"),
+    6: ("no-params", "missing key 'params'"),
+    7: ("extra-key", "unexpected key 'metadata'"),
+    8: (None, "custom_id must be a string"),
+    9: (None, "does not match"),
+    10: (None, "does not match"),
+    11: ("good-1", "duplicate custom_id 'good-1' (first on line 1)"),
+    12: ("params-list", "params must be an object"),
+    13: ("no-model", "params.model"),
+    14: ("zero-tokens", "params.max_tokens"),
+    15: ("no-messages", "params.messages"),
+    16: ("streaming", "params.stream"),
+    17: ("fast-mode", "params.speed"),
+}
+
+
+def test_defective_example_names_every_line() -> None:
+    """Each rejection kind in the bundled defective file is reported on its own line with its reason."""
+    report = plan(EXAMPLES / "defective.jsonl")
+    got = {e.line: (e.custom_id, e.reason) for e in report.errors}
+    assert set(got) == set(DEFECTIVE)
+    for line, (cid, fragment) in DEFECTIVE.items():
+        assert got[line][0] == cid, line
+        assert fragment in got[line][1], (line, got[line][1])
+        assert "\n" not in got[line][1]
+    assert report.requests == 2
+
+
+def test_bundled_example_is_all_valid() -> None:
+    """The example a new user runs first has no rejected line."""
+    report = plan(EXAMPLES / "requests.jsonl")
+    assert report.ok and report.requests == 300 and len(report.batches) == 1
+
+
+@pytest.mark.parametrize(
+    ("cid", "ok"),
+    [("a", True), ("A-z_09", True), ("x" * 64, True), ("x" * 65, False), ("", False), ("a\n", False),
+     ("a b", False), ("é", False), ("a.b", False)],
+)
+def test_custom_id_pattern(tmp_path: Path, cid: str, ok: bool) -> None:
+    """custom_id must match [A-Za-z0-9_-]{1,64} in full; a trailing newline does not pass."""
+    report = plan([req(cid)])
+    assert report.ok is ok
+    if not ok:
+        assert report.errors[0].line == 1
+
+
+def test_bom_crlf_and_blank_lines(tmp_path: Path) -> None:
+    """A UTF-8 BOM, CRLF endings and blank lines are accepted; line numbers count every line."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(
+        b"\xef\xbb\xbf" + orjson.dumps(req("a")) + b"\r\n\r\n   \n" + orjson.dumps(req("a")) + b"\r\n" + orjson.dumps(req("b"))
+    )
+    report = plan(path)
+    assert report.lines == 5
+    assert report.requests == 2
+    assert [(e.line, e.custom_id) for e in report.errors] == [(4, "a")]
+    assert "first on line 1" in report.errors[0].reason
+
+
+def test_request_bytes_are_sent_as_given(tmp_path: Path) -> None:
+    """The body carries each line's own bytes (spacing, key order, escapes), not a re-serialization."""
+    raw = b'{ "params" : {"max_tokens": 5, "model":"m", "messages":[{"role":"user","content":"caf\\u00e9"}]},  "custom_id":"k1" }'
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"  " + raw + b"  \r\n")
+    rows = list(scan(path, lambda r: None, item_limit=10**6))
+    assert rows[0][4] == raw
+    assert rows[0][1] == 2  # offset of the request's first byte
+
+
+def test_stream_false_is_accepted() -> None:
+    """stream: false is allowed (only true is refused)."""
+    assert plan([req("a", stream=False)]).ok
+
+
+def test_duplicate_across_batches_names_first_line() -> None:
+    """Uniqueness holds across the whole input, not per batch."""
+    items = [req(f"id{i}") for i in range(10)] + [req("id3")]
+    report = plan(items, limits=Limits(max_requests=2))
+    assert [(e.line, e.custom_id) for e in report.errors] == [(11, "id3")]
+    assert "first on line 4" in report.errors[0].reason
+
+
+def test_request_too_large_for_any_batch_is_a_rejection() -> None:
+    """A single request larger than a whole body is a rejected line, not a crash."""
+    report = plan([req("small"), req("big", text="x" * 5000), req("small2")], limits=Limits(max_bytes=2000))
+    assert [(e.line, e.custom_id) for e in report.errors] == [(2, "big")]
+    assert "no batch can hold it" in report.errors[0].reason
+    assert report.requests == 2
+
+
+def test_iterable_sources_dicts_bytes_and_str() -> None:
+    """An ETL job can plan dicts, encoded lines or str lines without writing a file."""
+    report = plan([req("a"), orjson.dumps(req("b")), orjson.dumps(req("c")).decode(), b"{bad"])
+    assert report.requests == 3
+    assert [(e.line, e.reason.split(":")[0]) for e in report.errors] == [(4, "not valid JSON")]
+
+
+def test_stdin_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """'-' reads standard input."""
+    import io
+    import sys
+
+    data = orjson.dumps(req("a")) + b"\n" + orjson.dumps(req("a")) + b"\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    report = plan("-")
+    assert report.requests == 1 and report.errors[0].line == 2
+
+
+def test_id_index_finds_duplicates_through_collisions() -> None:
+    """The compact index finds every duplicate, also when home slots collide and the table grows."""
+    index = IdIndex()
+    for i in range(5000):
+        assert index.add(f"c{i}", i + 1) == 0
+    for i in range(0, 5000, 7):
+        assert index.add(f"c{i}", 10_000 + i) == i + 1
+    assert len(index) == 5000
+
+
+def test_id_index_confirms_equal_hashes_exactly() -> None:
+    """Equal 64-bit hashes count as a duplicate only when the earlier line really holds the same id."""
+    index = IdIndex()
+    h = hash("x")
+    assert index.insert_slow(h, "x", 1, 100, None) == 0
+    # Same hash, different id (as a forged collision): confirm() says the earlier line held "x".
+    assert index.insert_slow(h, "y", 2, 200, lambda off: "x") == 0
+    assert index.insert_slow(h, "x", 3, 300, lambda off: "x" if off == 100 else "y") == 1
+
+
+def test_large_file_duplicate_detected(tmp_path: Path) -> None:
+    """Over a few thousand lines (past the index's up-front sizing), late duplicates are still found."""
+    items = [req(f"r{i}") for i in range(3000)] + [req("r5"), req("r2999")]
+    path = write_jsonl(tmp_path / "in.jsonl", items)
+    report = plan(path)
+    assert [(e.line, e.custom_id) for e in report.errors] == [(3001, "r5"), (3002, "r2999")]
+
+
+def test_rejection_to_json() -> None:
+    assert Rejection(3, None, "x").to_json() == {"line": 3, "custom_id": None, "reason": "x"}

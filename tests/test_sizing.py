@@ -1,0 +1,72 @@
+"""Sizing is exact and packing greedy: property tests over random inputs."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gatekeeper import Limits, iter_batches, plan
+from gatekeeper.sizing import ENVELOPE_BYTES, Packer, body_chunks, body_size
+
+texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=300)
+items = st.lists(st.tuples(st.integers(0, 40), texts, st.booleans()), min_size=0, max_size=60)
+
+
+def build(spec: list[tuple[int, str, bool]]) -> list[bytes]:
+    out = []
+    for i, (dup_of, text, bad) in enumerate(spec):
+        cid = f"id{dup_of}" if dup_of < 5 else f"u{i}"
+        if bad:
+            out.append(b'{"custom_id": "' + cid.encode() + b'", "params": [')
+        else:
+            out.append(orjson.dumps({"custom_id": cid, "params": {"model": "m", "max_tokens": 1, "messages": [text]}}))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(items, st.integers(1, 7), st.integers(120, 3000))
+def test_every_valid_request_in_exactly_one_batch_in_order(spec: list[tuple[int, str, bool]], max_requests: int, max_bytes: int) -> None:
+    """Valid requests land in exactly one batch, in input order; no batch breaks a limit; sizes are exact."""
+    lines = build(spec)
+    limits = Limits(max_requests=max_requests, max_bytes=max_bytes)
+    report = plan(lines, limits=limits)
+    batches = list(iter_batches(lines, limits=limits))
+    sent = [r.line for b in batches for r in b.requests]
+    rejected = {e.line for e in report.errors}
+    assert sent == sorted(sent)
+    assert set(sent) | rejected == set(range(1, len(lines) + 1))
+    assert not set(sent) & rejected
+    assert len(batches) == len(report.batches)
+    for b, p in zip(batches, report.batches):
+        body = b"".join(b.body())
+        assert len(body) == p.bytes == b.body_size <= max_bytes
+        assert len(b.requests) == p.requests <= max_requests
+        assert orjson.loads(body)["requests"] == [orjson.loads(r.body) for r in b.requests]
+        assert (p.first_line, p.last_line) == (b.requests[0].line, b.requests[-1].line)
+    # Greedy: a batch closed only because the next request would break a limit.
+    for b, nxt in zip(batches, batches[1:]):
+        first_next = len(nxt.requests[0].body)
+        assert len(b.requests) == max_requests or b.body_size + 1 + first_next > max_bytes
+
+
+@given(st.lists(st.binary(min_size=1, max_size=50), min_size=1, max_size=30))
+def test_body_size_matches_body_chunks(parts: list[bytes]) -> None:
+    """body_size counts exactly what body_chunks builds."""
+    assert len(b"".join(body_chunks(parts))) == body_size(len(parts), sum(map(len, parts)))
+
+
+def test_packer_closes_on_either_limit() -> None:
+    """The reference packer opens a batch on the count limit and on the byte limit."""
+    p = Packer(Limits(max_requests=2, max_bytes=ENVELOPE_BYTES + 10))
+    assert [p.add(n) for n in (3, 3, 3, 8, 1)] == [True, False, True, True, False]
+    assert p.batches == 3
+
+
+def test_limits_refuse_values_over_the_api() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="max_requests"):
+        Limits(max_requests=100_001)
+    with pytest.raises(ValueError, match="max_bytes"):
+        Limits(max_bytes=256_000_001)
