@@ -12,10 +12,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import orjson
 
+from .config import ApiConfig
 from .errors import ExitCode, GatekeeperError, UsageError
+from .headroom import FINDINGS, SCOPE_CAVEAT, Headroom, repair_lines, verdict
 from .planner import PlanReport, plan
+from .queue import connect, read_headroom
 from .sizing import API_MAX_BYTES, API_MAX_REQUESTS, Limits
 
 
@@ -85,7 +89,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="JSONL file of {custom_id, params} lines, or - for standard input")
     _add_limits(p)
     _add_json(p)
+
+    p = sub.add_parser("status", help="queue depth against the organization's ceiling, with a verdict",
+                       description="Read the batch queue: the enqueued_batch_requests ceiling (Admin API, or --ceiling) "
+                       "and the depth over every workspace key. Read only.\n\nEnvironment: ANTHROPIC_API_KEY, "
+                       "ANTHROPIC_EXTRA_WORKSPACE_KEYS, ANTHROPIC_ADMIN_KEY, ANTHROPIC_BASE_URL.\n\n"
+                       "Example usage:\n  gatekeeper status\n  gatekeeper status --threshold 90 --json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_ceiling(p)
+    p.add_argument("--threshold", type=_percent, default=80, metavar="PCT",
+                   help="occupancy (percent) at which the queue is a finding (default 80)")
+    _add_json(p)
+
+    p = sub.add_parser("fake-api", help="run the fake Batches API on loopback for offline rehearsal",
+                       description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
+                       "Example usage:\n  gatekeeper fake-api --port 8765 --ceiling 300000 --rate 5000 --speed 60\n"
+                       "  ANTHROPIC_BASE_URL=http://127.0.0.1:8765 ANTHROPIC_API_KEY=test-key-ws1 gatekeeper status",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=_non_negative_int, default=0, help="port on 127.0.0.1 (default: any free port)")
+    p.add_argument("--ceiling", type=_positive_int, default=300_000, metavar="N", help="enqueued_batch_requests (default 300,000)")
+    p.add_argument("--rate", type=_positive_float, default=5_000.0, help="requests processed per simulated second (default 5,000)")
+    p.add_argument("--speed", type=_positive_float, default=1.0, help="simulated seconds per real second (default 1)")
+    p.add_argument("--workspace-key", action="append", default=None, metavar="KEY",
+                   help="a workspace key the fake accepts (repeatable; default test-key-ws1)")
+    p.add_argument("--admin-key", default="test-admin-key", metavar="KEY", help="the Admin key it accepts")
+    p.add_argument("--error-model", default=None, metavar="MODEL",
+                   help="requests for this model end errored with invalid_request_error (a model that does not exist)")
+    _add_json(p)
     return parser
+
+
+def _add_ceiling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ceiling", type=_positive_int, default=None, metavar="N",
+                   help="the organization's enqueued_batch_requests, when no Admin key can read it")
 
 
 def _limits(args: argparse.Namespace) -> Limits:
@@ -138,7 +174,73 @@ def render_plan(report: PlanReport, name: str) -> str:
     return "\n".join(out)
 
 
-COMMANDS = {"plan": cmd_plan}
+def cmd_status(args: argparse.Namespace) -> int:
+    config = ApiConfig.from_env(os.environ)
+    config.require_workspace_key()
+
+    async def read() -> Headroom:
+        async with connect(config) as conn:
+            return await read_headroom(conn, ceiling=args.ceiling)
+
+    h = anyio.run(read)
+    state, detail = verdict(h, args.threshold)
+    measured = (
+        f"enqueued_batch_requests from {'the Rate Limits API' if h.ceiling_source == 'admin-api' else h.ceiling_source or 'nowhere'}; "
+        f"the sum of request_counts.processing over {len(h.batches)} live batch(es) in {h.workspaces} workspace(s)"
+    )
+    repair = repair_lines(state, h)
+    if args.json:
+        _print_json({
+            "verdict": state, "detail": detail, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
+            "ceiling_error": h.ceiling_error, "depth": h.depth, "remaining": h.remaining,
+            "occupancy": None if h.occupancy is None else round(h.occupancy, 4), "threshold": args.threshold,
+            "workspaces": h.workspaces, "batches": [b.to_json() for b in h.batches],
+            "measured": measured, "inferred": SCOPE_CAVEAT, "repair": repair,
+        })
+    else:
+        out = [f"{state:<20} {detail}"]
+        out.append(f"  ceiling   {'unknown' if h.ceiling is None else format(h.ceiling, ',')}"
+                   + (f" ({h.ceiling_source})" if h.ceiling_source else f" ({h.ceiling_error})" if h.ceiling_error else ""))
+        out.append(f"  depth     {h.depth:,} in {len(h.batches)} live batch(es), {h.workspaces} workspace(s)")
+        for b in h.batches[:5]:
+            out.append(f"    {b.id:<34} {b.workspace:<4} {b.status:<12} {b.processing:>9,}")
+        if len(h.batches) > 5:
+            out.append(f"    ... and {len(h.batches) - 5} more")
+        out.append(f"  measured: {measured}")
+        out.append(f"  inferred: {SCOPE_CAVEAT}")
+        out.extend(f"  repair: {line}" for line in repair)
+        print("\n".join(out))
+    return ExitCode.FINDINGS if state in FINDINGS else ExitCode.OK
+
+
+def cmd_fake_api(args: argparse.Namespace) -> int:
+    import time
+
+    from .testing import FakeAPI, FakeConfig, Outcome
+
+    keys = args.workspace_key or ["test-key-ws1"]
+    bad_model = args.error_model
+    config = FakeConfig(
+        ceiling=args.ceiling, rate=args.rate, speed=args.speed,
+        workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key},
+        outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
+                 if model == bad_model else None) if bad_model else None,
+    )
+    with FakeAPI(config, port=args.port) as fake:
+        info = {"url": fake.url, "ceiling": args.ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys)}
+        if args.json:
+            _print_json(info)
+        else:
+            print(f"fake Batches API on {fake.url} (ceiling {args.ceiling:,}, {args.rate:,.0f} requests/s, speed x{args.speed:g}); "
+                  f"{len(keys)} workspace key(s); Ctrl-C stops it", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return ExitCode.OK
+
+
+COMMANDS = {"plan": cmd_plan, "status": cmd_status, "fake-api": cmd_fake_api}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

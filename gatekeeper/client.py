@@ -1,0 +1,357 @@
+"""Async client for the Message Batches API and the rate-limits Admin API.
+
+One `httpx.AsyncClient` (see `open_http`) is shared by every `ApiClient`; each
+`ApiClient` holds one key. Reads and cancels are retried by `retry.RetryPolicy`.
+A create is never retried here: once its body may have reached the server its
+outcome is unknown (`CreateOutcomeUnknown`) and only the caller, who journals
+intents, can reconcile. The key is sent only to the configured base URL's
+origin; redirects are followed by hand for that reason (httpx would forward
+`x-api-key` across origins).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urljoin
+
+import anyio
+import httpx
+import orjson
+
+from .config import API_VERSION, Secret, origin
+from .errors import (
+    ApiError,
+    AuthenticationError,
+    BadRequest,
+    CreateOutcomeUnknown,
+    NotFoundError,
+    QueueFull,
+    RateLimited,
+    RequestTooLarge,
+    ServerError,
+    SpendLimitReached,
+    TransportError,
+)
+from .retry import RetryPolicy, next_delay, parse_retry_after, status_is_retryable
+
+# Upload of a 256 MB body on a slow link: httpx's write timeout applies per
+# socket write, not to the whole body, so it is not a total deadline. The read
+# timeout is per read: a stream that keeps arriving is never cut off.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=300.0, write=120.0, pool=60.0)
+MAX_REDIRECTS = 5
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@asynccontextmanager
+async def open_http(timeout: httpx.Timeout = DEFAULT_TIMEOUT) -> AsyncIterator[httpx.AsyncClient]:
+    """The shared HTTP client: no redirects followed automatically, no environment proxies or .netrc."""
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as http:
+        yield http
+
+
+def _error_fields(response: httpx.Response) -> tuple[str | None, str, dict[str, Any]]:
+    """(error.type, message, details) from any body: the envelope, the bare 413 body, HTML, nothing."""
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        text = response.text.strip().replace("\n", " ")
+        return None, (text[:160] or response.reason_phrase or "no body"), {}
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        details = err.get("details") if isinstance(err.get("details"), dict) else {}
+        return (str(err["type"]) if err.get("type") else None), str(err.get("message") or ""), details
+    return None, str(body)[:160], {}
+
+
+_QUEUE_WORDS = ("queue", "enqueued")
+_SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
+
+
+def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False) -> ApiError:
+    """Map an error response to the exception hierarchy. Status decides first; text only to split 429/400 kinds."""
+    status = response.status_code
+    error_type, message, details = _error_fields(response)
+    request_id = response.headers.get("request-id")
+    retry_after = parse_retry_after(response.headers, time.time())
+    kw: dict[str, Any] = {
+        "endpoint": endpoint, "status": status, "error_type": error_type, "request_id": request_id, "retry_after": retry_after,
+    }
+    lowered = message.lower()
+    if details.get("error_code") == "enforced_spend_limit_reached" or (
+        status in (400, 429) and any(w in lowered for w in _SPEND_WORDS)
+    ):
+        return SpendLimitReached(message, **kw)
+    if status in (401, 403):
+        return AuthenticationError(message, **kw)
+    if status == 404:
+        return NotFoundError(message, **kw)
+    if status == 413:
+        return RequestTooLarge(message or "Request exceeds the maximum size", **kw)
+    if status == 429:
+        if creating and any(w in lowered for w in _QUEUE_WORDS):
+            return QueueFull(message, **kw)
+        return RateLimited(message, **kw)
+    if status >= 500:
+        return ServerError(message, **kw)
+    return BadRequest(message, **kw)
+
+
+class ApiClient:
+    """The API as one key sees it. Example::
+
+        async with open_http() as http:
+            api = ApiClient(http, base_url, Secret(key))
+            batch = await api.retrieve_batch("msgbatch_...")
+    """
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        base_url: str,
+        key: Secret,
+        *,
+        label: str = "key",
+        retry: RetryPolicy | None = None,
+        sleep: Sleep = anyio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.http = http
+        self.base_url = base_url.rstrip("/")
+        self._origin = origin(self.base_url)
+        self._key = key
+        self.label = label  # how messages name this key ("workspace key 2"); never the key itself
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._clock = clock
+        self._rand = rand
+        self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _headers(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION, "accept": "application/json"}
+        if origin(url) == self._origin:
+            headers["x-api-key"] = self._key.reveal()
+        if extra:
+            headers.update(extra)
+        return headers
+
+    def _url(self, path: str) -> str:
+        return self.base_url + path
+
+    async def _send_once(self, method: str, url: str, *, params: dict[str, Any] | None = None) -> httpx.Response:
+        """One request with redirects followed by hand; the key goes only to our origin."""
+        for _ in range(MAX_REDIRECTS + 1):
+            response = await self.http.request(method, url, params=params, headers=self._headers(url))
+            if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
+                url = urljoin(url, response.headers["location"])
+                params = None
+                continue
+            return response
+        raise TransportError(f"{method} {url}: more than {MAX_REDIRECTS} redirects", endpoint=url)
+
+    async def _call(
+        self, method: str, path: str, endpoint: str, *, params: dict[str, Any] | None = None, batch_id: str | None = None
+    ) -> Any:
+        """A read or cancel, retried per the policy; returns the parsed JSON body."""
+        url = self._url(path)
+        policy = self.retry
+        started = self._clock()
+        attempt = 0
+        while True:
+            attempt += 1
+            wait: float | None = None
+            try:
+                response = await self._send_once(method, url, params=params)
+            except httpx.TransportError as exc:
+                failure: Exception = TransportError(f"{endpoint}: {type(exc).__name__}: {exc or 'no answer'}", endpoint=endpoint)
+                overloaded = False
+            else:
+                if response.status_code < 300:
+                    try:
+                        return orjson.loads(response.content)
+                    except orjson.JSONDecodeError:
+                        raise ApiError("the response was not JSON", endpoint=endpoint, status=response.status_code) from None
+                error = error_from_response(response, endpoint)
+                if not self._retryable(error, response, batch_id):
+                    raise error
+                failure = error
+                wait = error.retry_after
+                overloaded = response.status_code == 529
+            elapsed = self._clock() - started
+            delay = next_delay(policy, attempt - 1, self._rand(), server_wait=wait, overloaded=overloaded)
+            if attempt >= policy.max_attempts or elapsed + delay > policy.max_total:
+                raise failure
+            await self._sleep(delay)
+
+    def _retryable(self, error: ApiError, response: httpx.Response, batch_id: str | None) -> bool:
+        if isinstance(error, SpendLimitReached):
+            return False
+        if isinstance(error, NotFoundError) and batch_id is not None:
+            created = self._created.get(batch_id)
+            return created is not None and self._clock() - created < self.retry.not_found_grace
+        return status_is_retryable(response.status_code, response.headers)
+
+    # -- batches ----------------------------------------------------------
+
+    async def create_batch(self, body: bytes | AsyncIterable[bytes], size: int | None = None) -> dict[str, Any]:
+        """POST one create, exactly once.
+
+        Raises the mapped ApiError when the server definitely refused (4xx,
+        QueueFull included: nothing was created), TransportError when the
+        connection never opened (nothing sent), and CreateOutcomeUnknown when
+        the body may have arrived (timeouts, resets, 5xx, a dropped answer).
+        """
+        url = self._url("/v1/messages/batches")
+        headers = self._headers(url, {"content-type": "application/json"})
+        if size is not None:
+            headers["content-length"] = str(size)
+        try:
+            response = await self.http.post(url, content=body, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise TransportError(f"create: could not connect: {type(exc).__name__}", endpoint="create") from exc
+        except httpx.TransportError as exc:
+            raise CreateOutcomeUnknown(f"create: {type(exc).__name__} after the body was sent: the batch may exist") from exc
+        if response.status_code >= 500:
+            err = error_from_response(response, "create", creating=True)
+            raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
+        if response.status_code >= 300:
+            raise error_from_response(response, "create", creating=True)
+        try:
+            batch = orjson.loads(response.content)
+            batch_id = str(batch["id"])
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CreateOutcomeUnknown("create: the answer carried no batch id: the batch may exist") from exc
+        self._created[batch_id] = self._clock()
+        return dict(batch)
+
+    def note_created(self, batch_id: str) -> None:
+        """Treat 404s on this batch as transient for a while (an id adopted by reconciliation)."""
+        self._created.setdefault(batch_id, self._clock())
+
+    async def retrieve_batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(await self._call("GET", f"/v1/messages/batches/{batch_id}", "retrieve", batch_id=batch_id))
+
+    async def list_page(self, *, limit: int = 1000, after_id: str | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if after_id:
+            params["after_id"] = after_id
+        return dict(await self._call("GET", "/v1/messages/batches", "list", params=params))
+
+    async def iter_batches(self, *, limit: int = 1000, max_pages: int = 10_000) -> AsyncIterator[dict[str, Any]]:
+        """Every batch this key can see, newest first, across every page."""
+        after: str | None = None
+        for _ in range(max_pages):
+            page = await self.list_page(limit=limit, after_id=after)
+            data = page.get("data") or []
+            for item in data:
+                if isinstance(item, dict):
+                    yield item
+            if not page.get("has_more") or not data:
+                return
+            after = page.get("last_id") or data[-1].get("id")
+            if not after:
+                return
+
+    async def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(await self._call("POST", f"/v1/messages/batches/{batch_id}/cancel", "cancel", batch_id=batch_id))
+
+    async def delete_batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(await self._call("DELETE", f"/v1/messages/batches/{batch_id}", "delete", batch_id=batch_id))
+
+    async def iter_results(self, batch: dict[str, Any]) -> AsyncIterator[bytes]:
+        """The raw JSONL lines of an ended batch's results, one at a time (memory: one line).
+
+        The opening request is retried like any read; a failure mid-stream is
+        raised to the caller, who restarts the whole batch's download.
+        """
+        batch_id = str(batch.get("id"))
+        url = batch.get("results_url")
+        if not url:
+            batch = await self.retrieve_batch(batch_id)
+            url = batch.get("results_url")
+            if not url:
+                raise NotFoundError("the batch has no results_url yet (still processing?)", endpoint="results", status=404)
+        url = urljoin(self.base_url + "/", str(url))
+        attempt = 0
+        started = self._clock()
+        while True:
+            attempt += 1
+            yielded = False
+            try:
+                async for line in self._stream_lines(url, batch_id):
+                    yielded = True
+                    yield line
+                return
+            except _RetryableOpen as exc:
+                if yielded:
+                    # Lines already went to the caller: restarting here would repeat them.
+                    raise exc.error from exc
+                failure = exc.error
+                wait, overloaded = exc.wait, exc.overloaded
+            delay = next_delay(self.retry, attempt - 1, self._rand(), server_wait=wait, overloaded=overloaded)
+            if attempt >= self.retry.max_attempts or self._clock() - started + delay > self.retry.max_total:
+                raise failure
+            await self._sleep(delay)
+
+    async def _stream_lines(self, url: str, batch_id: str) -> AsyncIterator[bytes]:
+        for _ in range(MAX_REDIRECTS + 1):
+            headers = self._headers(url, {"accept": "application/binary"})
+            try:
+                async with self.http.stream("GET", url, headers=headers) as response:
+                    if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
+                        url = urljoin(url, response.headers["location"])
+                        continue
+                    if response.status_code >= 300:
+                        await response.aread()
+                        error = error_from_response(response, "results")
+                        if self._retryable(error, response, batch_id):
+                            raise _RetryableOpen(error, error.retry_after, response.status_code == 529)
+                        raise error
+                    tail = b""
+                    async for chunk in response.aiter_bytes():
+                        if tail:
+                            chunk = tail + chunk
+                        lines = chunk.split(b"\n")
+                        tail = lines.pop()
+                        for line in lines:
+                            line = line.strip()
+                            if line:
+                                yield line
+                    tail = tail.strip()
+                    if tail:
+                        yield tail
+                    return
+            except httpx.TransportError as exc:
+                raise _RetryableOpen(
+                    TransportError(f"results: {type(exc).__name__}: {exc or 'no answer'}", endpoint="results"), None, False
+                ) from exc
+        raise TransportError(f"results: more than {MAX_REDIRECTS} redirects", endpoint="results")
+
+    # -- admin ------------------------------------------------------------
+
+    async def rate_limits(self, group_type: str | None = "batch", max_pages: int = 20) -> list[dict[str, Any]]:
+        """Every entry of GET /v1/organizations/rate_limits (an Admin key), following next_page."""
+        entries: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"group_type": group_type} if group_type else {}
+        for _ in range(max_pages):
+            page = await self._call("GET", "/v1/organizations/rate_limits", "rate_limits", params=dict(params))
+            entries.extend(e for e in (page.get("data") or []) if isinstance(e, dict))
+            nxt = page.get("next_page")
+            if not nxt:
+                break
+            params["page"] = nxt
+        return entries
+
+
+class _RetryableOpen(Exception):
+    def __init__(self, error: Exception, wait: float | None, overloaded: bool) -> None:
+        self.error = error
+        self.wait = wait
+        self.overloaded = overloaded

@@ -1,0 +1,155 @@
+"""Headroom: the queue ceiling, the live depth, and what they mean. Pure, except `read_headroom`.
+
+A request counts against `enqueued_batch_requests` until the model has processed
+it, which is exactly `request_counts.processing`; and `processing` stays at a
+batch's total until the whole batch ends. So the depth is the sum of
+`processing` over live batches (`in_progress`, `canceling`), and it comes back
+in steps of whole batches. Batches are listed per workspace while the ceiling is
+organization-wide: with fewer than all workspaces' keys the depth is a lower bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LIVE_STATES = ("in_progress", "canceling")
+PER_BATCH_REQUESTS = 100_000
+PER_BATCH_MB = 256
+FINDINGS = ("queue-exhausted", "queue-near-limit", "queue-limit-unknown")
+
+
+def enqueued_ceiling(entries: Iterable[Any]) -> int | None:
+    """The batch group's enqueued_batch_requests, or None when absent (never 0: that would read as a full queue)."""
+    for entry in entries or ():
+        if not isinstance(entry, dict):
+            continue
+        group = entry.get("group")
+        kind = entry.get("group_type") or (group.get("type") if isinstance(group, dict) else None)
+        if kind != "batch":
+            continue
+        for limit in entry.get("limits") or ():
+            if isinstance(limit, dict) and limit.get("type") == "enqueued_batch_requests":
+                try:
+                    value = int(limit.get("value"))
+                except (TypeError, ValueError):
+                    return None
+                return value if value > 0 else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBatch:
+    id: str
+    status: str
+    processing: int
+    workspace: str  # "ws1", "ws2": the key's position, never the key
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "processing": self.processing, "workspace": self.workspace}
+
+
+def live_batches(batches: Iterable[dict[str, Any]], workspace: str) -> list[LiveBatch]:
+    """The batches that hold queue space, and how much each holds."""
+    out = []
+    for b in batches:
+        status = str(b.get("processing_status") or "")
+        if status not in LIVE_STATES:
+            continue
+        counts = b.get("request_counts") or {}
+        try:
+            processing = int(counts.get("processing") or 0)
+        except (TypeError, ValueError):
+            processing = 0
+        out.append(LiveBatch(str(b.get("id")), status, processing, workspace))
+    return out
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """One reading of the queue."""
+
+    ceiling: int | None  # None: unknown
+    depth: int
+    batches: Sequence[LiveBatch] = field(default_factory=tuple)  # largest first
+    workspaces: int = 1
+    ceiling_source: str | None = None  # "admin-api", "--ceiling", or None
+    ceiling_error: str | None = None  # why the Admin API reading failed, when it did
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.ceiling is None else max(0, self.ceiling - self.depth)
+
+    @property
+    def occupancy(self) -> float | None:
+        return None if self.ceiling is None else self.depth / self.ceiling
+
+
+def build_headroom(
+    ceiling: int | None, rows: Iterable[LiveBatch], workspaces: int, *, ceiling_source: str | None = None,
+    ceiling_error: str | None = None,
+) -> Headroom:
+    ordered = sorted(rows, key=lambda r: (-r.processing, r.id))
+    return Headroom(ceiling, sum(r.processing for r in ordered), tuple(ordered), workspaces, ceiling_source, ceiling_error)
+
+
+def verdict(h: Headroom, threshold: int) -> tuple[str, str]:
+    """(state, one-line detail) for a reading at `threshold` percent."""
+    if h.ceiling is None:
+        return (
+            "queue-limit-unknown",
+            f"{h.depth:,} batch requests are in the processing queue across {h.workspaces} workspace(s), but the "
+            "enqueued_batch_requests ceiling is unknown, so there is no headroom to report",
+        )
+    percent = round(100 * h.depth / h.ceiling)
+    if h.depth >= h.ceiling:
+        return (
+            "queue-exhausted",
+            f"{h.depth:,} of {h.ceiling:,} enqueued batch requests are in the processing queue: the whole ceiling. "
+            "New submissions are refused",
+        )
+    if percent >= threshold:
+        return (
+            "queue-near-limit",
+            f"{h.depth:,} of {h.ceiling:,} enqueued batch requests are in the processing queue, {percent}% of the "
+            f"ceiling; {h.remaining:,} remain",
+        )
+    return (
+        "queue-clear",
+        f"{h.depth:,} of {h.ceiling:,} enqueued batch requests are in the processing queue ({percent}%), leaving "
+        f"{h.remaining:,} of headroom across {len(h.batches)} live batch(es)",
+    )
+
+
+def repair_lines(state: str, h: Headroom) -> list[str]:
+    """What to do about a verdict. Printed, never performed."""
+    if state == "queue-clear":
+        return ["nothing to change; check again during the batch window: this queue drains and fills."]
+    if state == "queue-limit-unknown":
+        return [
+            "read the ceiling with an Admin key: set ANTHROPIC_ADMIN_KEY (GET /v1/organizations/rate_limits?group_type=batch "
+            "returns enqueued_batch_requests), or pass --ceiling N from your organization's limits page.",
+            "without the ceiling this is a raw count: it cannot say whether the next submission will be accepted.",
+        ]
+    lines = [
+        "hold a few batches in flight and wait for one to end before creating the next: requests leave the queue "
+        "only when their whole batch ends (gatekeeper submit does this).",
+    ]
+    if h.batches and h.ceiling:
+        big = h.batches[0]
+        lines.append(
+            f"{big.id} ({big.workspace}) alone holds {big.processing:,} of the {h.ceiling:,}. Split submissions of that "
+            f"size: the per-batch cap is {PER_BATCH_REQUESTS:,} requests or {PER_BATCH_MB} MB, whichever comes first."
+        )
+    lines.append(
+        "a queue held at the ceiling slows what is already in it, and slowed batches are the ones that expire at "
+        "24 hours; draining fixes both."
+    )
+    return lines
+
+
+SCOPE_CAVEAT = (
+    "the ceiling is organization-wide and batches are listed per workspace: this depth is a lower bound unless "
+    "every workspace's key is given (ANTHROPIC_EXTRA_WORKSPACE_KEYS)"
+)

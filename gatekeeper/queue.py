@@ -1,0 +1,98 @@
+"""Reading the queue over the network: the ceiling (Admin API) and the depth (every workspace key)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from .client import ApiClient, open_http
+from .config import ApiConfig
+from .errors import ApiError, AuthenticationError, TransportError, UsageError
+from .headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches
+from .retry import RetryPolicy
+
+# A batch expires 24 h after creation, so one created longer ago than this has
+# ended: listing (newest first) can stop there instead of reading all history.
+LIVE_HORIZON = dt.timedelta(hours=25)
+
+
+@dataclass
+class Connection:
+    """One client per workspace key (labelled by position), plus the Admin client when a key was given."""
+
+    workspaces: Sequence[ApiClient]
+    admin: ApiClient | None
+
+    @property
+    def primary(self) -> ApiClient:
+        return self.workspaces[0]
+
+
+@asynccontextmanager
+async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None) -> AsyncIterator[Connection]:
+    config.require_workspace_key()
+    async with open_http() as http:
+        ws = [
+            ApiClient(http, config.base_url, key, label=f"workspace key {i + 1}", retry=retry)
+            for i, key in enumerate(config.workspace_keys)
+        ]
+        admin = ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry) if config.admin_key else None
+        yield Connection(ws, admin)
+
+
+def _parse_time(value: object) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+async def read_live(client: ApiClient, workspace: str, *, now: dt.datetime | None = None) -> list[LiveBatch]:
+    """The live batches one key can see (every page, stopping past the 25-hour horizon)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    rows: list[LiveBatch] = []
+    async for batch in client.iter_batches(limit=1000):
+        created = _parse_time(batch.get("created_at"))
+        if created is not None and created.tzinfo is not None and now - created > LIVE_HORIZON:
+            break
+        rows.extend(live_batches([batch], workspace))
+    return rows
+
+
+async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | None, str | None, str | None]:
+    """(ceiling, source, error). `override` (--ceiling) wins; an Admin key that is refused is a configuration error."""
+    if override is not None:
+        return override, "--ceiling", None
+    if conn.admin is None:
+        return None, None, "no ANTHROPIC_ADMIN_KEY"
+    try:
+        entries = await conn.admin.rate_limits("batch")
+    except AuthenticationError as exc:
+        raise UsageError(f"ANTHROPIC_ADMIN_KEY was refused by the rate-limits API (HTTP {exc.status}): it must be an Admin key") from None
+    except (ApiError, TransportError) as exc:
+        return None, None, f"could not read the ceiling: {exc}"
+    ceiling = enqueued_ceiling(entries)
+    if ceiling is None:
+        return None, None, "the rate-limits answer has no batch group with enqueued_batch_requests"
+    return ceiling, "admin-api", None
+
+
+async def read_depth(conn: Connection) -> list[LiveBatch]:
+    rows: list[LiveBatch] = []
+    for i, client in enumerate(conn.workspaces):
+        try:
+            rows.extend(await read_live(client, f"ws{i + 1}"))
+        except AuthenticationError as exc:
+            raise UsageError(f"{client.label} was refused by the API (HTTP {exc.status} {exc.error_type or 'error'})") from None
+    return rows
+
+
+async def read_headroom(conn: Connection, *, ceiling: int | None = None) -> Headroom:
+    """One full reading: ceiling and depth over every workspace key."""
+    value, source, error = await read_ceiling(conn, ceiling)
+    rows = await read_depth(conn)
+    return build_headroom(value, rows, len(conn.workspaces), ceiling_source=source, ceiling_error=error)

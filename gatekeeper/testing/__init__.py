@@ -1,0 +1,13 @@
+"""A fake Message Batches API for offline tests and rehearsals.
+
+    from gatekeeper.testing import FakeAPI, FakeConfig, Fault, Outcome
+
+    with FakeAPI(FakeConfig(ceiling=300_000, rate=5_000, speed=60)) as fake:
+        ...  # point ANTHROPIC_BASE_URL at fake.url, use the keys in fake.config.workspaces
+        assert fake.org.records.succeeded_twice == 0
+"""
+
+from ._model import FakeConfig, Outcome, Records
+from ._server import FakeAPI, Fault
+
+__all__ = ["FakeAPI", "FakeConfig", "Fault", "Outcome", "Records"]

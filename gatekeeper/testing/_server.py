@@ -1,0 +1,520 @@
+"""The fake API's HTTP side: a threaded stdlib server on loopback.
+
+The wire follows ../shared/api.md section 11: the error envelope with a
+request id (the 413 without one), `request-id` on every response, x-api-key
+or Bearer auth, Admin keys only on the Admin endpoints, results as JSONL with a
+newline after every line and no blank line, in shuffled order.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+
+from ._model import FakeBatch, FakeConfig, Organization, Outcome, new_id
+
+_CID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_BATCH_PATH = re.compile(r"^/v1/messages/batches/([^/]+)(/results|/cancel)?$")
+_WS_LIMITS = re.compile(r"^/v1/organizations/workspaces/([^/]+)/rate_limits$")
+
+
+@dataclass
+class Fault:
+    """One injected fault. `endpoint`: create, retrieve, list, results, cancel, delete, rate_limits or "*".
+
+    kind: "status" (answer `status` with an error body and optional retry-after /
+    x-should-retry), "drop_after_commit" (create only: the batch is created, the
+    connection closed without an answer), "drop" (close without doing anything),
+    "delay" (sleep `delay` real seconds, then serve normally).
+    """
+
+    endpoint: str
+    kind: str = "status"
+    status: int = 500
+    retry_after: str | None = None
+    should_retry: str | None = None
+    error_type: str | None = None
+    message: str | None = None
+    details: dict[str, Any] | None = None
+    delay: float = 0.0
+    times: int = 1
+
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+          409: "conflict_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+          504: "timeout_error", 529: "overloaded_error"}
+
+
+@dataclass
+class _Faults:
+    items: list[Fault] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self, endpoint: str) -> Fault | None:
+        with self.lock:
+            for f in self.items:
+                if f.times > 0 and f.endpoint in (endpoint, "*"):
+                    f.times -= 1
+                    return f
+        return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    # -- helpers ------------------------------------------------------------
+
+    def _rid(self) -> str:
+        return new_id("req_", self.server.fake.id_rng)
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, rid: str | None = None) -> None:
+        self.send_response(status)
+        self.send_header("request-id", rid or self._rid())
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, orjson.dumps(obj), headers)
+
+    def _error(self, status: int, message: str, error_type: str | None = None, headers: dict[str, str] | None = None,
+               details: dict[str, Any] | None = None) -> None:
+        rid = self._rid()
+        err: dict[str, Any] = {"type": error_type or _TYPES.get(status, "api_error"), "message": message}
+        if details:
+            err["details"] = details
+        self._send(status, orjson.dumps({"type": "error", "error": err, "request_id": rid}), headers, rid)
+
+    def _read_body(self, limit: int | None = None) -> bytes | None:
+        """The request body; None (after draining it) when over `limit`."""
+        if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+            parts, total = [], 0
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunk = self.rfile.read(size)
+                self.rfile.readline()
+                total += size
+                if limit is None or total <= limit:
+                    parts.append(chunk)
+            return b"".join(parts) if limit is None or total <= limit else None
+        length = int(self.headers.get("content-length") or 0)
+        if limit is not None and length > limit:
+            remaining = length
+            while remaining > 0:
+                got = self.rfile.read(min(remaining, 1 << 20))
+                if not got:
+                    break
+                remaining -= len(got)
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _key(self) -> str | None:
+        key = self.headers.get("x-api-key")
+        if key:
+            return key.strip()
+        auth = self.headers.get("authorization") or ""
+        return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _fault(self, endpoint: str) -> bool:
+        """Apply an injected fault; True when it answered (or dropped) the request."""
+        fake = self.server.fake
+        fault = fake.faults.take(endpoint)
+        if fault is None:
+            return False
+        if fault.kind == "delay":
+            time.sleep(fault.delay)
+            return False
+        if fault.kind == "drop_after_commit":
+            self._pending_drop = True
+            return False
+        if fault.kind == "drop":
+            if self.command in ("POST", "PUT"):
+                self._read_body()
+            self._drop()
+            return True
+        headers = {}
+        if fault.retry_after is not None:
+            headers["retry-after"] = fault.retry_after
+        if fault.should_retry is not None:
+            headers["x-should-retry"] = fault.should_retry
+        if self.command in ("POST", "PUT"):
+            self._read_body()
+        self._error(fault.status, fault.message or "injected fault", fault.error_type, headers, fault.details)
+        return True
+
+    def _route(self) -> tuple[str, str | None]:
+        path = urlsplit(self.path).path.rstrip("/")
+        if path == "/v1/messages/batches":
+            return ("create" if self.command == "POST" else "list"), None
+        m = _BATCH_PATH.match(path)
+        if m:
+            tail = m.group(2)
+            if tail == "/results":
+                return "results", m.group(1)
+            if tail == "/cancel":
+                return "cancel", m.group(1)
+            return ("delete" if self.command == "DELETE" else "retrieve"), m.group(1)
+        if path == "/v1/organizations/rate_limits":
+            return "rate_limits", None
+        m = _WS_LIMITS.match(path)
+        if m:
+            return "workspace_rate_limits", m.group(1)
+        return "unknown", None
+
+    # -- dispatch -----------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        fake = self.server.fake
+        self._pending_drop = False
+        endpoint, arg = self._route()
+        with fake.org.lock:
+            fake.org.records.requests_seen[endpoint] = fake.org.records.requests_seen.get(endpoint, 0) + 1
+        if self.server.results_only:
+            return self._results_other_origin(endpoint, arg)
+        if endpoint == "unknown":
+            if self.command == "POST":
+                self._read_body()
+            return self._error(404, f"no route for {self.command} {urlsplit(self.path).path}")
+        if self._fault(endpoint):
+            return
+        key = self._key()
+        if not self.headers.get("anthropic-version"):
+            if self.command == "POST":
+                self._read_body()
+            return self._error(400, "anthropic-version: header is required")
+        admin = endpoint in ("rate_limits", "workspace_rate_limits")
+        cfg = fake.config
+        if admin:
+            if key not in cfg.admin_keys:
+                return self._error(401, "invalid x-api-key")
+            return self._rate_limits(arg) if endpoint == "workspace_rate_limits" else self._org_rate_limits()
+        workspace = cfg.workspaces.get(key or "")
+        if workspace is None:
+            if self.command == "POST":
+                self._read_body()
+            return self._error(401, "invalid x-api-key")
+        handler = getattr(self, "_" + endpoint)
+        handler(workspace, arg)
+
+    # -- batches ------------------------------------------------------------
+
+    def _create(self, workspace: str, _: str | None) -> None:
+        fake = self.server.fake
+        cfg = fake.config
+        raw = self._read_body(cfg.max_body_bytes)
+        if raw is None:
+            return self._send(413, b'{"error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}')
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return self._error(400, f"request body is not valid JSON: {exc}")
+        if not isinstance(body, dict) or set(body) - {"requests"}:
+            return self._error(400, "requests: Field required" if not isinstance(body, dict) or "requests" not in body
+                               else f"{sorted(set(body) - {'requests'})[0]}: Extra inputs are not permitted")
+        requests = body.get("requests")
+        if not isinstance(requests, list) or not requests:
+            return self._error(400, "requests: List should have at least 1 item after validation")
+        if len(requests) > cfg.max_requests:
+            return self._error(400, f"requests: List should have at most {cfg.max_requests} items after validation")
+        seen: set[str] = set()
+        items: list[tuple[str, str]] = []
+        bad: set[int] = set()
+        for i, item in enumerate(requests):
+            if not isinstance(item, dict) or set(item) != {"custom_id", "params"}:
+                return self._error(400, f"requests.{i}: must have exactly custom_id and params")
+            cid, params = item["custom_id"], item["params"]
+            if not isinstance(cid, str) or not _CID.fullmatch(cid):
+                return self._error(400, f"requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
+            if cid in seen:
+                return self._error(400, f"requests.{i}.custom_id: duplicate custom_id {cid!r} in this batch")
+            seen.add(cid)
+            if not isinstance(params, dict):
+                return self._error(400, f"requests.{i}.params: Input should be a valid dictionary")
+            mt = params.get("max_tokens")
+            if params.get("stream") is True or "speed" in params or (isinstance(mt, int) and mt < 1):
+                if cfg.sync_disallowed:
+                    return self._error(400, f"requests.{i}.params: stream, speed and max_tokens < 1 are not supported in batches")
+                bad.add(i)
+            items.append((cid, str(params.get("model") or "")))
+        result = fake.org.create(workspace, items, frozenset(bad))
+        if isinstance(result, dict):
+            headers = {"retry-after": str(int(cfg.queue_retry_after))} if cfg.queue_retry_after is not None else {}
+            return self._error(429, cfg.queue_message.format(limit=result["limit"]), headers=headers)
+        if self._pending_drop:
+            return self._drop()  # committed, but the answer is lost
+        self._json(200, fake.org.batch_json(result, fake.results_base))
+
+    def _visible(self, workspace: str, batch_id: str | None) -> FakeBatch | None:
+        fake = self.server.fake
+        b = fake.org.get(workspace, batch_id or "")
+        if b is None:
+            self._error(404, "The requested resource could not be found.")
+            return None
+        if fake.config.not_found_after_create and time.monotonic() - b.created_wall < fake.config.not_found_after_create:
+            self._error(404, "The requested resource could not be found.")
+            return None
+        return b
+
+    def _retrieve(self, workspace: str, batch_id: str | None) -> None:
+        b = self._visible(workspace, batch_id)
+        if b is not None:
+            self._json(200, self.server.fake.org.batch_json(b, self.server.fake.results_base))
+
+    def _list(self, workspace: str, _: str | None) -> None:
+        fake = self.server.fake
+        q = parse_qs(urlsplit(self.path).query)
+        try:
+            limit = int((q.get("limit") or ["20"])[0])
+        except ValueError:
+            return self._error(400, "limit: Input should be a valid integer")
+        if not 1 <= limit <= 1000:
+            return self._error(400, "limit: Input should be between 1 and 1000")
+        batches = fake.org.listing(workspace)
+        after, before = (q.get("after_id") or [None])[0], (q.get("before_id") or [None])[0]
+        ids = [b.id for b in batches]
+        if after:
+            if after not in ids:
+                return self._error(400, f"after_id: unknown batch {after}")
+            start = ids.index(after) + 1
+            page = batches[start:start + limit]
+            has_more = start + limit < len(batches)
+        elif before:
+            if before not in ids:
+                return self._error(400, f"before_id: unknown batch {before}")
+            end = ids.index(before)
+            page = batches[max(0, end - limit):end]
+            has_more = end - limit > 0
+        else:
+            page = batches[:limit]
+            has_more = limit < len(batches)
+        data = [fake.org.batch_json(b, fake.results_base) for b in page]
+        self._json(200, {"data": data, "has_more": has_more, "first_id": data[0]["id"] if data else None,
+                         "last_id": data[-1]["id"] if data else None})
+
+    def _cancel(self, workspace: str, batch_id: str | None) -> None:
+        self._read_body()
+        b = self._visible(workspace, batch_id)
+        if b is None:
+            return
+        fake = self.server.fake
+        if not fake.org.cancel(b) and fake.config.cancel_ended == "error":
+            return self._error(400, "Message batch has already ended and cannot be canceled.")
+        self._json(200, fake.org.batch_json(b, fake.results_base))
+
+    def _delete(self, workspace: str, batch_id: str | None) -> None:
+        b = self._visible(workspace, batch_id)
+        if b is None:
+            return
+        if not self.server.fake.org.delete(b):
+            return self._error(400, "Message batches can only be deleted once they have finished processing.")
+        self._json(200, {"id": b.id, "type": "message_batch_deleted"})
+
+    def _results(self, workspace: str, batch_id: str | None) -> None:
+        b = self._visible(workspace, batch_id)
+        if b is not None:
+            self._stream_results(b)
+
+    def _results_other_origin(self, endpoint: str, batch_id: str | None) -> None:
+        fake = self.server.fake
+        if self._key():
+            with fake.org.lock:
+                fake.org.records.wrong_origin_keys += 1
+        b = fake.org.batches.get(batch_id or "") if endpoint == "results" else None
+        if b is None:
+            return self._error(404, "The requested resource could not be found.")
+        self._stream_results(b)
+
+    def _stream_results(self, b: FakeBatch) -> None:
+        fake = self.server.fake
+        if b.status != "ended" or b.results is None:
+            return self._error(404, "results are not available until the batch has ended")
+        if fake.org.archived(b):
+            return self._error(404, "results are no longer available for this batch")
+        order = list(range(len(b.results)))
+        random.Random(b.id).shuffle(order)
+        if self._fault("results_stream"):
+            return
+        self.send_response(200)
+        self.send_header("request-id", self._rid())
+        self.send_header("content-type", "application/x-jsonl")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        answer = ("All done. " * (fake.config.answer_bytes // 10 + 1))[: fake.config.answer_bytes]
+        buf: list[bytes] = []
+        size = 0
+        cut_after = fake.cut_results_after
+        sent = 0
+        for i in order:
+            cid, outcome = b.results[i]
+            buf.append(orjson.dumps({"custom_id": cid, "result": _result_json(outcome, cid, b.requests[i][1], answer)}) + b"\n")
+            size += len(buf[-1])
+            sent += 1
+            if cut_after is not None and sent >= cut_after:
+                self._chunk(b"".join(buf)[:-7])  # a partial last line, then the connection dies
+                fake.cut_results_after = None
+                return self._drop()
+            if size >= 1 << 18:
+                self._chunk(b"".join(buf))
+                buf, size = [], 0
+                if fake.config.results_chunk_delay:
+                    time.sleep(fake.config.results_chunk_delay)
+        if buf:
+            self._chunk(b"".join(buf))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    # -- admin --------------------------------------------------------------
+
+    def _org_rate_limits(self) -> None:
+        cfg = self.server.fake.config
+        entries: list[dict[str, Any]] = [{
+            "type": "rate_limit", "id": "rl_01ModelGroupOpus0000000", "group_type": "model_group",
+            "group": {"id": "rlg_01ModelGroupOpus000000", "type": "model_group", "display_name": "Claude Opus"},
+            "models": ["claude-opus-4-6"],
+            "limits": [{"type": "requests_per_minute", "value": 4000}, {"type": "input_tokens_per_minute", "value": 2000000}],
+        }]
+        if cfg.ceiling is not None:
+            entries.append({
+                "type": "rate_limit", "id": "rl_01BatchGroup00000000000", "group_type": "batch",
+                "group": {"id": "rlg_01BatchGroup0000000000", "type": "batch"}, "models": None,
+                "limits": [{"type": "requests_per_minute", "value": 4000},
+                           {"type": "enqueued_batch_requests", "value": cfg.ceiling}],
+            })
+        q = parse_qs(urlsplit(self.path).query)
+        group_type = (q.get("group_type") or [None])[0]
+        if group_type:
+            entries = [e for e in entries if e["group_type"] == group_type]
+        size = cfg.rate_limit_page_size
+        if size:
+            token = (q.get("page") or [None])[0]
+            if token is None and cfg.rate_limit_empty_first_page:
+                return self._json(200, {"data": [], "next_page": "p0"})  # clients must follow next_page
+            start = int(token.removeprefix("p")) if token else 0
+            nxt = f"p{start + size}" if start + size < len(entries) else None
+            return self._json(200, {"data": entries[start:start + size], "next_page": nxt})
+        self._json(200, {"data": entries, "next_page": None})
+
+    def _rate_limits(self, workspace_id: str | None) -> None:
+        self._json(200, {"data": [], "next_page": None})
+
+
+def _result_json(o: Outcome, cid: str, model: str, answer: str) -> dict[str, Any]:
+    if o.type == "succeeded":
+        return {"type": "succeeded", "message": {
+            "id": "msg_" + cid[-20:].rjust(20, "0"), "type": "message", "role": "assistant", "model": model or "claude-x",
+            "content": [{"type": "text", "text": answer}], "stop_reason": "end_turn", "stop_sequence": None,
+            "stop_details": None, "container": None,
+            "usage": {"input_tokens": 25, "output_tokens": 12, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0, "service_tier": "batch"}}}
+    if o.type == "errored":
+        inner = {"type": o.error_type, "message": o.message or f"injected {o.error_type}"}
+        if o.flat:
+            return {"type": "errored", "error": inner}
+        return {"type": "errored", "error": {"type": "error", "error": inner, "request_id": None}}
+    return {"type": o.type}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr: tuple[str, int], fake: FakeAPI, results_only: bool = False) -> None:
+        super().__init__(addr, _Handler)
+        self.fake = fake
+        self.results_only = results_only
+
+
+class FakeAPI:
+    """A fake Message Batches + rate-limits API on loopback. Use as a context manager::
+
+        with FakeAPI(FakeConfig(ceiling=300_000)) as fake:
+            client = anthropic.Anthropic(base_url=fake.url, api_key="test-key-ws1")
+
+    `fake.org.records` holds what a test judges a client by; `fake.faults`
+    takes `Fault`s; `fake.org.advance(seconds)` jumps the clock.
+    """
+
+    def __init__(self, config: FakeConfig | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config or FakeConfig()
+        self.org = Organization(self.config)
+        self.faults = _Faults()
+        self.id_rng = random.Random(self.config.seed + 1)
+        self.cut_results_after: int | None = None  # drop the next results stream after this many lines
+        self._server = _Server((host, port), self)
+        self._other: _Server | None = None
+        if self.config.results_on_other_origin:
+            self._other = _Server((host, 0), self, results_only=True)
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def results_base(self) -> str:
+        if self._other is None:
+            return self.url
+        host, port = self._other.server_address[:2]
+        return f"http://localhost:{port}"  # another origin: a different host name and port
+
+    def inject(self, *faults: Fault) -> None:
+        with self.faults.lock:
+            self.faults.items.extend(faults)
+
+    def start(self) -> FakeAPI:
+        for srv in (self._server, self._other):
+            if srv is not None:
+                t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+                t.start()
+                self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        for srv in (self._server, self._other):
+            if srv is not None:
+                srv.shutdown()
+                srv.server_close()
+
+    def __enter__(self) -> FakeAPI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

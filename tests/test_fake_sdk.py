@@ -1,0 +1,126 @@
+"""The fake API, driven by the official anthropic SDK: every response must parse into the SDK's own types."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+
+from gatekeeper.testing import Fault, Outcome
+from tests.fakes import ADMIN, WS1, WS2, running_fake
+
+
+def _req(cid: str, model: str = "claude-haiku-4-5") -> dict:
+    return {"custom_id": cid, "params": {"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}}
+
+
+def test_sdk_full_lifecycle() -> None:
+    """create, retrieve, list with pagination, results, cancel and delete all parse in the SDK's models."""
+    rule = lambda cid, model, attempt: Outcome("errored", "invalid_request_error") if model == "nope" else None  # noqa: E731
+    with running_fake(rate=1e9, speed=1.0, outcome=rule) as fake:
+        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
+        created = sdk.messages.batches.create(requests=[_req("a"), _req("b", "nope"), _req("c")])
+        assert created.processing_status == "in_progress"
+        assert created.request_counts.processing == 3
+        fake.org.advance(1)
+        done = sdk.messages.batches.retrieve(created.id)
+        assert done.processing_status == "ended" and done.results_url
+        assert (done.request_counts.succeeded, done.request_counts.errored) == (2, 1)
+        results = {r.custom_id: r.result for r in sdk.messages.batches.results(created.id)}
+        assert set(results) == {"a", "b", "c"}
+        assert results["a"].type == "succeeded" and results["a"].message.usage.service_tier == "batch"
+        assert results["b"].type == "errored" and results["b"].error.error.type == "invalid_request_error"
+        ids = [sdk.messages.batches.create(requests=[_req(f"x{i}")]).id for i in range(5)]
+        listed = [b.id for b in sdk.messages.batches.list(limit=2)]  # the SDK follows after_id across pages
+        assert listed == list(reversed(ids)) + [created.id]
+        deleted = sdk.messages.batches.delete(created.id)
+        assert deleted.type == "message_batch_deleted"
+        with pytest.raises(anthropic.NotFoundError):
+            sdk.messages.batches.retrieve(created.id)
+
+
+def test_sdk_cancel_goes_canceling_then_ended() -> None:
+    """cancel answers canceling; the batch ends with canceled results for what was not processed."""
+    with running_fake(rate=0.0, speed=1.0, cancel_delay=5.0) as fake:
+        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
+        b = sdk.messages.batches.create(requests=[_req("a"), _req("b")])
+        c = sdk.messages.batches.cancel(b.id)
+        assert c.processing_status == "canceling" and c.cancel_initiated_at is not None
+        fake.org.advance(10)
+        ended = sdk.messages.batches.retrieve(b.id)
+        assert ended.processing_status == "ended" and ended.request_counts.canceled == 2
+        assert {r.result.type for r in sdk.messages.batches.results(b.id)} == {"canceled"}
+
+
+def test_sdk_rate_limits_admin_endpoint() -> None:
+    """client.beta.organization.rate_limits.list parses the batch group, and pages are followed."""
+    with running_fake(ceiling=200_000, rate_limit_page_size=1, rate_limit_empty_first_page=True) as fake:
+        admin = anthropic.Anthropic(base_url=fake.url, api_key=ADMIN, max_retries=0)
+        entries = list(admin.beta.organization.rate_limits.list())
+        batch = [e for e in entries if e.group.type == "batch"]
+        assert len(entries) == 2 and len(batch) == 1
+        assert [lim.value for lim in batch[0].limits if lim.type == "enqueued_batch_requests"] == [200_000]
+        # A workspace key is refused by the Admin API; an Admin key by the Batches API.
+        with pytest.raises(anthropic.AuthenticationError):
+            list(anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0).beta.organization.rate_limits.list())
+        with pytest.raises(anthropic.AuthenticationError):
+            admin.messages.batches.list()
+
+
+def test_queue_ceiling_refuses_whole_batch_with_429() -> None:
+    """A create that would push the organization's queue over the ceiling is refused whole."""
+    with running_fake(ceiling=10, rate=0.0) as fake:
+        sdk1 = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
+        sdk2 = anthropic.Anthropic(base_url=fake.url, api_key=WS2, max_retries=0)
+        sdk1.messages.batches.create(requests=[_req(f"a{i}") for i in range(6)])
+        with pytest.raises(anthropic.RateLimitError) as info:
+            sdk2.messages.batches.create(requests=[_req(f"b{i}") for i in range(5)])
+        assert info.value.response.headers["retry-after"] == "60"
+        assert "queue" in info.value.message
+        assert fake.org.records.refusals[0]["requests"] == 5
+        assert [b.id for b in sdk2.messages.batches.list()] == []  # workspace-scoped listing
+        assert fake.org.records.max_depth == 6
+
+
+def test_envelope_validation_and_413() -> None:
+    """Duplicate custom_id and bad patterns are 400 for the whole batch; oversize bodies get the bare 413."""
+    with running_fake(max_body_bytes=2000) as fake:
+        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
+        with pytest.raises(anthropic.BadRequestError):
+            sdk.messages.batches.create(requests=[_req("a"), _req("a")])
+        with pytest.raises(anthropic.BadRequestError):
+            sdk.messages.batches.create(requests=[_req("a b")])
+        r = httpx.post(fake.url + "/v1/messages/batches", content=b"x" * 3000,
+                       headers={"x-api-key": WS1, "anthropic-version": "2023-06-01"})
+        assert r.status_code == 413
+        assert r.json() == {"error": {"type": "request_too_large", "message": "Request exceeds the maximum size"}}
+        r = httpx.get(fake.url + "/v1/messages/batches", headers={"x-api-key": WS1})
+        assert r.status_code == 400 and "anthropic-version" in r.json()["error"]["message"]
+        assert r.headers["request-id"] == r.json()["request_id"]
+        r = httpx.get(fake.url + "/v1/messages/batches?limit=1001", headers={"x-api-key": WS1, "anthropic-version": "2023-06-01"})
+        assert r.status_code == 400
+
+
+def test_lost_response_after_commit() -> None:
+    """drop_after_commit creates the batch but the client sees no answer (the case that makes SDKs double-create)."""
+    with running_fake() as fake:
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
+        with pytest.raises(anthropic.APIConnectionError):
+            sdk.messages.batches.create(requests=[_req("a")])
+        assert fake.org.records.creates == 1
+        assert len(list(sdk.messages.batches.list())) == 1
+
+
+def test_results_order_is_shuffled_and_lines_end_in_newline() -> None:
+    """Results come back in another order than sent, each line newline-terminated, no blank line."""
+    with running_fake(rate=1e9) as fake:
+        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
+        b = sdk.messages.batches.create(requests=[_req(f"r{i}") for i in range(50)])
+        fake.org.advance(1)
+        raw = httpx.get(fake.url + f"/v1/messages/batches/{b.id}/results",
+                        headers={"x-api-key": WS1, "anthropic-version": "2023-06-01"}).content
+        lines = raw.split(b"\n")
+        assert lines[-1] == b"" and all(lines[:-1])
+        order = [line.split(b'"')[3].decode() for line in lines[:-1]]
+        assert sorted(order) == sorted(f"r{i}" for i in range(50)) and order != [f"r{i}" for i in range(50)]
