@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,7 +22,10 @@ from .config import ApiConfig
 from .errors import ExitCode, GatekeeperError, UsageError
 from .headroom import FINDINGS, SCOPE_CAVEAT, Headroom, repair_lines, verdict
 from .planner import PlanReport, plan
+from .progress import Progress
 from .queue import connect, read_headroom
+from .runner import Interrupted, SubmitSettings, Summary, default_state_dir
+from .submit import cancel, dry_run, submit
 from .sizing import API_MAX_BYTES, API_MAX_REQUESTS, Limits
 
 
@@ -101,6 +107,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="occupancy (percent) at which the queue is a finding (default 80)")
     _add_json(p)
 
+    p = sub.add_parser("submit", help="run the whole job: admit batches against headroom, collect, resubmit, resume",
+                       description="Validate and size INPUT, then create batches only as the queue can take them, "
+                       "collect their results into one output file, resubmit what can succeed on another try, until "
+                       "every valid request has a final result. Rerun the same command to resume.\n\n"
+                       "State: INPUT.gatekeeper/ beside the input (or --state); results: STATE/results.jsonl (or --out).\n\n"
+                       "Example usage:\n  gatekeeper submit big.jsonl\n  gatekeeper submit big.jsonl --dry-run\n"
+                       "  gatekeeper submit big.jsonl --json --poll 60 > summary.json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", help="JSONL file of {custom_id, params} lines")
+    _add_state(p)
+    p.add_argument("--out", default=None, metavar="FILE", help="results file (default STATE/results.jsonl)")
+    _add_ceiling(p)
+    p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
+                   help="requests of queue headroom to leave for others (default 0)")
+    p.add_argument("--poll", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="seconds between queue readings (default 30)")
+    p.add_argument("--max-in-flight", type=_positive_int, default=None, metavar="N",
+                   help="our batches live at once, at most (default: as many as fit)")
+    p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
+                   help="attempts per request, the first included, for results that can succeed on another try (default 3)")
+    _add_limits(p)
+    p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")
+    _add_json(p)
+
+    p = sub.add_parser("cancel", help="cancel a run's live batches and record it",
+                       description="Cancel the live batches of a submit run; a rerun of submit then sends nothing new and "
+                       "collects what ended.\n\nExample usage:\n  gatekeeper cancel big.jsonl\n  gatekeeper cancel --state /data/job.state",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
+    _add_state(p)
+    _add_json(p)
+
     p = sub.add_parser("fake-api", help="run the fake Batches API on loopback for offline rehearsal",
                        description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
                        "Example usage:\n  gatekeeper fake-api --port 8765 --ceiling 300000 --rate 5000 --speed 60\n"
@@ -117,6 +155,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
     _add_json(p)
     return parser
+
+
+def _add_state(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state", default=None, metavar="DIR", help="the run's state directory (default INPUT.gatekeeper/ beside the input)")
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    if args.state:
+        return Path(args.state)
+    if getattr(args, "input", None) and args.input != "-":
+        return default_state_dir(args.input)
+    raise UsageError("give the run's INPUT or --state DIR")
 
 
 def _add_ceiling(p: argparse.ArgumentParser) -> None:
@@ -213,6 +263,134 @@ def cmd_status(args: argparse.Namespace) -> int:
     return ExitCode.FINDINGS if state in FINDINGS else ExitCode.OK
 
 
+def _crash_hook(spec: str | None) -> Callable[[str], None]:
+    """GATEKEEPER_CRASH_AT=point[:n]: SIGKILL ourselves the n-th time `point` is reached (the crash tests use it)."""
+    if not spec:
+        return lambda name: None
+    point, _, nth = spec.partition(":")
+    remaining = [int(nth or 1)]
+
+    def checkpoint(name: str) -> None:
+        if name == point:
+            remaining[0] -= 1
+            if remaining[0] <= 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return checkpoint
+
+
+def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
+    return SubmitSettings(
+        state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
+        poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
+    )
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if args.input == "-":
+        raise UsageError("submit needs a file it can read again on resume, not standard input: save it first")
+    config = ApiConfig.from_env(os.environ)
+    config.require_workspace_key()
+    settings = _submit_settings(args)
+    if args.dry_run:
+        result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings))
+        if args.json:
+            _print_json(result)
+        else:
+            print(render_plan_brief(result))
+        return ExitCode.OK if result["plan"]["invalid"] == 0 else ExitCode.FINDINGS
+    progress = Progress(sys.stderr, "json" if args.json or not sys.stderr.isatty() else "tty")
+    checkpoint = _crash_hook(os.environ.get("GATEKEEPER_CRASH_AT"))
+    resume = "gatekeeper " + " ".join(shlex.quote(a) for a in args.argv)
+    outcome: dict[str, Summary] = {}
+
+    async def run() -> None:
+        stop = anyio.Event()
+
+        async def watch_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    if stop.is_set():
+                        os._exit(ExitCode.INTERRUPTED)  # second Ctrl-C: at once; the journal is consistent at every instant
+                    stop.set()
+                    progress.close()
+                    print("gatekeeper: stopping at the next safe point (Ctrl-C again to exit at once)", file=sys.stderr)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_signals)
+            try:
+                outcome["summary"] = await submit(args.input, config=config, settings=settings, on_event=progress,
+                                                  stop=stop, checkpoint=checkpoint)
+            except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
+                failure.append(exc)
+            finally:
+                tg.cancel_scope.cancel()
+
+    failure: list[Exception] = []
+    try:
+        anyio.run(run)
+        if failure:
+            raise failure[0]
+    except Interrupted:
+        progress.close()
+        print(f"gatekeeper: interrupted; batches already created keep processing. Resume with: {resume}", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    progress.close()
+    summary = outcome["summary"]
+    if args.json:
+        _print_json(summary.to_json())
+    else:
+        print(render_summary(summary))
+    return ExitCode.OK if summary.ok else ExitCode.FINDINGS
+
+
+def render_plan_brief(r: dict[str, Any]) -> str:
+    p = r["plan"]
+    ceiling = "unknown" if r["ceiling"] is None else f"{r['ceiling']:,}"
+    return "\n".join([
+        f"valid requests  {p['requests']:,}   rejected lines {p['invalid']:,}",
+        f"batches         {len(p['batches']):,} of at most {r['batch_size']:,} requests ({r['policy']})",
+        f"queue now       {r['depth']:,} of {ceiling}",
+        f"would create    {r['would_create_now']:,} batch(es) now ({r['requests_now']:,} requests); {r['would_wait']:,} would wait",
+        f"queue after     {r['queue_after']:,} of {ceiling}",
+    ])
+
+
+def render_summary(s: Summary) -> str:
+    lines = [
+        f"requests    {s.requests:,}   (rejected lines: {s.invalid:,})",
+        f"succeeded   {s.succeeded:,}",
+        f"errored     {s.errored:,}" + ("   " + ", ".join(f"{k} {v:,}" for k, v in sorted(s.errors.items())) if s.errors else ""),
+        f"expired     {s.expired:,}",
+        f"canceled    {s.canceled:,}",
+    ]
+    if s.pending:
+        lines.append(f"not final   {s.pending:,}")
+    lines.append(f"batches     {s.batches:,}   resubmitted {s.resubmitted:,} (succeeded later: {s.succeeded_after_retry:,})")
+    u = s.usage
+    if u:
+        lines.append(f"tokens      input {u.get('input_tokens', 0):,} · output {u.get('output_tokens', 0):,} · "
+                     f"cache write {u.get('cache_creation_input_tokens', 0):,} · cache read {u.get('cache_read_input_tokens', 0):,}")
+    if s.cost_usd is not None:
+        lines.append(f"cost        ~${s.cost_usd:,.2f} at batch prices")
+    lines.append(f"results     {s.output}")
+    return "\n".join(lines)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    config = ApiConfig.from_env(os.environ)
+    config.require_workspace_key()
+    result = anyio.run(lambda: cancel(_state_dir(args), config=config))
+    if args.json:
+        _print_json(result)
+    else:
+        for b in result["canceled"]:
+            print(f"canceled batch {b['batch']} {b['id']} ({b['status']})")
+        print(f"{len(result['canceled'])} batch(es) canceled; {result['not_sent']:,} planned requests will not be sent. "
+              "Rerun submit to collect what ended.")
+    return ExitCode.OK
+
+
 def cmd_fake_api(args: argparse.Namespace) -> int:
     import time
 
@@ -240,13 +418,15 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
             return ExitCode.OK
 
 
-COMMANDS = {"plan": cmd_plan, "status": cmd_status, "fake-api": cmd_fake_api}
+COMMANDS = {"plan": cmd_plan, "status": cmd_status, "submit": cmd_submit, "cancel": cmd_cancel, "fake-api": cmd_fake_api}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
+        args.argv = argv
         if not args.command:
             parser.print_help(sys.stderr)
             return ExitCode.USAGE

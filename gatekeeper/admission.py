@@ -1,0 +1,86 @@
+"""Admission decisions. Pure: plain values in, plain values out.
+
+The rule: a batch of n requests is created only when
+
+    n <= ceiling - depth - margin - unseen
+
+where `depth` is the live depth just read over every workspace key, and
+`unseen` counts our own creates the listing does not show yet (answered but not
+listed, or intents whose outcome is unknown). Depth is re-read before every
+admission round, because other pipelines fill the queue too.
+
+Sizing: with a known ceiling, a batch holds at most (ceiling - margin) / 4
+requests (and never more than the per-batch limits), so four batches fit in the
+queue at once and, as one ends, the next is already waiting: the queue stays
+full while headroom comes back in steps of whole batches.
+
+Without a ceiling (no Admin key, no --ceiling), batches go at the per-batch
+limit and `CeilingEstimate` learns an upper bound from refusals: a refusal of n
+at depth d proves ceiling < d + n, so nothing is sent that would exceed
+d + n - 1 again. The bound is forgotten after `forget_after` seconds (the
+refusal may have been another workspace's load), so a later probe can find
+room that came back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BATCHES_IN_QUEUE = 4
+
+
+def batch_size_for(ceiling: int | None, margin: int, max_requests: int) -> int:
+    """Requests per batch for a job whose queue ceiling is `ceiling` (None: unknown)."""
+    if ceiling is None:
+        return max_requests
+    usable = max(1, ceiling - margin)
+    return max(1, min(max_requests, usable // BATCHES_IN_QUEUE))
+
+
+def room(ceiling: int | None, depth: int, margin: int, unseen: int) -> int | None:
+    """Requests that can still be admitted now; None when the ceiling is unknown."""
+    if ceiling is None:
+        return None
+    return ceiling - depth - margin - unseen
+
+
+def admit(sizes: list[int], free: int | None, *, in_flight: int, max_in_flight: int | None) -> int:
+    """How many of the waiting batches (sizes, in order) to create now.
+
+    In order only: a large batch is not overtaken by smaller ones behind it,
+    so the job's input order is kept and the large one is not starved.
+    """
+    count = 0
+    for n in sizes:
+        if max_in_flight is not None and in_flight + count >= max_in_flight:
+            break
+        if free is not None:
+            if n > free:
+                break
+            free -= n
+        count += 1
+    return count
+
+
+@dataclass
+class CeilingEstimate:
+    """What refusals taught us about an unknown ceiling."""
+
+    forget_after: float = 900.0
+    upper: int | None = None  # the ceiling is at most this (from a refusal)
+    learned_at: float = 0.0
+
+    def bound(self, now: float) -> int | None:
+        if self.upper is not None and now - self.learned_at > self.forget_after:
+            self.upper = None
+        return self.upper
+
+    def refused(self, depth: int, unseen: int, n: int, now: float) -> None:
+        bound = max(0, depth + unseen + n - 1)
+        self.upper = bound if self.upper is None else min(self.upper, bound)
+        self.learned_at = now
+
+    def accepted(self, depth: int, unseen: int, n: int) -> None:
+        # A success above the bound proves the bound wrong (the refusal was someone else's load).
+        if self.upper is not None and depth + unseen + n > self.upper:
+            self.upper = depth + unseen + n

@@ -1,0 +1,70 @@
+"""Progress people can read: one live line on a terminal, JSON events otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+import orjson
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class Progress:
+    """An EventSink. mode: "json" (one event per line), "tty" (a status line redrawn in place), "quiet"."""
+
+    def __init__(self, stream: TextIO | None = None, mode: str = "json") -> None:
+        self.stream = stream or sys.stderr
+        self.mode = mode
+        self.started = time.monotonic()
+        self._last_len = 0
+        self._first_final: tuple[float, int] | None = None
+
+    def __call__(self, event: str, fields: dict[str, Any]) -> None:
+        if self.mode == "quiet":
+            return
+        if self.mode == "json":
+            record = {"event": event, "t": round(time.monotonic() - self.started, 3), **fields}
+            self.stream.write(orjson.dumps(record, default=str).decode() + "\n")
+            self.stream.flush()
+            return
+        if event == "progress":
+            self._line(fields)
+        elif event in ("refused", "resumed", "reconciled", "create_unknown", "resubmitting", "ceiling_unknown", "planned"):
+            self._clear()
+            detail = ", ".join(f"{k}={v}" for k, v in fields.items() if k not in ("t",))
+            self.stream.write(f"gatekeeper: {event}: {detail}\n")
+            self.stream.flush()
+
+    def _clear(self) -> None:
+        if self._last_len:
+            self.stream.write("\r" + " " * self._last_len + "\r")
+            self._last_len = 0
+
+    def _line(self, f: dict[str, Any]) -> None:
+        total, final, admitted = f.get("total") or 0, f.get("final") or 0, f.get("admitted") or 0
+        elapsed = float(f.get("elapsed") or 0)
+        ceiling = f.get("ceiling")
+        occ = f" ({100 * f['depth'] / ceiling:.0f}%)" if ceiling else ""
+        eta = "?"
+        if final and total and final < total:
+            if self._first_final is None:
+                self._first_final = (elapsed, final)
+            t0, n0 = self._first_final
+            if final > n0 and elapsed > t0:
+                eta = _clock((total - final) * (elapsed - t0) / (final - n0))
+        text = (f"admitted {admitted:,}/{total:,} · done {final:,} · queue {f.get('depth', 0):,}/"
+                f"{ceiling if ceiling is not None else '?'}{occ} · {f.get('in_flight', 0)} in flight · "
+                f"{_clock(elapsed)} elapsed · ~{eta} left")
+        self.stream.write("\r" + text.ljust(self._last_len))
+        self.stream.flush()
+        self._last_len = len(text)
+
+    def close(self) -> None:
+        if self.mode == "tty" and self._last_len:
+            self.stream.write("\n")
+            self.stream.flush()
