@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="our batches live at once, at most (default: as many as fit)")
     p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
                    help="attempts per request, the first included, for results that can succeed on another try (default 3)")
+    p.add_argument("--reconcile-grace", type=_positive_float, default=180.0, metavar="SECONDS",
+                   help="how long a create whose answer was lost may take to appear in the listing before it is "
+                   "taken as not created (default 180)")
     _add_limits(p)
     p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")
     _add_json(p)
@@ -283,6 +286,7 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
     return SubmitSettings(
         state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
         poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
+        reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
     )
 
 

@@ -34,7 +34,8 @@ class Fault:
     kind: "status" (answer `status` with an error body and optional retry-after /
     x-should-retry), "drop_after_commit" (create only: the batch is created, the
     connection closed without an answer), "drop" (close without doing anything),
-    "delay" (sleep `delay` real seconds, then serve normally).
+    "delay" (sleep `delay` real seconds, then serve normally), "delay_after_commit"
+    (create only: the batch is created, the answer held back `delay` seconds).
     """
 
     endpoint: str
@@ -153,6 +154,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.kind == "drop_after_commit":
             self._pending_drop = True
             return False
+        if fault.kind == "delay_after_commit":
+            self._pending_delay = fault.delay
+            return False
         if fault.kind == "drop":
             if self.command in ("POST", "PUT"):
                 self._read_body()
@@ -201,6 +205,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         fake = self.server.fake
         self._pending_drop = False
+        self._pending_delay = 0.0
         endpoint, arg = self._route()
         with fake.org.lock:
             fake.org.records.requests_seen[endpoint] = fake.org.records.requests_seen.get(endpoint, 0) + 1
@@ -277,6 +282,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(429, cfg.queue_message.format(limit=result["limit"]), headers=headers)
         if self._pending_drop:
             return self._drop()  # committed, but the answer is lost
+        if self._pending_delay:
+            time.sleep(self._pending_delay)  # committed; the answer is late (a client may die waiting)
         self._json(200, fake.org.batch_json(result, fake.results_base))
 
     def _visible(self, workspace: str, batch_id: str | None) -> FakeBatch | None:
@@ -454,6 +461,13 @@ def _result_json(o: Outcome, cid: str, model: str, answer: str) -> dict[str, Any
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return  # a client that died mid-answer (the crash tests kill them on purpose)
+        super().handle_error(request, client_address)
 
     def __init__(self, addr: tuple[str, int], fake: FakeAPI, results_only: bool = False) -> None:
         super().__init__(addr, _Handler)

@@ -1,0 +1,52 @@
+"""Running the CLI as a real subprocess against an in-test fake, and checking a job's output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from gatekeeper.testing import FakeAPI
+
+
+def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+    full.update(env)
+    if crash_at:
+        full["GATEKEEPER_CRASH_AT"] = crash_at
+    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], env=full, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+    full.update(env)
+    return subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def events(stderr: str) -> list[dict]:
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("{"):
+            out.append(orjson.loads(line))
+    return out
+
+
+def output_ids(path: Path) -> list[str]:
+    data = path.read_bytes() if path.exists() else b""
+    assert data == b"" or data.endswith(b"\n"), "the output ends in a partial line"
+    return [orjson.loads(line)["custom_id"] for line in data.splitlines()]
+
+
+def assert_exactly_once(fake: FakeAPI, out: Path, expected: set[str]) -> None:
+    """Every valid request has one line; nothing was created twice; nothing succeeded twice."""
+    ids = output_ids(out)
+    assert len(ids) == len(set(ids)), "a request appears twice in the output"
+    assert set(ids) == expected
+    created = [cid for b in fake.org.batches.values() for cid, _ in b.requests]
+    assert len(created) == len(set(created)), "a request was created in two batches"
+    assert fake.org.records.succeeded_twice == 0

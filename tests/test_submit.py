@@ -1,0 +1,251 @@
+"""`gatekeeper submit` end to end: a real subprocess, real HTTP, the fake API; crashes, faults, refusals."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper.testing import Fault
+from tests.fakes import WS1, WS2, env_for, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import assert_exactly_once, events, gk, output_ids, start
+
+FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--json"]
+
+
+def _input(tmp_path: Path, n: int = 60, bad: int = 0) -> tuple[Path, set[str]]:
+    items: list = [req(f"q{i:04d}") for i in range(n)]
+    for k in range(bad):
+        items.insert(5 + k, b'{"custom_id": "broken"')
+    return write_jsonl(tmp_path / "in.jsonl", items), {f"q{i:04d}" for i in range(n)}
+
+
+def _out(path: Path) -> Path:
+    return Path(str(path) + ".gatekeeper") / "results.jsonl"
+
+
+def test_submit_whole_job_and_summary(tmp_path: Path) -> None:
+    """Every valid request ends with one line; the JSON summary's counts equal the file's; rejected lines are skipped."""
+    path, expected = _input(tmp_path, 60, bad=2)
+    with running_fake(ceiling=100, rate=2000) as fake:
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 1, proc.stderr  # rejected lines are a finding
+        summary = orjson.loads(proc.stdout)
+        assert (summary["requests"], summary["succeeded"], summary["invalid"]) == (60, 60, 2)
+        assert summary["batches"] == 3  # ceiling 100: batches of 25, four to the ceiling... 60 -> 25+25+10
+        assert_exactly_once(fake, _out(path), expected)
+        assert fake.org.records.max_depth <= 100 and fake.org.records.refusals == []
+        evs = events(proc.stderr)
+        assert any(e["event"] == "admitted" for e in evs) and any(e["event"] == "collected" for e in evs)
+        # Running it again is a no-op that reports the same.
+        again = gk(["submit", str(path), *FAST], env_for(fake))
+        assert orjson.loads(again.stdout)["succeeded"] == 60 and fake.org.records.creates == 3
+
+
+@pytest.mark.parametrize("point", ["before-intent:2", "after-intent:2", "after-create:1", "after-create:3",
+                                   "mid-results:1", "mid-results:2", "before-results-commit:1"])
+def test_sigkill_anywhere_then_rerun(tmp_path: Path, point: str) -> None:
+    """SIGKILL at each point, rerun: each valid request in the output once, none created twice or succeeded twice."""
+    path, expected = _input(tmp_path, 80)
+    with running_fake(ceiling=80, rate=4000) as fake:
+        crashed = gk(["submit", str(path), *FAST], env_for(fake), crash_at=point)
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert orjson.loads(done.stdout)["succeeded"] == 80
+        assert_exactly_once(fake, _out(path), expected)
+        if point.startswith("after-create"):
+            assert any(e["event"] == "reconciled" and e["outcome"] == "created" for e in events(done.stderr))
+
+
+def test_sigkill_while_server_holds_an_accepted_create(tmp_path: Path) -> None:
+    """Killed after the server accepted a create but before its answer arrived: the rerun adopts that batch."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        fake.inject(Fault("create", kind="delay_after_commit", delay=3.0))
+        proc = start(["submit", str(path), *FAST], env_for(fake))
+        deadline = time.monotonic() + 20
+        while fake.org.records.creates == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.kill()
+        proc.communicate()
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert_exactly_once(fake, _out(path), expected)
+        assert fake.org.records.creates == 1
+
+
+def test_sigkill_while_waiting(tmp_path: Path) -> None:
+    """Killed while batches are processing: the rerun picks them up without creating them again."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(ceiling=1000, rate=20) as fake:
+        proc = start(["submit", str(path), *FAST], env_for(fake))
+        deadline = time.monotonic() + 20
+        while fake.org.records.creates == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        proc.kill()
+        proc.communicate()
+        fake.org.config.rate = 4000
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert_exactly_once(fake, _out(path), expected)
+        assert any(e["event"] == "resumed" for e in events(done.stderr))
+
+
+def test_lost_create_response_is_reconciled_not_resent(tmp_path: Path) -> None:
+    """A create whose answer is dropped after commit is adopted from the listing; nothing is created twice."""
+    path, expected = _input(tmp_path, 50)
+    with running_fake(ceiling=200, rate=4000) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit", times=2))
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "20"], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert_exactly_once(fake, _out(path), expected)
+        assert sum(1 for e in events(proc.stderr) if e["event"] == "reconciled" and e["outcome"] == "created") == 2
+
+
+def test_create_5xx_529_is_unknown_then_resent_once_absent(tmp_path: Path) -> None:
+    """A 500 and a 529 on create are not retried blindly; absent from the listing after the grace, they are resent."""
+    path, expected = _input(tmp_path, 30)
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        fake.inject(Fault("create", status=500), Fault("create", status=529, error_type="overloaded_error"))
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert_exactly_once(fake, _out(path), expected)
+        evs = events(proc.stderr)
+        assert sum(1 for e in evs if e["event"] == "create_unknown") == 2
+        assert sum(1 for e in evs if e["event"] == "reconciled" and e["outcome"] == "not created") == 2
+
+
+def test_read_faults_are_ridden_out(tmp_path: Path) -> None:
+    """429 with retry-after, 503 and a dropped connection on list/retrieve/results do not fail the job."""
+    path, expected = _input(tmp_path, 30)
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        fake.inject(Fault("list", status=429, retry_after="1"), Fault("list", status=503), Fault("list", kind="drop"),
+                    Fault("retrieve", status=529), Fault("results", status=500))
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert_exactly_once(fake, _out(path), expected)
+
+
+def test_other_workspace_fills_the_queue(tmp_path: Path) -> None:
+    """Load from a workspace our key cannot see causes a refusal; the batch waits and goes later, nothing dropped."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(ceiling=100, rate=200) as fake:
+        fake.org.add_batch("wrkspc_2", 90)  # invisible to WS1, ends in about half a second
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "40"], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert_exactly_once(fake, _out(path), expected)
+        assert len(fake.org.records.refusals) >= 1
+        assert orjson.loads(proc.stdout)["refusals"] >= 1
+        assert any(e["event"] == "refused" for e in events(proc.stderr))
+        assert fake.org.records.max_depth <= 100
+
+
+def test_second_workspace_key_prevents_the_refusal(tmp_path: Path) -> None:
+    """With the other workspace's key given, its load counts in the depth and no create is refused."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(ceiling=100, rate=200) as fake:
+        fake.org.add_batch("wrkspc_2", 90)
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "40"], env_for(fake, keys=(WS1, WS2)))
+        assert proc.returncode == 0, proc.stderr
+        assert fake.org.records.refusals == []
+        assert_exactly_once(fake, _out(path), expected)
+
+
+def test_unknown_ceiling_learns_from_refusals(tmp_path: Path) -> None:
+    """No Admin key and no --ceiling: submit still finishes, learning a bound from queue-full refusals."""
+    path, expected = _input(tmp_path, 200)
+    with running_fake(ceiling=100, rate=1000) as fake:
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "30"], env_for(fake, admin=False))
+        assert proc.returncode == 0, proc.stderr
+        assert_exactly_once(fake, _out(path), expected)
+        evs = events(proc.stderr)
+        assert any(e["event"] == "ceiling_unknown" for e in evs)
+        assert len(fake.org.records.refusals) <= 3
+        assert fake.org.records.max_depth <= 100
+
+
+def test_ctrl_c_stops_cleanly_and_resumes(tmp_path: Path) -> None:
+    """SIGINT: exit 130 with the resume command on stderr; the rerun finishes the job."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(ceiling=1000, rate=10) as fake:
+        proc = start(["submit", str(path), *FAST], env_for(fake))
+        deadline = time.monotonic() + 20
+        while fake.org.records.creates == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert "Resume with: gatekeeper submit" in err
+        fake.org.config.rate = 4000
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert_exactly_once(fake, _out(path), expected)
+
+
+def test_changed_input_is_refused(tmp_path: Path) -> None:
+    """A state directory is bound to its input: a changed file is refused with exit 2 and one line."""
+    path, _ = _input(tmp_path, 10)
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        assert gk(["submit", str(path), *FAST], env_for(fake)).returncode == 0
+        write_jsonl(path, [req("other")])
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 2
+        assert "is different" in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
+def test_state_dir_and_output_are_private(tmp_path: Path) -> None:
+    """The state directory and the results are readable by the owner only."""
+    path, _ = _input(tmp_path, 5)
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        assert gk(["submit", str(path), *FAST], env_for(fake)).returncode == 0
+    state = Path(str(path) + ".gatekeeper")
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert (state / "results.jsonl").stat().st_mode & 0o777 == 0o600
+    assert (state / "journal.sqlite3").stat().st_mode & 0o077 == 0
+
+
+def test_dry_run_creates_nothing(tmp_path: Path) -> None:
+    """--dry-run reports what would go now and what would wait, and creates nothing."""
+    path, _ = _input(tmp_path, 100)
+    with running_fake(ceiling=100, rate=0.0, speed=0.0) as fake:
+        fake.org.add_batch("wrkspc_1", 40)
+        proc = gk(["submit", str(path), "--dry-run", "--json"], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        r = orjson.loads(proc.stdout)
+        assert (r["batch_size"], r["depth"], r["would_create_now"], r["would_wait"], r["queue_after"]) == (25, 40, 2, 2, 90)
+        assert fake.org.records.creates == 0
+
+
+def test_cancel_then_rerun(tmp_path: Path) -> None:
+    """cancel stops the live batches; a rerun collects them, sends nothing new and does not resubmit the canceled."""
+    path, _ = _input(tmp_path, 40)
+    with running_fake(ceiling=20, rate=0.0, cancel_delay=0.0) as fake:
+        proc = start(["submit", str(path), *FAST], env_for(fake))
+        deadline = time.monotonic() + 20
+        while fake.org.records.creates == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        c = gk(["cancel", str(path), "--json"], env_for(fake))
+        assert c.returncode == 0, c.stderr
+        assert len(orjson.loads(c.stdout)["canceled"]) == fake.org.records.creates
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        s = orjson.loads(done.stdout)
+        assert done.returncode == 1 and s["canceled"] > 0 and s["resubmitted"] == 0
+        assert fake.org.records.creates == len(orjson.loads(c.stdout)["canceled"])
+        assert len(output_ids(_out(path))) == s["canceled"]
+
+
+def test_submit_usage_errors(tmp_path: Path) -> None:
+    """No key: exit 2; stdin: exit 2; each with one line."""
+    path, _ = _input(tmp_path, 3)
+    proc = gk(["submit", str(path)], {})
+    assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr and "Traceback" not in proc.stderr
+    proc = gk(["submit", "-"], {"ANTHROPIC_API_KEY": "x"})
+    assert proc.returncode == 2 and "standard input" in proc.stderr
