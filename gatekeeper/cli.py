@@ -25,7 +25,9 @@ from .planner import PlanReport, plan
 from .progress import Progress
 from .queue import connect, read_headroom
 from .runner import Interrupted, SubmitSettings, Summary, default_state_dir
-from .submit import cancel, dry_run, submit
+from .prices import load_prices
+from .results import export
+from .submit import cancel, dry_run, job_summary, submit
 from .sizing import API_MAX_BYTES, API_MAX_REQUESTS, Limits
 
 
@@ -94,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", help="JSONL file of {custom_id, params} lines, or - for standard input")
     _add_limits(p)
+    _add_prices(p)
     _add_json(p)
 
     p = sub.add_parser("status", help="queue depth against the organization's ceiling, with a verdict",
@@ -131,7 +134,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a create whose answer was lost may take to appear in the listing before it is "
                    "taken as not created (default 180)")
     _add_limits(p)
+    _add_prices(p)
     p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")
+    _add_json(p)
+
+    p = sub.add_parser("results", help="re-export a run's final results (also while it runs)",
+                       description="Write the final result lines of a submit run: all, filtered, or in input order. "
+                       "While the run goes on, this is what is final so far.\n\nExample usage:\n"
+                       "  gatekeeper results big.jsonl --in-order --out ordered.jsonl\n"
+                       "  gatekeeper results --state job.state --only errored,expired",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
+    _add_state(p)
+    p.add_argument("--out", default=None, metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--in-order", action="store_true", help="in input order (default: the order results arrived)")
+    p.add_argument("--only", default=None, metavar="TYPES",
+                   help="comma-separated result types (succeeded, errored, expired, canceled) and/or error types")
+    _add_prices(p)
     _add_json(p)
 
     p = sub.add_parser("cancel", help="cancel a run's live batches and record it",
@@ -158,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
     _add_json(p)
     return parser
+
+
+def _add_prices(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prices", default=None, metavar="FILE",
+                   help="price table (JSON, the shape of gatekeeper/prices.json) for cost estimates")
 
 
 def _add_state(p: argparse.ArgumentParser) -> None:
@@ -190,11 +214,15 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    prices = load_prices(args.prices)
     report = plan(args.input, limits=_limits(args))
+    estimate = report.estimate(prices)
     if args.json:
-        _print_json(report.to_json())
+        _print_json({**report.to_json(), "estimate": estimate})
     else:
         print(render_plan(report, args.input))
+        cost = "unknown (a model has no price)" if estimate["input_cost_usd"] is None else f"~${estimate['input_cost_usd']:,.2f}"
+        print(f"estimate        ~{estimate['input_tokens']:,} input tokens, {cost} at batch prices ({estimate['method']})")
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
 
 
@@ -297,7 +325,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     config.require_workspace_key()
     settings = _submit_settings(args)
     if args.dry_run:
-        result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings))
+        prices = load_prices(args.prices)
+        result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings, prices=prices))
         if args.json:
             _print_json(result)
         else:
@@ -324,7 +353,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             tg.start_soon(watch_signals)
             try:
                 outcome["summary"] = await submit(args.input, config=config, settings=settings, on_event=progress,
-                                                  stop=stop, checkpoint=checkpoint)
+                                                  stop=stop, checkpoint=checkpoint, prices=load_prices(args.prices))
             except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
                 failure.append(exc)
             finally:
@@ -350,8 +379,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def render_plan_brief(r: dict[str, Any]) -> str:
     p = r["plan"]
+    e = r["estimate"]
     ceiling = "unknown" if r["ceiling"] is None else f"{r['ceiling']:,}"
+    cost = "unknown" if e["input_cost_usd"] is None else f"~${e['input_cost_usd']:,.2f}"
     return "\n".join([
+        f"estimate        ~{e['input_tokens']:,} input tokens, {cost} at batch prices (output not included)",
         f"valid requests  {p['requests']:,}   rejected lines {p['invalid']:,}",
         f"batches         {len(p['batches']):,} of at most {r['batch_size']:,} requests ({r['policy']})",
         f"queue now       {r['depth']:,} of {ceiling}",
@@ -379,6 +411,27 @@ def render_summary(s: Summary) -> str:
         lines.append(f"cost        ~${s.cost_usd:,.2f} at batch prices")
     lines.append(f"results     {s.output}")
     return "\n".join(lines)
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    state = _state_dir(args)
+    only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
+    if args.out:
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            count = export(state, f, in_order=args.in_order, only=only)
+    elif args.json:
+        raise UsageError("results --json prints the summary: give --out FILE for the lines")
+    else:
+        count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only)
+        sys.stdout.flush()
+    summary = job_summary(state, load_prices(args.prices))
+    if args.json:
+        _print_json({**summary.to_json(), "written": count, "written_to": args.out})
+    elif args.out:
+        print(render_summary(summary))
+        print(f"wrote {count:,} line(s) to {args.out}")
+    return ExitCode.OK if summary.ok else ExitCode.FINDINGS
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -422,7 +475,8 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
             return ExitCode.OK
 
 
-COMMANDS = {"plan": cmd_plan, "status": cmd_status, "submit": cmd_submit, "cancel": cmd_cancel, "fake-api": cmd_fake_api}
+COMMANDS = {"plan": cmd_plan, "status": cmd_status, "submit": cmd_submit, "results": cmd_results, "cancel": cmd_cancel,
+            "fake-api": cmd_fake_api}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
 from .reader import Rejection, Request, ScanStats, Source, scan
 from .sizing import ENVELOPE_BYTES, Limits, Packer, body_chunks, body_size, max_item_bytes
 
@@ -54,6 +55,7 @@ class PlanReport:
     largest_line: int = 0
     largest_custom_id: str = ""
     models: dict[str, int] = field(default_factory=dict)
+    model_bytes: dict[str, int] = field(default_factory=dict)  # request bytes per model
     request_bytes: int = 0  # sum of the valid requests' bytes
     content_hash: str = ""  # sha256 of a file source's bytes, when asked for
 
@@ -64,6 +66,22 @@ class PlanReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    def estimate(self, prices: PriceTable) -> dict[str, Any]:
+        """Input tokens and cost before anything is sent (output tokens cannot be known yet)."""
+        per_model = {}
+        total: float | None = 0.0
+        for model, nbytes in self.model_bytes.items():
+            tokens = estimate_input_tokens(nbytes)
+            cost = prices.cost(model, tokens, 0)
+            per_model[model] = {"input_tokens": tokens, "cost_usd": None if cost is None else round(cost, 6)}
+            total = None if cost is None or total is None else total + cost
+        return {
+            "input_tokens": estimate_input_tokens(self.request_bytes),
+            "input_cost_usd": None if total is None else round(total, 6),
+            "models": per_model,
+            "method": f"request bytes / {BYTES_PER_TOKEN:g} per token, batch prices as of {prices.as_of}; output not included",
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +122,7 @@ def plan(
     max_requests, max_bytes = limits.max_requests, limits.max_bytes
     batches = report.batches
     models: dict[str, int] = {}
+    model_bytes: dict[str, int] = {}
     count = 0  # requests in the open batch
     size = ENVELOPE_BYTES  # its body bytes
     total = 0
@@ -132,8 +151,10 @@ def plan(
         total += n
         if model in models:
             models[model] += 1
+            model_bytes[model] += n
         else:
             models[model] = 1
+            model_bytes[model] = n
         if n > largest:
             largest = n
             report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
@@ -143,6 +164,7 @@ def plan(
     report.requests = sum(models.values())
     report.request_bytes = total
     report.models = models
+    report.model_bytes = model_bytes
     if hasher is not None:
         report.content_hash = hasher.hexdigest()
     return report

@@ -36,6 +36,7 @@ from .inputs import hash_file, iter_range, read_at, stat_identity
 from .journal import BatchRow, BatchState, Journal
 from .ledger import Ledger, LocalLedger
 from .planner import plan
+from .prices import PriceTable, load_prices
 from .queue import LIVE_HORIZON, Connection, read_ceiling, read_live
 from .sizing import Limits, Packer, body_chunks, body_size
 from .verdicts import classify, usage_of
@@ -148,7 +149,9 @@ class Job:
         on_result: ResultSink | None = None,
         ledger: Ledger | None = None,
         clock: Callable[[], float] = time.monotonic,
+        prices: PriceTable | None = None,
     ) -> None:
+        self.prices = prices
         self.path = input_path
         self.s = settings
         self.conn = conn
@@ -615,10 +618,10 @@ class Job:
         })
 
     def summary(self) -> Summary:
-        return summarize(self.journal, self.out_path, refusals=self.refusals)
+        return summarize(self.journal, self.out_path, refusals=self.refusals, prices=self.prices)
 
 
-def summarize(j: Journal, out_path: str, *, refusals: int = 0) -> Summary:
+def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTable | None = None) -> Summary:
     report = j.get_meta("report") or {}
     by_type = j.counts_by_type()
     s = Summary(
@@ -638,4 +641,12 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0) -> Summary:
                        "COALESCE(SUM(cache_creation_tokens),0), COALESCE(SUM(cache_read_tokens),0) FROM results").fetchone()
     s.usage = {"input_tokens": row[0], "output_tokens": row[1], "cache_creation_input_tokens": row[2],
                "cache_read_input_tokens": row[3]}
+    prices = prices or load_prices()
+    total: float | None = 0.0
+    for model, tin, tout, tcc, tcr in j.db.execute(
+            "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens) "
+            "FROM results WHERE type = 'succeeded' GROUP BY model"):
+        cost = prices.cost(model, tin or 0, tout or 0, tcc or 0, tcr or 0)
+        total = None if cost is None or total is None else total + cost
+    s.cost_usd = None if total is None else round(total, 6)
     return s

@@ -18,6 +18,7 @@ from .errors import JournalError, UsageError
 from .journal import BatchState, Journal
 from .ledger import Ledger
 from .planner import plan
+from .prices import PriceTable, load_prices
 from .queue import Connection, connect, read_headroom
 from .retry import RetryPolicy
 from .runner import Checkpoint, EventSink, Job, ResultSink, SubmitSettings, Summary, default_state_dir, summarize
@@ -82,6 +83,7 @@ async def submit(
     ledger: Ledger | None = None,
     checkpoint: Checkpoint | None = None,
     retry: RetryPolicy | None = None,
+    prices: PriceTable | None = None,
 ) -> Summary:
     """Run a whole batch job: validate, size, admit against headroom, collect, resubmit, until every request is final.
 
@@ -96,7 +98,7 @@ async def submit(
             _spool(source, path)  # type: ignore[arg-type]
         async with connect(config, retry=retry) as conn:
             job = Job(path, settings, conn, journal, emit=on_event or (lambda e, f: None), stop=stop or anyio.Event(),
-                      checkpoint=checkpoint or (lambda name: None), on_result=on_result, ledger=ledger)
+                      checkpoint=checkpoint or (lambda name: None), on_result=on_result, ledger=ledger, prices=prices)
             await job.prepare()
             return await job.run()
 
@@ -106,7 +108,9 @@ def submit_sync(source: Source, **kwargs: Any) -> Summary:
     return anyio.run(lambda: submit(source, **kwargs))
 
 
-async def dry_run(source: Source, *, config: ApiConfig, settings: SubmitSettings | None = None) -> dict[str, Any]:
+async def dry_run(
+    source: Source, *, config: ApiConfig, settings: SubmitSettings | None = None, prices: PriceTable | None = None
+) -> dict[str, Any]:
     """Plan plus live headroom: what would go now, what would wait, and the queue after. Creates nothing."""
     settings = settings or SubmitSettings()
     if not isinstance(source, (str, os.PathLike)):
@@ -119,7 +123,7 @@ async def dry_run(source: Source, *, config: ApiConfig, settings: SubmitSettings
     free = room(h.ceiling, h.depth, settings.margin, 0)
     now = admit(sizes, free, in_flight=0, max_in_flight=settings.max_in_flight)
     return {
-        "plan": report.to_json(), "batch_size": size, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
+        "plan": report.to_json(), "estimate": report.estimate(prices or load_prices()), "batch_size": size, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
         "depth": h.depth, "remaining": h.remaining, "would_create_now": now,
         "requests_now": sum(sizes[:now]), "would_wait": len(sizes) - now, "queue_after": h.depth + sum(sizes[:now]),
         "policy": "unknown ceiling: the first batch is tried and a bound learned from refusals" if h.ceiling is None else
@@ -148,10 +152,10 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig) -> dic
         journal.close()
 
 
-def job_summary(state_dir: str | os.PathLike[str]) -> Summary:
+def job_summary(state_dir: str | os.PathLike[str], prices: PriceTable | None = None) -> Summary:
     journal = Journal.open(state_dir)
     try:
-        return summarize(journal, str(journal.get_meta("output") or Path(state_dir) / "results.jsonl"))
+        return summarize(journal, str(journal.get_meta("output") or Path(state_dir) / "results.jsonl"), prices=prices)
     finally:
         journal.close()
 

@@ -1,0 +1,171 @@
+"""Results that finish the job: resubmission rules, the output's invariants, `gatekeeper results`, the library."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper import ApiConfig, SubmitSettings, submit_sync
+from gatekeeper.config import Secret
+from gatekeeper.journal import Journal
+from gatekeeper.testing import Outcome
+from gatekeeper.verdicts import classify
+from tests.fakes import WS1, env_for, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import events, gk, output_ids
+
+FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--json"]
+
+
+def _rule(cid: str, model: str, attempt: int) -> Outcome | None:
+    if model == "no-such-model":
+        return Outcome("errored", "invalid_request_error", "model: no-such-model")
+    if cid.startswith("exp") and attempt == 1:
+        return Outcome("expired")
+    if cid.startswith("flaky") and attempt <= 2:
+        return Outcome("errored", "overloaded_error" if attempt == 1 else "api_error")
+    if cid.startswith("flat") and attempt == 1:
+        return Outcome("errored", "api_error", flat=True)
+    if cid.startswith("doomed"):
+        return Outcome("errored", "overloaded_error")
+    return None
+
+
+def _job(tmp_path: Path) -> tuple[Path, list[str]]:
+    items = ([req(f"ok{i}") for i in range(20)] + [req(f"exp{i}") for i in range(5)] + [req(f"flaky{i}") for i in range(4)]
+             + [req(f"flat{i}") for i in range(3)] + [req(f"bad{i}", model="no-such-model") for i in range(3)]
+             + [req("doomed0")])
+    return write_jsonl(tmp_path / "job.jsonl", items), [i["custom_id"] for i in items]
+
+
+def test_resubmission_rules_end_to_end(tmp_path: Path) -> None:
+    """Expired and transient errors are resent and end succeeded; invalid ones are sent once; attempts are capped."""
+    path, ids = _job(tmp_path)
+    with running_fake(ceiling=1000, rate=5000, outcome=_rule) as fake:
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 1, proc.stderr  # some requests did not succeed
+        s = orjson.loads(proc.stdout)
+        attempts = fake.org.records.attempts
+    assert (s["succeeded"], s["errored"]) == (32, 4)
+    assert s["errors"] == {"invalid_request_error": 3, "overloaded_error": 1}
+    assert all(attempts[f"bad{i}"] == 1 for i in range(3))  # never sent twice
+    assert attempts["doomed0"] == 3  # --max-attempts 3, the first included
+    assert all(attempts[f"flaky{i}"] == 3 for i in range(4)) and all(attempts[f"exp{i}"] == 2 for i in range(5))
+    assert s["resubmitted"] == 5 + 4 + 3 + 1
+    assert s["succeeded_after_retry"] == 5 + 4 + 3
+    out = Path(str(path) + ".gatekeeper") / "results.jsonl"
+    lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert sorted(x["custom_id"] for x in lines) == sorted(ids)  # one final line per request
+    kinds = Counter(x["result"]["type"] for x in lines)
+    assert (kinds["succeeded"], kinds["errored"]) == (s["succeeded"], s["errored"])  # summary equals the file
+    assert s["usage"]["input_tokens"] == 25 * 32 and s["usage"]["output_tokens"] == 12 * 32
+    assert any(e["event"] == "resubmitting" for e in events(proc.stderr))
+    db = sqlite3.connect(Path(str(path) + ".gatekeeper") / "journal.sqlite3")
+    assert db.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 5 + 8 + 3 + 2  # earlier attempts kept
+
+
+def test_max_attempts_one_sends_nothing_again(tmp_path: Path) -> None:
+    """--max-attempts 1: expired results are final."""
+    path = write_jsonl(tmp_path / "j.jsonl", [req("exp0"), req("ok")])
+    with running_fake(ceiling=1000, rate=5000, outcome=_rule) as fake:
+        s = orjson.loads(gk(["submit", str(path), *FAST, "--max-attempts", "1"], env_for(fake)).stdout)
+        assert (s["expired"], s["succeeded"], s["resubmitted"]) == (1, 1, 0)
+        assert fake.org.records.creates == 1
+
+
+def test_results_on_another_origin_get_no_key(tmp_path: Path) -> None:
+    """A results_url on another origin is fetched without the key; the job still completes."""
+    path = write_jsonl(tmp_path / "j.jsonl", [req(f"r{i}") for i in range(10)])
+    with running_fake(ceiling=1000, rate=5000, results_on_other_origin=True) as fake:
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert fake.org.records.requests_seen.get("results", 0) >= 1
+        assert fake.org.records.wrong_origin_keys == 0
+
+
+def test_results_command_in_order_and_only(tmp_path: Path) -> None:
+    """`results --in-order` follows input order; `--only` filters by result and error type; counts match."""
+    path, ids = _job(tmp_path)
+    with running_fake(ceiling=1000, rate=5000, outcome=_rule) as fake:
+        gk(["submit", str(path), *FAST], env_for(fake))
+    ordered = tmp_path / "ordered.jsonl"
+    proc = gk(["results", str(path), "--in-order", "--out", str(ordered), "--json"], {})
+    assert proc.returncode == 1, proc.stderr
+    assert output_ids(ordered) == ids
+    assert orjson.loads(proc.stdout)["written"] == len(ids)
+    errs = gk(["results", str(path), "--only", "errored"], {})
+    assert len(errs.stdout.splitlines()) == 4
+    invalid = gk(["results", str(path), "--only", "invalid_request_error"], {})
+    assert {orjson.loads(x)["custom_id"] for x in invalid.stdout.splitlines()} == {"bad0", "bad1", "bad2"}
+    everything = gk(["results", "--state", str(path) + ".gatekeeper"], {})
+    assert sorted(orjson.loads(x)["custom_id"] for x in everything.stdout.splitlines()) == sorted(ids)
+    assert gk(["results", "--state", str(tmp_path / "nowhere")], {}).returncode == 2
+
+
+def test_library_submit_from_iterable_with_result_callback(tmp_path: Path) -> None:
+    """submit_sync takes an iterable, spools it, and calls on_result once per final result."""
+    seen: list[str] = []
+    with running_fake(ceiling=1000, rate=5000, outcome=_rule) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, ceiling=1000, reconcile_grace=1.0)
+        rows = (req(f"exp{i}") if i % 3 == 0 else req(f"lib{i}") for i in range(30))
+        summary = submit_sync(rows, config=config, settings=settings, on_result=lambda cid, result: seen.append(cid))
+    assert summary.succeeded == 30 and summary.complete and summary.ok
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == 30
+    assert (tmp_path / "state" / "input.jsonl").exists()
+
+
+def test_price_override_and_cost(tmp_path: Path) -> None:
+    """The cost comes from the price table at batch prices; a user table overrides it; unknown models give null."""
+    prices = tmp_path / "prices.json"
+    prices.write_text('{"as_of": "test", "models": {"claude-haiku-4-5": {"input": 2.0, "output": 10.0}}}')
+    path = write_jsonl(tmp_path / "j.jsonl", [req(f"r{i}") for i in range(4)])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        s = orjson.loads(gk(["submit", str(path), *FAST, "--prices", str(prices)], env_for(fake)).stdout)
+    assert s["cost_usd"] == pytest.approx(0.5 * (4 * 25 * 2.0 + 4 * 12 * 10.0) / 1e6)
+    path2 = write_jsonl(tmp_path / "k.jsonl", [req("x", model="mystery-model")])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        s = orjson.loads(gk(["submit", str(path2), *FAST], env_for(fake)).stdout)
+    assert s["cost_usd"] is None
+
+
+def test_plan_estimates_tokens_and_cost(tmp_path: Path) -> None:
+    """plan estimates input tokens from request bytes and prices them."""
+    path = write_jsonl(tmp_path / "j.jsonl", [req(f"r{i}", text="x" * 400) for i in range(10)])
+    out = orjson.loads(gk(["plan", str(path), "--json"], {}).stdout)
+    est = out["estimate"]
+    assert est["input_tokens"] == round(out["request_bytes"] / 4)
+    assert est["input_cost_usd"] == pytest.approx(0.5 * est["input_tokens"] * 1.0 / 1e6, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("result", "retry", "etype"),
+    [({"type": "succeeded"}, False, None), ({"type": "expired"}, True, None), ({"type": "canceled"}, True, None),
+     ({"type": "errored", "error": {"type": "error", "error": {"type": "api_error"}}}, True, "api_error"),
+     ({"type": "errored", "error": {"type": "overloaded_error", "message": "x"}}, True, "overloaded_error"),
+     ({"type": "errored", "error": {"type": "error", "error": {"type": "invalid_request_error"}}}, False, "invalid_request_error"),
+     ({"type": "errored", "error": {"type": "error", "error": {"type": "brand_new_error"}}}, False, "brand_new_error"),
+     ({"type": "mystery"}, False, None), ("garbage", False, None)],
+)
+def test_classify(result: object, retry: bool, etype: str | None) -> None:
+    """Transient errors, expired and canceled are retried; the rest, unknown types included, are final."""
+    v = classify(result)
+    assert (v.retry, v.error_type) == (retry, etype)
+
+
+def test_user_canceled_is_not_retried() -> None:
+    assert classify({"type": "canceled"}, user_canceled=True).retry is False
+
+
+def test_journal_migrates_a_blank_database(tmp_path: Path) -> None:
+    """A blank state directory gets every table and column of the schema, and migration is recorded."""
+    j = Journal.open(tmp_path / "s")
+    cols = {r[1] for r in j.db.execute("PRAGMA table_info(results)")}
+    assert {"line", "custom_id", "type", "error_type", "attempts", "out_offset", "out_len", "input_tokens"} <= cols
+    assert [r[0] for r in j.db.execute("SELECT name FROM schema_migrations")] == ["0001_initial"]
+    j.close()
+    Journal.open(tmp_path / "s").close()  # idempotent
