@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -389,14 +389,15 @@ class Job:
                               "retry_after": exc.retry_after, "wait": round(min(wait, self.s.max_backoff), 3),
                               "learned_bound": self.estimate.upper if self.ceiling is None else None})
 
-    def _requests_of(self, row: BatchRow) -> list[tuple[int, int, bytes, int]]:
-        """(line, offset, bytes, attempt) of every request in a batch, in order."""
+    def _requests_of(self, row: BatchRow) -> Iterator[tuple[int, int, bytes, int]]:
+        """(line, offset, bytes, attempt) of every request in a batch, in order, one at a time."""
         if row.kind == "plan":
             skip = self.journal.rejected_lines(row.first_line, row.last_line)
-            return [(line, off, body, 1) for line, off, body in
-                    iter_range(self.path, row.start_offset, row.end_offset, row.first_line, skip)]
-        return [(line, off, read_at(self.path, off, length), attempt)
-                for line, off, length, _, attempt in self.journal.members(row.idx)]
+            for line, off, body in iter_range(self.path, row.start_offset, row.end_offset, row.first_line, skip):
+                yield line, off, body, 1
+            return
+        for line, off, length, _, attempt in self.journal.members(row.idx):
+            yield line, off, read_at(self.path, off, length), attempt
 
     async def _body(self, row: BatchRow) -> AsyncIterator[bytes]:
         """The create body, streamed from the input's bytes; its length must be the journaled size."""
@@ -507,15 +508,30 @@ class Job:
         max_attempts = int((j.get_meta("settings") or {}).get("max_attempts", self.s.max_attempts))
         batch = await self.api.retrieve_batch(str(row.batch_id))
         fd = os.open(self.out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        final_count = retry_count = 0
+
+        def flush(db: Any) -> None:
+            # Rows go to SQLite as they come (inside the one open transaction), so memory does not grow with the batch.
+            nonlocal final_count, retry_count
+            db.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", finals)
+            db.executemany("INSERT OR REPLACE INTO pending VALUES (?, ?, ?, ?, ?)", retries)
+            db.executemany("INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, ?, ?)", history)
+            final_count += len(finals)
+            retry_count += len(retries)
+            finals.clear()
+            retries.clear()
+            history.clear()
+
         committed = False
         try:
-            out = os.fdopen(fd, "ab", buffering=1 << 20)
-            with out:
+            with j.transaction() as db, os.fdopen(fd, "ab", buffering=1 << 20) as out:
                 seen = 0
                 async for raw in self.api.iter_results(batch):
                     seen += 1
                     if seen % 2048 == 0:
                         self._check_stop()
+                    if len(finals) >= 5000 or len(history) >= 1000:
+                        flush(db)
                     try:
                         obj = orjson.loads(raw)
                     except orjson.JSONDecodeError:
@@ -538,7 +554,7 @@ class Job:
                     model, tin, tout, tcc, tcr = usage_of(result) if v.type == "succeeded" else (None, 0, 0, 0, 0)
                     finals.append((line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, model, tin, tout, tcc, tcr))
                     pos += len(raw) + 1
-                    if len(finals) == 1:
+                    if pos - start == len(raw) + 1:
                         self.checkpoint("mid-results")
                 for cid, (line, off, length, attempt) in members.items():
                     # Listed in the batch but absent from its results: never dropped silently.
@@ -555,18 +571,15 @@ class Job:
                     pos += len(raw) + 1
                 out.flush()
                 os.fsync(out.fileno())
-            self.checkpoint("before-results-commit")
-            with j.transaction() as db:
-                db.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", finals)
-                db.executemany("INSERT OR REPLACE INTO pending VALUES (?, ?, ?, ?, ?)", retries)
-                db.executemany("INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, ?, ?)", history)
+                flush(db)
                 j.set_meta(db, "output_committed", pos)
                 j.set_state(db, row.idx, BatchState.COLLECTED)
+                self.checkpoint("before-results-commit")
             committed = True
         finally:
             if not committed:
                 self._truncate_output()
-        self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": len(finals), "retry": len(retries)})
+        self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": final_count, "retry": retry_count})
         if self.on_result is not None:
             self._replay(start, pos)
 
