@@ -20,6 +20,7 @@ import orjson
 
 from .config import ApiConfig
 from .errors import ExitCode, GatekeeperError, UsageError
+from .ledger import Reservation, open_ledger
 from .headroom import FINDINGS, SCOPE_CAVEAT, Headroom, repair_lines, verdict
 from .planner import PlanReport, plan
 from .progress import Progress
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ceiling(p)
     p.add_argument("--threshold", type=_percent, default=80, metavar="PCT",
                    help="occupancy (percent) at which the queue is a finding (default 80)")
+    _add_ledger(p)
     _add_json(p)
 
     p = sub.add_parser("submit", help="run the whole job: admit batches against headroom, collect, resubmit, resume",
@@ -135,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "taken as not created (default 180)")
     _add_limits(p)
     _add_prices(p)
+    _add_ledger(p)
+    p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
+                   help="how long a dead submitter's reservations outlive its last heartbeat (default 900)")
     p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")
     _add_json(p)
 
@@ -177,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
     _add_json(p)
     return parser
+
+
+def _add_ledger(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ledger", default=None, metavar="URL",
+                   help="shared admission ledger for several submitters: sqlite:///PATH (one host) or "
+                   "redis://HOST:PORT/DB (many hosts); default: in-process")
 
 
 def _add_prices(p: argparse.ArgumentParser) -> None:
@@ -259,11 +270,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = ApiConfig.from_env(os.environ)
     config.require_workspace_key()
 
-    async def read() -> Headroom:
+    async def read() -> tuple[Headroom, list[Reservation] | None]:
         async with connect(config) as conn:
-            return await read_headroom(conn, ceiling=args.ceiling)
+            h = await read_headroom(conn, ceiling=args.ceiling)
+        if not args.ledger:
+            return h, None
+        ledger = open_ledger(args.ledger, owner="status")
+        try:
+            return h, await ledger.reservations()
+        finally:
+            await ledger.close()
 
-    h = anyio.run(read)
+    h, reservations = anyio.run(read)
     state, detail = verdict(h, args.threshold)
     measured = (
         f"enqueued_batch_requests from {'the Rate Limits API' if h.ceiling_source == 'admin-api' else h.ceiling_source or 'nowhere'}; "
@@ -277,6 +295,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             "occupancy": None if h.occupancy is None else round(h.occupancy, 4), "threshold": args.threshold,
             "workspaces": h.workspaces, "batches": [b.to_json() for b in h.batches],
             "measured": measured, "inferred": SCOPE_CAVEAT, "repair": repair,
+            "ledger": None if reservations is None else {
+                "reserved": sum(r.requests for r in reservations), "reservations": [r.to_json() for r in reservations]},
         })
     else:
         out = [f"{state:<20} {detail}"]
@@ -290,6 +310,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         out.append(f"  measured: {measured}")
         out.append(f"  inferred: {SCOPE_CAVEAT}")
         out.extend(f"  repair: {line}" for line in repair)
+        if reservations is not None:
+            out.append(f"  ledger    {sum(r.requests for r in reservations):,} requests reserved by "
+                       f"{len({r.owner for r in reservations})} submitter(s), beside the observed depth {h.depth:,}")
+            for r in reservations[:10]:
+                out.append(f"    {r.owner:<36} batch {r.batch:<5} {r.requests:>9,}  {r.batch_id or '(creating)'}  "
+                           f"expires in {r.expires_in:,.0f} s")
         print("\n".join(out))
     return ExitCode.FINDINGS if state in FINDINGS else ExitCode.OK
 
@@ -315,6 +341,7 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
         poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
+        ledger=args.ledger, ledger_ttl=args.ledger_ttl,
     )
 
 

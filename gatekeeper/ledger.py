@@ -1,35 +1,81 @@
 """The admission ledger: reservations against the organization's ceiling, shared by submitters.
 
-`LocalLedger` (the default) serves one submitter: its own journal already
-counts its creates, so it grants every reservation. The shared ledgers
-(SQLite on one host, Redis across hosts; see `open_ledger`) make several
-submitters that cannot see each other's batches admit against one ceiling.
+Submitters in different workspaces cannot see each other's batches, so reading
+live depth is not enough: two of them can read the same headroom and both
+create. Each submitter reserves a batch's requests in the ledger before its
+create, and the ledger grants a reservation only if
+
+    reserved (all submitters, unexpired)  +  max(0, seen - mine)  +  n  <=  ceiling - margin
+
+where `seen` is the depth this submitter observes (its listing plus its own
+unlisted creates) and `mine` its own reservations: the part of what it sees
+that no reservation covers is counted once, the reserved part once. Grants are
+atomic (one SQLite write transaction, or one Redis Lua script), so no two
+submitters can both take the last room: the queue cannot overshoot through
+gatekeeper's own creates. A reservation is confirmed with its batch id,
+released when the batch ends or the create was definitely refused, and
+expires `ttl` seconds after its owner's last heartbeat, so a killed submitter
+blocks the organization for at most `ttl`; a resumed one takes its live
+batches' reservations back (`hold`).
+
+`LocalLedger` (the default) serves one submitter: its journal already counts its
+own creates, so it grants everything.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import anyio
+
+from .errors import UsageError
+
+DEFAULT_TTL = 900.0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    owner: str
+    batch: int
+    requests: int
+    batch_id: str | None
+    expires_in: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"owner": self.owner, "batch": self.batch, "requests": self.requests, "batch_id": self.batch_id,
+                "expires_in": round(self.expires_in, 1)}
 
 
 class Ledger(Protocol):
-    async def observe(self, depth: int) -> None:
-        """The live depth this submitter just read."""
+    ttl: float
 
-    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
-        """Reserve n requests for `batch`; False when the ceiling cannot take them now."""
+    async def observe(self, depth: int) -> None: ...
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool: ...
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None: ...
+    async def confirm(self, batch: int, batch_id: str) -> None: ...
+    async def release(self, batch: int) -> None: ...
+    async def release_all(self) -> None: ...
+    async def heartbeat(self) -> None: ...
+    async def reservations(self) -> list[Reservation]: ...
+    async def close(self) -> None: ...
 
-    async def confirm(self, batch: int, batch_id: str) -> None:
-        """The reservation's batch was created."""
 
-    async def release(self, batch: int) -> None:
-        """The batch ended, or its create was definitely refused."""
-
-    async def release_all(self) -> None:
-        """The submitter is done."""
+def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int) -> bool:
+    """The admission formula (pure; the shared ledgers evaluate the same inside their atomic step)."""
+    return reserved + max(0, seen - mine) + n <= ceiling
 
 
 class LocalLedger:
     """One submitter in one process: nothing to share."""
+
+    ttl = DEFAULT_TTL
 
     async def observe(self, depth: int) -> None:
         return None
@@ -37,6 +83,9 @@ class LocalLedger:
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         return True
 
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
+        return None
+
     async def confirm(self, batch: int, batch_id: str) -> None:
         return None
 
@@ -45,3 +94,242 @@ class LocalLedger:
 
     async def release_all(self) -> None:
         return None
+
+    async def heartbeat(self) -> None:
+        return None
+
+    async def reservations(self) -> list[Reservation]:
+        return []
+
+    async def close(self) -> None:
+        return None
+
+
+class SqliteLedger:
+    """Several submitters on one host: a SQLite file; BEGIN IMMEDIATE makes each grant atomic across processes."""
+
+    def __init__(self, path: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0) -> None:
+        self.path = path
+        self.owner = owner
+        self.ttl = ttl
+        self.margin = margin
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        db = self._connect()
+        db.execute("CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, "
+                   "requests INTEGER NOT NULL, batch_id TEXT, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))")
+        db.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=60.0)
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def _tx(self, fn: Any) -> Any:
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db, time.time())
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+        finally:
+            db.close()
+
+    async def _run(self, fn: Any) -> Any:
+        return await anyio.to_thread.run_sync(self._tx, fn)
+
+    async def observe(self, depth: int) -> None:
+        return None
+
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+        def step(db: sqlite3.Connection, now: float) -> bool:
+            db.execute("DELETE FROM reservations WHERE expires_at < ?", (now,))
+            reserved, mine = db.execute(
+                "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0) "
+                "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, batch)).fetchone()
+            if ceiling is not None and not grant(reserved, seen, mine, n, ceiling - self.margin):
+                return False
+            db.execute("INSERT OR REPLACE INTO reservations VALUES (?, ?, ?, NULL, ?)", (self.owner, batch, n, now + self.ttl))
+            return True
+
+        return bool(await self._run(step))
+
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
+        await self._run(lambda db, now: db.execute(
+            "INSERT OR REPLACE INTO reservations VALUES (?, ?, ?, ?, ?)", (self.owner, batch, n, batch_id, now + self.ttl)))
+
+    async def confirm(self, batch: int, batch_id: str) -> None:
+        await self._run(lambda db, now: db.execute(
+            "UPDATE reservations SET batch_id = ?, expires_at = ? WHERE owner = ? AND batch = ?",
+            (batch_id, now + self.ttl, self.owner, batch)))
+
+    async def release(self, batch: int) -> None:
+        await self._run(lambda db, now: db.execute(
+            "DELETE FROM reservations WHERE owner = ? AND batch = ?", (self.owner, batch)))
+
+    async def release_all(self) -> None:
+        await self._run(lambda db, now: db.execute("DELETE FROM reservations WHERE owner = ?", (self.owner,)))
+
+    async def heartbeat(self) -> None:
+        await self._run(lambda db, now: db.execute(
+            "UPDATE reservations SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner)))
+
+    async def reservations(self) -> list[Reservation]:
+        def step(db: sqlite3.Connection, now: float) -> list[Reservation]:
+            rows = db.execute("SELECT owner, batch, requests, batch_id, expires_at FROM reservations "
+                              "WHERE expires_at >= ? ORDER BY owner, batch", (now,)).fetchall()
+            return [Reservation(o, b, n, bid, exp - now) for o, b, n, bid, exp in rows]
+
+        return list(await self._run(step))
+
+    async def close(self) -> None:
+        return None
+
+
+# One Lua script a step: Redis runs each atomically, on the server's clock (no skew between hosts).
+_LUA_RESERVE = """
+local key, owner, batch = KEYS[1], ARGV[1], ARGV[2]
+local n, ceiling, seen, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+local reserved, mine = 0, 0
+local me = owner .. '|' .. batch
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  local count, expires = string.match(value, '^(%d+):([^:]+):')
+  count, expires = tonumber(count), tonumber(expires)
+  if expires < now then
+    redis.call('HDEL', key, field)
+  elseif field ~= me then
+    reserved = reserved + count
+    if string.sub(field, 1, #owner + 1) == owner .. '|' then mine = mine + count end
+  end
+end
+if ceiling >= 0 and reserved + math.max(0, seen - mine) + n > ceiling then return 0 end
+redis.call('HSET', key, me, n .. ':' .. (now + ttl) .. ':')
+return 1
+"""
+
+_LUA_SET = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. (now + tonumber(ARGV[3])) .. ':' .. ARGV[4])
+return 1
+"""
+
+_LUA_CONFIRM = """
+local value = redis.call('HGET', KEYS[1], ARGV[1])
+if not value then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local count = string.match(value, '^(%d+):')
+redis.call('HSET', KEYS[1], ARGV[1], count .. ':' .. (now + tonumber(ARGV[2])) .. ':' .. ARGV[3])
+return 1
+"""
+
+_LUA_HEARTBEAT = """
+local key, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  if string.sub(field, 1, #owner + 1) == owner .. '|' then
+    local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
+    redis.call('HSET', key, field, count .. ':' .. (now + ttl) .. ':' .. bid)
+  end
+end
+return 1
+"""
+
+_LUA_LIST = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+return {tostring(now), redis.call('HGETALL', KEYS[1])}
+"""
+
+
+class RedisLedger:
+    """Submitters on many hosts: a Redis hash, every step an atomic Lua script on the server."""
+
+    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "default") -> None:
+        try:
+            import redis.asyncio as aioredis
+        except ImportError:
+            raise UsageError("--ledger redis://... needs the redis package: pip install 'gatekeeper[redis]'") from None
+        self.client = aioredis.from_url(url)
+        self.owner = owner
+        self.ttl = ttl
+        self.margin = margin
+        self.key = f"gatekeeper:{namespace}:reservations"
+        self._reserve = self.client.register_script(_LUA_RESERVE)
+        self._set = self.client.register_script(_LUA_SET)
+        self._confirm = self.client.register_script(_LUA_CONFIRM)
+        self._heartbeat = self.client.register_script(_LUA_HEARTBEAT)
+        self._list = self.client.register_script(_LUA_LIST)
+
+    def _field(self, batch: int) -> str:
+        return f"{self.owner}|{batch}"
+
+    async def observe(self, depth: int) -> None:
+        return None
+
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+        limit = -1 if ceiling is None else ceiling - self.margin
+        return bool(await self._reserve(keys=[self.key], args=[self.owner, batch, n, limit, seen, self.ttl]))
+
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
+        await self._set(keys=[self.key], args=[self._field(batch), n, self.ttl, batch_id or ""])
+
+    async def confirm(self, batch: int, batch_id: str) -> None:
+        await self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id])
+
+    async def release(self, batch: int) -> None:
+        await self.client.hdel(self.key, self._field(batch))
+
+    async def release_all(self) -> None:
+        fields = [f for f in await self.client.hkeys(self.key) if f.decode().startswith(self.owner + "|")]
+        if fields:
+            await self.client.hdel(self.key, *fields)
+
+    async def heartbeat(self) -> None:
+        await self._heartbeat(keys=[self.key], args=[self.owner, self.ttl])
+
+    async def reservations(self) -> list[Reservation]:
+        now_text, flat = await self._list(keys=[self.key])
+        now = float(now_text)
+        out = []
+        for field, value in zip(flat[::2], flat[1::2]):
+            owner, _, batch = field.decode().rpartition("|")
+            count, expires, bid = value.decode().split(":", 2)
+            if float(expires) >= now:
+                out.append(Reservation(owner, int(batch), int(count), bid or None, float(expires) - now))
+        return sorted(out, key=lambda r: (r.owner, r.batch))
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAULT_TTL, margin: int = 0) -> Ledger:
+    """`None` or "local": in-process; "sqlite:///path/to/ledger.db"; "redis://host:port/db"."""
+    if not url or url == "local":
+        return LocalLedger()
+    owner = owner or new_owner()
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        path = url[len("sqlite://"):]
+        if not path or path == "/":
+            raise UsageError(f"--ledger {url}: give a file, as sqlite:///path/to/ledger.db")
+        return SqliteLedger(path, owner, ttl=ttl, margin=margin)
+    if parts.scheme in ("redis", "rediss", "unix"):
+        return RedisLedger(url, owner, ttl=ttl, margin=margin)
+    raise UsageError(f"--ledger {url}: expected local, sqlite:///PATH or redis://HOST:PORT/DB")

@@ -68,6 +68,8 @@ class SubmitSettings:
     clock_skew: float = 300.0  # tolerance between our clock and created_at
     min_backoff: float = 5.0  # shortest wait after a queue-full refusal
     max_backoff: float = 600.0
+    ledger: str | None = None  # None/"local", "sqlite:///path", "redis://host:port/db"
+    ledger_ttl: float = 900.0  # seconds a dead submitter's reservations outlive its last heartbeat
 
 
 @dataclass
@@ -238,6 +240,8 @@ class Job:
 
     async def run(self) -> Summary:
         self._truncate_output()
+        for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
+            await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
         while True:
             self._check_stop()
             snap = await self.observe()
@@ -329,8 +333,9 @@ class Job:
                 return
             outcome = await self.create(row, depth, unseen)
             if outcome is None:
-                await self.ledger.release(row.idx)
-                return
+                if self.journal.batch(row.idx).state is BatchState.PLANNED:
+                    await self.ledger.release(row.idx)  # definitely not created
+                return  # an unknown outcome keeps its reservation until reconciled
             await self.ledger.confirm(row.idx, outcome)
             unseen += row.requests  # ours now, and not yet in any listing we read
             snap.unseen = unseen
@@ -441,12 +446,14 @@ class Job:
             rivals = [r for r in intents if r.idx != row.idx and r.requests == row.requests]
             if len(candidates) == 1 and not rivals:
                 self._adopt(row, candidates[0], how="listing")
+                await self.ledger.confirm(row.idx, str(candidates[0].get("id")))
                 known.add(str(candidates[0].get("id")))
                 continue
             if not candidates:
                 if time.time() - sent_at > self.s.reconcile_grace:
                     with self.journal.transaction() as db:
                         self.journal.set_state(db, row.idx, BatchState.PLANNED, intent_at=None)
+                    await self.ledger.release(row.idx)
                     self.emit("reconciled", {"batch": row.idx, "outcome": "not created", "how": "absent from listing"})
                 continue
             # Ambiguous: wait for the candidates to end, then match on their results' custom_ids.
@@ -458,11 +465,13 @@ class Job:
                 ids = {orjson.loads(line).get("custom_id") async for line in self.api.iter_results(b)}
                 if ids == mine:
                     self._adopt(row, b, how="results")
+                    await self.ledger.confirm(row.idx, str(b.get("id")))
                     known.add(str(b.get("id")))
                     break
             else:
                 with self.journal.transaction() as db:
                     self.journal.set_state(db, row.idx, BatchState.PLANNED, intent_at=None)
+                await self.ledger.release(row.idx)
                 self.emit("reconciled", {"batch": row.idx, "outcome": "not created", "how": "no candidate's results match"})
 
     @staticmethod

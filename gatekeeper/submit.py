@@ -16,7 +16,7 @@ from .admission import admit, batch_size_for, room
 from .config import ApiConfig
 from .errors import JournalError, UsageError
 from .journal import BatchState, Journal
-from .ledger import Ledger
+from .ledger import Ledger, new_owner, open_ledger
 from .planner import plan
 from .prices import PriceTable, load_prices
 from .queue import Connection, connect, read_headroom
@@ -96,11 +96,44 @@ async def submit(
     async with _locked_journal(state_dir) as journal:
         if spooled and not journal.initialized:
             _spool(source, path)  # type: ignore[arg-type]
-        async with connect(config, retry=retry) as conn:
-            job = Job(path, settings, conn, journal, emit=on_event or (lambda e, f: None), stop=stop or anyio.Event(),
-                      checkpoint=checkpoint or (lambda name: None), on_result=on_result, ledger=ledger, prices=prices)
-            await job.prepare()
-            return await job.run()
+        if ledger is None:
+            ledger = open_ledger(settings.ledger, owner=_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin)
+        outcome: list[Summary] = []
+        failure: list[Exception] = []
+        try:
+            async with connect(config, retry=retry) as conn, anyio.create_task_group() as tg:
+                job = Job(path, settings, conn, journal, emit=on_event or (lambda e, f: None), stop=stop or anyio.Event(),
+                          checkpoint=checkpoint or (lambda name: None), on_result=on_result, ledger=ledger, prices=prices)
+                tg.start_soon(_heartbeat, ledger)
+                try:
+                    await job.prepare()
+                    outcome.append(await job.run())
+                except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
+                    failure.append(exc)
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            await ledger.close()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+
+async def _heartbeat(ledger: Ledger) -> None:
+    """Keep this submitter's reservations alive while it runs; they expire `ttl` after it dies."""
+    while True:
+        await anyio.sleep(max(0.05, ledger.ttl / 3))
+        await ledger.heartbeat()
+
+
+def _owner(journal: Journal) -> str:
+    """The job's ledger identity, stable across resumes (so a rerun's reservations replace, not add to, its own)."""
+    owner = journal.get_meta("ledger_owner")
+    if owner is None:
+        owner = new_owner()
+        with journal.transaction() as db:
+            journal.set_meta(db, "ledger_owner", owner)
+    return str(owner)
 
 
 def submit_sync(source: Source, **kwargs: Any) -> Summary:

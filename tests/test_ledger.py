@@ -1,0 +1,218 @@
+"""The shared admission ledger: the formula, atomic grants, TTL and heartbeat, and three submitters on one ceiling."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gatekeeper.ledger import LocalLedger, RedisLedger, SqliteLedger, grant, open_ledger
+from gatekeeper.errors import UsageError
+from tests.fakes import running_fake
+from tests.runs import gk
+from tests.scenarios import three_submitters, write_job
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real Redis on loopback: the one .ci/run started (REDIS_TEST_URL), else one started here from PATH."""
+    url = os.environ.get("REDIS_TEST_URL")
+    if url:
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide Redis (.ci/run installs redis-server)")
+        pytest.skip("no redis-server on this machine (apt-get install redis-server); CI always has one")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def make_ledger(request: pytest.FixtureRequest, tmp_path: Path):  # noqa: ANN201
+    made = []
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        ns = f"t{time.monotonic_ns()}"
+
+        def make(owner: str, ttl: float = 60.0):  # noqa: ANN202
+            led = RedisLedger(url, owner, ttl=ttl, namespace=ns)
+            made.append(led)
+            return led
+    else:
+        def make(owner: str, ttl: float = 60.0):  # noqa: ANN202
+            led = SqliteLedger(str(tmp_path / "ledger.db"), owner, ttl=ttl)
+            made.append(led)
+            return led
+    yield make
+    for led in made:
+        await led.close()
+
+
+@pytest.mark.parametrize(("reserved", "seen", "mine", "n", "ok"), [
+    (0, 0, 0, 100, True), (200, 0, 0, 100, True), (200, 0, 0, 101, False),
+    (100, 150, 100, 100, True), (100, 150, 100, 151, False), (0, 50, 80, 300, True)])
+def test_grant_formula(reserved: int, seen: int, mine: int, n: int, ok: bool) -> None:
+    """reserved + max(0, seen - mine) + n <= ceiling (300)."""
+    assert grant(reserved, seen, mine, n, 300) is ok
+
+
+async def test_reserve_confirm_release(make_ledger) -> None:  # noqa: ANN001
+    """Reservations of two owners add up against the ceiling; release gives the room back."""
+    a, b = make_ledger("A"), make_ledger("B")
+    assert await a.reserve(0, 60, 100, 0)
+    assert not await b.reserve(0, 50, 100, 0)
+    assert await b.reserve(0, 40, 100, 0)
+    await a.confirm(0, "msgbatch_a")
+    rows = await a.reservations()
+    assert {(r.owner, r.requests, r.batch_id) for r in rows} == {("A", 60, "msgbatch_a"), ("B", 40, None)}
+    await a.release(0)
+    assert await b.reserve(1, 60, 100, 0)
+    await b.release_all()
+    assert await a.reservations() == []
+
+
+async def test_unreserved_depth_counts_once(make_ledger) -> None:  # noqa: ANN001
+    """Depth a submitter sees beyond its own reservations counts against the ceiling."""
+    a = make_ledger("A")
+    assert await a.reserve(0, 30, 100, seen=0)
+    assert not await a.reserve(1, 30, 100, seen=30 + 50)  # 30 reserved + 50 unreserved + 30 > 100
+    assert await a.reserve(1, 20, 100, seen=30 + 50)
+
+
+async def test_concurrent_reservations_never_overshoot(make_ledger) -> None:  # noqa: ANN001
+    """Forty concurrent reservations of 10 from four owners: exactly ten are granted against a ceiling of 100."""
+    owners = [make_ledger(f"O{i}") for i in range(4)]
+    granted: list[bool] = []
+
+    async def one(led, k: int) -> None:  # noqa: ANN001
+        granted.append(await led.reserve(k, 10, 100, 0))
+
+    async with anyio.create_task_group() as tg:
+        for k in range(10):
+            for led in owners:
+                tg.start_soon(one, led, k)
+    assert sum(granted) == 10
+    assert sum(r.requests for r in await owners[0].reservations()) == 100
+
+
+async def test_dead_owner_expires_after_ttl_unless_heartbeat(make_ledger) -> None:  # noqa: ANN001
+    """Without a heartbeat a reservation expires after its TTL; with one it stays."""
+    dead, alive, other = make_ledger("dead", ttl=0.5), make_ledger("alive", ttl=0.5), make_ledger("other")
+    assert await dead.reserve(0, 50, 100, 0)
+    assert await alive.reserve(0, 50, 100, 0)
+    for _ in range(4):
+        await anyio.sleep(0.25)
+        await alive.heartbeat()
+    assert {r.owner for r in await other.reservations()} == {"alive"}
+    assert await other.reserve(0, 50, 100, 0)
+
+
+async def test_hold_takes_a_reservation_back(make_ledger) -> None:  # noqa: ANN001
+    """A resumed submitter records its live batches without asking (they exist already)."""
+    a = make_ledger("A")
+    await a.hold(3, 80, "msgbatch_x")
+    assert not await make_ledger("B").reserve(0, 30, 100, 0)
+
+
+def test_open_ledger_urls(tmp_path: Path) -> None:
+    assert isinstance(open_ledger(None), LocalLedger) and isinstance(open_ledger("local"), LocalLedger)
+    assert isinstance(open_ledger(f"sqlite://{tmp_path}/l.db", owner="x"), SqliteLedger)
+    with pytest.raises(UsageError):
+        open_ledger("postgres://nope")
+
+
+def test_three_workspaces_with_redis_ledger_no_refusals(tmp_path: Path, redis_url: str) -> None:
+    """Three submitters in three workspaces, one ceiling, one Redis ledger: no refusal, never over the ceiling."""
+    out = three_submitters(tmp_path, ledger=redis_url.rstrip("0") + "1")
+    assert out.codes == [0, 0, 0], out.summaries
+    assert out.refusals == 0
+    assert out.max_depth <= out.ceiling
+    assert out.succeeded_twice == 0
+    assert [s["succeeded"] for s in out.summaries] == [300, 300, 300]
+
+
+def test_three_workspaces_without_ledger_are_refused(tmp_path: Path) -> None:
+    """The same scenario without a ledger: submitters that cannot see each other get refused (and still finish)."""
+    out = three_submitters(tmp_path, ledger=None)
+    assert out.refusals > 0
+    assert out.codes == [0, 0, 0] and [s["succeeded"] for s in out.summaries] == [300, 300, 300]
+
+
+def test_three_workspaces_with_sqlite_ledger(tmp_path: Path) -> None:
+    """The one-host ledger gives the same guarantee across processes."""
+    out = three_submitters(tmp_path, ledger=f"sqlite://{tmp_path}/ledger.db")
+    assert out.codes == [0, 0, 0] and out.refusals == 0 and out.max_depth <= out.ceiling
+
+
+def test_killed_submitter_capacity_returns_within_ttl(tmp_path: Path, redis_url: str) -> None:
+    """A submitter killed with reservations held: they vanish within the TTL and another submitter finishes."""
+    url = redis_url.rstrip("0") + "2"
+    job = write_job(tmp_path / "a.jsonl", "a", 200)
+    other = write_job(tmp_path / "b.jsonl", "b", 200)
+    with running_fake(ceiling=300, rate=0.0, workspaces={"k1": "w1", "k2": "w2"}) as fake:
+        env1 = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "k1"}
+        proc = gk(["submit", str(job), "--json", "--poll", "0.05", "--ceiling", "300", "--ledger", url,
+                   "--ledger-ttl", "2"], env1, crash_at="after-create:2")
+        assert proc.returncode == -signal.SIGKILL
+        held = anyio.run(lambda: _reservations(url))
+        assert sum(r.requests for r in held) == 150  # two batches of 75
+        time.sleep(2.5)
+        assert anyio.run(lambda: _reservations(url)) == []
+        fake.org.config.rate = 5000.0
+        env2 = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "k2"}
+        done = gk(["submit", str(other), "--json", "--poll", "0.05", "--ceiling", "300", "--ledger", url], env2)
+        assert done.returncode == 0, done.stderr
+
+
+async def _reservations(url: str) -> list:
+    led = RedisLedger(url, "probe")
+    try:
+        return await led.reservations()
+    finally:
+        await led.close()
+
+
+def test_status_shows_ledger_reservations(tmp_path: Path, redis_url: str) -> None:
+    """`status --ledger` reports reservations beside the observed depth."""
+    import orjson
+
+    url = redis_url.rstrip("0") + "3"
+
+    async def seed() -> None:
+        led = RedisLedger(url, "pipeline-7")
+        await led.reserve(0, 120, 1000, 0)
+        await led.close()
+
+    anyio.run(seed)
+    with running_fake(ceiling=1000, rate=0.0) as fake:
+        proc = gk(["status", "--json", "--ledger", url], {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "test-key-ws1",
+                                                          "ANTHROPIC_ADMIN_KEY": "test-admin-key"})
+        out = orjson.loads(proc.stdout)
+        assert out["ledger"]["reserved"] == 120 and out["ledger"]["reservations"][0]["owner"] == "pipeline-7"
+        assert sys.executable  # the subprocess ran under this interpreter
