@@ -135,14 +135,15 @@ def test_read_faults_are_ridden_out(tmp_path: Path) -> None:
 def test_other_workspace_fills_the_queue(tmp_path: Path) -> None:
     """Load from a workspace our key cannot see causes a refusal; the batch waits and goes later, nothing dropped."""
     path, expected = _input(tmp_path, 40)
-    with running_fake(ceiling=100, rate=200) as fake:
+    with running_fake(ceiling=100, rate=200, queue_retry_after=1) as fake:
         fake.org.add_batch("wrkspc_2", 90)  # invisible to WS1, ends in about half a second
         proc = gk(["submit", str(path), *FAST, "--max-requests", "40"], env_for(fake))
         assert proc.returncode == 0, proc.stderr
         assert_exactly_once(fake, _out(path), expected)
         assert len(fake.org.records.refusals) >= 1
         assert orjson.loads(proc.stdout)["refusals"] >= 1
-        assert any(e["event"] == "refused" for e in events(proc.stderr))
+        refused = [e for e in events(proc.stderr) if e["event"] == "refused"]
+        assert refused and refused[0]["retry_after"] == 1.0 and refused[0]["wait"] >= 1.0  # the server's wait is honoured
         assert fake.org.records.max_depth <= 100
 
 

@@ -49,7 +49,7 @@ class FakeConfig:
     max_body_bytes: int = 256_000_000
     workspaces: dict[str, str] = field(default_factory=lambda: {"test-key-ws1": "wrkspc_1"})  # key -> workspace id
     admin_keys: set[str] = field(default_factory=lambda: {"test-admin-key"})
-    queue_retry_after: float | None = 60.0
+    queue_retry_after: float | None = 60.0  # simulated seconds
     queue_message: str = "Number of batch requests in the processing queue would exceed your organization's limit of {limit}"
     not_found_after_create: float = 0.0  # real seconds a new batch answers 404 to retrieve/results
     results_on_other_origin: bool = False

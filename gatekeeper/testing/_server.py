@@ -8,6 +8,7 @@ newline after every line and no blank line, in shuffled order.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import socket
@@ -278,7 +279,11 @@ class _Handler(BaseHTTPRequestHandler):
             items.append((cid, str(params.get("model") or "")))
         result = fake.org.create(workspace, items, frozenset(bad))
         if isinstance(result, dict):
-            headers = {"retry-after": str(int(cfg.queue_retry_after))} if cfg.queue_retry_after is not None else {}
+            headers = {}
+            if cfg.queue_retry_after is not None:
+                # Simulated seconds, like all of the fake's timing, sent as the real seconds a client waits.
+                real = cfg.queue_retry_after / cfg.speed if cfg.speed > 0 else cfg.queue_retry_after
+                headers["retry-after"] = str(max(1, math.ceil(real)))
             return self._error(429, cfg.queue_message.format(limit=result["limit"]), headers=headers)
         if self._pending_drop:
             return self._drop()  # committed, but the answer is lost
