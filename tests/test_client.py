@@ -204,3 +204,33 @@ def test_anyio_run_sync_wrapper_works() -> None:
                 return len((await ApiClient(http, fake.url, Secret(WS1)).list_page())["data"])
 
         assert anyio.run(go) == 0
+
+
+async def test_redirect_to_another_origin_drops_the_key() -> None:
+    """A results redirect to another origin is followed without the key."""
+    with running_fake(results_on_other_origin=True, results_redirect=True, rate=1e9) as fake:
+        async with open_http() as http:
+            api = ApiClient(http, fake.url, Secret(WS1))
+            b = await api.create_batch(_body("a", "b", "c"))
+            fake.org.advance(1)
+            batch = await api.retrieve_batch(b["id"])
+            assert batch["results_url"].startswith(fake.url)  # the redirect is what moves origin
+            lines = [line async for line in api.iter_results(batch)]
+        assert len(lines) == 3
+        assert fake.org.records.wrong_origin_keys == 0
+
+
+def test_error_bodies_without_the_envelope() -> None:
+    """The edge's bare 413 and an HTML page from a proxy still map to clear errors with the status."""
+    import httpx
+
+    from gatekeeper.client import error_from_response
+    from gatekeeper.errors import ServerError
+
+    r413 = httpx.Response(413, json={"error": {"type": "request_too_large", "message": "Request exceeds the maximum size"}})
+    err = error_from_response(r413, "create")
+    assert isinstance(err, RequestTooLarge) and err.error_type == "request_too_large" and err.request_id is None
+    html = httpx.Response(502, text="<html><body><h1>502 Bad Gateway</h1></body></html>", headers={"request-id": "req_x"})
+    err = error_from_response(html, "list")
+    assert isinstance(err, ServerError) and err.status == 502 and "502 Bad Gateway" in str(err) and "req_x" in str(err)
+    assert "\n" not in str(err)

@@ -189,6 +189,79 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path: Path) -> None:
         assert_exactly_once(fake, _out(path), expected)
 
 
+def test_second_ctrl_c_exits_at_once_and_is_safe(tmp_path: Path) -> None:
+    """Two SIGINTs: exit 130 at once; the journal is still consistent and the rerun finishes exactly once."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(ceiling=1000, rate=10) as fake:
+        proc = start(["submit", str(path), *FAST], env_for(fake))
+        deadline = time.monotonic() + 20
+        while fake.org.records.creates == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 130
+        fake.org.config.rate = 4000
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert_exactly_once(fake, _out(path), expected)
+
+
+def test_results_while_running_are_whole_lines(tmp_path: Path) -> None:
+    """`gatekeeper results` during a run gives what is final so far: whole lines, no duplicates."""
+    path, expected = _input(tmp_path, 90)
+    with running_fake(ceiling=90, rate=60) as fake:
+        proc = start(["submit", str(path), *FAST, "--max-requests", "30"], env_for(fake))
+        seen = []
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            r = gk(["results", str(path)], {})
+            if r.returncode in (0, 1) and r.stdout:
+                lines = r.stdout.splitlines()
+                ids = [orjson.loads(x)["custom_id"] for x in lines]
+                assert len(ids) == len(set(ids)) and set(ids) <= expected
+                seen.append(len(ids))
+            time.sleep(0.1)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert any(0 < n < 90 for n in seen), seen  # it was read part-way
+        assert_exactly_once(fake, _out(path), expected)
+
+
+def test_progress_line_on_a_terminal(tmp_path: Path) -> None:
+    """On a TTY, progress is one status line redrawn in place (not JSON events)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    path, _ = _input(tmp_path, 30)
+    with running_fake(ceiling=1000, rate=100) as fake:
+        master, slave = pty.openpty()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+        env.update(env_for(fake))
+        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), "--poll", "0.05"],
+                                env=env, stdout=subprocess.PIPE, stderr=slave, text=True)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        out, _ = proc.communicate(timeout=30)
+        os.close(master)
+    screen = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0
+    assert "\r" in screen and "admitted" in screen and "in flight" in screen and "elapsed" in screen
+    assert '{"event"' not in screen
+    assert "succeeded   30" in out
+
+
 def test_changed_input_is_refused(tmp_path: Path) -> None:
     """A state directory is bound to its input: a changed file is refused with exit 2 and one line."""
     path, _ = _input(tmp_path, 10)

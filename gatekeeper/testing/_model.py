@@ -53,6 +53,7 @@ class FakeConfig:
     queue_message: str = "Number of batch requests in the processing queue would exceed your organization's limit of {limit}"
     not_found_after_create: float = 0.0  # real seconds a new batch answers 404 to retrieve/results
     results_on_other_origin: bool = False
+    results_redirect: bool = False  # results on our origin answer 307 to another origin (needs results_on_other_origin)
     results_chunk_delay: float = 0.0  # real seconds between result chunks
     answer_bytes: int = 40  # text length of each succeeded message
     retention_days: float = 29.0

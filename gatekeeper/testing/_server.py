@@ -358,8 +358,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _results(self, workspace: str, batch_id: str | None) -> None:
         b = self._visible(workspace, batch_id)
-        if b is not None:
-            self._stream_results(b)
+        if b is None:
+            return
+        fake = self.server.fake
+        if fake.config.results_redirect and fake._other is not None:
+            host, port = fake._other.server_address[:2]
+            return self._send(307, b"", {"location": f"http://localhost:{port}/v1/messages/batches/{b.id}/results"})
+        self._stream_results(b)
 
     def _results_other_origin(self, endpoint: str, batch_id: str | None) -> None:
         fake = self.server.fake
@@ -509,7 +514,7 @@ class FakeAPI:
 
     @property
     def results_base(self) -> str:
-        if self._other is None:
+        if self._other is None or self.config.results_redirect:
             return self.url
         host, port = self._other.server_address[:2]
         return f"http://localhost:{port}"  # another origin: a different host name and port
