@@ -22,6 +22,7 @@ from .config import ApiConfig
 from .errors import ExitCode, GatekeeperError, UsageError
 from .ledger import Reservation, open_ledger
 from .headroom import FINDINGS, SCOPE_CAVEAT, Headroom, repair_lines, verdict
+from .parallel import auto_workers
 from .planner import PlanReport, plan
 from .progress import Progress
 from .queue import connect, read_headroom
@@ -98,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="JSONL file of {custom_id, params} lines, or - for standard input")
     _add_limits(p)
     _add_prices(p)
+    p.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
+                   help="processes that validate a file in parallel (default: 2 on two or more cores for files over 64 MB; 0: one process)")
     _add_json(p)
 
     p = sub.add_parser("status", help="queue depth against the organization's ceiling, with a verdict",
@@ -226,7 +229,8 @@ def _print_json(obj: Any) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
-    report = plan(args.input, limits=_limits(args))
+    workers = args.workers if args.workers is not None else auto_workers(args.input)
+    report = plan(args.input, limits=_limits(args), workers=workers)
     estimate = report.estimate(prices)
     if args.json:
         _print_json({**report.to_json(), "estimate": estimate})

@@ -64,13 +64,20 @@ class IdIndex:
             return 0
         return self.insert_slow(h, custom_id, line, offset, confirm)
 
-    def insert_slow(self, h: int, custom_id: str, line: int, offset: int, confirm: Callable[[int], str | None] | None) -> int:
+    def insert_slow(
+        self, h: int, custom_id: str | Callable[[], str | None], line: int, offset: int,
+        confirm: Callable[[int], str | None] | None,
+    ) -> int:
+        """Probe past a taken home slot. `custom_id` may be a callable (read only when a hash matches)."""
         mask, lines, hashes = self.mask, self.lines, self.hashes
         i = h & mask
         while lines[i]:
             if hashes[i] == h:
                 earlier = self.offsets[i]
-                if confirm is None or earlier < 0 or confirm(earlier) == custom_id:
+                if confirm is None or earlier < 0:
+                    return lines[i]
+                mine = custom_id() if callable(custom_id) else custom_id
+                if confirm(earlier) == mine:
                     return lines[i]
             i = (i + 1) & mask
         hashes[i] = h

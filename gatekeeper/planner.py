@@ -7,12 +7,14 @@ Both walk the same `reader.scan` and the same `sizing.Packer`, so the batches
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
-from .reader import Rejection, Request, ScanStats, Source, scan
+from .parallel import parallel_scan, use_parallel
+from .reader import Rejection, Request, ScanStats, Source, custom_id_reader, scan
 from .sizing import ENVELOPE_BYTES, Limits, Packer, body_chunks, body_size, max_item_bytes
 
 
@@ -106,11 +108,14 @@ def plan(
     *,
     limits: Limits | None = None,
     hash_content: bool = False,
+    workers: int | None = None,
 ) -> PlanReport:
     """Validate and size `source` in one pass; nothing is sent.
 
     `source` is a path ("-" for stdin) or an iterable of requests (dicts or
-    encoded JSON lines). Example::
+    encoded JSON lines). With `workers` (a file only), that many forked processes
+    validate it in parallel: do not ask for it from a process that runs threads.
+    Example::
 
         report = gatekeeper.plan("requests.jsonl", limits=Limits(max_requests=50_000))
         print(report.requests, len(report.batches), report.invalid)
@@ -118,62 +123,82 @@ def plan(
     limits = limits or Limits()
     report = PlanReport(limits=limits)
     stats = ScanStats()
-    hasher = hashlib.sha256() if hash_content else None
     max_requests, max_bytes = limits.max_requests, limits.max_bytes
-    batches = report.batches
+    item_limit = max_item_bytes(max_bytes)
+    cid_at: Callable[[int], str | None] = lambda offset: None  # noqa: E731
+    fd = -1
+    rows: Iterator[tuple[int, int, str | None, str | None, int]]
     models: dict[str, int] = {}
     model_bytes: dict[str, int] = {}
+    if use_parallel(source, hash_content, workers):
+        path = os.fspath(source)  # type: ignore[arg-type]
+        rows = parallel_scan(path, report.errors.append, item_limit=item_limit, stats=stats, models=models,
+                             model_bytes=model_bytes, workers=workers or 2)
+        fd = os.open(path, os.O_RDONLY)
+        cid_at = custom_id_reader(fd)  # custom_ids are read back only for batch edges and the largest request
+    else:
+        hasher = hashlib.sha256() if hash_content else None
+        rows = ((line, off, cid, model, len(body)) for line, off, cid, model, body in
+                scan(source, report.errors.append, item_limit=item_limit, stats=stats, hasher=hasher))
+    batches = report.batches
     count = 0  # requests in the open batch
     size = ENVELOPE_BYTES  # its body bytes
     total = 0
     largest = 0
+    largest_offset = -1
     first_line = first_offset = 0
-    first_cid = ""
-    line = offset = 0
-    cid = ""
-    body = b""
-    # Packing is inlined (the same rule as sizing.Packer, which the tests hold it to).
-    for line, offset, cid, model, body in scan(
-        source, report.errors.append, item_limit=max_item_bytes(max_bytes), stats=stats, hasher=hasher
-    ):
-        n = len(body)
-        if count and (count >= max_requests or size + 1 + n > max_bytes):
-            batches.append(_closed(len(batches), count, size, first_line, first_offset, first_cid, prev))
-            count = 0
-            size = ENVELOPE_BYTES
+    first_cid: str | None = ""
+    prev: tuple[int, int, str | None, int] = (0, 0, "", 0)
+    try:
+        # Packing is inlined (the same rule as sizing.Packer, which the tests hold it to).
+        for line, offset, cid, model, n in rows:
+            if count and (count >= max_requests or size + 1 + n > max_bytes):
+                batches.append(_closed(len(batches), count, size, first_line, first_offset, first_cid, prev, cid_at))
+                count = 0
+                size = ENVELOPE_BYTES
+            if count:
+                size += 1 + n
+            else:
+                size += n
+                first_line, first_offset, first_cid = line, offset, cid
+            count += 1
+            prev = (line, offset, cid, n)
+            total += n
+            if model is None:
+                pass  # the parallel reader counts models itself
+            elif model in models:
+                models[model] += 1
+                model_bytes[model] += n
+            else:
+                models[model] = 1
+                model_bytes[model] = n
+            if n > largest:
+                largest, largest_offset = n, offset
+                report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid or ""
         if count:
-            size += 1 + n
-        else:
-            size += n
-            first_line, first_offset, first_cid = line, offset, cid
-        count += 1
-        prev = (line, offset, cid, n)
-        total += n
-        if model in models:
-            models[model] += 1
-            model_bytes[model] += n
-        else:
-            models[model] = 1
-            model_bytes[model] = n
-        if n > largest:
-            largest = n
-            report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
-    if count:
-        batches.append(_closed(len(batches), count, size, first_line, first_offset, first_cid, prev))
+            batches.append(_closed(len(batches), count, size, first_line, first_offset, first_cid, prev, cid_at))
+        if largest and not report.largest_custom_id:
+            report.largest_custom_id = cid_at(largest_offset) or ""
+    finally:
+        if fd >= 0:
+            os.close(fd)
     report.lines = stats.lines
     report.requests = sum(models.values())
     report.request_bytes = total
-    report.models = models
-    report.model_bytes = model_bytes
-    if hasher is not None:
+    report.models = {m: c for m, c in models.items() if c}
+    report.model_bytes = {m: b for m, b in model_bytes.items() if m in report.models}
+    if not use_parallel(source, hash_content, workers) and hash_content and hasher is not None:
         report.content_hash = hasher.hexdigest()
     return report
 
 
 def _closed(
-    index: int, count: int, size: int, first_line: int, first_offset: int, first_cid: str, last: tuple[int, int, str, int]
+    index: int, count: int, size: int, first_line: int, first_offset: int, first_cid: str | None,
+    last: tuple[int, int, str | None, int], cid_at: Callable[[int], str | None],
 ) -> BatchPlan:
     last_line, last_offset, last_cid, last_len = last
+    first_cid = first_cid if first_cid is not None else cid_at(first_offset) or ""
+    last_cid = last_cid if last_cid is not None else cid_at(last_offset) or ""
     return BatchPlan(
         index=index,
         requests=count,

@@ -151,7 +151,7 @@ def _line_at(fd: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def _custom_id_reader(fd: int) -> Callable[[int], str | None]:
+def custom_id_reader(fd: int) -> Callable[[int], str | None]:
     def custom_id_at(offset: int) -> str | None:
         try:
             obj = orjson.loads(_line_at(fd, offset))
@@ -163,95 +163,70 @@ def _custom_id_reader(fd: int) -> Callable[[int], str | None]:
     return custom_id_at
 
 
-def scan(
-    source: Source,
+def validate(
+    lines: Iterable[bytes],
     reject: Callable[[Rejection], None],
     *,
     item_limit: int,
-    stats: ScanStats | None = None,
+    first_line: int = 1,
+    offset: int = 0,
+    from_file: bool = True,
     hasher: Any = None,
+    stats: ScanStats | None = None,
 ) -> Iterator[tuple[int, int, str, str, bytes]]:
-    """Yield (line, offset, custom_id, model, body) for every valid request, in order.
+    """Check every line; yield (line, offset, custom_id, model, body) for the valid ones. Uniqueness is not checked here.
 
-    Every bad line goes to `reject`. `item_limit` is the largest request (bytes)
-    a batch can hold: a larger one is rejected here rather than breaking the
-    splitter. `stats` receives the line count and end offset; `hasher` (a
-    hashlib object) sees every byte of a file source. This loop is the hot path
-    of `plan`: it is written flat on purpose (see README, "Performance").
+    This loop is the hot path of `plan`: it is written flat on purpose (see README, "Performance").
     """
-    stream, items, size = open_source(source)
-    stats = stats if stats is not None else ScanStats()
-    try:
-        lines: Iterable[Any] = stream if stream is not None else _iterable_lines(items or ())
-        from_file = stream is not None
-        confirm = None
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    keys = _KEYS
+    allowed = _ALLOWED
+    update = hasher.update if hasher is not None else None
+    line_no = first_line - 1
+    for raw in lines:
+        line_no += 1
+        start = offset
         if from_file:
-            try:
-                fd = stream.fileno()
-                os.lseek(fd, 0, os.SEEK_CUR)
-                confirm = _custom_id_reader(fd)
-            except (OSError, ValueError, io.UnsupportedOperation):
-                confirm = None  # a pipe: the 64-bit hash alone decides
-        index = IdIndex()
-        mask, slot_lines, slot_hashes, slot_offsets, used, limit = (
-            index.mask, index.lines, index.hashes, index.offsets, 0, index.limit,
-        )
-        loads = orjson.loads
-        decode_error = orjson.JSONDecodeError
-        keys = _KEYS
-        allowed = _ALLOWED
-        update = hasher.update if hasher is not None else None
-        line_no = 0
-        offset = 0
-        sized = size == 0
-        for raw in lines:
-            line_no += 1
-            start = offset
-            if from_file:
-                offset += len(raw)
-                if update is not None:
-                    update(raw)
-            else:
-                start = -1
-            if line_no == 1 and raw.startswith(_BOM):
-                raw = raw[3:]
-                if start >= 0:
-                    start += 3
-            try:
-                obj = loads(raw)
-            except decode_error as exc:
-                if raw.strip():
-                    reject(Rejection(line_no, None, _json_reason(raw.strip(), exc)))
-                continue
-            # The common shape, checked with as few operations as possible;
-            # anything else goes to check_request, which names the reason.
-            if obj.__class__ is dict and obj.keys() == keys:
-                cid = obj["custom_id"]
-                params = obj["params"]
-                if (
-                    cid.__class__ is str
-                    and 0 < len(cid) <= 64
-                    and not cid.strip(allowed)
-                    and params.__class__ is dict
-                    and "stream" not in params
-                    and "speed" not in params
+            offset += len(raw)
+            if update is not None:
+                update(raw)
+        else:
+            start = -1
+        if line_no == 1 and start <= 0 and raw.startswith(_BOM):  # the file's (or the iterable's) first line only
+            raw = raw[3:]
+            if start >= 0:
+                start += 3
+        try:
+            obj = loads(raw)
+        except decode_error as exc:
+            if raw.strip():
+                reject(Rejection(line_no, None, _json_reason(raw.strip(), exc)))
+            continue
+        # The common shape, checked with as few operations as possible;
+        # anything else goes to check_request, which names the reason.
+        if obj.__class__ is dict and obj.keys() == keys:
+            cid = obj["custom_id"]
+            params = obj["params"]
+            if (
+                cid.__class__ is str
+                and 0 < len(cid) <= 64
+                and not cid.strip(allowed)
+                and params.__class__ is dict
+                and "stream" not in params
+                and "speed" not in params
+            ):
+                model = params.get("model")
+                max_tokens = params.get("max_tokens")
+                messages = params.get("messages")
+                if not (
+                    model.__class__ is str
+                    and model
+                    and max_tokens.__class__ is int
+                    and max_tokens >= 1
+                    and messages.__class__ is list
+                    and messages
                 ):
-                    model = params.get("model")
-                    max_tokens = params.get("max_tokens")
-                    messages = params.get("messages")
-                    if not (
-                        model.__class__ is str
-                        and model
-                        and max_tokens.__class__ is int
-                        and max_tokens >= 1
-                        and messages.__class__ is list
-                        and messages
-                    ):
-                        cid, model, reason = check_request(obj)
-                        if reason is not None:
-                            reject(Rejection(line_no, cid, reason))
-                            continue
-                else:
                     cid, model, reason = check_request(obj)
                     if reason is not None:
                         reject(Rejection(line_no, cid, reason))
@@ -261,16 +236,59 @@ def scan(
                 if reason is not None:
                     reject(Rejection(line_no, cid, reason))
                     continue
-            body = raw.strip()
-            if start >= 0 and body[0] != raw[0]:
-                start += len(raw) - len(raw.lstrip())
-            if len(body) > item_limit:
-                reject(Rejection(line_no, cid, f"request is {len(body)} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
+        else:
+            cid, model, reason = check_request(obj)
+            if reason is not None:
+                reject(Rejection(line_no, cid, reason))
                 continue
-            if not sized and line_no >= 1000:
+        body = raw.strip()
+        if start >= 0 and body[0] != raw[0]:
+            start += len(raw) - len(raw.lstrip())
+        if len(body) > item_limit:
+            reject(Rejection(line_no, cid, f"request is {len(body)} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
+            continue
+        yield line_no, start, cid, model, body
+    if stats is not None:
+        stats.lines = line_no
+        stats.end_offset = offset
+
+
+def duplicate(cid: str, first: int) -> str:
+    return f"duplicate custom_id {cid!r} (first on line {first})"
+
+
+def scan(
+    source: Source,
+    reject: Callable[[Rejection], None],
+    *,
+    item_limit: int,
+    stats: ScanStats | None = None,
+    hasher: Any = None,
+) -> Iterator[tuple[int, int, str, str, bytes]]:
+    """Yield (line, offset, custom_id, model, body) for every valid, unique request, in order.
+
+    Every bad line goes to `reject`. `item_limit` is the largest request (bytes) a
+    batch can hold: a larger one is rejected rather than breaking the splitter.
+    `stats` receives the line count and end offset; `hasher` (a hashlib object)
+    sees every byte of a file source.
+    """
+    stream, items, size = open_source(source)
+    try:
+        from_file = stream is not None
+        lines: Iterable[Any] = stream if stream is not None else _iterable_lines(items or ())
+        confirm = _confirmer(stream) if from_file else None
+        index = IdIndex()
+        mask, slot_lines, slot_hashes, slot_offsets, used, limit = (
+            index.mask, index.lines, index.hashes, index.offsets, 0, index.limit,
+        )
+        sized = size == 0
+        for line_no, start, cid, model, body in validate(
+            lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats
+        ):
+            if not sized and line_no >= 1000 and start > 0:
                 # Size the index once from the average line so far rather than rehash it as it fills.
                 index.used = used
-                index.reserve(int(size / (offset / line_no) * 1.1))
+                index.reserve(int(size / (start / line_no) * 1.1))
                 mask, slot_lines, slot_hashes, slot_offsets, limit = (
                     index.mask, index.lines, index.hashes, index.offsets, index.limit,
                 )
@@ -281,7 +299,7 @@ def scan(
                 index.used = used
                 first = index.insert_slow(h, cid, line_no, start, confirm)
                 if first:
-                    reject(Rejection(line_no, cid, f"duplicate custom_id {cid!r} (first on line {first})"))
+                    reject(Rejection(line_no, cid, duplicate(cid, first)))
                     continue
                 used = index.used
                 if index.mask != mask:
@@ -300,8 +318,18 @@ def scan(
                         index.mask, index.lines, index.hashes, index.offsets, index.limit,
                     )
             yield line_no, start, cid, model, body
-        stats.lines = line_no
-        stats.end_offset = offset
     finally:
         if stream is not None and stream is not sys.stdin.buffer:
             stream.close()
+
+
+def _confirmer(stream: BinaryIO | None) -> Callable[[int], str | None] | None:
+    """Reads a custom_id back from a seekable file; None for a pipe (the 64-bit hash alone decides)."""
+    if stream is None:
+        return None
+    try:
+        fd = stream.fileno()
+        os.lseek(fd, 0, os.SEEK_CUR)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return custom_id_reader(fd)

@@ -30,15 +30,19 @@ print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 PLAN = """
 import resource, sys, time
 import gatekeeper
+from gatekeeper.parallel import auto_workers
 t = time.perf_counter()
-r = gatekeeper.plan(sys.argv[1])
-print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, r.requests)
+r = gatekeeper.plan(sys.argv[1], workers=auto_workers(sys.argv[1]))  # what `gatekeeper plan` does
+print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, r.requests,
+      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
 """
 
+SEQUENTIAL = PLAN.replace("workers=auto_workers(sys.argv[1])", "workers=None")
 
-def run(code: str, path: str) -> tuple[float, int, int]:
+
+def run(code: str, path: str) -> tuple[float, int, int, int]:
     out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True).stdout.split()
-    return float(out[0]), int(out[1]), int(out[2])
+    return float(out[0]), int(out[1]), int(out[2]), int(out[3]) if len(out) > 3 else 0
 
 
 def main() -> None:
@@ -60,13 +64,16 @@ def main() -> None:
     plans = [run(PLAN, path) for _ in range(a.repeat)]
     best = min(p[0] for p in plans)
     rss1 = max(p[1] for p in plans)
+    worker_rss = max(p[3] for p in plans)
     rss2 = run(PLAN, sizes[a.requests * 2][0])[1]
+    seq = min(run(SEQUENTIAL, path)[0] for _ in range(a.repeat))
     mb = size / 1e6
     print(f"file: {a.requests:,} requests, {mb:,.0f} MB")
     print(f"bare orjson loop: {bare:.2f} s  {mb / bare:,.0f} MB/s  {a.requests / bare:,.0f} lines/s")
     print(f"gatekeeper plan:  {best:.2f} s  {mb / best:,.0f} MB/s  {a.requests / best:,.0f} lines/s")
-    print(f"plan / bare throughput: {bare / best:.0%}")
-    print(f"plan peak RSS: {rss1 / 2**20:,.0f} MiB at {a.requests:,} requests, {rss2 / 2**20:,.0f} MiB at {2 * a.requests:,}")
+    print(f"plan / bare throughput: {bare / best:.0%} (one process: {mb / seq:,.0f} MB/s, {bare / seq:.0%})")
+    print(f"plan peak RSS: {rss1 / 2**20:,.0f} MiB at {a.requests:,} requests, {rss2 / 2**20:,.0f} MiB at {2 * a.requests:,}"
+          f" (each worker process: {worker_rss / 2**20:,.0f} MiB at most)")
     print(f"growth: {(rss2 - rss1) / a.requests:.1f} bytes per extra request")
 
 

@@ -1,0 +1,56 @@
+"""The two-process reader gives exactly the one-process report."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+
+import gatekeeper.parallel
+from gatekeeper import Limits, plan
+from gatekeeper.parallel import piece_bounds
+from tests.helpers import req
+
+
+def _messy_file(path: Path, n: int, seed: int) -> Path:
+    rng = random.Random(seed)
+    lines = [b"\xef\xbb\xbf" + orjson.dumps(req("first"))]
+    for i in range(n):
+        roll = rng.random()
+        if roll < 0.05:
+            lines.append(orjson.dumps(req(f"id{rng.randrange(i + 1)}")))  # a likely duplicate, often across pieces
+        elif roll < 0.08:
+            lines.append(b'{"custom_id": "broken", ')
+        elif roll < 0.10:
+            lines.append(b"")
+        elif roll < 0.12:
+            lines.append(orjson.dumps(req(f"bad{i}", max_tokens=0)))
+        else:
+            lines.append(orjson.dumps(req(f"id{i}", model=rng.choice(["m-a", "m-b", "m-c"]), text="x" * rng.randrange(300))))
+    path.write_bytes(b"\r\n".join(lines) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_parallel_report_equals_sequential(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same batches, rejections (in line order), duplicates across pieces, models and largest request."""
+    monkeypatch.setattr(gatekeeper.parallel, "PIECE_BYTES", 8192)  # many small pieces
+    path = _messy_file(tmp_path / "in.jsonl", 3000, seed)
+    limits = Limits(max_requests=170, max_bytes=40_000)
+    one = plan(path, limits=limits).to_json()
+    two = plan(path, limits=limits, workers=2).to_json()
+    assert one == two
+    assert any("duplicate" in e["reason"] for e in two["errors"])
+
+
+def test_piece_bounds_start_at_line_starts(tmp_path: Path) -> None:
+    """Pieces tile the file and each starts right after a newline."""
+    path = tmp_path / "f"
+    data = b"".join(b"x" * (i % 37) + b"\n" for i in range(2000))
+    path.write_bytes(data)
+    bounds = piece_bounds(str(path), len(data), 1000)
+    assert bounds[0][0] == 0 and bounds[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert all(data[s - 1:s] == b"\n" for s, _ in bounds[1:])
