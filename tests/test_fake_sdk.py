@@ -10,68 +10,83 @@ from gatekeeper.testing import Fault, Outcome
 from tests.fakes import ADMIN, WS1, WS2, running_fake
 
 
+@pytest.fixture
+def sdk():
+    """Make SDK clients that are closed after the test (an unclosed pool leaks sockets into later tests)."""
+    made = []
+
+    def make(url: str, key: str) -> anthropic.Anthropic:
+        client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()
+
+
 def _req(cid: str, model: str = "claude-haiku-4-5") -> dict:
     return {"custom_id": cid, "params": {"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}}
 
 
-def test_sdk_full_lifecycle() -> None:
+def test_sdk_full_lifecycle(sdk) -> None:  # noqa: ANN001
     """create, retrieve, list with pagination, results, cancel and delete all parse in the SDK's models."""
     rule = lambda cid, model, attempt: Outcome("errored", "invalid_request_error") if model == "nope" else None  # noqa: E731
     with running_fake(rate=1e9, speed=1.0, outcome=rule) as fake:
-        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
-        created = sdk.messages.batches.create(requests=[_req("a"), _req("b", "nope"), _req("c")])
+        client = sdk(fake.url, WS1)
+        created = client.messages.batches.create(requests=[_req("a"), _req("b", "nope"), _req("c")])
         assert created.processing_status == "in_progress"
         assert created.request_counts.processing == 3
         fake.org.advance(1)
-        done = sdk.messages.batches.retrieve(created.id)
+        done = client.messages.batches.retrieve(created.id)
         assert done.processing_status == "ended" and done.results_url
         assert (done.request_counts.succeeded, done.request_counts.errored) == (2, 1)
-        results = {r.custom_id: r.result for r in sdk.messages.batches.results(created.id)}
+        results = {r.custom_id: r.result for r in client.messages.batches.results(created.id)}
         assert set(results) == {"a", "b", "c"}
         assert results["a"].type == "succeeded" and results["a"].message.usage.service_tier == "batch"
         assert results["b"].type == "errored" and results["b"].error.error.type == "invalid_request_error"
-        ids = [sdk.messages.batches.create(requests=[_req(f"x{i}")]).id for i in range(5)]
-        listed = [b.id for b in sdk.messages.batches.list(limit=2)]  # the SDK follows after_id across pages
+        ids = [client.messages.batches.create(requests=[_req(f"x{i}")]).id for i in range(5)]
+        listed = [b.id for b in client.messages.batches.list(limit=2)]  # the SDK follows after_id across pages
         assert listed == list(reversed(ids)) + [created.id]
-        deleted = sdk.messages.batches.delete(created.id)
+        deleted = client.messages.batches.delete(created.id)
         assert deleted.type == "message_batch_deleted"
         with pytest.raises(anthropic.NotFoundError):
-            sdk.messages.batches.retrieve(created.id)
+            client.messages.batches.retrieve(created.id)
 
 
-def test_sdk_cancel_goes_canceling_then_ended() -> None:
+def test_sdk_cancel_goes_canceling_then_ended(sdk) -> None:  # noqa: ANN001
     """cancel answers canceling; the batch ends with canceled results for what was not processed."""
     with running_fake(rate=0.0, speed=1.0, cancel_delay=5.0) as fake:
-        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
-        b = sdk.messages.batches.create(requests=[_req("a"), _req("b")])
-        c = sdk.messages.batches.cancel(b.id)
+        client = sdk(fake.url, WS1)
+        b = client.messages.batches.create(requests=[_req("a"), _req("b")])
+        c = client.messages.batches.cancel(b.id)
         assert c.processing_status == "canceling" and c.cancel_initiated_at is not None
         fake.org.advance(10)
-        ended = sdk.messages.batches.retrieve(b.id)
+        ended = client.messages.batches.retrieve(b.id)
         assert ended.processing_status == "ended" and ended.request_counts.canceled == 2
-        assert {r.result.type for r in sdk.messages.batches.results(b.id)} == {"canceled"}
+        assert {r.result.type for r in client.messages.batches.results(b.id)} == {"canceled"}
 
 
-def test_sdk_rate_limits_admin_endpoint() -> None:
+def test_sdk_rate_limits_admin_endpoint(sdk) -> None:  # noqa: ANN001
     """client.beta.organization.rate_limits.list parses the batch group, and pages are followed."""
     with running_fake(ceiling=200_000, rate_limit_page_size=1, rate_limit_empty_first_page=True) as fake:
-        admin = anthropic.Anthropic(base_url=fake.url, api_key=ADMIN, max_retries=0)
+        admin = sdk(fake.url, ADMIN)
         entries = list(admin.beta.organization.rate_limits.list())
         batch = [e for e in entries if e.group.type == "batch"]
         assert len(entries) == 2 and len(batch) == 1
         assert [lim.value for lim in batch[0].limits if lim.type == "enqueued_batch_requests"] == [200_000]
         # A workspace key is refused by the Admin API; an Admin key by the Batches API.
         with pytest.raises(anthropic.AuthenticationError):
-            list(anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0).beta.organization.rate_limits.list())
+            list(sdk(fake.url, WS1).beta.organization.rate_limits.list())
         with pytest.raises(anthropic.AuthenticationError):
             admin.messages.batches.list()
 
 
-def test_queue_ceiling_refuses_whole_batch_with_429() -> None:
+def test_queue_ceiling_refuses_whole_batch_with_429(sdk) -> None:  # noqa: ANN001
     """A create that would push the organization's queue over the ceiling is refused whole."""
     with running_fake(ceiling=10, rate=0.0) as fake:
-        sdk1 = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
-        sdk2 = anthropic.Anthropic(base_url=fake.url, api_key=WS2, max_retries=0)
+        sdk1 = sdk(fake.url, WS1)
+        sdk2 = sdk(fake.url, WS2)
         sdk1.messages.batches.create(requests=[_req(f"a{i}") for i in range(6)])
         with pytest.raises(anthropic.RateLimitError) as info:
             sdk2.messages.batches.create(requests=[_req(f"b{i}") for i in range(5)])
@@ -82,14 +97,14 @@ def test_queue_ceiling_refuses_whole_batch_with_429() -> None:
         assert fake.org.records.max_depth == 6
 
 
-def test_envelope_validation_and_413() -> None:
+def test_envelope_validation_and_413(sdk) -> None:  # noqa: ANN001
     """Duplicate custom_id and bad patterns are 400 for the whole batch; oversize bodies get the bare 413."""
     with running_fake(max_body_bytes=2000) as fake:
-        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
+        client = sdk(fake.url, WS1)
         with pytest.raises(anthropic.BadRequestError):
-            sdk.messages.batches.create(requests=[_req("a"), _req("a")])
+            client.messages.batches.create(requests=[_req("a"), _req("a")])
         with pytest.raises(anthropic.BadRequestError):
-            sdk.messages.batches.create(requests=[_req("a b")])
+            client.messages.batches.create(requests=[_req("a b")])
         r = httpx.post(fake.url + "/v1/messages/batches", content=b"x" * 3000,
                        headers={"x-api-key": WS1, "anthropic-version": "2023-06-01"})
         assert r.status_code == 413
@@ -101,22 +116,22 @@ def test_envelope_validation_and_413() -> None:
         assert r.status_code == 400
 
 
-def test_lost_response_after_commit() -> None:
+def test_lost_response_after_commit(sdk) -> None:  # noqa: ANN001
     """drop_after_commit creates the batch but the client sees no answer (the case that makes SDKs double-create)."""
     with running_fake() as fake:
         fake.inject(Fault("create", kind="drop_after_commit"))
-        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
+        client = sdk(fake.url, WS1)
         with pytest.raises(anthropic.APIConnectionError):
-            sdk.messages.batches.create(requests=[_req("a")])
+            client.messages.batches.create(requests=[_req("a")])
         assert fake.org.records.creates == 1
-        assert len(list(sdk.messages.batches.list())) == 1
+        assert len(list(client.messages.batches.list())) == 1
 
 
-def test_results_order_is_shuffled_and_lines_end_in_newline() -> None:
+def test_results_order_is_shuffled_and_lines_end_in_newline(sdk) -> None:  # noqa: ANN001
     """Results come back in another order than sent, each line newline-terminated, no blank line."""
     with running_fake(rate=1e9) as fake:
-        sdk = anthropic.Anthropic(base_url=fake.url, api_key=WS1, max_retries=0)
-        b = sdk.messages.batches.create(requests=[_req(f"r{i}") for i in range(50)])
+        client = sdk(fake.url, WS1)
+        b = client.messages.batches.create(requests=[_req(f"r{i}") for i in range(50)])
         fake.org.advance(1)
         raw = httpx.get(fake.url + f"/v1/messages/batches/{b.id}/results",
                         headers={"x-api-key": WS1, "anthropic-version": "2023-06-01"}).content
