@@ -44,6 +44,10 @@ class IdIndex:
     def __len__(self) -> int:
         return self.used
 
+    def views(self) -> tuple[int, array, array, array, int]:
+        """(mask, lines, hashes, offsets, limit): what an inlined probe loop holds, refreshed after growth."""
+        return self.mask, self.lines, self.hashes, self.offsets, self.limit
+
     def reserve(self, expected: int) -> None:
         """Grow once to hold `expected` ids, instead of rehashing as it fills."""
         cap = capacity_for(expected)

@@ -147,8 +147,8 @@ def parallel_scan(
                 if not sized and count:
                     index.reserve(int(size / (nbytes / count) * 1.1))
                     sized = True
-                mask, slot_lines, slot_hashes, slot_offsets = index.mask, index.lines, index.hashes, index.offsets
-                used, limit = index.used, index.limit
+                mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
+                used = index.used
                 dups: list[Rejection] = []
                 for r, off, n, h, mi in zip(rel, offs, lens, hashes, model_idx):
                     line = base + r
@@ -164,8 +164,7 @@ def parallel_scan(
                             continue
                         used = index.used
                         if index.mask != mask:
-                            mask, slot_lines, slot_hashes, slot_offsets = index.mask, index.lines, index.hashes, index.offsets
-                            limit = index.limit
+                            mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
                     else:
                         slot_hashes[i] = h
                         slot_lines[i] = line
@@ -174,8 +173,7 @@ def parallel_scan(
                         if used > limit:
                             index.used = used
                             index.reserve(used * 2)
-                            mask, slot_lines, slot_hashes, slot_offsets = index.mask, index.lines, index.hashes, index.offsets
-                            limit = index.limit
+                            mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
                     yield line, off, None, None, n
                 index.used = used
                 for rej in sorted([Rejection(base + e.line, e.custom_id, e.reason) for e in rejected] + dups,

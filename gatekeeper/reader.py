@@ -289,9 +289,7 @@ def scan(
                 # Size the index once from the average line so far rather than rehash it as it fills.
                 index.used = used
                 index.reserve(int(size / (start / line_no) * 1.1))
-                mask, slot_lines, slot_hashes, slot_offsets, limit = (
-                    index.mask, index.lines, index.hashes, index.offsets, index.limit,
-                )
+                mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
                 sized = True
             h = hash(cid)
             i = h & mask
@@ -303,9 +301,7 @@ def scan(
                     continue
                 used = index.used
                 if index.mask != mask:
-                    mask, slot_lines, slot_hashes, slot_offsets, limit = (
-                        index.mask, index.lines, index.hashes, index.offsets, index.limit,
-                    )
+                    mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
             else:
                 slot_hashes[i] = h
                 slot_lines[i] = line_no
@@ -314,9 +310,7 @@ def scan(
                 if used > limit:
                     index.used = used
                     index.reserve(used * 2)
-                    mask, slot_lines, slot_hashes, slot_offsets, limit = (
-                        index.mask, index.lines, index.hashes, index.offsets, index.limit,
-                    )
+                    mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
             yield line_no, start, cid, model, body
     finally:
         if stream is not None and stream is not sys.stdin.buffer:

@@ -28,6 +28,17 @@ def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
+def start_and_wait_for_create(args: list[str], env: dict[str, str], fake: FakeAPI, timeout: float = 20) -> subprocess.Popen[str]:
+    """Start the CLI and return once the fake has accepted its first create."""
+    import time
+
+    proc = start(args, env)
+    deadline = time.monotonic() + timeout
+    while fake.org.records.creates == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc
+
+
 def events(stderr: str) -> list[dict]:
     out = []
     for line in stderr.splitlines():

@@ -12,7 +12,7 @@ import pytest
 from gatekeeper.testing import Fault
 from tests.fakes import WS1, WS2, env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, output_ids, start
+from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create
 
 FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--json"]
 
@@ -67,10 +67,7 @@ def test_sigkill_while_server_holds_an_accepted_create(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 40)
     with running_fake(ceiling=1000, rate=4000) as fake:
         fake.inject(Fault("create", kind="delay_after_commit", delay=3.0))
-        proc = start(["submit", str(path), *FAST], env_for(fake))
-        deadline = time.monotonic() + 20
-        while fake.org.records.creates == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
         proc.kill()
         proc.communicate()
         done = gk(["submit", str(path), *FAST], env_for(fake))
@@ -83,10 +80,7 @@ def test_sigkill_while_waiting(tmp_path: Path) -> None:
     """Killed while batches are processing: the rerun picks them up without creating them again."""
     path, expected = _input(tmp_path, 40)
     with running_fake(ceiling=1000, rate=20) as fake:
-        proc = start(["submit", str(path), *FAST], env_for(fake))
-        deadline = time.monotonic() + 20
-        while fake.org.records.creates == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
         time.sleep(0.3)
         proc.kill()
         proc.communicate()
@@ -175,10 +169,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path: Path) -> None:
     """SIGINT: exit 130 with the resume command on stderr; the rerun finishes the job."""
     path, expected = _input(tmp_path, 40)
     with running_fake(ceiling=1000, rate=10) as fake:
-        proc = start(["submit", str(path), *FAST], env_for(fake))
-        deadline = time.monotonic() + 20
-        while fake.org.records.creates == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
@@ -193,10 +184,7 @@ def test_second_ctrl_c_exits_at_once_and_is_safe(tmp_path: Path) -> None:
     """Two SIGINTs: exit 130 at once; the journal is still consistent and the rerun finishes exactly once."""
     path, expected = _input(tmp_path, 40)
     with running_fake(ceiling=1000, rate=10) as fake:
-        proc = start(["submit", str(path), *FAST], env_for(fake))
-        deadline = time.monotonic() + 20
-        while fake.org.records.creates == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
@@ -300,10 +288,7 @@ def test_cancel_then_rerun(tmp_path: Path) -> None:
     """cancel stops the live batches; a rerun collects them, sends nothing new and does not resubmit the canceled."""
     path, _ = _input(tmp_path, 40)
     with running_fake(ceiling=20, rate=0.0, cancel_delay=0.0) as fake:
-        proc = start(["submit", str(path), *FAST], env_for(fake))
-        deadline = time.monotonic() + 20
-        while fake.org.records.creates == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
         c = gk(["cancel", str(path), "--json"], env_for(fake))
