@@ -63,7 +63,8 @@ def _error_fields(response: httpx.Response) -> tuple[str | None, str, dict[str, 
         return None, (text[:160] or response.reason_phrase or "no body"), {}
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict):
-        details = err.get("details") if isinstance(err.get("details"), dict) else {}
+        raw = err.get("details")
+        details: dict[str, Any] = raw if isinstance(raw, dict) else {}
         return (str(err["type"]) if err.get("type") else None), str(err.get("message") or ""), details
     return None, str(body)[:160], {}
 

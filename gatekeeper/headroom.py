@@ -31,9 +31,12 @@ def enqueued_ceiling(entries: Iterable[Any]) -> int | None:
             continue
         for limit in entry.get("limits") or ():
             if isinstance(limit, dict) and limit.get("type") == "enqueued_batch_requests":
+                raw = limit.get("value")
+                if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+                    return None
                 try:
-                    value = int(limit.get("value"))
-                except (TypeError, ValueError):
+                    value = int(raw)
+                except ValueError:
                     return None
                 return value if value > 0 else None
     return None

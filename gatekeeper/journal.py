@@ -186,18 +186,21 @@ class Journal:
 
     # -- batches ------------------------------------------------------------
 
+    @staticmethod
+    def _row(r: Sequence[Any]) -> BatchRow:
+        return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
+                        r[13], r[14], r[15])
+
     def batches(self, *states: BatchState) -> list[BatchRow]:
         sql = "SELECT * FROM batches"
         args: Sequence[str] = ()
         if states:
             sql += f" WHERE state IN ({','.join('?' * len(states))})"
             args = [s.value for s in states]
-        rows = self.db.execute(sql + " ORDER BY idx", args).fetchall()
-        return [BatchRow(*r[:10], BatchState(r[10]), *r[11:]) for r in rows]
+        return [self._row(r) for r in self.db.execute(sql + " ORDER BY idx", args)]
 
     def batch(self, idx: int) -> BatchRow:
-        rows = [b for b in self.batches() if b.idx == idx]
-        return rows[0]
+        return self._row(self.db.execute("SELECT * FROM batches WHERE idx = ?", (idx,)).fetchone())
 
     def next_batch_index(self) -> int:
         return int(self.db.execute("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches").fetchone()[0])

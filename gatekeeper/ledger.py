@@ -293,7 +293,8 @@ class RedisLedger:
         await self.client.hdel(self.key, self._field(batch))
 
     async def release_all(self) -> None:
-        fields = [f for f in await self.client.hkeys(self.key) if f.decode().startswith(self.owner + "|")]
+        fields = [f for f in await self.client.hkeys(self.key)
+                  if (f.decode() if isinstance(f, bytes) else f).startswith(self.owner + "|")]
         if fields:
             await self.client.hdel(self.key, *fields)
 

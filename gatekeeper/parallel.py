@@ -15,6 +15,7 @@ import os
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
+from functools import partial
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
@@ -155,7 +156,7 @@ def parallel_scan(
                     i = h & mask
                     if slot_lines[i]:
                         index.used = used
-                        first = index.insert_slow(h, lambda off=off: cid_at(off), line, off, cid_at)
+                        first = index.insert_slow(h, partial(cid_at, off), line, off, cid_at)
                         if first:
                             cid = cid_at(off) or ""
                             dups.append(Rejection(line, cid, duplicate(cid, first)))

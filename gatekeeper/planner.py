@@ -164,14 +164,13 @@ def plan(
             count += 1
             prev = (line, offset, cid, n)
             total += n
-            if model is None:
-                pass  # the parallel reader counts models itself
-            elif model in models:
-                models[model] += 1
-                model_bytes[model] += n
-            else:
-                models[model] = 1
-                model_bytes[model] = n
+            if model is not None:  # (the parallel reader counts models itself and passes None)
+                if model in models:
+                    models[model] += 1
+                    model_bytes[model] += n
+                else:
+                    models[model] = 1
+                    model_bytes[model] = n
             if n > largest:
                 largest, largest_offset = n, offset
                 report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid or ""

@@ -53,7 +53,8 @@ def usage_of(result: dict[str, Any]) -> tuple[str | None, int, int, int, int]:
     msg = result.get("message") if isinstance(result, dict) else None
     if not isinstance(msg, dict):
         return None, 0, 0, 0, 0
-    u = msg.get("usage") if isinstance(msg.get("usage"), dict) else {}
+    usage = msg.get("usage")
+    u: dict[str, Any] = usage if isinstance(usage, dict) else {}
 
     def n(key: str) -> int:
         v = u.get(key)

@@ -317,7 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not 1 <= limit <= 1000:
             return self._error(400, "limit: Input should be between 1 and 1000")
         batches = fake.org.listing(workspace)
-        after, before = (q.get("after_id") or [None])[0], (q.get("before_id") or [None])[0]
+        after, before = (q.get("after_id") or [""])[0], (q.get("before_id") or [""])[0]
         ids = [b.id for b in batches]
         if after:
             if after not in ids:
@@ -435,13 +435,13 @@ class _Handler(BaseHTTPRequestHandler):
                            {"type": "enqueued_batch_requests", "value": cfg.ceiling}],
             })
         q = parse_qs(urlsplit(self.path).query)
-        group_type = (q.get("group_type") or [None])[0]
+        group_type = (q.get("group_type") or [""])[0]
         if group_type:
             entries = [e for e in entries if e["group_type"] == group_type]
         size = cfg.rate_limit_page_size
         if size:
-            token = (q.get("page") or [None])[0]
-            if token is None and cfg.rate_limit_empty_first_page:
+            token = (q.get("page") or [""])[0]
+            if not token and cfg.rate_limit_empty_first_page:
                 return self._json(200, {"data": [], "next_page": "p0"})  # clients must follow next_page
             start = int(token.removeprefix("p")) if token else 0
             nxt = f"p{start + size}" if start + size < len(entries) else None
@@ -510,7 +510,7 @@ class FakeAPI:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     @property
     def results_base(self) -> str:
