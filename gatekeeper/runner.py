@@ -22,6 +22,7 @@ import orjson
 from .admission import CeilingEstimate, admit, batch_size_for, room
 from .client import ApiClient
 from .errors import (
+    ApiError,
     CreateOutcomeUnknown,
     GatekeeperError,
     InputError,
@@ -364,9 +365,10 @@ class Job:
         except CreateOutcomeUnknown as exc:
             self.emit("create_unknown", {"batch": row.idx, "reason": str(exc)})
             return None  # stays INTENT: reconciled before anything is resent
-        except BaseException:
+        except ApiError:
             # A definite refusal we cannot fix by waiting (400, 413, spend limit, auth): nothing was
             # created, so the batch goes back to planned and the run stops, resumable once fixed.
+            # Anything else (a cancellation mid-POST, a changed input mid-body) leaves the intent to reconcile.
             with j.transaction() as db:
                 j.set_state(db, row.idx, BatchState.PLANNED, intent_at=None)
             raise

@@ -15,6 +15,7 @@ import orjson
 from .admission import admit, batch_size_for, room
 from .config import ApiConfig
 from .errors import JournalError, UsageError
+from .inputs import hash_file
 from .journal import BatchState, Journal
 from .ledger import Ledger, new_owner, open_ledger
 from .planner import plan
@@ -57,6 +58,18 @@ def _spool(items: Iterable[dict[str, Any] | bytes | str], path: str) -> None:
     os.replace(tmp, path)
 
 
+def _check_respool(items: Iterable[dict[str, Any] | bytes | str], path: str, journal: Journal) -> None:
+    """Resuming from an iterable: its requests must be the ones the job was started with."""
+    fresh = path + ".resume"
+    _spool(items, fresh)
+    try:
+        if hash_file(fresh) != (journal.get_meta("input") or {}).get("sha256"):
+            raise JournalError(f"state directory {journal.state_dir} holds a job started with other requests; "
+                               "use another state_dir to start a new job")
+    finally:
+        os.unlink(fresh)
+
+
 @asynccontextmanager
 async def _locked_journal(state_dir: Path) -> AsyncIterator[Journal]:
     journal = Journal.open(state_dir)
@@ -96,6 +109,8 @@ async def submit(
     async with _locked_journal(state_dir) as journal:
         if spooled and not journal.initialized:
             _spool(source, path)  # type: ignore[arg-type]
+        elif spooled:
+            _check_respool(source, path, journal)  # type: ignore[arg-type]
         if ledger is None:
             ledger = open_ledger(settings.ledger, owner=_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin)
         outcome: list[Summary] = []

@@ -169,3 +169,43 @@ def test_journal_migrates_a_blank_database(tmp_path: Path) -> None:
     assert [r[0] for r in j.db.execute("SELECT name FROM schema_migrations")] == ["0001_initial"]
     j.close()
     Journal.open(tmp_path / "s").close()  # idempotent
+
+
+def test_library_resume_with_other_requests_is_refused(tmp_path: Path) -> None:
+    """Resuming an iterable job with different requests is refused; with the same ones it resumes."""
+    from gatekeeper.errors import JournalError
+
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, ceiling=1000, reconcile_grace=1.0)
+        first = submit_sync([req(f"a{i}") for i in range(5)], config=config, settings=settings)
+        again = submit_sync([req(f"a{i}") for i in range(5)], config=config, settings=settings)
+        assert first.succeeded == again.succeeded == 5 and fake.org.records.creates == 1
+        with pytest.raises(JournalError, match="other requests"):
+            submit_sync([req("b0")], config=config, settings=settings)
+
+
+def test_cancelled_mid_create_is_reconciled_not_resent(tmp_path: Path) -> None:
+    """A library call cancelled while the server holds an accepted create keeps the intent; the resume adopts it."""
+    import anyio
+
+    from gatekeeper import submit
+    from gatekeeper.journal import BatchState, Journal
+    from gatekeeper.testing import Fault
+
+    path = write_jsonl(tmp_path / "j.jsonl", [req(f"c{i}") for i in range(10)])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        fake.inject(Fault("create", kind="delay_after_commit", delay=1.5))
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, ceiling=1000, reconcile_grace=1.0)
+
+        async def cancelled() -> None:
+            with anyio.move_on_after(0.8):
+                await submit(path, config=config, settings=settings)
+
+        anyio.run(cancelled)
+        j = Journal.open(tmp_path / "state")
+        assert [b.state for b in j.batches()] == [BatchState.INTENT]
+        j.close()
+        summary = submit_sync(path, config=config, settings=settings)
+        assert summary.succeeded == 10 and fake.org.records.creates == 1
