@@ -23,6 +23,7 @@ from .admission import CeilingEstimate, admit, batch_size_for, room
 from .client import ApiClient
 from .errors import (
     ApiError,
+    AuthenticationError,
     CreateOutcomeUnknown,
     GatekeeperError,
     InputError,
@@ -31,6 +32,7 @@ from .errors import (
     RateLimited,
     TransportError,
     ExitCode,
+    UsageError,
 )
 from .headroom import LIVE_STATES, live_batches
 from .inputs import hash_file, iter_range, read_at, stat_identity
@@ -285,11 +287,14 @@ class Job:
         """List the queue over every key; move our batches that ended; count what the listing misses."""
         listed: dict[str, dict[str, Any]] = {}
         horizon = time.time() - LIVE_HORIZON.total_seconds()
-        async for b in self.api.iter_batches(limit=1000):
-            created = _parse_time(b.get("created_at"))
-            if created is not None and created < horizon:
-                break
-            listed[str(b.get("id"))] = b
+        try:
+            async for b in self.api.iter_batches(limit=1000):
+                created = _parse_time(b.get("created_at"))
+                if created is not None and created < horizon:
+                    break
+                listed[str(b.get("id"))] = b
+        except AuthenticationError as exc:
+            raise UsageError(f"{self.api.label} was refused by the API (HTTP {exc.status} {exc.error_type or 'error'})") from None
         depth = sum(r.processing for r in live_batches(listed.values(), "ws1"))
         for i, other in enumerate(self.conn.workspaces[1:], start=2):
             depth += sum(r.processing for r in await read_live(other, f"ws{i}"))

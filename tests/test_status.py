@@ -128,3 +128,15 @@ def test_human_output(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
     text = capsys.readouterr().out
     assert text.startswith("queue-near-limit")
     assert "measured:" in text and "inferred:" in text and "repair:" in text
+
+
+def test_refused_admin_key_is_config_error(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+    """An Admin key the rate-limits API refuses is a configuration error (exit 2), the key never shown."""
+    env = env_for(seeded)
+    env["ANTHROPIC_ADMIN_KEY"] = "not-an-admin-key-31"
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code = main(["status"])
+    captured = capsys.readouterr()
+    assert code == 2 and "ANTHROPIC_ADMIN_KEY was refused" in captured.err
+    assert "not-an-admin-key-31" not in captured.err + captured.out

@@ -308,3 +308,22 @@ def test_submit_usage_errors(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr and "Traceback" not in proc.stderr
     proc = gk(["submit", "-"], {"ANTHROPIC_API_KEY": "x"})
     assert proc.returncode == 2 and "standard input" in proc.stderr
+
+
+def test_max_in_flight_limits_live_batches(tmp_path: Path) -> None:
+    """--max-in-flight 1: one batch of ours in the queue at a time, whatever the headroom."""
+    path, expected = _input(tmp_path, 60)
+    with running_fake(ceiling=1000, rate=2000) as fake:
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "20", "--max-in-flight", "1"], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert fake.org.records.max_depth == 20 and fake.org.records.creates == 3
+        assert_exactly_once(fake, _out(path), expected)
+
+
+def test_refused_key_in_submit_is_named_by_position(tmp_path: Path) -> None:
+    """A workspace key the API refuses: exit 2, named by position, the key never printed."""
+    path, _ = _input(tmp_path, 5)
+    with running_fake(ceiling=1000) as fake:
+        proc = gk(["submit", str(path), *FAST], {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "wrong-secret-key-77"})
+    assert proc.returncode == 2
+    assert "workspace key 1 was refused" in proc.stderr and "wrong-secret-key-77" not in proc.stderr + proc.stdout
