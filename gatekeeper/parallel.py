@@ -29,6 +29,7 @@ Piece = tuple[int, int, array, array, array, array, array, list[str], list[int],
 
 
 def _range_lines(path: str, start: int, end: int) -> Iterator[bytes]:
+    # readline beats one big read + split here (measured): no 16 MB copy, no list of every line.
     with open(path, "rb") as f:
         f.seek(start)
         pos = start
@@ -50,24 +51,27 @@ def scan_piece(path: str, start: int, end: int, item_limit: int) -> Piece:
     nbytes: list[int] = []
     rejections: list[Rejection] = []
     stats = ScanStats()
+    rel_add, off_add, len_add, hash_add, model_add = rel.append, offs.append, lens.append, hashes.append, model_idx.append
+    last_model, mi = None, 0
     for line, off, cid, model, body in validate(
         _range_lines(path, start, end), rejections.append, item_limit=item_limit, offset=start, stats=stats
     ):
         n = len(body)
-        rel.append(line)
-        offs.append(off)
-        lens.append(n)
-        hashes.append(hash(cid))
-        mi = models.get(model)
-        if mi is None:
-            mi = models[model] = len(models)
-            counts.append(0)
-            nbytes.append(0)
-        model_idx.append(mi)
+        rel_add(line)
+        off_add(off)
+        len_add(n)
+        hash_add(hash(cid))
+        if model is not last_model:  # runs of one model are the common case
+            found = models.get(model)
+            if found is None:
+                found = models[model] = len(models)
+                counts.append(0)
+                nbytes.append(0)
+            last_model, mi = model, found
+        model_add(mi)
         counts[mi] += 1
         nbytes[mi] += n
-    return (stats.lines, stats.end_offset - start, rel, offs, lens, hashes, model_idx, list(models), counts, nbytes,
-            rejections)
+    return (stats.lines, end - start, rel, offs, lens, hashes, model_idx, list(models), counts, nbytes, rejections)
 
 
 def piece_bounds(path: str, size: int, piece: int) -> list[tuple[int, int]]:

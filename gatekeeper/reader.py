@@ -98,10 +98,15 @@ def check_request(obj: Any) -> tuple[str | None, str | None, str | None]:
 
 
 def _json_reason(raw: bytes, exc: Exception) -> str:
+    """The reason for a line that failed to parse; `raw` stripped, so positions do not depend on the line ending."""
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as err:
         return f"not valid UTF-8 (byte {err.start + 1})"
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError as stripped:
+        exc = stripped
     return f"not valid JSON: {exc}"
 
 
