@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import orjson
 
+from . import __version__
 from .config import ApiConfig
 from .errors import ExitCode, GatekeeperError, UsageError
 from .ledger import Reservation, open_ledger
@@ -87,6 +88,7 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gatekeeper", description="Get very large Message Batches jobs through the API without tripping its limits.")
+    parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("plan", help="validate and size a JSONL of batch requests (dry run, nothing sent)",
