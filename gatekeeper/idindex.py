@@ -68,6 +68,17 @@ class IdIndex:
             return 0
         return self.insert_slow(h, custom_id, line, offset, confirm)
 
+    def add_slow(
+        self, h: int, custom_id: str | Callable[[], str | None], line: int, offset: int,
+        confirm: Callable[[int], str | None] | None, used: int,
+    ) -> int:
+        """The rest of an inlined add, for a taken home slot or a full table: `used` is the caller's count.
+
+        Returns 0 or the earlier line; the caller reloads `used` and, if `mask` changed, its `views()`.
+        """
+        self.used = used
+        return self.insert_slow(h, custom_id, line, offset, confirm)
+
     def insert_slow(
         self, h: int, custom_id: str | Callable[[], str | None], line: int, offset: int,
         confirm: Callable[[int], str | None] | None,

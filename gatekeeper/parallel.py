@@ -158,27 +158,22 @@ def parallel_scan(
                 for r, off, n, h, mi in zip(rel, offs, lens, hashes, model_idx):
                     line = base + r
                     i = h & mask
-                    if slot_lines[i]:
-                        index.used = used
-                        first = index.insert_slow(h, partial(cid_at, off), line, off, cid_at)
+                    if slot_lines[i] or used >= limit:
+                        first = index.add_slow(h, partial(cid_at, off), line, off, cid_at, used)
+                        used = index.used
+                        if index.mask != mask:
+                            mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
                         if first:
                             cid = cid_at(off) or ""
                             dups.append(Rejection(line, cid, duplicate(cid, first)))
                             models[names[mi]] -= 1
                             model_bytes[names[mi]] -= n
                             continue
-                        used = index.used
-                        if index.mask != mask:
-                            mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
-                    else:
+                    else:  # an empty home slot, inlined
                         slot_hashes[i] = h
                         slot_lines[i] = line
                         slot_offsets[i] = off
                         used += 1
-                        if used > limit:
-                            index.used = used
-                            index.reserve(used * 2)
-                            mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
                     yield line, off, None, None, n
                 index.used = used
                 for rej in sorted([Rejection(base + e.line, e.custom_id, e.reason) for e in rejected] + dups,

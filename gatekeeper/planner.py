@@ -127,6 +127,7 @@ def plan(
     item_limit = max_item_bytes(max_bytes)
     cid_at: Callable[[int], str | None] = lambda offset: None  # noqa: E731
     fd = -1
+    hasher = None
     rows: Iterator[tuple[int, int, str | None, str | None, int]]
     models: dict[str, int] = {}
     model_bytes: dict[str, int] = {}
@@ -186,7 +187,7 @@ def plan(
     report.request_bytes = total
     report.models = {m: c for m, c in models.items() if c}
     report.model_bytes = {m: b for m, b in model_bytes.items() if m in report.models}
-    if not use_parallel(source, hash_content, workers) and hash_content and hasher is not None:
+    if hasher is not None:
         report.content_hash = hasher.hexdigest()
     return report
 

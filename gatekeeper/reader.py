@@ -299,24 +299,19 @@ def scan(
                 sized = True
             h = hash(cid)
             i = h & mask
-            if slot_lines[i]:
-                index.used = used
-                first = index.insert_slow(h, cid, line_no, start, confirm)
-                if first:
-                    reject(Rejection(line_no, cid, duplicate(cid, first)))
-                    continue
+            if slot_lines[i] or used >= limit:
+                first = index.add_slow(h, cid, line_no, start, confirm, used)
                 used = index.used
                 if index.mask != mask:
                     mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
-            else:
+                if first:
+                    reject(Rejection(line_no, cid, duplicate(cid, first)))
+                    continue
+            else:  # the common case, inlined: an empty home slot
                 slot_hashes[i] = h
                 slot_lines[i] = line_no
                 slot_offsets[i] = start
                 used += 1
-                if used > limit:
-                    index.used = used
-                    index.reserve(used * 2)
-                    mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
             yield line_no, start, cid, model, body
     finally:
         if stream is not None and stream is not sys.stdin.buffer:

@@ -416,12 +416,7 @@ class Job:
         sent = 0
         pending: list[bytes] = []
         size = 0
-        if row.kind == "plan":
-            skip = self.journal.rejected_lines(row.first_line, row.last_line)
-            items = (body for _, _, body in iter_range(self.path, row.start_offset, row.end_offset, row.first_line, skip))
-        else:
-            items = (read_at(self.path, off, length) for _, off, length, _, _ in self.journal.members(row.idx))
-        for piece in body_chunks(items):
+        for piece in body_chunks(body for _, _, body, _ in self._requests_of(row)):
             pending.append(piece)
             size += len(piece)
             if size >= 1 << 20:

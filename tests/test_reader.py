@@ -158,3 +158,12 @@ def test_large_file_duplicate_detected(tmp_path: Path) -> None:
 
 def test_rejection_to_json() -> None:
     assert Rejection(3, None, "x").to_json() == {"line": 3, "custom_id": None, "reason": "x"}
+
+
+def test_inlined_index_grows_without_a_size_hint() -> None:
+    """An iterable source gives no size hint: the reader's inlined index grows many times and still finds every duplicate."""
+    items = [req(f"g{i}") for i in range(20_000)] + [req("g0"), req("g12345"), req("g19999")]
+    report = plan(items)
+    assert report.requests == 20_000
+    assert [(e.line, e.custom_id) for e in report.errors] == [(20_001, "g0"), (20_002, "g12345"), (20_003, "g19999")]
+    assert "first on line 12346" in report.errors[1].reason
