@@ -1,23 +1,33 @@
 """A compact set of custom_ids that remembers where each was first seen.
 
-A Python set of ten million strings costs about 90 bytes an id. This table is
-three flat arrays (a 64-bit SipHash, the first line number, the first byte
-offset): 20 bytes a slot at a load of at most 0.7, so 29 to 40 bytes an id when
-sized up front. The reader inlines the common case (an empty home slot) and
-calls `insert_slow` for the rest, which keeps the hot path short.
+A Python set of ten million strings costs about 90 bytes an id. This index is
+an open-addressing table of one 64-bit word a slot (the top 32 bits of the id's
+SipHash, beside a 32-bit ordinal), plus two arrays in order of arrival: the
+line, and a proof. A slot is one memory access, which matters: at millions of
+ids the table is far bigger than the CPU caches and each probe is a miss.
+Sized up front at a load of at most 0.7, an id costs 25 to 37 bytes.
 
-Equal hashes are confirmed exactly through `confirm(offset)` (the reader
-re-reads the earlier line) when the source is a file; for an iterable source the
-64-bit hash alone decides, a false duplicate having probability about n^2/2^65
-(3e-6 for ten million ids), reported loudly, never a silent drop.
+The top 32 bits also give the home slot, so the table can grow without the
+full hash. They are only a fingerprint: an equal one is settled by the proof.
+For a file the proof is the byte offset of the earlier line, whose custom_id is
+read back and compared exactly (`confirm`); without a file it is the full
+64-bit hash, and a false duplicate has probability about n^2/2^65 (3e-6 for ten
+million ids), reported loudly, never a silent drop.
+
+Hot loops inline the common case (an empty home slot: `slots[h >> 32 & mask] = h & HIGH | ordinal`)
+and call `insert` for the rest.
 """
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable
 
 MAX_LOAD = 0.7
+HIGH = -(1 << 32)  # mask of a slot's fingerprint (the hash's top 32 bits)
+ORDINAL = (1 << 32) - 1  # mask of a slot's ordinal (1-based; 0 marks an empty slot)
+_NO_BASE = 1 << 64  # sorts after any base in a bisect
 
 
 def capacity_for(expected: int) -> int:
@@ -28,25 +38,28 @@ def capacity_for(expected: int) -> int:
 
 
 class IdIndex:
-    __slots__ = ("hashes", "lines", "offsets", "mask", "used", "limit")
+    __slots__ = ("slots", "mask", "limit", "used", "lines", "proofs", "bases", "confirm")
 
-    def __init__(self, expected: int = 0) -> None:
+    def __init__(self, expected: int = 0, confirm: Callable[[int], str | None] | None = None) -> None:
+        """`confirm(offset)` reads back the custom_id of the line at `offset`; without it proofs are full hashes."""
+        self.confirm = confirm
+        self.lines = array("I")  # by ordinal - 1: line numbers (1-based)
+        self.proofs = array("q")  # by ordinal - 1: byte offsets (with confirm) or full hashes
+        self.bases: list[tuple[int, int]] = []  # (first ordinal - 1, base): lines recorded relative to a base
         self._alloc(capacity_for(expected))
-        self.used = 0
+        self.used = 0  # ids in the table
 
     def _alloc(self, cap: int) -> None:
-        self.hashes = array("q", bytes(8 * cap))
-        self.lines = array("I", bytes(4 * cap))  # 0 marks an empty slot: lines are 1-based
-        self.offsets = array("q", bytes(8 * cap))
+        self.slots = array("q", bytes(8 * cap))
         self.mask = cap - 1
         self.limit = int(cap * MAX_LOAD)
 
     def __len__(self) -> int:
         return self.used
 
-    def views(self) -> tuple[int, array, array, array, int]:
-        """(mask, lines, hashes, offsets, limit): what an inlined probe loop holds, refreshed after growth."""
-        return self.mask, self.lines, self.hashes, self.offsets, self.limit
+    def views(self) -> tuple[int, array, int]:
+        """(mask, slots, limit): what an inlined probe loop holds, refreshed after growth."""
+        return self.mask, self.slots, self.limit
 
     def reserve(self, expected: int) -> None:
         """Grow once to hold `expected` ids, instead of rehashing as it fills."""
@@ -54,65 +67,65 @@ class IdIndex:
         if cap > self.mask + 1:
             self._rehash(cap)
 
-    def add(self, custom_id: str, line: int, offset: int = -1, confirm: Callable[[int], str | None] | None = None) -> int:
-        """Record `custom_id` (first seen on `line`); return 0, or the earlier line when seen before."""
+    def record(self, line: int, proof: int) -> int:
+        """Note where a candidate id was seen; returns its ordinal (for `insert` or an inlined store)."""
+        self.lines.append(line)
+        self.proofs.append(proof)
+        return len(self.lines)
+
+    def record_many(self, lines: array, proofs: array, base: int = 0) -> int:
+        """`record` for many at once, their line numbers counted from `base`; returns the ordinal before the first."""
+        before = len(self.lines)
+        self.bases.append((before, base))  # (rather than base + each line: the arrays stay a memcpy)
+        self.lines.extend(lines)
+        self.proofs.extend(proofs)
+        return before
+
+    def line_of(self, k: int) -> int:
+        """The line of entry k (0-based ordinal)."""
+        chunk = bisect_right(self.bases, (k, _NO_BASE)) - 1
+        return self.lines[k] + (self.bases[chunk][1] if chunk >= 0 else 0)
+
+    def add(self, custom_id: str, line: int, offset: int = -1) -> int:
+        """Record and insert one id (the reader inlines this); 0, or the earlier line when seen before."""
         h = hash(custom_id)
-        i = h & self.mask
-        if not self.lines[i]:
-            self.hashes[i] = h
-            self.lines[i] = line
-            self.offsets[i] = offset
-            self.used += 1
-            if self.used > self.limit:
-                self._rehash((self.mask + 1) * 2)
-            return 0
-        return self.insert_slow(h, custom_id, line, offset, confirm)
+        ordinal = self.record(line, offset if self.confirm is not None else h)
+        return self.insert(h, ordinal, custom_id)
 
-    def add_slow(
-        self, h: int, custom_id: str | Callable[[], str | None], line: int, offset: int,
-        confirm: Callable[[int], str | None] | None, used: int,
-    ) -> int:
-        """The rest of an inlined add, for a taken home slot or a full table: `used` is the caller's count.
+    def insert(self, h: int, ordinal: int, custom_id: str | None = None) -> int:
+        """Probe from the home slot of hash `h`; insert `ordinal` and return 0, or return the earlier line.
 
-        Returns 0 or the earlier line; the caller reloads `used` and, if `mask` changed, its `views()`.
+        `custom_id` is read back from the entry's own proof when None and a fingerprint matches.
         """
-        self.used = used
-        return self.insert_slow(h, custom_id, line, offset, confirm)
-
-    def insert_slow(
-        self, h: int, custom_id: str | Callable[[], str | None], line: int, offset: int,
-        confirm: Callable[[int], str | None] | None,
-    ) -> int:
-        """Probe past a taken home slot. `custom_id` may be a callable (read only when a hash matches)."""
-        mask, lines, hashes = self.mask, self.lines, self.hashes
-        i = h & mask
-        while lines[i]:
-            if hashes[i] == h:
-                earlier = self.offsets[i]
-                if confirm is None or earlier < 0:
-                    return lines[i]
-                mine = custom_id() if callable(custom_id) else custom_id
-                if confirm(earlier) == mine:
-                    return lines[i]
+        mask, slots = self.mask, self.slots
+        mine = h & HIGH
+        i = h >> 32 & mask
+        while slot := slots[i]:
+            if slot & HIGH == mine:
+                earlier = (slot & ORDINAL) - 1
+                proof = self.proofs[earlier]
+                if self.confirm is None:
+                    if proof == h:
+                        return self.line_of(earlier)
+                else:
+                    if custom_id is None:
+                        custom_id = self.confirm(self.proofs[ordinal - 1]) or ""
+                    if self.confirm(proof) == custom_id:
+                        return self.line_of(earlier)
             i = (i + 1) & mask
-        hashes[i] = h
-        lines[i] = line
-        self.offsets[i] = offset
+        slots[i] = mine | ordinal
         self.used += 1
         if self.used > self.limit:
             self._rehash((mask + 1) * 2)
         return 0
 
     def _rehash(self, cap: int) -> None:
-        old = zip(self.hashes, self.lines, self.offsets)
+        old = self.slots
         self._alloc(cap)
-        mask, hashes, lines, offsets = self.mask, self.hashes, self.lines, self.offsets
-        for h, line, offset in old:
-            if not line:
-                continue
-            i = h & mask
-            while lines[i]:
-                i = (i + 1) & mask
-            hashes[i] = h
-            lines[i] = line
-            offsets[i] = offset
+        mask, slots = self.mask, self.slots
+        for slot in old:
+            if slot:
+                i = slot >> 32 & mask
+                while slots[i]:
+                    i = (i + 1) & mask
+                slots[i] = slot

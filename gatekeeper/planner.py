@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
-from .parallel import parallel_scan, use_parallel
-from .reader import Rejection, Request, ScanStats, Source, custom_id_reader, scan
+from .parallel import Segment, parallel_scan, use_parallel
+from .reader import Rejection, Request, ScanStats, Source, request_reader, scan
 from .sizing import ENVELOPE_BYTES, Limits, Packer, body_chunks, body_size, max_item_bytes
 
 
@@ -122,92 +122,119 @@ def plan(
     """
     limits = limits or Limits()
     report = PlanReport(limits=limits)
-    stats = ScanStats()
-    max_requests, max_bytes = limits.max_requests, limits.max_bytes
-    item_limit = max_item_bytes(max_bytes)
-    cid_at: Callable[[int], str | None] = lambda offset: None  # noqa: E731
-    fd = -1
-    hasher = None
-    rows: Iterator[tuple[int, int, str | None, str | None, int]]
-    models: dict[str, int] = {}
-    model_bytes: dict[str, int] = {}
     if use_parallel(source, hash_content, workers):
-        path = os.fspath(source)  # type: ignore[arg-type]
-        rows = parallel_scan(path, report.errors.append, item_limit=item_limit, stats=stats, models=models,
-                             model_bytes=model_bytes, workers=workers or 2)
-        fd = os.open(path, os.O_RDONLY)
-        cid_at = custom_id_reader(fd)  # custom_ids are read back only for batch edges and the largest request
+        _plan_segments(os.fspath(source), report, workers or 2)  # type: ignore[arg-type]
     else:
-        hasher = hashlib.sha256() if hash_content else None
-        rows = ((line, off, cid, model, len(body)) for line, off, cid, model, body in
-                scan(source, report.errors.append, item_limit=item_limit, stats=stats, hasher=hasher))
-    batches = report.batches
-    count = 0  # requests in the open batch
-    size = ENVELOPE_BYTES  # its body bytes
-    total = 0
-    largest = 0
-    largest_offset = -1
-    first_line = first_offset = 0
-    first_cid: str | None = ""
-    prev: tuple[int, int, str | None, int] = (0, 0, "", 0)
-    try:
-        # Packing is inlined (the same rule as sizing.Packer, which the tests hold it to).
-        for line, offset, cid, model, n in rows:
-            if count and (count >= max_requests or size + 1 + n > max_bytes):
-                batches.append(_closed(len(batches), count, size, first_line, first_offset, first_cid, prev, cid_at))
-                count = 0
-                size = ENVELOPE_BYTES
-            if count:
-                size += 1 + n
-            else:
-                size += n
-                first_line, first_offset, first_cid = line, offset, cid
-            count += 1
-            prev = (line, offset, cid, n)
-            total += n
-            if model is not None:  # (the parallel reader counts models itself and passes None)
-                if model in models:
-                    models[model] += 1
-                    model_bytes[model] += n
-                else:
-                    models[model] = 1
-                    model_bytes[model] = n
-            if n > largest:
-                largest, largest_offset = n, offset
-                report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid or ""
-        if count:
-            batches.append(_closed(len(batches), count, size, first_line, first_offset, first_cid, prev, cid_at))
-        if largest and not report.largest_custom_id:
-            report.largest_custom_id = cid_at(largest_offset) or ""
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    report.lines = stats.lines
-    report.requests = sum(models.values())
-    report.request_bytes = total
-    report.models = {m: c for m, c in models.items() if c}
-    report.model_bytes = {m: b for m, b in model_bytes.items() if m in report.models}
-    if hasher is not None:
-        report.content_hash = hasher.hexdigest()
+        _plan_rows(source, report, hash_content)
+    report.models = {m: c for m, c in report.models.items() if c}
+    report.model_bytes = {m: b for m, b in report.model_bytes.items() if m in report.models}
+    report.requests = sum(report.models.values())
     return report
 
 
-def _closed(
-    index: int, count: int, size: int, first_line: int, first_offset: int, first_cid: str | None,
-    last: tuple[int, int, str | None, int], cid_at: Callable[[int], str | None],
+def _plan_rows(source: Source, report: PlanReport, hash_content: bool) -> None:
+    """One process, one Python step a request: packing is inlined (the rule of sizing.Packer, held to it by tests)."""
+    max_requests, max_bytes = report.limits.max_requests, report.limits.max_bytes
+    stats = ScanStats()
+    hasher = hashlib.sha256() if hash_content else None
+    batches, models, model_bytes = report.batches, report.models, report.model_bytes
+    count = 0  # requests in the open batch
+    size = ENVELOPE_BYTES  # its body bytes
+    total = largest = 0
+    first: tuple[int, int, str] = (0, 0, "")
+    last: tuple[int, int, str, int] = (0, 0, "", 0)
+    for line, offset, cid, model, body in scan(
+        source, report.errors.append, item_limit=max_item_bytes(max_bytes), stats=stats, hasher=hasher
+    ):
+        n = len(body)
+        if count and (count >= max_requests or size + 1 + n > max_bytes):
+            batches.append(_batch_plan(len(batches), count, size, first, last))
+            count = 0
+            size = ENVELOPE_BYTES
+        if count:
+            size += 1 + n
+        else:
+            size += n
+            first = (line, offset, cid)
+        count += 1
+        last = (line, offset, cid, n)
+        total += n
+        if model in models:
+            models[model] += 1
+            model_bytes[model] += n
+        else:
+            models[model] = 1
+            model_bytes[model] = n
+        if n > largest:
+            largest = n
+            report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
+    if count:
+        batches.append(_batch_plan(len(batches), count, size, first, last))
+    report.lines = stats.lines
+    report.request_bytes = total
+    if hasher is not None:
+        report.content_hash = hasher.hexdigest()
+
+
+def _plan_segments(path: str, report: PlanReport, workers: int) -> None:
+    """Several processes: the reader hands over arrays a piece at a time and `Packer.add_many` cuts them.
+
+    custom_ids are read back from the file only for batch edges and the largest request.
+    """
+    stats = ScanStats()
+    packer = Packer(report.limits)
+    batches = report.batches
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        request_at = request_reader(fd)
+
+        def edge(seg: Segment, k: int) -> tuple[int, int, str, int]:
+            offset = seg.offsets[k]
+            return seg.base + seg.lines[k], offset, request_at(offset)[0], seg.lengths[k]
+
+        first = last = (0, 0, "", 0)
+        total = largest = 0
+        largest_at: tuple[Segment, int] | None = None
+        for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
+                                 stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers):
+            lengths = seg.lengths
+            if not lengths:
+                continue
+            for k, closed_count, closed_size in packer.add_many(lengths):
+                if closed_count:
+                    batches.append(_batch_plan(len(batches), closed_count, closed_size, first,
+                                               edge(seg, k - 1) if k else last))
+                first = edge(seg, k)
+            last = edge(seg, len(lengths) - 1)
+            total += sum(lengths)
+            top = max(lengths)
+            if top > largest:
+                largest, largest_at = top, (seg, lengths.index(top))
+        if packer.count:
+            batches.append(_batch_plan(len(batches), packer.count, packer.size, first, last))
+        if largest_at is not None:
+            line, _, cid, n = edge(*largest_at)
+            report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
+    finally:
+        os.close(fd)
+    report.lines = stats.lines
+    report.request_bytes = total
+
+
+def _batch_plan(
+    index: int, count: int, size: int, first: tuple[int, int, str] | tuple[int, int, str, int],
+    last: tuple[int, int, str, int],
 ) -> BatchPlan:
     last_line, last_offset, last_cid, last_len = last
-    first_cid = first_cid if first_cid is not None else cid_at(first_offset) or ""
-    last_cid = last_cid if last_cid is not None else cid_at(last_offset) or ""
     return BatchPlan(
         index=index,
         requests=count,
         bytes=size,
-        first_line=first_line,
+        first_line=first[0],
         last_line=last_line,
-        start_offset=first_offset,
+        start_offset=first[1],
         end_offset=last_offset + last_len if last_offset >= 0 else -1,
-        first_custom_id=first_cid,
+        first_custom_id=first[2],
         last_custom_id=last_cid,
     )
 

@@ -19,14 +19,13 @@ from typing import Any, BinaryIO, NamedTuple, Union
 import orjson
 
 from .errors import InputError
-from .idindex import IdIndex
+from .idindex import HIGH, IdIndex
 
 CUSTOM_ID_PATTERN = "[A-Za-z0-9_-]{1,64}"
 _custom_id_ok = re.compile(CUSTOM_ID_PATTERN).fullmatch  # fullmatch: a trailing "\n" must not pass
 
 _BOM = b"\xef\xbb\xbf"
-_KEYS = {"custom_id": 0, "params": 0}.keys()
-_ALLOWED = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+READ_BUFFER = 1 << 20
 
 
 @dataclass(slots=True)
@@ -129,7 +128,8 @@ def open_source(source: Source) -> tuple[BinaryIO | None, Iterable[Any] | None, 
         if path == "-":
             return sys.stdin.buffer, None, 0
         try:
-            stream = open(path, "rb")  # noqa: SIM115 - closed by the caller's `scan`
+            # A 1 MB buffer: on the default 8 KB, reading lines cost about 0.6 us a line more (measured).
+            stream = open(path, "rb", buffering=READ_BUFFER)  # noqa: SIM115 - closed by the caller's `scan`
         except OSError as exc:
             raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
         try:
@@ -156,16 +156,16 @@ def _line_at(fd: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def custom_id_reader(fd: int) -> Callable[[int], str | None]:
-    def custom_id_at(offset: int) -> str | None:
+def request_reader(fd: int) -> Callable[[int], tuple[str, str]]:
+    """Reads back (custom_id, model) of the valid request at an offset: for the rare line whose fields are needed again."""
+    def request_at(offset: int) -> tuple[str, str]:
         try:
             obj = orjson.loads(_line_at(fd, offset))
-        except (orjson.JSONDecodeError, OSError):
-            return None
-        cid = obj.get("custom_id") if type(obj) is dict else None
-        return cid if type(cid) is str else None
+            return obj["custom_id"], obj["params"]["model"]
+        except (orjson.JSONDecodeError, OSError, KeyError, TypeError):
+            return "", ""  # (the file changed under us: an empty id matches nothing)
 
-    return custom_id_at
+    return request_at
 
 
 def validate(
@@ -185,8 +185,6 @@ def validate(
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
-    keys = _KEYS
-    allowed = _ALLOWED
     update = hasher.update if hasher is not None else None
     line_no = first_line - 1
     for raw in lines:
@@ -210,13 +208,15 @@ def validate(
             continue
         # The common shape, checked with as few operations as possible;
         # anything else goes to check_request, which names the reason.
-        if obj.__class__ is dict and obj.keys() == keys:
-            cid = obj["custom_id"]
-            params = obj["params"]
-            if (
+        if obj.__class__ is dict and len(obj) == 2:
+            cid = obj.get("custom_id")
+            params = obj.get("params")
+            if (  # (two keys, and both of these found: exactly these two)
                 cid.__class__ is str
                 and 0 < len(cid) <= 64
-                and not cid.strip(allowed)
+                # bytes.isalnum is ASCII-only, so this is the custom_id pattern, at half the cost of a regex
+                # or str.strip(chars). (orjson never gives a lone surrogate, so encode() cannot fail.)
+                and cid.encode().replace(b"-", b"a").replace(b"_", b"a").isalnum()
                 and params.__class__ is dict
                 and "stream" not in params
                 and "speed" not in params
@@ -283,10 +283,11 @@ def scan(
         from_file = stream is not None
         lines: Iterable[Any] = stream if stream is not None else _iterable_lines(items or ())
         confirm = _confirmer(stream) if from_file else None
-        index = IdIndex()
-        mask, slot_lines, slot_hashes, slot_offsets, used, limit = (
-            index.mask, index.lines, index.hashes, index.offsets, 0, index.limit,
-        )
+        by_hash = confirm is None  # no file to read an earlier id back from: the full hash is the proof
+        index = IdIndex(confirm=confirm)
+        mask, slots, limit = index.views()
+        record_line, record_proof = index.lines.append, index.proofs.append
+        used = ordinal = 0
         sized = size == 0
         for line_no, start, cid, model, body in validate(
             lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats
@@ -295,23 +296,33 @@ def scan(
                 # Size the index once from the average line so far rather than rehash it as it fills.
                 index.used = used
                 index.reserve(int(size / (start / line_no) * 1.1))
-                mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
+                mask, slots, limit = index.views()
                 sized = True
             h = hash(cid)
-            i = h & mask
-            if slot_lines[i] or used >= limit:
-                first = index.add_slow(h, cid, line_no, start, confirm, used)
-                used = index.used
-                if index.mask != mask:
-                    mask, slot_lines, slot_hashes, slot_offsets, limit = index.views()
-                if first:
-                    reject(Rejection(line_no, cid, duplicate(cid, first)))
+            record_line(line_no)
+            record_proof(h if by_hash else start)
+            ordinal += 1
+            i = h >> 32 & mask
+            top = h & HIGH
+            while slot := slots[i]:  # linear probing, inlined (as in parallel._dedupe)
+                if slot & HIGH == top:
+                    break
+                i = (i + 1) & mask
+            else:
+                if used < limit:  # the common case: a free slot and room
+                    slots[i] = top | ordinal
+                    used += 1
+                    yield line_no, start, cid, model, body
                     continue
-            else:  # the common case, inlined: an empty home slot
-                slot_hashes[i] = h
-                slot_lines[i] = line_no
-                slot_offsets[i] = start
-                used += 1
+            # An equal fingerprint, or a full table: the index settles it exactly (and grows).
+            index.used = used
+            first = index.insert(h, ordinal, cid)
+            used = index.used
+            if index.mask != mask:
+                mask, slots, limit = index.views()
+            if first:
+                reject(Rejection(line_no, cid, duplicate(cid, first)))
+                continue
             yield line_no, start, cid, model, body
     finally:
         if stream is not None and stream is not sys.stdin.buffer:
@@ -327,4 +338,5 @@ def _confirmer(stream: BinaryIO | None) -> Callable[[int], str | None] | None:
         os.lseek(fd, 0, os.SEEK_CUR)
     except (OSError, ValueError, io.UnsupportedOperation):
         return None
-    return custom_id_reader(fd)
+    request_at = request_reader(fd)
+    return lambda offset: request_at(offset)[0]

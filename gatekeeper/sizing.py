@@ -7,8 +7,11 @@ are the bytes we send: there is no second serializer to disagree with.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
 
 BODY_OPEN = b'{"requests":['
 BODY_SEP = b","
@@ -63,7 +66,7 @@ class Packer:
     `add` returns True when the item opens a new batch (the previous one closed).
     """
 
-    __slots__ = ("max_requests", "max_bytes", "count", "size", "batches")
+    __slots__ = ("max_requests", "max_bytes", "count", "size", "batches", "_closed")
 
     def __init__(self, limits: Limits) -> None:
         self.max_requests = limits.max_requests
@@ -71,12 +74,14 @@ class Packer:
         self.count = 0  # items in the open batch
         self.size = ENVELOPE_BYTES  # body bytes of the open batch
         self.batches = 0  # batches opened so far
+        self._closed = (0, 0)  # (count, bytes) of the batch closed last
 
     def fits_alone(self, item_len: int) -> bool:
         return ENVELOPE_BYTES + item_len <= self.max_bytes
 
     def add(self, item_len: int) -> bool:
         if self.count and (self.count >= self.max_requests or self.size + 1 + item_len > self.max_bytes):
+            self._closed = (self.count, self.size)
             self.count = 0
             self.size = ENVELOPE_BYTES
         opened = self.count == 0
@@ -86,4 +91,48 @@ class Packer:
         else:
             self.size += 1 + item_len
         self.count += 1
+        return opened
+
+    def add_many(self, lengths: Sequence[int]) -> list[tuple[int, int, int]]:
+        """`add` for a run of items, in C-speed steps rather than one Python step an item.
+
+        Returns, for each batch that opens in the run, (index of its first item, request count and body
+        bytes of the batch it closed); the first batch ever closes nothing and gives (0, 0, 0).
+        """
+        opened: list[tuple[int, int, int]] = []
+        count, size = self.count, self.size
+        m = len(lengths)
+        if not m:
+            return opened
+        grown = size + sum(lengths) + m - (0 if count else 1)
+        if count + m <= self.max_requests and grown <= self.max_bytes:  # the common case: the run fits whole
+            if not count:
+                opened.append((0, *self._closed))
+                self.batches += 1
+            self.count, self.size = count + m, grown
+            return opened
+        # ends[k] = sum of (length + 1) over the first k items: every item after a batch's first adds its
+        # length and one separator, so items a..b-1 joining a batch add ends[b] - ends[a] bytes.
+        ends = list(accumulate(map(add, lengths, repeat(1)), initial=0))
+        a = 0
+        while a < m:
+            if count:
+                room_items, room_bytes = self.max_requests - count, self.max_bytes - size
+            else:  # an empty batch: its first item adds no separator, so count from one byte less
+                room_items, room_bytes = self.max_requests, self.max_bytes - ENVELOPE_BYTES + 1
+            b = min(m, a + room_items, bisect_right(ends, ends[a] + room_bytes, a) - 1)
+            if b > a:
+                if not count:
+                    opened.append((a, *self._closed))
+                    self.batches += 1
+                    size -= 1
+                size += ends[b] - ends[a]
+                count += b - a
+                a = b
+            elif count:  # the next item does not fit: the open batch closes
+                self._closed = (count, size)
+                count, size = 0, ENVELOPE_BYTES
+            else:
+                raise ValueError(f"an item of {lengths[a]} bytes fits in no batch of {self.max_bytes} bytes")
+        self.count, self.size = count, size
         return opened

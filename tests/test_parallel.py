@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 from pathlib import Path
 
 import orjson
@@ -54,3 +56,29 @@ def test_piece_bounds_start_at_line_starts(tmp_path: Path) -> None:
     assert bounds[0][0] == 0 and bounds[-1][1] == len(data)
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
     assert all(data[s - 1:s] == b"\n" for s, _ in bounds[1:])
+
+
+def _die(*args: object) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_dead_worker_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader process killed mid-file (as SIGBUS would, on a file cut short) is an InputError, not a traceback."""
+    from gatekeeper.errors import InputError
+
+    monkeypatch.setattr(gatekeeper.parallel, "PIECE_BYTES", 8192)
+    monkeypatch.setattr(gatekeeper.parallel, "scan_piece", _die)
+    path = _messy_file(tmp_path / "in.jsonl", 500, 7)
+    with pytest.raises(InputError, match="reader process died"):
+        plan(path, workers=2)
+
+
+def test_duplicates_name_their_first_line_across_many_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Line numbers of first sightings are kept relative to each piece: they come back right far into the file."""
+    monkeypatch.setattr(gatekeeper.parallel, "PIECE_BYTES", 4096)
+    lines = [orjson.dumps(req(f"r{i}")) for i in range(4000)] + [orjson.dumps(req("r3999")), orjson.dumps(req("r17"))]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    errors = plan(path, workers=2).errors
+    assert [(e.line, e.custom_id) for e in errors] == [(4001, "r3999"), (4002, "r17")]
+    assert "first on line 4000" in errors[0].reason and "first on line 18" in errors[1].reason

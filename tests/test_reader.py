@@ -138,14 +138,36 @@ def test_id_index_finds_duplicates_through_collisions() -> None:
     assert len(index) == 5000
 
 
-def test_id_index_confirms_equal_hashes_exactly() -> None:
-    """Equal 64-bit hashes count as a duplicate only when the earlier line really holds the same id."""
+def test_id_index_confirms_equal_fingerprints_exactly() -> None:
+    """An equal fingerprint counts as a duplicate only when the earlier line really holds the same id."""
+    held = {100: "x", 200: "y", 300: "x"}  # offset -> the custom_id on that line
+    index = IdIndex(confirm=held.get)
+    h = hash("x")
+    assert index.insert(h, index.record(1, 100), "x") == 0
+    # Same hash, different id (a forged collision): the earlier line is read back and holds "x", not "y".
+    assert index.insert(h, index.record(2, 200), "y") == 0
+    # No custom_id given: the index reads the candidate's own back from its offset.
+    assert index.insert(h, index.record(3, 300)) == 1
+    assert len(index) == 2
+
+
+def test_id_index_without_a_file_compares_full_hashes() -> None:
+    """With no file to read back from, the full 64-bit hash is the proof: equal top bits alone are not a duplicate."""
     index = IdIndex()
     h = hash("x")
-    assert index.insert_slow(h, "x", 1, 100, None) == 0
-    # Same hash, different id (as a forged collision): confirm() says the earlier line held "x".
-    assert index.insert_slow(h, "y", 2, 200, lambda off: "x") == 0
-    assert index.insert_slow(h, "x", 3, 300, lambda off: "x" if off == 100 else "y") == 1
+    forged = (h & ~0xFFFFFFFF) | ((h + 1) & 0xFFFFFFFF)  # same fingerprint (top 32 bits), other low bits
+    assert index.insert(h, index.record(1, h)) == 0
+    assert index.insert(forged, index.record(2, forged)) == 0
+    assert index.insert(h, index.record(3, h)) == 1
+
+
+def test_id_index_keeps_every_id_through_growth() -> None:
+    """Growing rehashes from the fingerprints alone; every id is still found afterwards, with its first line."""
+    index = IdIndex()
+    for i in range(10_000):
+        assert index.add(f"k{i}", i + 1) == 0
+    assert index.mask + 1 > 10_000  # it grew
+    assert [index.add(f"k{i}", 20_000 + i) for i in (0, 4321, 9999)] == [1, 4322, 10_000]
 
 
 def test_large_file_duplicate_detected(tmp_path: Path) -> None:

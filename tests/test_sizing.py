@@ -70,3 +70,34 @@ def test_limits_refuse_values_over_the_api() -> None:
         Limits(max_requests=100_001)
     with pytest.raises(ValueError, match="max_bytes"):
         Limits(max_bytes=256_000_001)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(1, 60), max_size=80),
+    st.lists(st.integers(0, 30), max_size=10),
+    st.integers(1, 9),
+    st.integers(ENVELOPE_BYTES + 60, 400),
+)
+def test_add_many_packs_exactly_like_add(lengths: list[int], cuts: list[int], max_requests: int, max_bytes: int) -> None:
+    """The run-at-a-time packer (the parallel plan's) opens and closes the same batches as one `add` an item."""
+    limits = Limits(max_requests=max_requests, max_bytes=max_bytes)
+    one, many = Packer(limits), Packer(limits)
+    expected = []  # (global index of a batch's first item, count and bytes of the batch it closed)
+    for k, n in enumerate(lengths):
+        before = (one.count, one.size)
+        if one.add(n):
+            expected.append((k, *(before if k else (0, 0))))
+    got = []
+    bounds = sorted({min(c, len(lengths)) for c in cuts} | {0, len(lengths)})
+    for a, b in zip(bounds, bounds[1:]):  # the same items, in runs of random lengths
+        got += [(a + k, count, size) for k, count, size in many.add_many(lengths[a:b])]
+    assert got == expected
+    assert (many.count, many.size, many.batches) == (one.count, one.size, one.batches)
+
+
+def test_add_many_refuses_an_item_no_batch_holds() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="fits in no batch"):
+        Packer(Limits(max_bytes=ENVELOPE_BYTES + 5)).add_many([3, 6])
