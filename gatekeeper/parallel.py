@@ -63,7 +63,7 @@ def scan_piece(path: str, start: int, end: int, item_limit: int) -> Piece:
     stats = ScanStats()
     rel_add, off_add, len_add, hash_add, model_of = rel.append, offs.append, lens.append, hashes.append, models.get
     # One Python step a request, each body dropped at once: collecting the rows and transposing them at
-    # C speed measured slower (16 MB of bodies held instead of one, reused).
+    # C speed measured slower (a piece of bodies held instead of one, reused).
     with _range_lines(path, start, end) as lines:
         for line, off, cid, model, body in validate(
             lines, rejections.append, item_limit=item_limit, offset=start, stats=stats

@@ -82,3 +82,14 @@ def test_duplicates_name_their_first_line_across_many_pieces(tmp_path: Path, mon
     errors = plan(path, workers=2).errors
     assert [(e.line, e.custom_id) for e in errors] == [(4001, "r3999"), (4002, "r17")]
     assert "first on line 4000" in errors[0].reason and "first on line 18" in errors[1].reason
+
+
+def test_a_file_that_shrank_under_the_plan_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A piece past the end of the file (it shrank after being cut) is an InputError naming the file."""
+    from gatekeeper.errors import InputError
+
+    path = _messy_file(tmp_path / "in.jsonl", 300, 3)
+    size = path.stat().st_size
+    monkeypatch.setattr(gatekeeper.parallel, "piece_bounds", lambda p, s, n: [(0, size // 2), (size // 2, size + 10_000)])
+    with pytest.raises(InputError, match="changed while being read"):
+        plan(path, workers=2)
