@@ -154,6 +154,7 @@ class Segment:
     lines: array  # 'I', line numbers relative to the piece (first = 1)
     offsets: array  # 'q', byte offsets of the requests
     lengths: array  # 'I', the requests' bytes
+    total: int  # their sum
 
 
 def parallel_scan(
@@ -219,7 +220,7 @@ def parallel_scan(
                 for name, c, b in zip(names, counts, sizes):
                     models[name] = models.get(name, 0) + c
                     model_bytes[name] = model_bytes.get(name, 0) + b
-                yield Segment(base, rel, offs, lens)
+                yield Segment(base, rel, offs, lens, sum(sizes))
                 for rej in sorted([Rejection(base + e.line, e.custom_id, e.reason) for e in rejected] + named,
                                   key=lambda e: e.line):
                     reject(rej)

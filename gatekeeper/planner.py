@@ -200,13 +200,13 @@ def _plan_segments(path: str, report: PlanReport, workers: int) -> None:
             lengths = seg.lengths
             if not lengths:
                 continue
-            for k, closed_count, closed_size in packer.add_many(lengths):
+            for k, closed_count, closed_size in packer.add_many(lengths, seg.total):
                 if closed_count:
                     batches.append(_batch_plan(len(batches), closed_count, closed_size, first,
                                                edge(seg, k - 1) if k else last))
                 first = edge(seg, k)
             last = edge(seg, len(lengths) - 1)
-            total += sum(lengths)
+            total += seg.total
             top = max(lengths)
             if top > largest:
                 largest, largest_at = top, (seg, lengths.index(top))
