@@ -141,8 +141,7 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool) -> None:
     count = 0  # requests in the open batch
     size = ENVELOPE_BYTES  # its body bytes
     total = largest = 0
-    first: tuple[int, int, str] = (0, 0, "")
-    last: tuple[int, int, str, int] = (0, 0, "", 0)
+    first = last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's first and last requests
     for line, offset, cid, model, body in scan(
         source, report.errors.append, item_limit=max_item_bytes(max_bytes), stats=stats, hasher=hasher
     ):
@@ -155,7 +154,7 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool) -> None:
             size += 1 + n
         else:
             size += n
-            first = (line, offset, cid)
+            first = (line, offset, cid, n)
         count += 1
         last = (line, offset, cid, n)
         total += n
@@ -192,7 +191,8 @@ def _plan_segments(path: str, report: PlanReport, workers: int) -> None:
             offset = seg.offsets[k]
             return seg.base + seg.lines[k], offset, request_at(offset)[0], seg.lengths[k]
 
-        first = last = (0, 0, "", 0)
+        first = (0, 0, "", 0)
+        last_at: tuple[Segment, int] | None = None  # where the open batch's last request is: read back only if it closes
         total = largest = 0
         largest_at: tuple[Segment, int] | None = None
         for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
@@ -202,16 +202,17 @@ def _plan_segments(path: str, report: PlanReport, workers: int) -> None:
                 continue
             for k, closed_count, closed_size in packer.add_many(lengths, seg.total):
                 if closed_count:
-                    batches.append(_batch_plan(len(batches), closed_count, closed_size, first,
-                                               edge(seg, k - 1) if k else last))
+                    closing = (seg, k - 1) if k else last_at
+                    assert closing is not None  # a batch closes only after some request joined it
+                    batches.append(_batch_plan(len(batches), closed_count, closed_size, first, edge(*closing)))
                 first = edge(seg, k)
-            last = edge(seg, len(lengths) - 1)
+            last_at = (seg, len(lengths) - 1)
             total += seg.total
             top = max(lengths)
             if top > largest:
                 largest, largest_at = top, (seg, lengths.index(top))
-        if packer.count:
-            batches.append(_batch_plan(len(batches), packer.count, packer.size, first, last))
+        if packer.count and last_at is not None:
+            batches.append(_batch_plan(len(batches), packer.count, packer.size, first, edge(*last_at)))
         if largest_at is not None:
             line, _, cid, n = edge(*largest_at)
             report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
@@ -222,8 +223,7 @@ def _plan_segments(path: str, report: PlanReport, workers: int) -> None:
 
 
 def _batch_plan(
-    index: int, count: int, size: int, first: tuple[int, int, str] | tuple[int, int, str, int],
-    last: tuple[int, int, str, int],
+    index: int, count: int, size: int, first: tuple[int, int, str, int], last: tuple[int, int, str, int]
 ) -> BatchPlan:
     last_line, last_offset, last_cid, last_len = last
     return BatchPlan(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from gatekeeper.testing import Fault
+from gatekeeper.testing import FakeAPI, Fault
 from tests.fakes import WS1, WS2, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create
@@ -22,6 +23,15 @@ def _input(tmp_path: Path, n: int = 60, bad: int = 0) -> tuple[Path, set[str]]:
     for k in range(bad):
         items.insert(5 + k, b'{"custom_id": "broken"')
     return write_jsonl(tmp_path / "in.jsonl", items), {f"q{i:04d}" for i in range(n)}
+
+
+def _rerun_finishes_exactly_once(fake: FakeAPI, path: Path, expected: set[str]) -> subprocess.CompletedProcess[str]:
+    """After an interrupted run: the same command, at full speed, ends with every request done exactly once."""
+    fake.org.config.rate = 4000
+    done = gk(["submit", str(path), *FAST], env_for(fake))
+    assert done.returncode == 0, done.stderr
+    assert_exactly_once(fake, _out(path), expected)
+    return done
 
 
 def _out(path: Path) -> Path:
@@ -84,10 +94,7 @@ def test_sigkill_while_waiting(tmp_path: Path) -> None:
         time.sleep(0.3)
         proc.kill()
         proc.communicate()
-        fake.org.config.rate = 4000
-        done = gk(["submit", str(path), *FAST], env_for(fake))
-        assert done.returncode == 0, done.stderr
-        assert_exactly_once(fake, _out(path), expected)
+        done = _rerun_finishes_exactly_once(fake, path, expected)
         assert any(e["event"] == "resumed" for e in events(done.stderr))
 
 
@@ -174,10 +181,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
         assert "Resume with: gatekeeper submit" in err
-        fake.org.config.rate = 4000
-        done = gk(["submit", str(path), *FAST], env_for(fake))
-        assert done.returncode == 0, done.stderr
-        assert_exactly_once(fake, _out(path), expected)
+        _rerun_finishes_exactly_once(fake, path, expected)
 
 
 def test_second_ctrl_c_exits_at_once_and_is_safe(tmp_path: Path) -> None:
@@ -190,10 +194,7 @@ def test_second_ctrl_c_exits_at_once_and_is_safe(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
         assert proc.returncode == 130
-        fake.org.config.rate = 4000
-        done = gk(["submit", str(path), *FAST], env_for(fake))
-        assert done.returncode == 0, done.stderr
-        assert_exactly_once(fake, _out(path), expected)
+        _rerun_finishes_exactly_once(fake, path, expected)
 
 
 def test_results_while_running_are_whole_lines(tmp_path: Path) -> None:
