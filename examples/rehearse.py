@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gatekeeper.cli import main
+from gatekeeper._cli import main
 from gatekeeper.testing import FakeAPI, FakeConfig, Outcome
 
 here = Path(__file__).resolve().parent

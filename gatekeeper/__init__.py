@@ -1,41 +1,87 @@
-"""gatekeeper: get very large Message Batches jobs through the API without tripping its limits."""
+"""gatekeeper: get very large Message Batches jobs through the API without tripping its limits.
 
-from .errors import (
-    ApiError,
-    CreateOutcomeUnknown,
-    ExitCode,
-    GatekeeperError,
-    QueueFull,
-)
-from .config import ApiConfig, Secret
-from .planner import Batch, BatchPlan, PlanReport, iter_batches, plan
-from .runner import Interrupted, SubmitSettings, Summary
-from .submit import cancel, dry_run, submit, submit_sync
-from .reader import Rejection
-from .sizing import Limits
+Example::
+
+    import gatekeeper
+    report = gatekeeper.plan("requests.jsonl")
+    summary = gatekeeper.submit_sync("requests.jsonl", config=gatekeeper.ApiConfig.from_env(os.environ))
+
+Names are loaded on first use, so `import gatekeeper` (and `gatekeeper --version`)
+costs no more than the names a program touches: `plan` never imports httpx or anyio.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ApiConfig",
-    "ApiError",
-    "Batch",
-    "BatchPlan",
-    "CreateOutcomeUnknown",
-    "ExitCode",
-    "GatekeeperError",
-    "Interrupted",
-    "Limits",
-    "PlanReport",
-    "QueueFull",
-    "Rejection",
-    "Secret",
-    "SubmitSettings",
-    "Summary",
-    "cancel",
-    "dry_run",
-    "iter_batches",
-    "plan",
-    "submit",
-    "submit_sync",
-]
+# public name -> private module that defines it
+_EXPORTS: dict[str, str] = {
+    # plan: reading, validating and sizing
+    "plan": "_planner", "iter_batches": "_planner", "PlanReport": "_planner", "BatchPlan": "_planner", "Batch": "_planner",
+    "Rejection": "_reader", "Request": "_reader", "Limits": "_sizing",
+    # submit and friends
+    "submit": "_submit", "submit_sync": "_submit", "dry_run": "_submit", "cancel": "_submit", "job_summary": "_submit",
+    "SubmitSettings": "_settings", "Summary": "_summary", "ApiConfig": "_config", "Secret": "_config",
+    "RetryPolicy": "_retry", "PriceTable": "_prices", "load_prices": "_prices",
+    "Ledger": "_ledger", "open_ledger": "_ledger", "export": "_results",
+    # errors
+    "GatekeeperError": "_errors", "ExitCode": "_errors", "UsageError": "_errors", "Unreachable": "_errors",
+    "LedgerError": "_errors", "InputError": "_errors", "OutputError": "_errors", "JournalError": "_errors",
+    "Interrupted": "_errors", "TransportError": "_errors", "ApiError": "_errors", "AuthenticationError": "_errors",
+    "NotFoundError": "_errors", "RequestTooLarge": "_errors", "SpendLimitReached": "_errors", "RateLimited": "_errors",
+    "QueueFull": "_errors", "ServerError": "_errors", "BadRequest": "_errors", "CreateOutcomeUnknown": "_errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gatekeeper' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__version__"])
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` loads each on first use
+    from ._config import ApiConfig, Secret
+    from ._errors import (
+        ApiError,
+        AuthenticationError,
+        BadRequest,
+        CreateOutcomeUnknown,
+        ExitCode,
+        GatekeeperError,
+        InputError,
+        Interrupted,
+        JournalError,
+        LedgerError,
+        NotFoundError,
+        OutputError,
+        QueueFull,
+        RateLimited,
+        RequestTooLarge,
+        ServerError,
+        SpendLimitReached,
+        TransportError,
+        Unreachable,
+        UsageError,
+    )
+    from ._ledger import Ledger, open_ledger
+    from ._planner import Batch, BatchPlan, PlanReport, iter_batches, plan
+    from ._prices import PriceTable, load_prices
+    from ._reader import Rejection, Request
+    from ._results import export
+    from ._retry import RetryPolicy
+    from ._settings import SubmitSettings
+    from ._submit import cancel, dry_run, job_summary, submit, submit_sync
+    from ._summary import Summary
+    from ._sizing import Limits

@@ -7,9 +7,9 @@ import time
 import anyio
 import pytest
 
-from gatekeeper.client import ApiClient, open_http
-from gatekeeper.config import ApiConfig, Secret, workspace_keys
-from gatekeeper.errors import (
+from gatekeeper._client import ApiClient, open_http
+from gatekeeper._config import ApiConfig, Secret, workspace_keys
+from gatekeeper._errors import (
     AuthenticationError,
     CreateOutcomeUnknown,
     NotFoundError,
@@ -18,9 +18,9 @@ from gatekeeper.errors import (
     RequestTooLarge,
     SpendLimitReached,
 )
-from gatekeeper.headroom import enqueued_ceiling
-from gatekeeper.retry import RetryPolicy, backoff_delay, next_delay, parse_retry_after, status_is_retryable
-from gatekeeper.sizing import body_chunks
+from gatekeeper._headroom import enqueued_ceiling
+from gatekeeper._retry import RetryPolicy, backoff_delay, next_delay, parse_retry_after, status_is_retryable
+from gatekeeper._sizing import body_chunks
 from gatekeeper.testing import Fault
 from tests.fakes import ADMIN, WS1, running_fake
 
@@ -224,8 +224,8 @@ def test_error_bodies_without_the_envelope() -> None:
     """The edge's bare 413 and an HTML page from a proxy still map to clear errors with the status."""
     import httpx
 
-    from gatekeeper.client import error_from_response
-    from gatekeeper.errors import ServerError
+    from gatekeeper._client import error_from_response
+    from gatekeeper._errors import ServerError
 
     r413 = httpx.Response(413, json={"error": {"type": "request_too_large", "message": "Request exceeds the maximum size"}})
     err = error_from_response(r413, "create")

@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gatekeeper.ledger import LocalLedger, RedisLedger, SqliteLedger, grant, open_ledger
-from gatekeeper.errors import UsageError
+from gatekeeper._ledger import LocalLedger, RedisLedger, SqliteLedger, grant, open_ledger
+from gatekeeper._errors import UsageError
 from tests.fakes import running_fake
 from tests.runs import gk
 from tests.scenarios import three_submitters, write_job

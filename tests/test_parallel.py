@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-import gatekeeper.parallel
+import gatekeeper._parallel
 from gatekeeper import Limits, plan
-from gatekeeper.parallel import piece_bounds
+from gatekeeper._parallel import piece_bounds
 from tests.helpers import req
 
 
@@ -38,7 +38,7 @@ def _messy_file(path: Path, n: int, seed: int) -> Path:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_parallel_report_equals_sequential(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same batches, rejections (in line order), duplicates across pieces, models and largest request."""
-    monkeypatch.setattr(gatekeeper.parallel, "PIECE_BYTES", 8192)  # many small pieces
+    monkeypatch.setattr(gatekeeper._parallel, "PIECE_BYTES", 8192)  # many small pieces
     path = _messy_file(tmp_path / "in.jsonl", 3000, seed)
     limits = Limits(max_requests=170, max_bytes=40_000)
     one = plan(path, limits=limits).to_json()
@@ -64,10 +64,10 @@ def _die(*args: object) -> None:
 
 def test_a_dead_worker_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader process killed mid-file (as SIGBUS would, on a file cut short) is an InputError, not a traceback."""
-    from gatekeeper.errors import InputError
+    from gatekeeper._errors import InputError
 
-    monkeypatch.setattr(gatekeeper.parallel, "PIECE_BYTES", 8192)
-    monkeypatch.setattr(gatekeeper.parallel, "scan_piece", _die)
+    monkeypatch.setattr(gatekeeper._parallel, "PIECE_BYTES", 8192)
+    monkeypatch.setattr(gatekeeper._parallel, "scan_piece", _die)
     path = _messy_file(tmp_path / "in.jsonl", 500, 7)
     with pytest.raises(InputError, match="reader process died"):
         plan(path, workers=2)
@@ -75,7 +75,7 @@ def test_a_dead_worker_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_duplicates_name_their_first_line_across_many_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Line numbers of first sightings are kept relative to each piece: they come back right far into the file."""
-    monkeypatch.setattr(gatekeeper.parallel, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(gatekeeper._parallel, "PIECE_BYTES", 4096)
     lines = [orjson.dumps(req(f"r{i}")) for i in range(4000)] + [orjson.dumps(req("r3999")), orjson.dumps(req("r17"))]
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -86,10 +86,10 @@ def test_duplicates_name_their_first_line_across_many_pieces(tmp_path: Path, mon
 
 def test_a_file_that_shrank_under_the_plan_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A piece past the end of the file (it shrank after being cut) is an InputError naming the file."""
-    from gatekeeper.errors import InputError
+    from gatekeeper._errors import InputError
 
     path = _messy_file(tmp_path / "in.jsonl", 300, 3)
     size = path.stat().st_size
-    monkeypatch.setattr(gatekeeper.parallel, "piece_bounds", lambda p, s, n: [(0, size // 2), (size // 2, size + 10_000)])
+    monkeypatch.setattr(gatekeeper._parallel, "piece_bounds", lambda p, s, n: [(0, size // 2), (size // 2, size + 10_000)])
     with pytest.raises(InputError, match="changed while being read"):
         plan(path, workers=2)

@@ -1,14 +1,29 @@
-"""The public API stays small and explicit."""
+"""The public API stays small, explicit and whole: every type a public function takes is exported."""
 
 from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import subprocess
+import sys
+import typing
+from pathlib import Path
 
 import gatekeeper
 import gatekeeper.testing
 
 EXPECTED = {
-    "ApiConfig", "ApiError", "Batch", "BatchPlan", "CreateOutcomeUnknown", "ExitCode", "GatekeeperError", "Interrupted",
-    "Limits", "PlanReport", "QueueFull", "Rejection", "Secret", "SubmitSettings", "Summary", "cancel", "dry_run",
-    "iter_batches", "plan", "submit", "submit_sync",
+    # planning
+    "plan", "iter_batches", "PlanReport", "BatchPlan", "Batch", "Rejection", "Request", "Limits",
+    # submitting
+    "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "SubmitSettings", "Summary", "ApiConfig",
+    "Secret", "RetryPolicy", "PriceTable", "load_prices", "Ledger", "open_ledger",
+    # errors
+    "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
+    "JournalError", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",
+    "RequestTooLarge", "SpendLimitReached", "RateLimited", "QueueFull", "ServerError", "BadRequest",
+    "CreateOutcomeUnknown",
 }
 
 
@@ -19,12 +34,64 @@ def test_all_is_pinned_and_resolves() -> None:
     assert set(gatekeeper.testing.__all__) == {"FakeAPI", "FakeConfig", "Fault", "Outcome", "Records"}
 
 
-def test_one_exception_hierarchy() -> None:
-    """Every error the package raises on purpose derives from GatekeeperError."""
-    import inspect
+def test_implementation_modules_are_private() -> None:
+    """Every module but the package itself and `testing` starts with an underscore."""
+    names = [m.name for m in pkgutil.iter_modules(gatekeeper.__path__)]
+    assert names and all(n.startswith("_") or n == "testing" for n in names), names
 
-    from gatekeeper import errors
 
-    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, Exception)]
-    assert all(issubclass(c, gatekeeper.GatekeeperError) for c in classes)
-    assert issubclass(gatekeeper.Interrupted, gatekeeper.GatekeeperError)
+def _classes_in(hint: object) -> typing.Iterator[type]:
+    if isinstance(hint, type):
+        yield hint
+    for arg in typing.get_args(hint):
+        yield from _classes_in(arg)
+
+
+def test_every_type_a_public_function_takes_or_returns_is_exported() -> None:
+    """A user can name (and import from `gatekeeper`) every gatekeeper type in a public signature."""
+    missing = set()
+    for name in gatekeeper.__all__:
+        obj = getattr(gatekeeper, name)
+        targets = [obj] if inspect.isfunction(obj) else []
+        if inspect.isclass(obj) and "__init__" in vars(obj):
+            targets.append(obj.__init__)
+        for fn in targets:
+            module = sys.modules[fn.__module__]
+            for hint in typing.get_type_hints(fn, vars(module)).values():
+                for cls in _classes_in(hint):
+                    if cls.__module__.startswith("gatekeeper.") and cls.__name__ not in EXPECTED:
+                        missing.add(f"{name}: {cls.__module__}.{cls.__name__}")
+    assert not missing
+
+
+def test_one_exception_hierarchy_in_one_module() -> None:
+    """Every public exception class in the package is defined in _errors and derives from GatekeeperError."""
+    import gatekeeper._errors as errors
+
+    found = []
+    for info in pkgutil.walk_packages(gatekeeper.__path__, "gatekeeper."):
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__ == info.name and not cls.__name__.startswith("_"):
+                found.append(cls)
+    assert found and all(c.__module__ == errors.__name__ for c in found), [c for c in found if c.__module__ != errors.__name__]
+    assert all(issubclass(c, gatekeeper.GatekeeperError) for c in found)
+
+
+def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """--version, --help and plan load neither httpx nor anyio (the CLI starts as fast as Python)."""
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"custom_id": "a", "params": {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}}\n')
+    probe = (
+        "import sys, contextlib, io\n"
+        "from gatekeeper._cli import main\n"
+        "for argv in (['--version'], ['--help'], ['plan', sys.argv[1]]):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try:\n"
+        "            main(argv)\n"
+        "        except SystemExit:\n"
+        "            pass\n"
+        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper._loop') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(data)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from gatekeeper import Limits, plan
-from gatekeeper.idindex import IdIndex
-from gatekeeper.reader import Rejection, scan
+from gatekeeper._idindex import IdIndex
+from gatekeeper._reader import Rejection, scan
 from tests.helpers import req, write_jsonl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -10,10 +10,10 @@ import orjson
 import pytest
 
 from gatekeeper import ApiConfig, SubmitSettings, submit_sync
-from gatekeeper.config import Secret
-from gatekeeper.journal import Journal
+from gatekeeper._config import Secret
+from gatekeeper._journal import Journal
 from gatekeeper.testing import Outcome
-from gatekeeper.verdicts import classify
+from gatekeeper._settle import classify
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import events, gk, output_ids
@@ -173,7 +173,7 @@ def test_journal_migrates_a_blank_database(tmp_path: Path) -> None:
 
 def test_library_resume_with_other_requests_is_refused(tmp_path: Path) -> None:
     """Resuming an iterable job with different requests is refused; with the same ones it resumes."""
-    from gatekeeper.errors import JournalError
+    from gatekeeper._errors import JournalError
 
     with running_fake(ceiling=1000, rate=5000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
@@ -190,7 +190,7 @@ def test_cancelled_mid_create_is_reconciled_not_resent(tmp_path: Path) -> None:
     import anyio
 
     from gatekeeper import submit
-    from gatekeeper.journal import BatchState, Journal
+    from gatekeeper._journal import BatchState, Journal
     from gatekeeper.testing import Fault
 
     path = write_jsonl(tmp_path / "j.jsonl", [req(f"c{i}") for i in range(10)])

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gatekeeper import Limits, iter_batches, plan
-from gatekeeper.sizing import ENVELOPE_BYTES, Packer, body_chunks, body_size
+from gatekeeper._sizing import ENVELOPE_BYTES, Packer, body_chunks, body_size
 
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=300)
 items = st.lists(st.tuples(st.integers(0, 40), texts, st.booleans()), min_size=0, max_size=60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gatekeeper.cli import main
+from gatekeeper._cli import main
 from tests.fakes import WS1, WS2, env_for, running_fake
 
 
@@ -138,5 +138,5 @@ def test_refused_admin_key_is_config_error(seeded, monkeypatch, capsys) -> None:
         monkeypatch.setenv(k, v)
     code = main(["status"])
     captured = capsys.readouterr()
-    assert code == 2 and "ANTHROPIC_ADMIN_KEY was refused" in captured.err
+    assert code == 2 and "admin key was refused" in captured.err and "(ANTHROPIC_ADMIN_KEY)" in captured.err
     assert "not-an-admin-key-31" not in captured.err + captured.out

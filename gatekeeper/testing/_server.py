@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
+from .._errors import UsageError
 from ._model import FakeBatch, FakeConfig, Organization, Outcome, new_id
 
 _CID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -485,6 +486,15 @@ class _Server(ThreadingHTTPServer):
         self.results_only = results_only
 
 
+def _listen(host: str, port: int, fake: FakeAPI, results_only: bool = False) -> _Server:
+    """A bound server; the socket's errors (a port in use, out of range, no such address) as one `UsageError`."""
+    try:
+        return _Server((host, port), fake, results_only)
+    except (OSError, OverflowError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UsageError(f"the fake API cannot listen on {host}:{port}: {reason}", setting="port") from exc
+
+
 class FakeAPI:
     """A fake Message Batches + rate-limits API on loopback. Use as a context manager::
 
@@ -501,10 +511,10 @@ class FakeAPI:
         self.faults = _Faults()
         self.id_rng = random.Random(self.config.seed + 1)
         self.cut_results_after: int | None = None  # drop the next results stream after this many lines
-        self._server = _Server((host, port), self)
+        self._server = _listen(host, port, self)
         self._other: _Server | None = None
         if self.config.results_on_other_origin:
-            self._other = _Server((host, 0), self, results_only=True)
+            self._other = _listen(host, 0, self, results_only=True)
         self._threads: list[threading.Thread] = []
 
     @property

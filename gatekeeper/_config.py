@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from .errors import UsageError
+from ._errors import UsageError
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -73,7 +73,7 @@ class ApiConfig:
     def __post_init__(self) -> None:
         scheme, host, _ = origin(self.base_url)
         if scheme not in ("http", "https") or not host:
-            raise UsageError(f"ANTHROPIC_BASE_URL must be an http(s) URL, got {self.base_url!r}")
+            raise UsageError(f"the base URL must be an http(s) URL, got {self.base_url!r}", setting="base_url")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ApiConfig:
@@ -86,7 +86,4 @@ class ApiConfig:
 
     def require_workspace_key(self) -> None:
         if not self.workspace_keys:
-            raise UsageError(
-                "set ANTHROPIC_API_KEY to a workspace API key (and ANTHROPIC_EXTRA_WORKSPACE_KEYS, comma-separated, "
-                "to cover more workspaces of the organization)"
-            )
+            raise UsageError("no workspace key: ApiConfig.workspace_keys is empty")

@@ -9,6 +9,7 @@ naming its 1-based line number.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import sys
@@ -18,8 +19,8 @@ from typing import Any, BinaryIO, NamedTuple, Union
 
 import orjson
 
-from .errors import InputError
-from .idindex import HIGH, IdIndex
+from ._errors import InputError
+from ._idindex import HIGH, IdIndex
 
 CUSTOM_ID_PATTERN = "[A-Za-z0-9_-]{1,64}"
 _custom_id_ok = re.compile(CUSTOM_ID_PATTERN).fullmatch  # fullmatch: a trailing "\n" must not pass
@@ -109,16 +110,39 @@ def _json_reason(raw: bytes, exc: Exception) -> str:
     return f"not valid JSON: {exc}"
 
 
-def _iterable_lines(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[bytes]:
+def encode_items(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[bytes]:
+    """Each request of an iterable as one line of bytes: the one encoding `plan()` and `submit()` share.
+
+    A dict is serialized by orjson; a str is encoded keeping lone surrogates (so the
+    line is rejected as invalid UTF-8, not raised); bytes are taken as given. A line
+    break inside an item would split it in the spooled file: a parsable item is
+    re-serialized without it, an unparsable one has it replaced by a control byte so
+    it stays one rejected line. Anything else is a `TypeError`: a bug in the caller.
+    """
     for item in items:
         if isinstance(item, dict):
-            yield orjson.dumps(item)
+            try:
+                line = orjson.dumps(item)
+            except orjson.JSONEncodeError:
+                # orjson refuses lone surrogates; the stdlib keeps them, so the line is rejected for its bytes.
+                line = json.dumps(item, ensure_ascii=False, default=repr).encode("utf-8", "surrogatepass")
         elif isinstance(item, str):
-            yield item.encode("utf-8", "surrogatepass")
+            line = item.encode("utf-8", "surrogatepass")
         elif isinstance(item, (bytes, bytearray, memoryview)):
-            yield bytes(item)
+            line = bytes(item)
         else:
             raise TypeError(f"requests must be dicts, bytes or str, got {type(item).__name__}")
+        line = line.rstrip(b"\r\n")
+        if b"\n" in line or b"\r" in line:
+            line = _one_line(line)
+        yield line
+
+
+def _one_line(line: bytes) -> bytes:
+    try:
+        return orjson.dumps(orjson.loads(line))
+    except orjson.JSONDecodeError:
+        return line.replace(b"\r", b"\x01").replace(b"\n", b"\x01")
 
 
 def open_source(source: Source) -> tuple[BinaryIO | None, Iterable[Any] | None, int]:
@@ -281,7 +305,7 @@ def scan(
     stream, items, size = open_source(source)
     try:
         from_file = stream is not None
-        lines: Iterable[Any] = stream if stream is not None else _iterable_lines(items or ())
+        lines: Iterable[Any] = stream if stream is not None else encode_items(items or ())
         confirm = _confirmer(stream) if from_file else None
         by_hash = confirm is None  # no file to read an earlier id back from: the full hash is the proof
         index = IdIndex(confirm=confirm)

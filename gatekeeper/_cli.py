@@ -2,36 +2,37 @@
 
 Exit codes mean the same in every command: 0 all good, 1 finished with
 findings, 2 usage or configuration error, 130 interrupted.
+
+Each command imports what it uses when it runs: `--version`, `--help` and
+`plan` never load httpx or anyio, so the command starts as fast as Python does.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shlex
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
-
-import anyio
-import orjson
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import ApiConfig
-from .errors import ExitCode, GatekeeperError, UsageError
-from .ledger import Reservation, open_ledger
-from .headroom import FINDINGS, SCOPE_CAVEAT, Headroom, repair_lines, verdict
-from .parallel import auto_workers
-from .planner import PlanReport, plan
-from .progress import Progress
-from .queue import connect, read_headroom
-from .runner import Interrupted, SubmitSettings, Summary, default_state_dir
-from .prices import load_prices
-from .results import export
-from .submit import cancel, dry_run, job_summary, submit
-from .sizing import API_MAX_BYTES, API_MAX_REQUESTS, Limits
+from ._errors import ExitCode, GatekeeperError, UsageError
+from ._sizing import API_MAX_BYTES, API_MAX_REQUESTS
+
+if TYPE_CHECKING:
+    from ._config import ApiConfig
+    from ._planner import PlanReport
+    from ._settings import SubmitSettings
+    from ._sizing import Limits
+    from ._summary import Summary
+
+
+# Library settings named in errors -> the flag or variable a CLI user sets.
+FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "--only", "ceiling": "--ceiling",
+         "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port",
+         "base_url": "ANTHROPIC_BASE_URL", "admin_key": "ANTHROPIC_ADMIN_KEY",
+         "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS"}
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -49,6 +50,13 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
 
 _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -173,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "Example usage:\n  gatekeeper fake-api --port 8765 --ceiling 300000 --rate 5000 --speed 60\n"
                        "  ANTHROPIC_BASE_URL=http://127.0.0.1:8765 ANTHROPIC_API_KEY=test-key-ws1 gatekeeper status",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--port", type=_non_negative_int, default=0, help="port on 127.0.0.1 (default: any free port)")
+    p.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: any free port)")
     p.add_argument("--ceiling", type=_positive_int, default=300_000, metavar="N", help="enqueued_batch_requests (default 300,000)")
     p.add_argument("--rate", type=_positive_float, default=5_000.0, help="requests processed per simulated second (default 5,000)")
     p.add_argument("--speed", type=_positive_float, default=1.0, help="simulated seconds per real second (default 1)")
@@ -205,6 +213,8 @@ def _state_dir(args: argparse.Namespace) -> Path:
     if args.state:
         return Path(args.state)
     if getattr(args, "input", None) and args.input != "-":
+        from ._settings import default_state_dir
+
         return default_state_dir(args.input)
     raise UsageError("give the run's INPUT or --state DIR")
 
@@ -215,6 +225,8 @@ def _add_ceiling(p: argparse.ArgumentParser) -> None:
 
 
 def _limits(args: argparse.Namespace) -> Limits:
+    from ._sizing import Limits
+
     try:
         return Limits(max_requests=args.max_requests, max_bytes=args.max_bytes)
     except ValueError as exc:
@@ -222,11 +234,17 @@ def _limits(args: argparse.Namespace) -> Limits:
 
 
 def _print_json(obj: Any) -> None:
+    import orjson
+
     sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
     sys.stdout.flush()
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ._parallel import auto_workers
+    from ._planner import plan
+    from ._prices import load_prices
+
     prices = load_prices(args.prices)
     workers = args.workers if args.workers is not None else auto_workers(args.input)
     report = plan(args.input, limits=_limits(args), workers=workers)
@@ -270,8 +288,13 @@ def render_plan(report: PlanReport, name: str) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    config = ApiConfig.from_env(os.environ)
-    config.require_workspace_key()
+    import anyio
+
+    from ._headroom import FINDINGS, SCOPE_CAVEAT, Headroom, repair_lines, verdict
+    from ._ledger import Reservation, open_ledger
+    from ._queue import connect, read_headroom
+
+    config = _api_config()
 
     async def read() -> tuple[Headroom, list[Reservation] | None]:
         async with connect(config) as conn:
@@ -280,6 +303,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             return h, None
         ledger = open_ledger(args.ledger, owner="status")
         try:
+            await ledger.ping()
             return h, await ledger.reservations()
         finally:
             await ledger.close()
@@ -325,6 +349,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _crash_hook(spec: str | None) -> Callable[[str], None]:
     """GATEKEEPER_CRASH_AT=point[:n]: SIGKILL ourselves the n-th time `point` is reached (the crash tests use it)."""
+    import signal
+
     if not spec:
         return lambda name: None
     point, _, nth = spec.partition(":")
@@ -339,7 +365,20 @@ def _crash_hook(spec: str | None) -> Callable[[str], None]:
     return checkpoint
 
 
+def _api_config() -> ApiConfig:
+    """The API's URL and keys, from the environment (the one place the CLI reads them)."""
+    from ._config import ApiConfig
+
+    config = ApiConfig.from_env(os.environ)
+    if not config.workspace_keys:
+        raise UsageError("set ANTHROPIC_API_KEY to a workspace API key (and ANTHROPIC_EXTRA_WORKSPACE_KEYS, "
+                         "comma-separated, to cover more workspaces of the organization)")
+    return config
+
+
 def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
+    from ._settings import SubmitSettings
+
     return SubmitSettings(
         state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
         poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
@@ -349,62 +388,91 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ._prices import load_prices
+    from ._submit import dry_run
+
     if args.input == "-":
         raise UsageError("submit needs a file it can read again on resume, not standard input: save it first")
-    config = ApiConfig.from_env(os.environ)
-    config.require_workspace_key()
+    config = _api_config()
     settings = _submit_settings(args)
-    if args.dry_run:
-        prices = load_prices(args.prices)
-        result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings, prices=prices))
-        if args.json:
-            _print_json(result)
-        else:
-            print(render_plan_brief(result))
-        return ExitCode.OK if result["plan"]["invalid"] == 0 else ExitCode.FINDINGS
+    if not args.dry_run:
+        return _submit_run(args, config, settings)
+    prices = load_prices(args.prices)
+    result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings, prices=prices))
+    if args.json:
+        _print_json(result)
+    else:
+        print(render_plan_brief(result))
+    return ExitCode.OK if result["plan"]["invalid"] == 0 else ExitCode.FINDINGS
+
+
+def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSettings) -> int:
+    """The whole job, with progress on stderr; Ctrl-C stops at the next safe point, twice at once."""
+    import shlex
+
+    import anyio
+
+    from ._errors import Interrupted
+    from ._prices import load_prices
+    from ._progress import Progress
+    from ._submit import submit
+
     progress = Progress(sys.stderr, "json" if args.json or not sys.stderr.isatty() else "tty")
-    checkpoint = _crash_hook(os.environ.get("GATEKEEPER_CRASH_AT"))
-    resume = "gatekeeper " + " ".join(shlex.quote(a) for a in args.argv)
-    outcome: dict[str, Summary] = {}
+    prices = load_prices(args.prices)
 
-    async def run() -> None:
-        stop = anyio.Event()
+    async def run(stop: anyio.Event) -> Summary:
+        return await submit(args.input, config=config, settings=settings, on_event=progress, stop=stop,
+                            checkpoint=_crash_hook(os.environ.get("GATEKEEPER_CRASH_AT")), prices=prices)
 
-        async def watch_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    if stop.is_set():
-                        os._exit(ExitCode.INTERRUPTED)  # second Ctrl-C: at once; the journal is consistent at every instant
-                    stop.set()
-                    progress.close()
-                    print("gatekeeper: stopping at the next safe point (Ctrl-C again to exit at once)", file=sys.stderr)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watch_signals)
-            try:
-                outcome["summary"] = await submit(args.input, config=config, settings=settings, on_event=progress,
-                                                  stop=stop, checkpoint=checkpoint, prices=load_prices(args.prices))
-            except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
-                failure.append(exc)
-            finally:
-                tg.cancel_scope.cancel()
-
-    failure: list[Exception] = []
     try:
-        anyio.run(run)
-        if failure:
-            raise failure[0]
+        summary = anyio.run(_with_signals, run, progress.close)
     except Interrupted:
         progress.close()
+        resume = "gatekeeper " + " ".join(shlex.quote(a) for a in args.argv)
         print(f"gatekeeper: interrupted; batches already created keep processing. Resume with: {resume}", file=sys.stderr)
         return ExitCode.INTERRUPTED
-    progress.close()
-    summary = outcome["summary"]
+    finally:
+        progress.close()
     if args.json:
         _print_json(summary.to_json())
     else:
         print(render_summary(summary))
     return ExitCode.OK if summary.ok else ExitCode.FINDINGS
+
+
+async def _with_signals(body: Callable[[Any], Any], on_stop: Callable[[], None]) -> Any:
+    """Run `body(stop)` with SIGINT/SIGTERM setting `stop`; a second signal exits at once (the journal is
+    consistent at every instant). Errors are re-raised as they are, not wrapped by the task group."""
+    import signal
+
+    import anyio
+
+    stop = anyio.Event()
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+
+    async def watch() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                if stop.is_set():
+                    os._exit(ExitCode.INTERRUPTED)
+                stop.set()
+                on_stop()
+                print("gatekeeper: stopping at the next safe point (Ctrl-C again to exit at once)", file=sys.stderr)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        try:
+            outcome.append(await body(stop))
+        except Exception as exc:
+            failure.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def render_plan_brief(r: dict[str, Any]) -> str:
@@ -444,14 +512,19 @@ def render_summary(s: Summary) -> str:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
+    from ._output import check_writable
+    from ._prices import load_prices
+    from ._results import export
+    from ._submit import job_summary
+
     state = _state_dir(args)
     only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
-    if args.out:
-        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            count = export(state, f, in_order=args.in_order, only=only)
-    elif args.json:
+    if args.json and not args.out:
         raise UsageError("results --json prints the summary: give --out FILE for the lines")
+    if args.out:
+        check_writable(args.out)
+        with open(args.out, "wb") as f:
+            count = export(state, f, in_order=args.in_order, only=only)
     else:
         count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only)
         sys.stdout.flush()
@@ -465,8 +538,11 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    config = ApiConfig.from_env(os.environ)
-    config.require_workspace_key()
+    import anyio
+
+    from ._submit import cancel
+
+    config = _api_config()
     result = anyio.run(lambda: cancel(_state_dir(args), config=config))
     if args.json:
         _print_json(result)
@@ -520,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return ExitCode.USAGE
         return int(COMMANDS[args.command](args))
     except GatekeeperError as exc:
-        print(f"gatekeeper: {exc}", file=sys.stderr)
+        print(f"gatekeeper: {_for_cli(exc)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("gatekeeper: interrupted", file=sys.stderr)
@@ -530,3 +606,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OK
+
+
+def _for_cli(exc: GatekeeperError) -> str:
+    """The library's message, with the flag that sets the setting it names."""
+    flag = FLAGS.get(getattr(exc, "setting", None) or "")
+    text = str(exc).replace("\n", " ")
+    return f"{text} ({flag})" if flag and flag not in text else text

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
-from .client import ApiClient, open_http
-from .config import ApiConfig
-from .errors import ApiError, AuthenticationError, TransportError, UsageError
-from .headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches
-from .retry import RetryPolicy
+from ._client import ApiClient, open_http
+from ._config import ApiConfig
+from ._errors import ApiError, AuthenticationError, TransportError
+from ._headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches, parse_time
+from ._retry import RetryPolicy
 
 # A batch expires 24 h after creation, so one created longer ago than this has
 # ended: listing (newest first) can stop there instead of reading all history.
@@ -42,25 +44,19 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None) -> Asy
         yield Connection(ws, admin)
 
 
-def _parse_time(value: object) -> dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-async def read_live(client: ApiClient, workspace: str, *, now: dt.datetime | None = None) -> list[LiveBatch]:
-    """The live batches one key can see (every page, stopping past the 25-hour horizon)."""
-    now = now or dt.datetime.now(dt.timezone.utc)
-    rows: list[LiveBatch] = []
+async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[str, Any]]:
+    """Every batch one key can see that may still be live: newest first, stopping past the 25-hour horizon."""
+    horizon = now - LIVE_HORIZON.total_seconds()
     async for batch in client.iter_batches(limit=1000):
-        created = _parse_time(batch.get("created_at"))
-        if created is not None and created.tzinfo is not None and now - created > LIVE_HORIZON:
-            break
-        rows.extend(live_batches([batch], workspace))
-    return rows
+        created = parse_time(batch.get("created_at"))
+        if created is not None and created < horizon:
+            return
+        yield batch
+
+
+async def read_live(client: ApiClient, workspace: str, *, now: float | None = None) -> list[LiveBatch]:
+    """The live batches one key can see."""
+    return live_batches([b async for b in recent_batches(client, time.time() if now is None else now)], workspace)
 
 
 async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | None, str | None, str | None]:
@@ -68,11 +64,11 @@ async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | No
     if override is not None:
         return override, "--ceiling", None
     if conn.admin is None:
-        return None, None, "no ANTHROPIC_ADMIN_KEY"
+        return None, None, "no admin key"
     try:
         entries = await conn.admin.rate_limits("batch")
-    except AuthenticationError as exc:
-        raise UsageError(f"ANTHROPIC_ADMIN_KEY was refused by the rate-limits API (HTTP {exc.status}): it must be an Admin key") from None
+    except AuthenticationError:
+        raise  # a refused key is a configuration error, not a missing reading
     except (ApiError, TransportError) as exc:
         return None, None, f"could not read the ceiling: {exc}"
     ceiling = enqueued_ceiling(entries)
@@ -84,10 +80,7 @@ async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | No
 async def read_depth(conn: Connection) -> list[LiveBatch]:
     rows: list[LiveBatch] = []
     for i, client in enumerate(conn.workspaces):
-        try:
-            rows.extend(await read_live(client, f"ws{i + 1}"))
-        except AuthenticationError as exc:
-            raise UsageError(f"{client.label} was refused by the API (HTTP {exc.status} {exc.error_type or 'error'})") from None
+        rows.extend(await read_live(client, f"ws{i + 1}"))
     return rows
 
 

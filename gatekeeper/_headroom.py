@@ -10,6 +10,7 @@ organization-wide: with fewer than all workspaces' keys the depth is a lower bou
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,23 @@ LIVE_STATES = ("in_progress", "canceling")
 PER_BATCH_REQUESTS = 100_000
 PER_BATCH_MB = 256
 FINDINGS = ("queue-exhausted", "queue-near-limit", "queue-limit-unknown")
+
+
+def parse_time(value: Any) -> float | None:
+    """Seconds since the epoch of an API timestamp (any RFC 3339 form); None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def total_requests(batch: dict[str, Any]) -> int:
+    """A batch's size: the sum of its request_counts (constant over its life)."""
+    counts = batch.get("request_counts") or {}
+    return sum(v for v in counts.values() if isinstance(v, int) and not isinstance(v, bool))
 
 
 def enqueued_ceiling(entries: Iterable[Any]) -> int | None:

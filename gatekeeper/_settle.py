@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import orjson
+
 TRANSIENT_ERRORS = frozenset({"api_error", "overloaded_error", "timeout_error", "rate_limit_error"})
+# Every error type a result line can carry that we know of: the API's, and the ones gatekeeper writes itself.
+KNOWN_ERRORS = TRANSIENT_ERRORS | {
+    "invalid_request_error", "authentication_error", "permission_error", "not_found_error", "billing_error",
+    "request_too_large", "conflict_error", "gatekeeper_missing_result", "gatekeeper_results_unavailable",
+}
 
 
 class Verdict(NamedTuple):
@@ -46,6 +53,18 @@ def classify(result: Any, *, user_canceled: bool = False) -> Verdict:
     if kind == "canceled":
         return Verdict(kind, None, not user_canceled)
     return Verdict(kind, None, False)
+
+
+def settle(result: Any, *, attempt: int, max_attempts: int, user_canceled: bool = False) -> Verdict:
+    """The verdict on one result: `retry` only when another try can succeed and attempts are left."""
+    v = classify(result, user_canceled=user_canceled)
+    return v._replace(retry=v.retry and attempt < max_attempts)
+
+
+def errored_line(custom_id: str, error_type: str, message: str) -> bytes:
+    """A final result line gatekeeper writes itself, in the API's errored shape, for a request the API gave none."""
+    return orjson.dumps({"custom_id": custom_id, "result": {"type": "errored", "error": {
+        "type": "error", "error": {"type": error_type, "message": message}, "request_id": None}}})
 
 
 def usage_of(result: dict[str, Any]) -> tuple[str | None, int, int, int, int]:

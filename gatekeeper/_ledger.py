@@ -30,12 +30,13 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
+from collections.abc import Awaitable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import anyio
 
-from .errors import UsageError
+from ._errors import LedgerError
 
 DEFAULT_TTL = 900.0
 
@@ -64,7 +65,17 @@ class Ledger(Protocol):
     async def release_all(self) -> None: ...
     async def heartbeat(self) -> None: ...
     async def reservations(self) -> list[Reservation]: ...
+    async def ping(self) -> None: ...
     async def close(self) -> None: ...
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages (the password never leaves this process in text)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
 
 
 def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int) -> bool:
@@ -101,6 +112,9 @@ class LocalLedger:
     async def reservations(self) -> list[Reservation]:
         return []
 
+    async def ping(self) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 
@@ -114,30 +128,31 @@ class SqliteLedger:
         self.ttl = ttl
         self.margin = margin
         parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
-        db = self._connect()
-        db.execute("CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, "
-                   "requests INTEGER NOT NULL, batch_id TEXT, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))")
-        db.close()
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=60.0)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
+        if not os.path.isdir(parent):
+            # Not created: submitters that mean to share a ledger would each get their own, silently.
+            raise LedgerError(f"ledger sqlite:///{path}: folder {parent} does not exist", setting="ledger")
+        self._tx(lambda db, now: db.execute(
+            "CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER "
+            "NOT NULL, batch_id TEXT, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))"))
 
     def _tx(self, fn: Any) -> Any:
-        db = self._connect()
+        """One atomic step; sqlite3's errors become `LedgerError` here, naming the file."""
         try:
-            db.execute("BEGIN IMMEDIATE")
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=60.0)
             try:
-                result = fn(db, time.time())
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-            return result
-        finally:
-            db.close()
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    result = fn(db, time.time())
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+                return result
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger sqlite:///{self.path}: {exc}", setting="ledger") from exc
 
     async def _run(self, fn: Any) -> Any:
         return await anyio.to_thread.run_sync(self._tx, fn)
@@ -185,6 +200,9 @@ class SqliteLedger:
             return [Reservation(o, b, n, bid, exp - now) for o, b, n, bid, exp in rows]
 
         return list(await self._run(step))
+
+    async def ping(self) -> None:
+        return None  # opening it already proved it usable
 
     async def close(self) -> None:
         return None
@@ -261,8 +279,11 @@ class RedisLedger:
         try:
             import redis.asyncio as aioredis
         except ImportError:
-            raise UsageError("--ledger redis://... needs the redis package: pip install 'gatekeeper[redis]'") from None
-        self.client = aioredis.from_url(url)
+            raise LedgerError("a redis:// ledger needs the redis package: pip install 'gatekeeper[redis]'",
+                              setting="ledger") from None
+        self.url = safe_url(url)
+        # Timeouts: an unreachable host is reported within seconds, not after the OS gives up.
+        self.client = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=15)
         self.owner = owner
         self.ttl = ttl
         self.margin = margin
@@ -276,33 +297,46 @@ class RedisLedger:
     def _field(self, batch: int) -> str:
         return f"{self.owner}|{batch}"
 
+    async def _guard(self, call: Awaitable[Any]) -> Any:
+        """The one place redis errors become ours: `LedgerError`, naming the URL without its password."""
+        from redis.exceptions import RedisError
+
+        try:
+            return await call
+        except RedisError as exc:
+            raise LedgerError(f"ledger {self.url} cannot be reached: {type(exc).__name__}: {exc}",
+                              setting="ledger") from exc
+
+    async def ping(self) -> None:
+        await self._guard(self.client.ping())
+
     async def observe(self, depth: int) -> None:
         return None
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         limit = -1 if ceiling is None else ceiling - self.margin
-        return bool(await self._reserve(keys=[self.key], args=[self.owner, batch, n, limit, seen, self.ttl]))
+        return bool(await self._guard(self._reserve(keys=[self.key], args=[self.owner, batch, n, limit, seen, self.ttl])))
 
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
-        await self._set(keys=[self.key], args=[self._field(batch), n, self.ttl, batch_id or ""])
+        await self._guard(self._set(keys=[self.key], args=[self._field(batch), n, self.ttl, batch_id or ""]))
 
     async def confirm(self, batch: int, batch_id: str) -> None:
-        await self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id])
+        await self._guard(self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id]))
 
     async def release(self, batch: int) -> None:
-        await self.client.hdel(self.key, self._field(batch))
+        await self._guard(self.client.hdel(self.key, self._field(batch)))
 
     async def release_all(self) -> None:
-        fields = [f for f in await self.client.hkeys(self.key)
+        fields = [f for f in await self._guard(self.client.hkeys(self.key))
                   if (f.decode() if isinstance(f, bytes) else f).startswith(self.owner + "|")]
         if fields:
-            await self.client.hdel(self.key, *fields)
+            await self._guard(self.client.hdel(self.key, *fields))
 
     async def heartbeat(self) -> None:
-        await self._heartbeat(keys=[self.key], args=[self.owner, self.ttl])
+        await self._guard(self._heartbeat(keys=[self.key], args=[self.owner, self.ttl]))
 
     async def reservations(self) -> list[Reservation]:
-        now_text, flat = await self._list(keys=[self.key])
+        now_text, flat = await self._guard(self._list(keys=[self.key]))
         now = float(now_text)
         out = []
         for field, value in zip(flat[::2], flat[1::2]):
@@ -329,8 +363,8 @@ def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAU
     if parts.scheme == "sqlite":
         path = url[len("sqlite://"):]
         if not path or path == "/":
-            raise UsageError(f"--ledger {url}: give a file, as sqlite:///path/to/ledger.db")
+            raise LedgerError(f"ledger {url}: give a file, as sqlite:///path/to/ledger.db", setting="ledger")
         return SqliteLedger(path, owner, ttl=ttl, margin=margin)
     if parts.scheme in ("redis", "rediss", "unix"):
         return RedisLedger(url, owner, ttl=ttl, margin=margin)
-    raise UsageError(f"--ledger {url}: expected local, sqlite:///PATH or redis://HOST:PORT/DB")
+    raise LedgerError(f"ledger {safe_url(url)}: expected local, sqlite:///PATH or redis://HOST:PORT/DB", setting="ledger")

@@ -25,9 +25,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from .errors import InputError
-from .idindex import HIGH, IdIndex
-from .reader import Rejection, ScanStats, duplicate, request_reader, validate
+from ._errors import InputError
+from ._idindex import HIGH, IdIndex
+from ._reader import Rejection, ScanStats, duplicate, request_reader, validate
 
 PIECE_BYTES = 8 << 20  # measured: 4 MB pieces cost more per piece; 16 MB was a little faster but holds more memory
 MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it saves

@@ -10,20 +10,24 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 
-from .admission import admit, batch_size_for, room
-from .config import ApiConfig
-from .errors import JournalError, UsageError
-from .inputs import hash_file
-from .journal import BatchState, Journal
-from .ledger import Ledger, new_owner, open_ledger
-from .planner import plan
-from .prices import PriceTable, load_prices
-from .queue import Connection, connect, read_headroom
-from .retry import RetryPolicy
-from .runner import Checkpoint, EventSink, Job, ResultSink, SubmitSettings, Summary, default_state_dir, summarize
-from .sizing import Limits
+from ._admission import admit, batch_size_for, room
+from ._client import ApiClient
+from ._config import ApiConfig
+from ._errors import ApiError, JournalError, LedgerError, UsageError, os_error
+from ._inputs import hash_file
+from ._journal import BatchState, Journal
+from ._ledger import Ledger, new_owner, open_ledger
+from ._loop import Checkpoint, EventSink, Job, ResultSink
+from ._output import check_writable
+from ._planner import plan
+from ._prices import PriceTable, load_prices
+from ._queue import connect, read_headroom
+from ._reader import encode_items
+from ._retry import RetryPolicy
+from ._settings import SubmitSettings, default_state_dir
+from ._sizing import Limits
+from ._summary import Summary, summarize
 
 Source = str | os.PathLike[str] | Iterable[dict[str, Any] | bytes | str]
 
@@ -41,21 +45,19 @@ def _resolve(source: Source, settings: SubmitSettings) -> tuple[str, Path, bool]
 
 
 def _spool(items: Iterable[dict[str, Any] | bytes | str], path: str) -> None:
-    """Write an iterable's requests to the state directory, so the job can be resumed from them."""
+    """Write an iterable's requests to the state directory (the encoding `plan()` uses), so the job can resume."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb", buffering=1 << 20) as f:
-        for item in items:
-            if isinstance(item, dict):
-                f.write(orjson.dumps(item))
-            elif isinstance(item, str):
-                f.write(item.encode())
-            else:
-                f.write(bytes(item).rstrip(b"\r\n"))
-            f.write(b"\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+            for line in encode_items(items):
+                f.write(line)
+                f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise JournalError(os_error(exc, f"cannot spool the requests to {path}")) from exc
 
 
 def _check_respool(items: Iterable[dict[str, Any] | bytes | str], path: str, journal: Journal) -> None:
@@ -68,6 +70,14 @@ def _check_respool(items: Iterable[dict[str, Any] | bytes | str], path: str, jou
                                "use another state_dir to start a new job")
     finally:
         os.unlink(fresh)
+
+
+def _out_path(settings: SubmitSettings, journal: Journal) -> str:
+    """The results file: as given, else as recorded by the job, else STATE_DIR/results.jsonl; checked writable."""
+    if settings.out is not None:
+        return check_writable(os.fspath(settings.out))
+    recorded = journal.get_meta("output")
+    return check_writable(str(recorded or journal.state_dir / "results.jsonl"))
 
 
 @asynccontextmanager
@@ -106,7 +116,10 @@ async def submit(
     """
     settings = settings or SubmitSettings()
     path, state_dir, spooled = _resolve(source, settings)
+    if settings.out is not None:
+        check_writable(os.fspath(settings.out))  # before the state directory exists: a bad path is never journaled
     async with _locked_journal(state_dir) as journal:
+        out_path = _out_path(settings, journal)
         if spooled and not journal.initialized:
             _spool(source, path)  # type: ignore[arg-type]
         elif spooled:
@@ -117,10 +130,12 @@ async def submit(
         failure: list[Exception] = []
         try:
             async with connect(config, retry=retry) as conn, anyio.create_task_group() as tg:
-                job = Job(path, settings, conn, journal, emit=on_event or (lambda e, f: None), stop=stop or anyio.Event(),
-                          checkpoint=checkpoint or (lambda name: None), on_result=on_result, ledger=ledger, prices=prices)
-                tg.start_soon(_heartbeat, ledger)
+                job = Job(path, settings, conn, journal, out_path=out_path, emit=on_event or (lambda e, f: None),
+                          stop=stop or anyio.Event(), checkpoint=checkpoint or (lambda name: None),
+                          on_result=on_result, ledger=ledger, prices=prices)
                 try:
+                    await ledger.ping()  # an unreachable ledger is reported before anything is sent
+                    tg.start_soon(_heartbeat, ledger, on_event or (lambda e, f: None))
                     await job.prepare()
                     outcome.append(await job.run())
                 except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
@@ -134,11 +149,18 @@ async def submit(
         return outcome[0]
 
 
-async def _heartbeat(ledger: Ledger) -> None:
-    """Keep this submitter's reservations alive while it runs; they expire `ttl` after it dies."""
+async def _heartbeat(ledger: Ledger, emit: EventSink) -> None:
+    """Keep this submitter's reservations alive while it runs; they expire `ttl` after it dies.
+
+    A beat that fails is ridden out (the next one may pass, and a third of the TTL is left
+    before anything expires); the loop's own ledger calls stop the run if the outage lasts.
+    """
     while True:
         await anyio.sleep(max(0.05, ledger.ttl / 3))
-        await ledger.heartbeat()
+        try:
+            await ledger.heartbeat()
+        except LedgerError as exc:
+            emit("ledger_unavailable", {"reason": str(exc)})
 
 
 def _owner(journal: Journal) -> str:
@@ -146,8 +168,7 @@ def _owner(journal: Journal) -> str:
     owner = journal.get_meta("ledger_owner")
     if owner is None:
         owner = new_owner()
-        with journal.transaction() as db:
-            journal.set_meta(db, "ledger_owner", owner)
+        journal.set_meta("ledger_owner", owner)
     return str(owner)
 
 
@@ -180,24 +201,40 @@ async def dry_run(
 
 
 async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig) -> dict[str, Any]:
-    """Cancel the run's live batches and record it; a rerun of submit then sends nothing new."""
+    """Cancel the run's live batches; a rerun of submit then sends nothing new and collects what ended.
+
+    The cancel is recorded before any batch is touched, so even a cancel cut short
+    stops every later submit of this job from creating more. A batch that has
+    already ended (400, 404 or 409 on cancel) counts as not running; the others are
+    still canceled.
+    """
     path = Path(state_dir)
     if not (path / Journal.FILE).exists():
-        raise UsageError(f"no gatekeeper journal in {path}")
+        raise UsageError(f"no gatekeeper journal in {path}", setting="state_dir")
     journal = Journal.open(path)
     try:
-        live = journal.batches(BatchState.CREATED)
+        journal.set_meta("user_canceled", True, "user_canceled")
         canceled = []
         async with connect(config) as conn:
-            for row in live:
-                batch = await conn.primary.cancel_batch(str(row.batch_id))
-                canceled.append({"batch": row.idx, "id": row.batch_id, "status": batch.get("processing_status")})
-        with journal.transaction() as db:
-            journal.set_meta(db, "user_canceled", True)
-            journal.event(db, "user_canceled", batches=len(canceled))
+            for row in journal.batches(BatchState.CREATED, BatchState.INTENT):
+                if row.batch_id is None:
+                    continue  # an unknown create: reconciled by the next submit, then canceled batches are collected
+                status = await _cancel_one(conn.primary, row.batch_id)
+                canceled.append({"batch": row.idx, "id": row.batch_id, "status": status})
         return {"canceled": canceled, "not_sent": sum(b.requests for b in journal.batches(BatchState.PLANNED))}
     finally:
         journal.close()
+
+
+async def _cancel_one(api: ApiClient, batch_id: str) -> str:
+    """The batch's status after a cancel; "ended" when the API says it is no longer running."""
+    try:
+        batch = await api.cancel_batch(batch_id)
+    except ApiError as exc:
+        if exc.status in (400, 404, 409):
+            return "ended"
+        raise
+    return str(batch.get("processing_status"))
 
 
 def job_summary(state_dir: str | os.PathLike[str], prices: PriceTable | None = None) -> Summary:
@@ -208,4 +245,4 @@ def job_summary(state_dir: str | os.PathLike[str], prices: PriceTable | None = N
         journal.close()
 
 
-__all__ = ["Connection", "cancel", "dry_run", "job_summary", "submit", "submit_sync"]
+

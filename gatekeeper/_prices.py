@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import UsageError
+from ._errors import UsageError
 
 BATCH_DISCOUNT = 0.5
 CACHE_READ = 0.1

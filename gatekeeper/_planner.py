@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
-from .parallel import Segment, parallel_scan, use_parallel
-from .reader import Rejection, Request, ScanStats, Source, request_reader, scan
-from .sizing import ENVELOPE_BYTES, Limits, Packer, body_chunks, body_size, max_item_bytes
+from ._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
+from ._parallel import Segment, parallel_scan, use_parallel
+from ._reader import Rejection, Request, ScanStats, Source, request_reader, scan
+from ._sizing import ENVELOPE_BYTES, Limits, Packer, body_chunks, body_size, max_item_bytes
 
 
 @dataclass(slots=True)

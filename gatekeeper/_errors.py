@@ -1,9 +1,13 @@
 """Every error gatekeeper raises, under one base class.
 
     GatekeeperError
-    ├── UsageError              bad flag, setting or environment (exit 2)
-    ├── InputError              input file unreadable or changed under us (exit 2)
+    ├── UsageError              bad setting or environment (exit 2)
+    │   ├── Unreachable         the API could not be reached before anything was sent (exit 2)
+    │   └── LedgerError         the shared ledger cannot be opened or reached (exit 2)
+    ├── InputError              input file unreadable, empty, or changed under us (exit 2)
+    ├── OutputError             the results file cannot be written (exit 2)
     ├── JournalError            state directory belongs to another job or is damaged (exit 2)
+    ├── Interrupted             stopped on request; the journal is consistent (exit 130)
     ├── TransportError          no HTTP answer after the retries allowed
     ├── ApiError                the API answered with an error status
     │   ├── AuthenticationError 401/403: the key is wrong or lacks permission
@@ -16,7 +20,14 @@
     │   └── BadRequest          other 4xx
     └── CreateOutcomeUnknown    a create body may have reached the server; reconcile first
 
-The CLI catches GatekeeperError, prints one line and exits with `exit_code`.
+Foreign exceptions are mapped once, where their kind of I/O happens, with the
+cause chained: httpx in `_client`, sqlite3 in `_journal`, redis and sqlite3 of a
+shared ledger in `_ledger`, file OSErrors through `os_error` below, sockets of
+the fake in `testing`. The CLI catches GatekeeperError, prints one line and
+exits with `exit_code`; anything else is a bug and shows its traceback.
+
+Messages name library settings (`out`, `state_dir`); an error raised about one
+carries it in `setting`, which the CLI turns into its flag.
 """
 
 from __future__ import annotations
@@ -38,15 +49,41 @@ class GatekeeperError(Exception):
 
 
 class UsageError(GatekeeperError):
-    """A flag, setting or environment variable is missing or wrong."""
+    """A setting or environment variable is missing or wrong; `setting` names it when there is one."""
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class Unreachable(UsageError):
+    """No answer from the API's URL before anything was sent: the URL or the network is wrong."""
+
+
+class LedgerError(UsageError):
+    """The shared admission ledger cannot be opened or reached."""
 
 
 class InputError(GatekeeperError):
     """The input cannot be read, or changed while a job depends on it."""
 
 
+class OutputError(GatekeeperError):
+    """The results file cannot be created or written."""
+
+    def __init__(self, message: str, *, setting: str | None = "out") -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
 class JournalError(GatekeeperError):
     """The state directory cannot be used for this job."""
+
+
+class Interrupted(GatekeeperError):
+    """The run was stopped on request; the journal is consistent and the run resumable."""
+
+    exit_code = ExitCode.INTERRUPTED
 
 
 class TransportError(GatekeeperError):
@@ -91,7 +128,9 @@ class ApiError(GatekeeperError):
 
 
 class AuthenticationError(ApiError):
-    """401 or 403: the key is missing, invalid, or lacks permission."""
+    """401 or 403: the key is missing, invalid, or lacks permission. `setting` says which key."""
+
+    setting: str | None = None
 
     exit_code = ExitCode.USAGE
 
@@ -132,3 +171,10 @@ class CreateOutcomeUnknown(GatekeeperError):
     """
 
     exit_code = ExitCode.FINDINGS
+
+
+def os_error(exc: OSError, what: str) -> str:
+    """One line for a file error: what we were doing, and the system's reason (never a traceback)."""
+    reason = exc.strerror or type(exc).__name__
+    name = exc.filename if exc.filename is not None else ""
+    return f"{what}: {reason}" + (f": {name}" if name and str(name) not in what else "")

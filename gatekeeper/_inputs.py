@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import InputError
+from ._errors import InputError
 
 _BOM = b"\xef\xbb\xbf"
 

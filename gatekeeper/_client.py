@@ -22,12 +22,13 @@ import anyio
 import httpx
 import orjson
 
-from .config import API_VERSION, Secret, origin
-from .errors import (
+from ._config import API_VERSION, Secret, origin
+from ._errors import (
     ApiError,
     AuthenticationError,
     BadRequest,
     CreateOutcomeUnknown,
+    GatekeeperError,
     NotFoundError,
     QueueFull,
     RateLimited,
@@ -35,8 +36,9 @@ from .errors import (
     ServerError,
     SpendLimitReached,
     TransportError,
+    Unreachable,
 )
-from .retry import RetryPolicy, next_delay, parse_retry_after, status_is_retryable
+from ._retry import RetryPolicy, next_delay, parse_retry_after, status_is_retryable
 
 # Upload of a 256 MB body on a slow link: httpx's write timeout applies per
 # socket write, not to the whole body, so it is not a total deadline. The read
@@ -69,11 +71,25 @@ def _error_fields(response: httpx.Response) -> tuple[str | None, str, dict[str, 
     return None, str(body)[:160], {}
 
 
+def map_transport_error(exc: httpx.TransportError, endpoint: str, url: str, *, reached: bool) -> GatekeeperError:
+    """The one place an httpx transport failure becomes ours (the key is never in `url`: it travels in a header).
+
+    Before the API has answered anything, a connection that cannot be opened is a
+    configuration error (`Unreachable`, naming the URL); after, it is a `TransportError`
+    that the caller rides out. Never a create: `create_batch` decides that case itself.
+    """
+    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if not reached and isinstance(exc, _CONNECT_FAILURES):
+        return Unreachable(f"cannot reach the API at {url}: {reason}")
+    return TransportError(f"{endpoint} ({url}): {reason}", endpoint=endpoint)
+
+
+_CONNECT_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)
 _QUEUE_WORDS = ("queue", "enqueued")
 _SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
 
 
-def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False) -> ApiError:
+def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False, label: str = "key") -> ApiError:
     """Map an error response to the exception hierarchy. Status decides first; text only to split 429/400 kinds."""
     status = response.status_code
     error_type, message, details = _error_fields(response)
@@ -88,7 +104,9 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
     ):
         return SpendLimitReached(message, **kw)
     if status in (401, 403):
-        return AuthenticationError(message, **kw)
+        err = AuthenticationError(f"the {label} was refused ({message or 'no reason given'})", **kw)
+        err.setting = "admin_key" if label == "admin key" else "api_key"
+        return err
     if status == 404:
         return NotFoundError(message, **kw)
     if status == 413:
@@ -132,6 +150,7 @@ class ApiClient:
         self._clock = clock
         self._rand = rand
         self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace
+        self.reached = False  # has the API answered this client at all (any status)?
 
     # -- plumbing ---------------------------------------------------------
 
@@ -171,15 +190,18 @@ class ApiClient:
             try:
                 response = await self._send_once(method, url, params=params)
             except httpx.TransportError as exc:
-                failure: Exception = TransportError(f"{endpoint}: {type(exc).__name__}: {exc or 'no answer'}", endpoint=endpoint)
+                failure: Exception = map_transport_error(exc, endpoint, self.base_url, reached=self.reached)
+                if isinstance(failure, Unreachable) and attempt >= 2:
+                    raise failure from exc
                 overloaded = False
             else:
+                self.reached = True
                 if response.status_code < 300:
                     try:
                         return orjson.loads(response.content)
                     except orjson.JSONDecodeError:
                         raise ApiError("the response was not JSON", endpoint=endpoint, status=response.status_code) from None
-                error = error_from_response(response, endpoint)
+                error = error_from_response(response, endpoint, label=self.label)
                 if not self._retryable(error, response, batch_id):
                     raise error
                 failure = error
@@ -215,15 +237,16 @@ class ApiClient:
             headers["content-length"] = str(size)
         try:
             response = await self.http.post(url, content=body, headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            raise TransportError(f"create: could not connect: {type(exc).__name__}", endpoint="create") from exc
+        except (*_CONNECT_FAILURES, httpx.PoolTimeout) as exc:  # no byte of the body left us
+            raise map_transport_error(exc, "create", self.base_url, reached=self.reached) from exc
         except httpx.TransportError as exc:
             raise CreateOutcomeUnknown(f"create: {type(exc).__name__} after the body was sent: the batch may exist") from exc
+        self.reached = True
         if response.status_code >= 500:
             err = error_from_response(response, "create", creating=True)
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
         if response.status_code >= 300:
-            raise error_from_response(response, "create", creating=True)
+            raise error_from_response(response, "create", creating=True, label=self.label)
         try:
             batch = orjson.loads(response.content)
             batch_id = str(batch["id"])
@@ -309,9 +332,10 @@ class ApiClient:
                     if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
                         url = urljoin(url, response.headers["location"])
                         continue
+                    self.reached = True
                     if response.status_code >= 300:
                         await response.aread()
-                        error = error_from_response(response, "results")
+                        error = error_from_response(response, "results", label=self.label)
                         if self._retryable(error, response, batch_id):
                             raise _RetryableOpen(error, error.retry_after, response.status_code == 529)
                         raise error
@@ -330,9 +354,7 @@ class ApiClient:
                         yield tail
                     return
             except httpx.TransportError as exc:
-                raise _RetryableOpen(
-                    TransportError(f"results: {type(exc).__name__}: {exc or 'no answer'}", endpoint="results"), None, False
-                ) from exc
+                raise _RetryableOpen(map_transport_error(exc, "results", url, reached=True), None, False) from exc
         raise TransportError(f"results: more than {MAX_REDIRECTS} redirects", endpoint="results")
 
     # -- admin ------------------------------------------------------------

@@ -24,6 +24,7 @@ room that came back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 BATCHES_IN_QUEUE = 4
@@ -84,3 +85,37 @@ class CeilingEstimate:
         # A success above the bound proves the bound wrong (the refusal was someone else's load).
         if self.upper is not None and depth + unseen + n > self.upper:
             self.upper = depth + unseen + n
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What one admission round looks at. Plain values: the round is decided by `admit_round` alone."""
+
+    waiting: Sequence[int]  # sizes of the batches not yet created, in order
+    depth: int  # live depth just read over every workspace key
+    unseen: int  # our creates the listing does not show yet (answered, or outcome unknown)
+    bound: int | None  # the ceiling, or the bound learned from refusals; None: unknown
+    margin: int = 0
+    in_flight: int = 0  # our batches created or being created
+    max_in_flight: int | None = None
+    backoff_until: float = 0.0
+    canceled: bool = False  # the user canceled the job: nothing new goes out
+
+
+def admit_round(q: QueueState, now: float) -> int:
+    """How many waiting batches to create now (0 while backing off or after a cancel)."""
+    if q.canceled or now < q.backoff_until or not q.waiting:
+        return 0
+    return admit(list(q.waiting), room(q.bound, q.depth, q.margin, q.unseen),
+                 in_flight=q.in_flight, max_in_flight=q.max_in_flight)
+
+
+def refusal_wait(streak: int, retry_after: float | None, min_wait: float, max_wait: float) -> float:
+    """Seconds to wait after the `streak`-th queue-full refusal in a row: doubling from `min_wait`, at least
+    the server's retry-after, at most `max_wait`. A queue drains over minutes; hammering it only re-uploads."""
+    return min(max(retry_after or 0.0, min_wait * 2 ** max(0, streak - 1)), max_wait)
+
+
+def deferral_wait(retry_after: float | None, min_wait: float, max_wait: float) -> float:
+    """Seconds to wait after a create that a per-minute limit or a failed connection put off."""
+    return min(retry_after or min_wait, max_wait)

@@ -1,0 +1,462 @@
+"""The durable journal of a submit run: SQLite (WAL) in the state directory.
+
+Every state change is one transaction, so a crash at any instant leaves the
+journal at a consistent point; the output file's committed length is recorded
+in the same transaction as the results rows, so a resume truncates the output
+back to it and nothing is written twice.
+
+Batch states (`BatchState`) move:
+
+    planned ──intent recorded──► intent ──create answered──► created ──seen ended──► ended ──results committed──► collected
+       ▲                            │
+       └── definite refusal ────────┘   (an intent with an unknown outcome is reconciled first)
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from ._errors import JournalError, UsageError, os_error
+
+
+class BatchState(str, enum.Enum):
+    PLANNED = "planned"  # cut, not yet sent
+    INTENT = "intent"  # about to be (or being) created; outcome unknown until answered or reconciled
+    CREATED = "created"  # the API gave it an id; processing
+    ENDED = "ended"  # the API says it ended; results not yet committed
+    COLLECTED = "collected"  # its results are in the output and the journal
+
+
+MIGRATIONS: list[tuple[str, str]] = [
+    ("0001_initial", """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE batches (
+            idx INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,              -- 'plan' (a range of input lines) or 'retry' (listed in members)
+            requests INTEGER NOT NULL,
+            bytes INTEGER NOT NULL,
+            first_line INTEGER NOT NULL,
+            last_line INTEGER NOT NULL,
+            start_offset INTEGER NOT NULL,
+            end_offset INTEGER NOT NULL,
+            first_custom_id TEXT NOT NULL,
+            last_custom_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            batch_id TEXT UNIQUE,
+            intent_at REAL,                  -- wall clock when the create was about to be sent
+            created_at TEXT,
+            ended_at TEXT,
+            counts TEXT
+        );
+        CREATE TABLE rejections (line INTEGER PRIMARY KEY, custom_id TEXT, reason TEXT NOT NULL);
+        CREATE TABLE members (              -- the requests of retry batches
+            batch INTEGER NOT NULL, line INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+            custom_id TEXT NOT NULL, attempt INTEGER NOT NULL, PRIMARY KEY (batch, line)
+        );
+        CREATE TABLE pending (              -- requests waiting for another attempt
+            line INTEGER PRIMARY KEY, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+            custom_id TEXT NOT NULL, attempt INTEGER NOT NULL
+        );
+        CREATE TABLE results (              -- the final result of each valid request
+            line INTEGER PRIMARY KEY, custom_id TEXT NOT NULL, type TEXT NOT NULL, error_type TEXT,
+            attempts INTEGER NOT NULL, out_offset INTEGER NOT NULL, out_len INTEGER NOT NULL, model TEXT,
+            input_tokens INTEGER, output_tokens INTEGER, cache_creation_tokens INTEGER, cache_read_tokens INTEGER
+        );
+        CREATE TABLE attempts (             -- earlier, non-final attempts, kept for the record
+            line INTEGER NOT NULL, attempt INTEGER NOT NULL, batch INTEGER NOT NULL, type TEXT NOT NULL,
+            error_type TEXT, raw BLOB NOT NULL, PRIMARY KEY (line, attempt)
+        );
+        CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, batch INTEGER,
+            event TEXT NOT NULL, detail TEXT);
+        CREATE INDEX batches_state ON batches (state);
+    """),
+]
+
+
+@dataclass
+class BatchRow:
+    idx: int
+    kind: str
+    requests: int
+    bytes: int
+    first_line: int
+    last_line: int
+    start_offset: int
+    end_offset: int
+    first_custom_id: str
+    last_custom_id: str
+    state: BatchState
+    batch_id: str | None
+    intent_at: float | None
+    created_at: str | None
+    ended_at: str | None
+    counts: str | None
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+
+
+class Journal:
+    """One job's journal: the only place that speaks SQL. Open with `Journal.open(state_dir)`.
+
+    sqlite3 errors (a full disk, a damaged file, a lock held too long) become
+    `JournalError` here, naming the file; the transaction that failed is rolled back.
+    """
+
+    FILE = "journal.sqlite3"
+
+    def __init__(self, db: sqlite3.Connection, state_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.db = db
+        self.state_dir = state_dir
+        self._clock = clock  # stamps events
+
+    @classmethod
+    def open(cls, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> Journal:
+        path = Path(state_dir)
+        try:
+            _private_dir(path)
+        except OSError as exc:
+            raise JournalError(os_error(exc, f"cannot use state directory {path}")) from exc
+        db_path = path / cls.FILE
+        try:
+            if not db_path.exists():
+                os.close(os.open(db_path, os.O_CREAT | os.O_WRONLY, 0o600))
+            db = sqlite3.connect(db_path, isolation_level=None, timeout=30.0)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a committed state change survives power loss too
+            db.execute("PRAGMA foreign_keys=ON")
+        except OSError as exc:
+            raise JournalError(os_error(exc, f"cannot create the journal {db_path}")) from exc
+        except sqlite3.Error as exc:
+            raise JournalError(f"{db_path} is not a gatekeeper journal: {exc}") from exc
+        journal = cls(db, path, clock=clock)
+        journal._migrate()
+        return journal
+
+    @classmethod
+    def open_readonly(cls, state_dir: str | os.PathLike[str]) -> Journal:
+        """A read-only view, for reading a job that may be running: it never blocks or disturbs the writer."""
+        path = Path(state_dir) / cls.FILE
+        if not path.exists():
+            raise UsageError(f"no gatekeeper journal in {state_dir}", setting="state_dir")
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise JournalError(f"{path} is not a gatekeeper journal: {exc}") from exc
+        return cls(db, Path(state_dir))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _migrate(self) -> None:
+        with self.transaction() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+            done = {r[0] for r in db.execute("SELECT name FROM schema_migrations")}
+            known = {name for name, _ in MIGRATIONS}
+            if done - known:
+                raise JournalError(f"the journal in {self.state_dir} was written by a newer gatekeeper ({sorted(done - known)[-1]})")
+            for name, sql in MIGRATIONS:
+                if name not in done:
+                    for statement in sql.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, self._clock()))
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise JournalError(f"journal {self.state_dir / self.FILE}: {exc}") from exc
+
+    # -- meta ---------------------------------------------------------------
+
+    def get_meta(self, key: str) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else orjson.loads(row[0])
+
+    def _set_meta(self, db: sqlite3.Connection, key: str, value: Any) -> None:
+        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, orjson.dumps(value).decode()))
+
+    @property
+    def initialized(self) -> bool:
+        return self.get_meta("input") is not None
+
+    def _event(self, db: sqlite3.Connection, event: str, batch: int | None = None, **detail: Any) -> None:
+        db.execute("INSERT INTO events (at, batch, event, detail) VALUES (?, ?, ?, ?)",
+                   (self._clock(), batch, event, orjson.dumps(detail).decode() if detail else None))
+
+    # -- batches ------------------------------------------------------------
+
+    @staticmethod
+    def _row(r: Sequence[Any]) -> BatchRow:
+        return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
+                        r[13], r[14], r[15])
+
+    def batches(self, *states: BatchState) -> list[BatchRow]:
+        sql = "SELECT * FROM batches"
+        args: Sequence[str] = ()
+        if states:
+            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            args = [s.value for s in states]
+        return [self._row(r) for r in self.db.execute(sql + " ORDER BY idx", args)]
+
+    def batch(self, idx: int) -> BatchRow:
+        return self._row(self.db.execute("SELECT * FROM batches WHERE idx = ?", (idx,)).fetchone())
+
+    def count(self, *states: BatchState) -> int:
+        marks = ",".join("?" * len(states))
+        return int(self._one(f"SELECT COUNT(*) FROM batches WHERE state IN ({marks})", *(s.value for s in states)))
+
+    def known_batch_ids(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")}
+
+    def rejected_lines(self, first: int, last: int) -> set[int]:
+        return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ?", (first, last))}
+
+    def members(self, idx: int) -> list[tuple[int, int, int, str, int]]:
+        """(line, offset, length, custom_id, attempt) of a retry batch, in line order."""
+        return list(self.db.execute(
+            "SELECT line, offset, length, custom_id, attempt FROM members WHERE batch = ? ORDER BY line", (idx,)))
+
+    # -- state changes, one transaction each ----------------------------------
+
+    def _set_state(self, db: sqlite3.Connection, idx: int, state: BatchState, **fields: Any) -> None:
+        sets = ", ".join(["state = ?"] + [f"{k} = ?" for k in fields])
+        db.execute(f"UPDATE batches SET {sets} WHERE idx = ?", (state.value, *fields.values(), idx))
+        self._event(db, state.value, idx, **{k: v for k, v in fields.items() if k in ("batch_id", "counts")})
+
+    def start_job(self, plan: JobPlan) -> None:
+        """Record a new job: the input's identity, settings, the plan and its rejections, all or nothing."""
+        with self.transaction() as db:
+            for key, value in (("input", plan.input), ("settings", plan.settings), ("report", plan.report),
+                               ("output_committed", 0), ("output", plan.output)):
+                self._set_meta(db, key, value)
+            db.executemany(
+                "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
+                "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
+                plan.batches)
+            db.executemany("INSERT INTO rejections VALUES (?, ?, ?)", plan.rejections)
+            self._event(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches))
+
+    def set_meta(self, key: str, value: Any, event: str | None = None, **detail: Any) -> None:
+        with self.transaction() as db:
+            self._set_meta(db, key, value)
+            if event:
+                self._event(db, event, **detail)
+
+    def mark_intent(self, idx: int, at: float) -> None:
+        """Recorded before a create's first byte is sent: from here on its outcome is unknown until settled."""
+        with self.transaction() as db:
+            self._set_state(db, idx, BatchState.INTENT, intent_at=at)
+
+    def back_to_planned(self, idx: int, event: str | None = None, **detail: Any) -> None:
+        """A create that definitely did not happen (refused, deferred, reconciled absent)."""
+        with self.transaction() as db:
+            self._set_state(db, idx, BatchState.PLANNED, intent_at=None)
+            if event:
+                self._event(db, event, idx, **detail)
+
+    def mark_created(self, idx: int, batch_id: str, created_at: str | None) -> None:
+        with self.transaction() as db:
+            self._set_state(db, idx, BatchState.CREATED, batch_id=batch_id, created_at=created_at)
+
+    def mark_ended(self, idx: int, ended_at: str | None, counts: Any) -> None:
+        with self.transaction() as db:
+            self._set_state(db, idx, BatchState.ENDED, ended_at=ended_at, counts=orjson.dumps(counts).decode())
+
+    @contextmanager
+    def settling(self, idx: int) -> Iterator[Settlement]:
+        """One batch's results, committed together with the output's new length and the batch's COLLECTED state.
+
+        Rows are written as they come inside the one open transaction, so memory does not grow with the batch.
+        """
+        with self.transaction() as db:
+            s = Settlement(db)
+            yield s
+            s.flush()
+            self._set_meta(db, "output_committed", s.committed)
+            self._set_state(db, idx, BatchState.COLLECTED)
+            s.before_commit()
+
+    def pending_count(self) -> int:
+        return int(self._one("SELECT COUNT(*) FROM pending"))
+
+    def plan_retries(self, pack: Callable[[list[PendingRow]], list[list[PendingRow]]], size: Callable[[list[PendingRow]], int]) -> tuple[int, int]:
+        """Turn every request waiting for another attempt into retry batches cut by `pack`; (requests, batches)."""
+        rows = [PendingRow(*r) for r in self.db.execute(
+            "SELECT line, offset, length, custom_id, attempt FROM pending ORDER BY line")]
+        groups = pack(rows)
+        idx = int(self._one("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches"))
+        with self.transaction() as db:
+            for g in groups:
+                first, last = g[0], g[-1]
+                db.execute(
+                    "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
+                    "first_custom_id, last_custom_id, state) VALUES (?, 'retry', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
+                    (idx, len(g), size(g), first.line, last.line, first.offset, last.offset + last.length,
+                     first.custom_id, last.custom_id))
+                db.executemany("INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)", [(idx, *r) for r in g])
+                idx += 1
+            db.execute("DELETE FROM pending")
+            self._event(db, "resubmission_planned", requests=len(rows), batches=len(groups))
+        return len(rows), len(groups)
+
+    def record_refusal(self, idx: int, depth: int, requests: int) -> None:
+        self.back_to_planned(idx, "queue_full", depth=depth, requests=requests)
+
+    # -- output and reporting --------------------------------------------------
+
+    def committed_output(self) -> int:
+        return int(self.get_meta("output_committed") or 0)
+
+    def admitted_requests(self) -> int:
+        return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches "
+                             "WHERE kind = 'plan' AND state NOT IN ('planned', 'intent')"))
+
+    def final_count(self) -> int:
+        return int(self._one("SELECT COUNT(*) FROM results"))
+
+    def totals(self) -> Totals:
+        """Every figure a summary needs, read in one snapshot."""
+        db = self.db
+        types = dict(db.execute("SELECT type, COUNT(*) FROM results GROUP BY type").fetchall())
+        errors = {k or "unknown": v for k, v in db.execute(
+            "SELECT error_type, COUNT(*) FROM results WHERE type = 'errored' GROUP BY error_type")}
+        usage = db.execute("SELECT COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), "
+                           "COALESCE(SUM(cache_creation_tokens),0), COALESCE(SUM(cache_read_tokens),0) FROM results").fetchone()
+        by_model = [tuple(r) for r in db.execute(
+            "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens) "
+            "FROM results WHERE type = 'succeeded' GROUP BY model")]
+        return Totals(
+            types=types, errors=errors, usage=tuple(usage), usage_by_model=by_model,
+            batches=int(self._one("SELECT COUNT(*) FROM batches WHERE batch_id IS NOT NULL")),
+            resubmitted=int(self._one("SELECT COUNT(DISTINCT line) FROM attempts")),
+            succeeded_after_retry=int(self._one("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1")),
+            final=self.final_count(),
+        )
+
+    def result_types(self) -> set[str]:
+        """Result types and error types present in the results (for checking a filter)."""
+        return {r[0] for r in self.db.execute(
+            "SELECT DISTINCT type FROM results UNION SELECT DISTINCT error_type FROM results WHERE error_type IS NOT NULL")}
+
+    def result_spans(self, *, types: Sequence[str], error_types: Sequence[str], in_order: bool) -> Iterator[tuple[int, int]]:
+        """(offset, length) in the output of each final result matching the filter, in input or arrival order."""
+        parts, args = [], []
+        if types:
+            parts.append(f"type IN ({','.join('?' * len(types))})")
+            args += list(types)
+        if error_types:
+            parts.append(f"error_type IN ({','.join('?' * len(error_types))})")
+            args += list(error_types)
+        where = " WHERE " + " OR ".join(parts) if parts else ""
+        order = "line" if in_order else "out_offset"
+        yield from self.db.execute(f"SELECT out_offset, out_len FROM results{where} ORDER BY {order}", args)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads that must agree (the committed length and the rows), in one read transaction."""
+        self.db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.db.execute("ROLLBACK")
+
+    def _one(self, sql: str, *args: Any) -> Any:
+        return self.db.execute(sql, args).fetchone()[0]
+
+
+class PendingRow(NamedTuple):
+    """A request waiting for another attempt: where it is in the input, and which attempt comes next."""
+
+    line: int
+    offset: int
+    length: int
+    custom_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What a new job records before anything is sent."""
+
+    input: dict[str, Any]
+    settings: dict[str, Any]
+    report: dict[str, Any]
+    output: str
+    batches: list[tuple[Any, ...]]  # (idx, requests, bytes, first_line, last_line, start, end, first_cid, last_cid)
+    rejections: list[tuple[int, str | None, str]]
+
+
+@dataclass(frozen=True)
+class Totals:
+    types: dict[str, int]
+    errors: dict[str, int]
+    usage: tuple[int, ...]  # input, output, cache creation, cache read tokens
+    usage_by_model: list[tuple[Any, ...]]
+    batches: int
+    resubmitted: int
+    succeeded_after_retry: int
+    final: int
+
+
+class Settlement:
+    """The rows of one batch's settlement, buffered and flushed inside the journal's open transaction."""
+
+    FLUSH_ROWS = 5000
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        self._finals: list[tuple[Any, ...]] = []
+        self._retries: list[tuple[Any, ...]] = []
+        self._history: list[tuple[Any, ...]] = []
+        self.committed = 0  # the output's length once this settlement is committed (set by the caller)
+        self.finals = self.retries = 0
+        self.before_commit: Callable[[], None] = lambda: None  # a crash-test checkpoint
+
+    def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
+              usage: tuple[str | None, int, int, int, int]) -> None:
+        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage))
+        self._maybe_flush()
+
+    def retry(self, line: int, offset: int, length: int, cid: str, attempt: int, batch: int, kind: str,
+              error_type: str | None, raw: bytes) -> None:
+        """The request goes again as attempt `attempt + 1`; this attempt's line is kept for the record."""
+        self._retries.append((line, offset, length, cid, attempt + 1))
+        self._history.append((line, attempt, batch, kind, error_type, raw))
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if len(self._finals) + len(self._retries) >= self.FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        self._db.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._finals)
+        self._db.executemany("INSERT OR REPLACE INTO pending VALUES (?, ?, ?, ?, ?)", self._retries)
+        self._db.executemany("INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, ?, ?)", self._history)
+        self.finals += len(self._finals)
+        self.retries += len(self._retries)
+        self._finals.clear()
+        self._retries.clear()
+        self._history.clear()

@@ -1,0 +1,499 @@
+"""The submit loop: observe the queue, collect what ended, reconcile, admit what fits, wait.
+
+Every step that changes the world is journaled before it is taken (the intent
+before a create) or in the same transaction as its effect (results rows with
+the output file's committed length), so the loop can be killed anywhere and a
+rerun of the same command continues: nothing lost, nothing submitted twice.
+
+The decisions are pure functions elsewhere (`_admission`, `_reconcile`,
+`_settle`); this module does the I/O around them. Time comes in as `clock`
+(wall seconds) and `sleep`, so grace periods and backoff are tested without waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import anyio
+import orjson
+
+from ._admission import CeilingEstimate, QueueState, admit_round, batch_size_for, deferral_wait, refusal_wait
+from ._client import ApiClient
+from ._errors import (
+    ApiError,
+    CreateOutcomeUnknown,
+    InputError,
+    Interrupted,
+    JournalError,
+    QueueFull,
+    RateLimited,
+    TransportError,
+)
+from ._headroom import LIVE_STATES, live_batches
+from ._inputs import hash_file, iter_range, read_at, stat_identity
+from ._journal import BatchRow, BatchState, JobPlan, Journal, PendingRow, Settlement
+from ._ledger import Ledger, LocalLedger
+from ._output import OutputFile
+from ._planner import PlanReport, plan
+from ._prices import PriceTable
+from ._queue import Connection, read_ceiling, read_live, recent_batches
+from ._reconcile import Action, Decision, candidates_for, decide, match_results
+from ._settings import SubmitSettings
+from ._settle import errored_line, settle, usage_of
+from ._sizing import Limits, Packer, body_chunks, body_size
+from ._summary import Summary, summarize
+
+Checkpoint = Callable[[str], None]
+EventSink = Callable[[str, dict[str, Any]], None]
+ResultSink = Callable[[str, dict[str, Any]], None]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass
+class Snapshot:
+    """One reading of the queue, with what it says about our own batches."""
+
+    depth: int
+    listed: dict[str, dict[str, Any]]  # id -> batch, primary workspace
+    unseen: int  # our live requests the listing does not show
+
+
+class Job:
+    """One submit run over one input and one state directory."""
+
+    def __init__(
+        self,
+        input_path: str,
+        settings: SubmitSettings,
+        conn: Connection,
+        journal: Journal,
+        *,
+        out_path: str,
+        emit: EventSink,
+        stop: anyio.Event,
+        checkpoint: Checkpoint = lambda name: None,
+        on_result: ResultSink | None = None,
+        ledger: Ledger | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Sleep = anyio.sleep,
+        prices: PriceTable | None = None,
+    ) -> None:
+        self.path = input_path
+        self.s = settings
+        self.conn = conn
+        self.api: ApiClient = conn.primary
+        self.journal = journal
+        self.out = OutputFile(out_path)
+        self.emit = emit
+        self.stop = stop
+        self.checkpoint = checkpoint
+        self.on_result = on_result
+        self.ledger = ledger or LocalLedger()
+        self.clock = clock
+        self.sleep = sleep
+        self.prices = prices
+        self.ceiling: int | None = None
+        self.estimate = CeilingEstimate()
+        self.backoff_until = 0.0
+        self.refusal_streak = 0
+        self.refusals = 0
+        self.batch_size = settings.limits.max_requests
+        self.started = clock()
+
+    # -- preparation --------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Read the ceiling; plan the input into the journal, or check it is the same input on resume."""
+        self.ceiling, _, error = await read_ceiling(self.conn, self.s.ceiling)
+        if error and self.ceiling is None:
+            self.emit("ceiling_unknown", {"reason": error, "policy": "learn a bound from queue-full refusals"})
+        if self.journal.initialized:
+            self._resume()
+        else:
+            self._start()
+
+    def _resume(self) -> None:
+        j = self.journal
+        self._check_identity()
+        recorded = j.get_meta("output")
+        if recorded and os.path.abspath(self.out.path) != recorded:
+            raise JournalError(f"this job writes its results to {recorded}; the output cannot change on resume")
+        self.batch_size = int((j.get_meta("settings") or {}).get("batch_size", self.batch_size))
+        self.emit("resumed", {"state_dir": str(j.state_dir), "batches": len(j.batches()),
+                              "collected": j.count(BatchState.COLLECTED)})
+
+    def _start(self) -> None:
+        self.batch_size = batch_size_for(self.ceiling, self.s.margin, self.s.limits.max_requests)
+        size, mtime = stat_identity(self.path)
+        report = plan(self.path, limits=Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes),
+                      hash_content=True)
+        if stat_identity(self.path) != (size, mtime):
+            raise InputError(f"{self.path} changed while it was being read")
+        if report.lines == 0:
+            raise InputError(f"{self.path} is empty: there is nothing to submit")
+        self.journal.start_job(self._job_plan(report, size, mtime))
+        self.emit("planned", {"requests": report.requests, "invalid": report.invalid, "batches": len(report.batches),
+                              "batch_size": self.batch_size, "ceiling": self.ceiling})
+        for err in report.errors[:20]:
+            self.emit("rejected", err.to_json())
+
+    def _job_plan(self, report: PlanReport, size: int, mtime: int) -> JobPlan:
+        return JobPlan(
+            input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
+            settings={"batch_size": self.batch_size, "max_bytes": self.s.limits.max_bytes,
+                      "max_attempts": self.s.max_attempts, "ceiling_at_plan": self.ceiling},
+            report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
+                    "models": report.models},
+            output=os.path.abspath(self.out.path),
+            batches=[(b.index, b.requests, b.bytes, b.first_line, b.last_line, b.start_offset, b.end_offset,
+                      b.first_custom_id, b.last_custom_id) for b in report.batches],
+            rejections=[(e.line, e.custom_id, e.reason) for e in report.errors],
+        )
+
+    def _check_identity(self) -> None:
+        j = self.journal
+        known = j.get_meta("input")
+        size, mtime = stat_identity(self.path)
+        if (size, mtime) == (known["size"], known["mtime_ns"]):
+            return
+        digest = hash_file(self.path) if size == known["size"] else ""
+        if digest != known["sha256"]:
+            raise JournalError(
+                f"state directory {j.state_dir} belongs to {known['path']} as it was when the job started "
+                f"({known['size']:,} bytes, sha256 {known['sha256'][:12]}); {self.path} is different. "
+                "Use another state directory, or restore the input"
+            )
+        j.set_meta("input", {**known, "mtime_ns": mtime, "path": os.path.abspath(self.path)})
+
+    # -- the loop -----------------------------------------------------------
+
+    async def run(self) -> Summary:
+        self.out.truncate_to(self.journal.committed_output())
+        for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
+            await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
+        while True:
+            self._check_stop()
+            snap = await self.observe()
+            await self.collect_ended()
+            await self.reconcile(snap)
+            self.form_retry_batches()
+            if self.done():
+                break
+            await self.admit_round(snap)
+            self.progress(snap)
+            await self._wait(self.s.poll)
+        await self.ledger.release_all()
+        summary = self.summary()
+        self.emit("finished", summary.to_json())
+        return summary
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise Interrupted("interrupted")
+
+    async def _wait(self, seconds: float) -> None:
+        """`sleep(seconds)`, cut short by a stop request."""
+        async with anyio.create_task_group() as tg:
+            async def stopper() -> None:
+                await self.stop.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(stopper)
+            await self.sleep(max(0.0, seconds))
+            tg.cancel_scope.cancel()
+        self._check_stop()
+
+    @property
+    def user_canceled(self) -> bool:
+        return bool(self.journal.get_meta("user_canceled"))
+
+    def done(self) -> bool:
+        j = self.journal
+        if self.user_canceled:  # nothing new goes out; finish what is live
+            return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
+        return not j.count(BatchState.PLANNED, BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) \
+            and not j.pending_count()
+
+    # -- observing ----------------------------------------------------------
+
+    async def observe(self) -> Snapshot:
+        """List the queue over every key; move our batches that ended; count what the listing misses."""
+        listed = {str(b.get("id")): b async for b in recent_batches(self.api, self.clock())}
+        depth = sum(r.processing for r in live_batches(listed.values(), "ws1"))
+        for i, other in enumerate(self.conn.workspaces[1:], start=2):
+            depth += sum(r.processing for r in await read_live(other, f"ws{i}", now=self.clock()))
+        unseen = 0
+        for row in self.journal.batches(BatchState.CREATED):
+            batch = listed.get(row.batch_id or "")
+            if batch is None:
+                batch = await self.api.retrieve_batch(str(row.batch_id))
+                if batch.get("processing_status") in LIVE_STATES:
+                    unseen += row.requests
+            if batch.get("processing_status") == "ended":
+                self.journal.mark_ended(row.idx, batch.get("ended_at"), batch.get("request_counts"))
+                self.emit("ended", {"batch": row.idx, "id": row.batch_id, "counts": batch.get("request_counts")})
+                await self.ledger.release(row.idx)
+        unseen += sum(r.requests for r in self.journal.batches(BatchState.INTENT))
+        await self.ledger.observe(depth)
+        return Snapshot(depth, listed, unseen)
+
+    # -- admission ----------------------------------------------------------
+
+    async def admit_round(self, snap: Snapshot) -> None:
+        waiting = self.journal.batches(BatchState.PLANNED)
+        now = self.clock()
+        q = QueueState(
+            waiting=[b.requests for b in waiting], depth=snap.depth, unseen=snap.unseen,
+            bound=self.ceiling if self.ceiling is not None else self.estimate.bound(now), margin=self.s.margin,
+            in_flight=self.journal.count(BatchState.CREATED, BatchState.INTENT), max_in_flight=self.s.max_in_flight,
+            backoff_until=self.backoff_until, canceled=self.user_canceled,
+        )
+        count = admit_round(q, now)
+        if count == 0 and waiting and now >= self.backoff_until and not q.canceled:
+            self.emit("waiting", {"next": waiting[0].requests, "depth": q.depth, "unseen": q.unseen,
+                                  "ceiling": q.bound, "in_flight": q.in_flight})
+        for row in waiting[:count]:
+            self._check_stop()
+            if not await self.ledger.reserve(row.idx, row.requests, q.bound, snap.depth + snap.unseen):
+                self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
+                return
+            outcome = await self.create(row, snap.depth, snap.unseen)
+            if outcome is None:
+                if self.journal.batch(row.idx).state is BatchState.PLANNED:
+                    await self.ledger.release(row.idx)  # definitely not created
+                return  # an unknown outcome keeps its reservation until reconciled
+            await self.ledger.confirm(row.idx, outcome)
+            snap.unseen += row.requests  # ours now, and not yet in any listing we read
+
+    async def create(self, row: BatchRow, depth: int, unseen: int) -> str | None:
+        """Create one batch; its id, or None when it must wait (refused, or outcome unknown)."""
+        j = self.journal
+        if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
+            self._check_identity()  # raises if the content changed
+        self.checkpoint("before-intent")
+        j.mark_intent(row.idx, self.clock())
+        self.checkpoint("after-intent")
+        try:
+            batch = await self.api.create_batch(self._body(row), size=row.bytes)
+        except QueueFull as exc:
+            self._refused(row, exc, depth, unseen)
+            return None
+        except (RateLimited, TransportError) as exc:
+            self._deferred(row, exc)
+            return None
+        except CreateOutcomeUnknown as exc:
+            self.emit("create_unknown", {"batch": row.idx, "reason": str(exc)})
+            return None  # stays INTENT: reconciled before anything is resent
+        except ApiError:
+            # A definite refusal that waiting cannot fix (400, 413, spend limit, auth): nothing was created,
+            # so the batch goes back to planned and the run stops, resumable once fixed. Anything else
+            # (a cancellation mid-POST, a changed input mid-body) leaves the intent to reconcile.
+            j.back_to_planned(row.idx)
+            raise
+        self.checkpoint("after-create")
+        batch_id = str(batch["id"])
+        j.mark_created(row.idx, batch_id, batch.get("created_at"))
+        self.refusal_streak = 0
+        self.estimate.accepted(depth, unseen, row.requests)
+        self.emit("admitted", {"batch": row.idx, "id": batch_id, "requests": row.requests, "bytes": row.bytes,
+                               "depth": depth + unseen + row.requests, "ceiling": self.ceiling})
+        return batch_id
+
+    def _refused(self, row: BatchRow, exc: QueueFull, depth: int, unseen: int) -> None:
+        self.journal.record_refusal(row.idx, depth, row.requests)
+        self.refusals += 1
+        self.refusal_streak += 1
+        now = self.clock()
+        self.estimate.refused(depth, unseen, row.requests, now)
+        wait = refusal_wait(self.refusal_streak, exc.retry_after, self.s.min_backoff, self.s.max_backoff)
+        self.backoff_until = now + wait
+        self.emit("refused", {"batch": row.idx, "requests": row.requests, "depth": depth, "unseen": unseen,
+                              "retry_after": exc.retry_after, "wait": round(wait, 3),
+                              "learned_bound": self.estimate.upper if self.ceiling is None else None})
+
+    def _deferred(self, row: BatchRow, exc: RateLimited | TransportError) -> None:
+        self.journal.back_to_planned(row.idx)
+        wait = deferral_wait(getattr(exc, "retry_after", None), self.s.min_backoff, self.s.max_backoff)
+        self.backoff_until = self.clock() + wait
+        self.emit("create_deferred", {"batch": row.idx, "reason": str(exc), "wait": wait})
+
+    def _requests_of(self, row: BatchRow) -> Iterator[tuple[int, int, bytes, int]]:
+        """(line, offset, bytes, attempt) of every request in a batch, in order, one at a time."""
+        if row.kind == "plan":
+            skip = self.journal.rejected_lines(row.first_line, row.last_line)
+            for line, off, body in iter_range(self.path, row.start_offset, row.end_offset, row.first_line, skip):
+                yield line, off, body, 1
+            return
+        for line, off, length, _, attempt in self.journal.members(row.idx):
+            yield line, off, read_at(self.path, off, length), attempt
+
+    async def _body(self, row: BatchRow) -> AsyncIterator[bytes]:
+        """The create body, streamed from the input's bytes in 1 MB pieces; its length must be the journaled size."""
+        sent = 0
+        pending: list[bytes] = []
+        size = 0
+        for piece in body_chunks(body for _, _, body, _ in self._requests_of(row)):
+            pending.append(piece)
+            size += len(piece)
+            if size >= 1 << 20:
+                sent += size
+                yield b"".join(pending)
+                pending, size = [], 0
+                await anyio.sleep(0)
+        sent += size
+        if sent != row.bytes:
+            raise InputError(f"{self.path} changed: batch {row.idx} is {sent} bytes now, {row.bytes} when planned")
+        if pending:
+            yield b"".join(pending)
+
+    # -- reconciliation -----------------------------------------------------
+
+    async def reconcile(self, snap: Snapshot) -> None:
+        """Settle every create whose outcome is unknown, before anything is resent."""
+        intents = self.journal.batches(BatchState.INTENT)
+        known = self.journal.known_batch_ids()
+        for row in intents:
+            sent_at = row.intent_at or 0.0
+            candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.s.clock_skew)
+            rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests)
+            d = decide(candidates, rivals=rivals, sent_at=sent_at, now=self.clock(), grace=self.s.reconcile_grace)
+            if d.action is Action.COMPARE:
+                mine = {_custom_id(body) for _, _, body, _ in self._requests_of(row)}
+                found = {str(b.get("id")): {_custom_id(line) async for line in self.api.iter_results(b)}
+                         for b in d.candidates}
+                chosen = match_results(mine, found)
+                d = (Decision(Action.ADOPT, tuple(b for b in d.candidates if str(b.get("id")) == chosen), "results")
+                     if chosen else Decision(Action.ABANDON, reason="no candidate's results match"))
+            await self._apply(row, d, known)
+
+    async def _apply(self, row: BatchRow, d: Decision, known: set[str]) -> None:
+        if d.action is Action.ADOPT:
+            batch = d.candidates[0]
+            batch_id = str(batch.get("id"))
+            self.api.note_created(batch_id)
+            self.journal.mark_created(row.idx, batch_id, batch.get("created_at"))
+            await self.ledger.confirm(row.idx, batch_id)
+            known.add(batch_id)
+            self.emit("reconciled", {"batch": row.idx, "outcome": "created", "id": batch_id, "how": d.reason})
+        elif d.action is Action.ABANDON:
+            self.journal.back_to_planned(row.idx)
+            await self.ledger.release(row.idx)
+            self.emit("reconciled", {"batch": row.idx, "outcome": "not created", "how": d.reason})
+        elif d.candidates:
+            self.emit("reconciling", {"batch": row.idx, "candidates": len(d.candidates), "how": d.reason})
+
+    # -- results ------------------------------------------------------------
+
+    async def collect_ended(self) -> None:
+        for row in self.journal.batches(BatchState.ENDED):
+            self._check_stop()
+            await self.collect(row)
+
+    async def collect(self, row: BatchRow) -> None:
+        """Stream one ended batch's results into the output; commit them with the journal in one transaction."""
+        members = {_custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in self._requests_of(row)}
+        start = self.journal.committed_output()
+        batch = await self.api.retrieve_batch(str(row.batch_id))
+        with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
+            s.before_commit = lambda: self.checkpoint("before-results-commit")
+            pos, seen = start, 0
+            async for raw in self.api.iter_results(batch):
+                seen += 1
+                if seen % 2048 == 0:
+                    self._check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
+                placed = self._settle_line(row, raw, members, s, pos)
+                if placed:
+                    out.write(raw + b"\n")
+                    pos += placed
+                    if pos - start == placed:
+                        self.checkpoint("mid-results")
+            for cid, member in members.items():  # listed in the batch, absent from its results: never dropped
+                self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
+                raw = errored_line(cid, "gatekeeper_missing_result", "the batch's results had no line for this request")
+                pos += self._record_missing(row, cid, member, raw, s, pos, out)
+            s.committed = pos
+        self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": s.finals, "retry": s.retries})
+        if self.on_result is not None:
+            for line in self.out.lines(start, pos):
+                obj = orjson.loads(line)
+                self.on_result(obj["custom_id"], obj["result"])
+
+    def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]],
+                     s: Settlement, pos: int) -> int:
+        """Settle one result line: bytes it adds to the output (0 when it goes to a retry or is not ours)."""
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self.emit("bad_result_line", {"batch": row.idx, "bytes": len(raw)})
+            return 0
+        cid = obj.get("custom_id") if isinstance(obj, dict) else None
+        member = members.pop(cid, None) if isinstance(cid, str) else None
+        if member is None:
+            self.emit("unknown_result", {"batch": row.idx, "custom_id": cid})
+            return 0
+        line, off, length, attempt = member
+        result = obj.get("result")
+        v = settle(result, attempt=attempt, max_attempts=self._max_attempts(), user_canceled=self.user_canceled)
+        if v.retry:
+            s.retry(line, off, length, cid, attempt, row.idx, v.type, v.error_type, raw)
+            return 0
+        usage = usage_of(result) if v.type == "succeeded" else (None, 0, 0, 0, 0)
+        s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage)
+        return len(raw) + 1
+
+    def _record_missing(self, row: BatchRow, cid: str, member: tuple[int, int, int, int], raw: bytes,
+                        s: Settlement, pos: int, out: BinaryIO) -> int:
+        line, off, length, attempt = member
+        if attempt < self._max_attempts():
+            s.retry(line, off, length, cid, attempt, row.idx, "missing", None, raw)
+            return 0
+        out.write(raw + b"\n")
+        s.final(line, cid, "errored", "gatekeeper_missing_result", attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0))
+        return len(raw) + 1
+
+    def _max_attempts(self) -> int:
+        return int((self.journal.get_meta("settings") or {}).get("max_attempts", self.s.max_attempts))
+
+    def form_retry_batches(self) -> None:
+        """Pack requests waiting for another attempt into new batches, once every first attempt has been admitted."""
+        j = self.journal
+        if self.user_canceled or j.count(BatchState.PLANNED) or not j.pending_count():
+            return
+        limits = Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes)
+        requests, batches = j.plan_retries(lambda rows: pack_rows(rows, limits),
+                                           lambda g: body_size(len(g), sum(r.length for r in g)))
+        self.emit("resubmitting", {"requests": requests, "batches": batches})
+
+    # -- reporting ----------------------------------------------------------
+
+    def progress(self, snap: Snapshot) -> None:
+        j = self.journal
+        self.emit("progress", {
+            "total": (j.get_meta("report") or {}).get("requests", 0), "admitted": j.admitted_requests(),
+            "final": j.final_count(), "depth": snap.depth + snap.unseen,
+            "ceiling": self.ceiling if self.ceiling is not None else self.estimate.upper,
+            "in_flight": j.count(BatchState.CREATED, BatchState.INTENT),
+            "elapsed": round(self.clock() - self.started, 1),
+        })
+
+    def summary(self) -> Summary:
+        return summarize(self.journal, self.out.path, refusals=self.refusals, prices=self.prices)
+
+
+def pack_rows(rows: list[PendingRow], limits: Limits) -> list[list[PendingRow]]:
+    """Requests in line order, cut by the one packing rule (`Packer`)."""
+    packer = Packer(limits)
+    groups: list[list[PendingRow]] = []
+    for r in rows:
+        if packer.add(r.length):
+            groups.append([])
+        groups[-1].append(r)
+    return groups
+
+
+def _custom_id(line: bytes) -> str:
+    return str(orjson.loads(line).get("custom_id"))

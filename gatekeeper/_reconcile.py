@@ -1,0 +1,74 @@
+"""Settling a create whose outcome is unknown. Pure: the listing and the clock come in as values.
+
+A create can reach the server and its answer be lost (a reset, a timeout, a
+kill). The API has no idempotency key and no batch label, so the journal's
+intent (size, send time) is matched against the listing: a batch we do not know
+already, of exactly that size, created no earlier than the send time minus the
+clock skew.
+
+- one candidate and no other unknown create of the same size: adopt it;
+- no candidate once `grace` has passed since the send: it was not created;
+- several candidates (or a rival of the same size): wait until they end, then
+  compare their results' custom_ids with ours (`match_results`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._headroom import parse_time, total_requests
+
+
+class Action(str, enum.Enum):
+    ADOPT = "adopt"  # this batch is ours
+    ABANDON = "abandon"  # nothing was created: the batch goes back to planned
+    WAIT = "wait"  # not decidable yet
+    COMPARE = "compare"  # every candidate ended: read their results and compare custom_ids
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    candidates: tuple[dict[str, Any], ...] = field(default=())
+    reason: str = ""
+
+
+def candidates_for(requests: int, sent_at: float, listed: Iterable[dict[str, Any]], known: set[str],
+                   clock_skew: float) -> list[dict[str, Any]]:
+    """Listed batches that could be this create's: unknown to the journal, same size, not older than the send."""
+    return [
+        b for b in listed
+        if str(b.get("id")) not in known and total_requests(b) == requests
+        and (parse_time(b.get("created_at")) or 0.0) >= sent_at - clock_skew
+    ]
+
+
+def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, now: float, grace: float,
+           body_complete: bool = True) -> Decision:
+    """What to do with one unknown create. `rivals`: other unknown creates of the same size.
+
+    `body_complete` False means the journal shows the body never finished: the server
+    cannot have created a batch from it, so there is nothing to wait for.
+    """
+    if not body_complete:
+        return Decision(Action.ABANDON, reason="the body was never sent whole")
+    if len(candidates) == 1 and not rivals:
+        return Decision(Action.ADOPT, (candidates[0],), "one candidate in the listing")
+    if not candidates:
+        if now - sent_at > grace:
+            return Decision(Action.ABANDON, reason="absent from listing")
+        return Decision(Action.WAIT, reason="not listed yet")
+    if any(b.get("processing_status") != "ended" for b in candidates):
+        return Decision(Action.WAIT, tuple(candidates), "waiting for the candidates to end")
+    return Decision(Action.COMPARE, tuple(candidates), "every candidate ended")
+
+
+def match_results(mine: set[str], found: Mapping[str, set[str]]) -> str | None:
+    """The candidate (by id) whose results carry exactly our custom_ids, or None."""
+    for batch_id, ids in found.items():
+        if ids == mine:
+            return batch_id
+    return None

@@ -1,0 +1,63 @@
+"""Re-export a run's final results at any time, also while it runs (what is committed so far).
+
+Reads the journal through a read-only connection, so it never blocks or
+disturbs a running submit; only lines covered by the committed output length
+are read, never a batch that is half written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+from ._errors import OutputError, UsageError, os_error
+from ._journal import Journal
+from ._output import OutputFile
+from ._settle import KNOWN_ERRORS
+
+RESULT_TYPES = ("succeeded", "errored", "expired", "canceled")
+
+
+def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], list[str]]:
+    """(result types, error types) of a filter; `UsageError` for a name that is neither known nor in the results."""
+    names = list(only)
+    unknown = [n for n in names if n not in RESULT_TYPES and n not in KNOWN_ERRORS and n not in present]
+    if unknown:
+        raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_TYPES)}, "
+                         "or an error type such as invalid_request_error", setting="only")
+    return [n for n in names if n in RESULT_TYPES], [n for n in names if n not in RESULT_TYPES]
+
+
+def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool = False, only: Iterable[str] | None = None) -> int:
+    """Write the run's final result lines to `dest`; return how many. Memory stays bounded either way."""
+    journal = Journal.open_readonly(state_dir)
+    try:
+        with journal.snapshot():  # one snapshot: the committed length and the rows agree
+            output = OutputFile(str(journal.get_meta("output") or Path(state_dir) / "results.jsonl"))
+            committed = journal.committed_output()
+            types, errors = check_filter(only or (), journal.result_types())
+            try:
+                return _copy(journal, output, committed, dest, types, errors, in_order)
+            except FileNotFoundError as exc:
+                raise UsageError(f"the run's results file is missing: {exc.filename}") from exc
+            except OSError as exc:
+                raise OutputError(os_error(exc, "cannot copy the results")) from exc
+    finally:
+        journal.close()
+
+
+def _copy(journal: Journal, output: OutputFile, committed: int, dest: BinaryIO, types: list[str],
+          errors: list[str], in_order: bool) -> int:
+    if not types and not errors and not in_order:  # the output file is already the results, in arrival order
+        count = 0
+        for chunk in output.head(committed):
+            dest.write(chunk)
+            count += chunk.count(b"\n")
+        return count
+    count = 0
+    for line in output.spans(journal.result_spans(types=types, error_types=errors, in_order=in_order), committed):
+        dest.write(line)
+        count += 1
+    return count

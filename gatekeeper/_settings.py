@@ -1,0 +1,32 @@
+"""The settings of a submit run, every one with its documented default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._sizing import Limits
+
+
+@dataclass(frozen=True)
+class SubmitSettings:
+    """Settings of one submit run. Every field has a documented default."""
+
+    state_dir: Path | None = None  # default: INPUT.gatekeeper/ beside the input
+    out: Path | None = None  # default: STATE_DIR/results.jsonl
+    ceiling: int | None = None  # the organization's enqueued_batch_requests; default: read with the admin key
+    margin: int = 0  # requests of headroom left for others
+    poll: float = 30.0  # seconds between queue readings
+    max_in_flight: int | None = None  # batches of ours live at once, at most
+    max_attempts: int = 3  # attempts per request, the first included
+    limits: Limits = field(default_factory=Limits)
+    reconcile_grace: float = 180.0  # seconds an unknown create may take to show in the listing
+    clock_skew: float = 300.0  # tolerance between our clock and created_at
+    min_backoff: float = 5.0  # shortest wait after a queue-full refusal
+    max_backoff: float = 600.0
+    ledger: str | None = None  # None/"local", "sqlite:///path", "redis://host:port/db"
+    ledger_ttl: float = 900.0  # seconds a dead submitter's reservations outlive its last heartbeat
+
+
+def default_state_dir(input_path: str) -> Path:
+    return Path(input_path + ".gatekeeper")

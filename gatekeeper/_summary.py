@@ -1,0 +1,73 @@
+"""How a job ended, read from its journal alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._journal import Journal
+from ._prices import PriceTable, load_prices
+
+
+@dataclass
+class Summary:
+    """How the job ended. `to_json` is what `submit --json` prints."""
+
+    requests: int = 0
+    succeeded: int = 0
+    errored: int = 0
+    expired: int = 0
+    canceled: int = 0
+    invalid: int = 0
+    batches: int = 0
+    pending: int = 0  # valid requests without a final result yet (an interrupted run)
+    resubmitted: int = 0
+    succeeded_after_retry: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+    cost_usd: float | None = None
+    refusals: int = 0
+    output: str = ""
+    state_dir: str = ""
+    complete: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and self.invalid == 0 and self.succeeded == self.requests
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests, "succeeded": self.succeeded, "errored": self.errored, "expired": self.expired,
+            "canceled": self.canceled, "invalid": self.invalid, "batches": self.batches, "pending": self.pending,
+            "resubmitted": self.resubmitted, "succeeded_after_retry": self.succeeded_after_retry,
+            "errors": self.errors, "usage": self.usage, "cost_usd": self.cost_usd, "refusals": self.refusals,
+            "complete": self.complete, "output": self.output, "state_dir": self.state_dir,
+        }
+
+
+def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTable | None = None) -> Summary:
+    report = j.get_meta("report") or {}
+    t = j.totals()
+    requests = int(report.get("requests", 0))
+    return Summary(
+        requests=requests,
+        succeeded=t.types.get("succeeded", 0), errored=t.types.get("errored", 0), expired=t.types.get("expired", 0),
+        canceled=t.types.get("canceled", 0), invalid=int(report.get("invalid", 0)), batches=t.batches,
+        errors=t.errors, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
+        refusals=refusals, output=out_path, state_dir=str(j.state_dir),
+        pending=requests - t.final, complete=requests == t.final,
+        usage=dict(zip(("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
+                       t.usage, strict=True)),
+        cost_usd=_cost(t.usage_by_model, prices or load_prices()),
+    )
+
+
+def _cost(by_model: list[tuple[Any, ...]], prices: PriceTable) -> float | None:
+    """Total at batch prices; None when any model that succeeded has no known price (never a wrong number)."""
+    total = 0.0
+    for model, tin, tout, tcc, tcr in by_model:
+        cost = prices.cost(model, tin or 0, tout or 0, tcc or 0, tcr or 0)
+        if cost is None:
+            return None
+        total += cost
+    return round(total, 6)
