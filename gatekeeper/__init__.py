@@ -82,6 +82,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from ._results import export
     from ._retry import RetryPolicy
     from ._settings import SubmitSettings
+    from ._sizing import Limits
     from ._submit import cancel, dry_run, job_summary, submit, submit_sync
     from ._summary import Summary
-    from ._sizing import Limits

@@ -113,7 +113,7 @@ def admit_round(q: QueueState, now: float) -> int:
 def refusal_wait(streak: int, retry_after: float | None, min_wait: float, max_wait: float) -> float:
     """Seconds to wait after the `streak`-th queue-full refusal in a row: doubling from `min_wait`, at least
     the server's retry-after, at most `max_wait`. A queue drains over minutes; hammering it only re-uploads."""
-    return min(max(retry_after or 0.0, min_wait * 2 ** max(0, streak - 1)), max_wait)
+    return float(min(max(retry_after or 0.0, min_wait * 2 ** max(0, streak - 1)), max_wait))
 
 
 def deferral_wait(retry_after: float | None, min_wait: float, max_wait: float) -> float:

@@ -22,6 +22,8 @@ from ._sizing import API_MAX_BYTES, API_MAX_REQUESTS
 
 if TYPE_CHECKING:
     from ._config import ApiConfig
+    from ._headroom import Headroom
+    from ._ledger import Reservation
     from ._planner import PlanReport
     from ._settings import SubmitSettings
     from ._sizing import Limits
@@ -98,7 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gatekeeper", description="Get very large Message Batches jobs through the API without tripping its limits.")
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add in (_plan_parser, _status_parser, _submit_parser, _results_parser, _cancel_parser, _fake_api_parser):
+        add(sub)
+    return parser
 
+
+
+
+def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("plan", help="validate and size a JSONL of batch requests (dry run, nothing sent)",
                        description="Validate every line and cut the input into legal batches. Nothing is sent.\n\n"
                        "Example usage:\n  gatekeeper plan requests.jsonl\n  gatekeeper plan - --json < requests.jsonl",
@@ -110,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes that validate a file in parallel (default: 2 on two or more cores for files over 64 MB; 0: one process)")
     _add_json(p)
 
+
+def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("status", help="queue depth against the organization's ceiling, with a verdict",
                        description="Read the batch queue: the enqueued_batch_requests ceiling (Admin API, or --ceiling) "
                        "and the depth over every workspace key. Read only.\n\nEnvironment: ANTHROPIC_API_KEY, "
@@ -122,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ledger(p)
     _add_json(p)
 
+
+def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("submit", help="run the whole job: admit batches against headroom, collect, resubmit, resume",
                        description="Validate and size INPUT, then create batches only as the queue can take them, "
                        "collect their results into one output file, resubmit what can succeed on another try, until "
@@ -153,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")
     _add_json(p)
 
+
+def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("results", help="re-export a run's final results (also while it runs)",
                        description="Write the final result lines of a submit run: all, filtered, or in input order. "
                        "While the run goes on, this is what is final so far.\n\nExample usage:\n"
@@ -168,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prices(p)
     _add_json(p)
 
+
+def _cancel_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("cancel", help="cancel a run's live batches and record it",
                        description="Cancel the live batches of a submit run; a rerun of submit then sends nothing new and "
                        "collects what ended.\n\nExample usage:\n  gatekeeper cancel big.jsonl\n  gatekeeper cancel --state /data/job.state",
@@ -176,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_state(p)
     _add_json(p)
 
+
+def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("fake-api", help="run the fake Batches API on loopback for offline rehearsal",
                        description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
                        "Example usage:\n  gatekeeper fake-api --port 8765 --ceiling 300000 --rate 5000 --speed 60\n"
@@ -191,7 +210,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--error-model", default=None, metavar="MODEL",
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
     _add_json(p)
-    return parser
 
 
 def _add_ledger(p: argparse.ArgumentParser) -> None:
@@ -290,8 +308,8 @@ def render_plan(report: PlanReport, name: str) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     import anyio
 
-    from ._headroom import FINDINGS, SCOPE_CAVEAT, Headroom, repair_lines, verdict
-    from ._ledger import Reservation, open_ledger
+    from ._headroom import FINDINGS
+    from ._ledger import open_ledger
     from ._queue import connect, read_headroom
 
     config = _api_config()
@@ -309,42 +327,51 @@ def cmd_status(args: argparse.Namespace) -> int:
             await ledger.close()
 
     h, reservations = anyio.run(read)
-    state, detail = verdict(h, args.threshold)
-    measured = (
-        f"enqueued_batch_requests from {'the Rate Limits API' if h.ceiling_source == 'admin-api' else h.ceiling_source or 'nowhere'}; "
-        f"the sum of request_counts.processing over {len(h.batches)} live batch(es) in {h.workspaces} workspace(s)"
-    )
-    repair = repair_lines(state, h)
+    report = status_report(h, reservations, args.threshold)
     if args.json:
-        _print_json({
-            "verdict": state, "detail": detail, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
-            "ceiling_error": h.ceiling_error, "depth": h.depth, "remaining": h.remaining,
-            "occupancy": None if h.occupancy is None else round(h.occupancy, 4), "threshold": args.threshold,
-            "workspaces": h.workspaces, "batches": [b.to_json() for b in h.batches],
-            "measured": measured, "inferred": SCOPE_CAVEAT, "repair": repair,
-            "ledger": None if reservations is None else {
-                "reserved": sum(r.requests for r in reservations), "reservations": [r.to_json() for r in reservations]},
-        })
+        _print_json(report)
     else:
-        out = [f"{state:<20} {detail}"]
-        out.append(f"  ceiling   {'unknown' if h.ceiling is None else format(h.ceiling, ',')}"
-                   + (f" ({h.ceiling_source})" if h.ceiling_source else f" ({h.ceiling_error})" if h.ceiling_error else ""))
-        out.append(f"  depth     {h.depth:,} in {len(h.batches)} live batch(es), {h.workspaces} workspace(s)")
-        for b in h.batches[:5]:
-            out.append(f"    {b.id:<34} {b.workspace:<4} {b.status:<12} {b.processing:>9,}")
-        if len(h.batches) > 5:
-            out.append(f"    ... and {len(h.batches) - 5} more")
-        out.append(f"  measured: {measured}")
-        out.append(f"  inferred: {SCOPE_CAVEAT}")
-        out.extend(f"  repair: {line}" for line in repair)
-        if reservations is not None:
-            out.append(f"  ledger    {sum(r.requests for r in reservations):,} requests reserved by "
-                       f"{len({r.owner for r in reservations})} submitter(s), beside the observed depth {h.depth:,}")
-            for r in reservations[:10]:
-                out.append(f"    {r.owner:<36} batch {r.batch:<5} {r.requests:>9,}  {r.batch_id or '(creating)'}  "
-                           f"expires in {r.expires_in:,.0f} s")
-        print("\n".join(out))
-    return ExitCode.FINDINGS if state in FINDINGS else ExitCode.OK
+        print(render_status(report))
+    return ExitCode.FINDINGS if report["verdict"] in FINDINGS else ExitCode.OK
+
+
+def status_report(h: Headroom, reservations: list[Reservation] | None, threshold: int) -> dict[str, Any]:
+    """One reading as the JSON `status --json` prints (and the human report is drawn from)."""
+    from ._headroom import SCOPE_CAVEAT, repair_lines, verdict
+
+    state, detail = verdict(h, threshold)
+    source = "the Rate Limits API" if h.ceiling_source == "admin-api" else h.ceiling_source or "nowhere"
+    return {
+        "verdict": state, "detail": detail, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
+        "ceiling_error": h.ceiling_error, "depth": h.depth, "remaining": h.remaining,
+        "occupancy": None if h.occupancy is None else round(h.occupancy, 4), "threshold": threshold,
+        "workspaces": h.workspaces, "batches": [b.to_json() for b in h.batches],
+        "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
+                    f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
+        "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h),
+        "ledger": None if reservations is None else {
+            "reserved": sum(r.requests for r in reservations), "reservations": [r.to_json() for r in reservations]},
+    }
+
+
+def render_status(r: dict[str, Any]) -> str:
+    ceiling = "unknown" if r["ceiling"] is None else format(r["ceiling"], ",")
+    why = r["ceiling_source"] or r["ceiling_error"]
+    batches = r["batches"]
+    out = [f"{r['verdict']:<20} {r['detail']}", f"  ceiling   {ceiling}" + (f" ({why})" if why else ""),
+           f"  depth     {r['depth']:,} in {len(batches)} live batch(es), {r['workspaces']} workspace(s)"]
+    out += [f"    {b['id']:<34} {b['workspace']:<4} {b['status']:<12} {b['processing']:>9,}" for b in batches[:5]]
+    if len(batches) > 5:
+        out.append(f"    ... and {len(batches) - 5} more")
+    out += [f"  measured: {r['measured']}", f"  inferred: {r['inferred']}"] + [f"  repair: {line}" for line in r["repair"]]
+    ledger = r["ledger"]
+    if ledger is not None:
+        owners = {x["owner"] for x in ledger["reservations"]}
+        out.append(f"  ledger    {ledger['reserved']:,} requests reserved by {len(owners)} submitter(s), "
+                   f"beside the observed depth {r['depth']:,}")
+        out += [f"    {x['owner']:<36} batch {x['batch']:<5} {x['requests']:>9,}  {x['batch_id'] or '(creating)'}  "
+                f"expires in {x['expires_in']:,.0f} s" for x in ledger["reservations"][:10]]
+    return "\n".join(out)
 
 
 def _crash_hook(spec: str | None) -> Callable[[str], None]:

@@ -29,7 +29,7 @@ def parse_time(value: Any) -> float | None:
         when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return (when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)).timestamp()
+    return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def total_requests(batch: dict[str, Any]) -> int:

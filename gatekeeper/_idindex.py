@@ -57,7 +57,7 @@ class IdIndex:
     def __len__(self) -> int:
         return self.used
 
-    def views(self) -> tuple[int, array, int]:
+    def views(self) -> tuple[int, array[int], int]:
         """(mask, slots, limit): what an inlined probe loop holds, refreshed after growth."""
         return self.mask, self.slots, self.limit
 
@@ -73,7 +73,7 @@ class IdIndex:
         self.proofs.append(proof)
         return len(self.lines)
 
-    def record_many(self, lines: array, proofs: array, base: int = 0) -> int:
+    def record_many(self, lines: array[int], proofs: array[int], base: int = 0) -> int:
         """`record` for many at once, their line numbers counted from `base`; returns the ordinal before the first."""
         before = len(self.lines)
         self.bases.append((before, base))  # (rather than base + each line: the arrays stay a memcpy)
@@ -81,13 +81,46 @@ class IdIndex:
         self.proofs.extend(proofs)
         return before
 
+    def add_many(self, lines: array[int], proofs: array[int], hashes: array[int], base: int = 0) -> list[tuple[int, int]]:
+        """Record and insert a run of ids in order; (position in the run, first line) for each duplicate.
+
+        The hot path of a parallel `plan`: the common probe (a free slot, or a taken slot with
+        another fingerprint) is inlined; an equal fingerprint goes to `insert`, which settles it exactly.
+        """
+        n = len(hashes)
+        if self.used + n > self.limit:
+            self.reserve(self.used + n)  # room for all n: `insert` never grows the table under this loop
+        mask, slots = self.mask, self.slots
+        ordinal = before = self.record_many(lines, proofs, base)
+        used = self.used
+        dups = []
+        for h in hashes:
+            ordinal += 1
+            i = h >> 32 & mask
+            top = h & HIGH
+            while slot := slots[i]:  # linear probing: a quarter of ids meet a taken home slot
+                if slot & HIGH == top:
+                    break
+                i = (i + 1) & mask
+            else:
+                slots[i] = top | ordinal
+                used += 1
+                continue
+            self.used = used
+            first = self.insert(h, ordinal)
+            used = self.used
+            if first:
+                dups.append((ordinal - before - 1, first))
+        self.used = used
+        return dups
+
     def line_of(self, k: int) -> int:
         """The line of entry k (0-based ordinal)."""
         chunk = bisect_right(self.bases, (k, _NO_BASE)) - 1
         return self.lines[k] + (self.bases[chunk][1] if chunk >= 0 else 0)
 
     def add(self, custom_id: str, line: int, offset: int = -1) -> int:
-        """Record and insert one id (the reader inlines this); 0, or the earlier line when seen before."""
+        """Record and insert one id; 0, or the earlier line when seen before."""
         h = hash(custom_id)
         ordinal = self.record(line, offset if self.confirm is not None else h)
         return self.insert(h, ordinal, custom_id)

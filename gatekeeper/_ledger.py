@@ -29,8 +29,8 @@ import socket
 import sqlite3
 import time
 import uuid
-from dataclasses import dataclass
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 

@@ -108,6 +108,7 @@ class Job:
 
     async def prepare(self) -> None:
         """Read the ceiling; plan the input into the journal, or check it is the same input on resume."""
+        await self.api.list_page(limit=1)  # an unreachable API or a refused key stops us before anything is journaled
         self.ceiling, _, error = await read_ceiling(self.conn, self.s.ceiling)
         if error and self.ceiling is None:
             self.emit("ceiling_unknown", {"reason": error, "policy": "learn a bound from queue-full refusals"})
@@ -432,7 +433,7 @@ class Job:
             return 0
         cid = obj.get("custom_id") if isinstance(obj, dict) else None
         member = members.pop(cid, None) if isinstance(cid, str) else None
-        if member is None:
+        if member is None or not isinstance(cid, str):
             self.emit("unknown_result", {"batch": row.idx, "custom_id": cid})
             return 0
         line, off, length, attempt = member

@@ -18,21 +18,21 @@ import os
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import compress
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from ._errors import InputError
-from ._idindex import HIGH, IdIndex
+from ._idindex import IdIndex
 from ._reader import Rejection, ScanStats, duplicate, request_reader, validate
 
 PIECE_BYTES = 8 << 20  # measured: 4 MB pieces cost more per piece; 16 MB was a little faster but holds more memory
 MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it saves
 
-Piece = tuple[int, int, array, array, array, array, list[str], list[int], list[int], list[Rejection]]
+Piece = tuple[int, int, "array[int]", "array[int]", "array[int]", "array[int]", list[str], list[int], list[int], list[Rejection]]
 
 
 @contextmanager
@@ -117,43 +117,14 @@ def auto_workers(source: Any) -> int | None:
     return 2 if big and (os.cpu_count() or 1) >= 2 else None
 
 
-def _dedupe(index: IdIndex, base: int, rel: array, offs: array, hashes: array) -> list[tuple[int, int]]:
-    """Add one piece's ids to `index`, in order; (position in the piece, first line) for each duplicate."""
-    n = len(hashes)
-    used = index.used
-    if used + n > index.limit:
-        index.reserve(used + n)
-    # Room for all n is made above, so `insert` never grows the table under this loop's `slots`.
-    mask, slots, _ = index.views()
-    ordinal = before = index.record_many(rel, offs, base)
-    insert = index.insert
-    dups = []
-    for h in hashes:
-        ordinal += 1
-        i = h >> 32 & mask
-        top = h & HIGH
-        while slot := slots[i]:  # linear probing, inlined: a quarter of ids meet a taken home slot
-            if slot & HIGH == top:
-                break
-            i = (i + 1) & mask
-        else:
-            slots[i] = top | ordinal
-            continue
-        first = insert(h, ordinal)  # an equal fingerprint: the index settles it exactly
-        if first:
-            dups.append((ordinal - before - 1, first))
-    index.used = used + n - len(dups)
-    return dups
-
-
 @dataclass(slots=True)
 class Segment:
     """The valid, unique requests of one piece, in input order, as flat arrays."""
 
     base: int  # lines before the piece: a request's line number is base + lines[k]
-    lines: array  # 'I', line numbers relative to the piece (first = 1)
-    offsets: array  # 'q', byte offsets of the requests
-    lengths: array  # 'I', the requests' bytes
+    lines: array[int]  # 'I', line numbers relative to the piece (first = 1)
+    offsets: array[int]  # 'q', byte offsets of the requests
+    lengths: array[int]  # 'I', the requests' bytes
     total: int  # their sum
 
 
@@ -205,7 +176,7 @@ def parallel_scan(
                 if not sized and count:
                     index.reserve(int(size / (nbytes / count) * 1.1))
                     sized = True
-                dups = _dedupe(index, base, rel, offs, hashes)
+                dups = index.add_many(rel, offs, hashes, base)
                 named = []
                 if dups:
                     keep = [True] * len(rel)

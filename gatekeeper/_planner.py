@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
 from ._parallel import Segment, parallel_scan, use_parallel
+from ._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
 from ._reader import Rejection, Request, ScanStats, Source, request_reader, scan
-from ._sizing import ENVELOPE_BYTES, Limits, Packer, body_chunks, body_size, max_item_bytes
+from ._sizing import Limits, Packer, body_chunks, body_size, max_item_bytes
 
 
 @dataclass(slots=True)
@@ -133,42 +133,30 @@ def plan(
 
 
 def _plan_rows(source: Source, report: PlanReport, hash_content: bool) -> None:
-    """One process, one Python step a request: packing is inlined (the rule of sizing.Packer, held to it by tests)."""
-    max_requests, max_bytes = report.limits.max_requests, report.limits.max_bytes
+    """One process, one Python step a request, cut by `Packer` (the one packing rule)."""
     stats = ScanStats()
     hasher = hashlib.sha256() if hash_content else None
+    packer = Packer(report.limits)
     batches, models, model_bytes = report.batches, report.models, report.model_bytes
-    count = 0  # requests in the open batch
-    size = ENVELOPE_BYTES  # its body bytes
     total = largest = 0
     first = last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's first and last requests
     for line, offset, cid, model, body in scan(
-        source, report.errors.append, item_limit=max_item_bytes(max_bytes), stats=stats, hasher=hasher
+        source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher
     ):
         n = len(body)
-        if count and (count >= max_requests or size + 1 + n > max_bytes):
-            batches.append(_batch_plan(len(batches), count, size, first, last))
-            count = 0
-            size = ENVELOPE_BYTES
-        if count:
-            size += 1 + n
-        else:
-            size += n
+        if packer.add(n):
+            if packer.batches > 1:
+                batches.append(_batch_plan(len(batches), *packer.closed, first, last))
             first = (line, offset, cid, n)
-        count += 1
         last = (line, offset, cid, n)
         total += n
-        if model in models:
-            models[model] += 1
-            model_bytes[model] += n
-        else:
-            models[model] = 1
-            model_bytes[model] = n
+        models[model] = models.get(model, 0) + 1
+        model_bytes[model] = model_bytes.get(model, 0) + n
         if n > largest:
             largest = n
             report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
-    if count:
-        batches.append(_batch_plan(len(batches), count, size, first, last))
+    if packer.count:
+        batches.append(_batch_plan(len(batches), packer.count, packer.size, first, last))
     report.lines = stats.lines
     report.request_bytes = total
     if hasher is not None:

@@ -48,10 +48,7 @@ class PriceTable:
 
 def load_prices(path: str | Path | None = None) -> PriceTable:
     try:
-        if path is None:
-            text = resources.files("gatekeeper").joinpath("prices.json").read_text()
-        else:
-            text = Path(path).read_text()
+        text = resources.files("gatekeeper").joinpath("prices.json").read_text() if path is None else Path(path).read_text()
         data = json.loads(text)
         rows = {str(k): (float(v["input"]), float(v["output"])) for k, v in data["models"].items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:

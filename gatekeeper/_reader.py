@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, NamedTuple, Union
 import orjson
 
 from ._errors import InputError
-from ._idindex import HIGH, IdIndex
+from ._idindex import IdIndex
 
 CUSTOM_ID_PATTERN = "[A-Za-z0-9_-]{1,64}"
 _custom_id_ok = re.compile(CUSTOM_ID_PATTERN).fullmatch  # fullmatch: a trailing "\n" must not pass
@@ -36,7 +36,7 @@ class ScanStats:
 
 # What `plan`/`submit` accept as input: a path ("-" for stdin), or requests as
 # dicts / encoded lines.
-Source = Union[str, "os.PathLike[str]", Iterable[Union[dict[str, Any], bytes, str]]]
+Source = Union[str, "os.PathLike[str]", Iterable[dict[str, Any] | bytes | str]]
 
 
 class Request(NamedTuple):
@@ -307,43 +307,16 @@ def scan(
         from_file = stream is not None
         lines: Iterable[Any] = stream if stream is not None else encode_items(items or ())
         confirm = _confirmer(stream) if from_file else None
-        by_hash = confirm is None  # no file to read an earlier id back from: the full hash is the proof
         index = IdIndex(confirm=confirm)
-        mask, slots, limit = index.views()
-        record_line, record_proof = index.lines.append, index.proofs.append
-        used = ordinal = 0
+        add = index.add
         sized = size == 0
         for line_no, start, cid, model, body in validate(
             lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats
         ):
             if not sized and line_no >= 1000 and start > 0:
-                # Size the index once from the average line so far rather than rehash it as it fills.
-                index.used = used
-                index.reserve(int(size / (start / line_no) * 1.1))
-                mask, slots, limit = index.views()
+                index.reserve(int(size / (start / line_no) * 1.1))  # size once from the average line, not by rehashing
                 sized = True
-            h = hash(cid)
-            record_line(line_no)
-            record_proof(h if by_hash else start)
-            ordinal += 1
-            i = h >> 32 & mask
-            top = h & HIGH
-            while slot := slots[i]:  # linear probing, inlined (as in parallel._dedupe)
-                if slot & HIGH == top:
-                    break
-                i = (i + 1) & mask
-            else:
-                if used < limit:  # the common case: a free slot and room
-                    slots[i] = top | ordinal
-                    used += 1
-                    yield line_no, start, cid, model, body
-                    continue
-            # An equal fingerprint, or a full table: the index settles it exactly (and grows).
-            index.used = used
-            first = index.insert(h, ordinal, cid)
-            used = index.used
-            if index.mask != mask:
-                mask, slots, limit = index.views()
+            first = add(cid, line_no, start)
             if first:
                 reject(Rejection(line_no, cid, duplicate(cid, first)))
                 continue

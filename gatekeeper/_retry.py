@@ -51,8 +51,6 @@ def parse_retry_after(headers: Mapping[str, str], now: float) -> float | None:
         when = email.utils.parsedate_to_datetime(raw)
     except (TypeError, ValueError):
         return None
-    if when is None:
-        return None
     return max(0.0, when.timestamp() - now)
 
 
@@ -68,7 +66,7 @@ def status_is_retryable(status: int, headers: Mapping[str, str]) -> bool:
 
 def backoff_delay(policy: RetryPolicy, retry_index: int, rand: float, *, overloaded: bool = False) -> float:
     """Computed delay before retry `retry_index` (0-based); `rand` in [0, 1)."""
-    delay = min(policy.base * (2**retry_index), policy.cap) * (1.0 - policy.jitter * rand)
+    delay = float(min(policy.base * (2**retry_index), policy.cap)) * (1.0 - policy.jitter * rand)
     return delay * policy.overloaded_factor if overloaded else delay
 
 

@@ -76,6 +76,11 @@ class Packer:
         self.batches = 0  # batches opened so far
         self._closed = (0, 0)  # (count, bytes) of the batch closed last
 
+    @property
+    def closed(self) -> tuple[int, int]:
+        """(requests, body bytes) of the batch closed last."""
+        return self._closed
+
     def fits_alone(self, item_len: int) -> bool:
         return ENVELOPE_BYTES + item_len <= self.max_bytes
 

@@ -192,7 +192,8 @@ async def dry_run(
     free = room(h.ceiling, h.depth, settings.margin, 0)
     now = admit(sizes, free, in_flight=0, max_in_flight=settings.max_in_flight)
     return {
-        "plan": report.to_json(), "estimate": report.estimate(prices or load_prices()), "batch_size": size, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
+        "plan": report.to_json(), "estimate": report.estimate(prices or load_prices()), "batch_size": size,
+        "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
         "depth": h.depth, "remaining": h.remaining, "would_create_now": now,
         "requests_now": sum(sizes[:now]), "would_wait": len(sizes) - now, "queue_after": h.depth + sum(sizes[:now]),
         "policy": "unknown ceiling: the first batch is tried and a bound learned from refusals" if h.ceiling is None else

@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
+import anyio
 import pytest
+
+from tests.services import redis_binary, redis_server
 
 
 @pytest.fixture(autouse=True)
@@ -16,3 +23,39 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real Redis on loopback: the one .ci/run started (REDIS_TEST_URL), else one started here from PATH."""
+    url = os.environ.get("REDIS_TEST_URL")
+    if url:
+        yield url
+        return
+    if redis_binary() is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide Redis (.ci/run installs redis-server)")
+        pytest.skip("no redis-server on this machine (apt-get install redis-server); CI always has one")
+    with redis_server() as (found, _):
+        yield found
+
+
+ASYNC_TEST_LIMIT = 60.0  # seconds: an async test that hangs fails instead of stalling the suite
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every async test runs under anyio.fail_after(ASYNC_TEST_LIMIT)."""
+    for item in items:
+        fn = getattr(item, "obj", None)
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(fn):
+            item.obj = _time_limited(fn)
+
+
+def _time_limited(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(fn)
+    async def limited(*args: Any, **kwargs: Any) -> Any:
+        with anyio.fail_after(ASYNC_TEST_LIMIT):
+            return await fn(*args, **kwargs)
+
+    limited.time_limit = ASYNC_TEST_LIMIT  # type: ignore[attr-defined]
+    return limited

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -28,14 +30,19 @@ def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
-def start_and_wait_for_create(args: list[str], env: dict[str, str], fake: FakeAPI, timeout: float = 20) -> subprocess.Popen[str]:
-    """Start the CLI and return once the fake has accepted its first create."""
-    import time
-
-    proc = start(args, env)
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    """Poll `condition` until it holds; fail the test naming `what` if it does not within `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while fake.org.records.creates == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.01)
+
+
+def start_and_wait_for_create(args: list[str], env: dict[str, str], fake: FakeAPI, timeout: float = 20) -> subprocess.Popen[str]:
+    """Start the CLI and return once the fake has accepted its first create (failing the test if it never does)."""
+    proc = start(args, env)
+    wait_until(lambda: fake.org.records.creates > 0 or proc.poll() is not None, "the first create", timeout)
+    assert fake.org.records.creates > 0, f"the CLI exited ({proc.returncode}) before creating anything"
     return proc
 
 

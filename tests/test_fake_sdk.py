@@ -29,7 +29,7 @@ def _req(cid: str, model: str = "claude-haiku-4-5") -> dict:
     return {"custom_id": cid, "params": {"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}}
 
 
-def test_sdk_full_lifecycle(sdk) -> None:  # noqa: ANN001
+def test_sdk_full_lifecycle(sdk) -> None:
     """create, retrieve, list with pagination, results, cancel and delete all parse in the SDK's models."""
     rule = lambda cid, model, attempt: Outcome("errored", "invalid_request_error") if model == "nope" else None  # noqa: E731
     with running_fake(rate=1e9, speed=1.0, outcome=rule) as fake:
@@ -54,7 +54,7 @@ def test_sdk_full_lifecycle(sdk) -> None:  # noqa: ANN001
             client.messages.batches.retrieve(created.id)
 
 
-def test_sdk_cancel_goes_canceling_then_ended(sdk) -> None:  # noqa: ANN001
+def test_sdk_cancel_goes_canceling_then_ended(sdk) -> None:
     """cancel answers canceling; the batch ends with canceled results for what was not processed."""
     with running_fake(rate=0.0, speed=1.0, cancel_delay=5.0) as fake:
         client = sdk(fake.url, WS1)
@@ -67,7 +67,7 @@ def test_sdk_cancel_goes_canceling_then_ended(sdk) -> None:  # noqa: ANN001
         assert {r.result.type for r in client.messages.batches.results(b.id)} == {"canceled"}
 
 
-def test_sdk_rate_limits_admin_endpoint(sdk) -> None:  # noqa: ANN001
+def test_sdk_rate_limits_admin_endpoint(sdk) -> None:
     """client.beta.organization.rate_limits.list parses the batch group, and pages are followed."""
     with running_fake(ceiling=200_000, rate_limit_page_size=1, rate_limit_empty_first_page=True) as fake:
         admin = sdk(fake.url, ADMIN)
@@ -82,7 +82,7 @@ def test_sdk_rate_limits_admin_endpoint(sdk) -> None:  # noqa: ANN001
             admin.messages.batches.list()
 
 
-def test_queue_ceiling_refuses_whole_batch_with_429(sdk) -> None:  # noqa: ANN001
+def test_queue_ceiling_refuses_whole_batch_with_429(sdk) -> None:
     """A create that would push the organization's queue over the ceiling is refused whole."""
     with running_fake(ceiling=10, rate=0.0) as fake:
         sdk1 = sdk(fake.url, WS1)
@@ -97,7 +97,7 @@ def test_queue_ceiling_refuses_whole_batch_with_429(sdk) -> None:  # noqa: ANN00
         assert fake.org.records.max_depth == 6
 
 
-def test_envelope_validation_and_413(sdk) -> None:  # noqa: ANN001
+def test_envelope_validation_and_413(sdk) -> None:
     """Duplicate custom_id and bad patterns are 400 for the whole batch; oversize bodies get the bare 413."""
     with running_fake(max_body_bytes=2000) as fake:
         client = sdk(fake.url, WS1)
@@ -116,7 +116,7 @@ def test_envelope_validation_and_413(sdk) -> None:  # noqa: ANN001
         assert r.status_code == 400
 
 
-def test_lost_response_after_commit(sdk) -> None:  # noqa: ANN001
+def test_lost_response_after_commit(sdk) -> None:
     """drop_after_commit creates the batch but the client sees no answer (the case that makes SDKs double-create)."""
     with running_fake() as fake:
         fake.inject(Fault("create", kind="drop_after_commit"))
@@ -127,7 +127,7 @@ def test_lost_response_after_commit(sdk) -> None:  # noqa: ANN001
         assert len(list(client.messages.batches.list())) == 1
 
 
-def test_results_order_is_shuffled_and_lines_end_in_newline(sdk) -> None:  # noqa: ANN001
+def test_results_order_is_shuffled_and_lines_end_in_newline(sdk) -> None:
     """Results come back in another order than sent, each line newline-terminated, no blank line."""
     with running_fake(rate=1e9) as fake:
         client = sdk(fake.url, WS1)

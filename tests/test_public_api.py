@@ -10,6 +10,8 @@ import sys
 import typing
 from pathlib import Path
 
+import pytest
+
 import gatekeeper
 import gatekeeper.testing
 
@@ -95,3 +97,10 @@ def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe, str(data)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_every_async_test_has_a_time_limit(request: pytest.FixtureRequest) -> None:
+    """The suite cannot hang on an async test: each one runs under a deadline (tests/conftest.py)."""
+    coroutines = [item for item in request.session.items
+                  if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj)]
+    assert all(getattr(item.obj, "time_limit", None) for item in coroutines)

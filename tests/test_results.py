@@ -12,8 +12,8 @@ import pytest
 from gatekeeper import ApiConfig, SubmitSettings, submit_sync
 from gatekeeper._config import Secret
 from gatekeeper._journal import Journal
-from gatekeeper.testing import Outcome
 from gatekeeper._settle import classify
+from gatekeeper.testing import Outcome
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import events, gk, output_ids

@@ -9,7 +9,7 @@ from gatekeeper._cli import main
 from tests.fakes import WS1, WS2, env_for, running_fake
 
 
-def _seed_queue(fake) -> None:  # noqa: ANN001
+def _seed_queue(fake) -> None:
     fake.org.add_batch("wrkspc_1", 5, status="ended")
     fake.org.add_batch("wrkspc_1", 214_900)
     fake.org.add_batch("wrkspc_1", 58_400)
@@ -31,7 +31,7 @@ def seeded():
         yield fake
 
 
-def test_near_limit_at_80(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_near_limit_at_80(seeded, monkeypatch, capsys) -> None:
     """Depth 282,900 of 300,000: remaining 17,100, 94%, queue-near-limit at threshold 80 (exit 1)."""
     code, out = _status(monkeypatch, capsys, env_for(seeded))
     assert code == 1
@@ -44,13 +44,13 @@ def test_near_limit_at_80(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
     assert any("per-batch cap is 100,000" in line for line in out["repair"])
 
 
-def test_clear_at_95(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_clear_at_95(seeded, monkeypatch, capsys) -> None:
     """The same queue is queue-clear at threshold 95 (exit 0)."""
     code, out = _status(monkeypatch, capsys, env_for(seeded), "--threshold", "95")
     assert (code, out["verdict"]) == (0, "queue-clear")
 
 
-def test_exhausted_at_ceiling(monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_exhausted_at_ceiling(monkeypatch, capsys) -> None:
     """Depth at the ceiling is queue-exhausted."""
     with running_fake(ceiling=300_000, rate=0.0, speed=0.0) as fake:
         fake.org.add_batch("wrkspc_1", 300_000)
@@ -58,7 +58,7 @@ def test_exhausted_at_ceiling(monkeypatch, capsys) -> None:  # noqa: ANN001
         assert (code, out["verdict"], out["remaining"]) == (1, "queue-exhausted", 0)
 
 
-def test_limit_unknown_without_admin_key(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_limit_unknown_without_admin_key(seeded, monkeypatch, capsys) -> None:
     """No Admin key and no --ceiling: queue-limit-unknown, with nulls rather than zeros."""
     code, out = _status(monkeypatch, capsys, env_for(seeded, admin=False))
     assert (code, out["verdict"]) == (1, "queue-limit-unknown")
@@ -68,20 +68,20 @@ def test_limit_unknown_without_admin_key(seeded, monkeypatch, capsys) -> None:  
     assert (out["verdict"], out["ceiling_source"], out["remaining"]) == ("queue-clear", "--ceiling", 117_100)
 
 
-def test_missing_batch_group_is_unknown_not_zero(monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_missing_batch_group_is_unknown_not_zero(monkeypatch, capsys) -> None:
     """An Admin answer without the batch group means unknown, never a ceiling of zero."""
     with running_fake(ceiling=None, rate=0.0, speed=0.0) as fake:
         code, out = _status(monkeypatch, capsys, env_for(fake))
         assert out["verdict"] == "queue-limit-unknown" and out["ceiling"] is None
 
 
-def test_duplicate_key_not_double_counted(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_duplicate_key_not_double_counted(seeded, monkeypatch, capsys) -> None:
     """The same key twice (primary and extra) counts its workspace once."""
     code, out = _status(monkeypatch, capsys, env_for(seeded, keys=(WS1, WS1, f" {WS1} ")))
     assert (out["depth"], out["workspaces"]) == (282_900, 1)
 
 
-def test_second_workspace_adds_its_depth(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_second_workspace_adds_its_depth(seeded, monkeypatch, capsys) -> None:
     """A second workspace's key adds what that workspace holds."""
     seeded.org.add_batch("wrkspc_2", 7_000)
     code, out = _status(monkeypatch, capsys, env_for(seeded))
@@ -91,7 +91,7 @@ def test_second_workspace_adds_its_depth(seeded, monkeypatch, capsys) -> None:  
     assert {b["workspace"] for b in out["batches"]} == {"ws1", "ws2"}
 
 
-def test_more_than_1000_live_batches_across_pages(monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_more_than_1000_live_batches_across_pages(monkeypatch, capsys) -> None:
     """Over 1,000 live batches are read across list pages."""
     with running_fake(ceiling=300_000, rate=0.0, speed=0.0) as fake:
         for _ in range(1_203):
@@ -101,14 +101,14 @@ def test_more_than_1000_live_batches_across_pages(monkeypatch, capsys) -> None: 
         assert fake.org.records.requests_seen["list"] == 2
 
 
-def test_no_workspace_key_is_config_error(monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_no_workspace_key_is_config_error(monkeypatch, capsys) -> None:
     """Without ANTHROPIC_API_KEY: exit 2 and one line naming the variable."""
     code = main(["status"])
     err = capsys.readouterr().err
     assert code == 2 and "ANTHROPIC_API_KEY" in err and err.count("\n") == 1
 
 
-def test_refused_key_named_by_position_never_by_value(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_refused_key_named_by_position_never_by_value(seeded, monkeypatch, capsys) -> None:
     """A key the API refuses: exit 2, the message names its position and never the key."""
     secret = "not-a-real-key-5f2e9c"
     for k, v in env_for(seeded, keys=(WS1, secret)).items():
@@ -120,7 +120,7 @@ def test_refused_key_named_by_position_never_by_value(seeded, monkeypatch, capsy
     assert secret not in captured.err + captured.out
 
 
-def test_human_output(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_human_output(seeded, monkeypatch, capsys) -> None:
     """The human report leads with the verdict and carries measured, inferred and repair lines."""
     for k, v in env_for(seeded).items():
         monkeypatch.setenv(k, v)
@@ -130,7 +130,7 @@ def test_human_output(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
     assert "measured:" in text and "inferred:" in text and "repair:" in text
 
 
-def test_refused_admin_key_is_config_error(seeded, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_refused_admin_key_is_config_error(seeded, monkeypatch, capsys) -> None:
     """An Admin key the rate-limits API refuses is a configuration error (exit 2), the key never shown."""
     env = env_for(seeded)
     env["ANTHROPIC_ADMIN_KEY"] = "not-an-admin-key-31"

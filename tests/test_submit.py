@@ -13,7 +13,7 @@ import pytest
 from gatekeeper.testing import FakeAPI, Fault
 from tests.fakes import WS1, WS2, env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create
+from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create, wait_until
 
 FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--json"]
 
@@ -91,7 +91,8 @@ def test_sigkill_while_waiting(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 40)
     with running_fake(ceiling=1000, rate=20) as fake:
         proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
-        time.sleep(0.3)
+        lists = fake.org.records.requests_seen.get("list", 0)
+        wait_until(lambda: fake.org.records.requests_seen.get("list", 0) >= lists + 2, "the loop to poll again")
         proc.kill()
         proc.communicate()
         done = _rerun_finishes_exactly_once(fake, path, expected)
@@ -136,9 +137,13 @@ def test_read_faults_are_ridden_out(tmp_path: Path) -> None:
 def test_other_workspace_fills_the_queue(tmp_path: Path) -> None:
     """Load from a workspace our key cannot see causes a refusal; the batch waits and goes later, nothing dropped."""
     path, expected = _input(tmp_path, 40)
-    with running_fake(ceiling=100, rate=200, queue_retry_after=1) as fake:
-        fake.org.add_batch("wrkspc_2", 90)  # invisible to WS1, ends in about half a second
-        proc = gk(["submit", str(path), *FAST, "--max-requests", "40"], env_for(fake))
+    with running_fake(ceiling=100, rate=0.0, queue_retry_after=1) as fake:
+        fake.org.add_batch("wrkspc_2", 90)  # invisible to WS1; it drains only once we were refused
+        run = start(["submit", str(path), *FAST, "--max-requests", "40"], env_for(fake))
+        wait_until(lambda: len(fake.org.records.refusals) >= 1, "a queue-full refusal")
+        fake.org.config.rate = 200.0
+        out, err = run.communicate(timeout=60)
+        proc = subprocess.CompletedProcess(run.args, run.returncode, out, err)
         assert proc.returncode == 0, proc.stderr
         assert_exactly_once(fake, _out(path), expected)
         assert len(fake.org.records.refusals) >= 1
@@ -190,7 +195,6 @@ def test_second_ctrl_c_exits_at_once_and_is_safe(tmp_path: Path) -> None:
     with running_fake(ceiling=1000, rate=10) as fake:
         proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
         proc.send_signal(signal.SIGINT)
-        time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
         assert proc.returncode == 130

@@ -137,7 +137,7 @@ class Organization:
     def stamp(self, t: float | None) -> str | None:
         if t is None:
             return None
-        when = dt.datetime.fromtimestamp(self._epoch + t, dt.timezone.utc)
+        when = dt.datetime.fromtimestamp(self._epoch + t, dt.UTC)
         return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     # -- processing ---------------------------------------------------------

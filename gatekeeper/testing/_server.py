@@ -396,12 +396,10 @@ class _Handler(BaseHTTPRequestHandler):
         buf: list[bytes] = []
         size = 0
         cut_after = fake.cut_results_after
-        sent = 0
-        for i in order:
+        for sent, i in enumerate(order, start=1):
             cid, outcome = b.results[i]
             buf.append(orjson.dumps({"custom_id": cid, "result": _result_json(outcome, cid, b.requests[i][1], answer)}) + b"\n")
             size += len(buf[-1])
-            sent += 1
             if cut_after is not None and sent >= cut_after:
                 self._chunk(b"".join(buf)[:-7])  # a partial last line, then the connection dies
                 fake.cut_results_after = None

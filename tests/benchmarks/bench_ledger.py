@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tests.scenarios import three_submitters  # noqa: E402
+from tests.scenarios import three_submitters
 
 
 def local_redis() -> tuple[str, subprocess.Popen[bytes]]:

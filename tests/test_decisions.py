@@ -1,0 +1,183 @@
+"""The submit loop's decisions, as pure functions over plain values: admission, backoff, reconciliation, settlement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gatekeeper._admission import (
+    CeilingEstimate,
+    QueueState,
+    admit,
+    admit_round,
+    batch_size_for,
+    deferral_wait,
+    refusal_wait,
+    room,
+)
+from gatekeeper._reconcile import Action, candidates_for, decide, match_results
+from gatekeeper._settle import classify, errored_line, settle
+
+# -- sizing and room ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ceiling", "margin", "max_requests", "expected"), [
+    (None, 0, 100_000, 100_000),  # unknown ceiling: the per-batch limit
+    (400_000, 0, 100_000, 100_000),  # four batches to the ceiling, capped by the limit
+    (200_000, 0, 100_000, 50_000),
+    (200_000, 40_000, 100_000, 40_000),  # the margin is left for others
+    (3, 0, 100_000, 1),  # never zero
+    (100, 200, 100_000, 1),  # a margin above the ceiling still sends one at a time
+    (1_000, 0, 10, 10),  # the user's lower limit wins
+])
+def test_batch_size_for(ceiling: int | None, margin: int, max_requests: int, expected: int) -> None:
+    """Batches are a quarter of the usable ceiling, within the per-batch limit, never empty."""
+    assert batch_size_for(ceiling, margin, max_requests) == expected
+
+
+@pytest.mark.parametrize(("ceiling", "depth", "margin", "unseen", "expected"), [
+    (None, 10, 0, 0, None),
+    (1000, 0, 0, 0, 1000),
+    (1000, 300, 100, 200, 400),
+    (1000, 1200, 0, 0, -200),  # over the ceiling (someone else's load): no room, negative
+])
+def test_room(ceiling: int | None, depth: int, margin: int, unseen: int, expected: int | None) -> None:
+    """Room is the ceiling less depth, margin and our unseen creates."""
+    assert room(ceiling, depth, margin, unseen) == expected
+
+
+@pytest.mark.parametrize(("sizes", "free", "in_flight", "max_in_flight", "expected"), [
+    ([10, 10, 10], 25, 0, None, 2),
+    ([10, 10, 10], None, 0, None, 3),  # unknown ceiling: all may be tried
+    ([30, 5], 25, 0, None, 0),  # in order: the large one is not overtaken
+    ([10, 10, 10], 100, 1, 2, 1),  # the in-flight cap
+    ([10], 10, 0, None, 1),  # exactly fits
+    ([], 100, 0, None, 0),
+    ([10], -5, 0, None, 0),
+])
+def test_admit(sizes: list[int], free: int | None, in_flight: int, max_in_flight: int | None, expected: int) -> None:
+    """Admission takes waiting batches in order while they fit."""
+    assert admit(sizes, free, in_flight=in_flight, max_in_flight=max_in_flight) == expected
+
+
+@pytest.mark.parametrize(("state", "now", "expected"), [
+    (QueueState(waiting=[10, 10], depth=0, unseen=0, bound=100), 0.0, 2),
+    (QueueState(waiting=[10, 10], depth=85, unseen=0, bound=100), 0.0, 1),
+    (QueueState(waiting=[10, 10], depth=80, unseen=15, bound=100), 0.0, 0),  # unseen creates count
+    (QueueState(waiting=[10, 10], depth=0, unseen=0, bound=100, margin=85), 0.0, 1),
+    (QueueState(waiting=[10, 10], depth=0, unseen=0, bound=100, backoff_until=5.0), 4.9, 0),  # backing off
+    (QueueState(waiting=[10, 10], depth=0, unseen=0, bound=100, backoff_until=5.0), 5.0, 2),
+    (QueueState(waiting=[10, 10], depth=0, unseen=0, bound=100, canceled=True), 0.0, 0),
+    (QueueState(waiting=[10, 10], depth=10**6, unseen=0, bound=None), 0.0, 2),  # unknown: probe
+    (QueueState(waiting=[], depth=0, unseen=0, bound=100), 0.0, 0),
+])
+def test_admit_round(state: QueueState, now: float, expected: int) -> None:
+    """One round: nothing while backing off or canceled; otherwise what fits under the bound."""
+    assert admit_round(state, now) == expected
+
+
+@pytest.mark.parametrize(("streak", "retry_after", "expected"), [
+    (1, None, 5.0), (2, None, 10.0), (3, None, 20.0), (4, None, 40.0),
+    (1, 60.0, 60.0),  # the server's wait when longer
+    (3, 1.0, 20.0),  # ours when longer
+    (20, None, 600.0),  # capped
+    (1, 5000.0, 600.0),
+])
+def test_refusal_wait_doubles_and_is_capped(streak: int, retry_after: float | None, expected: float) -> None:
+    """Queue-full refusals back off exponentially from the floor, at least retry-after, at most the cap."""
+    assert refusal_wait(streak, retry_after, 5.0, 600.0) == expected
+
+
+@pytest.mark.parametrize(("retry_after", "expected"), [(None, 5.0), (12.0, 12.0), (9999.0, 600.0), (0.0, 5.0)])
+def test_deferral_wait(retry_after: float | None, expected: float) -> None:
+    """A deferred create waits retry-after (or the floor), capped."""
+    assert deferral_wait(retry_after, 5.0, 600.0) == expected
+
+
+def test_ceiling_estimate_learns_and_forgets() -> None:
+    """A refusal of n at depth d bounds the ceiling below d + n; a later success above it lifts it; it expires."""
+    e = CeilingEstimate(forget_after=100.0)
+    assert e.bound(0.0) is None
+    e.refused(depth=50_000, unseen=0, n=100_000, now=10.0)
+    assert e.bound(10.0) == 149_999
+    e.refused(depth=0, unseen=20_000, n=50_000, now=20.0)
+    assert e.bound(20.0) == 69_999  # the tighter bound wins
+    e.accepted(depth=60_000, unseen=0, n=20_000)
+    assert e.upper == 80_000  # a success above the bound proves it wrong
+    assert e.bound(119.0) == 80_000 and e.bound(121.0) is None
+
+
+# -- reconciliation ----------------------------------------------------------
+
+T0 = 1_700_000_000.0
+
+
+def _batch(bid: str, n: int, at: float, status: str = "in_progress") -> dict[str, Any]:
+    import datetime as dt
+
+    stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    counts = {"processing": n} if status != "ended" else {"succeeded": n}
+    return {"id": bid, "created_at": stamp, "processing_status": status, "request_counts": counts}
+
+
+def test_candidates_are_unknown_same_size_and_recent() -> None:
+    """Only batches the journal does not know, of the intent's size, created after the send (less skew)."""
+    listed = [_batch("a", 10, T0 + 1), _batch("b", 11, T0 + 1), _batch("c", 10, T0 - 1000), _batch("d", 10, T0 - 100),
+              _batch("known", 10, T0 + 2)]
+    found = candidates_for(10, T0, listed, {"known"}, clock_skew=300.0)
+    assert [b["id"] for b in found] == ["a", "d"]
+
+
+@pytest.mark.parametrize(("candidates", "rivals", "now", "complete", "action"), [
+    ([_batch("a", 10, T0)], 0, T0 + 1, True, Action.ADOPT),
+    ([_batch("a", 10, T0)], 1, T0 + 1, True, Action.WAIT),  # a rival of the same size: not decidable by listing
+    ([], 0, T0 + 10, True, Action.WAIT),  # not listed yet: the listing lags
+    ([], 0, T0 + 181, True, Action.ABANDON),  # grace over: not created
+    ([], 0, T0 + 1, False, Action.ABANDON),  # body never finished: cannot exist
+    ([_batch("a", 10, T0), _batch("b", 10, T0)], 0, T0 + 1, True, Action.WAIT),
+    ([_batch("a", 10, T0, "ended"), _batch("b", 10, T0, "ended")], 0, T0 + 1, True, Action.COMPARE),
+])
+def test_decide(candidates: list[dict[str, Any]], rivals: int, now: float, complete: bool, action: Action) -> None:
+    """Adopt a unique candidate; wait for lag or for ambiguous candidates to end; abandon after the grace."""
+    d = decide(candidates, rivals=rivals, sent_at=T0, now=now, grace=180.0, body_complete=complete)
+    assert d.action is action
+
+
+def test_match_results_needs_exactly_our_ids() -> None:
+    """Only a candidate whose results carry exactly our custom_ids is ours."""
+    mine = {"x1", "x2"}
+    assert match_results(mine, {"a": {"x1"}, "b": {"x1", "x2"}}) == "b"
+    assert match_results(mine, {"a": {"x1", "x2", "x3"}}) is None
+
+
+# -- settlement --------------------------------------------------------------
+
+def _errored(kind: str) -> dict[str, Any]:
+    return {"type": "errored", "error": {"type": "error", "error": {"type": kind, "message": "m"}}}
+
+
+@pytest.mark.parametrize(("result", "attempt", "canceled", "kind", "retry"), [
+    ({"type": "succeeded", "message": {}}, 1, False, "succeeded", False),
+    (_errored("overloaded_error"), 1, False, "errored", True),
+    (_errored("overloaded_error"), 3, False, "errored", False),  # attempts used up: final
+    (_errored("invalid_request_error"), 1, False, "errored", False),  # resending cannot help
+    (_errored("some_new_error"), 1, False, "errored", False),  # unknown: not resent
+    ({"type": "errored", "error": {"type": "api_error", "message": "flat"}}, 1, False, "errored", True),
+    ({"type": "expired"}, 1, False, "expired", True),
+    ({"type": "canceled"}, 1, False, "canceled", True),
+    ({"type": "canceled"}, 1, True, "canceled", False),  # the user canceled: final
+    ("garbage", 1, False, "unknown", False),
+])
+def test_settle(result: Any, attempt: int, canceled: bool, kind: str, retry: bool) -> None:
+    """A result is resent only when another try can succeed and attempts are left."""
+    v = settle(result, attempt=attempt, max_attempts=3, user_canceled=canceled)
+    assert (v.type, v.retry) == (kind, retry)
+
+
+def test_errored_line_is_the_api_shape() -> None:
+    """gatekeeper's own errored lines classify like the API's."""
+    import orjson
+
+    obj = orjson.loads(errored_line("c1", "gatekeeper_missing_result", "why"))
+    assert obj["custom_id"] == "c1" and classify(obj["result"]).error_type == "gatekeeper_missing_result"

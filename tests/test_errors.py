@@ -1,0 +1,205 @@
+"""One error boundary: each foreign failure becomes one line with the documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from gatekeeper import ExitCode, JournalError, LedgerError, OutputError, TransportError, Unreachable, UsageError
+from gatekeeper._cli import main
+from gatekeeper._client import map_transport_error
+from gatekeeper._journal import Journal
+from gatekeeper._ledger import RedisLedger, open_ledger
+from gatekeeper._output import OutputFile, check_writable
+from gatekeeper.testing import FakeAPI
+from tests.fakes import env_for, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import assert_exactly_once, gk, start
+from tests.services import free_port, redis_server
+
+
+def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], env: dict[str, str],
+         *argv: str) -> tuple[int, str]:
+    """Run the CLI in-process; (exit code, the message), asserting stderr holds, beside JSON progress events,
+    one line that is not a traceback."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("{")]
+    assert "Traceback" not in err and len(lines) == 1, err
+    return code, lines[0]
+
+
+# -- the mapping, one kind of I/O at a time ----------------------------------
+
+def test_httpx_failures_map_by_whether_the_api_ever_answered() -> None:
+    """Before any answer a refused connection is Unreachable (exit 2, naming the URL); after, a TransportError."""
+    exc = httpx.ConnectError("All connection attempts failed")
+    first = map_transport_error(exc, "list", "http://127.0.0.1:9", reached=False)
+    later = map_transport_error(exc, "list", "http://127.0.0.1:9", reached=True)
+    assert isinstance(first, Unreachable) and first.exit_code == ExitCode.USAGE and "http://127.0.0.1:9" in str(first)
+    assert isinstance(later, TransportError) and not isinstance(later, Unreachable)
+    assert isinstance(map_transport_error(httpx.ReadTimeout("t"), "list", "u", reached=False), TransportError)
+
+
+def test_sqlite_failure_in_a_transaction_is_a_journal_error(tmp_path: Path) -> None:
+    """A sqlite3 error inside a journal transaction rolls it back and is a JournalError with the cause kept."""
+    j = Journal.open(tmp_path / "state")
+    with pytest.raises(JournalError) as info, j.transaction() as db:
+        db.execute("INSERT INTO meta VALUES ('k', '1')")
+        db.execute("INSERT INTO no_such_table VALUES (1)")
+    assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+    assert j.get_meta("k") is None  # rolled back
+    j.close()
+
+
+def test_file_errors_are_output_errors(tmp_path: Path) -> None:
+    """A results file in a missing folder, on a folder, or unwritable: OutputError naming the path."""
+    with pytest.raises(OutputError, match="does not exist"):
+        check_writable(str(tmp_path / "nope" / "out.jsonl"))
+    with pytest.raises(OutputError, match="is a folder"):
+        check_writable(str(tmp_path))
+    gone = OutputFile(str(tmp_path / "missing" / "x.jsonl"))
+    with pytest.raises(OutputError) as info:
+        gone.truncate_to(0)
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def test_redis_failure_is_a_ledger_error_without_the_password() -> None:
+    """An unreachable Redis is a LedgerError naming the URL, the password masked, within seconds."""
+    url = f"redis://user:hunter2@127.0.0.1:{free_port()}/0"
+
+    async def probe() -> None:
+        led = RedisLedger(url, "me")
+        try:
+            await led.ping()
+        finally:
+            await led.close()
+
+    started = time.monotonic()
+    with pytest.raises(LedgerError) as info:
+        anyio.run(probe)
+    assert time.monotonic() - started < 10
+    assert "hunter2" not in str(info.value) and "127.0.0.1" in str(info.value)
+    assert info.value.__cause__ is not None
+
+
+def test_socket_failure_of_the_fake_is_a_usage_error() -> None:
+    """The fake on a port in use is one UsageError, not an OSError."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        with pytest.raises(UsageError, match="cannot listen"):
+            FakeAPI(port=s.getsockname()[1])
+
+
+def test_sqlite_ledger_in_a_missing_folder_is_refused(tmp_path: Path) -> None:
+    """A sqlite:/// ledger whose folder is missing is an error, and the folder is not created."""
+    with pytest.raises(LedgerError, match="does not exist"):
+        open_ledger(f"sqlite:///{tmp_path}/missing/ledger.db")
+    assert not (tmp_path / "missing").exists()
+
+
+# -- the CLI, case by case ---------------------------------------------------
+
+def test_bad_out_is_refused_before_anything_is_journaled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """--out into a missing folder or onto a folder: exit 2, no state directory; the corrected rerun works."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a"), req("b")])
+    with running_fake(ceiling=100, rate=2000) as fake:
+        env = env_for(fake)
+        for bad in (tmp_path / "missing" / "out.jsonl", tmp_path):
+            code, err = _cli(monkeypatch, capsys, env, "submit", str(path), "--out", str(bad), "--poll", "0.05")
+            assert code == ExitCode.USAGE and str(bad) in err and "(--out)" in err
+            assert not Path(str(path) + ".gatekeeper").exists()
+        out = tmp_path / "out.jsonl"
+        assert main(["submit", str(path), "--out", str(out), "--poll", "0.05", "--json"]) == ExitCode.OK
+        capsys.readouterr()
+        assert len(out.read_bytes().splitlines()) == 2
+        code, err = _cli(monkeypatch, capsys, env, "results", str(path), "--out", str(tmp_path / "no" / "x.jsonl"))
+        assert code == ExitCode.USAGE and "does not exist" in err
+        code, err = _cli(monkeypatch, capsys, env, "results", str(path), "--only", "succeded")
+        assert code == ExitCode.USAGE and "succeded" in err and "(--only)" in err
+
+
+def test_unreachable_api_names_the_url_and_exits_2_quickly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing listens at the base URL: status and submit say so in one line, exit 2, within seconds."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
+    url = f"http://127.0.0.1:{free_port()}"
+    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "k"}
+    for argv in (["status"], ["submit", str(path)], ["submit", str(path), "--dry-run"]):
+        started = time.monotonic()
+        code, err = _cli(monkeypatch, capsys, env, *argv)
+        assert code == ExitCode.USAGE and url in err, err
+        assert time.monotonic() - started < 5
+    assert not Path(str(path) + ".gatekeeper").exists() or not Journal.open(str(path) + ".gatekeeper").initialized
+
+
+def test_unreachable_redis_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A Redis ledger nobody listens at: status and submit exit 2 naming it, and submit created nothing."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
+    ledger = f"redis://127.0.0.1:{free_port()}/0"
+    with running_fake(ceiling=100, rate=2000) as fake:
+        for argv in (["status", "--ledger", ledger], ["submit", str(path), "--ledger", ledger]):
+            code, err = _cli(monkeypatch, capsys, env_for(fake), *argv)
+            assert code == ExitCode.USAGE and ledger in err
+        assert fake.org.records.creates == 0
+
+
+def test_empty_input_says_so_and_does_not_tie_the_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty input: exit 2, 'is empty'; the same path filled later submits normally."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"")
+    with running_fake(ceiling=100, rate=2000) as fake:
+        code, err = _cli(monkeypatch, capsys, env_for(fake), "submit", str(path), "--poll", "0.05")
+        assert code == ExitCode.USAGE and "is empty" in err
+        write_jsonl(path, [req("a")])
+        assert main(["submit", str(path), "--poll", "0.05", "--json"]) == ExitCode.OK
+
+
+@pytest.mark.parametrize("argv", [["fake-api", "--port", "99999"], ["fake-api", "--port", "{busy}"]])
+def test_fake_api_port_problems_are_one_line(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """An out-of-range or busy port: one line, exit 2."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        argv = [a.replace("{busy}", str(s.getsockname()[1])) for a in argv]
+        code, err = _cli(monkeypatch, capsys, {}, *argv)
+    assert code == ExitCode.USAGE and "port" in err
+
+
+def test_redis_outage_mid_run_stops_resumably(tmp_path: Path) -> None:
+    """Redis dies while a submit runs: the run ends with one line (or rides it out); once Redis is back the
+    same command finishes every request exactly once."""
+    items = [req(f"r{i:03d}") for i in range(60)]
+    path = write_jsonl(tmp_path / "in.jsonl", items)
+    port = free_port()
+    with running_fake(ceiling=40, rate=40) as fake:
+        args = ["submit", str(path), "--json", "--poll", "0.05", "--ceiling", "40", "--ledger",
+                f"redis://127.0.0.1:{port}/0", "--ledger-ttl", "3"]
+        with redis_server(port) as (_, proc):
+            run = start(args, env_for(fake))
+            deadline = time.monotonic() + 20
+            while fake.org.records.creates == 0:
+                assert time.monotonic() < deadline and run.poll() is None, "no create"
+                time.sleep(0.02)
+            proc.kill()
+        _, err = run.communicate(timeout=60)
+        assert "Traceback" not in err
+        if run.returncode != 0:
+            assert run.returncode == ExitCode.USAGE and f"127.0.0.1:{port}" in err.splitlines()[-1]
+        with redis_server(port):
+            done = gk(args, env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", {f"r{i:03d}" for i in range(60)})

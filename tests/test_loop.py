@@ -1,0 +1,108 @@
+"""The submit loop with its clock and sleep injected: grace periods and backoff pass in simulated time."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gatekeeper import ApiConfig, Secret, SubmitSettings, submit
+from gatekeeper._journal import Journal
+from gatekeeper._loop import Job
+from gatekeeper._queue import connect
+from gatekeeper.testing import Fault
+from tests.fakes import WS1, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import assert_exactly_once
+
+pytestmark = pytest.mark.anyio
+
+
+class SimulatedTime:
+    """A wall clock that moves only when the loop sleeps (starting at the real time, as the fake's stamps do)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+        self.slept = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+        await anyio.sleep(0.01)  # let the fake's (real-time) processing move on a little
+
+
+async def _run_job(tmp_path: Path, fake: Any, sim: SimulatedTime, settings: SubmitSettings,
+                   events: list[tuple[str, dict[str, Any]]]) -> Any:
+    journal = Journal.open(tmp_path / "state", clock=sim.clock)
+    config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+    try:
+        async with connect(config) as conn:
+            job = Job(str(tmp_path / "in.jsonl"), settings, conn, journal, out_path=str(tmp_path / "out.jsonl"),
+                      emit=lambda e, f: events.append((e, f)), stop=anyio.Event(), clock=sim.clock, sleep=sim.sleep)
+            await job.prepare()
+            return await job.run()
+    finally:
+        journal.close()
+
+
+async def test_reconcile_grace_passes_in_simulated_time(tmp_path: Path) -> None:
+    """A create dropped before the server kept it waits out a 180 s grace in simulated time, then is resent once."""
+    write_jsonl(tmp_path / "in.jsonl", [req(f"g{i}") for i in range(20)])
+    sim = SimulatedTime()
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = SubmitSettings(ceiling=1000, poll=30.0, reconcile_grace=180.0)
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        fake.inject(Fault("create", kind="drop"))
+        with anyio.fail_after(20):
+            summary = await _run_job(tmp_path, fake, sim, settings, events)
+        assert summary.succeeded == 20 and fake.org.records.creates == 1
+        assert_exactly_once(fake, tmp_path / "out.jsonl", {f"g{i}" for i in range(20)})
+    abandoned = [f for e, f in events if e == "reconciled" and f["outcome"] == "not created"]
+    assert abandoned and abandoned[0]["how"] == "absent from listing"
+    assert 180.0 < sim.slept < 400.0  # the grace passed on the simulated clock, not the real one
+
+
+async def test_refusal_backoff_doubles_in_simulated_time(tmp_path: Path) -> None:
+    """Hidden load refuses creates: the loop waits 5, 10, 20 ... simulated seconds between tries, then finishes."""
+    write_jsonl(tmp_path / "in.jsonl", [req(f"b{i}") for i in range(10)])
+    sim = SimulatedTime()
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = SubmitSettings(ceiling=100, poll=1.0, min_backoff=5.0)
+    with running_fake(ceiling=100, rate=5000, queue_retry_after=None) as fake:
+        hidden = fake.org.add_batch("wrkspc_2", 95)  # another workspace's load we cannot see
+        fake.config.rate = 0.0
+
+        async def drain_later() -> None:
+            while len(fake.org.records.refusals) < 3:
+                await anyio.sleep(0.01)
+            fake.config.rate = 5000.0  # the hidden load drains after three refusals
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain_later)
+                summary = await _run_job(tmp_path, fake, sim, settings, events)
+        assert summary.succeeded == 10 and hidden.status == "ended"
+    waits = [f["wait"] for e, f in events if e == "refused"]
+    assert waits[:3] == [5.0, 10.0, 20.0]
+
+
+async def test_library_submit_rejects_lone_surrogates_like_plan(tmp_path: Path) -> None:
+    """A request with a lone surrogate is a rejected line in plan() and in submit(), from dicts and from str."""
+    from gatekeeper import plan
+
+    bad_dict = req("s1", text="broken \ud800 text")
+    bad_str = '{"custom_id": "s2", "params": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "\ud800"}]}}'
+    items: list[Any] = [req("ok1"), bad_dict, bad_str, req("ok2")]
+    report = plan(items)
+    assert [e.line for e in report.errors] == [2, 3] and report.requests == 2
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        with anyio.fail_after(20):
+            summary = await submit(items, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05))
+    assert (summary.invalid, summary.succeeded) == (2, 2)
