@@ -13,14 +13,15 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from ._errors import ExitCode, GatekeeperError, UsageError
-from ._sizing import API_MAX_BYTES, API_MAX_REQUESTS
+from ._wire import API_MAX_BYTES, API_MAX_REQUESTS
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ._config import ApiConfig
     from ._headroom import Headroom
     from ._ledger import Reservation
@@ -228,6 +229,8 @@ def _add_state(p: argparse.ArgumentParser) -> None:
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
+    from pathlib import Path
+
     if args.state:
         return Path(args.state)
     if getattr(args, "input", None) and args.input != "-":
@@ -404,6 +407,8 @@ def _api_config() -> ApiConfig:
 
 
 def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
+    from pathlib import Path
+
     from ._settings import SubmitSettings
 
     return SubmitSettings(

@@ -22,7 +22,7 @@ import anyio
 import httpx
 import orjson
 
-from ._config import API_VERSION, Secret, origin
+from ._config import Secret, origin
 from ._errors import (
     ApiError,
     AuthenticationError,
@@ -39,6 +39,7 @@ from ._errors import (
     Unreachable,
 )
 from ._retry import RetryPolicy, next_delay, parse_retry_after, status_is_retryable
+from ._wire import API_VERSION
 
 # Upload of a 256 MB body on a slow link: httpx's write timeout applies per
 # socket write, not to the whole body, so it is not a total deadline. The read

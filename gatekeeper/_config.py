@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 from ._errors import UsageError
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-API_VERSION = "2023-06-01"
 
 
 class Secret:

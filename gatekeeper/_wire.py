@@ -1,0 +1,8 @@
+"""Facts of the API's wire that several modules need, with no imports of their own (the CLI reads them at start)."""
+
+API_VERSION = "2023-06-01"  # the anthropic-version header
+
+# Per-batch limits (../shared/api.md section 5). 256 MB is read as 10^6 bytes: safe under
+# either reading of "MB", at a cost of 4.6% against 2^20.
+API_MAX_REQUESTS = 100_000
+API_MAX_BYTES = 256_000_000

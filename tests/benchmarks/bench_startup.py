@@ -1,0 +1,57 @@
+"""Start-up and small-file cost of the CLI, against bare Python and a bare orjson loop.
+
+Usage: python tests/benchmarks/bench_startup.py [--requests 100000] [--repeat 15]
+
+Each figure is the median of `--repeat` runs of a fresh process, interleaved (A B A B ...) so that a noisy
+machine slows all of them alike; the ratios are what to compare across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+BARE_LOOP = "import orjson, sys\nwith open(sys.argv[1], 'rb') as f:\n    for line in f:\n        orjson.loads(line)\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--file", default="/tmp/gk-bench-startup.jsonl")
+    a = ap.parse_args()
+    if not os.path.exists(a.file):
+        subprocess.run([sys.executable, os.path.join(HERE, "make_requests.py"), a.file, str(a.requests)], check=True)
+    py = sys.executable
+    commands = {
+        "python -c pass": [py, "-c", "pass"],
+        "gatekeeper --version": [py, "-m", "gatekeeper", "--version"],
+        "gatekeeper --help": [py, "-m", "gatekeeper", "--help"],
+        "bare orjson loop": [py, "-c", BARE_LOOP, a.file],
+        "gatekeeper plan": [py, "-m", "gatekeeper", "plan", a.file, "--json"],
+    }
+    times: dict[str, list[float]] = {k: [] for k in commands}
+    for _ in range(a.repeat):
+        for name, cmd in commands.items():
+            t = time.perf_counter()
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            times[name].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for name, value in med.items():
+        print(f"{name:<22} {value * 1000:8.1f} ms (median of {a.repeat})")
+    print(f"--version / python -c pass: {med['gatekeeper --version'] / med['python -c pass']:.2f}x "
+          f"(--help {med['gatekeeper --help'] / med['python -c pass']:.2f}x)")
+    size = os.path.getsize(a.file)
+    print(f"plan / bare loop on {a.requests:,} requests ({size / 1e6:,.0f} MB), start-up included: "
+          f"{med['gatekeeper plan'] / med['bare orjson loop']:.2f}x the time")
+
+
+if __name__ == "__main__":
+    main()
