@@ -119,3 +119,17 @@ def refusal_wait(streak: int, retry_after: float | None, min_wait: float, max_wa
 def deferral_wait(retry_after: float | None, min_wait: float, max_wait: float) -> float:
     """Seconds to wait after a create that a per-minute limit or a failed connection put off."""
     return min(retry_after or min_wait, max_wait)
+
+
+def recut_size(batch_size: int, largest_waiting: int, bound: int | None, margin: int) -> int | None:
+    """A smaller batch size when refusals proved the ceiling below the batches still waiting; None to keep it.
+
+    A refusal of n at visible depth 0 bounds the ceiling below n: such a batch can never
+    go whole. Halving (never below what the bound leaves) finds a size that fits in a few
+    refusals, as peers do, without trusting a bound that other workspaces' hidden load
+    may have lowered.
+    """
+    if bound is None or largest_waiting <= bound - margin:
+        return None
+    size = max(1, min(batch_size // 2, largest_waiting // 2, max(1, bound - margin)))
+    return size if size < largest_waiting else None

@@ -132,6 +132,7 @@ def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--threshold", type=_percent, default=80, metavar="PCT",
                    help="occupancy (percent) at which the queue is a finding (default 80)")
     _add_ledger(p)
+    _add_max_rpm(p)
     _add_json(p)
 
 
@@ -164,6 +165,12 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_ledger(p)
     p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
                    help="how long a dead submitter's reservations outlive its last heartbeat (default 900)")
+    p.add_argument("--results-grace", type=_positive_float, default=3600.0, metavar="SECONDS",
+                   help="how long after a batch ends a 404 or a missing results_url is waited out before its requests "
+                   "are reported as results unavailable (default 3600)")
+    p.add_argument("--allow-duplicate", action="store_true",
+                   help="run even while another job with the same input and workspace is live in the --ledger")
+    _add_max_rpm(p)
     p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")
     _add_json(p)
 
@@ -192,6 +199,7 @@ def _cancel_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
     _add_state(p)
+    _add_max_rpm(p)
     _add_json(p)
 
 
@@ -211,6 +219,12 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--error-model", default=None, metavar="MODEL",
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
     _add_json(p)
+
+
+def _add_max_rpm(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-rpm", type=_positive_float, default=300.0, metavar="N",
+                   help="calls a minute to the batch endpoints at most, all keys together (default 300; the "
+                   "organization's limit, 1,000 on the smallest tier, is shared with its other pipelines)")
 
 
 def _add_ledger(p: argparse.ArgumentParser) -> None:
@@ -318,7 +332,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = _api_config()
 
     async def read() -> tuple[Headroom, list[Reservation] | None]:
-        async with connect(config) as conn:
+        async with connect(config, max_rpm=args.max_rpm) as conn:
             h = await read_headroom(conn, ceiling=args.ceiling)
         if not args.ledger:
             return h, None
@@ -415,7 +429,8 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
         poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
-        ledger=args.ledger, ledger_ttl=args.ledger_ttl,
+        ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
+        allow_duplicate=args.allow_duplicate,
     )
 
 
@@ -575,7 +590,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from ._submit import cancel
 
     config = _api_config()
-    result = anyio.run(lambda: cancel(_state_dir(args), config=config))
+    result = anyio.run(lambda: cancel(_state_dir(args), config=config, max_rpm=args.max_rpm))
     if args.json:
         _print_json(result)
     else:

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import anyio
 import httpx
@@ -38,7 +38,7 @@ from ._errors import (
     TransportError,
     Unreachable,
 )
-from ._retry import RetryPolicy, next_delay, parse_retry_after, status_is_retryable
+from ._retry import CallBudget, RetryPolicy, is_per_minute_limit, next_delay, parse_retry_after, status_is_retryable
 from ._wire import API_VERSION
 
 # Upload of a 256 MB body on a slow link: httpx's write timeout applies per
@@ -86,7 +86,6 @@ def map_transport_error(exc: httpx.TransportError, endpoint: str, url: str, *, r
 
 
 _CONNECT_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)
-_QUEUE_WORDS = ("queue", "enqueued")
 _SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
 
 
@@ -113,8 +112,8 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
     if status == 413:
         return RequestTooLarge(message or "Request exceeds the maximum size", **kw)
     if status == 429:
-        if creating and any(w in lowered for w in _QUEUE_WORDS):
-            return QueueFull(message, **kw)
+        if creating and not is_per_minute_limit(response.headers):
+            return QueueFull(message, **kw)  # not shown to be per-minute: the longer, queue-full wait loses nothing
         return RateLimited(message, **kw)
     if status >= 500:
         return ServerError(message, **kw)
@@ -140,6 +139,7 @@ class ApiClient:
         sleep: Sleep = anyio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
+        budget: CallBudget | None = None,
     ) -> None:
         self.http = http
         self.base_url = base_url.rstrip("/")
@@ -150,6 +150,7 @@ class ApiClient:
         self._sleep = sleep
         self._clock = clock
         self._rand = rand
+        self.budget = budget or CallBudget()  # shared by every client of one connection
         self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace
         self.reached = False  # has the API answered this client at all (any status)?
 
@@ -166,8 +167,20 @@ class ApiClient:
     def _url(self, path: str) -> str:
         return self.base_url + path
 
+    async def _spend(self) -> None:
+        """Wait for the call budget (the batch endpoints' RPM limit, shared by everything we call)."""
+        wait = self.budget.delay(self._clock())
+        if wait > 0:
+            await self._sleep(wait)
+
+    def _slow_down(self, error: ApiError) -> None:
+        """A 429 with retry-after on any call pauses every call until then."""
+        if error.status == 429 and error.retry_after:
+            self.budget.pause(self._clock() + min(error.retry_after, self.retry.max_retry_after))
+
     async def _send_once(self, method: str, url: str, *, params: dict[str, Any] | None = None) -> httpx.Response:
         """One request with redirects followed by hand; the key goes only to our origin."""
+        await self._spend()
         for _ in range(MAX_REDIRECTS + 1):
             response = await self.http.request(method, url, params=params, headers=self._headers(url))
             if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
@@ -203,13 +216,16 @@ class ApiClient:
                     except orjson.JSONDecodeError:
                         raise ApiError("the response was not JSON", endpoint=endpoint, status=response.status_code) from None
                 error = error_from_response(response, endpoint, label=self.label)
+                self._slow_down(error)
                 if not self._retryable(error, response, batch_id):
                     raise error
                 failure = error
                 wait = error.retry_after
                 overloaded = response.status_code == 529
+                if isinstance(error, RateLimited) and wait:
+                    attempt -= 1  # a told wait is not a failure: only max_total bounds it
             elapsed = self._clock() - started
-            delay = next_delay(policy, attempt - 1, self._rand(), server_wait=wait, overloaded=overloaded)
+            delay = next_delay(policy, max(0, attempt - 1), self._rand(), server_wait=wait, overloaded=overloaded)
             if attempt >= policy.max_attempts or elapsed + delay > policy.max_total:
                 raise failure
             await self._sleep(delay)
@@ -236,6 +252,7 @@ class ApiClient:
         headers = self._headers(url, {"content-type": "application/json"})
         if size is not None:
             headers["content-length"] = str(size)
+        await self._spend()
         try:
             response = await self.http.post(url, content=body, headers=headers)
         except (*_CONNECT_FAILURES, httpx.PoolTimeout) as exc:  # no byte of the body left us
@@ -247,7 +264,10 @@ class ApiClient:
             err = error_from_response(response, "create", creating=True)
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
         if response.status_code >= 300:
-            raise error_from_response(response, "create", creating=True, label=self.label)
+            error = error_from_response(response, "create", creating=True, label=self.label)
+            if not isinstance(error, QueueFull):
+                self._slow_down(error)  # a queue-full wait is the caller's: it does not slow reads
+            raise error
         try:
             batch = orjson.loads(response.content)
             batch_id = str(batch["id"])
@@ -293,17 +313,14 @@ class ApiClient:
     async def iter_results(self, batch: dict[str, Any]) -> AsyncIterator[bytes]:
         """The raw JSONL lines of an ended batch's results, one at a time (memory: one line).
 
-        The opening request is retried like any read; a failure mid-stream is
-        raised to the caller, who restarts the whole batch's download.
+        Opening is retried like any read. A failure once lines have been yielded is
+        raised as it is (the caller's download failed: it starts over). A null
+        `results_url` is a `NotFoundError`: the caller decides how long to wait for it.
         """
         batch_id = str(batch.get("id"))
-        url = batch.get("results_url")
-        if not url:
-            batch = await self.retrieve_batch(batch_id)
-            url = batch.get("results_url")
-            if not url:
-                raise NotFoundError("the batch has no results_url yet (still processing?)", endpoint="results", status=404)
-        url = urljoin(self.base_url + "/", str(url))
+        if not batch.get("results_url"):
+            raise NotFoundError("the batch has no results_url yet", endpoint="results", status=404)
+        url = results_location(str(batch["results_url"]), self.base_url, batch_id)
         attempt = 0
         started = self._clock()
         while True:
@@ -316,8 +333,7 @@ class ApiClient:
                 return
             except _RetryableOpen as exc:
                 if yielded:
-                    # Lines already went to the caller: restarting here would repeat them.
-                    raise exc.error from exc
+                    raise exc.error from exc  # lines already went to the caller: a restart here would repeat them
                 failure = exc.error
                 wait, overloaded = exc.wait, exc.overloaded
             delay = next_delay(self.retry, attempt - 1, self._rand(), server_wait=wait, overloaded=overloaded)
@@ -326,6 +342,7 @@ class ApiClient:
             await self._sleep(delay)
 
     async def _stream_lines(self, url: str, batch_id: str) -> AsyncIterator[bytes]:
+        await self._spend()
         for _ in range(MAX_REDIRECTS + 1):
             headers = self._headers(url, {"accept": "application/binary"})
             try:
@@ -337,25 +354,16 @@ class ApiClient:
                     if response.status_code >= 300:
                         await response.aread()
                         error = error_from_response(response, "results", label=self.label)
+                        self._slow_down(error)
                         if self._retryable(error, response, batch_id):
                             raise _RetryableOpen(error, error.retry_after, response.status_code == 529)
                         raise error
-                    tail = b""
-                    async for chunk in response.aiter_bytes():
-                        if tail:
-                            chunk = tail + chunk
-                        lines = chunk.split(b"\n")
-                        tail = lines.pop()
-                        for line in lines:
-                            line = line.strip()
-                            if line:
-                                yield line
-                    tail = tail.strip()
-                    if tail:
-                        yield tail
+                    async for line in _lines(response):
+                        yield line
                     return
             except httpx.TransportError as exc:
-                raise _RetryableOpen(map_transport_error(exc, "results", url, reached=True), None, False) from exc
+                where = url.split("?", 1)[0]  # a signed link's query is a credential: never in a message
+                raise _RetryableOpen(map_transport_error(exc, "results", where, reached=True), None, False) from exc
         raise TransportError(f"results: more than {MAX_REDIRECTS} redirects", endpoint="results")
 
     # -- admin ------------------------------------------------------------
@@ -372,6 +380,38 @@ class ApiClient:
                 break
             params["page"] = nxt
         return entries
+
+
+def results_location(results_url: str, base_url: str, batch_id: str) -> str:
+    """Where to fetch a batch's results. Pure.
+
+    A `results_url` with the API's own results path is fetched from that path on the
+    configured base URL, so a gateway or proxy set as the base URL serves it (the JSON
+    names the API's own host, which the client may not reach, or reach without the
+    gateway's key). Any other URL (a signed object-store link) is fetched as given; the
+    key is still sent only to the base URL's origin.
+    """
+    parts = urlsplit(urljoin(base_url + "/", results_url))
+    if parts.path.rstrip("/") == f"/v1/messages/batches/{batch_id}/results":
+        return base_url.rstrip("/") + parts.path + (f"?{parts.query}" if parts.query else "")
+    return parts.geturl()
+
+
+async def _lines(response: httpx.Response) -> AsyncIterator[bytes]:
+    """Non-blank lines of a streamed body; a last line without its newline is yielded too (the caller verifies it)."""
+    tail = b""
+    async for chunk in response.aiter_bytes():
+        if tail:
+            chunk = tail + chunk
+        lines = chunk.split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            line = line.strip()
+            if line:
+                yield line
+    tail = tail.strip()
+    if tail:
+        yield tail
 
 
 class _RetryableOpen(Exception):

@@ -3,12 +3,14 @@
     GatekeeperError
     ├── UsageError              bad setting or environment (exit 2)
     │   ├── Unreachable         the API could not be reached before anything was sent (exit 2)
-    │   └── LedgerError         the shared ledger cannot be opened or reached (exit 2)
+    │   ├── LedgerError         the shared ledger cannot be opened or reached (exit 2)
+    │   └── DuplicateJob        the same input is live in another job (exit 2)
     ├── InputError              input file unreadable, empty, or changed under us (exit 2)
     ├── OutputError             the results file cannot be written (exit 2)
     ├── JournalError            state directory belongs to another job or is damaged (exit 2)
     ├── Interrupted             stopped on request; the journal is consistent (exit 130)
     ├── TransportError          no HTTP answer after the retries allowed
+    ├── IncompleteDownload      a results download failed verification; retried, nothing used
     ├── ApiError                the API answered with an error status
     │   ├── AuthenticationError 401/403: the key is wrong or lacks permission
     │   ├── NotFoundError       404
@@ -161,6 +163,19 @@ class ServerError(ApiError):
 
 class BadRequest(ApiError):
     """Any other 4xx: the request itself is wrong."""
+
+
+class IncompleteDownload(GatekeeperError):
+    """A results download that cannot be trusted (ended short, a damaged or foreign line, a count mismatch).
+
+    Nothing from it is used: the download is tried again later. Requests are never resent because of it.
+    """
+
+    exit_code = ExitCode.FINDINGS
+
+
+class DuplicateJob(UsageError):
+    """The same input is already being submitted to the same workspace by another live job."""
 
 
 class CreateOutcomeUnknown(GatekeeperError):

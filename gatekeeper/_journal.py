@@ -80,6 +80,10 @@ MIGRATIONS: list[tuple[str, str]] = [
             event TEXT NOT NULL, detail TEXT);
         CREATE INDEX batches_state ON batches (state);
     """),
+    ("0002_body_complete", """
+        -- set just before a create's last bytes go out: without it, the server cannot hold the batch
+        ALTER TABLE batches ADD COLUMN body_complete INTEGER NOT NULL DEFAULT 0
+    """),
 ]
 
 
@@ -101,6 +105,7 @@ class BatchRow:
     created_at: str | None
     ended_at: str | None
     counts: str | None
+    body_complete: bool = False
 
 
 def _private_dir(path: Path) -> None:
@@ -211,7 +216,7 @@ class Journal:
     @staticmethod
     def _row(r: Sequence[Any]) -> BatchRow:
         return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
-                        r[13], r[14], r[15])
+                        r[13], r[14], r[15], bool(r[16]))
 
     def batches(self, *states: BatchState) -> list[BatchRow]:
         sql = "SELECT * FROM batches"
@@ -268,12 +273,17 @@ class Journal:
     def mark_intent(self, idx: int, at: float) -> None:
         """Recorded before a create's first byte is sent: from here on its outcome is unknown until settled."""
         with self.transaction() as db:
-            self._set_state(db, idx, BatchState.INTENT, intent_at=at)
+            self._set_state(db, idx, BatchState.INTENT, intent_at=at, body_complete=0)
+
+    def mark_body_complete(self, idx: int) -> None:
+        """Recorded before a create's last bytes go out; an intent without it cannot have created a batch."""
+        with self.transaction() as db:
+            db.execute("UPDATE batches SET body_complete = 1 WHERE idx = ?", (idx,))
 
     def back_to_planned(self, idx: int, event: str | None = None, **detail: Any) -> None:
         """A create that definitely did not happen (refused, deferred, reconciled absent)."""
         with self.transaction() as db:
-            self._set_state(db, idx, BatchState.PLANNED, intent_at=None)
+            self._set_state(db, idx, BatchState.PLANNED, intent_at=None, body_complete=0)
             if event:
                 self._event(db, event, idx, **detail)
 
@@ -309,18 +319,45 @@ class Journal:
         groups = pack(rows)
         idx = int(self._one("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches"))
         with self.transaction() as db:
-            for g in groups:
-                first, last = g[0], g[-1]
-                db.execute(
-                    "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
-                    "first_custom_id, last_custom_id, state) VALUES (?, 'retry', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
-                    (idx, len(g), size(g), first.line, last.line, first.offset, last.offset + last.length,
-                     first.custom_id, last.custom_id))
-                db.executemany("INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)", [(idx, *r) for r in g])
-                idx += 1
+            self._insert_retry_batches(db, idx, groups, size)
             db.execute("DELETE FROM pending")
             self._event(db, "resubmission_planned", requests=len(rows), batches=len(groups))
         return len(rows), len(groups)
+
+    def recut(self, batch_size: int, ranges: list[tuple[Any, ...]], groups: list[list[PendingRow]],
+              size: Callable[[list[PendingRow]], int]) -> None:
+        """Replace every planned batch by smaller ones, atomically, and record the new size (a resume sees this cut).
+
+        `ranges`: (requests, bytes, first_line, last_line, start, end, first_cid, last_cid) of new input-range
+        batches; `groups`: the requests of new member-listed batches.
+        """
+        with self.transaction() as db:
+            old = [r[0] for r in db.execute("SELECT idx FROM batches WHERE state = 'planned'")]
+            marks = ",".join("?" * len(old))
+            db.execute(f"DELETE FROM members WHERE batch IN ({marks})", old)
+            db.execute(f"DELETE FROM batches WHERE idx IN ({marks})", old)
+            idx = int(db.execute("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches").fetchone()[0])
+            for k, r in enumerate(ranges):
+                db.execute(
+                    "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
+                    "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
+                    (idx + k, *r))
+            self._insert_retry_batches(db, idx + len(ranges), groups, size)
+            settings = {**(self.get_meta("settings") or {}), "batch_size": batch_size}
+            self._set_meta(db, "settings", settings)
+            self._event(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
+
+    def _insert_retry_batches(self, db: sqlite3.Connection, idx: int, groups: list[list[PendingRow]],
+                              size: Callable[[list[PendingRow]], int]) -> None:
+        for g in groups:
+            first, last = g[0], g[-1]
+            db.execute(
+                "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
+                "first_custom_id, last_custom_id, state) VALUES (?, 'retry', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
+                (idx, len(g), size(g), first.line, last.line, first.offset, last.offset + last.length,
+                 first.custom_id, last.custom_id))
+            db.executemany("INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)", [(idx, *r) for r in g])
+            idx += 1
 
     def record_refusal(self, idx: int, depth: int, requests: int) -> None:
         self.back_to_planned(idx, "queue_full", depth=depth, requests=requests)

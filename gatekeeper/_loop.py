@@ -21,19 +21,23 @@ from typing import Any, BinaryIO
 import anyio
 import orjson
 
-from ._admission import CeilingEstimate, QueueState, admit_round, batch_size_for, deferral_wait, refusal_wait
+from ._admission import CeilingEstimate, QueueState, admit_round, batch_size_for, deferral_wait, recut_size, refusal_wait
 from ._client import ApiClient
+from ._downloads import BATCH_LIFETIME, MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait, incomplete_reason, when_results_missing
 from ._errors import (
     ApiError,
     CreateOutcomeUnknown,
+    IncompleteDownload,
     InputError,
     Interrupted,
     JournalError,
+    NotFoundError,
     QueueFull,
     RateLimited,
+    ServerError,
     TransportError,
 )
-from ._headroom import LIVE_STATES, live_batches
+from ._headroom import LIVE_STATES, live_batches, parse_time, total_requests
 from ._inputs import hash_file, iter_range, read_at, stat_identity
 from ._journal import BatchRow, BatchState, JobPlan, Journal, PendingRow, Settlement
 from ._ledger import Ledger, LocalLedger
@@ -103,6 +107,8 @@ class Job:
         self.refusals = 0
         self.batch_size = settings.limits.max_requests
         self.started = clock()
+        self.download_failures: dict[int, int] = {}  # batch -> failed downloads (or 404 waits) in a row
+        self.download_at: dict[int, float] = {}  # batch -> when its next download is due
 
     # -- preparation --------------------------------------------------------
 
@@ -229,18 +235,28 @@ class Job:
             depth += sum(r.processing for r in await read_live(other, f"ws{i}", now=self.clock()))
         unseen = 0
         for row in self.journal.batches(BatchState.CREATED):
-            batch = listed.get(row.batch_id or "")
-            if batch is None:
-                batch = await self.api.retrieve_batch(str(row.batch_id))
-                if batch.get("processing_status") in LIVE_STATES:
-                    unseen += row.requests
-            if batch.get("processing_status") == "ended":
+            batch = listed.get(row.batch_id or "") or await self._retrieve_unlisted(row)
+            if batch is None or batch.get("processing_status") in LIVE_STATES and row.batch_id not in listed:
+                unseen += row.requests  # ours and live, but not in the listing we read
+            if batch is not None and batch.get("processing_status") == "ended":
                 self.journal.mark_ended(row.idx, batch.get("ended_at"), batch.get("request_counts"))
                 self.emit("ended", {"batch": row.idx, "id": row.batch_id, "counts": batch.get("request_counts")})
                 await self.ledger.release(row.idx)
         unseen += sum(r.requests for r in self.journal.batches(BatchState.INTENT))
         await self.ledger.observe(depth)
         return Snapshot(depth, listed, unseen)
+
+    async def _retrieve_unlisted(self, row: BatchRow) -> dict[str, Any] | None:
+        """A batch of ours the listing misses: retrieve it. A 404 is lag (the API is eventually consistent), not
+        a verdict, until the batch must have expired: then it is taken as ended and its results are looked for."""
+        try:
+            return await self.api.retrieve_batch(str(row.batch_id))
+        except NotFoundError:
+            created = parse_time(row.created_at)
+            if created is not None and self.clock() > created + BATCH_LIFETIME + self.s.results_grace:
+                return {"id": row.batch_id, "processing_status": "ended", "ended_at": None, "request_counts": None}
+            self.emit("batch_not_found", {"batch": row.idx, "id": row.batch_id, "policy": "counted as live; asked again"})
+            return None
 
     # -- admission ----------------------------------------------------------
 
@@ -315,6 +331,39 @@ class Job:
         self.emit("refused", {"batch": row.idx, "requests": row.requests, "depth": depth, "unseen": unseen,
                               "retry_after": exc.retry_after, "wait": round(wait, 3),
                               "learned_bound": self.estimate.upper if self.ceiling is None else None})
+        waiting = self.journal.batches(BatchState.PLANNED)
+        size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.s.margin)
+        if size is not None:
+            self._recut(waiting, size)
+
+    def _recut(self, waiting: list[BatchRow], size: int) -> None:
+        """Cut every batch not yet created into batches of at most `size` requests (one journal transaction)."""
+        limits = Limits(max_requests=size, max_bytes=self.s.limits.max_bytes)
+        ranges = self._recut_ranges([r for r in waiting if r.kind == "plan"], limits)
+        listed = [PendingRow(line, off, len(body), _custom_id(body), attempt)
+                  for r in waiting if r.kind != "plan" for line, off, body, attempt in self._requests_of(r)]
+        groups = pack_rows(listed, limits) if listed else []
+        self.journal.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
+        self.batch_size = size
+        self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
+                            "reason": "refusals show the ceiling is below the waiting batches"})
+
+    def _recut_ranges(self, rows: list[BatchRow], limits: Limits) -> list[tuple[Any, ...]]:
+        """New input-range batches over the requests of `rows`, in order, cut by the one packing rule."""
+        packer = Packer(limits)
+        ranges: list[tuple[Any, ...]] = []
+        first = last = (0, 0, "", 0)
+        for row in rows:
+            for line, off, body, _ in self._requests_of(row):
+                item = (line, off, _custom_id(body), len(body))
+                if packer.add(len(body)):
+                    if packer.batches > 1:
+                        ranges.append(_range(packer.closed, first, last))
+                    first = item
+                last = item
+        if packer.count:
+            ranges.append(_range((packer.count, packer.size), first, last))
+        return ranges
 
     def _deferred(self, row: BatchRow, exc: RateLimited | TransportError) -> None:
         self.journal.back_to_planned(row.idx)
@@ -348,6 +397,10 @@ class Job:
         sent += size
         if sent != row.bytes:
             raise InputError(f"{self.path} changed: batch {row.idx} is {sent} bytes now, {row.bytes} when planned")
+        # Before the last bytes leave: an intent without this mark cannot have become a batch (the server needs
+        # the whole body), so a rerun resends it at once instead of waiting out the reconcile grace.
+        self.journal.mark_body_complete(row.idx)
+        self.checkpoint("body-complete")
         if pending:
             yield b"".join(pending)
 
@@ -361,15 +414,37 @@ class Job:
             sent_at = row.intent_at or 0.0
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.s.clock_skew)
             rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests)
-            d = decide(candidates, rivals=rivals, sent_at=sent_at, now=self.clock(), grace=self.s.reconcile_grace)
+            d = decide(candidates, rivals=rivals, sent_at=sent_at, now=self.clock(), grace=self.s.reconcile_grace,
+                       body_complete=row.body_complete)
             if d.action is Action.COMPARE:
-                mine = {_custom_id(body) for _, _, body, _ in self._requests_of(row)}
-                found = {str(b.get("id")): {_custom_id(line) async for line in self.api.iter_results(b)}
-                         for b in d.candidates}
-                chosen = match_results(mine, found)
-                d = (Decision(Action.ADOPT, tuple(b for b in d.candidates if str(b.get("id")) == chosen), "results")
-                     if chosen else Decision(Action.ABANDON, reason="no candidate's results match"))
+                d = await self._compare(row, d)
             await self._apply(row, d, known)
+
+    async def _compare(self, row: BatchRow, d: Decision) -> Decision:
+        """Match an unknown create to an ended candidate by its results' custom_ids (complete downloads only)."""
+        mine = {_custom_id(body) for _, _, body, _ in self._requests_of(row)}
+        found: dict[str, set[str]] = {}
+        for b in d.candidates:
+            ids = await self._result_ids(b)
+            if ids is None:
+                return Decision(Action.WAIT, d.candidates, "a candidate's results could not be read whole yet")
+            found[str(b.get("id"))] = ids
+        chosen = match_results(mine, found)
+        if chosen:
+            return Decision(Action.ADOPT, tuple(b for b in d.candidates if str(b.get("id")) == chosen), "results")
+        return Decision(Action.ABANDON, reason="no candidate's results match")
+
+    async def _result_ids(self, batch: dict[str, Any]) -> set[str] | None:
+        """The custom_ids of a batch's results, or None when no complete download can be had now."""
+        ids: set[str] = set()
+        lines = 0
+        try:
+            async for line in self.api.iter_results(batch):
+                lines += 1
+                ids.add(_custom_id(line))
+        except (orjson.JSONDecodeError, ApiError, TransportError):
+            return None
+        return ids if lines == total_requests(batch) == len(ids) else None
 
     async def _apply(self, row: BatchRow, d: Decision, known: set[str]) -> None:
         if d.action is Action.ADOPT:
@@ -390,52 +465,85 @@ class Job:
     # -- results ------------------------------------------------------------
 
     async def collect_ended(self) -> None:
+        """Collect every ended batch whose download is due; a failed download waits its turn, the others go on."""
         for row in self.journal.batches(BatchState.ENDED):
             self._check_stop()
-            await self.collect(row)
+            if self.download_at.get(row.idx, 0.0) > self.clock():
+                continue
+            try:
+                await self.collect(row)
+            except (IncompleteDownload, TransportError, ServerError, RateLimited) as exc:
+                self._download_failed(row, exc)
+            else:
+                self.download_failures.pop(row.idx, None)
+                self.download_at.pop(row.idx, None)
+
+    def _download_failed(self, row: BatchRow, exc: Exception) -> None:
+        n = self.download_failures.get(row.idx, 0) + 1
+        self.download_failures[row.idx] = n
+        wait = download_wait(n, self.s.min_backoff, self.s.max_backoff)
+        self.download_at[row.idx] = self.clock() + wait
+        self.emit("download_failed", {"batch": row.idx, "id": row.batch_id, "reason": str(exc), "attempt": n,
+                                      "retry_in": wait})
 
     async def collect(self, row: BatchRow) -> None:
-        """Stream one ended batch's results into the output; commit them with the journal in one transaction."""
-        members = {_custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in self._requests_of(row)}
-        start = self.journal.committed_output()
-        batch = await self.api.retrieve_batch(str(row.batch_id))
-        with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
-            s.before_commit = lambda: self.checkpoint("before-results-commit")
-            pos, seen = start, 0
-            async for raw in self.api.iter_results(batch):
-                seen += 1
-                if seen % 2048 == 0:
-                    self._check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
-                placed = self._settle_line(row, raw, members, s, pos)
-                if placed:
-                    out.write(raw + b"\n")
-                    pos += placed
-                    if pos - start == placed:
-                        self.checkpoint("mid-results")
-            for cid, member in members.items():  # listed in the batch, absent from its results: never dropped
-                self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
-                raw = errored_line(cid, "gatekeeper_missing_result", "the batch's results had no line for this request")
-                pos += self._record_missing(row, cid, member, raw, s, pos, out)
-            s.committed = pos
+        """Download one ended batch's results, verify them, and commit them with the journal in one transaction.
+
+        Nothing from a download that fails verification is kept (`IncompleteDownload`, rolled back).
+        """
+        try:
+            batch = await self.api.retrieve_batch(str(row.batch_id))
+            if batch.get("archived_at") or not batch.get("results_url"):
+                return self._results_missing(row, batch)
+            start = self.journal.committed_output()
+            with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
+                s.before_commit = lambda: self.checkpoint("before-results-commit")
+                s.committed = await self._write_results(row, batch, s, out, start)
+        except NotFoundError:
+            return self._results_missing(row, None)
         self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": s.finals, "retry": s.retries})
         if self.on_result is not None:
-            for line in self.out.lines(start, pos):
+            for line in self.out.lines(start, s.committed):
                 obj = orjson.loads(line)
                 self.on_result(obj["custom_id"], obj["result"])
 
+    async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int) -> int:
+        """Stream, verify and settle every line; the output's new length."""
+        members = {_custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in self._requests_of(row)}
+        pos, lines = start, 0
+        async for raw in self.api.iter_results(batch):
+            lines += 1
+            if lines % 2048 == 0:
+                self._check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
+            placed = self._settle_line(row, raw, members, s, pos)
+            if placed:
+                out.write(raw + b"\n")
+                pos += placed
+                if pos - start == placed:
+                    self.checkpoint("mid-results")
+        reason = incomplete_reason(lines, total_requests(batch), len(members))
+        if reason:
+            raise IncompleteDownload(f"batch {row.idx} ({row.batch_id}): {reason}")
+        for cid, member in members.items():  # complete by the API's counts, yet ours is absent: final, never resent
+            self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
+            raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
+            pos += self._write_final(out, s, pos, member, cid, raw, MISSING_RESULT)
+        return pos
+
     def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]],
                      s: Settlement, pos: int) -> int:
-        """Settle one result line: bytes it adds to the output (0 when it goes to a retry or is not ours)."""
+        """Settle one result line: bytes it adds to the output (0 when it goes to a retry).
+
+        A line that does not parse, or is not one of ours still unseen, fails the whole download.
+        """
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            self.emit("bad_result_line", {"batch": row.idx, "bytes": len(raw)})
-            return 0
+            raise IncompleteDownload(f"batch {row.idx}: a damaged result line ({len(raw)} bytes)") from None
         cid = obj.get("custom_id") if isinstance(obj, dict) else None
         member = members.pop(cid, None) if isinstance(cid, str) else None
         if member is None or not isinstance(cid, str):
-            self.emit("unknown_result", {"batch": row.idx, "custom_id": cid})
-            return 0
+            raise IncompleteDownload(f"batch {row.idx}: a result line for {cid!r}, not one of its requests (or twice)")
         line, off, length, attempt = member
         result = obj.get("result")
         v = settle(result, attempt=attempt, max_attempts=self._max_attempts(), user_canceled=self.user_canceled)
@@ -446,15 +554,37 @@ class Job:
         s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage)
         return len(raw) + 1
 
-    def _record_missing(self, row: BatchRow, cid: str, member: tuple[int, int, int, int], raw: bytes,
-                        s: Settlement, pos: int, out: BinaryIO) -> int:
-        line, off, length, attempt = member
-        if attempt < self._max_attempts():
-            s.retry(line, off, length, cid, attempt, row.idx, "missing", None, raw)
-            return 0
+    @staticmethod
+    def _write_final(out: BinaryIO, s: Settlement, pos: int, member: tuple[int, int, int, int], cid: str, raw: bytes,
+                     error_type: str) -> int:
+        """A final errored line of gatekeeper's own; the bytes it adds."""
+        line, _, _, attempt = member
         out.write(raw + b"\n")
-        s.final(line, cid, "errored", "gatekeeper_missing_result", attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0))
+        s.final(line, cid, "errored", error_type, attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0))
         return len(raw) + 1
+
+    def _results_missing(self, row: BatchRow, batch: dict[str, Any] | None) -> None:
+        """A 404 or a null results_url: wait within the grace, else final lines that say so (never resent)."""
+        v = when_results_missing(
+            archived=bool(batch and batch.get("archived_at")), now=self.clock(), grace=self.s.results_grace,
+            ended_at=parse_time(row.ended_at or (batch or {}).get("ended_at")), created_at=parse_time(row.created_at),
+            retention=self.s.retention)
+        if v.action is Missing.WAIT:
+            n = self.download_failures.get(row.idx, 0) + 1
+            self.download_failures[row.idx] = n
+            self.download_at[row.idx] = self.clock() + download_wait(n, self.s.min_backoff, self.s.max_backoff)
+            self.emit("results_pending", {"batch": row.idx, "id": row.batch_id, "reason": v.reason})
+            return
+        start = self.journal.committed_output()
+        with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
+            pos = start
+            message = f"results unavailable: {v.reason}; not resent (processed, may have been billed)"
+            for line, off, body, attempt in self._requests_of(row):
+                cid = _custom_id(body)
+                pos += self._write_final(out, s, pos, (line, off, len(body), attempt), cid,
+                                         errored_line(cid, RESULTS_UNAVAILABLE, message), RESULTS_UNAVAILABLE)
+            s.committed = pos
+        self.emit("results_unavailable", {"batch": row.idx, "id": row.batch_id, "requests": s.finals, "reason": v.reason})
 
     def _max_attempts(self) -> int:
         return int((self.journal.get_meta("settings") or {}).get("max_attempts", self.s.max_attempts))
@@ -494,6 +624,11 @@ def pack_rows(rows: list[PendingRow], limits: Limits) -> list[list[PendingRow]]:
             groups.append([])
         groups[-1].append(r)
     return groups
+
+
+def _range(closed: tuple[int, int], first: tuple[int, int, str, int], last: tuple[int, int, str, int]) -> tuple[Any, ...]:
+    """(requests, bytes, first_line, last_line, start, end, first_cid, last_cid) of an input-range batch."""
+    return (*closed, first[0], last[0], first[1], last[1] + last[3], first[2], last[2])
 
 
 def _custom_id(line: bytes) -> str:

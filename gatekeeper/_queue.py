@@ -13,7 +13,7 @@ from ._client import ApiClient, open_http
 from ._config import ApiConfig
 from ._errors import ApiError, AuthenticationError, TransportError
 from ._headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches, parse_time
-from ._retry import RetryPolicy
+from ._retry import CallBudget, RetryPolicy
 
 # A batch expires 24 h after creation, so one created longer ago than this has
 # ended: listing (newest first) can stop there instead of reading all history.
@@ -33,14 +33,17 @@ class Connection:
 
 
 @asynccontextmanager
-async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None) -> AsyncIterator[Connection]:
+async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float = 300.0) -> AsyncIterator[Connection]:
+    """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's)."""
     config.require_workspace_key()
+    budget = CallBudget(per_minute=max_rpm)
     async with open_http() as http:
         ws = [
-            ApiClient(http, config.base_url, key, label=f"workspace key {i + 1}", retry=retry)
+            ApiClient(http, config.base_url, key, label=f"workspace key {i + 1}", retry=retry, budget=budget)
             for i, key in enumerate(config.workspace_keys)
         ]
-        admin = ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry) if config.admin_key else None
+        admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry)
+                 if config.admin_key else None)  # the Admin API has its own limits
         yield Connection(ws, admin)
 
 

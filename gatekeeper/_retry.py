@@ -77,3 +77,45 @@ def next_delay(
     if server_wait is not None:
         return min(server_wait, policy.max_retry_after)
     return backoff_delay(policy, retry_index, rand, overloaded=overloaded)
+
+
+def is_per_minute_limit(headers: Mapping[str, str]) -> bool:
+    """A 429 its headers show to be a per-minute limit: the request counter says none remain.
+
+    The text of a queue-full refusal is not public (api.md 6.5), so wording decides nothing:
+    a 429 on create that is not shown to be per-minute is taken as queue-full, whose longer
+    wait loses nothing.
+    """
+    remaining = headers.get("anthropic-ratelimit-requests-remaining")
+    return remaining is not None and remaining.strip() == "0"
+
+
+@dataclass
+class CallBudget:
+    """A token bucket over every call to the batch endpoints: `per_minute` a minute, in bursts of at most `burst`.
+
+    The organization's batch RPM limit covers polling, listing, retrieving, downloading
+    and creating together, and other pipelines share it: the default takes 300 of the
+    smallest tier's 1,000. A 429 with retry-after pauses every call (`pause`). Pure:
+    `delay(now)` says how long to wait before the next call and takes its token.
+    """
+
+    per_minute: float = 300.0
+    burst: float = 20.0
+    tokens: float = 20.0
+    stamp: float | None = None
+    paused_until: float = 0.0
+
+    def delay(self, now: float) -> float:
+        rate = self.per_minute / 60.0
+        if self.stamp is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * rate)
+        self.stamp = now
+        self.tokens -= 1.0
+        need = 0.0 if self.tokens >= 0 else -self.tokens / rate
+        return max(need, self.paused_until - now, 0.0)
+
+    def pause(self, until: float) -> None:
+        """No call before `until` (a server's retry-after), and no burst right after it."""
+        self.paused_until = max(self.paused_until, until)
+        self.tokens = min(self.tokens, 0.0)

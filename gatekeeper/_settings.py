@@ -26,6 +26,10 @@ class SubmitSettings:
     max_backoff: float = 600.0
     ledger: str | None = None  # None/"local", "sqlite:///path", "redis://host:port/db"
     ledger_ttl: float = 900.0  # seconds a dead submitter's reservations outlive its last heartbeat
+    results_grace: float = 3600.0  # seconds after a batch's end that 404s or a null results_url are waited out
+    retention: float = 29 * 86_400.0  # seconds the API keeps results after a batch is created
+    max_rpm: float = 300.0  # calls a minute to the batch endpoints, at most (the organization's limit is shared)
+    allow_duplicate: bool = False  # run even while a job with the same input and workspace is live elsewhere
 
 
 def default_state_dir(input_path: str) -> Path:

@@ -129,7 +129,7 @@ async def submit(
         outcome: list[Summary] = []
         failure: list[Exception] = []
         try:
-            async with connect(config, retry=retry) as conn, anyio.create_task_group() as tg:
+            async with connect(config, retry=retry, max_rpm=settings.max_rpm) as conn, anyio.create_task_group() as tg:
                 job = Job(path, settings, conn, journal, out_path=out_path, emit=on_event or (lambda e, f: None),
                           stop=stop or anyio.Event(), checkpoint=checkpoint or (lambda name: None),
                           on_result=on_result, ledger=ledger, prices=prices)
@@ -184,7 +184,7 @@ async def dry_run(
     settings = settings or SubmitSettings()
     if not isinstance(source, (str, os.PathLike)):
         raise UsageError("dry_run takes a path")
-    async with connect(config) as conn:
+    async with connect(config, max_rpm=settings.max_rpm) as conn:
         h = await read_headroom(conn, ceiling=settings.ceiling)
     size = batch_size_for(h.ceiling, settings.margin, settings.limits.max_requests)
     report = plan(source, limits=Limits(max_requests=size, max_bytes=settings.limits.max_bytes))
@@ -201,7 +201,7 @@ async def dry_run(
     }
 
 
-async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig) -> dict[str, Any]:
+async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float = 300.0) -> dict[str, Any]:
     """Cancel the run's live batches; a rerun of submit then sends nothing new and collects what ended.
 
     The cancel is recorded before any batch is touched, so even a cancel cut short
@@ -216,7 +216,7 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig) -> dic
     try:
         journal.set_meta("user_canceled", True, "user_canceled")
         canceled = []
-        async with connect(config) as conn:
+        async with connect(config, max_rpm=max_rpm) as conn:
             for row in journal.batches(BatchState.CREATED, BatchState.INTENT):
                 if row.batch_id is None:
                     continue  # an unknown create: reconciled by the next submit, then canceled batches are collected

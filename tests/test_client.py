@@ -140,7 +140,7 @@ async def test_transient_404_after_create_is_waited_out() -> None:
 
 async def test_results_on_another_origin_get_no_key() -> None:
     """A results_url on another origin is fetched without the key."""
-    with running_fake(results_on_other_origin=True, rate=1e9) as fake:
+    with running_fake(results_origin="signed", rate=1e9) as fake:
         async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1))
             b = await api.create_batch(_body("a", "b"))
@@ -208,7 +208,7 @@ def test_anyio_run_sync_wrapper_works() -> None:
 
 async def test_redirect_to_another_origin_drops_the_key() -> None:
     """A results redirect to another origin is followed without the key."""
-    with running_fake(results_on_other_origin=True, results_redirect=True, rate=1e9) as fake:
+    with running_fake(results_redirect=True, rate=1e9) as fake:
         async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1))
             b = await api.create_batch(_body("a", "b", "c"))

@@ -116,11 +116,11 @@ def test_bad_out_is_refused_before_anything_is_journaled(tmp_path: Path, monkeyp
     with running_fake(ceiling=100, rate=2000) as fake:
         env = env_for(fake)
         for bad in (tmp_path / "missing" / "out.jsonl", tmp_path):
-            code, err = _cli(monkeypatch, capsys, env, "submit", str(path), "--out", str(bad), "--poll", "0.05")
+            code, err = _cli(monkeypatch, capsys, env, "submit", str(path), "--out", str(bad), "--poll", "0.05", "--max-rpm", "60000")
             assert code == ExitCode.USAGE and str(bad) in err and "(--out)" in err
             assert not Path(str(path) + ".gatekeeper").exists()
         out = tmp_path / "out.jsonl"
-        assert main(["submit", str(path), "--out", str(out), "--poll", "0.05", "--json"]) == ExitCode.OK
+        assert main(["submit", str(path), "--out", str(out), "--poll", "0.05", "--max-rpm", "60000", "--json"]) == ExitCode.OK
         capsys.readouterr()
         assert len(out.read_bytes().splitlines()) == 2
         code, err = _cli(monkeypatch, capsys, env, "results", str(path), "--out", str(tmp_path / "no" / "x.jsonl"))
@@ -161,10 +161,10 @@ def test_empty_input_says_so_and_does_not_tie_the_state(tmp_path: Path, monkeypa
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"")
     with running_fake(ceiling=100, rate=2000) as fake:
-        code, err = _cli(monkeypatch, capsys, env_for(fake), "submit", str(path), "--poll", "0.05")
+        code, err = _cli(monkeypatch, capsys, env_for(fake), "submit", str(path), "--poll", "0.05", "--max-rpm", "60000")
         assert code == ExitCode.USAGE and "is empty" in err
         write_jsonl(path, [req("a")])
-        assert main(["submit", str(path), "--poll", "0.05", "--json"]) == ExitCode.OK
+        assert main(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--json"]) == ExitCode.OK
 
 
 @pytest.mark.parametrize("argv", [["fake-api", "--port", "99999"], ["fake-api", "--port", "{busy}"]])
@@ -186,7 +186,7 @@ def test_redis_outage_mid_run_stops_resumably(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", items)
     port = free_port()
     with running_fake(ceiling=40, rate=40) as fake:
-        args = ["submit", str(path), "--json", "--poll", "0.05", "--ceiling", "40", "--ledger",
+        args = ["submit", str(path), "--json", "--poll", "0.05", "--max-rpm", "60000", "--ceiling", "40", "--ledger",
                 f"redis://127.0.0.1:{port}/0", "--ledger-ttl", "3"]
         with redis_server(port) as (_, proc):
             run = start(args, env_for(fake))

@@ -70,12 +70,14 @@ async def test_reconcile_grace_passes_in_simulated_time(tmp_path: Path) -> None:
 
 async def test_refusal_backoff_doubles_in_simulated_time(tmp_path: Path) -> None:
     """Hidden load refuses creates: the loop waits 5, 10, 20 ... simulated seconds between tries, then finishes."""
+    from gatekeeper import Limits
+
     write_jsonl(tmp_path / "in.jsonl", [req(f"b{i}") for i in range(10)])
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []
-    settings = SubmitSettings(ceiling=100, poll=1.0, min_backoff=5.0)
+    settings = SubmitSettings(ceiling=100, poll=1.0, min_backoff=5.0, limits=Limits(max_requests=1))  # nothing to re-cut
     with running_fake(ceiling=100, rate=5000, queue_retry_after=None) as fake:
-        hidden = fake.org.add_batch("wrkspc_2", 95)  # another workspace's load we cannot see
+        hidden = fake.org.add_batch("wrkspc_2", 100)  # another workspace's load we cannot see
         fake.config.rate = 0.0
 
         async def drain_later() -> None:

@@ -18,7 +18,7 @@ from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import events, gk, output_ids
 
-FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--json"]
+FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def _rule(cid: str, model: str, attempt: int) -> Outcome | None:
@@ -80,7 +80,7 @@ def test_max_attempts_one_sends_nothing_again(tmp_path: Path) -> None:
 def test_results_on_another_origin_get_no_key(tmp_path: Path) -> None:
     """A results_url on another origin is fetched without the key; the job still completes."""
     path = write_jsonl(tmp_path / "j.jsonl", [req(f"r{i}") for i in range(10)])
-    with running_fake(ceiling=1000, rate=5000, results_on_other_origin=True) as fake:
+    with running_fake(ceiling=1000, rate=5000, results_origin="signed") as fake:
         proc = gk(["submit", str(path), *FAST], env_for(fake))
         assert proc.returncode == 0, proc.stderr
         assert fake.org.records.requests_seen.get("results", 0) >= 1
@@ -166,7 +166,8 @@ def test_journal_migrates_a_blank_database(tmp_path: Path) -> None:
     j = Journal.open(tmp_path / "s")
     cols = {r[1] for r in j.db.execute("PRAGMA table_info(results)")}
     assert {"line", "custom_id", "type", "error_type", "attempts", "out_offset", "out_len", "input_tokens"} <= cols
-    assert [r[0] for r in j.db.execute("SELECT name FROM schema_migrations")] == ["0001_initial"]
+    assert "body_complete" in {r[1] for r in j.db.execute("PRAGMA table_info(batches)")}
+    assert [r[0] for r in j.db.execute("SELECT name FROM schema_migrations")] == ["0001_initial", "0002_body_complete"]
     j.close()
     Journal.open(tmp_path / "s").close()  # idempotent
 

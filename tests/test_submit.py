@@ -15,7 +15,7 @@ from tests.fakes import WS1, WS2, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create, wait_until
 
-FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--json"]
+FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def _input(tmp_path: Path, n: int = 60, bad: int = 0) -> tuple[Path, set[str]]:
@@ -234,7 +234,7 @@ def test_progress_line_on_a_terminal(tmp_path: Path) -> None:
         master, slave = pty.openpty()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
         env.update(env_for(fake))
-        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), "--poll", "0.05"],
+        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), "--poll", "0.05", "--max-rpm", "60000"],
                                 env=env, stdout=subprocess.PIPE, stderr=slave, text=True)
         os.close(slave)
         chunks = []

@@ -1,10 +1,17 @@
 """The fake organization: batches, the processing queue, outcomes. No HTTP here.
 
 Processing model: one organization-wide processing capacity of `rate` requests
-per simulated second serves live batches first-in first-out, so batches end one
-by one and `processing` stays at a batch's total until it ends, as on the real
-API. The clock is compressible (`speed` simulated seconds per real second) and
-can be jumped (`advance`), which is how 24-hour expiry is tested in seconds.
+per simulated second. By default it is shared among the live batches side by
+side and `processing` drains request by request, each processed request moving
+to its result type at once (the real queue counts what is not yet processed, and
+its batches are not served first-in first-out: api.md section 14). `fifo=True`
+serves one batch at a time instead; `drain="batch"` keeps `processing` at the
+batch's total until it ends. The clock is compressible (`speed` simulated seconds
+per real second) and can be jumped (`advance`), which is how 24-hour expiry and
+the 29-day archive are tested in seconds.
+
+Every roughness of the real API that a client must survive is a `FakeConfig`
+setting, off by default unless the real API always behaves so.
 """
 
 from __future__ import annotations
@@ -51,10 +58,20 @@ class FakeConfig:
     admin_keys: set[str] = field(default_factory=lambda: {"test-admin-key"})
     queue_retry_after: float | None = 60.0  # simulated seconds
     queue_message: str = "Number of batch requests in the processing queue would exceed your organization's limit of {limit}"
+    fifo: bool = False  # one batch at a time, in creation order (else side by side, sharing the rate)
+    drain: str = "request"  # "request": processing falls as requests are processed; "batch": stays at the total
     not_found_after_create: float = 0.0  # real seconds a new batch answers 404 to retrieve/results
-    results_on_other_origin: bool = False
-    results_redirect: bool = False  # results on our origin answer 307 to another origin (needs results_on_other_origin)
+    listing_lag: float = 0.0  # real seconds a new batch is missing from the listing
+    results_not_found_after_end: float = 0.0  # real seconds results (and retrieve) answer 404 after the end
+    null_results_url_after_end: float = 0.0  # real seconds an ended batch shows results_url: null
+    results_origin: str = "self"  # "self"; "gateway": results_url on the API's own host, unreachable behind a
+    # gateway (any call there is a bypass); "signed": a signed link on another origin (a key there is a leak)
+    results_redirect: bool = False  # results on our origin answer 307 to the signed origin
+    damaged_downloads: int = 0  # the first N downloads of each batch's results are damaged
+    damage: tuple[str, ...] = ("short", "half_line", "reset")  # how, in turn: ends early, a torn last line, a reset
     results_chunk_delay: float = 0.0  # real seconds between result chunks
+    rpm: int | None = None  # requests per `rpm_window` over the batch endpoints; more get 429 with retry-after
+    rpm_window: float = 60.0  # real seconds
     answer_bytes: int = 40  # text length of each succeeded message
     retention_days: float = 29.0
     cancel_delay: float = 1.0  # simulated seconds a canceling batch takes to end
@@ -79,8 +96,10 @@ class FakeBatch:
     processed: float = 0.0
     status: str = "in_progress"
     ended_at: float | None = None
+    ended_wall: float = 0.0
     cancel_initiated_at: float | None = None
-    results: list[tuple[str, Outcome]] | None = None
+    outcomes: list[Outcome] = field(default_factory=list)  # of the requests processed so far, in order
+    results: list[tuple[str, Outcome]] | None = None  # every request's, once ended
 
     @property
     def total(self) -> int:
@@ -96,7 +115,10 @@ class Records:
     max_depth: int = 0
     succeeded: dict[str, int] = field(default_factory=dict)  # custom_id -> times it succeeded
     attempts: dict[str, int] = field(default_factory=dict)  # custom_id -> times it was processed
-    wrong_origin_keys: int = 0  # requests that reached the results origin carrying a key
+    wrong_origin_keys: int = 0  # requests that reached the signed results origin carrying a key
+    bypass_calls: int = 0  # requests that went around the gateway to the API's own host
+    rpm_refusals: int = 0  # 429s for the RPM limit
+    downloads: dict[str, int] = field(default_factory=dict)  # batch id -> results downloads started
     requests_seen: dict[str, int] = field(default_factory=dict)  # endpoint -> count
     first_create_at: float | None = None
     last_end_at: float | None = None
@@ -146,48 +168,47 @@ class Organization:
         return [b for b in self.batches.values() if b.status != "ended"]
 
     def depth(self) -> int:
-        return sum(b.total for b in self._live())
+        """Requests in the processing queue: those not yet processed (the ceiling is enforced against this)."""
+        return sum(b.total - len(b.outcomes) for b in self._live())
 
     def _process(self) -> None:
+        """Advance processing to now: share the rate among the served batches, event by event."""
         now = self.now()
         t = self._tick
-        rate = self.config.rate
-        for b in sorted(self._live(), key=lambda b: b.seq):
+        while True:
+            self._end_canceled(now)
+            active = sorted((b for b in self._live() if b.status == "in_progress"), key=lambda b: b.seq)
+            for b in [b for b in active if b.expires_at <= t]:
+                self._end(b, b.expires_at, leftover="expired")
+            active = [b for b in active if b.status == "in_progress"]
+            if not active or t >= now or self.config.rate <= 0:
+                break
+            served = active[:1] if self.config.fifo else active
+            share = self.config.rate / len(served)
+            step = min(now - t, min(b.expires_at for b in active) - t,
+                       min((b.total - b.processed) / share for b in served))
+            for b in served:
+                b.processed = min(float(b.total), b.processed + share * step)
+                self._settle_processed(b)
+            t += step
+            for b in served:
+                if b.processed >= b.total - 1e-9:
+                    self._end(b, t, leftover="expired")
+        self._tick = t if self._live() else max(t, now)
+
+    def _end_canceled(self, now: float) -> None:
+        for b in self._live():
             if b.status == "canceling":
                 at = (b.cancel_initiated_at or 0.0) + self.config.cancel_delay
                 if at <= now:
-                    self._end(b, max(t, at), leftover="canceled")
-                continue
-            if b.expires_at <= t:
-                self._end(b, b.expires_at, leftover="expired")
-                continue
-            if t >= now:
-                break
-            stop = min(now, b.expires_at)
-            if rate <= 0:
-                break
-            need = (b.total - b.processed) / rate
-            if t + need <= stop:
-                t += need
-                b.processed = b.total
-                self._end(b, t, leftover="expired")
-                continue
-            b.processed += (stop - t) * rate
-            t = stop
-            if stop >= b.expires_at:
-                self._end(b, b.expires_at, leftover="expired")
-                continue
-            break
-        self._tick = max(t, now) if not self._live() else t
+                    self._end(b, at, leftover="canceled")
 
-    def _end(self, b: FakeBatch, at: float, leftover: str) -> None:
+    def _settle_processed(self, b: FakeBatch) -> None:
+        """Decide the outcome of each request as it is processed (so live counts add up to the total)."""
         done = min(b.total, int(b.processed + 1e-9))
         rule = self.config.outcome
-        out: list[tuple[str, Outcome]] = []
-        for i, (cid, model) in enumerate(b.requests):
-            if i >= done:
-                out.append((cid, Outcome(type=leftover)))
-                continue
+        for i in range(len(b.outcomes), done):
+            cid, model = b.requests[i]
             attempt = self.records.attempts.get(cid, 0) + 1
             self.records.attempts[cid] = attempt
             if i in b.bad:
@@ -197,10 +218,15 @@ class Organization:
             outcome = outcome or Outcome()
             if outcome.type == "succeeded":
                 self.records.succeeded[cid] = self.records.succeeded.get(cid, 0) + 1
-            out.append((cid, outcome))
-        b.results = out
+            b.outcomes.append(outcome)
+
+    def _end(self, b: FakeBatch, at: float, leftover: str) -> None:
+        self._settle_processed(b)
+        rest = [Outcome(type=leftover) for _ in range(b.total - len(b.outcomes))]
+        b.results = [(cid, o) for (cid, _), o in zip(b.requests, b.outcomes + rest, strict=True)]
         b.status = "ended"
         b.ended_at = at
+        b.ended_wall = time.monotonic()
         self.records.last_end_at = max(self.records.last_end_at or 0.0, at)
 
     def sync(self) -> None:
@@ -283,6 +309,17 @@ class Organization:
             self.deleted.add(b.id)
             return True
 
+    def results_url(self, b: FakeBatch, base: str) -> str | None:
+        if b.status != "ended" or self.since_end(b) < self.config.null_results_url_after_end:
+            return None
+        if self.config.results_origin == "signed" and not self.config.results_redirect:
+            return f"{base}/signed/{b.id}?sig=fake-signature"
+        return f"{base}/v1/messages/batches/{b.id}/results"
+
+    def since_end(self, b: FakeBatch) -> float:
+        """Real seconds since the batch ended (infinite while it is live: no end-based delay applies)."""
+        return time.monotonic() - b.ended_wall if b.status == "ended" else float("inf")
+
     def archived(self, b: FakeBatch) -> bool:
         return self.now() >= b.created_at + self.config.retention_days * DAY
 
@@ -291,8 +328,12 @@ class Organization:
         if b.status == "ended" and b.results is not None:
             for _, o in b.results:
                 counts[o.type if o.type in counts else "errored"] += 1
-        else:
+        elif self.config.drain == "batch":
             counts["processing"] = b.total
+        else:
+            for o in b.outcomes:
+                counts[o.type if o.type in counts else "errored"] += 1
+            counts["processing"] = b.total - len(b.outcomes)
         archived = self.archived(b)
         return {
             "id": b.id,
@@ -304,5 +345,5 @@ class Organization:
             "expires_at": self.stamp(b.expires_at),
             "cancel_initiated_at": self.stamp(b.cancel_initiated_at),
             "archived_at": self.stamp(b.created_at + self.config.retention_days * DAY) if archived else None,
-            "results_url": f"{results_base}/v1/messages/batches/{b.id}/results" if b.status == "ended" else None,
+            "results_url": self.results_url(b, results_base),
         }

@@ -14,6 +14,7 @@ import re
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -26,6 +27,8 @@ from ._model import FakeBatch, FakeConfig, Organization, Outcome, new_id
 
 _CID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _BATCH_PATH = re.compile(r"^/v1/messages/batches/([^/]+)(/results|/cancel)?$")
+_SIGNED_PATH = re.compile(r"^/signed/([^/]+)$")
+_BATCH_ENDPOINTS = frozenset({"create", "retrieve", "list", "results", "cancel", "delete"})
 _WS_LIMITS = re.compile(r"^/v1/organizations/workspaces/([^/]+)/rate_limits$")
 
 
@@ -174,6 +177,30 @@ class _Handler(BaseHTTPRequestHandler):
         self._error(fault.status, fault.message or "injected fault", fault.error_type, headers, fault.details)
         return True
 
+    def _rpm_refused(self) -> bool:
+        """The batch endpoints' RPM limit: a sliding window of real seconds; over it, 429 with the API's headers."""
+        fake = self.server.fake
+        cfg = fake.config
+        if cfg.rpm is None:
+            return False
+        now = time.monotonic()
+        with fake.org.lock:
+            calls = fake.rpm_calls
+            while calls and calls[0] <= now - cfg.rpm_window:
+                calls.popleft()
+            if len(calls) < cfg.rpm:
+                calls.append(now)
+                return False
+            fake.org.records.rpm_refusals += 1
+            wait = calls[0] + cfg.rpm_window - now
+        if self.command in ("POST", "PUT"):
+            self._read_body()
+        reset = fake.org.stamp(fake.org.now() + wait * cfg.speed)
+        self._error(429, "Number of request tokens has exceeded your per-minute rate limit", headers={
+            "retry-after": str(max(1, math.ceil(wait))), "anthropic-ratelimit-requests-limit": str(cfg.rpm),
+            "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset or ""})
+        return True
+
     def _route(self) -> tuple[str, str | None]:
         path = urlsplit(self.path).path.rstrip("/")
         if path == "/v1/messages/batches":
@@ -186,6 +213,9 @@ class _Handler(BaseHTTPRequestHandler):
             if tail == "/cancel":
                 return "cancel", m.group(1)
             return ("delete" if self.command == "DELETE" else "retrieve"), m.group(1)
+        m = _SIGNED_PATH.match(path)
+        if m:
+            return "results", m.group(1)
         if path == "/v1/organizations/rate_limits":
             return "rate_limits", None
         m = _WS_LIMITS.match(path)
@@ -213,6 +243,8 @@ class _Handler(BaseHTTPRequestHandler):
             fake.org.records.requests_seen[endpoint] = fake.org.records.requests_seen.get(endpoint, 0) + 1
         if self.server.results_only:
             return self._results_other_origin(endpoint, arg)
+        if endpoint in _BATCH_ENDPOINTS and self._rpm_refused():
+            return
         if endpoint == "unknown":
             if self.command == "POST":
                 self._read_body()
@@ -293,12 +325,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, fake.org.batch_json(result, fake.results_base))
 
     def _visible(self, workspace: str, batch_id: str | None) -> FakeBatch | None:
+        """The batch, or None after answering 404: unknown, or inside a window where the real API 404s (api.md 7, 14)."""
         fake = self.server.fake
+        cfg = fake.config
         b = fake.org.get(workspace, batch_id or "")
-        if b is None:
-            self._error(404, "The requested resource could not be found.")
-            return None
-        if fake.config.not_found_after_create and time.monotonic() - b.created_wall < fake.config.not_found_after_create:
+        lagging = b is not None and (time.monotonic() - b.created_wall < cfg.not_found_after_create
+                                     or fake.org.since_end(b) < cfg.results_not_found_after_end)
+        if b is None or lagging:
             self._error(404, "The requested resource could not be found.")
             return None
         return b
@@ -317,7 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, "limit: Input should be a valid integer")
         if not 1 <= limit <= 1000:
             return self._error(400, "limit: Input should be between 1 and 1000")
-        batches = fake.org.listing(workspace)
+        lag = fake.config.listing_lag
+        batches = [b for b in fake.org.listing(workspace) if time.monotonic() - b.created_wall >= lag]
         after, before = (q.get("after_id") or [""])[0], (q.get("before_id") or [""])[0]
         ids = [b.id for b in batches]
         if after:
@@ -364,15 +398,21 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         if fake.config.results_redirect and fake._other is not None:
             host, port = fake._other.server_address[:2]
-            return self._send(307, b"", {"location": f"http://localhost:{port}/v1/messages/batches/{b.id}/results"})
+            return self._send(307, b"", {"location": f"http://localhost:{port}/signed/{b.id}?sig=fake-signature"})
         self._stream_results(b)
 
     def _results_other_origin(self, endpoint: str, batch_id: str | None) -> None:
+        """The other origin: the API's own host behind a gateway (any call is a bypass) or a signed-link store."""
         fake = self.server.fake
+        if fake.config.results_origin == "gateway":
+            with fake.org.lock:
+                fake.org.records.bypass_calls += 1
+            return self._error(401, "invalid x-api-key")  # the real host does not know the gateway's key
         if self._key():
             with fake.org.lock:
                 fake.org.records.wrong_origin_keys += 1
-        b = fake.org.batches.get(batch_id or "") if endpoint == "results" else None
+        signed = _SIGNED_PATH.match(urlsplit(self.path).path)
+        b = fake.org.batches.get(batch_id or "") if signed else None
         if b is None:
             return self._error(404, "The requested resource could not be found.")
         self._stream_results(b)
@@ -383,32 +423,54 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, "results are not available until the batch has ended")
         if fake.org.archived(b):
             return self._error(404, "results are no longer available for this batch")
-        order = list(range(len(b.results)))
-        random.Random(b.id).shuffle(order)
         if self._fault("results_stream"):
             return
+        with fake.org.lock:
+            n = fake.org.records.downloads.get(b.id, 0)
+            fake.org.records.downloads[b.id] = n + 1
+        cfg = fake.config
+        damage = cfg.damage[n % len(cfg.damage)] if n < cfg.damaged_downloads and cfg.damage else None
+        if fake.cut_results_after is not None:
+            damage, fake.cut_results_after = "reset", None
         self.send_response(200)
         self.send_header("request-id", self._rid())
         self.send_header("content-type", "application/x-jsonl")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
+        lines = self._result_lines(b)
+        if damage == "short":
+            lines = lines[: max(0, len(lines) - max(1, len(lines) // 10))]  # a clean end, lines missing
+        elif damage == "half_line":
+            lines[-1] = lines[-1][: len(lines[-1]) // 2]  # the last line torn, then a clean end
+        elif damage == "reset":
+            self._chunk(b"".join(lines[: len(lines) // 2]))
+            return self._drop()  # the connection dies midway
+        self._send_lines(lines)
+
+    def _result_lines(self, b: FakeBatch) -> list[bytes]:
+        """Every result line, in a shuffled order (the API does not keep request order)."""
+        assert b.results is not None
+        fake = self.server.fake
         answer = ("All done. " * (fake.config.answer_bytes // 10 + 1))[: fake.config.answer_bytes]
+        order = list(range(len(b.results)))
+        random.Random(b.id).shuffle(order)
+        out = []
+        for i in order:
+            cid, outcome = b.results[i]
+            out.append(orjson.dumps({"custom_id": cid, "result": _result_json(outcome, cid, b.requests[i][1], answer)}) + b"\n")
+        return out
+
+    def _send_lines(self, lines: list[bytes]) -> None:
         buf: list[bytes] = []
         size = 0
-        cut_after = fake.cut_results_after
-        for sent, i in enumerate(order, start=1):
-            cid, outcome = b.results[i]
-            buf.append(orjson.dumps({"custom_id": cid, "result": _result_json(outcome, cid, b.requests[i][1], answer)}) + b"\n")
-            size += len(buf[-1])
-            if cut_after is not None and sent >= cut_after:
-                self._chunk(b"".join(buf)[:-7])  # a partial last line, then the connection dies
-                fake.cut_results_after = None
-                return self._drop()
+        for line in lines:
+            buf.append(line)
+            size += len(line)
             if size >= 1 << 18:
                 self._chunk(b"".join(buf))
                 buf, size = [], 0
-                if fake.config.results_chunk_delay:
-                    time.sleep(fake.config.results_chunk_delay)
+                if self.server.fake.config.results_chunk_delay:
+                    time.sleep(self.server.fake.config.results_chunk_delay)
         if buf:
             self._chunk(b"".join(buf))
         self.wfile.write(b"0\r\n\r\n")
@@ -508,10 +570,11 @@ class FakeAPI:
         self.org = Organization(self.config)
         self.faults = _Faults()
         self.id_rng = random.Random(self.config.seed + 1)
-        self.cut_results_after: int | None = None  # drop the next results stream after this many lines
+        self.cut_results_after: int | None = None  # reset the next results stream midway (any value)
+        self.rpm_calls: deque[float] = deque()
         self._server = _listen(host, port, self)
         self._other: _Server | None = None
-        if self.config.results_on_other_origin:
+        if self.config.results_origin != "self" or self.config.results_redirect:
             self._other = _listen(host, 0, self, results_only=True)
         self._threads: list[threading.Thread] = []
 
