@@ -146,6 +146,7 @@ class ApiClient:
         self._origin = origin(self.base_url)
         self._key = key
         self.label = label  # how messages name this key ("workspace key 2"); never the key itself
+        self.key_fingerprint = key.fingerprint()
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._clock = clock

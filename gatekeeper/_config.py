@@ -26,6 +26,12 @@ class Secret:
     def reveal(self) -> str:
         return self._value
 
+    def fingerprint(self) -> str:
+        """A short one-way digest: tells two keys apart (the same workspace) without keeping either."""
+        import hashlib
+
+        return hashlib.sha256(b"gatekeeper-key:" + self._value.encode()).hexdigest()[:16]
+
     def __repr__(self) -> str:
         return "Secret('***')"
 

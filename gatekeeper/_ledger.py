@@ -24,6 +24,7 @@ own creates, so it grants everything.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sqlite3
@@ -64,6 +65,7 @@ class Ledger(Protocol):
     async def release(self, batch: int) -> None: ...
     async def release_all(self) -> None: ...
     async def heartbeat(self) -> None: ...
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None: ...
     async def reservations(self) -> list[Reservation]: ...
     async def ping(self) -> None: ...
     async def close(self) -> None: ...
@@ -109,6 +111,9 @@ class LocalLedger:
     async def heartbeat(self) -> None:
         return None
 
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        return None  # one process: the state directory's lock is the only guard
+
     async def reservations(self) -> list[Reservation]:
         return []
 
@@ -117,6 +122,13 @@ class LocalLedger:
 
     async def close(self) -> None:
         return None
+
+
+_SQLITE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
+    "batch_id TEXT, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))",
+    "CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, owner TEXT NOT NULL, info TEXT NOT NULL, expires_at REAL NOT NULL)",
+)
 
 
 class SqliteLedger:
@@ -131,9 +143,7 @@ class SqliteLedger:
         if not os.path.isdir(parent):
             # Not created: submitters that mean to share a ledger would each get their own, silently.
             raise LedgerError(f"ledger sqlite:///{path}: folder {parent} does not exist", setting="ledger")
-        self._tx(lambda db, now: db.execute(
-            "CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER "
-            "NOT NULL, batch_id TEXT, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))"))
+        self._tx(lambda db, now: [db.execute(sql) for sql in _SQLITE_SCHEMA])
 
     def _tx(self, fn: Any) -> Any:
         """One atomic step; sqlite3's errors become `LedgerError` here, naming the file."""
@@ -187,11 +197,31 @@ class SqliteLedger:
             "DELETE FROM reservations WHERE owner = ? AND batch = ?", (self.owner, batch)))
 
     async def release_all(self) -> None:
-        await self._run(lambda db, now: db.execute("DELETE FROM reservations WHERE owner = ?", (self.owner,)))
+        def step(db: sqlite3.Connection, now: float) -> None:
+            db.execute("DELETE FROM reservations WHERE owner = ?", (self.owner,))
+            db.execute("DELETE FROM jobs WHERE owner = ?", (self.owner,))
+
+        await self._run(step)
 
     async def heartbeat(self) -> None:
-        await self._run(lambda db, now: db.execute(
-            "UPDATE reservations SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner)))
+        def step(db: sqlite3.Connection, now: float) -> None:
+            db.execute("UPDATE reservations SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
+            db.execute("UPDATE jobs SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
+
+        await self._run(step)
+
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        """Register this submitter as the job's live runner; the other live runner's info when there is one."""
+        def step(db: sqlite3.Connection, now: float) -> dict[str, Any] | None:
+            db.execute("DELETE FROM jobs WHERE expires_at < ?", (now,))
+            row = db.execute("SELECT owner, info FROM jobs WHERE job = ?", (job,)).fetchone()
+            if row is not None and row[0] != self.owner:
+                return dict(json.loads(row[1]))
+            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?)", (job, self.owner, json.dumps(info), now + self.ttl))
+            return None
+
+        result = await self._run(step)
+        return None if result is None else dict(result)
 
     async def reservations(self) -> list[Reservation]:
         def step(db: sqlite3.Connection, now: float) -> list[Reservation]:
@@ -265,6 +295,34 @@ end
 return 1
 """
 
+_LUA_CLAIM = """
+local key, job, owner, info, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local value = redis.call('HGET', key, job)
+if value then
+  local holder, expires, held = string.match(value, '^([^|]*)|([^|]*)|(.*)$')
+  if holder ~= owner and tonumber(expires) >= now then return held end
+end
+redis.call('HSET', key, job, owner .. '|' .. (now + ttl) .. '|' .. info)
+return false
+"""
+
+_LUA_JOBS_BEAT = """
+local key, owner, ttl, drop = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local holder, expires, info = string.match(all[i + 1], '^([^|]*)|([^|]*)|(.*)$')
+  if holder == owner then
+    if drop == '1' then redis.call('HDEL', key, all[i])
+    else redis.call('HSET', key, all[i], owner .. '|' .. (now + ttl) .. '|' .. info) end
+  end
+end
+return 1
+"""
+
 _LUA_LIST = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -293,6 +351,9 @@ class RedisLedger:
         self._confirm = self.client.register_script(_LUA_CONFIRM)
         self._heartbeat = self.client.register_script(_LUA_HEARTBEAT)
         self._list = self.client.register_script(_LUA_LIST)
+        self._claim = self.client.register_script(_LUA_CLAIM)
+        self._jobs_beat = self.client.register_script(_LUA_JOBS_BEAT)
+        self.jobs_key = f"gatekeeper:{namespace}:jobs"
 
     def _field(self, batch: int) -> str:
         return f"{self.owner}|{batch}"
@@ -331,9 +392,15 @@ class RedisLedger:
                   if (f.decode() if isinstance(f, bytes) else f).startswith(self.owner + "|")]
         if fields:
             await self._guard(self.client.hdel(self.key, *fields))
+        await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "1"]))
 
     async def heartbeat(self) -> None:
         await self._guard(self._heartbeat(keys=[self.key], args=[self.owner, self.ttl]))
+        await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "0"]))
+
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        held = await self._guard(self._claim(keys=[self.jobs_key], args=[job, self.owner, json.dumps(info), self.ttl]))
+        return None if not held else dict(json.loads(held))
 
     async def reservations(self) -> list[Reservation]:
         now_text, flat = await self._guard(self._list(keys=[self.key]))

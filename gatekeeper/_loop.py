@@ -13,6 +13,7 @@ The decisions are pure functions elsewhere (`_admission`, `_reconcile`,
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from ._downloads import BATCH_LIFETIME, MISSING_RESULT, RESULTS_UNAVAILABLE, Mis
 from ._errors import (
     ApiError,
     CreateOutcomeUnknown,
+    DuplicateJob,
     IncompleteDownload,
     InputError,
     Interrupted,
@@ -122,6 +124,21 @@ class Job:
             self._resume()
         else:
             self._start()
+        await self._claim_job()
+
+    async def _claim_job(self) -> None:
+        """One input, one live job per workspace: refused when the shared ledger knows another live run of it."""
+        digest = (self.journal.get_meta("input") or {}).get("sha256", "")
+        job = f"{digest}:{self.api.key_fingerprint}"
+        info = {"host": socket.gethostname(), "state_dir": os.path.abspath(self.journal.state_dir), "pid": os.getpid()}
+        other = await self.ledger.claim_job(job, info)
+        if other is None:
+            return
+        if not self.s.allow_duplicate:
+            raise DuplicateJob(f"this input is already being submitted to this workspace from {other.get('host')} "
+                               f"(state directory {other.get('state_dir')}); a second run would send it twice",
+                               setting="allow_duplicate")
+        self.emit("duplicate_allowed", {"other": other})
 
     def _resume(self) -> None:
         j = self.journal

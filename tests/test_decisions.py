@@ -13,10 +13,14 @@ from gatekeeper._admission import (
     admit_round,
     batch_size_for,
     deferral_wait,
+    recut_size,
     refusal_wait,
     room,
 )
+from gatekeeper._client import results_location
+from gatekeeper._downloads import Missing, download_wait, incomplete_reason, when_results_missing
 from gatekeeper._reconcile import Action, candidates_for, decide, match_results
+from gatekeeper._retry import CallBudget, is_per_minute_limit
 from gatekeeper._settle import classify, errored_line, settle
 
 # -- sizing and room ---------------------------------------------------------
@@ -181,3 +185,88 @@ def test_errored_line_is_the_api_shape() -> None:
 
     obj = orjson.loads(errored_line("c1", "gatekeeper_missing_result", "why"))
     assert obj["custom_id"] == "c1" and classify(obj["result"]).error_type == "gatekeeper_missing_result"
+
+
+# -- issue 10's decisions: re-cut, missing results, downloads, per-minute 429s, the call budget, results URLs --
+
+
+
+@pytest.mark.parametrize(("size", "largest", "bound", "margin", "expected"), [
+    (100_000, 100_000, 99_999, 0, 50_000),  # refused whole at depth 0: halve
+    (50_000, 50_000, 49_999, 0, 25_000),
+    (100_000, 100_000, None, 0, None),  # nothing learned
+    (100_000, 100_000, 150_000, 0, None),  # fits under the bound
+    (100_000, 100_000, 20_000, 0, 20_000),  # a tight bound cuts straight to it
+    (100_000, 100_000, 99_999, 90_000, 9_999),  # the margin is left
+    (1, 1, 0, 0, None),  # cannot go below one request
+    (100_000, 30_000, 29_999, 0, 15_000),  # the waiting batches are what is cut
+])
+def test_recut_size(size: int, largest: int, bound: int | None, margin: int, expected: int | None) -> None:
+    """Batches are re-cut only when the learned bound is below them: halved, never below what the bound leaves."""
+    assert recut_size(size, largest, bound, margin) == expected
+
+
+DAY = 86_400.0
+
+
+@pytest.mark.parametrize(("archived", "ended", "created", "now", "action"), [
+    (False, T0, T0 - 100, T0 + 60, Missing.WAIT),  # just ended: the API is eventually consistent
+    (False, T0, T0 - 100, T0 + 3599, Missing.WAIT),
+    (False, T0, T0 - 100, T0 + 3601, Missing.UNAVAILABLE),  # the grace is over
+    (True, T0, T0 - 100, T0 + 1, Missing.UNAVAILABLE),  # archived: gone at once
+    (False, T0, T0 - 30 * DAY, T0 + 1, Missing.UNAVAILABLE),  # older than the retention
+    (False, None, T0, T0 + DAY + 60, Missing.WAIT),  # end unknown: from the latest possible end
+    (False, None, T0, T0 + DAY + 3601, Missing.UNAVAILABLE),
+])
+def test_when_results_missing(archived: bool, ended: float | None, created: float, now: float, action: Missing) -> None:
+    """404s and null results_urls are waited out for the grace from the end; archived results end at once."""
+    v = when_results_missing(archived=archived, ended_at=ended, created_at=created, now=now, grace=3600.0, retention=29 * DAY)
+    assert v.action is action and v.reason
+
+
+@pytest.mark.parametrize(("lines", "expected", "left", "complete"), [
+    (100, 100, 0, True), (99, 100, 1, False), (101, 100, 0, False),
+    (100, 100, 3, True),  # complete by the counts: what is left is reported, not waited for
+    (5, None, 0, True), (5, 0, 2, False),  # counts unknown: every request must be seen
+])
+def test_incomplete_reason(lines: int, expected: int | None, left: int, complete: bool) -> None:
+    """A download counts as complete only when its lines match the batch's total."""
+    assert (incomplete_reason(lines, expected, left) is None) is complete
+
+
+def test_download_wait_doubles_to_a_cap() -> None:
+    """Failed downloads are retried after 5, 10, 20 ... seconds, at most the cap."""
+    assert [download_wait(n, 5.0, 60.0) for n in (1, 2, 3, 4, 5)] == [5.0, 10.0, 20.0, 40.0, 60.0]
+
+
+@pytest.mark.parametrize(("headers", "per_minute"), [
+    ({"anthropic-ratelimit-requests-remaining": "0", "retry-after": "7"}, True),
+    ({"anthropic-ratelimit-requests-remaining": "12"}, False),
+    ({"retry-after": "60"}, False),  # a retry-after alone shows nothing: taken as queue-full on create
+    ({}, False),
+])
+def test_is_per_minute_limit(headers: dict[str, str], per_minute: bool) -> None:
+    """Only the request counter's headers show a 429 to be per-minute."""
+    assert is_per_minute_limit(headers) is per_minute
+
+
+def test_call_budget_allows_a_burst_then_the_rate() -> None:
+    """20 calls go at once; then one each 60/per_minute seconds; a pause holds every call."""
+    b = CallBudget(per_minute=60.0, burst=20.0, tokens=20.0)
+    assert [b.delay(0.0) for _ in range(20)] == [0.0] * 20
+    assert b.delay(0.0) == pytest.approx(1.0)
+    assert b.delay(1.0) == pytest.approx(1.0)  # one token came back, two were asked
+    b.pause(100.0)
+    assert b.delay(50.0) == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("https://api.anthropic.com/v1/messages/batches/msgbatch_1/results", "http://gw.local:8080/v1/messages/batches/msgbatch_1/results"),
+    ("/v1/messages/batches/msgbatch_1/results", "http://gw.local:8080/v1/messages/batches/msgbatch_1/results"),
+    ("https://store.example/signed/abc?sig=s", "https://store.example/signed/abc?sig=s"),
+    ("https://api.anthropic.com/v1/messages/batches/msgbatch_OTHER/results",
+     "https://api.anthropic.com/v1/messages/batches/msgbatch_OTHER/results"),  # not this batch's path: as given
+])
+def test_results_location_goes_through_the_gateway(url: str, expected: str) -> None:
+    """The API's own results path is fetched from the configured base URL; anything else as given."""
+    assert results_location(url, "http://gw.local:8080", "msgbatch_1") == expected
