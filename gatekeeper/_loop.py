@@ -111,6 +111,7 @@ class Job:
         self.started = clock()
         self.download_failures: dict[int, int] = {}  # batch -> failed downloads (or 404 waits) in a row
         self.download_at: dict[int, float] = {}  # batch -> when its next download is due
+        self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
 
     # -- preparation --------------------------------------------------------
 
@@ -202,6 +203,7 @@ class Job:
         while True:
             self._check_stop()
             snap = await self.observe()
+            await self.cancel_live()
             await self.collect_ended()
             await self.reconcile(snap)
             self.form_retry_batches()
@@ -274,6 +276,16 @@ class Job:
                 return {"id": row.batch_id, "processing_status": "ended", "ended_at": None, "request_counts": None}
             self.emit("batch_not_found", {"batch": row.idx, "id": row.batch_id, "policy": "counted as live; asked again"})
             return None
+
+    async def cancel_live(self) -> None:
+        """After a user's cancel, every batch of ours still live is canceled too (one adopted since, say)."""
+        if not self.user_canceled:
+            return
+        for row in self.journal.batches(BatchState.CREATED):
+            if row.batch_id and row.batch_id not in self.cancel_sent:
+                status = await self.api.cancel_if_running(row.batch_id)
+                self.cancel_sent.add(row.batch_id)
+                self.emit("canceled", {"batch": row.idx, "id": row.batch_id, "status": status})
 
     # -- admission ----------------------------------------------------------
 

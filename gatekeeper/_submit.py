@@ -12,9 +12,8 @@ from typing import Any
 import anyio
 
 from ._admission import admit, batch_size_for, room
-from ._client import ApiClient
 from ._config import ApiConfig
-from ._errors import ApiError, JournalError, LedgerError, UsageError, os_error
+from ._errors import JournalError, LedgerError, UsageError, os_error
 from ._inputs import hash_file
 from ._journal import BatchState, Journal
 from ._ledger import Ledger, new_owner, open_ledger
@@ -220,22 +219,11 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
             for row in journal.batches(BatchState.CREATED, BatchState.INTENT):
                 if row.batch_id is None:
                     continue  # an unknown create: reconciled by the next submit, then canceled batches are collected
-                status = await _cancel_one(conn.primary, row.batch_id)
+                status = await conn.primary.cancel_if_running(row.batch_id)
                 canceled.append({"batch": row.idx, "id": row.batch_id, "status": status})
         return {"canceled": canceled, "not_sent": sum(b.requests for b in journal.batches(BatchState.PLANNED))}
     finally:
         journal.close()
-
-
-async def _cancel_one(api: ApiClient, batch_id: str) -> str:
-    """The batch's status after a cancel; "ended" when the API says it is no longer running."""
-    try:
-        batch = await api.cancel_batch(batch_id)
-    except ApiError as exc:
-        if exc.status in (400, 404, 409):
-            return "ended"
-        raise
-    return str(batch.get("processing_status"))
 
 
 def job_summary(state_dir: str | os.PathLike[str], prices: PriceTable | None = None) -> Summary:
