@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -11,21 +13,47 @@ from pathlib import Path
 
 import orjson
 
+from gatekeeper._cli import main
 from gatekeeper.testing import FakeAPI
 
 
-def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: str | None = None,
+       isolated: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with exactly `env` as its ANTHROPIC_/GATEKEEPER_ environment; (code, stdout, stderr).
+
+    In this process (main() with stdout and stderr captured: no interpreter start, so the suite stays fast),
+    unless the run must be a real process: `crash_at` (it SIGKILLs itself) or `isolated`.
+    """
+    if crash_at or isolated:
+        full = _environ(env)
+        if crash_at:
+            full["GATEKEEPER_CRASH_AT"] = crash_at
+        return subprocess.run([sys.executable, "-m", "gatekeeper", *args], env=full, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    out, err = io.BytesIO(), io.StringIO()
+    stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)  # with .buffer, as main() writes bytes too
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(_environ(env))
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
+            code = main(args)
+        text = out.getvalue().decode()
+    finally:
+        stdout.detach()  # (closing the wrapper would close `out`)
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(["gatekeeper", *args], code, text, err.getvalue())
+
+
+def _environ(env: dict[str, str]) -> dict[str, str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
     full.update(env)
-    if crash_at:
-        full["GATEKEEPER_CRASH_AT"] = crash_at
-    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], env=full, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return full
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
-    full.update(env)
+    full = _environ(env)
     return subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

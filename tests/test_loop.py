@@ -42,7 +42,7 @@ async def _run_job(tmp_path: Path, fake: Any, sim: SimulatedTime, settings: Subm
     journal = Journal.open(tmp_path / "state", clock=sim.clock)
     config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
     try:
-        async with connect(config) as conn:
+        async with connect(config, max_rpm=60_000) as conn:  # the budget's real-time waits are not under test here
             job = Job(str(tmp_path / "in.jsonl"), settings, conn, journal, out_path=str(tmp_path / "out.jsonl"),
                       emit=lambda e, f: events.append((e, f)), stop=anyio.Event(), clock=sim.clock, sleep=sim.sleep)
             await job.prepare()

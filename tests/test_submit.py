@@ -127,7 +127,7 @@ def test_read_faults_are_ridden_out(tmp_path: Path) -> None:
     """429 with retry-after, 503 and a dropped connection on list/retrieve/results do not fail the job."""
     path, expected = _input(tmp_path, 30)
     with running_fake(ceiling=1000, rate=4000) as fake:
-        fake.inject(Fault("list", status=429, retry_after="1"), Fault("list", status=503), Fault("list", kind="drop"),
+        fake.inject(Fault("list", status=429, retry_after="0.2"), Fault("list", status=503), Fault("list", kind="drop"),
                     Fault("retrieve", status=529), Fault("results", status=500))
         proc = gk(["submit", str(path), *FAST], env_for(fake))
         assert proc.returncode == 0, proc.stderr
