@@ -11,11 +11,11 @@ just: gatekeeper submit examples/requests.jsonl
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from gatekeeper._cli import main
 from gatekeeper.testing import FakeAPI, FakeConfig, Outcome
 
 here = Path(__file__).resolve().parent
@@ -30,10 +30,11 @@ def outcome(custom_id: str, model: str, attempt: int) -> Outcome | None:
 config = FakeConfig(ceiling=400, rate=100, speed=20, workspaces={"rehearsal-key": "wrkspc_1"},
                     admin_keys={"rehearsal-admin-key"}, outcome=outcome)
 with FakeAPI(config) as fake, tempfile.TemporaryDirectory() as state:
-    os.environ.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "rehearsal-key",
-                       "ANTHROPIC_ADMIN_KEY": "rehearsal-admin-key"})
+    env = {**os.environ, "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "rehearsal-key",
+           "ANTHROPIC_ADMIN_KEY": "rehearsal-admin-key"}
     print(f"fake Batches API on {fake.url}; state in {state}", file=sys.stderr)
-    code = main(["submit", source, "--state", state, "--poll", "0.5"])
+    # The real command, as a pipeline runs it:
+    code = subprocess.call([sys.executable, "-m", "gatekeeper", "submit", source, "--state", state, "--poll", "0.5"], env=env)
     r = fake.org.records
     print(f"\nthe fake saw: {r.creates} creates, {len(r.refusals)} refusals, deepest queue {r.max_depth} "
           f"(ceiling {config.ceiling}), {r.succeeded_twice} requests that succeeded twice", file=sys.stderr)

@@ -539,40 +539,48 @@ class Job:
     async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int) -> int:
         """Stream, verify and settle every line; the output's new length."""
         members = {_custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in self._requests_of(row)}
-        pos, lines = start, 0
+        ours = set(members)
+        pos, lines, foreign = start, 0, 0
         async for raw in self.api.iter_results(batch):
             lines += 1
             if lines % 2048 == 0:
                 self._check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
-            placed = self._settle_line(row, raw, members, s, pos)
-            if placed:
+            placed = self._settle_line(row, raw, members, ours, s, pos)
+            if placed > 0:
                 out.write(raw + b"\n")
                 pos += placed
                 if pos - start == placed:
                     self.checkpoint("mid-results")
+            foreign += placed < 0
         reason = incomplete_reason(lines, total_requests(batch), len(members))
         if reason:
             raise IncompleteDownload(f"batch {row.idx} ({row.batch_id}): {reason}")
-        for cid, member in members.items():  # complete by the API's counts, yet ours is absent: final, never resent
-            self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
+        for cid, (line, off, length, attempt) in members.items():
+            self.emit("missing_result", {"batch": row.idx, "custom_id": cid, "foreign_lines": foreign})
             raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
-            pos += self._write_final(out, s, pos, member, cid, raw, MISSING_RESULT)
+            if foreign:  # a batch adopted by listing that was not ours: these were never sent in it
+                s.retry(line, off, length, cid, attempt, row.idx, "missing", None, raw)
+            else:  # complete by the API's counts, yet ours is absent: final, never resent
+                pos += self._write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
         return pos
 
-    def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]],
+    def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]], ours: set[str],
                      s: Settlement, pos: int) -> int:
-        """Settle one result line: bytes it adds to the output (0 when it goes to a retry).
+        """Settle one result line: bytes it adds to the output (0 when it goes to a retry, -1 when not ours).
 
-        A line that does not parse, or is not one of ours still unseen, fails the whole download.
+        A line that does not parse, or one of ours a second time, fails the whole download.
         """
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise IncompleteDownload(f"batch {row.idx}: a damaged result line ({len(raw)} bytes)") from None
         cid = obj.get("custom_id") if isinstance(obj, dict) else None
-        member = members.pop(cid, None) if isinstance(cid, str) else None
-        if member is None or not isinstance(cid, str):
-            raise IncompleteDownload(f"batch {row.idx}: a result line for {cid!r}, not one of its requests (or twice)")
+        if not isinstance(cid, str) or cid not in ours:
+            self.emit("unknown_result", {"batch": row.idx, "custom_id": cid})
+            return -1
+        member = members.pop(cid, None)
+        if member is None:
+            raise IncompleteDownload(f"batch {row.idx}: the result line for {cid!r} came twice")
         line, off, length, attempt = member
         result = obj.get("result")
         v = settle(result, attempt=attempt, max_attempts=self._max_attempts(), user_canceled=self.user_canceled)
