@@ -117,6 +117,36 @@ def auto_workers(source: Any) -> int | None:
     return 2 if big and (os.cpu_count() or 1) >= 2 else None
 
 
+def _result(future: Future[Piece], path: str) -> Piece:
+    """A worker's piece; its failures as one InputError (the mapping of worker errors, in one place)."""
+    try:
+        return future.result()
+    except BrokenProcessPool:  # e.g. SIGBUS: the file shrank under a worker's mapping
+        raise InputError(f"cannot read {path}: a reader process died (did the file change?)") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _drop_duplicates(dups: list[tuple[int, int]], base: int, columns: tuple[array[int], array[int], array[int]],
+                     names: list[str], counts: list[int], sizes: list[int],
+                     request_at: Callable[[int], tuple[str, str]]) -> tuple[list[Rejection], tuple[array[int], ...]]:
+    """A piece's duplicates as rejections, and its columns (lines, offsets, lengths) without them; the per-model
+    counts and sizes are corrected in place. Duplicates are rare: this reads each one's fields back from the file."""
+    if not dups:
+        return [], columns
+    rel, offs, lens = columns
+    keep = [True] * len(rel)
+    index_of = {name: k for k, name in enumerate(names)}
+    named = []
+    for k, first in dups:
+        cid, model = request_at(offs[k])
+        named.append(Rejection(base + rel[k], cid, duplicate(cid, first)))
+        keep[k] = False
+        counts[index_of[model]] -= 1
+        sizes[index_of[model]] -= lens[k]
+    return named, tuple(array(a.typecode, compress(a, keep)) for a in columns)
+
+
 @dataclass(slots=True)
 class Segment:
     """The valid, unique requests of one piece, in input order, as flat arrays."""
@@ -163,12 +193,7 @@ def parallel_scan(
                 if len(pending) >= 2 * workers:
                     break
             while pending:
-                try:
-                    piece = pending.popleft().result()
-                except BrokenProcessPool:  # e.g. SIGBUS: the file shrank under a worker's mapping
-                    raise InputError(f"cannot read {path}: a reader process died (did the file change?)") from None
-                except OSError as exc:
-                    raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+                piece = _result(pending.popleft(), path)
                 count, nbytes, rel, offs, lens, hashes, names, counts, sizes, rejected = piece
                 nxt = next(todo, None)
                 if nxt is not None:
@@ -177,17 +202,7 @@ def parallel_scan(
                     index.reserve(int(size / (nbytes / count) * 1.1))
                     sized = True
                 dups = index.add_many(rel, offs, hashes, base)
-                named = []
-                if dups:
-                    keep = [True] * len(rel)
-                    index_of = {name: k for k, name in enumerate(names)}
-                    for k, first in dups:
-                        cid, model = request_at(offs[k])
-                        named.append(Rejection(base + rel[k], cid, duplicate(cid, first)))
-                        keep[k] = False
-                        counts[index_of[model]] -= 1
-                        sizes[index_of[model]] -= lens[k]
-                    rel, offs, lens = (array(a.typecode, compress(a, keep)) for a in (rel, offs, lens))
+                named, (rel, offs, lens) = _drop_duplicates(dups, base, (rel, offs, lens), names, counts, sizes, request_at)
                 for name, c, b in zip(names, counts, sizes):
                     models[name] = models.get(name, 0) + c
                     model_bytes[name] = model_bytes.get(name, 0) + b

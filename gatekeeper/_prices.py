@@ -52,7 +52,7 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
         data = json.loads(text)
         rows = {str(k): (float(v["input"]), float(v["output"])) for k, v in data["models"].items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"--prices {path}: not a price table ({exc})") from None
+        raise UsageError(f"price table {path}: not a price table ({exc})", setting="prices") from None
     return PriceTable(rows, str(data.get("as_of", "")))
 
 

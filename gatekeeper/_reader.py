@@ -205,7 +205,9 @@ def validate(
 ) -> Iterator[tuple[int, int, str, str, bytes]]:
     """Check every line; yield (line, offset, custom_id, model, body) for the valid ones. Uniqueness is not checked here.
 
-    This loop is the hot path of `plan`: it is written flat on purpose (see README, "Performance").
+    This loop is the hot path of `plan`, and it stays one function over 60 lines on purpose: each Python call
+    added a line costs about 35 ns (timeit) of the 2.5-3.7 us a line takes here, 1-1.5% per call, and splitting the
+    checks out would add three (see README, "Performance").
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
