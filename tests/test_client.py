@@ -30,7 +30,7 @@ FAST = RetryPolicy(base=0.01, cap=0.05, max_total=5.0)
 
 
 def _body(*cids: str) -> bytes:
-    items = [b'{"custom_id":"%s","params":{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}}' % c.encode()
+    items = [b'{"custom_id":"%s","params":{"model":"claude-haiku-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}}' % c.encode()
              for c in cids]
     return b"".join(body_chunks(items))
 

@@ -33,7 +33,8 @@ def test_all_is_pinned_and_resolves() -> None:
     """__all__ is exactly the documented names, and each one exists."""
     assert set(gatekeeper.__all__) == EXPECTED
     assert all(hasattr(gatekeeper, name) for name in gatekeeper.__all__)
-    assert set(gatekeeper.testing.__all__) == {"FakeAPI", "FakeConfig", "Fault", "Outcome", "Records"}
+    assert set(gatekeeper.testing.__all__) == {"DEFAULT_MODELS", "FakeAPI", "FakeConfig", "FakeModel", "Fault", "Outcome",
+                                               "Records", "count_tokens"}
 
 
 def test_implementation_modules_are_private() -> None:

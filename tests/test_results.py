@@ -13,7 +13,7 @@ from gatekeeper import ApiConfig, SubmitSettings, submit_sync
 from gatekeeper._config import Secret
 from gatekeeper._journal import Journal
 from gatekeeper._settle import classify
-from gatekeeper.testing import Outcome
+from gatekeeper.testing import DEFAULT_MODELS, FakeModel, Outcome
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import events, gk, output_ids
@@ -128,7 +128,7 @@ def test_price_override_and_cost(tmp_path: Path) -> None:
         s = orjson.loads(gk(["submit", str(path), *FAST, "--prices", str(prices)], env_for(fake)).stdout)
     assert s["cost_usd"] == pytest.approx(0.5 * (4 * 25 * 2.0 + 4 * 12 * 10.0) / 1e6)
     path2 = write_jsonl(tmp_path / "k.jsonl", [req("x", model="mystery-model")])
-    with running_fake(ceiling=1000, rate=5000) as fake:
+    with running_fake(ceiling=1000, rate=5000, models=(*DEFAULT_MODELS, FakeModel("mystery-model"))) as fake:
         s = orjson.loads(gk(["submit", str(path2), *FAST], env_for(fake)).stdout)
     assert s["cost_usd"] is None
 

@@ -7,7 +7,7 @@
         assert fake.org.records.succeeded_twice == 0
 """
 
-from ._model import FakeConfig, Outcome, Records
-from ._server import FakeAPI, Fault
+from ._model import DEFAULT_MODELS, FakeConfig, FakeModel, Outcome, Records
+from ._server import FakeAPI, Fault, count_tokens
 
-__all__ = ["FakeAPI", "FakeConfig", "Fault", "Outcome", "Records"]
+__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeConfig", "FakeModel", "Fault", "Outcome", "Records", "count_tokens"]

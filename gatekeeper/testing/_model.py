@@ -42,6 +42,37 @@ class Outcome:
     flat: bool = False  # errored in the flattened shape some proxies use
 
 
+@dataclass(frozen=True)
+class FakeModel:
+    """One model the fake's Models API lists: its id, aliases, limits and batch support."""
+
+    id: str
+    aliases: tuple[str, ...] = ()
+    display_name: str = ""
+    max_tokens: int = 64_000
+    max_input_tokens: int = 200_000
+    batch: bool = True
+    created_at: str = "2026-01-01T00:00:00Z"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "model", "id": self.id, "display_name": self.display_name or self.id,
+                "created_at": self.created_at, "max_input_tokens": self.max_input_tokens, "max_tokens": self.max_tokens,
+                "capabilities": {"batch": {"supported": self.batch}}}
+
+
+# A catalogue shaped like the real one (ids, aliases and limits as the public model pages give them).
+DEFAULT_MODELS: tuple[FakeModel, ...] = (
+    FakeModel("claude-opus-5-5", (), "Claude Opus 5.5", 128_000, 1_000_000, created_at="2026-09-01T00:00:00Z"),
+    FakeModel("claude-sonnet-5-5", (), "Claude Sonnet 5.5", 128_000, 1_000_000, created_at="2026-09-01T00:00:00Z"),
+    FakeModel("claude-opus-5", (), "Claude Opus 5", 128_000, 1_000_000, created_at="2026-07-24T00:00:00Z"),
+    FakeModel("claude-sonnet-5", (), "Claude Sonnet 5", 128_000, 1_000_000, created_at="2026-06-30T00:00:00Z"),
+    FakeModel("claude-opus-4-6", (), "Claude Opus 4.6", 128_000, 1_000_000, created_at="2026-02-01T00:00:00Z"),
+    FakeModel("claude-sonnet-4-5-20250929", ("claude-sonnet-4-5",), "Claude Sonnet 4.5", 64_000, 200_000,
+              created_at="2025-09-29T00:00:00Z"),
+    FakeModel("claude-haiku-4-5-20251001", ("claude-haiku-4-5",), "Claude Haiku 4.5", 64_000, 200_000,
+              created_at="2025-10-01T00:00:00Z"),
+)
+
 OutcomeRule = Callable[[str, str, int], "Outcome | None"]
 """(custom_id, model, attempt) -> Outcome, or None for the default. attempt counts from 1."""
 
@@ -80,6 +111,9 @@ class FakeConfig:
     rate_limit_page_size: int | None = None  # split the Admin API answer into pages of this many entries
     rate_limit_empty_first_page: bool = False
     outcome: OutcomeRule | None = None
+    models: tuple[FakeModel, ...] = DEFAULT_MODELS  # what the Models API lists
+    check_models: bool = True  # at processing, error requests for unknown or batch-less models, or max_tokens too high
+    models_api: str = "ok"  # "ok"; "404" or "500": every Models API and count_tokens path answers so (a proxy without it)
     seed: int = 1
 
 
@@ -92,6 +126,7 @@ class FakeBatch:
     expires_at: float
     requests: list[tuple[str, str]]  # (custom_id, model)
     bad: frozenset[int] = frozenset()  # indexes errored for disallowed params (per-request mode)
+    doomed: dict[int, str] = field(default_factory=dict)  # index -> why the model refuses it (errored at processing)
     created_wall: float = 0.0
     processed: float = 0.0
     status: str = "in_progress"
@@ -119,6 +154,7 @@ class Records:
     bypass_calls: int = 0  # requests that went around the gateway to the API's own host
     rpm_refusals: int = 0  # 429s for the RPM limit
     downloads: dict[str, int] = field(default_factory=dict)  # batch id -> results downloads started
+    doomed: dict[str, str] = field(default_factory=dict)  # custom_id -> why the model refused it at processing
     requests_seen: dict[str, int] = field(default_factory=dict)  # endpoint -> count
     first_create_at: float | None = None
     last_end_at: float | None = None
@@ -213,6 +249,9 @@ class Organization:
             self.records.attempts[cid] = attempt
             if i in b.bad:
                 outcome: Outcome | None = Outcome("errored", "invalid_request_error", "this parameter is not supported in a batch")
+            elif i in b.doomed:
+                outcome = Outcome("errored", "invalid_request_error", b.doomed[i])
+                self.records.doomed[cid] = b.doomed[i]
             else:
                 outcome = rule(cid, model, attempt) if rule else None
             outcome = outcome or Outcome()
@@ -235,7 +274,28 @@ class Organization:
 
     # -- what the endpoints do ----------------------------------------------
 
-    def create(self, workspace: str, requests: list[tuple[str, str]], bad: frozenset[int]) -> FakeBatch | dict[str, Any]:
+    def model(self, name: str) -> FakeModel | None:
+        """A model by id or alias."""
+        for m in self.config.models:
+            if name == m.id or name in m.aliases:
+                return m
+        return None
+
+    def doom(self, model: str, max_tokens: Any) -> str | None:
+        """Why a request would error at processing for its model, as the real API decides it, or None."""
+        if not self.config.check_models:
+            return None
+        m = self.model(model)
+        if m is None:
+            return f"model: {model}"
+        if not m.batch:
+            return f"model {model} does not support the Message Batches API"
+        if isinstance(max_tokens, int) and max_tokens > m.max_tokens:
+            return f"max_tokens: {max_tokens} > {m.max_tokens}, which is the maximum allowed number of output tokens for {m.id}"
+        return None
+
+    def create(self, workspace: str, requests: list[tuple[str, str]], bad: frozenset[int],
+               doomed: dict[int, str] | None = None) -> FakeBatch | dict[str, Any]:
         """A new batch, or a refusal dict when the queue cannot take it whole."""
         with self.lock:
             self._process()
@@ -251,7 +311,7 @@ class Organization:
             self._seq += 1
             b = FakeBatch(
                 id=new_id("msgbatch_", self.rng), workspace=workspace, seq=self._seq, created_at=now,
-                expires_at=now + DAY, requests=requests, bad=bad, created_wall=time.monotonic(),
+                expires_at=now + DAY, requests=requests, bad=bad, created_wall=time.monotonic(), doomed=doomed or {},
             )
             self.batches[b.id] = b
             self.records.creates += 1

@@ -218,6 +218,12 @@ class _Handler(BaseHTTPRequestHandler):
             return "results", m.group(1)
         if path == "/v1/organizations/rate_limits":
             return "rate_limits", None
+        if path == "/v1/models":
+            return "models", None
+        if path.startswith("/v1/models/"):
+            return "model", path.removeprefix("/v1/models/")
+        if path == "/v1/messages/count_tokens":
+            return "count_tokens", None
         m = _WS_LIMITS.match(path)
         if m:
             return "workspace_rate_limits", m.group(1)
@@ -293,6 +299,7 @@ class _Handler(BaseHTTPRequestHandler):
         seen: set[str] = set()
         items: list[tuple[str, str]] = []
         bad: set[int] = set()
+        doomed: dict[int, str] = {}
         for i, item in enumerate(requests):
             if not isinstance(item, dict) or set(item) != {"custom_id", "params"}:
                 return self._error(400, f"requests.{i}: must have exactly custom_id and params")
@@ -310,7 +317,10 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._error(400, f"requests.{i}.params: stream, speed and max_tokens < 1 are not supported in batches")
                 bad.add(i)
             items.append((cid, str(params.get("model") or "")))
-        result = fake.org.create(workspace, items, frozenset(bad))
+            why = fake.org.doom(str(params.get("model") or ""), mt)
+            if why:
+                doomed[i] = why
+        result = fake.org.create(workspace, items, frozenset(bad), doomed)
         if isinstance(result, dict):
             headers = {}
             if cfg.queue_retry_after is not None:
@@ -478,6 +488,52 @@ class _Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
+    # -- models and token counting ------------------------------------------
+
+    def _models_down(self) -> bool:
+        mode = self.server.fake.config.models_api
+        if mode == "ok":
+            return False
+        if self.command == "POST":
+            self._read_body()
+        self._error(int(mode), "Not Found" if mode == "404" else "Internal server error")
+        return True
+
+    def _model(self, workspace: str, name: str | None) -> None:
+        if self._models_down():
+            return
+        m = self.server.fake.org.model(name or "")
+        if m is None:
+            return self._error(404, f"model: {name}")
+        self._json(200, m.to_json())
+
+    def _models(self, workspace: str, _: str | None) -> None:
+        if self._models_down():
+            return
+        q = parse_qs(urlsplit(self.path).query)
+        limit = int((q.get("limit") or ["20"])[0])
+        if not 1 <= limit <= 1000:
+            return self._error(400, "limit: Input should be between 1 and 1000")
+        models = sorted(self.server.fake.config.models, key=lambda m: m.created_at, reverse=True)  # newest first
+        after = (q.get("after_id") or [""])[0]
+        ids = [m.id for m in models]
+        start = ids.index(after) + 1 if after in ids else 0
+        page = [m.to_json() for m in models[start:start + limit]]
+        self._json(200, {"data": page, "has_more": start + limit < len(models),
+                         "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None})
+
+    def _count_tokens(self, workspace: str, _: str | None) -> None:
+        if self._models_down():
+            return
+        raw = self._read_body() or b""
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return self._error(400, "request body is not valid JSON")
+        if not isinstance(body, dict) or self.server.fake.org.model(str(body.get("model") or "")) is None:
+            return self._error(404 if isinstance(body, dict) else 400, f"model: {body.get('model') if isinstance(body, dict) else ''}")
+        self._json(200, {"input_tokens": count_tokens(body)})
+
     # -- admin --------------------------------------------------------------
 
     def _org_rate_limits(self) -> None:
@@ -511,6 +567,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _rate_limits(self, workspace_id: str | None) -> None:
         self._json(200, {"data": [], "next_page": None})
+
+
+def count_tokens(body: dict[str, Any]) -> int:
+    """The fake's tokenizer: deterministic, about 3.3 bytes a token of the prompt's JSON plus 7 (not bytes/4)."""
+    prompt = orjson.dumps([body.get("system"), body.get("messages"), body.get("tools")])
+    return 7 + math.ceil(len(prompt) / 3.3)
 
 
 def _result_json(o: Outcome, cid: str, model: str, answer: str) -> dict[str, Any]:
