@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import __version__
 from ._errors import ExitCode, GatekeeperError, UsageError
@@ -117,6 +117,8 @@ def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("input", help="JSONL file of {custom_id, params} lines, or - for standard input")
     _add_limits(p)
     _add_prices(p)
+    _add_no_preflight(p)
+    _add_max_rpm(p)
     p.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
                    help="processes that validate a file in parallel (default: 2 on two or more cores for files over 64 MB; 0: one process)")
     _add_json(p)
@@ -169,6 +171,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--results-grace", type=_positive_float, default=3600.0, metavar="SECONDS",
                    help="how long after a batch ends a 404 or a missing results_url is waited out before its requests "
                    "are reported as results unavailable (default 3600)")
+    _add_no_preflight(p)
     p.add_argument("--allow-duplicate", action="store_true",
                    help="run even while another job with the same input and workspace is live in the --ledger")
     _add_max_rpm(p)
@@ -220,6 +223,11 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--error-model", default=None, metavar="MODEL",
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
     _add_json(p)
+
+
+def _add_no_preflight(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-preflight", action="store_true",
+                   help="do not judge the input's models against the Models API (by default: whenever a workspace key is set)")
 
 
 def _add_max_rpm(p: argparse.ArgumentParser) -> None:
@@ -283,7 +291,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     prices = load_prices(args.prices)
     workers = args.workers if args.workers is not None else auto_workers(args.input)
-    report = plan(args.input, limits=_limits(args), workers=workers)
+    config = _api_config(required=False)
+    check = config is not None and not args.no_preflight and args.input != "-"  # (stdin cannot be read twice)
+    report = plan(args.input, limits=_limits(args), workers=workers, models={} if check else None)
+    if config is not None and check:
+        report = _preflight_plan(args, config, report, workers)
     estimate = report.estimate(prices)
     if args.json:
         _print_json({**report.to_json(), "estimate": estimate})
@@ -292,6 +304,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
         cost = "unknown (a model has no price)" if estimate["input_cost_usd"] is None else f"~${estimate['input_cost_usd']:,.2f}"
         print(f"estimate        ~{estimate['input_tokens']:,} input tokens, {cost} at batch prices ({estimate['method']})")
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
+
+
+def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanReport, workers: int | None) -> PlanReport:
+    """Judge the planned input's models against the Models API; plan again only when some line can fail."""
+    import anyio
+
+    from ._planner import plan
+    from ._preflight import check_models, needs_second_pass, outcome
+    from ._queue import connect
+
+    async def check() -> Any:
+        async with connect(config, max_rpm=args.max_rpm) as conn:
+            return await check_models(conn.primary, report.models)
+
+    pf = anyio.run(check)
+    if not pf.checked:
+        print(f"gatekeeper: warning: {pf.reason}", file=sys.stderr)
+    if needs_second_pass(pf, report.max_tokens_peak):
+        report = plan(args.input, limits=_limits(args), workers=workers, models=pf.rules())
+    report.preflight = outcome(pf, report.errors)
+    return report
 
 
 def render_plan(report: PlanReport, name: str) -> str:
@@ -315,6 +348,15 @@ def render_plan(report: PlanReport, name: str) -> str:
             if len(report.batches) > 40 and i == 20:
                 out.append(f"  {'...':>5}")
             out.append(f"  {b.index:>5} {b.requests:>9,} {b.bytes:>13,}  {b.first_line}-{b.last_line}")
+    pf = report.preflight
+    if pf is not None:
+        if pf["checked"]:
+            names = ", ".join(f"{n}" + (f" -> {m['resolved']}" if m["resolved"] not in (None, n) else "")
+                              + (f" (rejected {m['lines_rejected']:,} lines)" if m.get("lines_rejected") else "")
+                              for n, m in sorted(pf["models"].items()))
+            out.append(f"models checked  {names} (Models API)")
+        else:
+            out.append(f"models          not checked: {pf['reason']}")
     if report.requests:
         out.append(f"largest request {report.largest_bytes:,} bytes (line {report.largest_line}, {report.largest_custom_id})")
         out.append("models")
@@ -410,11 +452,18 @@ def _crash_hook(spec: str | None) -> Callable[[str], None]:
     return checkpoint
 
 
-def _api_config() -> ApiConfig:
-    """The API's URL and keys, from the environment (the one place the CLI reads them)."""
+@overload
+def _api_config(*, required: Literal[True] = True) -> ApiConfig: ...
+@overload
+def _api_config(*, required: bool) -> ApiConfig | None: ...
+def _api_config(*, required: bool = True) -> ApiConfig | None:
+    """The API's URL and keys, from the environment (the one place the CLI reads them); None when not required
+    and no workspace key is set."""
     from ._config import ApiConfig
 
     config = ApiConfig.from_env(os.environ)
+    if not config.workspace_keys and not required:
+        return None
     if not config.workspace_keys:
         raise UsageError("set ANTHROPIC_API_KEY to a workspace API key (and ANTHROPIC_EXTRA_WORKSPACE_KEYS, "
                          "comma-separated, to cover more workspaces of the organization)")
@@ -431,7 +480,7 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
         ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
-        allow_duplicate=args.allow_duplicate,
+        allow_duplicate=args.allow_duplicate, preflight=not args.no_preflight,
     )
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import anyio
 import httpx
@@ -179,11 +179,14 @@ class ApiClient:
         if error.status == 429 and error.retry_after:
             self.budget.pause(self._clock() + min(error.retry_after, self.retry.max_retry_after))
 
-    async def _send_once(self, method: str, url: str, *, params: dict[str, Any] | None = None) -> httpx.Response:
+    async def _send_once(self, method: str, url: str, *, params: dict[str, Any] | None = None,
+                         json: Any = None) -> httpx.Response:
         """One request with redirects followed by hand; the key goes only to our origin."""
         await self._spend()
         for _ in range(MAX_REDIRECTS + 1):
-            response = await self.http.request(method, url, params=params, headers=self._headers(url))
+            content = orjson.dumps(json) if json is not None else None
+            extra = {"content-type": "application/json"} if content is not None else None
+            response = await self.http.request(method, url, params=params, content=content, headers=self._headers(url, extra))
             if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
                 url = urljoin(url, response.headers["location"])
                 params = None
@@ -192,7 +195,8 @@ class ApiClient:
         raise TransportError(f"{method} {url}: more than {MAX_REDIRECTS} redirects", endpoint=url)
 
     async def _call(
-        self, method: str, path: str, endpoint: str, *, params: dict[str, Any] | None = None, batch_id: str | None = None
+        self, method: str, path: str, endpoint: str, *, params: dict[str, Any] | None = None, batch_id: str | None = None,
+        json: Any = None
     ) -> Any:
         """A read or cancel, retried per the policy; returns the parsed JSON body."""
         url = self._url(path)
@@ -203,7 +207,7 @@ class ApiClient:
             attempt += 1
             wait: float | None = None
             try:
-                response = await self._send_once(method, url, params=params)
+                response = await self._send_once(method, url, params=params, json=json)
             except httpx.TransportError as exc:
                 failure: Exception = map_transport_error(exc, endpoint, self.base_url, reached=self.reached)
                 if isinstance(failure, Unreachable) and attempt >= 2:
@@ -307,6 +311,29 @@ class ApiClient:
 
     async def cancel_batch(self, batch_id: str) -> dict[str, Any]:
         return dict(await self._call("POST", f"/v1/messages/batches/{batch_id}/cancel", "cancel", batch_id=batch_id))
+
+    # -- models -----------------------------------------------------------
+
+    async def get_model(self, name: str) -> dict[str, Any]:
+        """GET /v1/models/{name}: the model's info (an alias resolves to its id); NotFoundError when unknown."""
+        return dict(await self._call("GET", f"/v1/models/{quote(name, safe='')}", "models"))
+
+    async def iter_models(self, *, max_pages: int = 100) -> AsyncIterator[dict[str, Any]]:
+        """Every model GET /v1/models lists, following its pages."""
+        params: dict[str, Any] = {"limit": 1000}
+        for _ in range(max_pages):
+            page = await self._call("GET", "/v1/models", "models", params=dict(params))
+            data = [m for m in page.get("data") or [] if isinstance(m, dict)]
+            for m in data:
+                yield m
+            if not page.get("has_more") or not data:
+                return
+            params["after_id"] = page.get("last_id") or data[-1].get("id")
+
+    async def count_tokens(self, body: dict[str, Any]) -> int:
+        """POST /v1/messages/count_tokens: the input tokens of a Messages body (not billed)."""
+        answer = await self._call("POST", "/v1/messages/count_tokens", "count_tokens", json=body)
+        return int(answer["input_tokens"])
 
     async def cancel_if_running(self, batch_id: str) -> str:
         """Cancel a batch; its status after, or "ended" when the API says it is not running (400, 404 or 409:

@@ -44,7 +44,8 @@ from ._inputs import hash_file, iter_range, read_at, stat_identity
 from ._journal import BatchRow, BatchState, JobPlan, Journal, PendingRow, Settlement
 from ._ledger import Ledger, LocalLedger
 from ._output import OutputFile
-from ._planner import PlanReport, plan
+from ._planner import PlanReport
+from ._preflight import plan_checked
 from ._prices import PriceTable
 from ._queue import Connection, read_ceiling, read_live, recent_batches
 from ._reconcile import Action, Decision, candidates_for, decide, match_results
@@ -124,7 +125,7 @@ class Job:
         if self.journal.initialized:
             self._resume()
         else:
-            self._start()
+            await self._start()
         await self._claim_job()
 
     async def _claim_job(self) -> None:
@@ -151,11 +152,10 @@ class Job:
         self.emit("resumed", {"state_dir": str(j.state_dir), "batches": len(j.batches()),
                               "collected": j.count(BatchState.COLLECTED)})
 
-    def _start(self) -> None:
+    async def _start(self) -> None:
         self.batch_size = batch_size_for(self.ceiling, self.s.margin, self.s.limits.max_requests)
         size, mtime = stat_identity(self.path)
-        report = plan(self.path, limits=Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes),
-                      hash_content=True)
+        report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes))
         if stat_identity(self.path) != (size, mtime):
             raise InputError(f"{self.path} changed while it was being read")
         if report.lines == 0:
@@ -166,13 +166,19 @@ class Job:
         for err in report.errors[:20]:
             self.emit("rejected", err.to_json())
 
+    async def _plan_checked(self, limits: Limits) -> PlanReport:
+        report = await plan_checked(self.path, self.api if self.s.preflight else None, limits=limits, hash_content=True)
+        if self.s.preflight and not (report.preflight or {}).get("checked"):
+            self.emit("preflight_skipped", {"reason": (report.preflight or {}).get("reason")})
+        return report
+
     def _job_plan(self, report: PlanReport, size: int, mtime: int) -> JobPlan:
         return JobPlan(
             input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
             settings={"batch_size": self.batch_size, "max_bytes": self.s.limits.max_bytes,
                       "max_attempts": self.s.max_attempts, "ceiling_at_plan": self.ceiling},
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
-                    "models": report.models},
+                    "models": report.models, "preflight": report.preflight},
             output=os.path.abspath(self.out.path),
             batches=[(b.index, b.requests, b.bytes, b.first_line, b.last_line, b.start_offset, b.end_offset,
                       b.first_custom_id, b.last_custom_id) for b in report.batches],

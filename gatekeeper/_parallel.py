@@ -27,12 +27,13 @@ from typing import Any
 
 from ._errors import InputError
 from ._idindex import IdIndex
-from ._reader import Rejection, ScanStats, duplicate, request_reader, validate
+from ._reader import ModelRules, Rejection, ScanStats, duplicate, request_reader, validate
 
 PIECE_BYTES = 8 << 20  # measured: 4 MB pieces cost more per piece; 16 MB was a little faster but holds more memory
 MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it saves
 
-Piece = tuple[int, int, "array[int]", "array[int]", "array[int]", "array[int]", list[str], list[int], list[int], list[Rejection]]
+Piece = tuple[int, int, "array[int]", "array[int]", "array[int]", "array[int]", list[str], list[int], list[int], list[Rejection],
+              dict[str, int]]
 
 
 @contextmanager
@@ -53,7 +54,7 @@ def _range_lines(path: str, start: int, end: int) -> Iterator[Iterator[bytes]]:
             yield iter(mapped.readline, b"")
 
 
-def scan_piece(path: str, start: int, end: int, item_limit: int) -> Piece:
+def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRules | None = None) -> Piece:
     """Worker: validate lines [start, end) of `path`; line numbers relative to the range (first = 1)."""
     rel, offs, lens, hashes = array("I"), array("q"), array("I"), array("q")
     models: dict[str, int] = {}
@@ -61,12 +62,13 @@ def scan_piece(path: str, start: int, end: int, item_limit: int) -> Piece:
     sizes: list[int] = []
     rejections: list[Rejection] = []
     stats = ScanStats()
+    peaks: dict[str, int] | None = {} if rules is not None else None  # only a preflight needs them
     rel_add, off_add, len_add, hash_add, model_of = rel.append, offs.append, lens.append, hashes.append, models.get
     # One Python step a request, each body dropped at once: collecting the rows and transposing them at
     # C speed measured slower (a piece of bodies held instead of one, reused).
     with _range_lines(path, start, end) as lines:
         for line, off, cid, model, body in validate(
-            lines, rejections.append, item_limit=item_limit, offset=start, stats=stats
+            lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules, peaks=peaks
         ):
             n = len(body)
             mi = model_of(model)
@@ -80,7 +82,7 @@ def scan_piece(path: str, start: int, end: int, item_limit: int) -> Piece:
             off_add(off)
             len_add(n)
             hash_add(hash(cid))
-    return (stats.lines, end - start, rel, offs, lens, hashes, list(models), counts, sizes, rejections)
+    return (stats.lines, end - start, rel, offs, lens, hashes, list(models), counts, sizes, rejections, peaks or {})
 
 
 def piece_bounds(path: str, size: int, piece: int) -> list[tuple[int, int]]:
@@ -168,6 +170,8 @@ def parallel_scan(
     model_bytes: dict[str, int],
     workers: int = 2,
     piece_bytes: int | None = None,
+    rules: ModelRules | None = None,
+    peaks: dict[str, int] | None = None,
 ) -> Iterator[Segment]:
     """Yield a `Segment` per piece of the file, in input order; rejections go to `reject` in line order.
 
@@ -189,15 +193,18 @@ def parallel_scan(
         try:
             todo = iter(bounds)
             for start, end in todo:
-                pending.append(pool.submit(scan_piece, path, start, end, item_limit))
+                pending.append(pool.submit(scan_piece, path, start, end, item_limit, rules))
                 if len(pending) >= 2 * workers:
                     break
             while pending:
                 piece = _result(pending.popleft(), path)
-                count, nbytes, rel, offs, lens, hashes, names, counts, sizes, rejected = piece
+                count, nbytes, rel, offs, lens, hashes, names, counts, sizes, rejected, piece_peaks = piece
+                for name, top in piece_peaks.items():
+                    if peaks is not None and top > peaks.get(name, 0):
+                        peaks[name] = top
                 nxt = next(todo, None)
                 if nxt is not None:
-                    pending.append(pool.submit(scan_piece, path, nxt[0], nxt[1], item_limit))
+                    pending.append(pool.submit(scan_piece, path, nxt[0], nxt[1], item_limit, rules))
                 if not sized and count:
                     index.reserve(int(size / (nbytes / count) * 1.1))
                     sized = True

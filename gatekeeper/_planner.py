@@ -14,7 +14,7 @@ from typing import Any
 
 from ._parallel import Segment, parallel_scan, use_parallel
 from ._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
-from ._reader import Rejection, Request, ScanStats, Source, request_reader, scan
+from ._reader import ModelRules, Rejection, Request, ScanStats, Source, request_reader, scan
 from ._sizing import Limits, Packer, body_chunks, body_size, max_item_bytes
 
 
@@ -60,6 +60,8 @@ class PlanReport:
     model_bytes: dict[str, int] = field(default_factory=dict)  # request bytes per model
     request_bytes: int = 0  # sum of the valid requests' bytes
     content_hash: str = ""  # sha256 of a file source's bytes, when asked for
+    max_tokens_peak: dict[str, int] = field(default_factory=dict)  # the largest max_tokens per model
+    preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not asked)
 
     @property
     def invalid(self) -> int:
@@ -99,6 +101,7 @@ class PlanReport:
             ),
             "models": dict(sorted(self.models.items(), key=lambda kv: (-kv[1], kv[0]))),
             "request_bytes": self.request_bytes,
+            "preflight": self.preflight or {"checked": False, "reason": "no workspace key: the models were not checked"},
             "limits": {"max_requests": self.limits.max_requests, "max_bytes": self.limits.max_bytes},
         }
 
@@ -109,6 +112,7 @@ def plan(
     limits: Limits | None = None,
     hash_content: bool = False,
     workers: int | None = None,
+    models: ModelRules | None = None,
 ) -> PlanReport:
     """Validate and size `source` in one pass; nothing is sent.
 
@@ -123,16 +127,16 @@ def plan(
     limits = limits or Limits()
     report = PlanReport(limits=limits)
     if use_parallel(source, hash_content, workers):
-        _plan_segments(os.fspath(source), report, workers or 2)  # type: ignore[arg-type]
+        _plan_segments(os.fspath(source), report, workers or 2, models)  # type: ignore[arg-type]
     else:
-        _plan_rows(source, report, hash_content)
+        _plan_rows(source, report, hash_content, models)
     report.models = {m: c for m, c in report.models.items() if c}
     report.model_bytes = {m: b for m, b in report.model_bytes.items() if m in report.models}
     report.requests = sum(report.models.values())
     return report
 
 
-def _plan_rows(source: Source, report: PlanReport, hash_content: bool) -> None:
+def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: ModelRules | None) -> None:
     """One process, one Python step a request, cut by `Packer` (the one packing rule)."""
     stats = ScanStats()
     hasher = hashlib.sha256() if hash_content else None
@@ -141,7 +145,8 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool) -> None:
     total = largest = 0
     first = last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's first and last requests
     for line, offset, cid, model, body in scan(
-        source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher
+        source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
+        models=rules, peaks=report.max_tokens_peak if rules is not None else None,
     ):
         n = len(body)
         if packer.add(n):
@@ -163,7 +168,7 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool) -> None:
         report.content_hash = hasher.hexdigest()
 
 
-def _plan_segments(path: str, report: PlanReport, workers: int) -> None:
+def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRules | None) -> None:
     """Several processes: the reader hands over arrays a piece at a time and `Packer.add_many` cuts them.
 
     custom_ids are read back from the file only for batch edges and the largest request.
@@ -184,7 +189,8 @@ def _plan_segments(path: str, report: PlanReport, workers: int) -> None:
         total = largest = 0
         largest_at: tuple[Segment, int] | None = None
         for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
-                                 stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers):
+                                 stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers,
+                                 rules=rules, peaks=report.max_tokens_peak):
             lengths = seg.lengths
             if not lengths:
                 continue

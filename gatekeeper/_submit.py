@@ -19,7 +19,7 @@ from ._journal import BatchState, Journal
 from ._ledger import Ledger, new_owner, open_ledger
 from ._loop import Checkpoint, EventSink, Job, ResultSink
 from ._output import check_writable
-from ._planner import plan
+from ._preflight import plan_checked
 from ._prices import PriceTable, load_prices
 from ._queue import connect, read_headroom
 from ._reader import encode_items
@@ -185,8 +185,9 @@ async def dry_run(
         raise UsageError("dry_run takes a path")
     async with connect(config, max_rpm=settings.max_rpm) as conn:
         h = await read_headroom(conn, ceiling=settings.ceiling)
-    size = batch_size_for(h.ceiling, settings.margin, settings.limits.max_requests)
-    report = plan(source, limits=Limits(max_requests=size, max_bytes=settings.limits.max_bytes))
+        size = batch_size_for(h.ceiling, settings.margin, settings.limits.max_requests)
+        report = await plan_checked(source, conn.primary if settings.preflight else None,
+                                    limits=Limits(max_requests=size, max_bytes=settings.limits.max_bytes))
     sizes = [b.requests for b in report.batches]
     free = room(h.ceiling, h.depth, settings.margin, 0)
     now = admit(sizes, free, in_flight=0, max_in_flight=settings.max_in_flight)

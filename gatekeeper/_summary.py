@@ -30,6 +30,7 @@ class Summary:
     output: str = ""
     state_dir: str = ""
     complete: bool = False
+    preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not recorded)
 
     @property
     def ok(self) -> bool:
@@ -41,7 +42,7 @@ class Summary:
             "canceled": self.canceled, "invalid": self.invalid, "batches": self.batches, "pending": self.pending,
             "resubmitted": self.resubmitted, "succeeded_after_retry": self.succeeded_after_retry,
             "errors": self.errors, "usage": self.usage, "cost_usd": self.cost_usd, "refusals": self.refusals,
-            "complete": self.complete, "output": self.output, "state_dir": self.state_dir,
+            "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
         }
 
 
@@ -54,7 +55,7 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         succeeded=t.types.get("succeeded", 0), errored=t.types.get("errored", 0), expired=t.types.get("expired", 0),
         canceled=t.types.get("canceled", 0), invalid=int(report.get("invalid", 0)), batches=t.batches,
         errors=t.errors, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
-        refusals=refusals, output=out_path, state_dir=str(j.state_dir),
+        refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
         pending=requests - t.final, complete=requests == t.final,
         usage=dict(zip(("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
                        t.usage, strict=True)),

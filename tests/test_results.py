@@ -46,7 +46,8 @@ def test_resubmission_rules_end_to_end(tmp_path: Path) -> None:
     """Expired and transient errors are resent and end succeeded; invalid ones are sent once; attempts are capped."""
     path, ids = _job(tmp_path)
     with running_fake(ceiling=1000, rate=5000, outcome=_rule) as fake:
-        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        # --no-preflight: the unknown model goes out and errors at processing, as without a Models API
+        proc = gk(["submit", str(path), *FAST, "--no-preflight"], env_for(fake))
         assert proc.returncode == 1, proc.stderr  # some requests did not succeed
         s = orjson.loads(proc.stdout)
         attempts = fake.org.records.attempts
@@ -91,7 +92,7 @@ def test_results_command_in_order_and_only(tmp_path: Path) -> None:
     """`results --in-order` follows input order; `--only` filters by result and error type; counts match."""
     path, ids = _job(tmp_path)
     with running_fake(ceiling=1000, rate=5000, outcome=_rule) as fake:
-        gk(["submit", str(path), *FAST], env_for(fake))
+        gk(["submit", str(path), *FAST, "--no-preflight"], env_for(fake))
     ordered = tmp_path / "ordered.jsonl"
     proc = gk(["results", str(path), "--in-order", "--out", str(ordered), "--json"], {})
     assert proc.returncode == 1, proc.stderr
