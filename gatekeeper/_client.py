@@ -46,6 +46,8 @@ from ._wire import API_VERSION
 # timeout is per read: a stream that keeps arriving is never cut off.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=300.0, write=120.0, pool=60.0)
 MAX_REDIRECTS = 5
+# The Models API and token counting inform a job but never block it: a short retry, then the job goes on without.
+PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total=10.0)
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -196,11 +198,11 @@ class ApiClient:
 
     async def _call(
         self, method: str, path: str, endpoint: str, *, params: dict[str, Any] | None = None, batch_id: str | None = None,
-        json: Any = None
+        json: Any = None, retry: RetryPolicy | None = None
     ) -> Any:
-        """A read or cancel, retried per the policy; returns the parsed JSON body."""
+        """A read or cancel, retried per the policy (`retry`, else the client's); returns the parsed JSON body."""
         url = self._url(path)
-        policy = self.retry
+        policy = retry or self.retry
         started = self._clock()
         attempt = 0
         while True:
@@ -316,13 +318,13 @@ class ApiClient:
 
     async def get_model(self, name: str) -> dict[str, Any]:
         """GET /v1/models/{name}: the model's info (an alias resolves to its id); NotFoundError when unknown."""
-        return dict(await self._call("GET", f"/v1/models/{quote(name, safe='')}", "models"))
+        return dict(await self._call("GET", f"/v1/models/{quote(name, safe='')}", "models", retry=PREFLIGHT_RETRY))
 
     async def iter_models(self, *, max_pages: int = 100) -> AsyncIterator[dict[str, Any]]:
         """Every model GET /v1/models lists, following its pages."""
         params: dict[str, Any] = {"limit": 1000}
         for _ in range(max_pages):
-            page = await self._call("GET", "/v1/models", "models", params=dict(params))
+            page = await self._call("GET", "/v1/models", "models", params=dict(params), retry=PREFLIGHT_RETRY)
             data = [m for m in page.get("data") or [] if isinstance(m, dict)]
             for m in data:
                 yield m
@@ -332,7 +334,7 @@ class ApiClient:
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """POST /v1/messages/count_tokens: the input tokens of a Messages body (not billed)."""
-        answer = await self._call("POST", "/v1/messages/count_tokens", "count_tokens", json=body)
+        answer = await self._call("POST", "/v1/messages/count_tokens", "count_tokens", json=body, retry=PREFLIGHT_RETRY)
         return int(answer["input_tokens"])
 
     async def cancel_if_running(self, batch_id: str) -> str:

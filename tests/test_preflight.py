@@ -1,0 +1,120 @@
+"""Preflight against the live Models API: doomed lines are rejected with their line numbers and never sent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper._preflight import Preflight, judge, needs_second_pass
+from gatekeeper.testing import DEFAULT_MODELS, FakeModel
+from tests.fakes import env_for, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import assert_exactly_once, events, gk
+
+FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json"]
+MODELS = (*DEFAULT_MODELS, FakeModel("claude-legacy-1", (), "Legacy", 4096, 100_000, batch=False))
+
+
+def _mixed(tmp_path: Path) -> tuple[Path, dict[int, str], set[str]]:
+    """Valid lines (aliases and dated ids) mixed with doomed ones; (path, doomed line -> why, valid ids)."""
+    rows = [
+        req("a0", model="claude-haiku-4-5"),  # an alias
+        req("a1", model="claude-haiku-4-5-20251001"),  # its dated id
+        req("d0", model="claude-sonet-5"),  # a typo: unknown
+        req("a2", model="claude-sonnet-5", max_tokens=128_000),  # exactly the limit
+        req("d1", model="claude-legacy-1"),  # no batch support
+        req("d2", model="claude-haiku-4-5", max_tokens=64_001),  # over the limit
+        req("a3", model="claude-opus-5"),
+    ]
+    doomed = {3: "not a model the Models API knows", 5: "does not take batch requests", 6: "above the model's limit"}
+    return write_jsonl(tmp_path / "in.jsonl", rows), doomed, {"a0", "a1", "a2", "a3"}
+
+
+def test_plan_with_a_key_lists_exactly_the_doomed_lines(tmp_path: Path) -> None:
+    """plan with a key: the unknown model (with the closest ids), the batch-less one and the max_tokens over the
+    limit are rejected lines; aliases and dated ids pass; the report says the models were checked."""
+    path, doomed, _ = _mixed(tmp_path)
+    with running_fake(models=MODELS) as fake:
+        proc = gk(["plan", str(path), "--json"], env_for(fake, admin=False))
+    out = orjson.loads(proc.stdout)
+    assert proc.returncode == 1
+    got = {e["line"]: e["reason"] for e in out["errors"]}
+    assert set(got) == set(doomed) and all(doomed[k] in got[k] for k in doomed)
+    assert "claude-sonnet-5" in got[3]  # the closest id the API lists
+    pf = out["preflight"]
+    assert pf["checked"] and pf["models"]["claude-haiku-4-5"]["resolved"] == "claude-haiku-4-5-20251001"
+    assert pf["models"]["claude-legacy-1"]["lines_rejected"] == 1 and pf["models"]["claude-sonet-5"]["lines_rejected"] == 1
+
+
+def test_plan_without_a_key_says_the_models_were_not_checked(tmp_path: Path) -> None:
+    """No key: nothing is asked, nothing is rejected for its model, and the report says so."""
+    path, _, _ = _mixed(tmp_path)
+    out = orjson.loads(gk(["plan", str(path), "--json"], {}).stdout)
+    assert out["invalid"] == 0 and out["preflight"]["checked"] is False
+
+
+def test_submit_sends_none_of_the_doomed_lines(tmp_path: Path) -> None:
+    """submit preflights before its first create: no request errors at processing for its model; the rest finish."""
+    path, doomed, valid = _mixed(tmp_path)
+    with running_fake(models=MODELS, ceiling=1000, rate=5000) as fake:
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 1, proc.stderr  # rejected lines are a finding
+        s = orjson.loads(proc.stdout)
+        assert (s["succeeded"], s["invalid"]) == (4, 3)
+        assert fake.org.records.doomed == {}  # nothing errored for its model
+        assert set(fake.org.records.attempts) == valid
+        assert s["preflight"]["checked"]
+
+
+@pytest.mark.parametrize("mode", ["404", "500"])
+def test_a_missing_or_failing_models_api_never_blocks_the_job(tmp_path: Path, mode: str) -> None:
+    """A Models API that answers 404 or 500 everywhere: a warning, the models unchecked, the job runs."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"r{i}") for i in range(10)])
+    with running_fake(ceiling=1000, rate=5000, models_api=mode) as fake:
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert any(e["event"] == "preflight_skipped" for e in events(proc.stderr))
+        assert orjson.loads(proc.stdout)["preflight"]["checked"] is False
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", {f"r{i}" for i in range(10)})
+        plan = gk(["plan", str(path)], env_for(fake))
+        assert plan.returncode == 0 and "warning: the Models API could not be used" in plan.stderr
+        assert "not checked" in plan.stdout
+
+
+def test_resume_does_not_ask_again(tmp_path: Path) -> None:
+    """The answers are kept in the journal: a resumed run asks the Models API nothing."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"r{i}") for i in range(10)])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        crashed = gk(["submit", str(path), *FAST], env_for(fake), crash_at="after-create:1")
+        assert crashed.returncode != 0
+        asked = fake.org.records.requests_seen.get("model", 0)
+        assert asked >= 1
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert fake.org.records.requests_seen.get("model", 0) == asked
+
+
+# -- the pure part -------------------------------------------------------------
+
+@pytest.mark.parametrize(("info", "refused", "limit"), [
+    (None, "not a model the Models API knows", None),
+    ({"id": "m-1", "max_tokens": 100, "capabilities": {"batch": {"supported": False}}}, "does not take batch", 100),
+    ({"id": "m-1", "max_tokens": 100, "capabilities": {"batch": {"supported": True}}}, None, 100),
+    ({"id": "m-1"}, None, None),  # older answers without the newer fields: usable, nothing to judge by
+])
+def test_judge(info: dict | None, refused: str | None, limit: int | None) -> None:
+    """A model is refused when unknown or without batch support; its max_tokens limit is kept when given."""
+    m = judge("m", info, ["m-1", "m-2"])
+    assert (m.refused is None) is (refused is None) and (refused is None or refused in m.refused)
+    assert m.max_tokens == limit
+
+
+def test_second_pass_only_when_a_line_can_fail() -> None:
+    """No second reading of the file unless a model is refused or a max_tokens seen is above a limit."""
+    ok = Preflight(True, None, {"m": judge("m", {"id": "m", "max_tokens": 100}, [])})
+    assert not needs_second_pass(ok, {"m": 100})
+    assert needs_second_pass(ok, {"m": 101})
+    assert needs_second_pass(Preflight(True, None, {"x": judge("x", None, [])}), {"x": 1})
+    assert not needs_second_pass(Preflight(False, "down"), {"m": 10**6})
