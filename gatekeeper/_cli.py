@@ -172,6 +172,9 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="how long after a batch ends a 404 or a missing results_url is waited out before its requests "
                    "are reported as results unavailable (default 3600)")
     _add_no_preflight(p)
+    p.add_argument("--budget", type=_positive_float, default=None, metavar="USD",
+                   help="spend at most this much (batch prices, worst case counted before each create); a rerun "
+                   "with a higher budget continues")
     p.add_argument("--allow-duplicate", action="store_true",
                    help="run even while another job with the same input and workspace is live in the --ledger")
     _add_max_rpm(p)
@@ -480,7 +483,7 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
         ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
-        allow_duplicate=args.allow_duplicate, preflight=not args.no_preflight,
+        allow_duplicate=args.allow_duplicate, preflight=not args.no_preflight, budget=args.budget,
     )
 
 
@@ -604,6 +607,12 @@ def render_summary(s: Summary) -> str:
                      f"cache write {u.get('cache_creation_input_tokens', 0):,} · cache read {u.get('cache_read_input_tokens', 0):,}")
     if s.cost_usd is not None:
         lines.append(f"cost        ~${s.cost_usd:,.2f} at batch prices")
+    else:
+        lines.append("cost        unknown: a model that succeeded has no price (give --prices FILE)")
+    if s.budget is not None and s.budget["held_back"]:
+        lines.append(f"budget      spent ${s.budget['spent'] or 0:,.2f} of ${s.budget['limit']:,.2f}; "
+                     f"{s.budget['held_back']:,} requests not sent. Rerun with a higher --budget to continue "
+                     "(nothing already sent is sent again)")
     lines.append(f"results     {s.output}")
     return "\n".join(lines)
 

@@ -84,6 +84,10 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- set just before a create's last bytes go out: without it, the server cannot hold the batch
         ALTER TABLE batches ADD COLUMN body_complete INTEGER NOT NULL DEFAULT 0
     """),
+    ("0003_worst_usd", """
+        -- the most a batch can cost (the budget's worst case), set with its intent
+        ALTER TABLE batches ADD COLUMN worst_usd REAL
+    """),
 ]
 
 
@@ -106,6 +110,7 @@ class BatchRow:
     ended_at: str | None
     counts: str | None
     body_complete: bool = False
+    worst_usd: float | None = None
 
 
 def _private_dir(path: Path) -> None:
@@ -216,7 +221,7 @@ class Journal:
     @staticmethod
     def _row(r: Sequence[Any]) -> BatchRow:
         return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
-                        r[13], r[14], r[15], bool(r[16]))
+                        r[13], r[14], r[15], bool(r[16]), r[17])
 
     def batches(self, *states: BatchState) -> list[BatchRow]:
         sql = "SELECT * FROM batches"
@@ -270,10 +275,18 @@ class Journal:
             if event:
                 self._event(db, event, **detail)
 
-    def mark_intent(self, idx: int, at: float) -> None:
+    def mark_intent(self, idx: int, at: float, worst_usd: float | None = None) -> None:
         """Recorded before a create's first byte is sent: from here on its outcome is unknown until settled."""
         with self.transaction() as db:
-            self._set_state(db, idx, BatchState.INTENT, intent_at=at, body_complete=0)
+            self._set_state(db, idx, BatchState.INTENT, intent_at=at, body_complete=0, worst_usd=worst_usd)
+
+    def in_flight_worst(self) -> float:
+        """The worst case of every batch admitted and not yet collected (USD)."""
+        return float(self._one("SELECT COALESCE(SUM(worst_usd), 0) FROM batches WHERE state IN ('intent', 'created', 'ended')"))
+
+    def held_back(self) -> int:
+        """Requests not sent: in batches not yet created, and waiting for another attempt."""
+        return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches WHERE state = 'planned'")) + self.pending_count()
 
     def mark_body_complete(self, idx: int) -> None:
         """Recorded before a create's last bytes go out; an intent without it cannot have created a batch."""
@@ -413,12 +426,17 @@ class Journal:
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
-        """Reads that must agree (the committed length and the rows), in one read transaction."""
-        self.db.execute("BEGIN")
+        """Reads that must agree (the committed length and the rows), in one read transaction.
+
+        sqlite3 errors become `JournalError` (a journal another process is still creating has no tables yet)."""
         try:
-            yield
-        finally:
-            self.db.execute("ROLLBACK")
+            self.db.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self.db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot read the journal in {self.state_dir}: {exc}") from exc
 
     def _one(self, sql: str, *args: Any) -> Any:
         return self.db.execute(sql, args).fetchone()[0]

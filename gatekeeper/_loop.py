@@ -23,6 +23,7 @@ import anyio
 import orjson
 
 from ._admission import CeilingEstimate, QueueState, admit_round, batch_size_for, deferral_wait, recut_size, refusal_wait
+from ._budget import Spend, may_spend, request_worst
 from ._client import ApiClient
 from ._downloads import BATCH_LIFETIME, MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait, incomplete_reason, when_results_missing
 from ._errors import (
@@ -38,6 +39,7 @@ from ._errors import (
     RateLimited,
     ServerError,
     TransportError,
+    UsageError,
 )
 from ._headroom import LIVE_STATES, live_batches, parse_time, total_requests
 from ._inputs import hash_file, iter_range, read_at, stat_identity
@@ -46,7 +48,7 @@ from ._ledger import Ledger, LocalLedger
 from ._output import OutputFile
 from ._planner import PlanReport
 from ._preflight import plan_checked
-from ._prices import PriceTable
+from ._prices import PriceTable, load_prices
 from ._queue import Connection, read_ceiling, read_live, recent_batches
 from ._reconcile import Action, Decision, candidates_for, decide, match_results
 from ._settings import SubmitSettings
@@ -102,7 +104,8 @@ class Job:
         self.ledger = ledger or LocalLedger()
         self.clock = clock
         self.sleep = sleep
-        self.prices = prices
+        self.prices = prices or load_prices()
+        self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
         self.ceiling: int | None = None
         self.estimate = CeilingEstimate()
         self.backoff_until = 0.0
@@ -126,7 +129,18 @@ class Job:
             self._resume()
         else:
             await self._start()
+        self._check_prices()
         await self._claim_job()
+
+    def _check_prices(self) -> None:
+        """With a budget, every model must have a price: a cost that cannot be bounded cannot be kept under one."""
+        if self.s.budget is None:
+            return
+        models = ((self.journal.get_meta("report") or {}).get("models") or {}).keys()
+        unpriced = sorted(m for m in models if self.prices.lookup(m) is None)
+        if unpriced:
+            raise UsageError(f"a budget needs a price for every model; none is known for {', '.join(unpriced)} "
+                             "(give a price table that has them)", setting="prices")
 
     async def _claim_job(self) -> None:
         """One input, one live job per workspace: refused when the shared ledger knows another live run of it."""
@@ -245,7 +259,7 @@ class Job:
 
     def done(self) -> bool:
         j = self.journal
-        if self.user_canceled:  # nothing new goes out; finish what is live
+        if self.user_canceled or self.budget_stopped:  # nothing new goes out; finish what is live
             return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
         return not j.count(BatchState.PLANNED, BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) \
             and not j.pending_count()
@@ -310,10 +324,13 @@ class Job:
                                   "ceiling": q.bound, "in_flight": q.in_flight})
         for row in waiting[:count]:
             self._check_stop()
+            worst = self._worst_case(row) if self.s.budget is not None else None
+            if worst is not None and not self._within_budget(row, worst, waiting):
+                return
             if not await self.ledger.reserve(row.idx, row.requests, q.bound, snap.depth + snap.unseen):
                 self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
                 return
-            outcome = await self.create(row, snap.depth, snap.unseen)
+            outcome = await self.create(row, snap.depth, snap.unseen, worst)
             if outcome is None:
                 if self.journal.batch(row.idx).state is BatchState.PLANNED:
                     await self.ledger.release(row.idx)  # definitely not created
@@ -321,13 +338,44 @@ class Job:
             await self.ledger.confirm(row.idx, outcome)
             snap.unseen += row.requests  # ours now, and not yet in any listing we read
 
-    async def create(self, row: BatchRow, depth: int, unseen: int) -> str | None:
+    def _worst_case(self, row: BatchRow) -> float:
+        """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens."""
+        total = 0.0
+        for _, _, body, _ in self._requests_of(row):
+            params = orjson.loads(body)["params"]
+            price = self.prices.lookup(params["model"])
+            assert price is not None  # _check_prices refused a budget without one
+            total += request_worst(len(body), params["max_tokens"], price)
+        return total
+
+    def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:
+        """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""
+        assert self.s.budget is not None
+        spent = self.summary().cost_usd or 0.0
+        d = may_spend(budget=self.s.budget, spent=spent, in_flight=self.journal.in_flight_worst(), worst=worst,
+                      requests=row.requests)
+        if d.action is Spend.GO:
+            return True
+        if d.action is Spend.WAIT:
+            self.emit("waiting", {"next": row.requests, "reason": "budget", "worst_usd": round(worst, 6)})
+            return False
+        if d.action is Spend.CUT:
+            self._recut(waiting, d.size)
+            return False
+        if not self.budget_stopped:
+            self.budget_stopped = True
+            self.emit("budget_reached", {"budget": self.s.budget, "spent": round(spent, 6),
+                                         "in_flight_worst": round(self.journal.in_flight_worst(), 6),
+                                         "held_back": self.journal.held_back()})
+        return False
+
+    async def create(self, row: BatchRow, depth: int, unseen: int, worst: float | None = None) -> str | None:
         """Create one batch; its id, or None when it must wait (refused, or outcome unknown)."""
         j = self.journal
         if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
             self._check_identity()  # raises if the content changed
         self.checkpoint("before-intent")
-        j.mark_intent(row.idx, self.clock())
+        j.mark_intent(row.idx, self.clock(), worst)
         self.checkpoint("after-intent")
         try:
             batch = await self.api.create_batch(self._body(row), size=row.bytes)
@@ -635,7 +683,7 @@ class Job:
     def form_retry_batches(self) -> None:
         """Pack requests waiting for another attempt into new batches, once every first attempt has been admitted."""
         j = self.journal
-        if self.user_canceled or j.count(BatchState.PLANNED) or not j.pending_count():
+        if self.user_canceled or self.budget_stopped or j.count(BatchState.PLANNED) or not j.pending_count():
             return
         limits = Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes)
         requests, batches = j.plan_retries(lambda rows: pack_rows(rows, limits),
@@ -655,7 +703,7 @@ class Job:
         })
 
     def summary(self) -> Summary:
-        return summarize(self.journal, self.out.path, refusals=self.refusals, prices=self.prices)
+        return summarize(self.journal, self.out.path, refusals=self.refusals, prices=self.prices, budget=self.s.budget)
 
 
 def pack_rows(rows: list[PendingRow], limits: Limits) -> list[list[PendingRow]]:

@@ -1,7 +1,8 @@
-"""Estimated cost at batch prices, from a small price table the user can override. Pure but for loading.
+"""Estimated cost at batch prices, from a small dated price table the user can override. Pure but for loading.
 
-cost = 0.5 x (input x in + output x out + cache_write x 1.25 in + cache_read x 0.1 in) / 10^6,
-with the standard per-million prices of the model's row. A model id matches the
+cost = 0.5 x (input x in + output x out + cache_write x cw + cache_read x cr) / 10^6,
+with the standard per-million prices of the model's row (cw and cr default to 1.25x
+and 0.1x the input price when the row does not give them). A model id matches the
 longest row name it starts with ("claude-sonnet-4-5-20250929" -> "claude-sonnet-4-5").
 """
 
@@ -25,10 +26,10 @@ BYTES_PER_TOKEN = 4.0
 
 @dataclass(frozen=True)
 class PriceTable:
-    rows: dict[str, tuple[float, float]]  # model prefix -> (input, output) USD per million, standard
+    rows: dict[str, tuple[float, ...]]  # model prefix -> (input, output[, cache_write, cache_read]) USD per million, standard
     as_of: str = ""
 
-    def lookup(self, model: str | None) -> tuple[float, float] | None:
+    def _row(self, model: str | None) -> tuple[float, ...] | None:
         if not model:
             return None
         best = None
@@ -37,23 +38,37 @@ class PriceTable:
                 best = (name, price)
         return best[1] if best else None
 
+    def lookup(self, model: str | None) -> tuple[float, float] | None:
+        """(input, output) standard USD per million tokens, or None: no known price."""
+        row = self._row(model)
+        return None if row is None else (row[0], row[1])
+
     def cost(self, model: str | None, input_tokens: int, output_tokens: int, cache_write: int = 0, cache_read: int = 0) -> float | None:
-        price = self.lookup(model)
-        if price is None:
+        row = self._row(model)
+        if row is None:
             return None
-        pin, pout = price
-        return BATCH_DISCOUNT * (input_tokens * pin + output_tokens * pout + cache_write * CACHE_WRITE * pin
-                                 + cache_read * CACHE_READ * pin) / 1e6
+        pin, pout = row[0], row[1]
+        pcw = row[2] if len(row) > 2 else CACHE_WRITE * pin
+        pcr = row[3] if len(row) > 3 else CACHE_READ * pin
+        return BATCH_DISCOUNT * (input_tokens * pin + output_tokens * pout + cache_write * pcw + cache_read * pcr) / 1e6
 
 
 def load_prices(path: str | Path | None = None) -> PriceTable:
     try:
         text = resources.files("gatekeeper").joinpath("prices.json").read_text() if path is None else Path(path).read_text()
         data = json.loads(text)
-        rows = {str(k): (float(v["input"]), float(v["output"])) for k, v in data["models"].items()}
+        rows = {str(k): _price_row(v) for k, v in data["models"].items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"price table {path}: not a price table ({exc})", setting="prices") from None
     return PriceTable(rows, str(data.get("as_of", "")))
+
+
+def _price_row(v: dict[str, float]) -> tuple[float, ...]:
+    """(input, output[, cache_write, cache_read]): the cache rates are optional, as in the table's first shape."""
+    base = (float(v["input"]), float(v["output"]))
+    if "cache_write" in v or "cache_read" in v:
+        return (*base, float(v.get("cache_write", CACHE_WRITE * base[0])), float(v.get("cache_read", CACHE_READ * base[0])))
+    return base
 
 
 def estimate_input_tokens(request_bytes: int) -> int:

@@ -31,6 +31,7 @@ class SubmitSettings:
     max_rpm: float = 300.0  # calls a minute to the batch endpoints, at most (the organization's limit is shared)
     allow_duplicate: bool = False  # run even while a job with the same input and workspace is live elsewhere
     preflight: bool = True  # judge the input's models against the Models API before the first create
+    budget: float | None = None  # USD at most, at batch prices, worst case counted (see _budget)
 
 
 def default_state_dir(input_path: str) -> Path:

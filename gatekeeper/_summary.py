@@ -31,6 +31,7 @@ class Summary:
     state_dir: str = ""
     complete: bool = False
     preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not recorded)
+    budget: dict[str, Any] | None = None  # limit, spent, in-flight worst case, requests held back (None: no budget)
 
     @property
     def ok(self) -> bool:
@@ -43,13 +44,17 @@ class Summary:
             "resubmitted": self.resubmitted, "succeeded_after_retry": self.succeeded_after_retry,
             "errors": self.errors, "usage": self.usage, "cost_usd": self.cost_usd, "refusals": self.refusals,
             "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
+            "budget": self.budget,
         }
 
 
-def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTable | None = None) -> Summary:
+def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTable | None = None,
+              budget: float | None = None) -> Summary:
     report = j.get_meta("report") or {}
     t = j.totals()
     requests = int(report.get("requests", 0))
+    cost = _cost(t.usage_by_model, prices or load_prices())
+    held = j.held_back() if budget is not None else 0
     return Summary(
         requests=requests,
         succeeded=t.types.get("succeeded", 0), errored=t.types.get("errored", 0), expired=t.types.get("expired", 0),
@@ -59,7 +64,9 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         pending=requests - t.final, complete=requests == t.final,
         usage=dict(zip(("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
                        t.usage, strict=True)),
-        cost_usd=_cost(t.usage_by_model, prices or load_prices()),
+        cost_usd=cost,
+        budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
+                                            "held_back": held},
     )
 
 

@@ -17,6 +17,7 @@ from gatekeeper._admission import (
     refusal_wait,
     room,
 )
+from gatekeeper._budget import MIN_BATCH, Spend, may_spend, request_worst
 from gatekeeper._client import results_location
 from gatekeeper._downloads import Missing, download_wait, incomplete_reason, when_results_missing
 from gatekeeper._reconcile import Action, candidates_for, decide, match_results
@@ -270,3 +271,27 @@ def test_call_budget_allows_a_burst_then_the_rate() -> None:
 def test_results_location_goes_through_the_gateway(url: str, expected: str) -> None:
     """The API's own results path is fetched from the configured base URL; anything else as given."""
     assert results_location(url, "http://gw.local:8080", "msgbatch_1") == expected
+
+
+# -- the budget -----------------------------------------------------------------
+
+
+
+def test_request_worst_is_input_bound_plus_full_output_at_batch_prices() -> None:
+    """0.5 x (bytes/2 tokens x price_in x 1.25 + max_tokens x price_out) / 1e6."""
+    assert request_worst(1000, 100, (1.0, 5.0)) == pytest.approx(0.5 * (500 * 1.0 * 1.25 + 100 * 5.0) / 1e6)
+
+
+@pytest.mark.parametrize(("spent", "in_flight", "worst", "n", "action", "size"), [
+    (0.0, 0.0, 5.0, 1000, Spend.GO, 0),
+    (4.0, 1.0, 5.0, 1000, Spend.GO, 0),  # exactly the budget
+    (4.0, 1.0, 5.1, 1000, Spend.WAIT, 0),  # in flight settles below its worst: wait
+    (6.0, 0.0, 5.0, 1000, Spend.CUT, 800),  # 4.0 left at 0.005 a request
+    (9.9, 0.0, 5.0, 1000, Spend.STOP, 0),  # 20 requests' worth: under the smallest batch
+    (10.0, 0.0, 5.0, 1000, Spend.STOP, 0),
+])
+def test_may_spend(spent: float, in_flight: float, worst: float, n: int, action: Spend, size: int) -> None:
+    """Go when the worst case fits; wait for what is in flight; else cut to what fits, or stop below MIN_BATCH."""
+    d = may_spend(budget=10.0, spent=spent, in_flight=in_flight, worst=worst, requests=n)
+    assert (d.action, d.size) == (action, size)
+    assert MIN_BATCH == 100

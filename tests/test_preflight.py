@@ -118,3 +118,35 @@ def test_second_pass_only_when_a_line_can_fail() -> None:
     assert needs_second_pass(ok, {"m": 101})
     assert needs_second_pass(Preflight(True, None, {"x": judge("x", None, [])}), {"x": 1})
     assert not needs_second_pass(Preflight(False, "down"), {"m": 10**6})
+
+
+# -- the budget, end to end ----------------------------------------------------
+
+def test_budget_stops_before_it_and_a_higher_budget_finishes(tmp_path: Path) -> None:
+    """--budget: batches are cut to what the budget allows and admission stops before it (exit 1, a clear line);
+    the actual cost stays under it; a rerun with a higher budget finishes, nothing sent twice."""
+    ids = {f"b{i:04d}" for i in range(1000)}
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c) for c in sorted(ids)])
+    with running_fake(ceiling=100_000, rate=50_000) as fake:
+        proc = gk(["submit", str(path), *FAST, "--budget", "0.05"], env_for(fake))
+        assert proc.returncode == 1, proc.stderr
+        s = orjson.loads(proc.stdout)
+        evs = events(proc.stderr)
+        assert any(e["event"] == "recut" for e in evs) and any(e["event"] == "budget_reached" for e in evs)
+        assert 0 < s["succeeded"] < 1000 and s["budget"]["held_back"] == 1000 - s["succeeded"]
+        actual = len(fake.org.records.succeeded) * 0.5 * (25 * 1.0 + 12 * 5.0) / 1e6  # the fake's usage, haiku prices
+        assert s["cost_usd"] == pytest.approx(actual) and actual <= 0.05
+        human = gk(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--budget", "0.05"], env_for(fake))
+        assert "requests not sent. Rerun with a higher --budget" in human.stdout
+        done = gk(["submit", str(path), *FAST, "--budget", "1"], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+
+
+def test_budget_with_an_unpriced_model_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    """A budget cannot be kept for a model without a price: exit 2 before any create."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a", model="claude-unpriced-9")])
+    with running_fake(models=(*DEFAULT_MODELS, FakeModel("claude-unpriced-9")), ceiling=1000, rate=5000) as fake:
+        proc = gk(["submit", str(path), *FAST, "--budget", "10"], env_for(fake))
+        assert proc.returncode == 2 and "claude-unpriced-9" in proc.stderr
+        assert fake.org.records.creates == 0
