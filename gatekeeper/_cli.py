@@ -313,6 +313,7 @@ def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanRep
     """Judge the planned input's models against the Models API; plan again only when some line can fail."""
     import anyio
 
+    from ._calibrate import calibrate
     from ._planner import plan
     from ._preflight import check_models, needs_second_pass, outcome
     from ._queue import connect
@@ -327,6 +328,14 @@ def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanRep
     if needs_second_pass(pf, report.max_tokens_peak):
         report = plan(args.input, limits=_limits(args), workers=workers, models=pf.rules())
     report.preflight = outcome(pf, report.errors)
+
+    async def measure() -> Any:
+        async with connect(config, max_rpm=args.max_rpm) as conn:
+            return await calibrate(conn.primary, args.input, report.model_bytes)
+
+    report.calibration = anyio.run(measure)
+    if not report.calibration.get("measured"):
+        print(f"gatekeeper: warning: {report.calibration.get('reason')}; the estimate is bytes / 4", file=sys.stderr)
     return report
 
 

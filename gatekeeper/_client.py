@@ -47,6 +47,7 @@ from ._wire import API_VERSION
 DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=300.0, write=120.0, pool=60.0)
 MAX_REDIRECTS = 5
 # The Models API and token counting inform a job but never block it: a short retry, then the job goes on without.
+# They are not batch endpoints either: their own limits apply, not the batch call budget.
 PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total=10.0)
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -182,9 +183,10 @@ class ApiClient:
             self.budget.pause(self._clock() + min(error.retry_after, self.retry.max_retry_after))
 
     async def _send_once(self, method: str, url: str, *, params: dict[str, Any] | None = None,
-                         json: Any = None) -> httpx.Response:
+                         json: Any = None, budgeted: bool = True) -> httpx.Response:
         """One request with redirects followed by hand; the key goes only to our origin."""
-        await self._spend()
+        if budgeted:
+            await self._spend()
         for _ in range(MAX_REDIRECTS + 1):
             content = orjson.dumps(json) if json is not None else None
             extra = {"content-type": "application/json"} if content is not None else None
@@ -198,7 +200,7 @@ class ApiClient:
 
     async def _call(
         self, method: str, path: str, endpoint: str, *, params: dict[str, Any] | None = None, batch_id: str | None = None,
-        json: Any = None, retry: RetryPolicy | None = None
+        json: Any = None, retry: RetryPolicy | None = None, budgeted: bool = True
     ) -> Any:
         """A read or cancel, retried per the policy (`retry`, else the client's); returns the parsed JSON body."""
         url = self._url(path)
@@ -209,7 +211,7 @@ class ApiClient:
             attempt += 1
             wait: float | None = None
             try:
-                response = await self._send_once(method, url, params=params, json=json)
+                response = await self._send_once(method, url, params=params, json=json, budgeted=budgeted)
             except httpx.TransportError as exc:
                 failure: Exception = map_transport_error(exc, endpoint, self.base_url, reached=self.reached)
                 if isinstance(failure, Unreachable) and attempt >= 2:
@@ -318,13 +320,14 @@ class ApiClient:
 
     async def get_model(self, name: str) -> dict[str, Any]:
         """GET /v1/models/{name}: the model's info (an alias resolves to its id); NotFoundError when unknown."""
-        return dict(await self._call("GET", f"/v1/models/{quote(name, safe='')}", "models", retry=PREFLIGHT_RETRY))
+        return dict(await self._call("GET", f"/v1/models/{quote(name, safe='')}", "models", retry=PREFLIGHT_RETRY, budgeted=False))
 
     async def iter_models(self, *, max_pages: int = 100) -> AsyncIterator[dict[str, Any]]:
         """Every model GET /v1/models lists, following its pages."""
         params: dict[str, Any] = {"limit": 1000}
         for _ in range(max_pages):
-            page = await self._call("GET", "/v1/models", "models", params=dict(params), retry=PREFLIGHT_RETRY)
+            page = await self._call("GET", "/v1/models", "models", params=dict(params), retry=PREFLIGHT_RETRY,
+                                    budgeted=False)
             data = [m for m in page.get("data") or [] if isinstance(m, dict)]
             for m in data:
                 yield m
@@ -334,7 +337,8 @@ class ApiClient:
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """POST /v1/messages/count_tokens: the input tokens of a Messages body (not billed)."""
-        answer = await self._call("POST", "/v1/messages/count_tokens", "count_tokens", json=body, retry=PREFLIGHT_RETRY)
+        answer = await self._call("POST", "/v1/messages/count_tokens", "count_tokens", json=body, retry=PREFLIGHT_RETRY,
+                                  budgeted=False)
         return int(answer["input_tokens"])
 
     async def cancel_if_running(self, batch_id: str) -> str:

@@ -62,6 +62,7 @@ class PlanReport:
     content_hash: str = ""  # sha256 of a file source's bytes, when asked for
     max_tokens_peak: dict[str, int] = field(default_factory=dict)  # the largest max_tokens per model
     preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not asked)
+    calibration: dict[str, Any] | None = None  # tokens per byte measured with count_tokens (None: not measured)
 
     @property
     def invalid(self) -> int:
@@ -72,19 +73,28 @@ class PlanReport:
         return not self.errors
 
     def estimate(self, prices: PriceTable) -> dict[str, Any]:
-        """Input tokens and cost before anything is sent (output tokens cannot be known yet)."""
+        """Input tokens and cost before anything is sent (output tokens cannot be known yet).
+
+        Per model: measured tokens per byte when `calibration` has the model (count_tokens on a sample),
+        else bytes / 4, and each model's entry says which."""
+        measured = (self.calibration or {}).get("models") or {}
         per_model = {}
         total: float | None = 0.0
         for model, nbytes in self.model_bytes.items():
-            tokens = estimate_input_tokens(nbytes)
+            m = measured.get(model)
+            tokens = round(nbytes * m["tokens_per_byte"]) if m else estimate_input_tokens(nbytes)
             cost = prices.cost(model, tokens, 0)
-            per_model[model] = {"input_tokens": tokens, "cost_usd": None if cost is None else round(cost, 6)}
+            per_model[model] = {"input_tokens": tokens, "cost_usd": None if cost is None else round(cost, 6),
+                                "method": "count_tokens" if m else f"bytes / {BYTES_PER_TOKEN:g}",
+                                **({"sample": m["sample"], "spread_tokens_per_byte": m["spread"]} if m else {})}
             total = None if cost is None or total is None else total + cost
+        how = (f"count_tokens on a sample of up to {(self.calibration or {}).get('per_model')} requests per model"
+               if measured else f"request bytes / {BYTES_PER_TOKEN:g} per token (not measured: no key)")
         return {
-            "input_tokens": estimate_input_tokens(self.request_bytes),
+            "input_tokens": sum(v["input_tokens"] for v in per_model.values()),
             "input_cost_usd": None if total is None else round(total, 6),
             "models": per_model,
-            "method": f"request bytes / {BYTES_PER_TOKEN:g} per token, batch prices as of {prices.as_of}; output not included",
+            "method": f"{how}; batch prices as of {prices.as_of}; output not included",
         }
 
     def to_json(self) -> dict[str, Any]:

@@ -14,10 +14,12 @@ blocks a job by itself.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._calibrate import calibrate
 from ._client import ApiClient
 from ._errors import ApiError, NotFoundError, TransportError
 from ._planner import PlanReport, plan
@@ -126,4 +128,6 @@ async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits,
     if needs_second_pass(pf, report.max_tokens_peak):
         report = plan(source, limits=limits, hash_content=hash_content, models=pf.rules())
     report.preflight = outcome(pf, report.errors)
+    if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-" and report.model_bytes:
+        report.calibration = await calibrate(api, os.fspath(source), report.model_bytes)
     return report

@@ -150,3 +150,31 @@ def test_budget_with_an_unpriced_model_is_refused_before_anything_is_sent(tmp_pa
         proc = gk(["submit", str(path), *FAST, "--budget", "10"], env_for(fake))
         assert proc.returncode == 2 and "claude-unpriced-9" in proc.stderr
         assert fake.org.records.creates == 0
+
+
+# -- measured tokens -------------------------------------------------------------
+
+def test_token_estimate_is_measured_within_5_percent(tmp_path: Path) -> None:
+    """With a key, the input-token estimate comes from count_tokens on a sample per model, within 5% of the
+    fake's own count over the whole file; without one it is bytes / 4, labelled so."""
+    import random
+
+    from gatekeeper._calibrate import count_body
+    from gatekeeper.testing import count_tokens
+
+    rng = random.Random(7)
+    rows = [req(f"t{i}", model=("claude-sonnet-5" if i % 3 else "claude-opus-5"),
+                text=" ".join(rng.choice(["alpha", "beta", "gamma", "delta"]) for _ in range(rng.randint(5, 400))))
+            for i in range(3000)]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    truth: dict[str, int] = {}
+    for r in rows:
+        truth[r["params"]["model"]] = truth.get(r["params"]["model"], 0) + count_tokens(count_body(r["params"]))
+    with running_fake() as fake:
+        out = orjson.loads(gk(["plan", str(path), "--json"], env_for(fake, admin=False)).stdout)
+    for model, tokens in truth.items():
+        est = out["estimate"]["models"][model]
+        assert est["method"] == "count_tokens" and est["sample"] == 50
+        assert abs(est["input_tokens"] - tokens) / tokens < 0.05, (model, est, tokens)
+    bare = orjson.loads(gk(["plan", str(path), "--json"], {}).stdout)["estimate"]
+    assert "bytes / 4" in bare["method"] and all(m["method"] == "bytes / 4" for m in bare["models"].values())
