@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "Rejection": "_reader", "Request": "_reader", "Limits": "_sizing",
     # submit and friends
     "submit": "_submit", "submit_sync": "_submit", "dry_run": "_submit", "cancel": "_submit", "job_summary": "_submit",
+    "preflight": "_submit",
     "SubmitSettings": "_settings", "Summary": "_summary", "ApiConfig": "_config", "Secret": "_config",
     "RetryPolicy": "_retry", "PriceTable": "_prices", "load_prices": "_prices",
     "Ledger": "_ledger", "open_ledger": "_ledger", "export": "_results",
@@ -86,5 +87,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from ._retry import RetryPolicy
     from ._settings import SubmitSettings
     from ._sizing import Limits
-    from ._submit import cancel, dry_run, job_summary, submit, submit_sync
+    from ._submit import cancel, dry_run, job_summary, preflight, submit, submit_sync
     from ._summary import Summary

@@ -19,6 +19,7 @@ from ._journal import BatchState, Journal
 from ._ledger import Ledger, new_owner, open_ledger
 from ._loop import Checkpoint, EventSink, Job, ResultSink
 from ._output import check_writable
+from ._planner import PlanReport
 from ._preflight import plan_checked
 from ._prices import PriceTable, load_prices
 from ._queue import connect, read_headroom
@@ -199,6 +200,18 @@ async def dry_run(
         "policy": "unknown ceiling: the first batch is tried and a bound learned from refusals" if h.ceiling is None else
         f"batches of at most {size:,} requests, four to the ceiling",
     }
+
+
+async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None = None,
+                    max_rpm: float = 300.0) -> PlanReport:
+    """`plan` with every line judged against the live Models API and the input tokens measured with count_tokens.
+
+    `report.preflight` says whether the models were checked (and, per model, the resolved id, its max_tokens and
+    the lines it rejected); `report.calibration` the measured tokens per byte. Never raises for a Models API that
+    is missing or failing: the report says the models were not checked.
+    """
+    async with connect(config, max_rpm=max_rpm) as conn:
+        return await plan_checked(source, conn.primary, limits=limits or Limits())
 
 
 async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float = 300.0) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk
 
+pytestmark = pytest.mark.anyio
+
 FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json"]
 MODELS = (*DEFAULT_MODELS, FakeModel("claude-legacy-1", (), "Legacy", 4096, 100_000, batch=False))
 
@@ -178,3 +180,16 @@ def test_token_estimate_is_measured_within_5_percent(tmp_path: Path) -> None:
         assert abs(est["input_tokens"] - tokens) / tokens < 0.05, (model, est, tokens)
     bare = orjson.loads(gk(["plan", str(path), "--json"], {}).stdout)["estimate"]
     assert "bytes / 4" in bare["method"] and all(m["method"] == "bytes / 4" for m in bare["models"].values())
+
+
+async def test_library_preflight_reports_models_and_tokens(tmp_path: Path) -> None:
+    """gatekeeper.preflight (the library) gives plan's report with the models judged and the tokens measured."""
+    import gatekeeper
+
+    path, doomed, _ = _mixed(tmp_path)
+    with running_fake(models=MODELS) as fake:
+        config = gatekeeper.ApiConfig(workspace_keys=[gatekeeper.Secret("test-key-ws1")], base_url=fake.url)
+        report = await gatekeeper.preflight(str(path), config=config)
+    assert {e.line for e in report.errors} == set(doomed)
+    assert report.preflight is not None and report.preflight["checked"]
+    assert report.calibration is not None and report.calibration["measured"]

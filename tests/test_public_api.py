@@ -19,7 +19,7 @@ EXPECTED = {
     # planning
     "plan", "iter_batches", "PlanReport", "BatchPlan", "Batch", "Rejection", "Request", "Limits",
     # submitting
-    "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "SubmitSettings", "Summary", "ApiConfig",
+    "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "preflight", "SubmitSettings", "Summary", "ApiConfig",
     "Secret", "RetryPolicy", "PriceTable", "load_prices", "Ledger", "open_ledger",
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
