@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gatekeeper", description="Get very large Message Batches jobs through the API without tripping its limits.")
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_plan_parser, _status_parser, _submit_parser, _results_parser, _cancel_parser, _fake_api_parser):
+    for add in (_plan_parser, _status_parser, _submit_parser, _results_parser, _cancel_parser, _report_parser,
+                _fake_api_parser):
         add(sub)
     return parser
 
@@ -207,6 +208,21 @@ def _cancel_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
     _add_state(p)
     _add_max_rpm(p)
+    _add_json(p)
+
+
+def _report_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser("report", help="one self-contained HTML page of a run: the queue over time, every batch, outcomes",
+                       description="Draw a run from its journal alone (finished, running or interrupted): the queue "
+                       "against the ceiling with our share, every batch from create to end, results and errors by type, "
+                       "retries, tokens and cost, settings and the input's identity. No scripts, no network.\n\n"
+                       "Example usage:\n  gatekeeper report big.jsonl\n  gatekeeper report --state job.state --out night.html\n"
+                       "  gatekeeper report big.jsonl --json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
+    _add_state(p)
+    p.add_argument("--out", default=None, metavar="FILE", help="the HTML file (default STATE/report.html)")
+    _add_prices(p)
     _add_json(p)
 
 
@@ -696,8 +712,26 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
             return ExitCode.OK
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from ._output import check_writable
+    from ._prices import load_prices
+    from ._report import render_html, run_report
+
+    state = _state_dir(args)
+    data = run_report(state, load_prices(args.prices))
+    if args.json:
+        _print_json(data)
+        return ExitCode.OK
+    out = check_writable(args.out or str(state / "report.html"))
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(render_html(data))
+    print(f"wrote {out} ({data['status']}: {data['summary']['succeeded']:,} of {data['summary']['requests']:,} succeeded, "
+          f"{len(data['batches']):,} batches)")
+    return ExitCode.OK
+
+
 COMMANDS = {"plan": cmd_plan, "status": cmd_status, "submit": cmd_submit, "results": cmd_results, "cancel": cmd_cancel,
-            "fake-api": cmd_fake_api}
+            "report": cmd_report, "fake-api": cmd_fake_api}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -88,7 +88,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- the most a batch can cost (the budget's worst case), set with its intent
         ALTER TABLE batches ADD COLUMN worst_usd REAL
     """),
+    ("0004_timeline", """
+        -- queue readings over the run, thinned to at most TIMELINE_ROWS (every other old one dropped when full)
+        CREATE TABLE timeline (seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, depth INTEGER NOT NULL,
+            ceiling INTEGER, ours INTEGER NOT NULL)
+    """),
 ]
+TIMELINE_ROWS = 4000  # readings kept: a 24-hour run polled every 30 s takes 2,880
 
 
 @dataclass
@@ -211,6 +217,11 @@ class Journal:
     @property
     def initialized(self) -> bool:
         return self.get_meta("input") is not None
+
+    def event(self, event: str, batch: int | None = None, **detail: Any) -> None:
+        """A mark on the run's timeline (a resume, say), in its own transaction."""
+        with self.transaction() as db:
+            self._event(db, event, batch, **detail)
 
     def _event(self, db: sqlite3.Connection, event: str, batch: int | None = None, **detail: Any) -> None:
         db.execute("INSERT INTO events (at, batch, event, detail) VALUES (?, ?, ?, ?)",
@@ -371,6 +382,25 @@ class Journal:
                  first.custom_id, last.custom_id))
             db.executemany("INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)", [(idx, *r) for r in g])
             idx += 1
+
+    def record_reading(self, at: float, depth: int, ceiling: int | None, ours: int) -> None:
+        """One queue reading for the run's timeline; past TIMELINE_ROWS, every other reading is dropped (the
+        timeline keeps its whole span at half the resolution, so a 24-hour run stays a few hundred KB)."""
+        with self.transaction() as db:
+            db.execute("INSERT INTO timeline (at, depth, ceiling, ours) VALUES (?, ?, ?, ?)", (at, depth, ceiling, ours))
+            if int(db.execute("SELECT COUNT(*) FROM timeline").fetchone()[0]) > TIMELINE_ROWS:
+                db.execute("DELETE FROM timeline WHERE seq IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) "
+                           "AS n FROM timeline) WHERE n % 2 = 0) AND seq < (SELECT MAX(seq) FROM timeline)")
+
+    def readings(self) -> list[tuple[float, int, int | None, int]]:
+        """(at, depth, ceiling, ours) of the run's queue readings, in time order."""
+        return [(r[0], r[1], r[2], r[3]) for r in self.db.execute("SELECT at, depth, ceiling, ours FROM timeline ORDER BY at")]
+
+    def events_of(self, *kinds: str) -> list[tuple[float, int | None, str, dict[str, Any]]]:
+        """(at, batch, event, detail) of the journal's events of these kinds, in order."""
+        marks = ",".join("?" * len(kinds))
+        return [(at, batch, ev, orjson.loads(detail) if detail else {}) for at, batch, ev, detail in self.db.execute(
+            f"SELECT at, batch, event, detail FROM events WHERE event IN ({marks}) ORDER BY seq", kinds)]
 
     def record_refusal(self, idx: int, depth: int, requests: int) -> None:
         self.back_to_planned(idx, "queue_full", depth=depth, requests=requests)

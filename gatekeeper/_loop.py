@@ -165,6 +165,7 @@ class Job:
         self.batch_size = int((j.get_meta("settings") or {}).get("batch_size", self.batch_size))
         self.emit("resumed", {"state_dir": str(j.state_dir), "batches": len(j.batches()),
                               "collected": j.count(BatchState.COLLECTED)})
+        j.event("resumed", collected=j.count(BatchState.COLLECTED))
 
     async def _start(self) -> None:
         self.batch_size = batch_size_for(self.ceiling, self.s.margin, self.s.limits.max_requests)
@@ -283,6 +284,9 @@ class Job:
                 self.emit("ended", {"batch": row.idx, "id": row.batch_id, "counts": batch.get("request_counts")})
                 await self.ledger.release(row.idx)
         unseen += sum(r.requests for r in self.journal.batches(BatchState.INTENT))
+        mine = self.journal.known_batch_ids()
+        ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
+        self.journal.record_reading(self.clock(), depth + unseen, self.ceiling, ours)
         await self.ledger.observe(depth)
         return Snapshot(depth, listed, unseen)
 
@@ -415,6 +419,7 @@ class Job:
         self.emit("refused", {"batch": row.idx, "requests": row.requests, "depth": depth, "unseen": unseen,
                               "retry_after": exc.retry_after, "wait": round(wait, 3),
                               "learned_bound": self.estimate.upper if self.ceiling is None else None})
+        self.checkpoint("after-refusal")
         waiting = self.journal.batches(BatchState.PLANNED)
         size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.s.margin)
         if size is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +34,15 @@ def write_job(path: Path, prefix: str, n: int) -> Path:
     return path
 
 
-def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_job: int = 300, rate: float = 600.0) -> Outcome:
-    """Three submitters, one workspace each (none sees the others' batches), one organization ceiling."""
-    cfg = FakeConfig(ceiling=ceiling, rate=rate, workspaces={k: f"wrkspc_{i}" for i, k in enumerate(KEYS)},
-                     queue_retry_after=1)
+def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_job: int = 300, rate: float = 600.0,
+                     hold_until_refused: bool = False) -> Outcome:
+    """Three submitters, one workspace each (none sees the others' batches), one organization ceiling.
+
+    `hold_until_refused`: nothing is processed until the first refusal, so that submitters started a little
+    apart still meet a full queue (what a test of refusals needs, whatever the machine's speed).
+    """
+    cfg = FakeConfig(ceiling=ceiling, rate=0.0 if hold_until_refused else rate,
+                     workspaces={k: f"wrkspc_{i}" for i, k in enumerate(KEYS)}, queue_retry_after=1)
     with FakeAPI(cfg) as fake:
         procs = []
         for i, key in enumerate(KEYS):
@@ -48,6 +54,11 @@ def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_j
             if ledger:
                 args += ["--ledger", ledger]
             procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        if hold_until_refused:
+            deadline = time.monotonic() + 60
+            while not fake.org.records.refusals and time.monotonic() < deadline:
+                time.sleep(0.01)
+            fake.org.config.rate = rate
         results = [p.communicate(timeout=300) for p in procs]
         r = fake.org.records
         return Outcome(

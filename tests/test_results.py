@@ -168,7 +168,8 @@ def test_journal_migrates_a_blank_database(tmp_path: Path) -> None:
     cols = {r[1] for r in j.db.execute("PRAGMA table_info(results)")}
     assert {"line", "custom_id", "type", "error_type", "attempts", "out_offset", "out_len", "input_tokens"} <= cols
     assert "body_complete" in {r[1] for r in j.db.execute("PRAGMA table_info(batches)")}
-    assert [r[0] for r in j.db.execute("SELECT name FROM schema_migrations")] == ["0001_initial", "0002_body_complete", "0003_worst_usd"]
+    assert [r[0] for r in j.db.execute("SELECT name FROM schema_migrations")] == ["0001_initial", "0002_body_complete", "0003_worst_usd",
+                                                                              "0004_timeline"]
     j.close()
     Journal.open(tmp_path / "s").close()  # idempotent
 

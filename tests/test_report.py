@@ -1,0 +1,128 @@
+"""`gatekeeper report`: a self-contained page of a run, from its journal alone, checked as HTML and in a real browser."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper.testing import Outcome
+from tests.fakes import env_for, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import gk
+
+FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json", "--max-requests", "25"]
+
+
+class _Page(HTMLParser):
+    """Tags, attributes with URLs, and the text of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.urls: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.urls += [v or "" for k, v in attrs if k in ("src", "href", "xlink:href")]
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run with refusals (hidden load), retries (first-attempt expiries), a crash and a resume."""
+    tmp = tmp_path_factory.mktemp("report")
+    path = write_jsonl(tmp / "in.jsonl", [req(f"r{i:03d}") for i in range(150)])
+    def rule(cid, model, attempt):
+        return (Outcome("expired") if cid.endswith("7") and attempt == 1 else None)
+    with running_fake(ceiling=60, rate=0.0, outcome=rule, queue_retry_after=None) as fake:
+        fake.org.add_batch("wrkspc_2", 60)  # another workspace's load: our first creates are refused
+        crashed = gk(["submit", str(path), *FAST, "--ceiling", "60"], env_for(fake), crash_at="after-refusal:2")
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+        fake.org.config.rate = 400.0
+        done = gk(["submit", str(path), *FAST, "--ceiling", "60"], env_for(fake))
+        assert done.returncode == 0, done.stderr[-2000:]
+    return path
+
+
+def test_report_json_has_the_runs_numbers(run_dir: Path) -> None:
+    """--json: the outcome, the queue readings, every batch with its span and outcome, refusals and the resume."""
+    out = gk(["report", str(run_dir), "--json"], {})
+    assert out.returncode == 0, out.stderr
+    data = orjson.loads(out.stdout)
+    assert data["status"] == "finished" and data["summary"]["succeeded"] == 150
+    assert data["summary"]["succeeded_after_retry"] == 15 and len(data["readings"]) >= 3
+    assert all(b["start"] and b["end"] and b["end"] >= b["start"] for b in data["batches"])
+    assert {b["outcome"] for b in data["batches"]} <= {"succeeded", "expired"}
+    events = {m["event"] for m in data["marks"]}
+    assert "queue_full" in events and "resumed" in events
+
+
+def test_report_html_is_self_contained(run_dir: Path) -> None:
+    """The page: inline SVG and CSS, no script, nothing fetched; it names the outcome and the errors section."""
+    out = gk(["report", str(run_dir)], {})
+    assert out.returncode == 0, out.stderr
+    html = (Path(str(run_dir) + ".gatekeeper") / "report.html").read_text()
+    page = _Page()
+    page.feed(html)
+    assert "script" not in page.tags and page.urls == []
+    assert page.tags.count("svg") == 2 and "polyline" in page.tags and "rect" in page.tags
+    text = " ".join(page.text)
+    assert "finished" in text and "queue-full refusals" in text and "recovered by a retry" in text
+
+
+def test_report_of_an_interrupted_run(tmp_path: Path) -> None:
+    """A run killed mid-way is reported as interrupted, its live batches drawn to now."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"i{i}") for i in range(60)])
+    with running_fake(ceiling=1000, rate=0.0) as fake:
+        crashed = gk(["submit", str(path), *FAST], env_for(fake), crash_at="after-create:2")
+        assert crashed.returncode == -signal.SIGKILL
+    data = orjson.loads(gk(["report", str(path), "--json"], {}).stdout)
+    assert data["status"] == "interrupted" and data["summary"]["pending"] == 60
+    assert "live" in {b["outcome"] for b in data["batches"]}
+
+
+def _png_pixels(path: Path) -> tuple[int, int, bytes]:
+    """(width, height, raw scanlines) of an 8-bit RGB(A) PNG: enough to count non-blank pixels."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", chunk[:8])
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    return width, height, zlib.decompress(idat)
+
+
+def test_report_renders_in_a_real_browser(run_dir: Path, tmp_path: Path) -> None:
+    """Headless Chromium renders the page to a PNG of the right size with a good share of non-white pixels."""
+    browser = shutil.which("chromium") or shutil.which("chromium-headless-shell")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide chromium (.ci/run installs it)")
+        pytest.skip("no chromium here (apt-get install chromium); CI always has one")
+    gk(["report", str(run_dir), "--out", str(tmp_path / "r.html")], {})
+    shot = tmp_path / "r.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1000,1200",
+                    (tmp_path / "r.html").as_uri()], capture_output=True, timeout=60, check=True)
+    width, height, raw = _png_pixels(shot)
+    assert (width, height) == (1000, 1200)
+    non_white = sum(1 for b in raw[::7] if b < 200)  # a sample of bytes (filter bytes and channels mixed in)
+    assert non_white > len(raw[::7]) * 0.01
