@@ -135,6 +135,9 @@ def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_ceiling(p)
     p.add_argument("--threshold", type=_percent, default=80, metavar="PCT",
                    help="occupancy (percent) at which the queue is a finding (default 80)")
+    p.add_argument("--watch", type=_positive_float, nargs="?", const=30.0, default=None, metavar="SECONDS",
+                   help="re-read every SECONDS (default 30; never faster than --max-rpm allows) until Ctrl-C: one "
+                   "screen redrawn on a terminal, one JSON object a reading otherwise or with --json")
     _add_ledger(p)
     _add_max_rpm(p)
     _add_json(p)
@@ -414,6 +417,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         finally:
             await ledger.close()
 
+    if args.watch is not None:
+        return _watch_status(args, config, read)
     h, reservations = anyio.run(read)
     report = status_report(h, reservations, args.threshold)
     if args.json:
@@ -421,6 +426,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(render_status(report))
     return ExitCode.FINDINGS if report["verdict"] in FINDINGS else ExitCode.OK
+
+
+def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[], Any]) -> int:
+    """status --watch: until Ctrl-C (exit 0); never faster than the call budget allows."""
+    import anyio
+
+    from ._watch import min_interval, watch
+
+    interval = max(args.watch, min_interval(len(config.workspace_keys), args.max_rpm))
+    tty = sys.stdout.isatty() and not args.json
+
+    def reading() -> dict[str, Any]:
+        h, reservations = anyio.run(read)
+        return status_report(h, reservations, args.threshold)
+
+    try:
+        watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout)
+    except KeyboardInterrupt:
+        pass
+    return ExitCode.OK
 
 
 def status_report(h: Headroom, reservations: list[Reservation] | None, threshold: int) -> dict[str, Any]:
