@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for add in (_plan_parser, _status_parser, _submit_parser, _results_parser, _cancel_parser, _report_parser,
-                _fake_api_parser):
+                _exporter_parser, _fake_api_parser):
         add(sub)
     return parser
 
@@ -229,6 +229,26 @@ def _report_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_json(p)
 
 
+def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = sub.add_parser("exporter", help="serve Prometheus metrics of the queue and of runs",
+                       description="Read the queue every --interval seconds (never once per scrape) and serve the last "
+                       "reading as Prometheus metrics, with the figures of the runs given by --state. Needs "
+                       "pip install 'gatekeeper[exporter]'.\n\nExample usage:\n  gatekeeper exporter --port 9465\n"
+                       "  gatekeeper exporter --port 9465 --state /data/night.state --ledger redis://ledger:6379/0",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=_port, default=9465, help="port to serve on (default 9465; 0: any free port)")
+    p.add_argument("--listen", default="127.0.0.1", metavar="ADDR", help="address to serve on (default 127.0.0.1: loopback)")
+    p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="seconds between readings (default 30; never faster than --max-rpm allows)")
+    p.add_argument("--state", action="append", default=[], metavar="DIR", help="a run's state directory (repeatable)")
+    _add_ceiling(p)
+    p.add_argument("--threshold", type=_percent, default=80, metavar="PCT", help="occupancy at which the verdict is near-limit")
+    _add_ledger(p)
+    _add_prices(p)
+    _add_max_rpm(p)
+    _add_json(p)
+
+
 def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("fake-api", help="run the fake Batches API on loopback for offline rehearsal",
                        description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
@@ -297,6 +317,12 @@ def _limits(args: argparse.Namespace) -> Limits:
         return Limits(max_requests=args.max_requests, max_bytes=args.max_bytes)
     except ValueError as exc:
         raise UsageError(f"--max-requests/--max-bytes: {exc}") from None
+
+
+def orjson_line(obj: Any) -> str:
+    import orjson
+
+    return orjson.dumps(obj).decode()
 
 
 def _print_json(obj: Any) -> None:
@@ -400,10 +426,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     import anyio
 
     from ._headroom import FINDINGS
-    from ._ledger import open_ledger
-    from ._queue import connect, read_headroom
 
     config = _api_config()
+    read = _status_reader(args, config)
+    if args.watch is not None:
+        return _watch_status(args, config, read)
+    h, reservations = anyio.run(read)
+    report = status_report(h, reservations, args.threshold)
+    if args.json:
+        _print_json(report)
+    else:
+        print(render_status(report))
+    return ExitCode.FINDINGS if report["verdict"] in FINDINGS else ExitCode.OK
+
+
+def _status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], Any]:
+    """One reading of the queue (and the ledger's reservations with --ledger), as an async function."""
+    from ._ledger import open_ledger
+    from ._queue import connect, read_headroom
 
     async def read() -> tuple[Headroom, list[Reservation] | None]:
         async with connect(config, max_rpm=args.max_rpm) as conn:
@@ -417,15 +457,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         finally:
             await ledger.close()
 
-    if args.watch is not None:
-        return _watch_status(args, config, read)
-    h, reservations = anyio.run(read)
-    report = status_report(h, reservations, args.threshold)
-    if args.json:
-        _print_json(report)
-    else:
-        print(render_status(report))
-    return ExitCode.FINDINGS if report["verdict"] in FINDINGS else ExitCode.OK
+    return read
 
 
 def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[], Any]) -> int:
@@ -755,8 +787,48 @@ def cmd_report(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def cmd_exporter(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    import anyio
+
+    from ._exporter import Snapshot, run_figures, serve
+    from ._prices import load_prices
+    from ._watch import min_interval
+
+    config = _api_config()
+    prices = load_prices(args.prices)
+    snap = Snapshot()
+    url, server = serve(snap, args.threshold, args.listen, args.port)
+    interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
+    if args.json:  # one line: a long-running command's output is read line by line
+        print(orjson_line({"url": url, "interval": interval}), flush=True)
+    else:
+        print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it", flush=True)
+    read = _status_reader(args, config)
+    try:
+        while True:
+            try:
+                h, reservations = anyio.run(read)
+                runs = {Path(d).name: run_figures(Path(d), prices) for d in args.state}
+            except GatekeeperError as exc:
+                with snap.lock:
+                    snap.errors += 1
+                print(f"gatekeeper: reading failed, the last values are kept: {_for_cli(exc)}", file=sys.stderr, flush=True)
+            else:
+                with snap.lock:
+                    snap.headroom, snap.reservations, snap.runs = h, reservations, runs
+                    snap.read_at, snap.readings = time.time(), snap.readings + 1
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return ExitCode.OK
+    finally:
+        server.shutdown()
+
+
 COMMANDS = {"plan": cmd_plan, "status": cmd_status, "submit": cmd_submit, "results": cmd_results, "cancel": cmd_cancel,
-            "report": cmd_report, "fake-api": cmd_fake_api}
+            "report": cmd_report, "exporter": cmd_exporter, "fake-api": cmd_fake_api}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -80,12 +80,14 @@ def _outcome(state: str, counts: dict[str, Any]) -> str:
         return "unknown"
     if set(done) == {"succeeded"}:
         return "succeeded"
+    if done.get("succeeded"):
+        return "partly"  # most batches with a few errors or expiries
     return "errored" if done.get("errored") else "expired" if done.get("expired") else "canceled"
 
 
 # -- the page -------------------------------------------------------------------
 
-COLOURS = {"succeeded": "#2e7d32", "errored": "#e65100", "expired": "#757575", "canceled": "#9e9e9e",
+COLOURS = {"succeeded": "#2e7d32", "partly": "#9e9d24", "errored": "#e65100", "expired": "#757575", "canceled": "#9e9e9e",
            "live": "#1565c0", "unknown": "#bdbdbd"}
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222;max-width:1000px}

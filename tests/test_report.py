@@ -64,7 +64,7 @@ def test_report_json_has_the_runs_numbers(run_dir: Path) -> None:
     assert data["status"] == "finished" and data["summary"]["succeeded"] == 150
     assert data["summary"]["succeeded_after_retry"] == 15 and len(data["readings"]) >= 3
     assert all(b["start"] and b["end"] and b["end"] >= b["start"] for b in data["batches"])
-    assert {b["outcome"] for b in data["batches"]} <= {"succeeded", "expired"}
+    assert {b["outcome"] for b in data["batches"]} <= {"succeeded", "partly"} and "partly" in {b["outcome"] for b in data["batches"]}
     events = {m["event"] for m in data["marks"]}
     assert "queue_full" in events and "resumed" in events
 
