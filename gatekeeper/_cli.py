@@ -110,11 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 
+def _command(sub: argparse._SubParsersAction[_Parser], name: str, *, help: str, description: str) -> _Parser:  # noqa: A002
+    """A subcommand whose description keeps its line breaks (its "Example usage:" block)."""
+    return sub.add_parser(name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("plan", help="validate and size a JSONL of batch requests (dry run, nothing sent)",
-                       description="Validate every line and cut the input into legal batches. Nothing is sent.\n\n"
-                       "Example usage:\n  gatekeeper plan requests.jsonl\n  gatekeeper plan - --json < requests.jsonl",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "plan", help="validate and size a JSONL of batch requests (dry run, nothing sent)",
+                 description="Validate every line and cut the input into legal batches. Nothing is sent.\n\n"
+                 "Example usage:\n  gatekeeper plan requests.jsonl\n  gatekeeper plan - --json < requests.jsonl")
     p.add_argument("input", help="JSONL file of {custom_id, params} lines, or - for standard input")
     _add_limits(p)
     _add_prices(p)
@@ -126,12 +130,11 @@ def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("status", help="queue depth against the organization's ceiling, with a verdict",
-                       description="Read the batch queue: the enqueued_batch_requests ceiling (Admin API, or --ceiling) "
-                       "and the depth over every workspace key. Read only.\n\nEnvironment: ANTHROPIC_API_KEY, "
-                       "ANTHROPIC_EXTRA_WORKSPACE_KEYS, ANTHROPIC_ADMIN_KEY, ANTHROPIC_BASE_URL.\n\n"
-                       "Example usage:\n  gatekeeper status\n  gatekeeper status --threshold 90 --json",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "status", help="queue depth against the organization's ceiling, with a verdict",
+                 description="Read the batch queue: the enqueued_batch_requests ceiling (Admin API, or --ceiling) "
+                 "and the depth over every workspace key. Read only.\n\nEnvironment: ANTHROPIC_API_KEY, "
+                 "ANTHROPIC_EXTRA_WORKSPACE_KEYS, ANTHROPIC_ADMIN_KEY, ANTHROPIC_BASE_URL.\n\n"
+                 "Example usage:\n  gatekeeper status\n  gatekeeper status --threshold 90 --json")
     _add_ceiling(p)
     p.add_argument("--threshold", type=_percent, default=80, metavar="PCT",
                    help="occupancy (percent) at which the queue is a finding (default 80)")
@@ -144,14 +147,13 @@ def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("submit", help="run the whole job: admit batches against headroom, collect, resubmit, resume",
-                       description="Validate and size INPUT, then create batches only as the queue can take them, "
-                       "collect their results into one output file, resubmit what can succeed on another try, until "
-                       "every valid request has a final result. Rerun the same command to resume.\n\n"
-                       "State: INPUT.gatekeeper/ beside the input (or --state); results: STATE/results.jsonl (or --out).\n\n"
-                       "Example usage:\n  gatekeeper submit big.jsonl\n  gatekeeper submit big.jsonl --dry-run\n"
-                       "  gatekeeper submit big.jsonl --json --poll 60 > summary.json",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "submit", help="run the whole job: admit batches against headroom, collect, resubmit, resume",
+                 description="Validate and size INPUT, then create batches only as the queue can take them, "
+                 "collect their results into one output file, resubmit what can succeed on another try, until "
+                 "every valid request has a final result. Rerun the same command to resume.\n\n"
+                 "State: INPUT.gatekeeper/ beside the input (or --state); results: STATE/results.jsonl (or --out).\n\n"
+                 "Example usage:\n  gatekeeper submit big.jsonl\n  gatekeeper submit big.jsonl --dry-run\n"
+                 "  gatekeeper submit big.jsonl --json --poll 60 > summary.json")
     p.add_argument("input", help="JSONL file of {custom_id, params} lines")
     _add_state(p)
     p.add_argument("--out", default=None, metavar="FILE", help="results file (default STATE/results.jsonl)")
@@ -187,14 +189,12 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("results", help="re-export a run's final results (also while it runs)",
-                       description="Write the final result lines of a submit run: all, filtered, or in input order. "
-                       "While the run goes on, this is what is final so far.\n\nExample usage:\n"
-                       "  gatekeeper results big.jsonl --in-order --out ordered.jsonl\n"
-                       "  gatekeeper results --state job.state --only errored,expired",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
-    _add_state(p)
+    p = _command(sub, "results", help="re-export a run's final results (also while it runs)",
+                 description="Write the final result lines of a submit run: all, filtered, or in input order. "
+                 "While the run goes on, this is what is final so far.\n\nExample usage:\n"
+                 "  gatekeeper results big.jsonl --in-order --out ordered.jsonl\n"
+                 "  gatekeeper results --state job.state --only errored,expired")
+    _add_run(p)
     p.add_argument("--out", default=None, metavar="FILE", help="write here instead of standard output")
     p.add_argument("--in-order", action="store_true", help="in input order (default: the order results arrived)")
     p.add_argument("--only", default=None, metavar="TYPES",
@@ -204,38 +204,33 @@ def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _cancel_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("cancel", help="cancel a run's live batches and record it",
-                       description="Cancel the live batches of a submit run; a rerun of submit then sends nothing new and "
-                       "collects what ended.\n\nExample usage:\n  gatekeeper cancel big.jsonl\n  gatekeeper cancel --state /data/job.state",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
-    _add_state(p)
+    p = _command(sub, "cancel", help="cancel a run's live batches and record it",
+                 description="Cancel the live batches of a submit run; a rerun of submit then sends nothing new and "
+                 "collects what ended.\n\nExample usage:\n  gatekeeper cancel big.jsonl\n  gatekeeper cancel --state /data/job.state")
+    _add_run(p)
     _add_max_rpm(p)
     _add_json(p)
 
 
 def _report_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("report", help="one self-contained HTML page of a run: the queue over time, every batch, outcomes",
-                       description="Draw a run from its journal alone (finished, running or interrupted): the queue "
-                       "against the ceiling with our share, every batch from create to end, results and errors by type, "
-                       "retries, tokens and cost, settings and the input's identity. No scripts, no network.\n\n"
-                       "Example usage:\n  gatekeeper report big.jsonl\n  gatekeeper report --state job.state --out night.html\n"
-                       "  gatekeeper report big.jsonl --json",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
-    _add_state(p)
+    p = _command(sub, "report", help="one self-contained HTML page of a run: the queue over time, every batch, outcomes",
+                 description="Draw a run from its journal alone (finished, running or interrupted): the queue "
+                 "against the ceiling with our share, every batch from create to end, results and errors by type, "
+                 "retries, tokens and cost, settings and the input's identity. No scripts, no network.\n\n"
+                 "Example usage:\n  gatekeeper report big.jsonl\n  gatekeeper report --state job.state --out night.html\n"
+                 "  gatekeeper report big.jsonl --json")
+    _add_run(p)
     p.add_argument("--out", default=None, metavar="FILE", help="the HTML file (default STATE/report.html)")
     _add_prices(p)
     _add_json(p)
 
 
 def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("exporter", help="serve Prometheus metrics of the queue and of runs",
-                       description="Read the queue every --interval seconds (never once per scrape) and serve the last "
-                       "reading as Prometheus metrics, with the figures of the runs given by --state. Needs "
-                       "pip install 'gatekeeper[exporter]'.\n\nExample usage:\n  gatekeeper exporter --port 9465\n"
-                       "  gatekeeper exporter --port 9465 --state /data/night.state --ledger redis://ledger:6379/0",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "exporter", help="serve Prometheus metrics of the queue and of runs",
+                 description="Read the queue every --interval seconds (never once per scrape) and serve the last "
+                 "reading as Prometheus metrics, with the figures of the runs given by --state. Needs "
+                 "pip install 'gatekeeper[exporter]'.\n\nExample usage:\n  gatekeeper exporter --port 9465\n"
+                 "  gatekeeper exporter --port 9465 --state /data/night.state --ledger redis://ledger:6379/0")
     p.add_argument("--port", type=_port, default=9465, help="port to serve on (default 9465; 0: any free port)")
     p.add_argument("--listen", default="127.0.0.1", metavar="ADDR", help="address to serve on (default 127.0.0.1: loopback)")
     p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
@@ -250,11 +245,10 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
-    p = sub.add_parser("fake-api", help="run the fake Batches API on loopback for offline rehearsal",
-                       description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
-                       "Example usage:\n  gatekeeper fake-api --port 8765 --ceiling 300000 --rate 5000 --speed 60\n"
-                       "  ANTHROPIC_BASE_URL=http://127.0.0.1:8765 ANTHROPIC_API_KEY=test-key-ws1 gatekeeper status",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _command(sub, "fake-api", help="run the fake Batches API on loopback for offline rehearsal",
+                 description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
+                 "Example usage:\n  gatekeeper fake-api --port 8765 --ceiling 300000 --rate 5000 --speed 60\n"
+                 "  ANTHROPIC_BASE_URL=http://127.0.0.1:8765 ANTHROPIC_API_KEY=test-key-ws1 gatekeeper status")
     p.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: any free port)")
     p.add_argument("--ceiling", type=_positive_int, default=300_000, metavar="N", help="enqueued_batch_requests (default 300,000)")
     p.add_argument("--rate", type=_positive_float, default=5_000.0, help="requests processed per simulated second (default 5,000)")
@@ -287,6 +281,12 @@ def _add_ledger(p: argparse.ArgumentParser) -> None:
 def _add_prices(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prices", default=None, metavar="FILE",
                    help="price table (JSON, the shape of gatekeeper/prices.json) for cost estimates")
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    """The run a command reads: its INPUT (state beside it) or --state DIR."""
+    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
+    _add_state(p)
 
 
 def _add_state(p: argparse.ArgumentParser) -> None:

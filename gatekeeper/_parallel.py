@@ -119,6 +119,21 @@ def auto_workers(source: Any) -> int | None:
     return 2 if big and (os.cpu_count() or 1) >= 2 else None
 
 
+def _merge_models(models: dict[str, int], model_bytes: dict[str, int], names: list[str], counts: list[int],
+                  sizes: list[int]) -> None:
+    """Add a piece's requests and bytes per model."""
+    for name, c, b in zip(names, counts, sizes):
+        models[name] = models.get(name, 0) + c
+        model_bytes[name] = model_bytes.get(name, 0) + b
+
+
+def _merge_peaks(peaks: dict[str, int] | None, piece: dict[str, int]) -> None:
+    """The largest max_tokens per model over every piece so far."""
+    if peaks is not None:
+        for name, top in piece.items():
+            peaks[name] = max(top, peaks.get(name, 0))
+
+
 def _result(future: Future[Piece], path: str) -> Piece:
     """A worker's piece; its failures as one InputError (the mapping of worker errors, in one place)."""
     try:
@@ -199,9 +214,7 @@ def parallel_scan(
             while pending:
                 piece = _result(pending.popleft(), path)
                 count, nbytes, rel, offs, lens, hashes, names, counts, sizes, rejected, piece_peaks = piece
-                for name, top in piece_peaks.items():
-                    if peaks is not None and top > peaks.get(name, 0):
-                        peaks[name] = top
+                _merge_peaks(peaks, piece_peaks)
                 nxt = next(todo, None)
                 if nxt is not None:
                     pending.append(pool.submit(scan_piece, path, nxt[0], nxt[1], item_limit, rules))
@@ -210,9 +223,7 @@ def parallel_scan(
                     sized = True
                 dups = index.add_many(rel, offs, hashes, base)
                 named, (rel, offs, lens) = _drop_duplicates(dups, base, (rel, offs, lens), names, counts, sizes, request_at)
-                for name, c, b in zip(names, counts, sizes):
-                    models[name] = models.get(name, 0) + c
-                    model_bytes[name] = model_bytes.get(name, 0) + b
+                _merge_models(models, model_bytes, names, counts, sizes)
                 yield Segment(base, rel, offs, lens, sum(sizes))
                 for rej in sorted([Rejection(base + e.line, e.custom_id, e.reason) for e in rejected] + named,
                                   key=lambda e: e.line):
