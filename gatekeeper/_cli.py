@@ -264,6 +264,8 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _add_no_preflight(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-preflight", action="store_true",
                    help="do not judge the input's models against the Models API (by default: whenever a workspace key is set)")
+    p.add_argument("--token-sample", type=_non_negative_int, default=50, metavar="N",
+                   help="requests per model counted with count_tokens for the input-token estimate (default 50; 0: bytes / 4)")
 
 
 def _add_max_rpm(p: argparse.ArgumentParser) -> None:
@@ -376,8 +378,10 @@ def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanRep
 
     async def measure() -> Any:
         async with connect(config, max_rpm=args.max_rpm) as conn:
-            return await calibrate(conn.primary, args.input, report.model_bytes)
+            return await calibrate(conn.primary, args.input, report.model_bytes, args.token_sample)
 
+    if args.token_sample == 0:
+        return report
     report.calibration = anyio.run(measure)
     if not report.calibration.get("measured"):
         print(f"gatekeeper: warning: {report.calibration.get('reason')}; the estimate is bytes / 4", file=sys.stderr)
@@ -566,6 +570,7 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
         ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
         allow_duplicate=args.allow_duplicate, preflight=not args.no_preflight, budget=args.budget,
+        token_sample=args.token_sample,
     )
 
 

@@ -182,7 +182,8 @@ class Job:
             self.emit("rejected", err.to_json())
 
     async def _plan_checked(self, limits: Limits) -> PlanReport:
-        report = await plan_checked(self.path, self.api if self.s.preflight else None, limits=limits, hash_content=True)
+        report = await plan_checked(self.path, self.api if self.s.preflight else None, limits=limits, hash_content=True,
+                                    token_sample=self.s.token_sample)
         if self.s.preflight and not (report.preflight or {}).get("checked"):
             self.emit("preflight_skipped", {"reason": (report.preflight or {}).get("reason")})
         return report

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._calibrate import calibrate
+from ._calibrate import SAMPLE_PER_MODEL, calibrate
 from ._client import ApiClient
 from ._errors import ApiError, NotFoundError, TransportError
 from ._planner import PlanReport, plan
@@ -116,7 +116,8 @@ def outcome(pf: Preflight, errors: Iterable[Any]) -> dict[str, Any]:
 NOT_ASKED = {"checked": False, "reason": "preflight off or no workspace key: the models were not checked", "models": {}}
 
 
-async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits, hash_content: bool = False) -> PlanReport:
+async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits, hash_content: bool = False,
+                       token_sample: int = SAMPLE_PER_MODEL) -> PlanReport:
     """`plan` with every line judged against the Models API (`api` None: not asked). One pass, and a second
     only when a line can be rejected: a refused model, or a max_tokens seen above a model's limit."""
     if api is None:
@@ -128,6 +129,6 @@ async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits,
     if needs_second_pass(pf, report.max_tokens_peak):
         report = plan(source, limits=limits, hash_content=hash_content, models=pf.rules())
     report.preflight = outcome(pf, report.errors)
-    if isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-" and report.model_bytes:
-        report.calibration = await calibrate(api, os.fspath(source), report.model_bytes)
+    if token_sample > 0 and isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-" and report.model_bytes:
+        report.calibration = await calibrate(api, os.fspath(source), report.model_bytes, token_sample)
     return report

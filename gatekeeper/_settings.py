@@ -32,6 +32,7 @@ class SubmitSettings:
     allow_duplicate: bool = False  # run even while a job with the same input and workspace is live elsewhere
     preflight: bool = True  # judge the input's models against the Models API before the first create
     budget: float | None = None  # USD at most, at batch prices, worst case counted (see _budget)
+    token_sample: int = 50  # requests per model counted with count_tokens for the estimate (0: bytes / 4)
 
 
 def default_state_dir(input_path: str) -> Path:

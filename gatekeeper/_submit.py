@@ -188,7 +188,8 @@ async def dry_run(
         h = await read_headroom(conn, ceiling=settings.ceiling)
         size = batch_size_for(h.ceiling, settings.margin, settings.limits.max_requests)
         report = await plan_checked(source, conn.primary if settings.preflight else None,
-                                    limits=Limits(max_requests=size, max_bytes=settings.limits.max_bytes))
+                                    limits=Limits(max_requests=size, max_bytes=settings.limits.max_bytes),
+                                    token_sample=settings.token_sample)
     sizes = [b.requests for b in report.batches]
     free = room(h.ceiling, h.depth, settings.margin, 0)
     now = admit(sizes, free, in_flight=0, max_in_flight=settings.max_in_flight)

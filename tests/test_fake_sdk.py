@@ -139,3 +139,18 @@ def test_results_order_is_shuffled_and_lines_end_in_newline(sdk) -> None:
         assert lines[-1] == b"" and all(lines[:-1])
         order = [line.split(b'"')[3].decode() for line in lines[:-1]]
         assert sorted(order) == sorted(f"r{i}" for i in range(50)) and order != [f"r{i}" for i in range(50)]
+
+
+def test_sdk_parses_the_models_api_and_count_tokens(sdk) -> None:
+    """models.retrieve (an alias resolves), models.list (paged) and messages.count_tokens parse in the SDK's types;
+    an unknown model is the SDK's NotFoundError."""
+    with running_fake() as fake:
+        client = sdk(fake.url, WS1)
+        info = client.models.retrieve("claude-haiku-4-5")
+        assert info.id == "claude-haiku-4-5-20251001" and info.type == "model"
+        listed = [m.id for m in client.models.list(limit=2)]
+        assert len(listed) == len(fake.config.models) and listed[0] == "claude-opus-5-5"  # newest first, every page
+        counted = client.messages.count_tokens(model="claude-sonnet-5", messages=[{"role": "user", "content": "x" * 400}])
+        assert counted.input_tokens > 0 and counted.input_tokens != round(400 / 4)
+        with pytest.raises(anthropic.NotFoundError):
+            client.models.retrieve("claude-nonexistent")

@@ -253,3 +253,20 @@ def test_everything_at_once_with_kills_then_reruns_until_done(tmp_path: Path) ->
         assert all(fake.org.records.attempts[c] == 2 for c in transient)  # the transient errors, and only they, went twice
         assert {c: n for c, n in fake.org.records.attempts.items() if n != 1 and c not in transient} == {}
         assert fake.org.records.bypass_calls == 0 and fake.org.records.wrong_origin_keys == 0
+
+
+def test_later_batches_go_while_an_unknown_create_is_reconciled(tmp_path: Path) -> None:
+    """A create whose body went whole but whose answer was lost waits out the grace; meanwhile the batches after it
+    are admitted (its requests counted as in the queue), and it is resent once, after the grace."""
+    path, expected = _job(tmp_path, 60)
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        fake.inject(Fault("create", kind="drop"))  # the server read the body, created nothing, answered nothing
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "20", "--reconcile-grace", "2"], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        order = [(e["event"], e.get("batch")) for e in events(proc.stderr)
+                 if e["event"] in ("create_unknown", "admitted", "reconciled")]
+        assert order[0] == ("create_unknown", 0)
+        settled = order.index(("reconciled", 0))
+        assert {("admitted", 1), ("admitted", 2)} <= set(order[1:settled])  # admitted while batch 0 was unknown
+        assert ("admitted", 0) in order[settled:]
+        assert_exactly_once(fake, _out(path), expected)
