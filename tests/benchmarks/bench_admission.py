@@ -6,7 +6,7 @@ The fake processes `rate` requests per simulated second organization-wide and it
 clock runs `speed` times real time, so hours of queue run in seconds. The client is
 the real CLI in a subprocess (`--poll` in real seconds). Three scenarios: a ceiling
 four times the batch size and more; a 60,000 ceiling with 200,000 requests; no
-ceiling known (no Admin key).
+ceiling known (no Admin key), above and below one batch.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def scenario(name: str, n: int, ceiling: int, rate: float, speed: float, *, admi
                 env["ANTHROPIC_ADMIN_KEY"] = "bench-admin"
             t0 = time.monotonic()
             proc = subprocess.run([sys.executable, "-m", "gatekeeper", "submit", path, "--json", "--poll", "0.05",
-                                   "--reconcile-grace", "2", *extra], env=env, capture_output=True, text=True)
+                                   "--reconcile-grace", "2", "--max-rpm", "60000", "--no-preflight", *extra],
+                                  env=env, capture_output=True, text=True)
             wall = time.monotonic() - t0
             if proc.returncode != 0:
                 print(proc.stderr[-2000:])
@@ -66,6 +67,8 @@ def main() -> None:
         scenario("known ceiling", 1_000_000 // k, 200_000, 1_000, 20, admin=True, extra=[])
         scenario("60k ceiling", 200_000 // k, 60_000, 500, 20, admin=True, extra=[])
     scenario("unknown ceiling", 400_000 // k, 200_000, 1_000, 20, admin=False, extra=[])
+    # No ceiling known and the organization's below one batch: batches of 100,000 are re-cut until they fit.
+    scenario("unknown ceiling below one batch", 200_000 // k, 60_000, 500, 20, admin=False, extra=[])
 
 
 if __name__ == "__main__":
