@@ -12,8 +12,12 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._errors import InputError
+
+if TYPE_CHECKING:
+    from ._journal import BatchRow, Journal
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -82,3 +86,15 @@ def read_at(path: str, offset: int, length: int) -> bytes:
     if len(data) != length:
         raise InputError(f"{path} changed: a request at byte {offset} is gone")
     return data
+
+
+def batch_requests(path: str, journal: Journal, row: BatchRow) -> Iterator[tuple[int, int, bytes, int]]:
+    """(line, offset, bytes, attempt) of every request of a batch, in order, one at a time: a plan batch is a byte
+    range of the input less its rejected lines; another batch lists its members."""
+    if row.kind == "plan":
+        skip = journal.rejected_lines(row.first_line, row.last_line)
+        for line, off, body in iter_range(path, row.start_offset, row.end_offset, row.first_line, skip):
+            yield line, off, body, 1
+        return
+    for line, off, length, _, attempt in journal.members(row.idx):
+        yield line, off, read_at(path, off, length), attempt

@@ -17,7 +17,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import anyio
 import orjson
@@ -25,25 +25,24 @@ import orjson
 from ._admission import CeilingEstimate, QueueState, admit_round, batch_size_for, deferral_wait, recut_size, refusal_wait
 from ._budget import Spend, may_spend, request_worst
 from ._client import ApiClient
-from ._downloads import BATCH_LIFETIME, MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait, incomplete_reason, when_results_missing
+from ._collect import Collector, custom_id
+from ._downloads import BATCH_LIFETIME
 from ._errors import (
     ApiError,
     CreateOutcomeUnknown,
     DuplicateJob,
-    IncompleteDownload,
     InputError,
     Interrupted,
     JournalError,
     NotFoundError,
     QueueFull,
     RateLimited,
-    ServerError,
     TransportError,
     UsageError,
 )
 from ._headroom import LIVE_STATES, live_batches, parse_time, total_requests
-from ._inputs import hash_file, iter_range, read_at, stat_identity
-from ._journal import BatchRow, BatchState, JobPlan, Journal, PendingRow, Settlement
+from ._inputs import batch_requests, hash_file, stat_identity
+from ._journal import BatchRow, BatchState, JobPlan, Journal, PendingRow
 from ._ledger import Ledger, LocalLedger
 from ._output import OutputFile
 from ._planner import PlanReport
@@ -52,7 +51,6 @@ from ._prices import PriceTable, load_prices
 from ._queue import Connection, read_ceiling, read_live, recent_batches
 from ._reconcile import Action, Decision, candidates_for, decide, match_results
 from ._settings import SubmitSettings
-from ._settle import errored_line, settle, usage_of
 from ._sizing import Limits, Packer, body_chunks, body_size
 from ._summary import Summary, summarize
 
@@ -113,8 +111,8 @@ class Job:
         self.refusals = 0
         self.batch_size = settings.limits.max_requests
         self.started = clock()
-        self.download_failures: dict[int, int] = {}  # batch -> failed downloads (or 404 waits) in a row
-        self.download_at: dict[int, float] = {}  # batch -> when its next download is due
+        self.collector = Collector(journal, self.api, self.out, settings, path=input_path, emit=emit, clock=clock,
+                                   checkpoint=checkpoint, check_stop=self._check_stop, on_result=on_result)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
 
     # -- preparation --------------------------------------------------------
@@ -227,7 +225,7 @@ class Job:
             self._check_stop()
             snap = await self.observe()
             await self.cancel_live()
-            await self.collect_ended()
+            await self.collector.collect_ended()
             await self.reconcile(snap)
             self.form_retry_batches()
             if self.done():
@@ -430,7 +428,7 @@ class Job:
         """Cut every batch not yet created into batches of at most `size` requests (one journal transaction)."""
         limits = Limits(max_requests=size, max_bytes=self.s.limits.max_bytes)
         ranges = self._recut_ranges([r for r in waiting if r.kind == "plan"], limits)
-        listed = [PendingRow(line, off, len(body), _custom_id(body), attempt)
+        listed = [PendingRow(line, off, len(body), custom_id(body), attempt)
                   for r in waiting if r.kind != "plan" for line, off, body, attempt in self._requests_of(r)]
         groups = pack_rows(listed, limits) if listed else []
         self.journal.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
@@ -445,7 +443,7 @@ class Job:
         first = last = (0, 0, "", 0)
         for row in rows:
             for line, off, body, _ in self._requests_of(row):
-                item = (line, off, _custom_id(body), len(body))
+                item = (line, off, custom_id(body), len(body))
                 if packer.add(len(body)):
                     if packer.batches > 1:
                         ranges.append(_range(packer.closed, first, last))
@@ -462,14 +460,7 @@ class Job:
         self.emit("create_deferred", {"batch": row.idx, "reason": str(exc), "wait": wait})
 
     def _requests_of(self, row: BatchRow) -> Iterator[tuple[int, int, bytes, int]]:
-        """(line, offset, bytes, attempt) of every request in a batch, in order, one at a time."""
-        if row.kind == "plan":
-            skip = self.journal.rejected_lines(row.first_line, row.last_line)
-            for line, off, body in iter_range(self.path, row.start_offset, row.end_offset, row.first_line, skip):
-                yield line, off, body, 1
-            return
-        for line, off, length, _, attempt in self.journal.members(row.idx):
-            yield line, off, read_at(self.path, off, length), attempt
+        return batch_requests(self.path, self.journal, row)
 
     async def _body(self, row: BatchRow) -> AsyncIterator[bytes]:
         """The create body, streamed from the input's bytes in 1 MB pieces; its length must be the journaled size."""
@@ -512,7 +503,7 @@ class Job:
 
     async def _compare(self, row: BatchRow, d: Decision) -> Decision:
         """Match an unknown create to an ended candidate by its results' custom_ids (complete downloads only)."""
-        mine = {_custom_id(body) for _, _, body, _ in self._requests_of(row)}
+        mine = {custom_id(body) for _, _, body, _ in self._requests_of(row)}
         found: dict[str, set[str]] = {}
         for b in d.candidates:
             ids = await self._result_ids(b)
@@ -531,7 +522,7 @@ class Job:
         try:
             async for line in self.api.iter_results(batch):
                 lines += 1
-                ids.add(_custom_id(line))
+                ids.add(custom_id(line))
         except (orjson.JSONDecodeError, ApiError, TransportError):
             return None
         return ids if lines == total_requests(batch) == len(ids) else None
@@ -551,141 +542,6 @@ class Job:
             self.emit("reconciled", {"batch": row.idx, "outcome": "not created", "how": d.reason})
         elif d.candidates:
             self.emit("reconciling", {"batch": row.idx, "candidates": len(d.candidates), "how": d.reason})
-
-    # -- results ------------------------------------------------------------
-
-    async def collect_ended(self) -> None:
-        """Collect every ended batch whose download is due; a failed download waits its turn, the others go on."""
-        for row in self.journal.batches(BatchState.ENDED):
-            self._check_stop()
-            if self.download_at.get(row.idx, 0.0) > self.clock():
-                continue
-            try:
-                await self.collect(row)
-            except (IncompleteDownload, TransportError, ServerError, RateLimited) as exc:
-                self._download_failed(row, exc)
-            else:
-                self.download_failures.pop(row.idx, None)
-                self.download_at.pop(row.idx, None)
-
-    def _download_failed(self, row: BatchRow, exc: Exception) -> None:
-        n = self.download_failures.get(row.idx, 0) + 1
-        self.download_failures[row.idx] = n
-        wait = download_wait(n, self.s.min_backoff, self.s.max_backoff)
-        self.download_at[row.idx] = self.clock() + wait
-        self.emit("download_failed", {"batch": row.idx, "id": row.batch_id, "reason": str(exc), "attempt": n,
-                                      "retry_in": wait})
-
-    async def collect(self, row: BatchRow) -> None:
-        """Download one ended batch's results, verify them, and commit them with the journal in one transaction.
-
-        Nothing from a download that fails verification is kept (`IncompleteDownload`, rolled back).
-        """
-        try:
-            batch = await self.api.retrieve_batch(str(row.batch_id))
-            if batch.get("archived_at") or not batch.get("results_url"):
-                return self._results_missing(row, batch)
-            start = self.journal.committed_output()
-            with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
-                s.before_commit = lambda: self.checkpoint("before-results-commit")
-                s.committed = await self._write_results(row, batch, s, out, start)
-        except NotFoundError:
-            return self._results_missing(row, None)
-        self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": s.finals, "retry": s.retries})
-        if self.on_result is not None:
-            for line in self.out.lines(start, s.committed):
-                obj = orjson.loads(line)
-                self.on_result(obj["custom_id"], obj["result"])
-
-    async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int) -> int:
-        """Stream, verify and settle every line; the output's new length."""
-        members = {_custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in self._requests_of(row)}
-        ours = set(members)
-        pos, lines, foreign = start, 0, 0
-        async for raw in self.api.iter_results(batch):
-            lines += 1
-            if lines % 2048 == 0:
-                self._check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
-            placed = self._settle_line(row, raw, members, ours, s, pos)
-            if placed > 0:
-                out.write(raw + b"\n")
-                pos += placed
-                if pos - start == placed:
-                    self.checkpoint("mid-results")
-            foreign += placed < 0
-        reason = incomplete_reason(lines, total_requests(batch), len(members))
-        if reason:
-            raise IncompleteDownload(f"batch {row.idx} ({row.batch_id}): {reason}")
-        for cid, (line, off, length, attempt) in members.items():
-            self.emit("missing_result", {"batch": row.idx, "custom_id": cid, "foreign_lines": foreign})
-            raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
-            if foreign:  # a batch adopted by listing that was not ours: these were never sent in it
-                s.retry(line, off, length, cid, attempt, row.idx, "missing", None, raw)
-            else:  # complete by the API's counts, yet ours is absent: final, never resent
-                pos += self._write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
-        return pos
-
-    def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]], ours: set[str],
-                     s: Settlement, pos: int) -> int:
-        """Settle one result line: bytes it adds to the output (0 when it goes to a retry, -1 when not ours).
-
-        A line that does not parse, or one of ours a second time, fails the whole download.
-        """
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise IncompleteDownload(f"batch {row.idx}: a damaged result line ({len(raw)} bytes)") from None
-        cid = obj.get("custom_id") if isinstance(obj, dict) else None
-        if not isinstance(cid, str) or cid not in ours:
-            self.emit("unknown_result", {"batch": row.idx, "custom_id": cid})
-            return -1
-        member = members.pop(cid, None)
-        if member is None:
-            raise IncompleteDownload(f"batch {row.idx}: the result line for {cid!r} came twice")
-        line, off, length, attempt = member
-        result = obj.get("result")
-        v = settle(result, attempt=attempt, max_attempts=self._max_attempts(), user_canceled=self.user_canceled)
-        if v.retry:
-            s.retry(line, off, length, cid, attempt, row.idx, v.type, v.error_type, raw)
-            return 0
-        usage = usage_of(result) if v.type == "succeeded" else (None, 0, 0, 0, 0)
-        s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage)
-        return len(raw) + 1
-
-    @staticmethod
-    def _write_final(out: BinaryIO, s: Settlement, pos: int, member: tuple[int, int, int, int], cid: str, raw: bytes,
-                     error_type: str) -> int:
-        """A final errored line of gatekeeper's own; the bytes it adds."""
-        line, _, _, attempt = member
-        out.write(raw + b"\n")
-        s.final(line, cid, "errored", error_type, attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0))
-        return len(raw) + 1
-
-    def _results_missing(self, row: BatchRow, batch: dict[str, Any] | None) -> None:
-        """A 404 or a null results_url: wait within the grace, else final lines that say so (never resent)."""
-        v = when_results_missing(
-            archived=bool(batch and batch.get("archived_at")), now=self.clock(), grace=self.s.results_grace,
-            ended_at=parse_time(row.ended_at or (batch or {}).get("ended_at")), created_at=parse_time(row.created_at),
-            retention=self.s.retention)
-        if v.action is Missing.WAIT:
-            n = self.download_failures.get(row.idx, 0) + 1
-            self.download_failures[row.idx] = n
-            self.download_at[row.idx] = self.clock() + download_wait(n, self.s.min_backoff, self.s.max_backoff)
-            self.emit("results_pending", {"batch": row.idx, "id": row.batch_id, "reason": v.reason})
-            return
-        start = self.journal.committed_output()
-        with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
-            pos = start
-            message = f"results unavailable: {v.reason}; not resent (processed, may have been billed)"
-            for line, off, body, attempt in self._requests_of(row):
-                cid = _custom_id(body)
-                pos += self._write_final(out, s, pos, (line, off, len(body), attempt), cid,
-                                         errored_line(cid, RESULTS_UNAVAILABLE, message), RESULTS_UNAVAILABLE)
-            s.committed = pos
-        self.emit("results_unavailable", {"batch": row.idx, "id": row.batch_id, "requests": s.finals, "reason": v.reason})
-
-    def _max_attempts(self) -> int:
-        return int((self.journal.get_meta("settings") or {}).get("max_attempts", self.s.max_attempts))
 
     def form_retry_batches(self) -> None:
         """Pack requests waiting for another attempt into new batches, once every first attempt has been admitted."""
@@ -729,5 +585,3 @@ def _range(closed: tuple[int, int], first: tuple[int, int, str, int], last: tupl
     return (*closed, first[0], last[0], first[1], last[1] + last[3], first[2], last[2])
 
 
-def _custom_id(line: bytes) -> str:
-    return str(orjson.loads(line).get("custom_id"))

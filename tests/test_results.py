@@ -198,13 +198,17 @@ def test_cancelled_mid_create_is_reconciled_not_resent(tmp_path: Path) -> None:
 
     path = write_jsonl(tmp_path / "j.jsonl", [req(f"c{i}") for i in range(10)])
     with running_fake(ceiling=1000, rate=5000) as fake:
-        fake.inject(Fault("create", kind="delay_after_commit", delay=1.5))
+        fake.inject(Fault("create", kind="delay_after_commit", delay=3.0))
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
         settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, ceiling=1000, reconcile_grace=1.0)
 
         async def cancelled() -> None:
-            with anyio.move_on_after(0.8):
-                await submit(path, config=config, settings=settings)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: submit(path, config=config, settings=settings))
+                with anyio.fail_after(20):
+                    while fake.org.records.creates == 0:  # the server holds the create; its answer is late
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
 
         anyio.run(cancelled)
         j = Journal.open(tmp_path / "state")
