@@ -225,12 +225,14 @@ class Job:
             self._check_stop()
             snap = await self.observe()
             await self.cancel_live()
-            await self.collector.collect_ended()
             await self.reconcile(snap)
+            # Admission before collection: downloading the batches that ended can take a while, and the room
+            # they left is already in this reading; the queue stays full meanwhile.
+            await self.admit_round(snap)
+            await self.collector.collect_ended()
             self.form_retry_batches()
             if self.done():
                 break
-            await self.admit_round(snap)
             self.progress(snap)
             await self._wait(self.s.poll)
         await self.ledger.release_all()
