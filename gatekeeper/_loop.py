@@ -58,6 +58,7 @@ Checkpoint = Callable[[str], None]
 EventSink = Callable[[str, dict[str, Any]], None]
 ResultSink = Callable[[str, dict[str, Any]], None]
 Sleep = Callable[[float], Awaitable[None]]
+READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still
 
 
 @dataclass
@@ -114,6 +115,7 @@ class Job:
         self.collector = Collector(journal, self.api, self.out, settings, path=input_path, emit=emit, clock=clock,
                                    checkpoint=checkpoint, check_stop=self._check_stop, on_result=on_result)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
+        self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
 
     # -- preparation --------------------------------------------------------
 
@@ -287,9 +289,17 @@ class Job:
         unseen += sum(r.requests for r in self.journal.batches(BatchState.INTENT))
         mine = self.journal.known_batch_ids()
         ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
-        self.journal.record_reading(self.clock(), depth + unseen, self.ceiling, ours)
+        self._record_reading(depth + unseen, ours)
         await self.ledger.observe(depth)
         return Snapshot(depth, listed, unseen)
+
+    def _record_reading(self, depth: int, ours: int) -> None:
+        """A timeline point when the queue changed, or a minute after the last one (a plateau needs no more)."""
+        now = self.clock()
+        reading = (depth, self.ceiling, ours)
+        if reading != self._last_reading[0] or now - self._last_reading[1] >= READING_EVERY:
+            self.journal.record_reading(now, depth, self.ceiling, ours)
+            self._last_reading = (reading, now)
 
     async def _retrieve_unlisted(self, row: BatchRow) -> dict[str, Any] | None:
         """A batch of ours the listing misses: retrieve it. A 404 is lag (the API is eventually consistent), not

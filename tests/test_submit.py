@@ -167,7 +167,7 @@ def test_second_workspace_key_prevents_the_refusal(tmp_path: Path) -> None:
 def test_unknown_ceiling_learns_from_refusals(tmp_path: Path) -> None:
     """No Admin key and no --ceiling: submit still finishes, learning a bound from queue-full refusals."""
     path, expected = _input(tmp_path, 200)
-    with running_fake(ceiling=100, rate=1000) as fake:
+    with running_fake(ceiling=100, rate=1000, queue_retry_after=1) as fake:  # (the default 60 s would be honoured)
         proc = gk(["submit", str(path), *FAST, "--max-requests", "30"], env_for(fake, admin=False))
         assert proc.returncode == 0, proc.stderr
         assert_exactly_once(fake, _out(path), expected)
