@@ -21,7 +21,7 @@ import anyio
 import orjson
 
 from ._client import ApiClient
-from ._errors import ApiError, TransportError
+from ._errors import ApiError, TransportError, Unreachable
 
 SAMPLE_PER_MODEL = 50
 MAX_PROBES = 20_000  # random lines read at most, all models together
@@ -98,7 +98,7 @@ async def calibrate(api: ApiClient, path: str, models: Iterable[str], per_model:
             result = summarize(await _count_all(api, rows))
             if result is not None:
                 out[model] = result.to_json()
-    except (ApiError, TransportError) as exc:
+    except (ApiError, TransportError, Unreachable) as exc:
         return {"measured": False, "reason": f"count_tokens could not be used ({exc})"}
     return {"measured": True, "per_model": per_model, "models": out}
 

@@ -119,7 +119,7 @@ def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanRep
         async with connect(config, max_rpm=args.max_rpm) as conn:
             return await calibrate(conn.primary, args.input, report.model_bytes, args.token_sample)
 
-    if args.token_sample == 0:
+    if args.token_sample == 0 or not pf.checked:  # (an API that cannot answer about models will not count tokens)
         return report
     report.calibration = anyio.run(measure)
     if not report.calibration.get("measured"):

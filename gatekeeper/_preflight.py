@@ -21,7 +21,7 @@ from typing import Any
 
 from ._calibrate import SAMPLE_PER_MODEL, calibrate
 from ._client import ApiClient
-from ._errors import ApiError, NotFoundError, TransportError
+from ._errors import ApiError, NotFoundError, TransportError, Unreachable
 from ._planner import PlanReport, plan
 from ._reader import ModelRules, Source
 from ._sizing import Limits
@@ -87,7 +87,7 @@ async def check_models(api: ApiClient, names: Iterable[str]) -> Preflight:
     try:
         known = [str(m.get("id")) async for m in api.iter_models()]
         answers = {name: await _model_or_none(api, name) for name in sorted(set(names))}
-    except (ApiError, TransportError) as exc:
+    except (ApiError, TransportError, Unreachable) as exc:
         return Preflight(False, f"the Models API could not be used ({exc}): the models were not checked")
     return Preflight(True, None, {name: judge(name, info, known) for name, info in answers.items()})
 
@@ -129,6 +129,6 @@ async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits,
     if needs_second_pass(pf, report.max_tokens_peak):
         report = plan(source, limits=limits, hash_content=hash_content, models=pf.rules())
     report.preflight = outcome(pf, report.errors)
-    if token_sample > 0 and isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-" and report.model_bytes:
+    if pf.checked and token_sample > 0 and isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-" and report.model_bytes:
         report.calibration = await calibrate(api, os.fspath(source), report.model_bytes, token_sample)
     return report

@@ -193,3 +193,16 @@ async def test_library_preflight_reports_models_and_tokens(tmp_path: Path) -> No
     assert {e.line for e in report.errors} == set(doomed)
     assert report.preflight is not None and report.preflight["checked"]
     assert report.calibration is not None and report.calibration["measured"]
+
+
+def test_plan_with_a_key_and_no_api_still_plans(tmp_path: Path) -> None:
+    """plan needs no API: with a key set but nothing answering at the base URL, it warns and plans (exit 0)."""
+    from tests.services import free_port
+
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"p{i}") for i in range(5)])
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = gk(["plan", str(path), "--json"], {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": url})
+    assert proc.returncode == 0, proc.stderr
+    out = orjson.loads(proc.stdout)
+    assert out["requests"] == 5 and out["preflight"]["checked"] is False
+    assert proc.stderr.count("warning") == 1 and url in proc.stderr and "Traceback" not in proc.stderr
