@@ -66,12 +66,15 @@ class Collector:
                 self.download_at.pop(row.idx, None)
 
     def _download_failed(self, row: BatchRow, exc: Exception) -> None:
+        self._later(row, "download_failed", str(exc))
+
+    def _later(self, row: BatchRow, event: str, reason: str) -> None:
+        """Try this batch again after a doubling wait (a failed download, or results not there yet)."""
         n = self.download_failures.get(row.idx, 0) + 1
         self.download_failures[row.idx] = n
         wait = download_wait(n, self.s.min_backoff, self.s.max_backoff)
         self.download_at[row.idx] = self.clock() + wait
-        self.emit("download_failed", {"batch": row.idx, "id": row.batch_id, "reason": str(exc), "attempt": n,
-                                      "retry_in": wait})
+        self.emit(event, {"batch": row.idx, "id": row.batch_id, "reason": reason, "attempt": n, "retry_in": wait})
 
     async def collect(self, row: BatchRow) -> None:
         """Download one ended batch's results, verify them, and commit them with the journal in one transaction.
@@ -165,11 +168,7 @@ class Collector:
             ended_at=parse_time(row.ended_at or (batch or {}).get("ended_at")), created_at=parse_time(row.created_at),
             retention=self.s.retention)
         if v.action is Missing.WAIT:
-            n = self.download_failures.get(row.idx, 0) + 1
-            self.download_failures[row.idx] = n
-            self.download_at[row.idx] = self.clock() + download_wait(n, self.s.min_backoff, self.s.max_backoff)
-            self.emit("results_pending", {"batch": row.idx, "id": row.batch_id, "reason": v.reason})
-            return
+            return self._later(row, "results_pending", v.reason)
         start = self.journal.committed_output()
         with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
             pos = start

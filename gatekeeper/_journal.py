@@ -435,9 +435,7 @@ class Journal:
             "SELECT error_type, COUNT(*) FROM results WHERE type = 'errored' GROUP BY error_type")}
         usage = db.execute("SELECT COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), "
                            "COALESCE(SUM(cache_creation_tokens),0), COALESCE(SUM(cache_read_tokens),0) FROM results").fetchone()
-        by_model = [tuple(r) for r in db.execute(
-            "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens) "
-            "FROM results WHERE type = 'succeeded' GROUP BY model")]
+        by_model = self.usage_by_model()
         return Totals(
             types=types, errors=errors, usage=tuple(usage), usage_by_model=by_model,
             batches=int(self._one("SELECT COUNT(*) FROM batches WHERE batch_id IS NOT NULL")),
@@ -445,6 +443,12 @@ class Journal:
             succeeded_after_retry=int(self._one("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1")),
             final=self.final_count(),
         )
+
+    def usage_by_model(self) -> list[tuple[Any, ...]]:
+        """(model, input, output, cache write, cache read tokens) summed over the succeeded results."""
+        return [tuple(r) for r in self.db.execute(
+            "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens) "
+            "FROM results WHERE type = 'succeeded' GROUP BY model")]
 
     def result_types(self) -> set[str]:
         """Result types and error types present in the results (for checking a filter)."""

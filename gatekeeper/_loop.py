@@ -52,7 +52,7 @@ from ._queue import Connection, read_ceiling, read_live, recent_batches
 from ._reconcile import Action, Decision, candidates_for, decide, match_results
 from ._settings import SubmitSettings
 from ._sizing import Limits, Packer, body_chunks, body_size
-from ._summary import Summary, summarize
+from ._summary import Summary, spent_usd, summarize
 
 Checkpoint = Callable[[str], None]
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -367,7 +367,7 @@ class Job:
     def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:
         """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""
         assert self.s.budget is not None
-        spent = self.summary().cost_usd or 0.0
+        spent = spent_usd(self.journal, self.prices) or 0.0
         d = may_spend(budget=self.s.budget, spent=spent, in_flight=self.journal.in_flight_worst(), worst=worst,
                       requests=row.requests)
         if d.action is Spend.GO:

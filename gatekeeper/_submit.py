@@ -231,9 +231,9 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
         journal.set_meta("user_canceled", True, "user_canceled")
         canceled = []
         async with connect(config, max_rpm=max_rpm) as conn:
-            for row in journal.batches(BatchState.CREATED, BatchState.INTENT):
-                if row.batch_id is None:
-                    continue  # an unknown create: reconciled by the next submit, then canceled batches are collected
+            # (An unknown create has no id yet: the next submit reconciles it and, the cancel recorded, cancels it.)
+            for row in journal.batches(BatchState.CREATED):
+                assert row.batch_id is not None
                 status = await conn.primary.cancel_if_running(row.batch_id)
                 canceled.append({"batch": row.idx, "id": row.batch_id, "status": status})
         return {"canceled": canceled, "not_sent": sum(b.requests for b in journal.batches(BatchState.PLANNED))}

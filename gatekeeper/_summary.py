@@ -72,6 +72,11 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
     )
 
 
+def spent_usd(j: Journal, prices: PriceTable) -> float | None:
+    """What the collected results cost at batch prices (one query: the budget asks before each create)."""
+    return _cost(j.usage_by_model(), prices)
+
+
 def _cost(by_model: list[tuple[Any, ...]], prices: PriceTable) -> float | None:
     """Total at batch prices; None when any model that succeeded has no known price (never a wrong number)."""
     total = 0.0

@@ -50,7 +50,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         fake.org.add_batch("wrkspc_2", 60)  # another workspace's load: our first creates are refused
         crashed = gk(["submit", str(path), *FAST, "--ceiling", "60"], env_for(fake), crash_at="after-refusal:2")
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-        fake.org.config.rate = 400.0
+        fake.org.config.rate = 100.0  # slow enough that the queue is seen holding our batches
         done = gk(["submit", str(path), *FAST, "--ceiling", "60"], env_for(fake))
         assert done.returncode == 0, done.stderr[-2000:]
     return path
@@ -63,6 +63,7 @@ def test_report_json_has_the_runs_numbers(run_dir: Path) -> None:
     data = orjson.loads(out.stdout)
     assert data["status"] == "finished" and data["summary"]["succeeded"] == 150
     assert data["summary"]["succeeded_after_retry"] == 15 and len(data["readings"]) >= 3
+    assert any(r["ours"] > 0 for r in data["readings"])  # the timeline shows our share of the queue
     assert all(b["start"] and b["end"] and b["end"] >= b["start"] for b in data["batches"])
     assert {b["outcome"] for b in data["batches"]} <= {"succeeded", "partly"} and "partly" in {b["outcome"] for b in data["batches"]}
     events = {m["event"] for m in data["marks"]}
