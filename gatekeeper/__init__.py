@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     "Interrupted": "_errors", "TransportError": "_errors", "ApiError": "_errors", "AuthenticationError": "_errors",
     "NotFoundError": "_errors", "RequestTooLarge": "_errors", "SpendLimitReached": "_errors", "RateLimited": "_errors",
     "QueueFull": "_errors", "ServerError": "_errors", "BadRequest": "_errors", "CreateOutcomeUnknown": "_errors",
-    "IncompleteDownload": "_errors", "DuplicateJob": "_errors",
+    "IncompleteDownload": "_errors", "DuplicateJob": "_errors", "JobLive": "_errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         IncompleteDownload,
         InputError,
         Interrupted,
+        JobLive,
         JournalError,
         LedgerError,
         NotFoundError,

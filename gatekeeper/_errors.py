@@ -4,10 +4,11 @@
     ├── UsageError              bad setting or environment (exit 2)
     │   ├── Unreachable         the API could not be reached before anything was sent (exit 2)
     │   ├── LedgerError         the shared ledger cannot be opened or reached (exit 2)
-    │   └── DuplicateJob        the same input is live in another job (exit 2)
+    │   ├── DuplicateJob        the same input is live in another job (exit 2)
+    │   └── JobLive             the named job is held by another host's unexpired lease (exit 2)
     ├── InputError              input file unreadable, empty, or changed under us (exit 2)
     ├── OutputError             the results file cannot be written (exit 2)
-    ├── JournalError            state directory belongs to another job or is damaged (exit 2)
+    ├── JournalError            the journal belongs to another job, is damaged, or cannot be reached (exit 2)
     ├── Interrupted             stopped on request; the journal is consistent (exit 130)
     ├── TransportError          no HTTP answer after the retries allowed
     ├── IncompleteDownload      a results download failed verification; retried, nothing used
@@ -23,8 +24,8 @@
     └── CreateOutcomeUnknown    a create body may have reached the server; reconcile first
 
 Foreign exceptions are mapped once, where their kind of I/O happens, with the
-cause chained: httpx in `_client`, sqlite3 in `_journal`, redis and sqlite3 of a
-shared ledger in `_ledger`, file OSErrors through `os_error` below, sockets of
+cause chained: httpx in `_client`, sqlite3 and psycopg in `_db` (for the journal and the
+shared ledgers), redis in `_ledger`, file OSErrors through `os_error` below, sockets of
 the fake in `testing`. The CLI catches GatekeeperError, prints one line and
 exits with `exit_code`; anything else is a bug and shows its traceback.
 
@@ -79,7 +80,7 @@ class OutputError(GatekeeperError):
 
 
 class JournalError(GatekeeperError):
-    """The state directory cannot be used for this job."""
+    """The journal (a state directory, or a job in a shared database) cannot be used for this job."""
 
 
 class Interrupted(GatekeeperError):
@@ -176,6 +177,10 @@ class IncompleteDownload(GatekeeperError):
 
 class DuplicateJob(UsageError):
     """The same input is already being submitted to the same workspace by another live job."""
+
+
+class JobLive(UsageError):
+    """The named job is running elsewhere (its lease has not expired), or this run lost its lease to another."""
 
 
 class CreateOutcomeUnknown(GatekeeperError):

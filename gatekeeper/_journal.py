@@ -1,9 +1,16 @@
-"""The durable journal of a submit run: SQLite (WAL) in the state directory.
+"""The durable journal of a submit run: SQLite (WAL) in the state directory, or a schema in PostgreSQL.
 
 Every state change is one transaction, so a crash at any instant leaves the
 journal at a consistent point; the output file's committed length is recorded
 in the same transaction as the results rows, so a resume truncates the output
 back to it and nothing is written twice.
+
+In PostgreSQL (`Journal.open_shared`) a job is found by its name, not by a folder:
+`gatekeeper.jobs` maps each name to the schema that holds its tables (the same
+tables and migrations as SQLite), and holds its lease: the host running it and when
+that host was last seen. Every write transaction first checks, under a share lock on
+the job's row, that this run still holds the lease, so a run that lost it (stalled past
+its TTL while another host took over) cannot record another intent.
 
 Batch states (`BatchState`) move:
 
@@ -15,8 +22,8 @@ Batch states (`BatchState`) move:
 from __future__ import annotations
 
 import enum
+import hashlib
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +33,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ._errors import JournalError, UsageError, os_error
+from ._db import Db, PgDb, SqliteDb, pg_ddl, safe_url
+from ._errors import JobLive, JournalError, UsageError, os_error
 
 
 class BatchState(str, enum.Enum):
@@ -60,11 +68,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         CREATE TABLE rejections (line INTEGER PRIMARY KEY, custom_id TEXT, reason TEXT NOT NULL);
         CREATE TABLE members (              -- the requests of retry batches
-            batch INTEGER NOT NULL, line INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+            batch INTEGER NOT NULL, line INTEGER NOT NULL, "offset" INTEGER NOT NULL, length INTEGER NOT NULL,
             custom_id TEXT NOT NULL, attempt INTEGER NOT NULL, PRIMARY KEY (batch, line)
         );
         CREATE TABLE pending (              -- requests waiting for another attempt
-            line INTEGER PRIMARY KEY, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+            line INTEGER PRIMARY KEY, "offset" INTEGER NOT NULL, length INTEGER NOT NULL,
             custom_id TEXT NOT NULL, attempt INTEGER NOT NULL
         );
         CREATE TABLE results (              -- the final result of each valid request
@@ -93,7 +101,22 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE timeline (seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, depth INTEGER NOT NULL,
             ceiling INTEGER, ours INTEGER NOT NULL)
     """),
+    ("0005_result_batch", """
+        -- the batch whose download gave each final result: the output is rebuilt batch by batch from the API
+        ALTER TABLE results ADD COLUMN batch INTEGER;
+        CREATE INDEX results_batch ON results (batch, out_offset)
+    """),
 ]
+# The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
+REGISTRY = """
+    CREATE SCHEMA IF NOT EXISTS gatekeeper;
+    CREATE TABLE IF NOT EXISTS gatekeeper.jobs (name TEXT PRIMARY KEY, schema_name TEXT NOT NULL UNIQUE,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT now(), holder TEXT, info TEXT, heartbeat_at TIMESTAMPTZ,
+        ttl DOUBLE PRECISION)
+"""
+LOCK_MIGRATE = 7_046_913_201  # the advisory lock that serializes schema changes between submitters
+RESULT_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
+                  "cache_creation_tokens, cache_read_tokens, batch")
 TIMELINE_ROWS = 4000  # readings kept: a 24-hour run polled every 30 s takes 2,880
 
 
@@ -120,45 +143,95 @@ class BatchRow:
 
 
 def _private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+    except OSError as exc:
+        raise JournalError(os_error(exc, f"cannot use state directory {path}")) from exc
+
+
+def job_schema(job: str) -> str:
+    """The PostgreSQL schema of a named job: a fixed-width digest, so any name is safe as an identifier."""
+    return "gk_" + hashlib.sha256(job.encode()).hexdigest()[:24]
+
+
+def _pg_locked(db: Db, step: Callable[[], None]) -> None:
+    """Schema changes one submitter at a time (two first runs of a job may start together)."""
+    db.execute("SELECT pg_advisory_lock(?)", (LOCK_MIGRATE,))
+    try:
+        step()
+    finally:
+        db.execute("SELECT pg_advisory_unlock(?)", (LOCK_MIGRATE,))
+
+
+def _pg_register(db: Db, job: str, schema: str) -> None:
+    for statement in REGISTRY.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute("INSERT INTO gatekeeper.jobs (name, schema_name) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", (job, schema))
+    db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
 
 
 class Journal:
-    """One job's journal: the only place that speaks SQL. Open with `Journal.open(state_dir)`.
+    """One job's journal: the only place that speaks SQL. Open with `Journal.open(state_dir)` (SQLite) or
+    `Journal.open_shared(url, job, state_dir)` (PostgreSQL).
 
-    sqlite3 errors (a full disk, a damaged file, a lock held too long) become
-    `JournalError` here, naming the file; the transaction that failed is rolled back.
+    The database's errors (a full disk, a damaged file, a lock held too long, a server gone)
+    become `JournalError` in `_db`, naming the file or the URL; the transaction that failed is rolled back.
     """
 
     FILE = "journal.sqlite3"
 
-    def __init__(self, db: sqlite3.Connection, state_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, db: Db, state_dir: Path, *, clock: Callable[[], float] = time.time, job: str | None = None) -> None:
         self.db = db
-        self.state_dir = state_dir
+        self.state_dir = state_dir  # local files: the lock, a spooled input, the default output
+        self.job = job  # the job's name in a shared journal (None: the state directory is the job)
+        self.where = db.where  # the journal, for messages
         self._clock = clock  # stamps events
+        self._holder: str | None = None  # the lease this run holds in a shared journal
 
     @classmethod
     def open(cls, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> Journal:
         path = Path(state_dir)
-        try:
-            _private_dir(path)
-        except OSError as exc:
-            raise JournalError(os_error(exc, f"cannot use state directory {path}")) from exc
+        _private_dir(path)
         db_path = path / cls.FILE
         try:
             if not db_path.exists():
                 os.close(os.open(db_path, os.O_CREAT | os.O_WRONLY, 0o600))
-            db = sqlite3.connect(db_path, isolation_level=None, timeout=30.0)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # a committed state change survives power loss too
-            db.execute("PRAGMA foreign_keys=ON")
         except OSError as exc:
             raise JournalError(os_error(exc, f"cannot create the journal {db_path}")) from exc
-        except sqlite3.Error as exc:
+        db = SqliteDb.open(str(db_path), f"journal {db_path}", JournalError)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a committed state change survives power loss too
+        except JournalError as exc:
             raise JournalError(f"{db_path} is not a gatekeeper journal: {exc}") from exc
         journal = cls(db, path, clock=clock)
         journal._migrate()
+        return journal
+
+    @classmethod
+    def open_shared(cls, url: str, job: str, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time,
+                    readonly: bool = False, ride_out: float = 60.0) -> Journal:
+        """Job `job`'s journal in PostgreSQL, created with its schema on first use (unless `readonly`)."""
+        where = f"journal {safe_url(url)} (job {job})"
+        if not readonly:
+            _private_dir(Path(state_dir))
+        db = PgDb(url, where, JournalError, readonly=readonly, ride_out=ride_out)
+        schema = job_schema(job)
+        if readonly:
+            row = db.execute("SELECT schema_name FROM gatekeeper.jobs WHERE name = ?", (job,)).fetchone() \
+                if db.execute("SELECT to_regclass('gatekeeper.jobs')").fetchone()[0] else None
+            if row is None:
+                db.close()
+                raise UsageError(f"no job named {job!r} in {safe_url(url)}", setting="job")
+        else:
+            _pg_locked(db, lambda: _pg_register(db, job, schema))
+        db.schema = schema
+        db.execute(f'SET search_path TO "{schema}"')
+        journal = cls(db, Path(state_dir), clock=clock, job=job)
+        if not readonly:
+            _pg_locked(db, journal._migrate)
         return journal
 
     @classmethod
@@ -167,11 +240,7 @@ class Journal:
         path = Path(state_dir) / cls.FILE
         if not path.exists():
             raise UsageError(f"no gatekeeper journal in {state_dir}", setting="state_dir")
-        try:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise JournalError(f"{path} is not a gatekeeper journal: {exc}") from exc
-        return cls(db, Path(state_dir))
+        return cls(SqliteDb.open(f"file:{path}?mode=ro", f"journal {path}", JournalError, uri=True), Path(state_dir))
 
     def close(self) -> None:
         self.db.close()
@@ -182,28 +251,69 @@ class Journal:
             done = {r[0] for r in db.execute("SELECT name FROM schema_migrations")}
             known = {name for name, _ in MIGRATIONS}
             if done - known:
-                raise JournalError(f"the journal in {self.state_dir} was written by a newer gatekeeper ({sorted(done - known)[-1]})")
+                raise JournalError(f"the {self.where} was written by a newer gatekeeper ({sorted(done - known)[-1]})")
             for name, sql in MIGRATIONS:
                 if name not in done:
                     for statement in sql.split(";"):
                         if statement.strip():
-                            db.execute(statement)
+                            db.execute(pg_ddl(statement) if db.dialect == "postgres" else statement)
                     db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, self._clock()))
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[Db]:
+        """One atomic change; in a shared journal, only while this run still holds the job's lease."""
+        self.db.begin()
         try:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.db
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise JournalError(f"journal {self.state_dir / self.FILE}: {exc}") from exc
+            if self._holder is not None:
+                self._check_lease()
+            yield self.db
+        except BaseException:
+            self.db.end(commit=False)
+            raise
+        self.db.end(commit=True)
+
+    # -- the lease of a shared journal's job ----------------------------------------
+
+    def take_lease(self, holder: str, info: dict[str, Any], ttl: float) -> None:
+        """Hold the job for this run; `JobLive` naming the other host when its lease has not expired."""
+        with self.transaction() as db:
+            row = db.execute("SELECT holder, info, EXTRACT(EPOCH FROM now() - heartbeat_at), ttl, heartbeat_at "
+                             "FROM gatekeeper.jobs WHERE name = ? FOR UPDATE", (self.job,)).fetchone()
+            other, other_info, age, other_ttl, seen = row
+            if other is not None and other != holder and age is not None and age <= other_ttl:
+                where = orjson.loads(other_info) if other_info else {}
+                raise JobLive(f"job {self.job!r} is running on {where.get('host', 'another host')} (pid {where.get('pid')}), "
+                              f"last seen {float(age):.0f} s ago at {seen:%Y-%m-%d %H:%M:%S %Z}; its lease expires "
+                              f"{float(other_ttl) - float(age):.0f} s after its last heartbeat", setting="job")
+            db.execute("UPDATE gatekeeper.jobs SET holder = ?, info = ?, heartbeat_at = now(), ttl = ? WHERE name = ?",
+                       (holder, orjson.dumps(info).decode(), ttl, self.job))
+            if other is not None and other != holder:
+                self._event(db, "lease_taken_over", previous=orjson.loads(other_info) if other_info else None)
+        self._holder = holder
+
+    def _check_lease(self) -> None:
+        row = self.db.execute("SELECT holder, info FROM gatekeeper.jobs WHERE name = ? FOR SHARE", (self.job,)).fetchone()
+        if row is None or row[0] != self._holder:
+            where = orjson.loads(row[1]) if row and row[1] else {}
+            raise JobLive(f"job {self.job!r} was taken over by {where.get('host', 'another run')} after this run's lease "
+                          "expired; this run stops without recording more", setting="lease_ttl")
+
+    def renew_lease(self, db: Db | None = None) -> bool:
+        """The heartbeat (on its own connection, `db`): False when the lease is no longer ours."""
+        cur = (db or self.db).execute("UPDATE gatekeeper.jobs SET heartbeat_at = now() WHERE name = ? AND holder = ?",
+                                      (self.job, self._holder))
+        return cur.rowcount == 1
+
+    def release_lease(self) -> None:
+        if self._holder is not None:
+            self.db.execute("UPDATE gatekeeper.jobs SET holder = NULL, heartbeat_at = NULL WHERE name = ? AND holder = ?",
+                            (self.job, self._holder))
+            self._holder = None
+
+    def second_connection(self) -> Db:
+        """Another connection to the same journal (the lease's heartbeat runs on it, in a thread)."""
+        assert isinstance(self.db, PgDb)
+        return PgDb(self.db.url, self.where, JournalError, schema=self.db.schema, ride_out=self.db.ride_out)
 
     # -- meta ---------------------------------------------------------------
 
@@ -211,8 +321,9 @@ class Journal:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else orjson.loads(row[0])
 
-    def _set_meta(self, db: sqlite3.Connection, key: str, value: Any) -> None:
-        db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, orjson.dumps(value).decode()))
+    def _set_meta(self, db: Db, key: str, value: Any) -> None:
+        db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                   (key, orjson.dumps(value).decode()))
 
     @property
     def initialized(self) -> bool:
@@ -223,7 +334,7 @@ class Journal:
         with self.transaction() as db:
             self._event(db, event, batch, **detail)
 
-    def _event(self, db: sqlite3.Connection, event: str, batch: int | None = None, **detail: Any) -> None:
+    def _event(self, db: Db, event: str, batch: int | None = None, **detail: Any) -> None:
         db.execute("INSERT INTO events (at, batch, event, detail) VALUES (?, ?, ?, ?)",
                    (self._clock(), batch, event, orjson.dumps(detail).decode() if detail else None))
 
@@ -258,11 +369,11 @@ class Journal:
     def members(self, idx: int) -> list[tuple[int, int, int, str, int]]:
         """(line, offset, length, custom_id, attempt) of a retry batch, in line order."""
         return list(self.db.execute(
-            "SELECT line, offset, length, custom_id, attempt FROM members WHERE batch = ? ORDER BY line", (idx,)))
+            'SELECT line, "offset", length, custom_id, attempt FROM members WHERE batch = ? ORDER BY line', (idx,)))
 
     # -- state changes, one transaction each ----------------------------------
 
-    def _set_state(self, db: sqlite3.Connection, idx: int, state: BatchState, **fields: Any) -> None:
+    def _set_state(self, db: Db, idx: int, state: BatchState, **fields: Any) -> None:
         sets = ", ".join(["state = ?"] + [f"{k} = ?" for k in fields])
         db.execute(f"UPDATE batches SET {sets} WHERE idx = ?", (state.value, *fields.values(), idx))
         self._event(db, state.value, idx, **{k: v for k, v in fields.items() if k in ("batch_id", "counts")})
@@ -326,7 +437,7 @@ class Journal:
         Rows are written as they come inside the one open transaction, so memory does not grow with the batch.
         """
         with self.transaction() as db:
-            s = Settlement(db)
+            s = Settlement(db, idx)
             yield s
             s.flush()
             self._set_meta(db, "output_committed", s.committed)
@@ -339,7 +450,7 @@ class Journal:
     def plan_retries(self, pack: Callable[[list[PendingRow]], list[list[PendingRow]]], size: Callable[[list[PendingRow]], int]) -> tuple[int, int]:
         """Turn every request waiting for another attempt into retry batches cut by `pack`; (requests, batches)."""
         rows = [PendingRow(*r) for r in self.db.execute(
-            "SELECT line, offset, length, custom_id, attempt FROM pending ORDER BY line")]
+            'SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line')]
         groups = pack(rows)
         idx = int(self._one("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches"))
         with self.transaction() as db:
@@ -371,7 +482,7 @@ class Journal:
             self._set_meta(db, "settings", settings)
             self._event(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
 
-    def _insert_retry_batches(self, db: sqlite3.Connection, idx: int, groups: list[list[PendingRow]],
+    def _insert_retry_batches(self, db: Db, idx: int, groups: list[list[PendingRow]],
                               size: Callable[[list[PendingRow]], int]) -> None:
         for g in groups:
             first, last = g[0], g[-1]
@@ -389,18 +500,22 @@ class Journal:
 
         Committed without waiting for the disk: a reading lost to a power cut costs the report a point, nothing
         more, and a commit that waits for the disk each poll would cost far more than the reading is worth."""
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        if self.db.dialect == "sqlite":
+            self.db.execute("PRAGMA synchronous=NORMAL")
         try:
             self._insert_reading(at, depth, ceiling, ours)
         finally:
-            self.db.execute("PRAGMA synchronous=FULL")
+            if self.db.dialect == "sqlite":
+                self.db.execute("PRAGMA synchronous=FULL")
 
     def _insert_reading(self, at: float, depth: int, ceiling: int | None, ours: int) -> None:
         with self.transaction() as db:
+            if db.dialect == "postgres":
+                db.execute("SET LOCAL synchronous_commit TO OFF")
             db.execute("INSERT INTO timeline (at, depth, ceiling, ours) VALUES (?, ?, ?, ?)", (at, depth, ceiling, ours))
             if int(db.execute("SELECT COUNT(*) FROM timeline").fetchone()[0]) > TIMELINE_ROWS:
                 db.execute("DELETE FROM timeline WHERE seq IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) "
-                           "AS n FROM timeline) WHERE n % 2 = 0) AND seq < (SELECT MAX(seq) FROM timeline)")
+                           "AS n FROM timeline) AS numbered WHERE n % 2 = 0) AND seq < (SELECT MAX(seq) FROM timeline)")
 
     def readings(self) -> list[tuple[float, int, int | None, int]]:
         """(at, depth, ceiling, ours) of the run's queue readings, in time order."""
@@ -468,19 +583,51 @@ class Journal:
         order = "line" if in_order else "out_offset"
         yield from self.db.execute(f"SELECT out_offset, out_len FROM results{where} ORDER BY {order}", args)
 
+    # -- rebuilding the output ------------------------------------------------------
+
+    def collected_spans(self) -> list[tuple[int | None, int, int]]:
+        """(batch, start, end) in the output of each collected batch's final lines, in output order.
+
+        Each batch's lines are contiguous (one settlement appends them together); batch is None for
+        results of journals older than migration 0005, which did not record it."""
+        return [(b, start, end) for b, start, end in self.db.execute(
+            "SELECT batch, MIN(out_offset), MAX(out_offset + out_len) FROM results GROUP BY batch ORDER BY MIN(out_offset)")]
+
+    def batch_results(self, batch: int | None) -> list[tuple[int, str, int, int]]:
+        """(line, custom_id, out_offset, out_len) of one batch's final results, in output order."""
+        where = "batch IS NULL" if batch is None else "batch = ?"
+        return [tuple(r) for r in self.db.execute(  # type: ignore[misc]
+            f"SELECT line, custom_id, out_offset, out_len FROM results WHERE {where} ORDER BY out_offset",
+            () if batch is None else (batch,))]
+
+    def batch_error_types(self, batch: int | None) -> dict[int, str | None]:
+        """line -> error_type of one batch's final results (gatekeeper's own lines are rebuilt without the API)."""
+        where = "batch IS NULL" if batch is None else "batch = ?"
+        return dict(self.db.execute(f"SELECT line, error_type FROM results WHERE {where}", () if batch is None else (batch,)))
+
+    def rebuilt(self, moved: list[tuple[int, int, int]], unavailable: list[int], committed: int, counts: dict[str, int]) -> None:
+        """The rebuilt output, in one transaction: rows whose place changed (offset, length, line), rows whose
+        results could not be downloaded again (now final `gatekeeper_results_unavailable`), its length, and
+        the running count of re-downloads."""
+        with self.transaction() as db:
+            db.executemany("UPDATE results SET out_offset = ?, out_len = ? WHERE line = ?", moved)
+            db.executemany("UPDATE results SET type = 'errored', error_type = 'gatekeeper_results_unavailable' WHERE line = ?",
+                           [(line,) for line in unavailable])
+            self._set_meta(db, "output_committed", committed)
+            total = self.get_meta("rebuilt") or {}
+            self._set_meta(db, "rebuilt", {k: int(total.get(k, 0)) + v for k, v in counts.items()})
+            self._event(db, "output_rebuilt", **counts)
+
     @contextmanager
     def snapshot(self) -> Iterator[None]:
         """Reads that must agree (the committed length and the rows), in one read transaction.
 
-        sqlite3 errors become `JournalError` (a journal another process is still creating has no tables yet)."""
+        Errors are `JournalError` (a journal another process is still creating has no tables yet)."""
+        self.db.begin(write=False)
         try:
-            self.db.execute("BEGIN")
-            try:
-                yield
-            finally:
-                self.db.execute("ROLLBACK")
-        except sqlite3.Error as exc:
-            raise JournalError(f"cannot read the journal in {self.state_dir}: {exc}") from exc
+            yield
+        finally:
+            self.db.end(commit=False)
 
     def _one(self, sql: str, *args: Any) -> Any:
         return self.db.execute(sql, args).fetchone()[0]
@@ -525,8 +672,9 @@ class Settlement:
 
     FLUSH_ROWS = 5000
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: Db, batch: int) -> None:
         self._db = db
+        self._batch = batch
         self._finals: list[tuple[Any, ...]] = []
         self._retries: list[tuple[Any, ...]] = []
         self._history: list[tuple[Any, ...]] = []
@@ -536,7 +684,7 @@ class Settlement:
 
     def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
               usage: tuple[str | None, int, int, int, int]) -> None:
-        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage))
+        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage, self._batch))
         self._maybe_flush()
 
     def retry(self, line: int, offset: int, length: int, cid: str, attempt: int, batch: int, kind: str,
@@ -551,9 +699,12 @@ class Settlement:
             self.flush()
 
     def flush(self) -> None:
-        self._db.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._finals)
-        self._db.executemany("INSERT OR REPLACE INTO pending VALUES (?, ?, ?, ?, ?)", self._retries)
-        self._db.executemany("INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, ?, ?)", self._history)
+        self._db.executemany(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._finals)
+        self._db.executemany("INSERT INTO pending VALUES (?, ?, ?, ?, ?) ON CONFLICT (line) DO UPDATE SET \"offset\" = excluded.\"offset\", "
+                             "length = excluded.length, custom_id = excluded.custom_id, attempt = excluded.attempt", self._retries)
+        self._db.executemany("INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (line, attempt) DO UPDATE SET "
+                             "batch = excluded.batch, type = excluded.type, error_type = excluded.error_type, raw = excluded.raw",
+                             self._history)
         self.finals += len(self._finals)
         self.retries += len(self._retries)
         self._finals.clear()

@@ -40,6 +40,23 @@ def redis_url() -> Iterator[str]:
         yield found
 
 
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """A real PostgreSQL: the one .ci/run started (PG_TEST_URL; `eval "$(.ci/postgres start)"` starts one by hand)."""
+    url = os.environ.get("PG_TEST_URL")
+    if url:
+        return url
+    if os.environ.get("CI"):
+        pytest.fail("CI must provide PostgreSQL (.ci/run starts Debian's postgresql and sets PG_TEST_URL)")
+    pytest.skip('no PostgreSQL for this run: eval "$(.ci/postgres start)" starts one; CI always has one')
+
+
+@pytest.fixture
+def job_name(request: pytest.FixtureRequest) -> str:
+    """A job name of this test's own, so tests sharing one PostgreSQL never meet."""
+    return f"{request.node.name}-{os.urandom(4).hex()}"
+
+
 ASYNC_TEST_LIMIT = 60.0  # seconds: an async test that hangs fails instead of stalling the suite
 
 

@@ -25,7 +25,7 @@ EXPECTED = {
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
     "JournalError", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",
     "RequestTooLarge", "SpendLimitReached", "RateLimited", "QueueFull", "ServerError", "BadRequest",
-    "CreateOutcomeUnknown", "IncompleteDownload", "DuplicateJob",
+    "CreateOutcomeUnknown", "IncompleteDownload", "DuplicateJob", "JobLive",
 }
 
 

@@ -162,18 +162,6 @@ def test_user_canceled_is_not_retried() -> None:
     assert classify({"type": "canceled"}, user_canceled=True).retry is False
 
 
-def test_journal_migrates_a_blank_database(tmp_path: Path) -> None:
-    """A blank state directory gets every table and column of the schema, and migration is recorded."""
-    j = Journal.open(tmp_path / "s")
-    cols = {r[1] for r in j.db.execute("PRAGMA table_info(results)")}
-    assert {"line", "custom_id", "type", "error_type", "attempts", "out_offset", "out_len", "input_tokens"} <= cols
-    assert "body_complete" in {r[1] for r in j.db.execute("PRAGMA table_info(batches)")}
-    assert [r[0] for r in j.db.execute("SELECT name FROM schema_migrations")] == ["0001_initial", "0002_body_complete", "0003_worst_usd",
-                                                                              "0004_timeline"]
-    j.close()
-    Journal.open(tmp_path / "s").close()  # idempotent
-
-
 def test_library_resume_with_other_requests_is_refused(tmp_path: Path) -> None:
     """Resuming an iterable job with different requests is refused; with the same ones it resumes."""
     from gatekeeper._errors import JournalError
@@ -193,7 +181,7 @@ def test_cancelled_mid_create_is_reconciled_not_resent(tmp_path: Path) -> None:
     import anyio
 
     from gatekeeper import submit
-    from gatekeeper._journal import BatchState, Journal
+    from gatekeeper._journal import BatchState
     from gatekeeper.testing import Fault
 
     path = write_jsonl(tmp_path / "j.jsonl", [req(f"c{i}") for i in range(10)])

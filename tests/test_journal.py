@@ -1,0 +1,163 @@
+"""The journal's typed methods, run against both backends: SQLite in a state directory and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gatekeeper import JobLive, JournalError
+from gatekeeper._journal import MIGRATIONS, BatchState, JobPlan, Journal, PendingRow
+
+Open = Callable[[], Journal]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Open]:
+    """Opens the same job's journal again each call (as a resume would)."""
+    opened: list[Journal] = []
+
+    def make() -> Journal:
+        if request.param == "sqlite":
+            j = Journal.open(tmp_path / "state")
+        else:
+            j = Journal.open_shared(request.getfixturevalue("pg_url"), request.getfixturevalue("job_name"), tmp_path / "state")
+        opened.append(j)
+        return j
+
+    yield make
+    for j in opened:
+        j.close()
+
+
+def _plan(n: int = 3) -> JobPlan:
+    return JobPlan(input={"path": "/in.jsonl", "sha256": "ab"}, settings={"batch_size": 10}, report={"requests": 10 * n},
+                   output="/out.jsonl", rejections=[(7, "bad", "no params")],
+                   batches=[(i, 10, 1000, i * 10, i * 10 + 9, i * 1000, i * 1000 + 1000, f"c{i * 10}", f"c{i * 10 + 9}")
+                            for i in range(n)])
+
+
+def test_migrates_a_blank_database_once(open_journal: Open) -> None:
+    """A blank journal gets every migration, recorded; opening it again applies nothing twice."""
+    j = open_journal()
+    names = [r[0] for r in j.db.execute("SELECT name FROM schema_migrations ORDER BY name")]
+    assert names == [name for name, _ in MIGRATIONS]
+    assert j.final_count() == 0 and not j.initialized
+    open_journal()
+    assert j.db.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_job_moves_through_its_states(open_journal: Open) -> None:
+    """Planned, intent, created, ended, collected: each step is one transaction, seen by the next open."""
+    j = open_journal()
+    j.start_job(_plan())
+    j.mark_intent(0, at=1_700_000_000.123456, worst_usd=1.5)
+    j.mark_body_complete(0)
+    j.mark_created(0, "msgbatch_1", "2026-12-03T00:00:00Z")
+    j.mark_intent(1, at=1_700_000_001.0, worst_usd=2.0)
+    j.back_to_planned(1, "queue_full", depth=5)
+    j.mark_ended(0, "2026-12-03T01:00:00Z", {"succeeded": 10})
+    again = open_journal()
+    row = again.batch(0)
+    assert (row.state, row.batch_id, row.body_complete, row.worst_usd) == (BatchState.ENDED, "msgbatch_1", True, 1.5)
+    assert row.intent_at == 1_700_000_000.123456  # a double, not a 4-byte float
+    assert again.batch(1).state is BatchState.PLANNED and again.batch(1).intent_at is None
+    assert again.in_flight_worst() == 1.5 and again.held_back() == 20
+    assert again.known_batch_ids() == {"msgbatch_1"} and again.rejected_lines(0, 9) == {7}
+    assert [e[3] for e in again.events_of("queue_full")] == [{"depth": 5}]
+    assert again.get_meta("input") == {"path": "/in.jsonl", "sha256": "ab"}
+
+
+def test_settlement_commits_rows_and_length_together_or_not_at_all(open_journal: Open) -> None:
+    """Results, retries and the output's length commit with the batch's state; a failure rolls all of it back."""
+    j = open_journal()
+    j.start_job(_plan(1))
+    j.mark_intent(0, at=1.0)
+    j.mark_created(0, "b0", None)
+    j.mark_ended(0, None, {})
+    with pytest.raises(RuntimeError), j.settling(0) as s:
+        s.final(0, "c0", "succeeded", None, 1, 0, 50, ("m", 3, 4, 0, 0))
+        s.committed = 50
+        raise RuntimeError("the download broke")
+    assert (j.final_count(), j.committed_output(), j.batch(0).state) == (0, 0, BatchState.ENDED)
+    with j.settling(0) as s:
+        s.final(0, "c0", "succeeded", None, 1, 0, 50, ("m", 3, 4, 1, 2))
+        s.retry(1, 100, 20, "c1", 1, 0, "errored", "overloaded_error", b'{"raw": 1}')
+        s.retry(1, 100, 20, "c1", 1, 0, "errored", "overloaded_error", b'{"raw": 2}')  # the same row again replaces
+        s.committed = 50
+    again = open_journal()
+    assert (again.final_count(), again.committed_output(), again.batch(0).state) == (1, 50, BatchState.COLLECTED)
+    totals = again.totals()
+    assert totals.usage == (3, 4, 1, 2) and all(type(v) is int for v in totals.usage)  # SUM() is int on both
+    assert totals.types == {"succeeded": 1} and totals.resubmitted == 1
+    assert again.pending_count() == 1
+    assert list(again.result_spans(types=["succeeded"], error_types=[], in_order=True)) == [(0, 50)]
+    assert again.batch_results(0) == [(0, "c0", 0, 50)]
+
+
+def test_retries_and_recut_replace_planned_batches_atomically(open_journal: Open) -> None:
+    j = open_journal()
+    j.start_job(_plan(3))
+    rows = [PendingRow(40, 4000, 100, "r40", 2), PendingRow(41, 4100, 100, "r41", 2)]
+    j.recut(5, [(5, 500, 0, 4, 0, 500, "c0", "c4"), (5, 500, 5, 9, 500, 1000, "c5", "c9")], [rows], lambda g: 300)
+    batches = j.batches(BatchState.PLANNED)
+    assert [(b.kind, b.requests) for b in batches] == [("plan", 5), ("plan", 5), ("retry", 2)]
+    assert j.members(batches[2].idx) == [(40, 4000, 100, "r40", 2), (41, 4100, 100, "r41", 2)]
+    assert open_journal().get_meta("settings")["batch_size"] == 5
+
+
+def test_timeline_keeps_its_span_when_thinned(open_journal: Open, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gatekeeper._journal as journal_module
+
+    monkeypatch.setattr(journal_module, "TIMELINE_ROWS", 10)
+    j = open_journal()
+    for t in range(25):
+        j.record_reading(float(t), t * 10, 1000, t)
+    readings = j.readings()
+    assert len(readings) <= 11 and readings[0][0] == 0.0 and readings[-1][0] == 24.0
+
+
+def test_a_failing_statement_rolls_back_and_is_a_journal_error(open_journal: Open) -> None:
+    j = open_journal()
+    with pytest.raises(JournalError) as info, j.transaction() as db:
+        db.execute("INSERT INTO meta VALUES ('k', '1')")
+        db.execute("INSERT INTO no_such_table VALUES (1)")
+    assert info.value.__cause__ is not None and "no_such_table" in str(info.value)
+    assert j.get_meta("k") is None
+    j.set_meta("k", 2)  # the connection is usable after the failure
+    assert j.get_meta("k") == 2
+
+
+def test_lease_refuses_a_second_holder_until_it_expires(pg_url: str, job_name: str, tmp_path: Path) -> None:
+    """A live lease names its host and when it was last seen; an expired one is taken over, and the old
+    holder's next write is refused (it cannot record an intent after losing the job)."""
+    first = Journal.open_shared(pg_url, job_name, tmp_path / "a")
+    second = Journal.open_shared(pg_url, job_name, tmp_path / "b")
+    try:
+        first.take_lease("run-1", {"host": "worker-a", "pid": 11}, ttl=30)
+        with pytest.raises(JobLive, match=r"running on worker-a \(pid 11\), last seen \d+ s ago"):
+            second.take_lease("run-2", {"host": "worker-b", "pid": 22}, ttl=30)
+        first.db.execute("UPDATE gatekeeper.jobs SET heartbeat_at = now() - interval '31 seconds' WHERE name = ?", (job_name,))
+        second.take_lease("run-2", {"host": "worker-b", "pid": 22}, ttl=30)
+        with pytest.raises(JobLive, match="taken over by worker-b"):
+            first.set_meta("k", 1)
+        assert not first.renew_lease() and second.renew_lease()
+        second.set_meta("k", 2)
+        assert [e[3]["previous"]["host"] for e in second.events_of("lease_taken_over")] == ["worker-a"]
+        second.release_lease()
+        third = Journal.open_shared(pg_url, job_name, tmp_path / "c")
+        third.take_lease("run-3", {"host": "c"}, ttl=30)  # released: free at once
+        third.close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_shared_journal_errors_name_the_url_without_its_password(tmp_path: Path) -> None:
+    from tests.services import free_port
+
+    url = f"postgresql://gk:s3cret-pw@127.0.0.1:{free_port()}/gk"
+    with pytest.raises(JournalError) as info:
+        Journal.open_shared(url, "job", tmp_path / "s", ride_out=0)
+    assert "127.0.0.1" in str(info.value) and "s3cret-pw" not in str(info.value) and "***" in str(info.value)
