@@ -36,7 +36,8 @@ FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "
          "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port",
          "base_url": "ANTHROPIC_BASE_URL", "admin_key": "ANTHROPIC_ADMIN_KEY",
          "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS",
-         "allow_duplicate": "--allow-duplicate to run it anyway"}
+         "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
+         "lease_ttl": "--lease-ttl"}
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -232,7 +233,7 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
         ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
         allow_duplicate=args.allow_duplicate, preflight=not args.no_preflight, budget=args.budget,
-        token_sample=args.token_sample,
+        token_sample=args.token_sample, journal=args.journal, job=args.job, lease_ttl=args.lease_ttl,
     )
 
 

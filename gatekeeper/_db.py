@@ -25,7 +25,8 @@ Error = type[GatekeeperError]
 
 
 class Cursor(Protocol):
-    rowcount: int
+    @property
+    def rowcount(self) -> int: ...
 
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
@@ -172,7 +173,8 @@ class PgDb:
         return self._in_tx
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
-        return self._run(lambda: self.conn.execute(self._translate(sql), tuple(args)))
+        cursor: Cursor = self._run(lambda: self.conn.execute(self._translate(sql), tuple(args)))
+        return cursor
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
@@ -220,7 +222,7 @@ def _numeric_loader(psycopg: Any) -> Any:
     """SUM() of integers is numeric in PostgreSQL: load it as int (or float), as SQLite returns it."""
     from psycopg.types.numeric import NumericLoader
 
-    class Loader(NumericLoader):  # type: ignore[misc]
+    class Loader(NumericLoader):
         def load(self, data: Any) -> Any:
             value = super().load(data)
             return int(value) if value == value.to_integral_value() else float(value)

@@ -142,7 +142,7 @@ class BatchRow:
     worst_usd: float | None = None
 
 
-def _private_dir(path: Path) -> None:
+def private_dir(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(path, 0o700)
@@ -193,7 +193,7 @@ class Journal:
     @classmethod
     def open(cls, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> Journal:
         path = Path(state_dir)
-        _private_dir(path)
+        private_dir(path)
         db_path = path / cls.FILE
         try:
             if not db_path.exists():
@@ -216,7 +216,7 @@ class Journal:
         """Job `job`'s journal in PostgreSQL, created with its schema on first use (unless `readonly`)."""
         where = f"journal {safe_url(url)} (job {job})"
         if not readonly:
-            _private_dir(Path(state_dir))
+            private_dir(Path(state_dir))
         db = PgDb(url, where, JournalError, readonly=readonly, ride_out=ride_out)
         schema = job_schema(job)
         if readonly:
@@ -560,10 +560,11 @@ class Journal:
         )
 
     def usage_by_model(self) -> list[tuple[Any, ...]]:
-        """(model, input, output, cache write, cache read tokens) summed over the succeeded results."""
+        """(model, input, output, cache write, cache read tokens) summed over the results that were billed: those
+        that succeeded, and those whose lines were lost and could not be downloaded again (still paid for)."""
         return [tuple(r) for r in self.db.execute(
             "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens) "
-            "FROM results WHERE type = 'succeeded' GROUP BY model")]
+            "FROM results WHERE model IS NOT NULL GROUP BY model")]
 
     def result_types(self) -> set[str]:
         """Result types and error types present in the results (for checking a filter)."""
@@ -596,7 +597,7 @@ class Journal:
     def batch_results(self, batch: int | None) -> list[tuple[int, str, int, int]]:
         """(line, custom_id, out_offset, out_len) of one batch's final results, in output order."""
         where = "batch IS NULL" if batch is None else "batch = ?"
-        return [tuple(r) for r in self.db.execute(  # type: ignore[misc]
+        return [(r[0], r[1], r[2], r[3]) for r in self.db.execute(
             f"SELECT line, custom_id, out_offset, out_len FROM results WHERE {where} ORDER BY out_offset",
             () if batch is None else (batch,))]
 

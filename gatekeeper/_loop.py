@@ -49,6 +49,7 @@ from ._planner import PlanReport
 from ._preflight import plan_checked
 from ._prices import PriceTable, load_prices
 from ._queue import Connection, read_ceiling, read_live, recent_batches
+from ._rebuild import Rebuilder
 from ._reconcile import Action, Decision, candidates_for, decide, match_results
 from ._settings import SubmitSettings
 from ._sizing import Limits, Packer, body_chunks, body_size
@@ -161,7 +162,10 @@ class Job:
         self._check_identity()
         recorded = j.get_meta("output")
         if recorded and os.path.abspath(self.out.path) != recorded:
-            raise JournalError(f"this job writes its results to {recorded}; the output cannot change on resume")
+            if not j.job:
+                raise JournalError(f"this job writes its results to {recorded}; the output cannot change on resume")
+            # A shared journal's job moves between hosts: the output goes where this host puts it (rebuilt there).
+            j.set_meta("output", os.path.abspath(self.out.path), "output_moved", previous=recorded)
         self.batch_size = int((j.get_meta("settings") or {}).get("batch_size", self.batch_size))
         self.emit("resumed", {"state_dir": str(j.state_dir), "batches": len(j.batches()),
                               "collected": j.count(BatchState.COLLECTED)})
@@ -220,7 +224,10 @@ class Job:
     # -- the loop -----------------------------------------------------------
 
     async def run(self) -> Summary:
-        self.out.truncate_to(self.journal.committed_output())
+        rebuilt = await Rebuilder(self.journal, self.api, self.out, self.s, path=self.path, emit=self.emit,
+                                  clock=self.clock, wait=self._wait).run()
+        if rebuilt is None:
+            self.out.truncate_to(self.journal.committed_output())
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
             await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
         while True:

@@ -40,6 +40,15 @@ class OutputFile:
     def __init__(self, path: str) -> None:
         self.path = path
 
+    def size(self) -> int:
+        """The file's length now (0 when it does not exist: a job resumed on another host)."""
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise OutputError(os_error(exc, f"cannot read the results file {self.path}")) from exc
+
     def truncate_to(self, committed: int) -> None:
         """Drop whatever a crashed run wrote past the committed length."""
         try:

@@ -6,6 +6,7 @@ A flag means the same in every command: the shared ones are added by the `_add_*
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -147,6 +148,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_limits(p)
     _add_prices(p)
     _add_ledger(p)
+    _add_journal(p)
     p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
                    help="how long a dead submitter's reservations outlive its last heartbeat (default 900)")
     p.add_argument("--results-grace", type=_positive_float, default=3600.0, metavar="SECONDS",
@@ -250,9 +252,21 @@ def _add_max_rpm(p: argparse.ArgumentParser) -> None:
 
 
 def _add_ledger(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ledger", default=None, metavar="URL",
-                   help="shared admission ledger for several submitters: sqlite:///PATH (one host) or "
-                   "redis://HOST:PORT/DB (many hosts); default: in-process")
+    p.add_argument("--ledger", default=os.environ.get("GATEKEEPER_LEDGER"), metavar="URL",
+                   help="shared admission ledger for several submitters: sqlite:///PATH (one host), "
+                   "redis://HOST:PORT/DB or postgresql://USER@HOST:PORT/DB (many hosts); default: in-process "
+                   "(or GATEKEEPER_LEDGER)")
+
+
+def _add_journal(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--journal", default=os.environ.get("GATEKEEPER_JOURNAL"), metavar="URL",
+                   help="keep the job's journal in PostgreSQL (postgresql://USER@HOST:PORT/DB; the password from "
+                   "PGPASSWORD or ~/.pgpass, or GATEKEEPER_JOURNAL, so it is not in ps) so it resumes on any host; "
+                   "default: SQLite in the state directory")
+    p.add_argument("--job", default=None, metavar="NAME",
+                   help="the job's name in a --journal database (default: from the input's sha256 and the API key)")
+    p.add_argument("--lease-ttl", type=_positive_float, default=60.0, metavar="SECONDS",
+                   help="a --journal job held by a run that stopped heartbeating is free after SECONDS (default 60)")
 
 
 def _add_prices(p: argparse.ArgumentParser) -> None:

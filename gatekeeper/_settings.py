@@ -33,7 +33,15 @@ class SubmitSettings:
     preflight: bool = True  # judge the input's models against the Models API before the first create
     budget: float | None = None  # USD at most, at batch prices, worst case counted (see _budget)
     token_sample: int = 50  # requests per model counted with count_tokens for the estimate (0: bytes / 4)
+    journal: str | None = None  # None: SQLite in the state directory; "postgresql://...": a shared journal
+    job: str | None = None  # the job's name in a shared journal; default: from the input's sha256 and the key
+    lease_ttl: float = 60.0  # seconds a job's lease outlives its holder's last heartbeat (shared journal only)
 
 
 def default_state_dir(input_path: str) -> Path:
     return Path(input_path + ".gatekeeper")
+
+
+def default_job_name(sha256: str, key_fingerprint: str) -> str:
+    """A job's name when none is given: the same input (by content, any path) sent with the same key."""
+    return f"{sha256[:16]}-{key_fingerprint[:8]}"

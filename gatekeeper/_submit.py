@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ import anyio
 
 from ._admission import admit, batch_size_for, room
 from ._config import ApiConfig
+from ._db import is_postgres, safe_url
 from ._errors import JournalError, LedgerError, UsageError, os_error
 from ._inputs import hash_file
-from ._journal import BatchState, Journal
+from ._journal import BatchState, Journal, private_dir
 from ._ledger import Ledger, new_owner, open_ledger
 from ._loop import Checkpoint, EventSink, Job, ResultSink
 from ._output import check_writable
@@ -25,7 +27,7 @@ from ._prices import PriceTable, load_prices
 from ._queue import connect, read_headroom
 from ._reader import encode_items
 from ._retry import RetryPolicy
-from ._settings import SubmitSettings, default_state_dir
+from ._settings import SubmitSettings, default_job_name, default_state_dir
 from ._sizing import Limits
 from ._summary import Summary, summarize
 
@@ -73,10 +75,13 @@ def _check_respool(items: Iterable[dict[str, Any] | bytes | str], path: str, jou
 
 
 def _out_path(settings: SubmitSettings, journal: Journal) -> str:
-    """The results file: as given, else as recorded by the job, else STATE_DIR/results.jsonl; checked writable."""
+    """The results file: as given, else as recorded by the job, else STATE_DIR/results.jsonl; checked writable.
+
+    A shared journal's job may resume on another host, where the recorded path means nothing: there the
+    default is always this host's STATE_DIR/results.jsonl."""
     if settings.out is not None:
         return check_writable(os.fspath(settings.out))
-    recorded = journal.get_meta("output")
+    recorded = None if journal.job else journal.get_meta("output")
     return check_writable(str(recorded or journal.state_dir / "results.jsonl"))
 
 
@@ -93,6 +98,45 @@ async def _locked_journal(state_dir: Path) -> AsyncIterator[Journal]:
     finally:
         os.close(lock)
         journal.close()
+
+
+def _key_fingerprint(config: ApiConfig) -> str:
+    config.require_workspace_key()
+    return config.workspace_keys[0].fingerprint()
+
+
+@asynccontextmanager
+async def _leased_journal(settings: SubmitSettings, state_dir: Path, name: str) -> AsyncIterator[Journal]:
+    """The named job in a shared journal, held by this run's lease for as long as it runs."""
+    assert settings.journal is not None
+    journal = Journal.open_shared(settings.journal, name, state_dir)
+    info = {"host": socket.gethostname(), "pid": os.getpid(), "state_dir": os.path.abspath(state_dir)}
+    try:
+        journal.take_lease(new_owner(), info, settings.lease_ttl)
+        yield journal
+    finally:
+        try:
+            journal.release_lease()
+        except JournalError:
+            pass  # unreachable now: the lease expires on its own after lease_ttl
+        journal.close()
+
+
+def _job_journal(source: Source, path: str, spooled: bool, state_dir: Path, settings: SubmitSettings,
+                 config: ApiConfig) -> AbstractAsyncContextManager[Journal]:
+    """The job's journal: SQLite in the state directory (locked), or the named job in a shared journal (leased)."""
+    if not settings.journal:
+        if settings.job:
+            raise UsageError("a job name needs a shared journal (journal=postgresql://...); a local job is named by "
+                             "its state directory", setting="job")
+        return _locked_journal(state_dir)
+    if not is_postgres(settings.journal):
+        raise UsageError(f"journal {safe_url(settings.journal)}: expected postgresql://USER@HOST:PORT/DB", setting="journal")
+    if spooled:
+        private_dir(state_dir)
+        _spool(source, path)  # type: ignore[arg-type]  # the resume check compares its sha256 with the job's
+    name = settings.job or default_job_name(hash_file(path), _key_fingerprint(config))
+    return _leased_journal(settings, state_dir, name)
 
 
 async def submit(
@@ -118,11 +162,11 @@ async def submit(
     path, state_dir, spooled = _resolve(source, settings)
     if settings.out is not None:
         check_writable(os.fspath(settings.out))  # before the state directory exists: a bad path is never journaled
-    async with _locked_journal(state_dir) as journal:
+    async with _job_journal(source, path, spooled, state_dir, settings, config) as journal:
         out_path = _out_path(settings, journal)
-        if spooled and not journal.initialized:
+        if spooled and not journal.job and not journal.initialized:
             _spool(source, path)  # type: ignore[arg-type]
-        elif spooled:
+        elif spooled and not journal.job:
             _check_respool(source, path, journal)  # type: ignore[arg-type]
         if ledger is None:
             ledger = open_ledger(settings.ledger, owner=_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin)
@@ -136,6 +180,8 @@ async def submit(
                 try:
                     await ledger.ping()  # an unreachable ledger is reported before anything is sent
                     tg.start_soon(_heartbeat, ledger, on_event or (lambda e, f: None))
+                    if journal.job:
+                        tg.start_soon(_lease_heartbeat, journal, settings.lease_ttl, on_event or (lambda e, f: None))
                     await job.prepare()
                     outcome.append(await job.run())
                 except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
@@ -161,6 +207,23 @@ async def _heartbeat(ledger: Ledger, emit: EventSink) -> None:
             await ledger.heartbeat()
         except LedgerError as exc:
             emit("ledger_unavailable", {"reason": str(exc)})
+
+
+async def _lease_heartbeat(journal: Journal, ttl: float, emit: EventSink) -> None:
+    """Keep the shared journal's lease on this run, on a connection of its own (a thread: psycopg is blocking).
+
+    A lost lease is only reported here: the journal's next write checks it and stops the run."""
+    db = await anyio.to_thread.run_sync(journal.second_connection)
+    try:
+        while True:
+            await anyio.sleep(max(0.05, ttl / 3))
+            try:
+                if not await anyio.to_thread.run_sync(journal.renew_lease, db):
+                    emit("lease_lost", {"job": journal.job})
+            except JournalError as exc:
+                emit("journal_unavailable", {"reason": str(exc)})
+    finally:
+        db.close()
 
 
 def _owner(journal: Journal) -> str:

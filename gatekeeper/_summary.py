@@ -33,6 +33,8 @@ class Summary:
     preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not recorded)
     budget: dict[str, Any] | None = None  # limit, spent, in-flight worst case, requests held back (None: no budget)
     estimate: dict[str, Any] | None = None  # the input-token estimate made before anything was sent, and how
+    rebuilt: dict[str, int] | None = None  # the output rebuilt from the API: batches, results, unavailable (None: never)
+    job: str | None = None  # the job's name in a shared journal (None: the state directory is the job)
 
     @property
     def ok(self) -> bool:
@@ -45,7 +47,7 @@ class Summary:
             "resubmitted": self.resubmitted, "succeeded_after_retry": self.succeeded_after_retry,
             "errors": self.errors, "usage": self.usage, "cost_usd": self.cost_usd, "refusals": self.refusals,
             "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
-            "budget": self.budget, "estimate": self.estimate,
+            "budget": self.budget, "estimate": self.estimate, "rebuilt": self.rebuilt, "job": self.job,
         }
 
 
@@ -62,7 +64,7 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         canceled=t.types.get("canceled", 0), invalid=int(report.get("invalid", 0)), batches=t.batches,
         errors=t.errors, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
         refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
-        estimate=report.get("estimate"),
+        estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job,
         pending=requests - t.final, complete=requests == t.final,
         usage=dict(zip(("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
                        t.usage, strict=True)),
