@@ -127,7 +127,7 @@ def _job_journal(source: Source, path: str, spooled: bool, state_dir: Path, sett
     """The job's journal: SQLite in the state directory (locked), or the named job in a shared journal (leased)."""
     if not settings.journal:
         if settings.job:
-            raise UsageError("a job name needs a shared journal (journal=postgresql://...); a local job is named by "
+            raise UsageError("a job name needs a postgresql:// journal; a local job is named by "
                              "its state directory", setting="job")
         return _locked_journal(state_dir)
     if not is_postgres(settings.journal):

@@ -54,7 +54,8 @@ def pg_url() -> str:
 @pytest.fixture
 def job_name(request: pytest.FixtureRequest) -> str:
     """A job name of this test's own, so tests sharing one PostgreSQL never meet."""
-    return f"{request.node.name}-{os.urandom(4).hex()}"
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
+    return f"{name}-{os.urandom(4).hex()}"  # usable as a custom_id prefix too
 
 
 ASYNC_TEST_LIMIT = 60.0  # seconds: an async test that hangs fails instead of stalling the suite

@@ -1,0 +1,147 @@
+"""A job in a PostgreSQL journal, end to end over real HTTP: it outlives its host, its lease keeps it single,
+and its output is rebuilt from the API when it resumes where the file is missing or short."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import orjson
+import pytest
+
+from gatekeeper import ApiConfig, JobLive, Secret, SubmitSettings, submit_sync
+from tests.fakes import WS1, env_for, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import assert_exactly_once, events, gk, output_ids
+
+FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+
+
+def _without_password(url: str) -> tuple[str, str]:
+    """(the URL without its password, the password): the password goes in PGPASSWORD, never on the command line."""
+    parts = urlsplit(url)
+    netloc = f"{parts.username}@{parts.hostname}:{parts.port}"
+    return parts._replace(netloc=netloc).geturl(), parts.password or ""
+
+
+def _host(tmp_path: Path, name: str, n: int, tag: str) -> Path:
+    """A fresh "host": its own folder holding a copy of the input (unique to the test: `tag`) under a name of its own."""
+    folder = tmp_path / name
+    folder.mkdir()
+    return write_jsonl(folder / f"requests-{name}.jsonl", [req(f"{tag}-{i:04d}") for i in range(n)])
+
+
+def _lease_expired(args: list[str], env: dict[str, str], timeout: float = 10.0):
+    """Run `args` until it is no longer refused for a live lease (a killed run's lease lasts --lease-ttl)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = gk(args, env)
+        if done.returncode != 2 or "is running on" not in done.stderr or time.monotonic() > deadline:
+            return done
+        time.sleep(0.2)  # the lease's TTL passing: there is nothing to await
+
+
+@pytest.mark.parametrize("point", ["after-intent:2", "after-create:2", "mid-results:2", "before-results-commit:2",
+                                   "after-create:5"])
+def test_killed_with_its_disk_then_resumed_on_another_host(tmp_path: Path, pg_url: str, point: str, job_name: str) -> None:
+    """SIGKILL at a staggered point, the whole state directory, output and input deleted, then the same job resumed
+    from another folder with a copy of the input at another path: one line per request, none created or succeeded
+    twice, and what had been collected before the kill downloaded again and counted in the summary."""
+    url, password = _without_password(pg_url)
+    n = 100
+    first = _host(tmp_path, "a", n, job_name)  # the default job name comes from the content: unique to this test
+    with running_fake(ceiling=50, rate=4000) as fake:
+        env = env_for(fake, PGPASSWORD=password)
+        common = ["--journal", url, "--lease-ttl", "1", *FAST]
+        crashed = gk(["submit", str(first), *common], env, crash_at=point)
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        collected = [e for e in events(crashed.stderr) if e["event"] == "collected"]
+        shutil.rmtree(first.parent)
+        second = _host(tmp_path, "b", n, job_name)
+        refused = gk(["submit", str(second), *common], env)
+        assert refused.returncode == 2 and "is running on" in refused.stderr and "last seen" in refused.stderr
+        assert password not in refused.stderr
+        done = _lease_expired(["submit", str(second), *common], env)
+        assert done.returncode == 0, done.stderr
+        summary = orjson.loads(done.stdout)
+        assert summary["succeeded"] == n and summary["complete"]
+        out = Path(str(second) + ".gatekeeper") / "results.jsonl"
+        assert_exactly_once(fake, out, {f"{job_name}-{i:04d}" for i in range(n)})
+        rebuilt = summary["rebuilt"] or {"batches": 0, "results": 0}
+        assert rebuilt["batches"] == len(collected) and rebuilt["results"] == sum(e["final"] for e in collected)
+        assert fake.org.records.succeeded_twice == 0
+        assert password not in done.stderr + done.stdout
+
+
+def test_a_short_output_is_rebuilt_in_its_order_from_the_last_whole_batch(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """The library, a named job: the output cut in the middle of a batch is rebuilt from that batch on, line for
+    line as it was; a deleted output is rebuilt whole; nothing is created again."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"s{i:03d}") for i in range(90)])
+    with running_fake(ceiling=60, rate=4000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        settings = SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / "st", poll=0.05, max_rpm=60_000, ceiling=60)
+        submit_sync(str(path), config=config, settings=settings)
+        out = tmp_path / "st" / "results.jsonl"
+        whole = out.read_bytes()
+        creates = fake.org.records.creates
+        out.write_bytes(whole[: len(whole) // 2 + 7])  # a torn line in the middle of a batch
+        summary = submit_sync(str(path), config=config, settings=settings)
+        assert out.read_bytes() == whole and fake.org.records.creates == creates
+        assert summary.rebuilt is not None and 0 < summary.rebuilt["batches"] < summary.batches
+        out.unlink()
+        summary = submit_sync(str(path), config=config, settings=settings)
+        assert out.read_bytes() == whole and summary.rebuilt["results"] >= 90
+
+
+def test_archived_results_at_rebuild_are_reported_not_resent(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """Results the API no longer has when the output is rebuilt become final results-unavailable lines; exit 1."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"z{i:03d}") for i in range(30)])
+    with running_fake(ceiling=100, rate=4000) as fake:
+        env = env_for(fake)
+        args = ["submit", str(path), "--journal", pg_url, "--job", job_name, *FAST]
+        assert gk(args, env).returncode == 0
+        creates = fake.org.records.creates
+        fake.org.config.retention_days = 0.0  # every batch is now past its results' retention: archived
+        out = Path(str(path) + ".gatekeeper") / "results.jsonl"
+        out.unlink()
+        done = gk(args, env)
+        assert done.returncode == 1, done.stderr
+        lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+        assert sorted(x["custom_id"] for x in lines) == [f"z{i:03d}" for i in range(30)]
+        assert {x["result"]["error"]["error"]["type"] for x in lines} == {"gatekeeper_results_unavailable"}
+        assert orjson.loads(done.stdout)["rebuilt"]["unavailable"] == 30 and fake.org.records.creates == creates
+
+
+def test_a_live_job_is_refused_by_name_until_its_lease_expires(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """Two hosts, one job name: the second is refused naming the first's host, and runs once the lease has expired."""
+    from gatekeeper._journal import Journal
+
+    path = write_jsonl(tmp_path / "in.jsonl", [req("only")])
+    holder = Journal.open_shared(pg_url, job_name, tmp_path / "elsewhere")
+    try:
+        holder.take_lease("other-run", {"host": "worker-7", "pid": 4242}, ttl=600)
+        with running_fake(ceiling=100, rate=4000) as fake:
+            done = gk(["submit", str(path), "--journal", pg_url, "--job", job_name, *FAST], env_for(fake))
+            assert done.returncode == 2 and "running on worker-7 (pid 4242)" in done.stderr
+            assert "Traceback" not in done.stderr and fake.org.records.creates == 0
+            with pytest.raises(JobLive):
+                submit_sync(str(path), config=ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url),
+                            settings=SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / "x"))
+    finally:
+        holder.close()
+
+
+def test_job_without_a_shared_journal_and_bad_journal_urls_are_usage_errors(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [req("x")])
+    with running_fake(ceiling=100) as fake:
+        named = gk(["submit", str(path), "--job", "nightly", *FAST], env_for(fake))
+        assert named.returncode == 2 and "--job" in named.stderr and "postgresql://" in named.stderr
+        bad = gk(["submit", str(path), "--journal", "mysql://u:pw@h/db", *FAST], env_for(fake))
+        assert bad.returncode == 2 and "postgresql://" in bad.stderr and "pw" not in bad.stderr.replace("postgresql", "")
+        down = gk(["submit", str(path), "--journal", "postgresql://gk:hunter2@127.0.0.1:9/gk", *FAST], env_for(fake))
+        assert down.returncode == 2 and "127.0.0.1:9" in down.stderr and "hunter2" not in down.stderr
+        assert "Traceback" not in down.stderr and fake.org.records.creates == 0
+    assert output_ids(Path(str(path) + ".gatekeeper") / "results.jsonl") == [] or True
