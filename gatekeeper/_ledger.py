@@ -10,7 +10,8 @@ create, and the ledger grants a reservation only if
 where `seen` is the depth this submitter observes (its listing plus its own
 unlisted creates) and `mine` its own reservations: the part of what it sees
 that no reservation covers is counted once, the reserved part once. Grants are
-atomic (one SQLite write transaction, or one Redis Lua script), so no two
+atomic (one SQLite write transaction, one PostgreSQL transaction under an
+advisory lock, or one Redis Lua script), so no two
 submitters can both take the last room: the queue cannot overshoot through
 gatekeeper's own creates. A reservation is confirmed with its batch id,
 released when the batch ends or the create was definitely refused, and
@@ -27,16 +28,17 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import anyio
 
+from ._db import Db, PgDb, SqliteDb, is_postgres, pg_ddl, safe_url
 from ._errors import LedgerError
 
 DEFAULT_TTL = 900.0
@@ -69,15 +71,6 @@ class Ledger(Protocol):
     async def reservations(self) -> list[Reservation]: ...
     async def ping(self) -> None: ...
     async def close(self) -> None: ...
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password, for messages (the password never leaves this process in text)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
 
 
 def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int) -> bool:
@@ -124,68 +117,47 @@ class LocalLedger:
         return None
 
 
-_SQLITE_SCHEMA = (
+_SQL_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
     "batch_id TEXT, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))",
     "CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, owner TEXT NOT NULL, info TEXT NOT NULL, expires_at REAL NOT NULL)",
 )
+_UPSERT = ("INSERT INTO reservations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, batch) DO UPDATE SET "
+           "requests = excluded.requests, batch_id = excluded.batch_id, expires_at = excluded.expires_at")
+LOCK_LEDGER = 7_046_913_202  # PostgreSQL: the advisory lock every grant takes (one grant at a time, all hosts)
 
 
-class SqliteLedger:
-    """Several submitters on one host: a SQLite file; BEGIN IMMEDIATE makes each grant atomic across processes."""
+class SqlLedger:
+    """The ledger in a SQL database; each step one atomic transaction (`_tx`), evaluated on the database's clock."""
 
-    def __init__(self, path: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0) -> None:
-        self.path = path
-        self.owner = owner
-        self.ttl = ttl
-        self.margin = margin
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            # Not created: submitters that mean to share a ledger would each get their own, silently.
-            raise LedgerError(f"ledger sqlite:///{path}: folder {parent} does not exist", setting="ledger")
-        self._tx(lambda db, now: [db.execute(sql) for sql in _SQLITE_SCHEMA])
+    ttl: float
+    owner: str
+    margin: int
 
-    def _tx(self, fn: Any) -> Any:
-        """One atomic step; sqlite3's errors become `LedgerError` here, naming the file."""
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None, timeout=60.0)
-            try:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    result = fn(db, time.time())
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
-                return result
-            finally:
-                db.close()
-        except sqlite3.Error as exc:
-            raise LedgerError(f"ledger sqlite:///{self.path}: {exc}", setting="ledger") from exc
+    def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
+        raise NotImplementedError
 
-    async def _run(self, fn: Any) -> Any:
+    async def _run(self, fn: Callable[[Db, float], Any]) -> Any:
         return await anyio.to_thread.run_sync(self._tx, fn)
 
     async def observe(self, depth: int) -> None:
         return None
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
-        def step(db: sqlite3.Connection, now: float) -> bool:
+        def step(db: Db, now: float) -> bool:
             db.execute("DELETE FROM reservations WHERE expires_at < ?", (now,))
             reserved, mine = db.execute(
                 "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0) "
                 "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, batch)).fetchone()
-            if ceiling is not None and not grant(reserved, seen, mine, n, ceiling - self.margin):
+            if ceiling is not None and not grant(int(reserved), seen, int(mine), n, ceiling - self.margin):
                 return False
-            db.execute("INSERT OR REPLACE INTO reservations VALUES (?, ?, ?, NULL, ?)", (self.owner, batch, n, now + self.ttl))
+            db.execute(_UPSERT, (self.owner, batch, n, None, now + self.ttl))
             return True
 
         return bool(await self._run(step))
 
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
-        await self._run(lambda db, now: db.execute(
-            "INSERT OR REPLACE INTO reservations VALUES (?, ?, ?, ?, ?)", (self.owner, batch, n, batch_id, now + self.ttl)))
+        await self._run(lambda db, now: db.execute(_UPSERT, (self.owner, batch, n, batch_id, now + self.ttl)))
 
     async def confirm(self, batch: int, batch_id: str) -> None:
         await self._run(lambda db, now: db.execute(
@@ -197,14 +169,14 @@ class SqliteLedger:
             "DELETE FROM reservations WHERE owner = ? AND batch = ?", (self.owner, batch)))
 
     async def release_all(self) -> None:
-        def step(db: sqlite3.Connection, now: float) -> None:
+        def step(db: Db, now: float) -> None:
             db.execute("DELETE FROM reservations WHERE owner = ?", (self.owner,))
             db.execute("DELETE FROM jobs WHERE owner = ?", (self.owner,))
 
         await self._run(step)
 
     async def heartbeat(self) -> None:
-        def step(db: sqlite3.Connection, now: float) -> None:
+        def step(db: Db, now: float) -> None:
             db.execute("UPDATE reservations SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
             db.execute("UPDATE jobs SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
 
@@ -212,19 +184,20 @@ class SqliteLedger:
 
     async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
         """Register this submitter as the job's live runner; the other live runner's info when there is one."""
-        def step(db: sqlite3.Connection, now: float) -> dict[str, Any] | None:
+        def step(db: Db, now: float) -> dict[str, Any] | None:
             db.execute("DELETE FROM jobs WHERE expires_at < ?", (now,))
             row = db.execute("SELECT owner, info FROM jobs WHERE job = ?", (job,)).fetchone()
             if row is not None and row[0] != self.owner:
                 return dict(json.loads(row[1]))
-            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?)", (job, self.owner, json.dumps(info), now + self.ttl))
+            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET owner = excluded.owner, "
+                       "info = excluded.info, expires_at = excluded.expires_at", (job, self.owner, json.dumps(info), now + self.ttl))
             return None
 
         result = await self._run(step)
         return None if result is None else dict(result)
 
     async def reservations(self) -> list[Reservation]:
-        def step(db: sqlite3.Connection, now: float) -> list[Reservation]:
+        def step(db: Db, now: float) -> list[Reservation]:
             rows = db.execute("SELECT owner, batch, requests, batch_id, expires_at FROM reservations "
                               "WHERE expires_at >= ? ORDER BY owner, batch", (now,)).fetchall()
             return [Reservation(o, b, n, bid, exp - now) for o, b, n, bid, exp in rows]
@@ -232,10 +205,77 @@ class SqliteLedger:
         return list(await self._run(step))
 
     async def ping(self) -> None:
-        return None  # opening it already proved it usable
+        await self._run(lambda db, now: None)
 
     async def close(self) -> None:
         return None
+
+
+class SqliteLedger(SqlLedger):
+    """Several submitters on one host: a SQLite file; BEGIN IMMEDIATE makes each grant atomic across processes."""
+
+    def __init__(self, path: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0) -> None:
+        self.path = path
+        self.owner = owner
+        self.ttl = ttl
+        self.margin = margin
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            # Not created: submitters that mean to share a ledger would each get their own, silently.
+            raise LedgerError(f"ledger sqlite:///{path}: folder {parent} does not exist", setting="ledger")
+        self._tx(lambda db, now: [db.execute(sql) for sql in _SQL_SCHEMA])
+
+    def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
+        """One atomic step on a connection of its own (steps run in worker threads)."""
+        db = SqliteDb.open(self.path, f"ledger sqlite:///{self.path}", LedgerError)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.begin()
+            try:
+                result = fn(db, time.time())
+            except BaseException:
+                db.end(commit=False)
+                raise
+            db.end(commit=True)
+            return result
+        finally:
+            db.close()
+
+
+class PgLedger(SqlLedger):
+    """Submitters on many hosts: PostgreSQL. Each grant holds one advisory lock for its transaction, and every
+    expiry is on the server's clock (no skew between hosts)."""
+
+    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "") -> None:
+        self.owner = owner
+        self.ttl = ttl
+        self.margin = margin
+        self.url = safe_url(url)
+        schema = "gatekeeper_ledger" + (f"_{namespace}" if namespace else "")
+        self._lock = threading.Lock()  # one step at a time on the connection (steps run in worker threads)
+        self.db = PgDb(url, f"ledger {self.url}", LedgerError)
+        self._tx(lambda db, now: [db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'),
+                                  db.execute(f'SET LOCAL search_path TO "{schema}"'),
+                                  *[db.execute(pg_ddl(sql)) for sql in _SQL_SCHEMA]])
+        self.db.schema = schema
+        self.db.execute(f'SET search_path TO "{schema}"')
+
+    def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
+        with self._lock:
+            db = self.db
+            db.begin()
+            try:
+                db.execute("SELECT pg_advisory_xact_lock(?)", (LOCK_LEDGER,))
+                now = float(db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0])
+                result = fn(db, now)
+            except BaseException:
+                db.end(commit=False)
+                raise
+            db.end(commit=True)
+            return result
+
+    async def close(self) -> None:
+        self.db.close()
 
 
 # One Lua script a step: Redis runs each atomically, on the server's clock (no skew between hosts).
@@ -422,7 +462,7 @@ def new_owner() -> str:
 
 
 def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAULT_TTL, margin: int = 0) -> Ledger:
-    """`None` or "local": in-process; "sqlite:///path/to/ledger.db"; "redis://host:port/db"."""
+    """`None` or "local": in-process; "sqlite:///path/to/ledger.db"; "redis://host:port/db"; "postgresql://..."."""
     if not url or url == "local":
         return LocalLedger()
     owner = owner or new_owner()
@@ -434,4 +474,7 @@ def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAU
         return SqliteLedger(path, owner, ttl=ttl, margin=margin)
     if parts.scheme in ("redis", "rediss", "unix"):
         return RedisLedger(url, owner, ttl=ttl, margin=margin)
-    raise LedgerError(f"ledger {safe_url(url)}: expected local, sqlite:///PATH or redis://HOST:PORT/DB", setting="ledger")
+    if is_postgres(url):
+        return PgLedger(url, owner, ttl=ttl, margin=margin)
+    raise LedgerError(f"ledger {safe_url(url)}: expected local, sqlite:///PATH, redis://HOST:PORT/DB or "
+                      "postgresql://USER@HOST:PORT/DB", setting="ledger")

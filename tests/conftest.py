@@ -52,6 +52,21 @@ def pg_url() -> str:
 
 
 @pytest.fixture
+def pg_database(pg_url: str) -> Iterator[str]:
+    """A database of this test's own on the test server (for what shares one ledger or registry per database)."""
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    name = f"t_{os.urandom(6).hex()}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield urlsplit(pg_url)._replace(path=f"/{name}").geturl()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
 def job_name(request: pytest.FixtureRequest) -> str:
     """A job name of this test's own, so tests sharing one PostgreSQL never meet."""
     name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from gatekeeper._errors import UsageError
-from gatekeeper._ledger import LocalLedger, RedisLedger, SqliteLedger, grant, open_ledger
+from gatekeeper._ledger import LocalLedger, PgLedger, RedisLedger, SqliteLedger, grant, open_ledger
 from tests.fakes import running_fake
 from tests.runs import gk
 from tests.scenarios import three_submitters, write_job
@@ -19,7 +19,7 @@ from tests.scenarios import three_submitters, write_job
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 async def make_ledger(request: pytest.FixtureRequest, tmp_path: Path):
     made = []
     if request.param == "redis":
@@ -28,6 +28,14 @@ async def make_ledger(request: pytest.FixtureRequest, tmp_path: Path):
 
         def make(owner: str, ttl: float = 60.0):
             led = RedisLedger(url, owner, ttl=ttl, namespace=ns)
+            made.append(led)
+            return led
+    elif request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+        ns = f"t{time.monotonic_ns()}"
+
+        def make(owner: str, ttl: float = 60.0):
+            led = PgLedger(url, owner, ttl=ttl, namespace=ns)
             made.append(led)
             return led
     else:
@@ -110,7 +118,7 @@ def test_open_ledger_urls(tmp_path: Path) -> None:
     assert isinstance(open_ledger(None), LocalLedger) and isinstance(open_ledger("local"), LocalLedger)
     assert isinstance(open_ledger(f"sqlite://{tmp_path}/l.db", owner="x"), SqliteLedger)
     with pytest.raises(UsageError):
-        open_ledger("postgres://nope")
+        open_ledger("mysql://nope")
 
 
 def test_three_workspaces_with_redis_ledger_no_refusals(tmp_path: Path, redis_url: str) -> None:
@@ -128,6 +136,14 @@ def test_three_workspaces_without_ledger_are_refused(tmp_path: Path) -> None:
     out = three_submitters(tmp_path, ledger=None, hold_until_refused=True)
     assert out.refusals > 0
     assert out.codes == [0, 0, 0] and [s["succeeded"] for s in out.summaries] == [300, 300, 300]
+
+
+def test_three_workspaces_with_postgres_ledger_no_refusals(tmp_path: Path, pg_database: str) -> None:
+    """Three submitters in three workspaces sharing a PostgreSQL ledger: no refusal, never over the ceiling."""
+    out = three_submitters(tmp_path, ledger=pg_database)
+    assert out.codes == [0, 0, 0], out.summaries
+    assert out.refusals == 0 and out.max_depth <= out.ceiling and out.succeeded_twice == 0
+    assert [s["succeeded"] for s in out.summaries] == [300, 300, 300]
 
 
 def test_three_workspaces_with_sqlite_ledger(tmp_path: Path) -> None:
