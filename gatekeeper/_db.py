@@ -173,22 +173,25 @@ class PgDb:
         return self._in_tx
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
-        cursor: Cursor = self._run(lambda: self.conn.execute(self._translate(sql), tuple(args)))
+        cursor: Cursor = self._run(lambda: self.conn.execute(self._translate(sql), tuple(args)), repeatable=not self._in_tx)
         return cursor
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
         if rows:
-            self._run(lambda: self.conn.cursor().executemany(self._translate(sql), rows))
+            self._run(lambda: self.conn.cursor().executemany(self._translate(sql), rows), repeatable=not self._in_tx)
 
-    def _run(self, call: Callable[[], Any]) -> Any:
+    def _run(self, call: Callable[[], Any], *, repeatable: bool) -> Any:
+        """`call`, its errors ours; a lost connection is opened again and the call repeated only when `repeatable`
+        (outside a transaction: a read, or a BEGIN). Inside one, or for a COMMIT, the loss is the caller's error."""
         psycopg = self._psycopg
         try:
             return call()
         except psycopg.OperationalError as exc:
-            if self._in_tx or not self.conn.closed:
-                raise self.error(self._message(exc)) from exc
-            self._reconnect(exc)  # between transactions a read is safe to repeat
+            if not repeatable:
+                raise self.error(self._message(exc) + " (lost inside a transaction, which the server rolled back; "
+                                 "run again to resume)") from exc
+            self._reconnect(exc)
             try:
                 return call()
             except psycopg.Error as again:
@@ -206,8 +209,8 @@ class PgDb:
         if not self._in_tx:
             return
         self._in_tx = False
-        if commit:
-            self._run(lambda: self.conn.execute("COMMIT"))
+        if commit:  # never repeated: a COMMIT on a new connection would "succeed" with nothing to commit
+            self._run(lambda: self.conn.execute("COMMIT"), repeatable=False)
         else:
             try:
                 self.conn.execute("ROLLBACK")

@@ -3,9 +3,13 @@ and its output is rebuilt from the API when it resumes where the file is missing
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,7 +19,9 @@ import pytest
 from gatekeeper import ApiConfig, JobLive, Secret, SubmitSettings, submit_sync
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, output_ids
+from tests.runs import assert_exactly_once, events, gk, output_ids, start_and_wait_for_create
+
+CI_POSTGRES = Path(__file__).resolve().parent.parent / ".ci" / "postgres"
 
 FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
@@ -145,3 +151,40 @@ def test_job_without_a_shared_journal_and_bad_journal_urls_are_usage_errors(tmp_
         assert down.returncode == 2 and "127.0.0.1:9" in down.stderr and "hunter2" not in down.stderr
         assert "Traceback" not in down.stderr and fake.org.records.creates == 0
     assert output_ids(Path(str(path) + ".gatekeeper") / "results.jsonl") == [] or True
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[dict[str, str]]:
+    """A PostgreSQL server of this test's own (it is restarted mid-test): PG_TEST_URL, PG_TEST_DATA, PG_TEST_BIN."""
+    if not shutil.which("pg_ctl") and not list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")):
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide Debian's postgresql")
+        pytest.skip("no PostgreSQL server binaries on this machine")
+    started = subprocess.run([str(CI_POSTGRES), "start"], capture_output=True, text=True, check=True)
+    env = dict(re.findall(r"export (\w+)='([^']*)'", started.stdout))
+    try:
+        yield env
+    finally:
+        subprocess.run([str(CI_POSTGRES), "stop", env["PG_TEST_DATA"]], check=False)
+
+
+def test_a_postgres_restart_mid_run_is_ridden_out(tmp_path: Path, own_postgres: dict[str, str]) -> None:
+    """The server restarted while batches are in flight: the run reconnects (or stops resumably and a rerun ends
+    it); never a traceback, every request once, nothing created twice."""
+    url, password = _without_password(own_postgres["PG_TEST_URL"])
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"r{i:03d}") for i in range(120)])
+    with running_fake(ceiling=60, rate=60) as fake:  # about 2 s of processing: the restart lands mid-run
+        env = env_for(fake, PGPASSWORD=password)
+        args = ["submit", str(path), "--journal", url, "--job", "restart", "--lease-ttl", "5", *FAST]
+        proc = start_and_wait_for_create(args, env, fake)
+        ctl = [f"{own_postgres['PG_TEST_BIN']}/pg_ctl", "-D", f"{own_postgres['PG_TEST_DATA']}/db", "-m", "fast", "-w", "restart"]
+        as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*as_postgres, *ctl], check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, err = proc.communicate(timeout=90)
+        assert "Traceback" not in err and password not in err
+        if proc.returncode != 0:  # stopped resumably, with one line naming the journal
+            assert proc.returncode == 2 and "journal postgresql://" in err.splitlines()[-1] and "run again to resume" in err, err
+            fake.org.config.rate = 4000
+            done = gk(args, env)
+            assert done.returncode == 0, done.stderr
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", {f"r{i:03d}" for i in range(120)})
