@@ -280,7 +280,7 @@ def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSet
         summary = anyio.run(_with_signals, run, progress.close)
     except Interrupted:
         progress.close()
-        resume = "gatekeeper " + " ".join(shlex.quote(a) for a in args.argv)
+        resume = "gatekeeper " + " ".join(shlex.quote(_masked(a)) for a in args.argv)
         print(f"gatekeeper: interrupted; batches already created keep processing. Resume with: {resume}", file=sys.stderr)
         return ExitCode.INTERRUPTED
     finally:
@@ -463,6 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(argv)
         args.argv = argv
+        _warn_passwords_in_argv(argv)
         if not args.command:
             parser.print_help(sys.stderr)
             return ExitCode.USAGE
@@ -478,6 +479,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return ExitCode.OK
+
+
+def _masked(arg: str) -> str:
+    """An argument with the password of any URL in it masked."""
+    if "://" not in arg:
+        return arg
+    from ._db import safe_url
+
+    return safe_url(arg)  # (also --journal=URL)
+
+
+def _warn_passwords_in_argv(argv: list[str]) -> None:
+    """A password written in a URL on the command line can be read by every user of the host (ps)."""
+    if any(_masked(a) != a for a in argv):
+        print("gatekeeper: warning: a URL on the command line holds a password, which other users can read with ps; "
+              "give it in PGPASSWORD or ~/.pgpass (PostgreSQL), or the whole URL in GATEKEEPER_JOURNAL or "
+              "GATEKEEPER_LEDGER", file=sys.stderr)
 
 
 def _for_cli(exc: GatekeeperError) -> str:

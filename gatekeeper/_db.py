@@ -33,13 +33,13 @@ class Cursor(Protocol):
     def __iter__(self) -> Any: ...
 
 
-def safe_url(url: str) -> str:
-    """The URL without its password, for messages (the password never leaves this process in text)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-    return parts._replace(netloc=netloc).geturl()
+_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]*@")
+
+
+def safe_url(text: str) -> str:
+    """`text` with the password of every URL in it masked, for messages (the password never leaves this process
+    in text). A pattern, not a parser: a URL too malformed to parse is masked too."""
+    return _PASSWORD.sub(r"\1***@", text)
 
 
 def is_postgres(url: str | None) -> bool:

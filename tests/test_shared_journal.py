@@ -188,3 +188,21 @@ def test_a_postgres_restart_mid_run_is_ridden_out(tmp_path: Path, own_postgres: 
             done = gk(args, env)
             assert done.returncode == 0, done.stderr
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", {f"r{i:03d}" for i in range(120)})
+
+
+def test_the_password_is_never_in_ps_logs_or_errors(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """From GATEKEEPER_JOURNAL the URL (password and all) is not in the process's command line; events, the
+    interrupt's resume line and the summary never hold it; a password typed on the command line is warned about."""
+    _, password = _without_password(pg_url)
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"p{i:03d}") for i in range(60)])
+    with running_fake(ceiling=30, rate=30) as fake:
+        proc = start_and_wait_for_create(["submit", str(path), "--job", job_name, *FAST],
+                                         env_for(fake, GATEKEEPER_JOURNAL=pg_url), fake)
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and "Resume with: gatekeeper submit" in err
+        assert password not in cmdline + out + err and "--job" in cmdline
+        typed = gk(["submit", str(path), "--journal", pg_url, "--job", job_name, *FAST], env_for(fake))
+        assert typed.returncode == 0, typed.stderr
+        assert "other users can read with ps" in typed.stderr and password not in typed.stderr + typed.stdout
