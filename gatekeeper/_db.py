@@ -92,6 +92,10 @@ class SqliteDb:
         except sqlite3.Error as exc:
             raise self.error(f"{self.where}: {exc}") from exc
 
+    def load(self, insert: str, copy: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Many new rows at once: `insert` (SQLite's executemany)."""
+        self.executemany(insert, rows)
+
     def begin(self, *, write: bool = True) -> None:
         self.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
@@ -180,6 +184,16 @@ class PgDb:
         rows = list(rows)
         if rows:
             self._run(lambda: self.conn.cursor().executemany(self._translate(sql), rows), repeatable=not self._in_tx)
+
+    def load(self, insert: str, copy: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Many new rows at once: `copy` (COPY ... FROM STDIN, about five times faster than INSERTs here)."""
+        def call() -> None:
+            with self.conn.cursor() as cur, cur.copy(copy) as c:
+                for row in rows:
+                    c.write_row(row)
+
+        if rows:
+            self._run(call, repeatable=not self._in_tx)
 
     def _run(self, call: Callable[[], Any], *, repeatable: bool) -> Any:
         """`call`, its errors ours; a lost connection is opened again and the call repeated only when `repeatable`

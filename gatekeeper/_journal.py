@@ -700,7 +700,8 @@ class Settlement:
             self.flush()
 
     def flush(self) -> None:
-        self._db.executemany(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", self._finals)
+        self._db.load(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      f"COPY results ({RESULT_COLUMNS}) FROM STDIN", self._finals)
         self._db.executemany("INSERT INTO pending VALUES (?, ?, ?, ?, ?) ON CONFLICT (line) DO UPDATE SET \"offset\" = excluded.\"offset\", "
                              "length = excluded.length, custom_id = excluded.custom_id, attempt = excluded.attempt", self._retries)
         self._db.executemany("INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (line, attempt) DO UPDATE SET "
