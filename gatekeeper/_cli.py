@@ -49,7 +49,24 @@ def _state_dir(args: argparse.Namespace) -> Path:
         from ._settings import default_state_dir
 
         return default_state_dir(args.input)
+    if getattr(args, "journal", None) and getattr(args, "job", None):
+        return Path.cwd()  # a named job in a shared journal needs no local state to be read
     raise UsageError("give the run's INPUT or --state DIR")
+
+
+def _job(args: argparse.Namespace) -> dict[str, str | None]:
+    """The shared journal and job name a reading command (results, report, cancel) was given; the name, when not
+    given, derived as submit derives it: from the INPUT's sha256 and ANTHROPIC_API_KEY."""
+    if not args.journal or args.job:
+        return {"journal": args.journal, "job": args.job}
+    config = _api_config(required=False)
+    if not args.input or args.input == "-" or config is None:
+        raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
+                         "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
+    from ._inputs import hash_file
+    from ._settings import default_job_name
+
+    return {"journal": args.journal, "job": default_job_name(hash_file(args.input), config.workspace_keys[0].fingerprint())}
 
 
 def _limits(args: argparse.Namespace) -> Limits:
@@ -331,6 +348,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     from ._results import export
     from ._submit import job_summary
 
+    ref = _job(args)  # first: without a name, say how to give one
     state = _state_dir(args)
     only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
     if args.json and not args.out:
@@ -338,11 +356,11 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.out:
         check_writable(args.out)
         with open(args.out, "wb") as f:
-            count = export(state, f, in_order=args.in_order, only=only)
+            count = export(state, f, in_order=args.in_order, only=only, journal_url=ref["journal"], job=ref["job"])
     else:
-        count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only)
+        count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only, journal_url=ref["journal"], job=ref["job"])
         sys.stdout.flush()
-    summary = job_summary(state, load_prices(args.prices))
+    summary = job_summary(state, load_prices(args.prices), **ref)
     if args.json:
         _print_json({**summary.to_json(), "written": count, "written_to": args.out})
     elif args.out:
@@ -357,7 +375,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from ._submit import cancel
 
     config = _api_config()
-    result = anyio.run(lambda: cancel(_state_dir(args), config=config, max_rpm=args.max_rpm))
+    ref = _job(args)  # first: without a name, say how to give one
+    state = _state_dir(args)
+    result = anyio.run(lambda: cancel(state, config=config, max_rpm=args.max_rpm, **ref))
     if args.json:
         _print_json(result)
     else:
@@ -400,8 +420,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ._prices import load_prices
     from ._report import render_html, run_report
 
+    ref = _job(args)  # first: without a name, say how to give one
     state = _state_dir(args)
-    data = run_report(state, load_prices(args.prices))
+    data = run_report(state, load_prices(args.prices), journal=ref["journal"], job=ref["job"])
     if args.json:
         _print_json(data)
         return ExitCode.OK

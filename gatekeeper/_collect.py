@@ -102,11 +102,13 @@ class Collector:
         members = {custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in batch_requests(self.path, self.journal, row)}
         ours = set(members)
         pos, lines, foreign = start, 0, 0
+        # Read once a batch, not once a line: with a journal on a server each read is a round trip.
+        policy = (self._max_attempts(), bool(self.journal.get_meta("user_canceled")))
         async for raw in self.api.iter_results(batch):
             lines += 1
             if lines % 2048 == 0:
                 self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
-            placed = self._settle_line(row, raw, members, ours, s, pos)
+            placed = self._settle_line(row, raw, members, ours, s, pos, policy)
             if placed > 0:
                 out.write(raw + b"\n")
                 pos += placed
@@ -126,7 +128,7 @@ class Collector:
         return pos
 
     def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]], ours: set[str],
-                     s: Settlement, pos: int) -> int:
+                     s: Settlement, pos: int, policy: tuple[int, bool]) -> int:
         """Settle one result line: bytes it adds to the output (0 when it goes to a retry, -1 when not ours).
 
         A line that does not parse, or one of ours a second time, fails the whole download.
@@ -144,7 +146,7 @@ class Collector:
             raise IncompleteDownload(f"batch {row.idx}: the result line for {cid!r} came twice")
         line, off, length, attempt = member
         result = obj.get("result")
-        v = settle(result, attempt=attempt, max_attempts=self._max_attempts(), user_canceled=bool(self.journal.get_meta("user_canceled")))
+        v = settle(result, attempt=attempt, max_attempts=policy[0], user_canceled=policy[1])
         if v.retry:
             s.retry(line, off, length, cid, attempt, row.idx, v.type, v.error_type, raw)
             return 0

@@ -8,7 +8,7 @@ back to it and nothing is written twice.
 In PostgreSQL (`Journal.open_shared`) a job is found by its name, not by a folder:
 `gatekeeper.jobs` maps each name to the schema that holds its tables (the same
 tables and migrations as SQLite), and holds its lease: the host running it and when
-that host was last seen. Every write transaction first checks, under a share lock on
+that host was last seen. Every write transaction first checks, under a key-share lock on
 the job's row, that this run still holds the lease, so a run that lost it (stalled past
 its TTL while another host took over) cannot record another intent.
 
@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from ._db import Db, PgDb, SqliteDb, pg_ddl, safe_url
+from ._db import Db, PgDb, SqliteDb, pg_ddl, require_postgres, safe_url
 from ._errors import JobLive, JournalError, UsageError, os_error
 
 
@@ -150,6 +150,23 @@ def private_dir(path: Path) -> None:
         raise JournalError(os_error(exc, f"cannot use state directory {path}")) from exc
 
 
+def open_job(state_dir: str | os.PathLike[str], *, journal: str | None = None, job: str | None = None,
+             readonly: bool = True) -> Journal:
+    """A job's journal for the commands that read it (or, `readonly=False`, cancel it; never taking its lease):
+    the SQLite journal in `state_dir`, or the job named `job` in the shared `journal`."""
+    if journal:
+        if not job:
+            raise UsageError("a job in a shared journal is found by its name", setting="job")
+        return Journal.open_shared(journal, job, state_dir, readonly=readonly)
+    if job:
+        raise UsageError("a job name needs a postgresql:// journal; a local job is named by its state directory", setting="job")
+    if readonly:
+        return Journal.open_readonly(state_dir)
+    if not (Path(state_dir) / Journal.FILE).exists():
+        raise UsageError(f"no gatekeeper journal in {state_dir}", setting="state_dir")
+    return Journal.open(state_dir)
+
+
 def job_schema(job: str) -> str:
     """The PostgreSQL schema of a named job: a fixed-width digest, so any name is safe as an identifier."""
     return "gk_" + hashlib.sha256(job.encode()).hexdigest()[:24]
@@ -214,6 +231,7 @@ class Journal:
     def open_shared(cls, url: str, job: str, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time,
                     readonly: bool = False, ride_out: float = 60.0) -> Journal:
         """Job `job`'s journal in PostgreSQL, created with its schema on first use (unless `readonly`)."""
+        require_postgres(url)
         where = f"journal {safe_url(url)} (job {job})"
         if not readonly:
             private_dir(Path(state_dir))
@@ -292,7 +310,8 @@ class Journal:
         self._holder = holder
 
     def _check_lease(self) -> None:
-        row = self.db.execute("SELECT holder, info FROM gatekeeper.jobs WHERE name = ? FOR SHARE", (self.job,)).fetchone()
+        # KEY SHARE: a takeover (SELECT ... FOR UPDATE) waits for this transaction; the heartbeat's UPDATE does not.
+        row = self.db.execute("SELECT holder, info FROM gatekeeper.jobs WHERE name = ? FOR KEY SHARE", (self.job,)).fetchone()
         if row is None or row[0] != self._holder:
             where = orjson.loads(row[1]) if row and row[1] else {}
             raise JobLive(f"job {self.job!r} was taken over by {where.get('host', 'another run')} after this run's lease "
@@ -303,6 +322,14 @@ class Journal:
         cur = (db or self.db).execute("UPDATE gatekeeper.jobs SET heartbeat_at = now() WHERE name = ? AND holder = ?",
                                       (self.job, self._holder))
         return cur.rowcount == 1
+
+    def lease(self) -> dict[str, Any] | None:
+        """Who holds this shared journal's job now (host, pid, state_dir, last_seen seconds ago); None when nobody does."""
+        row = self.db.execute("SELECT info, EXTRACT(EPOCH FROM now() - heartbeat_at), ttl FROM gatekeeper.jobs WHERE name = ? "
+                              "AND holder IS NOT NULL", (self.job,)).fetchone()
+        if row is None or row[1] is None or float(row[1]) > float(row[2]):
+            return None
+        return {**(orjson.loads(row[0]) if row[0] else {}), "last_seen": round(float(row[1]), 1)}
 
     def release_lease(self) -> None:
         if self._holder is not None:

@@ -258,13 +258,15 @@ def _add_ledger(p: argparse.ArgumentParser) -> None:
                    "(or GATEKEEPER_LEDGER)")
 
 
-def _add_journal(p: argparse.ArgumentParser) -> None:
+def _add_journal(p: argparse.ArgumentParser, *, lease: bool = True) -> None:
     p.add_argument("--journal", default=os.environ.get("GATEKEEPER_JOURNAL"), metavar="URL",
                    help="keep the job's journal in PostgreSQL (postgresql://USER@HOST:PORT/DB; the password from "
                    "PGPASSWORD or ~/.pgpass, or GATEKEEPER_JOURNAL, so it is not in ps) so it resumes on any host; "
                    "default: SQLite in the state directory")
     p.add_argument("--job", default=None, metavar="NAME",
                    help="the job's name in a --journal database (default: from the input's sha256 and the API key)")
+    if not lease:
+        return
     p.add_argument("--lease-ttl", type=_positive_float, default=60.0, metavar="SECONDS",
                    help="a --journal job held by a run that stopped heartbeating is free after SECONDS (default 60)")
 
@@ -278,6 +280,7 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     """The run a command reads: its INPUT (state beside it) or --state DIR."""
     p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
     _add_state(p)
+    _add_journal(p, lease=False)
 
 
 def _add_state(p: argparse.ArgumentParser) -> None:

@@ -126,5 +126,10 @@ def render_summary(s: Summary) -> str:
         lines.append(f"budget      spent ${s.budget['spent'] or 0:,.2f} of ${s.budget['limit']:,.2f}; "
                      f"{s.budget['held_back']:,} requests not sent. Rerun with a higher --budget to continue "
                      "(nothing already sent is sent again)")
+    if s.rebuilt:
+        lines.append(f"rebuilt     {s.rebuilt['results']:,} results of {s.rebuilt['batches']:,} batches downloaded again into the "
+                     f"output (unavailable: {s.rebuilt.get('unavailable', 0):,}); nothing resent")
     lines.append(f"results     {s.output}")
+    if s.job:
+        lines.append(f"job         {s.job}   (--job: resume or read it from any host with the same --journal)")
     return "\n".join(lines)

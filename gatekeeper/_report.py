@@ -19,23 +19,25 @@ from typing import Any
 import orjson
 
 from ._headroom import parse_time
-from ._journal import BatchRow, Journal
+from ._journal import BatchRow, Journal, open_job
 from ._prices import PriceTable
 from ._summary import summarize
 
 MAX_BARS = 1000  # batches drawn; a run with more shows the first ones and says so
 
 
-def run_report(state_dir: str | os.PathLike[str], prices: PriceTable | None = None, *, now: float | None = None) -> dict[str, Any]:
-    """Every number the report shows, read from the journal in one snapshot."""
+def run_report(state_dir: str | os.PathLike[str], prices: PriceTable | None = None, *, now: float | None = None,
+               journal: str | None = None, job: str | None = None) -> dict[str, Any]:
+    """Every number the report shows, read from the journal in one snapshot (a state directory's, or the job
+    named `job` in the shared `journal`)."""
     now = time.time() if now is None else now
-    j = Journal.open_readonly(state_dir)
+    j = open_job(state_dir, journal=journal, job=job)
     try:
         with j.snapshot():
             report = j.get_meta("report") or {}
             summary = summarize(j, str(j.get_meta("output") or ""), prices=prices).to_json()
             return {
-                "status": _status(Path(state_dir), summary["complete"]), "generated_at": now,
+                "status": _status(j, Path(state_dir), summary["complete"]), "generated_at": now,
                 "input": j.get_meta("input"), "settings": j.get_meta("settings"),
                 "plan": {k: report.get(k) for k in ("requests", "invalid", "lines", "models")},
                 "preflight": report.get("preflight"), "estimate": report.get("estimate"), "summary": summary,
@@ -48,9 +50,11 @@ def run_report(state_dir: str | os.PathLike[str], prices: PriceTable | None = No
         j.close()
 
 
-def _status(state_dir: Path, complete: bool) -> str:
+def _status(j: Journal, state_dir: Path, complete: bool) -> str:
     if complete:
         return "finished"
+    if j.job:  # a shared journal's job is running while its lease is live
+        return "running" if j.lease() else "interrupted"
     try:  # a live submit holds the state directory's lock
         fd = os.open(state_dir / "lock", os.O_RDONLY)
     except OSError:

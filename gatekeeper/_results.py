@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ._errors import OutputError, UsageError, os_error
-from ._journal import Journal
+from ._journal import Journal, open_job
 from ._output import OutputFile
 from ._settle import KNOWN_ERRORS
 
@@ -30,9 +30,12 @@ def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], lis
     return [n for n in names if n in RESULT_TYPES], [n for n in names if n not in RESULT_TYPES]
 
 
-def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool = False, only: Iterable[str] | None = None) -> int:
-    """Write the run's final result lines to `dest`; return how many. Memory stays bounded either way."""
-    journal = Journal.open_readonly(state_dir)
+def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool = False, only: Iterable[str] | None = None,
+           journal_url: str | None = None, job: str | None = None) -> int:
+    """Write the run's final result lines to `dest`; return how many. Memory stays bounded either way.
+
+    The run: its state directory, or the job named `job` in the shared journal at `journal_url`."""
+    journal = open_job(state_dir, journal=journal_url, job=job)
     try:
         with journal.snapshot():  # one snapshot: the committed length and the rows agree
             output = OutputFile(str(journal.get_meta("output") or Path(state_dir) / "results.jsonl"))

@@ -14,10 +14,10 @@ import anyio
 
 from ._admission import admit, batch_size_for, room
 from ._config import ApiConfig
-from ._db import is_postgres, safe_url
+from ._db import require_postgres
 from ._errors import JournalError, LedgerError, UsageError, os_error
 from ._inputs import hash_file
-from ._journal import BatchState, Journal, private_dir
+from ._journal import BatchState, Journal, open_job, private_dir
 from ._ledger import Ledger, new_owner, open_ledger
 from ._loop import Checkpoint, EventSink, Job, ResultSink
 from ._output import check_writable
@@ -130,8 +130,7 @@ def _job_journal(source: Source, path: str, spooled: bool, state_dir: Path, sett
             raise UsageError("a job name needs a postgresql:// journal; a local job is named by "
                              "its state directory", setting="job")
         return _locked_journal(state_dir)
-    if not is_postgres(settings.journal):
-        raise UsageError(f"journal {safe_url(settings.journal)}: expected postgresql://USER@HOST:PORT/DB", setting="journal")
+    require_postgres(settings.journal)
     if spooled:
         private_dir(state_dir)
         _spool(source, path)  # type: ignore[arg-type]  # the resume check compares its sha256 with the job's
@@ -278,7 +277,8 @@ async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None 
         return await plan_checked(source, conn.primary, limits=limits or Limits())
 
 
-async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float = 300.0) -> dict[str, Any]:
+async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float = 300.0,
+                 journal: str | None = None, job: str | None = None) -> dict[str, Any]:
     """Cancel the run's live batches; a rerun of submit then sends nothing new and collects what ended.
 
     The cancel is recorded before any batch is touched, so even a cancel cut short
@@ -286,30 +286,29 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
     already ended (400, 404 or 409 on cancel) counts as not running; the others are
     still canceled.
     """
-    path = Path(state_dir)
-    if not (path / Journal.FILE).exists():
-        raise UsageError(f"no gatekeeper journal in {path}", setting="state_dir")
-    journal = Journal.open(path)
+    j = open_job(state_dir, journal=journal, job=job, readonly=False)
     try:
-        journal.set_meta("user_canceled", True, "user_canceled")
+        j.set_meta("user_canceled", True, "user_canceled")
         canceled = []
         async with connect(config, max_rpm=max_rpm) as conn:
             # (An unknown create has no id yet: the next submit reconciles it and, the cancel recorded, cancels it.)
-            for row in journal.batches(BatchState.CREATED):
+            for row in j.batches(BatchState.CREATED):
                 assert row.batch_id is not None
                 status = await conn.primary.cancel_if_running(row.batch_id)
                 canceled.append({"batch": row.idx, "id": row.batch_id, "status": status})
-        return {"canceled": canceled, "not_sent": sum(b.requests for b in journal.batches(BatchState.PLANNED))}
+        return {"canceled": canceled, "not_sent": sum(b.requests for b in j.batches(BatchState.PLANNED))}
     finally:
-        journal.close()
+        j.close()
 
 
-def job_summary(state_dir: str | os.PathLike[str], prices: PriceTable | None = None) -> Summary:
-    journal = Journal.open(state_dir)
+def job_summary(state_dir: str | os.PathLike[str], prices: PriceTable | None = None, *, journal: str | None = None,
+                job: str | None = None) -> Summary:
+    """How a job stands, from its journal alone: in `state_dir`, or the job named `job` in a shared `journal`."""
+    j = open_job(state_dir, journal=journal, job=job)
     try:
-        return summarize(journal, str(journal.get_meta("output") or Path(state_dir) / "results.jsonl"), prices=prices)
+        return summarize(j, str(j.get_meta("output") or Path(state_dir) / "results.jsonl"), prices=prices)
     finally:
-        journal.close()
+        j.close()
 
 
 

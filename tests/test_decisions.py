@@ -295,3 +295,18 @@ def test_may_spend(spent: float, in_flight: float, worst: float, n: int, action:
     d = may_spend(budget=10.0, spent=spent, in_flight=in_flight, worst=worst, requests=n)
     assert (d.action, d.size) == (action, size)
     assert MIN_BATCH == 100
+
+
+@pytest.mark.parametrize(("ends", "have", "kept"), [
+    ([100, 250, 400], 0, 0),      # the output is gone: rebuild every batch
+    ([100, 250, 400], 99, 0),     # the first batch is torn
+    ([100, 250, 400], 100, 1),    # exactly the first batch
+    ([100, 250, 400], 399, 2),    # the last batch is torn
+    ([100, 250, 400], 400, 3),    # whole (the caller does not rebuild then)
+    ([], 0, 0),
+])
+def test_kept_spans(ends: list[int], have: int, kept: int) -> None:
+    """A rebuild keeps the batches lying whole in the file, and downloads the rest again."""
+    from gatekeeper._rebuild import kept_spans
+
+    assert kept_spans(ends, have) == kept

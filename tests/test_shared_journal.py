@@ -206,3 +206,26 @@ def test_the_password_is_never_in_ps_logs_or_errors(tmp_path: Path, pg_url: str,
         typed = gk(["submit", str(path), "--journal", pg_url, "--job", job_name, *FAST], env_for(fake))
         assert typed.returncode == 0, typed.stderr
         assert "other users can read with ps" in typed.stderr and password not in typed.stderr + typed.stdout
+
+
+def test_results_report_and_cancel_read_a_named_job_from_any_folder(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """The reading commands find a shared journal's job by --job (or by INPUT and key), with --json, from anywhere."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"{job_name}-{i}") for i in range(12)])
+    with running_fake(ceiling=100, rate=4000) as fake:
+        env = env_for(fake)
+        submitted = gk(["submit", str(path), "--journal", pg_url, *FAST], env)
+        assert submitted.returncode == 0, submitted.stderr
+        name = orjson.loads(submitted.stdout)["job"]
+        out = tmp_path / "copy.jsonl"
+        by_name = gk(["results", "--journal", pg_url, "--job", name, "--out", str(out), "--in-order", "--json"], env)
+        assert by_name.returncode == 0 and orjson.loads(by_name.stdout)["written"] == 12, by_name.stderr
+        assert output_ids(out) == [f"{job_name}-{i}" for i in range(12)]
+        by_input = gk(["report", str(path), "--journal", pg_url, "--json"], env)
+        assert by_input.returncode == 0 and orjson.loads(by_input.stdout)["status"] == "finished"
+        assert orjson.loads(by_input.stdout)["summary"]["job"] == name
+        cancel = gk(["cancel", "--journal", pg_url, "--job", name, "--json"], env)
+        assert cancel.returncode == 0 and orjson.loads(cancel.stdout)["canceled"] == []
+        missing = gk(["results", "--journal", pg_url, "--job", "no-such-job", "--json", "--out", str(out)], env)
+        assert missing.returncode == 2 and "no job named 'no-such-job'" in missing.stderr
+        unnamed = gk(["report", "--journal", pg_url], {})
+        assert unnamed.returncode == 2 and "--job NAME" in unnamed.stderr
