@@ -50,8 +50,7 @@ def _lease_expired(args: list[str], env: dict[str, str], timeout: float = 10.0):
         time.sleep(0.2)  # the lease's TTL passing: there is nothing to await
 
 
-@pytest.mark.parametrize("point", ["after-intent:2", "after-create:2", "mid-results:2", "before-results-commit:2",
-                                   "after-create:5"])
+@pytest.mark.parametrize("point", ["after-intent:2", "after-create:2", "mid-results:2", "before-results-commit:2"])
 def test_killed_with_its_disk_then_resumed_on_another_host(tmp_path: Path, pg_url: str, point: str, job_name: str) -> None:
     """SIGKILL at a staggered point, the whole state directory, output and input deleted, then the same job resumed
     from another folder with a copy of the input at another path: one line per request, none created or succeeded

@@ -95,8 +95,8 @@ def rebuild(pg: str, n: int) -> None:
         job = f"bench-rebuild-{uuid.uuid4().hex[:8]}"
         with FakeAPI(cfg) as fake:
             env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-            env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "bench-key"})
-            args = ["--journal", pg, "--job", job, "--json", "--poll", "0.05", "--ceiling", "10000000", "--max-rpm", "60000"]
+            env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "bench-key", "GATEKEEPER_JOURNAL": pg})
+            args = ["--job", job, "--json", "--poll", "0.05", "--ceiling", "10000000", "--max-rpm", "60000"]
             t0 = time.perf_counter()
             done = _submit(first, args, env)
             took = time.perf_counter() - t0
