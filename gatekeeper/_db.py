@@ -237,7 +237,7 @@ class PgDb:
             try:
                 self.conn.execute("ROLLBACK")
             except self._psycopg.Error:
-                pass  # the server rolls back a transaction whose connection is gone
+                return  # the server rolls back a transaction whose connection is gone
 
     def close(self) -> None:
         self.conn.close()

@@ -25,6 +25,7 @@ own creates, so it grants everything.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import socket
@@ -127,15 +128,16 @@ _UPSERT = ("INSERT INTO reservations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, 
 LOCK_LEDGER = 7_046_913_202  # PostgreSQL: the advisory lock every grant takes (one grant at a time, all hosts)
 
 
-class SqlLedger:
+class SqlLedger(abc.ABC):
     """The ledger in a SQL database; each step one atomic transaction (`_tx`), evaluated on the database's clock."""
 
     ttl: float
     owner: str
     margin: int
 
+    @abc.abstractmethod
     def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
-        raise NotImplementedError
+        """Run `fn(db, now)` as one atomic step; its result."""
 
     async def _run(self, fn: Callable[[Db, float], Any]) -> Any:
         return await anyio.to_thread.run_sync(self._tx, fn)

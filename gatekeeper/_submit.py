@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -115,10 +116,8 @@ async def _leased_journal(settings: SubmitSettings, state_dir: Path, name: str) 
         journal.take_lease(new_owner(), info, settings.lease_ttl)
         yield journal
     finally:
-        try:
+        with contextlib.suppress(JournalError):  # unreachable now: the lease expires on its own after lease_ttl
             journal.release_lease()
-        except JournalError:
-            pass  # unreachable now: the lease expires on its own after lease_ttl
         journal.close()
 
 
@@ -131,11 +130,20 @@ def _job_journal(source: Source, path: str, spooled: bool, state_dir: Path, sett
                              "its state directory", setting="job")
         return _locked_journal(state_dir)
     require_postgres(settings.journal)
-    if spooled:
+    if spooled:  # beside, not over, the input: a live run of the job may be reading it (see _adopt_spool)
         private_dir(state_dir)
-        _spool(source, path)  # type: ignore[arg-type]  # the resume check compares its sha256 with the job's
-    name = settings.job or default_job_name(hash_file(path), _key_fingerprint(config))
+        _spool(source, path + ".incoming")  # type: ignore[arg-type]
+    name = settings.job or default_job_name(hash_file(path + ".incoming" if spooled else path), _key_fingerprint(config))
     return _leased_journal(settings, state_dir, name)
+
+
+def _adopt_spool(path: str, journal: Journal) -> None:
+    """Once the lease is ours: the freshly spooled requests become the job's input, if they are the job's."""
+    known = (journal.get_meta("input") or {}).get("sha256")
+    if known is not None and hash_file(path + ".incoming") != known:
+        os.unlink(path + ".incoming")
+        raise JournalError(f"job {journal.job!r} was started with other requests; name another job to start a new one")
+    os.replace(path + ".incoming", path)
 
 
 async def submit(
@@ -163,9 +171,11 @@ async def submit(
         check_writable(os.fspath(settings.out))  # before the state directory exists: a bad path is never journaled
     async with _job_journal(source, path, spooled, state_dir, settings, config) as journal:
         out_path = _out_path(settings, journal)
-        if spooled and not journal.job and not journal.initialized:
+        if spooled and journal.job:
+            _adopt_spool(path, journal)
+        elif spooled and not journal.initialized:
             _spool(source, path)  # type: ignore[arg-type]
-        elif spooled and not journal.job:
+        elif spooled:
             _check_respool(source, path, journal)  # type: ignore[arg-type]
         if ledger is None:
             ledger = open_ledger(settings.ledger, owner=_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin)

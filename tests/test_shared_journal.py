@@ -228,3 +228,49 @@ def test_results_report_and_cancel_read_a_named_job_from_any_folder(tmp_path: Pa
         assert missing.returncode == 2 and "no job named 'no-such-job'" in missing.stderr
         unnamed = gk(["report", "--journal", pg_url], {})
         assert unnamed.returncode == 2 and "--job NAME" in unnamed.stderr
+
+
+def test_damaged_downloads_at_rebuild_are_retried_and_never_resent(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """The API as rough at rebuild as at collection: each batch's next two downloads end short or tear a line;
+    the rebuild retries each until it verifies, writes the output as it was, and sends nothing again."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"d{i:03d}") for i in range(60)])
+    events_seen: list[tuple[str, dict]] = []
+    with running_fake(ceiling=60, rate=4000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        settings = SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / "st", poll=0.05, max_rpm=60_000,
+                                  ceiling=60, min_backoff=0.05)
+        submit_sync(str(path), config=config, settings=settings)
+        out = tmp_path / "st" / "results.jsonl"
+        whole, creates = out.read_bytes(), fake.org.records.creates
+        before = dict(fake.org.records.downloads)
+        fake.org.config.damaged_downloads = 3  # downloads 2 and 3 of every batch are damaged (1 was the first run's)
+        fake.org.config.damage = ("short", "half_line")
+        out.unlink()
+        summary = submit_sync(str(path), config=config, settings=settings, on_event=lambda e, f: events_seen.append((e, f)))
+        assert out.read_bytes() == whole and fake.org.records.creates == creates
+        assert {b: n - before[b] for b, n in fake.org.records.downloads.items()} == {b: 3 for b in before}
+        assert sum(e == "download_failed" and f.get("rebuild") for e, f in events_seen) == 2 * len(before)
+        assert summary.rebuilt == {"batches": len(before), "results": 60, "unavailable": 0}
+
+
+def test_library_iterable_in_a_shared_journal_resumes_and_refuses_other_requests(tmp_path: Path, pg_url: str,
+                                                                                   job_name: str) -> None:
+    """Requests given as dicts are spooled into the state directory; the same job resumes from a new folder with
+    the same requests, and other requests under the same name are refused before anything is sent."""
+    from gatekeeper import JournalError
+
+    items = [req(f"{job_name}-{i}") for i in range(20)]
+    with running_fake(ceiling=100, rate=4000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+
+        def settings(folder: str) -> SubmitSettings:
+            return SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / folder, poll=0.05, max_rpm=60_000, ceiling=100)
+
+        first = submit_sync(items, config=config, settings=settings("a"))
+        creates = fake.org.records.creates
+        again = submit_sync(items, config=config, settings=settings("b"))
+        assert first.succeeded == again.succeeded == 20 and again.rebuilt["results"] == 20
+        with pytest.raises(JournalError, match="other requests"):
+            submit_sync(items[:-1], config=config, settings=settings("b"))
+        assert fake.org.records.creates == creates
+        assert len(output_ids(tmp_path / "b" / "results.jsonl")) == 20
