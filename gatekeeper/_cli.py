@@ -445,6 +445,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     from ._watch import min_interval
 
     config = _api_config()
+    if args.job and not args.journal:
+        raise UsageError("exporter --job reads a job in a shared journal: give --journal URL too")
     prices = load_prices(args.prices)
     snap = Snapshot()
     url, server = serve(snap, args.threshold, args.listen, args.port)
@@ -459,6 +461,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
             try:
                 h, reservations = anyio.run(read)
                 runs = {Path(d).name: run_figures(Path(d), prices) for d in args.state}
+                runs.update({job: run_figures(Path.cwd(), prices, journal=args.journal, job=job) for job in args.job})
             except GatekeeperError as exc:
                 with snap.lock:
                     snap.errors += 1

@@ -21,7 +21,7 @@ from typing import Any
 
 from ._errors import UsageError
 from ._headroom import Headroom, verdict
-from ._journal import BatchState, Journal
+from ._journal import BatchState, open_job
 from ._ledger import Reservation
 from ._prices import PriceTable
 from ._summary import summarize
@@ -42,9 +42,10 @@ class Snapshot:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def run_figures(state_dir: Path, prices: PriceTable) -> dict[str, Any]:
-    """What the exporter shows of one run, from its journal (read-only)."""
-    j = Journal.open_readonly(state_dir)
+def run_figures(state_dir: Path, prices: PriceTable, *, journal: str | None = None, job: str | None = None) -> dict[str, Any]:
+    """What the exporter shows of one run, from its journal (read-only): a state directory's, or job `job`'s in the
+    shared `journal`."""
+    j = open_job(state_dir, journal=journal, job=job)
     try:
         with j.snapshot():
             s = summarize(j, "", prices=prices)

@@ -213,6 +213,9 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
                    help="seconds between readings (default 30; never faster than --max-rpm allows)")
     p.add_argument("--state", action="append", default=[], metavar="DIR", help="a run's state directory (repeatable)")
+    p.add_argument("--journal", default=os.environ.get("GATEKEEPER_JOURNAL"), metavar="URL",
+                   help="the shared journal (postgresql://...) of the jobs given by --job")
+    p.add_argument("--job", action="append", default=[], metavar="NAME", help="a job in the --journal (repeatable)")
     _add_ceiling(p)
     p.add_argument("--threshold", type=_percent, default=80, metavar="PCT", help="occupancy at which the verdict is near-limit")
     _add_ledger(p)

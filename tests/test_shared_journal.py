@@ -274,3 +274,26 @@ def test_library_iterable_in_a_shared_journal_resumes_and_refuses_other_requests
             submit_sync(items[:-1], config=config, settings=settings("b"))
         assert fake.org.records.creates == creates
         assert len(output_ids(tmp_path / "b" / "results.jsonl")) == 20
+
+
+def test_exporter_shows_a_job_of_the_shared_journal(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """`exporter --journal URL --job NAME` serves the job's figures under its name, wherever it ran."""
+    from tests.runs import start
+    from tests.test_exporter import _wait_for
+
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"{job_name}-{i}") for i in range(15)])
+    url_only, password = _without_password(pg_url)
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        env = env_for(fake, PGPASSWORD=password)
+        assert gk(["submit", str(path), "--journal", url_only, "--job", job_name, *FAST], env).returncode == 0
+        proc = start(["exporter", "--port", "0", "--interval", "1", "--json", "--journal", url_only, "--job", job_name,
+                      "--max-rpm", "60000"], env)
+        try:
+            assert proc.stdout is not None
+            m = _wait_for(orjson.loads(proc.stdout.readline())["url"], "gatekeeper_readings_total", 1)
+            run = (("run", job_name),)
+            assert m[("gatekeeper_run_requests", run)] == 15
+            assert m[("gatekeeper_run_final_requests", (*run, ("type", "succeeded")))] == 15
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=20)
