@@ -16,6 +16,7 @@ the end, after the file is on disk.
 from __future__ import annotations
 
 import bisect
+import os
 import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any, BinaryIO
@@ -161,6 +162,7 @@ class Rebuilder:
             reason = incomplete_reason(count, total_requests(batch), len(ours) - len(spool.index))
             if reason:
                 raise IncompleteDownload(f"batch {row.idx} ({row.batch_id}): {reason}")
+            spool.file.flush()
         except BaseException:
             spool.close()
             raise
@@ -192,13 +194,9 @@ class Spooled:
         self.file.write(raw + b"\n")
 
     def get(self, cid: str) -> bytes | None:
+        """One line, read in one call (every `add` is done and flushed by then)."""
         at = self.index.get(cid)
-        if at is None:
-            return None
-        self.file.seek(at[0])
-        data = self.file.read(at[1])
-        self.file.seek(0, 2)
-        return data
+        return None if at is None else os.pread(self.file.fileno(), at[1], at[0])
 
     def close(self) -> None:
         self.file.close()
