@@ -13,13 +13,11 @@ line, so a duplicate report is exact.
 from __future__ import annotations
 
 import mmap
-import multiprocessing
 import os
+import pickle
+import signal
 from array import array
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import compress
@@ -134,14 +132,82 @@ def _merge_peaks(peaks: dict[str, int] | None, piece: dict[str, int]) -> None:
             peaks[name] = max(top, peaks.get(name, 0))
 
 
-def _result(future: Future[Piece], path: str) -> Piece:
-    """A worker's piece; its failures as one InputError (the mapping of worker errors, in one place)."""
+def _work(task: Callable[[int], Piece], k: int, workers: int, count: int, out: int) -> None:
+    """A forked worker: pieces k, k + workers, ... in turn, each sent as soon as it is made (the pipe's buffer
+    holds the worker back when it runs ahead of the parent)."""
+    for i in range(k, count, workers):
+        try:
+            message: Any = ("ok", task(i))
+        except InputError as exc:
+            message = ("error", str(exc))
+        except OSError as exc:
+            message = ("error", exc.strerror or str(exc))
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        os.write(out, len(data).to_bytes(8, "little"))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view):]
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    parts, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def forked_map(task: Callable[[int], Piece], count: int, workers: int, path: str) -> Iterator[Piece]:
+    """`task(0)`, `task(1)`, ... `task(count - 1)` in forked workers, yielded in order; a worker's failure as one
+    InputError (the mapping of worker errors, in one place).
+
+    Plain fork and pipes, not a process pool: `plan` is timed with its start-up, and the pool's imports and
+    start cost about 50 ms. Forked workers inherit the loaded code (spawn would re-run a caller's unguarded
+    script); forking is unsafe in a process running threads, which is why only the CLI asks for workers by
+    default: `plan` runs before it starts any."""
+    pipes, pids = [], []
     try:
-        return future.result()
-    except BrokenProcessPool:  # e.g. SIGBUS: the file shrank under a worker's mapping
-        raise InputError(f"cannot read {path}: a reader process died (did the file change?)") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        for k in range(workers):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns into the parent's code
+                code = 0
+                try:
+                    os.close(r)
+                    _work(task, k, workers, count, w)
+                except BaseException:
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(w)
+            pipes.append(r)
+            pids.append(pid)
+        for i in range(count):
+            yield _receive(pipes[i % workers], path)
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)  # a worker still running when the parent stops early
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+        for r in pipes:
+            os.close(r)
+
+
+def _receive(fd: int, path: str) -> Piece:
+    head = _read_exactly(fd, 8)
+    body = None if head is None else _read_exactly(fd, int.from_bytes(head, "little"))
+    if body is None:  # e.g. SIGBUS: the file shrank under a worker's mapping
+        raise InputError(f"cannot read {path}: a reader process died (did the file change?)")
+    kind, value = pickle.loads(body)  # noqa: S301 -- written by our own forked worker, over a private pipe
+    if kind == "error":
+        raise InputError(value if value.startswith("cannot read") else f"cannot read {path}: {value}")
+    piece: Piece = value
+    return piece
 
 
 def _drop_duplicates(dups: list[tuple[int, int]], base: int, columns: tuple[array[int], array[int], array[int]],
@@ -200,38 +266,22 @@ def parallel_scan(
     index = IdIndex(confirm=lambda offset: request_at(offset)[0])
     sized = False
     base = 0  # lines before the current piece
-    pending: deque[Future[Piece]] = deque()
-    # fork: workers inherit the loaded code instead of re-importing the caller's __main__ (spawn would re-run an
-    # unguarded script). Forking is unsafe in a process running threads, which is why only the CLI asks for
-    # workers by default: `plan` runs before it starts any.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        try:
-            todo = iter(bounds)
-            for start, end in todo:
-                pending.append(pool.submit(scan_piece, path, start, end, item_limit, rules))
-                if len(pending) >= 2 * workers:
-                    break
-            while pending:
-                piece = _result(pending.popleft(), path)
-                count, nbytes, rel, offs, lens, hashes, names, counts, sizes, rejected, piece_peaks = piece
-                _merge_peaks(peaks, piece_peaks)
-                nxt = next(todo, None)
-                if nxt is not None:
-                    pending.append(pool.submit(scan_piece, path, nxt[0], nxt[1], item_limit, rules))
-                if not sized and count:
-                    index.reserve(int(size / (nbytes / count) * 1.1))
-                    sized = True
-                dups = index.add_many(rel, offs, hashes, base)
-                named, (rel, offs, lens) = _drop_duplicates(dups, base, (rel, offs, lens), names, counts, sizes, request_at)
-                _merge_models(models, model_bytes, names, counts, sizes)
-                yield Segment(base, rel, offs, lens, sum(sizes))
-                for rej in sorted([Rejection(base + e.line, e.custom_id, e.reason) for e in rejected] + named,
-                                  key=lambda e: e.line):
-                    reject(rej)
-                base += count
-        finally:
-            for f in pending:
-                f.cancel()
-            os.close(fd)
+    try:
+        for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules), len(bounds), workers, path):
+            count, nbytes, rel, offs, lens, hashes, names, counts, sizes, rejected, piece_peaks = piece
+            _merge_peaks(peaks, piece_peaks)
+            if not sized and count:
+                index.reserve(int(size / (nbytes / count) * 1.1))
+                sized = True
+            dups = index.add_many(rel, offs, hashes, base)
+            named, (rel, offs, lens) = _drop_duplicates(dups, base, (rel, offs, lens), names, counts, sizes, request_at)
+            _merge_models(models, model_bytes, names, counts, sizes)
+            yield Segment(base, rel, offs, lens, sum(sizes))
+            for rej in sorted([Rejection(base + e.line, e.custom_id, e.reason) for e in rejected] + named,
+                              key=lambda e: e.line):
+                reject(rej)
+            base += count
+    finally:
+        os.close(fd)
     stats.lines = base
     stats.end_offset = size
