@@ -482,9 +482,9 @@ COMMANDS = {"plan": cmd_plan, "status": cmd_status, "submit": cmd_submit, "resul
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
         args.argv = argv
         _warn_passwords_in_argv(argv)
