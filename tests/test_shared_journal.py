@@ -297,3 +297,16 @@ def test_exporter_shows_a_job_of_the_shared_journal(tmp_path: Path, pg_url: str,
         finally:
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=20)
+
+
+def test_a_lost_output_is_rebuilt_with_the_local_journal_too(tmp_path: Path) -> None:
+    """The SQLite journal in the state directory: a deleted results file is downloaded again, not padded or lost."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"l{i}") for i in range(40)])
+    with running_fake(ceiling=100, rate=4000) as fake:
+        assert gk(["submit", str(path), *FAST], env_for(fake)).returncode == 0
+        out = Path(str(path) + ".gatekeeper") / "results.jsonl"
+        whole, creates = out.read_bytes(), fake.org.records.creates
+        out.unlink()
+        again = gk(["submit", str(path), *FAST], env_for(fake))
+        assert again.returncode == 0 and out.read_bytes() == whole and fake.org.records.creates == creates
+        assert orjson.loads(again.stdout)["rebuilt"]["results"] == 40
