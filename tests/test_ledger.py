@@ -21,28 +21,22 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(params=["sqlite", "redis", "postgres"])
 async def make_ledger(request: pytest.FixtureRequest, tmp_path: Path):
+    """Ledgers of one shared store (a namespace of this test's own), one per owner."""
     made = []
+    ns = f"t{time.monotonic_ns()}"
     if request.param == "redis":
         url = request.getfixturevalue("redis_url")
-        ns = f"t{time.monotonic_ns()}"
-
-        def make(owner: str, ttl: float = 60.0):
-            led = RedisLedger(url, owner, ttl=ttl, namespace=ns)
-            made.append(led)
-            return led
+        open_one = lambda owner, ttl: RedisLedger(url, owner, ttl=ttl, namespace=ns)  # noqa: E731
     elif request.param == "postgres":
         url = request.getfixturevalue("pg_url")
-        ns = f"t{time.monotonic_ns()}"
-
-        def make(owner: str, ttl: float = 60.0):
-            led = PgLedger(url, owner, ttl=ttl, namespace=ns)
-            made.append(led)
-            return led
+        open_one = lambda owner, ttl: PgLedger(url, owner, ttl=ttl, namespace=ns)  # noqa: E731
     else:
-        def make(owner: str, ttl: float = 60.0):
-            led = SqliteLedger(str(tmp_path / "ledger.db"), owner, ttl=ttl)
-            made.append(led)
-            return led
+        open_one = lambda owner, ttl: SqliteLedger(str(tmp_path / "ledger.db"), owner, ttl=ttl)  # noqa: E731
+
+    def make(owner: str, ttl: float = 60.0):
+        made.append(open_one(owner, ttl))
+        return made[-1]
+
     yield make
     for led in made:
         await led.close()
