@@ -47,9 +47,10 @@ class Rebuilder:
     """Rebuilds one job's output from the API; `run()` returns what it did, or None when the file was whole."""
 
     def __init__(self, journal: Journal, api: ApiClient, out: OutputFile, settings: SubmitSettings, *, path: str,
-                 emit: EventSink, clock: Callable[[], float], wait: Callable[[float], Awaitable[None]]) -> None:
+                 emit: EventSink, clock: Callable[[], float], wait: Callable[[float], Awaitable[None]],
+                 check_stop: Callable[[], None]) -> None:
         self.journal, self.api, self.out, self.s, self.path = journal, api, out, settings, path
-        self.emit, self.clock, self.wait = emit, clock, wait
+        self.emit, self.clock, self.wait, self.check_stop = emit, clock, wait, check_stop
         self.moved: list[tuple[int, int, int]] = []  # (offset, length, line) of rows whose place changed
         self.unavailable: list[int] = []
         self.counts = {"batches": 0, "results": 0, "unavailable": 0}
@@ -67,6 +68,7 @@ class Rebuilder:
         self.emit("output_rebuilding", {"output": self.out.path, "have": have, "committed": committed,
                                         "batches": len(spans) - keep, "kept_batches": keep})
         for batch, _, _ in spans[keep:]:
+            self.check_stop()  # stopped between batches: the whole ones stay, a rerun goes on from there
             pos = await self._batch(batch, pos)
         self.journal.rebuilt(self.moved, self.unavailable, pos, self.counts)
         self.emit("output_rebuilt", dict(self.counts))
