@@ -63,10 +63,9 @@ def _job(args: argparse.Namespace) -> dict[str, str | None]:
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
                          "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
-    from ._inputs import hash_file
-    from ._settings import default_job_name
+    from ._submit import job_name_of
 
-    return {"journal": args.journal, "job": default_job_name(hash_file(args.input), config.workspace_keys[0].fingerprint())}
+    return {"journal": args.journal, "job": job_name_of(args.input, config)}
 
 
 def _limits(args: argparse.Namespace) -> Limits:

@@ -16,7 +16,15 @@ from typing import Any, BinaryIO
 import orjson
 
 from ._client import ApiClient
-from ._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait, incomplete_reason, when_results_missing
+from ._downloads import (
+    MISSING_RESULT,
+    RESULTS_UNAVAILABLE,
+    Missing,
+    MissingVerdict,
+    download_wait,
+    incomplete_reason,
+    when_results_missing,
+)
 from ._errors import IncompleteDownload, NotFoundError, RateLimited, ServerError, TransportError
 from ._headroom import parse_time, total_requests
 from ._inputs import batch_requests
@@ -30,6 +38,14 @@ EventSink = Callable[[str, dict[str, Any]], None]
 
 def custom_id(line: bytes) -> str:
     return str(orjson.loads(line).get("custom_id"))
+
+
+def missing_verdict(row: BatchRow, batch: dict[str, Any] | None, settings: SubmitSettings, now: float) -> MissingVerdict:
+    """What to do about a batch whose results are missing (404, null results_url, archived), at collection or rebuild."""
+    return when_results_missing(
+        archived=bool(batch and batch.get("archived_at")), now=now, grace=settings.results_grace,
+        ended_at=parse_time(row.ended_at or (batch or {}).get("ended_at")), created_at=parse_time(row.created_at),
+        retention=settings.retention)
 
 
 class Collector:
@@ -165,10 +181,7 @@ class Collector:
 
     def _results_missing(self, row: BatchRow, batch: dict[str, Any] | None) -> None:
         """A 404 or a null results_url: wait within the grace, else final lines that say so (never resent)."""
-        v = when_results_missing(
-            archived=bool(batch and batch.get("archived_at")), now=self.clock(), grace=self.s.results_grace,
-            ended_at=parse_time(row.ended_at or (batch or {}).get("ended_at")), created_at=parse_time(row.created_at),
-            retention=self.s.retention)
+        v = missing_verdict(row, batch, self.s, self.clock())
         if v.action is Missing.WAIT:
             return self._later(row, "results_pending", v.reason)
         start = self.journal.committed_output()

@@ -174,6 +174,11 @@ class PgDb:
                 self.sleep(wait)
                 wait = min(wait * 2, 5.0)
 
+    def use_schema(self, schema: str) -> None:
+        """Put `schema` on this connection's search path, now and after any reconnect."""
+        self.schema = schema
+        self.execute(f'SET search_path TO "{schema}"')
+
     def _translate(self, sql: str) -> str:
         out = self._sql.get(sql)
         if out is None:

@@ -245,8 +245,7 @@ class Journal:
                 raise UsageError(f"no job named {job!r} in {safe_url(url)}", setting="job")
         else:
             _pg_locked(db, lambda: _pg_register(db, job, schema))
-        db.schema = schema
-        db.execute(f'SET search_path TO "{schema}"')
+        db.use_schema(schema)
         journal = cls(db, Path(state_dir), clock=clock, job=job)
         if not readonly:
             _pg_locked(db, journal._migrate)

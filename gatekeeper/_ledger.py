@@ -259,8 +259,7 @@ class PgLedger(SqlLedger):
         self._tx(lambda db, now: [db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'),
                                   db.execute(f'SET LOCAL search_path TO "{schema}"'),
                                   *[db.execute(pg_ddl(sql)) for sql in _SQL_SCHEMA]])
-        self.db.schema = schema
-        self.db.execute(f'SET search_path TO "{schema}"')
+        self.db.use_schema(schema)
 
     def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
         with self._lock:

@@ -24,9 +24,10 @@ from typing import Any, BinaryIO
 import orjson
 
 from ._client import ApiClient
-from ._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait, incomplete_reason, when_results_missing
+from ._collect import custom_id, missing_verdict
+from ._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait, incomplete_reason
 from ._errors import IncompleteDownload, NotFoundError, OutputError, RateLimited, ServerError, TransportError, os_error
-from ._headroom import parse_time, total_requests
+from ._headroom import total_requests
 from ._inputs import batch_requests
 from ._journal import BatchRow, Journal
 from ._output import OutputFile
@@ -140,10 +141,7 @@ class Rebuilder:
                 await self.wait(delay)
 
     def _gone(self, row: BatchRow, batch: dict[str, Any] | None) -> bool:
-        v = when_results_missing(archived=bool(batch and batch.get("archived_at")), now=self.clock(),
-                                 grace=self.s.results_grace, ended_at=parse_time(row.ended_at),
-                                 created_at=parse_time(row.created_at), retention=self.s.retention)
-        return v.action is Missing.UNAVAILABLE
+        return missing_verdict(row, batch, self.s, self.clock()).action is Missing.UNAVAILABLE
 
     async def _fetch(self, row: BatchRow) -> Spooled | None:
         batch = await self.api.retrieve_batch(str(row.batch_id))
@@ -151,7 +149,7 @@ class Rebuilder:
             if self._gone(row, batch):
                 return None
             raise IncompleteDownload(f"batch {row.idx}: results not available yet")  # waited out, as at collection
-        ours = {orjson.loads(body).get("custom_id") for _, _, body, _ in batch_requests(self.path, self.journal, row)}
+        ours = {custom_id(body) for _, _, body, _ in batch_requests(self.path, self.journal, row)}
         spool, count = Spooled(self.journal), 0
         try:
             async for raw in self.api.iter_results(batch):

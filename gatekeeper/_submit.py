@@ -101,9 +101,10 @@ async def _locked_journal(state_dir: Path) -> AsyncIterator[Journal]:
         journal.close()
 
 
-def _key_fingerprint(config: ApiConfig) -> str:
+def job_name_of(path: str, config: ApiConfig) -> str:
+    """A job's default name: the input's content (any path) sent with the first workspace key."""
     config.require_workspace_key()
-    return config.workspace_keys[0].fingerprint()
+    return default_job_name(hash_file(path), config.workspace_keys[0].fingerprint())
 
 
 @asynccontextmanager
@@ -133,7 +134,7 @@ def _job_journal(source: Source, path: str, spooled: bool, state_dir: Path, sett
     if spooled:  # beside, not over, the input: a live run of the job may be reading it (see _adopt_spool)
         private_dir(state_dir)
         _spool(source, path + ".incoming")  # type: ignore[arg-type]
-    name = settings.job or default_job_name(hash_file(path + ".incoming" if spooled else path), _key_fingerprint(config))
+    name = settings.job or job_name_of(path + ".incoming" if spooled else path, config)
     return _leased_journal(settings, state_dir, name)
 
 
