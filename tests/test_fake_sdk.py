@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
-import anthropic
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 import httpx
 import pytest
 
 from gatekeeper.testing import Fault, Outcome
 from tests.fakes import ADMIN, WS1, WS2, running_fake
 
+if TYPE_CHECKING:
+    import anthropic as anthropic_module
+
+# The SDK takes some 2.5 s of CPU to import: only the one worker that runs this file pays it (`--dist loadgroup`).
+pytestmark = pytest.mark.xdist_group("anthropic-sdk")
+
+
+@pytest.fixture(scope="module")
+def anthropic() -> ModuleType:
+    import anthropic as module
+
+    return module
+
 
 @pytest.fixture
-def sdk():
+def sdk(anthropic: ModuleType):
     """Make SDK clients that are closed after the test (an unclosed pool leaks sockets into later tests)."""
     made = []
 
-    def make(url: str, key: str) -> anthropic.Anthropic:
+    def make(url: str, key: str) -> anthropic_module.Anthropic:
         client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
         made.append(client)
         return client
@@ -29,7 +44,7 @@ def _req(cid: str, model: str = "claude-haiku-4-5") -> dict:
     return {"custom_id": cid, "params": {"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}}
 
 
-def test_sdk_full_lifecycle(sdk) -> None:
+def test_sdk_full_lifecycle(sdk, anthropic) -> None:
     """create, retrieve, list with pagination, results, cancel and delete all parse in the SDK's models."""
     rule = lambda cid, model, attempt: Outcome("errored", "invalid_request_error") if model == "nope" else None  # noqa: E731
     with running_fake(rate=1e9, speed=1.0, outcome=rule) as fake:
@@ -67,7 +82,7 @@ def test_sdk_cancel_goes_canceling_then_ended(sdk) -> None:
         assert {r.result.type for r in client.messages.batches.results(b.id)} == {"canceled"}
 
 
-def test_sdk_rate_limits_admin_endpoint(sdk) -> None:
+def test_sdk_rate_limits_admin_endpoint(sdk, anthropic) -> None:
     """client.beta.organization.rate_limits.list parses the batch group, and pages are followed."""
     with running_fake(ceiling=200_000, rate_limit_page_size=1, rate_limit_empty_first_page=True) as fake:
         admin = sdk(fake.url, ADMIN)
@@ -82,7 +97,7 @@ def test_sdk_rate_limits_admin_endpoint(sdk) -> None:
             admin.messages.batches.list()
 
 
-def test_queue_ceiling_refuses_whole_batch_with_429(sdk) -> None:
+def test_queue_ceiling_refuses_whole_batch_with_429(sdk, anthropic) -> None:
     """A create that would push the organization's queue over the ceiling is refused whole."""
     with running_fake(ceiling=10, rate=0.0) as fake:
         sdk1 = sdk(fake.url, WS1)
@@ -97,7 +112,7 @@ def test_queue_ceiling_refuses_whole_batch_with_429(sdk) -> None:
         assert fake.org.records.max_depth == 6
 
 
-def test_envelope_validation_and_413(sdk) -> None:
+def test_envelope_validation_and_413(sdk, anthropic) -> None:
     """Duplicate custom_id and bad patterns are 400 for the whole batch; oversize bodies get the bare 413."""
     with running_fake(max_body_bytes=2000) as fake:
         client = sdk(fake.url, WS1)
@@ -116,7 +131,7 @@ def test_envelope_validation_and_413(sdk) -> None:
         assert r.status_code == 400
 
 
-def test_lost_response_after_commit(sdk) -> None:
+def test_lost_response_after_commit(sdk, anthropic) -> None:
     """drop_after_commit creates the batch but the client sees no answer (the case that makes SDKs double-create)."""
     with running_fake() as fake:
         fake.inject(Fault("create", kind="drop_after_commit"))
@@ -141,7 +156,7 @@ def test_results_order_is_shuffled_and_lines_end_in_newline(sdk) -> None:
         assert sorted(order) == sorted(f"r{i}" for i in range(50)) and order != [f"r{i}" for i in range(50)]
 
 
-def test_sdk_parses_the_models_api_and_count_tokens(sdk) -> None:
+def test_sdk_parses_the_models_api_and_count_tokens(sdk, anthropic) -> None:
     """models.retrieve (an alias resolves), models.list (paged) and messages.count_tokens parse in the SDK's types;
     an unknown model is the SDK's NotFoundError."""
     with running_fake() as fake:
