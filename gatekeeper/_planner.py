@@ -6,7 +6,6 @@ Both walk the same `reader.scan` and the same `sizing.Packer`, so the batches
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -149,7 +148,11 @@ def plan(
 def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: ModelRules | None) -> None:
     """One process, one Python step a request, cut by `Packer` (the one packing rule)."""
     stats = ScanStats()
-    hasher = hashlib.sha256() if hash_content else None
+    hasher = None
+    if hash_content:
+        import hashlib  # (only a submit hashes its input: plan starts without it)
+
+        hasher = hashlib.sha256()
     packer = Packer(report.limits)
     batches, models, model_bytes = report.batches, report.models, report.model_bytes
     total = largest = 0
