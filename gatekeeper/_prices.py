@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import orjson
 
 from ._errors import UsageError
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 BATCH_DISCOUNT = 0.5
 CACHE_READ = 0.1
@@ -57,7 +53,7 @@ class PriceTable:
         return BATCH_DISCOUNT * (input_tokens * pin + output_tokens * pout + cache_write * pcw + cache_read * pcr) / 1e6
 
 
-def load_prices(path: str | Path | None = None) -> PriceTable:
+def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
     try:
         data = orjson.loads(_builtin_table() if path is None else _read(path))
         rows = {str(k): _price_row(v) for k, v in data["models"].items()}
@@ -77,7 +73,7 @@ def _builtin_table() -> bytes:
     return resources.files("gatekeeper").joinpath("prices.json").read_bytes()
 
 
-def _read(path: str | Path) -> bytes:
+def _read(path: str | os.PathLike[str]) -> bytes:
     with open(path, "rb") as f:
         return f.read()
 
