@@ -6,7 +6,8 @@ JSON or other scripts). A few dozen requests per model, counted by
 tokens per byte of request JSON; the estimate is that ratio of sums times the
 model's bytes, reported with the sample size and the spread of the per-request
 ratios. The sample is read at seeded random byte offsets of the file (no extra
-pass over millions of lines), so the same file always gives the same sample.
+pass over millions of lines), so the same file always gives the same sample; a
+file of at most 4 MB is read whole instead.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ._errors import ApiError, TransportError, Unreachable
 
 SAMPLE_PER_MODEL = 50
 MAX_PROBES = 20_000  # random lines read at most, all models together
+WHOLE_FILE_BYTES = 4 << 20  # a file this small is read whole (a few ms) rather than probed
 CONCURRENCY = 8  # count_tokens calls in flight at once
 # What count_tokens takes of a batch request's params: the prompt, not the sampling settings or max_tokens.
 COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking")
@@ -42,6 +44,8 @@ def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_M
     picked: dict[str, list[tuple[int, dict[str, Any]]]] = {m: [] for m in wanted}
     size = os.path.getsize(path)
     rng = random.Random(seed)
+    if size <= WHOLE_FILE_BYTES:
+        return _reservoirs(path, picked, per_model, rng)
     seen: set[int] = set()
     with open(path, "rb") as f:
         for _ in range(max_probes if size else 0):
@@ -50,6 +54,9 @@ def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_M
             f.seek(rng.randrange(size))
             f.readline()  # to the next line start
             start = f.tell()
+            if start >= size:  # past the last line: the first comes next (else no probe could ever pick it)
+                start = 0
+                f.seek(0)
             line = f.readline().strip()
             if not line or start in seen:
                 continue
@@ -58,6 +65,29 @@ def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_M
             model = params.get("model") if params else None
             if params and model in wanted and len(picked[model]) < per_model:
                 picked[model].append((len(line), params))
+    return picked
+
+
+def _reservoirs(path: str, picked: dict[str, list[tuple[int, dict[str, Any]]]], per_model: int,
+                rng: random.Random) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """A small file read whole: each model's sample drawn uniformly from all its lines (reservoir sampling).
+
+    Random probes would keep landing on lines already taken, up to `max_probes` times, for any model with fewer
+    lines than the sample (every model of a small file)."""
+    seen = dict.fromkeys(picked, 0)
+    with open(path, "rb") as f:
+        for raw in f:
+            line = raw.strip()
+            params = _params(line) if line else None
+            model = params.get("model") if params else None
+            if params is None or model not in seen:
+                continue
+            seen[model] += 1
+            rows = picked[model]
+            if len(rows) < per_model:
+                rows.append((len(line), params))
+            elif (k := rng.randrange(seen[model])) < per_model:
+                rows[k] = (len(line), params)
     return picked
 
 

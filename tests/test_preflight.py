@@ -182,6 +182,30 @@ def test_token_estimate_is_measured_within_5_percent(tmp_path: Path) -> None:
     assert "bytes / 4" in bare["method"] and all(m["method"] == "bytes / 4" for m in bare["models"].values())
 
 
+@pytest.mark.parametrize("whole", [True, False], ids=["read-whole", "probed"])
+@pytest.mark.parametrize(("lines_a", "lines_b", "per_model"), [(3, 0, 5), (40, 7, 5), (200, 1, 50), (0, 0, 5)])
+def test_token_sample_is_each_models_lines_up_to_the_size_reproducibly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool, lines_a: int, lines_b: int, per_model: int) -> None:
+    """Each model's sample is min(its lines, per_model) distinct lines, the same on every run, whether the file is
+    small enough to be read whole or large enough to be probed at random offsets."""
+    import gatekeeper._calibrate as calibrate
+
+    if not whole:
+        monkeypatch.setattr(calibrate, "WHOLE_FILE_BYTES", 0)
+    rows = [req(f"a{i}", model="m-a", text=f"a {i}") for i in range(lines_a)] + \
+           [req(f"b{i}", model="m-b", text=f"b {i}") for i in range(lines_b)]
+    path = str(write_jsonl(tmp_path / "in.jsonl", rows))
+    picked = calibrate.pick_samples(path, ["m-a", "m-b", "m-none"], per_model=per_model)
+    texts = {m: [p["messages"][0]["content"] for _, p in rows] for m, rows in picked.items()}
+    want = {"m-a": lines_a, "m-b": lines_b, "m-none": 0}
+    for model, have in want.items():
+        sample = texts[model]
+        assert len(sample) == len(set(sample)) == min(have, per_model), (model, sample)
+    if whole:  # every line of a model is read: a model with fewer lines than the sample has all of them
+        assert lines_b > per_model or sorted(texts["m-b"]) == sorted(f"b {i}" for i in range(lines_b))
+    assert calibrate.pick_samples(path, ["m-a", "m-b", "m-none"], per_model=per_model) == picked
+
+
 async def test_library_preflight_reports_models_and_tokens(tmp_path: Path) -> None:
     """gatekeeper.preflight (the library) gives plan's report with the models judged and the tokens measured."""
     import gatekeeper
