@@ -88,8 +88,17 @@ def job_name(request: pytest.FixtureRequest) -> str:
 ASYNC_TEST_LIMIT = 60.0  # seconds: an async test that hangs fails instead of stalling the suite
 
 
+# Files whose tests run the CLI, kill it or restart servers: started first, so that the last seconds of the suite
+# are spent on short tests on every worker rather than on one long test while the other cores idle.
+LONG_FIRST = ("test_ledger.py", "test_shared_journal.py", "test_rough_api.py", "test_submit.py", "test_report.py",
+              "test_errors.py", "test_exporter.py", "test_preflight.py", "test_fake_sdk.py", "test_watch.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every async test runs under anyio.fail_after(ASYNC_TEST_LIMIT)."""
+    """Long files first (a stable sort: every worker collects the same order); every async test runs under
+    anyio.fail_after(ASYNC_TEST_LIMIT)."""
+    rank = {name: k for k, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))
     for item in items:
         fn = getattr(item, "obj", None)
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(fn):

@@ -50,7 +50,7 @@ def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_j
             env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
             env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": key})
             args = [sys.executable, "-m", "gatekeeper", "submit", str(job), "--json", "--poll", "0.05", "--max-rpm", "60000",
-                    "--ceiling", str(ceiling), "--reconcile-grace", "2"]
+                    "--ceiling", str(ceiling), "--reconcile-grace", "2", "--no-preflight"]
             if ledger:
                 args += ["--ledger", ledger]
             procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
