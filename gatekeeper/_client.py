@@ -11,6 +11,7 @@ origin; redirects are followed by hand for that reason (httpx would forward
 
 from __future__ import annotations
 
+import functools
 import random
 import ssl
 import time
@@ -55,14 +56,17 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 @asynccontextmanager
-async def open_http(base_url: str, timeout: httpx.Timeout = DEFAULT_TIMEOUT) -> AsyncIterator[httpx.AsyncClient]:
-    """The shared HTTP client: no redirects followed automatically, no environment proxies or .netrc.
-
-    The CA bundle is loaded (about 30 ms) only for an https:// API. A plain-http one (a local fake, a proxy on
-    loopback) gets a TLS context that trusts no CA at all: it is never used, and would refuse any TLS peer."""
-    verify: ssl.SSLContext | bool = True if base_url.startswith("https://") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False, verify=verify) as http:
+async def open_http(timeout: httpx.Timeout = DEFAULT_TIMEOUT) -> AsyncIterator[httpx.AsyncClient]:
+    """The shared HTTP client: no redirects followed automatically, no environment proxies or .netrc."""
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False, verify=tls_context()) as http:
         yield http
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's own verification (certifi's CA bundle, no environment), made once a process: loading the bundle costs
+    about 30 ms, which every client would pay again (a library caller running job after job in one process)."""
+    return httpx.create_ssl_context(trust_env=False)
 
 
 def _error_fields(response: httpx.Response) -> tuple[str | None, str, dict[str, Any]]:
@@ -131,7 +135,7 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
 class ApiClient:
     """The API as one key sees it. Example::
 
-        async with open_http(base_url) as http:
+        async with open_http() as http:
             api = ApiClient(http, base_url, Secret(key))
             batch = await api.retrieve_batch("msgbatch_...")
     """

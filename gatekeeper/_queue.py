@@ -37,7 +37,7 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
     """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's)."""
     config.require_workspace_key()
     budget = CallBudget(per_minute=max_rpm)
-    async with open_http(config.base_url) as http:
+    async with open_http() as http:
         ws = [
             ApiClient(http, config.base_url, key, label=f"workspace key {i + 1}", retry=retry, budget=budget)
             for i, key in enumerate(config.workspace_keys)

@@ -48,7 +48,7 @@ async def test_reads_retry_5xx_529_and_429_with_retry_after() -> None:
     """retrieve rides out 500, 529 and a 429 whose retry-after (120 s, beyond the SDK's 60 s cap) is honoured."""
     with running_fake() as fake:
         sleeps = _Sleeps()
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1), retry=RetryPolicy(base=0.01, cap=0.05, max_total=1000), sleep=sleeps)
             b = await api.create_batch(_body("a"))
             fake.inject(Fault("retrieve", status=500), Fault("retrieve", status=529),
@@ -62,7 +62,7 @@ async def test_reads_retry_5xx_529_and_429_with_retry_after() -> None:
 async def test_x_should_retry_false_is_obeyed() -> None:
     """A 503 carrying x-should-retry: false is raised at once."""
     with running_fake() as fake:
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1), retry=FAST, sleep=_Sleeps())
             fake.inject(Fault("list", status=503, should_retry="false"))
             with pytest.raises(Exception) as info:
@@ -74,7 +74,7 @@ async def test_spend_cap_429_is_fatal() -> None:
     """The spend-cap 429 (no retry-after, enforced_spend_limit_reached) is not retried."""
     with running_fake() as fake:
         sleeps = _Sleeps()
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1), retry=FAST, sleep=sleeps)
             fake.inject(Fault("list", status=429, message="You have reached your API usage limits.",
                               details={"error_code": "enforced_spend_limit_reached"}, times=5))
@@ -87,7 +87,7 @@ async def test_create_never_retried_and_outcome_unknown() -> None:
     """A dropped answer after the server created the batch is CreateOutcomeUnknown, and only one batch exists."""
     with running_fake() as fake:
         fake.inject(Fault("create", kind="drop_after_commit"))
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1), retry=FAST, sleep=_Sleeps())
             with pytest.raises(CreateOutcomeUnknown):
                 await api.create_batch(_body("a", "b"))
@@ -100,7 +100,7 @@ async def test_create_never_retried_and_outcome_unknown() -> None:
 async def test_queue_full_and_413_are_definite_refusals() -> None:
     """The queue 429 on create is QueueFull (with its retry-after); the edge 413 is RequestTooLarge."""
     with running_fake(ceiling=1, max_body_bytes=500) as fake:
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1), retry=FAST, sleep=_Sleeps())
             with pytest.raises(QueueFull) as info:
                 await api.create_batch(_body("a", "b"))
@@ -120,7 +120,7 @@ async def test_create_streams_body_from_async_iterable() -> None:
             for i in range(0, len(body), 7):
                 yield body[i:i + 7]
 
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1))
             b = await api.create_batch(pieces(), size=len(body))
         assert b["request_counts"]["processing"] == 3
@@ -129,7 +129,7 @@ async def test_create_streams_body_from_async_iterable() -> None:
 async def test_transient_404_after_create_is_waited_out() -> None:
     """A batch we created may 404 for a while; retrieve waits it out within the grace period."""
     with running_fake(not_found_after_create=0.3) as fake:
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1), retry=RetryPolicy(base=0.1, cap=0.2, max_attempts=20))
             b = await api.create_batch(_body("a"))
             started = time.monotonic()
@@ -142,7 +142,7 @@ async def test_transient_404_after_create_is_waited_out() -> None:
 async def test_results_on_another_origin_get_no_key() -> None:
     """A results_url on another origin is fetched without the key."""
     with running_fake(results_origin="signed", rate=1e9) as fake:
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1))
             b = await api.create_batch(_body("a", "b"))
             fake.org.advance(1)
@@ -157,7 +157,7 @@ async def test_results_on_another_origin_get_no_key() -> None:
 async def test_rate_limits_pages_and_admin_key() -> None:
     """The Admin reading follows next_page (an empty first page included) and finds the ceiling."""
     with running_fake(ceiling=123_456, rate_limit_page_size=1, rate_limit_empty_first_page=True) as fake:
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             entries = await ApiClient(http, fake.url, Secret(ADMIN)).rate_limits(None)
             assert enqueued_ceiling(entries) == 123_456
             with pytest.raises(AuthenticationError):
@@ -201,7 +201,7 @@ def test_anyio_run_sync_wrapper_works() -> None:
     with running_fake() as fake:
 
         async def go() -> int:
-            async with open_http(fake.url) as http:
+            async with open_http() as http:
                 return len((await ApiClient(http, fake.url, Secret(WS1)).list_page())["data"])
 
         assert anyio.run(go) == 0
@@ -210,7 +210,7 @@ def test_anyio_run_sync_wrapper_works() -> None:
 async def test_redirect_to_another_origin_drops_the_key() -> None:
     """A results redirect to another origin is followed without the key."""
     with running_fake(results_redirect=True, rate=1e9) as fake:
-        async with open_http(fake.url) as http:
+        async with open_http() as http:
             api = ApiClient(http, fake.url, Secret(WS1))
             b = await api.create_batch(_body("a", "b", "c"))
             fake.org.advance(1)
@@ -237,16 +237,14 @@ def test_error_bodies_without_the_envelope() -> None:
     assert "\n" not in str(err)
 
 
-async def test_the_ca_bundle_is_loaded_only_for_an_https_api() -> None:
-    """Over plain http the client's TLS context trusts nothing (and costs nothing to make); https verifies."""
+async def test_one_verifying_tls_context_serves_every_client_of_a_process() -> None:
+    """The CA bundle is loaded once a process, not once a client, and the context verifies peers and names."""
     import ssl
 
     def context(http: httpx.AsyncClient) -> ssl.SSLContext:
         return http._transport._pool._ssl_context  # (httpx keeps it there; what it would use for TLS)
 
-    async with open_http("http://127.0.0.1:9") as http:
-        plain = context(http)
-    async with open_http("https://api.anthropic.com") as http:
-        secure = context(http)
-    assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname and plain.cert_store_stats()["x509_ca"] == 0
-    assert secure.verify_mode == ssl.CERT_REQUIRED and secure.check_hostname and secure.cert_store_stats()["x509_ca"] > 0
+    async with open_http() as one, open_http() as two:
+        first, second = context(one), context(two)
+    assert first is second
+    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname and first.cert_store_stats()["x509_ca"] > 0
