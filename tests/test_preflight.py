@@ -206,6 +206,28 @@ def test_token_sample_is_each_models_lines_up_to_the_size_reproducibly(
     assert calibrate.pick_samples(path, ["m-a", "m-b", "m-none"], per_model=per_model) == picked
 
 
+def test_a_rough_count_tokens_is_ridden_out_or_left_to_bytes_per_token(tmp_path: Path) -> None:
+    """count_tokens answering 429 (with retry-after), 529 or a dropped connection now and then: each call is tried
+    again and the small file's whole sample is still measured. Failing every time: plan still plans, exit 0, with
+    the bytes / 4 estimate labelled as such and the reason kept."""
+    from gatekeeper.testing import Fault
+
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"c{i}", text="word " * i) for i in range(20)])
+    with running_fake() as fake:
+        fake.inject(Fault("count_tokens", status=429, retry_after="0", times=3), Fault("count_tokens", status=529),
+                    Fault("count_tokens", kind="drop", times=2))
+        rough = gk(["plan", str(path), "--json"], env_for(fake, admin=False))
+        assert rough.returncode == 0, rough.stderr
+        model = orjson.loads(rough.stdout)["estimate"]["models"]["claude-haiku-4-5-20251001"]
+        assert model["method"] == "count_tokens" and model["sample"] == 20
+        assert not any(f.times for f in fake.faults.items)  # every fault was met, and ridden out
+        fake.inject(Fault("count_tokens", status=500, times=10_000))
+        down = gk(["plan", str(path), "--json"], env_for(fake, admin=False))
+    assert down.returncode == 0 and "Traceback" not in down.stderr
+    estimate = orjson.loads(down.stdout)["estimate"]
+    assert "bytes / 4" in estimate["method"] and estimate["models"]["claude-haiku-4-5-20251001"]["method"] == "bytes / 4"
+
+
 async def test_library_preflight_reports_models_and_tokens(tmp_path: Path) -> None:
     """gatekeeper.preflight (the library) gives plan's report with the models judged and the tokens measured."""
     import gatekeeper
