@@ -15,6 +15,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import select
 import signal
 from array import array
 from collections.abc import Callable, Iterator
@@ -132,10 +133,22 @@ def _merge_peaks(peaks: dict[str, int] | None, piece: dict[str, int]) -> None:
             peaks[name] = max(top, peaks.get(name, 0))
 
 
-def _work(task: Callable[[int], Piece], k: int, workers: int, count: int, out: int) -> None:
-    """A forked worker: pieces k, k + workers, ... in turn, each sent as soon as it is made (the pipe's buffer
-    holds the worker back when it runs ahead of the parent)."""
-    for i in range(k, count, workers):
+def _widen(fd: int) -> None:
+    """A 1 MB pipe where the system allows it (Linux): a worker can run a few pieces ahead of the parent."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass  # the default buffer only makes the workers wait on the parent a little more
+
+
+def _work(task: Callable[[int], Piece], claims: int, out: int) -> None:
+    """A forked worker: claims the next piece index from the shared pipe until it is empty, and sends each piece,
+    index first, as soon as it is made. Claiming rather than taking every other piece keeps both cores busy to
+    the end when the machine slows one worker down."""
+    while claim := os.read(claims, 4):  # 4 bytes: a pipe read that small is atomic between the workers
+        i = int.from_bytes(claim, "little")
         try:
             message: Any = ("ok", task(i))
         except InputError as exc:
@@ -143,8 +156,7 @@ def _work(task: Callable[[int], Piece], k: int, workers: int, count: int, out: i
         except OSError as exc:
             message = ("error", exc.strerror or str(exc))
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        os.write(out, len(data).to_bytes(8, "little"))
-        view = memoryview(data)
+        view = memoryview(i.to_bytes(4, "little") + len(data).to_bytes(8, "little") + data)
         while view:
             view = view[os.write(out, view):]
 
@@ -160,6 +172,10 @@ def _read_exactly(fd: int, n: int) -> bytes | None:
     return b"".join(parts)
 
 
+MAX_CLAIMS = 4096  # piece indices written up front, 16 KB: within the smallest pipe buffer (pieces grow past 32 GB)
+MAX_AHEAD = 8  # pieces held out of order before the parent listens only for the one it needs
+
+
 def forked_map(task: Callable[[int], Piece], count: int, workers: int, path: str) -> Iterator[Piece]:
     """`task(0)`, `task(1)`, ... `task(count - 1)` in forked workers, yielded in order; a worker's failure as one
     InputError (the mapping of worker errors, in one place).
@@ -168,16 +184,22 @@ def forked_map(task: Callable[[int], Piece], count: int, workers: int, path: str
     start cost about 50 ms. Forked workers inherit the loaded code (spawn would re-run a caller's unguarded
     script); forking is unsafe in a process running threads, which is why only the CLI asks for workers by
     default: `plan` runs before it starts any."""
+    if count > MAX_CLAIMS:
+        raise ValueError(f"{count} pieces: at most {MAX_CLAIMS}")
+    claims, fill = os.pipe()
+    os.write(fill, b"".join(i.to_bytes(4, "little") for i in range(count)))
+    os.close(fill)
     pipes, pids = [], []
     try:
-        for k in range(workers):
+        for _ in range(workers):
             r, w = os.pipe()
+            _widen(w)
             pid = os.fork()
             if pid == 0:  # the worker: never returns into the parent's code
                 code = 0
                 try:
                     os.close(r)
-                    _work(task, k, workers, count, w)
+                    _work(task, claims, w)
                 except BaseException:
                     code = 1
                 finally:
@@ -185,8 +207,7 @@ def forked_map(task: Callable[[int], Piece], count: int, workers: int, path: str
             os.close(w)
             pipes.append(r)
             pids.append(pid)
-        for i in range(count):
-            yield _receive(pipes[i % workers], path)
+        yield from _in_order(pipes, count, path)
     finally:
         for pid in pids:
             try:
@@ -194,20 +215,45 @@ def forked_map(task: Callable[[int], Piece], count: int, workers: int, path: str
             except ProcessLookupError:
                 pass
             os.waitpid(pid, 0)
-        for r in pipes:
+        for r in pipes + [claims]:
             os.close(r)
 
 
-def _receive(fd: int, path: str) -> Piece:
-    head = _read_exactly(fd, 8)
-    body = None if head is None else _read_exactly(fd, int.from_bytes(head, "little"))
+def _in_order(pipes: list[int], count: int, path: str) -> Iterator[Piece]:
+    """Pieces from whichever worker has one ready, yielded in index order.
+
+    A worker claims indices in increasing order and sends them in that order, so the piece the parent waits
+    for is always with a worker that has nothing held ahead: when MAX_AHEAD pieces are held, the parent
+    listens to those workers only, and the others wait on their full pipes (bounded memory)."""
+    ahead: dict[int, tuple[int, Piece]] = {}
+    open_pipes = set(pipes)
+    for i in range(count):
+        while i not in ahead:
+            holding = {fd for fd, _ in ahead.values()} if len(ahead) >= MAX_AHEAD else set()
+            listen = [fd for fd in open_pipes if fd not in holding]
+            if not listen:
+                raise InputError(f"cannot read {path}: a reader process died (did the file change?)")
+            for fd in select.select(listen, [], [])[0]:
+                got = _receive(fd, path)
+                if got is None:
+                    open_pipes.discard(fd)  # this worker is done (or died: the missing piece says which)
+                else:
+                    ahead[got[0]] = (fd, got[1])
+        yield ahead.pop(i)[1]
+
+
+def _receive(fd: int, path: str) -> tuple[int, Piece] | None:
+    """(index, piece) from a worker's pipe, or None at its end."""
+    head = _read_exactly(fd, 12)
+    if head is None:
+        return None
+    body = _read_exactly(fd, int.from_bytes(head[4:], "little"))
     if body is None:  # e.g. SIGBUS: the file shrank under a worker's mapping
         raise InputError(f"cannot read {path}: a reader process died (did the file change?)")
     kind, value = pickle.loads(body)  # noqa: S301 -- written by our own forked worker, over a private pipe
     if kind == "error":
         raise InputError(value if value.startswith("cannot read") else f"cannot read {path}: {value}")
-    piece: Piece = value
-    return piece
+    return int.from_bytes(head[:4], "little"), value
 
 
 def _drop_duplicates(dups: list[tuple[int, int]], base: int, columns: tuple[array[int], array[int], array[int]],
@@ -260,7 +306,7 @@ def parallel_scan(
     The parent does no Python step per request beyond the duplicate probe: everything else is array work.
     """
     size = os.path.getsize(path)
-    bounds = piece_bounds(path, size, piece_bytes or PIECE_BYTES)
+    bounds = piece_bounds(path, size, max(piece_bytes or PIECE_BYTES, -(-size // MAX_CLAIMS)))
     fd = os.open(path, os.O_RDONLY)
     request_at = request_reader(fd)
     index = IdIndex(confirm=lambda offset: request_at(offset)[0])

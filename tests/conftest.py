@@ -3,11 +3,18 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
+
+# pytest caches the test modules it rewrites for its assertion messages in __pycache__, unless bytecode writing is
+# off: CI machines set PYTHONDONTWRITEBYTECODE, and every worker then rewrote every test module again at each run
+# (about 1.2 s of CPU a worker). This is set here, before any test module is imported; the package's own bytecode
+# is compiled below.
+sys.dont_write_bytecode = False
 
 from tests.services import redis_binary, redis_server
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 from pathlib import Path
 
 import orjson
@@ -12,7 +13,7 @@ import pytest
 
 import gatekeeper._parallel
 from gatekeeper import Limits, plan
-from gatekeeper._parallel import piece_bounds
+from gatekeeper._parallel import forked_map, piece_bounds
 from tests.helpers import req
 
 
@@ -93,3 +94,19 @@ def test_a_file_that_shrank_under_the_plan_is_one_clear_error(tmp_path: Path, mo
     monkeypatch.setattr(gatekeeper._parallel, "piece_bounds", lambda p, s, n: [(0, size // 2), (size // 2, size + 10_000)])
     with pytest.raises(InputError, match="changed while being read"):
         plan(path, workers=2)
+
+
+def _slow_every_fifth(i: int) -> tuple[int, int]:
+    if i % 5 == 0:
+        time.sleep(0.02)  # (slow work, not a wait: the later pieces are made first and must be held back)
+    return i, os.getpid()
+
+
+@pytest.mark.parametrize("ahead", [1, 8])
+def test_pieces_come_back_in_order_whichever_worker_ends_first(monkeypatch: pytest.MonkeyPatch, ahead: int) -> None:
+    """Workers claim pieces as they free up; the parent yields them in input order, holding at most `MAX_AHEAD`
+    out of order (1: it then listens only for the worker that has the piece it needs)."""
+    monkeypatch.setattr(gatekeeper._parallel, "MAX_AHEAD", ahead)
+    got = list(forked_map(_slow_every_fifth, 40, 2, "in.jsonl"))  # type: ignore[arg-type]
+    assert [i for i, _ in got] == list(range(40))
+    assert len({pid for _, pid in got}) == 2  # both workers took pieces
