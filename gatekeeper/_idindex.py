@@ -90,28 +90,25 @@ class IdIndex:
         n = len(hashes)
         if self.used + n > self.limit:
             self.reserve(self.used + n)  # room for all n: `insert` never grows the table under this loop
-        mask, slots = self.mask, self.slots
-        ordinal = before = self.record_many(lines, proofs, base)
-        used = self.used
+        mask, slots, high = self.mask, self.slots, HIGH
+        before = self.record_many(lines, proofs, base)
         dups = []
-        for h in hashes:
-            ordinal += 1
+        settled = 0  # ids that went to `insert`, which counts the ones it stores
+        for ordinal, h in enumerate(hashes, before + 1):
             i = h >> 32 & mask
-            top = h & HIGH
+            top = h & high
             while slot := slots[i]:  # linear probing: a quarter of ids meet a taken home slot
-                if slot & HIGH == top:
+                if slot & high == top:
                     break
                 i = (i + 1) & mask
             else:
                 slots[i] = top | ordinal
-                used += 1
                 continue
-            self.used = used
+            settled += 1
             first = self.insert(h, ordinal)
-            used = self.used
             if first:
                 dups.append((ordinal - before - 1, first))
-        self.used = used
+        self.used += n - settled
         return dups
 
     def line_of(self, k: int) -> int:

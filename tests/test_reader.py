@@ -189,3 +189,26 @@ def test_inlined_index_grows_without_a_size_hint() -> None:
     assert report.requests == 20_000
     assert [(e.line, e.custom_id) for e in report.errors] == [(20_001, "g0"), (20_002, "g12345"), (20_003, "g19999")]
     assert "first on line 12346" in report.errors[1].reason
+
+
+def test_id_index_add_many_reports_each_duplicate_and_counts_the_rest() -> None:
+    """The batched probe (the parallel reader's) agrees with one `add` an id: duplicates within a run and across
+    runs, an equal fingerprint that is not a duplicate, and the count of ids held."""
+    from array import array
+
+    ids = [f"m{i}" for i in range(3000)] + ["m5", "m2999", "m3000", "m3000"]
+    held = dict(enumerate(ids))  # offset k holds ids[k]
+    forged = hash("m7") & ~0xFFFFFFFF | 1  # m7's fingerprint on another id's line
+    held[len(ids)] = "not-m7"
+    hashes = array("q", [hash(cid) for cid in ids] + [forged])
+    offsets = array("q", range(len(hashes)))
+    one = IdIndex(confirm=held.get)
+    expected = [(k, first) for k, cid in enumerate(ids) if (first := one.add(cid, k + 1, k))]
+    many = IdIndex(confirm=held.get)
+    got = []
+    for start in range(0, len(hashes), 1000):  # runs counted from their base line, as pieces are
+        part = slice(start, start + 1000)
+        lines = array("I", range(1, len(hashes[part]) + 1))
+        got += [(start + k, first) for k, first in many.add_many(lines, offsets[part], hashes[part], base=start)]
+    assert got == expected == [(3000, 6), (3001, 3000), (3003, 3003)]
+    assert len(many) == len(one) + 1 == 3002  # every unique id and the forged one

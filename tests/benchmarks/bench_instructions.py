@@ -1,0 +1,68 @@
+"""CPU instructions a request: a bare orjson loop against one `plan` reader worker, counted by valgrind.
+
+Usage: python tests/benchmarks/bench_instructions.py [--file /tmp/gk-bench-startup.jsonl]
+
+Wall time on a shared 2-core machine moves by 15% from one minute to the next; an instruction count does not.
+Each loop runs under `valgrind --tool=callgrind` twice, over the file's first 2 MB and first 6 MB of lines, and
+the difference divided by the lines between is the cost of one request, with start-up and imports cancelled out.
+A worker runs as forked by `plan`: without the cycle collector. Needs valgrind (Debian: apt-get install valgrind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+BARE = """import itertools, sys, orjson
+with open(sys.argv[1], 'rb') as f:
+    for line in itertools.islice(f, int(sys.argv[2])):
+        orjson.loads(line)
+"""
+
+WORKER = """import gc, sys
+from gatekeeper._parallel import scan_piece
+gc.disable()
+scan_piece(sys.argv[1], 0, int(sys.argv[3]), 1 << 28)
+"""
+
+
+def instructions(code: str, *args: str) -> int:
+    run = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code,
+                          *args], capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", run.stderr)
+    if found is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{run.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def first_lines(path: str, size: int) -> tuple[int, int]:
+    """(lines, bytes) of the whole lines within the file's first `size` bytes."""
+    with open(path, "rb") as f:
+        data = f.read(size)
+    end = data.rfind(b"\n") + 1
+    return data.count(b"\n", 0, end), end
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--file", default="/tmp/gk-bench-startup.jsonl")
+    a = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    if not os.path.exists(a.file):
+        subprocess.run([sys.executable, os.path.join(HERE, "make_requests.py"), a.file, "10000"], check=True)
+    (n1, b1), (n2, b2) = first_lines(a.file, 2 << 20), first_lines(a.file, 6 << 20)
+    bare = (instructions(BARE, a.file, str(n2), "") - instructions(BARE, a.file, str(n1), "")) / (n2 - n1)
+    worker = (instructions(WORKER, a.file, "", str(b2)) - instructions(WORKER, a.file, "", str(b1))) / (n2 - n1)
+    print(f"bare orjson loop     {bare:8,.0f} instructions a request")
+    print(f"plan reader worker   {worker:8,.0f} instructions a request ({worker / bare:.2f}x; two workers share it)")
+
+
+if __name__ == "__main__":
+    main()
