@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 import os
 import sys
@@ -110,6 +111,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fn = getattr(item, "obj", None)
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(fn):
             item.obj = _time_limited(fn)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection loaded (pytest, hypothesis, httpx, the test modules: some 90,000 objects a worker) lives to
+    the end; frozen, the cycle collector stops walking it at each full collection (about 0.6-1.4 s of CPU a worker,
+    measured with gc.callbacks)."""
+    gc.freeze()
 
 
 def _time_limited(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
