@@ -15,6 +15,7 @@ import orjson
 
 from gatekeeper._cli import main
 from gatekeeper.testing import FakeAPI
+from tests.forkserver import Run, spawn
 
 
 def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: str | None = None,
@@ -22,14 +23,16 @@ def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: 
     """Run the CLI with exactly `env` as its ANTHROPIC_/GATEKEEPER_ environment; (code, stdout, stderr).
 
     In this process (main() with stdout and stderr captured: no interpreter start, so the suite stays fast),
-    unless the run must be a real process: `crash_at` (it SIGKILLs itself) or `isolated`.
+    unless the run must be a real process: `crash_at` (it SIGKILLs itself: a process forked from the worker's fork
+    server) or `isolated` (a fresh `python -m gatekeeper`, interpreter start and imports included).
     """
-    if crash_at or isolated:
-        full = _environ(env)
-        if crash_at:
-            full["GATEKEEPER_CRASH_AT"] = crash_at
-        return subprocess.run([sys.executable, "-m", "gatekeeper", *args], env=full, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+    if isolated:
+        return subprocess.run([sys.executable, "-m", "gatekeeper", *args], env=_environ(env), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    if crash_at:
+        run = spawn(args, {**_environ(env), "GATEKEEPER_CRASH_AT": crash_at})
+        out, err = run.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(run.args, run.returncode, out, err)
     out, err = io.BytesIO(), io.StringIO()
     stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)  # with .buffer, as main() writes bytes too
     saved = dict(os.environ)
@@ -52,10 +55,13 @@ def _environ(env: dict[str, str]) -> dict[str, str]:
     return full
 
 
-def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    full = _environ(env)
-    return subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def start(args: list[str], env: dict[str, str], *, isolated: bool = False) -> Run | subprocess.Popen[str]:
+    """The CLI as a real process of its own, to be signalled or killed: forked from the worker's fork server, or
+    `isolated`, a fresh `python -m gatekeeper` (for what only a fresh process shows, such as its command line)."""
+    if isolated:
+        return subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], env=_environ(env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    return spawn(args, _environ(env))
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
@@ -66,9 +72,10 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 20) ->
         time.sleep(0.01)
 
 
-def start_and_wait_for_create(args: list[str], env: dict[str, str], fake: FakeAPI, timeout: float = 20) -> subprocess.Popen[str]:
+def start_and_wait_for_create(args: list[str], env: dict[str, str], fake: FakeAPI, timeout: float = 20, *,
+                              isolated: bool = False) -> Run | subprocess.Popen[str]:
     """Start the CLI and return once the fake has accepted its first create (failing the test if it never does)."""
-    proc = start(args, env)
+    proc = start(args, env, isolated=isolated)
     wait_until(lambda: fake.org.records.creates > 0 or proc.poll() is not None, "the first create", timeout)
     assert fake.org.records.creates > 0, f"the CLI exited ({proc.returncode}) before creating anything"
     return proc

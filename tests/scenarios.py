@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +10,7 @@ from pathlib import Path
 import orjson
 
 from gatekeeper.testing import FakeAPI, FakeConfig
+from tests.forkserver import spawn
 
 KEYS = ["ledger-ws1", "ledger-ws2", "ledger-ws3"]
 
@@ -49,11 +48,11 @@ def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_j
             job = write_job(tmp / f"job{i}.jsonl", f"j{i}", per_job)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
             env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": key})
-            args = [sys.executable, "-m", "gatekeeper", "submit", str(job), "--json", "--poll", "0.05", "--max-rpm", "60000",
+            args = ["submit", str(job), "--json", "--poll", "0.05", "--max-rpm", "60000",
                     "--ceiling", str(ceiling), "--reconcile-grace", "2", "--no-preflight"]
             if ledger:
                 args += ["--ledger", ledger]
-            procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            procs.append(spawn(args, env))  # three real processes (forked from the fork server)
         if hold_until_refused:
             deadline = time.monotonic() + 60
             while not fake.org.records.refusals and time.monotonic() < deadline:

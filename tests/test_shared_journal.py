@@ -196,7 +196,7 @@ def test_the_password_is_never_in_ps_logs_or_errors(tmp_path: Path, pg_url: str,
     path = write_jsonl(tmp_path / "in.jsonl", [req(f"p{i:03d}") for i in range(60)])
     with running_fake(ceiling=30, rate=30) as fake:
         proc = start_and_wait_for_create(["submit", str(path), "--job", job_name, *FAST],
-                                         env_for(fake, GATEKEEPER_JOURNAL=pg_url), fake)
+                                         env_for(fake, GATEKEEPER_JOURNAL=pg_url), fake, isolated=True)  # its own argv
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode(errors="replace")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
