@@ -192,7 +192,8 @@ class Run:
                         sel.unregister(key.fileobj)
                         key.fileobj.close()
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return tuple(b"".join(chunks[s]).decode("utf-8", "replace") for s in (self.stdout, self.stderr))  # type: ignore[return-value]
+        out, err = (b"".join(chunks[stream]).decode("utf-8", "replace") for stream in (self.stdout, self.stderr))
+        return out, err
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:  # (as Popen: never signal a pid that may have been reused)

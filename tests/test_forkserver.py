@@ -1,0 +1,40 @@
+"""The tests' fork server: its runs are real processes with the environment, streams and exit status of a fresh one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.forkserver import spawn
+from tests.runs import wait_until
+
+
+def _fresh(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_a_forked_run_answers_as_a_fresh_process_does(tmp_path: Path) -> None:
+    """Same exit code and output as `python -m gatekeeper`, for a success and for a usage error naming the file;
+    the run sees exactly the environment and working directory it was given."""
+    env = {"PATH": os.environ.get("PATH", ""), "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "k"}
+    missing = str(tmp_path / "missing.jsonl")
+    for args in (["--version"], ["plan", missing, "--json"], ["status", "--json"]):
+        run = spawn(args, env)
+        out, err = run.communicate(timeout=60)
+        fresh = _fresh(args, env)
+        assert run.pid != os.getpid() and (run.returncode, out) == (fresh.returncode, fresh.stdout), args
+        assert err.splitlines()[-1:] == fresh.stderr.splitlines()[-1:], args
+    assert "http://127.0.0.1:9" in err  # (status) the run read the URL it was given
+
+def test_a_forked_run_is_killed_for_real() -> None:
+    """SIGKILL ends it with -9, as subprocess reports it; poll() is None until then."""
+    run = spawn(["fake-api", "--port", "0", "--json"], {"PATH": os.environ.get("PATH", "")})
+    wait_until(lambda: Path(f"/proc/{run.pid}").exists(), "the run's process")
+    assert run.poll() is None
+    run.send_signal(signal.SIGKILL)
+    run.communicate(timeout=30)
+    assert run.returncode == -signal.SIGKILL
