@@ -20,7 +20,7 @@ import select
 import signal
 from array import array
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import compress
 from typing import Any
@@ -135,13 +135,12 @@ def _merge_peaks(peaks: dict[str, int] | None, piece: dict[str, int]) -> None:
 
 
 def _widen(fd: int) -> None:
-    """A 1 MB pipe where the system allows it (Linux): a worker can run a few pieces ahead of the parent."""
-    try:
+    """A 1 MB pipe where the system allows it (Linux), so that a worker sends a piece without waiting for the parent
+    to finish the one before; elsewhere the default buffer only makes it wait that long."""
+    with suppress(ImportError, AttributeError, OSError):
         import fcntl
 
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-    except (ImportError, AttributeError, OSError):
-        pass  # the default buffer only makes the workers wait on the parent a little more
 
 
 def _work(task: Callable[[int], Piece], claims: int, out: int) -> None:
