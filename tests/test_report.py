@@ -21,6 +21,9 @@ from tests.runs import gk
 
 FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json", "--max-requests", "25"]
 
+# The run three of these tests read (about 2.5 s to make) is made once: on one worker, not once on each.
+pytestmark = pytest.mark.xdist_group("report-run")
+
 
 class _Page(HTMLParser):
     """Tags, attributes with URLs, and the text of a page."""
