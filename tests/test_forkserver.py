@@ -18,9 +18,9 @@ def _fresh(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[
 
 
 def test_a_forked_run_answers_as_a_fresh_process_does(tmp_path: Path) -> None:
-    """Same exit code and output as `python -m gatekeeper`, for a success and for a usage error naming the file;
-    the run sees exactly the environment and working directory it was given."""
-    env = {"PATH": os.environ.get("PATH", ""), "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "k"}
+    """Same exit code and output as `python -m gatekeeper`, for a success, a usage error naming the file and a
+    configuration error naming the URL the run was given in its environment."""
+    env = {"PATH": os.environ.get("PATH", ""), "ANTHROPIC_BASE_URL": "ftp://nowhere.invalid", "ANTHROPIC_API_KEY": "k"}
     missing = str(tmp_path / "missing.jsonl")
     for args in (["--version"], ["plan", missing, "--json"], ["status", "--json"]):
         run = spawn(args, env)
@@ -28,7 +28,7 @@ def test_a_forked_run_answers_as_a_fresh_process_does(tmp_path: Path) -> None:
         fresh = _fresh(args, env)
         assert run.pid != os.getpid() and (run.returncode, out) == (fresh.returncode, fresh.stdout), args
         assert err.splitlines()[-1:] == fresh.stderr.splitlines()[-1:], args
-    assert "http://127.0.0.1:9" in err  # (status) the run read the URL it was given
+    assert "ftp://nowhere.invalid" in err  # (status) the run read the URL it was given
 
 def test_a_forked_run_is_killed_for_real() -> None:
     """SIGKILL ends it with -9, as subprocess reports it; poll() is None until then."""
