@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import suppress
 from typing import Any
 
 import orjson
@@ -37,10 +38,8 @@ def serve(fd: int) -> None:
     import importlib
 
     for name in PRELOAD:
-        try:
+        with suppress(ImportError):  # an optional extra not installed: a run that needs it imports it itself
             importlib.import_module(name)
-        except ImportError:
-            pass  # an optional extra not installed: the runs that need it import it themselves
     control = socket.socket(fileno=fd)
     watch = selectors.DefaultSelector()
     watch.register(control, selectors.EVENT_READ)
@@ -88,10 +87,8 @@ def _fork(request: dict[str, Any], fds: list[int], control: socket.socket) -> in
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with suppress(OSError, ValueError):  # a reader gone, or a stream the run closed
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(code)
 
 
