@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.forkserver import spawn
-from tests.runs import wait_until
-
-
-def _fresh(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+from tests.runs import _environ, gk, wait_until
 
 
 def test_a_forked_run_answers_as_a_fresh_process_does(tmp_path: Path) -> None:
@@ -23,12 +16,13 @@ def test_a_forked_run_answers_as_a_fresh_process_does(tmp_path: Path) -> None:
     env = {"PATH": os.environ.get("PATH", ""), "ANTHROPIC_BASE_URL": "ftp://nowhere.invalid", "ANTHROPIC_API_KEY": "k"}
     missing = str(tmp_path / "missing.jsonl")
     for args in (["--version"], ["plan", missing, "--json"], ["status", "--json"]):
-        run = spawn(args, env)
+        run = spawn(args, _environ(env))  # the environment a fresh run gets
         out, err = run.communicate(timeout=60)
-        fresh = _fresh(args, env)
+        fresh = gk(args, env, isolated=True)
         assert run.pid != os.getpid() and (run.returncode, out) == (fresh.returncode, fresh.stdout), args
         assert err.splitlines()[-1:] == fresh.stderr.splitlines()[-1:], args
     assert "ftp://nowhere.invalid" in err  # (status) the run read the URL it was given
+
 
 def test_a_forked_run_is_killed_for_real() -> None:
     """SIGKILL ends it with -9, as subprocess reports it; poll() is None until then."""
