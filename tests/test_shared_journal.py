@@ -58,17 +58,19 @@ def test_killed_with_its_disk_then_resumed_on_another_host(tmp_path: Path, pg_ur
     url, password = _without_password(pg_url)
     n = 100
     first = _host(tmp_path, "a", n, job_name)  # the default job name comes from the content: unique to this test
+    second = _host(tmp_path, "b", n, job_name)
     with running_fake(ceiling=50, rate=4000) as fake:
         env = env_for(fake, PGPASSWORD=password)
-        common = ["--journal", url, "--lease-ttl", "1", *FAST]
+        # A TTL of 2 s: the killed run's lease must still be live when the second host first asks, however slow
+        # the machine (at 1 s, eight workers on two cores outran it).
+        common = ["--journal", url, "--lease-ttl", "2", *FAST]
         crashed = gk(["submit", str(first), *common], env, crash_at=point)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr
-        collected = [e for e in events(crashed.stderr) if e["event"] == "collected"]
-        shutil.rmtree(first.parent)
-        second = _host(tmp_path, "b", n, job_name)
         refused = gk(["submit", str(second), *common], env)
         assert refused.returncode == 2 and "is running on" in refused.stderr and "last seen" in refused.stderr
         assert password not in refused.stderr
+        collected = [e for e in events(crashed.stderr) if e["event"] == "collected"]
+        shutil.rmtree(first.parent)
         done = _lease_expired(["submit", str(second), *common], env)
         assert done.returncode == 0, done.stderr
         summary = orjson.loads(done.stdout)
