@@ -50,7 +50,7 @@ from ._preflight import plan_checked
 from ._prices import PriceTable, load_prices
 from ._queue import Connection, read_ceiling, read_live, recent_batches
 from ._rebuild import Rebuilder
-from ._reconcile import Action, Decision, candidates_for, decide, match_results
+from ._reconcile import Action, Decision, candidates_for, compared, decide
 from ._settings import SubmitSettings
 from ._sizing import Limits, Packer, body_chunks, body_size
 from ._summary import Summary, spent_usd, summarize
@@ -69,6 +69,7 @@ class Snapshot:
     depth: int
     listed: dict[str, dict[str, Any]]  # id -> batch, primary workspace
     unseen: int  # our live requests the listing does not show
+    at: float  # the clock when the listing began to be read
 
 
 class Job:
@@ -280,7 +281,8 @@ class Job:
 
     async def observe(self) -> Snapshot:
         """List the queue over every key; move our batches that ended; count what the listing misses."""
-        listed = {str(b.get("id")): b async for b in recent_batches(self.api, self.clock())}
+        at = self.clock()
+        listed = {str(b.get("id")): b async for b in recent_batches(self.api, at)}
         depth = sum(r.processing for r in live_batches(listed.values(), "ws1"))
         for i, other in enumerate(self.conn.workspaces[1:], start=2):
             depth += sum(r.processing for r in await read_live(other, f"ws{i}", now=self.clock()))
@@ -298,7 +300,7 @@ class Job:
         ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
         self._record_reading(depth + unseen, ours)
         await self.ledger.observe(depth)
-        return Snapshot(depth, listed, unseen)
+        return Snapshot(depth, listed, unseen, at)
 
     def _record_reading(self, depth: int, ours: int) -> None:
         """A timeline point when the queue changed, or a minute after the last one (a plateau needs no more)."""
@@ -514,13 +516,13 @@ class Job:
             sent_at = row.intent_at or 0.0
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.s.clock_skew)
             rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests)
-            d = decide(candidates, rivals=rivals, sent_at=sent_at, now=self.clock(), grace=self.s.reconcile_grace,
+            d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.s.reconcile_grace,
                        body_complete=row.body_complete)
             if d.action is Action.COMPARE:
-                d = await self._compare(row, d)
+                d = await self._compare(row, d, sent_at, snap.at)
             await self._apply(row, d, known)
 
-    async def _compare(self, row: BatchRow, d: Decision) -> Decision:
+    async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float) -> Decision:
         """Match an unknown create to an ended candidate by its results' custom_ids (complete downloads only)."""
         mine = {custom_id(body) for _, _, body, _ in self._requests_of(row)}
         found: dict[str, set[str]] = {}
@@ -529,10 +531,7 @@ class Job:
             if ids is None:
                 return Decision(Action.WAIT, d.candidates, "a candidate's results could not be read whole yet")
             found[str(b.get("id"))] = ids
-        chosen = match_results(mine, found)
-        if chosen:
-            return Decision(Action.ADOPT, tuple(b for b in d.candidates if str(b.get("id")) == chosen), "results")
-        return Decision(Action.ABANDON, reason="no candidate's results match")
+        return compared(mine, d.candidates, found, sent_at=sent_at, listed_at=listed_at, grace=self.s.reconcile_grace)
 
     async def _result_ids(self, batch: dict[str, Any]) -> set[str] | None:
         """The custom_ids of a batch's results, or None when no complete download can be had now."""

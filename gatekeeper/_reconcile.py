@@ -7,9 +7,13 @@ already, of exactly that size, created no earlier than the send time minus the
 clock skew.
 
 - one candidate and no other unknown create of the same size: adopt it;
-- no candidate once `grace` has passed since the send: it was not created;
+- no candidate in a listing read `grace` after the send: it was not created;
 - several candidates (or a rival of the same size): wait until they end, then
-  compare their results' custom_ids with ours (`match_results`).
+  compare their results' custom_ids with ours (`compared`).
+
+Time is the listing's, never the moment of deciding: comparing results can take
+a while (a damaged download, a 429), and a listing read before ours was listed
+proves nothing about it however late the decision comes.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ def candidates_for(requests: int, sent_at: float, listed: Iterable[dict[str, Any
     ]
 
 
-def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, now: float, grace: float,
+def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, listed_at: float, grace: float,
            body_complete: bool = True) -> Decision:
-    """What to do with one unknown create. `rivals`: other unknown creates of the same size.
+    """What to do with one unknown create. `rivals`: other unknown creates of the same size; `listed_at`: when
+    the listing the candidates come from began to be read.
 
     `body_complete` False means the journal shows the body never finished: the server
     cannot have created a batch from it, so there is nothing to wait for.
@@ -58,12 +63,25 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, now
     if len(candidates) == 1 and not rivals:
         return Decision(Action.ADOPT, (candidates[0],), "one candidate in the listing")
     if not candidates:
-        if now - sent_at > grace:
+        if listed_at - sent_at > grace:
             return Decision(Action.ABANDON, reason="absent from listing")
         return Decision(Action.WAIT, reason="not listed yet")
     if any(b.get("processing_status") != "ended" for b in candidates):
         return Decision(Action.WAIT, tuple(candidates), "waiting for the candidates to end")
     return Decision(Action.COMPARE, tuple(candidates), "every candidate ended")
+
+
+def compared(mine: set[str], candidates: tuple[dict[str, Any], ...], found: Mapping[str, set[str]], *,
+             sent_at: float, listed_at: float, grace: float) -> Decision:
+    """After every candidate's results were read whole (`found`, by id): adopt the one carrying exactly our
+    custom_ids. When none does, ours was not created only if the listing was read `grace` after the send;
+    before that it may simply not have been listed yet (a rival's batch was), so wait."""
+    chosen = match_results(mine, found)
+    if chosen:
+        return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == chosen), "results")
+    if listed_at - sent_at > grace:
+        return Decision(Action.ABANDON, reason="no candidate's results match")
+    return Decision(Action.WAIT, candidates, "no candidate's results match ours, which may not be listed yet")
 
 
 def match_results(mine: set[str], found: Mapping[str, set[str]]) -> str | None:

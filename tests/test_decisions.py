@@ -20,7 +20,7 @@ from gatekeeper._admission import (
 from gatekeeper._budget import MIN_BATCH, Spend, may_spend, request_worst
 from gatekeeper._client import results_location
 from gatekeeper._downloads import Missing, download_wait, incomplete_reason, when_results_missing
-from gatekeeper._reconcile import Action, candidates_for, decide, match_results
+from gatekeeper._reconcile import Action, candidates_for, compared, decide, match_results
 from gatekeeper._retry import CallBudget, is_per_minute_limit
 from gatekeeper._settle import classify, errored_line, settle
 
@@ -134,7 +134,7 @@ def test_candidates_are_unknown_same_size_and_recent() -> None:
     assert [b["id"] for b in found] == ["a", "d"]
 
 
-@pytest.mark.parametrize(("candidates", "rivals", "now", "complete", "action"), [
+@pytest.mark.parametrize(("candidates", "rivals", "listed_at", "complete", "action"), [
     ([_batch("a", 10, T0)], 0, T0 + 1, True, Action.ADOPT),
     ([_batch("a", 10, T0)], 1, T0 + 1, True, Action.WAIT),  # a rival of the same size: not decidable by listing
     ([], 0, T0 + 10, True, Action.WAIT),  # not listed yet: the listing lags
@@ -143,10 +143,26 @@ def test_candidates_are_unknown_same_size_and_recent() -> None:
     ([_batch("a", 10, T0), _batch("b", 10, T0)], 0, T0 + 1, True, Action.WAIT),
     ([_batch("a", 10, T0, "ended"), _batch("b", 10, T0, "ended")], 0, T0 + 1, True, Action.COMPARE),
 ])
-def test_decide(candidates: list[dict[str, Any]], rivals: int, now: float, complete: bool, action: Action) -> None:
+def test_decide(candidates: list[dict[str, Any]], rivals: int, listed_at: float, complete: bool, action: Action) -> None:
     """Adopt a unique candidate; wait for lag or for ambiguous candidates to end; abandon after the grace."""
-    d = decide(candidates, rivals=rivals, sent_at=T0, now=now, grace=180.0, body_complete=complete)
+    d = decide(candidates, rivals=rivals, sent_at=T0, listed_at=listed_at, grace=180.0, body_complete=complete)
     assert d.action is action
+
+
+@pytest.mark.parametrize(("found", "listed_at", "action", "adopted"), [
+    ({"a": {"x1"}, "b": {"x1", "x2"}}, T0 + 1, Action.ADOPT, "b"),  # ours, whenever the listing was read
+    ({"a": {"x1"}, "b": {"x3", "x4"}}, T0 + 181, Action.ABANDON, None),  # none is ours, in a listing read after the grace
+    ({"a": {"x1"}, "b": {"x3", "x4"}}, T0 + 1, Action.WAIT, None),  # none is ours, but ours may not be listed yet
+    ({"a": {"x1"}, "b": {"x3", "x4"}}, T0 + 180, Action.WAIT, None),  # the grace not yet over
+])
+def test_compared_abandons_only_on_a_listing_read_after_the_grace(
+        found: dict[str, set[str]], listed_at: float, action: Action, adopted: str | None) -> None:
+    """A rival's batch listed, ours not yet (listing lag): no match is not "not created" until the listing the
+    candidates came from was read `grace` after the send, however long reading their results took."""
+    candidates = tuple(_batch(bid, 2, T0 + 1, "ended") for bid in found)
+    d = compared({"x1", "x2"}, candidates, found, sent_at=T0, listed_at=listed_at, grace=180.0)
+    assert d.action is action
+    assert [b["id"] for b in d.candidates if d.action is Action.ADOPT] == ([adopted] if adopted else [])
 
 
 def test_match_results_needs_exactly_our_ids() -> None:
