@@ -300,8 +300,9 @@ class Journal:
             if other is not None and other != holder and age is not None and age <= other_ttl:
                 where = orjson.loads(other_info) if other_info else {}
                 raise JobLive(f"job {self.job!r} is running on {where.get('host', 'another host')} (pid {where.get('pid')}), "
-                              f"last seen {float(age):.0f} s ago at {seen:%Y-%m-%d %H:%M:%S %Z}; its lease expires "
-                              f"{float(other_ttl) - float(age):.0f} s after its last heartbeat", setting="job")
+                              f"last seen {float(age):.0f} s ago at {seen:%Y-%m-%d %H:%M:%S %Z}; its lease expires in "
+                              f"{float(other_ttl) - float(age):.0f} s ({float(other_ttl):.0f} s after its last heartbeat)",
+                              setting="job")
             db.execute("UPDATE gatekeeper.jobs SET holder = ?, info = ?, heartbeat_at = now(), ttl = ? WHERE name = ?",
                        (holder, orjson.dumps(info).decode(), ttl, self.job))
             if other is not None and other != holder:

@@ -68,6 +68,7 @@ def test_killed_with_its_disk_then_resumed_on_another_host(tmp_path: Path, pg_ur
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr
         refused = gk(["submit", str(second), *common], env)
         assert refused.returncode == 2 and "is running on" in refused.stderr and "last seen" in refused.stderr
+        assert "its lease expires in " in refused.stderr and "(2 s after its last heartbeat)" in refused.stderr
         assert password not in refused.stderr
         collected = [e for e in events(crashed.stderr) if e["event"] == "collected"]
         shutil.rmtree(first.parent)
