@@ -128,7 +128,7 @@ class Job:
         if error and self.ceiling is None:
             self.emit("ceiling_unknown", {"reason": error, "policy": "learn a bound from queue-full refusals"})
         if self.journal.initialized:
-            self._resume()
+            await self._resume()
         else:
             await self._start()
         self._check_prices()
@@ -158,9 +158,9 @@ class Job:
                                setting="allow_duplicate")
         self.emit("duplicate_allowed", {"other": other})
 
-    def _resume(self) -> None:
+    async def _resume(self) -> None:
         j = self.journal
-        self._check_identity()
+        await self._check_identity()
         recorded = j.get_meta("output")
         if recorded and os.path.abspath(self.out.path) != recorded:
             if not j.job:
@@ -207,13 +207,14 @@ class Job:
             rejections=[(e.line, e.custom_id, e.reason) for e in report.errors],
         )
 
-    def _check_identity(self) -> None:
+    async def _check_identity(self) -> None:
         j = self.journal
         known = j.get_meta("input")
         size, mtime = stat_identity(self.path)
         if (size, mtime) == (known["size"], known["mtime_ns"]):
             return
-        digest = hash_file(self.path) if size == known["size"] else ""
+        # (in a thread: hashing gigabytes must not stop the heartbeats of the lease and the reservations)
+        digest = await anyio.to_thread.run_sync(hash_file, self.path) if size == known["size"] else ""
         if digest != known["sha256"]:
             raise JournalError(
                 f"state directory {j.state_dir} belongs to {known['path']} as it was when the job started "
@@ -398,7 +399,7 @@ class Job:
         """Create one batch; its id, or None when it must wait (refused, or outcome unknown)."""
         j = self.journal
         if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
-            self._check_identity()  # raises if the content changed
+            await self._check_identity()  # raises if the content changed
         self.checkpoint("before-intent")
         j.mark_intent(row.idx, self.clock(), worst)
         self.checkpoint("after-intent")

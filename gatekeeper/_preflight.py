@@ -14,10 +14,13 @@ blocks a job by itself.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
 
 from ._calibrate import SAMPLE_PER_MODEL, calibrate
 from ._client import ApiClient
@@ -116,18 +119,24 @@ def outcome(pf: Preflight, errors: Iterable[Any]) -> dict[str, Any]:
 NOT_ASKED = {"checked": False, "reason": "preflight off or no workspace key: the models were not checked", "models": {}}
 
 
+async def _off_loop(source: Source, **kwargs: Any) -> PlanReport:
+    """`plan` in a worker thread: reading gigabytes takes minutes, and the heartbeats that keep a run's lease and
+    reservations alive must go on meanwhile. (This `plan` is one process: a thread never forks workers here.)"""
+    return await anyio.to_thread.run_sync(functools.partial(plan, source, **kwargs))
+
+
 async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits, hash_content: bool = False,
                        token_sample: int = SAMPLE_PER_MODEL) -> PlanReport:
     """`plan` with every line judged against the Models API (`api` None: not asked). One pass, and a second
     only when a line can be rejected: a refused model, or a max_tokens seen above a model's limit."""
     if api is None:
-        report = plan(source, limits=limits, hash_content=hash_content)
+        report = await _off_loop(source, limits=limits, hash_content=hash_content)
         report.preflight = NOT_ASKED
         return report
-    report = plan(source, limits=limits, hash_content=hash_content, models={})
+    report = await _off_loop(source, limits=limits, hash_content=hash_content, models={})
     pf = await check_models(api, report.models)
     if needs_second_pass(pf, report.max_tokens_peak):
-        report = plan(source, limits=limits, hash_content=hash_content, models=pf.rules())
+        report = await _off_loop(source, limits=limits, hash_content=hash_content, models=pf.rules())
     report.preflight = outcome(pf, report.errors)
     if pf.checked and token_sample > 0 and isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-" and report.model_bytes:
         report.calibration = await calibrate(api, os.fspath(source), report.model_bytes, token_sample)

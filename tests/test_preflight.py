@@ -261,3 +261,34 @@ def test_plan_with_a_key_and_no_api_still_plans(tmp_path: Path) -> None:
     out = orjson.loads(proc.stdout)
     assert out["requests"] == 5 and out["preflight"]["checked"] is False
     assert proc.stderr.count("warning") == 1 and url in proc.stderr and "Traceback" not in proc.stderr
+
+
+async def test_planning_leaves_the_event_loop_free() -> None:
+    """Planning reads the whole input (minutes for gigabytes) in a thread: the event loop, where the heartbeats of a
+    run's lease and reservations run, keeps turning meanwhile. Here a slow source takes 0.3 s to read."""
+    import time
+
+    import anyio
+
+    from gatekeeper import Limits
+    from gatekeeper._preflight import plan_checked
+
+    def slow_source():
+        for i in range(10):
+            time.sleep(0.03)  # a slow disk
+            yield orjson.dumps(req(f"s{i}"))
+
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        report = await plan_checked(slow_source(), None, limits=Limits())
+        tg.cancel_scope.cancel()
+    assert report.requests == 10
+    assert ticks >= 10, f"the event loop turned {ticks} times in 0.3 s of planning"  # 0 when planning held it
