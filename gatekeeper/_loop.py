@@ -286,7 +286,7 @@ class Job:
         listed = {str(b.get("id")): b async for b in recent_batches(self.api, at)}
         depth = sum(r.processing for r in live_batches(listed.values(), "ws1"))
         for i, other in enumerate(self.conn.workspaces[1:], start=2):
-            depth += sum(r.processing for r in await read_live(other, f"ws{i}", now=self.clock()))
+            depth += sum(r.processing for r in await read_live(other, f"ws{i}", now=at))
         unseen = 0
         for row in self.journal.batches(BatchState.CREATED):
             batch = listed.get(row.batch_id or "") or await self._retrieve_unlisted(row)

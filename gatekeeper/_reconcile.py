@@ -40,6 +40,11 @@ class Decision:
     reason: str = ""
 
 
+def _grace_over(sent_at: float, listed_at: float, grace: float) -> bool:
+    """Whether a listing read at `listed_at` would show a batch sent at `sent_at` (the listing lags by up to `grace`)."""
+    return listed_at - sent_at > grace
+
+
 def candidates_for(requests: int, sent_at: float, listed: Iterable[dict[str, Any]], known: set[str],
                    clock_skew: float) -> list[dict[str, Any]]:
     """Listed batches that could be this create's: unknown to the journal, same size, not older than the send."""
@@ -63,7 +68,7 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
     if len(candidates) == 1 and not rivals:
         return Decision(Action.ADOPT, (candidates[0],), "one candidate in the listing")
     if not candidates:
-        if listed_at - sent_at > grace:
+        if _grace_over(sent_at, listed_at, grace):
             return Decision(Action.ABANDON, reason="absent from listing")
         return Decision(Action.WAIT, reason="not listed yet")
     if any(b.get("processing_status") != "ended" for b in candidates):
@@ -79,7 +84,7 @@ def compared(mine: set[str], candidates: tuple[dict[str, Any], ...], found: Mapp
     chosen = match_results(mine, found)
     if chosen:
         return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == chosen), "results")
-    if listed_at - sent_at > grace:
+    if _grace_over(sent_at, listed_at, grace):
         return Decision(Action.ABANDON, reason="no candidate's results match")
     return Decision(Action.WAIT, candidates, "no candidate's results match ours, which may not be listed yet")
 
