@@ -227,6 +227,8 @@ def _api_config(*, required: bool) -> ApiConfig | None: ...
 def _api_config(*, required: bool = True) -> ApiConfig | None:
     """The API's URL and keys, from the environment (the one place the CLI reads them); None when not required
     and no workspace key is set."""
+    if not required and not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_EXTRA_WORKSPACE_KEYS")):
+        return None  # (without importing the configuration: `plan` without a key starts faster)
     from ._config import ApiConfig
 
     config = ApiConfig.from_env(os.environ)

@@ -1,8 +1,8 @@
 """The reader on two cores: worker processes validate 8 MB pieces, the parent dedupes in order.
 
 A worker returns, for its piece, flat arrays (relative line, offset, length, the
-custom_id's `hash()`), its per-model counts and its rejections. The parent runs
-the hashes through the same kind of duplicate index as the one-process reader,
+custom_id's fingerprint), its per-model counts and its rejections. The parent runs
+the fingerprints through the same kind of duplicate index as the one-process reader,
 in input order, and hands the planner one `Segment` of arrays a piece, which
 `Packer.add_many` cuts without a Python step a request; a test holds the report
 equal to the one-process reader's. Workers are forked, so they share the
@@ -13,26 +13,29 @@ line, so a duplicate report is exact.
 from __future__ import annotations
 
 import gc
+import marshal
 import mmap
 import os
-import pickle
 import select
 import signal
+import struct
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from itertools import compress
 from typing import Any
 
 from ._errors import InputError
-from ._idindex import IdIndex
+from ._idindex import FP_SHIFT, IdIndex
 from ._reader import ModelRules, Rejection, ScanStats, duplicate, request_reader, validate
 
 PIECE_BYTES = 8 << 20  # measured: 4 MB pieces cost more per piece; 16 MB was a little faster but holds more memory
 MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it saves
 
-Piece = tuple[int, int, "array[int]", "array[int]", "array[int]", "array[int]", list[str], list[int], list[int], list[Rejection],
+# What a worker sends, in types `marshal` writes (no pickle: its import is 4 ms of every start): (lines, bytes,
+# then the columns' machine bytes: 'I' lines, 'q' offsets, 'I' lengths, 'i' fingerprints; model names, their requests
+# and bytes, rejections as (line, custom_id, reason), max_tokens peaks).
+Piece = tuple[int, int, bytes, bytes, bytes, bytes, list[str], list[int], list[int], list[tuple[int, str | None, str]],
               dict[str, int]]
 
 
@@ -56,21 +59,25 @@ def _range_lines(path: str, start: int, end: int) -> Iterator[Iterator[bytes]]:
 
 def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRules | None = None) -> Piece:
     """Worker: validate lines [start, end) of `path`; line numbers relative to the range (first = 1)."""
-    rel, offs, lens, hashes = array("I"), array("q"), array("I"), array("q")
+    rel: list[int] = []
+    offs: list[int] = []
+    lens: list[int] = []
+    fps: list[int] = []  # the custom_ids' fingerprints for the duplicate index
     models: dict[str, int] = {}
     counts: list[int] = []
     sizes: list[int] = []
     rejections: list[Rejection] = []
     stats = ScanStats()
     peaks: dict[str, int] | None = {} if rules is not None else None  # only a preflight needs them
-    rel_add, off_add, len_add, hash_add, model_of = rel.append, offs.append, lens.append, hashes.append, models.get
-    # One Python step a request, each body dropped at once: collecting the rows and transposing them at
-    # C speed measured slower (a piece of bodies held instead of one, reused).
+    rel_add, off_add, len_add, fp_add, model_of = rel.append, offs.append, lens.append, fps.append, models.get
+    # One Python step a request, each body dropped at once: collecting the rows and transposing them at C speed
+    # measured slower (a piece of bodies held instead of one, reused), and so did C-level passes over a chunk of
+    # parsed lines (about 100 instructions an item a pass, as much as the bytecode they replace). Lists, packed
+    # once at the end: an array's append converts each int through argument parsing, 800 instructions more.
     with _range_lines(path, start, end) as lines:
-        for line, off, cid, model, body in validate(
+        for line, off, cid, model, n, _ in validate(
             lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules, peaks=peaks
         ):
-            n = len(body)
             mi = model_of(model)
             if mi is None:
                 mi = models[model] = len(counts)
@@ -81,8 +88,14 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
             rel_add(line)
             off_add(off)
             len_add(n)
-            hash_add(hash(cid))
-    return (stats.lines, end - start, rel, offs, lens, hashes, list(models), counts, sizes, rejections, peaks or {})
+            fp_add(hash(cid) >> FP_SHIFT)
+    return (stats.lines, end - start, _packed("I", rel), _packed("q", offs), _packed("I", lens), _packed("i", fps),
+            list(models), counts, sizes, [(r.line, r.custom_id, r.reason) for r in rejections], peaks or {})
+
+
+def _packed(code: str, values: list[int]) -> bytes:
+    """The machine bytes of array(code, values), made without the array's per-item argument parsing."""
+    return struct.pack(f"{len(values)}{code}", *values)
 
 
 def piece_bounds(path: str, size: int, piece: int) -> list[tuple[int, int]]:
@@ -155,7 +168,7 @@ def _work(task: Callable[[int], Piece], claims: int, out: int) -> None:
             message = ("error", str(exc))
         except OSError as exc:
             message = ("error", exc.strerror or str(exc))
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = marshal.dumps(message)
         view = memoryview(i.to_bytes(4, "little") + len(data).to_bytes(8, "little") + data)
         while view:
             view = view[os.write(out, view):]
@@ -251,7 +264,7 @@ def _receive(fd: int, path: str) -> tuple[int, Piece] | None:
     body = _read_exactly(fd, int.from_bytes(head[4:], "little"))
     if body is None:  # e.g. SIGBUS: the file shrank under a worker's mapping
         raise InputError(f"cannot read {path}: a reader process died (did the file change?)")
-    kind, value = pickle.loads(body)  # noqa: S301 -- written by our own forked worker, over a private pipe
+    kind, value = marshal.loads(body)  # noqa: S302 -- written by our own forked worker, over a private pipe
     if kind == "error":
         raise InputError(value if value.startswith("cannot read") else f"cannot read {path}: {value}")
     return int.from_bytes(head[:4], "little"), value
@@ -277,15 +290,17 @@ def _drop_duplicates(dups: list[tuple[int, int]], base: int, columns: tuple[arra
     return named, tuple(array(a.typecode, compress(a, keep)) for a in columns)
 
 
-@dataclass(slots=True)
 class Segment:
-    """The valid, unique requests of one piece, in input order, as flat arrays."""
+    """The valid, unique requests of one piece, in input order, as flat arrays. (A plain class, as `ScanStats`.)"""
 
-    base: int  # lines before the piece: a request's line number is base + lines[k]
-    lines: array[int]  # 'I', line numbers relative to the piece (first = 1)
-    offsets: array[int]  # 'q', byte offsets of the requests
-    lengths: array[int]  # 'I', the requests' bytes
-    total: int  # their sum
+    __slots__ = ("base", "lines", "offsets", "lengths", "total")
+
+    def __init__(self, base: int, lines: array[int], offsets: array[int], lengths: array[int], total: int) -> None:
+        self.base = base  # lines before the piece: a request's line number is base + lines[k]
+        self.lines = lines  # 'I', line numbers relative to the piece (first = 1)
+        self.offsets = offsets  # 'q', byte offsets of the requests
+        self.lengths = lengths  # 'I', the requests' bytes
+        self.total = total  # their sum
 
 
 def parallel_scan(
@@ -315,16 +330,17 @@ def parallel_scan(
     base = 0  # lines before the current piece
     try:
         for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules), len(bounds), workers, path):
-            count, nbytes, rel, offs, lens, hashes, names, counts, sizes, rejected, piece_peaks = piece
+            count, nbytes, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks = piece
+            rel, offs, lens, fps = array("I", rel_b), array("q", offs_b), array("I", lens_b), array("i", fps_b)
             _merge_peaks(peaks, piece_peaks)
             if not sized and count:
                 index.reserve(int(size / (nbytes / count) * 1.1))
                 sized = True
-            dups = index.add_many(rel, offs, hashes, base)
+            dups = index.add_many(rel, offs, fps, base)
             named, (rel, offs, lens) = _drop_duplicates(dups, base, (rel, offs, lens), names, counts, sizes, request_at)
             _merge_models(models, model_bytes, names, counts, sizes)
             yield Segment(base, rel, offs, lens, sum(sizes))
-            for rej in sorted([Rejection(base + e.line, e.custom_id, e.reason) for e in rejected] + named,
+            for rej in sorted([Rejection(base + line, cid, reason) for line, cid, reason in rejected] + named,
                               key=lambda e: e.line):
                 reject(rej)
             base += count

@@ -157,11 +157,10 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: Mo
     batches, models, model_bytes = report.batches, report.models, report.model_bytes
     total = largest = 0
     first = last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's first and last requests
-    for line, offset, cid, model, body in scan(
+    for line, offset, cid, model, n, _ in scan(
         source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
         models=rules, peaks=report.max_tokens_peak if rules is not None else None,
     ):
-        n = len(body)
         if packer.add(n):
             if packer.batches > 1:
                 batches.append(_batch_plan(len(batches), *packer.closed, first, last))
@@ -272,8 +271,8 @@ def iter_batches(
     packer = Packer(limits)
     pending: list[Request] = []
     index = 0
-    for fields in scan(source, reject or (lambda r: None), item_limit=max_item_bytes(limits.max_bytes)):
-        req = Request(*fields)
+    for line, offset, cid, model, _, raw in scan(source, reject or (lambda r: None), item_limit=max_item_bytes(limits.max_bytes)):
+        req = Request(line, offset, cid, model, raw.strip())
         if packer.add(len(req.body)) and pending:
             yield _batch(index, pending)
             index += 1

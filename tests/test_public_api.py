@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import pkgutil
 import subprocess
 import sys
@@ -82,7 +83,9 @@ def test_one_exception_hierarchy_in_one_module() -> None:
 
 
 def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
-    """--version, --help and plan load neither httpx nor anyio (the CLI starts as fast as Python)."""
+    """--version, --help and plan load neither httpx nor anyio (the CLI starts as fast as Python), nor what
+    `plan` without a key never needs: pickle (the readers' pieces travel by marshal), shutil (argparse's), the
+    API configuration."""
     data = tmp_path / "in.jsonl"
     data.write_text('{"custom_id": "a", "params": {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}}\n')
     probe = (
@@ -94,10 +97,26 @@ def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "            main(argv)\n"
         "        except SystemExit:\n"
         "            pass\n"
-        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper._loop') if m in sys.modules))\n"
+        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper._loop', 'pickle', 'shutil', 'gatekeeper._config')"
+        " if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe, str(data)], capture_output=True, text=True, check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    out = subprocess.run([sys.executable, "-c", probe, str(data)], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("columns", ["50", "120", "", "wide", "-3", None])
+def test_help_is_as_wide_as_shutil_would_make_it(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    """The CLI finds the help width without importing shutil, and finds the one argparse would have with it."""
+    import shutil
+
+    from gatekeeper._parser import _columns
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert _columns() == shutil.get_terminal_size().columns
 
 
 def test_every_async_test_has_a_time_limit(request: pytest.FixtureRequest) -> None:

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gatekeeper import Limits, plan
-from gatekeeper._idindex import IdIndex
+from gatekeeper._idindex import FP_SHIFT, IdIndex
 from gatekeeper._reader import Rejection, scan
 from tests.helpers import req, write_jsonl
 
@@ -85,7 +85,7 @@ def test_request_bytes_are_sent_as_given(tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"  " + raw + b"  \r\n")
     rows = list(scan(path, lambda r: None, item_limit=10**6))
-    assert rows[0][4] == raw
+    assert rows[0][5].strip() == raw and rows[0][4] == len(raw)
     assert rows[0][1] == 2  # offset of the request's first byte
 
 
@@ -142,12 +142,12 @@ def test_id_index_confirms_equal_fingerprints_exactly() -> None:
     """An equal fingerprint counts as a duplicate only when the earlier line really holds the same id."""
     held = {100: "x", 200: "y", 300: "x"}  # offset -> the custom_id on that line
     index = IdIndex(confirm=held.get)
-    h = hash("x")
-    assert index.insert(h, index.record(1, 100), "x") == 0
+    fp = hash("x") >> FP_SHIFT
+    assert index.insert(fp, index.record(1, 100), "x") == 0
     # Same hash, different id (a forged collision): the earlier line is read back and holds "x", not "y".
-    assert index.insert(h, index.record(2, 200), "y") == 0
+    assert index.insert(fp, index.record(2, 200), "y") == 0
     # No custom_id given: the index reads the candidate's own back from its offset.
-    assert index.insert(h, index.record(3, 300)) == 1
+    assert index.insert(fp, index.record(3, 300)) == 1
     assert len(index) == 2
 
 
@@ -155,10 +155,12 @@ def test_id_index_without_a_file_compares_full_hashes() -> None:
     """With no file to read back from, the full 64-bit hash is the proof: equal top bits alone are not a duplicate."""
     index = IdIndex()
     h = hash("x")
-    forged = (h & ~0xFFFFFFFF) | ((h + 1) & 0xFFFFFFFF)  # same fingerprint (top 32 bits), other low bits
-    assert index.insert(h, index.record(1, h)) == 0
-    assert index.insert(forged, index.record(2, forged)) == 0
-    assert index.insert(h, index.record(3, h)) == 1
+    low = (1 << FP_SHIFT) - 1
+    forged = (h & ~low) | ((h + 1) & low)  # same fingerprint (top 31 bits), other low bits
+    assert forged != h and forged >> FP_SHIFT == h >> FP_SHIFT
+    assert index.insert(h >> FP_SHIFT, index.record(1, h)) == 0
+    assert index.insert(forged >> FP_SHIFT, index.record(2, forged)) == 0
+    assert index.insert(h >> FP_SHIFT, index.record(3, h)) == 1
 
 
 def test_id_index_keeps_every_id_through_growth() -> None:
@@ -200,15 +202,15 @@ def test_id_index_add_many_reports_each_duplicate_and_counts_the_rest() -> None:
     held = dict(enumerate(ids))  # offset k holds ids[k]
     forged = hash("m7") & ~0xFFFFFFFF | 1  # m7's fingerprint on another id's line
     held[len(ids)] = "not-m7"
-    hashes = array("q", [hash(cid) for cid in ids] + [forged])
-    offsets = array("q", range(len(hashes)))
+    fps = array("i", [hash(cid) >> FP_SHIFT for cid in ids] + [forged >> FP_SHIFT])
+    offsets = array("q", range(len(fps)))
     one = IdIndex(confirm=held.get)
     expected = [(k, first) for k, cid in enumerate(ids) if (first := one.add(cid, k + 1, k))]
     many = IdIndex(confirm=held.get)
     got = []
-    for start in range(0, len(hashes), 1000):  # runs counted from their base line, as pieces are
+    for start in range(0, len(fps), 1000):  # runs counted from their base line, as pieces are
         part = slice(start, start + 1000)
-        lines = array("I", range(1, len(hashes[part]) + 1))
-        got += [(start + k, first) for k, first in many.add_many(lines, offsets[part], hashes[part], base=start)]
+        lines = array("I", range(1, len(fps[part]) + 1))
+        got += [(start + k, first) for k, first in many.add_many(lines, offsets[part], fps[part], base=start)]
     assert got == expected == [(3000, 6), (3001, 3000), (3003, 3003)]
     assert len(many) == len(one) + 1 == 3002  # every unique id and the forged one
