@@ -98,13 +98,17 @@ def _packed(code: str, values: list[int]) -> bytes:
     return struct.pack(f"{len(values)}{code}", *values)
 
 
-def piece_bounds(path: str, size: int, piece: int) -> list[tuple[int, int]]:
-    """Cut [0, size) into ranges of about `piece` bytes that start at line starts."""
+def piece_bounds(path: str, size: int, piece: int, workers: int = 2) -> list[tuple[int, int]]:
+    """Cut [0, size) into ranges of about `piece` bytes that start at line starts.
+
+    The last ones shrink, to a quarter of what is left a worker (at least an eighth of `piece`), so that the
+    workers run out of work together: with equal pieces one core idled for half a piece at the end, 20-30 ms
+    of a 0.45 s plan."""
     bounds = []
     with open(path, "rb") as f:
         start = 0
         while start < size:
-            cut = min(size, start + piece)
+            cut = min(size, start + min(piece, max(piece // 8, (size - start) // (2 * workers))))
             if cut < size:
                 f.seek(cut)
                 f.readline()
@@ -322,7 +326,7 @@ def parallel_scan(
     The parent does no Python step per request beyond the duplicate probe: everything else is array work.
     """
     size = os.path.getsize(path)
-    bounds = piece_bounds(path, size, max(piece_bytes or PIECE_BYTES, -(-size // MAX_CLAIMS)))
+    bounds = piece_bounds(path, size, max(piece_bytes or PIECE_BYTES, -(-size // MAX_CLAIMS)), workers)
     fd = os.open(path, os.O_RDONLY)
     request_at = request_reader(fd)
     index = IdIndex(confirm=lambda offset: request_at(offset)[0])

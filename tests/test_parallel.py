@@ -59,6 +59,17 @@ def test_piece_bounds_start_at_line_starts(tmp_path: Path) -> None:
     assert all(data[s - 1:s] == b"\n" for s, _ in bounds[1:])
 
 
+def test_the_last_pieces_shrink_so_the_workers_end_together(tmp_path: Path) -> None:
+    """Full pieces while a lot is left; then a quarter of what is left a worker, down to an eighth of a piece."""
+    path = tmp_path / "f"
+    data = b"".join(b"y" * 99 + b"\n" for _ in range(100_000))  # 10 MB of 100-byte lines
+    path.write_bytes(data)
+    sizes = [b - a for a, b in piece_bounds(str(path), len(data), 1 << 20, workers=2)]
+    assert 1 << 20 <= sizes[0] < (1 << 20) + 100 and sizes.index(min(sizes[:-1])) > len(sizes) // 2
+    assert all(a >= b for a, b in zip(sizes, sizes[1:-1]))  # never growing again (the last is what is left)
+    assert min(sizes[:-1]) >= (1 << 20) // 8 and sum(sizes) == len(data)
+
+
 def _die(*args: object) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -91,7 +102,7 @@ def test_a_file_that_shrank_under_the_plan_is_one_clear_error(tmp_path: Path, mo
 
     path = _messy_file(tmp_path / "in.jsonl", 300, 3)
     size = path.stat().st_size
-    monkeypatch.setattr(gatekeeper._parallel, "piece_bounds", lambda p, s, n: [(0, size // 2), (size // 2, size + 10_000)])
+    monkeypatch.setattr(gatekeeper._parallel, "piece_bounds", lambda p, s, n, w: [(0, size // 2), (size // 2, size + 10_000)])
     with pytest.raises(InputError, match="changed while being read"):
         plan(path, workers=2)
 
