@@ -346,7 +346,7 @@ def scan(
         index = IdIndex(confirm=confirm)
         add = index.add
         sized = size == 0
-        for line_no, start, cid, model, size, raw in validate(
+        for line_no, start, cid, model, n, raw in validate(
             lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats, models=models, peaks=peaks
         ):
             if not sized and line_no >= 1000 and start > 0:
@@ -356,7 +356,7 @@ def scan(
             if first:
                 reject(Rejection(line_no, cid, duplicate(cid, first)))
                 continue
-            yield line_no, start, cid, model, size, raw
+            yield line_no, start, cid, model, n, raw
     finally:
         if stream is not None and stream is not sys.stdin.buffer:
             stream.close()

@@ -214,3 +214,13 @@ def test_id_index_add_many_reports_each_duplicate_and_counts_the_rest() -> None:
         got += [(start + k, first) for k, first in many.add_many(lines, offsets[part], fps[part], base=start)]
     assert got == expected == [(3000, 6), (3001, 3000), (3003, 3003)]
     assert len(many) == len(one) + 1 == 3002  # every unique id and the forged one
+
+
+def test_a_file_sizes_its_duplicate_index_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After 1,000 lines the index is sized from the file's size and the average line, not grown by rehashing."""
+    grown = []
+    rehash = IdIndex._rehash
+    monkeypatch.setattr(IdIndex, "_rehash", lambda self, cap: (grown.append(cap), rehash(self, cap))[1])
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"s{i}") for i in range(20_000)])
+    assert plan(path).requests == 20_000
+    assert len(grown) <= 2, grown  # (1,024 slots fill before line 1,000; then one reservation for all 20,000)
