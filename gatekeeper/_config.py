@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ._errors import UsageError
+from ._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
@@ -84,7 +85,7 @@ class ApiConfig:
     def from_env(cls, environ: Mapping[str, str]) -> ApiConfig:
         admin = (environ.get("ANTHROPIC_ADMIN_KEY") or "").strip()
         return cls(
-            workspace_keys=workspace_keys(environ.get("ANTHROPIC_API_KEY"), environ.get("ANTHROPIC_EXTRA_WORKSPACE_KEYS")),
+            workspace_keys=workspace_keys(environ.get(API_KEY_VARIABLE), environ.get(EXTRA_KEYS_VARIABLE)),
             admin_key=Secret(admin) if admin else None,
             base_url=(environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/"),
         )

@@ -6,3 +6,7 @@ API_VERSION = "2023-06-01"  # the anthropic-version header
 # either reading of "MB", at a cost of 4.6% against 2^20.
 API_MAX_REQUESTS = 100_000
 API_MAX_BYTES = 256_000_000
+
+# The environment variables that hold workspace keys: the first as the SDKs name it, the second this tool's own.
+API_KEY_VARIABLE = "ANTHROPIC_API_KEY"
+EXTRA_KEYS_VARIABLE = "ANTHROPIC_EXTRA_WORKSPACE_KEYS"
