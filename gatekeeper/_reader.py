@@ -15,6 +15,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, BinaryIO, NamedTuple, Union
 
 import orjson
@@ -223,21 +224,25 @@ def validate(
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
-    update = hasher.update if hasher is not None else None
+    lines = iter(lines)
+    if first_line == 1 and (offset == 0 or not from_file):  # the file's (or the iterable's) first line may open with a BOM
+        head = next(lines, None)
+        if head is not None and head.startswith(_BOM):
+            if hasher is not None:
+                hasher.update(_BOM)
+            head, offset = head[3:], offset + 3
+        lines = chain(() if head is None else (head,), lines)
+    if hasher is not None:
+        lines = _hashed(lines, hasher.update)
+    rules = models is not None or peaks is not None
     line_no = first_line - 1
     for raw in lines:
         line_no += 1
         start = offset
         if from_file:
             offset += len(raw)
-            if update is not None:
-                update(raw)
         else:
             start = -1
-        if line_no == 1 and start <= 0 and raw.startswith(_BOM):  # the file's (or the iterable's) first line only
-            raw = raw[3:]
-            if start >= 0:
-                start += 3
         try:
             obj = loads(raw)
         except decode_error as exc:
@@ -253,14 +258,14 @@ def validate(
             model = params["model"]
             max_tokens = params["max_tokens"]
             messages = params["messages"]
+            # (params is a dict: orjson gives no other type that a str subscripts. A custom_id of another type
+            # fails len() or has no encode(): TypeError or AttributeError.)
             common = (
                 len(obj) == 2  # (both keys found: exactly these two)
-                and cid.__class__ is str
                 and 0 < len(cid) <= 64
                 # bytes.isalnum is ASCII-only, so with '-' and '_' mapped to 'a' this is the custom_id pattern,
                 # at half the cost of a regex or str.strip(chars). (orjson never gives a lone surrogate.)
                 and cid.encode().translate(_ID_CHARS).isalnum()
-                and params.__class__ is dict
                 and "stream" not in params
                 and "speed" not in params
                 and model.__class__ is str
@@ -270,7 +275,7 @@ def validate(
                 and messages.__class__ is list
                 and messages
             )
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, AttributeError):
             common = False
         if not common:
             cid, model, reason = check_request(obj)
@@ -286,7 +291,7 @@ def validate(
         if size > item_limit:
             reject(Rejection(line_no, cid, f"request is {size} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
             continue
-        if models is not None or peaks is not None:
+        if rules:
             reason = _model_reason(obj["params"], models, peaks)
             if reason is not None:
                 reject(Rejection(line_no, cid, reason))
@@ -296,6 +301,13 @@ def validate(
     if stats is not None:
         stats.lines = line_no
         stats.end_offset = offset
+
+
+def _hashed(lines: Iterator[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
+    """The lines, each fed to the hash on its way (only a submit hashes: `plan`'s loop skips this step)."""
+    for raw in lines:
+        update(raw)
+        yield raw
 
 
 ModelRules = dict[str, tuple[str | None, int | None]]

@@ -79,6 +79,21 @@ def test_bom_crlf_and_blank_lines(tmp_path: Path) -> None:
     assert "first on line 1" in report.errors[0].reason
 
 
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_the_content_hash_and_offsets_count_a_bom(tmp_path: Path, bom: bytes) -> None:
+    """A submit's content hash covers every byte, the BOM included; the first request starts after it, and an
+    iterable's first item loses its BOM the same way."""
+    import hashlib
+
+    data = bom + orjson.dumps(req("a")) + b"\n" + orjson.dumps(req("b")) + b"\n"
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(data)
+    report = plan(path, hash_content=True)
+    assert report.content_hash == hashlib.sha256(data).hexdigest()
+    assert report.batches[0].start_offset == len(bom) and report.batches[0].end_offset == len(data) - 1
+    assert plan([data.split(b"\n")[0], b""]).requests == 1
+
+
 def test_request_bytes_are_sent_as_given(tmp_path: Path) -> None:
     """The body carries each line's own bytes (spacing, key order, escapes), not a re-serialization."""
     raw = b'{ "params" : {"max_tokens": 5, "model":"m", "messages":[{"role":"user","content":"caf\\u00e9"}]},  "custom_id":"k1" }'
