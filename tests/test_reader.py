@@ -158,11 +158,11 @@ def test_id_index_confirms_equal_fingerprints_exactly() -> None:
     held = {100: "x", 200: "y", 300: "x"}  # offset -> the custom_id on that line
     index = IdIndex(confirm=held.get)
     fp = hash("x") >> FP_SHIFT
-    assert index.insert(fp, index.record(1, 100), "x") == 0
+    assert index.insert(index.record(1, 100, fp), "x") == 0
     # Same hash, different id (a forged collision): the earlier line is read back and holds "x", not "y".
-    assert index.insert(fp, index.record(2, 200), "y") == 0
+    assert index.insert(index.record(2, 200, fp), "y") == 0
     # No custom_id given: the index reads the candidate's own back from its offset.
-    assert index.insert(fp, index.record(3, 300)) == 1
+    assert index.insert(index.record(3, 300, fp)) == 1
     assert len(index) == 2
 
 
@@ -173,9 +173,9 @@ def test_id_index_without_a_file_compares_full_hashes() -> None:
     low = (1 << FP_SHIFT) - 1
     forged = (h & ~low) | ((h + 1) & low)  # same fingerprint (top 31 bits), other low bits
     assert forged != h and forged >> FP_SHIFT == h >> FP_SHIFT
-    assert index.insert(h >> FP_SHIFT, index.record(1, h)) == 0
-    assert index.insert(forged >> FP_SHIFT, index.record(2, forged)) == 0
-    assert index.insert(h >> FP_SHIFT, index.record(3, h)) == 1
+    assert index.insert(index.record(1, h, h >> FP_SHIFT)) == 0
+    assert index.insert(index.record(2, forged, forged >> FP_SHIFT)) == 0
+    assert index.insert(index.record(3, h, h >> FP_SHIFT)) == 1
 
 
 def test_id_index_keeps_every_id_through_growth() -> None:

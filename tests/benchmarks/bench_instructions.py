@@ -1,10 +1,12 @@
-"""CPU instructions a request: a bare orjson loop against one `plan` reader worker, counted by valgrind.
+"""CPU instructions a request: a bare orjson loop against one `plan` reader worker, and the parent's duplicate
+probe an id, counted by valgrind.
 
 Usage: python tests/benchmarks/bench_instructions.py [--file /tmp/gk-bench-startup.jsonl]
 
 Wall time on a shared 2-core machine moves by 15% from one minute to the next; an instruction count does not.
 Each loop runs under `valgrind --tool=callgrind` twice, over the file's first 2 MB and first 6 MB of lines, and
 the difference divided by the lines between is the cost of one request, with start-up and imports cancelled out.
+The probe is counted the same way: 100,000 ids against none, in runs of 5,600 (a piece's requests).
 A worker runs as forked by `plan`: without the cycle collector. Needs valgrind (Debian: apt-get install valgrind).
 """
 
@@ -30,6 +32,20 @@ from gatekeeper._parallel import scan_piece
 gc.disable()
 scan_piece(sys.argv[1], 0, int(sys.argv[3]), 1 << 28)
 """
+
+PROBE = """import sys
+from array import array
+from gatekeeper._idindex import FP_SHIFT, IdIndex
+ids, n = 100_000, int(sys.argv[1])  # the same ids made either way; n of them added
+fps = array("i", [hash(f"req-{i:08d}") >> FP_SHIFT for i in range(ids)])
+lines, offsets = array("I", range(1, ids + 1)), array("q", range(ids))
+index = IdIndex(confirm=lambda offset: None)
+index.reserve(int(ids * 1.1))
+for s in range(0, n, 5600):
+    e = min(n, s + 5600)
+    index.add_many(lines[s:e], offsets[s:e], fps[s:e])
+"""
+PROBE_IDS = 100_000
 
 
 def instructions(code: str, *args: str) -> int:
@@ -62,6 +78,8 @@ def main() -> None:
     worker = (instructions(WORKER, a.file, "", str(b2)) - instructions(WORKER, a.file, "", str(b1))) / (n2 - n1)
     print(f"bare orjson loop     {bare:8,.0f} instructions a request")
     print(f"plan reader worker   {worker:8,.0f} instructions a request ({worker / bare:.2f}x; two workers share it)")
+    probe = (instructions(PROBE, str(PROBE_IDS)) - instructions(PROBE, "0")) / PROBE_IDS
+    print(f"duplicate probe      {probe:8,.0f} instructions an id (the parent's, beside the workers)")
 
 
 if __name__ == "__main__":
