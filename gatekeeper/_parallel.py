@@ -26,8 +26,8 @@ from itertools import compress
 from typing import Any
 
 from ._errors import InputError
-from ._idindex import FP_SHIFT, IdIndex
-from ._reader import ModelRules, Rejection, ScanStats, duplicate, request_reader, validate
+from ._idindex import IdIndex
+from ._reader import Columns, ModelRules, Rejection, ScanStats, duplicate, request_reader, validate
 
 PIECE_BYTES = 8 << 20  # measured: 4 MB pieces cost more per piece; 16 MB was a little faster but holds more memory
 MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it saves
@@ -59,38 +59,23 @@ def _range_lines(path: str, start: int, end: int) -> Iterator[Iterator[bytes]]:
 
 def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRules | None = None) -> Piece:
     """Worker: validate lines [start, end) of `path`; line numbers relative to the range (first = 1)."""
-    rel: list[int] = []
-    offs: list[int] = []
-    lens: list[int] = []
-    fps: list[int] = []  # the custom_ids' fingerprints for the duplicate index
-    models: dict[str, int] = {}
-    counts: list[int] = []
-    sizes: list[int] = []
+    cols = Columns()
     rejections: list[Rejection] = []
     stats = ScanStats()
     peaks: dict[str, int] | None = {} if rules is not None else None  # only a preflight needs them
-    rel_add, off_add, len_add, fp_add, model_of = rel.append, offs.append, lens.append, fps.append, models.get
     # One Python step a request, each body dropped at once: collecting the rows and transposing them at C speed
     # measured slower (a piece of bodies held instead of one, reused), and so did C-level passes over a chunk of
     # parsed lines (about 100 instructions an item a pass, as much as the bytecode they replace). Lists, packed
     # once at the end: an array's append converts each int through argument parsing, 800 instructions more.
     with _range_lines(path, start, end) as lines:
-        for line, off, cid, model, n, _ in validate(
-            lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules, peaks=peaks
-        ):
-            mi = model_of(model)
-            if mi is None:
-                mi = models[model] = len(counts)
-                counts.append(0)
-                sizes.append(0)
-            counts[mi] += 1
-            sizes[mi] += n
-            rel_add(line)
-            off_add(off)
-            len_add(n)
-            fp_add(hash(cid) >> FP_SHIFT)
-    return (stats.lines, end - start, _packed("I", rel), _packed("q", offs), _packed("I", lens), _packed("i", fps),
-            list(models), counts, sizes, [(r.line, r.custom_id, r.reason) for r in rejections], peaks or {})
+        for _ in validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
+                          peaks=peaks, into=cols):
+            pass  # (nothing is yielded: the requests go into `cols`)
+    by_model = cols.by_model
+    return (stats.lines, end - start, _packed("I", cols.lines), _packed("q", cols.offsets), _packed("I", cols.sizes),
+            _packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
+            [sum(sizes) for sizes in by_model.values()], [(r.line, r.custom_id, r.reason) for r in rejections],
+            peaks or {})
 
 
 def _packed(code: str, values: list[int]) -> bytes:

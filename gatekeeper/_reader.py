@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, NamedTuple, Union
 import orjson
 
 from ._errors import InputError
-from ._idindex import IdIndex
+from ._idindex import FP_SHIFT, IdIndex
 
 CUSTOM_ID_PATTERN = "[A-Za-z0-9_-]{1,64}"
 _custom_id_ok = re.compile(CUSTOM_ID_PATTERN).fullmatch  # fullmatch: a trailing "\n" must not pass
@@ -39,6 +39,21 @@ class ScanStats:
     def __init__(self) -> None:
         self.lines = 0  # lines read, blank ones included
         self.end_offset = 0  # bytes read
+
+
+class Columns:
+    """The valid requests of a piece, as the parallel reader keeps them: what `validate(into=...)` appends each to
+    instead of yielding it. (In a worker, the generator's yield and its caller's unpacking and appends were 1,300
+    instructions of the 25,400 a request.)"""
+
+    __slots__ = ("lines", "offsets", "sizes", "fps", "by_model")
+
+    def __init__(self) -> None:
+        self.lines: list[int] = []
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.fps: list[int] = []  # the custom_ids' fingerprints, `hash >> FP_SHIFT`, for the duplicate index
+        self.by_model: dict[str, list[int]] = {}  # model -> its requests' sizes
 
 # What `plan`/`submit` accept as input: a path ("-" for stdin), or requests as
 # dicts / encoded lines.
@@ -210,9 +225,11 @@ def validate(
     stats: ScanStats | None = None,
     models: ModelRules | None = None,
     peaks: dict[str, int] | None = None,
+    into: Columns | None = None,
 ) -> Iterator[tuple[int, int, str, str, int, bytes]]:
     """Check every line; yield (line, offset, custom_id, model, size, raw) for the valid ones, where the request's
-    body is `raw.strip()` (`size` bytes; made only by a caller that sends it). Uniqueness is not checked here.
+    body is `raw.strip()` (`size` bytes; made only by a caller that sends it), or, given `into`, append them to
+    those columns and yield nothing. Uniqueness is not checked here.
 
     `models` (from the Models API preflight) rejects a line whose model is refused or whose max_tokens is over
     the model's limit; `peaks` receives the largest max_tokens seen per model (so a second pass is needed only
@@ -235,6 +252,8 @@ def validate(
     if hasher is not None:
         lines = _hashed(lines, hasher.update)
     rules = models is not None or peaks is not None
+    cols = into or Columns()
+    col_lines, col_offsets, col_sizes, col_fps, by_model = cols.lines, cols.offsets, cols.sizes, cols.fps, cols.by_model
     line_no = first_line - 1
     for raw in lines:
         line_no += 1
@@ -297,7 +316,17 @@ def validate(
                 reject(Rejection(line_no, cid, reason))
                 continue
         # cid and model are set: check_request gave no reason (no runtime check here: the hot path).
-        yield line_no, start, cid, model, size, raw
+        if into is None:
+            yield line_no, start, cid, model, size, raw
+            continue
+        col_lines.append(line_no)
+        col_offsets.append(start)
+        col_sizes.append(size)
+        col_fps.append(hash(cid) >> FP_SHIFT)
+        sizes_of = by_model.get(model)
+        if sizes_of is None:
+            sizes_of = by_model[model] = []
+        sizes_of.append(size)
     if stats is not None:
         stats.lines = line_no
         stats.end_offset = offset

@@ -9,7 +9,7 @@ import pytest
 
 from gatekeeper import Limits, plan
 from gatekeeper._idindex import FP_SHIFT, IdIndex
-from gatekeeper._reader import Rejection, scan
+from gatekeeper._reader import Columns, Rejection, scan, validate
 from tests.helpers import req, write_jsonl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -239,3 +239,21 @@ def test_a_file_sizes_its_duplicate_index_once(tmp_path: Path, monkeypatch: pyte
     path = write_jsonl(tmp_path / "in.jsonl", [req(f"s{i}") for i in range(20_000)])
     assert plan(path).requests == 20_000
     assert len(grown) <= 2, grown  # (1,024 slots fill before line 1,000; then one reservation for all 20,000)
+
+
+def test_validate_into_columns_keeps_what_it_would_yield() -> None:
+    """The parallel reader's form (`into=`) holds the same requests as the yielded one: lines, offsets, sizes,
+    fingerprints, and each model's sizes; with the same rejections, whitespace and blank lines included."""
+    lines = [orjson.dumps(req("a", model="m1")) + b"\n", b"\n", b"  " + orjson.dumps(req("b", model="m2")) + b" \r\n",
+             b'{"custom_id": "bad id", "params": {}}\n', orjson.dumps(req("c", model="m1", text="longer text")) + b"\n",
+             orjson.dumps(req("d", model="m2"))]
+    yielded_rejections: list[Rejection] = []
+    rows = list(validate(iter(lines), yielded_rejections.append, item_limit=1 << 20))
+    cols, rejections = Columns(), []
+    assert list(validate(iter(lines), rejections.append, item_limit=1 << 20, into=cols)) == []
+    assert rejections == yielded_rejections and [r.line for r in rejections] == [4]
+    assert cols.lines == [row[0] for row in rows] == [1, 3, 5, 6]
+    assert cols.offsets == [row[1] for row in rows]
+    assert cols.sizes == [row[4] for row in rows] == [len(line.strip()) for k, line in enumerate(lines) if k in (0, 2, 4, 5)]
+    assert cols.fps == [hash(row[2]) >> FP_SHIFT for row in rows]
+    assert cols.by_model == {"m1": [rows[0][4], rows[2][4]], "m2": [rows[1][4], rows[3][4]]}
