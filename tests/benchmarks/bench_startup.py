@@ -65,8 +65,10 @@ def main() -> None:
           f"{med['gatekeeper plan'] / med['bare orjson loop']:.2f}x the time")
     ratios = sorted(p / b for p, b in zip(times["gatekeeper plan"], times["bare orjson loop"]))
     print(f"  round by round: {ratios[0]:.2f}x to {ratios[-1]:.2f}x, {sum(r <= 1 for r in ratios)} of {len(ratios)} at most 1.0x")
-    print(f"two bare loops at once / one alone: {med[TWO_AT_ONCE] / med['bare orjson loop']:.2f}x the time "
-          "(1.0 when the machine gives two whole cores, 2.0 when it gives one; plan's workers need the two)")
+    together = sorted(t / b for t, b in zip(times[TWO_AT_ONCE], times["bare orjson loop"]))
+    print(f"two bare loops at once / one alone: {med[TWO_AT_ONCE] / med['bare orjson loop']:.2f}x the time, round by "
+          f"round {together[0]:.2f}x to {together[-1]:.2f}x (1.0 when the machine gives two whole cores, 2.0 when it "
+          "gives one; plan's workers need the two)")
 
 
 def _together(cmd: list[str], n: int) -> float:
