@@ -68,9 +68,9 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
     # parsed lines (about 100 instructions an item a pass, as much as the bytecode they replace). Lists, packed
     # once at the end: an array's append converts each int through argument parsing, 800 instructions more.
     with _range_lines(path, start, end) as lines:
-        for _ in validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
-                          peaks=peaks, into=cols):
-            pass  # (nothing is yielded: the requests go into `cols`)
+        # Given `into`, validate yields nothing: next() runs it to the end.
+        next(validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
+                      peaks=peaks, into=cols), None)
     by_model = cols.by_model
     return (stats.lines, end - start, _packed("I", cols.lines), _packed("q", cols.offsets), _packed("I", cols.sizes),
             _packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],

@@ -241,16 +241,7 @@ def validate(
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
-    lines = iter(lines)
-    if first_line == 1 and (offset == 0 or not from_file):  # the file's (or the iterable's) first line may open with a BOM
-        head = next(lines, None)
-        if head is not None and head.startswith(_BOM):
-            if hasher is not None:
-                hasher.update(_BOM)
-            head, offset = head[3:], offset + 3
-        lines = chain(() if head is None else (head,), lines)
-    if hasher is not None:
-        lines = _hashed(lines, hasher.update)
+    lines, offset = _opened(lines, first_line == 1 and (offset == 0 or not from_file), offset, hasher)
     rules = models is not None or peaks is not None
     cols = into or Columns()
     col_lines, col_offsets, col_sizes, col_fps, by_model = cols.lines, cols.offsets, cols.sizes, cols.fps, cols.by_model
@@ -330,6 +321,22 @@ def validate(
     if stats is not None:
         stats.lines = line_no
         stats.end_offset = offset
+
+
+def _opened(lines: Iterable[bytes], at_start: bool, offset: int, hasher: Any) -> tuple[Iterator[bytes], int]:
+    """The lines with a BOM peeled off the first (when `at_start`: the file's or the iterable's first line), each
+    fed to `hasher` if given; and the offset of the first line's first byte after the BOM."""
+    lines = iter(lines)
+    if at_start:
+        head = next(lines, None)
+        if head is not None and head.startswith(_BOM):
+            if hasher is not None:
+                hasher.update(_BOM)
+            head, offset = head[3:], offset + 3
+        lines = chain(() if head is None else (head,), lines)
+    if hasher is not None:
+        lines = _hashed(lines, hasher.update)
+    return lines, offset
 
 
 def _hashed(lines: Iterator[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
