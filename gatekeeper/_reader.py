@@ -55,6 +55,7 @@ class Columns:
         self.fps: list[int] = []  # the custom_ids' fingerprints, `hash >> FP_SHIFT`, for the duplicate index
         self.by_model: dict[str, list[int]] = {}  # model -> its requests' sizes
 
+
 # What `plan`/`submit` accept as input: a path ("-" for stdin), or requests as
 # dicts / encoded lines.
 Source = Union[str, "os.PathLike[str]", Iterable[dict[str, Any] | bytes | str]]
