@@ -48,7 +48,7 @@ class IdIndex:
         # by appends, three arrays reallocated in turn left the heap fragmented, and the parallel reader's peak
         # RSS grew by 40 bytes a request where the index holds 22-28.
         self.count = 0  # entries recorded
-        self.room = 0  # entries the arrays hold
+        self.room = 0  # entries the arrays hold: len(self.lines), kept so that `record` (one an id) makes no call
         self.fps = array("i", [0])  # by ordinal (1-based; index 0 is never read): fingerprints
         self.lines = array("I")  # by ordinal - 1: line numbers (1-based)
         self.proofs = array("q")  # by ordinal - 1: byte offsets (with confirm) or full hashes
