@@ -27,7 +27,7 @@ from typing import Any
 
 from ._errors import InputError
 from ._idindex import IdIndex
-from ._reader import Columns, ModelRules, Rejection, ScanStats, duplicate, request_reader, validate
+from ._reader import Columns, ModelRules, Rejection, ScanStats, duplicate, expected_ids, request_reader, validate
 
 PIECE_BYTES = 8 << 20  # measured: 4 MB pieces cost more per piece; 16 MB was a little faster but holds more memory
 MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it saves
@@ -315,16 +315,14 @@ def parallel_scan(
     fd = os.open(path, os.O_RDONLY)
     request_at = request_reader(fd)
     index = IdIndex(confirm=lambda offset: request_at(offset)[0])
-    sized = False
     base = 0  # lines before the current piece
     try:
         for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules), len(bounds), workers, path):
-            count, nbytes, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks = piece
+            if not base:  # sized once the workers run: they need not map the parent's index, nor wait for the estimate
+                index.reserve(expected_ids(fd, size))
+            count, _, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks = piece
             rel, offs, lens, fps = array("I", rel_b), array("q", offs_b), array("I", lens_b), array("i", fps_b)
             _merge_peaks(peaks, piece_peaks)
-            if not sized and count:
-                index.reserve(int(size / (nbytes / count) * 1.1))
-                sized = True
             dups = index.add_many(rel, offs, fps, base)
             named, (rel, offs, lens) = _drop_duplicates(dups, base, (rel, offs, lens), names, counts, sizes, request_at)
             _merge_models(models, model_bytes, names, counts, sizes)

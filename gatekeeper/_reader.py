@@ -202,6 +202,38 @@ def _line_at(fd: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
+SAMPLE_FROM = 1 << 20  # a smaller file's index grows as it fills: a few rehashes of at most 10,000 ids
+SAMPLES = 256  # windows read to estimate a file's lines
+SAMPLE_BYTES = 1 << 12  # each window's bytes: 1 MB read in all
+
+
+def estimate_lines(fd: int, size: int, samples: int = SAMPLES) -> int:
+    """About how many lines the first `size` bytes of file `fd` hold: the newlines in windows at evenly spaced
+    offsets, scaled from the bytes read to the file's.
+
+    Windows spread over the whole file see a file sorted by length (short lines first) as well as a uniform
+    one, where its first lines alone had the duplicate index sized for 40 times the ids it held. Reads with
+    pread, so the stream's position does not move: about 1 ms."""
+    newlines = read = 0
+    for k in range(samples):
+        window = os.pread(fd, min(SAMPLE_BYTES, size), (size - SAMPLE_BYTES) * k // samples if size > SAMPLE_BYTES else 0)
+        newlines += window.count(b"\n")
+        read += len(window)
+    return int(size * newlines / read) + 1 if read else 0
+
+
+def expected_ids(source: BinaryIO | int | None, size: int) -> int:
+    """What to size a duplicate index for: the lines of a regular file (a stream or a descriptor of `size`
+    bytes), and a tenth more; 0 (grow as it fills) for a pipe, an iterable, a file under 1 MB, or one that
+    cannot be sampled (reading it will say why)."""
+    if source is None or size < SAMPLE_FROM:
+        return 0
+    try:
+        return int(estimate_lines(source if isinstance(source, int) else source.fileno(), size) * 1.1)
+    except (OSError, ValueError):  # (io.UnsupportedOperation is both)
+        return 0
+
+
 def request_reader(fd: int) -> Callable[[int], tuple[str, str]]:
     """Reads back (custom_id, model) of the valid request at an offset: for the rare line whose fields are needed again."""
     def request_at(offset: int) -> tuple[str, str]:
@@ -392,15 +424,11 @@ def scan(
         from_file = stream is not None
         lines: Iterable[Any] = stream if stream is not None else encode_items(items or ())
         confirm = _confirmer(stream) if from_file else None
-        index = IdIndex(confirm=confirm)
+        index = IdIndex(expected_ids(stream, size), confirm=confirm)  # sized once, not by rehashing
         add = index.add
-        sized = size == 0
         for line_no, start, cid, model, n, raw in validate(
             lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats, models=models, peaks=peaks
         ):
-            if not sized and line_no >= 1000 and start > 0:
-                index.reserve(int(size / (start / line_no) * 1.1))  # size once from the average line, not by rehashing
-                sized = True
             first = add(cid, line_no, start)
             if first:
                 reject(Rejection(line_no, cid, duplicate(cid, first)))

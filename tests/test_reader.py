@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import orjson
@@ -9,7 +10,7 @@ import pytest
 
 from gatekeeper import Limits, plan
 from gatekeeper._idindex import FP_SHIFT, IdIndex
-from gatekeeper._reader import Columns, Rejection, scan, validate
+from gatekeeper._reader import Columns, Rejection, estimate_lines, scan, validate
 from tests.helpers import req, write_jsonl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -232,13 +233,64 @@ def test_id_index_add_many_reports_each_duplicate_and_counts_the_rest() -> None:
 
 
 def test_a_file_sizes_its_duplicate_index_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """After 1,000 lines the index is sized from the file's size and the average line, not grown by rehashing."""
+    """Before the first line is read, the index is sized from lines sampled across the file, not grown by
+    rehashing as it fills."""
     grown = []
     rehash = IdIndex._rehash
     monkeypatch.setattr(IdIndex, "_rehash", lambda self, cap: (grown.append(cap), rehash(self, cap))[1])
     path = write_jsonl(tmp_path / "in.jsonl", [req(f"s{i}") for i in range(20_000)])
     assert plan(path).requests == 20_000
-    assert len(grown) <= 2, grown  # (1,024 slots fill before line 1,000; then one reservation for all 20,000)
+    assert grown == []
+
+
+def _lines_of(path: Path, lengths: list[int]) -> Path:
+    """A file of lines of these lengths, newlines included ('x' padding)."""
+    path.write_bytes(b"".join(b"x" * (n - 1) + b"\n" for n in lengths))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "lengths"),
+    [
+        ("uniform", [1400] * 3000),
+        ("sorted by length", [100] * 40_000 + [20_000] * 600),  # the first 4 MB alone said 40 times too many
+        ("mixed", [80, 3000, 700, 15_000, 250] * 2000),
+        ("longer than a window", [200] * 5000 + [100_000] * 30),
+        ("no newline at the end", [1400] * 2999 + [1399]),
+    ],
+)
+def test_a_file_s_lines_are_estimated_from_samples(tmp_path: Path, name: str, lengths: list[int]) -> None:
+    """Within a quarter of the true count whatever the lines' lengths and order (lines hit in proportion to their
+    length, so the mean of 1/length), while reading 256 samples, not the file."""
+    path = _lines_of(tmp_path / "in.jsonl", lengths)
+    if name == "no newline at the end":
+        path.write_bytes(path.read_bytes()[:-1])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = estimate_lines(fd, os.path.getsize(path))
+    finally:
+        os.close(fd)
+    assert abs(got - len(lengths)) <= len(lengths) / 4, (name, got, len(lengths))
+
+
+def test_a_length_sorted_file_does_not_oversize_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short requests first, long ones after: both readers size the duplicate index for about the requests there
+    are (sized from the first lines, it was 30 times too big)."""
+    import gatekeeper._parallel
+
+    monkeypatch.setattr(gatekeeper._parallel, "PIECE_BYTES", 1 << 18)
+    items = [req(f"s{i}") for i in range(20_000)] + [req(f"l{i}", text="x" * 60_000) for i in range(100)]
+    path = write_jsonl(tmp_path / "in.jsonl", items)
+    reserved: list[int] = []
+    reserve = IdIndex.reserve
+    monkeypatch.setattr(IdIndex, "reserve", lambda self, n: (reserved.append(n), reserve(self, n))[1])
+    sizes: list[int] = []
+    init = IdIndex.__init__
+    monkeypatch.setattr(IdIndex, "__init__", lambda self, expected=0, confirm=None: (sizes.append(expected),
+                                                                                    init(self, expected, confirm))[1])
+    one, two = plan(path), plan(path, workers=2)
+    assert one.requests == two.requests == 20_100
+    assert 15_000 < sizes[0] < 30_000 and 15_000 < max(reserved) < 30_000, (sizes, reserved)
 
 
 def test_validate_into_columns_keeps_what_it_would_yield() -> None:
