@@ -214,9 +214,10 @@ def estimate_lines(fd: int, size: int, samples: int = SAMPLES) -> int:
     Windows spread over the whole file see a file sorted by length (short lines first) as well as a uniform
     one, where its first lines alone had the duplicate index sized for 40 times the ids it held. Reads with
     pread, so the stream's position does not move: about 1 ms."""
+    span = max(size - SAMPLE_BYTES, 0)  # where a window may start
     newlines = read = 0
     for k in range(samples):
-        window = os.pread(fd, min(SAMPLE_BYTES, size), (size - SAMPLE_BYTES) * k // samples if size > SAMPLE_BYTES else 0)
+        window = os.pread(fd, SAMPLE_BYTES, span * k // samples)
         newlines += window.count(b"\n")
         read += len(window)
     return int(size * newlines / read) + 1 if read else 0
