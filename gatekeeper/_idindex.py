@@ -8,7 +8,7 @@ id costs 22 to 28 bytes.
 
 A slot holds only the ordinal, so the common probe (an empty home slot) reads
 and writes one-digit Python ints and allocates nothing: the parallel reader's
-probe went from 2,900 to 1,800 instructions an id (callgrind, 100,000 ids)
+probe went from 2,900 to 1,700 instructions an id (callgrind, 100,000 ids)
 against a table of `fingerprint << 32 | ordinal` words, whose 64-bit ints
 were allocated on every read and write. A taken slot costs a second read, of
 its fingerprint. The fingerprint also gives the home slot, so the table can
