@@ -32,10 +32,10 @@ from ._reader import Columns, ModelRules, Rejection, ScanStats, duplicate, expec
 PIECE_BYTES = 8 << 20  # measured: 4 MB pieces cost more per piece; 16 MB was a little faster but holds more memory
 MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it saves
 
-# What a worker sends, in types `marshal` writes (no pickle: its import is 4 ms of every start): (lines, bytes,
-# then the columns' machine bytes: 'I' lines, 'q' offsets, 'I' lengths, 'i' fingerprints; model names, their requests
-# and bytes, rejections as (line, custom_id, reason), max_tokens peaks).
-Piece = tuple[int, int, bytes, bytes, bytes, bytes, list[str], list[int], list[int], list[tuple[int, str | None, str]],
+# What a worker sends, in types `marshal` writes (no pickle: its import is 4 ms of every start): (lines, then the
+# columns' machine bytes: 'I' lines, 'q' offsets, 'I' lengths, 'i' fingerprints; model names, their requests and
+# bytes, rejections as (line, custom_id, reason), max_tokens peaks).
+Piece = tuple[int, bytes, bytes, bytes, bytes, list[str], list[int], list[int], list[tuple[int, str | None, str]],
               dict[str, int]]
 
 
@@ -72,7 +72,7 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
         next(validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
                       peaks=peaks, into=cols), None)
     by_model = cols.by_model
-    return (stats.lines, end - start, _packed("I", cols.lines), _packed("q", cols.offsets), _packed("I", cols.sizes),
+    return (stats.lines, _packed("I", cols.lines), _packed("q", cols.offsets), _packed("I", cols.sizes),
             _packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
             [sum(sizes) for sizes in by_model.values()], [(r.line, r.custom_id, r.reason) for r in rejections],
             peaks or {})
@@ -320,7 +320,7 @@ def parallel_scan(
         for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules), len(bounds), workers, path):
             if not base:  # sized once the workers run: they need not map the parent's index, nor wait for the estimate
                 index.reserve(expected_ids(fd, size))
-            count, _, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks = piece
+            count, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks = piece
             rel, offs, lens, fps = array("I", rel_b), array("q", offs_b), array("I", lens_b), array("i", fps_b)
             _merge_peaks(peaks, piece_peaks)
             dups = index.add_many(rel, offs, fps, base)
