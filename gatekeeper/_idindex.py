@@ -102,11 +102,11 @@ class IdIndex:
         fingerprint) is inlined; an equal fingerprint goes to `insert`, which settles it exactly.
         """
         n = len(fps)
+        self._room(n)  # (first: the arrays then grow once, where `reserve` would size them for fewer)
         if self.used + n > self.limit:
             self.reserve(self.used + n)  # room for all n: `insert` never grows the table under this loop
         before = self.count
         self.bases.append((before, base))  # (rather than base + each line: the arrays stay a memcpy)
-        self._room(n)
         self.fps[before + 1:before + n + 1] = fps
         self.lines[before:before + n] = lines
         self.proofs[before:before + n] = proofs
