@@ -13,15 +13,16 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ._errors import ExitCode, GatekeeperError, UsageError
 from ._parser import build_parser
 from ._render import render_plan, render_plan_brief, render_status, render_summary, status_report
 from ._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
 
+TYPE_CHECKING = False  # not typing's own: importing typing is 13 M instructions of every start (README, "Performance")
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
     from ._config import ApiConfig
     from ._headroom import Headroom
@@ -60,7 +61,7 @@ def _job(args: argparse.Namespace) -> dict[str, str | None]:
     given, derived as submit derives it: from the INPUT's sha256 and ANTHROPIC_API_KEY."""
     if not args.journal or args.job:
         return {"journal": args.journal, "job": args.job}
-    config = _api_config(required=False)
+    config = _optional_api_config()
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
                          "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
@@ -98,7 +99,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     prices = load_prices(args.prices)
     workers = args.workers if args.workers is not None else auto_workers(args.input)
-    config = _api_config(required=False)
+    config = _optional_api_config()
     check = config is not None and not args.no_preflight and args.input != "-"  # (stdin cannot be read twice)
     report = plan(args.input, limits=_limits(args), workers=workers, models={} if check else None)
     if config is not None and check:
@@ -221,24 +222,25 @@ def _crash_hook(spec: str | None) -> Callable[[str], None]:
     return checkpoint
 
 
-@overload
-def _api_config(*, required: Literal[True] = True) -> ApiConfig: ...
-@overload
-def _api_config(*, required: bool) -> ApiConfig | None: ...
-def _api_config(*, required: bool = True) -> ApiConfig | None:
-    """The API's URL and keys, from the environment (the one place the CLI reads them); None when not required
-    and no workspace key is set."""
-    if not required and not (os.environ.get(API_KEY_VARIABLE) or os.environ.get(EXTRA_KEYS_VARIABLE)):
-        return None  # (without importing the configuration, 33 M instructions of `plan`'s start)
+def _api_config() -> ApiConfig:
+    """The API's URL and keys, from the environment (the one place the CLI reads them)."""
     from ._config import ApiConfig
 
     config = ApiConfig.from_env(os.environ)
-    if not config.workspace_keys and not required:
-        return None
     if not config.workspace_keys:
         raise UsageError("set ANTHROPIC_API_KEY to a workspace API key (and ANTHROPIC_EXTRA_WORKSPACE_KEYS, "
                          "comma-separated, to cover more workspaces of the organization)")
     return config
+
+
+def _optional_api_config() -> ApiConfig | None:
+    """As `_api_config`, or None when no workspace key is set (`plan` and `status` work without one)."""
+    if not (os.environ.get(API_KEY_VARIABLE) or os.environ.get(EXTRA_KEYS_VARIABLE)):
+        return None  # (without importing the configuration, 33 M instructions of `plan`'s start)
+    from ._config import ApiConfig
+
+    config = ApiConfig.from_env(os.environ)
+    return config if config.workspace_keys else None
 
 
 def _submit_settings(args: argparse.Namespace) -> SubmitSettings:

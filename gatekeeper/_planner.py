@@ -1,20 +1,24 @@
-"""The dry-run sizing report (`plan`) and the splitter's batches (`iter_batches`).
+"""The dry-run sizing report (`plan`): counts, rejections, and the batches the splitter cuts.
 
-Both walk the same `reader.scan` and the same `sizing.Packer`, so the batches
-`plan` reports are the batches `submit` sends.
+It walks the same `reader.scan` and the same `sizing.Packer` as `iter_batches` (in `_batches`) and `submit`, so
+the batches `plan` reports are the batches `submit` sends.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from ._parallel import Segment, parallel_scan, use_parallel
 from ._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
-from ._reader import ModelRules, Rejection, Request, ScanStats, Source, request_reader, scan
-from ._sizing import Limits, Packer, body_chunks, body_size, max_item_bytes
+from ._reader import ScanStats, request_reader, scan
+from ._sizing import Limits, Packer, max_item_bytes
+
+TYPE_CHECKING = False  # typing's import is 13 M instructions of `plan`'s start (README, "Performance")
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ._reader import ModelRules, Rejection, Source
 
 
 @dataclass(slots=True)
@@ -243,56 +247,3 @@ def _batch_plan(
         first_custom_id=first[2],
         last_custom_id=last_cid,
     )
-
-
-@dataclass(slots=True)
-class Batch:
-    """A batch ready to send: its plan and its requests."""
-
-    plan: BatchPlan
-    requests: list[Request]
-
-    def body(self) -> Iterator[bytes]:
-        return body_chunks(r.body for r in self.requests)
-
-    @property
-    def body_size(self) -> int:
-        return body_size(len(self.requests), sum(len(r.body) for r in self.requests))
-
-
-def iter_batches(
-    source: Source,
-    *,
-    limits: Limits | None = None,
-    reject: Callable[[Rejection], None] | None = None,
-) -> Iterator[Batch]:
-    """Yield the batches of `source` one at a time (memory: one batch), rejections to `reject`."""
-    limits = limits or Limits()
-    packer = Packer(limits)
-    pending: list[Request] = []
-    index = 0
-    for line, offset, cid, model, _, raw in scan(source, reject or (lambda r: None), item_limit=max_item_bytes(limits.max_bytes)):
-        req = Request(line, offset, cid, model, raw.strip())
-        if packer.add(len(req.body)) and pending:
-            yield _batch(index, pending)
-            index += 1
-            pending = []
-        pending.append(req)
-    if pending:
-        yield _batch(index, pending)
-
-
-def _batch(index: int, requests: list[Request]) -> Batch:
-    first, last = requests[0], requests[-1]
-    p = BatchPlan(
-        index=index,
-        requests=len(requests),
-        bytes=body_size(len(requests), sum(len(r.body) for r in requests)),
-        first_line=first.line,
-        last_line=last.line,
-        start_offset=first.offset,
-        end_offset=last.offset + len(last.body) if last.offset >= 0 else -1,
-        first_custom_id=first.custom_id,
-        last_custom_id=last.custom_id,
-    )
-    return Batch(plan=p, requests=requests)

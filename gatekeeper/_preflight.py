@@ -18,7 +18,7 @@ import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -26,8 +26,11 @@ from ._calibrate import SAMPLE_PER_MODEL, calibrate
 from ._client import ApiClient
 from ._errors import ApiError, NotFoundError, TransportError, Unreachable
 from ._planner import PlanReport, plan
-from ._reader import ModelRules, Source
+from ._reader import ModelRules
 from ._sizing import Limits
+
+if TYPE_CHECKING:
+    from ._reader import Source
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import socket
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -32,7 +32,8 @@ from ._settings import SubmitSettings, default_job_name, default_state_dir
 from ._sizing import Limits
 from ._summary import Summary, summarize
 
-Source = str | os.PathLike[str] | Iterable[dict[str, Any] | bytes | str]
+if TYPE_CHECKING:
+    from ._reader import Source
 
 
 def _resolve(source: Source, settings: SubmitSettings) -> tuple[str, Path, bool]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import os
 import pkgutil
@@ -51,6 +53,26 @@ def _classes_in(hint: object) -> typing.Iterator[type]:
         yield from _classes_in(arg)
 
 
+def _as_checked(name: str, seen: dict[str, dict[str, object]] | None = None) -> dict[str, object]:
+    """Module `name`'s names as a type checker sees them: its `if TYPE_CHECKING:` blocks run too, and a name they
+    import from a sibling module is looked up the same way (it may exist only for the checker, as `Source`)."""
+    seen = {} if seen is None else seen
+    if name in seen:
+        return seen[name]
+    module = importlib.import_module(name)
+    names = seen[name] = dict(vars(module))
+    for node in ast.parse(inspect.getsource(module)).body:
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            continue
+        for stmt in node.body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.level:
+                sibling = _as_checked(importlib.util.resolve_name("." * stmt.level + (stmt.module or ""), module.__package__), seen)
+                names.update({alias.asname or alias.name: sibling[alias.name] for alias in stmt.names})
+            else:
+                exec(compile(ast.Module([stmt], []), str(module.__file__), "exec"), names)
+    return names
+
+
 def test_every_type_a_public_function_takes_or_returns_is_exported() -> None:
     """A user can name (and import from `gatekeeper`) every gatekeeper type in a public signature."""
     missing = set()
@@ -60,8 +82,7 @@ def test_every_type_a_public_function_takes_or_returns_is_exported() -> None:
         if inspect.isclass(obj) and "__init__" in vars(obj):
             targets.append(obj.__init__)
         for fn in targets:
-            module = sys.modules[fn.__module__]
-            for hint in typing.get_type_hints(fn, vars(module)).values():
+            for hint in typing.get_type_hints(fn, _as_checked(fn.__module__)).values():
                 for cls in _classes_in(hint):
                     if cls.__module__.startswith("gatekeeper.") and cls.__name__ not in EXPECTED:
                         missing.add(f"{name}: {cls.__module__}.{cls.__name__}")
@@ -84,8 +105,8 @@ def test_one_exception_hierarchy_in_one_module() -> None:
 
 def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     """--version, --help and plan load neither httpx nor anyio (the CLI starts as fast as Python), nor what
-    `plan` without a key never needs: pickle (the readers' pieces travel by marshal), shutil (argparse's), the
-    API configuration."""
+    `plan` without a key never needs: pickle (the readers' pieces travel by marshal), shutil (argparse's), typing
+    (annotations only, behind TYPE_CHECKING), the API configuration."""
     data = tmp_path / "in.jsonl"
     data.write_text('{"custom_id": "a", "params": {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}}\n')
     probe = (
@@ -97,7 +118,8 @@ def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "            main(argv)\n"
         "        except SystemExit:\n"
         "            pass\n"
-        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper._loop', 'pickle', 'shutil', 'gatekeeper._config')"
+        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper._loop', 'pickle', 'shutil', 'typing',"
+        " 'gatekeeper._config')"
         " if m in sys.modules))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
