@@ -1,5 +1,5 @@
 """CPU instructions a request: a bare orjson loop against one `plan` reader worker, and the parent's duplicate
-probe an id, counted by valgrind.
+probe an id, counted by valgrind; and `plan`'s start-up beyond the bare loop's.
 
 Usage: python tests/benchmarks/bench_instructions.py [--file /tmp/gk-bench-startup.jsonl]
 
@@ -7,17 +7,20 @@ Wall time on a shared 2-core machine moves by 15% from one minute to the next; a
 Each loop runs under `valgrind --tool=callgrind` twice, over the file's first 2 MB and first 6 MB of lines, and
 the difference divided by the lines between is the cost of one request, with start-up and imports cancelled out.
 The probe is counted the same way: 100,000 ids against none, in runs of 5,600 (a piece's requests).
-A worker runs as forked by `plan`: without the cycle collector. Needs valgrind (Debian: apt-get install valgrind).
+A worker runs as forked by `plan`: without the cycle collector. Start-up is `gatekeeper plan` of a three-line file
+against `python -c "import orjson"` (what the bare loop imports), with the bytecode compiled first. Needs valgrind (Debian: apt-get install valgrind).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -49,9 +52,13 @@ PROBE_IDS = 100_000
 
 
 def instructions(code: str, *args: str) -> int:
+    return _counted(["-c", code, *args])
+
+
+def _counted(argv: list[str]) -> int:
     # One hash seed for every run: with random ones, dict and set probing moved a request's count by 100-200.
-    run = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", code,
-                          *args], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    run = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, *argv],
+                         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     found = re.search(r"Collected : (\d+)", run.stderr)
     if found is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{run.stderr[-500:]}")
@@ -81,6 +88,18 @@ def main() -> None:
     print(f"plan reader worker   {worker:8,.0f} instructions a request ({worker / bare:.2f}x; two workers share it)")
     probe = (instructions(PROBE, str(PROBE_IDS)) - instructions(PROBE, "0")) / PROBE_IDS
     print(f"duplicate probe      {probe:8,.0f} instructions an id (the parent's, beside the workers)")
+    startup = _startup(a.file) - instructions("import orjson")
+    print(f"plan's start-up      {startup / 1e6:8.0f} M instructions beyond the bare loop's (a three-line file)")
+
+
+def _startup(path: str) -> int:
+    import gatekeeper
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(gatekeeper.__file__)], check=True)
+    with open(path, "rb") as f, tempfile.NamedTemporaryFile(suffix=".jsonl") as small:
+        small.write(b"".join(itertools.islice(f, 3)))
+        small.flush()
+        return _counted(["-m", "gatekeeper", "plan", small.name, "--json"])
 
 
 if __name__ == "__main__":
