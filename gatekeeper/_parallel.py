@@ -28,7 +28,7 @@ from ._errors import InputError
 from ._idindex import IdIndex
 from ._reader import Columns, Rejection, ScanStats, duplicate, expected_ids, request_reader, validate
 
-TYPE_CHECKING = False  # typing's import is 13 M instructions of `plan`'s start (README, "Performance")
+TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -14,7 +14,7 @@ from . import __version__
 from ._errors import UsageError
 from ._wire import API_MAX_BYTES, API_MAX_REQUESTS
 
-TYPE_CHECKING = False  # typing's import is 13 M instructions of every start (README, "Performance")
+TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from typing import NoReturn
 

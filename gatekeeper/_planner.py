@@ -14,7 +14,7 @@ from ._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
 from ._reader import ScanStats, request_reader, scan
 from ._sizing import Limits, Packer, max_item_bytes
 
-TYPE_CHECKING = False  # typing's import is 13 M instructions of `plan`'s start (README, "Performance")
+TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from typing import Any
 

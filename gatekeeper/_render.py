@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing's import is 13 M instructions of every start (README, "Performance")
+TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from typing import Any
 

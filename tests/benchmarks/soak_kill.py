@@ -1,0 +1,118 @@
+"""Soak: `gatekeeper submit` SIGKILLed at random moments against a rough fake, rerun until it finishes; then judged.
+
+Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--rounds 1]
+
+The crash tests kill a run at named points; this kills it wherever the clock says, while the fake drops created
+batches' answers, answers 5xx and 529, hides new batches from the listing and from retrieve, withholds results
+URLs, damages every batch's first download, and ends some requests errored (once, retryable), expired (twice)
+or invalid. After each kill the next run resumes from the journal. The judgement, from the fake's records and the
+results file: every input line has exactly one final result, no request succeeded twice, no request was tried
+more than three times (submit's default --max-attempts), every result that could succeed on another try did (only the invalid ones end
+errored, none expired), and the queue never went past the ceiling. Prints the figures; exits 1 on a breach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+import orjson
+
+from gatekeeper.testing import FakeAPI, FakeConfig, Fault, Outcome
+
+CEILING = 6000
+MODELS = ("claude-haiku-4-5-20251001", "claude-sonnet-4-5")
+ROUGH = (Fault("create", "drop_after_commit"), Fault("create", "status", 500), Fault("list", "status", 529),
+         Fault("retrieve", "drop"), Fault("results", "status", 500))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--requests", type=int, default=20_000)
+    ap.add_argument("--kills", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=1, help="soaks in a row, seeds --seed, --seed + 1, ...")
+    a = ap.parse_args()
+    breaches = 0
+    for seed in range(a.seed, a.seed + a.rounds):
+        with tempfile.TemporaryDirectory() as work:
+            breaches += not soak(seed, a.requests, a.kills, work)
+    sys.exit(1 if breaches else 0)
+
+
+def soak(seed: int, n: int, kills: int, work: str) -> bool:
+    rng = random.Random(seed)
+    path = os.path.join(work, "in.jsonl")
+    with open(path, "wb") as f:
+        for i in range(n):
+            params = {"model": MODELS[i % 2], "max_tokens": 16,
+                      "messages": [{"role": "user", "content": "x" * rng.randint(5, 200)}]}
+            f.write(orjson.dumps({"custom_id": f"r{i}", "params": params}) + b"\n")
+    doom = {f"r{i}": rng.randrange(100) for i in range(n)}  # 0-2: errored once, 3: expired twice, 4: invalid
+
+    def outcome(cid: str, model: str, attempt: int) -> Outcome | None:
+        if doom[cid] < 3 and attempt == 1:
+            return Outcome("errored", "api_error")
+        if doom[cid] == 3 and attempt <= 2:
+            return Outcome("expired")
+        return Outcome("errored", "invalid_request_error") if doom[cid] == 4 else None
+
+    config = FakeConfig(ceiling=CEILING, rate=150, speed=10, listing_lag=0.4, not_found_after_create=0.3,
+                        results_not_found_after_end=0.3, null_results_url_after_end=0.2, damaged_downloads=1,
+                        outcome=outcome, seed=seed)
+    with FakeAPI(config) as fake:
+        fake.inject(*ROUGH * 3)
+        started = time.monotonic()
+        code, killed, summary = _run_until_done(fake, path, kills, rng)
+        elapsed = time.monotonic() - started
+        records = fake.org.records
+    if code not in (0, 1):
+        print(f"seed {seed}: the last run exited {code}:\n{summary}")
+        return False
+    with open(os.path.join(path + ".gatekeeper", "results.jsonl"), "rb") as results:
+        finals = collections.Counter(orjson.loads(line)["custom_id"] for line in results)
+    twice = sum(1 for k in finals.values() if k > 1)
+    missing = sum(1 for i in range(n) if f"r{i}" not in finals)
+    over = sum(1 for k in records.attempts.values() if k > 3)
+    expected_invalid = sum(1 for d in doom.values() if d == 4)
+    retried = summary["errored"] == expected_invalid and summary["expired"] == 0  # every retryable one came back
+    ok = retried and not (twice or missing or over or records.succeeded_twice or records.max_depth > CEILING)
+    print(f"seed {seed}: {n:,} requests, {killed} kills, {elapsed:.1f} s; exit {code}; "
+          f"final results {len(finals):,} (twice {twice}, missing {missing}); errored {summary['errored']} "
+          f"(invalid by design {expected_invalid}); creates {records.creates}, refusals {len(records.refusals)}, "
+          f"deepest {records.max_depth:,} of {CEILING:,}; succeeded twice {records.succeeded_twice}; "
+          f"tried over 3 times {over}: {'ok' if ok else 'BREACH'}")
+    return ok
+
+
+def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random) -> tuple[int, int, dict]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+    env.update(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="test-key-ws1", ANTHROPIC_ADMIN_KEY="test-admin-key")
+    cmd = [sys.executable, "-m", "gatekeeper", "submit", path, "--max-requests", "1500", "--poll", "0.2",
+           "--reconcile-grace", "3", "--results-grace", "5", "--token-sample", "1", "--json"]
+    killed = 0
+    while True:
+        run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if killed < kills:
+            try:
+                run.wait(timeout=rng.uniform(0.5, 4.0))
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.communicate()
+                killed += 1
+                fake.inject(Fault("create", "drop_after_commit"))  # the next run starts on a lost answer too
+                continue
+        out, err = run.communicate(timeout=600)
+        if run.returncode in (0, 1):
+            return run.returncode, killed, orjson.loads(out)
+        return run.returncode, killed, {"stderr": err.decode()[-2000:]}
+
+
+if __name__ == "__main__":
+    main()
