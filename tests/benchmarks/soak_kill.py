@@ -87,7 +87,7 @@ def soak(seed: int, n: int, kills: int, work: str) -> bool:
           f"final results {len(finals):,} (twice {twice}, missing {missing}); errored {summary['errored']} "
           f"(invalid by design {expected_invalid}); creates {records.creates}, refusals {len(records.refusals)}, "
           f"deepest {records.max_depth:,} of {CEILING:,}; succeeded twice {records.succeeded_twice}; "
-          f"tried over 3 times {over}: {'ok' if ok else 'BREACH'}")
+          f"tried over 3 times {over}: {'ok' if ok else 'BREACH'}", flush=True)
     return ok
 
 
@@ -101,7 +101,7 @@ def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random) ->
         run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if killed < kills:
             try:
-                run.wait(timeout=rng.uniform(0.5, 4.0))
+                run.wait(timeout=rng.uniform(0.3, 4.0))
             except subprocess.TimeoutExpired:
                 run.kill()
                 run.communicate()
