@@ -1,6 +1,6 @@
 """Soak: `gatekeeper submit` SIGKILLed at random moments against a rough fake, rerun until it finishes; then judged.
 
-Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--rounds 1]
+Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--rounds 1] [--ledger URL]
 
 The crash tests kill a run at named points; this kills it wherever the clock says, while the fake drops created
 batches' answers, answers 5xx and 529, hides new batches from the listing and from retrieve, withholds results
@@ -38,15 +38,16 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--kills", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=1, help="soaks in a row, seeds --seed, --seed + 1, ...")
+    ap.add_argument("--ledger", help="submit's --ledger URL (a Redis or PostgreSQL one: the reservations must outlive kills)")
     a = ap.parse_args()
     breaches = 0
     for seed in range(a.seed, a.seed + a.rounds):
         with tempfile.TemporaryDirectory() as work:
-            breaches += not soak(seed, a.requests, a.kills, work)
+            breaches += not soak(seed, a.requests, a.kills, work, a.ledger)
     sys.exit(1 if breaches else 0)
 
 
-def soak(seed: int, n: int, kills: int, work: str) -> bool:
+def soak(seed: int, n: int, kills: int, work: str, ledger: str | None) -> bool:
     rng = random.Random(seed)
     path = os.path.join(work, "in.jsonl")
     with open(path, "wb") as f:
@@ -69,7 +70,7 @@ def soak(seed: int, n: int, kills: int, work: str) -> bool:
     with FakeAPI(config) as fake:
         fake.inject(*ROUGH * 3)
         started = time.monotonic()
-        code, killed, summary = _run_until_done(fake, path, kills, rng)
+        code, killed, summary = _run_until_done(fake, path, kills, rng, ledger)
         elapsed = time.monotonic() - started
         records = fake.org.records
     if code not in (0, 1):
@@ -91,11 +92,13 @@ def soak(seed: int, n: int, kills: int, work: str) -> bool:
     return ok
 
 
-def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random) -> tuple[int, int, dict]:
+def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random,
+                    ledger: str | None) -> tuple[int, int, dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
     env.update(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="test-key-ws1", ANTHROPIC_ADMIN_KEY="test-admin-key")
     cmd = [sys.executable, "-m", "gatekeeper", "submit", path, "--max-requests", "1500", "--poll", "0.2",
            "--reconcile-grace", "3", "--results-grace", "5", "--token-sample", "1", "--json"]
+    cmd += ["--ledger", ledger] if ledger else []
     killed = 0
     while True:
         run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
