@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
@@ -56,7 +57,7 @@ class Columns:
         self.offsets: list[int] = []
         self.sizes: list[int] = []
         self.fps: list[int] = []  # the custom_ids' fingerprints, `hash >> FP_SHIFT`, for the duplicate index
-        self.by_model: dict[str, list[int]] = {}  # model -> its requests' sizes
+        self.by_model: defaultdict[str, list[int]] = defaultdict(list)  # model -> its requests' sizes
 
 
 if TYPE_CHECKING:  # what `plan`/`submit` accept as input: a path ("-" for stdin), or requests as dicts / lines
@@ -342,10 +343,7 @@ def validate(
         col_offsets.append(start)
         col_sizes.append(size)
         col_fps.append(hash(cid) >> FP_SHIFT)
-        sizes_of = by_model.get(model)
-        if sizes_of is None:
-            sizes_of = by_model[model] = []
-        sizes_of.append(size)
+        by_model[model].append(size)
     if stats is not None:
         stats.lines = line_no
         stats.end_offset = offset
