@@ -1,11 +1,15 @@
 """Soak: `gatekeeper submit` SIGKILLed at random moments against a rough fake, rerun until it finishes; then judged.
 
 Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--rounds 1] [--ledger URL]
+                                            [--journal URL]
 
 The crash tests kill a run at named points; this kills it wherever the clock says, while the fake drops created
 batches' answers, answers 5xx and 529, hides new batches from the listing and from retrieve, withholds results
 URLs, damages every batch's first download, and ends some requests errored (once, retryable), expired (twice)
-or invalid. After each kill the next run resumes from the journal. The judgement, from the fake's records and the
+or invalid. After each kill the next run resumes from the journal; with `--journal postgresql://...` it resumes
+on a new "host": the state directory, output and input copy are deleted, and the next run reads another copy at
+another path, once the killed run's lease (`--lease-ttl 2`) has expired (the password, if in the URL, is passed
+as PGPASSWORD). The judgement, from the fake's records and the
 results file: every input line has exactly one final result, no request succeeded twice, no request was tried
 more than three times (submit's default --max-attempts), every result that could succeed on another try did (only the invalid ones end
 errored, none expired), and the queue never went past the ceiling. Prints the figures; exits 1 on a breach.
@@ -17,10 +21,12 @@ import argparse
 import collections
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 import orjson
 
@@ -39,15 +45,16 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=1, help="soaks in a row, seeds --seed, --seed + 1, ...")
     ap.add_argument("--ledger", help="submit's --ledger URL (a Redis or PostgreSQL one: the reservations must outlive kills)")
+    ap.add_argument("--journal", help="submit's --journal URL: every run after a kill on a new host")
     a = ap.parse_args()
     breaches = 0
     for seed in range(a.seed, a.seed + a.rounds):
         with tempfile.TemporaryDirectory() as work:
-            breaches += not soak(seed, a.requests, a.kills, work, a.ledger)
+            breaches += not soak(seed, a.requests, a.kills, work, _options(a.ledger, a.journal, seed))
     sys.exit(1 if breaches else 0)
 
 
-def soak(seed: int, n: int, kills: int, work: str, ledger: str | None) -> bool:
+def soak(seed: int, n: int, kills: int, work: str, options: tuple[list[str], dict[str, str]]) -> bool:
     rng = random.Random(seed)
     path = os.path.join(work, "in.jsonl")
     with open(path, "wb") as f:
@@ -70,13 +77,13 @@ def soak(seed: int, n: int, kills: int, work: str, ledger: str | None) -> bool:
     with FakeAPI(config) as fake:
         fake.inject(*ROUGH * 3)
         started = time.monotonic()
-        code, killed, summary = _run_until_done(fake, path, kills, rng, ledger)
+        code, killed, summary = _run_until_done(fake, path, kills, rng, options)
         elapsed = time.monotonic() - started
         records = fake.org.records
     if code not in (0, 1):
         print(f"seed {seed}: the last run exited {code}:\n{summary}")
         return False
-    with open(os.path.join(path + ".gatekeeper", "results.jsonl"), "rb") as results:
+    with open(summary["output"], "rb") as results:
         finals = collections.Counter(orjson.loads(line)["custom_id"] for line in results)
     twice = sum(1 for k in finals.values() if k > 1)
     missing = sum(1 for i in range(n) if f"r{i}" not in finals)
@@ -88,19 +95,39 @@ def soak(seed: int, n: int, kills: int, work: str, ledger: str | None) -> bool:
           f"final results {len(finals):,} (twice {twice}, missing {missing}); errored {summary['errored']} "
           f"(invalid by design {expected_invalid}); creates {records.creates}, refusals {len(records.refusals)}, "
           f"deepest {records.max_depth:,} of {CEILING:,}; succeeded twice {records.succeeded_twice}; "
-          f"tried over 3 times {over}: {'ok' if ok else 'BREACH'}", flush=True)
+          f"tried over 3 times {over}; output rebuilt {summary.get('rebuilt')}: {'ok' if ok else 'BREACH'}", flush=True)
     return ok
 
 
+def _options(ledger: str | None, journal: str | None, seed: int) -> tuple[list[str], dict[str, str]]:
+    """submit's extra flags and environment for a ledger and a journal."""
+    flags, env = ["--ledger", ledger] if ledger else [], {}
+    if journal:
+        url = urllib.parse.urlsplit(journal)
+        if url.password:
+            env["PGPASSWORD"] = url.password
+            journal = url._replace(netloc=url.netloc.replace(f":{url.password}@", "@")).geturl()
+        flags += ["--journal", journal, "--job", f"soak-{seed}-{os.urandom(4).hex()}", "--lease-ttl", "2"]
+    return flags, env
+
+
 def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random,
-                    ledger: str | None) -> tuple[int, int, dict]:
+                    options: tuple[list[str], dict[str, str]]) -> tuple[int, int, dict]:
+    flags, extra = options
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
-    env.update(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="test-key-ws1", ANTHROPIC_ADMIN_KEY="test-admin-key")
-    cmd = [sys.executable, "-m", "gatekeeper", "submit", path, "--max-requests", "1500", "--poll", "0.2",
-           "--reconcile-grace", "3", "--results-grace", "5", "--token-sample", "1", "--json"]
-    cmd += ["--ledger", ledger] if ledger else []
-    killed = 0
+    env.update(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="test-key-ws1", ANTHROPIC_ADMIN_KEY="test-admin-key",
+               **extra)
+    new_host = "--journal" in flags
+    killed = runs = 0
     while True:
+        runs += 1
+        if new_host:  # a new host: another folder, another copy of the input, no state directory
+            host = os.path.join(os.path.dirname(path), f"host{runs}")
+            os.makedirs(host)
+            shutil.copy(path, os.path.join(host, "in.jsonl"))
+        here = os.path.join(host, "in.jsonl") if new_host else path
+        cmd = [sys.executable, "-m", "gatekeeper", "submit", here, "--max-requests", "1500", "--poll", "0.2",
+               "--reconcile-grace", "3", "--results-grace", "5", "--token-sample", "1", "--json", *flags]
         run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if killed < kills:
             try:
@@ -110,8 +137,15 @@ def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random,
                 run.communicate()
                 killed += 1
                 fake.inject(Fault("create", "drop_after_commit"))  # the next run starts on a lost answer too
+                if new_host:
+                    shutil.rmtree(host)
                 continue
         out, err = run.communicate(timeout=600)
+        if run.returncode == 2 and b"is running on" in err:  # the killed run's lease (2 s) has not expired yet
+            time.sleep(0.5)
+            if new_host:
+                shutil.rmtree(host)
+            continue
         if run.returncode in (0, 1):
             return run.returncode, killed, orjson.loads(out)
         return run.returncode, killed, {"stderr": err.decode()[-2000:]}
