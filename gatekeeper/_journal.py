@@ -291,14 +291,17 @@ class Journal:
 
     # -- the lease of a shared journal's job ----------------------------------------
 
-    def take_lease(self, holder: str, info: dict[str, Any], ttl: float) -> None:
-        """Hold the job for this run; `JobLive` naming the other host when its lease has not expired."""
+    def take_lease(self, holder: str, info: dict[str, Any], ttl: float,
+                   ended: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """Hold the job for this run; `JobLive` naming the other host when its lease has not expired, unless
+        `ended` (given the info its holder recorded) says that run has certainly ended."""
         with self.transaction() as db:
             row = db.execute("SELECT holder, info, EXTRACT(EPOCH FROM now() - heartbeat_at), ttl, heartbeat_at "
                              "FROM gatekeeper.jobs WHERE name = ? FOR UPDATE", (self.job,)).fetchone()
             other, other_info, age, other_ttl, seen = row
-            if other is not None and other != holder and age is not None and age <= other_ttl:
-                where = orjson.loads(other_info) if other_info else {}
+            where = orjson.loads(other_info) if other_info else {}
+            live = other is not None and other != holder and age is not None and age <= other_ttl
+            if live and not (ended is not None and ended(where)):
                 raise JobLive(f"job {self.job!r} is running on {where.get('host', 'another host')} (pid {where.get('pid')}), "
                               f"last seen {float(age):.0f} s ago at {seen:%Y-%m-%d %H:%M:%S %Z}; its lease expires in "
                               f"{float(other_ttl) - float(age):.0f} s ({float(other_ttl):.0f} s after its last heartbeat)",
@@ -306,7 +309,7 @@ class Journal:
             db.execute("UPDATE gatekeeper.jobs SET holder = ?, info = ?, heartbeat_at = now(), ttl = ? WHERE name = ?",
                        (holder, orjson.dumps(info).decode(), ttl, self.job))
             if other is not None and other != holder:
-                self._event(db, "lease_taken_over", previous=orjson.loads(other_info) if other_info else None)
+                self._event(db, "lease_taken_over", previous=where or None, why="ended" if live else "expired")
         self._holder = holder
 
     def _check_lease(self) -> None:

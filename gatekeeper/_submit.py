@@ -17,6 +17,7 @@ from ._admission import admit, batch_size_for, room
 from ._config import ApiConfig
 from ._db import require_postgres
 from ._errors import JournalError, LedgerError, UsageError, os_error
+from ._host import machine_id, pid_alive, run_ended
 from ._inputs import hash_file
 from ._journal import BatchState, Journal, open_job, private_dir
 from ._ledger import Ledger, new_owner, open_ledger
@@ -113,9 +114,11 @@ async def _leased_journal(settings: SubmitSettings, state_dir: Path, name: str) 
     """The named job in a shared journal, held by this run's lease for as long as it runs."""
     assert settings.journal is not None
     journal = Journal.open_shared(settings.journal, name, state_dir)
-    info = {"host": socket.gethostname(), "pid": os.getpid(), "state_dir": os.path.abspath(state_dir)}
+    here = machine_id()
+    info = {"host": socket.gethostname(), "pid": os.getpid(), "machine": here, "state_dir": os.path.abspath(state_dir)}
     try:
-        journal.take_lease(new_owner(), info, settings.lease_ttl)
+        # A run that died on this machine (a crash, kill -9) leaves its lease to expire: a rerun here need not wait.
+        journal.take_lease(new_owner(), info, settings.lease_ttl, ended=lambda holder: run_ended(holder, here, pid_alive))
         yield journal
     finally:
         with contextlib.suppress(JournalError):  # unreachable now: the lease expires on its own after lease_ttl

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -326,3 +327,35 @@ def test_kept_spans(ends: list[int], have: int, kept: int) -> None:
     from gatekeeper._rebuild import kept_spans
 
     assert kept_spans(ends, have) == kept
+
+
+HERE = "boot-1/4026531836"
+
+
+@pytest.mark.parametrize(("holder", "here", "ended"), [
+    ({"host": "a", "pid": 41, "machine": HERE}, HERE, True),        # died on this machine: free at once
+    ({"host": "a", "pid": 42, "machine": HERE}, HERE, False),       # its pid is in use (by it, or by another program)
+    ({"host": "b", "pid": 41, "machine": "boot-2/4026531836"}, HERE, False),  # another machine, or this one rebooted
+    ({"host": "a", "pid": 41, "machine": "boot-1/4026532999"}, HERE, False),  # another container: its own pids
+    ({"host": "a", "pid": 41}, HERE, False),                        # recorded no identity (an older gatekeeper)
+    ({"host": "a", "pid": 41, "machine": None}, None, False),       # neither side knows its machine
+    ({"host": "a", "pid": "41", "machine": HERE}, HERE, False),     # a pid that is not a number
+    ({"host": "a", "pid": 0, "machine": HERE}, HERE, False),        # kill(0) would ask about our own group
+    ({}, HERE, False),
+])
+def test_run_ended(holder: dict[str, Any], here: str | None, ended: bool) -> None:
+    """A lease's holder has certainly ended only on this machine (same boot and pid namespace), its pid gone."""
+    from gatekeeper._host import run_ended
+
+    assert run_ended(holder, here, alive=lambda pid: pid != 41) is ended
+
+
+def test_this_process_is_alive_and_a_reaped_child_is_not() -> None:
+    import subprocess
+    import sys
+
+    from gatekeeper._host import machine_id, pid_alive
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    assert pid_alive(os.getpid()) and not pid_alive(int(child.stdout))
+    assert machine_id() == machine_id() and (machine_id() is None or "/" in machine_id())

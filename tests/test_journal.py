@@ -144,11 +144,31 @@ def test_lease_refuses_a_second_holder_until_it_expires(pg_url: str, job_name: s
             first.set_meta("k", 1)
         assert not first.renew_lease() and second.renew_lease()
         second.set_meta("k", 2)
-        assert [e[3]["previous"]["host"] for e in second.events_of("lease_taken_over")] == ["worker-a"]
+        taken = second.events_of("lease_taken_over")
+        assert [(e[3]["previous"]["host"], e[3]["why"]) for e in taken] == [("worker-a", "expired")]
         second.release_lease()
         third = Journal.open_shared(pg_url, job_name, tmp_path / "c")
         third.take_lease("run-3", {"host": "c"}, ttl=30)  # released: free at once
         third.close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_live_lease_is_taken_over_at_once_only_when_its_run_has_ended(pg_url: str, job_name: str, tmp_path: Path) -> None:
+    """`ended` (the holder's recorded info -> has it certainly ended?) frees a live lease at once, recorded as such;
+    a live lease it does not vouch for is refused as before."""
+    first = Journal.open_shared(pg_url, job_name, tmp_path / "a")
+    second = Journal.open_shared(pg_url, job_name, tmp_path / "b")
+    try:
+        first.take_lease("run-1", {"host": "here", "pid": 11, "machine": "m"}, ttl=600)
+        with pytest.raises(JobLive, match=r"running on here \(pid 11\)"):
+            second.take_lease("run-2", {"host": "here", "pid": 22}, ttl=600, ended=lambda h: h.get("machine") != "m")
+        second.take_lease("run-2", {"host": "here", "pid": 22}, ttl=600, ended=lambda h: h == {"host": "here", "pid": 11,
+                                                                                                "machine": "m"})
+        assert [e[3]["why"] for e in second.events_of("lease_taken_over")] == ["ended"]
+        with pytest.raises(JobLive, match="taken over by here"):
+            first.set_meta("k", 1)
     finally:
         first.close()
         second.close()

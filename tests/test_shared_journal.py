@@ -17,6 +17,9 @@ import orjson
 import pytest
 
 from gatekeeper import ApiConfig, JobLive, Secret, SubmitSettings, submit_sync
+from gatekeeper._host import machine_id
+from gatekeeper._journal import Journal
+from gatekeeper._submit import job_name_of
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, output_ids, start_and_wait_for_create
@@ -50,6 +53,23 @@ def _lease_expired(args: list[str], env: dict[str, str], timeout: float = 10.0):
         time.sleep(0.2)  # the lease's TTL passing: there is nothing to await
 
 
+def _leased_job(pg_url: str, path: Path, env: dict[str, str]) -> Journal:
+    """The shared journal of the job submit makes of `path` by default (named from its content and the key)."""
+    return Journal.open_shared(pg_url, job_name_of(str(path), ApiConfig.from_env(env)), path.parent)
+
+
+def _ran_elsewhere(pg_url: str, path: Path, env: dict[str, str]) -> None:
+    """Make the lease of `path`'s job say that its run was on another machine, whose processes this one cannot see."""
+    journal = _leased_job(pg_url, path, env)
+    try:
+        here = orjson.dumps({"machine": machine_id()}).decode()[1:-1]
+        journal.db.execute("UPDATE gatekeeper.jobs SET info = replace(info, ?, ?) WHERE name = ?",
+                           (here, '"machine":"elsewhere"', journal.job))
+        assert (journal.lease() or {}).get("machine") == "elsewhere"
+    finally:
+        journal.close()
+
+
 @pytest.mark.parametrize("point", ["after-intent:2", "after-create:2", "mid-results:2", "before-results-commit:2"])
 def test_killed_with_its_disk_then_resumed_on_another_host(tmp_path: Path, pg_url: str, point: str, job_name: str) -> None:
     """SIGKILL at a staggered point, the whole state directory, output and input deleted, then the same job resumed
@@ -66,6 +86,7 @@ def test_killed_with_its_disk_then_resumed_on_another_host(tmp_path: Path, pg_ur
         common = ["--journal", url, "--lease-ttl", "2", *FAST]
         crashed = gk(["submit", str(first), *common], env, crash_at=point)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        _ran_elsewhere(pg_url, first, env)  # a dead run on this machine frees its lease at once: play another host
         refused = gk(["submit", str(second), *common], env)
         assert refused.returncode == 2 and "is running on" in refused.stderr and "last seen" in refused.stderr
         assert "its lease expires in " in refused.stderr and "(2 s after its last heartbeat)" in refused.stderr
@@ -82,6 +103,30 @@ def test_killed_with_its_disk_then_resumed_on_another_host(tmp_path: Path, pg_ur
         assert rebuilt["batches"] == len(collected) and rebuilt["results"] == sum(e["final"] for e in collected)
         assert fake.org.records.succeeded_twice == 0
         assert password not in done.stderr + done.stdout
+
+
+def test_a_rerun_on_the_machine_where_a_run_was_killed_takes_its_lease_at_once(tmp_path: Path, pg_url: str,
+                                                                                job_name: str) -> None:
+    """kill -9, then the same command at once: the killed run's lease (600 s) names this machine and a pid that is
+    gone, so the rerun takes the job without waiting, records why, and finishes it exactly once."""
+    url, password = _without_password(pg_url)
+    path = _host(tmp_path, "a", 60, job_name)
+    with running_fake(ceiling=30, rate=4000) as fake:
+        env = env_for(fake, PGPASSWORD=password)
+        args = ["submit", str(path), "--journal", url, "--lease-ttl", "600", *FAST]
+        crashed = gk(args, env, crash_at="after-create:1")
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        started = time.monotonic()
+        done = gk(args, env)
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - started < 60  # (not the lease's 600 s)
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", {f"{job_name}-{i:04d}" for i in range(60)})
+    journal = _leased_job(pg_url, path, env)
+    try:
+        taken = [e[3] for e in journal.events_of("lease_taken_over")]
+    finally:
+        journal.close()
+    assert [(t["why"], t["previous"]["machine"]) for t in taken] == [("ended", machine_id())]
 
 
 def test_a_short_output_is_rebuilt_in_its_order_from_the_last_whole_batch(tmp_path: Path, pg_url: str, job_name: str) -> None:
