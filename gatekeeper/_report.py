@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from ._headroom import parse_time
+from ._host import machine_id, pid_alive, run_ended
 from ._journal import BatchRow, Journal, open_job
 from ._prices import PriceTable
 from ._summary import summarize
@@ -53,8 +54,9 @@ def run_report(state_dir: str | os.PathLike[str], prices: PriceTable | None = No
 def _status(j: Journal, state_dir: Path, complete: bool) -> str:
     if complete:
         return "finished"
-    if j.job:  # a shared journal's job is running while its lease is live
-        return "running" if j.lease() else "interrupted"
+    if j.job:  # a shared journal's job is running while its lease is live, and its run not known to have ended
+        lease = j.lease()
+        return "running" if lease and not run_ended(lease, machine_id(), pid_alive) else "interrupted"
     try:  # a live submit holds the state directory's lock
         fd = os.open(state_dir / "lock", os.O_RDONLY)
     except OSError:

@@ -108,7 +108,8 @@ def test_killed_with_its_disk_then_resumed_on_another_host(tmp_path: Path, pg_ur
 def test_a_rerun_on_the_machine_where_a_run_was_killed_takes_its_lease_at_once(tmp_path: Path, pg_url: str,
                                                                                 job_name: str) -> None:
     """kill -9, then the same command at once: the killed run's lease (600 s) names this machine and a pid that is
-    gone, so the rerun takes the job without waiting, records why, and finishes it exactly once."""
+    gone, so `report` calls the job interrupted, and the rerun takes it without waiting, records why, and finishes
+    it exactly once."""
     url, password = _without_password(pg_url)
     path = _host(tmp_path, "a", 60, job_name)
     with running_fake(ceiling=30, rate=4000) as fake:
@@ -116,6 +117,8 @@ def test_a_rerun_on_the_machine_where_a_run_was_killed_takes_its_lease_at_once(t
         args = ["submit", str(path), "--journal", url, "--lease-ttl", "600", *FAST]
         crashed = gk(args, env, crash_at="after-create:1")
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        report = gk(["report", str(path), "--journal", url, "--json"], env)
+        assert orjson.loads(report.stdout)["status"] == "interrupted", report.stderr  # not "running" for 600 s
         started = time.monotonic()
         done = gk(args, env)
         assert done.returncode == 0, done.stderr
