@@ -8,8 +8,8 @@ batches' answers, answers 5xx and 529, hides new batches from the listing and fr
 URLs, damages every batch's first download, and ends some requests errored (once, retryable), expired (twice)
 or invalid. After each kill the next run resumes from the journal; with `--journal postgresql://...` it resumes
 on a new "host": the state directory, output and input copy are deleted, and the next run reads another copy at
-another path, once the killed run's lease (`--lease-ttl 2`) has expired (the password, if in the URL, is passed
-as PGPASSWORD). The judgement, from the fake's records and the
+another path (on this machine the killed run's lease is taken at once; were it not, `--lease-ttl 2` and a retry
+wait it out). The password, if in the URL, is passed as PGPASSWORD. The judgement, from the fake's records and the
 results file: every input line has exactly one final result, no request succeeded twice, no request was tried
 more than three times (submit's default --max-attempts), every result that could succeed on another try did (only the invalid ones end
 errored, none expired), and the queue never went past the ceiling. Prints the figures; exits 1 on a breach.
