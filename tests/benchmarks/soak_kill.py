@@ -11,8 +11,9 @@ on a new "host": the state directory, output and input copy are deleted, and the
 another path (on this machine the killed run's lease is taken at once; were it not, `--lease-ttl 2` and a retry
 wait it out). The password, if in the URL, is passed as PGPASSWORD. The judgement, from the fake's records and the
 results file: every input line has exactly one final result, no request succeeded twice, no request was tried
-more than three times (submit's default --max-attempts), every result that could succeed on another try did (only the invalid ones end
-errored, none expired), and the queue never went past the ceiling. Prints the figures; exits 1 on a breach.
+more than three times (submit's default --max-attempts), every result that could succeed on another try did
+(only the invalid ones end errored, none expired), and the queue never went past the ceiling. Prints the
+figures; exits 1 on a breach.
 """
 
 from __future__ import annotations
