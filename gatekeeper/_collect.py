@@ -36,6 +36,14 @@ from ._settle import errored_line, settle, usage_of
 EventSink = Callable[[str, dict[str, Any]], None]
 
 
+class _NotOurs(Exception):  # (control flow inside the collector, never raised past it)
+    """An ended batch's complete results carry requests of another job: it was adopted by listing, and not ours."""
+
+    def __init__(self, idx: int, batch_id: str, foreign: int) -> None:
+        super().__init__(f"batch {idx}: {batch_id} carries {foreign} results of another job")
+        self.batch_id, self.foreign = batch_id, foreign
+
+
 def custom_id(line: bytes) -> str:
     return str(orjson.loads(line).get("custom_id"))
 
@@ -107,6 +115,9 @@ class Collector:
                 s.committed = await self._write_results(row, batch, s, out, start)
         except NotFoundError:
             return self._results_missing(row, None)
+        except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
+            self.journal.not_ours(row.idx, wrong.batch_id)
+            return self.emit("adoption_undone", {"batch": row.idx, "id": wrong.batch_id, "foreign_lines": wrong.foreign})
         self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": s.finals, "retry": s.retries})
         if self.on_result is not None:
             for line in self.out.lines(start, s.committed):
@@ -134,13 +145,13 @@ class Collector:
         reason = incomplete_reason(lines, total_requests(batch), len(members))
         if reason:
             raise IncompleteDownload(f"batch {row.idx} ({row.batch_id}): {reason}")
+        if foreign:  # a batch adopted by listing that was not ours; ours may exist (not listed then): never resend
+            raise _NotOurs(row.idx, str(row.batch_id), foreign)
         for cid, (line, off, length, attempt) in members.items():
-            self.emit("missing_result", {"batch": row.idx, "custom_id": cid, "foreign_lines": foreign})
+            self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
             raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
-            if foreign:  # a batch adopted by listing that was not ours: these were never sent in it
-                s.retry(line, off, length, cid, attempt, row.idx, "missing", None, raw)
-            else:  # complete by the API's counts, yet ours is absent: final, never resent
-                pos += self._write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
+            # complete by the API's counts, yet ours is absent: final, never resent
+            pos += self._write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
         return pos
 
     def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]], ours: set[str],

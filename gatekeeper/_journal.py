@@ -391,7 +391,18 @@ class Journal:
         return int(self._one(f"SELECT COUNT(*) FROM batches WHERE state IN ({marks})", *(s.value for s in states)))
 
     def known_batch_ids(self) -> set[str]:
-        return {r[0] for r in self.db.execute("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")}
+        """Batches that are not a candidate for an unknown create: ours, and those found not to be (`not_ours`)."""
+        ours = {r[0] for r in self.db.execute("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")}
+        return ours | set(self.get_meta("not_ours") or [])
+
+    def not_ours(self, idx: int, batch_id: str) -> None:
+        """A batch adopted from the listing whose results carry another job's requests: the create's outcome is
+        unknown again (ours may exist, not listed then), and that batch is never a candidate again."""
+        with self.transaction() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'not_ours'").fetchone()
+            self._set_meta(db, "not_ours", sorted({*(orjson.loads(row[0]) if row else []), batch_id}))
+            self._set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
+            self._event(db, "adoption_undone", idx, id=batch_id)
 
     def rejected_lines(self, first: int, last: int) -> set[int]:
         return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ?", (first, last))}

@@ -110,6 +110,26 @@ def test_lost_create_response_is_reconciled_not_resent(tmp_path: Path) -> None:
         assert sum(1 for e in events(proc.stderr) if e["event"] == "reconciled" and e["outcome"] == "created") == 2
 
 
+def test_a_foreign_batch_adopted_while_ours_was_not_listed_yet_is_given_back_not_resent(tmp_path: Path) -> None:
+    """Another submitter's batch of the same size is listed, ours (answer lost) not yet: the lone candidate is
+    adopted, and its results carry none of our ids. That batch was never ours, and ours may exist: the create goes
+    back to reconciling with that batch excluded, finds ours once listed, and nothing is sent twice."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(ceiling=1000, rate=40, listing_lag=2.0) as fake:
+        other = fake.org.add_batch("wrkspc_1", 40, prefix="other")  # another pipeline's, in our workspace
+        other.created_wall -= 10  # listed at once; created just before our send, so a candidate by time and size
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        # (a grace longer than the listing's lag, as the default 180 s is: ours is listed within it)
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "40", "--reconcile-grace", "4"], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert_exactly_once(fake, _out(path), expected)
+        evs = events(proc.stderr)
+        undone = [e for e in evs if e["event"] == "adoption_undone"]
+        assert [e["id"] for e in undone] == [other.id]
+        adopted = [e["id"] for e in evs if e["event"] == "reconciled" and e["outcome"] == "created"]
+        assert adopted[0] == other.id and adopted[-1] != other.id and fake.org.records.creates == 1
+
+
 def test_create_5xx_529_is_unknown_then_resent_once_absent(tmp_path: Path) -> None:
     """A 500 and a 529 on create are not retried blindly; absent from the listing after the grace, they are resent."""
     path, expected = _input(tmp_path, 30)
