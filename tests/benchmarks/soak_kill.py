@@ -1,7 +1,7 @@
 """Soak: `gatekeeper submit` SIGKILLed at random moments against a rough fake, rerun until it finishes; then judged.
 
-Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--rounds 1] [--ledger URL]
-                                            [--journal URL]
+Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--jobs 1] [--rounds 1]
+                                            [--ledger URL] [--journal URL]
 
 The crash tests kill a run at named points; this kills it wherever the clock says, while the fake drops created
 batches' answers, answers 5xx and 529, hides new batches from the listing and from retrieve, withholds results
@@ -9,7 +9,9 @@ URLs, damages every batch's first download, and ends some requests errored (once
 or invalid. After each kill the next run resumes from the journal; with `--journal postgresql://...` it resumes
 on a new "host": the state directory, output and input copy are deleted, and the next run reads another copy at
 another path (on this machine the killed run's lease is taken at once; were it not, `--lease-ttl 2` and a retry
-wait it out). The password, if in the URL, is passed as PGPASSWORD. The judgement, from the fake's records and the
+wait it out). The password, if in the URL, is passed as PGPASSWORD. With `--jobs 2` two jobs (inputs of their own)
+run at once in one workspace, each killed in its own rhythm, so a lost create can meet the other job's batch of
+the same size in the listing (give them a shared `--ledger` to keep them under the ceiling together). The judgement, from the fake's records and the
 results file: every input line has exactly one final result, no request succeeded twice, no request was tried
 more than three times (submit's default --max-attempts), every result that could succeed on another try did
 (only the invalid ones end errored, none expired), and the queue never went past the ceiling. Prints the
@@ -26,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -42,8 +45,9 @@ ROUGH = (Fault("create", "drop_after_commit"), Fault("create", "status", 500), F
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--requests", type=int, default=20_000)
-    ap.add_argument("--kills", type=int, default=6)
+    ap.add_argument("--requests", type=int, default=20_000, help="requests a job")
+    ap.add_argument("--kills", type=int, default=6, help="kills a job")
+    ap.add_argument("--jobs", type=int, default=1, help="jobs at once, in one workspace (each its own input)")
     ap.add_argument("--rounds", type=int, default=1, help="soaks in a row, seeds --seed, --seed + 1, ...")
     ap.add_argument("--ledger", help="submit's --ledger URL (a Redis or PostgreSQL one: the reservations must outlive kills)")
     ap.add_argument("--journal", help="submit's --journal URL: every run after a kill on a new host")
@@ -51,19 +55,25 @@ def main() -> None:
     breaches = 0
     for seed in range(a.seed, a.seed + a.rounds):
         with tempfile.TemporaryDirectory() as work:
-            breaches += not soak(seed, a.requests, a.kills, work, _options(a.ledger, a.journal, seed))
+            breaches += not soak(seed, a.requests, a.kills, a.jobs, work, a.ledger, a.journal)
     sys.exit(1 if breaches else 0)
 
 
-def soak(seed: int, n: int, kills: int, work: str, options: tuple[list[str], dict[str, str]]) -> bool:
-    rng = random.Random(seed)
-    path = os.path.join(work, "in.jsonl")
+def _write_job(path: str, prefix: str, n: int, rng: random.Random) -> None:
+    os.makedirs(os.path.dirname(path))
     with open(path, "wb") as f:
         for i in range(n):
             params = {"model": MODELS[i % 2], "max_tokens": 16,
                       "messages": [{"role": "user", "content": "x" * rng.randint(5, 200)}]}
-            f.write(orjson.dumps({"custom_id": f"r{i}", "params": params}) + b"\n")
-    doom = {f"r{i}": rng.randrange(100) for i in range(n)}  # 0-2: errored once, 3: expired twice, 4: invalid
+            f.write(orjson.dumps({"custom_id": f"{prefix}{i}", "params": params}) + b"\n")
+
+
+def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None, journal: str | None) -> bool:
+    rng = random.Random(seed)
+    paths = [os.path.join(work, f"job{j}", "in.jsonl") for j in range(jobs)]
+    for j, path in enumerate(paths):
+        _write_job(path, f"j{j}r", n, rng)
+    doom = {f"j{j}r{i}": rng.randrange(100) for j in range(jobs) for i in range(n)}  # 0-2: errored once, 3: expired twice, 4: invalid
 
     def outcome(cid: str, model: str, attempt: int) -> Outcome | None:
         if doom[cid] < 3 and attempt == 1:
@@ -75,32 +85,49 @@ def soak(seed: int, n: int, kills: int, work: str, options: tuple[list[str], dic
     config = FakeConfig(ceiling=CEILING, rate=150, speed=10, listing_lag=0.4, not_found_after_create=0.3,
                         results_not_found_after_end=0.3, null_results_url_after_end=0.2, damaged_downloads=1,
                         outcome=outcome, seed=seed)
+    ran: dict[int, tuple[int, int, dict]] = {}
     with FakeAPI(config) as fake:
         fake.inject(*ROUGH * 3)
         started = time.monotonic()
-        code, killed, summary = _run_until_done(fake, path, kills, rng, options)
+        threads = [threading.Thread(target=lambda j=j: ran.__setitem__(j, _run_until_done(
+            fake, paths[j], kills, random.Random(seed * 100 + j), _options(ledger, journal, seed, j))))
+            for j in range(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         elapsed = time.monotonic() - started
         records = fake.org.records
+    over = sum(1 for k in records.attempts.values() if k > 3)
+    ok = not (over or records.succeeded_twice or records.max_depth > CEILING)
+    print(f"seed {seed}: {jobs} job(s) of {n:,} requests, {elapsed:.1f} s; creates {records.creates}, refusals "
+          f"{len(records.refusals)}, deepest {records.max_depth:,} of {CEILING:,}; succeeded twice "
+          f"{records.succeeded_twice}; tried over 3 times {over}", flush=True)
+    for j in range(jobs):
+        ok = _judged(f"  job {j}", ran[j], f"j{j}r", n, doom) and ok
+    print(f"  {'ok' if ok else 'BREACH'}", flush=True)
+    return ok
+
+
+def _judged(name: str, ran: tuple[int, int, dict], prefix: str, n: int, doom: dict[str, int]) -> bool:
+    """One job's output: every line's final result once, and only the invalid ones errored."""
+    code, killed, summary = ran
     if code not in (0, 1):
-        print(f"seed {seed}: the last run exited {code}:\n{summary}")
+        print(f"{name}: the last run exited {code}:\n{summary}")
         return False
     with open(summary["output"], "rb") as results:
         finals = collections.Counter(orjson.loads(line)["custom_id"] for line in results)
     twice = sum(1 for k in finals.values() if k > 1)
-    missing = sum(1 for i in range(n) if f"r{i}" not in finals)
-    over = sum(1 for k in records.attempts.values() if k > 3)
-    expected_invalid = sum(1 for d in doom.values() if d == 4)
-    retried = summary["errored"] == expected_invalid and summary["expired"] == 0  # every retryable one came back
-    ok = retried and not (twice or missing or over or records.succeeded_twice or records.max_depth > CEILING)
-    print(f"seed {seed}: {n:,} requests, {killed} kills, {elapsed:.1f} s; exit {code}; "
-          f"final results {len(finals):,} (twice {twice}, missing {missing}); errored {summary['errored']} "
-          f"(invalid by design {expected_invalid}); creates {records.creates}, refusals {len(records.refusals)}, "
-          f"deepest {records.max_depth:,} of {CEILING:,}; succeeded twice {records.succeeded_twice}; "
-          f"tried over 3 times {over}; output rebuilt {summary.get('rebuilt')}: {'ok' if ok else 'BREACH'}", flush=True)
-    return ok
+    missing = sum(1 for i in range(n) if f"{prefix}{i}" not in finals)
+    invalid = sum(1 for i in range(n) if doom[f"{prefix}{i}"] == 4)
+    retried = summary["errored"] == invalid and summary["expired"] == 0  # every retryable one came back
+    print(f"{name}: {killed} kills, exit {code}; final results {len(finals):,} (twice {twice}, missing {missing}); "
+          f"errored {summary['errored']} (invalid by design {invalid}); output rebuilt {summary.get('rebuilt')}",
+          flush=True)
+    return retried and not (twice or missing)
 
 
-def _options(ledger: str | None, journal: str | None, seed: int) -> tuple[list[str], dict[str, str]]:
+def _options(ledger: str | None, journal: str | None, seed: int, job: int) -> tuple[list[str], dict[str, str]]:
     """submit's extra flags and environment for a ledger and a journal."""
     flags, env = ["--ledger", ledger] if ledger else [], {}
     if journal:
@@ -108,7 +135,7 @@ def _options(ledger: str | None, journal: str | None, seed: int) -> tuple[list[s
         if url.password:
             env["PGPASSWORD"] = url.password
             journal = url._replace(netloc=url.netloc.replace(f":{url.password}@", "@")).geturl()
-        flags += ["--journal", journal, "--job", f"soak-{seed}-{os.urandom(4).hex()}", "--lease-ttl", "2"]
+        flags += ["--journal", journal, "--job", f"soak-{seed}-{job}-{os.urandom(4).hex()}", "--lease-ttl", "2"]
     return flags, env
 
 
