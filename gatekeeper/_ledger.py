@@ -60,6 +60,7 @@ class Reservation:
 
 class Ledger(Protocol):
     ttl: float
+    owner: str  # this submitter's name in the ledger ("" for the in-process one)
 
     async def observe(self, depth: int) -> None: ...
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool: ...
@@ -83,6 +84,7 @@ class LocalLedger:
     """One submitter in one process: nothing to share."""
 
     ttl = DEFAULT_TTL
+    owner = ""
 
     async def observe(self, depth: int) -> None:
         return None

@@ -50,7 +50,7 @@ from ._preflight import plan_checked
 from ._prices import PriceTable, load_prices
 from ._queue import Connection, read_ceiling, read_live, recent_batches
 from ._rebuild import Rebuilder
-from ._reconcile import Action, Decision, candidates_for, compared, decide
+from ._reconcile import Action, Decision, candidates_for, compared, decide, others_in_flight
 from ._settings import SubmitSettings
 from ._sizing import Limits, Packer, body_chunks, body_size
 from ._summary import Summary, spent_usd, summarize
@@ -512,11 +512,14 @@ class Job:
     async def reconcile(self, snap: Snapshot) -> None:
         """Settle every create whose outcome is unknown, before anything is resent."""
         intents = self.journal.batches(BatchState.INTENT)
-        known = self.journal.known_batch_ids()
+        if not intents:
+            return
+        theirs, unconfirmed = others_in_flight(await self.ledger.reservations(), self.ledger.owner)
+        known = self.journal.known_batch_ids() | theirs
         for row in intents:
             sent_at = row.intent_at or 0.0
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.s.clock_skew)
-            rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests)
+            rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests) + unconfirmed[row.requests]
             d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.s.reconcile_grace,
                        body_complete=row.body_complete)
             if d.action is Action.COMPARE:

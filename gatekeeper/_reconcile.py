@@ -6,7 +6,8 @@ intent (size, send time) is matched against the listing: a batch we do not know
 already, of exactly that size, created no earlier than the send time minus the
 clock skew.
 
-- one candidate and no other unknown create of the same size: adopt it;
+- one candidate and no other unknown create of the same size (ours, or another submitter's that a shared
+  ledger shows unconfirmed): adopt it;
 - no candidate in a listing read `grace` after the send: it was not created;
 - several candidates (or a rival of the same size): wait until they end, then
   compare their results' custom_ids with ours (`compared`).
@@ -19,6 +20,7 @@ proves nothing about it however late the decision comes.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,14 @@ class Decision:
 def _grace_over(sent_at: float, listed_at: float, grace: float) -> bool:
     """Whether a listing read at `listed_at` would show a batch sent at `sent_at` (the listing lags by up to `grace`)."""
     return listed_at - sent_at > grace
+
+
+def others_in_flight(reservations: Iterable[Any], owner: str) -> tuple[set[str], Counter[int]]:
+    """From a shared ledger's live reservations (`Reservation`s): the batch ids other submitters hold, never a
+    candidate for our create, and how many of their creates of each size are not confirmed yet, rivals of ours
+    (the lone candidate of that size may be theirs)."""
+    theirs = [r for r in reservations if r.owner != owner]
+    return {r.batch_id for r in theirs if r.batch_id}, Counter(r.requests for r in theirs if not r.batch_id)
 
 
 def candidates_for(requests: int, sent_at: float, listed: Iterable[dict[str, Any]], known: set[str],

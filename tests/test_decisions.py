@@ -359,3 +359,16 @@ def test_this_process_is_alive_and_a_reaped_child_is_not() -> None:
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     assert pid_alive(os.getpid()) and not pid_alive(int(child.stdout))
     assert machine_id() == machine_id() and (machine_id() is None or "/" in machine_id())
+
+
+def test_others_in_flight_are_their_ids_and_unconfirmed_sizes() -> None:
+    """Another submitter's confirmed batch is never our candidate; its unconfirmed creates are rivals by size."""
+    from gatekeeper._ledger import Reservation
+    from gatekeeper._reconcile import others_in_flight
+
+    rs = [Reservation("me", 0, 40, None, 10), Reservation("me", 1, 40, "b-mine", 10),
+          Reservation("them", 0, 40, "b-theirs", 10), Reservation("them", 1, 40, None, 10),
+          Reservation("them", 2, 7, None, 10), Reservation("also", 0, 40, None, 10)]
+    theirs, unconfirmed = others_in_flight(rs, "me")
+    assert theirs == {"b-theirs"} and unconfirmed == {40: 2, 7: 1}
+    assert others_in_flight([], "me") == (set(), {})

@@ -130,6 +130,37 @@ def test_a_foreign_batch_adopted_while_ours_was_not_listed_yet_is_given_back_not
         assert adopted[0] == other.id and adopted[-1] != other.id and fake.org.records.creates == 1
 
 
+def test_a_batch_another_submitter_holds_in_the_shared_ledger_is_never_adopted(tmp_path: Path) -> None:
+    """The same race, with a shared ledger in which the other pipeline confirmed its batch: that batch is not a
+    candidate at all, so ours is adopted once listed and nothing is undone or sent twice."""
+    import anyio
+
+    from gatekeeper import open_ledger
+
+    path, expected = _input(tmp_path, 40)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with running_fake(ceiling=1000, rate=40, listing_lag=2.0) as fake:
+        other = fake.org.add_batch("wrkspc_1", 40, prefix="other")
+        other.created_wall -= 10
+
+        async def theirs() -> None:
+            ledger = open_ledger(url, owner="another-pipeline")
+            assert await ledger.reserve(0, 40, 1000, 0)
+            await ledger.confirm(0, other.id)
+            await ledger.close()
+
+        anyio.run(theirs)
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "40", "--reconcile-grace", "4", "--ledger", url],
+                  env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        assert_exactly_once(fake, _out(path), expected)
+        evs = events(proc.stderr)
+        assert not [e for e in evs if e["event"] == "adoption_undone"]
+        adopted = [e["id"] for e in evs if e["event"] == "reconciled" and e["outcome"] == "created"]
+        assert len(adopted) == 1 and adopted[0] != other.id and fake.org.records.creates == 1
+
+
 def test_create_5xx_529_is_unknown_then_resent_once_absent(tmp_path: Path) -> None:
     """A 500 and a 529 on create are not retried blindly; absent from the listing after the grace, they are resent."""
     path, expected = _input(tmp_path, 30)
