@@ -399,8 +399,7 @@ class Journal:
         """A batch adopted from the listing whose results carry another job's requests: the create's outcome is
         unknown again (ours may exist, not listed then), and that batch is never a candidate again."""
         with self.transaction() as db:
-            row = db.execute("SELECT value FROM meta WHERE key = 'not_ours'").fetchone()
-            self._set_meta(db, "not_ours", sorted({*(orjson.loads(row[0]) if row else []), batch_id}))
+            self._set_meta(db, "not_ours", sorted({*(self.get_meta("not_ours") or []), batch_id}))  # (same connection)
             self._set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
             self._event(db, "adoption_undone", idx, id=batch_id)
 
