@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gatekeeper._preflight import Preflight, judge, needs_second_pass
-from gatekeeper.testing import DEFAULT_MODELS, FakeModel
+from gatekeeper.testing import DEFAULT_MODELS, FakeModel, count_tokens
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk
@@ -136,7 +136,8 @@ def test_budget_stops_before_it_and_a_higher_budget_finishes(tmp_path: Path) -> 
         evs = events(proc.stderr)
         assert any(e["event"] == "recut" for e in evs) and any(e["event"] == "budget_reached" for e in evs)
         assert 0 < s["succeeded"] < 1000 and s["budget"]["held_back"] == 1000 - s["succeeded"]
-        actual = len(fake.org.records.succeeded) * 0.5 * (25 * 1.0 + 12 * 5.0) / 1e6  # the fake's usage, haiku prices
+        tokens = count_tokens(req("b0000")["params"])  # the fake's usage (every prompt alike), haiku prices
+        actual = len(fake.org.records.succeeded) * 0.5 * (tokens * 1.0 + 12 * 5.0) / 1e6
         assert s["cost_usd"] == pytest.approx(actual) and actual <= 0.05
         human = gk(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--budget", "0.05"], env_for(fake))
         assert "requests not sent. Rerun with a higher --budget" in human.stdout

@@ -13,7 +13,7 @@ from gatekeeper import ApiConfig, SubmitSettings, submit_sync
 from gatekeeper._config import Secret
 from gatekeeper._journal import Journal
 from gatekeeper._settle import classify
-from gatekeeper.testing import DEFAULT_MODELS, FakeModel, Outcome
+from gatekeeper.testing import DEFAULT_MODELS, FakeModel, Outcome, count_tokens
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import events, gk, output_ids
@@ -63,7 +63,10 @@ def test_resubmission_rules_end_to_end(tmp_path: Path) -> None:
     assert sorted(x["custom_id"] for x in lines) == sorted(ids)  # one final line per request
     kinds = Counter(x["result"]["type"] for x in lines)
     assert (kinds["succeeded"], kinds["errored"]) == (s["succeeded"], s["errored"])  # summary equals the file
-    assert s["usage"]["input_tokens"] == 25 * 32 and s["usage"]["output_tokens"] == 12 * 32
+    params = {o["custom_id"]: o["params"] for o in map(orjson.loads, path.read_bytes().splitlines())}
+    ok = [x["custom_id"] for x in lines if x["result"]["type"] == "succeeded"]
+    assert s["usage"]["input_tokens"] == sum(count_tokens(params[c]) for c in ok)  # usage follows each prompt
+    assert s["usage"]["output_tokens"] == 12 * 32
     assert any(e["event"] == "resubmitting" for e in events(proc.stderr))
     db = sqlite3.connect(Path(str(path) + ".gatekeeper") / "journal.sqlite3")
     assert db.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 5 + 8 + 3 + 2  # earlier attempts kept
@@ -127,7 +130,8 @@ def test_price_override_and_cost(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "j.jsonl", [req(f"r{i}") for i in range(4)])
     with running_fake(ceiling=1000, rate=5000) as fake:
         s = orjson.loads(gk(["submit", str(path), *FAST, "--prices", str(prices)], env_for(fake)).stdout)
-    assert s["cost_usd"] == pytest.approx(0.5 * (4 * 25 * 2.0 + 4 * 12 * 10.0) / 1e6)
+    tokens = sum(count_tokens(req(f"r{i}")["params"]) for i in range(4))
+    assert s["cost_usd"] == pytest.approx(0.5 * (tokens * 2.0 + 4 * 12 * 10.0) / 1e6)
     path2 = write_jsonl(tmp_path / "k.jsonl", [req("x", model="mystery-model")])
     with running_fake(ceiling=1000, rate=5000, models=(*DEFAULT_MODELS, FakeModel("mystery-model"))) as fake:
         s = orjson.loads(gk(["submit", str(path2), *FAST], env_for(fake)).stdout)

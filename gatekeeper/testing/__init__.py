@@ -8,6 +8,6 @@
 """
 
 from ._model import DEFAULT_MODELS, FakeConfig, FakeModel, Outcome, Records
-from ._server import FakeAPI, Fault, count_tokens
+from ._server import FakeAPI, Fault, count_tokens, prompt_of
 
-__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeConfig", "FakeModel", "Fault", "Outcome", "Records", "count_tokens"]
+__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeConfig", "FakeModel", "Fault", "Outcome", "Records", "count_tokens", "prompt_of"]

@@ -146,6 +146,9 @@ class FakeBatch:
     created_at: float  # simulated
     expires_at: float
     requests: Sequence[tuple[str, str]]  # (custom_id, model)
+    # (input tokens, prompt digest) per request, from its prompt: usage follows the prompt, and a test can tell
+    # whose request a result answers when two jobs share custom_ids (None: a seeded batch, 25 tokens each)
+    prompts: Sequence[tuple[int, str]] | None = None
     bad: frozenset[int] = frozenset()  # indexes errored for disallowed params (per-request mode)
     doomed: dict[int, str] = field(default_factory=dict)  # index -> why the model refuses it (errored at processing)
     created_wall: float = 0.0
@@ -170,7 +173,10 @@ class Records:
     refusals: list[dict[str, Any]] = field(default_factory=list)  # queue-full refusals
     max_depth: int = 0
     succeeded: dict[str, int] = field(default_factory=dict)  # custom_id -> times it succeeded
+    # (custom_id, prompt digest) -> times it succeeded: two jobs may share custom_ids, never a prompt and an id
+    answered: dict[tuple[str, str], int] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # custom_id -> times it was processed
+    tries: dict[tuple[str, str], int] = field(default_factory=dict)  # (custom_id, prompt digest) -> times processed
     wrong_origin_keys: int = 0  # requests that reached the signed results origin carrying a key
     bypass_calls: int = 0  # requests that went around the gateway to the API's own host
     rpm_refusals: int = 0  # 429s for the RPM limit
@@ -266,8 +272,10 @@ class Organization:
         rule = self.config.outcome
         for i in range(len(b.outcomes), done):
             cid, model = b.requests[i]
-            attempt = self.records.attempts.get(cid, 0) + 1
-            self.records.attempts[cid] = attempt
+            key = (cid, b.prompts[i][1] if b.prompts else "")
+            self.records.attempts[cid] = self.records.attempts.get(cid, 0) + 1
+            # (two jobs may share a custom_id: a request is its id and its prompt)
+            attempt = self.records.tries[key] = self.records.tries.get(key, 0) + 1
             if i in b.bad:
                 outcome: Outcome | None = Outcome("errored", "invalid_request_error", "this parameter is not supported in a batch")
             elif i in b.doomed:
@@ -278,6 +286,7 @@ class Organization:
             outcome = outcome or Outcome()
             if outcome.type == "succeeded":
                 self.records.succeeded[cid] = self.records.succeeded.get(cid, 0) + 1
+                self.records.answered[key] = self.records.answered.get(key, 0) + 1
             b.outcomes.append(outcome)
 
     def _end(self, b: FakeBatch, at: float, leftover: str) -> None:
@@ -316,7 +325,8 @@ class Organization:
         return None
 
     def create(self, workspace: str, requests: list[tuple[str, str]], bad: frozenset[int],
-               doomed: dict[int, str] | None = None) -> FakeBatch | dict[str, Any]:
+               doomed: dict[int, str] | None = None,
+               prompts: list[tuple[int, str]] | None = None) -> FakeBatch | dict[str, Any]:
         """A new batch, or a refusal dict when the queue cannot take it whole."""
         with self.lock:
             self._process()
@@ -333,6 +343,7 @@ class Organization:
             b = FakeBatch(
                 id=new_id("msgbatch_", self.rng), workspace=workspace, seq=self._seq, created_at=now,
                 expires_at=now + DAY, requests=requests, bad=bad, created_wall=time.monotonic(), doomed=doomed or {},
+                prompts=prompts,
             )
             self.batches[b.id] = b
             self.records.creates += 1

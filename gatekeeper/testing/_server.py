@@ -8,6 +8,7 @@ newline after every line and no blank line, in shuffled order.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import re
@@ -301,6 +302,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, f"requests: List should have at most {cfg.max_requests} items after validation")
         seen: set[str] = set()
         items: list[tuple[str, str]] = []
+        prompts: list[tuple[int, str]] = []
         bad: set[int] = set()
         doomed: dict[int, str] = {}
         for i, item in enumerate(requests):
@@ -320,10 +322,11 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._error(400, f"requests.{i}.params: stream, speed and max_tokens < 1 are not supported in batches")
                 bad.add(i)
             items.append((cid, str(params.get("model") or "")))
+            prompts.append(prompt_of(params))
             why = fake.org.doom(str(params.get("model") or ""), mt)
             if why:
                 doomed[i] = why
-        result = fake.org.create(workspace, items, frozenset(bad), doomed)
+        result = fake.org.create(workspace, items, frozenset(bad), doomed, prompts)
         if isinstance(result, dict):
             headers = {}
             if cfg.queue_retry_after is not None:
@@ -470,7 +473,8 @@ class _Handler(BaseHTTPRequestHandler):
         out = []
         for i in order:
             cid, outcome = b.results[i]
-            out.append(orjson.dumps({"custom_id": cid, "result": _result_json(outcome, cid, b.requests[i][1], answer)}) + b"\n")
+            prompt = b.prompts[i] if b.prompts else None
+            out.append(orjson.dumps({"custom_id": cid, "result": _result_json(outcome, cid, b.requests[i][1], answer, prompt)}) + b"\n")
         return out
 
     def _send_lines(self, lines: list[bytes]) -> None:
@@ -572,19 +576,30 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"data": [], "next_page": None})
 
 
+def _prompt(body: dict[str, Any]) -> bytes:
+    return orjson.dumps([body.get("system"), body.get("messages"), body.get("tools")])
+
+
 def count_tokens(body: dict[str, Any]) -> int:
     """The fake's tokenizer: deterministic, about 3.3 bytes a token of the prompt's JSON plus 7 (not bytes/4)."""
-    prompt = orjson.dumps([body.get("system"), body.get("messages"), body.get("tools")])
-    return 7 + math.ceil(len(prompt) / 3.3)
+    return 7 + math.ceil(len(_prompt(body)) / 3.3)
 
 
-def _result_json(o: Outcome, cid: str, model: str, answer: str) -> dict[str, Any]:
+def prompt_of(params: dict[str, Any]) -> tuple[int, str]:
+    """(input tokens, digest) of a request's prompt: what its usage reports, and what its answer's message id
+    carries (`msg_<digest>`), so a test can tell which prompt a result line answers."""
+    prompt = _prompt(params)
+    return 7 + math.ceil(len(prompt) / 3.3), hashlib.blake2b(prompt, digest_size=10).hexdigest()
+
+
+def _result_json(o: Outcome, cid: str, model: str, answer: str, prompt: tuple[int, str] | None = None) -> dict[str, Any]:
     if o.type == "succeeded":
+        tokens, digest = prompt or (25, cid[-20:].rjust(20, "0"))
         return {"type": "succeeded", "message": {
-            "id": "msg_" + cid[-20:].rjust(20, "0"), "type": "message", "role": "assistant", "model": model or "claude-x",
+            "id": "msg_" + digest, "type": "message", "role": "assistant", "model": model or "claude-x",
             "content": [{"type": "text", "text": answer}], "stop_reason": "end_turn", "stop_sequence": None,
             "stop_details": None, "container": None,
-            "usage": {"input_tokens": 25, "output_tokens": 12, "cache_creation_input_tokens": 0,
+            "usage": {"input_tokens": tokens, "output_tokens": 12, "cache_creation_input_tokens": 0,
                       "cache_read_input_tokens": 0, "service_tier": "batch"}}}
     if o.type == "errored":
         inner = {"type": o.error_type, "message": o.message or f"injected {o.error_type}"}
