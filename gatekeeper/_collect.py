@@ -1,6 +1,8 @@
 """Collecting results: download an ended batch's results, verify them, settle each line, commit with the journal.
 
-A download is used only when it verifies (`_downloads`): every line parses, is one of
+A batch adopted by listing alone (a create whose answer was lost) is first held
+against its results (`_proven_ours`): one billed for another job's prompts is
+given back before a line is written. A download is used only when it verifies (`_downloads`): every line parses, is one of
 the batch's requests, appears once, and their number is the batch's total. A failed
 download is retried later with a doubling wait while the run goes on; missing results
 (404s, a null results_url) are waited out for the grace from the batch's end, then
@@ -26,10 +28,13 @@ from ._downloads import (
     when_results_missing,
 )
 from ._errors import IncompleteDownload, NotFoundError, RateLimited, ServerError, TransportError
+from ._evidence import read_results, weigh
 from ._headroom import parse_time, total_requests
 from ._inputs import batch_requests
 from ._journal import BatchRow, BatchState, Journal, Settlement
+from ._ledger import Ledger
 from ._output import OutputFile
+from ._ownership import Fit
 from ._settings import SubmitSettings
 from ._settle import errored_line, settle, usage_of
 
@@ -61,8 +66,10 @@ class Collector:
 
     def __init__(self, journal: Journal, api: ApiClient, out: OutputFile, settings: SubmitSettings, *, path: str,
                  emit: EventSink, clock: Callable[[], float], checkpoint: Callable[[str], None],
-                 check_stop: Callable[[], None], on_result: Callable[[str, dict[str, Any]], None] | None) -> None:
+                 check_stop: Callable[[], None], on_result: Callable[[str, dict[str, Any]], None] | None,
+                 ledger: Ledger) -> None:
         self.journal = journal
+        self.ledger = ledger
         self.api = api
         self.out = out
         self.s = settings
@@ -109,6 +116,8 @@ class Collector:
             batch = await self.api.retrieve_batch(str(row.batch_id))
             if batch.get("archived_at") or not batch.get("results_url"):
                 return self._results_missing(row, batch)
+            if not await self._proven_ours(row, batch):
+                return None
             start = self.journal.committed_output()
             with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
                 s.before_commit = lambda: self.checkpoint("before-results-commit")
@@ -116,13 +125,40 @@ class Collector:
         except NotFoundError:
             return self._results_missing(row, None)
         except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
-            self.journal.not_ours(row.idx, wrong.batch_id)
-            return self.emit("adoption_undone", {"batch": row.idx, "id": wrong.batch_id, "foreign_lines": wrong.foreign})
+            return await self._give_back(row, f"{wrong.foreign} results of another job's custom_ids")
         self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": s.finals, "retry": s.retries})
         if self.on_result is not None:
             for line in self.out.lines(start, s.committed):
                 obj = orjson.loads(line)
                 self.on_result(obj["custom_id"], obj["result"])
+
+    async def _proven_ours(self, row: BatchRow, batch: dict[str, Any]) -> bool:
+        """A batch adopted by listing alone is held against its results before a line of them is written: given
+        back when they were billed for another's prompts (`_ownership`), False then, or when it must wait."""
+        adopted = self.journal.adoption(row.idx)
+        if not adopted or adopted.get("proof") != "listing":
+            return True
+        got = await read_results(self.api, batch)
+        bodies = [(custom_id(body), body) for _, _, body, _ in batch_requests(self.path, self.journal, row)]
+        fits = None if got is None else await weigh(self.api, bodies, {str(row.batch_id): got.billed})
+        if fits is None:
+            self._later(row, "ownership_pending", "its results or our requests' counts could not be read yet")
+            return False
+        verdict = fits.get(str(row.batch_id), Fit.UNCLEAR)
+        if verdict is Fit.MISFITS:
+            await self._give_back(row, "its usage was billed for another job's prompts")
+            return False
+        self.journal.set_adoption(row.idx, str(row.batch_id), "results" if verdict is Fit.FITS else "unproven")
+        return True
+
+    async def _give_back(self, row: BatchRow, why: str) -> None:
+        """Not ours after all: the create's outcome is unknown again (ours may exist, not listed then) and that
+        batch is never a candidate again; the reservation stands, unconfirmed, while ours may be in the queue."""
+        self.journal.not_ours(row.idx, str(row.batch_id), why)
+        await self.ledger.hold(row.idx, row.requests, None)
+        self.download_failures.pop(row.idx, None)
+        self.download_at.pop(row.idx, None)
+        self.emit("adoption_undone", {"batch": row.idx, "id": row.batch_id, "why": why})
 
     async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int) -> int:
         """Stream, verify and settle every line; the output's new length."""

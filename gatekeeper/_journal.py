@@ -25,7 +25,7 @@ import enum
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -395,13 +395,32 @@ class Journal:
         ours = {r[0] for r in self.db.execute("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")}
         return ours | set(self.get_meta("not_ours") or [])
 
-    def not_ours(self, idx: int, batch_id: str) -> None:
-        """A batch adopted from the listing whose results carry another job's requests: the create's outcome is
+    def not_ours(self, idx: int, batch_id: str, why: str = "foreign custom_ids") -> None:
+        """A batch adopted from the listing whose results prove it another job's: the create's outcome is
         unknown again (ours may exist, not listed then), and that batch is never a candidate again."""
         with self.transaction() as db:
             self._set_meta(db, "not_ours", sorted({*(self.get_meta("not_ours") or []), batch_id}))  # (same connection)
+            adopted = {k: v for k, v in (self.get_meta("adopted") or {}).items() if k != str(idx)}
+            self._set_meta(db, "adopted", adopted)
             self._set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
-            self._event(db, "adoption_undone", idx, id=batch_id)
+            self._event(db, "adoption_undone", idx, id=batch_id, why=why)
+
+    def foreign(self, batch_ids: Iterable[str]) -> None:
+        """Batches whose results proved them another submitter's: never a candidate again."""
+        with self.transaction() as db:
+            self._set_meta(db, "not_ours", sorted({*(self.get_meta("not_ours") or []), *batch_ids}))
+
+    def adoption(self, idx: int) -> dict[str, Any] | None:
+        """How batch `idx` was found to be ours, when by listing: {"id", "proof"}, proof "listing" (to be checked
+        against its results when collected), "results" (they proved it) or "unproven" (they could not tell)."""
+        entry = (self.get_meta("adopted") or {}).get(str(idx))
+        return dict(entry) if entry else None
+
+    def set_adoption(self, idx: int, batch_id: str, proof: str) -> None:
+        with self.transaction() as db:
+            adopted = {**(self.get_meta("adopted") or {}), str(idx): {"id": batch_id, "proof": proof}}
+            self._set_meta(db, "adopted", adopted)
+            self._event(db, "adoption_" + proof, idx, id=batch_id)
 
     def rejected_lines(self, first: int, last: int) -> set[int]:
         return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ?", (first, last))}

@@ -40,17 +40,28 @@ from ._errors import (
     TransportError,
     UsageError,
 )
-from ._headroom import LIVE_STATES, live_batches, parse_time, total_requests
+from ._evidence import Results, read_results, weigh
+from ._headroom import LIVE_STATES, live_batches, parse_time
 from ._inputs import batch_requests, hash_file, stat_identity
 from ._journal import BatchRow, BatchState, JobPlan, Journal, PendingRow
 from ._ledger import Ledger, LocalLedger
 from ._output import OutputFile
+from ._ownership import choose
 from ._planner import PlanReport
 from ._preflight import plan_checked
 from ._prices import PriceTable, load_prices
 from ._queue import Connection, read_ceiling, read_live, recent_batches
 from ._rebuild import Rebuilder
-from ._reconcile import Action, Decision, candidates_for, compared, decide, others_in_flight
+from ._reconcile import (
+    Action,
+    Decision,
+    candidates_for,
+    compared,
+    decide,
+    nearest_first,
+    others_in_flight,
+    with_our_ids,
+)
 from ._settings import SubmitSettings
 from ._sizing import Limits, Packer, body_chunks, body_size
 from ._summary import Summary, spent_usd, summarize
@@ -115,7 +126,8 @@ class Job:
         self.batch_size = settings.limits.max_requests
         self.started = clock()
         self.collector = Collector(journal, self.api, self.out, settings, path=input_path, emit=emit, clock=clock,
-                                   checkpoint=checkpoint, check_stop=self._check_stop, on_result=on_result)
+                                   checkpoint=checkpoint, check_stop=self._check_stop, on_result=on_result,
+                                   ledger=self.ledger)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
         self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
 
@@ -527,27 +539,24 @@ class Job:
             await self._apply(row, d, known)
 
     async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float) -> Decision:
-        """Match an unknown create to an ended candidate by its results' custom_ids (complete downloads only)."""
-        mine = {custom_id(body) for _, _, body, _ in self._requests_of(row)}
-        found: dict[str, set[str]] = {}
+        """Settle an unknown create among ended candidates by their results: our custom_ids first, then whose
+        prompts they were billed for (`_ownership`). Those proven another's are never candidates again."""
+        bodies = [(custom_id(body), body) for _, _, body, _ in self._requests_of(row)]
+        found: dict[str, Results] = {}
         for b in d.candidates:
-            ids = await self._result_ids(b)
-            if ids is None:
+            got = await read_results(self.api, b)
+            if got is None:
                 return Decision(Action.WAIT, d.candidates, "a candidate's results could not be read whole yet")
-            found[str(b.get("id"))] = ids
-        return compared(mine, d.candidates, found, sent_at=sent_at, listed_at=listed_at, grace=self.s.reconcile_grace)
-
-    async def _result_ids(self, batch: dict[str, Any]) -> set[str] | None:
-        """The custom_ids of a batch's results, or None when no complete download can be had now."""
-        ids: set[str] = set()
-        lines = 0
-        try:
-            async for line in self.api.iter_results(batch):
-                lines += 1
-                ids.add(custom_id(line))
-        except (orjson.JSONDecodeError, ApiError, TransportError):
-            return None
-        return ids if lines == total_requests(batch) == len(ids) else None
+            found[str(b.get("id"))] = got
+        same = with_our_ids({cid for cid, _ in bodies}, {k: r.ids for k, r in found.items()})
+        fits = await weigh(self.api, bodies, {k: found[k].billed for k in same})
+        if fits is None:
+            return Decision(Action.WAIT, d.candidates, "our requests could not be counted yet")
+        choice = choose(fits, [k for k in nearest_first(d.candidates, sent_at) if k in fits])
+        if choice.foreign:
+            self.journal.foreign(choice.foreign)
+            self.emit("not_ours", {"batch": row.idx, "ids": list(choice.foreign), "why": "its usage is another's prompts"})
+        return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=self.s.reconcile_grace)
 
     async def _apply(self, row: BatchRow, d: Decision, known: set[str]) -> None:
         if d.action is Action.ADOPT:
@@ -555,6 +564,7 @@ class Job:
             batch_id = str(batch.get("id"))
             self.api.note_created(batch_id)
             self.journal.mark_created(row.idx, batch_id, batch.get("created_at"))
+            self.journal.set_adoption(row.idx, batch_id, d.proof)
             await self.ledger.confirm(row.idx, batch_id)
             known.add(batch_id)
             self.emit("reconciled", {"batch": row.idx, "outcome": "created", "id": batch_id, "how": d.reason})

@@ -10,7 +10,8 @@ clock skew.
   ledger shows unconfirmed): adopt it;
 - no candidate in a listing read `grace` after the send: it was not created;
 - several candidates (or a rival of the same size): wait until they end, then
-  compare their results' custom_ids with ours (`compared`).
+  compare their results with our requests: custom_ids first, then whose prompts
+  the usage was billed for (`_ownership`), and adopt what that proves (`compared`).
 
 Time is the listing's, never the moment of deciding: comparing results can take
 a while (a damaged download, a 429), and a listing read before ours was listed
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._headroom import parse_time, total_requests
+from ._ownership import Choice
 
 
 class Action(str, enum.Enum):
@@ -40,6 +42,9 @@ class Decision:
     action: Action
     candidates: tuple[dict[str, Any], ...] = field(default=())
     reason: str = ""
+    # an adoption's evidence: "listing" (size and time alone: its results are checked when collected), "results"
+    # (they proved it ours) or "unproven" (they could not tell it from another submitter's)
+    proof: str = ""
 
 
 def _grace_over(sent_at: float, listed_at: float, grace: float) -> bool:
@@ -76,7 +81,7 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
     if not body_complete:
         return Decision(Action.ABANDON, reason="the body was never sent whole")
     if len(candidates) == 1 and not rivals:
-        return Decision(Action.ADOPT, (candidates[0],), "one candidate in the listing")
+        return Decision(Action.ADOPT, (candidates[0],), "one candidate in the listing", "listing")
     if not candidates:
         if _grace_over(sent_at, listed_at, grace):
             return Decision(Action.ABANDON, reason="absent from listing")
@@ -86,22 +91,25 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
     return Decision(Action.COMPARE, tuple(candidates), "every candidate ended")
 
 
-def compared(mine: set[str], candidates: tuple[dict[str, Any], ...], found: Mapping[str, set[str]], *,
-             sent_at: float, listed_at: float, grace: float) -> Decision:
-    """After every candidate's results were read whole (`found`, by id): adopt the one carrying exactly our
-    custom_ids. When none does, ours was not created only if the listing was read `grace` after the send;
-    before that it may simply not have been listed yet (a rival's batch was), so wait."""
-    chosen = match_results(mine, found)
-    if chosen:
-        return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == chosen), "results")
+def with_our_ids(mine: set[str], found: Mapping[str, set[str]]) -> list[str]:
+    """The candidates (by id) whose results carry exactly our custom_ids; only these can be ours."""
+    return [batch_id for batch_id, ids in found.items() if ids == mine]
+
+
+def nearest_first(candidates: Iterable[dict[str, Any]], sent_at: float) -> list[str]:
+    """Candidate ids by how soon after our send they were created (the tie-break when results cannot tell)."""
+    return [str(b.get("id")) for b in sorted(candidates, key=lambda b: abs((parse_time(b.get("created_at")) or 0.0) - sent_at))]
+
+
+def compared(choice: Choice, candidates: tuple[dict[str, Any], ...], *, sent_at: float, listed_at: float,
+             grace: float) -> Decision:
+    """After every candidate's results were read whole and weighed (`_ownership.choose`): adopt the one chosen.
+    When none can be ours, ours was not created only if the listing was read `grace` after the send; before that
+    it may simply not have been listed yet (a rival's batch was), so wait."""
+    if choice.ours is not None:
+        how = "its results fit our requests" if choice.proven else "the results cannot tell it from another's"
+        return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == choice.ours), how,
+                        "results" if choice.proven else "unproven")
     if _grace_over(sent_at, listed_at, grace):
-        return Decision(Action.ABANDON, reason="no candidate's results match")
-    return Decision(Action.WAIT, candidates, "no candidate's results match ours, which may not be listed yet")
-
-
-def match_results(mine: set[str], found: Mapping[str, set[str]]) -> str | None:
-    """The candidate (by id) whose results carry exactly our custom_ids, or None."""
-    for batch_id, ids in found.items():
-        if ids == mine:
-            return batch_id
-    return None
+        return Decision(Action.ABANDON, reason="no candidate's results are ours")
+    return Decision(Action.WAIT, candidates, "no candidate's results are ours, and ours may not be listed yet")

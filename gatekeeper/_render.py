@@ -130,7 +130,21 @@ def render_summary(s: Summary) -> str:
     if s.rebuilt:
         lines.append(f"rebuilt     {s.rebuilt['results']:,} results of {s.rebuilt['batches']:,} batches downloaded again into the "
                      f"output (unavailable: {s.rebuilt.get('unavailable', 0):,}); nothing resent")
+    if s.adoptions:
+        lines.append(_adoptions(s.adoptions))
     lines.append(f"results     {s.output}")
     if s.job:
         lines.append(f"job         {s.job}   (--job: resume or read it from any host with the same --journal)")
     return "\n".join(lines)
+
+
+def _adoptions(a: dict[str, Any]) -> str:
+    """Batches found by listing after lost create answers, and what their results proved."""
+    unproven = a["unproven"]
+    line = f"adopted     {a['proven']:,} batch(es) found after a lost create answer, proven ours by their results"
+    if unproven:
+        line += (f"; {len(unproven):,} the results could not tell from another submitter's (the same prompts and "
+                 f"custom_ids: {', '.join(unproven)})")
+    if a["not_ours"]:
+        line += f"; {len(a['not_ours']):,} another submitter's, set aside (never joined)"
+    return line

@@ -35,6 +35,9 @@ class Summary:
     estimate: dict[str, Any] | None = None  # the input-token estimate made before anything was sent, and how
     rebuilt: dict[str, int] | None = None  # the output rebuilt from the API: batches, results, unavailable (None: never)
     job: str | None = None  # the job's name in a shared journal (None: the state directory is the job)
+    # batches found by listing after a lost create answer: how many their results proved ours, the ids of those
+    # they could not tell from another submitter's, and the ids proven another's (None: no create answer was lost)
+    adoptions: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -48,6 +51,7 @@ class Summary:
             "errors": self.errors, "usage": self.usage, "cost_usd": self.cost_usd, "refusals": self.refusals,
             "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
             "budget": self.budget, "estimate": self.estimate, "rebuilt": self.rebuilt, "job": self.job,
+            "adoptions": self.adoptions,
         }
 
 
@@ -64,7 +68,7 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         canceled=t.types.get("canceled", 0), invalid=int(report.get("invalid", 0)), batches=t.batches,
         errors=t.errors, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
         refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
-        estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job,
+        estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job, adoptions=adoptions(j),
         pending=requests - t.final, complete=requests == t.final,
         usage=dict(zip(("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
                        t.usage, strict=True)),
@@ -72,6 +76,16 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
                                             "held_back": held},
     )
+
+
+def adoptions(j: Journal) -> dict[str, Any] | None:
+    adopted = (j.get_meta("adopted") or {}).values()
+    not_ours = j.get_meta("not_ours") or []
+    if not adopted and not not_ours:
+        return None
+    return {"proven": sum(1 for a in adopted if a["proof"] == "results"),
+            "unproven": sorted(a["id"] for a in adopted if a["proof"] == "unproven"),
+            "unchecked": sum(1 for a in adopted if a["proof"] == "listing"), "not_ours": list(not_ours)}
 
 
 def spent_usd(j: Journal, prices: PriceTable) -> float | None:

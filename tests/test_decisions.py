@@ -21,7 +21,8 @@ from gatekeeper._admission import (
 from gatekeeper._budget import MIN_BATCH, Spend, may_spend, request_worst
 from gatekeeper._client import results_location
 from gatekeeper._downloads import Missing, download_wait, incomplete_reason, when_results_missing
-from gatekeeper._reconcile import Action, candidates_for, compared, decide, match_results
+from gatekeeper._ownership import Choice, Fit, agrees, choose, fit, sample_ids
+from gatekeeper._reconcile import Action, candidates_for, compared, decide, nearest_first, with_our_ids
 from gatekeeper._retry import CallBudget, is_per_minute_limit
 from gatekeeper._settle import classify, errored_line, settle
 
@@ -150,27 +151,88 @@ def test_decide(candidates: list[dict[str, Any]], rivals: int, listed_at: float,
     assert d.action is action
 
 
-@pytest.mark.parametrize(("found", "listed_at", "action", "adopted"), [
-    ({"a": {"x1"}, "b": {"x1", "x2"}}, T0 + 1, Action.ADOPT, "b"),  # ours, whenever the listing was read
-    ({"a": {"x1"}, "b": {"x3", "x4"}}, T0 + 181, Action.ABANDON, None),  # none is ours, in a listing read after the grace
-    ({"a": {"x1"}, "b": {"x3", "x4"}}, T0 + 1, Action.WAIT, None),  # none is ours, but ours may not be listed yet
-    ({"a": {"x1"}, "b": {"x3", "x4"}}, T0 + 180, Action.WAIT, None),  # the grace not yet over
+@pytest.mark.parametrize(("choice", "listed_at", "action", "adopted", "proof"), [
+    (Choice("b", ("a",), True), T0 + 1, Action.ADOPT, "b", "results"),  # proven ours, whenever the listing was read
+    (Choice("b", (), False), T0 + 1, Action.ADOPT, "b", "unproven"),  # the results could not tell: said so
+    (Choice(None, ("a", "b"), False), T0 + 181, Action.ABANDON, None, ""),  # none is ours, a listing after the grace
+    (Choice(None, ("a",), False), T0 + 1, Action.WAIT, None, ""),  # none is ours, but ours may not be listed yet
+    (Choice(None, (), False), T0 + 180, Action.WAIT, None, ""),  # the grace not yet over
 ])
 def test_compared_abandons_only_on_a_listing_read_after_the_grace(
-        found: dict[str, set[str]], listed_at: float, action: Action, adopted: str | None) -> None:
+        choice: Choice, listed_at: float, action: Action, adopted: str | None, proof: str) -> None:
     """A rival's batch listed, ours not yet (listing lag): no match is not "not created" until the listing the
     candidates came from was read `grace` after the send, however long reading their results took."""
-    candidates = tuple(_batch(bid, 2, T0 + 1, "ended") for bid in found)
-    d = compared({"x1", "x2"}, candidates, found, sent_at=T0, listed_at=listed_at, grace=180.0)
-    assert d.action is action
+    candidates = tuple(_batch(bid, 2, T0 + 1, "ended") for bid in ("a", "b"))
+    d = compared(choice, candidates, sent_at=T0, listed_at=listed_at, grace=180.0)
+    assert d.action is action and d.proof == proof
     assert [b["id"] for b in d.candidates if d.action is Action.ADOPT] == ([adopted] if adopted else [])
 
 
-def test_match_results_needs_exactly_our_ids() -> None:
-    """Only a candidate whose results carry exactly our custom_ids is ours."""
+def test_only_candidates_with_exactly_our_ids_can_be_ours() -> None:
     mine = {"x1", "x2"}
-    assert match_results(mine, {"a": {"x1"}, "b": {"x1", "x2"}}) == "b"
-    assert match_results(mine, {"a": {"x1", "x2", "x3"}}) is None
+    assert with_our_ids(mine, {"a": {"x1"}, "b": {"x1", "x2"}, "c": {"x1", "x2", "x3"}, "d": {"x2", "x1"}}) == ["b", "d"]
+
+
+def test_nearest_first_orders_candidates_by_creation_after_the_send() -> None:
+    cands = [_batch("late", 2, T0 + 9, "ended"), _batch("near", 2, T0 + 1, "ended"), _batch("mid", 2, T0 + 4, "ended")]
+    assert nearest_first(cands, T0) == ["near", "mid", "late"]
+
+
+# -- ownership: whose a batch is, by what its results were billed ----------------
+
+OURS = {f"r{i}": 100 + 7 * i for i in range(20)}  # count_tokens of our requests, by custom_id
+
+
+@pytest.mark.parametrize(("expected", "billed", "agree"), [
+    (100, 100, True), (100, 103, True), (100, 97, True), (100, 104, False),  # 3 tokens of slack at least
+    (1000, 1020, True), (1000, 1021, False), (5000, 4900, True), (5000, 4899, False),  # or 2%
+    (0, 3, True), (0, 4, False),
+])
+def test_a_custom_id_agrees_within_the_count_estimates_slack(expected: int, billed: int, agree: bool) -> None:
+    assert agrees(expected, billed) is agree
+
+
+@pytest.mark.parametrize(("billed", "verdict"), [
+    (OURS, Fit.FITS),  # billed exactly for our prompts
+    ({c: t + 2 for c, t in OURS.items()}, Fit.FITS),  # a count a little off, as the docs allow
+    ({c: t + 40 for c, t in OURS.items()}, Fit.MISFITS),  # another job's longer prompts
+    ({c: t - 40 if i % 5 else t for i, (c, t) in enumerate(OURS.items())}, Fit.MISFITS),  # 4 in 5 disagree
+    ({c: t + 40 if i % 2 else t for i, (c, t) in enumerate(OURS.items())}, Fit.UNCLEAR),  # half and half
+    ({c: t + 40 if i % 5 == 0 else t for i, (c, t) in enumerate(OURS.items())}, Fit.FITS),  # 4 in 5 agree
+    ({}, Fit.UNCLEAR),  # nothing succeeded: no usage to weigh
+    ({"r0": 100, "r1": 107}, Fit.UNCLEAR),  # 2 of a sample of 20 compared: too little
+    ({"zz": 100}, Fit.UNCLEAR),  # none of ours
+])
+def test_a_candidate_fits_misfits_or_cannot_be_told(billed: dict[str, int], verdict: Fit) -> None:
+    assert fit(OURS, billed) is verdict
+
+
+def test_a_candidate_with_few_results_is_judged_on_what_it_has() -> None:
+    """A batch of three requests: three ids are all the evidence there is, and enough."""
+    assert fit({"a": 50, "b": 60, "c": 70}, {"a": 50, "b": 60, "c": 70}) is Fit.FITS
+    assert fit({"a": 50, "b": 60, "c": 70}, {"a": 90, "b": 99, "c": 20}) is Fit.MISFITS
+
+
+@pytest.mark.parametrize(("fits", "ours", "foreign", "proven"), [
+    ({"a": Fit.FITS, "b": Fit.MISFITS}, "a", ("b",), True),  # the rival's prompts differ: proven
+    ({"a": Fit.MISFITS, "b": Fit.FITS}, "b", ("a",), True),  # whatever the order of creation
+    ({"a": Fit.FITS, "b": Fit.FITS}, "a", (), False),  # the same prompts: the nearest, unproven
+    ({"a": Fit.FITS, "b": Fit.UNCLEAR}, "a", (), False),  # the other cannot be judged: not proven
+    ({"a": Fit.UNCLEAR, "b": Fit.UNCLEAR}, "a", (), False),  # nothing to weigh (all errored): the nearest
+    ({"a": Fit.MISFITS, "b": Fit.MISFITS}, None, ("a", "b"), False),  # neither is ours
+    ({"a": Fit.FITS}, "a", (), True),  # a lone candidate that fits
+    ({"a": Fit.MISFITS}, None, ("a",), False),  # a lone candidate billed for another's prompts
+])
+def test_choose_adopts_only_what_the_results_prove(fits: dict[str, Fit], ours: str | None, foreign: tuple[str, ...],
+                                                    proven: bool) -> None:
+    assert choose(fits, ["a", "b"][:len(fits)]) == Choice(ours, foreign, proven)
+
+
+def test_the_sample_is_the_same_every_time_and_not_the_first_rows() -> None:
+    ids = [f"row-{i}" for i in range(1000)]
+    picked = sample_ids(ids)
+    assert picked == sample_ids(reversed(ids)) and len(picked) == 12 == len(set(picked))
+    assert picked != ids[:12]
 
 
 # -- settlement --------------------------------------------------------------

@@ -1,0 +1,181 @@
+"""Two jobs in one workspace with the same custom_ids and batches of one size: a lost create answer must never
+join the other job's answers to our requests (issue 25).
+
+Every job here is a real CLI process against the fake over HTTP. The fake bills each request's prompt tokens
+and stamps each answer with its prompt's digest (`prompt_of`), so the judge can tell, line by line, whether a
+result answers the request it is joined to.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper._render import render_summary
+from gatekeeper._summary import Summary
+from gatekeeper.testing import FakeAPI, Fault, prompt_of
+from tests.fakes import env_for, running_fake
+from tests.runs import events, gk, start, wait_until
+
+N = 60  # requests a job: one batch each
+FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "5",
+         "--token-sample", "2"]
+
+
+def write_job(path: Path, words: str, n: int = N) -> Path:
+    """n requests with the custom_ids every pipeline uses (row-0, row-1, ...), prompts of this job's own."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        for i in range(n):
+            text = f"{words} {i}: " + words * (1 + i % 9)
+            f.write(orjson.dumps({"custom_id": f"row-{i}", "params": {
+                "model": "claude-haiku-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": text}]}}) + b"\n")
+    return path
+
+
+def judge(fake: FakeAPI, jobs: list[Path]) -> None:
+    """Every job has one line per request and each line answers its own request (the prompt the answer was
+    billed and stamped for is that line's); nothing was created or answered twice."""
+    for path in jobs:
+        params = {o["custom_id"]: o["params"] for o in map(orjson.loads, path.read_bytes().splitlines())}
+        out = Path(str(path) + ".gatekeeper") / "results.jsonl"
+        lines = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+        assert sorted(x["custom_id"] for x in lines) == sorted(params), f"{path}: not one line per request"
+        for x in lines:
+            tokens, digest = prompt_of(params[x["custom_id"]])
+            message = x["result"]["message"]
+            assert message["id"] == "msg_" + digest, f"{path}: {x['custom_id']} joined to another job's answer"
+            assert message["usage"]["input_tokens"] == tokens
+    answered = fake.org.records.answered
+    assert len(answered) == N * len(jobs) and set(answered.values()) == {1}, "a request was answered twice"
+    assert fake.org.records.creates == len(jobs), "a batch was created twice"
+
+
+def _run_both(fake: FakeAPI, jobs: list[Path], extra: list[str]) -> list[dict]:
+    """Both jobs at once, as two processes sharing the workspace key; their summaries."""
+    runs = [start(["submit", str(p), *FLAGS, *extra], env_for(fake)) for p in jobs]
+    outs = [r.communicate(timeout=120) for r in runs]
+    for r, (_, err) in zip(runs, outs, strict=True):
+        assert r.returncode == 0, err[-3000:]
+    return [{**orjson.loads(out), "events": events(err)} for out, err in outs]
+
+
+def _ledger_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str | None:
+    if kind == "none":
+        return None
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.db'}"
+    return str(request.getfixturevalue("redis_url" if kind == "redis" else "pg_database"))
+
+
+@pytest.mark.parametrize("ledger", ["none", "sqlite", "redis", "postgresql"])
+@pytest.mark.parametrize("lost", [1, 2])
+def test_two_jobs_with_the_same_ids_never_join_each_others_answers(
+        tmp_path: Path, request: pytest.FixtureRequest, ledger: str, lost: int) -> None:
+    """Both jobs send one batch of the same size at once; the first `lost` create answers are lost and new
+    batches reach the listing a second late. Each job ends with its own answers, whatever it had to compare."""
+    url = _ledger_url(ledger, tmp_path, request)
+    jobs = [write_job(tmp_path / "a" / "in.jsonl", "alpha"), write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")]
+    with running_fake(ceiling=10_000, rate=60, listing_lag=1.0) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit", times=lost))
+        summaries = _run_both(fake, jobs, ["--ledger", url] if url else [])
+        judge(fake, jobs)
+    adoptions = [s["adoptions"] for s in summaries if s["adoptions"]]
+    assert len(adoptions) == lost  # each job whose answer was lost says how its batch was found
+    assert all(a["unproven"] == [] for a in adoptions)  # different prompts: every adoption was proven
+    taken = [e for s in summaries for e in s["events"] if e["event"] == "reconciled" and e["outcome"] == "created"]
+    assert len(taken) >= lost
+
+
+def test_two_candidates_wait_to_end_and_the_one_billed_for_our_prompts_is_adopted(tmp_path: Path) -> None:
+    """Our answer is lost while another job's batch of our size and ids is live beside ours: gatekeeper does not
+    guess. It waits for both to end, adopts ours by its usage, records the other as another's, and a run killed
+    before it wrote a line still holds the other excluded when it resumes."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha")
+    theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")
+    with running_fake(ceiling=10_000, rate=30) as fake:
+        other = start(["submit", str(theirs), *FLAGS], env_for(fake))  # the other pipeline, in our workspace
+        wait_until(lambda: fake.org.records.creates == 1, "the other job's create")
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        killed = gk(["submit", str(ours), *FLAGS], env_for(fake), crash_at="before-results-commit")
+        assert killed.returncode == -9, killed.stderr[-3000:]
+        their_id = next(b.id for b in fake.org.batches.values() if b.seq == 1)
+        evs = events(killed.stderr)
+        assert [e["how"] for e in evs if e["event"] == "reconciling"][:1] == ["waiting for the candidates to end"]
+        assert [e["ids"] for e in evs if e["event"] == "not_ours"] == [[their_id]]
+        rerun = gk(["submit", str(ours), *FLAGS], env_for(fake))
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        assert other.communicate(timeout=120) and other.returncode == 0
+        judge(fake, [ours, theirs])
+    s = orjson.loads(rerun.stdout)
+    assert s["adoptions"] == {"proven": 1, "unproven": [], "unchecked": 0, "not_ours": [their_id]}
+
+
+def test_a_lone_candidate_billed_for_another_jobs_prompts_is_given_back_before_a_line_is_written(tmp_path: Path) -> None:
+    """The other job's batch (our size, our custom_ids) is the only candidate listed when our answer is lost, ours
+    not listed yet: it is adopted on size and time, then held against its results before anything is written,
+    given back because it was billed for other prompts, and ours is found once listed. Nothing sent twice."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha")
+    theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")
+    with running_fake(ceiling=10_000, rate=400) as fake:
+        done = gk(["submit", str(theirs), *FLAGS], env_for(fake))  # the other pipeline's, in our workspace
+        assert done.returncode == 0, done.stderr
+        their_id = next(iter(fake.org.batches))
+        fake.org.config.listing_lag = 2.0  # ours will reach the listing late
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        proc = gk(["submit", str(ours), *FLAGS], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        judge(fake, [ours, theirs])
+    evs = events(proc.stderr)
+    adopted = [e["id"] for e in evs if e["event"] == "reconciled" and e["outcome"] == "created"]
+    assert adopted[0] == their_id and adopted[-1] != their_id
+    assert [(e["id"], e["why"]) for e in evs if e["event"] == "adoption_undone"] == [
+        (their_id, "its usage was billed for another job's prompts")]
+    assert orjson.loads(proc.stdout)["adoptions"]["not_ours"] == [their_id]
+
+
+@pytest.mark.parametrize("point", ["after-intent", "body-complete", "mid-results", "before-results-commit"])
+def test_a_kill_between_the_steps_still_joins_only_our_answers(tmp_path: Path, point: str) -> None:
+    """Job A is SIGKILLed at a step while job B runs beside it (both answers lost); A's rerun finishes, and
+    the foreign batch it set aside stays set aside."""
+    jobs = [write_job(tmp_path / "a" / "in.jsonl", "alpha"), write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")]
+    with running_fake(ceiling=10_000, rate=60, listing_lag=1.0) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit", times=2))
+        env = env_for(fake)
+        b = start(["submit", str(jobs[1]), *FLAGS], env)
+        killed = gk(["submit", str(jobs[0]), *FLAGS], env, crash_at=point)
+        assert killed.returncode in (-9, 137, 0), killed.stderr[-2000:]
+        rerun = gk(["submit", str(jobs[0]), *FLAGS], env)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        _, err = b.communicate(timeout=120)
+        assert b.returncode == 0, err[-3000:]
+        judge(fake, jobs)
+    a = orjson.loads(rerun.stdout)["adoptions"]
+    assert a is None or a["unproven"] == []  # different prompts: whatever was adopted was proven
+
+
+def test_a_summary_names_an_adoption_the_results_could_not_prove(tmp_path: Path) -> None:
+    """Another job with our prompts and our ids has a batch live beside ours when our answer is lost: the results
+    cannot tell the two apart, and the summary says so rather than claiming proof. We take the one created
+    nearest our send (ours), never the other job's, and nothing is sent twice."""
+    jobs = [write_job(tmp_path / "a" / "in.jsonl", "same"), write_job(tmp_path / "b" / "in.jsonl", "same")]
+    with running_fake(ceiling=10_000, rate=30) as fake:
+        other = start(["submit", str(jobs[1]), *FLAGS], env_for(fake))
+        wait_until(lambda: fake.org.records.creates == 1, "the other job's create")
+        time.sleep(1.0)  # (created well before our send, as a rival usually is)
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        ours = gk(["submit", str(jobs[0]), *FLAGS], env_for(fake))
+        assert ours.returncode == 0 and other.communicate(timeout=120) and other.returncode == 0, ours.stderr
+        answered = fake.org.records.answered
+        assert fake.org.records.creates == 2 and len(answered) == N and set(answered.values()) == {2}
+        mine = next(b.id for b in fake.org.batches.values() if b.seq == 2)
+    s = orjson.loads(ours.stdout)
+    assert s["adoptions"] == {"proven": 0, "unproven": [mine], "unchecked": 0, "not_ours": []}
+    assert "could not tell from another submitter's" in render_summary(Summary(**{**s, "adoptions": s["adoptions"]}))
+    counts = Counter(orjson.loads(x)["custom_id"] for p in jobs
+                     for x in (Path(str(p) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines())
+    assert set(counts.values()) == {2} and len(counts) == N
