@@ -1,7 +1,8 @@
 """Soak: `gatekeeper submit` SIGKILLed at random moments against a rough fake, rerun until it finishes; then judged.
 
 Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--jobs 1] [--rounds 1]
-                                            [--ledger URL] [--journal URL]
+                                            [--ledger URL] [--journal URL] [--signal kill|term|int|mixed]
+                                            [--same-ids]
 
 The crash tests kill a run at named points; this kills it wherever the clock says, while the fake drops created
 batches' answers, answers 5xx and 529, hides new batches from the listing and from retrieve, withholds results
@@ -11,7 +12,12 @@ on a new "host": the state directory, output and input copy are deleted, and the
 another path (on this machine the killed run's lease is taken at once; were it not, `--lease-ttl 2` and a retry
 wait it out). The password, if in the URL, is passed as PGPASSWORD. With `--jobs 2` two jobs (inputs of their own)
 run at once in one workspace, each killed in its own rhythm, so a lost create can meet the other job's batch of
-the same size in the listing (give them a shared `--ledger` to keep them under the ceiling together). The judgement, from the fake's records and the
+the same size in the listing (give them a shared `--ledger` to keep them under the ceiling together). With
+`--same-ids` the jobs number their rows alike (r0, r1, ...) with prompts of their own and `--max-requests` keeps
+their batches one size, so a lost answer meets a batch with our size and our ids that is not ours; each result line
+is then judged against its own prompt (the fake stamps every answer with its prompt's digest). With
+`--signal term` (or `int`, or `mixed`: one of the three at random each time) a run is stopped the way a scheduler
+or a user stops it: it must exit 130 (or finish) within 60 s and print no traceback. The judgement, from the fake's records and the
 results file: every input line has exactly one final result, no request succeeded twice, no request was tried
 more than three times (submit's default --max-attempts), every result that could succeed on another try did
 (only the invalid ones end errored, none expired), and the queue never went past the ceiling. Prints the
@@ -25,6 +31,7 @@ import collections
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +41,7 @@ import urllib.parse
 
 import orjson
 
-from gatekeeper.testing import FakeAPI, FakeConfig, Fault, Outcome
+from gatekeeper.testing import FakeAPI, FakeConfig, Fault, Outcome, prompt_of
 
 CEILING = 6000
 MODELS = ("claude-haiku-4-5-20251001", "claude-sonnet-4-5")
@@ -51,11 +58,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="soaks in a row, seeds --seed, --seed + 1, ...")
     ap.add_argument("--ledger", help="submit's --ledger URL (a Redis or PostgreSQL one: the reservations must outlive kills)")
     ap.add_argument("--journal", help="submit's --journal URL: every run after a kill on a new host")
+    ap.add_argument("--signal", choices=("kill", "term", "int", "mixed"), default="kill", help="how a run is stopped")
+    ap.add_argument("--same-ids", action="store_true", help="every job numbers its rows alike (r0, r1, ...)")
     a = ap.parse_args()
     breaches = 0
     for seed in range(a.seed, a.seed + a.rounds):
         with tempfile.TemporaryDirectory() as work:
-            breaches += not soak(seed, a.requests, a.kills, a.jobs, work, a.ledger, a.journal)
+            breaches += not soak(seed, a.requests, a.kills, a.jobs, work, a.ledger, a.journal, a.signal,
+                                   a.same_ids)
     sys.exit(1 if breaches else 0)
 
 
@@ -68,12 +78,14 @@ def _write_job(path: str, prefix: str, n: int, rng: random.Random) -> None:
             f.write(orjson.dumps({"custom_id": f"{prefix}{i}", "params": params}) + b"\n")
 
 
-def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None, journal: str | None) -> bool:
+def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None, journal: str | None,
+         how: str = "kill", same_ids: bool = False) -> bool:
     rng = random.Random(seed)
     paths = [os.path.join(work, f"job{j}", "in.jsonl") for j in range(jobs)]
-    for j, path in enumerate(paths):
-        _write_job(path, f"j{j}r", n, rng)
-    doom = {f"j{j}r{i}": rng.randrange(100) for j in range(jobs) for i in range(n)}  # 0-2: errored once, 3: expired twice, 4: invalid
+    prefixes = ["r" if same_ids else f"j{j}r" for j in range(jobs)]
+    for path, prefix in zip(paths, prefixes, strict=True):
+        _write_job(path, prefix, n, rng)
+    doom = {f"{p}{i}": rng.randrange(100) for p in set(prefixes) for i in range(n)}  # 0-2: errored once, 3: expired twice, 4: invalid
 
     def outcome(cid: str, model: str, attempt: int) -> Outcome | None:
         if doom[cid] < 3 and attempt == 1:
@@ -90,7 +102,7 @@ def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None
         fake.inject(*ROUGH * 3)
         started = time.monotonic()
         threads = [threading.Thread(target=lambda j=j: ran.__setitem__(j, _run_until_done(
-            fake, paths[j], kills, random.Random(seed * 100 + j), _options(ledger, journal, seed, j))))
+            fake, paths[j], kills, random.Random(seed * 100 + j), _options(ledger, journal, seed, j, same_ids, n), how)))
             for j in range(jobs)]
         for t in threads:
             t.start()
@@ -98,38 +110,48 @@ def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None
             t.join()
         elapsed = time.monotonic() - started
         records = fake.org.records
-    over = sum(1 for k in records.attempts.values() if k > 3)
-    ok = not (over or records.succeeded_twice or records.max_depth > CEILING)
+    over = sum(1 for k in records.tries.values() if k > 3)
+    twice = sum(1 for k in records.answered.values() if k > 1)
+    ok = not (over or twice or records.max_depth > CEILING)
     print(f"seed {seed}: {jobs} job(s) of {n:,} requests, {elapsed:.1f} s; creates {records.creates}, refusals "
           f"{len(records.refusals)}, deepest {records.max_depth:,} of {CEILING:,}; succeeded twice "
-          f"{records.succeeded_twice}; tried over 3 times {over}", flush=True)
+          f"{twice}; tried over 3 times {over}", flush=True)
     for j in range(jobs):
-        ok = _judged(f"  job {j}", ran[j], f"j{j}r", n, doom) and ok
+        ok = _judged(f"  job {j}", ran[j], paths[j], prefixes[j], n, doom) and ok
     print(f"  {'ok' if ok else 'BREACH'}", flush=True)
     return ok
 
 
-def _judged(name: str, ran: tuple[int, int, dict], prefix: str, n: int, doom: dict[str, int]) -> bool:
-    """One job's output: every line's final result once, and only the invalid ones errored."""
+def _judged(name: str, ran: tuple[int, int, dict], path: str, prefix: str, n: int, doom: dict[str, int]) -> bool:
+    """One job's output: every line's final result once, each answering its own prompt, only the invalid ones
+    errored; and how the job's lost create answers were settled (`adoptions`)."""
     code, killed, summary = ran
     if code not in (0, 1):
         print(f"{name}: the last run exited {code}:\n{summary}")
         return False
+    with open(path, "rb") as f:
+        digests = {o["custom_id"]: prompt_of(o["params"])[1] for o in map(orjson.loads, f)}
     with open(summary["output"], "rb") as results:
-        finals = collections.Counter(orjson.loads(line)["custom_id"] for line in results)
+        lines = [orjson.loads(line) for line in results]
+    finals = collections.Counter(x["custom_id"] for x in lines)
+    wrong = sum(1 for x in lines if x["result"]["type"] == "succeeded"
+                and x["result"]["message"]["id"] != "msg_" + digests[x["custom_id"]])
     twice = sum(1 for k in finals.values() if k > 1)
     missing = sum(1 for i in range(n) if f"{prefix}{i}" not in finals)
     invalid = sum(1 for i in range(n) if doom[f"{prefix}{i}"] == 4)
     retried = summary["errored"] == invalid and summary["expired"] == 0  # every retryable one came back
-    print(f"{name}: {killed} kills, exit {code}; final results {len(finals):,} (twice {twice}, missing {missing}); "
-          f"errored {summary['errored']} (invalid by design {invalid}); output rebuilt {summary.get('rebuilt')}",
-          flush=True)
-    return retried and not (twice or missing)
+    print(f"{name}: {killed} kills, exit {code}; final results {len(finals):,} (twice {twice}, missing {missing}, "
+          f"another job's answer {wrong}); errored {summary['errored']} (invalid by design {invalid}); output rebuilt "
+          f"{summary.get('rebuilt')}; adoptions {summary.get('adoptions')}", flush=True)
+    return retried and not (twice or missing or wrong)
 
 
-def _options(ledger: str | None, journal: str | None, seed: int, job: int) -> tuple[list[str], dict[str, str]]:
-    """submit's extra flags and environment for a ledger and a journal."""
+def _options(ledger: str | None, journal: str | None, seed: int, job: int, same_ids: bool = False,
+             n: int = 0) -> tuple[list[str], dict[str, str]]:
+    """submit's extra flags and environment for a ledger, a journal, and batches of one size."""
     flags, env = ["--ledger", ledger] if ledger else [], {}
+    if same_ids:
+        flags += ["--max-requests", str(max(1, n // 4))]
     if journal:
         url = urllib.parse.urlsplit(journal)
         if url.password:
@@ -139,8 +161,26 @@ def _options(ledger: str | None, journal: str | None, seed: int, job: int) -> tu
     return flags, env
 
 
+SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT}
+
+
+def _stopped(run: subprocess.Popen[bytes], sig: signal.Signals) -> str | None:
+    """Stop a run with `sig`; what went wrong, if anything (a graceful stop must end in 130, or a finish, within
+    60 s, with no traceback)."""
+    run.send_signal(sig)
+    try:
+        _, err = run.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        run.communicate()
+        return f"{sig.name}: still running 60 s later"
+    if sig is not signal.SIGKILL and (run.returncode not in (0, 1, 130) or b"Traceback" in err):
+        return f"{sig.name}: exit {run.returncode}: {err.decode()[-2000:]}"
+    return None
+
+
 def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random,
-                    options: tuple[list[str], dict[str, str]]) -> tuple[int, int, dict]:
+                    options: tuple[list[str], dict[str, str]], how: str = "kill") -> tuple[int, int, dict]:
     flags, extra = options
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
     env.update(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="test-key-ws1", ANTHROPIC_ADMIN_KEY="test-admin-key",
@@ -161,8 +201,10 @@ def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random,
             try:
                 run.wait(timeout=rng.uniform(0.3, 4.0))
             except subprocess.TimeoutExpired:
-                run.kill()
-                run.communicate()
+                sig = SIGNALS[rng.choice(list(SIGNALS)) if how == "mixed" else how]
+                wrong = _stopped(run, sig)
+                if wrong:
+                    return 3, killed, {"stderr": wrong}
                 killed += 1
                 fake.inject(Fault("create", "drop_after_commit"))  # the next run starts on a lost answer too
                 if new_host:
