@@ -6,26 +6,35 @@ follows its prompt, and `count_tokens` says what our own request with that custo
 of the ids that succeeded is counted and held against what each candidate billed, id by id.
 
 The rule:
-- an id *agrees* when the prompt tokens the candidate billed for it (input, cache writes and cache reads: the
-  whole prompt) are within `slack` of our count (count_tokens is documented as an estimate: 3 tokens or 2%);
-- a candidate *fits* when at least `FIT_SHARE` of the ids compared agree, and *misfits* when at most
-  `MISFIT_SHARE` do, with at least half of the sample (`MIN_EVIDENCE` ids that succeeded, or all of them when
-  fewer did) compared, never none; anything else is *unclear*;
+- for each id compared, the *difference* is the prompt tokens the candidate billed for it (input, cache writes and
+  cache reads: the whole prompt) minus our count; the candidate's *offset* is the median difference. An id
+  *agrees* when its difference is within `slack` of the offset (count_tokens is documented as an estimate: 3
+  tokens or 2%), so a count that is off by the same few tokens for every request does not make our own batch look
+  foreign; the offset itself must stay within `MAX_OFFSET` tokens (or 5% of the median count);
+- a candidate *fits* when at least `FIT_SHARE` of the ids compared agree and its offset is small; otherwise it
+  *misfits*: its prompts differ from ours, at least in part. It is *unclear* only when there is too little to
+  compare: fewer than half of the sample (`MIN_EVIDENCE` ids that succeeded, or all of them when fewer did);
 - among candidates that carry exactly our custom_ids, the one that fits while every other misfits is ours,
   proven. Those that misfit are another submitter's. When several fit (their prompts are ours) or none can be
-  judged, the results cannot tell: the candidate created nearest after our send is taken, reported unproven.
+  judged (nothing succeeded, or the API cannot count), the results cannot tell: the candidate created nearest to
+  our send is taken, and reported as unproven.
+
+Another job's batch whose prompts' lengths vary by a few hundred characters, as the soak's do, agrees on about one
+id in six by chance: with 24 compared, the chance that it reaches `FIT_SHARE` is below one in 10^9. A rival whose
+prompts are as long as ours, id by id, fits: the results cannot tell, and the summary says so.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-MIN_EVIDENCE = 12  # ids compared per candidate when that many succeeded
+MIN_EVIDENCE = 24  # ids compared per candidate when that many succeeded
 FIT_SHARE = 0.8
-MISFIT_SHARE = 0.2
+MAX_OFFSET = 8  # tokens every count may be off by alike (or 5% of the median count, when more)
 
 
 class Fit(str, enum.Enum):
@@ -45,8 +54,8 @@ def slack(expected: int) -> int:
     return max(3, -(-expected * 2 // 100))
 
 
-def agrees(expected: int, billed: int) -> bool:
-    return abs(billed - expected) <= slack(expected)
+def agrees(expected: int, billed: int, offset: int = 0) -> bool:
+    return abs(billed - expected - offset) <= slack(expected)
 
 
 def sample_ids(ids: Iterable[str], n: int = MIN_EVIDENCE) -> list[str]:
@@ -57,12 +66,13 @@ def sample_ids(ids: Iterable[str], n: int = MIN_EVIDENCE) -> list[str]:
 def fit(expected: Mapping[str, int], billed: Mapping[str, int]) -> Fit:
     """How one candidate's billed prompt tokens (by custom_id, succeeded lines only) fit our counts."""
     compared = [c for c in expected if c in billed]
-    if not compared or len(compared) < min(MIN_EVIDENCE, len(expected)) // 2:
+    if not compared or len(compared) < min(MIN_EVIDENCE, len(expected)) / 2:
         return Fit.UNCLEAR
-    share = sum(agrees(expected[c], billed[c]) for c in compared) / len(compared)
-    if share >= FIT_SHARE:
-        return Fit.FITS
-    return Fit.MISFITS if share <= MISFIT_SHARE else Fit.UNCLEAR
+    offset = int(statistics.median_low(billed[c] - expected[c] for c in compared))
+    if abs(offset) > max(MAX_OFFSET, statistics.median_low(expected[c] for c in compared) // 20):
+        return Fit.MISFITS
+    share = sum(agrees(expected[c], billed[c], offset) for c in compared) / len(compared)
+    return Fit.FITS if share >= FIT_SHARE else Fit.MISFITS
 
 
 def choose(fits: Mapping[str, Fit], nearest_first: Sequence[str]) -> Choice:

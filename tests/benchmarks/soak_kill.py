@@ -71,10 +71,11 @@ def main() -> None:
 
 def _write_job(path: str, prefix: str, n: int, rng: random.Random) -> None:
     os.makedirs(os.path.dirname(path))
+    job = os.path.basename(os.path.dirname(path))  # (no two jobs send the same prompt, even with the same ids)
     with open(path, "wb") as f:
         for i in range(n):
             params = {"model": MODELS[i % 2], "max_tokens": 16,
-                      "messages": [{"role": "user", "content": "x" * rng.randint(5, 200)}]}
+                      "messages": [{"role": "user", "content": f"{job} " + "x" * rng.randint(5, 200)}]}
             f.write(orjson.dumps({"custom_id": f"{prefix}{i}", "params": params}) + b"\n")
 
 
@@ -196,7 +197,9 @@ def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random,
         here = os.path.join(host, "in.jsonl") if new_host else path
         cmd = [sys.executable, "-m", "gatekeeper", "submit", here, "--max-requests", "1500", "--poll", "0.2",
                "--reconcile-grace", "3", "--results-grace", "5", "--token-sample", "1", "--json", *flags]
-        run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        log = os.environ.get("SOAK_LOG")  # a folder: every run's events kept there, one file a run
+        err_to = open(os.path.join(log, f"{os.path.basename(os.path.dirname(path))}-{runs}.err"), "wb") if log else subprocess.PIPE  # noqa: SIM115
+        run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err_to)
         if killed < kills:
             try:
                 run.wait(timeout=rng.uniform(0.3, 4.0))
