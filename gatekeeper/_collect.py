@@ -139,7 +139,7 @@ class Collector:
         if not adopted or adopted.get("proof") != "listing":
             return True
         got = await read_results(self.api, batch)
-        bodies = [(custom_id(body), body) for _, _, body, _ in batch_requests(self.path, self.journal, row)]
+        bodies = ((custom_id(body), body) for _, _, body, _ in batch_requests(self.path, self.journal, row))
         fits = None if got is None else await weigh(self.api, bodies, {str(row.batch_id): got.billed})
         if fits is None:
             self._later(row, "ownership_pending", "its results or our requests' counts could not be read yet")

@@ -58,6 +58,8 @@ async def count_ours(api: ApiClient, bodies: Iterable[tuple[str, bytes]], wanted
     counting failed for now; {} when this API cannot count (a gateway without the endpoint, a refused body)."""
     counts: dict[str, int] = {}
     for cid, body in bodies:
+        if len(counts) == len(wanted):
+            break
         if cid not in wanted:
             continue
         try:
@@ -69,9 +71,10 @@ async def count_ours(api: ApiClient, bodies: Iterable[tuple[str, bytes]], wanted
     return counts
 
 
-async def weigh(api: ApiClient, bodies: list[tuple[str, bytes]], billed: dict[str, dict[str, int]]) -> dict[str, Fit] | None:
+async def weigh(api: ApiClient, bodies: Iterable[tuple[str, bytes]], billed: dict[str, dict[str, int]]) -> dict[str, Fit] | None:
     """Each candidate's fit (`billed`: by batch id, what it billed per custom_id) against a sample of our requests
-    that succeeded in some candidate, counted now. None when counting failed for now."""
+    that succeeded in some candidate, counted now. `bodies` is read once, lazily (a batch's requests can be 256 MB).
+    None when counting failed for now."""
     if not billed:
         return {}
     wanted = set(sample_ids({cid for got in billed.values() for cid in got}))

@@ -541,14 +541,15 @@ class Job:
     async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float) -> Decision:
         """Settle an unknown create among ended candidates by their results: our custom_ids first, then whose
         prompts they were billed for (`_ownership`). Those proven another's are never candidates again."""
-        bodies = [(custom_id(body), body) for _, _, body, _ in self._requests_of(row)]
         found: dict[str, Results] = {}
         for b in d.candidates:
             got = await read_results(self.api, b)
             if got is None:
                 return Decision(Action.WAIT, d.candidates, "a candidate's results could not be read whole yet")
             found[str(b.get("id"))] = got
-        same = with_our_ids({cid for cid, _ in bodies}, {k: r.ids for k, r in found.items()})
+        mine = {custom_id(body) for _, _, body, _ in self._requests_of(row)}
+        same = with_our_ids(mine, {k: r.ids for k, r in found.items()})
+        bodies = ((custom_id(body), body) for _, _, body, _ in self._requests_of(row))
         fits = await weigh(self.api, bodies, {k: found[k].billed for k in same})
         if fits is None:
             return Decision(Action.WAIT, d.candidates, "our requests could not be counted yet")
