@@ -430,7 +430,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(data)
         return ExitCode.OK
-    out = check_writable(args.out or str(state / "report.html"))
+    out = check_writable(args.out or str(state / "report.html"), "the report")
     with open(out, "w", encoding="utf-8") as f:
         f.write(render_html(data))
     print(f"wrote {out} ({data['status']}: {data['summary']['succeeded']:,} of {data['summary']['requests']:,} succeeded, "

@@ -82,6 +82,10 @@ class OutputError(GatekeeperError):
 class JournalError(GatekeeperError):
     """The journal (a state directory, or a job in a shared database) cannot be used for this job."""
 
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
 
 class Interrupted(GatekeeperError):
     """The run was stopped on request; the journal is consistent and the run resumable."""

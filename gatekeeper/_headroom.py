@@ -160,8 +160,9 @@ def repair_lines(state: str, h: Headroom) -> list[str]:
     if h.batches and h.ceiling:
         big = h.batches[0]
         lines.append(
-            f"{big.id} ({big.workspace}) alone holds {big.processing:,} of the {h.ceiling:,}. Split submissions of that "
-            f"size: the per-batch cap is {PER_BATCH_REQUESTS:,} requests or {PER_BATCH_MB} MB, whichever comes first."
+            f"{big.id} ({big.workspace}) alone holds {big.processing:,} of the {h.ceiling:,}: while it waits, little else "
+            f"fits. gatekeeper sizes its own batches to the ceiling; a tool that sends batches this big (the API takes up "
+            f"to {PER_BATCH_REQUESTS:,} requests or {PER_BATCH_MB} MB) fills the queue alone, and smaller ones drain sooner."
         )
     lines.append(
         "a queue held at the ceiling slows what is already in it, and slowed batches are the ones that expire at "

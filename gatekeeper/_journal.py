@@ -147,7 +147,8 @@ def private_dir(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(path, 0o700)
     except OSError as exc:
-        raise JournalError(os_error(exc, f"cannot use state directory {path}")) from exc
+        raise JournalError(os_error(exc, f"cannot use state directory {path}") + "; choose a folder you can write",
+                           setting="state_dir") from exc
 
 
 def open_job(state_dir: str | os.PathLike[str], *, journal: str | None = None, job: str | None = None,

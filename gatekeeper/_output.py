@@ -16,21 +16,22 @@ from typing import BinaryIO
 from ._errors import OutputError, os_error
 
 
-def check_writable(path: str) -> str:
-    """The absolute path of a results file we can create or append to; `OutputError` naming why not.
+def check_writable(path: str, what: str = "results") -> str:
+    """The absolute path of a file (`what`: the results, a report) we can create or append to; `OutputError`
+    naming why not.
 
     Called before anything is journaled, so a bad path never becomes part of a job.
     """
     full = os.path.abspath(path)
     parent = os.path.dirname(full)
     if not os.path.isdir(parent):
-        raise OutputError(f"cannot write results to {path}: folder {parent} does not exist")
+        raise OutputError(f"cannot write {what} to {path}: folder {parent} does not exist")
     if os.path.isdir(full):
-        raise OutputError(f"cannot write results to {path}: it is a folder")
+        raise OutputError(f"cannot write {what} to {path}: it is a folder")
     try:
         os.close(os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
     except OSError as exc:
-        raise OutputError(os_error(exc, f"cannot write results to {path}")) from exc
+        raise OutputError(os_error(exc, f"cannot write {what} to {path}")) from exc
     return full
 
 

@@ -224,7 +224,8 @@ def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="write here instead of standard output")
     p.add_argument("--in-order", action="store_true", help="in input order (default: the order results arrived)")
     p.add_argument("--only", default=None, metavar="TYPES",
-                   help="comma-separated result types (succeeded, errored, expired, canceled) and/or error types")
+                   help="comma-separated result types (succeeded, errored, expired, canceled), error types, and/or "
+                   "rejected (the input lines refused before sending, with line number and reason)")
     _add_prices(p)
     _add_json(p)
 
@@ -311,10 +312,13 @@ def _add_ledger(p: argparse.ArgumentParser) -> None:
 
 
 def _add_journal(p: argparse.ArgumentParser, *, lease: bool = True) -> None:
+    """`lease`: the command runs the job (submit), else it only reads one."""
     p.add_argument("--journal", default=os.environ.get("GATEKEEPER_JOURNAL"), metavar="URL",
-                   help="keep the job's journal in PostgreSQL (postgresql://USER@HOST:PORT/DB; the password from "
-                   "PGPASSWORD or ~/.pgpass, or GATEKEEPER_JOURNAL, so it is not in ps) so it resumes on any host; "
-                   "default: SQLite in the state directory")
+                   help=("keep the job's journal in PostgreSQL (postgresql://USER@HOST:PORT/DB; the password from "
+                         "PGPASSWORD or ~/.pgpass, or GATEKEEPER_JOURNAL, so it is not in ps) so it resumes on any host; "
+                         "default: SQLite in the state directory") if lease else
+                   ("read the job from this PostgreSQL journal (postgresql://USER@HOST:PORT/DB, or GATEKEEPER_JOURNAL) "
+                    "instead of a state directory; name it with --job"))
     p.add_argument("--job", default=None, metavar="NAME",
                    help="the job's name in a --journal database (default: from the input's sha256 and the API key)")
     if not lease:

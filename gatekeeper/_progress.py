@@ -14,6 +14,11 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+def _human(value: Any) -> Any:
+    """A number as people read it (1,234); anything else as it is. (--json keeps raw numbers.)"""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 class Progress:
     """An EventSink. mode: "json" (one event per line), "tty" (a status line redrawn in place), "quiet"."""
 
@@ -36,7 +41,7 @@ class Progress:
             self._line(fields)
         elif event in ("refused", "resumed", "reconciled", "create_unknown", "resubmitting", "ceiling_unknown", "planned"):
             self._clear()
-            detail = ", ".join(f"{k}={v}" for k, v in fields.items() if k not in ("t",))
+            detail = ", ".join(f"{k}={_human(v)}" for k, v in fields.items() if k not in ("t",))
             self.stream.write(f"gatekeeper: {event}: {detail}\n")
             self.stream.flush()
 
@@ -58,7 +63,7 @@ class Progress:
             if final > n0 and elapsed > t0:
                 eta = _clock((total - final) * (elapsed - t0) / (final - n0))
         text = (f"admitted {admitted:,}/{total:,} · done {final:,} · queue {f.get('depth', 0):,}/"
-                f"{ceiling if ceiling is not None else '?'}{occ} · {f.get('in_flight', 0)} in flight · "
+                f"{f'{ceiling:,}' if ceiling is not None else '?'}{occ} · {f.get('in_flight', 0)} in flight · "
                 f"{_clock(elapsed)} elapsed · ~{eta} left")
         self.stream.write("\r" + text.ljust(self._last_len))
         self.stream.flush()

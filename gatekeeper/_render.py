@@ -37,7 +37,7 @@ def render_plan(report: PlanReport, name: str) -> str:
     if pf is not None:
         if pf["checked"]:
             names = ", ".join(f"{n}" + (f" -> {m['resolved']}" if m["resolved"] not in (None, n) else "")
-                              + (f" (rejected {m['lines_rejected']:,} lines)" if m.get("lines_rejected") else "")
+                              + (f" (rejected {m['lines_rejected']:,} line(s))" if m.get("lines_rejected") else "")
                               for n, m in sorted(pf["models"].items()))
             out.append(f"models checked  {names} (Models API)")
         else:

@@ -41,7 +41,7 @@ def test_near_limit_at_80(seeded, monkeypatch, capsys) -> None:
     assert [b["processing"] for b in out["batches"]] == [214_900, 58_400, 9_600]
     assert out["batches"][2]["status"] == "canceling"
     assert out["workspaces"] == 1
-    assert any("per-batch cap is 100,000" in line for line in out["repair"])
+    assert any("up to 100,000 requests or 256 MB" in line and "gatekeeper sizes its own" in line for line in out["repair"])
 
 
 def test_clear_at_95(seeded, monkeypatch, capsys) -> None:
