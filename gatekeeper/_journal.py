@@ -423,6 +423,10 @@ class Journal:
             self._set_meta(db, "adopted", adopted)
             self._event(db, "adoption_" + proof, idx, id=batch_id)
 
+    def rejections(self) -> Iterator[tuple[int, str | None, str]]:
+        """(line, custom_id, reason) of every input line refused before sending, in line order."""
+        yield from self.db.execute("SELECT line, custom_id, reason FROM rejections ORDER BY line")
+
     def rejected_lines(self, first: int, last: int) -> set[int]:
         return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ?", (first, last))}
 

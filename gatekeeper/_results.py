@@ -12,27 +12,31 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
+import orjson
+
 from ._errors import OutputError, UsageError, os_error
 from ._journal import Journal, open_job
 from ._output import OutputFile
 from ._settle import KNOWN_ERRORS
 
 RESULT_TYPES = ("succeeded", "errored", "expired", "canceled")
+REJECTED = "rejected"  # input lines refused before anything was sent: not results, exported on request
 
 
 def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], list[str]]:
     """(result types, error types) of a filter; `UsageError` for a name that is neither known nor in the results."""
-    names = list(only)
+    names = [n for n in only if n != REJECTED]
     unknown = [n for n in names if n not in RESULT_TYPES and n not in KNOWN_ERRORS and n not in present]
     if unknown:
-        raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_TYPES)}, "
+        raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_TYPES)}, {REJECTED}, "
                          "or an error type such as invalid_request_error", setting="only")
     return [n for n in names if n in RESULT_TYPES], [n for n in names if n not in RESULT_TYPES]
 
 
 def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool = False, only: Iterable[str] | None = None,
            journal_url: str | None = None, job: str | None = None) -> int:
-    """Write the run's final result lines to `dest`; return how many. Memory stays bounded either way.
+    """Write the run's final result lines to `dest`; return how many. Memory stays bounded either way. `only`
+    filters by result or error type; "rejected" adds the input lines refused before sending.
 
     The run: its state directory, or the job named `job` in the shared journal at `journal_url`."""
     journal = open_job(state_dir, journal=journal_url, job=job)
@@ -40,11 +44,18 @@ def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool 
         with journal.snapshot():  # one snapshot: the committed length and the rows agree
             output = OutputFile(str(journal.get_meta("output") or Path(state_dir) / "results.jsonl"))
             committed = journal.committed_output()
-            types, errors = check_filter(only or (), journal.result_types())
+            names = list(only or ())
+            types, errors = check_filter(names, journal.result_types())
             try:
-                return _copy(journal, output, committed, dest, types, errors, in_order)
+                count = _copy(journal, output, committed, dest, types, errors, in_order) if types or errors or \
+                    names != [REJECTED] else 0
+                return count + (_rejected(journal, dest) if REJECTED in names else 0)
+            except BrokenPipeError:
+                raise  # a reader that stopped reading (`| head`): not a failure of ours (the CLI ends quietly)
             except FileNotFoundError as exc:
-                raise UsageError(f"the run's results file is missing: {exc.filename}") from exc
+                raise UsageError(f"the run's results file is missing here: {exc.filename}. Rerun the same "
+                                 "`gatekeeper submit` on this host (same --journal and --job for a shared job): it "
+                                 "downloads the results again from the API and sends nothing twice") from exc
             except OSError as exc:
                 raise OutputError(os_error(exc, "cannot copy the results")) from exc
     finally:
@@ -62,5 +73,15 @@ def _copy(journal: Journal, output: OutputFile, committed: int, dest: BinaryIO, 
     count = 0
     for line in output.spans(journal.result_spans(types=types, error_types=errors, in_order=in_order), committed):
         dest.write(line)
+        count += 1
+    return count
+
+
+def _rejected(journal: Journal, dest: BinaryIO) -> int:
+    """The input lines refused before sending, one JSON line each: {"custom_id", "line", "result": {"type":
+    "rejected", "reason"}} (custom_id null when the line had none), after any results."""
+    count = 0
+    for line, cid, reason in journal.rejections():
+        dest.write(orjson.dumps({"custom_id": cid, "line": line, "result": {"type": REJECTED, "reason": reason}}) + b"\n")
         count += 1
     return count

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -98,7 +101,7 @@ def test_results_command_in_order_and_only(tmp_path: Path) -> None:
         gk(["submit", str(path), *FAST, "--no-preflight"], env_for(fake))
     ordered = tmp_path / "ordered.jsonl"
     proc = gk(["results", str(path), "--in-order", "--out", str(ordered), "--json"], {})
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 0, proc.stderr  # a good export, whatever the results hold
     assert output_ids(ordered) == ids
     assert orjson.loads(proc.stdout)["written"] == len(ids)
     errs = gk(["results", str(path), "--only", "errored"], {})
@@ -208,3 +211,29 @@ def test_cancelled_mid_create_is_reconciled_not_resent(tmp_path: Path) -> None:
         j.close()
         summary = submit_sync(path, config=config, settings=settings)
         assert summary.succeeded == 10 and fake.org.records.creates == 1
+
+
+def test_results_for_pipelines_rejected_lines_exit_codes_and_a_closed_pipe(tmp_path: Path) -> None:
+    """Rejected input lines do not fail a good export (exit 0, like report) and are said on stderr; `--only
+    rejected` lists them with line and reason; a reader that closes the pipe early ends the export quietly."""
+    items: list[dict | bytes] = [req(f"r{i}", text="x" * 200) for i in range(3000)]
+    items[5] = b'{"custom_id": "broken", "params": '
+    items[9] = req("r1")  # a duplicate id
+    path = write_jsonl(tmp_path / "in.jsonl", items)
+    with running_fake(ceiling=100_000, rate=50_000) as fake:
+        assert gk(["submit", str(path), *FAST], env_for(fake)).returncode == 1  # the submit reports its findings
+    proc = gk(["results", str(path), "--out", str(tmp_path / "out.jsonl")], {})
+    assert proc.returncode == 0 and "2 input line(s) were rejected" in proc.stderr, proc.stderr
+    assert gk(["report", str(path), "--json"], {}).returncode == 0
+    rejected = gk(["results", str(path), "--only", "rejected"], {})
+    lines = [orjson.loads(x) for x in rejected.stdout.splitlines()]
+    assert [(x["line"], x["result"]["type"]) for x in lines] == [(6, "rejected"), (10, "rejected")]
+    assert "duplicate" in lines[1]["result"]["reason"] and lines[1]["custom_id"] == "r1"
+    both = gk(["results", str(path), "--only", "errored,rejected"], {})
+    assert len(both.stdout.splitlines()) == 2 and both.returncode == 0
+    head = subprocess.Popen([sys.executable, "-m", "gatekeeper", "results", str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert head.stdout is not None and head.stdout.readline().startswith(b'{"custom_id"')
+    head.stdout.close()  # `| head -1`
+    _, err = head.communicate(timeout=60)
+    assert head.returncode == 0 and err == b"", err

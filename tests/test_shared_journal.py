@@ -279,6 +279,10 @@ def test_results_report_and_cancel_read_a_named_job_from_any_folder(tmp_path: Pa
         assert missing.returncode == 2 and "no job named 'no-such-job'" in missing.stderr
         unnamed = gk(["report", "--journal", pg_url], {})
         assert unnamed.returncode == 2 and "--job NAME" in unnamed.stderr
+        Path(orjson.loads(submitted.stdout)["output"]).unlink()  # a new host: the job's output is not here
+        elsewhere = gk(["results", "--journal", pg_url, "--job", name], env)
+        assert elsewhere.returncode == 2 and "Rerun the same `gatekeeper submit` on this host" in elsewhere.stderr
+        assert "sends nothing twice" in elsewhere.stderr and len(elsewhere.stderr.splitlines()) == 1
 
 
 def test_damaged_downloads_at_rebuild_are_retried_and_never_resent(tmp_path: Path, pg_url: str, job_name: str) -> None:
