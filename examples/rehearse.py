@@ -29,7 +29,9 @@ def outcome(custom_id: str, model: str, attempt: int) -> Outcome | None:
 
 config = FakeConfig(ceiling=400, rate=100, speed=20, workspaces={"rehearsal-key": "wrkspc_1"},
                     admin_keys={"rehearsal-admin-key"}, outcome=outcome)
-with FakeAPI(config) as fake, tempfile.TemporaryDirectory() as state:
+# A folder of its own that outlives the rehearsal, so the results it names are still there to read.
+state = tempfile.mkdtemp(prefix="gatekeeper-rehearsal-")
+with FakeAPI(config) as fake:
     env = {**os.environ, "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "rehearsal-key",
            "ANTHROPIC_ADMIN_KEY": "rehearsal-admin-key"}
     print(f"fake Batches API on {fake.url}; state in {state}", file=sys.stderr)
@@ -38,4 +40,6 @@ with FakeAPI(config) as fake, tempfile.TemporaryDirectory() as state:
     r = fake.org.records
     print(f"\nthe fake saw: {r.creates} creates, {len(r.refusals)} refusals, deepest queue {r.max_depth} "
           f"(ceiling {config.ceiling}), {r.succeeded_twice} requests that succeeded twice", file=sys.stderr)
+print(f"results kept in {Path(state) / 'results.jsonl'} (report: gatekeeper report --state {state}); "
+      f"delete {state} when done", file=sys.stderr)
 sys.exit(code)

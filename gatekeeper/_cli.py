@@ -409,12 +409,18 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
                  if model == bad_model else None) if bad_model else None,
     )
     with FakeAPI(config, port=args.port) as fake:
-        info = {"url": fake.url, "ceiling": args.ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys)}
+        # (made-up keys the fake accepts: printing them is what lets a newcomer paste them)
+        env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": keys[0], "ANTHROPIC_ADMIN_KEY": args.admin_key}
+        if len(keys) > 1:
+            env["ANTHROPIC_EXTRA_WORKSPACE_KEYS"] = ",".join(keys[1:])
+        info = {"url": fake.url, "ceiling": args.ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
+                "env": env}
         if args.json:
             _print_json(info)
         else:
             print(f"fake Batches API on {fake.url} (ceiling {args.ceiling:,}, {args.rate:,.0f} requests/s, speed x{args.speed:g}); "
-                  f"{len(keys)} workspace key(s); Ctrl-C stops it", flush=True)
+                  f"{len(keys):,} workspace key(s); Ctrl-C stops it. In another shell:\n"
+                  f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
         try:
             while True:
                 time.sleep(3600)

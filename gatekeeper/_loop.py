@@ -190,8 +190,6 @@ class Job:
         report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes))
         if stat_identity(self.path) != (size, mtime):
             raise InputError(f"{self.path} changed while it was being read")
-        if report.lines == 0:
-            raise InputError(f"{self.path} is empty: there is nothing to submit")
         self.journal.start_job(self._job_plan(report, size, mtime))
         self.emit("planned", {"requests": report.requests, "invalid": report.invalid, "batches": len(report.batches),
                               "batch_size": self.batch_size, "ceiling": self.ceiling})

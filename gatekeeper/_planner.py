@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ._errors import InputError
 from ._parallel import Segment, parallel_scan, use_parallel
 from ._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
 from ._reader import ScanStats, request_reader, scan
@@ -146,6 +147,10 @@ def plan(
     report.models = {m: c for m, c in report.models.items() if c}
     report.model_bytes = {m: b for m, b in report.model_bytes.items() if m in report.models}
     report.requests = sum(report.models.values())
+    if not report.requests and not report.invalid:  # one rule for plan, submit and the library
+        name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "the requests given"
+        raise InputError(f"{'standard input' if name == '-' else name} holds no requests (it is empty, or only blank "
+                         "lines): there is nothing to plan or submit")
     return report
 
 

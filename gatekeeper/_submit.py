@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import socket
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -90,6 +91,10 @@ def _out_path(settings: SubmitSettings, journal: Journal) -> str:
 
 @asynccontextmanager
 async def _locked_journal(state_dir: Path) -> AsyncIterator[Journal]:
+    """The state directory's journal, locked for this run. A directory this run created is removed again when the
+    run ends before any job was recorded in it (a missing or empty input, an unreachable API or ledger, a stop
+    while planning): errors leave nothing behind."""
+    created = not state_dir.exists()
     journal = Journal.open(state_dir)
     lock = os.open(state_dir / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -99,8 +104,11 @@ async def _locked_journal(state_dir: Path) -> AsyncIterator[Journal]:
             raise JournalError(f"another gatekeeper is running with state directory {state_dir}") from None
         yield journal
     finally:
+        unused = created and not journal.initialized
         os.close(lock)
         journal.close()
+        if unused:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def job_name_of(path: str, config: ApiConfig) -> str:
@@ -110,10 +118,16 @@ def job_name_of(path: str, config: ApiConfig) -> str:
 
 
 @asynccontextmanager
-async def _leased_journal(settings: SubmitSettings, state_dir: Path, name: str) -> AsyncIterator[Journal]:
-    """The named job in a shared journal, held by this run's lease for as long as it runs."""
+async def _leased_journal(settings: SubmitSettings, state_dir: Path, name: str, created: bool) -> AsyncIterator[Journal]:
+    """The named job in a shared journal, held by this run's lease for as long as it runs (the local state
+    directory, when this run `created` it and no job was recorded, removed again as `_locked_journal` does)."""
     assert settings.journal is not None
-    journal = Journal.open_shared(settings.journal, name, state_dir)
+    try:
+        journal = Journal.open_shared(settings.journal, name, state_dir)
+    except JournalError:
+        if created:
+            shutil.rmtree(state_dir, ignore_errors=True)
+        raise
     here = machine_id()
     info = {"host": socket.gethostname(), "pid": os.getpid(), "machine": here, "state_dir": os.path.abspath(state_dir)}
     try:
@@ -123,7 +137,18 @@ async def _leased_journal(settings: SubmitSettings, state_dir: Path, name: str) 
     finally:
         with contextlib.suppress(JournalError):  # unreachable now: the lease expires on its own after lease_ttl
             journal.release_lease()
+        unused = created and not _initialized(journal)
         journal.close()
+        if unused:
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _initialized(journal: Journal) -> bool:
+    """Whether a job was recorded (an unreachable shared journal counts as yes: never remove what may be used)."""
+    try:
+        return journal.initialized
+    except JournalError:
+        return True
 
 
 def _job_journal(source: Source, path: str, spooled: bool, state_dir: Path, settings: SubmitSettings,
@@ -135,11 +160,12 @@ def _job_journal(source: Source, path: str, spooled: bool, state_dir: Path, sett
                              "its state directory", setting="job")
         return _locked_journal(state_dir)
     require_postgres(settings.journal)
+    created = not state_dir.exists()
     if spooled:  # beside, not over, the input: a live run of the job may be reading it (see _adopt_spool)
         private_dir(state_dir)
         _spool(source, path + ".incoming")  # type: ignore[arg-type]
     name = settings.job or job_name_of(path + ".incoming" if spooled else path, config)
-    return _leased_journal(settings, state_dir, name)
+    return _leased_journal(settings, state_dir, name, created)
 
 
 def _adopt_spool(path: str, journal: Journal) -> None:

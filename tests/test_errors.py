@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import anyio
+import orjson
 import httpx
 import pytest
 
@@ -155,6 +156,31 @@ def test_unreachable_redis_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert fake.org.records.creates == 0
 
 
+@pytest.mark.parametrize("case", ["missing", "empty", "blank lines", "unreachable api", "unreachable redis"])
+def test_a_run_that_fails_before_a_job_exists_leaves_no_state_folder(
+        case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mistyped path, an empty or blank-only input, an API or a ledger nobody answers at: exit 2 in one line,
+    and no INPUT.gatekeeper/ left behind (plan and submit apply one rule to an input without requests)."""
+    path = tmp_path / "in.jsonl"
+    if case != "missing":
+        path.write_bytes({"empty": b"", "blank lines": b"\n  \n\r\n"}.get(case, orjson.dumps(req("a")) + b"\n"))
+    with running_fake(ceiling=100, rate=2000) as fake:
+        env = env_for(fake)
+        extra = []
+        if case == "unreachable api":
+            env = {**env, "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{free_port()}"}
+        if case == "unreachable redis":
+            extra = ["--ledger", f"redis://127.0.0.1:{free_port()}/0"]
+        code, err = _cli(monkeypatch, capsys, env, "submit", str(path), "--poll", "0.05", *extra)
+        assert code == ExitCode.USAGE, err
+        assert fake.org.records.creates == 0
+    assert not Path(str(path) + ".gatekeeper").exists()
+    if case in ("empty", "blank lines"):
+        assert "holds no requests" in err
+        code, err = _cli(monkeypatch, capsys, {}, "plan", str(path))
+        assert code == ExitCode.USAGE and "holds no requests" in err
+
+
 def test_empty_input_says_so_and_does_not_tie_the_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """An empty input: exit 2, 'is empty'; the same path filled later submits normally."""
@@ -162,7 +188,7 @@ def test_empty_input_says_so_and_does_not_tie_the_state(tmp_path: Path, monkeypa
     path.write_bytes(b"")
     with running_fake(ceiling=100, rate=2000) as fake:
         code, err = _cli(monkeypatch, capsys, env_for(fake), "submit", str(path), "--poll", "0.05", "--max-rpm", "60000")
-        assert code == ExitCode.USAGE and "is empty" in err
+        assert code == ExitCode.USAGE and "holds no requests" in err
         write_jsonl(path, [req("a")])
         assert main(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--json"]) == ExitCode.OK
 

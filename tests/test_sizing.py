@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gatekeeper import Limits, iter_batches, plan
+from gatekeeper import InputError, Limits, iter_batches, plan
 from gatekeeper._sizing import ENVELOPE_BYTES, Packer, body_chunks, body_size
 
 # Any character but a surrogate (which has no UTF-8): spelled as two code point ranges rather than by codec or
@@ -33,6 +34,10 @@ def test_every_valid_request_in_exactly_one_batch_in_order(spec: list[tuple[int,
     """Valid requests land in exactly one batch, in input order; no batch breaks a limit; sizes are exact."""
     lines = build(spec)
     limits = Limits(max_requests=max_requests, max_bytes=max_bytes)
+    if not spec:  # nothing at all: one rule for plan and submit
+        with pytest.raises(InputError, match="holds no requests"):
+            plan(lines, limits=limits)
+        return
     report = plan(lines, limits=limits)
     batches = list(iter_batches(lines, limits=limits))
     sent = [r.line for b in batches for r in b.requests]
