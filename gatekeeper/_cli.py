@@ -253,7 +253,8 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
         ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
-        allow_duplicate=args.allow_duplicate, preflight=not args.no_preflight, budget=args.budget,
+        allow_duplicate=args.allow_duplicate, resume_canceled=args.resume_canceled, preflight=not args.no_preflight,
+        budget=args.budget,
         token_sample=args.token_sample, journal=args.journal, job=args.job, lease_ttl=args.lease_ttl,
     )
 

@@ -183,6 +183,9 @@ class Job:
         self.emit("resumed", {"state_dir": str(j.state_dir), "batches": len(j.batches()),
                               "collected": j.count(BatchState.COLLECTED)})
         j.event("resumed", collected=j.count(BatchState.COLLECTED))
+        if self.user_canceled and self.s.resume_canceled:
+            j.set_meta("user_canceled", False, "cancel_lifted", not_sent=j.held_back())
+            self.emit("cancel_lifted", {"not_sent": j.held_back()})
 
     async def _start(self) -> None:
         self.batch_size = batch_size_for(self.ceiling, self.s.margin, self.s.limits.max_requests)

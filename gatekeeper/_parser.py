@@ -207,6 +207,8 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--budget", type=_positive_float, default=None, metavar="USD",
                    help="spend at most this much (batch prices, worst case counted before each create); a rerun "
                    "with a higher budget continues")
+    p.add_argument("--resume-canceled", action="store_true",
+                   help="a job stopped by cancel sends the requests it never sent (without it, a rerun only collects)")
     p.add_argument("--allow-duplicate", action="store_true",
                    help="run even while another job with the same input and workspace is live in the --ledger")
     _add_max_rpm(p)

@@ -132,6 +132,9 @@ def render_summary(s: Summary) -> str:
                      f"output (unavailable: {s.rebuilt.get('unavailable', 0):,}); nothing resent")
     if s.adoptions:
         lines.append(_adoptions(s.adoptions))
+    if s.canceled_job:
+        lines.append(f"canceled    by `gatekeeper cancel` at {s.canceled_job['at']}: {s.canceled_job['not_sent']:,} "
+                     "request(s) never sent. To send them, rerun this submit with --resume-canceled")
     lines.append(f"results     {s.output}")
     if s.job:
         lines.append(f"job         {s.job}   (--job: resume or read it from any host with the same --journal)")

@@ -30,6 +30,7 @@ class SubmitSettings:
     retention: float = 29 * 86_400.0  # seconds the API keeps results after a batch is created
     max_rpm: float = 300.0  # calls a minute to the batch endpoints, at most (the organization's limit is shared)
     allow_duplicate: bool = False  # run even while a job with the same input and workspace is live elsewhere
+    resume_canceled: bool = False  # a job stopped by `cancel` sends what it never sent (else it only collects)
     preflight: bool = True  # judge the input's models against the Models API before the first create
     budget: float | None = None  # USD at most, at batch prices, worst case counted (see _budget)
     token_sample: int = 50  # requests per model counted with count_tokens for the estimate (0: bytes / 4)

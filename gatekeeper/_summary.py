@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,8 @@ class Summary:
     # batches found by listing after a lost create answer: how many their results proved ours, the ids of those
     # they could not tell from another submitter's, and the ids proven another's (None: no create answer was lost)
     adoptions: dict[str, Any] | None = None
+    # stopped by `cancel`: when, and the requests never sent (None: not canceled, or the cancel was lifted)
+    canceled_job: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -51,7 +54,7 @@ class Summary:
             "errors": self.errors, "usage": self.usage, "cost_usd": self.cost_usd, "refusals": self.refusals,
             "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
             "budget": self.budget, "estimate": self.estimate, "rebuilt": self.rebuilt, "job": self.job,
-            "adoptions": self.adoptions,
+            "adoptions": self.adoptions, "canceled_job": self.canceled_job,
         }
 
 
@@ -69,6 +72,7 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         errors=t.errors, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
         refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
         estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job, adoptions=adoptions(j),
+        canceled_job=canceled_job(j),
         pending=requests - t.final, complete=requests == t.final,
         usage=dict(zip(("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
                        t.usage, strict=True)),
@@ -76,6 +80,14 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
                                             "held_back": held},
     )
+
+
+def canceled_job(j: Journal) -> dict[str, Any] | None:
+    if not j.get_meta("user_canceled"):
+        return None
+    at = [e[0] for e in j.events_of("user_canceled")]
+    when = datetime.datetime.fromtimestamp(at[-1], datetime.UTC).isoformat(timespec="seconds") if at else None
+    return {"at": when, "not_sent": j.held_back()}
 
 
 def adoptions(j: Journal) -> dict[str, Any] | None:

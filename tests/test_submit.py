@@ -355,6 +355,17 @@ def test_cancel_then_rerun(tmp_path: Path) -> None:
         assert done.returncode == 1 and s["canceled"] > 0 and s["resubmitted"] == 0
         assert fake.org.records.creates == len(orjson.loads(c.stdout)["canceled"])
         assert len(output_ids(_out(path))) == s["canceled"]
+        assert s["canceled_job"]["not_sent"] == 40 - s["canceled"] > 0 and s["canceled_job"]["at"]
+        human = gk(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000"], env_for(fake))
+        assert human.returncode == 1 and "by `gatekeeper cancel` at" in human.stdout
+        assert f"{40 - s['canceled']:,} request(s) never sent" in human.stdout and "--resume-canceled" in human.stdout
+        fake.org.config.rate = 4000
+        rest = gk(["submit", str(path), *FAST, "--resume-canceled"], env_for(fake))
+        r = orjson.loads(rest.stdout)
+        assert rest.returncode == 1 and r["canceled_job"] is None and r["pending"] == 0  # the canceled stay final
+        assert r["succeeded"] == 40 - s["canceled"] and r["canceled"] == s["canceled"]
+        ids = output_ids(_out(path))
+        assert len(ids) == len(set(ids)) == 40 and fake.org.records.succeeded_twice == 0
 
 
 def test_submit_usage_errors(tmp_path: Path) -> None:
