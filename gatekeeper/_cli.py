@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from ._errors import ExitCode, GatekeeperError, UsageError
 from ._parser import build_parser
-from ._render import render_plan, render_plan_brief, render_status, render_summary, status_report
+from ._render import render_plan, render_plan_brief, render_status, render_summary, retry_line, status_report
 from ._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
 
 TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
@@ -124,7 +124,7 @@ def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanRep
     from ._queue import connect
 
     async def check() -> Any:
-        async with connect(config, max_rpm=args.max_rpm) as conn:
+        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
             return await check_models(conn.primary, report.models)
 
     pf = anyio.run(check)
@@ -135,7 +135,7 @@ def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanRep
     report.preflight = outcome(pf, report.errors)
 
     async def measure() -> Any:
-        async with connect(config, max_rpm=args.max_rpm) as conn:
+        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
             return await calibrate(conn.primary, args.input, report.model_bytes, args.token_sample)
 
     if args.token_sample == 0 or not pf.checked:  # (an API that cannot answer about models will not count tokens)
@@ -170,7 +170,7 @@ def _status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], 
     from ._queue import connect, read_headroom
 
     async def read() -> tuple[Headroom, list[Reservation] | None]:
-        async with connect(config, max_rpm=args.max_rpm) as conn:
+        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
             h = await read_headroom(conn, ceiling=args.ceiling)
         if not args.ledger:
             return h, None
@@ -202,6 +202,17 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
     except KeyboardInterrupt:
         pass
     return ExitCode.OK
+
+
+def _retry_notice(args: argparse.Namespace) -> Callable[[dict[str, Any]], None]:
+    """A retried call, told on stderr: a JSON event with --json, else one line (nobody waits in silence)."""
+    def notice(fields: dict[str, Any]) -> None:
+        if getattr(args, "json", False):
+            print(orjson_line({"event": "retrying", **fields}), file=sys.stderr, flush=True)
+        else:
+            print(f"gatekeeper: {retry_line(fields)}", file=sys.stderr, flush=True)
+
+    return notice
 
 
 def _crash_hook(spec: str | None) -> Callable[[str], None]:
@@ -272,7 +283,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not args.dry_run:
         return _submit_run(args, config, settings)
     prices = load_prices(args.prices)
-    result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings, prices=prices))
+    notice = _retry_notice(args)
+    result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings, prices=prices,
+                                       on_event=lambda e, f: notice(f)))
     if args.json:
         _print_json(result)
     else:
@@ -385,7 +398,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     config = _api_config()
     ref = _job(args)  # first: without a name, say how to give one
     state = _state_dir(args)
-    result = anyio.run(lambda: cancel(state, config=config, max_rpm=args.max_rpm, **ref))
+    notice = _retry_notice(args)
+    result = anyio.run(lambda: cancel(state, config=config, max_rpm=args.max_rpm, on_event=lambda e, f: notice(f),
+                                      journal=ref["journal"], job=ref["job"]))
     if args.json:
         _print_json(result)
     else:

@@ -39,26 +39,57 @@ from ._errors import (
     SpendLimitReached,
     TransportError,
     Unreachable,
+    UsageError,
 )
 from ._retry import CallBudget, RetryPolicy, is_per_minute_limit, next_delay, parse_retry_after, status_is_retryable
 from ._wire import API_VERSION
 
 # Upload of a 256 MB body on a slow link: httpx's write timeout applies per
 # socket write, not to the whole body, so it is not a total deadline. The read
-# timeout is per read: a stream that keeps arriving is never cut off.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=300.0, write=120.0, pool=60.0)
+# timeout is per read: a stream that keeps arriving is never cut off. No read waits
+# over a minute in silence (each retry is announced); a create's answer, which may
+# follow a long upload, waits longer, and the caller says so before it sends.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=60.0, write=120.0, pool=60.0)
+CREATE_ANSWER_WAIT = 600.0
+NOTICE_AFTER = 5.0  # seconds a failed try and the wait after it take before the retry is announced
+CREATE_TIMEOUT = httpx.Timeout(connect=15.0, read=CREATE_ANSWER_WAIT, write=120.0, pool=60.0)
+# Endpoints only the Batches API serves: an answer there that is not the API's means the base URL is wrong.
+_BATCH_READS = frozenset({"list", "retrieve", "cancel"})
 MAX_REDIRECTS = 5
 # The Models API and token counting inform a job but never block it: a short retry, then the job goes on without.
 # They are not batch endpoints either: their own limits apply, not the batch call budget.
 PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total=10.0)
 
 Sleep = Callable[[float], Awaitable[None]]
+RetryNotice = Callable[[dict[str, Any]], None]  # told of every retry: endpoint, url, attempt, reason, retry_in
+
+
+def looks_like_api(response: httpx.Response) -> bool:
+    """Whether an answer has the API's shape: a JSON object, and on an error status the error envelope. Pure."""
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(body, dict):
+        return False
+    err = body.get("error")
+    return response.status_code < 300 or (isinstance(err, dict) and bool(err.get("type")))
+
+
+def not_the_api(response: httpx.Response, endpoint: str) -> bool:
+    """An answer no Anthropic API gives on a batch endpoint (a 404 on the listing, HTML, no envelope), seen
+    before the API ever answered: the base URL points elsewhere. 429s and 5xx are ridden out first. Pure."""
+    if endpoint not in _BATCH_READS or response.status_code == 429 or response.status_code >= 500:
+        return False
+    return not looks_like_api(response) or (endpoint == "list" and response.status_code == 404)
 
 
 @asynccontextmanager
-async def open_http(timeout: httpx.Timeout = DEFAULT_TIMEOUT) -> AsyncIterator[httpx.AsyncClient]:
-    """The shared HTTP client: no redirects followed automatically, no environment proxies or .netrc."""
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False, verify=tls_context()) as http:
+async def open_http(timeout: httpx.Timeout | None = None) -> AsyncIterator[httpx.AsyncClient]:
+    """The shared HTTP client: no redirects followed automatically; proxies from HTTPS_PROXY, HTTP_PROXY, ALL_PROXY
+    and NO_PROXY as httpx reads them (NO_PROXY=* turns them off); TLS verified against certifi's bundle alone."""
+    async with httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, follow_redirects=False, trust_env=True,
+                                 verify=tls_context()) as http:
         yield http
 
 
@@ -152,8 +183,10 @@ class ApiClient:
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
         budget: CallBudget | None = None,
+        on_retry: RetryNotice | None = None,
     ) -> None:
         self.http = http
+        self.on_retry = on_retry
         self.base_url = base_url.rstrip("/")
         self._origin = origin(self.base_url)
         self._key = key
@@ -165,7 +198,8 @@ class ApiClient:
         self._rand = rand
         self.budget = budget or CallBudget()  # shared by every client of one connection
         self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace
-        self.reached = False  # has the API answered this client at all (any status)?
+        self.reached = False  # has anything answered this client at all (any status)?
+        self.spoke = False  # has an answer of the API's shape come back (so the base URL is the API)?
 
     # -- plumbing ---------------------------------------------------------
 
@@ -219,15 +253,19 @@ class ApiClient:
         while True:
             attempt += 1
             wait: float | None = None
+            tried_at = self._clock()
             try:
                 response = await self._send_once(method, url, params=params, json=json, budgeted=budgeted)
             except httpx.TransportError as exc:
                 failure: Exception = map_transport_error(exc, endpoint, self.base_url, reached=self.reached)
-                if isinstance(failure, Unreachable) and attempt >= 2:
-                    raise failure from exc
+                if not self.reached and attempt >= 2:  # nothing ever answered: the URL or the network is wrong
+                    raise self._given_up(failure) from exc
                 overloaded = False
             else:
                 self.reached = True
+                if not self.spoke and not_the_api(response, endpoint):
+                    raise self._not_the_api(response, endpoint)
+                self.spoke = self.spoke or looks_like_api(response)
                 if response.status_code < 300:
                     try:
                         return orjson.loads(response.content)
@@ -245,8 +283,28 @@ class ApiClient:
             elapsed = self._clock() - started
             delay = next_delay(policy, max(0, attempt - 1), self._rand(), server_wait=wait, overloaded=overloaded)
             if attempt >= policy.max_attempts or elapsed + delay > policy.max_total:
-                raise failure
+                raise self._given_up(failure)
+            if self._clock() - tried_at + delay >= NOTICE_AFTER:
+                self._notify(endpoint, url, attempt, failure, delay)
             await self._sleep(delay)
+
+    def _notify(self, endpoint: str, url: str, attempt: int, failure: Exception, delay: float) -> None:
+        if self.on_retry is not None:
+            self.on_retry({"endpoint": endpoint, "url": url.split("?", 1)[0], "attempt": attempt,
+                           "reason": str(failure), "retry_in": round(delay, 1)})
+
+    def _given_up(self, failure: Exception) -> Exception:
+        """The error to raise when the retries are spent: before the API ever answered, the base URL is named."""
+        if self.spoke or not isinstance(failure, (TransportError, ServerError)):
+            return failure
+        return Unreachable(f"no answer from the API at {self.base_url} ({failure}); check ANTHROPIC_BASE_URL and "
+                           "the network (a proxy is taken from HTTPS_PROXY)", setting="base_url")
+
+    def _not_the_api(self, response: httpx.Response, endpoint: str) -> UsageError:
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        snippet = response.text.strip().replace("\n", " ")[:80]
+        return UsageError(f"{self.base_url} does not answer like the Anthropic API (HTTP {response.status_code} on "
+                          f"{endpoint}, {kind}: {snippet!r}); check ANTHROPIC_BASE_URL", setting="base_url")
 
     def _retryable(self, error: ApiError, response: httpx.Response, batch_id: str | None) -> bool:
         if isinstance(error, SpendLimitReached):
@@ -272,7 +330,7 @@ class ApiClient:
             headers["content-length"] = str(size)
         await self._spend()
         try:
-            response = await self.http.post(url, content=body, headers=headers)
+            response = await self.http.post(url, content=body, headers=headers, timeout=CREATE_TIMEOUT)
         except (*_CONNECT_FAILURES, httpx.PoolTimeout) as exc:  # no byte of the body left us
             raise map_transport_error(exc, "create", self.base_url, reached=self.reached) from exc
         except httpx.TransportError as exc:
@@ -393,6 +451,8 @@ class ApiClient:
             delay = next_delay(self.retry, attempt - 1, self._rand(), server_wait=wait, overloaded=overloaded)
             if attempt >= self.retry.max_attempts or self._clock() - started + delay > self.retry.max_total:
                 raise failure
+            if delay >= NOTICE_AFTER:
+                self._notify("results", url, attempt, failure, delay)
             await self._sleep(delay)
 
     async def _stream_lines(self, url: str, batch_id: str) -> AsyncIterator[bytes]:

@@ -24,7 +24,7 @@ import orjson
 
 from ._admission import CeilingEstimate, QueueState, admit_round, batch_size_for, deferral_wait, recut_size, refusal_wait
 from ._budget import Spend, may_spend, request_worst
-from ._client import ApiClient
+from ._client import CREATE_ANSWER_WAIT, ApiClient
 from ._collect import Collector, custom_id
 from ._downloads import BATCH_LIFETIME
 from ._errors import (
@@ -416,6 +416,8 @@ class Job:
         self.checkpoint("before-intent")
         j.mark_intent(row.idx, self.clock(), worst)
         self.checkpoint("after-intent")
+        self.emit("creating", {"batch": row.idx, "requests": row.requests, "bytes": row.bytes,
+                               "answer_within": CREATE_ANSWER_WAIT})
         try:
             batch = await self.api.create_batch(self._body(row), size=row.bytes)
         except QueueFull as exc:

@@ -8,6 +8,10 @@ from typing import Any, TextIO
 
 import orjson
 
+from ._render import retry_line
+
+LOUD_CREATE = 16_000_000  # bytes: a create this big is announced on a terminal (its upload and answer take a while)
+
 
 def _clock(seconds: float) -> str:
     s = int(seconds)
@@ -39,11 +43,21 @@ class Progress:
             return
         if event == "progress":
             self._line(fields)
+        elif event == "retrying":
+            self._say(retry_line(fields))
+        elif event == "creating" and fields.get("bytes", 0) >= LOUD_CREATE:
+            self._say(f"creating batch {fields['batch']:,} ({fields['bytes'] / 1e6:,.1f} MB): the upload, then up to "
+                      f"{fields['answer_within']:g} s for the API's answer")
         elif event in ("refused", "resumed", "reconciled", "create_unknown", "resubmitting", "ceiling_unknown", "planned"):
             self._clear()
             detail = ", ".join(f"{k}={_human(v)}" for k, v in fields.items() if k not in ("t",))
             self.stream.write(f"gatekeeper: {event}: {detail}\n")
             self.stream.flush()
+
+    def _say(self, text: str) -> None:
+        self._clear()
+        self.stream.write(f"gatekeeper: {text}\n")
+        self.stream.flush()
 
     def _clear(self) -> None:
         if self._last_len:

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ._client import ApiClient, open_http
+from ._client import ApiClient, RetryNotice, open_http
 from ._config import ApiConfig
 from ._errors import ApiError, AuthenticationError, TransportError
 from ._headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches, parse_time
@@ -33,16 +33,19 @@ class Connection:
 
 
 @asynccontextmanager
-async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float = 300.0) -> AsyncIterator[Connection]:
-    """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's)."""
+async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float = 300.0,
+                  on_retry: RetryNotice | None = None) -> AsyncIterator[Connection]:
+    """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's).
+    `on_retry` hears of every call that is retried (so nobody waits in silence)."""
     config.require_workspace_key()
     budget = CallBudget(per_minute=max_rpm)
     async with open_http() as http:
         ws = [
-            ApiClient(http, config.base_url, key, label=f"workspace key {i + 1}", retry=retry, budget=budget)
+            ApiClient(http, config.base_url, key, label=f"workspace key {i + 1}", retry=retry, budget=budget,
+                      on_retry=on_retry)
             for i, key in enumerate(config.workspace_keys)
         ]
-        admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry)
+        admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry, on_retry=on_retry)
                  if config.admin_key else None)  # the Admin API has its own limits
         yield Connection(ws, admin)
 

@@ -151,3 +151,8 @@ def _adoptions(a: dict[str, Any]) -> str:
     if a["not_ours"]:
         line += f"; {len(a['not_ours']):,} another submitter's, set aside (never joined)"
     return line
+
+
+def retry_line(f: dict[str, Any]) -> str:
+    """A retried call, as people read it."""
+    return (f"{f['endpoint']} ({f['url']}): {f['reason']}; retry {f['attempt'] + 1} in {f['retry_in']:g} s")

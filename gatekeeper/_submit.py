@@ -7,7 +7,7 @@ import fcntl
 import os
 import shutil
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -213,7 +213,9 @@ async def submit(
         outcome: list[Summary] = []
         failure: list[Exception] = []
         try:
-            async with connect(config, retry=retry, max_rpm=settings.max_rpm) as conn, anyio.create_task_group() as tg:
+            notice = _retry_events(on_event)
+            async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=notice) as conn, \
+                    anyio.create_task_group() as tg:
                 job = Job(path, settings, conn, journal, out_path=out_path, emit=on_event or (lambda e, f: None),
                           stop=stop or anyio.Event(), checkpoint=checkpoint or (lambda name: None),
                           on_result=on_result, ledger=ledger, prices=prices)
@@ -233,6 +235,13 @@ async def submit(
         if failure:
             raise failure[0]
         return outcome[0]
+
+
+def _retry_events(on_event: EventSink | None) -> Callable[[dict[str, Any]], None] | None:
+    """Every retried call as a "retrying" event: nobody waits for an answer in silence."""
+    if on_event is None:
+        return None
+    return lambda fields: on_event("retrying", fields)
 
 
 async def _heartbeat(ledger: Ledger, emit: EventSink) -> None:
@@ -281,13 +290,15 @@ def submit_sync(source: Source, **kwargs: Any) -> Summary:
 
 
 async def dry_run(
-    source: Source, *, config: ApiConfig, settings: SubmitSettings | None = None, prices: PriceTable | None = None
+    source: Source, *, config: ApiConfig, settings: SubmitSettings | None = None, prices: PriceTable | None = None,
+    on_event: EventSink | None = None,
 ) -> dict[str, Any]:
-    """Plan plus live headroom: what would go now, what would wait, and the queue after. Creates nothing."""
+    """Plan plus live headroom: what would go now, what would wait, and the queue after. Creates nothing.
+    `on_event` hears of retried calls ("retrying")."""
     settings = settings or SubmitSettings()
     if not isinstance(source, (str, os.PathLike)):
         raise UsageError("dry_run takes a path")
-    async with connect(config, max_rpm=settings.max_rpm) as conn:
+    async with connect(config, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event)) as conn:
         h = await read_headroom(conn, ceiling=settings.ceiling)
         size = batch_size_for(h.ceiling, settings.margin, settings.limits.max_requests)
         report = await plan_checked(source, conn.primary if settings.preflight else None,
@@ -307,19 +318,19 @@ async def dry_run(
 
 
 async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None = None,
-                    max_rpm: float = 300.0) -> PlanReport:
+                    max_rpm: float = 300.0, on_event: EventSink | None = None) -> PlanReport:
     """`plan` with every line judged against the live Models API and the input tokens measured with count_tokens.
 
     `report.preflight` says whether the models were checked (and, per model, the resolved id, its max_tokens and
     the lines it rejected); `report.calibration` the measured tokens per byte. Never raises for a Models API that
     is missing or failing: the report says the models were not checked.
     """
-    async with connect(config, max_rpm=max_rpm) as conn:
+    async with connect(config, max_rpm=max_rpm, on_retry=_retry_events(on_event)) as conn:
         return await plan_checked(source, conn.primary, limits=limits or Limits())
 
 
 async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float = 300.0,
-                 journal: str | None = None, job: str | None = None) -> dict[str, Any]:
+                 journal: str | None = None, job: str | None = None, on_event: EventSink | None = None) -> dict[str, Any]:
     """Cancel the run's live batches; a rerun of submit then sends nothing new and collects what ended.
 
     The cancel is recorded before any batch is touched, so even a cancel cut short
@@ -331,7 +342,7 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
     try:
         j.set_meta("user_canceled", True, "user_canceled")
         canceled = []
-        async with connect(config, max_rpm=max_rpm) as conn:
+        async with connect(config, max_rpm=max_rpm, on_retry=_retry_events(on_event)) as conn:
             # (An unknown create has no id yet: the next submit reconciles it and, the cancel recorded, cancels it.)
             for row in j.batches(BatchState.CREATED):
                 assert row.batch_id is not None
