@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import anyio
-import orjson
 import httpx
+import orjson
 import pytest
 
 from gatekeeper import ExitCode, JournalError, LedgerError, OutputError, TransportError, Unreachable, UsageError
