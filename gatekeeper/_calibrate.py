@@ -26,6 +26,7 @@ from ._errors import ApiError, TransportError, Unreachable
 
 SAMPLE_PER_MODEL = 50
 MAX_PROBES = 20_000  # random lines read at most, all models together
+MAX_PROBE_BYTES = 64 << 20  # bytes those probes read at most: a file of few, huge lines cannot stall sampling
 WHOLE_FILE_BYTES = 4 << 20  # a file this small is read whole (a few ms) rather than probed
 CONCURRENCY = 8  # count_tokens calls in flight at once
 # What count_tokens takes of a batch request's params: the prompt, not the sampling settings or max_tokens.
@@ -38,8 +39,9 @@ def count_body(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_MODEL, seed: int = 0,
-                 max_probes: int = MAX_PROBES) -> dict[str, list[tuple[int, dict[str, Any]]]]:
-    """Up to `per_model` requests of each model, as (bytes, params), from lines at seeded random offsets."""
+                 max_probes: int = MAX_PROBES, max_bytes: int = MAX_PROBE_BYTES) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """Up to `per_model` requests of each model, as (bytes, params), from lines at seeded random offsets; at most
+    `max_probes` lines and `max_bytes` read (a probe inside a multi-megabyte line reads to its end)."""
     wanted = set(models)
     picked: dict[str, list[tuple[int, dict[str, Any]]]] = {m: [] for m in wanted}
     size = os.path.getsize(path)
@@ -47,17 +49,20 @@ def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_M
     if size <= WHOLE_FILE_BYTES:
         return _reservoirs(path, picked, per_model, rng)
     seen: set[int] = set()
+    read = 0
     with open(path, "rb") as f:
         for _ in range(max_probes if size else 0):
-            if all(len(v) >= per_model for v in picked.values()):
+            if all(len(v) >= per_model for v in picked.values()) or read > max_bytes:
                 break
-            f.seek(rng.randrange(size))
+            at = rng.randrange(size)
+            f.seek(at)
             f.readline()  # to the next line start
             start = f.tell()
             if start >= size:  # past the last line: the first comes next (else no probe could ever pick it)
                 start = 0
                 f.seek(0)
             line = f.readline().strip()
+            read += f.tell() - at if f.tell() > at else f.tell()
             if not line or start in seen:
                 continue
             seen.add(start)
@@ -124,7 +129,9 @@ async def calibrate(api: ApiClient, path: str, models: Iterable[str], per_model:
     """Tokens per byte per model, measured; {"measured": False, "reason": ...} when count_tokens cannot be used."""
     out: dict[str, Any] = {}
     try:
-        for model, rows in pick_samples(path, models, per_model).items():
+        # (off the event loop: reading the probes takes a while, and signals and heartbeats must go on meanwhile)
+        picked = await anyio.to_thread.run_sync(lambda: pick_samples(path, models, per_model), abandon_on_cancel=True)
+        for model, rows in picked.items():
             result = summarize(await _count_all(api, rows))
             if result is not None:
                 out[model] = result.to_json()

@@ -93,9 +93,13 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import signal
+
     from ._parallel import auto_workers
     from ._planner import plan
     from ._prices import load_prices
+
+    signal.signal(signal.SIGTERM, _interrupt)  # an orchestrator's stop is a Ctrl-C: exit 130, workers reaped
 
     prices = load_prices(args.prices)
     workers = args.workers if args.workers is not None else auto_workers(args.input)
@@ -112,6 +116,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         cost = "unknown (a model has no price)" if estimate["input_cost_usd"] is None else f"~${estimate['input_cost_usd']:,.2f}"
         print(f"estimate        ~{estimate['input_tokens']:,} input tokens, {cost} at batch prices ({estimate['method']})")
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanReport, workers: int | None) -> PlanReport:

@@ -419,9 +419,12 @@ class Journal:
 
     def set_adoption(self, idx: int, batch_id: str, proof: str) -> None:
         with self.transaction() as db:
-            adopted = {**(self.get_meta("adopted") or {}), str(idx): {"id": batch_id, "proof": proof}}
-            self._set_meta(db, "adopted", adopted)
-            self._event(db, "adoption_" + proof, idx, id=batch_id)
+            self._record_adoption(db, idx, batch_id, proof)
+
+    def _record_adoption(self, db: Db, idx: int, batch_id: str, proof: str) -> None:
+        adopted = {**(self.get_meta("adopted") or {}), str(idx): {"id": batch_id, "proof": proof}}
+        self._set_meta(db, "adopted", adopted)
+        self._event(db, "adoption_" + proof, idx, id=batch_id)
 
     def rejections(self) -> Iterator[tuple[int, str | None, str]]:
         """(line, custom_id, reason) of every input line refused before sending, in line order."""
@@ -486,9 +489,13 @@ class Journal:
             if event:
                 self._event(db, event, idx, **detail)
 
-    def mark_created(self, idx: int, batch_id: str, created_at: str | None) -> None:
+    def mark_created(self, idx: int, batch_id: str, created_at: str | None, adopted: str | None = None) -> None:
+        """The batch exists; `adopted` (its proof, see `adoption`) when it was found by listing, recorded in the same
+        transaction (a kill between the two would leave a listing adoption unchecked)."""
         with self.transaction() as db:
             self._set_state(db, idx, BatchState.CREATED, batch_id=batch_id, created_at=created_at)
+            if adopted:
+                self._record_adoption(db, idx, batch_id, adopted)
 
     def mark_ended(self, idx: int, ended_at: str | None, counts: Any) -> None:
         with self.transaction() as db:

@@ -567,8 +567,7 @@ class Job:
             batch = d.candidates[0]
             batch_id = str(batch.get("id"))
             self.api.note_created(batch_id)
-            self.journal.mark_created(row.idx, batch_id, batch.get("created_at"))
-            self.journal.set_adoption(row.idx, batch_id, d.proof)
+            self.journal.mark_created(row.idx, batch_id, batch.get("created_at"), adopted=d.proof)
             await self.ledger.confirm(row.idx, batch_id)
             known.add(batch_id)
             self.emit("reconciled", {"batch": row.idx, "outcome": "created", "id": batch_id, "how": d.reason})

@@ -124,8 +124,9 @@ NOT_ASKED = {"checked": False, "reason": "preflight off or no workspace key: the
 
 async def _off_loop(source: Source, **kwargs: Any) -> PlanReport:
     """`plan` in a worker thread: reading gigabytes takes minutes, and the heartbeats that keep a run's lease and
-    reservations alive must go on meanwhile. (This `plan` is one process: a thread never forks workers here.)"""
-    return await anyio.to_thread.run_sync(functools.partial(plan, source, **kwargs))
+    reservations alive must go on meanwhile, and a stop must not wait for it (abandoned, it ends with the process).
+    (This `plan` is one process: a thread never forks workers here.)"""
+    return await anyio.to_thread.run_sync(functools.partial(plan, source, **kwargs), abandon_on_cancel=True)
 
 
 async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits, hash_content: bool = False,

@@ -7,7 +7,7 @@ import fcntl
 import os
 import shutil
 import socket
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +17,7 @@ import anyio
 from ._admission import admit, batch_size_for, room
 from ._config import ApiConfig
 from ._db import require_postgres
-from ._errors import JournalError, LedgerError, UsageError, os_error
+from ._errors import Interrupted, JournalError, LedgerError, UsageError, os_error
 from ._host import machine_id, pid_alive, run_ended
 from ._inputs import hash_file
 from ._journal import BatchState, Journal, open_job, private_dir
@@ -224,8 +224,7 @@ async def submit(
                     tg.start_soon(_heartbeat, ledger, on_event or (lambda e, f: None))
                     if journal.job:
                         tg.start_soon(_lease_heartbeat, journal, settings.lease_ttl, on_event or (lambda e, f: None))
-                    await job.prepare()
-                    outcome.append(await job.run())
+                    outcome.append(await _stoppable(stop, job.prepare, job.run))
                 except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
                     failure.append(exc)
                 finally:
@@ -235,6 +234,40 @@ async def submit(
         if failure:
             raise failure[0]
         return outcome[0]
+
+
+STOP_GRACE = 1.0  # seconds a stopped run has to reach a safe point of its own before its step is cut short
+
+
+async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[Any]]) -> Any:
+    """Run `steps` in turn (the last one's result), cut short `STOP_GRACE` seconds after `stop` is set when they have
+    not stopped by then. Every await of a run is a safe point: a transaction or a results file being written rolls
+    back, an intent is reconciled on resume, planning is abandoned before anything is recorded. So a stop lands in
+    a second or two in every phase: planning, sampling, preflight, creating, collecting."""
+    result: list[Any] = []
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+        async def cut() -> None:
+            assert stop is not None
+            await stop.wait()
+            await anyio.sleep(STOP_GRACE)
+            tg.cancel_scope.cancel()
+
+        if stop is not None:
+            tg.start_soon(cut)
+        try:
+            last = None
+            for step in steps:
+                last = await step()
+            result.append(last)  # (only once every step ran to its end)
+        except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
+            failure.append(exc)
+        tg.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    if not result:
+        raise Interrupted("interrupted")
+    return result[0]
 
 
 def _retry_events(on_event: EventSink | None) -> Callable[[dict[str, Any]], None] | None:

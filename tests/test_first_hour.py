@@ -5,6 +5,10 @@ Every test runs the CLI (in process, so a timeout can be shortened) against real
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import gatekeeper._client as client
 from gatekeeper.testing import Fault
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk
+from tests.runs import assert_exactly_once, events, gk, start, wait_until
 from tests.services import ForwardProxy, serving, silent_server
 
 FAST = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--no-preflight"]
@@ -107,3 +111,82 @@ def test_a_submit_goes_through_the_proxy_the_environment_names(tmp_path: Path) -
     assert ("POST", "/v1/messages/batches") in paths and ("GET", "results") in paths
     assert {host for _, host, _ in proxy.seen} == {"api.gatekeeper.test"}
     assert orjson.loads(proc.stdout)["succeeded"] == 30
+
+
+# -- signals: the first stops at a safe point within a second or two, in every phase; a second exits at once --
+
+PHASES = {  # phase -> (the fake's endpoint whose call marks it, the held call's delay (none: a big input), flags)
+    "planning": ("list", None, ["--no-preflight"]),
+    "preflight": ("models", 30.0, []),
+    "sampling": ("count_tokens", 30.0, []),
+    # (the held create is served when its 4 s are up, client gone or not, as a real one may be: the rerun adopts it)
+    "creating": ("create", 4.0, ["--no-preflight"]),
+    "collecting": ("results", 30.0, ["--no-preflight"]),
+}
+
+
+def _big_input(path: Path, n: int) -> set[str]:
+    ids = [f"s{i}" for i in range(n)]
+    path.write_bytes(b"".join(orjson.dumps(req(c, text="x" * 40)) + b"\n" for c in ids))
+    return set(ids)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_a_stop_lands_within_two_seconds_in_every_phase(tmp_path: Path, phase: str, sig: signal.Signals) -> None:
+    """The run is held in a phase (a big input being planned, or a call the fake holds for 30 s); one SIGINT or
+    SIGTERM ends it with exit 130 and the resume line within two seconds; the rerun finishes, nothing twice."""
+    endpoint, delay, flags = PHASES[phase]
+    path = tmp_path / "in.jsonl"
+    ids = _big_input(path, 600_000 if phase == "planning" else 30)  # (planning 600,000 takes a few seconds)
+    with running_fake(ceiling=1_000_000, rate=100_000) as fake:
+        if delay is not None:
+            fake.inject(Fault(endpoint, kind="delay", delay=delay))  # (a Fault is used up: one of its own per test)
+        run = start(["submit", str(path), "--json", "--poll", "0.05", "--max-rpm", "60000", *flags], env_for(fake))
+        seen = fake.org.records.requests_seen
+        wait_until(lambda: seen.get(endpoint, 0) >= 1 or run.poll() is not None, f"the {phase} phase", 30)
+        time.sleep(0.1)
+        assert run.poll() is None, f"the run ended before it could be stopped while {phase}"
+        signalled = time.monotonic()
+        run.send_signal(sig)
+        _, err = run.communicate(timeout=30)
+        took = time.monotonic() - signalled
+        assert run.returncode == 130 and "Traceback" not in err, err[-2000:]
+        assert "Resume with: gatekeeper submit" in err and took < 2.5, (took, err[-500:])
+        if phase == "planning":  # stopped while planning, not after: nothing recorded, nothing left behind
+            assert '"event":"planned"' not in err and not Path(str(path) + ".gatekeeper").exists()
+        elif sig == signal.SIGTERM:  # the rerun picks up where it stopped, and nothing is sent twice
+            done = gk(["submit", str(path), *FAST], env_for(fake))
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+
+
+def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    _big_input(path, 30)
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        fake.inject(Fault("create", kind="delay", delay=30))
+        run = start(["submit", str(path), *FAST], env_for(fake))
+        wait_until(lambda: fake.org.records.requests_seen.get("create", 0) >= 1, "the create")
+        run.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+        signalled = time.monotonic()
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=30)
+        assert run.returncode == 130 and time.monotonic() - signalled < 0.9, err[-1000:]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_plan_stops_on_either_signal(sig: signal.Signals) -> None:
+    """`plan -` reading a pipeline that is still writing ends with exit 130 on SIGINT or SIGTERM, at once."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "plan", "-", "--json"], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert run.stdin is not None
+    run.stdin.write(b"".join(orjson.dumps(req(f"r{i}")) + b"\n" for i in range(1000)))
+    run.stdin.flush()  # (and the pipe stays open: the upstream is still writing)
+    time.sleep(0.5)
+    assert run.poll() is None
+    signalled = time.monotonic()
+    run.send_signal(sig)
+    _, err = run.communicate(timeout=30)
+    assert run.returncode == 130 and b"Traceback" not in err and time.monotonic() - signalled < 2, err[-1000:]

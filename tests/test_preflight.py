@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import orjson
@@ -205,6 +206,19 @@ def test_token_sample_is_each_models_lines_up_to_the_size_reproducibly(
     if whole:  # every line of a model is read: a model with fewer lines than the sample has all of them
         assert lines_b > per_model or sorted(texts["m-b"]) == sorted(f"b {i}" for i in range(lines_b))
     assert calibrate.pick_samples(path, ["m-a", "m-b", "m-none"], per_model=per_model) == picked
+
+
+def test_token_sampling_of_few_huge_lines_reads_a_bounded_amount(tmp_path: Path) -> None:
+    """Two models of 30 lines of 2 MB each, a sample of 50 that can never fill: the probes stop at their byte
+    budget (64 MB) instead of reading lines to their ends 20,000 times (minutes at full CPU before)."""
+    import gatekeeper._calibrate as calibrate
+
+    rows = [req(f"r{i}", model=("m-a", "m-b")[i % 2], text="x" * (2 << 20)) for i in range(60)]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    started = time.monotonic()
+    picked = calibrate.pick_samples(str(path), ["m-a", "m-b"], per_model=50)
+    assert all(0 < len(picked[m]) <= 30 for m in ("m-a", "m-b")), {m: len(v) for m, v in picked.items()}
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize("fault", [{"status": 429, "retry_after": "0"}, {"status": 529}, {"kind": "drop"}],
