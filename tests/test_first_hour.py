@@ -190,3 +190,22 @@ def test_plan_stops_on_either_signal(sig: signal.Signals) -> None:
     run.send_signal(sig)
     _, err = run.communicate(timeout=30)
     assert run.returncode == 130 and b"Traceback" not in err and time.monotonic() - signalled < 2, err[-1000:]
+
+
+def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
+    """`fake-api` prints the exports a newcomer pastes; with exactly those, the commands reach it."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert run.stdout is not None
+        first, second = run.stdout.readline(), run.stdout.readline()
+        assert "Ctrl-C stops it" in first and second.startswith("export ANTHROPIC_BASE_URL=http://127.0.0.1:")
+        env = dict(pair.split("=", 1) for pair in second.split()[1:])
+        assert set(env) == {"ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_ADMIN_KEY"}
+        status = gk(["status", "--json"], env)
+        assert status.returncode in (0, 1) and orjson.loads(status.stdout)["ceiling"] is not None, status.stderr
+        path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
+        assert gk(["submit", str(path), "--poll", "0.05", "--json"], env).returncode == 0
+    finally:
+        run.terminate()
+        run.communicate(timeout=10)
