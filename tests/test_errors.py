@@ -229,3 +229,14 @@ def test_redis_outage_mid_run_stops_resumably(tmp_path: Path) -> None:
             done = gk(args, env_for(fake))
         assert done.returncode == 0, done.stderr
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", {f"r{i:03d}" for i in range(60)})
+
+
+def test_a_state_folder_that_cannot_be_made_suggests_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A state directory the system refuses (here under /proc, refused even to root): one line naming it and
+    the flag that moves it, exit 2."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
+    with running_fake(ceiling=100, rate=2000) as fake:
+        code, err = _cli(monkeypatch, capsys, env_for(fake), "submit", str(path), "--state", "/proc/gatekeeper-state")
+    assert code == ExitCode.USAGE and "/proc/gatekeeper-state" in err
+    assert "choose a folder you can write (--state)" in err
