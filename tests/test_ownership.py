@@ -29,7 +29,7 @@ FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str
 def write_job(path: Path, words: str, n: int = N) -> Path:
     """n requests with the custom_ids every pipeline uses (row-0, row-1, ...), prompts of this job's own."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    test = path.parent.parent.name  # (tests sharing one ledger at once never send the same input: it is one job)
+    test = str(path.parent.parent)  # (tests sharing one ledger at once never send the same input: it is one job)
     with open(path, "wb") as f:
         for i in range(n):
             text = f"{test} {words} {i}: " + words * (1 + i % 9)
