@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # Not typing's TYPE_CHECKING: importing typing is 13 M instructions (about 3 ms) of every start, and no module on the
 # way to `plan` or `--version` needs it at run time (README, "Performance"). Type checkers treat the name alike.
@@ -23,14 +23,15 @@ TYPE_CHECKING = False
 # public name -> private module that defines it
 _EXPORTS: dict[str, str] = {
     # plan: reading, validating and sizing
-    "plan": "_planner", "PlanReport": "_planner", "BatchPlan": "_planner", "iter_batches": "_batches", "Batch": "_batches",
-    "Rejection": "_reader", "Request": "_batches", "Limits": "_sizing",
+    "plan": "input._planner", "PlanReport": "input._planner", "BatchPlan": "input._planner",
+    "iter_batches": "input._batches", "Batch": "input._batches",
+    "Rejection": "input._reader", "Request": "input._batches", "Limits": "input._sizing",
     # submit and friends
-    "submit": "_submit", "submit_sync": "_submit", "dry_run": "_submit", "cancel": "_submit", "job_summary": "_submit",
-    "preflight": "_submit",
-    "SubmitSettings": "_settings", "Summary": "_summary", "ApiConfig": "_config", "Secret": "_config",
-    "RetryPolicy": "_retry", "PriceTable": "_prices", "load_prices": "_prices",
-    "Ledger": "_ledger", "open_ledger": "_ledger", "export": "_results",
+    "submit": "run._submit", "submit_sync": "run._submit", "dry_run": "run._submit", "cancel": "run._submit", "job_summary": "run._submit",
+    "preflight": "run._submit",
+    "SubmitSettings": "run._settings", "Summary": "run._summary", "ApiConfig": "api._config", "Secret": "api._config",
+    "RetryPolicy": "api._retry", "PriceTable": "_prices", "load_prices": "_prices",
+    "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run._results",
     # errors
     "GatekeeperError": "_errors", "ExitCode": "_errors", "UsageError": "_errors", "Unreachable": "_errors",
     "LedgerError": "_errors", "InputError": "_errors", "OutputError": "_errors", "JournalError": "_errors",
@@ -57,8 +58,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` loads each on first use
-    from ._batches import Batch, Request, iter_batches
-    from ._config import ApiConfig, Secret
     from ._errors import (
         ApiError,
         AuthenticationError,
@@ -84,13 +83,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         Unreachable,
         UsageError,
     )
-    from ._ledger import Ledger, open_ledger
-    from ._planner import BatchPlan, PlanReport, plan
     from ._prices import PriceTable, load_prices
-    from ._reader import Rejection
-    from ._results import export
-    from ._retry import RetryPolicy
-    from ._settings import SubmitSettings
-    from ._sizing import Limits
-    from ._submit import cancel, dry_run, job_summary, preflight, submit, submit_sync
-    from ._summary import Summary
+    from .api._config import ApiConfig, Secret
+    from .api._retry import RetryPolicy
+    from .input._batches import Batch, Request, iter_batches
+    from .input._planner import BatchPlan, PlanReport, plan
+    from .input._reader import Rejection
+    from .input._sizing import Limits
+    from .run._results import export
+    from .run._settings import SubmitSettings
+    from .run._submit import cancel, dry_run, job_summary, preflight, submit, submit_sync
+    from .run._summary import Summary
+    from .state._ledger import Ledger, open_ledger

@@ -1,6 +1,6 @@
 import sys
 
-from ._cli import main
+from .cli._cli import main
 
 if __name__ == "__main__":  # guarded: the parallel reader's spawned workers import this module
     sys.exit(main())

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-PRELOAD = ("gatekeeper._cli", "gatekeeper._submit", "gatekeeper._watch", "gatekeeper._exporter", "gatekeeper._report",
+PRELOAD = ("gatekeeper.cli._cli", "gatekeeper.run._submit", "gatekeeper.watch._watch", "gatekeeper.watch._exporter", "gatekeeper.watch._report",
            "anyio._backends._asyncio", "httpcore", "sqlite3", "redis", "psycopg")
 
 
@@ -40,7 +40,7 @@ def serve(fd: int) -> None:
     for name in PRELOAD:
         with suppress(ImportError):  # an optional extra not installed: a run that needs it imports it itself
             importlib.import_module(name)
-    from gatekeeper._client import tls_context
+    from gatekeeper.api._client import tls_context
 
     tls_context()  # loaded once, as one process running job after job loads it: a quarter of a run's CPU otherwise
     control = socket.socket(fileno=fd)
@@ -79,7 +79,7 @@ def _fork(request: dict[str, Any], fds: list[int], control: socket.socket) -> in
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        from gatekeeper._cli import main
+        from gatekeeper.cli._cli import main
 
         code = main(request["args"])
     except SystemExit as exc:  # as the interpreter turns it into a status

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 
-from gatekeeper._cli import main
+from gatekeeper.cli._cli import main
 from gatekeeper.testing import FakeAPI
 from tests.forkserver import Run, spawn
 

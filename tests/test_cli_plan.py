@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gatekeeper._cli import main
+from gatekeeper.cli._cli import main
 from tests.helpers import req, write_jsonl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -8,8 +8,6 @@ import anyio
 import httpx
 import pytest
 
-from gatekeeper._client import ApiClient, open_http
-from gatekeeper._config import ApiConfig, Secret, workspace_keys
 from gatekeeper._errors import (
     AuthenticationError,
     CreateOutcomeUnknown,
@@ -19,9 +17,11 @@ from gatekeeper._errors import (
     RequestTooLarge,
     SpendLimitReached,
 )
-from gatekeeper._headroom import enqueued_ceiling
-from gatekeeper._retry import RetryPolicy, backoff_delay, next_delay, parse_retry_after, status_is_retryable
-from gatekeeper._sizing import body_chunks
+from gatekeeper.api._client import ApiClient, open_http
+from gatekeeper.api._config import ApiConfig, Secret, workspace_keys
+from gatekeeper.api._retry import RetryPolicy, backoff_delay, next_delay, parse_retry_after, status_is_retryable
+from gatekeeper.decide._headroom import enqueued_ceiling
+from gatekeeper.input._sizing import body_chunks
 from gatekeeper.testing import Fault
 from tests.fakes import ADMIN, WS1, running_fake
 
@@ -225,8 +225,8 @@ def test_error_bodies_without_the_envelope() -> None:
     """The edge's bare 413 and an HTML page from a proxy still map to clear errors with the status."""
     import httpx
 
-    from gatekeeper._client import error_from_response
     from gatekeeper._errors import ServerError
+    from gatekeeper.api._client import error_from_response
 
     r413 = httpx.Response(413, json={"error": {"type": "request_too_large", "message": "Request exceeds the maximum size"}})
     err = error_from_response(r413, "create")

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from gatekeeper._admission import (
+from gatekeeper.api._client import results_location
+from gatekeeper.api._retry import CallBudget, is_per_minute_limit
+from gatekeeper.decide._admission import (
     CeilingEstimate,
     QueueState,
     admit,
@@ -18,13 +20,11 @@ from gatekeeper._admission import (
     refusal_wait,
     room,
 )
-from gatekeeper._budget import MIN_BATCH, Spend, may_spend, request_worst
-from gatekeeper._client import results_location
-from gatekeeper._downloads import Missing, download_wait, incomplete_reason, when_results_missing
-from gatekeeper._ownership import Choice, Fit, agrees, choose, fit, sample_ids
-from gatekeeper._reconcile import Action, candidates_for, compared, decide, nearest_first, with_our_ids
-from gatekeeper._retry import CallBudget, is_per_minute_limit
-from gatekeeper._settle import classify, errored_line, settle
+from gatekeeper.decide._budget import MIN_BATCH, Spend, may_spend, request_worst
+from gatekeeper.decide._downloads import Missing, download_wait, incomplete_reason, when_results_missing
+from gatekeeper.decide._ownership import Choice, Fit, agrees, choose, fit, sample_ids
+from gatekeeper.decide._reconcile import Action, candidates_for, compared, decide, nearest_first, with_our_ids
+from gatekeeper.decide._settle import classify, errored_line, settle
 
 # -- sizing and room ---------------------------------------------------------
 
@@ -408,7 +408,7 @@ def test_may_spend(spent: float, in_flight: float, worst: float, n: int, action:
 ])
 def test_kept_spans(ends: list[int], have: int, kept: int) -> None:
     """A rebuild keeps the batches lying whole in the file, and downloads the rest again."""
-    from gatekeeper._rebuild import kept_spans
+    from gatekeeper.run._rebuild import kept_spans
 
     assert kept_spans(ends, have) == kept
 
@@ -429,7 +429,7 @@ HERE = "boot-1/4026531836"
 ])
 def test_run_ended(holder: dict[str, Any], here: str | None, ended: bool) -> None:
     """A lease's holder has certainly ended only on this machine (same boot and pid namespace), its pid gone."""
-    from gatekeeper._host import run_ended
+    from gatekeeper.decide._host import run_ended
 
     assert run_ended(holder, here, alive=lambda pid: pid != 41) is ended
 
@@ -438,7 +438,7 @@ def test_this_process_is_alive_and_a_reaped_child_is_not() -> None:
     import subprocess
     import sys
 
-    from gatekeeper._host import machine_id, pid_alive
+    from gatekeeper.decide._host import machine_id, pid_alive
 
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     assert pid_alive(os.getpid()) and not pid_alive(int(child.stdout))
@@ -447,8 +447,8 @@ def test_this_process_is_alive_and_a_reaped_child_is_not() -> None:
 
 def test_others_in_flight_are_their_ids_and_unconfirmed_sizes() -> None:
     """Another submitter's confirmed batch is never our candidate; its unconfirmed creates are rivals by size."""
-    from gatekeeper._ledger import Reservation
-    from gatekeeper._reconcile import others_in_flight
+    from gatekeeper.decide._reconcile import others_in_flight
+    from gatekeeper.state._ledger import Reservation
 
     rs = [Reservation("me", 0, 40, None, 10), Reservation("me", 1, 40, "b-mine", 10),
           Reservation("them", 0, 40, "b-theirs", 10), Reservation("them", 1, 40, None, 10),

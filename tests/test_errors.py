@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from gatekeeper import ExitCode, JournalError, LedgerError, OutputError, TransportError, Unreachable, UsageError
-from gatekeeper._cli import main
-from gatekeeper._client import map_transport_error
-from gatekeeper._journal import Journal
-from gatekeeper._ledger import RedisLedger, open_ledger
-from gatekeeper._output import OutputFile, check_writable
+from gatekeeper.api._client import map_transport_error
+from gatekeeper.cli._cli import main
+from gatekeeper.state._journal import Journal
+from gatekeeper.state._ledger import RedisLedger, open_ledger
+from gatekeeper.state._output import OutputFile, check_writable
 from gatekeeper.testing import FakeAPI
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl

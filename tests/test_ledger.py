@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from gatekeeper._errors import UsageError
-from gatekeeper._ledger import LocalLedger, PgLedger, RedisLedger, SqliteLedger, grant, open_ledger
+from gatekeeper.state._ledger import LocalLedger, PgLedger, RedisLedger, SqliteLedger, grant, open_ledger
 from tests.fakes import running_fake
 from tests.runs import gk
 from tests.scenarios import three_submitters, write_job

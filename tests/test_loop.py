@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from gatekeeper import ApiConfig, Secret, SubmitSettings, submit
-from gatekeeper._journal import Journal
-from gatekeeper._loop import Job
-from gatekeeper._queue import connect
+from gatekeeper.api._queue import connect
+from gatekeeper.run._loop import Job
+from gatekeeper.state._journal import Journal
 from gatekeeper.testing import Fault
 from tests.fakes import WS1, running_fake
 from tests.helpers import req, write_jsonl

@@ -15,8 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gatekeeper._render import render_summary
-from gatekeeper._summary import Summary
+from gatekeeper.cli._render import render_summary
+from gatekeeper.run._summary import Summary
 from gatekeeper.testing import FakeAPI, Fault, prompt_of
 from tests.fakes import env_for, running_fake
 from tests.runs import events, gk, start, wait_until

@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-import gatekeeper._parallel
+import gatekeeper.input._parallel
 from gatekeeper import Limits, plan
-from gatekeeper._parallel import forked_map, piece_bounds
+from gatekeeper.input._parallel import forked_map, piece_bounds
 from tests.helpers import req
 
 
@@ -39,7 +39,7 @@ def _messy_file(path: Path, n: int, seed: int) -> Path:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_parallel_report_equals_sequential(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same batches, rejections (in line order), duplicates across pieces, models and largest request."""
-    monkeypatch.setattr(gatekeeper._parallel, "PIECE_BYTES", 8192)  # many small pieces
+    monkeypatch.setattr(gatekeeper.input._parallel, "PIECE_BYTES", 8192)  # many small pieces
     path = _messy_file(tmp_path / "in.jsonl", 3000, seed)
     limits = Limits(max_requests=170, max_bytes=40_000)
     one = plan(path, limits=limits).to_json()
@@ -78,8 +78,8 @@ def test_a_dead_worker_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Mo
     """A reader process killed mid-file (as SIGBUS would, on a file cut short) is an InputError, not a traceback."""
     from gatekeeper._errors import InputError
 
-    monkeypatch.setattr(gatekeeper._parallel, "PIECE_BYTES", 8192)
-    monkeypatch.setattr(gatekeeper._parallel, "scan_piece", _die)
+    monkeypatch.setattr(gatekeeper.input._parallel, "PIECE_BYTES", 8192)
+    monkeypatch.setattr(gatekeeper.input._parallel, "scan_piece", _die)
     path = _messy_file(tmp_path / "in.jsonl", 500, 7)
     with pytest.raises(InputError, match="reader process died"):
         plan(path, workers=2)
@@ -87,7 +87,7 @@ def test_a_dead_worker_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_duplicates_name_their_first_line_across_many_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Line numbers of first sightings are kept relative to each piece: they come back right far into the file."""
-    monkeypatch.setattr(gatekeeper._parallel, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(gatekeeper.input._parallel, "PIECE_BYTES", 4096)
     lines = [orjson.dumps(req(f"r{i}")) for i in range(4000)] + [orjson.dumps(req("r3999")), orjson.dumps(req("r17"))]
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -102,7 +102,7 @@ def test_a_file_that_shrank_under_the_plan_is_one_clear_error(tmp_path: Path, mo
 
     path = _messy_file(tmp_path / "in.jsonl", 300, 3)
     size = path.stat().st_size
-    monkeypatch.setattr(gatekeeper._parallel, "piece_bounds", lambda p, s, n, w: [(0, size // 2), (size // 2, size + 10_000)])
+    monkeypatch.setattr(gatekeeper.input._parallel, "piece_bounds", lambda p, s, n, w: [(0, size // 2), (size // 2, size + 10_000)])
     with pytest.raises(InputError, match="changed while being read"):
         plan(path, workers=2)
 
@@ -117,7 +117,7 @@ def _slow_every_fifth(i: int) -> tuple[int, int]:
 def test_pieces_come_back_in_order_whichever_worker_ends_first(monkeypatch: pytest.MonkeyPatch, ahead: int) -> None:
     """Workers claim pieces as they free up; the parent yields them in input order, holding at most `MAX_AHEAD`
     out of order (1: it then listens only for the worker that has the piece it needs)."""
-    monkeypatch.setattr(gatekeeper._parallel, "MAX_AHEAD", ahead)
+    monkeypatch.setattr(gatekeeper.input._parallel, "MAX_AHEAD", ahead)
     got = list(forked_map(_slow_every_fifth, 40, 2, "in.jsonl"))  # type: ignore[arg-type]
     assert [i for i, _ in got] == list(range(40))
     assert len({pid for _, pid in got}) == 2  # both workers took pieces

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gatekeeper._preflight import Preflight, judge, needs_second_pass
+from gatekeeper.checks._preflight import Preflight, judge, needs_second_pass
 from gatekeeper.testing import DEFAULT_MODELS, FakeModel, count_tokens
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
@@ -163,7 +163,7 @@ def test_token_estimate_is_measured_within_5_percent(tmp_path: Path) -> None:
     fake's own count over the whole file; without one it is bytes / 4, labelled so."""
     import random
 
-    from gatekeeper._calibrate import count_body
+    from gatekeeper.checks._calibrate import count_body
     from gatekeeper.testing import count_tokens
 
     rng = random.Random(7)
@@ -190,7 +190,7 @@ def test_token_sample_is_each_models_lines_up_to_the_size_reproducibly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool, lines_a: int, lines_b: int, per_model: int) -> None:
     """Each model's sample is min(its lines, per_model) distinct lines, the same on every run, whether the file is
     small enough to be read whole or large enough to be probed at random offsets."""
-    import gatekeeper._calibrate as calibrate
+    import gatekeeper.checks._calibrate as calibrate
 
     if not whole:
         monkeypatch.setattr(calibrate, "WHOLE_FILE_BYTES", 0)
@@ -211,7 +211,7 @@ def test_token_sample_is_each_models_lines_up_to_the_size_reproducibly(
 def test_token_sampling_of_few_huge_lines_reads_a_bounded_amount(tmp_path: Path) -> None:
     """Two models of 30 lines of 2 MB each, a sample of 50 that can never fill: the probes stop at their byte
     budget (64 MB) instead of reading lines to their ends 20,000 times (minutes at full CPU before)."""
-    import gatekeeper._calibrate as calibrate
+    import gatekeeper.checks._calibrate as calibrate
 
     rows = [req(f"r{i}", model=("m-a", "m-b")[i % 2], text="x" * (2 << 20)) for i in range(60)]
     path = write_jsonl(tmp_path / "in.jsonl", rows)
@@ -286,7 +286,7 @@ async def test_planning_leaves_the_event_loop_free() -> None:
     import anyio
 
     from gatekeeper import Limits
-    from gatekeeper._preflight import plan_checked
+    from gatekeeper.checks._preflight import plan_checked
 
     def slow_source():
         for i in range(10):

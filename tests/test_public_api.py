@@ -40,10 +40,21 @@ def test_all_is_pinned_and_resolves() -> None:
                                                "Records", "count_tokens"}
 
 
+ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "cli"}  # the packages, in the order data flows
+
+
 def test_implementation_modules_are_private() -> None:
-    """Every module but the package itself and `testing` starts with an underscore."""
-    names = [m.name for m in pkgutil.iter_modules(gatekeeper.__path__)]
-    assert names and all(n.startswith("_") or n == "testing" for n in names), names
+    """Every module starts with an underscore: at the top, beside the packages of the house and `testing`; and in
+    each package, whose own namespace exports nothing (the public API is `gatekeeper` and `gatekeeper.testing`)."""
+    top = {m.name: m.ispkg for m in pkgutil.iter_modules(gatekeeper.__path__)}
+    assert {n for n, pkg in top.items() if pkg} == ROOMS | {"testing"}
+    assert all(n.startswith("_") for n, pkg in top.items() if not pkg), top
+    assert len([n for n, pkg in top.items() if not pkg]) <= 12
+    for room in ROOMS:
+        package = importlib.import_module(f"gatekeeper.{room}")
+        inner = [m.name for m in pkgutil.iter_modules(package.__path__)]
+        assert inner and all(n.startswith("_") for n in inner), (room, inner)
+        assert [n for n in vars(package) if not n.startswith("_")] == [], room
 
 
 def _classes_in(hint: object) -> typing.Iterator[type]:
@@ -111,15 +122,15 @@ def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     data.write_text('{"custom_id": "a", "params": {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}}\n')
     probe = (
         "import sys, contextlib, io\n"
-        "from gatekeeper._cli import main\n"
+        "from gatekeeper.cli._cli import main\n"
         "for argv in (['--version'], ['--help'], ['plan', sys.argv[1]]):\n"
         "    with contextlib.redirect_stdout(io.StringIO()):\n"
         "        try:\n"
         "            main(argv)\n"
         "        except SystemExit:\n"
         "            pass\n"
-        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper._loop', 'pickle', 'shutil', 'typing',"
-        " 'gatekeeper._config')"
+        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper.run._loop', 'pickle', 'shutil', 'typing',"
+        " 'gatekeeper.api._config')"
         " if m in sys.modules))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
@@ -132,7 +143,7 @@ def test_help_is_as_wide_as_shutil_would_make_it(monkeypatch: pytest.MonkeyPatch
     """The CLI finds the help width without importing shutil, and finds the one argparse would have with it."""
     import shutil
 
-    from gatekeeper._parser import _columns
+    from gatekeeper.cli._parser import _columns
 
     if columns is None:
         monkeypatch.delenv("COLUMNS", raising=False)

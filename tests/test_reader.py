@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from gatekeeper import Limits, plan
-from gatekeeper._idindex import FP_SHIFT, IdIndex
-from gatekeeper._reader import Columns, Rejection, estimate_lines, scan, validate
+from gatekeeper.input._idindex import FP_SHIFT, IdIndex
+from gatekeeper.input._reader import Columns, Rejection, estimate_lines, scan, validate
 from tests.helpers import req, write_jsonl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -276,9 +276,9 @@ def test_a_file_s_lines_are_estimated_from_samples(tmp_path: Path, name: str, le
 def test_a_length_sorted_file_does_not_oversize_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Short requests first, long ones after: both readers size the duplicate index for about the requests there
     are (sized from the first lines, it was 30 times too big)."""
-    import gatekeeper._parallel
+    import gatekeeper.input._parallel
 
-    monkeypatch.setattr(gatekeeper._parallel, "PIECE_BYTES", 1 << 18)
+    monkeypatch.setattr(gatekeeper.input._parallel, "PIECE_BYTES", 1 << 18)
     items = [req(f"s{i}") for i in range(20_000)] + [req(f"l{i}", text="x" * 60_000) for i in range(100)]
     path = write_jsonl(tmp_path / "in.jsonl", items)
     reserved: list[int] = []

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from gatekeeper import ApiConfig, SubmitSettings, submit_sync
-from gatekeeper._config import Secret
-from gatekeeper._journal import Journal
-from gatekeeper._settle import classify
+from gatekeeper.api._config import Secret
+from gatekeeper.decide._settle import classify
+from gatekeeper.state._journal import Journal
 from gatekeeper.testing import DEFAULT_MODELS, FakeModel, Outcome, count_tokens
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
@@ -188,7 +188,7 @@ def test_cancelled_mid_create_is_reconciled_not_resent(tmp_path: Path) -> None:
     import anyio
 
     from gatekeeper import submit
-    from gatekeeper._journal import BatchState
+    from gatekeeper.state._journal import BatchState
     from gatekeeper.testing import Fault
 
     path = write_jsonl(tmp_path / "j.jsonl", [req(f"c{i}") for i in range(10)])

@@ -17,9 +17,9 @@ import orjson
 import pytest
 
 from gatekeeper import ApiConfig, JobLive, Secret, SubmitSettings, submit_sync
-from gatekeeper._host import machine_id
-from gatekeeper._journal import Journal
-from gatekeeper._submit import job_name_of
+from gatekeeper.decide._host import machine_id
+from gatekeeper.run._submit import job_name_of
+from gatekeeper.state._journal import Journal
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, output_ids, start_and_wait_for_create
@@ -173,7 +173,7 @@ def test_archived_results_at_rebuild_are_reported_not_resent(tmp_path: Path, pg_
 
 def test_a_live_job_is_refused_by_name_until_its_lease_expires(tmp_path: Path, pg_url: str, job_name: str) -> None:
     """Two hosts, one job name: the second is refused naming the first's host, and runs once the lease has expired."""
-    from gatekeeper._journal import Journal
+    from gatekeeper.state._journal import Journal
 
     path = write_jsonl(tmp_path / "in.jsonl", [req("only")])
     holder = Journal.open_shared(pg_url, job_name, tmp_path / "elsewhere")

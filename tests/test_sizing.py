@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gatekeeper import InputError, Limits, iter_batches, plan
-from gatekeeper._sizing import ENVELOPE_BYTES, Packer, body_chunks, body_size
+from gatekeeper.input._sizing import ENVELOPE_BYTES, Packer, body_chunks, body_size
 
 # Any character but a surrogate (which has no UTF-8): spelled as two code point ranges rather than by codec or
 # Unicode category, which make hypothesis build its character map first (3 s of CPU in every worker of a fresh

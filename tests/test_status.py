@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gatekeeper._cli import main
+from gatekeeper.cli._cli import main
 from tests.fakes import WS1, WS2, env_for, running_fake
 
 

@@ -14,7 +14,7 @@ import time
 import orjson
 import pytest
 
-from gatekeeper._watch import bar, min_interval, sparkline, watch
+from gatekeeper.watch._watch import bar, min_interval, sparkline, watch
 from tests.fakes import env_for, running_fake
 from tests.runs import start
 

@@ -31,14 +31,14 @@ with open(sys.argv[1], 'rb') as f:
 """
 
 WORKER = """import gc, sys
-from gatekeeper._parallel import scan_piece
+from gatekeeper.input._parallel import scan_piece
 gc.disable()
 scan_piece(sys.argv[1], 0, int(sys.argv[3]), 1 << 28)
 """
 
 PROBE = """import sys
 from array import array
-from gatekeeper._idindex import FP_SHIFT, IdIndex
+from gatekeeper.input._idindex import FP_SHIFT, IdIndex
 ids, n = 100_000, int(sys.argv[1])  # the same ids made either way; n of them added
 fps = array("i", [hash(f"req-{i:08d}") >> FP_SHIFT for i in range(ids)])
 lines, offsets = array("I", range(1, ids + 1)), array("q", range(ids))

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from make_requests import write  # noqa: E402
 
-from gatekeeper._journal import JobPlan, Journal  # noqa: E402
+from gatekeeper.state._journal import JobPlan, Journal  # noqa: E402
 from gatekeeper.testing import FakeAPI, FakeConfig  # noqa: E402
 
 

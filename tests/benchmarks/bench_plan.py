@@ -30,7 +30,7 @@ print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 PLAN = """
 import resource, sys, time
 import gatekeeper
-from gatekeeper._parallel import auto_workers
+from gatekeeper.input._parallel import auto_workers
 t = time.perf_counter()
 r = gatekeeper.plan(sys.argv[1], workers=auto_workers(sys.argv[1]))  # what `gatekeeper plan` does
 print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, r.requests,

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gatekeeper._journal import JobPlan, Journal
+from gatekeeper.state._journal import JobPlan, Journal
 
 
 def build(state: Path, requests: int, batches: int) -> None:

@@ -1,0 +1,1 @@
+"""Talking to the API: keys, retries, the HTTP client (httpx errors mapped here), the queue read over every key."""

@@ -1,0 +1,95 @@
+"""API configuration: keys, base URL. Read from the environment only by the CLI (`from_env`).
+
+Keys travel as `Secret`, whose repr and str hide the value, so a key cannot leak
+through a log line, an exception message or a debugging print by accident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from .._errors import UsageError
+from .._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+
+class Secret:
+    """An API key. `reveal()` is the one way to the value; it is called only where a header is built."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def fingerprint(self) -> str:
+        """A short one-way digest: tells two keys apart (the same workspace) without keeping either."""
+        import hashlib
+
+        return hashlib.sha256(b"gatekeeper-key:" + self._value.encode()).hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("a Secret cannot be pickled")
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a URL, with the default port filled in."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or (443 if scheme == "https" else 80)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def workspace_keys(primary: str | None, extra: str | None) -> list[Secret]:
+    """Workspace keys in order, deduplicated: the same key twice would double the measured depth."""
+    out: list[Secret] = []
+    seen: set[str] = set()
+    for candidate in [primary or ""] + (extra or "").split(","):
+        key = candidate.strip()
+        if key and key not in seen:
+            seen.add(key)
+            out.append(Secret(key))
+    return out
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """Where the API is and which keys to use. Built explicitly, or by `from_env` in the CLI."""
+
+    workspace_keys: list[Secret] = field(default_factory=list)
+    admin_key: Secret | None = None
+    base_url: str = DEFAULT_BASE_URL
+
+    def __post_init__(self) -> None:
+        scheme, host, _ = origin(self.base_url)
+        if scheme not in ("http", "https") or not host:
+            raise UsageError(f"the base URL must be an http(s) URL, got {self.base_url!r}", setting="base_url")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> ApiConfig:
+        admin = (environ.get("ANTHROPIC_ADMIN_KEY") or "").strip()
+        return cls(
+            workspace_keys=workspace_keys(environ.get(API_KEY_VARIABLE), environ.get(EXTRA_KEYS_VARIABLE)),
+            admin_key=Secret(admin) if admin else None,
+            base_url=(environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/"),
+        )
+
+    def require_workspace_key(self) -> None:
+        if not self.workspace_keys:
+            raise UsageError("no workspace key: ApiConfig.workspace_keys is empty")

@@ -1,0 +1,97 @@
+"""Reading the queue over the network: the ceiling (Admin API) and the depth (every workspace key)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ApiError, AuthenticationError, TransportError
+from ..decide._headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches, parse_time
+from ._client import ApiClient, RetryNotice, open_http
+from ._config import ApiConfig
+from ._retry import CallBudget, RetryPolicy
+
+# A batch expires 24 h after creation, so one created longer ago than this has
+# ended: listing (newest first) can stop there instead of reading all history.
+LIVE_HORIZON = dt.timedelta(hours=25)
+
+
+@dataclass
+class Connection:
+    """One client per workspace key (labelled by position), plus the Admin client when a key was given."""
+
+    workspaces: Sequence[ApiClient]
+    admin: ApiClient | None
+
+    @property
+    def primary(self) -> ApiClient:
+        return self.workspaces[0]
+
+
+@asynccontextmanager
+async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float = 300.0,
+                  on_retry: RetryNotice | None = None) -> AsyncIterator[Connection]:
+    """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's).
+    `on_retry` hears of every call that is retried (so nobody waits in silence)."""
+    config.require_workspace_key()
+    budget = CallBudget(per_minute=max_rpm)
+    async with open_http() as http:
+        ws = [
+            ApiClient(http, config.base_url, key, label=f"workspace key {i + 1}", retry=retry, budget=budget,
+                      on_retry=on_retry)
+            for i, key in enumerate(config.workspace_keys)
+        ]
+        admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry, on_retry=on_retry)
+                 if config.admin_key else None)  # the Admin API has its own limits
+        yield Connection(ws, admin)
+
+
+async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[str, Any]]:
+    """Every batch one key can see that may still be live: newest first, stopping past the 25-hour horizon."""
+    horizon = now - LIVE_HORIZON.total_seconds()
+    async for batch in client.iter_batches(limit=1000):
+        created = parse_time(batch.get("created_at"))
+        if created is not None and created < horizon:
+            return
+        yield batch
+
+
+async def read_live(client: ApiClient, workspace: str, *, now: float | None = None) -> list[LiveBatch]:
+    """The live batches one key can see."""
+    return live_batches([b async for b in recent_batches(client, time.time() if now is None else now)], workspace)
+
+
+async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | None, str | None, str | None]:
+    """(ceiling, source, error). `override` (--ceiling) wins; an Admin key that is refused is a configuration error."""
+    if override is not None:
+        return override, "--ceiling", None
+    if conn.admin is None:
+        return None, None, "no admin key"
+    try:
+        entries = await conn.admin.rate_limits("batch")
+    except AuthenticationError:
+        raise  # a refused key is a configuration error, not a missing reading
+    except (ApiError, TransportError) as exc:
+        return None, None, f"could not read the ceiling: {exc}"
+    ceiling = enqueued_ceiling(entries)
+    if ceiling is None:
+        return None, None, "the rate-limits answer has no batch group with enqueued_batch_requests"
+    return ceiling, "admin-api", None
+
+
+async def read_depth(conn: Connection) -> list[LiveBatch]:
+    rows: list[LiveBatch] = []
+    for i, client in enumerate(conn.workspaces):
+        rows.extend(await read_live(client, f"ws{i + 1}"))
+    return rows
+
+
+async def read_headroom(conn: Connection, *, ceiling: int | None = None) -> Headroom:
+    """One full reading: ceiling and depth over every workspace key."""
+    value, source, error = await read_ceiling(conn, ceiling)
+    rows = await read_depth(conn)
+    return build_headroom(value, rows, len(conn.workspaces), ceiling_source=source, ceiling_error=error)

@@ -1,0 +1,1 @@
+"""The input judged against the live API before anything is sent: models, and tokens measured."""

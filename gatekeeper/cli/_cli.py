@@ -1,0 +1,566 @@
+"""The `gatekeeper` command: parsing, wiring and printing only.
+
+Exit codes mean the same in every command: 0 all good, 1 finished with
+findings, 2 usage or configuration error, 130 interrupted.
+
+Each command imports what it uses when it runs: `--version`, `--help` and
+`plan` never load httpx or anyio, so the command starts as fast as Python does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from .._errors import ExitCode, GatekeeperError, UsageError
+from .._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
+from ._parser import build_parser
+from ._render import render_plan, render_plan_brief, render_status, render_summary, retry_line, status_report
+
+TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from ..api._config import ApiConfig
+    from ..decide._headroom import Headroom
+    from ..input._planner import PlanReport
+    from ..input._sizing import Limits
+    from ..run._settings import SubmitSettings
+    from ..run._summary import Summary
+    from ..state._ledger import Reservation
+
+
+# Library settings named in errors -> the flag or variable a CLI user sets.
+FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "--only", "ceiling": "--ceiling",
+         "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port",
+         "base_url": "ANTHROPIC_BASE_URL", "admin_key": "ANTHROPIC_ADMIN_KEY",
+         "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS",
+         "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
+         "lease_ttl": "--lease-ttl"}
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    from pathlib import Path
+
+    if args.state:
+        return Path(args.state)
+    if getattr(args, "input", None) and args.input != "-":
+        from ..run._settings import default_state_dir
+
+        return default_state_dir(args.input)
+    if getattr(args, "journal", None) and getattr(args, "job", None):
+        return Path.cwd()  # a named job in a shared journal needs no local state to be read
+    raise UsageError("give the run's INPUT or --state DIR")
+
+
+def _job(args: argparse.Namespace) -> dict[str, str | None]:
+    """The shared journal and job name a reading command (results, report, cancel) was given; the name, when not
+    given, derived as submit derives it: from the INPUT's sha256 and ANTHROPIC_API_KEY."""
+    if not args.journal or args.job:
+        return {"journal": args.journal, "job": args.job}
+    config = _optional_api_config()
+    if not args.input or args.input == "-" or config is None:
+        raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
+                         "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
+    from ..run._submit import job_name_of
+
+    return {"journal": args.journal, "job": job_name_of(args.input, config)}
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    from ..input._sizing import Limits
+
+    try:
+        return Limits(max_requests=args.max_requests, max_bytes=args.max_bytes)
+    except ValueError as exc:
+        raise UsageError(f"--max-requests/--max-bytes: {exc}") from None
+
+
+def orjson_line(obj: Any) -> str:
+    import orjson
+
+    return orjson.dumps(obj).decode()
+
+
+def _print_json(obj: Any) -> None:
+    import orjson
+
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import signal
+
+    from .._prices import load_prices
+    from ..input._parallel import auto_workers
+    from ..input._planner import plan
+
+    signal.signal(signal.SIGTERM, _interrupt)  # an orchestrator's stop is a Ctrl-C: exit 130, workers reaped
+
+    prices = load_prices(args.prices)
+    workers = args.workers if args.workers is not None else auto_workers(args.input)
+    config = _optional_api_config()
+    check = config is not None and not args.no_preflight and args.input != "-"  # (stdin cannot be read twice)
+    report = plan(args.input, limits=_limits(args), workers=workers, models={} if check else None)
+    if config is not None and check:
+        report = _preflight_plan(args, config, report, workers)
+    estimate = report.estimate(prices)
+    if args.json:
+        _print_json({**report.to_json(), "estimate": estimate})
+    else:
+        print(render_plan(report, args.input))
+        cost = "unknown (a model has no price)" if estimate["input_cost_usd"] is None else f"~${estimate['input_cost_usd']:,.2f}"
+        print(f"estimate        ~{estimate['input_tokens']:,} input tokens, {cost} at batch prices ({estimate['method']})")
+    return ExitCode.OK if report.ok else ExitCode.FINDINGS
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanReport, workers: int | None) -> PlanReport:
+    """Judge the planned input's models against the Models API; plan again only when some line can fail."""
+    import anyio
+
+    from ..api._queue import connect
+    from ..checks._calibrate import calibrate
+    from ..checks._preflight import check_models, needs_second_pass, outcome
+    from ..input._planner import plan
+
+    async def check() -> Any:
+        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
+            return await check_models(conn.primary, report.models)
+
+    pf = anyio.run(check)
+    if not pf.checked:
+        print(f"gatekeeper: warning: {pf.reason}", file=sys.stderr)
+    if needs_second_pass(pf, report.max_tokens_peak):
+        report = plan(args.input, limits=_limits(args), workers=workers, models=pf.rules())
+    report.preflight = outcome(pf, report.errors)
+
+    async def measure() -> Any:
+        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
+            return await calibrate(conn.primary, args.input, report.model_bytes, args.token_sample)
+
+    if args.token_sample == 0 or not pf.checked:  # (an API that cannot answer about models will not count tokens)
+        return report
+    report.calibration = anyio.run(measure)
+    if not report.calibration.get("measured"):
+        print(f"gatekeeper: warning: {report.calibration.get('reason')}; the estimate is bytes / 4", file=sys.stderr)
+    return report
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..decide._headroom import FINDINGS
+
+    config = _api_config()
+    read = _status_reader(args, config)
+    if args.watch is not None:
+        return _watch_status(args, config, read)
+    h, reservations = anyio.run(read)
+    report = status_report(h, reservations, args.threshold)
+    if args.json:
+        _print_json(report)
+    else:
+        print(render_status(report))
+    return ExitCode.FINDINGS if report["verdict"] in FINDINGS else ExitCode.OK
+
+
+def _status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], Any]:
+    """One reading of the queue (and the ledger's reservations with --ledger), as an async function."""
+    from ..api._queue import connect, read_headroom
+    from ..state._ledger import open_ledger
+
+    async def read() -> tuple[Headroom, list[Reservation] | None]:
+        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
+            h = await read_headroom(conn, ceiling=args.ceiling)
+        if not args.ledger:
+            return h, None
+        ledger = open_ledger(args.ledger, owner="status")
+        try:
+            await ledger.ping()
+            return h, await ledger.reservations()
+        finally:
+            await ledger.close()
+
+    return read
+
+
+def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[], Any]) -> int:
+    """status --watch: until Ctrl-C (exit 0); never faster than the call budget allows."""
+    import anyio
+
+    from ..watch._watch import min_interval, watch
+
+    interval = max(args.watch, min_interval(len(config.workspace_keys), args.max_rpm))
+    tty = sys.stdout.isatty() and not args.json
+
+    def reading() -> dict[str, Any]:
+        h, reservations = anyio.run(read)
+        return status_report(h, reservations, args.threshold)
+
+    try:
+        watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout)
+    except KeyboardInterrupt:
+        pass
+    return ExitCode.OK
+
+
+def _retry_notice(args: argparse.Namespace) -> Callable[[dict[str, Any]], None]:
+    """A retried call, told on stderr: a JSON event with --json, else one line (nobody waits in silence)."""
+    def notice(fields: dict[str, Any]) -> None:
+        if getattr(args, "json", False):
+            print(orjson_line({"event": "retrying", **fields}), file=sys.stderr, flush=True)
+        else:
+            print(f"gatekeeper: {retry_line(fields)}", file=sys.stderr, flush=True)
+
+    return notice
+
+
+def _crash_hook(spec: str | None) -> Callable[[str], None]:
+    """GATEKEEPER_CRASH_AT=point[:n]: SIGKILL ourselves the n-th time `point` is reached (the crash tests use it)."""
+    import signal
+
+    if not spec:
+        return lambda name: None
+    point, _, nth = spec.partition(":")
+    remaining = [int(nth or 1)]
+
+    def checkpoint(name: str) -> None:
+        if name == point:
+            remaining[0] -= 1
+            if remaining[0] <= 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    return checkpoint
+
+
+def _api_config() -> ApiConfig:
+    """The API's URL and keys, from the environment (the one place the CLI reads them)."""
+    from ..api._config import ApiConfig
+
+    config = ApiConfig.from_env(os.environ)
+    if not config.workspace_keys:
+        raise UsageError("set ANTHROPIC_API_KEY to a workspace API key (and ANTHROPIC_EXTRA_WORKSPACE_KEYS, "
+                         "comma-separated, to cover more workspaces of the organization)")
+    return config
+
+
+def _optional_api_config() -> ApiConfig | None:
+    """As `_api_config`, or None when no workspace key is set (`plan` and `status` work without one)."""
+    if not (os.environ.get(API_KEY_VARIABLE) or os.environ.get(EXTRA_KEYS_VARIABLE)):
+        return None  # (without importing the configuration, 33 M instructions of `plan`'s start)
+    from ..api._config import ApiConfig
+
+    config = ApiConfig.from_env(os.environ)
+    return config if config.workspace_keys else None
+
+
+def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
+    from pathlib import Path
+
+    from ..run._settings import SubmitSettings
+
+    return SubmitSettings(
+        state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
+        poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
+        reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
+        ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
+        allow_duplicate=args.allow_duplicate, resume_canceled=args.resume_canceled, preflight=not args.no_preflight,
+        budget=args.budget,
+        token_sample=args.token_sample, journal=args.journal, job=args.job, lease_ttl=args.lease_ttl,
+    )
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    import anyio
+
+    from .._prices import load_prices
+    from ..run._submit import dry_run
+
+    if args.input == "-":
+        raise UsageError("submit needs a file it can read again on resume, not standard input: save it first")
+    config = _api_config()
+    settings = _submit_settings(args)
+    if not args.dry_run:
+        return _submit_run(args, config, settings)
+    prices = load_prices(args.prices)
+    notice = _retry_notice(args)
+    result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings, prices=prices,
+                                       on_event=lambda e, f: notice(f)))
+    if args.json:
+        _print_json(result)
+    else:
+        print(render_plan_brief(result))
+    return ExitCode.OK if result["plan"]["invalid"] == 0 else ExitCode.FINDINGS
+
+
+def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSettings) -> int:
+    """The whole job, with progress on stderr; Ctrl-C stops at the next safe point, twice at once."""
+    import shlex
+
+    import anyio
+
+    from .._errors import Interrupted
+    from .._prices import load_prices
+    from ..run._submit import submit
+    from ._progress import Progress
+
+    progress = Progress(sys.stderr, "json" if args.json or not sys.stderr.isatty() else "tty")
+    prices = load_prices(args.prices)
+
+    async def run(stop: anyio.Event) -> Summary:
+        return await submit(args.input, config=config, settings=settings, on_event=progress, stop=stop,
+                            checkpoint=_crash_hook(os.environ.get("GATEKEEPER_CRASH_AT")), prices=prices)
+
+    try:
+        summary = anyio.run(_with_signals, run, progress.close)
+    except Interrupted:
+        progress.close()
+        resume = "gatekeeper " + " ".join(shlex.quote(_masked(a)) for a in args.argv)
+        print(f"gatekeeper: interrupted; batches already created keep processing. Resume with: {resume}", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    finally:
+        progress.close()
+    if args.json:
+        _print_json(summary.to_json())
+    else:
+        print(render_summary(summary))
+    return ExitCode.OK if summary.ok else ExitCode.FINDINGS
+
+
+async def _with_signals(body: Callable[[Any], Any], on_stop: Callable[[], None]) -> Any:
+    """Run `body(stop)` with SIGINT/SIGTERM setting `stop`; a second signal exits at once (the journal is
+    consistent at every instant). Errors are re-raised as they are, not wrapped by the task group."""
+    import signal
+
+    import anyio
+
+    stop = anyio.Event()
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+
+    async def watch() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                if stop.is_set():
+                    os._exit(ExitCode.INTERRUPTED)
+                stop.set()
+                on_stop()
+                print("gatekeeper: stopping at the next safe point (Ctrl-C again to exit at once)", file=sys.stderr)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        try:
+            outcome.append(await body(stop))
+        except Exception as exc:
+            failure.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from .._prices import load_prices
+    from ..run._results import export
+    from ..run._submit import job_summary
+    from ..state._output import check_writable
+
+    ref = _job(args)  # first: without a name, say how to give one
+    state = _state_dir(args)
+    only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
+    if args.json and not args.out:
+        raise UsageError("results --json prints the summary: give --out FILE for the lines")
+    if args.out:
+        check_writable(args.out)
+        with open(args.out, "wb") as f:
+            count = export(state, f, in_order=args.in_order, only=only, journal_url=ref["journal"], job=ref["job"])
+    else:
+        count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only, journal_url=ref["journal"], job=ref["job"])
+        sys.stdout.flush()
+    summary = job_summary(state, load_prices(args.prices), **ref)
+    if args.json:
+        _print_json({**summary.to_json(), "written": count, "written_to": args.out})
+    elif args.out:
+        print(render_summary(summary))
+        print(f"wrote {count:,} line(s) to {args.out}")
+    if summary.invalid and "rejected" not in (only or ()) and not args.json:
+        print(f"gatekeeper: {summary.invalid:,} input line(s) were rejected before sending and are not results; "
+              "--only rejected lists them", file=sys.stderr)
+    return ExitCode.OK  # a good export; what the job's results hold is in them and in its summary
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..run._submit import cancel
+
+    config = _api_config()
+    ref = _job(args)  # first: without a name, say how to give one
+    state = _state_dir(args)
+    notice = _retry_notice(args)
+    result = anyio.run(lambda: cancel(state, config=config, max_rpm=args.max_rpm, on_event=lambda e, f: notice(f),
+                                      journal=ref["journal"], job=ref["job"]))
+    if args.json:
+        _print_json(result)
+    else:
+        for b in result["canceled"]:
+            print(f"canceled batch {b['batch']} {b['id']} ({b['status']})")
+        print(f"{len(result['canceled'])} batch(es) canceled; {result['not_sent']:,} planned requests will not be sent. "
+              "Rerun submit to collect what ended.")
+    return ExitCode.OK
+
+
+def cmd_fake_api(args: argparse.Namespace) -> int:
+    import time
+
+    from ..testing import FakeAPI, FakeConfig, Outcome
+
+    keys = args.workspace_key or ["test-key-ws1"]
+    bad_model = args.error_model
+    config = FakeConfig(
+        ceiling=args.ceiling, rate=args.rate, speed=args.speed,
+        workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key},
+        outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
+                 if model == bad_model else None) if bad_model else None,
+    )
+    with FakeAPI(config, port=args.port) as fake:
+        # (made-up keys the fake accepts: printing them is what lets a newcomer paste them)
+        env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": keys[0], "ANTHROPIC_ADMIN_KEY": args.admin_key}
+        if len(keys) > 1:
+            env["ANTHROPIC_EXTRA_WORKSPACE_KEYS"] = ",".join(keys[1:])
+        info = {"url": fake.url, "ceiling": args.ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
+                "env": env}
+        if args.json:
+            _print_json(info)
+        else:
+            print(f"fake Batches API on {fake.url} (ceiling {args.ceiling:,}, {args.rate:,.0f} requests/s, speed x{args.speed:g}); "
+                  f"{len(keys):,} workspace key(s); Ctrl-C stops it. In another shell:\n"
+                  f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return ExitCode.OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .._prices import load_prices
+    from ..state._output import check_writable
+    from ..watch._report import render_html, run_report
+
+    ref = _job(args)  # first: without a name, say how to give one
+    state = _state_dir(args)
+    data = run_report(state, load_prices(args.prices), journal=ref["journal"], job=ref["job"])
+    if args.json:
+        _print_json(data)
+        return ExitCode.OK
+    out = check_writable(args.out or str(state / "report.html"), "the report")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(render_html(data))
+    print(f"wrote {out} ({data['status']}: {data['summary']['succeeded']:,} of {data['summary']['requests']:,} succeeded, "
+          f"{len(data['batches']):,} batches)")
+    return ExitCode.OK
+
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    import anyio
+
+    from .._prices import load_prices
+    from ..watch._exporter import Snapshot, run_figures, serve
+    from ..watch._watch import min_interval
+
+    config = _api_config()
+    if args.job and not args.journal:
+        raise UsageError("exporter --job reads a job in a shared journal: give --journal URL too")
+    prices = load_prices(args.prices)
+    snap = Snapshot()
+    url, server = serve(snap, args.threshold, args.listen, args.port)
+    interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
+    if args.json:  # one line: a long-running command's output is read line by line
+        print(orjson_line({"url": url, "interval": interval}), flush=True)
+    else:
+        print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it", flush=True)
+    read = _status_reader(args, config)
+    try:
+        while True:
+            try:
+                h, reservations = anyio.run(read)
+                runs = {Path(d).name: run_figures(Path(d), prices) for d in args.state}
+                runs.update({job: run_figures(Path.cwd(), prices, journal=args.journal, job=job) for job in args.job})
+            except GatekeeperError as exc:
+                with snap.lock:
+                    snap.errors += 1
+                print(f"gatekeeper: reading failed, the last values are kept: {_for_cli(exc)}", file=sys.stderr, flush=True)
+            else:
+                with snap.lock:
+                    snap.headroom, snap.reservations, snap.runs = h, reservations, runs
+                    snap.read_at, snap.readings = time.time(), snap.readings + 1
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return ExitCode.OK
+    finally:
+        server.shutdown()
+
+
+COMMANDS = {"plan": cmd_plan, "status": cmd_status, "submit": cmd_submit, "results": cmd_results, "cancel": cmd_cancel,
+            "report": cmd_report, "exporter": cmd_exporter, "fake-api": cmd_fake_api}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        args.argv = argv
+        _warn_passwords_in_argv(argv)
+        if not args.command:
+            parser.print_help(sys.stderr)
+            return ExitCode.USAGE
+        return int(COMMANDS[args.command](args))
+    except GatekeeperError as exc:
+        print(f"gatekeeper: {_for_cli(exc)}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("gatekeeper: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # Output piped into `head`: not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return ExitCode.OK
+
+
+def _masked(arg: str) -> str:
+    """An argument with the password of any URL in it masked."""
+    if "://" not in arg:
+        return arg
+    from ..state._db import safe_url
+
+    return safe_url(arg)  # (also --journal=URL)
+
+
+def _warn_passwords_in_argv(argv: list[str]) -> None:
+    """A password written in a URL on the command line can be read by every user of the host (ps)."""
+    if any(_masked(a) != a for a in argv):
+        print("gatekeeper: warning: a URL on the command line holds a password, which other users can read with ps; "
+              "give it in PGPASSWORD or ~/.pgpass (PostgreSQL), or the whole URL in GATEKEEPER_JOURNAL or "
+              "GATEKEEPER_LEDGER", file=sys.stderr)
+
+
+def _for_cli(exc: GatekeeperError) -> str:
+    """The library's message, with the flag that sets the setting it names."""
+    flag = FLAGS.get(getattr(exc, "setting", None) or "")
+    text = str(exc).replace("\n", " ")
+    return f"{text} ({flag})" if flag and flag not in text else text

@@ -1,0 +1,350 @@
+"""The `gatekeeper` command line's parser: every command, flag and help text. Imports nothing heavy.
+
+A flag means the same in every command: the shared ones are added by the `_add_*` helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from .._errors import UsageError
+from .._version import __version__
+from .._wire import API_MAX_BYTES, API_MAX_REQUESTS
+
+TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", "").replace(",", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_non_negative_int = _int_at_least(0)
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def _percent(text: str) -> int:
+    value = _positive_int(text)
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"must be a percentage from 1 to 100, got {value}")
+    return value
+
+
+def _columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size` finds it, without importing shutil: argparse imports it
+    for every formatter it makes (one a flag added), and with it bz2 and lzma, 5 ms of every start."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0 and sys.__stdout__ is not None:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Wrapped(argparse.HelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_columns() - 2)  # (argparse's own margin)
+
+
+class _Raw(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_columns() - 2)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() owns every exit code."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog.removeprefix('gatekeeper').strip() or 'usage'}: {message}")
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the human report")
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-requests", type=_positive_int, default=API_MAX_REQUESTS, metavar="N",
+                   help=f"requests per batch at most (default and API limit {API_MAX_REQUESTS:,})")
+    p.add_argument("--max-bytes", type=_positive_int, default=API_MAX_BYTES, metavar="N",
+                   help=f"bytes per create body at most (default and API limit {API_MAX_BYTES:,})")
+
+
+HELP = {  # one line a command, for the top-level --help (the other commands' flags are not built)
+    "plan": "validate and size a JSONL of batch requests (dry run, nothing sent)",
+    "status": "queue depth against the organization's ceiling, with a verdict",
+    "submit": "run the whole job: admit batches against headroom, collect, resubmit, resume",
+    "results": "re-export a run's final results (also while it runs)",
+    "cancel": "cancel a run's live batches and record it",
+    "report": "one self-contained HTML page of a run: the queue over time, every batch, outcomes",
+    "exporter": "serve Prometheus metrics of the queue and of runs",
+    "fake-api": "run the fake Batches API on loopback for offline rehearsal",
+}
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; given `argv` naming a command, only that command is built (building all of them costs
+    about 20 ms of every start); otherwise every command is listed, without its flags."""
+    parser = _Parser(prog="gatekeeper", description="Get very large Message Batches jobs through the API without tripping its limits.",
+                     formatter_class=_Wrapped)
+    parser.add_argument("--version", action="version", version=f"gatekeeper {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    wanted = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
+    for name, add in (("plan", _plan_parser), ("status", _status_parser), ("submit", _submit_parser),
+                      ("results", _results_parser), ("cancel", _cancel_parser), ("report", _report_parser),
+                      ("exporter", _exporter_parser), ("fake-api", _fake_api_parser)):
+        if wanted is None or wanted == name:
+            add(sub)
+        elif wanted not in HELP:
+            sub.add_parser(name, help=HELP[name], formatter_class=_Wrapped)
+    return parser
+
+
+
+
+def _command(sub: argparse._SubParsersAction[_Parser], name: str, *, help: str, description: str) -> _Parser:  # noqa: A002
+    """A subcommand whose description keeps its line breaks (its "Example usage:" block)."""
+    return sub.add_parser(name, help=help, description=description, formatter_class=_Raw)
+
+
+def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "plan", help=HELP["plan"],
+                 description="Validate every line and cut the input into legal batches. Nothing is sent.\n\n"
+                 "Example usage:\n  gatekeeper plan requests.jsonl\n  gatekeeper plan - --json < requests.jsonl")
+    p.add_argument("input", help="JSONL file of {custom_id, params} lines, or - for standard input")
+    _add_limits(p)
+    _add_prices(p)
+    _add_no_preflight(p)
+    _add_max_rpm(p)
+    p.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
+                   help="processes that validate a file in parallel (default: 2 on two or more cores for files over 64 MB; 0: one process)")
+    _add_json(p)
+
+
+def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "status", help=HELP["status"],
+                 description="Read the batch queue: the enqueued_batch_requests ceiling (Admin API, or --ceiling) "
+                 "and the depth over every workspace key. Read only.\n\nEnvironment: ANTHROPIC_API_KEY, "
+                 "ANTHROPIC_EXTRA_WORKSPACE_KEYS, ANTHROPIC_ADMIN_KEY, ANTHROPIC_BASE_URL.\n\n"
+                 "Example usage:\n  gatekeeper status\n  gatekeeper status --threshold 90 --json")
+    _add_ceiling(p)
+    p.add_argument("--threshold", type=_percent, default=80, metavar="PCT",
+                   help="occupancy (percent) at which the queue is a finding (default 80)")
+    p.add_argument("--watch", type=_positive_float, nargs="?", const=30.0, default=None, metavar="SECONDS",
+                   help="re-read every SECONDS (default 30; never faster than --max-rpm allows) until Ctrl-C: one "
+                   "screen redrawn on a terminal, one JSON object a reading otherwise or with --json")
+    _add_ledger(p)
+    _add_max_rpm(p)
+    _add_json(p)
+
+
+def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "submit", help=HELP["submit"],
+                 description="Validate and size INPUT, then create batches only as the queue can take them, "
+                 "collect their results into one output file, resubmit what can succeed on another try, until "
+                 "every valid request has a final result. Rerun the same command to resume.\n\n"
+                 "State: INPUT.gatekeeper/ beside the input (or --state); results: STATE/results.jsonl (or --out).\n\n"
+                 "Example usage:\n  gatekeeper submit big.jsonl\n  gatekeeper submit big.jsonl --dry-run\n"
+                 "  gatekeeper submit big.jsonl --json --poll 60 > summary.json")
+    p.add_argument("input", help="JSONL file of {custom_id, params} lines")
+    _add_state(p)
+    p.add_argument("--out", default=None, metavar="FILE", help="results file (default STATE/results.jsonl)")
+    _add_ceiling(p)
+    p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
+                   help="requests of queue headroom to leave for others (default 0)")
+    p.add_argument("--poll", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="seconds between queue readings (default 30)")
+    p.add_argument("--max-in-flight", type=_positive_int, default=None, metavar="N",
+                   help="our batches live at once, at most (default: as many as fit)")
+    p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
+                   help="attempts per request, the first included, for results that can succeed on another try (default 3)")
+    p.add_argument("--reconcile-grace", type=_positive_float, default=180.0, metavar="SECONDS",
+                   help="how long a create whose answer was lost may take to appear in the listing before it is "
+                   "taken as not created (default 180)")
+    _add_limits(p)
+    _add_prices(p)
+    _add_ledger(p)
+    _add_journal(p)
+    p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
+                   help="how long a dead submitter's reservations outlive its last heartbeat (default 900)")
+    p.add_argument("--results-grace", type=_positive_float, default=3600.0, metavar="SECONDS",
+                   help="how long after a batch ends a 404 or a missing results_url is waited out before its requests "
+                   "are reported as results unavailable (default 3600)")
+    _add_no_preflight(p)
+    p.add_argument("--budget", type=_positive_float, default=None, metavar="USD",
+                   help="spend at most this much (batch prices, worst case counted before each create); a rerun "
+                   "with a higher budget continues")
+    p.add_argument("--resume-canceled", action="store_true",
+                   help="a job stopped by cancel sends the requests it never sent (without it, a rerun only collects)")
+    p.add_argument("--allow-duplicate", action="store_true",
+                   help="run even while another job with the same input and workspace is live in the --ledger")
+    _add_max_rpm(p)
+    p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")
+    _add_json(p)
+
+
+def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "results", help=HELP["results"],
+                 description="Write the final result lines of a submit run: all, filtered, or in input order. "
+                 "While the run goes on, this is what is final so far.\n\nExample usage:\n"
+                 "  gatekeeper results big.jsonl --in-order --out ordered.jsonl\n"
+                 "  gatekeeper results --state job.state --only errored,expired")
+    _add_run(p)
+    p.add_argument("--out", default=None, metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--in-order", action="store_true", help="in input order (default: the order results arrived)")
+    p.add_argument("--only", default=None, metavar="TYPES",
+                   help="comma-separated result types (succeeded, errored, expired, canceled), error types, and/or "
+                   "rejected (the input lines refused before sending, with line number and reason)")
+    _add_prices(p)
+    _add_json(p)
+
+
+def _cancel_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "cancel", help=HELP["cancel"],
+                 description="Cancel the live batches of a submit run; a rerun of submit then sends nothing new and "
+                 "collects what ended.\n\nExample usage:\n  gatekeeper cancel big.jsonl\n  gatekeeper cancel --state /data/job.state")
+    _add_run(p)
+    _add_max_rpm(p)
+    _add_json(p)
+
+
+def _report_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "report", help=HELP["report"],
+                 description="Draw a run from its journal alone (finished, running or interrupted): the queue "
+                 "against the ceiling with our share, every batch from create to end, results and errors by type, "
+                 "retries, tokens and cost, settings and the input's identity. No scripts, no network.\n\n"
+                 "Example usage:\n  gatekeeper report big.jsonl\n  gatekeeper report --state job.state --out night.html\n"
+                 "  gatekeeper report big.jsonl --json")
+    _add_run(p)
+    p.add_argument("--out", default=None, metavar="FILE", help="the HTML file (default STATE/report.html)")
+    _add_prices(p)
+    _add_json(p)
+
+
+def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "exporter", help=HELP["exporter"],
+                 description="Read the queue every --interval seconds (never once per scrape) and serve the last "
+                 "reading as Prometheus metrics, with the figures of the runs given by --state. Needs "
+                 "pip install 'gatekeeper[exporter]'.\n\nExample usage:\n  gatekeeper exporter --port 9465\n"
+                 "  gatekeeper exporter --port 9465 --state /data/night.state --ledger redis://ledger:6379/0")
+    p.add_argument("--port", type=_port, default=9465, help="port to serve on (default 9465; 0: any free port)")
+    p.add_argument("--listen", default="127.0.0.1", metavar="ADDR", help="address to serve on (default 127.0.0.1: loopback)")
+    p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="seconds between readings (default 30; never faster than --max-rpm allows)")
+    p.add_argument("--state", action="append", default=[], metavar="DIR", help="a run's state directory (repeatable)")
+    p.add_argument("--journal", default=os.environ.get("GATEKEEPER_JOURNAL"), metavar="URL",
+                   help="the shared journal (postgresql://...) of the jobs given by --job")
+    p.add_argument("--job", action="append", default=[], metavar="NAME", help="a job in the --journal (repeatable)")
+    _add_ceiling(p)
+    p.add_argument("--threshold", type=_percent, default=80, metavar="PCT", help="occupancy at which the verdict is near-limit")
+    _add_ledger(p)
+    _add_prices(p)
+    _add_max_rpm(p)
+    _add_json(p)
+
+
+def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "fake-api", help=HELP["fake-api"],
+                 description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
+                 "Example usage:\n  gatekeeper fake-api --port 8765 --ceiling 300000 --rate 5000 --speed 60\n"
+                 "  ANTHROPIC_BASE_URL=http://127.0.0.1:8765 ANTHROPIC_API_KEY=test-key-ws1 gatekeeper status")
+    p.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: any free port)")
+    p.add_argument("--ceiling", type=_positive_int, default=300_000, metavar="N", help="enqueued_batch_requests (default 300,000)")
+    p.add_argument("--rate", type=_positive_float, default=5_000.0, help="requests processed per simulated second (default 5,000)")
+    p.add_argument("--speed", type=_positive_float, default=1.0, help="simulated seconds per real second (default 1)")
+    p.add_argument("--workspace-key", action="append", default=None, metavar="KEY",
+                   help="a workspace key the fake accepts (repeatable; default test-key-ws1)")
+    p.add_argument("--admin-key", default="test-admin-key", metavar="KEY", help="the Admin key it accepts")
+    p.add_argument("--error-model", default=None, metavar="MODEL",
+                   help="requests for this model end errored with invalid_request_error (a model that does not exist)")
+    _add_json(p)
+
+
+def _add_no_preflight(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-preflight", action="store_true",
+                   help="do not judge the input's models against the Models API (by default: whenever a workspace key is set)")
+    p.add_argument("--token-sample", type=_non_negative_int, default=50, metavar="N",
+                   help="requests per model counted with count_tokens for the input-token estimate (default 50; 0: bytes / 4)")
+
+
+def _add_max_rpm(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-rpm", type=_positive_float, default=300.0, metavar="N",
+                   help="calls a minute to the batch endpoints at most, all keys together (default 300; the "
+                   "organization's limit, 1,000 on the smallest tier, is shared with its other pipelines)")
+
+
+def _add_ledger(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ledger", default=os.environ.get("GATEKEEPER_LEDGER"), metavar="URL",
+                   help="shared admission ledger for several submitters: sqlite:///PATH (one host), "
+                   "redis://HOST:PORT/DB or postgresql://USER@HOST:PORT/DB (many hosts); default: in-process "
+                   "(or GATEKEEPER_LEDGER)")
+
+
+def _add_journal(p: argparse.ArgumentParser, *, lease: bool = True) -> None:
+    """`lease`: the command runs the job (submit), else it only reads one."""
+    p.add_argument("--journal", default=os.environ.get("GATEKEEPER_JOURNAL"), metavar="URL",
+                   help=("keep the job's journal in PostgreSQL (postgresql://USER@HOST:PORT/DB; the password from "
+                         "PGPASSWORD or ~/.pgpass, or GATEKEEPER_JOURNAL, so it is not in ps) so it resumes on any host; "
+                         "default: SQLite in the state directory") if lease else
+                   ("read the job from this PostgreSQL journal (postgresql://USER@HOST:PORT/DB, or GATEKEEPER_JOURNAL) "
+                    "instead of a state directory; name it with --job"))
+    p.add_argument("--job", default=None, metavar="NAME",
+                   help="the job's name in a --journal database (default: from the input's sha256 and the API key)")
+    if not lease:
+        return
+    p.add_argument("--lease-ttl", type=_positive_float, default=60.0, metavar="SECONDS",
+                   help="a --journal job held by a run that stopped heartbeating is free after SECONDS (default 60)")
+
+
+def _add_prices(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prices", default=None, metavar="FILE",
+                   help="price table (JSON, the shape of gatekeeper/prices.json) for cost estimates")
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    """The run a command reads: its INPUT (state beside it) or --state DIR."""
+    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
+    _add_state(p)
+    _add_journal(p, lease=False)
+
+
+def _add_state(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state", default=None, metavar="DIR", help="the run's state directory (default INPUT.gatekeeper/ beside the input)")
+
+
+def _add_ceiling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ceiling", type=_positive_int, default=None, metavar="N",
+                   help="the organization's enqueued_batch_requests, when no Admin key can read it")

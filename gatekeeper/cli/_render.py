@@ -1,0 +1,158 @@
+"""What the CLI prints for people: the plan, the queue's status, a dry run, a summary. Pure: values in, text out."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..decide._headroom import Headroom
+    from ..input._planner import PlanReport
+    from ..run._summary import Summary
+    from ..state._ledger import Reservation
+
+
+def render_plan(report: PlanReport, name: str) -> str:
+    out = [
+        f"input           {name}",
+        f"lines read      {report.lines:,}",
+        f"valid requests  {report.requests:,}",
+        f"rejected lines  {report.invalid:,}",
+    ]
+    for err in report.errors[:20]:
+        cid = f" [{err.custom_id}]" if err.custom_id else ""
+        out.append(f"  line {err.line}{cid}: {err.reason}")
+    if report.invalid > 20:
+        out.append(f"  ... and {report.invalid - 20:,} more (--json lists all)")
+    out.append(f"batches         {len(report.batches):,}"
+               f"   (at most {report.limits.max_requests:,} requests and {report.limits.max_bytes:,} bytes each)")
+    if report.batches:
+        out.append(f"  {'#':>5} {'requests':>9} {'bytes':>13}  lines")
+        shown = report.batches if len(report.batches) <= 40 else report.batches[:20] + report.batches[-20:]
+        for i, b in enumerate(shown):
+            if len(report.batches) > 40 and i == 20:
+                out.append(f"  {'...':>5}")
+            out.append(f"  {b.index:>5} {b.requests:>9,} {b.bytes:>13,}  {b.first_line}-{b.last_line}")
+    pf = report.preflight
+    if pf is not None:
+        if pf["checked"]:
+            names = ", ".join(f"{n}" + (f" -> {m['resolved']}" if m["resolved"] not in (None, n) else "")
+                              + (f" (rejected {m['lines_rejected']:,} line(s))" if m.get("lines_rejected") else "")
+                              for n, m in sorted(pf["models"].items()))
+            out.append(f"models checked  {names} (Models API)")
+        else:
+            out.append(f"models          not checked: {pf['reason']}")
+    if report.requests:
+        out.append(f"largest request {report.largest_bytes:,} bytes (line {report.largest_line}, {report.largest_custom_id})")
+        out.append("models")
+        for model, n in sorted(report.models.items(), key=lambda kv: (-kv[1], kv[0])):
+            out.append(f"  {n:>9,}  {model}")
+    return "\n".join(out)
+
+
+def status_report(h: Headroom, reservations: list[Reservation] | None, threshold: int) -> dict[str, Any]:
+    """One reading as the JSON `status --json` prints (and the human report is drawn from)."""
+    from ..decide._headroom import SCOPE_CAVEAT, repair_lines, verdict
+
+    state, detail = verdict(h, threshold)
+    source = "the Rate Limits API" if h.ceiling_source == "admin-api" else h.ceiling_source or "nowhere"
+    return {
+        "verdict": state, "detail": detail, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
+        "ceiling_error": h.ceiling_error, "depth": h.depth, "remaining": h.remaining,
+        "occupancy": None if h.occupancy is None else round(h.occupancy, 4), "threshold": threshold,
+        "workspaces": h.workspaces, "batches": [b.to_json() for b in h.batches],
+        "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
+                    f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
+        "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h),
+        "ledger": None if reservations is None else {
+            "reserved": sum(r.requests for r in reservations), "reservations": [r.to_json() for r in reservations]},
+    }
+
+
+def render_status(r: dict[str, Any]) -> str:
+    ceiling = "unknown" if r["ceiling"] is None else format(r["ceiling"], ",")
+    why = r["ceiling_source"] or r["ceiling_error"]
+    batches = r["batches"]
+    out = [f"{r['verdict']:<20} {r['detail']}", f"  ceiling   {ceiling}" + (f" ({why})" if why else ""),
+           f"  depth     {r['depth']:,} in {len(batches)} live batch(es), {r['workspaces']} workspace(s)"]
+    out += [f"    {b['id']:<34} {b['workspace']:<4} {b['status']:<12} {b['processing']:>9,}" for b in batches[:5]]
+    if len(batches) > 5:
+        out.append(f"    ... and {len(batches) - 5} more")
+    out += [f"  measured: {r['measured']}", f"  inferred: {r['inferred']}"] + [f"  repair: {line}" for line in r["repair"]]
+    ledger = r["ledger"]
+    if ledger is not None:
+        owners = {x["owner"] for x in ledger["reservations"]}
+        out.append(f"  ledger    {ledger['reserved']:,} requests reserved by {len(owners)} submitter(s), "
+                   f"beside the observed depth {r['depth']:,}")
+        out += [f"    {x['owner']:<36} batch {x['batch']:<5} {x['requests']:>9,}  {x['batch_id'] or '(creating)'}  "
+                f"expires in {x['expires_in']:,.0f} s" for x in ledger["reservations"][:10]]
+    return "\n".join(out)
+
+
+def render_plan_brief(r: dict[str, Any]) -> str:
+    p = r["plan"]
+    e = r["estimate"]
+    ceiling = "unknown" if r["ceiling"] is None else f"{r['ceiling']:,}"
+    cost = "unknown" if e["input_cost_usd"] is None else f"~${e['input_cost_usd']:,.2f}"
+    return "\n".join([
+        f"estimate        ~{e['input_tokens']:,} input tokens, {cost} at batch prices (output not included)",
+        f"valid requests  {p['requests']:,}   rejected lines {p['invalid']:,}",
+        f"batches         {len(p['batches']):,} of at most {r['batch_size']:,} requests ({r['policy']})",
+        f"queue now       {r['depth']:,} of {ceiling}",
+        f"would create    {r['would_create_now']:,} batch(es) now ({r['requests_now']:,} requests); {r['would_wait']:,} would wait",
+        f"queue after     {r['queue_after']:,} of {ceiling}",
+    ])
+
+
+def render_summary(s: Summary) -> str:
+    lines = [
+        f"requests    {s.requests:,}   (rejected lines: {s.invalid:,})",
+        f"succeeded   {s.succeeded:,}",
+        f"errored     {s.errored:,}" + ("   " + ", ".join(f"{k} {v:,}" for k, v in sorted(s.errors.items())) if s.errors else ""),
+        f"expired     {s.expired:,}",
+        f"canceled    {s.canceled:,}",
+    ]
+    if s.pending:
+        lines.append(f"not final   {s.pending:,}")
+    lines.append(f"batches     {s.batches:,}   resubmitted {s.resubmitted:,} (succeeded later: {s.succeeded_after_retry:,})")
+    u = s.usage
+    if u:
+        lines.append(f"tokens      input {u.get('input_tokens', 0):,} · output {u.get('output_tokens', 0):,} · "
+                     f"cache write {u.get('cache_creation_input_tokens', 0):,} · cache read {u.get('cache_read_input_tokens', 0):,}")
+    if s.cost_usd is not None:
+        lines.append(f"cost        ~${s.cost_usd:,.2f} at batch prices")
+    else:
+        lines.append("cost        unknown: a model that succeeded has no price (give --prices FILE)")
+    if s.budget is not None and s.budget["held_back"]:
+        lines.append(f"budget      spent ${s.budget['spent'] or 0:,.2f} of ${s.budget['limit']:,.2f}; "
+                     f"{s.budget['held_back']:,} requests not sent. Rerun with a higher --budget to continue "
+                     "(nothing already sent is sent again)")
+    if s.rebuilt:
+        lines.append(f"rebuilt     {s.rebuilt['results']:,} results of {s.rebuilt['batches']:,} batches downloaded again into the "
+                     f"output (unavailable: {s.rebuilt.get('unavailable', 0):,}); nothing resent")
+    if s.adoptions:
+        lines.append(_adoptions(s.adoptions))
+    if s.canceled_job:
+        lines.append(f"canceled    by `gatekeeper cancel` at {s.canceled_job['at']}: {s.canceled_job['not_sent']:,} "
+                     "request(s) never sent. To send them, rerun this submit with --resume-canceled")
+    lines.append(f"results     {s.output}")
+    if s.job:
+        lines.append(f"job         {s.job}   (--job: resume or read it from any host with the same --journal)")
+    return "\n".join(lines)
+
+
+def _adoptions(a: dict[str, Any]) -> str:
+    """Batches found by listing after lost create answers, and what their results proved."""
+    unproven = a["unproven"]
+    line = f"adopted     {a['proven']:,} batch(es) found after a lost create answer, proven ours by their results"
+    if unproven:
+        line += (f"; {len(unproven):,} the results could not tell from another submitter's (the same prompts and "
+                 f"custom_ids: {', '.join(unproven)})")
+    if a["not_ours"]:
+        line += f"; {len(a['not_ours']):,} another submitter's, set aside (never joined)"
+    return line
+
+
+def retry_line(f: dict[str, Any]) -> str:
+    """A retried call, as people read it."""
+    return (f"{f['endpoint']} ({f['url']}): {f['reason']}; retry {f['attempt'] + 1} in {f['retry_in']:g} s")

@@ -1,0 +1,65 @@
+"""The spending guard: what a batch can cost at most, and whether it may go. Pure.
+
+A batch's worst case, at batch prices, is
+
+    sum over its requests of  0.5 x (in_bound x price_in x 1.25 + max_tokens x price_out) / 10^6
+
+with `in_bound = bytes x 0.5`: at most one input token per two bytes of the request's JSON (English text runs
+near four bytes a token, so this is twice the usual density), every input token priced as a cache write (1.25x,
+the dearest way to read input), and every request producing its full `max_tokens` (output can never exceed it).
+A batch may be created only when
+
+    spent + worst case of everything admitted and not yet collected + this batch's worst case <= budget
+
+where `spent` is the actual cost of every result collected. Each term only over-counts: collected results are
+priced as billed (at batch prices), and what is in flight is counted at its worst. So the actual total never
+exceeds the budget, as long as no request's input runs denser than one token per two bytes (images, documents
+or files given by reference can: keep a margin for them). When a batch does not fit, the batches not yet
+created wait while anything is in flight (it settles below its worst case, freeing budget); with nothing in
+flight they are cut to the size the remaining budget allows, down to `MIN_BATCH` requests; below that, admission
+stops and the run ends with exit 1 saying what was spent and what was held back.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .._prices import BATCH_DISCOUNT, CACHE_WRITE
+
+INPUT_TOKENS_PER_BYTE_BOUND = 0.5
+MIN_BATCH = 100  # below this many requests a batch is not worth its create call
+
+
+def request_worst(nbytes: int, max_tokens: int, price: tuple[float, float]) -> float:
+    """The most one request can cost, in USD at batch prices (see the module docstring)."""
+    price_in, price_out = price
+    tokens_in = nbytes * INPUT_TOKENS_PER_BYTE_BOUND
+    return BATCH_DISCOUNT * (tokens_in * price_in * CACHE_WRITE + max_tokens * price_out) / 1e6
+
+
+class Spend(str, enum.Enum):
+    GO = "go"  # create the batch
+    WAIT = "wait"  # what is in flight will settle below its worst case: ask again then
+    CUT = "cut"  # cut the batches not yet created to `size` requests, then try again
+    STOP = "stop"  # nothing more fits: admit nothing, finish what is in flight
+
+
+@dataclass(frozen=True)
+class SpendDecision:
+    action: Spend
+    size: int = 0
+
+
+def may_spend(*, budget: float, spent: float, in_flight: float, worst: float, requests: int) -> SpendDecision:
+    """Whether a batch whose worst case is `worst` (over `requests` requests) may be created now."""
+    remaining = budget - spent - in_flight
+    if worst <= remaining:
+        return SpendDecision(Spend.GO)
+    if in_flight > 0:
+        return SpendDecision(Spend.WAIT)
+    per_request = worst / max(1, requests)
+    fits = int(remaining / per_request + 1e-9) if per_request > 0 else requests  # (float division: 4.0 // 0.005 is 799)
+    if fits >= MIN_BATCH and fits < requests:
+        return SpendDecision(Spend.CUT, fits)
+    return SpendDecision(Spend.STOP)

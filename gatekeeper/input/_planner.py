@@ -1,0 +1,254 @@
+"""The dry-run sizing report (`plan`): counts, rejections, and the batches the splitter cuts.
+
+It walks the same `reader.scan` and the same `sizing.Packer` as `iter_batches` (in `_batches`) and `submit`, so
+the batches `plan` reports are the batches `submit` sends.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .._errors import InputError
+from .._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
+from ._parallel import Segment, parallel_scan, use_parallel
+from ._reader import ScanStats, request_reader, scan
+from ._sizing import Limits, Packer, max_item_bytes
+
+TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ._reader import ModelRules, Rejection, Source
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """One batch as the splitter cut it: where its lines are and how big its body is."""
+
+    index: int  # 0-based, in input order
+    requests: int = 0
+    bytes: int = 0  # exact length of the create body
+    first_line: int = 0
+    last_line: int = 0
+    start_offset: int = -1  # byte offset of the first line (-1 for an iterable source)
+    end_offset: int = -1  # byte offset just past the last line
+    first_custom_id: str = ""
+    last_custom_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "requests": self.requests,
+            "bytes": self.bytes,
+            "first_line": self.first_line,
+            "last_line": self.last_line,
+            "first_custom_id": self.first_custom_id,
+            "last_custom_id": self.last_custom_id,
+        }
+
+
+@dataclass(slots=True)
+class PlanReport:
+    """What `plan` found: counts, every rejection, and the batches."""
+
+    limits: Limits
+    lines: int = 0  # lines read, blank ones included
+    requests: int = 0  # valid requests
+    errors: list[Rejection] = field(default_factory=list)
+    batches: list[BatchPlan] = field(default_factory=list)
+    largest_bytes: int = 0
+    largest_line: int = 0
+    largest_custom_id: str = ""
+    models: dict[str, int] = field(default_factory=dict)
+    model_bytes: dict[str, int] = field(default_factory=dict)  # request bytes per model
+    request_bytes: int = 0  # sum of the valid requests' bytes
+    content_hash: str = ""  # sha256 of a file source's bytes, when asked for
+    max_tokens_peak: dict[str, int] = field(default_factory=dict)  # the largest max_tokens per model
+    preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not asked)
+    calibration: dict[str, Any] | None = None  # tokens per byte measured with count_tokens (None: not measured)
+
+    @property
+    def invalid(self) -> int:
+        return len(self.errors)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def estimate(self, prices: PriceTable) -> dict[str, Any]:
+        """Input tokens and cost before anything is sent (output tokens cannot be known yet).
+
+        Per model: measured tokens per byte when `calibration` has the model (count_tokens on a sample),
+        else bytes / 4, and each model's entry says which."""
+        measured = (self.calibration or {}).get("models") or {}
+        per_model = {}
+        total: float | None = 0.0
+        for model, nbytes in self.model_bytes.items():
+            m = measured.get(model)
+            tokens = round(nbytes * m["tokens_per_byte"]) if m else estimate_input_tokens(nbytes)
+            cost = prices.cost(model, tokens, 0)
+            per_model[model] = {"input_tokens": tokens, "cost_usd": None if cost is None else round(cost, 6),
+                                "method": "count_tokens" if m else f"bytes / {BYTES_PER_TOKEN:g}",
+                                **({"sample": m["sample"], "spread_tokens_per_byte": m["spread"]} if m else {})}
+            total = None if cost is None or total is None else total + cost
+        how = (f"count_tokens on a sample of up to {(self.calibration or {}).get('per_model')} requests per model"
+               if measured else f"request bytes / {BYTES_PER_TOKEN:g} per token (not measured: no key)")
+        return {
+            "input_tokens": sum(v["input_tokens"] for v in per_model.values()),
+            "input_cost_usd": None if total is None else round(total, 6),
+            "models": per_model,
+            "method": f"{how}; batch prices as of {prices.as_of}; output not included",
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "requests": self.requests,
+            "invalid": self.invalid,
+            "errors": [e.to_json() for e in self.errors],
+            "batches": [b.to_json() for b in self.batches],
+            "largest_request": (
+                {"bytes": self.largest_bytes, "line": self.largest_line, "custom_id": self.largest_custom_id}
+                if self.requests
+                else None
+            ),
+            "models": dict(sorted(self.models.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "request_bytes": self.request_bytes,
+            "preflight": self.preflight or {"checked": False, "reason": "no workspace key: the models were not checked"},
+            "limits": {"max_requests": self.limits.max_requests, "max_bytes": self.limits.max_bytes},
+        }
+
+
+def plan(
+    source: Source,
+    *,
+    limits: Limits | None = None,
+    hash_content: bool = False,
+    workers: int | None = None,
+    models: ModelRules | None = None,
+) -> PlanReport:
+    """Validate and size `source` in one pass; nothing is sent.
+
+    `source` is a path ("-" for stdin) or an iterable of requests (dicts or
+    encoded JSON lines). With `workers` (a file only), that many forked processes
+    validate it in parallel: do not ask for it from a process that runs threads.
+    Example::
+
+        report = gatekeeper.plan("requests.jsonl", limits=Limits(max_requests=50_000))
+        print(report.requests, len(report.batches), report.invalid)
+    """
+    limits = limits or Limits()
+    report = PlanReport(limits=limits)
+    if use_parallel(source, hash_content, workers):
+        _plan_segments(os.fspath(source), report, workers or 2, models)  # type: ignore[arg-type]
+    else:
+        _plan_rows(source, report, hash_content, models)
+    report.models = {m: c for m, c in report.models.items() if c}
+    report.model_bytes = {m: b for m, b in report.model_bytes.items() if m in report.models}
+    report.requests = sum(report.models.values())
+    if not report.requests and not report.invalid:  # one rule for plan, submit and the library
+        name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "the requests given"
+        raise InputError(f"{'standard input' if name == '-' else name} holds no requests (it is empty, or only blank "
+                         "lines): there is nothing to plan or submit")
+    return report
+
+
+def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: ModelRules | None) -> None:
+    """One process, one Python step a request, cut by `Packer` (the one packing rule)."""
+    stats = ScanStats()
+    hasher = None
+    if hash_content:
+        import hashlib  # (only a submit hashes its input: plan starts without it)
+
+        hasher = hashlib.sha256()
+    packer = Packer(report.limits)
+    batches, models, model_bytes = report.batches, report.models, report.model_bytes
+    total = largest = 0
+    first = last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's first and last requests
+    for line, offset, cid, model, n, _ in scan(
+        source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
+        models=rules, peaks=report.max_tokens_peak if rules is not None else None,
+    ):
+        if packer.add(n):
+            if packer.batches > 1:
+                batches.append(_batch_plan(len(batches), *packer.closed, first, last))
+            first = (line, offset, cid, n)
+        last = (line, offset, cid, n)
+        total += n
+        models[model] = models.get(model, 0) + 1
+        model_bytes[model] = model_bytes.get(model, 0) + n
+        if n > largest:
+            largest = n
+            report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
+    if packer.count:
+        batches.append(_batch_plan(len(batches), packer.count, packer.size, first, last))
+    report.lines = stats.lines
+    report.request_bytes = total
+    if hasher is not None:
+        report.content_hash = hasher.hexdigest()
+
+
+def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRules | None) -> None:
+    """Several processes: the reader hands over arrays a piece at a time and `Packer.add_many` cuts them.
+
+    custom_ids are read back from the file only for batch edges and the largest request.
+    """
+    stats = ScanStats()
+    packer = Packer(report.limits)
+    batches = report.batches
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        request_at = request_reader(fd)
+
+        def edge(seg: Segment, k: int) -> tuple[int, int, str, int]:
+            offset = seg.offsets[k]
+            return seg.base + seg.lines[k], offset, request_at(offset)[0], seg.lengths[k]
+
+        first = (0, 0, "", 0)
+        last_at: tuple[Segment, int] | None = None  # where the open batch's last request is: read back only if it closes
+        total = largest = 0
+        largest_at: tuple[Segment, int] | None = None
+        for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
+                                 stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers,
+                                 rules=rules, peaks=report.max_tokens_peak):
+            lengths = seg.lengths
+            if not lengths:
+                continue
+            for k, closed_count, closed_size in packer.add_many(lengths, seg.total):
+                if closed_count:
+                    closing = (seg, k - 1) if k else last_at
+                    assert closing is not None  # a batch closes only after some request joined it
+                    batches.append(_batch_plan(len(batches), closed_count, closed_size, first, edge(*closing)))
+                first = edge(seg, k)
+            last_at = (seg, len(lengths) - 1)
+            total += seg.total
+            top = max(lengths)
+            if top > largest:
+                largest, largest_at = top, (seg, lengths.index(top))
+        if packer.count and last_at is not None:
+            batches.append(_batch_plan(len(batches), packer.count, packer.size, first, edge(*last_at)))
+        if largest_at is not None:
+            line, _, cid, n = edge(*largest_at)
+            report.largest_bytes, report.largest_line, report.largest_custom_id = n, line, cid
+    finally:
+        os.close(fd)
+    report.lines = stats.lines
+    report.request_bytes = total
+
+
+def _batch_plan(
+    index: int, count: int, size: int, first: tuple[int, int, str, int], last: tuple[int, int, str, int]
+) -> BatchPlan:
+    last_line, last_offset, last_cid, last_len = last
+    return BatchPlan(
+        index=index,
+        requests=count,
+        bytes=size,
+        first_line=first[0],
+        last_line=last_line,
+        start_offset=first[1],
+        end_offset=last_offset + last_len if last_offset >= 0 else -1,
+        first_custom_id=first[2],
+        last_custom_id=last_cid,
+    )

@@ -1,0 +1,246 @@
+"""Collecting results: download an ended batch's results, verify them, settle each line, commit with the journal.
+
+A batch adopted by listing alone (a create whose answer was lost) is first held
+against its results (`_proven_ours`): one billed for another job's prompts is
+given back before a line is written. A download is used only when it verifies (`_downloads`): every line parses, is one of
+the batch's requests, appears once, and their number is the batch's total. A failed
+download is retried later with a doubling wait while the run goes on; missing results
+(404s, a null results_url) are waited out for the grace from the batch's end, then
+end as final lines of their own. Each line's fate is `_settle.settle`; the rows and
+the output's new length are committed in one transaction (`Journal.settling`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import orjson
+
+from .._errors import IncompleteDownload, NotFoundError, RateLimited, ServerError, TransportError
+from ..api._client import ApiClient
+from ..decide._downloads import (
+    MISSING_RESULT,
+    RESULTS_UNAVAILABLE,
+    Missing,
+    MissingVerdict,
+    download_wait,
+    incomplete_reason,
+    when_results_missing,
+)
+from ..decide._headroom import parse_time, total_requests
+from ..decide._ownership import Fit
+from ..decide._settle import errored_line, settle, usage_of
+from ..state._journal import BatchRow, BatchState, Journal, Settlement
+from ..state._ledger import Ledger
+from ..state._output import OutputFile
+from ._evidence import read_results, weigh
+from ._inputs import batch_requests
+from ._settings import SubmitSettings
+
+EventSink = Callable[[str, dict[str, Any]], None]
+
+
+class _NotOurs(Exception):  # (control flow inside the collector, never raised past it)
+    """An ended batch's complete results carry requests of another job: it was adopted by listing, and not ours."""
+
+    def __init__(self, idx: int, batch_id: str, foreign: int) -> None:
+        super().__init__(f"batch {idx}: {batch_id} carries {foreign} results of another job")
+        self.batch_id, self.foreign = batch_id, foreign
+
+
+def custom_id(line: bytes) -> str:
+    return str(orjson.loads(line).get("custom_id"))
+
+
+def missing_verdict(row: BatchRow, batch: dict[str, Any] | None, settings: SubmitSettings, now: float) -> MissingVerdict:
+    """What to do about a batch whose results are missing (404, null results_url, archived), at collection or rebuild."""
+    return when_results_missing(
+        archived=bool(batch and batch.get("archived_at")), now=now, grace=settings.results_grace,
+        ended_at=parse_time(row.ended_at or (batch or {}).get("ended_at")), created_at=parse_time(row.created_at),
+        retention=settings.retention)
+
+
+class Collector:
+    """Collects every ended batch of one job into its output and journal."""
+
+    def __init__(self, journal: Journal, api: ApiClient, out: OutputFile, settings: SubmitSettings, *, path: str,
+                 emit: EventSink, clock: Callable[[], float], checkpoint: Callable[[str], None],
+                 check_stop: Callable[[], None], on_result: Callable[[str, dict[str, Any]], None] | None,
+                 ledger: Ledger) -> None:
+        self.journal = journal
+        self.ledger = ledger
+        self.api = api
+        self.out = out
+        self.s = settings
+        self.path = path
+        self.emit = emit
+        self.clock = clock
+        self.checkpoint = checkpoint
+        self.check_stop = check_stop
+        self.on_result = on_result
+        self.download_failures: dict[int, int] = {}  # batch -> failed downloads (or 404 waits) in a row
+        self.download_at: dict[int, float] = {}  # batch -> when its next download is due
+
+    async def collect_ended(self) -> None:
+        """Collect every ended batch whose download is due; a failed download waits its turn, the others go on."""
+        for row in self.journal.batches(BatchState.ENDED):
+            self.check_stop()
+            if self.download_at.get(row.idx, 0.0) > self.clock():
+                continue
+            try:
+                await self.collect(row)
+            except (IncompleteDownload, TransportError, ServerError, RateLimited) as exc:
+                self._download_failed(row, exc)
+            else:
+                self.download_failures.pop(row.idx, None)
+                self.download_at.pop(row.idx, None)
+
+    def _download_failed(self, row: BatchRow, exc: Exception) -> None:
+        self._later(row, "download_failed", str(exc))
+
+    def _later(self, row: BatchRow, event: str, reason: str) -> None:
+        """Try this batch again after a doubling wait (a failed download, or results not there yet)."""
+        n = self.download_failures.get(row.idx, 0) + 1
+        self.download_failures[row.idx] = n
+        wait = download_wait(n, self.s.min_backoff, self.s.max_backoff)
+        self.download_at[row.idx] = self.clock() + wait
+        self.emit(event, {"batch": row.idx, "id": row.batch_id, "reason": reason, "attempt": n, "retry_in": wait})
+
+    async def collect(self, row: BatchRow) -> None:
+        """Download one ended batch's results, verify them, and commit them with the journal in one transaction.
+
+        Nothing from a download that fails verification is kept (`IncompleteDownload`, rolled back).
+        """
+        try:
+            batch = await self.api.retrieve_batch(str(row.batch_id))
+            if batch.get("archived_at") or not batch.get("results_url"):
+                return self._results_missing(row, batch)
+            if not await self._proven_ours(row, batch):
+                return None
+            start = self.journal.committed_output()
+            with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
+                s.before_commit = lambda: self.checkpoint("before-results-commit")
+                s.committed = await self._write_results(row, batch, s, out, start)
+        except NotFoundError:
+            return self._results_missing(row, None)
+        except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
+            return await self._give_back(row, f"{wrong.foreign} results of another job's custom_ids")
+        self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": s.finals, "retry": s.retries})
+        if self.on_result is not None:
+            for line in self.out.lines(start, s.committed):
+                obj = orjson.loads(line)
+                self.on_result(obj["custom_id"], obj["result"])
+
+    async def _proven_ours(self, row: BatchRow, batch: dict[str, Any]) -> bool:
+        """A batch adopted by listing alone is held against its results before a line of them is written: given
+        back when they were billed for another's prompts (`_ownership`), False then, or when it must wait."""
+        adopted = self.journal.adoption(row.idx)
+        if not adopted or adopted.get("proof") != "listing":
+            return True
+        got = await read_results(self.api, batch)
+        bodies = ((custom_id(body), body) for _, _, body, _ in batch_requests(self.path, self.journal, row))
+        fits = None if got is None else await weigh(self.api, bodies, {str(row.batch_id): got.billed})
+        if fits is None:
+            self._later(row, "ownership_pending", "its results or our requests' counts could not be read yet")
+            return False
+        verdict = fits.get(str(row.batch_id), Fit.UNCLEAR)
+        if verdict is Fit.MISFITS:
+            await self._give_back(row, "its usage was billed for another job's prompts")
+            return False
+        self.journal.set_adoption(row.idx, str(row.batch_id), "results" if verdict is Fit.FITS else "unproven")
+        return True
+
+    async def _give_back(self, row: BatchRow, why: str) -> None:
+        """Not ours after all: the create's outcome is unknown again (ours may exist, not listed then) and that
+        batch is never a candidate again; the reservation stands, unconfirmed, while ours may be in the queue."""
+        self.journal.not_ours(row.idx, str(row.batch_id), why)
+        await self.ledger.hold(row.idx, row.requests, None)
+        self.download_failures.pop(row.idx, None)
+        self.download_at.pop(row.idx, None)
+        self.emit("adoption_undone", {"batch": row.idx, "id": row.batch_id, "why": why})
+
+    async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int) -> int:
+        """Stream, verify and settle every line; the output's new length."""
+        members = {custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in batch_requests(self.path, self.journal, row)}
+        ours = set(members)
+        pos, lines, foreign = start, 0, 0
+        # Read once a batch, not once a line: with a journal on a server each read is a round trip.
+        policy = (self._max_attempts(), bool(self.journal.get_meta("user_canceled")))
+        async for raw in self.api.iter_results(batch):
+            lines += 1
+            if lines % 2048 == 0:
+                self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
+            placed = self._settle_line(row, raw, members, ours, s, pos, policy)
+            if placed > 0:
+                out.write(raw + b"\n")
+                pos += placed
+                if pos - start == placed:
+                    self.checkpoint("mid-results")
+            foreign += placed < 0
+        reason = incomplete_reason(lines, total_requests(batch), len(members))
+        if reason:
+            raise IncompleteDownload(f"batch {row.idx} ({row.batch_id}): {reason}")
+        if foreign:  # a batch adopted by listing that was not ours; ours may exist (not listed then): never resend
+            raise _NotOurs(row.idx, str(row.batch_id), foreign)
+        for cid, (line, off, length, attempt) in members.items():
+            self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
+            raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
+            # complete by the API's counts, yet ours is absent: final, never resent
+            pos += self._write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
+        return pos
+
+    def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]], ours: set[str],
+                     s: Settlement, pos: int, policy: tuple[int, bool]) -> int:
+        """Settle one result line: bytes it adds to the output (0 when it goes to a retry, -1 when not ours).
+
+        A line that does not parse, or one of ours a second time, fails the whole download.
+        """
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise IncompleteDownload(f"batch {row.idx}: a damaged result line ({len(raw)} bytes)") from None
+        cid = obj.get("custom_id") if isinstance(obj, dict) else None
+        if not isinstance(cid, str) or cid not in ours:
+            self.emit("unknown_result", {"batch": row.idx, "custom_id": cid})
+            return -1
+        member = members.pop(cid, None)
+        if member is None:
+            raise IncompleteDownload(f"batch {row.idx}: the result line for {cid!r} came twice")
+        line, off, length, attempt = member
+        result = obj.get("result")
+        v = settle(result, attempt=attempt, max_attempts=policy[0], user_canceled=policy[1])
+        if v.retry:
+            s.retry(line, off, length, cid, attempt, row.idx, v.type, v.error_type, raw)
+            return 0
+        usage = usage_of(result) if v.type == "succeeded" else (None, 0, 0, 0, 0)
+        s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage)
+        return len(raw) + 1
+
+    @staticmethod
+    def _write_final(out: BinaryIO, s: Settlement, pos: int, member: tuple[int, int, int, int], cid: str, raw: bytes,
+                     error_type: str) -> int:
+        """A final errored line of gatekeeper's own; the bytes it adds."""
+        line, _, _, attempt = member
+        out.write(raw + b"\n")
+        s.final(line, cid, "errored", error_type, attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0))
+        return len(raw) + 1
+
+    def _results_missing(self, row: BatchRow, batch: dict[str, Any] | None) -> None:
+        """A 404 or a null results_url: wait within the grace, else final lines that say so (never resent)."""
+        v = missing_verdict(row, batch, self.s, self.clock())
+        if v.action is Missing.WAIT:
+            return self._later(row, "results_pending", v.reason)
+        start = self.journal.committed_output()
+        with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
+            pos = start
+            message = f"results unavailable: {v.reason}; not resent (processed, may have been billed)"
+            for line, off, body, attempt in batch_requests(self.path, self.journal, row):
+                cid = custom_id(body)
+                pos += self._write_final(out, s, pos, (line, off, len(body), attempt), cid,
+                                         errored_line(cid, RESULTS_UNAVAILABLE, message), RESULTS_UNAVAILABLE)
+            s.committed = pos
+        self.emit("results_unavailable", {"batch": row.idx, "id": row.batch_id, "requests": s.finals, "reason": v.reason})
+
+    def _max_attempts(self) -> int:
+        return int((self.journal.get_meta("settings") or {}).get("max_attempts", self.s.max_attempts))

@@ -1,0 +1,87 @@
+"""Re-export a run's final results at any time, also while it runs (what is committed so far).
+
+Reads the journal through a read-only connection, so it never blocks or
+disturbs a running submit; only lines covered by the committed output length
+are read, never a batch that is half written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+
+from .._errors import OutputError, UsageError, os_error
+from ..decide._settle import KNOWN_ERRORS
+from ..state._journal import Journal, open_job
+from ..state._output import OutputFile
+
+RESULT_TYPES = ("succeeded", "errored", "expired", "canceled")
+REJECTED = "rejected"  # input lines refused before anything was sent: not results, exported on request
+
+
+def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], list[str]]:
+    """(result types, error types) of a filter; `UsageError` for a name that is neither known nor in the results."""
+    names = [n for n in only if n != REJECTED]
+    unknown = [n for n in names if n not in RESULT_TYPES and n not in KNOWN_ERRORS and n not in present]
+    if unknown:
+        raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_TYPES)}, {REJECTED}, "
+                         "or an error type such as invalid_request_error", setting="only")
+    return [n for n in names if n in RESULT_TYPES], [n for n in names if n not in RESULT_TYPES]
+
+
+def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool = False, only: Iterable[str] | None = None,
+           journal_url: str | None = None, job: str | None = None) -> int:
+    """Write the run's final result lines to `dest`; return how many. Memory stays bounded either way. `only`
+    filters by result or error type; "rejected" adds the input lines refused before sending.
+
+    The run: its state directory, or the job named `job` in the shared journal at `journal_url`."""
+    journal = open_job(state_dir, journal=journal_url, job=job)
+    try:
+        with journal.snapshot():  # one snapshot: the committed length and the rows agree
+            output = OutputFile(str(journal.get_meta("output") or Path(state_dir) / "results.jsonl"))
+            committed = journal.committed_output()
+            names = list(only or ())
+            types, errors = check_filter(names, journal.result_types())
+            try:
+                count = _copy(journal, output, committed, dest, types, errors, in_order) if types or errors or \
+                    names != [REJECTED] else 0
+                return count + (_rejected(journal, dest) if REJECTED in names else 0)
+            except BrokenPipeError:
+                raise  # a reader that stopped reading (`| head`): not a failure of ours (the CLI ends quietly)
+            except FileNotFoundError as exc:
+                raise UsageError(f"the run's results file is missing here: {exc.filename}. Rerun the same "
+                                 "`gatekeeper submit` on this host (same --journal and --job for a shared job): it "
+                                 "downloads the results again from the API and sends nothing twice") from exc
+            except OSError as exc:
+                raise OutputError(os_error(exc, "cannot copy the results")) from exc
+    finally:
+        journal.close()
+
+
+def _copy(journal: Journal, output: OutputFile, committed: int, dest: BinaryIO, types: list[str],
+          errors: list[str], in_order: bool) -> int:
+    if not types and not errors and not in_order:  # the output file is already the results, in arrival order
+        count = 0
+        for chunk in output.head(committed):
+            dest.write(chunk)
+            count += chunk.count(b"\n")
+        return count
+    count = 0
+    for line in output.spans(journal.result_spans(types=types, error_types=errors, in_order=in_order), committed):
+        dest.write(line)
+        count += 1
+    return count
+
+
+def _rejected(journal: Journal, dest: BinaryIO) -> int:
+    """The input lines refused before sending, one JSON line each: {"custom_id", "line", "result": {"type":
+    "rejected", "reason"}} (custom_id null when the line had none), after any results."""
+    count = 0
+    for line, cid, reason in journal.rejections():
+        dest.write(orjson.dumps({"custom_id": cid, "line": line, "result": {"type": REJECTED, "reason": reason}}) + b"\n")
+        count += 1
+    return count

@@ -1,0 +1,48 @@
+"""The settings of a submit run, every one with its documented default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..input._sizing import Limits
+
+
+@dataclass(frozen=True)
+class SubmitSettings:
+    """Settings of one submit run. Every field has a documented default."""
+
+    state_dir: Path | None = None  # default: INPUT.gatekeeper/ beside the input
+    out: Path | None = None  # default: STATE_DIR/results.jsonl
+    ceiling: int | None = None  # the organization's enqueued_batch_requests; default: read with the admin key
+    margin: int = 0  # requests of headroom left for others
+    poll: float = 30.0  # seconds between queue readings
+    max_in_flight: int | None = None  # batches of ours live at once, at most
+    max_attempts: int = 3  # attempts per request, the first included
+    limits: Limits = field(default_factory=Limits)
+    reconcile_grace: float = 180.0  # seconds an unknown create may take to show in the listing
+    clock_skew: float = 300.0  # tolerance between our clock and created_at
+    min_backoff: float = 5.0  # shortest wait after a queue-full refusal
+    max_backoff: float = 600.0
+    ledger: str | None = None  # None/"local", "sqlite:///path", "redis://host:port/db"
+    ledger_ttl: float = 900.0  # seconds a dead submitter's reservations outlive its last heartbeat
+    results_grace: float = 3600.0  # seconds after a batch's end that 404s or a null results_url are waited out
+    retention: float = 29 * 86_400.0  # seconds the API keeps results after a batch is created
+    max_rpm: float = 300.0  # calls a minute to the batch endpoints, at most (the organization's limit is shared)
+    allow_duplicate: bool = False  # run even while a job with the same input and workspace is live elsewhere
+    resume_canceled: bool = False  # a job stopped by `cancel` sends what it never sent (else it only collects)
+    preflight: bool = True  # judge the input's models against the Models API before the first create
+    budget: float | None = None  # USD at most, at batch prices, worst case counted (see _budget)
+    token_sample: int = 50  # requests per model counted with count_tokens for the estimate (0: bytes / 4)
+    journal: str | None = None  # None: SQLite in the state directory; "postgresql://...": a shared journal
+    job: str | None = None  # the job's name in a shared journal; default: from the input's sha256 and the key
+    lease_ttl: float = 60.0  # seconds a job's lease outlives its holder's last heartbeat (shared journal only)
+
+
+def default_state_dir(input_path: str) -> Path:
+    return Path(input_path + ".gatekeeper")
+
+
+def default_job_name(sha256: str, key_fingerprint: str) -> str:
+    """A job's name when none is given: the same input (by content, any path) sent with the same key."""
+    return f"{sha256[:16]}-{key_fingerprint[:8]}"

@@ -1,0 +1,116 @@
+"""How a job ended, read from its journal alone."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._prices import PriceTable, load_prices
+from ..state._journal import Journal
+
+
+@dataclass
+class Summary:
+    """How the job ended. `to_json` is what `submit --json` prints."""
+
+    requests: int = 0
+    succeeded: int = 0
+    errored: int = 0
+    expired: int = 0
+    canceled: int = 0
+    invalid: int = 0
+    batches: int = 0
+    pending: int = 0  # valid requests without a final result yet (an interrupted run)
+    resubmitted: int = 0
+    succeeded_after_retry: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+    cost_usd: float | None = None
+    refusals: int = 0
+    output: str = ""
+    state_dir: str = ""
+    complete: bool = False
+    preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not recorded)
+    budget: dict[str, Any] | None = None  # limit, spent, in-flight worst case, requests held back (None: no budget)
+    estimate: dict[str, Any] | None = None  # the input-token estimate made before anything was sent, and how
+    rebuilt: dict[str, int] | None = None  # the output rebuilt from the API: batches, results, unavailable (None: never)
+    job: str | None = None  # the job's name in a shared journal (None: the state directory is the job)
+    # batches found by listing after a lost create answer: how many their results proved ours, the ids of those
+    # they could not tell from another submitter's, and the ids proven another's (None: no create answer was lost)
+    adoptions: dict[str, Any] | None = None
+    # stopped by `cancel`: when, and the requests never sent (None: not canceled, or the cancel was lifted)
+    canceled_job: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and self.invalid == 0 and self.succeeded == self.requests
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests, "succeeded": self.succeeded, "errored": self.errored, "expired": self.expired,
+            "canceled": self.canceled, "invalid": self.invalid, "batches": self.batches, "pending": self.pending,
+            "resubmitted": self.resubmitted, "succeeded_after_retry": self.succeeded_after_retry,
+            "errors": self.errors, "usage": self.usage, "cost_usd": self.cost_usd, "refusals": self.refusals,
+            "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
+            "budget": self.budget, "estimate": self.estimate, "rebuilt": self.rebuilt, "job": self.job,
+            "adoptions": self.adoptions, "canceled_job": self.canceled_job,
+        }
+
+
+def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTable | None = None,
+              budget: float | None = None) -> Summary:
+    report = j.get_meta("report") or {}
+    t = j.totals()
+    requests = int(report.get("requests", 0))
+    cost = _cost(t.usage_by_model, prices or load_prices())
+    held = j.held_back() if budget is not None else 0
+    return Summary(
+        requests=requests,
+        succeeded=t.types.get("succeeded", 0), errored=t.types.get("errored", 0), expired=t.types.get("expired", 0),
+        canceled=t.types.get("canceled", 0), invalid=int(report.get("invalid", 0)), batches=t.batches,
+        errors=t.errors, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
+        refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
+        estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job, adoptions=adoptions(j),
+        canceled_job=canceled_job(j),
+        pending=requests - t.final, complete=requests == t.final,
+        usage=dict(zip(("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
+                       t.usage, strict=True)),
+        cost_usd=cost,
+        budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
+                                            "held_back": held},
+    )
+
+
+def canceled_job(j: Journal) -> dict[str, Any] | None:
+    if not j.get_meta("user_canceled"):
+        return None
+    at = [e[0] for e in j.events_of("user_canceled")]
+    when = datetime.datetime.fromtimestamp(at[-1], datetime.UTC).isoformat(timespec="seconds") if at else None
+    return {"at": when, "not_sent": j.held_back()}
+
+
+def adoptions(j: Journal) -> dict[str, Any] | None:
+    adopted = (j.get_meta("adopted") or {}).values()
+    not_ours = j.get_meta("not_ours") or []
+    if not adopted and not not_ours:
+        return None
+    return {"proven": sum(1 for a in adopted if a["proof"] == "results"),
+            "unproven": sorted(a["id"] for a in adopted if a["proof"] == "unproven"),
+            "unchecked": sum(1 for a in adopted if a["proof"] == "listing"), "not_ours": list(not_ours)}
+
+
+def spent_usd(j: Journal, prices: PriceTable) -> float | None:
+    """What the collected results cost at batch prices (one query: the budget asks before each create)."""
+    return _cost(j.usage_by_model(), prices)
+
+
+def _cost(by_model: list[tuple[Any, ...]], prices: PriceTable) -> float | None:
+    """Total at batch prices; None when any model that succeeded has no known price (never a wrong number)."""
+    total = 0.0
+    for model, tin, tout, tcc, tcr in by_model:
+        cost = prices.cost(model, tin or 0, tout or 0, tcc or 0, tcr or 0)
+        if cost is None:
+            return None
+        total += cost
+    return round(total, 6)

@@ -1,0 +1,785 @@
+"""The durable journal of a submit run: SQLite (WAL) in the state directory, or a schema in PostgreSQL.
+
+Every state change is one transaction, so a crash at any instant leaves the
+journal at a consistent point; the output file's committed length is recorded
+in the same transaction as the results rows, so a resume truncates the output
+back to it and nothing is written twice.
+
+In PostgreSQL (`Journal.open_shared`) a job is found by its name, not by a folder:
+`gatekeeper.jobs` maps each name to the schema that holds its tables (the same
+tables and migrations as SQLite), and holds its lease: the host running it and when
+that host was last seen. Every write transaction first checks, under a key-share lock on
+the job's row, that this run still holds the lease, so a run that lost it (stalled past
+its TTL while another host took over) cannot record another intent.
+
+Batch states (`BatchState`) move:
+
+    planned ──intent recorded──► intent ──create answered──► created ──seen ended──► ended ──results committed──► collected
+       ▲                            │
+       └── definite refusal ────────┘   (an intent with an unknown outcome is reconciled first)
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from .._errors import JobLive, JournalError, UsageError, os_error
+from ._db import Db, PgDb, SqliteDb, pg_ddl, require_postgres, safe_url
+
+
+class BatchState(str, enum.Enum):
+    PLANNED = "planned"  # cut, not yet sent
+    INTENT = "intent"  # about to be (or being) created; outcome unknown until answered or reconciled
+    CREATED = "created"  # the API gave it an id; processing
+    ENDED = "ended"  # the API says it ended; results not yet committed
+    COLLECTED = "collected"  # its results are in the output and the journal
+
+
+MIGRATIONS: list[tuple[str, str]] = [
+    ("0001_initial", """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE batches (
+            idx INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,              -- 'plan' (a range of input lines) or 'retry' (listed in members)
+            requests INTEGER NOT NULL,
+            bytes INTEGER NOT NULL,
+            first_line INTEGER NOT NULL,
+            last_line INTEGER NOT NULL,
+            start_offset INTEGER NOT NULL,
+            end_offset INTEGER NOT NULL,
+            first_custom_id TEXT NOT NULL,
+            last_custom_id TEXT NOT NULL,
+            state TEXT NOT NULL,
+            batch_id TEXT UNIQUE,
+            intent_at REAL,                  -- wall clock when the create was about to be sent
+            created_at TEXT,
+            ended_at TEXT,
+            counts TEXT
+        );
+        CREATE TABLE rejections (line INTEGER PRIMARY KEY, custom_id TEXT, reason TEXT NOT NULL);
+        CREATE TABLE members (              -- the requests of retry batches
+            batch INTEGER NOT NULL, line INTEGER NOT NULL, "offset" INTEGER NOT NULL, length INTEGER NOT NULL,
+            custom_id TEXT NOT NULL, attempt INTEGER NOT NULL, PRIMARY KEY (batch, line)
+        );
+        CREATE TABLE pending (              -- requests waiting for another attempt
+            line INTEGER PRIMARY KEY, "offset" INTEGER NOT NULL, length INTEGER NOT NULL,
+            custom_id TEXT NOT NULL, attempt INTEGER NOT NULL
+        );
+        CREATE TABLE results (              -- the final result of each valid request
+            line INTEGER PRIMARY KEY, custom_id TEXT NOT NULL, type TEXT NOT NULL, error_type TEXT,
+            attempts INTEGER NOT NULL, out_offset INTEGER NOT NULL, out_len INTEGER NOT NULL, model TEXT,
+            input_tokens INTEGER, output_tokens INTEGER, cache_creation_tokens INTEGER, cache_read_tokens INTEGER
+        );
+        CREATE TABLE attempts (             -- earlier, non-final attempts, kept for the record
+            line INTEGER NOT NULL, attempt INTEGER NOT NULL, batch INTEGER NOT NULL, type TEXT NOT NULL,
+            error_type TEXT, raw BLOB NOT NULL, PRIMARY KEY (line, attempt)
+        );
+        CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, batch INTEGER,
+            event TEXT NOT NULL, detail TEXT);
+        CREATE INDEX batches_state ON batches (state);
+    """),
+    ("0002_body_complete", """
+        -- set just before a create's last bytes go out: without it, the server cannot hold the batch
+        ALTER TABLE batches ADD COLUMN body_complete INTEGER NOT NULL DEFAULT 0
+    """),
+    ("0003_worst_usd", """
+        -- the most a batch can cost (the budget's worst case), set with its intent
+        ALTER TABLE batches ADD COLUMN worst_usd REAL
+    """),
+    ("0004_timeline", """
+        -- queue readings over the run, thinned to at most TIMELINE_ROWS (every other old one dropped when full)
+        CREATE TABLE timeline (seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, depth INTEGER NOT NULL,
+            ceiling INTEGER, ours INTEGER NOT NULL)
+    """),
+    ("0005_result_batch", """
+        -- the batch whose download gave each final result: the output is rebuilt batch by batch from the API
+        ALTER TABLE results ADD COLUMN batch INTEGER;
+        CREATE INDEX results_batch ON results (batch, out_offset)
+    """),
+]
+# The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
+REGISTRY = """
+    CREATE SCHEMA IF NOT EXISTS gatekeeper;
+    CREATE TABLE IF NOT EXISTS gatekeeper.jobs (name TEXT PRIMARY KEY, schema_name TEXT NOT NULL UNIQUE,
+        created_at TIMESTAMPTZ NOT NULL DEFAULT now(), holder TEXT, info TEXT, heartbeat_at TIMESTAMPTZ,
+        ttl DOUBLE PRECISION)
+"""
+LOCK_MIGRATE = 7_046_913_201  # the advisory lock that serializes schema changes between submitters
+RESULT_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
+                  "cache_creation_tokens, cache_read_tokens, batch")
+TIMELINE_ROWS = 4000  # readings kept: a 24-hour run polled every 30 s takes 2,880
+
+
+@dataclass
+class BatchRow:
+    idx: int
+    kind: str
+    requests: int
+    bytes: int
+    first_line: int
+    last_line: int
+    start_offset: int
+    end_offset: int
+    first_custom_id: str
+    last_custom_id: str
+    state: BatchState
+    batch_id: str | None
+    intent_at: float | None
+    created_at: str | None
+    ended_at: str | None
+    counts: str | None
+    body_complete: bool = False
+    worst_usd: float | None = None
+
+
+def private_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+    except OSError as exc:
+        raise JournalError(os_error(exc, f"cannot use state directory {path}") + "; choose a folder you can write",
+                           setting="state_dir") from exc
+
+
+def open_job(state_dir: str | os.PathLike[str], *, journal: str | None = None, job: str | None = None,
+             readonly: bool = True) -> Journal:
+    """A job's journal for the commands that read it (or, `readonly=False`, cancel it; never taking its lease):
+    the SQLite journal in `state_dir`, or the job named `job` in the shared `journal`."""
+    if journal:
+        if not job:
+            raise UsageError("a job in a shared journal is found by its name", setting="job")
+        return Journal.open_shared(journal, job, state_dir, readonly=readonly)
+    if job:
+        raise UsageError("a job name needs a postgresql:// journal; a local job is named by its state directory", setting="job")
+    if readonly:
+        return Journal.open_readonly(state_dir)
+    if not (Path(state_dir) / Journal.FILE).exists():
+        raise UsageError(f"no gatekeeper journal in {state_dir}", setting="state_dir")
+    return Journal.open(state_dir)
+
+
+def job_schema(job: str) -> str:
+    """The PostgreSQL schema of a named job: a fixed-width digest, so any name is safe as an identifier."""
+    return "gk_" + hashlib.sha256(job.encode()).hexdigest()[:24]
+
+
+def _pg_locked(db: Db, step: Callable[[], None]) -> None:
+    """Schema changes one submitter at a time (two first runs of a job may start together)."""
+    db.execute("SELECT pg_advisory_lock(?)", (LOCK_MIGRATE,))
+    try:
+        step()
+    finally:
+        db.execute("SELECT pg_advisory_unlock(?)", (LOCK_MIGRATE,))
+
+
+def _pg_register(db: Db, job: str, schema: str) -> None:
+    for statement in REGISTRY.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute("INSERT INTO gatekeeper.jobs (name, schema_name) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", (job, schema))
+    db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+
+
+class Journal:
+    """One job's journal: the only place that speaks SQL. Open with `Journal.open(state_dir)` (SQLite) or
+    `Journal.open_shared(url, job, state_dir)` (PostgreSQL).
+
+    The database's errors (a full disk, a damaged file, a lock held too long, a server gone)
+    become `JournalError` in `_db`, naming the file or the URL; the transaction that failed is rolled back.
+    """
+
+    FILE = "journal.sqlite3"
+
+    def __init__(self, db: Db, state_dir: Path, *, clock: Callable[[], float] = time.time, job: str | None = None) -> None:
+        self.db = db
+        self.state_dir = state_dir  # local files: the lock, a spooled input, the default output
+        self.job = job  # the job's name in a shared journal (None: the state directory is the job)
+        self.where = db.where  # the journal, for messages
+        self._clock = clock  # stamps events
+        self._holder: str | None = None  # the lease this run holds in a shared journal
+
+    @classmethod
+    def open(cls, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> Journal:
+        path = Path(state_dir)
+        private_dir(path)
+        db_path = path / cls.FILE
+        try:
+            if not db_path.exists():
+                os.close(os.open(db_path, os.O_CREAT | os.O_WRONLY, 0o600))
+        except OSError as exc:
+            raise JournalError(os_error(exc, f"cannot create the journal {db_path}")) from exc
+        db = SqliteDb.open(str(db_path), f"journal {db_path}", JournalError)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a committed state change survives power loss too
+        except JournalError as exc:
+            raise JournalError(f"{db_path} is not a gatekeeper journal: {exc}") from exc
+        journal = cls(db, path, clock=clock)
+        journal._migrate()
+        return journal
+
+    @classmethod
+    def open_shared(cls, url: str, job: str, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time,
+                    readonly: bool = False, ride_out: float = 60.0) -> Journal:
+        """Job `job`'s journal in PostgreSQL, created with its schema on first use (unless `readonly`)."""
+        require_postgres(url)
+        where = f"journal {safe_url(url)} (job {job})"
+        if not readonly:
+            private_dir(Path(state_dir))
+        db = PgDb(url, where, JournalError, readonly=readonly, ride_out=ride_out)
+        schema = job_schema(job)
+        if readonly:
+            row = db.execute("SELECT schema_name FROM gatekeeper.jobs WHERE name = ?", (job,)).fetchone() \
+                if db.execute("SELECT to_regclass('gatekeeper.jobs')").fetchone()[0] else None
+            if row is None:
+                db.close()
+                raise UsageError(f"no job named {job!r} in {safe_url(url)}", setting="job")
+        else:
+            _pg_locked(db, lambda: _pg_register(db, job, schema))
+        db.use_schema(schema)
+        journal = cls(db, Path(state_dir), clock=clock, job=job)
+        if not readonly:
+            _pg_locked(db, journal._migrate)
+        return journal
+
+    @classmethod
+    def open_readonly(cls, state_dir: str | os.PathLike[str]) -> Journal:
+        """A read-only view, for reading a job that may be running: it never blocks or disturbs the writer."""
+        path = Path(state_dir) / cls.FILE
+        if not path.exists():
+            raise UsageError(f"no gatekeeper journal in {state_dir}", setting="state_dir")
+        return cls(SqliteDb.open(f"file:{path}?mode=ro", f"journal {path}", JournalError, uri=True), Path(state_dir))
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _migrate(self) -> None:
+        with self.transaction() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+            done = {r[0] for r in db.execute("SELECT name FROM schema_migrations")}
+            known = {name for name, _ in MIGRATIONS}
+            if done - known:
+                raise JournalError(f"the {self.where} was written by a newer gatekeeper ({sorted(done - known)[-1]})")
+            for name, sql in MIGRATIONS:
+                if name not in done:
+                    for statement in sql.split(";"):
+                        if statement.strip():
+                            db.execute(pg_ddl(statement) if db.dialect == "postgres" else statement)
+                    db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, self._clock()))
+
+    @contextmanager
+    def transaction(self) -> Iterator[Db]:
+        """One atomic change; in a shared journal, only while this run still holds the job's lease."""
+        self.db.begin()
+        try:
+            if self._holder is not None:
+                self._check_lease()
+            yield self.db
+        except BaseException:
+            self.db.end(commit=False)
+            raise
+        self.db.end(commit=True)
+
+    # -- the lease of a shared journal's job ----------------------------------------
+
+    def take_lease(self, holder: str, info: dict[str, Any], ttl: float,
+                   ended: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """Hold the job for this run; `JobLive` naming the other host when its lease has not expired, unless
+        `ended` (given the info its holder recorded) says that run has certainly ended."""
+        with self.transaction() as db:
+            row = db.execute("SELECT holder, info, EXTRACT(EPOCH FROM now() - heartbeat_at), ttl, heartbeat_at "
+                             "FROM gatekeeper.jobs WHERE name = ? FOR UPDATE", (self.job,)).fetchone()
+            other, other_info, age, other_ttl, seen = row
+            where = orjson.loads(other_info) if other_info else {}
+            live = other is not None and other != holder and age is not None and age <= other_ttl
+            if live and not (ended is not None and ended(where)):
+                raise JobLive(f"job {self.job!r} is running on {where.get('host', 'another host')} (pid {where.get('pid')}), "
+                              f"last seen {float(age):.0f} s ago at {seen:%Y-%m-%d %H:%M:%S %Z}; its lease expires in "
+                              f"{float(other_ttl) - float(age):.0f} s ({float(other_ttl):.0f} s after its last heartbeat)",
+                              setting="job")
+            db.execute("UPDATE gatekeeper.jobs SET holder = ?, info = ?, heartbeat_at = now(), ttl = ? WHERE name = ?",
+                       (holder, orjson.dumps(info).decode(), ttl, self.job))
+            if other is not None and other != holder:
+                self._event(db, "lease_taken_over", previous=where or None, why="ended" if live else "expired")
+        self._holder = holder
+
+    def _check_lease(self) -> None:
+        # KEY SHARE: a takeover (SELECT ... FOR UPDATE) waits for this transaction; the heartbeat's UPDATE does not.
+        row = self.db.execute("SELECT holder, info FROM gatekeeper.jobs WHERE name = ? FOR KEY SHARE", (self.job,)).fetchone()
+        if row is None or row[0] != self._holder:
+            where = orjson.loads(row[1]) if row and row[1] else {}
+            raise JobLive(f"job {self.job!r} was taken over by {where.get('host', 'another run')} after this run's lease "
+                          "expired; this run stops without recording more", setting="lease_ttl")
+
+    def renew_lease(self, db: Db | None = None) -> bool:
+        """The heartbeat (on its own connection, `db`): False when the lease is no longer ours."""
+        cur = (db or self.db).execute("UPDATE gatekeeper.jobs SET heartbeat_at = now() WHERE name = ? AND holder = ?",
+                                      (self.job, self._holder))
+        return cur.rowcount == 1
+
+    def lease(self) -> dict[str, Any] | None:
+        """Who holds this shared journal's job now (host, pid, state_dir, last_seen seconds ago); None when nobody does."""
+        row = self.db.execute("SELECT info, EXTRACT(EPOCH FROM now() - heartbeat_at), ttl FROM gatekeeper.jobs WHERE name = ? "
+                              "AND holder IS NOT NULL", (self.job,)).fetchone()
+        if row is None or row[1] is None or float(row[1]) > float(row[2]):
+            return None
+        return {**(orjson.loads(row[0]) if row[0] else {}), "last_seen": round(float(row[1]), 1)}
+
+    def release_lease(self) -> None:
+        if self._holder is not None:
+            self.db.execute("UPDATE gatekeeper.jobs SET holder = NULL, heartbeat_at = NULL WHERE name = ? AND holder = ?",
+                            (self.job, self._holder))
+            self._holder = None
+
+    def second_connection(self) -> Db:
+        """Another connection to the same journal (the lease's heartbeat runs on it, in a thread)."""
+        assert isinstance(self.db, PgDb)
+        return PgDb(self.db.url, self.where, JournalError, schema=self.db.schema, ride_out=self.db.ride_out)
+
+    # -- meta ---------------------------------------------------------------
+
+    def get_meta(self, key: str) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else orjson.loads(row[0])
+
+    def _set_meta(self, db: Db, key: str, value: Any) -> None:
+        db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                   (key, orjson.dumps(value).decode()))
+
+    @property
+    def initialized(self) -> bool:
+        return self.get_meta("input") is not None
+
+    def event(self, event: str, batch: int | None = None, **detail: Any) -> None:
+        """A mark on the run's timeline (a resume, say), in its own transaction."""
+        with self.transaction() as db:
+            self._event(db, event, batch, **detail)
+
+    def _event(self, db: Db, event: str, batch: int | None = None, **detail: Any) -> None:
+        db.execute("INSERT INTO events (at, batch, event, detail) VALUES (?, ?, ?, ?)",
+                   (self._clock(), batch, event, orjson.dumps(detail).decode() if detail else None))
+
+    # -- batches ------------------------------------------------------------
+
+    @staticmethod
+    def _row(r: Sequence[Any]) -> BatchRow:
+        return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
+                        r[13], r[14], r[15], bool(r[16]), r[17])
+
+    def batches(self, *states: BatchState) -> list[BatchRow]:
+        sql = "SELECT * FROM batches"
+        args: Sequence[str] = ()
+        if states:
+            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            args = [s.value for s in states]
+        return [self._row(r) for r in self.db.execute(sql + " ORDER BY idx", args)]
+
+    def batch(self, idx: int) -> BatchRow:
+        return self._row(self.db.execute("SELECT * FROM batches WHERE idx = ?", (idx,)).fetchone())
+
+    def count(self, *states: BatchState) -> int:
+        marks = ",".join("?" * len(states))
+        return int(self._one(f"SELECT COUNT(*) FROM batches WHERE state IN ({marks})", *(s.value for s in states)))
+
+    def known_batch_ids(self) -> set[str]:
+        """Batches that are not a candidate for an unknown create: ours, and those found not to be (`not_ours`)."""
+        ours = {r[0] for r in self.db.execute("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")}
+        return ours | set(self.get_meta("not_ours") or [])
+
+    def not_ours(self, idx: int, batch_id: str, why: str = "foreign custom_ids") -> None:
+        """A batch adopted from the listing whose results prove it another job's: the create's outcome is
+        unknown again (ours may exist, not listed then), and that batch is never a candidate again."""
+        with self.transaction() as db:
+            self._set_meta(db, "not_ours", sorted({*(self.get_meta("not_ours") or []), batch_id}))  # (same connection)
+            adopted = {k: v for k, v in (self.get_meta("adopted") or {}).items() if k != str(idx)}
+            self._set_meta(db, "adopted", adopted)
+            self._set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
+            self._event(db, "adoption_undone", idx, id=batch_id, why=why)
+
+    def foreign(self, batch_ids: Iterable[str]) -> None:
+        """Batches whose results proved them another submitter's: never a candidate again."""
+        with self.transaction() as db:
+            self._set_meta(db, "not_ours", sorted({*(self.get_meta("not_ours") or []), *batch_ids}))
+
+    def adoption(self, idx: int) -> dict[str, Any] | None:
+        """How batch `idx` was found to be ours, when by listing: {"id", "proof"}, proof "listing" (to be checked
+        against its results when collected), "results" (they proved it) or "unproven" (they could not tell)."""
+        entry = (self.get_meta("adopted") or {}).get(str(idx))
+        return dict(entry) if entry else None
+
+    def set_adoption(self, idx: int, batch_id: str, proof: str) -> None:
+        with self.transaction() as db:
+            self._record_adoption(db, idx, batch_id, proof)
+
+    def _record_adoption(self, db: Db, idx: int, batch_id: str, proof: str) -> None:
+        adopted = {**(self.get_meta("adopted") or {}), str(idx): {"id": batch_id, "proof": proof}}
+        self._set_meta(db, "adopted", adopted)
+        self._event(db, "adoption_" + proof, idx, id=batch_id)
+
+    def rejections(self) -> Iterator[tuple[int, str | None, str]]:
+        """(line, custom_id, reason) of every input line refused before sending, in line order."""
+        yield from self.db.execute("SELECT line, custom_id, reason FROM rejections ORDER BY line")
+
+    def rejected_lines(self, first: int, last: int) -> set[int]:
+        return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ?", (first, last))}
+
+    def members(self, idx: int) -> list[tuple[int, int, int, str, int]]:
+        """(line, offset, length, custom_id, attempt) of a retry batch, in line order."""
+        return list(self.db.execute(
+            'SELECT line, "offset", length, custom_id, attempt FROM members WHERE batch = ? ORDER BY line', (idx,)))
+
+    # -- state changes, one transaction each ----------------------------------
+
+    def _set_state(self, db: Db, idx: int, state: BatchState, **fields: Any) -> None:
+        sets = ", ".join(["state = ?"] + [f"{k} = ?" for k in fields])
+        db.execute(f"UPDATE batches SET {sets} WHERE idx = ?", (state.value, *fields.values(), idx))
+        self._event(db, state.value, idx, **{k: v for k, v in fields.items() if k in ("batch_id", "counts")})
+
+    def start_job(self, plan: JobPlan) -> None:
+        """Record a new job: the input's identity, settings, the plan and its rejections, all or nothing."""
+        with self.transaction() as db:
+            for key, value in (("input", plan.input), ("settings", plan.settings), ("report", plan.report),
+                               ("output_committed", 0), ("output", plan.output)):
+                self._set_meta(db, key, value)
+            db.executemany(
+                "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
+                "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
+                plan.batches)
+            db.executemany("INSERT INTO rejections VALUES (?, ?, ?)", plan.rejections)
+            self._event(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches))
+
+    def set_meta(self, key: str, value: Any, event: str | None = None, **detail: Any) -> None:
+        with self.transaction() as db:
+            self._set_meta(db, key, value)
+            if event:
+                self._event(db, event, **detail)
+
+    def mark_intent(self, idx: int, at: float, worst_usd: float | None = None) -> None:
+        """Recorded before a create's first byte is sent: from here on its outcome is unknown until settled."""
+        with self.transaction() as db:
+            self._set_state(db, idx, BatchState.INTENT, intent_at=at, body_complete=0, worst_usd=worst_usd)
+
+    def in_flight_worst(self) -> float:
+        """The worst case of every batch admitted and not yet collected (USD)."""
+        return float(self._one("SELECT COALESCE(SUM(worst_usd), 0) FROM batches WHERE state IN ('intent', 'created', 'ended')"))
+
+    def held_back(self) -> int:
+        """Requests not sent: in batches not yet created, and waiting for another attempt."""
+        return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches WHERE state = 'planned'")) + self.pending_count()
+
+    def mark_body_complete(self, idx: int) -> None:
+        """Recorded before a create's last bytes go out; an intent without it cannot have created a batch."""
+        with self.transaction() as db:
+            db.execute("UPDATE batches SET body_complete = 1 WHERE idx = ?", (idx,))
+
+    def back_to_planned(self, idx: int, event: str | None = None, **detail: Any) -> None:
+        """A create that definitely did not happen (refused, deferred, reconciled absent)."""
+        with self.transaction() as db:
+            self._set_state(db, idx, BatchState.PLANNED, intent_at=None, body_complete=0)
+            if event:
+                self._event(db, event, idx, **detail)
+
+    def mark_created(self, idx: int, batch_id: str, created_at: str | None, adopted: str | None = None) -> None:
+        """The batch exists; `adopted` (its proof, see `adoption`) when it was found by listing, recorded in the same
+        transaction (a kill between the two would leave a listing adoption unchecked)."""
+        with self.transaction() as db:
+            self._set_state(db, idx, BatchState.CREATED, batch_id=batch_id, created_at=created_at)
+            if adopted:
+                self._record_adoption(db, idx, batch_id, adopted)
+
+    def mark_ended(self, idx: int, ended_at: str | None, counts: Any) -> None:
+        with self.transaction() as db:
+            self._set_state(db, idx, BatchState.ENDED, ended_at=ended_at, counts=orjson.dumps(counts).decode())
+
+    @contextmanager
+    def settling(self, idx: int) -> Iterator[Settlement]:
+        """One batch's results, committed together with the output's new length and the batch's COLLECTED state.
+
+        Rows are written as they come inside the one open transaction, so memory does not grow with the batch.
+        """
+        with self.transaction() as db:
+            s = Settlement(db, idx)
+            yield s
+            s.flush()
+            self._set_meta(db, "output_committed", s.committed)
+            self._set_state(db, idx, BatchState.COLLECTED)
+            s.before_commit()
+
+    def pending_count(self) -> int:
+        return int(self._one("SELECT COUNT(*) FROM pending"))
+
+    def plan_retries(self, pack: Callable[[list[PendingRow]], list[list[PendingRow]]], size: Callable[[list[PendingRow]], int]) -> tuple[int, int]:
+        """Turn every request waiting for another attempt into retry batches cut by `pack`; (requests, batches)."""
+        rows = [PendingRow(*r) for r in self.db.execute(
+            'SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line')]
+        groups = pack(rows)
+        idx = int(self._one("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches"))
+        with self.transaction() as db:
+            self._insert_retry_batches(db, idx, groups, size)
+            db.execute("DELETE FROM pending")
+            self._event(db, "resubmission_planned", requests=len(rows), batches=len(groups))
+        return len(rows), len(groups)
+
+    def recut(self, batch_size: int, ranges: list[tuple[Any, ...]], groups: list[list[PendingRow]],
+              size: Callable[[list[PendingRow]], int]) -> None:
+        """Replace every planned batch by smaller ones, atomically, and record the new size (a resume sees this cut).
+
+        `ranges`: (requests, bytes, first_line, last_line, start, end, first_cid, last_cid) of new input-range
+        batches; `groups`: the requests of new member-listed batches.
+        """
+        with self.transaction() as db:
+            old = [r[0] for r in db.execute("SELECT idx FROM batches WHERE state = 'planned'")]
+            marks = ",".join("?" * len(old))
+            db.execute(f"DELETE FROM members WHERE batch IN ({marks})", old)
+            db.execute(f"DELETE FROM batches WHERE idx IN ({marks})", old)
+            idx = int(db.execute("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches").fetchone()[0])
+            for k, r in enumerate(ranges):
+                db.execute(
+                    "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
+                    "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
+                    (idx + k, *r))
+            self._insert_retry_batches(db, idx + len(ranges), groups, size)
+            settings = {**(self.get_meta("settings") or {}), "batch_size": batch_size}
+            self._set_meta(db, "settings", settings)
+            self._event(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
+
+    def _insert_retry_batches(self, db: Db, idx: int, groups: list[list[PendingRow]],
+                              size: Callable[[list[PendingRow]], int]) -> None:
+        for g in groups:
+            first, last = g[0], g[-1]
+            db.execute(
+                "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
+                "first_custom_id, last_custom_id, state) VALUES (?, 'retry', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
+                (idx, len(g), size(g), first.line, last.line, first.offset, last.offset + last.length,
+                 first.custom_id, last.custom_id))
+            db.executemany("INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)", [(idx, *r) for r in g])
+            idx += 1
+
+    def record_reading(self, at: float, depth: int, ceiling: int | None, ours: int) -> None:
+        """One queue reading for the run's timeline; past TIMELINE_ROWS, every other reading is dropped (the
+        timeline keeps its whole span at half the resolution, so a 24-hour run stays a few hundred KB).
+
+        Committed without waiting for the disk: a reading lost to a power cut costs the report a point, nothing
+        more, and a commit that waits for the disk each poll would cost far more than the reading is worth."""
+        if self.db.dialect == "sqlite":
+            self.db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            self._insert_reading(at, depth, ceiling, ours)
+        finally:
+            if self.db.dialect == "sqlite":
+                self.db.execute("PRAGMA synchronous=FULL")
+
+    def _insert_reading(self, at: float, depth: int, ceiling: int | None, ours: int) -> None:
+        with self.transaction() as db:
+            if db.dialect == "postgres":
+                db.execute("SET LOCAL synchronous_commit TO OFF")
+            db.execute("INSERT INTO timeline (at, depth, ceiling, ours) VALUES (?, ?, ?, ?)", (at, depth, ceiling, ours))
+            if int(db.execute("SELECT COUNT(*) FROM timeline").fetchone()[0]) > TIMELINE_ROWS:
+                db.execute("DELETE FROM timeline WHERE seq IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) "
+                           "AS n FROM timeline) AS numbered WHERE n % 2 = 0) AND seq < (SELECT MAX(seq) FROM timeline)")
+
+    def readings(self) -> list[tuple[float, int, int | None, int]]:
+        """(at, depth, ceiling, ours) of the run's queue readings, in time order."""
+        return [(r[0], r[1], r[2], r[3]) for r in self.db.execute("SELECT at, depth, ceiling, ours FROM timeline ORDER BY at")]
+
+    def events_of(self, *kinds: str) -> list[tuple[float, int | None, str, dict[str, Any]]]:
+        """(at, batch, event, detail) of the journal's events of these kinds, in order."""
+        marks = ",".join("?" * len(kinds))
+        return [(at, batch, ev, orjson.loads(detail) if detail else {}) for at, batch, ev, detail in self.db.execute(
+            f"SELECT at, batch, event, detail FROM events WHERE event IN ({marks}) ORDER BY seq", kinds)]
+
+    def record_refusal(self, idx: int, depth: int, requests: int) -> None:
+        self.back_to_planned(idx, "queue_full", depth=depth, requests=requests)
+
+    # -- output and reporting --------------------------------------------------
+
+    def committed_output(self) -> int:
+        return int(self.get_meta("output_committed") or 0)
+
+    def admitted_requests(self) -> int:
+        return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches "
+                             "WHERE kind = 'plan' AND state NOT IN ('planned', 'intent')"))
+
+    def final_count(self) -> int:
+        return int(self._one("SELECT COUNT(*) FROM results"))
+
+    def totals(self) -> Totals:
+        """Every figure a summary needs, read in one snapshot."""
+        db = self.db
+        types = dict(db.execute("SELECT type, COUNT(*) FROM results GROUP BY type").fetchall())
+        errors = {k or "unknown": v for k, v in db.execute(
+            "SELECT error_type, COUNT(*) FROM results WHERE type = 'errored' GROUP BY error_type")}
+        usage = db.execute("SELECT COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), "
+                           "COALESCE(SUM(cache_creation_tokens),0), COALESCE(SUM(cache_read_tokens),0) FROM results").fetchone()
+        by_model = self.usage_by_model()
+        return Totals(
+            types=types, errors=errors, usage=tuple(usage), usage_by_model=by_model,
+            batches=int(self._one("SELECT COUNT(*) FROM batches WHERE batch_id IS NOT NULL")),
+            resubmitted=int(self._one("SELECT COUNT(DISTINCT line) FROM attempts")),
+            succeeded_after_retry=int(self._one("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1")),
+            final=self.final_count(),
+        )
+
+    def usage_by_model(self) -> list[tuple[Any, ...]]:
+        """(model, input, output, cache write, cache read tokens) summed over the results that were billed: those
+        that succeeded, and those whose lines were lost and could not be downloaded again (still paid for)."""
+        return [tuple(r) for r in self.db.execute(
+            "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens) "
+            "FROM results WHERE model IS NOT NULL GROUP BY model")]
+
+    def result_types(self) -> set[str]:
+        """Result types and error types present in the results (for checking a filter)."""
+        return {r[0] for r in self.db.execute(
+            "SELECT DISTINCT type FROM results UNION SELECT DISTINCT error_type FROM results WHERE error_type IS NOT NULL")}
+
+    def result_spans(self, *, types: Sequence[str], error_types: Sequence[str], in_order: bool) -> Iterator[tuple[int, int]]:
+        """(offset, length) in the output of each final result matching the filter, in input or arrival order."""
+        parts, args = [], []
+        if types:
+            parts.append(f"type IN ({','.join('?' * len(types))})")
+            args += list(types)
+        if error_types:
+            parts.append(f"error_type IN ({','.join('?' * len(error_types))})")
+            args += list(error_types)
+        where = " WHERE " + " OR ".join(parts) if parts else ""
+        order = "line" if in_order else "out_offset"
+        yield from self.db.execute(f"SELECT out_offset, out_len FROM results{where} ORDER BY {order}", args)
+
+    # -- rebuilding the output ------------------------------------------------------
+
+    def collected_spans(self) -> list[tuple[int | None, int, int]]:
+        """(batch, start, end) in the output of each collected batch's final lines, in output order.
+
+        Each batch's lines are contiguous (one settlement appends them together); batch is None for
+        results of journals older than migration 0005, which did not record it."""
+        return [(b, start, end) for b, start, end in self.db.execute(
+            "SELECT batch, MIN(out_offset), MAX(out_offset + out_len) FROM results GROUP BY batch ORDER BY MIN(out_offset)")]
+
+    def batch_results(self, batch: int | None) -> list[tuple[int, str, int, int]]:
+        """(line, custom_id, out_offset, out_len) of one batch's final results, in output order."""
+        where = "batch IS NULL" if batch is None else "batch = ?"
+        return [(r[0], r[1], r[2], r[3]) for r in self.db.execute(
+            f"SELECT line, custom_id, out_offset, out_len FROM results WHERE {where} ORDER BY out_offset",
+            () if batch is None else (batch,))]
+
+    def batch_error_types(self, batch: int | None) -> dict[int, str | None]:
+        """line -> error_type of one batch's final results (gatekeeper's own lines are rebuilt without the API)."""
+        where = "batch IS NULL" if batch is None else "batch = ?"
+        return dict(self.db.execute(f"SELECT line, error_type FROM results WHERE {where}", () if batch is None else (batch,)))
+
+    def rebuilt(self, moved: list[tuple[int, int, int]], unavailable: list[int], committed: int, counts: dict[str, int]) -> None:
+        """The rebuilt output, in one transaction: rows whose place changed (offset, length, line), rows whose
+        results could not be downloaded again (now final `gatekeeper_results_unavailable`), its length, and
+        the running count of re-downloads."""
+        with self.transaction() as db:
+            db.executemany("UPDATE results SET out_offset = ?, out_len = ? WHERE line = ?", moved)
+            db.executemany("UPDATE results SET type = 'errored', error_type = 'gatekeeper_results_unavailable' WHERE line = ?",
+                           [(line,) for line in unavailable])
+            self._set_meta(db, "output_committed", committed)
+            total = self.get_meta("rebuilt") or {}
+            self._set_meta(db, "rebuilt", {k: int(total.get(k, 0)) + v for k, v in counts.items()})
+            self._event(db, "output_rebuilt", **counts)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads that must agree (the committed length and the rows), in one read transaction.
+
+        Errors are `JournalError` (a journal another process is still creating has no tables yet)."""
+        self.db.begin(write=False)
+        try:
+            yield
+        finally:
+            self.db.end(commit=False)
+
+    def _one(self, sql: str, *args: Any) -> Any:
+        return self.db.execute(sql, args).fetchone()[0]
+
+
+class PendingRow(NamedTuple):
+    """A request waiting for another attempt: where it is in the input, and which attempt comes next."""
+
+    line: int
+    offset: int
+    length: int
+    custom_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What a new job records before anything is sent."""
+
+    input: dict[str, Any]
+    settings: dict[str, Any]
+    report: dict[str, Any]
+    output: str
+    batches: list[tuple[Any, ...]]  # (idx, requests, bytes, first_line, last_line, start, end, first_cid, last_cid)
+    rejections: list[tuple[int, str | None, str]]
+
+
+@dataclass(frozen=True)
+class Totals:
+    types: dict[str, int]
+    errors: dict[str, int]
+    usage: tuple[int, ...]  # input, output, cache creation, cache read tokens
+    usage_by_model: list[tuple[Any, ...]]
+    batches: int
+    resubmitted: int
+    succeeded_after_retry: int
+    final: int
+
+
+class Settlement:
+    """The rows of one batch's settlement, buffered and flushed inside the journal's open transaction."""
+
+    FLUSH_ROWS = 5000
+
+    def __init__(self, db: Db, batch: int) -> None:
+        self._db = db
+        self._batch = batch
+        self._finals: list[tuple[Any, ...]] = []
+        self._retries: list[tuple[Any, ...]] = []
+        self._history: list[tuple[Any, ...]] = []
+        self.committed = 0  # the output's length once this settlement is committed (set by the caller)
+        self.finals = self.retries = 0
+        self.before_commit: Callable[[], None] = lambda: None  # a crash-test checkpoint
+
+    def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
+              usage: tuple[str | None, int, int, int, int]) -> None:
+        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage, self._batch))
+        self._maybe_flush()
+
+    def retry(self, line: int, offset: int, length: int, cid: str, attempt: int, batch: int, kind: str,
+              error_type: str | None, raw: bytes) -> None:
+        """The request goes again as attempt `attempt + 1`; this attempt's line is kept for the record."""
+        self._retries.append((line, offset, length, cid, attempt + 1))
+        self._history.append((line, attempt, batch, kind, error_type, raw))
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if len(self._finals) + len(self._retries) >= self.FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        self._db.load(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      f"COPY results ({RESULT_COLUMNS}) FROM STDIN", self._finals)
+        self._db.executemany("INSERT INTO pending VALUES (?, ?, ?, ?, ?) ON CONFLICT (line) DO UPDATE SET \"offset\" = excluded.\"offset\", "
+                             "length = excluded.length, custom_id = excluded.custom_id, attempt = excluded.attempt", self._retries)
+        self._db.executemany("INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (line, attempt) DO UPDATE SET "
+                             "batch = excluded.batch, type = excluded.type, error_type = excluded.error_type, raw = excluded.raw",
+                             self._history)
+        self.finals += len(self._finals)
+        self.retries += len(self._retries)
+        self._finals.clear()
+        self._retries.clear()
+        self._history.clear()

@@ -1,0 +1,483 @@
+"""The admission ledger: reservations against the organization's ceiling, shared by submitters.
+
+Submitters in different workspaces cannot see each other's batches, so reading
+live depth is not enough: two of them can read the same headroom and both
+create. Each submitter reserves a batch's requests in the ledger before its
+create, and the ledger grants a reservation only if
+
+    reserved (all submitters, unexpired)  +  max(0, seen - mine)  +  n  <=  ceiling - margin
+
+where `seen` is the depth this submitter observes (its listing plus its own
+unlisted creates) and `mine` its own reservations: the part of what it sees
+that no reservation covers is counted once, the reserved part once. Grants are
+atomic (one SQLite write transaction, one PostgreSQL transaction under an
+advisory lock, or one Redis Lua script), so no two
+submitters can both take the last room: the queue cannot overshoot through
+gatekeeper's own creates. A reservation is confirmed with its batch id,
+released when the batch ends or the create was definitely refused, and
+expires `ttl` seconds after its owner's last heartbeat, so a killed submitter
+blocks the organization for at most `ttl`; a resumed one takes its live
+batches' reservations back (`hold`).
+
+`LocalLedger` (the default) serves one submitter: its journal already counts its
+own creates, so it grants everything.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import anyio
+
+from .._errors import LedgerError
+from ._db import Db, PgDb, SqliteDb, is_postgres, pg_ddl, safe_url
+
+DEFAULT_TTL = 900.0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    owner: str
+    batch: int
+    requests: int
+    batch_id: str | None
+    expires_in: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"owner": self.owner, "batch": self.batch, "requests": self.requests, "batch_id": self.batch_id,
+                "expires_in": round(self.expires_in, 1)}
+
+
+class Ledger(Protocol):
+    ttl: float
+    owner: str  # this submitter's name in the ledger ("" for the in-process one)
+
+    async def observe(self, depth: int) -> None: ...
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool: ...
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None: ...
+    async def confirm(self, batch: int, batch_id: str) -> None: ...
+    async def release(self, batch: int) -> None: ...
+    async def release_all(self) -> None: ...
+    async def heartbeat(self) -> None: ...
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None: ...
+    async def reservations(self) -> list[Reservation]: ...
+    async def ping(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int) -> bool:
+    """The admission formula (pure; the shared ledgers evaluate the same inside their atomic step)."""
+    return reserved + max(0, seen - mine) + n <= ceiling
+
+
+class LocalLedger:
+    """One submitter in one process: nothing to share."""
+
+    ttl = DEFAULT_TTL
+    owner = ""
+
+    async def observe(self, depth: int) -> None:
+        return None
+
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+        return True
+
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
+        return None
+
+    async def confirm(self, batch: int, batch_id: str) -> None:
+        return None
+
+    async def release(self, batch: int) -> None:
+        return None
+
+    async def release_all(self) -> None:
+        return None
+
+    async def heartbeat(self) -> None:
+        return None
+
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        return None  # one process: the state directory's lock is the only guard
+
+    async def reservations(self) -> list[Reservation]:
+        return []
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+_SQL_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
+    "batch_id TEXT, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))",
+    "CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, owner TEXT NOT NULL, info TEXT NOT NULL, expires_at REAL NOT NULL)",
+)
+_UPSERT = ("INSERT INTO reservations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, batch) DO UPDATE SET "
+           "requests = excluded.requests, batch_id = excluded.batch_id, expires_at = excluded.expires_at")
+LOCK_LEDGER = 7_046_913_202  # PostgreSQL: the advisory lock every grant takes (one grant at a time, all hosts)
+
+
+class SqlLedger(abc.ABC):
+    """The ledger in a SQL database; each step one atomic transaction (`_tx`), evaluated on the database's clock."""
+
+    ttl: float
+    owner: str
+    margin: int
+
+    @abc.abstractmethod
+    def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
+        """Run `fn(db, now)` as one atomic step; its result."""
+
+    async def _run(self, fn: Callable[[Db, float], Any]) -> Any:
+        return await anyio.to_thread.run_sync(self._tx, fn)
+
+    async def observe(self, depth: int) -> None:
+        return None
+
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+        def step(db: Db, now: float) -> bool:
+            db.execute("DELETE FROM reservations WHERE expires_at < ?", (now,))
+            reserved, mine = db.execute(
+                "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0) "
+                "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, batch)).fetchone()
+            if ceiling is not None and not grant(int(reserved), seen, int(mine), n, ceiling - self.margin):
+                return False
+            db.execute(_UPSERT, (self.owner, batch, n, None, now + self.ttl))
+            return True
+
+        return bool(await self._run(step))
+
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
+        await self._run(lambda db, now: db.execute(_UPSERT, (self.owner, batch, n, batch_id, now + self.ttl)))
+
+    async def confirm(self, batch: int, batch_id: str) -> None:
+        await self._run(lambda db, now: db.execute(
+            "UPDATE reservations SET batch_id = ?, expires_at = ? WHERE owner = ? AND batch = ?",
+            (batch_id, now + self.ttl, self.owner, batch)))
+
+    async def release(self, batch: int) -> None:
+        await self._run(lambda db, now: db.execute(
+            "DELETE FROM reservations WHERE owner = ? AND batch = ?", (self.owner, batch)))
+
+    async def release_all(self) -> None:
+        def step(db: Db, now: float) -> None:
+            db.execute("DELETE FROM reservations WHERE owner = ?", (self.owner,))
+            db.execute("DELETE FROM jobs WHERE owner = ?", (self.owner,))
+
+        await self._run(step)
+
+    async def heartbeat(self) -> None:
+        def step(db: Db, now: float) -> None:
+            db.execute("UPDATE reservations SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
+            db.execute("UPDATE jobs SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
+
+        await self._run(step)
+
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        """Register this submitter as the job's live runner; the other live runner's info when there is one."""
+        def step(db: Db, now: float) -> dict[str, Any] | None:
+            db.execute("DELETE FROM jobs WHERE expires_at < ?", (now,))
+            row = db.execute("SELECT owner, info FROM jobs WHERE job = ?", (job,)).fetchone()
+            if row is not None and row[0] != self.owner:
+                return dict(json.loads(row[1]))
+            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?) ON CONFLICT (job) DO UPDATE SET owner = excluded.owner, "
+                       "info = excluded.info, expires_at = excluded.expires_at", (job, self.owner, json.dumps(info), now + self.ttl))
+            return None
+
+        result = await self._run(step)
+        return None if result is None else dict(result)
+
+    async def reservations(self) -> list[Reservation]:
+        def step(db: Db, now: float) -> list[Reservation]:
+            rows = db.execute("SELECT owner, batch, requests, batch_id, expires_at FROM reservations "
+                              "WHERE expires_at >= ? ORDER BY owner, batch", (now,)).fetchall()
+            return [Reservation(o, b, n, bid, exp - now) for o, b, n, bid, exp in rows]
+
+        return list(await self._run(step))
+
+    async def ping(self) -> None:
+        await self._run(lambda db, now: None)
+
+    async def close(self) -> None:
+        return None
+
+
+class SqliteLedger(SqlLedger):
+    """Several submitters on one host: a SQLite file; BEGIN IMMEDIATE makes each grant atomic across processes."""
+
+    def __init__(self, path: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0) -> None:
+        self.path = path
+        self.owner = owner
+        self.ttl = ttl
+        self.margin = margin
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            # Not created: submitters that mean to share a ledger would each get their own, silently.
+            raise LedgerError(f"ledger sqlite:///{path}: folder {parent} does not exist", setting="ledger")
+        self._tx(lambda db, now: [db.execute(sql) for sql in _SQL_SCHEMA])
+
+    def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
+        """One atomic step on a connection of its own (steps run in worker threads)."""
+        db = SqliteDb.open(self.path, f"ledger sqlite:///{self.path}", LedgerError)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.begin()
+            try:
+                result = fn(db, time.time())
+            except BaseException:
+                db.end(commit=False)
+                raise
+            db.end(commit=True)
+            return result
+        finally:
+            db.close()
+
+
+class PgLedger(SqlLedger):
+    """Submitters on many hosts: PostgreSQL. Each grant holds one advisory lock for its transaction, and every
+    expiry is on the server's clock (no skew between hosts)."""
+
+    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "") -> None:
+        self.owner = owner
+        self.ttl = ttl
+        self.margin = margin
+        self.url = safe_url(url)
+        schema = "gatekeeper_ledger" + (f"_{namespace}" if namespace else "")
+        self._lock = threading.Lock()  # one step at a time on the connection (steps run in worker threads)
+        self.db = PgDb(url, f"ledger {self.url}", LedgerError)
+        self._tx(lambda db, now: [db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'),
+                                  db.execute(f'SET LOCAL search_path TO "{schema}"'),
+                                  *[db.execute(pg_ddl(sql)) for sql in _SQL_SCHEMA]])
+        self.db.use_schema(schema)
+
+    def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
+        with self._lock:
+            db = self.db
+            db.begin()
+            try:
+                db.execute("SELECT pg_advisory_xact_lock(?)", (LOCK_LEDGER,))
+                now = float(db.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()[0])
+                result = fn(db, now)
+            except BaseException:
+                db.end(commit=False)
+                raise
+            db.end(commit=True)
+            return result
+
+    async def close(self) -> None:
+        self.db.close()
+
+
+# One Lua script a step: Redis runs each atomically, on the server's clock (no skew between hosts).
+_LUA_RESERVE = """
+local key, owner, batch = KEYS[1], ARGV[1], ARGV[2]
+local n, ceiling, seen, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+local reserved, mine = 0, 0
+local me = owner .. '|' .. batch
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  local count, expires = string.match(value, '^(%d+):([^:]+):')
+  count, expires = tonumber(count), tonumber(expires)
+  if expires < now then
+    redis.call('HDEL', key, field)
+  elseif field ~= me then
+    reserved = reserved + count
+    if string.sub(field, 1, #owner + 1) == owner .. '|' then mine = mine + count end
+  end
+end
+if ceiling >= 0 and reserved + math.max(0, seen - mine) + n > ceiling then return 0 end
+redis.call('HSET', key, me, n .. ':' .. (now + ttl) .. ':')
+return 1
+"""
+
+_LUA_SET = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. (now + tonumber(ARGV[3])) .. ':' .. ARGV[4])
+return 1
+"""
+
+_LUA_CONFIRM = """
+local value = redis.call('HGET', KEYS[1], ARGV[1])
+if not value then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local count = string.match(value, '^(%d+):')
+redis.call('HSET', KEYS[1], ARGV[1], count .. ':' .. (now + tonumber(ARGV[2])) .. ':' .. ARGV[3])
+return 1
+"""
+
+_LUA_HEARTBEAT = """
+local key, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  if string.sub(field, 1, #owner + 1) == owner .. '|' then
+    local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
+    redis.call('HSET', key, field, count .. ':' .. (now + ttl) .. ':' .. bid)
+  end
+end
+return 1
+"""
+
+_LUA_CLAIM = """
+local key, job, owner, info, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local value = redis.call('HGET', key, job)
+if value then
+  local holder, expires, held = string.match(value, '^([^|]*)|([^|]*)|(.*)$')
+  if holder ~= owner and tonumber(expires) >= now then return held end
+end
+redis.call('HSET', key, job, owner .. '|' .. (now + ttl) .. '|' .. info)
+return false
+"""
+
+_LUA_JOBS_BEAT = """
+local key, owner, ttl, drop = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local holder, expires, info = string.match(all[i + 1], '^([^|]*)|([^|]*)|(.*)$')
+  if holder == owner then
+    if drop == '1' then redis.call('HDEL', key, all[i])
+    else redis.call('HSET', key, all[i], owner .. '|' .. (now + ttl) .. '|' .. info) end
+  end
+end
+return 1
+"""
+
+_LUA_LIST = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+return {tostring(now), redis.call('HGETALL', KEYS[1])}
+"""
+
+
+class RedisLedger:
+    """Submitters on many hosts: a Redis hash, every step an atomic Lua script on the server."""
+
+    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "default") -> None:
+        try:
+            import redis.asyncio as aioredis
+        except ImportError:
+            raise LedgerError("a redis:// ledger needs the redis package: pip install 'gatekeeper[redis]'",
+                              setting="ledger") from None
+        self.url = safe_url(url)
+        # Timeouts: an unreachable host is reported within seconds, not after the OS gives up.
+        self.client = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=15)
+        self.owner = owner
+        self.ttl = ttl
+        self.margin = margin
+        self.key = f"gatekeeper:{namespace}:reservations"
+        self._reserve = self.client.register_script(_LUA_RESERVE)
+        self._set = self.client.register_script(_LUA_SET)
+        self._confirm = self.client.register_script(_LUA_CONFIRM)
+        self._heartbeat = self.client.register_script(_LUA_HEARTBEAT)
+        self._list = self.client.register_script(_LUA_LIST)
+        self._claim = self.client.register_script(_LUA_CLAIM)
+        self._jobs_beat = self.client.register_script(_LUA_JOBS_BEAT)
+        self.jobs_key = f"gatekeeper:{namespace}:jobs"
+
+    def _field(self, batch: int) -> str:
+        return f"{self.owner}|{batch}"
+
+    async def _guard(self, call: Awaitable[Any]) -> Any:
+        """The one place redis errors become ours: `LedgerError`, naming the URL without its password."""
+        from redis.exceptions import RedisError
+
+        try:
+            return await call
+        except RedisError as exc:
+            raise LedgerError(f"ledger {self.url} cannot be reached: {type(exc).__name__}: {exc}",
+                              setting="ledger") from exc
+
+    async def ping(self) -> None:
+        await self._guard(self.client.ping())
+
+    async def observe(self, depth: int) -> None:
+        return None
+
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+        limit = -1 if ceiling is None else ceiling - self.margin
+        return bool(await self._guard(self._reserve(keys=[self.key], args=[self.owner, batch, n, limit, seen, self.ttl])))
+
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
+        await self._guard(self._set(keys=[self.key], args=[self._field(batch), n, self.ttl, batch_id or ""]))
+
+    async def confirm(self, batch: int, batch_id: str) -> None:
+        await self._guard(self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id]))
+
+    async def release(self, batch: int) -> None:
+        await self._guard(self.client.hdel(self.key, self._field(batch)))
+
+    async def release_all(self) -> None:
+        fields = [f for f in await self._guard(self.client.hkeys(self.key))
+                  if (f.decode() if isinstance(f, bytes) else f).startswith(self.owner + "|")]
+        if fields:
+            await self._guard(self.client.hdel(self.key, *fields))
+        await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "1"]))
+
+    async def heartbeat(self) -> None:
+        await self._guard(self._heartbeat(keys=[self.key], args=[self.owner, self.ttl]))
+        await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "0"]))
+
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        held = await self._guard(self._claim(keys=[self.jobs_key], args=[job, self.owner, json.dumps(info), self.ttl]))
+        return None if not held else dict(json.loads(held))
+
+    async def reservations(self) -> list[Reservation]:
+        now_text, flat = await self._guard(self._list(keys=[self.key]))
+        now = float(now_text)
+        out = []
+        for field, value in zip(flat[::2], flat[1::2]):
+            owner, _, batch = field.decode().rpartition("|")
+            count, expires, bid = value.decode().split(":", 2)
+            if float(expires) >= now:
+                out.append(Reservation(owner, int(batch), int(count), bid or None, float(expires) - now))
+        return sorted(out, key=lambda r: (r.owner, r.batch))
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAULT_TTL, margin: int = 0) -> Ledger:
+    """`None` or "local": in-process; "sqlite:///path/to/ledger.db"; "redis://host:port/db"; "postgresql://..."."""
+    if not url or url == "local":
+        return LocalLedger()
+    owner = owner or new_owner()
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        path = url[len("sqlite://"):]
+        if not path or path == "/":
+            raise LedgerError(f"ledger {url}: give a file, as sqlite:///path/to/ledger.db", setting="ledger")
+        return SqliteLedger(path, owner, ttl=ttl, margin=margin)
+    if parts.scheme in ("redis", "rediss", "unix"):
+        return RedisLedger(url, owner, ttl=ttl, margin=margin)
+    if is_postgres(url):
+        return PgLedger(url, owner, ttl=ttl, margin=margin)
+    raise LedgerError(f"ledger {safe_url(url)}: expected local, sqlite:///PATH, redis://HOST:PORT/DB or "
+                      "postgresql://USER@HOST:PORT/DB", setting="ledger")

@@ -1,0 +1,1 @@
+"""Watching and reporting: status --watch, the HTML report, the Prometheus exporter."""

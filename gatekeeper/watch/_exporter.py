@@ -1,0 +1,142 @@
+"""`gatekeeper exporter`: Prometheus metrics of the queue and of runs, read on their own schedule.
+
+The API is read every `interval` seconds by the exporter's loop, never once per
+scrape: a scrape renders the last reading (a custom collector over a snapshot).
+A failed reading keeps the last values and counts an error; the age of the last
+successful reading says how stale they are. Names follow Prometheus conventions
+(a `gatekeeper_` prefix, base units in the name, `_total` on counters only);
+labels are small fixed sets (a workspace's position, a verdict, a result type, a
+run's state-directory name), never an id or a key. `prometheus_client` is the
+optional extra `gatekeeper[exporter]`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._errors import UsageError
+from .._prices import PriceTable
+from ..decide._headroom import Headroom, verdict
+from ..run._summary import summarize
+from ..state._journal import BatchState, open_job
+from ..state._ledger import Reservation
+
+VERDICTS = ("queue-clear", "queue-near-limit", "queue-exhausted", "queue-limit-unknown")
+
+
+@dataclass
+class Snapshot:
+    """The last successful reading, and the counters; guarded by `lock` (the scrape runs in another thread)."""
+
+    headroom: Headroom | None = None
+    reservations: list[Reservation] | None = None
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    read_at: float | None = None
+    readings: int = 0
+    errors: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def run_figures(state_dir: Path, prices: PriceTable, *, journal: str | None = None, job: str | None = None) -> dict[str, Any]:
+    """What the exporter shows of one run, from its journal (read-only): a state directory's, or job `job`'s in the
+    shared `journal`."""
+    j = open_job(state_dir, journal=journal, job=job)
+    try:
+        with j.snapshot():
+            s = summarize(j, "", prices=prices)
+            live = sum(b.requests for b in j.batches(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED))
+            return {"requests": s.requests, "admitted": j.admitted_requests(), "in_flight": live, "cost_usd": s.cost_usd,
+                    "results": {"succeeded": s.succeeded, "errored": s.errored, "expired": s.expired, "canceled": s.canceled}}
+    finally:
+        j.close()
+
+
+class Collector:
+    """Renders the snapshot as metric families at scrape time."""
+
+    def __init__(self, snap: Snapshot, threshold: int, clock: Callable[[], float] = time.time) -> None:
+        self.snap = snap
+        self.threshold = threshold
+        self.clock = clock
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self.snap.lock:
+            h, reservations, runs = self.snap.headroom, self.snap.reservations, dict(self.snap.runs)
+            read_at, readings, errors = self.snap.read_at, self.snap.readings, self.snap.errors
+        yield CounterMetricFamily("gatekeeper_readings", "Successful readings of the queue.", value=readings)
+        yield CounterMetricFamily("gatekeeper_reading_errors", "Readings of the queue that failed (the last values are kept).",
+                                  value=errors)
+        if read_at is not None:
+            yield GaugeMetricFamily("gatekeeper_last_reading_age_seconds", "Seconds since the last successful reading.",
+                                    value=max(0.0, self.clock() - read_at))
+        if h is not None:
+            yield from _queue_families(h, self.threshold, GaugeMetricFamily)
+        if reservations is not None:
+            yield GaugeMetricFamily("gatekeeper_ledger_reserved_requests", "Requests reserved in the shared admission ledger.",
+                                    value=sum(r.requests for r in reservations))
+        yield from _run_families(runs, GaugeMetricFamily)
+
+
+def _queue_families(h: Headroom, threshold: int, gauge: Any) -> Iterator[Any]:
+    if h.ceiling is not None:
+        yield gauge("gatekeeper_queue_ceiling_requests", "The organization's enqueued_batch_requests ceiling.", value=h.ceiling)
+    yield gauge("gatekeeper_queue_depth_requests", "Requests in the batch queue over every workspace key given.", value=h.depth)
+    per = gauge("gatekeeper_queue_workspace_depth_requests", "Requests in the batch queue, per workspace key (by position).",
+                labels=["workspace"])
+    for ws in sorted({b.workspace for b in h.batches} | {f"ws{i + 1}" for i in range(h.workspaces)}):
+        per.add_metric([ws], sum(b.processing for b in h.batches if b.workspace == ws))
+    yield per
+    if h.occupancy is not None:
+        yield gauge("gatekeeper_queue_occupancy_ratio", "Depth over ceiling (0 to 1, above 1 when over).", value=h.occupancy)
+    yield gauge("gatekeeper_queue_live_batches", "Batches in progress or canceling.", value=len(h.batches))
+    state, _ = verdict(h, threshold)
+    v = gauge("gatekeeper_queue_verdict", "The queue's verdict: 1 for the current one, 0 for the others.", labels=["verdict"])
+    for name in VERDICTS:
+        v.add_metric([name], 1.0 if name == state else 0.0)
+    yield v
+
+
+def _run_families(runs: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:
+    if not runs:
+        return
+    spec = [("gatekeeper_run_requests", "Valid requests of the run.", "requests"),
+            ("gatekeeper_run_admitted_requests", "Requests of the run whose first batch was created.", "admitted"),
+            ("gatekeeper_run_in_flight_requests", "Requests of the run in batches not yet collected.", "in_flight")]
+    for name, text, key in spec:
+        fam = gauge(name, text, labels=["run"])
+        for run, fig in runs.items():
+            fam.add_metric([run], fig[key])
+        yield fam
+    final = gauge("gatekeeper_run_final_requests", "Requests of the run with a final result, by result type.", labels=["run", "type"])
+    cost = gauge("gatekeeper_run_cost_usd", "The run's cost so far at batch prices (absent when a model has no price).",
+                 labels=["run"])
+    for run, fig in runs.items():
+        for kind, n in fig["results"].items():
+            final.add_metric([run, kind], n)
+        if fig["cost_usd"] is not None:
+            cost.add_metric([run], fig["cost_usd"])
+    yield final
+    yield cost
+
+
+def serve(snap: Snapshot, threshold: int, host: str, port: int) -> tuple[str, Any]:
+    """Start serving /metrics in a daemon thread; (its URL, the server)."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+    except ImportError:
+        raise UsageError("the exporter needs prometheus_client: pip install 'gatekeeper[exporter]'") from None
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector(snap, threshold))
+    try:
+        server, _ = start_http_server(port, addr=host, registry=registry)
+    except (OSError, OverflowError) as exc:
+        raise UsageError(f"the exporter cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}",
+                         setting="port") from exc
+    return f"http://{host}:{server.server_port}/metrics", server
