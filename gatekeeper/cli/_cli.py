@@ -478,14 +478,14 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     import anyio
 
     from .._prices import load_prices
-    from ..watch._exporter import Snapshot, run_figures, serve
+    from ..watch._exporter import RunFigures, run_figures, serve
     from ..watch._watch import min_interval
 
     config = _api_config()
     if args.job and not args.journal:
         raise UsageError("exporter --job reads a job in a shared journal: give --journal URL too")
     prices = load_prices(args.prices)
-    snap = Snapshot()
+    snap = RunFigures()
     url, server = serve(snap, args.threshold, args.listen, args.port)
     interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
     if args.json:  # one line: a long-running command's output is read line by line

@@ -36,9 +36,7 @@ from ..state._ledger import Ledger
 from ..state._output import OutputFile
 from ._evidence import read_results, weigh
 from ._inputs import batch_requests
-from ._settings import SubmitSettings
-
-EventSink = Callable[[str, dict[str, Any]], None]
+from ._settings import EventSink, SubmitSettings
 
 
 class _NotOurs(Exception):  # (control flow inside the collector, never raised past it)

@@ -63,11 +63,10 @@ from ._collect import Collector, custom_id
 from ._evidence import Results, read_results, weigh
 from ._inputs import batch_requests, hash_file, stat_identity
 from ._rebuild import Rebuilder
-from ._settings import SubmitSettings
+from ._settings import EventSink, SubmitSettings
 from ._summary import Summary, spent_usd, summarize
 
 Checkpoint = Callable[[str], None]
-EventSink = Callable[[str, dict[str, Any]], None]
 ResultSink = Callable[[str, dict[str, Any]], None]
 Sleep = Callable[[float], Awaitable[None]]
 READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still

@@ -32,10 +32,9 @@ from ..state._journal import BatchRow, Journal
 from ..state._output import OutputFile
 from ._collect import custom_id, missing_verdict
 from ._inputs import batch_requests
-from ._settings import SubmitSettings
+from ._settings import EventSink, SubmitSettings
 
 OWN_LINES = (MISSING_RESULT, RESULTS_UNAVAILABLE)  # written by gatekeeper, not downloaded: rebuilt from the journal
-EventSink = Callable[[str, dict[str, Any]], None]
 Row = tuple[int, str, int, int]  # line, custom_id, out_offset, out_len
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..input._sizing import Limits
+
+# What a run tells as it goes: (event, fields), the one shape every part of a run emits in.
+EventSink = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from ..state._journal import BatchState, Journal, open_job, private_dir
 from ..state._ledger import Ledger, new_owner, open_ledger
 from ..state._output import check_writable
 from ._inputs import hash_file
-from ._loop import Checkpoint, EventSink, Job, ResultSink
-from ._settings import SubmitSettings, default_job_name, default_state_dir
+from ._loop import Checkpoint, Job, ResultSink
+from ._settings import EventSink, SubmitSettings, default_job_name, default_state_dir
 from ._summary import Summary, summarize
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ VERDICTS = ("queue-clear", "queue-near-limit", "queue-exhausted", "queue-limit-u
 
 
 @dataclass
-class Snapshot:
+class RunFigures:
     """The last successful reading, and the counters; guarded by `lock` (the scrape runs in another thread)."""
 
     headroom: Headroom | None = None
@@ -56,10 +56,10 @@ def run_figures(state_dir: Path, prices: PriceTable, *, journal: str | None = No
         j.close()
 
 
-class Collector:
+class MetricsCollector:
     """Renders the snapshot as metric families at scrape time."""
 
-    def __init__(self, snap: Snapshot, threshold: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, snap: RunFigures, threshold: int, clock: Callable[[], float] = time.time) -> None:
         self.snap = snap
         self.threshold = threshold
         self.clock = clock
@@ -126,14 +126,14 @@ def _run_families(runs: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:
     yield cost
 
 
-def serve(snap: Snapshot, threshold: int, host: str, port: int) -> tuple[str, Any]:
+def serve(snap: RunFigures, threshold: int, host: str, port: int) -> tuple[str, Any]:
     """Start serving /metrics in a daemon thread; (its URL, the server)."""
     try:
         from prometheus_client import CollectorRegistry, start_http_server
     except ImportError:
         raise UsageError("the exporter needs prometheus_client: pip install 'gatekeeper[exporter]'") from None
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Collector(snap, threshold))
+    registry.register(MetricsCollector(snap, threshold))
     try:
         server, _ = start_http_server(port, addr=host, registry=registry)
     except (OSError, OverflowError) as exc:
