@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import io
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,16 +48,24 @@ def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: 
     out, err = io.BytesIO(), io.StringIO()
     stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)  # with .buffer, as main() writes bytes too
     saved = dict(os.environ)
+    # The timeout holds here too: when it is up, the run is sent a Ctrl-C (it stops as a user's would) and the test
+    # fails with TimeoutExpired, whatever the run then returned.
+    fired = threading.Event()
+    alarm = threading.Timer(timeout, lambda: (fired.set(), _thread.interrupt_main()))
     try:
         os.environ.clear()
         os.environ.update(_environ(env))
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
+            alarm.start()
             code = main(args)
         text = out.getvalue().decode()
     finally:
+        alarm.cancel()
         stdout.detach()  # (closing the wrapper would close `out`)
         os.environ.clear()
         os.environ.update(saved)
+    if fired.is_set():
+        raise subprocess.TimeoutExpired(["gatekeeper", *args], timeout, text, err.getvalue())
     return subprocess.CompletedProcess(["gatekeeper", *args], code, text, err.getvalue())
 
 

@@ -395,7 +395,14 @@ def test_may_spend(spent: float, in_flight: float, worst: float, n: int, action:
     """Go when the worst case fits; wait for what is in flight; else cut to what fits, or stop below MIN_BATCH."""
     d = may_spend(budget=10.0, spent=spent, in_flight=in_flight, worst=worst, requests=n)
     assert (d.action, d.size) == (action, size)
-    assert MIN_BATCH == 100
+
+
+def test_a_budget_never_cuts_below_the_smallest_batch() -> None:
+    """Money left for fewer than MIN_BATCH requests stops admitting rather than sending a crumb of a batch."""
+    worst_each = 0.005
+    just_under = may_spend(budget=10.0, spent=10.0 - (MIN_BATCH - 1) * worst_each, in_flight=0.0, worst=5.0, requests=1000)
+    enough = may_spend(budget=10.0, spent=10.0 - MIN_BATCH * worst_each, in_flight=0.0, worst=5.0, requests=1000)
+    assert just_under.action is Spend.STOP and (enough.action, enough.size) == (Spend.CUT, MIN_BATCH)
 
 
 @pytest.mark.parametrize(("ends", "have", "kept"), [
@@ -442,7 +449,8 @@ def test_this_process_is_alive_and_a_reaped_child_is_not() -> None:
 
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     assert pid_alive(os.getpid()) and not pid_alive(int(child.stdout))
-    assert machine_id() == machine_id() and (machine_id() is None or "/" in machine_id())
+    here = machine_id()  # boot id and pid namespace: what tells this machine (and this container) from another
+    assert here is None or (here.count("/") == 1 and all(here.split("/")))
 
 
 def test_others_in_flight_are_their_ids_and_unconfirmed_sizes() -> None:

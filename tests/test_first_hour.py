@@ -209,3 +209,14 @@ def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
     finally:
         run.terminate()
         run.communicate(timeout=10)
+
+
+def test_the_in_process_helper_honours_its_timeout(tmp_path: Path) -> None:
+    """A run held longer than the helper's timeout is stopped, and the test is told (not left waiting)."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        fake.inject(Fault("list", kind="delay", delay=20))
+        started = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired):
+            gk(["submit", str(path), *FAST], env_for(fake), timeout=1.0)
+        assert time.monotonic() - started < 5
