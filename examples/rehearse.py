@@ -36,7 +36,7 @@ with FakeAPI(config) as fake:
            "ANTHROPIC_ADMIN_KEY": "rehearsal-admin-key"}
     print(f"fake Batches API on {fake.url}; state in {state}", file=sys.stderr)
     # The real command, as a pipeline runs it:
-    code = subprocess.call([sys.executable, "-m", "gatekeeper", "submit", source, "--state", state, "--poll", "0.5"], env=env)
+    code = subprocess.call([sys.executable, "-m", "gatekeeper", "submit", source, "--state", state, "--interval", "0.5"], env=env)
     r = fake.org.records
     print(f"\nthe fake saw: {r.creates} creates, {len(r.refusals)} refusals, deepest queue {r.max_depth} "
           f"(ceiling {config.ceiling}), {r.succeeded_twice} requests that succeeded twice", file=sys.stderr)

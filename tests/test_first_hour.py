@@ -220,3 +220,18 @@ def test_the_in_process_helper_honours_its_timeout(tmp_path: Path) -> None:
         with pytest.raises(subprocess.TimeoutExpired):
             gk(["submit", str(path), *FAST], env_for(fake), timeout=1.0)
         assert time.monotonic() - started < 5
+
+
+def test_one_flag_for_the_time_between_readings() -> None:
+    """`--interval` in every command that reads again and again; submit's old `--poll` still lands there."""
+    from gatekeeper.cli._parser import build_parser
+
+    def parsed(*argv: str) -> object:
+        return build_parser(list(argv)).parse_args(list(argv))
+
+    assert parsed("submit", "in.jsonl", "--interval", "7").interval == 7.0  # type: ignore[attr-defined]
+    assert parsed("submit", "in.jsonl", "--poll", "5").interval == 5.0  # type: ignore[attr-defined]
+    watch = parsed("status", "--watch", "--interval", "2")
+    assert watch.watch is True and watch.interval == 2.0  # type: ignore[attr-defined]
+    assert parsed("exporter", "--interval", "9").interval == 9.0  # type: ignore[attr-defined]
+    assert parsed("fake-api", "--simulated-ceiling", "50").simulated_ceiling == 50  # type: ignore[attr-defined]

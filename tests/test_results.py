@@ -106,6 +106,8 @@ def test_results_command_in_order_and_only(tmp_path: Path) -> None:
     assert orjson.loads(proc.stdout)["written"] == len(ids)
     errs = gk(["results", str(path), "--only", "errored"], {})
     assert len(errs.stdout.splitlines()) == 4
+    piped = gk(["results", str(path), "--only", "errored", "--json"], {})  # lines on stdout, the summary on stderr
+    assert piped.stdout == errs.stdout and orjson.loads(piped.stderr)["written"] == 4 and piped.returncode == 0
     invalid = gk(["results", str(path), "--only", "invalid_request_error"], {})
     assert {orjson.loads(x)["custom_id"] for x in invalid.stdout.splitlines()} == {"bad0", "bad1", "bad2"}
     everything = gk(["results", "--state", str(path) + ".gatekeeper"], {})

@@ -29,7 +29,7 @@ def test_watch_as_a_pipe_prints_a_json_line_a_reading_and_stops_on_ctrl_c() -> N
     """Not a terminal: one JSON object per reading, each with the verdict; SIGINT ends it with exit 0."""
     with running_fake(ceiling=1000, rate=0.0) as fake:
         fake.org.add_batch("wrkspc_1", 900)
-        proc = start(["status", "--watch", "1"], env_for(fake))
+        proc = start(["status", "--watch", "--interval", "1"], env_for(fake))
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(2)]
         proc.send_signal(signal.SIGINT)
@@ -46,7 +46,7 @@ def test_watch_on_a_terminal_redraws_one_screen() -> None:
     with running_fake(ceiling=1000, rate=0.0) as fake:
         fake.org.add_batch("wrkspc_1", 500)
         master, slave = pty.openpty()
-        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "status", "--watch", "1"], env=_environ(env_for(fake)),
+        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "status", "--watch", "--interval", "1"], env=_environ(env_for(fake)),
                                 stdout=slave, stderr=slave, text=True)
         os.close(slave)
         screen = b""

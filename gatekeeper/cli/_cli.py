@@ -161,7 +161,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     config = _api_config()
     read = _status_reader(args, config)
-    if args.watch is not None:
+    if args.watch:
         return _watch_status(args, config, read)
     h, reservations = anyio.run(read)
     report = status_report(h, reservations, args.threshold)
@@ -198,7 +198,7 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
 
     from ..watch._watch import min_interval, watch
 
-    interval = max(args.watch, min_interval(len(config.workspace_keys), args.max_rpm))
+    interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
     tty = sys.stdout.isatty() and not args.json
 
     def reading() -> dict[str, Any]:
@@ -269,8 +269,8 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
 
     return SubmitSettings(
         state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
-        poll=args.poll, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
-        reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.poll * 2),
+        poll=args.interval, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
+        reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.interval * 2),
         ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
         allow_duplicate=args.allow_duplicate, resume_canceled=args.resume_canceled, preflight=not args.no_preflight,
         budget=args.budget,
@@ -377,8 +377,6 @@ def cmd_results(args: argparse.Namespace) -> int:
     ref = _job(args)  # first: without a name, say how to give one
     state = _state_dir(args)
     only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
-    if args.json and not args.out:
-        raise UsageError("results --json prints the summary: give --out FILE for the lines")
     if args.out:
         check_writable(args.out)
         with open(args.out, "wb") as f:
@@ -387,8 +385,12 @@ def cmd_results(args: argparse.Namespace) -> int:
         count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only, journal_url=ref["journal"], job=ref["job"])
         sys.stdout.flush()
     summary = job_summary(state, load_prices(args.prices), **ref)
-    if args.json:
-        _print_json({**summary.to_json(), "written": count, "written_to": args.out})
+    if args.json:  # the summary on stdout beside a file; on stderr when the lines themselves are on stdout
+        report = {**summary.to_json(), "written": count, "written_to": args.out}
+        if args.out:
+            _print_json(report)
+        else:
+            print(orjson_line(report), file=sys.stderr)
     elif args.out:
         print(render_summary(summary))
         print(f"wrote {count:,} line(s) to {args.out}")
@@ -427,7 +429,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
     keys = args.workspace_key or ["test-key-ws1"]
     bad_model = args.error_model
     config = FakeConfig(
-        ceiling=args.ceiling, rate=args.rate, speed=args.speed,
+        ceiling=args.simulated_ceiling, rate=args.rate, speed=args.speed,
         workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key},
         outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
                  if model == bad_model else None) if bad_model else None,
@@ -437,12 +439,12 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
         env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": keys[0], "ANTHROPIC_ADMIN_KEY": args.admin_key}
         if len(keys) > 1:
             env["ANTHROPIC_EXTRA_WORKSPACE_KEYS"] = ",".join(keys[1:])
-        info = {"url": fake.url, "ceiling": args.ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
+        info = {"url": fake.url, "ceiling": args.simulated_ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
                 "env": env}
         if args.json:
             _print_json(info)
         else:
-            print(f"fake Batches API on {fake.url} (ceiling {args.ceiling:,}, {args.rate:,.0f} requests/s, speed x{args.speed:g}); "
+            print(f"fake Batches API on {fake.url} (ceiling {args.simulated_ceiling:,}, {args.rate:,.0f} requests/s, speed x{args.speed:g}); "
                   f"{len(keys):,} workspace key(s); Ctrl-C stops it. In another shell:\n"
                   f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
         try:

@@ -163,9 +163,10 @@ def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_ceiling(p)
     p.add_argument("--threshold", type=_percent, default=80, metavar="PCT",
                    help="occupancy (percent) at which the queue is a finding (default 80)")
-    p.add_argument("--watch", type=_positive_float, nargs="?", const=30.0, default=None, metavar="SECONDS",
-                   help="re-read every SECONDS (default 30; never faster than --max-rpm allows) until Ctrl-C: one "
-                   "screen redrawn on a terminal, one JSON object a reading otherwise or with --json")
+    p.add_argument("--watch", action="store_true",
+                   help="re-read every --interval seconds until Ctrl-C: one screen redrawn on a terminal, one JSON "
+                   "object a reading otherwise or with --json")
+    _add_interval(p, "between readings with --watch")
     _add_ledger(p)
     _add_max_rpm(p)
     _add_json(p)
@@ -178,15 +179,15 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  "every valid request has a final result. Rerun the same command to resume.\n\n"
                  "State: INPUT.gatekeeper/ beside the input (or --state); results: STATE/results.jsonl (or --out).\n\n"
                  "Example usage:\n  gatekeeper submit big.jsonl\n  gatekeeper submit big.jsonl --dry-run\n"
-                 "  gatekeeper submit big.jsonl --json --poll 60 > summary.json")
+                 "  gatekeeper submit big.jsonl --json --interval 60 > summary.json")
     p.add_argument("input", help="JSONL file of {custom_id, params} lines")
     _add_state(p)
     p.add_argument("--out", default=None, metavar="FILE", help="results file (default STATE/results.jsonl)")
     _add_ceiling(p)
     p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
                    help="requests of queue headroom to leave for others (default 0)")
-    p.add_argument("--poll", type=_positive_float, default=30.0, metavar="SECONDS",
-                   help="seconds between queue readings (default 30)")
+    _add_interval(p, "between queue readings")
+    p.add_argument("--poll", type=_positive_float, dest="interval", help=argparse.SUPPRESS)  # (its old name)
     p.add_argument("--max-in-flight", type=_positive_int, default=None, metavar="N",
                    help="our batches live at once, at most (default: as many as fit)")
     p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
@@ -262,8 +263,7 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  "  gatekeeper exporter --port 9465 --state /data/night.state --ledger redis://ledger:6379/0")
     p.add_argument("--port", type=_port, default=9465, help="port to serve on (default 9465; 0: any free port)")
     p.add_argument("--listen", default="127.0.0.1", metavar="ADDR", help="address to serve on (default 127.0.0.1: loopback)")
-    p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
-                   help="seconds between readings (default 30; never faster than --max-rpm allows)")
+    _add_interval(p, "between readings")
     p.add_argument("--state", action="append", default=[], metavar="DIR", help="a run's state directory (repeatable)")
     p.add_argument("--journal", default=os.environ.get("GATEKEEPER_JOURNAL"), metavar="URL",
                    help="the shared journal (postgresql://...) of the jobs given by --job")
@@ -279,10 +279,12 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
 def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _command(sub, "fake-api", help=HELP["fake-api"],
                  description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
-                 "Example usage:\n  gatekeeper fake-api --port 8765 --ceiling 300000 --rate 5000 --speed 60\n"
+                 "Example usage:\n  gatekeeper fake-api --port 8765 --simulated-ceiling 300000 --rate 5000 --speed 60\n"
                  "  ANTHROPIC_BASE_URL=http://127.0.0.1:8765 ANTHROPIC_API_KEY=test-key-ws1 gatekeeper status")
     p.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: any free port)")
-    p.add_argument("--ceiling", type=_positive_int, default=300_000, metavar="N", help="enqueued_batch_requests (default 300,000)")
+    # (not --ceiling: everywhere else that is the ceiling you tell gatekeeper; here it is the one the fake enforces)
+    p.add_argument("--simulated-ceiling", type=_positive_int, default=300_000, metavar="N",
+                   help="the enqueued_batch_requests the fake enforces and reports (default 300,000)")
     p.add_argument("--rate", type=_positive_float, default=5_000.0, help="requests processed per simulated second (default 5,000)")
     p.add_argument("--speed", type=_positive_float, default=1.0, help="simulated seconds per real second (default 1)")
     p.add_argument("--workspace-key", action="append", default=None, metavar="KEY",
@@ -343,6 +345,12 @@ def _add_run(p: argparse.ArgumentParser) -> None:
 
 def _add_state(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state", default=None, metavar="DIR", help="the run's state directory (default INPUT.gatekeeper/ beside the input)")
+
+
+def _add_interval(p: argparse.ArgumentParser, what: str) -> None:
+    """The one flag for the time between readings, in every command that reads again and again."""
+    p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help=f"seconds {what} (default 30; never faster than --max-rpm allows)")
 
 
 def _add_ceiling(p: argparse.ArgumentParser) -> None:
