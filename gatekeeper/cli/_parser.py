@@ -104,7 +104,7 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 
 
 HELP = {  # one line a command, for the top-level --help (the other commands' flags are not built)
-    "plan": "validate and size a JSONL of batch requests (dry run, nothing sent)",
+    "plan": "validate and size a JSONL of batch requests (no batch created)",
     "status": "queue depth against the organization's ceiling, with a verdict",
     "submit": "run the whole job: admit batches against headroom, collect, resubmit, resume",
     "results": "re-export a run's final results (also while it runs)",
