@@ -29,7 +29,8 @@ _EXPORTS: dict[str, str] = {
     # submit and friends
     "submit": "run._submit", "submit_sync": "run._submit", "dry_run": "run._submit", "cancel": "run._submit", "job_summary": "run._submit",
     "preflight": "run._submit",
-    "SubmitSettings": "run._settings", "Summary": "run._summary", "ApiConfig": "api._config", "Secret": "api._config",
+    "SubmitSettings": "run._settings", "Summary": "run._summary", "DryRun": "run._summary", "Canceled": "run._summary",
+    "CanceledBatch": "run._summary", "ApiConfig": "api._config", "Secret": "api._config",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "load_prices": "_prices",
     "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run._results",
     # errors
@@ -93,5 +94,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .run._results import export
     from .run._settings import SubmitSettings
     from .run._submit import cancel, dry_run, job_summary, preflight, submit, submit_sync
-    from .run._summary import Summary
+    from .run._summary import Canceled, CanceledBatch, DryRun, Summary
     from .state._ledger import Ledger, open_ledger

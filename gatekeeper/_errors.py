@@ -39,6 +39,8 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
+    """What a command's exit status means, the same in every command."""
+
     OK = 0  # all good
     FINDINGS = 1  # finished, with findings (rejected lines, failed requests, a queue verdict)
     USAGE = 2  # usage or configuration error

@@ -54,6 +54,7 @@ class PriceTable:
 
 
 def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
+    """The price table at `path` (JSON, the shape of gatekeeper/prices.json), or the bundled, dated one."""
     try:
         data = orjson.loads(_builtin_table() if path is None else _read(path))
         rows = {str(k): _price_row(v) for k, v in data["models"].items()}

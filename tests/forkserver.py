@@ -81,6 +81,7 @@ def _fork(request: dict[str, Any], fds: list[int], control: socket.socket) -> in
         os.chdir(request["cwd"])
         from gatekeeper.cli._cli import main
 
+        _crash_at(request["env"].get("GATEKEEPER_CRASH_AT"))
         code = main(request["args"])
     except SystemExit as exc:  # as the interpreter turns it into a status
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -213,3 +214,22 @@ def spawn(args: list[str], env: dict[str, str]) -> Run:
         _server = ForkServer()
         atexit.register(_server.stop)
     return _server.spawn(args, env)
+
+
+def _crash_at(spec: str | None) -> None:
+    """GATEKEEPER_CRASH_AT=point[:n] in a run's environment: it SIGKILLs itself the n-th time the run reaches
+    `point` (a name in gatekeeper.run._checkpoints). Installed here, in the forked run: no hook ships."""
+    if not spec:
+        return
+    from gatekeeper.run import _checkpoints
+
+    point, _, nth = spec.partition(":")
+    remaining = [int(nth or 1)]
+
+    def crash(name: str) -> None:
+        if name == point:
+            remaining[0] -= 1
+            if remaining[0] <= 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    _checkpoints.hook = crash

@@ -23,6 +23,7 @@ EXPECTED = {
     "plan", "iter_batches", "PlanReport", "BatchPlan", "Batch", "Rejection", "Request", "Limits",
     # submitting
     "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "preflight", "SubmitSettings", "Summary", "ApiConfig",
+    "DryRun", "Canceled", "CanceledBatch",
     "Secret", "RetryPolicy", "PriceTable", "load_prices", "Ledger", "open_ledger",
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
@@ -157,3 +158,17 @@ def test_every_async_test_has_a_time_limit(request: pytest.FixtureRequest) -> No
     coroutines = [item for item in request.session.items
                   if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj)]
     assert all(getattr(item.obj, "time_limit", None) for item in coroutines)
+
+
+def test_every_public_name_says_what_it_is() -> None:
+    """A docstring on every public function and class (the API reference is made from them)."""
+    missing = [n for n in gatekeeper.__all__ if not (getattr(gatekeeper, n).__doc__ or "").strip()]
+    assert missing == []
+
+
+def test_submit_sync_takes_submits_arguments_by_name() -> None:
+    """No **kwargs: a type checker and a reader see every argument of the synchronous call."""
+    sync = inspect.signature(gatekeeper.submit_sync).parameters
+    assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in sync.values())
+    assert set(sync) <= set(inspect.signature(gatekeeper.submit).parameters)
+    assert {"source", "config", "settings", "on_event", "on_result"} <= set(sync)

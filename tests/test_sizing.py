@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gatekeeper import InputError, Limits, iter_batches, plan
+from gatekeeper import InputError, Limits, UsageError, iter_batches, plan
 from gatekeeper.input._sizing import ENVELOPE_BYTES, Packer, body_chunks, body_size
 
 # Any character but a surrogate (which has no UTF-8): spelled as two code point ranges rather than by codec or
@@ -74,9 +74,9 @@ def test_packer_closes_on_either_limit() -> None:
 def test_limits_refuse_values_over_the_api() -> None:
     import pytest
 
-    with pytest.raises(ValueError, match="max_requests"):
+    with pytest.raises(UsageError, match="max_requests"):
         Limits(max_requests=100_001)
-    with pytest.raises(ValueError, match="max_bytes"):
+    with pytest.raises(UsageError, match="max_bytes"):
         Limits(max_bytes=256_000_001)
 
 

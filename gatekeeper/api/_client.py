@@ -419,9 +419,6 @@ class ApiClient:
             raise
         return str(batch.get("processing_status"))
 
-    async def delete_batch(self, batch_id: str) -> dict[str, Any]:
-        return dict(await self._call("DELETE", f"/v1/messages/batches/{batch_id}", "delete", batch_id=batch_id))
-
     async def iter_results(self, batch: dict[str, Any]) -> AsyncIterator[bytes]:
         """The raw JSONL lines of an ended batch's results, one at a time (memory: one line).
 

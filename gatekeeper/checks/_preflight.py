@@ -60,11 +60,6 @@ class Preflight:
     def to_json(self) -> dict[str, Any]:
         return {"checked": self.checked, "reason": self.reason, "models": {n: m.to_json() for n, m in self.models.items()}}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Preflight:
-        return cls(bool(data.get("checked")), data.get("reason"),
-                   {n: ModelCheck(**m) for n, m in (data.get("models") or {}).items()})
-
 
 def judge(name: str, info: dict[str, Any] | None, known_ids: Iterable[str]) -> ModelCheck:
     """One model name against the API's answer (None: 404, not a model it knows)."""

@@ -223,24 +223,6 @@ def _retry_notice(args: argparse.Namespace) -> Callable[[dict[str, Any]], None]:
     return notice
 
 
-def _crash_hook(spec: str | None) -> Callable[[str], None]:
-    """GATEKEEPER_CRASH_AT=point[:n]: SIGKILL ourselves the n-th time `point` is reached (the crash tests use it)."""
-    import signal
-
-    if not spec:
-        return lambda name: None
-    point, _, nth = spec.partition(":")
-    remaining = [int(nth or 1)]
-
-    def checkpoint(name: str) -> None:
-        if name == point:
-            remaining[0] -= 1
-            if remaining[0] <= 0:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    return checkpoint
-
-
 def _api_config() -> ApiConfig:
     """The API's URL and keys, from the environment (the one place the CLI reads them)."""
     from ..api._config import ApiConfig
@@ -295,10 +277,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings, prices=prices,
                                        on_event=lambda e, f: notice(f)))
     if args.json:
-        _print_json(result)
+        _print_json(result.to_json())
     else:
-        print(render_plan_brief(result))
-    return ExitCode.OK if result["plan"]["invalid"] == 0 else ExitCode.FINDINGS
+        print(render_plan_brief(result.to_json()))
+    return ExitCode.OK if result.plan.invalid == 0 else ExitCode.FINDINGS
 
 
 def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSettings) -> int:
@@ -317,7 +299,7 @@ def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSet
 
     async def run(stop: anyio.Event) -> Summary:
         return await submit(args.input, config=config, settings=settings, on_event=progress, stop=stop,
-                            checkpoint=_crash_hook(os.environ.get("GATEKEEPER_CRASH_AT")), prices=prices)
+                            prices=prices)
 
     try:
         summary = anyio.run(_with_signals, run, progress.close)
@@ -380,9 +362,9 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.out:
         check_writable(args.out)
         with open(args.out, "wb") as f:
-            count = export(state, f, in_order=args.in_order, only=only, journal_url=ref["journal"], job=ref["job"])
+            count = export(state, f, in_order=args.in_order, only=only, journal=ref["journal"], job=ref["job"])
     else:
-        count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only, journal_url=ref["journal"], job=ref["job"])
+        count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only, journal=ref["journal"], job=ref["job"])
         sys.stdout.flush()
     summary = job_summary(state, load_prices(args.prices), **ref)
     if args.json:  # the summary on stdout beside a file; on stderr when the lines themselves are on stdout
@@ -412,11 +394,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     result = anyio.run(lambda: cancel(state, config=config, max_rpm=args.max_rpm, on_event=lambda e, f: notice(f),
                                       journal=ref["journal"], job=ref["job"]))
     if args.json:
-        _print_json(result)
+        _print_json(result.to_json())
     else:
-        for b in result["canceled"]:
-            print(f"canceled batch {b['batch']} {b['id']} ({b['status']})")
-        print(f"{len(result['canceled'])} batch(es) canceled; {result['not_sent']:,} planned requests will not be sent. "
+        for b in result.batches:
+            print(f"canceled batch {b.batch} {b.id} ({b.status})")
+        print(f"{len(result.batches):,} batch(es) canceled; {result.not_sent:,} planned requests will not be sent. "
               "Rerun submit to collect what ended.")
     return ExitCode.OK
 

@@ -148,7 +148,7 @@ def encode_items(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[byte
         elif isinstance(item, (bytes, bytearray, memoryview)):
             line = bytes(item)
         else:
-            raise TypeError(f"requests must be dicts, bytes or str, got {type(item).__name__}")
+            raise InputError(f"requests must be dicts, bytes or str, got {type(item).__name__}")
         line = line.rstrip(b"\r\n")
         if b"\n" in line or b"\r" in line:
             line = _one_line(line)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add
 
+from .._errors import UsageError
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS
 
 BODY_OPEN = b'{"requests":['
@@ -53,9 +54,11 @@ class Limits:
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_requests <= API_MAX_REQUESTS:
-            raise ValueError(f"max_requests must be between 1 and {API_MAX_REQUESTS}, got {self.max_requests}")
+            raise UsageError(f"max_requests must be between 1 and {API_MAX_REQUESTS}, got {self.max_requests}",
+                             setting="max_requests")
         if not ENVELOPE_BYTES + 2 <= self.max_bytes <= API_MAX_BYTES:
-            raise ValueError(f"max_bytes must be between {ENVELOPE_BYTES + 2} and {API_MAX_BYTES}, got {self.max_bytes}")
+            raise UsageError(f"max_bytes must be between {ENVELOPE_BYTES + 2} and {API_MAX_BYTES}, got {self.max_bytes}",
+                             setting="max_bytes")
 
 
 class Packer:
@@ -78,9 +81,6 @@ class Packer:
     def closed(self) -> tuple[int, int]:
         """(requests, body bytes) of the batch closed last."""
         return self._closed
-
-    def fits_alone(self, item_len: int) -> bool:
-        return ENVELOPE_BYTES + item_len <= self.max_bytes
 
     def add(self, item_len: int) -> bool:
         if self.count and (self.count >= self.max_requests or self.size + 1 + item_len > self.max_bytes):

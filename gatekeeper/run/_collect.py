@@ -34,6 +34,7 @@ from ..decide._settle import errored_line, settle, usage_of
 from ..state._journal import BatchRow, BatchState, Journal, Settlement
 from ..state._ledger import Ledger
 from ..state._output import OutputFile
+from ._checkpoints import reached
 from ._evidence import read_results, weigh
 from ._inputs import batch_requests
 from ._settings import EventSink, SubmitSettings
@@ -63,7 +64,7 @@ class Collector:
     """Collects every ended batch of one job into its output and journal."""
 
     def __init__(self, journal: Journal, api: ApiClient, out: OutputFile, settings: SubmitSettings, *, path: str,
-                 emit: EventSink, clock: Callable[[], float], checkpoint: Callable[[str], None],
+                 emit: EventSink, clock: Callable[[], float],
                  check_stop: Callable[[], None], on_result: Callable[[str, dict[str, Any]], None] | None,
                  ledger: Ledger) -> None:
         self.journal = journal
@@ -74,7 +75,6 @@ class Collector:
         self.path = path
         self.emit = emit
         self.clock = clock
-        self.checkpoint = checkpoint
         self.check_stop = check_stop
         self.on_result = on_result
         self.download_failures: dict[int, int] = {}  # batch -> failed downloads (or 404 waits) in a row
@@ -118,7 +118,7 @@ class Collector:
                 return None
             start = self.journal.committed_output()
             with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
-                s.before_commit = lambda: self.checkpoint("before-results-commit")
+                s.before_commit = lambda: reached("before-results-commit")
                 s.committed = await self._write_results(row, batch, s, out, start)
         except NotFoundError:
             return self._results_missing(row, None)
@@ -174,7 +174,7 @@ class Collector:
                 out.write(raw + b"\n")
                 pos += placed
                 if pos - start == placed:
-                    self.checkpoint("mid-results")
+                    reached("mid-results")
             foreign += placed < 0
         reason = incomplete_reason(lines, total_requests(batch), len(members))
         if reason:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._errors import InputError
@@ -20,17 +19,6 @@ if TYPE_CHECKING:
     from ..state._journal import BatchRow, Journal
 
 _BOM = b"\xef\xbb\xbf"
-
-
-@dataclass(frozen=True)
-class Identity:
-    path: str
-    size: int
-    mtime_ns: int
-    sha256: str
-
-    def to_json(self) -> dict[str, object]:
-        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "sha256": self.sha256}
 
 
 def stat_identity(path: str) -> tuple[int, int]:

@@ -59,6 +59,7 @@ from ..input._sizing import Limits, Packer, body_chunks, body_size
 from ..state._journal import BatchRow, BatchState, JobPlan, Journal, PendingRow
 from ..state._ledger import Ledger, LocalLedger
 from ..state._output import OutputFile
+from ._checkpoints import reached
 from ._collect import Collector, custom_id
 from ._evidence import Results, read_results, weigh
 from ._inputs import batch_requests, hash_file, stat_identity
@@ -66,7 +67,6 @@ from ._rebuild import Rebuilder
 from ._settings import EventSink, SubmitSettings
 from ._summary import Summary, spent_usd, summarize
 
-Checkpoint = Callable[[str], None]
 ResultSink = Callable[[str, dict[str, Any]], None]
 Sleep = Callable[[float], Awaitable[None]]
 READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still
@@ -95,7 +95,6 @@ class Job:
         out_path: str,
         emit: EventSink,
         stop: anyio.Event,
-        checkpoint: Checkpoint = lambda name: None,
         on_result: ResultSink | None = None,
         ledger: Ledger | None = None,
         clock: Callable[[], float] = time.time,
@@ -110,7 +109,6 @@ class Job:
         self.out = OutputFile(out_path)
         self.emit = emit
         self.stop = stop
-        self.checkpoint = checkpoint
         self.on_result = on_result
         self.ledger = ledger or LocalLedger()
         self.clock = clock
@@ -125,7 +123,7 @@ class Job:
         self.batch_size = settings.limits.max_requests
         self.started = clock()
         self.collector = Collector(journal, self.api, self.out, settings, path=input_path, emit=emit, clock=clock,
-                                   checkpoint=checkpoint, check_stop=self._check_stop, on_result=on_result,
+                                   check_stop=self._check_stop, on_result=on_result,
                                    ledger=self.ledger)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
         self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
@@ -312,7 +310,6 @@ class Job:
         mine = self.journal.known_batch_ids()
         ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
         self._record_reading(depth + unseen, ours)
-        await self.ledger.observe(depth)
         return Snapshot(depth, listed, unseen, at)
 
     def _record_reading(self, depth: int, ours: int) -> None:
@@ -412,9 +409,9 @@ class Job:
         j = self.journal
         if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
             await self._check_identity()  # raises if the content changed
-        self.checkpoint("before-intent")
+        reached("before-intent")
         j.mark_intent(row.idx, self.clock(), worst)
-        self.checkpoint("after-intent")
+        reached("after-intent")
         self.emit("creating", {"batch": row.idx, "requests": row.requests, "bytes": row.bytes,
                                "answer_within": CREATE_ANSWER_WAIT})
         try:
@@ -434,7 +431,7 @@ class Job:
             # (a cancellation mid-POST, a changed input mid-body) leaves the intent to reconcile.
             j.back_to_planned(row.idx)
             raise
-        self.checkpoint("after-create")
+        reached("after-create")
         batch_id = str(batch["id"])
         j.mark_created(row.idx, batch_id, batch.get("created_at"))
         self.refusal_streak = 0
@@ -454,7 +451,7 @@ class Job:
         self.emit("refused", {"batch": row.idx, "requests": row.requests, "depth": depth, "unseen": unseen,
                               "retry_after": exc.retry_after, "wait": round(wait, 3),
                               "learned_bound": self.estimate.upper if self.ceiling is None else None})
-        self.checkpoint("after-refusal")
+        reached("after-refusal")
         waiting = self.journal.batches(BatchState.PLANNED)
         size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.s.margin)
         if size is not None:
@@ -517,7 +514,7 @@ class Job:
         # Before the last bytes leave: an intent without this mark cannot have become a batch (the server needs
         # the whole body), so a rerun resends it at once instead of waiting out the reconcile grace.
         self.journal.mark_body_complete(row.idx)
-        self.checkpoint("body-complete")
+        reached("body-complete")
         if pending:
             yield b"".join(pending)
 

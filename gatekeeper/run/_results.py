@@ -34,22 +34,22 @@ def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], lis
 
 
 def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool = False, only: Iterable[str] | None = None,
-           journal_url: str | None = None, job: str | None = None) -> int:
+           journal: str | None = None, job: str | None = None) -> int:
     """Write the run's final result lines to `dest`; return how many. Memory stays bounded either way. `only`
     filters by result or error type; "rejected" adds the input lines refused before sending.
 
-    The run: its state directory, or the job named `job` in the shared journal at `journal_url`."""
-    journal = open_job(state_dir, journal=journal_url, job=job)
+    The run: its state directory, or the job named `job` in the shared journal at `journal`."""
+    j = open_job(state_dir, journal=journal, job=job)
     try:
-        with journal.snapshot():  # one snapshot: the committed length and the rows agree
-            output = OutputFile(str(journal.get_meta("output") or Path(state_dir) / "results.jsonl"))
-            committed = journal.committed_output()
+        with j.snapshot():  # one snapshot: the committed length and the rows agree
+            output = OutputFile(str(j.get_meta("output") or Path(state_dir) / "results.jsonl"))
+            committed = j.committed_output()
             names = list(only or ())
-            types, errors = check_filter(names, journal.result_types())
+            types, errors = check_filter(names, j.result_types())
             try:
-                count = _copy(journal, output, committed, dest, types, errors, in_order) if types or errors or \
+                count = _copy(j, output, committed, dest, types, errors, in_order) if types or errors or \
                     names != [REJECTED] else 0
-                return count + (_rejected(journal, dest) if REJECTED in names else 0)
+                return count + (_rejected(j, dest) if REJECTED in names else 0)
             except BrokenPipeError:
                 raise  # a reader that stopped reading (`| head`): not a failure of ours (the CLI ends quietly)
             except FileNotFoundError as exc:
@@ -59,7 +59,7 @@ def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool 
             except OSError as exc:
                 raise OutputError(os_error(exc, "cannot copy the results")) from exc
     finally:
-        journal.close()
+        j.close()
 
 
 def _copy(journal: Journal, output: OutputFile, committed: int, dest: BinaryIO, types: list[str],

@@ -30,9 +30,9 @@ from ..state._journal import BatchState, Journal, open_job, private_dir
 from ..state._ledger import Ledger, new_owner, open_ledger
 from ..state._output import check_writable
 from ._inputs import hash_file
-from ._loop import Checkpoint, Job, ResultSink
+from ._loop import Job, ResultSink
 from ._settings import EventSink, SubmitSettings, default_job_name, default_state_dir
-from ._summary import Summary, summarize
+from ._summary import Canceled, CanceledBatch, DryRun, Summary, summarize
 
 if TYPE_CHECKING:
     from ..input._reader import Source
@@ -186,7 +186,6 @@ async def submit(
     on_result: ResultSink | None = None,
     stop: anyio.Event | None = None,
     ledger: Ledger | None = None,
-    checkpoint: Checkpoint | None = None,
     retry: RetryPolicy | None = None,
     prices: PriceTable | None = None,
 ) -> Summary:
@@ -217,7 +216,7 @@ async def submit(
             async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=notice) as conn, \
                     anyio.create_task_group() as tg:
                 job = Job(path, settings, conn, journal, out_path=out_path, emit=on_event or (lambda e, f: None),
-                          stop=stop or anyio.Event(), checkpoint=checkpoint or (lambda name: None),
+                          stop=stop or anyio.Event(),
                           on_result=on_result, ledger=ledger, prices=prices)
                 try:
                     await ledger.ping()  # an unreachable ledger is reported before anything is sent
@@ -317,15 +316,26 @@ def _owner(journal: Journal) -> str:
     return str(owner)
 
 
-def submit_sync(source: Source, **kwargs: Any) -> Summary:
-    """`submit` for code that is not async."""
-    return anyio.run(lambda: submit(source, **kwargs))
+def submit_sync(
+    source: Source,
+    *,
+    config: ApiConfig,
+    settings: SubmitSettings | None = None,
+    on_event: EventSink | None = None,
+    on_result: ResultSink | None = None,
+    ledger: Ledger | None = None,
+    retry: RetryPolicy | None = None,
+    prices: PriceTable | None = None,
+) -> Summary:
+    """`submit` for code that is not async: the same job, the same arguments (a stop is a KeyboardInterrupt)."""
+    return anyio.run(lambda: submit(source, config=config, settings=settings, on_event=on_event, on_result=on_result,
+                                    ledger=ledger, retry=retry, prices=prices))
 
 
 async def dry_run(
     source: Source, *, config: ApiConfig, settings: SubmitSettings | None = None, prices: PriceTable | None = None,
     on_event: EventSink | None = None,
-) -> dict[str, Any]:
+) -> DryRun:
     """Plan plus live headroom: what would go now, what would wait, and the queue after. Creates nothing.
     `on_event` hears of retried calls ("retrying")."""
     settings = settings or SubmitSettings()
@@ -340,14 +350,13 @@ async def dry_run(
     sizes = [b.requests for b in report.batches]
     free = room(h.ceiling, h.depth, settings.margin, 0)
     now = admit(sizes, free, in_flight=0, max_in_flight=settings.max_in_flight)
-    return {
-        "plan": report.to_json(), "estimate": report.estimate(prices or load_prices()), "batch_size": size,
-        "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
-        "depth": h.depth, "remaining": h.remaining, "would_create_now": now,
-        "requests_now": sum(sizes[:now]), "would_wait": len(sizes) - now, "queue_after": h.depth + sum(sizes[:now]),
-        "policy": "unknown ceiling: the first batch is tried and a bound learned from refusals" if h.ceiling is None else
+    return DryRun(
+        plan=report, estimate=report.estimate(prices or load_prices()), batch_size=size, ceiling=h.ceiling,
+        ceiling_source=h.ceiling_source, depth=h.depth, remaining=h.remaining, would_create_now=now,
+        requests_now=sum(sizes[:now]), would_wait=len(sizes) - now, queue_after=h.depth + sum(sizes[:now]),
+        policy="unknown ceiling: the first batch is tried and a bound learned from refusals" if h.ceiling is None else
         f"batches of at most {size:,} requests, four to the ceiling",
-    }
+    )
 
 
 async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None = None,
@@ -363,7 +372,7 @@ async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None 
 
 
 async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float = 300.0,
-                 journal: str | None = None, job: str | None = None, on_event: EventSink | None = None) -> dict[str, Any]:
+                 journal: str | None = None, job: str | None = None, on_event: EventSink | None = None) -> Canceled:
     """Cancel the run's live batches; a rerun of submit then sends nothing new and collects what ended.
 
     The cancel is recorded before any batch is touched, so even a cancel cut short
@@ -380,8 +389,8 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
             for row in j.batches(BatchState.CREATED):
                 assert row.batch_id is not None
                 status = await conn.primary.cancel_if_running(row.batch_id)
-                canceled.append({"batch": row.idx, "id": row.batch_id, "status": status})
-        return {"canceled": canceled, "not_sent": sum(b.requests for b in j.batches(BatchState.PLANNED))}
+                canceled.append(CanceledBatch(row.idx, row.batch_id, status))
+        return Canceled(tuple(canceled), sum(b.requests for b in j.batches(BatchState.PLANNED)))
     finally:
         j.close()
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .._prices import PriceTable, load_prices
+from ..input._planner import PlanReport
 from ..state._journal import Journal
 
 
@@ -114,3 +115,45 @@ def _cost(by_model: list[tuple[Any, ...]], prices: PriceTable) -> float | None:
             return None
         total += cost
     return round(total, 6)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What `dry_run` found: the plan, the live headroom, and what would go now. `to_json` is `submit --dry-run --json`."""
+
+    plan: PlanReport
+    estimate: dict[str, Any]  # the input-token estimate and its cost (`PlanReport.estimate`)
+    batch_size: int
+    ceiling: int | None
+    ceiling_source: str | None
+    depth: int
+    remaining: int | None
+    would_create_now: int  # batches
+    requests_now: int
+    would_wait: int  # batches
+    queue_after: int
+    policy: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "plan"}, "plan": self.plan.to_json()}
+
+
+@dataclass(frozen=True)
+class CanceledBatch:
+    """One batch `cancel` asked to stop."""
+
+    batch: int  # its index in the job
+    id: str
+    status: str  # after the cancel: "canceling", or "ended" when it was not running
+
+
+@dataclass(frozen=True)
+class Canceled:
+    """What `cancel` did: the live batches asked to stop, and the planned requests that will never be sent."""
+
+    batches: tuple[CanceledBatch, ...]
+    not_sent: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"canceled": [{"batch": b.batch, "id": b.id, "status": b.status} for b in self.batches],
+                "not_sent": self.not_sent}

@@ -59,10 +59,12 @@ class Reservation:
 
 
 class Ledger(Protocol):
+    """Admission shared by several submitters: each reserves a batch's requests before creating it, and a
+    reservation is granted only while all of theirs and the queue fit under the ceiling (`open_ledger` makes one)."""
+
     ttl: float
     owner: str  # this submitter's name in the ledger ("" for the in-process one)
 
-    async def observe(self, depth: int) -> None: ...
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool: ...
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None: ...
     async def confirm(self, batch: int, batch_id: str) -> None: ...
@@ -85,9 +87,6 @@ class LocalLedger:
 
     ttl = DEFAULT_TTL
     owner = ""
-
-    async def observe(self, depth: int) -> None:
-        return None
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         return True
@@ -143,9 +142,6 @@ class SqlLedger(abc.ABC):
 
     async def _run(self, fn: Callable[[Db, float], Any]) -> Any:
         return await anyio.to_thread.run_sync(self._tx, fn)
-
-    async def observe(self, depth: int) -> None:
-        return None
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         def step(db: Db, now: float) -> bool:
@@ -413,9 +409,6 @@ class RedisLedger:
 
     async def ping(self) -> None:
         await self._guard(self.client.ping())
-
-    async def observe(self, depth: int) -> None:
-        return None
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         limit = -1 if ceiling is None else ceiling - self.margin
