@@ -7,6 +7,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import time
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
@@ -130,3 +131,23 @@ def test_report_renders_in_a_real_browser(run_dir: Path, tmp_path: Path) -> None
     assert (width, height) == (1000, 1200)
     non_white = sum(1 for b in raw[::7] if b < 200)  # a sample of bytes (filter bytes and channels mixed in)
     assert non_white > len(raw[::7]) * 0.01
+
+
+def test_a_rehearsals_report_draws_every_batch_inside_the_run(tmp_path: Path) -> None:
+    """The fake keeps one clock: a rehearsal at 20x simulated speed reports its batches' times in real time, so the
+    report's batches begin and end inside the run's own readings, and the depth line spans the run."""
+    ids = [f"t{i}" for i in range(300)]
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c) for c in ids])
+    with running_fake(ceiling=400, rate=100, speed=20,
+                      outcome=lambda cid, model, attempt: Outcome("expired") if cid.endswith("7") and attempt == 1 else None) as fake:
+        started = time.time()
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "100"], env_for(fake))
+        finished = time.time()
+        assert proc.returncode == 0, proc.stderr
+    report = orjson.loads(gk(["report", str(path), "--json"], {}).stdout)
+    readings = [r["at"] for r in report["readings"]]
+    assert readings and started <= min(readings) and max(readings) <= finished
+    batches = report["batches"]
+    assert len(batches) >= 4  # three of the input, and the expired ones sent again
+    for b in batches:
+        assert started - 1 <= b["start"] <= b["end"] <= finished + 1, (b, started, finished)

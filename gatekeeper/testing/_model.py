@@ -220,9 +220,14 @@ class Organization:
             self._process()
 
     def stamp(self, t: float | None) -> str | None:
+        """The time the fake reports for simulated time `t`, on the one clock it shows the world: real time. At
+        `speed` 20 a batch that takes 20 simulated minutes ends one real minute after it began, as the client's
+        own readings see it; a jump of `advance` shows as a jump of the clock."""
         if t is None:
             return None
-        when = dt.datetime.fromtimestamp(self._epoch + t, dt.UTC)
+        speed = self.config.speed
+        flowed = (t - self._offset) / speed if speed > 0 else 0.0  # (a frozen clock, speed 0, shows its start)
+        when = dt.datetime.fromtimestamp(self._epoch + flowed + self._offset, dt.UTC)
         return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     # -- processing ---------------------------------------------------------
