@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from gatekeeper.testing import Outcome
+from gatekeeper.watch._report import COLOURS
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import gk
@@ -98,20 +99,40 @@ def test_report_of_an_interrupted_run(tmp_path: Path) -> None:
     assert "live" in {b["outcome"] for b in data["batches"]}
 
 
-def _png_pixels(path: Path) -> tuple[int, int, bytes]:
-    """(width, height, raw scanlines) of an 8-bit RGB(A) PNG: enough to count non-blank pixels."""
+def _png_pixels(path: Path) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """(width, height, pixels) of an 8-bit RGB or RGBA PNG, its scanlines unfiltered (the five PNG filters)."""
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width, height = 8, b"", 0, 0
+    pos, idat, width, height, channels = 8, b"", 0, 0, 3
     while pos < len(data):
         length, kind = struct.unpack(">I4s", data[pos:pos + 8])
         chunk = data[pos + 8:pos + 8 + length]
         if kind == b"IHDR":
-            width, height = struct.unpack(">II", chunk[:8])
+            width, height, depth, colour = struct.unpack(">IIBB", chunk[:10])
+            assert depth == 8 and colour in (2, 6)
+            channels = 3 if colour == 2 else 4
         elif kind == b"IDAT":
             idat += chunk
         pos += 12 + length
-    return width, height, zlib.decompress(idat)
+    raw, stride = zlib.decompress(idat), width * channels
+    prev, pixels = bytearray(stride), []
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for x in range(stride):
+            a = line[x - channels] if x >= channels else 0
+            b, c = prev[x], prev[x - channels] if x >= channels else 0
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[x] = (line[x] + (0, a, b, (a + b) // 2, a if pa <= pb and pa <= pc else b if pb <= pc else c)[kind]) & 0xFF
+        pixels.extend(tuple(line[x:x + 3]) for x in range(0, stride, channels))
+        prev = line
+    return width, height, pixels
+
+
+def _shown(pixels: list[tuple[int, int, int]], colour: str, near: int = 40) -> int:
+    """How many pixels are close to `colour` (#rrggbb): anti-aliasing blends the edges of lines."""
+    want = tuple(int(colour[k:k + 2], 16) for k in (1, 3, 5))
+    return sum(1 for p in pixels if sum(abs(x - y) for x, y in zip(p, want)) <= near)
 
 
 def test_report_renders_in_a_real_browser(run_dir: Path, tmp_path: Path) -> None:
@@ -121,16 +142,21 @@ def test_report_renders_in_a_real_browser(run_dir: Path, tmp_path: Path) -> None
         if os.environ.get("CI"):
             pytest.fail("CI must provide chromium (.ci/run installs it)")
         pytest.skip("no chromium here (apt-get install chromium); CI always has one")
-    gk(["report", str(run_dir), "--out", str(tmp_path / "r.html")], {})
+    made = gk(["report", str(run_dir), "--out", str(tmp_path / "r.html")], {})
+    assert made.returncode == 0, made.stderr
     shot = tmp_path / "r.png"
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
                     f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1000,1200",
                     (tmp_path / "r.html").as_uri()], capture_output=True, timeout=60, check=True)
-    width, height, raw = _png_pixels(shot)
-    assert (width, height) == (1000, 1200)
-    non_white = sum(1 for b in raw[::7] if b < 200)  # a sample of bytes (filter bytes and channels mixed in)
-    assert non_white > len(raw[::7]) * 0.01
+    width, height, pixels = _png_pixels(shot)
+    assert (width, height) == (1000, 1200) and len(pixels) == width * height
+    # What the page must show: the depth line, our share shaded under it, the ceiling (dashed), and the batches'
+    # bars in the colour of their outcome (this run's batches all succeeded).
+    assert _shown(pixels, COLOURS["succeeded"]) > 500, "no succeeded batch bars"
+    assert _shown(pixels, "#0d47a1") > 100, "no depth line"
+    assert _shown(pixels, "#c62828") > 30, "no ceiling line"
+    assert _shown(pixels, "#b1d9f9", near=60) > 500, "no shaded share of ours"
 
 
 def test_a_rehearsals_report_draws_every_batch_inside_the_run(tmp_path: Path) -> None:
