@@ -1,0 +1,225 @@
+"""Admission: what goes out now against the live headroom, the budget and the shared ledger, and each create
+journaled before its first byte leaves (its outcome unknown until answered or reconciled)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import orjson
+
+from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, RateLimited, TransportError
+from ..api._client import CREATE_ANSWER_WAIT
+from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
+from ..decide._budget import Spend, may_spend, request_worst
+from ..input._sizing import Limits, Packer, body_chunks, body_size
+from ..state._journal import BatchRow, BatchState, PendingRow
+from ._checkpoints import reached
+from ._collect import custom_id
+from ._inputs import stat_identity
+from ._part import Part, RunContext, Snapshot
+from ._prepare import check_identity
+from ._summary import spent_usd
+
+
+class Admitter(Part):
+    """Creates batches as the queue has room, and keeps what admission has learned: the ceiling (or a bound on it
+    from refusals), the backoff after a refusal, the batch size, and whether the budget allows more."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.ceiling: int | None = None
+        self.estimate = CeilingEstimate()
+        self.backoff_until = 0.0
+        self.refusal_streak = 0
+        self.refusals = 0
+        self.batch_size = ctx.s.limits.max_requests
+        self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
+
+    async def admit_round(self, snap: Snapshot) -> None:
+        waiting = self.journal.batches(BatchState.PLANNED)
+        now = self.clock()
+        q = QueueState(
+            waiting=[b.requests for b in waiting], depth=snap.depth, unseen=snap.unseen,
+            bound=self.ceiling if self.ceiling is not None else self.estimate.bound(now), margin=self.s.margin,
+            in_flight=self.journal.count(BatchState.CREATED, BatchState.INTENT), max_in_flight=self.s.max_in_flight,
+            backoff_until=self.backoff_until, canceled=self.user_canceled,
+        )
+        count = admit_round(q, now)
+        if count == 0 and waiting and now >= self.backoff_until and not q.canceled:
+            self.emit("waiting", {"next": waiting[0].requests, "depth": q.depth, "unseen": q.unseen,
+                                  "ceiling": q.bound, "in_flight": q.in_flight})
+        for row in waiting[:count]:
+            self.check_stop()
+            worst = self._worst_case(row) if self.s.budget is not None else None
+            if worst is not None and not self._within_budget(row, worst, waiting):
+                return
+            if not await self.ledger.reserve(row.idx, row.requests, q.bound, snap.depth + snap.unseen):
+                self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
+                return
+            outcome = await self.create(row, snap.depth, snap.unseen, worst)
+            if outcome is None:
+                if self.journal.batch(row.idx).state is BatchState.PLANNED:
+                    await self.ledger.release(row.idx)  # definitely not created
+                return  # an unknown outcome keeps its reservation until reconciled
+            await self.ledger.confirm(row.idx, outcome)
+            snap.unseen += row.requests  # ours now, and not yet in any listing we read
+
+    def _worst_case(self, row: BatchRow) -> float:
+        """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens."""
+        total = 0.0
+        for _, _, body, _ in self._requests_of(row):
+            params = orjson.loads(body)["params"]
+            price = self.prices.lookup(params["model"])
+            assert price is not None  # _check_prices refused a budget without one
+            total += request_worst(len(body), params["max_tokens"], price)
+        return total
+
+    def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:
+        """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""
+        assert self.s.budget is not None
+        spent = spent_usd(self.journal, self.prices) or 0.0
+        d = may_spend(budget=self.s.budget, spent=spent, in_flight=self.journal.in_flight_worst(), worst=worst,
+                      requests=row.requests)
+        if d.action is Spend.GO:
+            return True
+        if d.action is Spend.WAIT:
+            self.emit("waiting", {"next": row.requests, "reason": "budget", "worst_usd": round(worst, 6)})
+            return False
+        if d.action is Spend.CUT:
+            self._recut(waiting, d.size)
+            return False
+        if not self.budget_stopped:
+            self.budget_stopped = True
+            self.emit("budget_reached", {"budget": self.s.budget, "spent": round(spent, 6),
+                                         "in_flight_worst": round(self.journal.in_flight_worst(), 6),
+                                         "held_back": self.journal.held_back()})
+        return False
+
+    async def create(self, row: BatchRow, depth: int, unseen: int, worst: float | None = None) -> str | None:
+        """Create one batch; its id, or None when it must wait (refused, or outcome unknown)."""
+        j = self.journal
+        if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
+            await check_identity(self.journal, self.path)  # raises if the content changed
+        reached("before-intent")
+        j.mark_intent(row.idx, self.clock(), worst)
+        reached("after-intent")
+        self.emit("creating", {"batch": row.idx, "requests": row.requests, "bytes": row.bytes,
+                               "answer_within": CREATE_ANSWER_WAIT})
+        try:
+            batch = await self.api.create_batch(self._body(row), size=row.bytes)
+        except QueueFull as exc:
+            self._refused(row, exc, depth, unseen)
+            return None
+        except (RateLimited, TransportError) as exc:
+            self._deferred(row, exc)
+            return None
+        except CreateOutcomeUnknown as exc:
+            self.emit("create_unknown", {"batch": row.idx, "reason": str(exc)})
+            return None  # stays INTENT: reconciled before anything is resent
+        except ApiError:
+            # A definite refusal that waiting cannot fix (400, 413, spend limit, auth): nothing was created,
+            # so the batch goes back to planned and the run stops, resumable once fixed. Anything else
+            # (a cancellation mid-POST, a changed input mid-body) leaves the intent to reconcile.
+            j.back_to_planned(row.idx)
+            raise
+        reached("after-create")
+        batch_id = str(batch["id"])
+        j.mark_created(row.idx, batch_id, batch.get("created_at"))
+        self.refusal_streak = 0
+        self.estimate.accepted(depth, unseen, row.requests)
+        self.emit("admitted", {"batch": row.idx, "id": batch_id, "requests": row.requests, "bytes": row.bytes,
+                               "depth": depth + unseen + row.requests, "ceiling": self.ceiling})
+        return batch_id
+
+    def _refused(self, row: BatchRow, exc: QueueFull, depth: int, unseen: int) -> None:
+        self.journal.record_refusal(row.idx, depth, row.requests)
+        self.refusals += 1
+        self.refusal_streak += 1
+        now = self.clock()
+        self.estimate.refused(depth, unseen, row.requests, now)
+        wait = refusal_wait(self.refusal_streak, exc.retry_after, self.s.min_backoff, self.s.max_backoff)
+        self.backoff_until = now + wait
+        self.emit("refused", {"batch": row.idx, "requests": row.requests, "depth": depth, "unseen": unseen,
+                              "retry_after": exc.retry_after, "wait": round(wait, 3),
+                              "learned_bound": self.estimate.upper if self.ceiling is None else None})
+        reached("after-refusal")
+        waiting = self.journal.batches(BatchState.PLANNED)
+        size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.s.margin)
+        if size is not None:
+            self._recut(waiting, size)
+
+    def _recut(self, waiting: list[BatchRow], size: int) -> None:
+        """Cut every batch not yet created into batches of at most `size` requests (one journal transaction)."""
+        limits = Limits(max_requests=size, max_bytes=self.s.limits.max_bytes)
+        ranges = self._recut_ranges([r for r in waiting if r.kind == "plan"], limits)
+        listed = [PendingRow(line, off, len(body), custom_id(body), attempt)
+                  for r in waiting if r.kind != "plan" for line, off, body, attempt in self._requests_of(r)]
+        groups = pack_rows(listed, limits) if listed else []
+        self.journal.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
+        self.batch_size = size
+        self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
+                            "reason": "refusals show the ceiling is below the waiting batches"})
+
+    def _recut_ranges(self, rows: list[BatchRow], limits: Limits) -> list[tuple[Any, ...]]:
+        """New input-range batches over the requests of `rows`, in order, cut by the one packing rule."""
+        packer = Packer(limits)
+        ranges: list[tuple[Any, ...]] = []
+        first = last = (0, 0, "", 0)
+        for row in rows:
+            for line, off, body, _ in self._requests_of(row):
+                item = (line, off, custom_id(body), len(body))
+                if packer.add(len(body)):
+                    if packer.batches > 1:
+                        ranges.append(_range(packer.closed, first, last))
+                    first = item
+                last = item
+        if packer.count:
+            ranges.append(_range((packer.count, packer.size), first, last))
+        return ranges
+
+    def _deferred(self, row: BatchRow, exc: RateLimited | TransportError) -> None:
+        self.journal.back_to_planned(row.idx)
+        wait = deferral_wait(getattr(exc, "retry_after", None), self.s.min_backoff, self.s.max_backoff)
+        self.backoff_until = self.clock() + wait
+        self.emit("create_deferred", {"batch": row.idx, "reason": str(exc), "wait": wait})
+
+    async def _body(self, row: BatchRow) -> AsyncIterator[bytes]:
+        """The create body, streamed from the input's bytes in 1 MB pieces; its length must be the journaled size."""
+        sent = 0
+        pending: list[bytes] = []
+        size = 0
+        for piece in body_chunks(body for _, _, body, _ in self._requests_of(row)):
+            pending.append(piece)
+            size += len(piece)
+            if size >= 1 << 20:
+                sent += size
+                yield b"".join(pending)
+                pending, size = [], 0
+                await anyio.sleep(0)
+        sent += size
+        if sent != row.bytes:
+            raise InputError(f"{self.path} changed: batch {row.idx} is {sent} bytes now, {row.bytes} when planned")
+        # Before the last bytes leave: an intent without this mark cannot have become a batch (the server needs
+        # the whole body), so a rerun resends it at once instead of waiting out the reconcile grace.
+        self.journal.mark_body_complete(row.idx)
+        reached("body-complete")
+        if pending:
+            yield b"".join(pending)
+
+
+def pack_rows(rows: list[PendingRow], limits: Limits) -> list[list[PendingRow]]:
+    """Requests in line order, cut by the one packing rule (`Packer`)."""
+    packer = Packer(limits)
+    groups: list[list[PendingRow]] = []
+    for r in rows:
+        if packer.add(r.length):
+            groups.append([])
+        groups[-1].append(r)
+    return groups
+
+
+def _range(closed: tuple[int, int], first: tuple[int, int, str, int], last: tuple[int, int, str, int]) -> tuple[Any, ...]:
+    """(requests, bytes, first_line, last_line, start, end, first_cid, last_cid) of an input-range batch."""
+    return (*closed, first[0], last[0], first[1], last[1] + last[3], first[2], last[2])

@@ -1,0 +1,59 @@
+"""What every part of a run works with, and the reading of the queue they share. Wiring only, no behaviour."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .._prices import PriceTable
+from ..api._client import ApiClient
+from ..api._queue import Connection
+from ..state._journal import BatchRow, Journal
+from ..state._ledger import Ledger
+from ..state._output import OutputFile
+from ._inputs import batch_requests
+from ._settings import EventSink, SubmitSettings
+
+
+@dataclass
+class Snapshot:
+    """One reading of the queue, with what it says about our own batches."""
+
+    depth: int
+    listed: dict[str, dict[str, Any]]  # id -> batch, primary workspace
+    unseen: int  # our live requests the listing does not show
+    at: float  # the clock when the listing began to be read
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """The input, its settings, the API, the journal and the output of one run, and where it tells what happens."""
+
+    path: str
+    s: SubmitSettings
+    conn: Connection
+    journal: Journal
+    out: OutputFile
+    emit: EventSink
+    ledger: Ledger
+    clock: Callable[[], float]
+    prices: PriceTable
+    check_stop: Callable[[], None]  # raises Interrupted at a safe point once a stop was asked for
+
+
+class Part:
+    """A part of a run (preparation, admission, reconciliation): the run's context under short names."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.path, self.s, self.conn, self.journal, self.out = ctx.path, ctx.s, ctx.conn, ctx.journal, ctx.out
+        self.emit, self.ledger, self.clock, self.prices, self.check_stop = ctx.emit, ctx.ledger, ctx.clock, ctx.prices, ctx.check_stop
+        self.api: ApiClient = ctx.conn.primary
+
+    @property
+    def user_canceled(self) -> bool:
+        return bool(self.journal.get_meta("user_canceled"))
+
+    def _requests_of(self, row: BatchRow) -> Iterator[tuple[int, int, bytes, int]]:
+        return batch_requests(self.path, self.journal, row)

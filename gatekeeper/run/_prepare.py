@@ -1,0 +1,134 @@
+"""Preparing a run: read the ceiling, then plan the input into the journal (a new job) or check that it is the
+same input (a resumed one); with a budget, every model must have a price; one live run a job in a shared ledger."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import anyio
+
+from .._errors import DuplicateJob, InputError, JournalError, UsageError
+from ..api._queue import read_ceiling
+from ..checks._preflight import plan_checked
+from ..decide._admission import batch_size_for
+from ..input._planner import PlanReport
+from ..input._sizing import Limits
+from ..state._journal import BatchState, JobPlan, Journal
+from ._inputs import hash_file, stat_identity
+from ._part import Part, RunContext
+
+
+class Preparation(Part):
+    """Everything a run does before its first reading of the queue."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.ceiling: int | None = None
+        self.batch_size = ctx.s.limits.max_requests
+
+    async def prepare(self) -> tuple[int | None, int]:
+        """Read the ceiling; plan the input into the journal, or check it is the same input on resume. The ceiling
+        and the batch size the job runs with."""
+        await self.api.list_page(limit=1)  # an unreachable API or a refused key stops us before anything is journaled
+        self.ceiling, _, error = await read_ceiling(self.conn, self.s.ceiling)
+        if error and self.ceiling is None:
+            self.emit("ceiling_unknown", {"reason": error, "policy": "learn a bound from queue-full refusals"})
+        if self.journal.initialized:
+            await self._resume()
+        else:
+            await self._start()
+        self._check_prices()
+        await self._claim_job()
+        return self.ceiling, self.batch_size
+
+    def _check_prices(self) -> None:
+        """With a budget, every model must have a price: a cost that cannot be bounded cannot be kept under one."""
+        if self.s.budget is None:
+            return
+        models = ((self.journal.get_meta("report") or {}).get("models") or {}).keys()
+        unpriced = sorted(m for m in models if self.prices.lookup(m) is None)
+        if unpriced:
+            raise UsageError(f"a budget needs a price for every model; none is known for {', '.join(unpriced)} "
+                             "(give a price table that has them)", setting="prices")
+
+    async def _claim_job(self) -> None:
+        """One input, one live job per workspace: refused when the shared ledger knows another live run of it."""
+        digest = (self.journal.get_meta("input") or {}).get("sha256", "")
+        job = f"{digest}:{self.api.key_fingerprint}"
+        info = {"host": socket.gethostname(), "state_dir": os.path.abspath(self.journal.state_dir), "pid": os.getpid()}
+        other = await self.ledger.claim_job(job, info)
+        if other is None:
+            return
+        if not self.s.allow_duplicate:
+            raise DuplicateJob(f"this input is already being submitted to this workspace from {other.get('host')} "
+                               f"(state directory {other.get('state_dir')}); a second run would send it twice",
+                               setting="allow_duplicate")
+        self.emit("duplicate_allowed", {"other": other})
+
+    async def _resume(self) -> None:
+        j = self.journal
+        await check_identity(self.journal, self.path)
+        recorded = j.get_meta("output")
+        if recorded and os.path.abspath(self.out.path) != recorded:
+            if not j.job:
+                raise JournalError(f"this job writes its results to {recorded}; the output cannot change on resume")
+            # A shared journal's job moves between hosts: the output goes where this host puts it (rebuilt there).
+            j.set_meta("output", os.path.abspath(self.out.path), "output_moved", previous=recorded)
+        self.batch_size = int((j.get_meta("settings") or {}).get("batch_size", self.batch_size))
+        self.emit("resumed", {"state_dir": str(j.state_dir), "batches": len(j.batches()),
+                              "collected": j.count(BatchState.COLLECTED)})
+        j.event("resumed", collected=j.count(BatchState.COLLECTED))
+        if self.user_canceled and self.s.resume_canceled:
+            j.set_meta("user_canceled", False, "cancel_lifted", not_sent=j.held_back())
+            self.emit("cancel_lifted", {"not_sent": j.held_back()})
+
+    async def _start(self) -> None:
+        self.batch_size = batch_size_for(self.ceiling, self.s.margin, self.s.limits.max_requests)
+        size, mtime = stat_identity(self.path)
+        report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes))
+        if stat_identity(self.path) != (size, mtime):
+            raise InputError(f"{self.path} changed while it was being read")
+        self.journal.start_job(self._job_plan(report, size, mtime))
+        self.emit("planned", {"requests": report.requests, "invalid": report.invalid, "batches": len(report.batches),
+                              "batch_size": self.batch_size, "ceiling": self.ceiling})
+        for err in report.errors[:20]:
+            self.emit("rejected", err.to_json())
+
+    async def _plan_checked(self, limits: Limits) -> PlanReport:
+        report = await plan_checked(self.path, self.api if self.s.preflight else None, limits=limits, hash_content=True,
+                                    token_sample=self.s.token_sample)
+        if self.s.preflight and not (report.preflight or {}).get("checked"):
+            self.emit("preflight_skipped", {"reason": (report.preflight or {}).get("reason")})
+        return report
+
+    def _job_plan(self, report: PlanReport, size: int, mtime: int) -> JobPlan:
+        return JobPlan(
+            input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
+            settings={"batch_size": self.batch_size, "max_bytes": self.s.limits.max_bytes,
+                      "max_attempts": self.s.max_attempts, "ceiling_at_plan": self.ceiling},
+            report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
+                    "models": report.models, "preflight": report.preflight,
+                    "estimate": report.estimate(self.prices)},
+            output=os.path.abspath(self.out.path),
+            batches=[(b.index, b.requests, b.bytes, b.first_line, b.last_line, b.start_offset, b.end_offset,
+                      b.first_custom_id, b.last_custom_id) for b in report.batches],
+            rejections=[(e.line, e.custom_id, e.reason) for e in report.errors],
+        )
+
+
+async def check_identity(j: Journal, path: str) -> None:
+    """The journal's input is still this file (same size and time, or the same content, hashed off the loop)."""
+    known = j.get_meta("input")
+    size, mtime = stat_identity(path)
+    if (size, mtime) == (known["size"], known["mtime_ns"]):
+        return
+    # (in a thread: hashing gigabytes must not stop the heartbeats of the lease and the reservations)
+    digest = await anyio.to_thread.run_sync(hash_file, path) if size == known["size"] else ""
+    if digest != known["sha256"]:
+        raise JournalError(
+            f"state directory {j.state_dir} belongs to {known['path']} as it was when the job started "
+            f"({known['size']:,} bytes, sha256 {known['sha256'][:12]}); {path} is different. "
+            "Use another state directory, or restore the input"
+        )
+    j.set_meta("input", {**known, "mtime_ns": mtime, "path": os.path.abspath(path)})
