@@ -108,7 +108,7 @@ def test_retries_and_recut_replace_planned_batches_atomically(open_journal: Open
 
 
 def test_timeline_keeps_its_span_when_thinned(open_journal: Open, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gatekeeper.state._journal as journal_module
+    import gatekeeper.state._outcomes as journal_module
 
     monkeypatch.setattr(journal_module, "TIMELINE_ROWS", 10)
     j = open_journal()

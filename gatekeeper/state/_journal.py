@@ -21,28 +21,23 @@ Batch states (`BatchState`) move:
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
-from .._errors import JobLive, JournalError, UsageError, os_error
+from .._errors import JournalError, UsageError, os_error
 from ._db import Db, PgDb, SqliteDb, pg_ddl, require_postgres, safe_url
+from ._lease import LeaseRecords
+from ._outcomes import OutcomeRecords
+from ._records import RESULT_COLUMNS, BatchRow, BatchState, JobPlan, PendingRow, Totals
 
-
-class BatchState(str, enum.Enum):
-    PLANNED = "planned"  # cut, not yet sent
-    INTENT = "intent"  # about to be (or being) created; outcome unknown until answered or reconciled
-    CREATED = "created"  # the API gave it an id; processing
-    ENDED = "ended"  # the API says it ended; results not yet committed
-    COLLECTED = "collected"  # its results are in the output and the journal
+__all__ = ["BatchRow", "BatchState", "JobPlan", "Journal", "PendingRow", "Settlement", "Totals", "open_job"]
 
 
 MIGRATIONS: list[tuple[str, str]] = [
@@ -115,31 +110,6 @@ REGISTRY = """
         ttl DOUBLE PRECISION)
 """
 LOCK_MIGRATE = 7_046_913_201  # the advisory lock that serializes schema changes between submitters
-RESULT_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
-                  "cache_creation_tokens, cache_read_tokens, batch")
-TIMELINE_ROWS = 4000  # readings kept: a 24-hour run polled every 30 s takes 2,880
-
-
-@dataclass
-class BatchRow:
-    idx: int
-    kind: str
-    requests: int
-    bytes: int
-    first_line: int
-    last_line: int
-    start_offset: int
-    end_offset: int
-    first_custom_id: str
-    last_custom_id: str
-    state: BatchState
-    batch_id: str | None
-    intent_at: float | None
-    created_at: str | None
-    ended_at: str | None
-    counts: str | None
-    body_complete: bool = False
-    worst_usd: float | None = None
 
 
 def private_dir(path: Path) -> None:
@@ -190,7 +160,7 @@ def _pg_register(db: Db, job: str, schema: str) -> None:
     db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
 
 
-class Journal:
+class Journal(LeaseRecords, OutcomeRecords):
     """One job's journal: the only place that speaks SQL. Open with `Journal.open(state_dir)` (SQLite) or
     `Journal.open_shared(url, job, state_dir)` (PostgreSQL).
 
@@ -199,14 +169,6 @@ class Journal:
     """
 
     FILE = "journal.sqlite3"
-
-    def __init__(self, db: Db, state_dir: Path, *, clock: Callable[[], float] = time.time, job: str | None = None) -> None:
-        self.db = db
-        self.state_dir = state_dir  # local files: the lock, a spooled input, the default output
-        self.job = job  # the job's name in a shared journal (None: the state directory is the job)
-        self.where = db.where  # the journal, for messages
-        self._clock = clock  # stamps events
-        self._holder: str | None = None  # the lease this run holds in a shared journal
 
     @classmethod
     def open(cls, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> Journal:
@@ -260,9 +222,6 @@ class Journal:
             raise UsageError(f"no gatekeeper journal in {state_dir}", setting="state_dir")
         return cls(SqliteDb.open(f"file:{path}?mode=ro", f"journal {path}", JournalError, uri=True), Path(state_dir))
 
-    def close(self) -> None:
-        self.db.close()
-
     def _migrate(self) -> None:
         with self.transaction() as db:
             db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
@@ -277,119 +236,11 @@ class Journal:
                             db.execute(pg_ddl(statement) if db.dialect == "postgres" else statement)
                     db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, self._clock()))
 
-    @contextmanager
-    def transaction(self) -> Iterator[Db]:
-        """One atomic change; in a shared journal, only while this run still holds the job's lease."""
-        self.db.begin()
-        try:
-            if self._holder is not None:
-                self._check_lease()
-            yield self.db
-        except BaseException:
-            self.db.end(commit=False)
-            raise
-        self.db.end(commit=True)
-
     # -- the lease of a shared journal's job ----------------------------------------
-
-    def take_lease(self, holder: str, info: dict[str, Any], ttl: float,
-                   ended: Callable[[dict[str, Any]], bool] | None = None) -> None:
-        """Hold the job for this run; `JobLive` naming the other host when its lease has not expired, unless
-        `ended` (given the info its holder recorded) says that run has certainly ended."""
-        with self.transaction() as db:
-            row = db.execute("SELECT holder, info, EXTRACT(EPOCH FROM now() - heartbeat_at), ttl, heartbeat_at "
-                             "FROM gatekeeper.jobs WHERE name = ? FOR UPDATE", (self.job,)).fetchone()
-            other, other_info, age, other_ttl, seen = row
-            where = orjson.loads(other_info) if other_info else {}
-            live = other is not None and other != holder and age is not None and age <= other_ttl
-            if live and not (ended is not None and ended(where)):
-                raise JobLive(f"job {self.job!r} is running on {where.get('host', 'another host')} (pid {where.get('pid')}), "
-                              f"last seen {float(age):.0f} s ago at {seen:%Y-%m-%d %H:%M:%S %Z}; its lease expires in "
-                              f"{float(other_ttl) - float(age):.0f} s ({float(other_ttl):.0f} s after its last heartbeat)",
-                              setting="job")
-            db.execute("UPDATE gatekeeper.jobs SET holder = ?, info = ?, heartbeat_at = now(), ttl = ? WHERE name = ?",
-                       (holder, orjson.dumps(info).decode(), ttl, self.job))
-            if other is not None and other != holder:
-                self._event(db, "lease_taken_over", previous=where or None, why="ended" if live else "expired")
-        self._holder = holder
-
-    def _check_lease(self) -> None:
-        # KEY SHARE: a takeover (SELECT ... FOR UPDATE) waits for this transaction; the heartbeat's UPDATE does not.
-        row = self.db.execute("SELECT holder, info FROM gatekeeper.jobs WHERE name = ? FOR KEY SHARE", (self.job,)).fetchone()
-        if row is None or row[0] != self._holder:
-            where = orjson.loads(row[1]) if row and row[1] else {}
-            raise JobLive(f"job {self.job!r} was taken over by {where.get('host', 'another run')} after this run's lease "
-                          "expired; this run stops without recording more", setting="lease_ttl")
-
-    def renew_lease(self, db: Db | None = None) -> bool:
-        """The heartbeat (on its own connection, `db`): False when the lease is no longer ours."""
-        cur = (db or self.db).execute("UPDATE gatekeeper.jobs SET heartbeat_at = now() WHERE name = ? AND holder = ?",
-                                      (self.job, self._holder))
-        return cur.rowcount == 1
-
-    def lease(self) -> dict[str, Any] | None:
-        """Who holds this shared journal's job now (host, pid, state_dir, last_seen seconds ago); None when nobody does."""
-        row = self.db.execute("SELECT info, EXTRACT(EPOCH FROM now() - heartbeat_at), ttl FROM gatekeeper.jobs WHERE name = ? "
-                              "AND holder IS NOT NULL", (self.job,)).fetchone()
-        if row is None or row[1] is None or float(row[1]) > float(row[2]):
-            return None
-        return {**(orjson.loads(row[0]) if row[0] else {}), "last_seen": round(float(row[1]), 1)}
-
-    def release_lease(self) -> None:
-        if self._holder is not None:
-            self.db.execute("UPDATE gatekeeper.jobs SET holder = NULL, heartbeat_at = NULL WHERE name = ? AND holder = ?",
-                            (self.job, self._holder))
-            self._holder = None
-
-    def second_connection(self) -> Db:
-        """Another connection to the same journal (the lease's heartbeat runs on it, in a thread)."""
-        assert isinstance(self.db, PgDb)
-        return PgDb(self.db.url, self.where, JournalError, schema=self.db.schema, ride_out=self.db.ride_out)
 
     # -- meta ---------------------------------------------------------------
 
-    def get_meta(self, key: str) -> Any:
-        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else orjson.loads(row[0])
-
-    def _set_meta(self, db: Db, key: str, value: Any) -> None:
-        db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                   (key, orjson.dumps(value).decode()))
-
-    @property
-    def initialized(self) -> bool:
-        return self.get_meta("input") is not None
-
-    def event(self, event: str, batch: int | None = None, **detail: Any) -> None:
-        """A mark on the run's timeline (a resume, say), in its own transaction."""
-        with self.transaction() as db:
-            self._event(db, event, batch, **detail)
-
-    def _event(self, db: Db, event: str, batch: int | None = None, **detail: Any) -> None:
-        db.execute("INSERT INTO events (at, batch, event, detail) VALUES (?, ?, ?, ?)",
-                   (self._clock(), batch, event, orjson.dumps(detail).decode() if detail else None))
-
     # -- batches ------------------------------------------------------------
-
-    @staticmethod
-    def _row(r: Sequence[Any]) -> BatchRow:
-        return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
-                        r[13], r[14], r[15], bool(r[16]), r[17])
-
-    def batches(self, *states: BatchState) -> list[BatchRow]:
-        sql = "SELECT * FROM batches"
-        args: Sequence[str] = ()
-        if states:
-            sql += f" WHERE state IN ({','.join('?' * len(states))})"
-            args = [s.value for s in states]
-        return [self._row(r) for r in self.db.execute(sql + " ORDER BY idx", args)]
-
-    def batch(self, idx: int) -> BatchRow:
-        return self._row(self.db.execute("SELECT * FROM batches WHERE idx = ?", (idx,)).fetchone())
-
-    def count(self, *states: BatchState) -> int:
-        marks = ",".join("?" * len(states))
-        return int(self._one(f"SELECT COUNT(*) FROM batches WHERE state IN ({marks})", *(s.value for s in states)))
 
     def known_batch_ids(self) -> set[str]:
         """Batches that are not a candidate for an unknown create: ours, and those found not to be (`not_ours`)."""
@@ -426,10 +277,6 @@ class Journal:
         self._set_meta(db, "adopted", adopted)
         self._event(db, "adoption_" + proof, idx, id=batch_id)
 
-    def rejections(self) -> Iterator[tuple[int, str | None, str]]:
-        """(line, custom_id, reason) of every input line refused before sending, in line order."""
-        yield from self.db.execute("SELECT line, custom_id, reason FROM rejections ORDER BY line")
-
     def rejected_lines(self, first: int, last: int) -> set[int]:
         return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ?", (first, last))}
 
@@ -458,12 +305,6 @@ class Journal:
             db.executemany("INSERT INTO rejections VALUES (?, ?, ?)", plan.rejections)
             self._event(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches))
 
-    def set_meta(self, key: str, value: Any, event: str | None = None, **detail: Any) -> None:
-        with self.transaction() as db:
-            self._set_meta(db, key, value)
-            if event:
-                self._event(db, event, **detail)
-
     def mark_intent(self, idx: int, at: float, worst_usd: float | None = None) -> None:
         """Recorded before a create's first byte is sent: from here on its outcome is unknown until settled."""
         with self.transaction() as db:
@@ -488,6 +329,9 @@ class Journal:
             self._set_state(db, idx, BatchState.PLANNED, intent_at=None, body_complete=0)
             if event:
                 self._event(db, event, idx, **detail)
+
+    def record_refusal(self, idx: int, depth: int, requests: int) -> None:
+        self.back_to_planned(idx, "queue_full", depth=depth, requests=requests)
 
     def mark_created(self, idx: int, batch_id: str, created_at: str | None, adopted: str | None = None) -> None:
         """The batch exists; `adopted` (its proof, see `adoption`) when it was found by listing, recorded in the same
@@ -565,178 +409,9 @@ class Journal:
             db.executemany("INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)", [(idx, *r) for r in g])
             idx += 1
 
-    def record_reading(self, at: float, depth: int, ceiling: int | None, ours: int) -> None:
-        """One queue reading for the run's timeline; past TIMELINE_ROWS, every other reading is dropped (the
-        timeline keeps its whole span at half the resolution, so a 24-hour run stays a few hundred KB).
-
-        Committed without waiting for the disk: a reading lost to a power cut costs the report a point, nothing
-        more, and a commit that waits for the disk each poll would cost far more than the reading is worth."""
-        if self.db.dialect == "sqlite":
-            self.db.execute("PRAGMA synchronous=NORMAL")
-        try:
-            self._insert_reading(at, depth, ceiling, ours)
-        finally:
-            if self.db.dialect == "sqlite":
-                self.db.execute("PRAGMA synchronous=FULL")
-
-    def _insert_reading(self, at: float, depth: int, ceiling: int | None, ours: int) -> None:
-        with self.transaction() as db:
-            if db.dialect == "postgres":
-                db.execute("SET LOCAL synchronous_commit TO OFF")
-            db.execute("INSERT INTO timeline (at, depth, ceiling, ours) VALUES (?, ?, ?, ?)", (at, depth, ceiling, ours))
-            if int(db.execute("SELECT COUNT(*) FROM timeline").fetchone()[0]) > TIMELINE_ROWS:
-                db.execute("DELETE FROM timeline WHERE seq IN (SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER (ORDER BY seq) "
-                           "AS n FROM timeline) AS numbered WHERE n % 2 = 0) AND seq < (SELECT MAX(seq) FROM timeline)")
-
-    def readings(self) -> list[tuple[float, int, int | None, int]]:
-        """(at, depth, ceiling, ours) of the run's queue readings, in time order."""
-        return [(r[0], r[1], r[2], r[3]) for r in self.db.execute("SELECT at, depth, ceiling, ours FROM timeline ORDER BY at")]
-
-    def events_of(self, *kinds: str) -> list[tuple[float, int | None, str, dict[str, Any]]]:
-        """(at, batch, event, detail) of the journal's events of these kinds, in order."""
-        marks = ",".join("?" * len(kinds))
-        return [(at, batch, ev, orjson.loads(detail) if detail else {}) for at, batch, ev, detail in self.db.execute(
-            f"SELECT at, batch, event, detail FROM events WHERE event IN ({marks}) ORDER BY seq", kinds)]
-
-    def record_refusal(self, idx: int, depth: int, requests: int) -> None:
-        self.back_to_planned(idx, "queue_full", depth=depth, requests=requests)
-
     # -- output and reporting --------------------------------------------------
 
-    def committed_output(self) -> int:
-        return int(self.get_meta("output_committed") or 0)
-
-    def admitted_requests(self) -> int:
-        return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches "
-                             "WHERE kind = 'plan' AND state NOT IN ('planned', 'intent')"))
-
-    def final_count(self) -> int:
-        return int(self._one("SELECT COUNT(*) FROM results"))
-
-    def totals(self) -> Totals:
-        """Every figure a summary needs, read in one snapshot."""
-        db = self.db
-        types = dict(db.execute("SELECT type, COUNT(*) FROM results GROUP BY type").fetchall())
-        errors = {k or "unknown": v for k, v in db.execute(
-            "SELECT error_type, COUNT(*) FROM results WHERE type = 'errored' GROUP BY error_type")}
-        usage = db.execute("SELECT COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), "
-                           "COALESCE(SUM(cache_creation_tokens),0), COALESCE(SUM(cache_read_tokens),0) FROM results").fetchone()
-        by_model = self.usage_by_model()
-        return Totals(
-            types=types, errors=errors, usage=tuple(usage), usage_by_model=by_model,
-            batches=int(self._one("SELECT COUNT(*) FROM batches WHERE batch_id IS NOT NULL")),
-            resubmitted=int(self._one("SELECT COUNT(DISTINCT line) FROM attempts")),
-            succeeded_after_retry=int(self._one("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1")),
-            final=self.final_count(),
-        )
-
-    def usage_by_model(self) -> list[tuple[Any, ...]]:
-        """(model, input, output, cache write, cache read tokens) summed over the results that were billed: those
-        that succeeded, and those whose lines were lost and could not be downloaded again (still paid for)."""
-        return [tuple(r) for r in self.db.execute(
-            "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens) "
-            "FROM results WHERE model IS NOT NULL GROUP BY model")]
-
-    def result_types(self) -> set[str]:
-        """Result types and error types present in the results (for checking a filter)."""
-        return {r[0] for r in self.db.execute(
-            "SELECT DISTINCT type FROM results UNION SELECT DISTINCT error_type FROM results WHERE error_type IS NOT NULL")}
-
-    def result_spans(self, *, types: Sequence[str], error_types: Sequence[str], in_order: bool) -> Iterator[tuple[int, int]]:
-        """(offset, length) in the output of each final result matching the filter, in input or arrival order."""
-        parts, args = [], []
-        if types:
-            parts.append(f"type IN ({','.join('?' * len(types))})")
-            args += list(types)
-        if error_types:
-            parts.append(f"error_type IN ({','.join('?' * len(error_types))})")
-            args += list(error_types)
-        where = " WHERE " + " OR ".join(parts) if parts else ""
-        order = "line" if in_order else "out_offset"
-        yield from self.db.execute(f"SELECT out_offset, out_len FROM results{where} ORDER BY {order}", args)
-
     # -- rebuilding the output ------------------------------------------------------
-
-    def collected_spans(self) -> list[tuple[int | None, int, int]]:
-        """(batch, start, end) in the output of each collected batch's final lines, in output order.
-
-        Each batch's lines are contiguous (one settlement appends them together); batch is None for
-        results of journals older than migration 0005, which did not record it."""
-        return [(b, start, end) for b, start, end in self.db.execute(
-            "SELECT batch, MIN(out_offset), MAX(out_offset + out_len) FROM results GROUP BY batch ORDER BY MIN(out_offset)")]
-
-    def batch_results(self, batch: int | None) -> list[tuple[int, str, int, int]]:
-        """(line, custom_id, out_offset, out_len) of one batch's final results, in output order."""
-        where = "batch IS NULL" if batch is None else "batch = ?"
-        return [(r[0], r[1], r[2], r[3]) for r in self.db.execute(
-            f"SELECT line, custom_id, out_offset, out_len FROM results WHERE {where} ORDER BY out_offset",
-            () if batch is None else (batch,))]
-
-    def batch_error_types(self, batch: int | None) -> dict[int, str | None]:
-        """line -> error_type of one batch's final results (gatekeeper's own lines are rebuilt without the API)."""
-        where = "batch IS NULL" if batch is None else "batch = ?"
-        return dict(self.db.execute(f"SELECT line, error_type FROM results WHERE {where}", () if batch is None else (batch,)))
-
-    def rebuilt(self, moved: list[tuple[int, int, int]], unavailable: list[int], committed: int, counts: dict[str, int]) -> None:
-        """The rebuilt output, in one transaction: rows whose place changed (offset, length, line), rows whose
-        results could not be downloaded again (now final `gatekeeper_results_unavailable`), its length, and
-        the running count of re-downloads."""
-        with self.transaction() as db:
-            db.executemany("UPDATE results SET out_offset = ?, out_len = ? WHERE line = ?", moved)
-            db.executemany("UPDATE results SET type = 'errored', error_type = 'gatekeeper_results_unavailable' WHERE line = ?",
-                           [(line,) for line in unavailable])
-            self._set_meta(db, "output_committed", committed)
-            total = self.get_meta("rebuilt") or {}
-            self._set_meta(db, "rebuilt", {k: int(total.get(k, 0)) + v for k, v in counts.items()})
-            self._event(db, "output_rebuilt", **counts)
-
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        """Reads that must agree (the committed length and the rows), in one read transaction.
-
-        Errors are `JournalError` (a journal another process is still creating has no tables yet)."""
-        self.db.begin(write=False)
-        try:
-            yield
-        finally:
-            self.db.end(commit=False)
-
-    def _one(self, sql: str, *args: Any) -> Any:
-        return self.db.execute(sql, args).fetchone()[0]
-
-
-class PendingRow(NamedTuple):
-    """A request waiting for another attempt: where it is in the input, and which attempt comes next."""
-
-    line: int
-    offset: int
-    length: int
-    custom_id: str
-    attempt: int
-
-
-@dataclass(frozen=True)
-class JobPlan:
-    """What a new job records before anything is sent."""
-
-    input: dict[str, Any]
-    settings: dict[str, Any]
-    report: dict[str, Any]
-    output: str
-    batches: list[tuple[Any, ...]]  # (idx, requests, bytes, first_line, last_line, start, end, first_cid, last_cid)
-    rejections: list[tuple[int, str | None, str]]
-
-
-@dataclass(frozen=True)
-class Totals:
-    types: dict[str, int]
-    errors: dict[str, int]
-    usage: tuple[int, ...]  # input, output, cache creation, cache read tokens
-    usage_by_model: list[tuple[Any, ...]]
-    batches: int
-    resubmitted: int
-    succeeded_after_retry: int
-    final: int
 
 
 class Settlement:

@@ -1,0 +1,107 @@
+"""What every part of the journal stands on: the connection, one transaction a change, the job's meta and its
+event log, and reading the batches. The parts (`_lease`, `_outcomes`, `_journal`) each own one concern."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._db import Db
+from ._records import BatchRow, BatchState
+
+
+class JournalBase:
+    """The connection and the primitives every part of the journal uses."""
+
+    def __init__(self, db: Db, state_dir: Path, *, clock: Callable[[], float] = time.time, job: str | None = None) -> None:
+        self.db = db
+        self.state_dir = state_dir  # local files: the lock, a spooled input, the default output
+        self.job = job  # the job's name in a shared journal (None: the state directory is the job)
+        self.where = db.where  # the journal, for messages
+        self._clock = clock  # stamps events
+        self._holder: str | None = None  # the lease this run holds in a shared journal
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Db]:
+        """One atomic change; in a shared journal, only while this run still holds the job's lease."""
+        self.db.begin()
+        try:
+            if self._holder is not None:
+                self._check_lease()
+            yield self.db
+        except BaseException:
+            self.db.end(commit=False)
+            raise
+        self.db.end(commit=True)
+
+    def get_meta(self, key: str) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else orjson.loads(row[0])
+
+    def _set_meta(self, db: Db, key: str, value: Any) -> None:
+        db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                   (key, orjson.dumps(value).decode()))
+
+    @property
+    def initialized(self) -> bool:
+        return self.get_meta("input") is not None
+
+    def event(self, event: str, batch: int | None = None, **detail: Any) -> None:
+        """A mark on the run's timeline (a resume, say), in its own transaction."""
+        with self.transaction() as db:
+            self._event(db, event, batch, **detail)
+
+    def _event(self, db: Db, event: str, batch: int | None = None, **detail: Any) -> None:
+        db.execute("INSERT INTO events (at, batch, event, detail) VALUES (?, ?, ?, ?)",
+                   (self._clock(), batch, event, orjson.dumps(detail).decode() if detail else None))
+
+    def set_meta(self, key: str, value: Any, event: str | None = None, **detail: Any) -> None:
+        with self.transaction() as db:
+            self._set_meta(db, key, value)
+            if event:
+                self._event(db, event, **detail)
+
+    @staticmethod
+    def _row(r: Sequence[Any]) -> BatchRow:
+        return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
+                        r[13], r[14], r[15], bool(r[16]), r[17])
+
+    def batches(self, *states: BatchState) -> list[BatchRow]:
+        sql = "SELECT * FROM batches"
+        args: Sequence[str] = ()
+        if states:
+            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            args = [s.value for s in states]
+        return [self._row(r) for r in self.db.execute(sql + " ORDER BY idx", args)]
+
+    def batch(self, idx: int) -> BatchRow:
+        return self._row(self.db.execute("SELECT * FROM batches WHERE idx = ?", (idx,)).fetchone())
+
+    def count(self, *states: BatchState) -> int:
+        marks = ",".join("?" * len(states))
+        return int(self._one(f"SELECT COUNT(*) FROM batches WHERE state IN ({marks})", *(s.value for s in states)))
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads that must agree (the committed length and the rows), in one read transaction.
+
+        Errors are `JournalError` (a journal another process is still creating has no tables yet)."""
+        self.db.begin(write=False)
+        try:
+            yield
+        finally:
+            self.db.end(commit=False)
+
+    def _one(self, sql: str, *args: Any) -> Any:
+        return self.db.execute(sql, args).fetchone()[0]
+
+    def _check_lease(self) -> None:
+        """Overridden where a lease is kept (`_lease`): a local journal has none."""

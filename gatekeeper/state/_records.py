@@ -1,0 +1,75 @@
+"""The journal's records: the states a batch moves through and the rows the journal hands out. Values only."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+RESULT_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
+                  "cache_creation_tokens, cache_read_tokens, batch")
+TIMELINE_ROWS = 4000  # readings kept: a 24-hour run polled every 30 s takes 2,880
+
+
+class BatchState(str, enum.Enum):
+    PLANNED = "planned"  # cut, not yet sent
+    INTENT = "intent"  # about to be (or being) created; outcome unknown until answered or reconciled
+    CREATED = "created"  # the API gave it an id; processing
+    ENDED = "ended"  # the API says it ended; results not yet committed
+    COLLECTED = "collected"  # its results are in the output and the journal
+
+
+@dataclass
+class BatchRow:
+    idx: int
+    kind: str
+    requests: int
+    bytes: int
+    first_line: int
+    last_line: int
+    start_offset: int
+    end_offset: int
+    first_custom_id: str
+    last_custom_id: str
+    state: BatchState
+    batch_id: str | None
+    intent_at: float | None
+    created_at: str | None
+    ended_at: str | None
+    counts: str | None
+    body_complete: bool = False
+    worst_usd: float | None = None
+
+
+class PendingRow(NamedTuple):
+    """A request waiting for another attempt: where it is in the input, and which attempt comes next."""
+
+    line: int
+    offset: int
+    length: int
+    custom_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What a new job records before anything is sent."""
+
+    input: dict[str, Any]
+    settings: dict[str, Any]
+    report: dict[str, Any]
+    output: str
+    batches: list[tuple[Any, ...]]  # (idx, requests, bytes, first_line, last_line, start, end, first_cid, last_cid)
+    rejections: list[tuple[int, str | None, str]]
+
+
+@dataclass(frozen=True)
+class Totals:
+    types: dict[str, int]
+    errors: dict[str, int]
+    usage: tuple[int, ...]  # input, output, cache creation, cache read tokens
+    usage_by_model: list[tuple[Any, ...]]
+    batches: int
+    resubmitted: int
+    succeeded_after_retry: int
+    final: int
