@@ -40,7 +40,7 @@ def serve(fd: int) -> None:
     for name in PRELOAD:
         with suppress(ImportError):  # an optional extra not installed: a run that needs it imports it itself
             importlib.import_module(name)
-    from gatekeeper.api._client import tls_context
+    from gatekeeper.api._http import tls_context
 
     tls_context()  # loaded once, as one process running job after job loads it: a quarter of a run's CPU otherwise
     control = socket.socket(fileno=fd)

@@ -17,8 +17,9 @@ from gatekeeper._errors import (
     RequestTooLarge,
     SpendLimitReached,
 )
-from gatekeeper.api._client import ApiClient, open_http
+from gatekeeper.api._client import ApiClient
 from gatekeeper.api._config import ApiConfig, Secret, workspace_keys
+from gatekeeper.api._http import open_http
 from gatekeeper.api._retry import RetryPolicy, backoff_delay, next_delay, parse_retry_after, status_is_retryable
 from gatekeeper.decide._headroom import enqueued_ceiling
 from gatekeeper.input._sizing import body_chunks
@@ -226,7 +227,7 @@ def test_error_bodies_without_the_envelope() -> None:
     import httpx
 
     from gatekeeper._errors import ServerError
-    from gatekeeper.api._client import error_from_response
+    from gatekeeper.api._http import error_from_response
 
     r413 = httpx.Response(413, json={"error": {"type": "request_too_large", "message": "Request exceeds the maximum size"}})
     err = error_from_response(r413, "create")

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from gatekeeper import ExitCode, JournalError, LedgerError, OutputError, TransportError, Unreachable, UsageError
-from gatekeeper.api._client import map_transport_error
+from gatekeeper.api._http import map_transport_error
 from gatekeeper.cli._cli import main
 from gatekeeper.state._journal import Journal
 from gatekeeper.state._ledger import RedisLedger, open_ledger

@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-import gatekeeper.api._client as client
+import gatekeeper.api._http as client
 from gatekeeper.testing import Fault
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl

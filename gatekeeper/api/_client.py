@@ -11,308 +11,35 @@ origin; redirects are followed by hand for that reason (httpx would forward
 
 from __future__ import annotations
 
-import functools
-import random
-import ssl
-import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
-import anyio
 import httpx
 import orjson
 
-from .._errors import (
-    ApiError,
-    AuthenticationError,
-    BadRequest,
-    CreateOutcomeUnknown,
-    GatekeeperError,
-    NotFoundError,
-    QueueFull,
-    RateLimited,
-    RequestTooLarge,
-    ServerError,
-    SpendLimitReached,
-    TransportError,
-    Unreachable,
-    UsageError,
+from .._errors import ApiError, CreateOutcomeUnknown, NotFoundError, QueueFull, TransportError
+from ._http import (
+    _CONNECT_FAILURES,
+    CREATE_TIMEOUT,
+    MAX_REDIRECTS,
+    NOTICE_AFTER,
+    PREFLIGHT_RETRY,
+    HttpCalls,
+    error_from_response,
+    map_transport_error,
 )
-from .._wire import API_VERSION
-from ._config import Secret, origin
-from ._retry import CallBudget, RetryPolicy, is_per_minute_limit, next_delay, parse_retry_after, status_is_retryable
-
-# Upload of a 256 MB body on a slow link: httpx's write timeout applies per
-# socket write, not to the whole body, so it is not a total deadline. The read
-# timeout is per read: a stream that keeps arriving is never cut off. No read waits
-# over a minute in silence (each retry is announced); a create's answer, which may
-# follow a long upload, waits longer, and the caller says so before it sends.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=60.0, write=120.0, pool=60.0)
-CREATE_ANSWER_WAIT = 600.0
-NOTICE_AFTER = 5.0  # seconds a failed try and the wait after it take before the retry is announced
-CREATE_TIMEOUT = httpx.Timeout(connect=15.0, read=CREATE_ANSWER_WAIT, write=120.0, pool=60.0)
-# Endpoints only the Batches API serves: an answer there that is not the API's means the base URL is wrong.
-_BATCH_READS = frozenset({"list", "retrieve", "cancel"})
-MAX_REDIRECTS = 5
-# The Models API and token counting inform a job but never block it: a short retry, then the job goes on without.
-# They are not batch endpoints either: their own limits apply, not the batch call budget.
-PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total=10.0)
-
-Sleep = Callable[[float], Awaitable[None]]
-RetryNotice = Callable[[dict[str, Any]], None]  # told of every retry: endpoint, url, attempt, reason, retry_in
+from ._retry import next_delay
 
 
-def looks_like_api(response: httpx.Response) -> bool:
-    """Whether an answer has the API's shape: a JSON object, and on an error status the error envelope. Pure."""
-    try:
-        body = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        return False
-    if not isinstance(body, dict):
-        return False
-    err = body.get("error")
-    return response.status_code < 300 or (isinstance(err, dict) and bool(err.get("type")))
-
-
-def not_the_api(response: httpx.Response, endpoint: str) -> bool:
-    """An answer no Anthropic API gives on a batch endpoint (a 404 on the listing, HTML, no envelope), seen
-    before the API ever answered: the base URL points elsewhere. 429s and 5xx are ridden out first. Pure."""
-    if endpoint not in _BATCH_READS or response.status_code == 429 or response.status_code >= 500:
-        return False
-    return not looks_like_api(response) or (endpoint == "list" and response.status_code == 404)
-
-
-@asynccontextmanager
-async def open_http(timeout: httpx.Timeout | None = None) -> AsyncIterator[httpx.AsyncClient]:
-    """The shared HTTP client: no redirects followed automatically; proxies from HTTPS_PROXY, HTTP_PROXY, ALL_PROXY
-    and NO_PROXY as httpx reads them (NO_PROXY=* turns them off); TLS verified against certifi's bundle alone."""
-    async with httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, follow_redirects=False, trust_env=True,
-                                 verify=tls_context()) as http:
-        yield http
-
-
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """httpx's own verification (certifi's CA bundle, no environment), made once a process: loading the bundle costs
-    about 30 ms, which every client would pay again (a library caller running job after job in one process)."""
-    return httpx.create_ssl_context(trust_env=False)
-
-
-def _error_fields(response: httpx.Response) -> tuple[str | None, str, dict[str, Any]]:
-    """(error.type, message, details) from any body: the envelope, the bare 413 body, HTML, nothing."""
-    try:
-        body = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        text = response.text.strip().replace("\n", " ")
-        return None, (text[:160] or response.reason_phrase or "no body"), {}
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict):
-        raw = err.get("details")
-        details: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        return (str(err["type"]) if err.get("type") else None), str(err.get("message") or ""), details
-    return None, str(body)[:160], {}
-
-
-def map_transport_error(exc: httpx.TransportError, endpoint: str, url: str, *, reached: bool) -> GatekeeperError:
-    """The one place an httpx transport failure becomes ours (the key is never in `url`: it travels in a header).
-
-    Before the API has answered anything, a connection that cannot be opened is a
-    configuration error (`Unreachable`, naming the URL); after, it is a `TransportError`
-    that the caller rides out. Never a create: `create_batch` decides that case itself.
-    """
-    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if not reached and isinstance(exc, _CONNECT_FAILURES):
-        return Unreachable(f"cannot reach the API at {url}: {reason}")
-    return TransportError(f"{endpoint} ({url}): {reason}", endpoint=endpoint)
-
-
-_CONNECT_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)
-_SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
-
-
-def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False, label: str = "key") -> ApiError:
-    """Map an error response to the exception hierarchy. Status decides first; text only to split 429/400 kinds."""
-    status = response.status_code
-    error_type, message, details = _error_fields(response)
-    request_id = response.headers.get("request-id")
-    retry_after = parse_retry_after(response.headers, time.time())
-    kw: dict[str, Any] = {
-        "endpoint": endpoint, "status": status, "error_type": error_type, "request_id": request_id, "retry_after": retry_after,
-    }
-    lowered = message.lower()
-    if details.get("error_code") == "enforced_spend_limit_reached" or (
-        status in (400, 429) and any(w in lowered for w in _SPEND_WORDS)
-    ):
-        return SpendLimitReached(message, **kw)
-    if status in (401, 403):
-        err = AuthenticationError(f"the {label} was refused ({message or 'no reason given'})", **kw)
-        err.setting = "admin_key" if label == "admin key" else "api_key"
-        return err
-    if status == 404:
-        return NotFoundError(message, **kw)
-    if status == 413:
-        return RequestTooLarge(message or "Request exceeds the maximum size", **kw)
-    if status == 429:
-        if creating and not is_per_minute_limit(response.headers):
-            return QueueFull(message, **kw)  # not shown to be per-minute: the longer, queue-full wait loses nothing
-        return RateLimited(message, **kw)
-    if status >= 500:
-        return ServerError(message, **kw)
-    return BadRequest(message, **kw)
-
-
-class ApiClient:
-    """The API as one key sees it. Example::
+class ApiClient(HttpCalls):
+    """The API as one key sees it: the batch endpoints, the Models API, token counting and the Admin API's
+    rate limits. Example::
 
         async with open_http() as http:
             api = ApiClient(http, base_url, Secret(key))
             batch = await api.retrieve_batch("msgbatch_...")
     """
-
-    def __init__(
-        self,
-        http: httpx.AsyncClient,
-        base_url: str,
-        key: Secret,
-        *,
-        label: str = "key",
-        retry: RetryPolicy | None = None,
-        sleep: Sleep = anyio.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        rand: Callable[[], float] = random.random,
-        budget: CallBudget | None = None,
-        on_retry: RetryNotice | None = None,
-    ) -> None:
-        self.http = http
-        self.on_retry = on_retry
-        self.base_url = base_url.rstrip("/")
-        self._origin = origin(self.base_url)
-        self._key = key
-        self.label = label  # how messages name this key ("workspace key 2"); never the key itself
-        self.key_fingerprint = key.fingerprint()
-        self.retry = retry or RetryPolicy()
-        self._sleep = sleep
-        self._clock = clock
-        self._rand = rand
-        self.budget = budget or CallBudget()  # shared by every client of one connection
-        self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace
-        self.reached = False  # has anything answered this client at all (any status)?
-        self.spoke = False  # has an answer of the API's shape come back (so the base URL is the API)?
-
-    # -- plumbing ---------------------------------------------------------
-
-    def _headers(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-        headers = {"anthropic-version": API_VERSION, "accept": "application/json"}
-        if origin(url) == self._origin:
-            headers["x-api-key"] = self._key.reveal()
-        if extra:
-            headers.update(extra)
-        return headers
-
-    def _url(self, path: str) -> str:
-        return self.base_url + path
-
-    async def _spend(self) -> None:
-        """Wait for the call budget (the batch endpoints' RPM limit, shared by everything we call)."""
-        wait = self.budget.delay(self._clock())
-        if wait > 0:
-            await self._sleep(wait)
-
-    def _slow_down(self, error: ApiError) -> None:
-        """A 429 with retry-after on any call pauses every call until then."""
-        if error.status == 429 and error.retry_after:
-            self.budget.pause(self._clock() + min(error.retry_after, self.retry.max_retry_after))
-
-    async def _send_once(self, method: str, url: str, *, params: dict[str, Any] | None = None,
-                         json: Any = None, budgeted: bool = True) -> httpx.Response:
-        """One request with redirects followed by hand; the key goes only to our origin."""
-        if budgeted:
-            await self._spend()
-        for _ in range(MAX_REDIRECTS + 1):
-            content = orjson.dumps(json) if json is not None else None
-            extra = {"content-type": "application/json"} if content is not None else None
-            response = await self.http.request(method, url, params=params, content=content, headers=self._headers(url, extra))
-            if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
-                url = urljoin(url, response.headers["location"])
-                params = None
-                continue
-            return response
-        raise TransportError(f"{method} {url}: more than {MAX_REDIRECTS} redirects", endpoint=url)
-
-    async def _call(
-        self, method: str, path: str, endpoint: str, *, params: dict[str, Any] | None = None, batch_id: str | None = None,
-        json: Any = None, retry: RetryPolicy | None = None, budgeted: bool = True
-    ) -> Any:
-        """A read or cancel, retried per the policy (`retry`, else the client's); returns the parsed JSON body."""
-        url = self._url(path)
-        policy = retry or self.retry
-        started = self._clock()
-        attempt = 0
-        while True:
-            attempt += 1
-            wait: float | None = None
-            tried_at = self._clock()
-            try:
-                response = await self._send_once(method, url, params=params, json=json, budgeted=budgeted)
-            except httpx.TransportError as exc:
-                failure: Exception = map_transport_error(exc, endpoint, self.base_url, reached=self.reached)
-                if not self.reached and attempt >= 2:  # nothing ever answered: the URL or the network is wrong
-                    raise self._given_up(failure) from exc
-                overloaded = False
-            else:
-                self.reached = True
-                if not self.spoke and not_the_api(response, endpoint):
-                    raise self._not_the_api(response, endpoint)
-                self.spoke = self.spoke or looks_like_api(response)
-                if response.status_code < 300:
-                    try:
-                        return orjson.loads(response.content)
-                    except orjson.JSONDecodeError:
-                        raise ApiError("the response was not JSON", endpoint=endpoint, status=response.status_code) from None
-                error = error_from_response(response, endpoint, label=self.label)
-                self._slow_down(error)
-                if not self._retryable(error, response, batch_id):
-                    raise error
-                failure = error
-                wait = error.retry_after
-                overloaded = response.status_code == 529
-                if isinstance(error, RateLimited) and wait:
-                    attempt -= 1  # a told wait is not a failure: only max_total bounds it
-            elapsed = self._clock() - started
-            delay = next_delay(policy, max(0, attempt - 1), self._rand(), server_wait=wait, overloaded=overloaded)
-            if attempt >= policy.max_attempts or elapsed + delay > policy.max_total:
-                raise self._given_up(failure)
-            if self._clock() - tried_at + delay >= NOTICE_AFTER:
-                self._notify(endpoint, url, attempt, failure, delay)
-            await self._sleep(delay)
-
-    def _notify(self, endpoint: str, url: str, attempt: int, failure: Exception, delay: float) -> None:
-        if self.on_retry is not None:
-            self.on_retry({"endpoint": endpoint, "url": url.split("?", 1)[0], "attempt": attempt,
-                           "reason": str(failure), "retry_in": round(delay, 1)})
-
-    def _given_up(self, failure: Exception) -> Exception:
-        """The error to raise when the retries are spent: before the API ever answered, the base URL is named."""
-        if self.spoke or not isinstance(failure, (TransportError, ServerError)):
-            return failure
-        return Unreachable(f"no answer from the API at {self.base_url} ({failure}); check ANTHROPIC_BASE_URL and "
-                           "the network (a proxy is taken from HTTPS_PROXY)", setting="base_url")
-
-    def _not_the_api(self, response: httpx.Response, endpoint: str) -> UsageError:
-        kind = response.headers.get("content-type", "no content type").split(";")[0]
-        snippet = response.text.strip().replace("\n", " ")[:80]
-        return UsageError(f"{self.base_url} does not answer like the Anthropic API (HTTP {response.status_code} on "
-                          f"{endpoint}, {kind}: {snippet!r}); check ANTHROPIC_BASE_URL", setting="base_url")
-
-    def _retryable(self, error: ApiError, response: httpx.Response, batch_id: str | None) -> bool:
-        if isinstance(error, SpendLimitReached):
-            return False
-        if isinstance(error, NotFoundError) and batch_id is not None:
-            created = self._created.get(batch_id)
-            return created is not None and self._clock() - created < self.retry.not_found_grace
-        return status_is_retryable(response.status_code, response.headers)
 
     # -- batches ----------------------------------------------------------
 

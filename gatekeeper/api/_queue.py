@@ -11,8 +11,9 @@ from typing import Any
 
 from .._errors import ApiError, AuthenticationError, TransportError
 from ..decide._headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches, parse_time
-from ._client import ApiClient, RetryNotice, open_http
+from ._client import ApiClient
 from ._config import ApiConfig
+from ._http import RetryNotice, open_http
 from ._retry import CallBudget, RetryPolicy
 
 # A batch expires 24 h after creation, so one created longer ago than this has

@@ -10,7 +10,7 @@ import anyio
 import orjson
 
 from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, RateLimited, TransportError
-from ..api._client import CREATE_ANSWER_WAIT
+from ..api._http import CREATE_ANSWER_WAIT
 from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ..decide._budget import Spend, may_spend, request_worst
 from ..input._sizing import Limits, Packer, body_chunks, body_size
