@@ -318,16 +318,7 @@ class Organization:
 
     def doom(self, model: str, max_tokens: Any) -> str | None:
         """Why a request would error at processing for its model, as the real API decides it, or None."""
-        if not self.config.check_models:
-            return None
-        m = self.model(model)
-        if m is None:
-            return f"model: {model}"
-        if not m.batch:
-            return f"model {model} does not support the Message Batches API"
-        if isinstance(max_tokens, int) and max_tokens > m.max_tokens:
-            return f"max_tokens: {max_tokens} > {m.max_tokens}, which is the maximum allowed number of output tokens for {m.id}"
-        return None
+        return doomed_by(self.model(model), model, max_tokens) if self.config.check_models else None
 
     def create(self, workspace: str, requests: list[tuple[str, str]], bad: frozenset[int],
                doomed: dict[int, str] | None = None,
@@ -444,3 +435,14 @@ class Organization:
             "archived_at": self.stamp(b.created_at + self.config.retention_days * DAY) if archived else None,
             "results_url": self.results_url(b, results_base),
         }
+
+
+def doomed_by(m: FakeModel | None, model: str, max_tokens: Any) -> str | None:
+    """Why the model `m` (None: unknown) refuses a request at processing, or None."""
+    if m is None:
+        return f"model: {model}"
+    if not m.batch:
+        return f"model {model} does not support the Message Batches API"
+    if isinstance(max_tokens, int) and max_tokens > m.max_tokens:
+        return f"max_tokens: {max_tokens} > {m.max_tokens}, which is the maximum allowed number of output tokens for {m.id}"
+    return None

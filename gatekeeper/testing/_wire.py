@@ -1,0 +1,271 @@
+"""The fake API's wire: faults to inject, the prompt's tokens and digest, and the handler's helpers (answers,
+errors, the envelope, keys, routes) that every endpoint uses.
+
+The wire follows ../shared/api.md section 11: the error envelope with a
+request id (the 413 without one), `request-id` on every response, x-api-key
+or Bearer auth, Admin keys only on the Admin endpoints, results as JSONL with a
+newline after every line and no blank line, in shuffled order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from ._model import Outcome, new_id
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._server import _Server
+
+_CID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_BATCH_PATH = re.compile(r"^/v1/messages/batches/([^/]+)(/results|/cancel)?$")
+_SIGNED_PATH = re.compile(r"^/signed/([^/]+)$")
+_BATCH_ENDPOINTS = frozenset({"create", "retrieve", "list", "results", "cancel", "delete"})
+_WS_LIMITS = re.compile(r"^/v1/organizations/workspaces/([^/]+)/rate_limits$")
+
+
+@dataclass
+class Fault:
+    """One injected fault. `endpoint`: create, retrieve, list, results, cancel, delete, rate_limits or "*".
+
+    kind: "status" (answer `status` with an error body and optional retry-after /
+    x-should-retry), "drop_after_commit" (create only: the batch is created, the
+    connection closed without an answer), "drop" (close without doing anything),
+    "delay" (sleep `delay` real seconds, then serve normally), "delay_after_commit"
+    (create only: the batch is created, the answer held back `delay` seconds).
+    """
+
+    endpoint: str
+    kind: str = "status"
+    status: int = 500
+    retry_after: str | None = None
+    should_retry: str | None = None
+    error_type: str | None = None
+    message: str | None = None
+    details: dict[str, Any] | None = None
+    delay: float = 0.0
+    times: int = 1
+
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+          409: "conflict_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+          504: "timeout_error", 529: "overloaded_error"}
+
+
+@dataclass
+class _Faults:
+    items: list[Fault] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self, endpoint: str) -> Fault | None:
+        with self.lock:
+            for f in self.items:
+                if f.times > 0 and f.endpoint in (endpoint, "*"):
+                    f.times -= 1
+                    return f
+        return None
+
+
+def _prompt(body: dict[str, Any]) -> bytes:
+    return orjson.dumps([body.get("system"), body.get("messages"), body.get("tools")])
+
+
+def count_tokens(body: dict[str, Any]) -> int:
+    """The fake's tokenizer: deterministic, about 3.3 bytes a token of the prompt's JSON plus 7 (not bytes/4)."""
+    return 7 + math.ceil(len(_prompt(body)) / 3.3)
+
+
+def prompt_of(params: dict[str, Any]) -> tuple[int, str]:
+    """(input tokens, digest) of a request's prompt: what its usage reports, and what its answer's message id
+    carries (`msg_<digest>`), so a test can tell which prompt a result line answers."""
+    prompt = _prompt(params)
+    return 7 + math.ceil(len(prompt) / 3.3), hashlib.blake2b(prompt, digest_size=10).hexdigest()
+
+
+def _result_json(o: Outcome, cid: str, model: str, answer: str, prompt: tuple[int, str] | None = None) -> dict[str, Any]:
+    if o.type == "succeeded":
+        tokens, digest = prompt or (25, cid[-20:].rjust(20, "0"))
+        return {"type": "succeeded", "message": {
+            "id": "msg_" + digest, "type": "message", "role": "assistant", "model": model or "claude-x",
+            "content": [{"type": "text", "text": answer}], "stop_reason": "end_turn", "stop_sequence": None,
+            "stop_details": None, "container": None,
+            "usage": {"input_tokens": tokens, "output_tokens": 12, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0, "service_tier": "batch"}}}
+    if o.type == "errored":
+        inner = {"type": o.error_type, "message": o.message or f"injected {o.error_type}"}
+        if o.flat:
+            return {"type": "errored", "error": inner}
+        return {"type": "errored", "error": {"type": "error", "error": inner, "request_id": None}}
+    return {"type": o.type}
+
+
+class _Wire(BaseHTTPRequestHandler):
+    """What every endpoint of the fake answers with."""
+
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: with Nagle's algorithm on, the body waits for the client's
+    # delayed ACK, 40 ms an answer on loopback. The real API answers in one go.
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    # -- helpers ------------------------------------------------------------
+
+    def _rid(self) -> str:
+        return new_id("req_", self.server.fake.id_rng)
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, rid: str | None = None) -> None:
+        self.send_response(status)
+        self.send_header("request-id", rid or self._rid())
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, orjson.dumps(obj), headers)
+
+    def _error(self, status: int, message: str, error_type: str | None = None, headers: dict[str, str] | None = None,
+               details: dict[str, Any] | None = None) -> None:
+        rid = self._rid()
+        err: dict[str, Any] = {"type": error_type or _TYPES.get(status, "api_error"), "message": message}
+        if details:
+            err["details"] = details
+        self._send(status, orjson.dumps({"type": "error", "error": err, "request_id": rid}), headers, rid)
+
+    def _read_body(self, limit: int | None = None) -> bytes | None:
+        """The request body; None (after draining it) when over `limit`."""
+        if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+            parts, total = [], 0
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunk = self.rfile.read(size)
+                self.rfile.readline()
+                total += size
+                if limit is None or total <= limit:
+                    parts.append(chunk)
+            return b"".join(parts) if limit is None or total <= limit else None
+        length = int(self.headers.get("content-length") or 0)
+        if limit is not None and length > limit:
+            remaining = length
+            while remaining > 0:
+                got = self.rfile.read(min(remaining, 1 << 20))
+                if not got:
+                    break
+                remaining -= len(got)
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _key(self) -> str | None:
+        key = self.headers.get("x-api-key")
+        if key:
+            return key.strip()
+        auth = self.headers.get("authorization") or ""
+        return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _fault(self, endpoint: str) -> bool:
+        """Apply an injected fault; True when it answered (or dropped) the request."""
+        fake = self.server.fake
+        fault = fake.faults.take(endpoint)
+        if fault is None:
+            return False
+        if fault.kind == "delay":
+            time.sleep(fault.delay)
+            return False
+        if fault.kind == "drop_after_commit":
+            self._pending_drop = True
+            return False
+        if fault.kind == "delay_after_commit":
+            self._pending_delay = fault.delay
+            return False
+        if fault.kind == "drop":
+            if self.command in ("POST", "PUT"):
+                self._read_body()
+            self._drop()
+            return True
+        headers = {}
+        if fault.retry_after is not None:
+            headers["retry-after"] = fault.retry_after
+        if fault.should_retry is not None:
+            headers["x-should-retry"] = fault.should_retry
+        if self.command in ("POST", "PUT"):
+            self._read_body()
+        self._error(fault.status, fault.message or "injected fault", fault.error_type, headers, fault.details)
+        return True
+
+    def _rpm_refused(self) -> bool:
+        """The batch endpoints' RPM limit: a sliding window of real seconds; over it, 429 with the API's headers."""
+        fake = self.server.fake
+        cfg = fake.config
+        if cfg.rpm is None:
+            return False
+        now = time.monotonic()
+        with fake.org.lock:
+            calls = fake.rpm_calls
+            while calls and calls[0] <= now - cfg.rpm_window:
+                calls.popleft()
+            if len(calls) < cfg.rpm:
+                calls.append(now)
+                return False
+            fake.org.records.rpm_refusals += 1
+            wait = calls[0] + cfg.rpm_window - now
+        if self.command in ("POST", "PUT"):
+            self._read_body()
+        reset = fake.org.stamp(fake.org.now() + wait * cfg.speed)
+        self._error(429, "Number of request tokens has exceeded your per-minute rate limit", headers={
+            "retry-after": str(max(1, math.ceil(wait))), "anthropic-ratelimit-requests-limit": str(cfg.rpm),
+            "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset or ""})
+        return True
+
+    def _route(self) -> tuple[str, str | None]:
+        path = urlsplit(self.path).path.rstrip("/")
+        if path == "/v1/messages/batches":
+            return ("create" if self.command == "POST" else "list"), None
+        m = _BATCH_PATH.match(path)
+        if m:
+            tail = m.group(2)
+            if tail == "/results":
+                return "results", m.group(1)
+            if tail == "/cancel":
+                return "cancel", m.group(1)
+            return ("delete" if self.command == "DELETE" else "retrieve"), m.group(1)
+        m = _SIGNED_PATH.match(path)
+        if m:
+            return "results", m.group(1)
+        if path == "/v1/organizations/rate_limits":
+            return "rate_limits", None
+        if path == "/v1/models":
+            return "models", None
+        if path.startswith("/v1/models/"):
+            return "model", path.removeprefix("/v1/models/")
+        if path == "/v1/messages/count_tokens":
+            return "count_tokens", None
+        m = _WS_LIMITS.match(path)
+        if m:
+            return "workspace_rate_limits", m.group(1)
+        return "unknown", None
