@@ -25,16 +25,16 @@ from ..decide._downloads import (
     Missing,
     MissingVerdict,
     download_wait,
-    incomplete_reason,
     when_results_missing,
 )
-from ..decide._headroom import parse_time, total_requests
+from ..decide._headroom import parse_time
 from ..decide._ownership import Fit
 from ..decide._settle import errored_line, settle, usage_of
 from ..state._journal import BatchRow, BatchState, Journal, Settlement
 from ..state._ledger import Ledger
 from ..state._output import OutputFile
 from ._checkpoints import reached
+from ._download import Download
 from ._evidence import read_results, weigh
 from ._inputs import batch_requests
 from ._settings import EventSink, SubmitSettings
@@ -159,28 +159,23 @@ class Collector:
         self.emit("adoption_undone", {"batch": row.idx, "id": row.batch_id, "why": why})
 
     async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int) -> int:
-        """Stream, verify and settle every line; the output's new length."""
+        """Stream, verify (`Download`) and settle every line; the output's new length."""
         members = {custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in batch_requests(self.path, self.journal, row)}
-        ours = set(members)
-        pos, lines, foreign = start, 0, 0
+        download = Download(self.api, batch, set(members), f"batch {row.idx}")
+        pos = start
         # Read once a batch, not once a line: with a journal on a server each read is a round trip.
         policy = (self._max_attempts(), bool(self.journal.get_meta("user_canceled")))
-        async for raw in self.api.iter_results(batch):
-            lines += 1
-            if lines % 2048 == 0:
+        async for cid, raw, obj in download:
+            if download.lines % 2048 == 0:
                 self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
-            placed = self._settle_line(row, raw, members, ours, s, pos, policy)
-            if placed > 0:
+            placed = self._settle_line(row, cid, raw, obj, members.pop(cid), s, pos, policy)
+            if placed:
                 out.write(raw + b"\n")
                 pos += placed
                 if pos - start == placed:
                     reached("mid-results")
-            foreign += placed < 0
-        reason = incomplete_reason(lines, total_requests(batch), len(members))
-        if reason:
-            raise IncompleteDownload(f"batch {row.idx} ({row.batch_id}): {reason}")
-        if foreign:  # a batch adopted by listing that was not ours; ours may exist (not listed then): never resend
-            raise _NotOurs(row.idx, str(row.batch_id), foreign)
+        if download.foreign:  # a batch adopted by listing that was not ours; ours may exist (not listed then): never resend
+            raise _NotOurs(row.idx, str(row.batch_id), download.foreign)
         for cid, (line, off, length, attempt) in members.items():
             self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
             raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
@@ -188,25 +183,11 @@ class Collector:
             pos += self._write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
         return pos
 
-    def _settle_line(self, row: BatchRow, raw: bytes, members: dict[str, tuple[int, int, int, int]], ours: set[str],
+    def _settle_line(self, row: BatchRow, cid: str, raw: bytes, obj: dict[str, Any], member: tuple[int, int, int, int],
                      s: Settlement, pos: int, policy: tuple[int, bool]) -> int:
-        """Settle one result line: bytes it adds to the output (0 when it goes to a retry, -1 when not ours).
-
-        A line that does not parse, or one of ours a second time, fails the whole download.
-        """
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise IncompleteDownload(f"batch {row.idx}: a damaged result line ({len(raw)} bytes)") from None
-        cid = obj.get("custom_id") if isinstance(obj, dict) else None
-        if not isinstance(cid, str) or cid not in ours:
-            self.emit("unknown_result", {"batch": row.idx, "custom_id": cid})
-            return -1
-        member = members.pop(cid, None)
-        if member is None:
-            raise IncompleteDownload(f"batch {row.idx}: the result line for {cid!r} came twice")
+        """Settle one verified result line: the bytes it adds to the output (0 when it goes to a retry)."""
         line, off, length, attempt = member
-        result = obj.get("result")
+        result: Any = obj.get("result")
         v = settle(result, attempt=attempt, max_attempts=policy[0], user_canceled=policy[1])
         if v.retry:
             s.retry(line, off, length, cid, attempt, row.idx, v.type, v.error_type, raw)

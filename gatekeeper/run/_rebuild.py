@@ -25,12 +25,12 @@ import orjson
 
 from .._errors import IncompleteDownload, NotFoundError, OutputError, RateLimited, ServerError, TransportError, os_error
 from ..api._client import ApiClient
-from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait, incomplete_reason
-from ..decide._headroom import total_requests
+from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait
 from ..decide._settle import errored_line
 from ..state._journal import BatchRow, Journal
 from ..state._output import OutputFile
 from ._collect import custom_id, missing_verdict
+from ._download import Download
 from ._inputs import batch_requests
 from ._settings import EventSink, SubmitSettings
 
@@ -149,32 +149,16 @@ class Rebuilder:
                 return None
             raise IncompleteDownload(f"batch {row.idx}: results not available yet")  # waited out, as at collection
         ours = {custom_id(body) for _, _, body, _ in batch_requests(self.path, self.journal, row)}
-        spool, count = Spooled(self.journal), 0
+        spool = Spooled(self.journal)
         try:
-            async for raw in self.api.iter_results(batch):
-                count += 1
-                cid = _custom_id(row, raw)
-                if cid in spool.index:
-                    raise IncompleteDownload(f"batch {row.idx}: the result line for {cid!r} came twice")
-                if cid is not None and cid in ours:  # a foreign line (a wrong adoption, settled at collection) is counted, not kept
-                    spool.add(cid, raw)
-            reason = incomplete_reason(count, total_requests(batch), len(ours) - len(spool.index))
-            if reason:
-                raise IncompleteDownload(f"batch {row.idx} ({row.batch_id}): {reason}")
+            # (a foreign line, of a wrong adoption settled at collection, is counted by the download, not kept)
+            async for cid, raw, _ in Download(self.api, batch, ours, f"batch {row.idx}"):
+                spool.add(cid, raw)
             spool.file.flush()
         except BaseException:
             spool.close()
             raise
         return spool
-
-
-def _custom_id(row: BatchRow, raw: bytes) -> str | None:
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise IncompleteDownload(f"batch {row.idx}: a damaged result line ({len(raw)} bytes)") from None
-    cid = obj.get("custom_id") if isinstance(obj, dict) else None
-    return cid if isinstance(cid, str) else None
 
 
 class Spooled:

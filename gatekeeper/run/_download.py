@@ -1,0 +1,54 @@
+"""One verified download of a batch's results, shared by collection and rebuild.
+
+A download is used only when it verifies: every line parses, a request of ours appears once, and the lines number
+the batch's total by `request_counts` (or, when the counts are unknown, every request of ours came). A line of
+another job's (a batch adopted by listing that was not ours) is counted, never handed on. Whatever fails is an
+`IncompleteDownload`, raised before the caller commits anything: the caller rolls back and tries later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from .._errors import IncompleteDownload
+from ..api._client import ApiClient
+from ..decide._downloads import incomplete_reason
+from ..decide._headroom import total_requests
+
+
+class Download:
+    """`async for cid, raw, obj in Download(...)`: our lines, each once; at the end, the whole was verified.
+    `foreign` then counts the lines of other requests."""
+
+    def __init__(self, api: ApiClient, batch: dict[str, Any], ours: set[str], label: str) -> None:
+        self.api, self.batch, self.ours, self.label = api, batch, ours, label
+        self.lines = 0
+        self.foreign = 0
+
+    async def __aiter__(self) -> AsyncIterator[tuple[str, bytes, dict[str, Any]]]:
+        seen: set[str] = set()
+        async for raw in self.api.iter_results(self.batch):
+            self.lines += 1
+            obj = _parsed(raw, self.label)
+            cid = obj.get("custom_id")
+            if not isinstance(cid, str) or cid not in self.ours:
+                self.foreign += 1
+                continue
+            if cid in seen:
+                raise IncompleteDownload(f"{self.label}: the result line for {cid!r} came twice")
+            seen.add(cid)
+            yield cid, raw, obj
+        reason = incomplete_reason(self.lines, total_requests(self.batch), len(self.ours) - len(seen))
+        if reason:
+            raise IncompleteDownload(f"{self.label} ({self.batch.get('id')}): {reason}")
+
+
+def _parsed(raw: bytes, label: str) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise IncompleteDownload(f"{label}: a damaged result line ({len(raw)} bytes)") from None
+    return obj if isinstance(obj, dict) else {}
