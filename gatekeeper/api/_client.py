@@ -18,18 +18,15 @@ from urllib.parse import quote, urljoin, urlsplit
 import httpx
 import orjson
 
-from .._errors import ApiError, CreateOutcomeUnknown, NotFoundError, QueueFull, TransportError
+from .._errors import ApiError, CreateOutcomeUnknown, NotFoundError, QueueFull
 from ._http import (
     _CONNECT_FAILURES,
     CREATE_TIMEOUT,
-    MAX_REDIRECTS,
-    NOTICE_AFTER,
     PREFLIGHT_RETRY,
     HttpCalls,
     error_from_response,
     map_transport_error,
 )
-from ._retry import next_delay
 
 
 class ApiClient(HttpCalls):
@@ -149,60 +146,23 @@ class ApiClient(HttpCalls):
     async def iter_results(self, batch: dict[str, Any]) -> AsyncIterator[bytes]:
         """The raw JSONL lines of an ended batch's results, one at a time (memory: one line).
 
-        Opening is retried like any read. A failure once lines have been yielded is
-        raised as it is (the caller's download failed: it starts over). A null
+        Opening is retried like any read (the one retry loop). A failure once the stream is open is raised
+        as it is (the caller's download failed: it starts over). A null
         `results_url` is a `NotFoundError`: the caller decides how long to wait for it.
         """
         batch_id = str(batch.get("id"))
         if not batch.get("results_url"):
             raise NotFoundError("the batch has no results_url yet", endpoint="results", status=404)
         url = results_location(str(batch["results_url"]), self.base_url, batch_id)
-        attempt = 0
-        started = self._clock()
-        while True:
-            attempt += 1
-            yielded = False
-            try:
-                async for line in self._stream_lines(url, batch_id):
-                    yielded = True
-                    yield line
-                return
-            except _RetryableOpen as exc:
-                if yielded:
-                    raise exc.error from exc  # lines already went to the caller: a restart here would repeat them
-                failure = exc.error
-                wait, overloaded = exc.wait, exc.overloaded
-            delay = next_delay(self.retry, attempt - 1, self._rand(), server_wait=wait, overloaded=overloaded)
-            if attempt >= self.retry.max_attempts or self._clock() - started + delay > self.retry.max_total:
-                raise failure
-            if delay >= NOTICE_AFTER:
-                self._notify("results", url, attempt, failure, delay)
-            await self._sleep(delay)
-
-    async def _stream_lines(self, url: str, batch_id: str) -> AsyncIterator[bytes]:
-        await self._spend()
-        for _ in range(MAX_REDIRECTS + 1):
-            headers = self._headers(url, {"accept": "application/binary"})
-            try:
-                async with self.http.stream("GET", url, headers=headers) as response:
-                    if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
-                        url = urljoin(url, response.headers["location"])
-                        continue
-                    self.reached = True
-                    if response.status_code >= 300:
-                        await response.aread()
-                        error = error_from_response(response, "results", label=self.label)
-                        self._slow_down(error)
-                        if self._retryable(error, response, batch_id):
-                            raise _RetryableOpen(error, error.retry_after, response.status_code == 529)
-                        raise error
-                    async for line in _lines(response):
-                        yield line
-                    return
-            except httpx.TransportError as exc:
-                where = url.split("?", 1)[0]  # a signed link's query is a credential: never in a message
-                raise _RetryableOpen(map_transport_error(exc, "results", where, reached=True), None, False) from exc
-        raise TransportError(f"results: more than {MAX_REDIRECTS} redirects", endpoint="results")
+        response = await self._retried(lambda: self._answer("GET", url, "results", batch_id=batch_id, stream=True,
+                                                            accept="application/binary"), "results", url, self.retry)
+        try:
+            async for line in _lines(response):
+                yield line
+        except httpx.TransportError as exc:  # (a signed link's query is a credential: never in a message)
+            raise map_transport_error(exc, "results", url.split("?", 1)[0], reached=True) from exc
+        finally:
+            await response.aclose()
 
     # -- admin ------------------------------------------------------------
 
@@ -250,10 +210,3 @@ async def _lines(response: httpx.Response) -> AsyncIterator[bytes]:
     tail = tail.strip()
     if tail:
         yield tail
-
-
-class _RetryableOpen(Exception):
-    def __init__(self, error: Exception, wait: float | None, overloaded: bool) -> None:
-        self.error = error
-        self.wait = wait
-        self.overloaded = overloaded

@@ -213,21 +213,73 @@ class HttpCalls:
         if error.status == 429 and error.retry_after:
             self.budget.pause(self._clock() + min(error.retry_after, self.retry.max_retry_after))
 
-    async def _send_once(self, method: str, url: str, *, params: dict[str, Any] | None = None,
-                         json: Any = None, budgeted: bool = True) -> httpx.Response:
-        """One request with redirects followed by hand; the key goes only to our origin."""
-        if budgeted:
-            await self._spend()
+    async def _open(self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None,
+                    accept: str | None = None, stream: bool = False) -> httpx.Response:
+        """One request with redirects followed by hand (the key goes only to our origin); a stream is left open."""
         for _ in range(MAX_REDIRECTS + 1):
             content = orjson.dumps(json) if json is not None else None
-            extra = {"content-type": "application/json"} if content is not None else None
-            response = await self.http.request(method, url, params=params, content=content, headers=self._headers(url, extra))
+            extra = {"content-type": "application/json"} if content is not None else {}
+            if accept:
+                extra["accept"] = accept
+            request = self.http.build_request(method, url, params=params, content=content, headers=self._headers(url, extra))
+            response = await self.http.send(request, stream=stream)
             if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
+                await response.aclose()
                 url = urljoin(url, response.headers["location"])
                 params = None
                 continue
             return response
-        raise TransportError(f"{method} {url}: more than {MAX_REDIRECTS} redirects", endpoint=url)
+        raise TransportError(f"{method} {url.split('?', 1)[0]}: more than {MAX_REDIRECTS} redirects", endpoint=url)
+
+    async def _answer(self, method: str, url: str, endpoint: str, *, batch_id: str | None = None, budgeted: bool = True,
+                      stream: bool = False, **kw: Any) -> httpx.Response:
+        """One try: a success (a stream left open for the caller), `_Retry` when another try may succeed, or the
+        error to raise."""
+        if budgeted:
+            await self._spend()
+        try:
+            response = await self._open(method, url, stream=stream, **kw)
+        except httpx.TransportError as exc:
+            raise _Retry(map_transport_error(exc, endpoint, self.base_url, reached=self.reached)) from exc
+        self.reached = True
+        if stream and response.status_code >= 300:
+            await response.aread()
+            await response.aclose()
+        if not stream:
+            if not self.spoke and not_the_api(response, endpoint):
+                raise self._not_the_api(response, endpoint)
+            self.spoke = self.spoke or looks_like_api(response)
+        if response.status_code < 300:
+            return response
+        error = error_from_response(response, endpoint, label=self.label)
+        self._slow_down(error)
+        if not self._retryable(error, response, batch_id):
+            raise error
+        raise _Retry(error, error.retry_after, response.status_code == 529,
+                     told=isinstance(error, RateLimited) and bool(error.retry_after))
+
+    async def _retried(self, attempt_once: Callable[[], Awaitable[httpx.Response]], endpoint: str, url: str,
+                       policy: RetryPolicy) -> httpx.Response:
+        """The one retry loop: `attempt_once` until it answers, per the policy, each retry told (`_notify`)."""
+        started = self._clock()
+        attempt = 0
+        while True:
+            attempt += 1
+            tried_at = self._clock()
+            try:
+                return await attempt_once()
+            except _Retry as retry:
+                failure, wait, overloaded = retry.error, retry.wait, retry.overloaded
+                if not self.reached and attempt >= 2:  # nothing ever answered: the URL or the network is wrong
+                    raise self._given_up(failure) from None
+                if retry.told:
+                    attempt -= 1  # a told wait is not a failure: only max_total bounds it
+            delay = next_delay(policy, max(0, attempt - 1), self._rand(), server_wait=wait, overloaded=overloaded)
+            if attempt >= policy.max_attempts or self._clock() - started + delay > policy.max_total:
+                raise self._given_up(failure)
+            if self._clock() - tried_at + delay >= NOTICE_AFTER:
+                self._notify(endpoint, url, attempt, failure, delay)
+            await self._sleep(delay)
 
     async def _call(
         self, method: str, path: str, endpoint: str, *, params: dict[str, Any] | None = None, batch_id: str | None = None,
@@ -235,46 +287,12 @@ class HttpCalls:
     ) -> Any:
         """A read or cancel, retried per the policy (`retry`, else the client's); returns the parsed JSON body."""
         url = self._url(path)
-        policy = retry or self.retry
-        started = self._clock()
-        attempt = 0
-        while True:
-            attempt += 1
-            wait: float | None = None
-            tried_at = self._clock()
-            try:
-                response = await self._send_once(method, url, params=params, json=json, budgeted=budgeted)
-            except httpx.TransportError as exc:
-                failure: Exception = map_transport_error(exc, endpoint, self.base_url, reached=self.reached)
-                if not self.reached and attempt >= 2:  # nothing ever answered: the URL or the network is wrong
-                    raise self._given_up(failure) from exc
-                overloaded = False
-            else:
-                self.reached = True
-                if not self.spoke and not_the_api(response, endpoint):
-                    raise self._not_the_api(response, endpoint)
-                self.spoke = self.spoke or looks_like_api(response)
-                if response.status_code < 300:
-                    try:
-                        return orjson.loads(response.content)
-                    except orjson.JSONDecodeError:
-                        raise ApiError("the response was not JSON", endpoint=endpoint, status=response.status_code) from None
-                error = error_from_response(response, endpoint, label=self.label)
-                self._slow_down(error)
-                if not self._retryable(error, response, batch_id):
-                    raise error
-                failure = error
-                wait = error.retry_after
-                overloaded = response.status_code == 529
-                if isinstance(error, RateLimited) and wait:
-                    attempt -= 1  # a told wait is not a failure: only max_total bounds it
-            elapsed = self._clock() - started
-            delay = next_delay(policy, max(0, attempt - 1), self._rand(), server_wait=wait, overloaded=overloaded)
-            if attempt >= policy.max_attempts or elapsed + delay > policy.max_total:
-                raise self._given_up(failure)
-            if self._clock() - tried_at + delay >= NOTICE_AFTER:
-                self._notify(endpoint, url, attempt, failure, delay)
-            await self._sleep(delay)
+        response = await self._retried(lambda: self._answer(method, url, endpoint, batch_id=batch_id, budgeted=budgeted,
+                                                            params=params, json=json), endpoint, url, retry or self.retry)
+        try:
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise ApiError("the response was not JSON", endpoint=endpoint, status=response.status_code) from None
 
     def _notify(self, endpoint: str, url: str, attempt: int, failure: Exception, delay: float) -> None:
         if self.on_retry is not None:
@@ -301,3 +319,11 @@ class HttpCalls:
             created = self._created.get(batch_id)
             return created is not None and self._clock() - created < self.retry.not_found_grace
         return status_is_retryable(response.status_code, response.headers)
+
+
+class _Retry(Exception):  # (control flow between one try and the retry loop, never raised past it)
+    """One failed try that another may mend: the error, the wait the server asked for, whether it was a 529."""
+
+    def __init__(self, error: Exception, wait: float | None = None, overloaded: bool = False, told: bool = False) -> None:
+        super().__init__(str(error))
+        self.error, self.wait, self.overloaded, self.told = error, wait, overloaded, told
