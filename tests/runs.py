@@ -97,7 +97,7 @@ def start_and_wait_for_create(args: list[str], env: dict[str, str], fake: FakeAP
                               isolated: bool = False) -> Run | subprocess.Popen[str]:
     """Start the CLI and return once the fake has accepted its first create (failing the test if it never does)."""
     proc = start(args, env, isolated=isolated)
-    wait_until(lambda: fake.org.records.creates > 0 or proc.poll() is not None, "the first create", timeout)
+    fake.org.wait_for(lambda r: r.creates > 0 or proc.poll() is not None, "the first create", timeout)
     assert fake.org.records.creates > 0, f"the CLI exited ({proc.returncode}) before creating anything"
     return proc
 

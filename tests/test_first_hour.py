@@ -20,7 +20,7 @@ import gatekeeper.api._http as client
 from gatekeeper.testing import Fault
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, start, wait_until
+from tests.runs import assert_exactly_once, events, gk, start
 from tests.services import ForwardProxy, serving, silent_server
 
 FAST = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--no-preflight"]
@@ -143,8 +143,7 @@ def test_a_stop_lands_within_two_seconds_in_every_phase(tmp_path: Path, phase: s
         if delay is not None:
             fake.inject(Fault(endpoint, kind="delay", delay=delay))  # (a Fault is used up: one of its own per test)
         run = start(["submit", str(path), "--json", "--poll", "0.05", "--max-rpm", "60000", *flags], env_for(fake))
-        seen = fake.org.records.requests_seen
-        wait_until(lambda: seen.get(endpoint, 0) >= 1 or run.poll() is not None, f"the {phase} phase", 30)
+        fake.org.wait_for(lambda r: r.requests_seen.get(endpoint, 0) >= 1 or run.poll() is not None, f"the {phase} phase", 30)
         time.sleep(0.1)
         assert run.poll() is None, f"the run ended before it could be stopped while {phase}"
         signalled = time.monotonic()
@@ -167,7 +166,7 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     with running_fake(ceiling=1000, rate=4000) as fake:
         fake.inject(Fault("create", kind="delay", delay=30))
         run = start(["submit", str(path), *FAST], env_for(fake))
-        wait_until(lambda: fake.org.records.requests_seen.get("create", 0) >= 1, "the create")
+        fake.org.wait_for(lambda r: r.requests_seen.get("create", 0) >= 1, "the create")
         run.send_signal(signal.SIGTERM)
         time.sleep(0.05)
         signalled = time.monotonic()

@@ -23,6 +23,7 @@ async def make_ledger(request: pytest.FixtureRequest, tmp_path: Path):
     """Ledgers of one shared store (a namespace of this test's own), one per owner."""
     made = []
     ns = f"t{time.monotonic_ns()}"
+    clock = [1_000_000.0]  # SQLite's expiries are on this host's clock: simulated here; Redis and PostgreSQL use their own
     if request.param == "redis":
         url = request.getfixturevalue("redis_url")
         open_one = lambda owner, ttl: RedisLedger(url, owner, ttl=ttl, namespace=ns)  # noqa: E731
@@ -30,12 +31,20 @@ async def make_ledger(request: pytest.FixtureRequest, tmp_path: Path):
         url = request.getfixturevalue("pg_url")
         open_one = lambda owner, ttl: PgLedger(url, owner, ttl=ttl, namespace=ns)  # noqa: E731
     else:
-        open_one = lambda owner, ttl: SqliteLedger(str(tmp_path / "ledger.db"), owner, ttl=ttl)  # noqa: E731
+        open_one = lambda owner, ttl: SqliteLedger(str(tmp_path / "ledger.db"), owner, ttl=ttl, clock=lambda: clock[0])  # noqa: E731
 
     def make(owner: str, ttl: float = 60.0):
         made.append(open_one(owner, ttl))
         return made[-1]
 
+    async def elapse(seconds: float) -> None:
+        """Time passes: on the simulated clock for SQLite, for real where the server keeps the time."""
+        if request.param == "sqlite":
+            clock[0] += seconds
+        else:
+            await anyio.sleep(seconds)
+
+    make.elapse = elapse  # type: ignore[attr-defined]
     yield make
     for led in made:
         await led.close()
@@ -94,7 +103,7 @@ async def test_dead_owner_expires_after_ttl_unless_heartbeat(make_ledger) -> Non
     assert await dead.reserve(0, 50, 100, 0)
     assert await alive.reserve(0, 50, 100, 0)
     for _ in range(4):
-        await anyio.sleep(0.25)
+        await make_ledger.elapse(0.25)
         await alive.heartbeat()
     assert {r.owner for r in await other.reservations()} == {"alive"}
     assert await other.reserve(0, 50, 100, 0)

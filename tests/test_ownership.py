@@ -19,7 +19,7 @@ from gatekeeper.cli._render import render_summary
 from gatekeeper.run._summary import Summary
 from gatekeeper.testing import FakeAPI, Fault, prompt_of
 from tests.fakes import env_for, running_fake
-from tests.runs import events, gk, start, wait_until
+from tests.runs import events, gk, start
 
 N = 60  # requests a job: one batch each
 FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "5",
@@ -100,7 +100,7 @@ def test_two_candidates_wait_to_end_and_the_one_billed_for_our_prompts_is_adopte
     theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")
     with running_fake(ceiling=10_000, rate=30) as fake:
         other = start(["submit", str(theirs), *FLAGS], env_for(fake))  # the other pipeline, in our workspace
-        wait_until(lambda: fake.org.records.creates == 1, "the other job's create")
+        fake.org.wait_for(lambda r: r.creates == 1, "the other job's create")
         fake.inject(Fault("create", kind="drop_after_commit"))
         killed = gk(["submit", str(ours), *FLAGS], env_for(fake), crash_at="before-results-commit")
         assert killed.returncode == -9, killed.stderr[-3000:]
@@ -166,7 +166,7 @@ def test_a_summary_names_an_adoption_the_results_could_not_prove(tmp_path: Path)
     jobs = [write_job(tmp_path / "a" / "in.jsonl", "same"), write_job(tmp_path / "b" / "in.jsonl", "same")]
     with running_fake(ceiling=10_000, rate=30) as fake:
         other = start(["submit", str(jobs[1]), *FLAGS], env_for(fake))
-        wait_until(lambda: fake.org.records.creates == 1, "the other job's create")
+        fake.org.wait_for(lambda r: r.creates == 1, "the other job's create")
         time.sleep(1.0)  # (created well before our send, as a rival usually is)
         fake.inject(Fault("create", kind="drop_after_commit"))
         ours = gk(["submit", str(jobs[0]), *FLAGS], env_for(fake))

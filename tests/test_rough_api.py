@@ -133,10 +133,10 @@ def test_queue_full_429_without_the_word_queue_backs_off(tmp_path: Path) -> None
 
 
 def start_and_wait_for_refusals(path: Path, fake: FakeAPI, n: int) -> Any:
-    from tests.runs import start, wait_until
+    from tests.runs import start
 
     run = start(["submit", str(path), *FAST, "--max-requests", "20"], env_for(fake))
-    wait_until(lambda: len(fake.org.records.refusals) >= n, f"{n} refusals")
+    fake.org.wait_for(lambda r: len(r.refusals) >= n, f"{n} refusals")
     return run
 
 
@@ -164,9 +164,8 @@ def test_cancel_with_an_ended_batch_first_cancels_the_rest(tmp_path: Path) -> No
     path, _ = _job(tmp_path, 60)
     with running_fake(ceiling=1000, rate=0.0, cancel_delay=0.0, cancel_ended="error") as fake:
         proc = start_and_wait_for_create(["submit", str(path), *FAST, "--max-requests", "20"], env_for(fake), fake)
-        from tests.runs import wait_until
 
-        wait_until(lambda: fake.org.records.creates == 3, "three creates")
+        fake.org.wait_for(lambda r: r.creates == 3, "three creates")
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
         first = min(fake.org.batches.values(), key=lambda b: b.seq)

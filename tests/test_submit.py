@@ -13,7 +13,7 @@ import pytest
 from gatekeeper.testing import FakeAPI, Fault
 from tests.fakes import WS1, WS2, env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create, wait_until
+from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create
 
 FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
@@ -92,7 +92,7 @@ def test_sigkill_while_waiting(tmp_path: Path) -> None:
     with running_fake(ceiling=1000, rate=20) as fake:
         proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
         lists = fake.org.records.requests_seen.get("list", 0)
-        wait_until(lambda: fake.org.records.requests_seen.get("list", 0) >= lists + 2, "the loop to poll again")
+        fake.org.wait_for(lambda r: r.requests_seen.get("list", 0) >= lists + 2, "the loop to poll again")
         proc.kill()
         proc.communicate()
         done = _rerun_finishes_exactly_once(fake, path, expected)
@@ -191,7 +191,7 @@ def test_other_workspace_fills_the_queue(tmp_path: Path) -> None:
     with running_fake(ceiling=100, rate=0.0, queue_retry_after=1) as fake:
         fake.org.add_batch("wrkspc_2", 90)  # invisible to WS1; it drains only once we were refused
         run = start(["submit", str(path), *FAST, "--max-requests", "40"], env_for(fake))
-        wait_until(lambda: len(fake.org.records.refusals) >= 1, "a queue-full refusal")
+        fake.org.wait_for(lambda r: len(r.refusals) >= 1, "a queue-full refusal")
         fake.org.config.rate = 200.0
         out, err = run.communicate(timeout=60)
         proc = subprocess.CompletedProcess(run.args, run.returncode, out, err)

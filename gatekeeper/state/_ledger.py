@@ -214,8 +214,10 @@ class SqlLedger(abc.ABC):
 class SqliteLedger(SqlLedger):
     """Several submitters on one host: a SQLite file; BEGIN IMMEDIATE makes each grant atomic across processes."""
 
-    def __init__(self, path: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0) -> None:
+    def __init__(self, path: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.path = path
+        self.clock = clock  # this host's clock: every expiry is on it (the submitters share the host)
         self.owner = owner
         self.ttl = ttl
         self.margin = margin
@@ -232,7 +234,7 @@ class SqliteLedger(SqlLedger):
             db.execute("PRAGMA journal_mode=WAL")
             db.begin()
             try:
-                result = fn(db, time.time())
+                result = fn(db, self.clock())
             except BaseException:
                 db.end(commit=False)
                 raise

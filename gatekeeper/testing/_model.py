@@ -197,6 +197,7 @@ class Organization:
     def __init__(self, config: FakeConfig) -> None:
         self.config = config
         self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)  # notified whenever a request reaches the fake or it changes
         self.rng = random.Random(config.seed)
         self.batches: dict[str, FakeBatch] = {}
         self.deleted: set[str] = set()
@@ -212,6 +213,20 @@ class Organization:
     def now(self) -> float:
         """Simulated seconds since the fake started."""
         return (time.monotonic() - self._mono0) * self.config.speed + self._offset
+
+    def wait_for(self, holds: Callable[[Records], bool], what: str, timeout: float = 20.0) -> None:
+        """Block until `holds(records)`: it is asked again whenever a request reaches the fake (and every 0.1 s, for
+        conditions beyond the fake). AssertionError naming `what` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not holds(self.records):
+                left = deadline - time.monotonic()
+                assert left > 0, f"timed out after {timeout} s waiting for {what}"
+                self.changed.wait(min(0.1, left))
+
+    def _changed(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
 
     def advance(self, seconds: float) -> None:
         """Jump the simulated clock forward."""

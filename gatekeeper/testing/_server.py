@@ -48,6 +48,14 @@ class _Handler(_BatchEndpoints):
         endpoint, arg = self._route()
         with fake.org.lock:
             fake.org.records.requests_seen[endpoint] = fake.org.records.requests_seen.get(endpoint, 0) + 1
+            fake.org.changed.notify_all()
+        try:
+            self._serve(endpoint, arg)
+        finally:
+            fake.org._changed()  # (what the request did: a create, a refusal, a batch processed on the way)
+
+    def _serve(self, endpoint: str, arg: str | None) -> None:
+        fake = self.server.fake
         if self.server.results_only:
             return self._results_other_origin(endpoint, arg)
         if endpoint in _BATCH_ENDPOINTS and self._rpm_refused():
