@@ -2,7 +2,7 @@
 
 API_VERSION = "2023-06-01"  # the anthropic-version header
 
-# Per-batch limits (../shared/api.md section 5). 256 MB is read as 10^6 bytes: safe under
+# Per-batch limits (the Message Batches docs: 100,000 requests or 256 MB). 256 MB is read as 10^6 bytes: safe under
 # either reading of "MB", at a cost of 4.6% against 2^20.
 API_MAX_REQUESTS = 100_000
 API_MAX_BYTES = 256_000_000

@@ -82,7 +82,7 @@ def next_delay(
 def is_per_minute_limit(headers: Mapping[str, str]) -> bool:
     """A 429 its headers show to be a per-minute limit: the request counter says none remain.
 
-    The text of a queue-full refusal is not public (api.md 6.5), so wording decides nothing:
+    The text of a queue-full refusal is not documented, so wording decides nothing:
     a 429 on create that is not shown to be per-minute is taken as queue-full, whose longer
     wait loses nothing.
     """

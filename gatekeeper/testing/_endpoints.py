@@ -76,7 +76,7 @@ class _BatchEndpoints(_Wire):
         self._json(200, fake.org.batch_json(result, fake.results_base))
 
     def _visible(self, workspace: str, batch_id: str | None) -> FakeBatch | None:
-        """The batch, or None after answering 404: unknown, or inside a window where the real API 404s (api.md 7, 14)."""
+        """The batch, or None after answering 404: unknown, or inside a window where the real API was seen to 404 (after a create, after an end)."""
         fake = self.server.fake
         cfg = fake.config
         b = fake.org.get(workspace, batch_id or "")

@@ -4,7 +4,7 @@ Processing model: one organization-wide processing capacity of `rate` requests
 per simulated second. By default it is shared among the live batches side by
 side and `processing` drains request by request, each processed request moving
 to its result type at once (the real queue counts what is not yet processed, and
-its batches are not served first-in first-out: api.md section 14). `fifo=True`
+its batches are not documented to be served first-in first-out). `fifo=True`
 serves one batch at a time instead; `drain="batch"` keeps `processing` at the
 batch's total until it ends. The clock is compressible (`speed` simulated seconds
 per real second) and can be jumped (`advance`), which is how 24-hour expiry and

@@ -1,6 +1,6 @@
 """The fake API's HTTP side: a threaded stdlib server on loopback.
 
-The wire follows ../shared/api.md section 11: the error envelope with a
+The wire follows the real API's as its SDK and docs show it: the error envelope with a
 request id (the 413 without one), `request-id` on every response, x-api-key
 or Bearer auth, Admin keys only on the Admin endpoints, results as JSONL with a
 newline after every line and no blank line, in shuffled order.

@@ -1,4 +1,5 @@
-"""What a new user meets in the first hour: a silent API, a base URL that is not the API, a proxy (issue 26).
+"""What a new user meets in the first hour: an API that is silent or is not the API, a proxy, a stop in any phase,
+the fake's start line, one flag for the time between readings (issue 26).
 
 Every test runs the CLI (in process, so a timeout can be shortened) against real servers on loopback.
 """
