@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,9 +53,7 @@ def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_j
                 args += ["--ledger", ledger]
             procs.append(spawn(args, env))  # three real processes (forked from the fork server)
         if hold_until_refused:
-            deadline = time.monotonic() + 60
-            while not fake.org.records.refusals and time.monotonic() < deadline:
-                time.sleep(0.01)
+            fake.org.wait_for(lambda r: bool(r.refusals), "a refusal", 60)
             fake.org.config.rate = rate
         results = [p.communicate(timeout=300) for p in procs]
         r = fake.org.records

@@ -108,3 +108,30 @@ async def test_library_submit_rejects_lone_surrogates_like_plan(tmp_path: Path) 
         with anyio.fail_after(20):
             summary = await submit(items, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05))
     assert (summary.invalid, summary.succeeded) == (2, 2)
+
+
+def test_the_fakes_windows_run_on_its_injected_clock() -> None:
+    """Listing lag and the 404 window after a create are read from the clock the fake is given: a test moves it
+    instead of sleeping through them."""
+    import httpx
+
+    from gatekeeper.testing import FakeAPI, FakeConfig
+
+    now = [100.0]
+    config = FakeConfig(listing_lag=600.0, not_found_after_create=300.0, workspaces={WS1: "wrkspc_1"})
+    with FakeAPI(config, clock=lambda: now[0]) as fake:
+        headers = {"x-api-key": WS1, "anthropic-version": "2023-06-01"}
+        body = {"requests": [req("c0")]}
+        created = httpx.post(f"{fake.url}/v1/messages/batches", json=body, headers=headers).json()
+
+        def listed() -> list[str]:
+            return [b["id"] for b in httpx.get(f"{fake.url}/v1/messages/batches", headers=headers).json()["data"]]
+
+        def found() -> int:
+            return httpx.get(f"{fake.url}/v1/messages/batches/{created['id']}", headers=headers).status_code
+
+        assert listed() == [] and found() == 404  # inside both windows
+        now[0] += 301
+        assert listed() == [] and found() == 200  # past the 404 window, still lagging in the listing
+        now[0] += 300
+        assert listed() == [created["id"]]

@@ -80,7 +80,7 @@ class _BatchEndpoints(_Wire):
         fake = self.server.fake
         cfg = fake.config
         b = fake.org.get(workspace, batch_id or "")
-        lagging = b is not None and (time.monotonic() - b.created_wall < cfg.not_found_after_create
+        lagging = b is not None and (fake.org.clock() - b.created_wall < cfg.not_found_after_create
                                      or fake.org.since_end(b) < cfg.results_not_found_after_end)
         if b is None or lagging:
             self._error(404, "The requested resource could not be found.")
@@ -102,7 +102,7 @@ class _BatchEndpoints(_Wire):
         if not 1 <= limit <= 1000:
             return self._error(400, "limit: Input should be between 1 and 1000")
         lag = fake.config.listing_lag
-        batches = [b for b in fake.org.listing(workspace) if time.monotonic() - b.created_wall >= lag]
+        batches = [b for b in fake.org.listing(workspace) if fake.org.clock() - b.created_wall >= lag]
         after, before = (q.get("after_id") or [""])[0], (q.get("before_id") or [""])[0]
         ids = [b.id for b in batches]
         if after:

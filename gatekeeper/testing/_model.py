@@ -194,8 +194,9 @@ class Records:
 class Organization:
     """The fake's state. Every method takes the lock; HTTP handlers call these."""
 
-    def __init__(self, config: FakeConfig) -> None:
+    def __init__(self, config: FakeConfig, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self.clock = clock  # the fake's real seconds: every wall reading goes through it (a test may drive it)
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified whenever a request reaches the fake or it changes
         self.rng = random.Random(config.seed)
@@ -204,7 +205,7 @@ class Organization:
         self.records = Records()
         self._seq = 0
         self._epoch = time.time()
-        self._mono0 = time.monotonic()
+        self._mono0 = clock()
         self._offset = 0.0
         self._tick = 0.0  # simulated time processing has reached
 
@@ -212,7 +213,7 @@ class Organization:
 
     def now(self) -> float:
         """Simulated seconds since the fake started."""
-        return (time.monotonic() - self._mono0) * self.config.speed + self._offset
+        return (self.clock() - self._mono0) * self.config.speed + self._offset
 
     def wait_for(self, holds: Callable[[Records], bool], what: str, timeout: float = 20.0) -> None:
         """Block until `holds(records)`: it is asked again whenever a request reaches the fake (and every 0.1 s, for
@@ -315,7 +316,7 @@ class Organization:
         b.results = [(cid, o) for (cid, _), o in zip(b.requests, b.outcomes + rest, strict=True)]
         b.status = "ended"
         b.ended_at = at
-        b.ended_wall = time.monotonic()
+        b.ended_wall = self.clock()
         self.records.last_end_at = max(self.records.last_end_at or 0.0, at)
 
     def sync(self) -> None:
@@ -353,7 +354,7 @@ class Organization:
             self._seq += 1
             b = FakeBatch(
                 id=new_id("msgbatch_", self.rng), workspace=workspace, seq=self._seq, created_at=now,
-                expires_at=now + DAY, requests=requests, bad=bad, created_wall=time.monotonic(), doomed=doomed or {},
+                expires_at=now + DAY, requests=requests, bad=bad, created_wall=self.clock(), doomed=doomed or {},
                 prompts=prompts,
             )
             self.batches[b.id] = b
@@ -371,7 +372,7 @@ class Organization:
             self._seq += 1
             b = FakeBatch(
                 id=new_id("msgbatch_", self.rng), workspace=workspace, seq=self._seq, created_at=now, expires_at=now + DAY,
-                requests=Seeded(f"{prefix}-{self._seq}", n), created_wall=time.monotonic(),
+                requests=Seeded(f"{prefix}-{self._seq}", n), created_wall=self.clock(),
             )
             self.batches[b.id] = b
             if status == "canceling":
@@ -421,7 +422,7 @@ class Organization:
 
     def since_end(self, b: FakeBatch) -> float:
         """Real seconds since the batch ended (infinite while it is live: no end-based delay applies)."""
-        return time.monotonic() - b.ended_wall if b.status == "ended" else float("inf")
+        return self.clock() - b.ended_wall if b.status == "ended" else float("inf")
 
     def archived(self, b: FakeBatch) -> bool:
         return self.now() >= b.created_at + self.config.retention_days * DAY

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -200,12 +202,14 @@ class FakeAPI:
             client = anthropic.Anthropic(base_url=fake.url, api_key="test-key-ws1")
 
     `fake.org.records` holds what a test judges a client by; `fake.faults`
-    takes `Fault`s; `fake.org.advance(seconds)` jumps the clock.
+    takes `Fault`s; `fake.org.advance(seconds)` jumps the clock; `clock` (real seconds, monotonic by default) is
+    the one every time of the fake is read from, so a test can drive it (listing lag, 404 windows, the RPM window).
     """
 
-    def __init__(self, config: FakeConfig | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, config: FakeConfig | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config or FakeConfig()
-        self.org = Organization(self.config)
+        self.org = Organization(self.config, clock)
         self.faults = _Faults()
         self.id_rng = random.Random(self.config.seed + 1)
         self.cut_results_after: int | None = None  # reset the next results stream midway (any value)

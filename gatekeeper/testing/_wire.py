@@ -224,7 +224,7 @@ class _Wire(BaseHTTPRequestHandler):
         cfg = fake.config
         if cfg.rpm is None:
             return False
-        now = time.monotonic()
+        now = fake.org.clock()
         with fake.org.lock:
             calls = fake.rpm_calls
             while calls and calls[0] <= now - cfg.rpm_window:
