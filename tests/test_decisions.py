@@ -464,3 +464,34 @@ def test_others_in_flight_are_their_ids_and_unconfirmed_sizes() -> None:
     theirs, unconfirmed = others_in_flight(rs, "me")
     assert theirs == {"b-theirs"} and unconfirmed == {40: 2, 7: 1}
     assert others_in_flight([], "me") == (set(), {})
+
+
+# -- cache markers the API refuses ----------------------------------------------
+
+def _marked(*lives: str | None, top: object = None, where: str = "messages") -> dict:
+    blocks = [{"type": "text", "text": f"b{i}", **({"cache_control": {"type": "ephemeral", **({"ttl": t} if t else {})}}
+                                                    if t != "-" else {})} for i, t in enumerate(lives)]
+    params: dict = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": blocks if where == "messages" else "q"}]}
+    if where == "system":
+        params["system"] = blocks
+    if top is not None:
+        params["cache_control"] = top
+    return params
+
+
+@pytest.mark.parametrize(("params", "refused"), [
+    (_marked(None), None),  # one marker, the default 5m life
+    (_marked("1h", "1h", "5m", None), None),  # four, the 1h ones first
+    (_marked("5m", "1h"), "1h cache_control marker after a 5m one"),
+    (_marked("5m", "-", "1h", where="system"), "1h cache_control marker after a 5m one"),
+    (_marked("5m", "5m", "5m", "5m", "5m"), "5 cache_control markers"),
+    (_marked("10m"), "ttl '10m'"),
+    (_marked("-", top={"type": "ephemeral", "ttl": "2h"}), "ttl '2h'"),
+    (_marked("5m", "5m", "5m", "5m", top={"type": "ephemeral"}), None),  # the automatic marker: not counted (the docs leave it open)
+    ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "no markers"}]}, None),
+])
+def test_markers_the_api_refuses_are_found_before_sending(params: dict, refused: str | None) -> None:
+    from gatekeeper.input._markers import marker_reason
+
+    reason = marker_reason(params)
+    assert (reason is None) if refused is None else (reason is not None and refused in reason), reason

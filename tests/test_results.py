@@ -239,3 +239,25 @@ def test_results_for_pipelines_rejected_lines_exit_codes_and_a_closed_pipe(tmp_p
     head.stdout.close()  # `| head -1`
     _, err = head.communicate(timeout=60)
     assert head.returncode == 0 and err == b"", err
+
+
+def test_doomed_cache_markers_are_rejected_lines_never_sent(tmp_path: Path) -> None:
+    """Five markers, or a 1h after a 5m, in a request: `plan` and `submit` reject those lines with their line
+    numbers and why; the rest is sent and succeeds, and the fake (which errors them at processing) never sees them."""
+    def marked(cid: str, *lives: str) -> dict:
+        blocks = [{"type": "text", "text": f"part {i}", "cache_control": {"type": "ephemeral", "ttl": t}} for i, t in enumerate(lives)]
+        return {"custom_id": cid, "params": {"model": "claude-haiku-4-5", "max_tokens": 16,
+                                             "messages": [{"role": "user", "content": blocks}]}}
+
+    rows = [req("ok0"), marked("five", "5m", "5m", "5m", "5m", "5m"), marked("fine", "1h", "5m"),
+            marked("late", "5m", "1h"), req("ok1")]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    planned = orjson.loads(gk(["plan", str(path), "--json"], {}).stdout)
+    assert [(e["line"], e["custom_id"]) for e in planned["errors"]] == [(2, "five"), (4, "late")]
+    assert "at most 4" in planned["errors"][0]["reason"] and "1h markers first" in planned["errors"][1]["reason"]
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        sent = {cid for b in fake.org.batches.values() for cid, _ in b.requests}
+    assert proc.returncode == 1 and sent == {"ok0", "fine", "ok1"}, proc.stderr
+    s = orjson.loads(proc.stdout)
+    assert (s["succeeded"], s["invalid"]) == (3, 2)

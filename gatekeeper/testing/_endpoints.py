@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
@@ -58,7 +59,7 @@ class _BatchEndpoints(_Wire):
                 bad.add(i)
             items.append((cid, str(params.get("model") or "")))
             prompts.append(prompt_of(params))
-            why = fake.org.doom(str(params.get("model") or ""), mt)
+            why = fake.org.doom(str(params.get("model") or ""), mt) or _refused_markers(params)
             if why:
                 doomed[i] = why
         result = fake.org.create(workspace, items, frozenset(bad), doomed, prompts)
@@ -229,4 +230,23 @@ class _BatchEndpoints(_Wire):
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+
+def _refused_markers(params: dict[str, Any]) -> str | None:
+    """The API's refusal of a request's cache markers, as an errored line at processing (the fake's own reading
+    of the docs, apart from gatekeeper's check): more than 4, or a 1h one after a 5m one."""
+    lives = []
+    system = params.get("system")
+    blocks: list[Any] = [*(params.get("tools") or []), *(system if isinstance(system, list) else [])]
+    for m in params.get("messages") or []:
+        if isinstance(m, dict) and isinstance(m.get("content"), list):
+            blocks += m["content"]
+    for b in blocks:
+        if isinstance(b, dict) and isinstance(b.get("cache_control"), dict):
+            lives.append(b["cache_control"].get("ttl", "5m"))
+    if len(lives) > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {len(lives)}."
+    if "5m" in lives and "1h" in lives[lives.index("5m"):]:
+        return "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
+    return None
 
