@@ -41,7 +41,8 @@ def count_body(params: dict[str, Any]) -> dict[str, Any]:
 def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_MODEL, seed: int = 0,
                  max_probes: int = MAX_PROBES, max_bytes: int = MAX_PROBE_BYTES) -> dict[str, list[tuple[int, dict[str, Any]]]]:
     """Up to `per_model` requests of each model, as (bytes, params), from lines at seeded random offsets; at most
-    `max_probes` lines and `max_bytes` read (a probe inside a multi-megabyte line reads to its end)."""
+    `max_probes` lines, and never more bytes than `max_bytes` or one read of the file (a probe inside a
+    multi-megabyte line reads to its end)."""
     wanted = set(models)
     picked: dict[str, list[tuple[int, dict[str, Any]]]] = {m: [] for m in wanted}
     size = os.path.getsize(path)
@@ -52,7 +53,7 @@ def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_M
     read = 0
     with open(path, "rb") as f:
         for _ in range(max_probes if size else 0):
-            if all(len(v) >= per_model for v in picked.values()) or read > max_bytes:
+            if all(len(v) >= per_model for v in picked.values()) or read > min(max_bytes, size):  # at most one read
                 break
             at = rng.randrange(size)
             f.seek(at)
