@@ -265,9 +265,12 @@ def validate(
     the model's limit; `peaks` receives the largest max_tokens seen per model (so a second pass is needed only
     when some line can be over a limit).
 
+    A line whose prompt has blocks and names `cache_control` is also checked for markers the API refuses
+    (`_markers`); a plain line is told apart by its shape, without a search.
+
     This loop is the hot path of `plan`, and it stays one function over 60 lines on purpose: each Python call
     added a line costs about 35 ns (timeit) of the 2.5-3.7 us a line takes here, 1-1.5% per call, and splitting the
-    checks out would add three (see README, "Performance").
+    checks out would add three (docs/performance.md).
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError

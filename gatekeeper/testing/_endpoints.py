@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from ._model import FakeBatch
+from ._model import FakeBatch, batch_json
 from ._wire import _CID, _SIGNED_PATH, _result_json, _Wire, prompt_of
 
 
@@ -74,7 +74,7 @@ class _BatchEndpoints(_Wire):
             return self._drop()  # committed, but the answer is lost
         if self._pending_delay:
             time.sleep(self._pending_delay)  # committed; the answer is late (a client may die waiting)
-        self._json(200, fake.org.batch_json(result, fake.results_base))
+        self._json(200, batch_json(fake.org, result, fake.results_base))
 
     def _visible(self, workspace: str, batch_id: str | None) -> FakeBatch | None:
         """The batch, or None after answering 404: unknown, or inside a window where the real API was seen to 404 (after a create, after an end)."""
@@ -91,7 +91,7 @@ class _BatchEndpoints(_Wire):
     def _retrieve(self, workspace: str, batch_id: str | None) -> None:
         b = self._visible(workspace, batch_id)
         if b is not None:
-            self._json(200, self.server.fake.org.batch_json(b, self.server.fake.results_base))
+            self._json(200, batch_json(self.server.fake.org, b, self.server.fake.results_base))
 
     def _list(self, workspace: str, _: str | None) -> None:
         fake = self.server.fake
@@ -121,7 +121,7 @@ class _BatchEndpoints(_Wire):
         else:
             page = batches[:limit]
             has_more = limit < len(batches)
-        data = [fake.org.batch_json(b, fake.results_base) for b in page]
+        data = [batch_json(fake.org, b, fake.results_base) for b in page]
         self._json(200, {"data": data, "has_more": has_more, "first_id": data[0]["id"] if data else None,
                          "last_id": data[-1]["id"] if data else None})
 
@@ -133,7 +133,7 @@ class _BatchEndpoints(_Wire):
         fake = self.server.fake
         if not fake.org.cancel(b) and fake.config.cancel_ended == "error":
             return self._error(400, "Message batch has already ended and cannot be canceled.")
-        self._json(200, fake.org.batch_json(b, fake.results_base))
+        self._json(200, batch_json(fake.org, b, fake.results_base))
 
     def _delete(self, workspace: str, batch_id: str | None) -> None:
         b = self._visible(workspace, batch_id)

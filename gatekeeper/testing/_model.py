@@ -427,31 +427,6 @@ class Organization:
     def archived(self, b: FakeBatch) -> bool:
         return self.now() >= b.created_at + self.config.retention_days * DAY
 
-    def batch_json(self, b: FakeBatch, results_base: str) -> dict[str, Any]:
-        counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
-        if b.status == "ended" and b.results is not None:
-            for _, o in b.results:
-                counts[o.type if o.type in counts else "errored"] += 1
-        elif self.config.drain == "batch":
-            counts["processing"] = b.total
-        else:
-            for o in b.outcomes:
-                counts[o.type if o.type in counts else "errored"] += 1
-            counts["processing"] = b.total - len(b.outcomes)
-        archived = self.archived(b)
-        return {
-            "id": b.id,
-            "type": "message_batch",
-            "processing_status": b.status,
-            "request_counts": counts,
-            "ended_at": self.stamp(b.ended_at),
-            "created_at": self.stamp(b.created_at),
-            "expires_at": self.stamp(b.expires_at),
-            "cancel_initiated_at": self.stamp(b.cancel_initiated_at),
-            "archived_at": self.stamp(b.created_at + self.config.retention_days * DAY) if archived else None,
-            "results_url": self.results_url(b, results_base),
-        }
-
 
 def doomed_by(m: FakeModel | None, model: str, max_tokens: Any) -> str | None:
     """Why the model `m` (None: unknown) refuses a request at processing, or None."""
@@ -462,3 +437,30 @@ def doomed_by(m: FakeModel | None, model: str, max_tokens: Any) -> str | None:
     if isinstance(max_tokens, int) and max_tokens > m.max_tokens:
         return f"max_tokens: {max_tokens} > {m.max_tokens}, which is the maximum allowed number of output tokens for {m.id}"
     return None
+
+
+def batch_json(org: Organization, b: FakeBatch, results_base: str) -> dict[str, Any]:
+    """A batch as the API shows it: its counts, its times on the fake's one clock, and where its results are."""
+    counts = {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+    if b.status == "ended" and b.results is not None:
+        for _, o in b.results:
+            counts[o.type if o.type in counts else "errored"] += 1
+    elif org.config.drain == "batch":
+        counts["processing"] = b.total
+    else:
+        for o in b.outcomes:
+            counts[o.type if o.type in counts else "errored"] += 1
+        counts["processing"] = b.total - len(b.outcomes)
+    archived = org.archived(b)
+    return {
+        "id": b.id,
+        "type": "message_batch",
+        "processing_status": b.status,
+        "request_counts": counts,
+        "ended_at": org.stamp(b.ended_at),
+        "created_at": org.stamp(b.created_at),
+        "expires_at": org.stamp(b.expires_at),
+        "cancel_initiated_at": org.stamp(b.cancel_initiated_at),
+        "archived_at": org.stamp(b.created_at + org.config.retention_days * DAY) if archived else None,
+        "results_url": org.results_url(b, results_base),
+    }
