@@ -4,7 +4,7 @@ Usage: python tests/benchmarks/bench_admission.py [--quick]
 
 The fake processes `rate` requests per simulated second organization-wide and its
 clock runs `speed` times real time, so hours of queue run in seconds. The client is
-the real CLI in a subprocess (`--poll` in real seconds). Three scenarios: a ceiling
+the real CLI in a subprocess (`--interval` in real seconds). Three scenarios: a ceiling
 four times the batch size and more; a 60,000 ceiling with 200,000 requests; no
 ceiling known (no Admin key), above and below one batch.
 """
@@ -39,7 +39,7 @@ def scenario(name: str, n: int, ceiling: int, rate: float, speed: float, *, admi
             if admin:
                 env["ANTHROPIC_ADMIN_KEY"] = "bench-admin"
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "gatekeeper", "submit", path, "--json", "--poll", "0.05",
+            proc = subprocess.run([sys.executable, "-m", "gatekeeper", "submit", path, "--json", "--interval", "0.05",
                                    "--reconcile-grace", "2", "--max-rpm", "60000", "--no-preflight", *extra],
                                   env=env, capture_output=True, text=True)
             wall = time.monotonic() - t0

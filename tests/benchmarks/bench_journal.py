@@ -96,7 +96,7 @@ def rebuild(pg: str, n: int) -> None:
         with FakeAPI(cfg) as fake:
             env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
             env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "bench-key", "GATEKEEPER_JOURNAL": pg})
-            args = ["--job", job, "--json", "--poll", "0.05", "--ceiling", "10000000", "--max-rpm", "60000"]
+            args = ["--job", job, "--json", "--interval", "0.05", "--ceiling", "10000000", "--max-rpm", "60000"]
             t0 = time.perf_counter()
             done = _submit(first, args, env)
             took = time.perf_counter() - t0

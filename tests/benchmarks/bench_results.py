@@ -40,7 +40,7 @@ def main() -> None:
         with FakeAPI(cfg) as fake:
             env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
             env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "bench-key"})
-            proc = subprocess.run([sys.executable, "-m", "gatekeeper", "submit", path, "--json", "--poll", "0.05",
+            proc = subprocess.run([sys.executable, "-m", "gatekeeper", "submit", path, "--json", "--interval", "0.05",
                                    "--ceiling", "10000000"], env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-2000:])

@@ -195,7 +195,7 @@ def _run_until_done(fake: FakeAPI, path: str, kills: int, rng: random.Random,
             os.makedirs(host)
             shutil.copy(path, os.path.join(host, "in.jsonl"))
         here = os.path.join(host, "in.jsonl") if new_host else path
-        cmd = [sys.executable, "-m", "gatekeeper", "submit", here, "--max-requests", "1500", "--poll", "0.2",
+        cmd = [sys.executable, "-m", "gatekeeper", "submit", here, "--max-requests", "1500", "--interval", "0.2",
                "--reconcile-grace", "3", "--results-grace", "5", "--token-sample", "1", "--json", *flags]
         log = os.environ.get("SOAK_LOG")  # a folder: every run's events kept there, one file a run
         err_to = open(os.path.join(log, f"{os.path.basename(os.path.dirname(path))}-{runs}.err"), "wb") if log else subprocess.PIPE  # noqa: SIM115
