@@ -1,4 +1,5 @@
-"""One verified download of a batch's results, shared by collection and rebuild.
+"""One verified download of a batch's results, shared by collection, rebuild and the reading of a candidate's
+results in reconciliation.
 
 A download is used only when it verifies: every line parses, a request of ours appears once, and the lines number
 the batch's total by `request_counts` (or, when the counts are unknown, every request of ours came). A line of
@@ -21,9 +22,9 @@ from ..decide._headroom import total_requests
 
 class Download:
     """`async for cid, raw, obj in Download(...)`: our lines, each once; at the end, the whole was verified.
-    `foreign` then counts the lines of other requests."""
+    `foreign` then counts the lines of other requests. `ours` None: every request is read (a candidate's)."""
 
-    def __init__(self, api: ApiClient, batch: dict[str, Any], ours: set[str], label: str) -> None:
+    def __init__(self, api: ApiClient, batch: dict[str, Any], ours: set[str] | None, label: str) -> None:
         self.api, self.batch, self.ours, self.label = api, batch, ours, label
         self.lines = 0
         self.foreign = 0
@@ -34,14 +35,15 @@ class Download:
             self.lines += 1
             obj = _parsed(raw, self.label)
             cid = obj.get("custom_id")
-            if not isinstance(cid, str) or cid not in self.ours:
+            if not isinstance(cid, str) or (self.ours is not None and cid not in self.ours):
                 self.foreign += 1
                 continue
             if cid in seen:
                 raise IncompleteDownload(f"{self.label}: the result line for {cid!r} came twice")
             seen.add(cid)
             yield cid, raw, obj
-        reason = incomplete_reason(self.lines, total_requests(self.batch), len(self.ours) - len(seen))
+        left = 0 if self.ours is None else len(self.ours) - len(seen)
+        reason = incomplete_reason(self.lines, total_requests(self.batch), left)
         if reason:
             raise IncompleteDownload(f"{self.label} ({self.batch.get('id')}): {reason}")
 

@@ -17,6 +17,7 @@ from ..checks._calibrate import count_body
 from ..decide._headroom import total_requests
 from ..decide._ownership import Fit, fit, sample_ids
 from ..decide._settle import usage_of
+from ._download import Download
 
 
 @dataclass
@@ -38,19 +39,17 @@ def billed_prompt(result: object) -> int | None:
 async def read_results(api: ApiClient, batch: dict[str, object]) -> Results | None:
     """Every line of an ended batch's results, or None when no complete download can be had now."""
     got = Results()
-    lines = 0
+    download = Download(api, batch, None, f"candidate {batch.get('id')}")
     try:
-        async for raw in api.iter_results(batch):
-            lines += 1
-            obj = orjson.loads(raw)
-            cid = str(obj.get("custom_id"))
+        async for cid, _, obj in download:
             got.ids.add(cid)
             tokens = billed_prompt(obj.get("result"))
             if tokens is not None:
                 got.billed[cid] = tokens
-    except (orjson.JSONDecodeError, AttributeError, ApiError, TransportError, IncompleteDownload):
+    except (ApiError, TransportError, IncompleteDownload):
         return None
-    return got if lines == total_requests(batch) == len(got.ids) else None
+    # (verified by the download; a candidate's counts must be known, and none of its lines unreadable)
+    return got if total_requests(batch) and not download.foreign else None
 
 
 async def count_ours(api: ApiClient, bodies: Iterable[tuple[str, bytes]], wanted: set[str]) -> dict[str, int] | None:
