@@ -171,3 +171,23 @@ def test_sdk_parses_the_models_api_and_count_tokens(sdk, anthropic) -> None:
         assert counted.input_tokens > 0 and counted.input_tokens != round(400 / 4)
         with pytest.raises(anthropic.NotFoundError):
             client.models.retrieve("claude-nonexistent")
+
+
+def test_refused_cache_markers_and_usage_that_follows_the_prompt(sdk) -> None:
+    """As the real API does in a batch: a request with five markers, or a 1h one after a 5m one, is accepted and
+    ends errored at processing; the others are billed for their own prompt (longer prompt, more input tokens)."""
+    def marked(cid: str, *lives: str) -> dict:
+        blocks = [{"type": "text", "text": f"part {i}", "cache_control": {"type": "ephemeral", "ttl": t}} for i, t in enumerate(lives)]
+        return {"custom_id": cid, "params": {"model": "claude-haiku-4-5", "max_tokens": 16,
+                                             "messages": [{"role": "user", "content": blocks}]}}
+
+    long = {"custom_id": "long", "params": {**_req("x")["params"], "messages": [{"role": "user", "content": "hi " * 300}]}}
+    with running_fake(rate=1e9, speed=1.0) as fake:
+        client = sdk(fake.url, WS1)
+        created = client.messages.batches.create(requests=[marked("five", *["5m"] * 5), marked("late", "5m", "1h"),
+                                                           marked("fine", "1h", "5m"), _req("short"), long])
+        fake.org.advance(1)
+        results = {r.custom_id: r.result for r in client.messages.batches.results(created.id)}
+    assert [results[c].type for c in ("five", "late", "fine")] == ["errored", "errored", "succeeded"]
+    assert "maximum of 4" in results["five"].error.error.message
+    assert results["long"].message.usage.input_tokens > results["short"].message.usage.input_tokens + 200
