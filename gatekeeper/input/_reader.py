@@ -325,6 +325,8 @@ def validate(
             if reason is not None:
                 reject(Rejection(line_no, cid, reason))
                 continue
+            params = obj["params"]  # (what the shortcut read may be partial: read again, off the common path)
+            messages = params["messages"]
         size = len(raw) - 1
         if raw[0] != 123 or raw[size] != 10 or raw[size - 1] != 125:  # not b'{...}\n': measure what strip() keeps
             body = raw.strip()  # (a copy: 2.5% of a worker's instructions, paid only here)
@@ -334,10 +336,7 @@ def validate(
         if size > item_limit:
             reject(Rejection(line_no, cid, f"request is {size} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
             continue
-        params = obj["params"]
-        messages = params["messages"]
-        # Markers can only be where the prompt has blocks: a list system, tools, a top-level marker, or a message
-        # with block content. The common line (one message of text) is told apart in ~100 ns, without a search.
+        # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched.
         if (params.get("system").__class__ is list or "tools" in params or "cache_control" in params
                 or len(messages) != 1 or messages[0].__class__ is not dict or messages[0].get("content").__class__ is not str) \
                 and b"cache_control" in raw:
@@ -346,7 +345,7 @@ def validate(
                 reject(Rejection(line_no, cid, reason))
                 continue
         if rules:
-            reason = _model_reason(obj["params"], models, peaks)
+            reason = _model_reason(params, models, peaks)
             if reason is not None:
                 reject(Rejection(line_no, cid, reason))
                 continue
