@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "preflight": "run._submit",
     "SubmitSettings": "run._settings", "Summary": "run._summary", "DryRun": "run._summary", "Canceled": "run._summary",
     "CanceledBatch": "run._summary", "ApiConfig": "api._config", "Secret": "api._config",
-    "RetryPolicy": "api._retry", "PriceTable": "_prices", "load_prices": "_prices",
+    "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run._results",
     # errors
     "GatekeeperError": "_errors", "ExitCode": "_errors", "UsageError": "_errors", "Unreachable": "_errors",
@@ -84,7 +84,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         Unreachable,
         UsageError,
     )
-    from ._prices import PriceTable, load_prices
+    from ._prices import PriceTable, Rates, load_prices
     from .api._config import ApiConfig, Secret
     from .api._retry import RetryPolicy
     from .input._batches import Batch, Request, iter_batches

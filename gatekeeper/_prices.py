@@ -1,9 +1,10 @@
 """Estimated cost at batch prices, from a small dated price table the user can override. Pure but for loading.
 
-cost = 0.5 x (input x in + output x out + cache_write x cw + cache_read x cr) / 10^6,
-with the standard per-million prices of the model's row (cw and cr default to 1.25x
-and 0.1x the input price when the row does not give them). A model id matches the
-longest row name it starts with ("claude-sonnet-4-5-20250929" -> "claude-sonnet-4-5").
+cost = 0.5 x (input x in + output x out + 5m writes x cw + 1h writes x cw1h + reads x cr) / 10^6,
+with the standard per-million prices of the model's row. A row may give cache_write (the 5-minute write),
+cache_write_1h and cache_read; what it does not give is the input price times the table's multiplier
+(`cache_multipliers`, by default 1.25x, 2x and 0.1x as the prompt-caching docs price them). A model id matches
+the longest row name it starts with ("claude-sonnet-4-5-20250929" -> "claude-sonnet-4-5").
 """
 
 from __future__ import annotations
@@ -16,20 +17,30 @@ import orjson
 from ._errors import UsageError
 
 BATCH_DISCOUNT = 0.5
-CACHE_READ = 0.1
-CACHE_WRITE = 1.25
+MULTIPLIERS = {"cache_write": 1.25, "cache_write_1h": 2.0, "cache_read": 0.1}  # of the input rate
 # Dry-run token estimate: ~4 bytes of request JSON per input token. For English
 # prose this lands within about +-30%; JSON structure and short prompts push it
 # toward an overestimate, code and non-Latin scripts toward an underestimate.
 BYTES_PER_TOKEN = 4.0
 
 
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """One model's standard USD per million tokens, by kind."""
+
+    input: float
+    output: float
+    cache_write: float  # a write with the 5-minute life
+    cache_read: float
+    cache_write_1h: float
+
+
 @dataclass(frozen=True)
 class PriceTable:
-    rows: dict[str, tuple[float, ...]]  # model prefix -> (input, output[, cache_write, cache_read]) USD per million, standard
+    rows: dict[str, Rates]  # model prefix -> its standard USD per million tokens
     as_of: str = ""
 
-    def _row(self, model: str | None) -> tuple[float, ...] | None:
+    def _row(self, model: str | None) -> Rates | None:
         if not model:
             return None
         best = None
@@ -41,23 +52,30 @@ class PriceTable:
     def lookup(self, model: str | None) -> tuple[float, float] | None:
         """(input, output) standard USD per million tokens, or None: no known price."""
         row = self._row(model)
-        return None if row is None else (row[0], row[1])
+        return None if row is None else (row.input, row.output)
 
-    def cost(self, model: str | None, input_tokens: int, output_tokens: int, cache_write: int = 0, cache_read: int = 0) -> float | None:
+    def rates(self, model: str | None) -> Rates | None:
+        """The model's standard rates, every cache rate filled in, or None: no known price."""
+        return self._row(model)
+
+    def cost(self, model: str | None, input_tokens: int, output_tokens: int, cache_write: int = 0, cache_read: int = 0,
+             cache_write_1h: int = 0) -> float | None:
+        """USD at batch prices. `cache_write` counts every cache write, `cache_write_1h` the part of it with a 1h life."""
         row = self._row(model)
         if row is None:
             return None
-        pin, pout = row[0], row[1]
-        pcw = row[2] if len(row) > 2 else CACHE_WRITE * pin
-        pcr = row[3] if len(row) > 3 else CACHE_READ * pin
-        return BATCH_DISCOUNT * (input_tokens * pin + output_tokens * pout + cache_write * pcw + cache_read * pcr) / 1e6
+        return BATCH_DISCOUNT * (input_tokens * row.input + output_tokens * row.output
+                                 + (cache_write - cache_write_1h) * row.cache_write + cache_write_1h * row.cache_write_1h
+                                 + cache_read * row.cache_read) / 1e6
 
 
 def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
     """The price table at `path` (JSON, the shape of gatekeeper/prices.json), or the bundled, dated one."""
     try:
         data = orjson.loads(_builtin_table() if path is None else _read(path))
-        rows = {str(k): _price_row(v) for k, v in data["models"].items()}
+        multipliers = {**MULTIPLIERS, **{k: float(v) for k, v in data.get("cache_multipliers", {}).items()
+                                         if k in MULTIPLIERS}}
+        rows = {str(k): _price_row(v, multipliers) for k, v in data["models"].items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"price table {path}: not a price table ({exc})", setting="prices") from None
     return PriceTable(rows, str(data.get("as_of", "")))
@@ -79,12 +97,11 @@ def _read(path: str | os.PathLike[str]) -> bytes:
         return f.read()
 
 
-def _price_row(v: dict[str, float]) -> tuple[float, ...]:
-    """(input, output[, cache_write, cache_read]): the cache rates are optional, as in the table's first shape."""
-    base = (float(v["input"]), float(v["output"]))
-    if "cache_write" in v or "cache_read" in v:
-        return (*base, float(v.get("cache_write", CACHE_WRITE * base[0])), float(v.get("cache_read", CACHE_READ * base[0])))
-    return base
+def _price_row(v: dict[str, float], multipliers: dict[str, float]) -> Rates:
+    """A row's rates: the cache rates are optional, each the input rate times its multiplier when absent."""
+    pin = float(v["input"])
+    cache = {k: float(v[k]) if k in v else m * pin for k, m in multipliers.items()}
+    return Rates(pin, float(v["output"]), cache["cache_write"], cache["cache_read"], cache["cache_write_1h"])
 
 
 def estimate_input_tokens(request_bytes: int) -> int:

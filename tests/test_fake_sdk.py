@@ -191,3 +191,63 @@ def test_refused_cache_markers_and_usage_that_follows_the_prompt(sdk) -> None:
     assert [results[c].type for c in ("five", "late", "fine")] == ["errored", "errored", "succeeded"]
     assert "maximum of 4" in results["five"].error.error.message
     assert results["long"].message.usage.input_tokens > results["short"].message.usage.input_tokens + 200
+
+
+def _doc_request(cid: str, doc: str, question: str, life: str = "5m", model: str = "claude-sonnet-5") -> dict:
+    system = [{"type": "text", "text": doc, "cache_control": {"type": "ephemeral", "ttl": life}}]
+    return {"custom_id": cid, "params": {"model": model, "max_tokens": 16, "system": system,
+                                         "messages": [{"role": "user", "content": question}]}}
+
+
+def test_prompt_cache_cold_batch_writes_and_a_later_batch_reads(sdk) -> None:
+    """Section 15 as the fake models it: requests of one batch never see each other's writes (a cold batch writes
+    the shared prefix every time), a later batch reads it, a prefix below the minimum is not cached, the usage
+    fields add up to the prompt, and the records bill each kind."""
+    doc = "The filing says many things. " * 400  # ~3,600 tokens: above Sonnet 5's 1,024
+    with running_fake(rate=1e9, speed=1.0) as fake:
+        client = sdk(fake.url, WS1)
+        cold = client.messages.batches.create(requests=[_doc_request(f"q{i}", doc, f"question {i}", "1h") for i in range(3)]
+                                              + [_doc_request("tiny", "short", "q", "5m")])
+        fake.org.advance(1)
+        first = {r.custom_id: r.result.message.usage for r in client.messages.batches.results(cold.id)}
+        warm = client.messages.batches.create(requests=[_doc_request("q9", doc, "question 9", "1h"),
+                                                        _doc_request("other-ws", doc, "q", "1h")][:1])
+        fake.org.advance(1)
+        second = {r.custom_id: r.result.message.usage for r in client.messages.batches.results(warm.id)}
+        elsewhere = sdk(fake.url, WS2).messages.batches.create(requests=[_doc_request("ws2", doc, "question 9", "1h")])
+        fake.org.advance(4000)  # past the 1h life
+        third = {r.custom_id: r.result.message.usage for r in sdk(fake.url, WS2).messages.batches.results(elsewhere.id)}
+        late = client.messages.batches.create(requests=[_doc_request("late", doc, "question 9", "1h")])
+        fake.org.advance(1)
+        fourth = {r.custom_id: r.result.message.usage for r in client.messages.batches.results(late.id)}
+        billed = fake.org.records.billed["claude-sonnet-5"]
+    writes = [first[f"q{i}"].cache_creation.ephemeral_1h_input_tokens for i in range(3)]
+    assert min(writes) > 1024 and len(set(writes)) == 1 and all(first[f"q{i}"].cache_read_input_tokens == 0 for i in range(3))
+    assert first["tiny"].cache_creation_input_tokens == 0 and first["tiny"].cache_read_input_tokens == 0
+    assert second["q9"].cache_read_input_tokens == writes[0] and second["q9"].cache_creation_input_tokens == 0
+    assert third["ws2"].cache_read_input_tokens == 0, "another workspace's key shares no entries"
+    assert fourth["late"].cache_read_input_tokens == 0 and fourth["late"].cache_creation.ephemeral_1h_input_tokens == writes[0]
+    for u in (*first.values(), *second.values(), *fourth.values()):
+        assert u.cache_creation_input_tokens == u.cache_creation.ephemeral_5m_input_tokens + u.cache_creation.ephemeral_1h_input_tokens
+    assert billed[3] == 5 * writes[0] and billed[4] == writes[0]
+    everything = [*first.values(), *second.values(), *third.values(), *fourth.values()]
+    assert billed[0] == sum(u.input_tokens for u in everything)
+
+
+def test_prompt_cache_waves_and_lives(sdk) -> None:
+    """A batch processed in waves: later waves read what earlier waves wrote. A 5m entry dies 5 minutes after its
+    last use, and a use renews it."""
+    doc = "Shared context, written once. " * 300
+    with running_fake(rate=1e9, speed=1.0, cache_wave=2) as fake:
+        client = sdk(fake.url, WS1)
+        b = client.messages.batches.create(requests=[_doc_request(f"w{i}", doc, f"q{i}") for i in range(5)])
+        fake.org.advance(1)
+        usage = {r.custom_id: r.result.message.usage for r in client.messages.batches.results(b.id)}
+        reads = []
+        for gap in (200, 200, 200, 400):  # renewed by each use within 5 minutes; dead after 400 s without one
+            fake.org.advance(gap)
+            nb = client.messages.batches.create(requests=[_doc_request(f"g{gap}-{len(reads)}", doc, "again")])
+            fake.org.advance(1)
+            reads += [r.result.message.usage.cache_read_input_tokens for r in client.messages.batches.results(nb.id)]
+    assert [usage[f"w{i}"].cache_read_input_tokens > 0 for i in range(5)] == [False, False, True, True, True]
+    assert reads[:3] == [usage["w2"].cache_read_input_tokens] * 3 and reads[3] == 0

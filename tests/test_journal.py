@@ -77,19 +77,19 @@ def test_settlement_commits_rows_and_length_together_or_not_at_all(open_journal:
     j.mark_created(0, "b0", None)
     j.mark_ended(0, None, {})
     with pytest.raises(RuntimeError), j.settling(0) as s:
-        s.final(0, "c0", "succeeded", None, 1, 0, 50, ("m", 3, 4, 0, 0))
+        s.final(0, "c0", "succeeded", None, 1, 0, 50, ("m", 3, 4, 0, 0, 0))
         s.committed = 50
         raise RuntimeError("the download broke")
     assert (j.final_count(), j.committed_output(), j.batch(0).state) == (0, 0, BatchState.ENDED)
     with j.settling(0) as s:
-        s.final(0, "c0", "succeeded", None, 1, 0, 50, ("m", 3, 4, 1, 2))
+        s.final(0, "c0", "succeeded", None, 1, 0, 50, ("m", 3, 4, 3, 2, 1))
         s.retry(1, 100, 20, "c1", 1, 0, "errored", "overloaded_error", b'{"raw": 1}')
         s.retry(1, 100, 20, "c1", 1, 0, "errored", "overloaded_error", b'{"raw": 2}')  # the same row again replaces
         s.committed = 50
     again = open_journal()
     assert (again.final_count(), again.committed_output(), again.batch(0).state) == (1, 50, BatchState.COLLECTED)
     totals = again.totals()
-    assert totals.usage == (3, 4, 1, 2) and all(type(v) is int for v in totals.usage)  # SUM() is int on both
+    assert totals.usage == (3, 4, 3, 2, 1) and all(type(v) is int for v in totals.usage)  # SUM() is int on both
     assert totals.types == {"succeeded": 1} and totals.resubmitted == 1
     assert again.pending_count() == 1
     assert list(again.result_spans(types=["succeeded"], error_types=[], in_order=True)) == [(0, 50)]

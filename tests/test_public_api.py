@@ -24,7 +24,7 @@ EXPECTED = {
     # submitting
     "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "preflight", "SubmitSettings", "Summary", "ApiConfig",
     "DryRun", "Canceled", "CanceledBatch",
-    "Secret", "RetryPolicy", "PriceTable", "load_prices", "Ledger", "open_ledger",
+    "Secret", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
     "JournalError", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",

@@ -5,8 +5,8 @@ A batch's worst case, at batch prices, is
     sum over its requests of  0.5 x (in_bound x price_in x 1.25 + max_tokens x price_out) / 10^6
 
 with `in_bound = bytes x 0.5`: at most one input token per two bytes of the request's JSON (English text runs
-near four bytes a token, so this is twice the usual density), every input token priced as a cache write (1.25x,
-the dearest way to read input), and every request producing its full `max_tokens` (output can never exceed it).
+near four bytes a token, so this is twice the usual density), every input token priced as a cache write (1.25x;
+2x for a request that may write a 1-hour entry: the dearest ways to read input), and every request producing its full `max_tokens` (output can never exceed it).
 A batch may be created only when
 
     spent + worst case of everything admitted and not yet collected + this batch's worst case <= budget
@@ -25,17 +25,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .._prices import BATCH_DISCOUNT, CACHE_WRITE
+from .._prices import BATCH_DISCOUNT, MULTIPLIERS
 
 INPUT_TOKENS_PER_BYTE_BOUND = 0.5
 MIN_BATCH = 100  # below this many requests a batch is not worth its create call
 
 
-def request_worst(nbytes: int, max_tokens: int, price: tuple[float, float]) -> float:
-    """The most one request can cost, in USD at batch prices (see the module docstring)."""
+def request_worst(nbytes: int, max_tokens: int, price: tuple[float, float], *, hour_write: bool = False) -> float:
+    """The most one request can cost, in USD at batch prices (see the module docstring): every input token a cache
+    write, at the 1-hour write's rate when the request may write one (`hour_write`)."""
     price_in, price_out = price
     tokens_in = nbytes * INPUT_TOKENS_PER_BYTE_BOUND
-    return BATCH_DISCOUNT * (tokens_in * price_in * CACHE_WRITE + max_tokens * price_out) / 1e6
+    write = MULTIPLIERS["cache_write_1h" if hour_write else "cache_write"]
+    return BATCH_DISCOUNT * (tokens_in * price_in * write + max_tokens * price_out) / 1e6
 
 
 class Spend(str, enum.Enum):

@@ -67,8 +67,10 @@ def errored_line(custom_id: str, error_type: str, message: str) -> bytes:
         "type": "error", "error": {"type": error_type, "message": message}, "request_id": None}}})
 
 
-def usage_of(result: dict[str, Any]) -> tuple[str | None, int, int, int, int]:
-    """(model, input, output, cache creation, cache read) tokens of a succeeded result."""
+def usage_of(result: dict[str, Any]) -> tuple[str | None, int, int, int, int, int]:
+    """(model, input, output, cache creation, cache read, the cache creation with a 1h life) tokens of a succeeded
+    result. A usage without the `cache_creation` breakdown (older answers, some proxies) counts every write at the
+    default 5-minute life."""
     msg = result.get("message") if isinstance(result, dict) else None
     if not isinstance(msg, dict):
         return None, 0, 0, 0, 0
@@ -79,4 +81,8 @@ def usage_of(result: dict[str, Any]) -> tuple[str | None, int, int, int, int]:
         v = u.get(key)
         return v if isinstance(v, int) else 0
 
-    return msg.get("model"), n("input_tokens"), n("output_tokens"), n("cache_creation_input_tokens"), n("cache_read_input_tokens")
+    lives = u.get("cache_creation")
+    hour = lives.get("ephemeral_1h_input_tokens") if isinstance(lives, dict) else None
+    created = n("cache_creation_input_tokens")
+    hour = min(hour, created) if isinstance(hour, int) and hour > 0 else 0
+    return msg.get("model"), n("input_tokens"), n("output_tokens"), created, n("cache_read_input_tokens"), hour

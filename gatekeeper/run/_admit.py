@@ -73,7 +73,7 @@ class Admitter(Part):
             params = orjson.loads(body)["params"]
             price = self.prices.lookup(params["model"])
             assert price is not None  # _check_prices refused a budget without one
-            total += request_worst(len(body), params["max_tokens"], price)
+            total += request_worst(len(body), params["max_tokens"], price, hour_write=b'"1h"' in body)
         return total
 
     def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:

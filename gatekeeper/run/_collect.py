@@ -192,7 +192,7 @@ class Collector:
         if v.retry:
             s.retry(line, off, length, cid, attempt, row.idx, v.type, v.error_type, raw)
             return 0
-        usage = usage_of(result) if v.type == "succeeded" else (None, 0, 0, 0, 0)
+        usage = usage_of(result) if v.type == "succeeded" else (None, 0, 0, 0, 0, 0)
         s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage)
         return len(raw) + 1
 
@@ -202,7 +202,7 @@ class Collector:
         """A final errored line of gatekeeper's own; the bytes it adds."""
         line, _, _, attempt = member
         out.write(raw + b"\n")
-        s.final(line, cid, "errored", error_type, attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0))
+        s.final(line, cid, "errored", error_type, attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0, 0))
         return len(raw) + 1
 
     def _results_missing(self, row: BatchRow, batch: dict[str, Any] | None) -> None:

@@ -32,7 +32,7 @@ def billed_prompt(result: object) -> int | None:
     """The prompt tokens a succeeded result was billed: input, cache writes and cache reads. Pure."""
     if not isinstance(result, dict) or result.get("type") != "succeeded":
         return None
-    _, tin, _, cache_write, cache_read = usage_of(result)
+    _, tin, _, cache_write, cache_read, _ = usage_of(result)
     return tin + cache_write + cache_read
 
 

@@ -75,12 +75,19 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job, adoptions=adoptions(j),
         canceled_job=canceled_job(j),
         pending=requests - t.final, complete=requests == t.final,
-        usage=dict(zip(("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"),
-                       t.usage, strict=True)),
+        usage=usage_json(t.usage),
         cost_usd=cost,
         budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
                                             "held_back": held},
     )
+
+
+def usage_json(usage: tuple[int, ...]) -> dict[str, Any]:
+    """The run's tokens in the API's own usage shape, the cache writes split by life as `cache_creation` does."""
+    tin, tout, written, read, hour = usage
+    return {"input_tokens": tin, "output_tokens": tout, "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+            "cache_creation": {"ephemeral_5m_input_tokens": written - hour, "ephemeral_1h_input_tokens": hour}}
 
 
 def canceled_job(j: Journal) -> dict[str, Any] | None:
@@ -109,8 +116,8 @@ def spent_usd(j: Journal, prices: PriceTable) -> float | None:
 def _cost(by_model: list[tuple[Any, ...]], prices: PriceTable) -> float | None:
     """Total at batch prices; None when any model that succeeded has no known price (never a wrong number)."""
     total = 0.0
-    for model, tin, tout, tcc, tcr in by_model:
-        cost = prices.cost(model, tin or 0, tout or 0, tcc or 0, tcr or 0)
+    for model, tin, tout, tcc, tcr, t1h in by_model:
+        cost = prices.cost(model, tin or 0, tout or 0, tcc or 0, tcr or 0, t1h or 0)
         if cost is None:
             return None
         total += cost

@@ -101,6 +101,10 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE results ADD COLUMN batch INTEGER;
         CREATE INDEX results_batch ON results (batch, out_offset)
     """),
+    ("0006_cache_write_1h", """
+        -- the part of cache_creation_tokens written with a 1-hour life (priced at 2x input, the 5-minute at 1.25x)
+        ALTER TABLE results ADD COLUMN cache_write_1h_tokens INTEGER
+    """),
 ]
 # The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
 REGISTRY = """
@@ -430,8 +434,8 @@ class Settlement:
         self.before_commit: Callable[[], None] = lambda: None  # a crash-test checkpoint
 
     def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
-              usage: tuple[str | None, int, int, int, int]) -> None:
-        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage, self._batch))
+              usage: tuple[str | None, int, int, int, int, int]) -> None:
+        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage[:5], self._batch, usage[5]))
         self._maybe_flush()
 
     def retry(self, line: int, offset: int, length: int, cid: str, attempt: int, batch: int, kind: str,
@@ -446,7 +450,7 @@ class Settlement:
             self.flush()
 
     def flush(self) -> None:
-        self._db.load(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._db.load(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       f"COPY results ({RESULT_COLUMNS}) FROM STDIN", self._finals)
         self._db.executemany("INSERT INTO pending VALUES (?, ?, ?, ?, ?) ON CONFLICT (line) DO UPDATE SET \"offset\" = excluded.\"offset\", "
                              "length = excluded.length, custom_id = excluded.custom_id, attempt = excluded.attempt", self._retries)

@@ -66,7 +66,8 @@ class OutcomeRecords(JournalBase):
         errors = {k or "unknown": v for k, v in db.execute(
             "SELECT error_type, COUNT(*) FROM results WHERE type = 'errored' GROUP BY error_type")}
         usage = db.execute("SELECT COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), "
-                           "COALESCE(SUM(cache_creation_tokens),0), COALESCE(SUM(cache_read_tokens),0) FROM results").fetchone()
+                           "COALESCE(SUM(cache_creation_tokens),0), COALESCE(SUM(cache_read_tokens),0), "
+                           "COALESCE(SUM(cache_write_1h_tokens),0) FROM results").fetchone()
         by_model = self.usage_by_model()
         return Totals(
             types=types, errors=errors, usage=tuple(usage), usage_by_model=by_model,
@@ -77,10 +78,11 @@ class OutcomeRecords(JournalBase):
         )
 
     def usage_by_model(self) -> list[tuple[Any, ...]]:
-        """(model, input, output, cache write, cache read tokens) summed over the results that were billed: those
+        """(model, input, output, cache write, cache read, 1h cache write tokens) summed over the results that were billed: those
         that succeeded, and those whose lines were lost and could not be downloaded again (still paid for)."""
         return [tuple(r) for r in self.db.execute(
-            "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens) "
+            "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens), "
+            "COALESCE(SUM(cache_write_1h_tokens), 0) "
             "FROM results WHERE model IS NOT NULL GROUP BY model")]
 
     def result_types(self) -> set[str]:

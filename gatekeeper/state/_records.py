@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 RESULT_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
-                  "cache_creation_tokens, cache_read_tokens, batch")
+                  "cache_creation_tokens, cache_read_tokens, batch, cache_write_1h_tokens")
 TIMELINE_ROWS = 4000  # readings kept: a 24-hour run polled every 30 s takes 2,880
 
 
@@ -67,7 +67,7 @@ class JobPlan:
 class Totals:
     types: dict[str, int]
     errors: dict[str, int]
-    usage: tuple[int, ...]  # input, output, cache creation, cache read tokens
+    usage: tuple[int, ...]  # input, output, cache creation (both lives), cache read, 1h cache creation tokens
     usage_by_model: list[tuple[Any, ...]]
     batches: int
     resubmitted: int

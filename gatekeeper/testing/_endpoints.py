@@ -11,8 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
+from ._cache import Point
 from ._model import FakeBatch, batch_json
-from ._wire import _CID, _SIGNED_PATH, _result_json, _Wire, prompt_of
+from ._wire import _CID, _SIGNED_PATH, _result_json, _Wire, prompt_points
 
 
 class _BatchEndpoints(_Wire):
@@ -39,6 +40,7 @@ class _BatchEndpoints(_Wire):
         seen: set[str] = set()
         items: list[tuple[str, str]] = []
         prompts: list[tuple[int, str]] = []
+        points: list[tuple[Point, ...]] = []
         bad: set[int] = set()
         doomed: dict[int, str] = {}
         for i, item in enumerate(requests):
@@ -58,11 +60,13 @@ class _BatchEndpoints(_Wire):
                     return self._error(400, f"requests.{i}.params: stream, speed and max_tokens < 1 are not supported in batches")
                 bad.add(i)
             items.append((cid, str(params.get("model") or "")))
-            prompts.append(prompt_of(params))
+            prompt, marked = prompt_points(params)
+            prompts.append(prompt)
+            points.append(marked)
             why = fake.org.doom(str(params.get("model") or ""), mt) or _refused_markers(params)
             if why:
                 doomed[i] = why
-        result = fake.org.create(workspace, items, frozenset(bad), doomed, prompts)
+        result = fake.org.create(workspace, items, frozenset(bad), doomed, prompts, points)
         if isinstance(result, dict):
             headers = {}
             if cfg.queue_retry_after is not None:
@@ -210,7 +214,8 @@ class _BatchEndpoints(_Wire):
         for i in order:
             cid, outcome = b.results[i]
             prompt = b.prompts[i] if b.prompts else None
-            out.append(orjson.dumps({"custom_id": cid, "result": _result_json(outcome, cid, b.requests[i][1], answer, prompt)}) + b"\n")
+            result = _result_json(outcome, cid, b.requests[i][1], answer, prompt, b.usage.get(i))
+            out.append(orjson.dumps({"custom_id": cid, "result": result}) + b"\n")
         return out
 
     def _send_lines(self, lines: list[bytes]) -> None:

@@ -24,8 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._cache import Point, PromptCache, Usage
+
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 DAY = 86_400.0
+OUTPUT_TOKENS = 12  # every succeeded message's output
 
 
 def new_id(prefix: str, rng: random.Random) -> str:
@@ -53,6 +56,7 @@ class FakeModel:
     max_input_tokens: int = 200_000
     batch: bool = True
     created_at: str = "2026-01-01T00:00:00Z"
+    cache_min: int = 1024  # the shortest marked prefix it caches, in tokens (a shorter one is silently not cached)
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "model", "id": self.id, "display_name": self.display_name or self.id,
@@ -62,15 +66,16 @@ class FakeModel:
 
 # A catalogue shaped like the real one (ids, aliases and limits as the public model pages give them).
 DEFAULT_MODELS: tuple[FakeModel, ...] = (
-    FakeModel("claude-opus-5-5", (), "Claude Opus 5.5", 128_000, 1_000_000, created_at="2026-09-01T00:00:00Z"),
+    FakeModel("claude-opus-5-5", (), "Claude Opus 5.5", 128_000, 1_000_000, created_at="2026-09-01T00:00:00Z", cache_min=512),
     FakeModel("claude-sonnet-5-5", (), "Claude Sonnet 5.5", 128_000, 1_000_000, created_at="2026-09-01T00:00:00Z"),
-    FakeModel("claude-opus-5", (), "Claude Opus 5", 128_000, 1_000_000, created_at="2026-07-24T00:00:00Z"),
+    FakeModel("claude-opus-5", (), "Claude Opus 5", 128_000, 1_000_000, created_at="2026-07-24T00:00:00Z", cache_min=512),
     FakeModel("claude-sonnet-5", (), "Claude Sonnet 5", 128_000, 1_000_000, created_at="2026-06-30T00:00:00Z"),
-    FakeModel("claude-opus-4-6", (), "Claude Opus 4.6", 128_000, 1_000_000, created_at="2026-02-01T00:00:00Z"),
+    FakeModel("claude-opus-4-6", (), "Claude Opus 4.6", 128_000, 1_000_000, created_at="2026-02-01T00:00:00Z",
+              cache_min=4096),
     FakeModel("claude-sonnet-4-5-20250929", ("claude-sonnet-4-5",), "Claude Sonnet 4.5", 64_000, 200_000,
               created_at="2025-09-29T00:00:00Z"),
     FakeModel("claude-haiku-4-5-20251001", ("claude-haiku-4-5",), "Claude Haiku 4.5", 64_000, 200_000,
-              created_at="2025-10-01T00:00:00Z"),
+              created_at="2025-10-01T00:00:00Z", cache_min=4096),
 )
 
 OutcomeRule = Callable[[str, str, int], "Outcome | None"]
@@ -114,6 +119,7 @@ class FakeConfig:
     models: tuple[FakeModel, ...] = DEFAULT_MODELS  # what the Models API lists
     check_models: bool = True  # at processing, error requests for unknown or batch-less models, or max_tokens too high
     models_api: str = "ok"  # "ok"; "404" or "500": every Models API and count_tokens path answers so (a proxy without it)
+    cache_wave: int | None = None  # requests of a batch processed concurrently (None: the whole batch at once)
     seed: int = 1
 
 
@@ -149,6 +155,8 @@ class FakeBatch:
     # (input tokens, prompt digest) per request, from its prompt: usage follows the prompt, and a test can tell
     # whose request a result answers when two jobs share custom_ids (None: a seeded batch, 25 tokens each)
     prompts: Sequence[tuple[int, str]] | None = None
+    points: Sequence[tuple[Point, ...]] | None = None  # each request's marked prefixes (the fake's prompt cache)
+    usage: dict[int, Usage] = field(default_factory=dict)  # index -> what its prompt was billed, once succeeded
     bad: frozenset[int] = frozenset()  # indexes errored for disallowed params (per-request mode)
     doomed: dict[int, str] = field(default_factory=dict)  # index -> why the model refuses it (errored at processing)
     created_wall: float = 0.0
@@ -183,6 +191,8 @@ class Records:
     downloads: dict[str, int] = field(default_factory=dict)  # batch id -> results downloads started
     doomed: dict[str, str] = field(default_factory=dict)  # custom_id -> why the model refused it at processing
     requests_seen: dict[str, int] = field(default_factory=dict)  # endpoint -> count
+    # model -> tokens billed for the requests that succeeded: [input, output, 5m cache write, 1h cache write, read]
+    billed: dict[str, list[int]] = field(default_factory=dict)
     first_create_at: float | None = None
     last_end_at: float | None = None
 
@@ -203,6 +213,7 @@ class Organization:
         self.batches: dict[str, FakeBatch] = {}
         self.deleted: set[str] = set()
         self.records = Records()
+        self.cache = PromptCache()
         self._seq = 0
         self._epoch = time.time()
         self._mono0 = clock()
@@ -273,7 +284,7 @@ class Organization:
                        min((b.total - b.processed) / share for b in served))
             for b in served:
                 b.processed = min(float(b.total), b.processed + share * step)
-                self._settle_processed(b)
+                self._settle_processed(b, t + step)
             t += step
             for b in served:
                 if b.processed >= b.total - 1e-9:
@@ -287,8 +298,9 @@ class Organization:
                 if at <= now:
                     self._end(b, at, leftover="canceled")
 
-    def _settle_processed(self, b: FakeBatch) -> None:
-        """Decide the outcome of each request as it is processed (so live counts add up to the total)."""
+    def _settle_processed(self, b: FakeBatch, t: float) -> None:
+        """Decide the outcome of each request as it is processed at simulated time `t` (so live counts add up to
+        the total), and bill what succeeded through the prompt cache."""
         done = min(b.total, int(b.processed + 1e-9))
         rule = self.config.outcome
         for i in range(len(b.outcomes), done):
@@ -308,10 +320,25 @@ class Organization:
             if outcome.type == "succeeded":
                 self.records.succeeded[cid] = self.records.succeeded.get(cid, 0) + 1
                 self.records.answered[key] = self.records.answered.get(key, 0) + 1
+                self._bill(b, i, model, t)
             b.outcomes.append(outcome)
 
+    def _bill(self, b: FakeBatch, i: int, model: str, t: float) -> None:
+        total = b.prompts[i][0] if b.prompts else 25
+        points = b.points[i] if b.points else ()
+        if points:
+            m = self.model(model)
+            wave = i // self.config.cache_wave if self.config.cache_wave else 0
+            usage = self.cache.serve(b.workspace, points, total, m.cache_min if m else 1024, t, b.id, wave)
+        else:
+            usage = Usage(total, 0, 0, 0)
+        b.usage[i] = usage
+        row = self.records.billed.setdefault(model, [0, 0, 0, 0, 0])
+        for k, v in enumerate((usage.input, OUTPUT_TOKENS, usage.write_5m, usage.write_1h, usage.read)):
+            row[k] += v
+
     def _end(self, b: FakeBatch, at: float, leftover: str) -> None:
-        self._settle_processed(b)
+        self._settle_processed(b, at)
         rest = [Outcome(type=leftover) for _ in range(b.total - len(b.outcomes))]
         b.results = [(cid, o) for (cid, _), o in zip(b.requests, b.outcomes + rest, strict=True)]
         b.status = "ended"
@@ -338,7 +365,8 @@ class Organization:
 
     def create(self, workspace: str, requests: list[tuple[str, str]], bad: frozenset[int],
                doomed: dict[int, str] | None = None,
-               prompts: list[tuple[int, str]] | None = None) -> FakeBatch | dict[str, Any]:
+               prompts: list[tuple[int, str]] | None = None,
+               points: list[tuple[Point, ...]] | None = None) -> FakeBatch | dict[str, Any]:
         """A new batch, or a refusal dict when the queue cannot take it whole."""
         with self.lock:
             self._process()
@@ -355,7 +383,7 @@ class Organization:
             b = FakeBatch(
                 id=new_id("msgbatch_", self.rng), workspace=workspace, seq=self._seq, created_at=now,
                 expires_at=now + DAY, requests=requests, bad=bad, created_wall=self.clock(), doomed=doomed or {},
-                prompts=prompts,
+                prompts=prompts, points=points if points and any(points) else None,
             )
             self.batches[b.id] = b
             self.records.creates += 1

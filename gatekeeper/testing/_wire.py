@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from ._model import Outcome, new_id
+from ._cache import Point, Usage, cache_points
+from ._model import OUTPUT_TOKENS, Outcome, new_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,15 +94,27 @@ def prompt_of(params: dict[str, Any]) -> tuple[int, str]:
     return 7 + math.ceil(len(prompt) / 3.3), hashlib.blake2b(prompt, digest_size=10).hexdigest()
 
 
-def _result_json(o: Outcome, cid: str, model: str, answer: str, prompt: tuple[int, str] | None = None) -> dict[str, Any]:
+def prompt_points(params: dict[str, Any]) -> tuple[tuple[int, str], tuple[Point, ...]]:
+    """`prompt_of` and the request's marked prefixes (`cache_points`), the prompt serialized once."""
+    prompt = _prompt(params)
+    tokens = 7 + math.ceil(len(prompt) / 3.3)
+    marked = b'"cache_control"' in prompt or "cache_control" in params
+    return (tokens, hashlib.blake2b(prompt, digest_size=10).hexdigest()), cache_points(params, tokens) if marked else ()
+
+
+def _result_json(o: Outcome, cid: str, model: str, answer: str, prompt: tuple[int, str] | None = None,
+                 usage: Usage | None = None) -> dict[str, Any]:
     if o.type == "succeeded":
         tokens, digest = prompt or (25, cid[-20:].rjust(20, "0"))
+        u = usage or Usage(tokens, 0, 0, 0)
         return {"type": "succeeded", "message": {
             "id": "msg_" + digest, "type": "message", "role": "assistant", "model": model or "claude-x",
             "content": [{"type": "text", "text": answer}], "stop_reason": "end_turn", "stop_sequence": None,
             "stop_details": None, "container": None,
-            "usage": {"input_tokens": tokens, "output_tokens": 12, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": 0, "service_tier": "batch"}}}
+            "usage": {"input_tokens": u.input, "output_tokens": OUTPUT_TOKENS,
+                      "cache_creation_input_tokens": u.write_5m + u.write_1h, "cache_read_input_tokens": u.read,
+                      "cache_creation": {"ephemeral_5m_input_tokens": u.write_5m, "ephemeral_1h_input_tokens": u.write_1h},
+                      "service_tier": "batch"}}}
     if o.type == "errored":
         inner = {"type": o.error_type, "message": o.message or f"injected {o.error_type}"}
         if o.flat:

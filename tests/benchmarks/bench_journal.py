@@ -59,7 +59,7 @@ def per_row(journal: Journal, rows: int, batch: int) -> float:
     t0 = time.perf_counter()
     with journal.settling(batch) as s:
         for k in range(rows):
-            s.final(10_000_000 + k, f"r{k}", "succeeded", None, 1, k * 400, 400, ("claude-haiku-4-5", 25, 12, 0, 0))
+            s.final(10_000_000 + k, f"r{k}", "succeeded", None, 1, k * 400, 400, ("claude-haiku-4-5", 25, 12, 0, 0, 0))
         s.committed = rows * 400
     return (time.perf_counter() - t0) / rows
 

@@ -38,7 +38,7 @@ def build(state: Path, requests: int, batches: int) -> None:
         j.mark_ended(b, None, {"succeeded": per})
         with j.settling(b) as s:
             for i in range(b * per, (b + 1) * per):
-                s.final(i + 1, f"r{i}", "succeeded", None, 1, pos, 100, ("claude-sonnet-5", 25, 12, 0, 0))
+                s.final(i + 1, f"r{i}", "succeeded", None, 1, pos, 100, ("claude-sonnet-5", 25, 12, 0, 0, 0))
                 pos += 100
             s.committed = pos
     j.close()
