@@ -16,7 +16,12 @@ import orjson
 
 from ._errors import UsageError
 
+TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 BATCH_DISCOUNT = 0.5
+DEFAULT_CACHE_MINIMUM = 1024  # tokens, for a model the table does not list (the docs' most common minimum)
 MULTIPLIERS = {"cache_write": 1.25, "cache_write_1h": 2.0, "cache_read": 0.1}  # of the input rate
 # Dry-run token estimate: ~4 bytes of request JSON per input token. For English
 # prose this lands within about +-30%; JSON structure and short prompts push it
@@ -39,15 +44,17 @@ class Rates:
 class PriceTable:
     rows: dict[str, Rates]  # model prefix -> its standard USD per million tokens
     as_of: str = ""
+    minimums: dict[str, int] | None = None  # model prefix -> the shortest prefix it caches, in tokens
+    minimums_as_of: str = ""
 
     def _row(self, model: str | None) -> Rates | None:
-        if not model:
-            return None
-        best = None
-        for name, price in self.rows.items():
-            if model.startswith(name) and (best is None or len(name) > len(best[0])):
-                best = (name, price)
-        return best[1] if best else None
+        row: Rates | None = _longest(self.rows, model)
+        return row
+
+    def cache_minimum(self, model: str) -> tuple[int, bool]:
+        """(the model's minimum cacheable prefix in tokens, whether the table knows it): unknown models 1,024."""
+        found: int | None = _longest(self.minimums or {}, model)
+        return (DEFAULT_CACHE_MINIMUM, False) if found is None else (found, True)
 
     def lookup(self, model: str | None) -> tuple[float, float] | None:
         """(input, output) standard USD per million tokens, or None: no known price."""
@@ -69,6 +76,17 @@ class PriceTable:
                                  + cache_read * row.cache_read) / 1e6
 
 
+def _longest(rows: dict[str, Any], model: str | None) -> Any:
+    """The row of the longest name `model` starts with."""
+    if not model:
+        return None
+    best = None
+    for name, value in rows.items():
+        if model.startswith(name) and (best is None or len(name) > len(best[0])):
+            best = (name, value)
+    return best[1] if best else None
+
+
 def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
     """The price table at `path` (JSON, the shape of gatekeeper/prices.json), or the bundled, dated one."""
     try:
@@ -76,9 +94,12 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
         multipliers = {**MULTIPLIERS, **{k: float(v) for k, v in data.get("cache_multipliers", {}).items()
                                          if k in MULTIPLIERS}}
         rows = {str(k): _price_row(v, multipliers) for k, v in data["models"].items()}
+        if "cache_minimums" not in data:  # (a user's table without them: the bundled ones)
+            data = {**data, **{k: v for k, v in orjson.loads(_builtin_table()).items() if k.startswith("cache_minimums")}}
+        minimums = {str(k): int(v) for k, v in data["cache_minimums"].items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"price table {path}: not a price table ({exc})", setting="prices") from None
-    return PriceTable(rows, str(data.get("as_of", "")))
+    return PriceTable(rows, str(data.get("as_of", "")), minimums, str(data.get("cache_minimums_as_of", "")))
 
 
 def _builtin_table() -> bytes:

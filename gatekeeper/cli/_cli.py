@@ -98,6 +98,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .._prices import load_prices
     from ..input._parallel import auto_workers
     from ..input._planner import plan
+    from ._render import render_caching
 
     signal.signal(signal.SIGTERM, _interrupt)  # an orchestrator's stop is a Ctrl-C: exit 130, workers reaped
 
@@ -109,12 +110,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if config is not None and check:
         report = _preflight_plan(args, config, report, workers)
     estimate = report.estimate(prices)
+    caching = report.caching(prices)
     if args.json:
-        _print_json({**report.to_json(), "estimate": estimate})
+        _print_json({**report.to_json(), "estimate": estimate, "caching": caching})
     else:
         print(render_plan(report, args.input))
         cost = "unknown (a model has no price)" if estimate["input_cost_usd"] is None else f"~${estimate['input_cost_usd']:,.2f}"
         print(f"estimate        ~{estimate['input_tokens']:,} input tokens, {cost} at batch prices ({estimate['method']})")
+        if caching is not None:
+            print(render_caching(caching))
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
 
 

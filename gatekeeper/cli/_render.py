@@ -89,6 +89,29 @@ def render_status(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def render_caching(c: dict[str, Any]) -> str:
+    """`plan`'s caching lines: per model what is marked and shared, and the input cost three ways."""
+    def usd(v: float | None) -> str:
+        return "unknown" if v is None else f"${v:,.2f}"
+
+    out = ["caching"]
+    for model, m in c["models"].items():
+        minimum = f"{m['minimum_tokens']:,}" + ("" if m["minimum_known"] else " (assumed: not in the table)")
+        lives = ", ".join(f"{k} {v:,}" for k, v in sorted(m["lives"].items()))
+        cost = m["input_cost_usd"]
+        out += [f"  {model}: {m['requests_marked']:,} requests with markers ({lives})",
+                f"    {m['prefixes']:,} distinct prefixes, {m['shared_prefixes']:,} shared by {m['requests_sharing']:,} "
+                f"requests; ~{m['prefix_tokens']['median']:,} tokens median, ~{m['prefix_tokens']['max']:,} largest",
+                f"    {m['below_minimum']:,} below the minimum of {minimum} tokens (not cached)",
+                f"    input cost: {usd(cost['none'])} without caching, {usd(cost['cold'])} sent cold, "
+                f"{usd(cost['primed'])} primed"]
+    for u in c["unmarked"]:
+        out.append(f"  unmarked: {u['requests']:,} {u['model']} requests share a {u['part']} of ~{u['tokens']:,} tokens; "
+                   f"marking it (1h) would save ~{usd(u['saving_usd'])}")
+    out.append(f"  ({c['method']})")
+    return "\n".join(out)
+
+
 def render_plan_brief(r: dict[str, Any]) -> str:
     p = r["plan"]
     e = r["estimate"]

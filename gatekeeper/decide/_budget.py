@@ -6,8 +6,8 @@ A batch's worst case, at batch prices, is
 
 with `in_bound = bytes x 0.5`: at most one input token per two bytes of the request's JSON (English text runs
 near four bytes a token, so this is twice the usual density), every input token priced as a cache write (1.25x;
-2x for a request that may write a 1-hour entry: the dearest ways to read input), and every request producing its full `max_tokens` (output can never exceed it).
-A batch may be created only when
+2x for a request that may write a 1-hour entry: the dearest ways to read input), and every request producing
+its full `max_tokens` (output can never exceed it). A batch may be created only when
 
     spent + worst case of everything admitted and not yet collected + this batch's worst case <= budget
 

@@ -73,7 +73,7 @@ def usage_of(result: dict[str, Any]) -> tuple[str | None, int, int, int, int, in
     default 5-minute life."""
     msg = result.get("message") if isinstance(result, dict) else None
     if not isinstance(msg, dict):
-        return None, 0, 0, 0, 0
+        return None, 0, 0, 0, 0, 0
     usage = msg.get("usage")
     u: dict[str, Any] = usage if isinstance(usage, dict) else {}
 

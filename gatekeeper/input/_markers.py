@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 MAX_MARKERS = 4
 LIVES = ("5m", "1h")
 
+Point = tuple[int, int, str]  # a marked prefix: (its bytes, its digest, its life "5m" or "1h")
+
 
 def marker_reason(params: dict[str, Any]) -> str | None:
     """Why the API would refuse this request's cache markers, or None."""
@@ -37,6 +39,48 @@ def marker_reason(params: dict[str, Any]) -> str | None:
     if "5m" in lives and "1h" in lives[lives.index("5m"):]:
         return "a 1h cache_control marker after a 5m one: the API wants the 1h markers first (tools, system, messages)"
     return None
+
+
+def marker_points(params: dict[str, Any], model: str) -> tuple[Point, ...]:
+    """The request's marked prefixes, shortest first: what the API may cache for it (after `marker_reason`).
+
+    A prefix is the model and every part of the prompt up to and including a marked block, in the order the API
+    reads it (tools, system, messages); its digest is chained over those parts (`hash`, stable within one run, so
+    equal prefixes of two lines compare equal). The top-level (automatic) marker marks the whole prompt."""
+    import orjson  # (already loaded by the reader; imported here so that this module stays import-free)
+
+    points: list[Point] = []
+    size, digest = 0, hash(model)
+    for part in _parts(params):
+        data = orjson.dumps(part)
+        size += len(data)
+        digest = hash((digest, data))
+        marker = part.get("cache_control") if isinstance(part, dict) else None
+        if marker is not None:
+            points.append((size, digest, _life(marker)))
+    top = params.get("cache_control")
+    if top is not None and size and (not points or points[-1][0] < size):
+        points.append((size, digest, _life(top)))
+    return tuple(points)
+
+
+def _parts(params: dict[str, Any]) -> Iterator[Any]:
+    """Every part of the prompt in the order the API reads a prefix: tools, the system (a string or its blocks),
+    then each message's content (a string, or its blocks)."""
+    tools, system = params.get("tools"), params.get("system")
+    if isinstance(tools, list):
+        yield from tools
+    if isinstance(system, list):
+        yield from system
+    elif system is not None:
+        yield system
+    messages = params.get("messages")
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            yield from content
+        else:
+            yield content
 
 
 def _life(marker: Any) -> Any:

@@ -25,6 +25,7 @@ from contextlib import contextmanager, suppress
 from itertools import compress
 
 from .._errors import InputError
+from ._caching import CacheScan
 from ._idindex import IdIndex
 from ._reader import Columns, Rejection, ScanStats, duplicate, expected_ids, request_reader, validate
 
@@ -39,9 +40,9 @@ MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it
 
 # What a worker sends, in types `marshal` writes (no pickle: its import is 4 ms of every start): (lines, then the
 # columns' machine bytes: 'I' lines, 'q' offsets, 'I' lengths, 'i' fingerprints; model names, their requests and
-# bytes, rejections as (line, custom_id, reason), max_tokens peaks).
+# bytes, rejections as (line, custom_id, reason), max_tokens peaks, the caching facts).
 Piece = tuple[int, bytes, bytes, bytes, bytes, list[str], list[int], list[int], list[tuple[int, str | None, str]],
-              dict[str, int]]
+              dict[str, int], tuple[list[tuple[object, ...]], list[tuple[object, ...]]]]
 
 
 @contextmanager
@@ -68,6 +69,7 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
     rejections: list[Rejection] = []
     stats = ScanStats()
     peaks: dict[str, int] | None = {} if rules is not None else None  # only a preflight needs them
+    cache = CacheScan()
     # One Python step a request, each body dropped at once: collecting the rows and transposing them at C speed
     # measured slower (a piece of bodies held instead of one, reused), and so did C-level passes over a chunk of
     # parsed lines (about 100 instructions an item a pass, as much as the bytecode they replace). Lists, packed
@@ -75,12 +77,12 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
     with _range_lines(path, start, end) as lines:
         # Given `into`, validate yields nothing: next() runs it to the end.
         next(validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
-                      peaks=peaks, into=cols), None)
+                      peaks=peaks, into=cols, cache=cache), None)
     by_model = cols.by_model
     return (stats.lines, _packed("I", cols.lines), _packed("q", cols.offsets), _packed("I", cols.sizes),
             _packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
             [sum(sizes) for sizes in by_model.values()], [(r.line, r.custom_id, r.reason) for r in rejections],
-            peaks or {})
+            peaks or {}, cache.to_marshal())
 
 
 def _packed(code: str, values: list[int]) -> bytes:
@@ -309,6 +311,7 @@ def parallel_scan(
     piece_bytes: int | None = None,
     rules: ModelRules | None = None,
     peaks: dict[str, int] | None = None,
+    cache: CacheScan | None = None,
 ) -> Iterator[Segment]:
     """Yield a `Segment` per piece of the file, in input order; rejections go to `reject` in line order.
 
@@ -325,7 +328,9 @@ def parallel_scan(
         for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules), len(bounds), workers, path):
             if not base:  # sized once the workers run: they need not map the parent's index, nor wait for the estimate
                 index.reserve(expected_ids(fd, size))
-            count, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks = piece
+            count, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks, facts = piece
+            if cache is not None:
+                cache.merge(CacheScan.from_marshal(facts), base)
             rel, offs, lens, fps = array("I", rel_b), array("q", offs_b), array("I", lens_b), array("i", fps_b)
             _merge_peaks(peaks, piece_peaks)
             dups = index.add_many(rel, offs, fps, base)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .._errors import InputError
 from .._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
+from ._caching import CacheScan
 from ._parallel import Segment, parallel_scan, use_parallel
 from ._reader import ScanStats, request_reader, scan
 from ._sizing import Limits, Packer, max_item_bytes
@@ -67,6 +68,8 @@ class PlanReport:
     max_tokens_peak: dict[str, int] = field(default_factory=dict)  # the largest max_tokens per model
     preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not asked)
     calibration: dict[str, Any] | None = None  # tokens per byte measured with count_tokens (None: not measured)
+    # what the reader noted about prompt caching (`caching` reports it): internal, not an argument
+    cache_scan: CacheScan | None = field(default=None, init=False, repr=False)
 
     @property
     def invalid(self) -> int:
@@ -100,6 +103,12 @@ class PlanReport:
             "models": per_model,
             "method": f"{how}; batch prices as of {prices.as_of}; output not included",
         }
+
+    def caching(self, prices: PriceTable) -> dict[str, Any] | None:
+        """The caching report (`_cachereport.caching_report`): None when no line marks or shares a long prefix."""
+        from ._cachereport import caching_report
+
+        return caching_report(self, prices)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,6 +149,7 @@ def plan(
     """
     limits = limits or Limits()
     report = PlanReport(limits=limits)
+    report.cache_scan = CacheScan()
     if use_parallel(source, hash_content, workers):
         _plan_segments(os.fspath(source), report, workers or 2, models)  # type: ignore[arg-type]
     else:
@@ -168,7 +178,7 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: Mo
     first = last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's first and last requests
     for line, offset, cid, model, n, _ in scan(
         source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
-        models=rules, peaks=report.max_tokens_peak if rules is not None else None,
+        models=rules, peaks=report.max_tokens_peak if rules is not None else None, cache=report.cache_scan,
     ):
         if packer.add(n):
             if packer.batches > 1:
@@ -211,7 +221,7 @@ def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRule
         largest_at: tuple[Segment, int] | None = None
         for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
                                  stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers,
-                                 rules=rules, peaks=report.max_tokens_peak):
+                                 rules=rules, peaks=report.max_tokens_peak, cache=report.cache_scan):
             lengths = seg.lengths
             if not lengths:
                 continue

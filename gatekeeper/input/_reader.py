@@ -21,8 +21,9 @@ from itertools import chain
 import orjson
 
 from .._errors import InputError
+from ._caching import UNMARKED_MIN_BYTES, CacheScan, note_unmarked
 from ._idindex import FP_SHIFT, IdIndex
-from ._markers import marker_reason
+from ._markers import marker_points, marker_reason
 
 TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
@@ -256,6 +257,7 @@ def validate(
     models: ModelRules | None = None,
     peaks: dict[str, int] | None = None,
     into: Columns | None = None,
+    cache: CacheScan | None = None,
 ) -> Iterator[tuple[int, int, str, str, int, bytes]]:
     """Check every line; yield (line, offset, custom_id, model, size, raw) for the valid ones, where the request's
     body is `raw.strip()` (`size` bytes; made only by a caller that sends it), or, given `into`, append them to
@@ -266,7 +268,8 @@ def validate(
     when some line can be over a limit).
 
     A line whose prompt has blocks and names `cache_control` is also checked for markers the API refuses
-    (`_markers`); a plain line is told apart by its shape, without a search.
+    (`_markers`); a plain line is told apart by its shape, without a search. Given `cache`, a marked line's
+    prefixes and a long unmarked system prompt or tool list are noted there (`_caching`).
 
     This loop is the hot path of `plan`, and it stays one function over 60 lines on purpose: each Python call
     added a line costs about 35 ns (timeit) of the 2.5-3.7 us a line takes here, 1-1.5% per call, and splitting the
@@ -337,13 +340,23 @@ def validate(
             reject(Rejection(line_no, cid, f"request is {size} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
             continue
         # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched.
-        if (params.get("system").__class__ is list or "tools" in params or "cache_control" in params
+        system = params.get("system")
+        if (system.__class__ is list or "tools" in params or "cache_control" in params
                 or len(messages) != 1 or messages[0].__class__ is not dict or messages[0].get("content").__class__ is not str) \
                 and b"cache_control" in raw:
             reason = marker_reason(params)
             if reason is not None:
                 reject(Rejection(line_no, cid, reason))
                 continue
+            if cache is not None:
+                points = marker_points(params, model)
+                if points:
+                    cache.marked.append((line_no, start, size, cid, model, points))
+                else:
+                    note_unmarked(cache, model, system, params.get("tools"))
+        elif cache is not None and (system.__class__ is not str and system is not None or "tools" in params
+                                    or system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES):
+            note_unmarked(cache, model, system, params.get("tools"))
         if rules:
             reason = _model_reason(params, models, peaks)
             if reason is not None:
@@ -418,6 +431,7 @@ def scan(
     hasher: Any = None,
     models: ModelRules | None = None,
     peaks: dict[str, int] | None = None,
+    cache: CacheScan | None = None,
 ) -> Iterator[tuple[int, int, str, str, int, bytes]]:
     """Yield (line, offset, custom_id, model, size, raw) for every valid, unique request, in order (as `validate`).
 
@@ -434,7 +448,8 @@ def scan(
         index = IdIndex(expected_ids(stream, size), confirm=confirm)  # sized once, not by rehashing
         add = index.add
         for line_no, start, cid, model, n, raw in validate(
-            lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats, models=models, peaks=peaks
+            lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats, models=models, peaks=peaks,
+            cache=cache
         ):
             first = add(cid, line_no, start)
             if first:
