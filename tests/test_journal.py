@@ -64,7 +64,7 @@ def test_a_job_moves_through_its_states(open_journal: Open) -> None:
     assert row.intent_at == 1_700_000_000.123456  # a double, not a 4-byte float
     assert again.batch(1).state is BatchState.PLANNED and again.batch(1).intent_at is None
     assert again.in_flight_worst() == 1.5 and again.held_back() == 20
-    assert again.known_batch_ids() == {"msgbatch_1"} and again.rejected_lines(0, 9) == {7}
+    assert again.known_batch_ids() == {"msgbatch_1"} and again.skipped_lines(0, 9) == {7}
     assert [e[3] for e in again.events_of("queue_full")] == [{"depth": 5}]
     assert again.get_meta("input") == {"path": "/in.jsonl", "sha256": "ab"}
 
@@ -100,7 +100,7 @@ def test_retries_and_recut_replace_planned_batches_atomically(open_journal: Open
     j = open_journal()
     j.start_job(_plan(3))
     rows = [PendingRow(40, 4000, 100, "r40", 2), PendingRow(41, 4100, 100, "r41", 2)]
-    j.recut(5, [(5, 500, 0, 4, 0, 500, "c0", "c4"), (5, 500, 5, 9, 500, 1000, "c5", "c9")], [rows], lambda g: 300)
+    j.recut(5, [(5, 500, 0, 4, 0, 500, "c0", "c4"), (5, 500, 5, 9, 500, 1000, "c5", "c9")], [("retry", None, rows)], lambda g: 300)
     batches = j.batches(BatchState.PLANNED)
     assert [(b.kind, b.requests) for b in batches] == [("plan", 5), ("plan", 5), ("retry", 2)]
     assert j.members(batches[2].idx) == [(40, 4000, 100, "r40", 2), (41, 4100, 100, "r41", 2)]

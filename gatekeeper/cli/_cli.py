@@ -259,7 +259,7 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.interval * 2),
         ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
         allow_duplicate=args.allow_duplicate, resume_canceled=args.resume_canceled, preflight=not args.no_preflight,
-        budget=args.budget,
+        budget=args.budget, prime=not args.no_prime,
         token_sample=args.token_sample, journal=args.journal, job=args.job, lease_ttl=args.lease_ttl,
     )
 

@@ -208,6 +208,9 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--budget", type=_positive_float, default=None, metavar="USD",
                    help="spend at most this much (batch prices, worst case counted before each create); a rerun "
                    "with a higher budget continues")
+    p.add_argument("--no-prime", action="store_true",
+                   help="send requests that share a cached prefix as they come, cold (default: one per prefix first, "
+                        "the rest once its batch has ended, so that they read the cache; a new job only)")
     p.add_argument("--resume-canceled", action="store_true",
                    help="a job stopped by cancel sends the requests it never sent (without it, a rerun only collects)")
     p.add_argument("--allow-duplicate", action="store_true",

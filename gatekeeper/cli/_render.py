@@ -89,6 +89,17 @@ def render_status(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def caching_line(c: dict[str, Any]) -> str:
+    """The summary's caching line: what was read and written, against the ideal, and what it saved."""
+    share = "n/a" if c["read_share_of_ideal"] is None else f"{c['read_share_of_ideal']:.0%}"
+    v = c["saving_usd"]
+    saved = "unknown" if v is None else f"saved ~${v:,.2f}" if v >= 0 else f"cost ~${-v:,.2f} more"
+    primed = c.get("priming")
+    how = f"primed in {primed['rounds']:,} round(s)" if primed else "not primed"
+    return (f"caching     read {c['read_tokens']:,} · written 5m {c['write_5m_tokens']:,}, 1h {c['write_1h_tokens']:,} · "
+            f"{share} of the reads possible · {saved} than no caching ({how})")
+
+
 def render_caching(c: dict[str, Any]) -> str:
     """`plan`'s caching lines: per model what is marked and shared, and the input cost three ways."""
     def usd(v: float | None) -> str:
@@ -142,6 +153,8 @@ def render_summary(s: Summary) -> str:
     if u:
         lines.append(f"tokens      input {u.get('input_tokens', 0):,} · output {u.get('output_tokens', 0):,} · "
                      f"cache write {u.get('cache_creation_input_tokens', 0):,} · cache read {u.get('cache_read_input_tokens', 0):,}")
+    if s.caching:
+        lines.append(caching_line(s.caching))
     if s.cost_usd is not None:
         lines.append(f"cost        ~${s.cost_usd:,.2f} at batch prices")
     else:

@@ -6,6 +6,7 @@ ran (`PlanReport.calibration`), else bytes / 4, and the report says which.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from .._prices import BYTES_PER_TOKEN, PriceTable
@@ -19,12 +20,13 @@ from ..decide._priming import (
     rounds,
     shared_prefixes,
 )
+from ._sizing import BODY_SEP
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ._planner import PlanReport
+    from ._planner import BatchPlan, PlanReport
 
 UNMARKED_SHOWN = 5
 
@@ -126,6 +128,21 @@ def _unmarked(report: PlanReport, prices: PriceTable) -> list[dict[str, Any]]:
         out.append({"model": model, "part": what, "requests": n, "tokens": round(tokens), "saving_usd": saving})
     out.sort(key=lambda x: (-(x["saving_usd"] or 0), -x["requests"]))
     return out[:UNMARKED_SHOWN]
+
+
+def without_lines(batches: list[BatchPlan], claimed: dict[int, int]) -> list[tuple[Any, ...]]:
+    """The input-range batches as the journal records them, less the `claimed` lines (line -> bytes), which priming
+    sends in batches of their own; a range left empty is dropped. (Its first and last custom_ids still bound it.)"""
+    lines = sorted(claimed)
+    out: list[tuple[Any, ...]] = []
+    for b in batches:
+        inside = lines[bisect_left(lines, b.first_line):bisect_right(lines, b.last_line)]
+        requests = b.requests - len(inside)
+        if requests > 0:
+            size = b.bytes - sum(claimed[line] for line in inside) - len(inside) * len(BODY_SEP)
+            out.append((len(out), requests, size, b.first_line, b.last_line, b.start_offset, b.end_offset,
+                        b.first_custom_id, b.last_custom_id))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

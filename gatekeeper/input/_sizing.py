@@ -16,6 +16,10 @@ from operator import add
 from .._errors import UsageError
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS
 
+TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
+if TYPE_CHECKING:
+    from ..state._records import PendingRow
+
 BODY_OPEN = b'{"requests":['
 BODY_SEP = b","
 BODY_CLOSE = b"]}"
@@ -139,3 +143,14 @@ class Packer:
                 raise ValueError(f"an item of {lengths[a]} bytes fits in no batch of {self.max_bytes} bytes")
         self.count, self.size = count, size
         return opened
+
+
+def pack_rows(rows: list[PendingRow], limits: Limits) -> list[list[PendingRow]]:
+    """Requests in line order, cut by the one packing rule (`Packer`)."""
+    packer = Packer(limits)
+    groups: list[list[PendingRow]] = []
+    for r in rows:
+        if packer.add(r.length):
+            groups.append([])
+        groups[-1].append(r)
+    return groups

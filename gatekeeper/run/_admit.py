@@ -13,8 +13,10 @@ from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, Rat
 from ..api._http import CREATE_ANSWER_WAIT
 from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ..decide._budget import Spend, may_spend, request_worst
-from ..input._sizing import Limits, Packer, body_chunks, body_size
+from ..decide._priming import Waiting, gate
+from ..input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, PendingRow
+from ..state._records import Listed
 from ._checkpoints import reached
 from ._collect import custom_id
 from ._inputs import stat_identity
@@ -38,22 +40,24 @@ class Admitter(Part):
         self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
 
     async def admit_round(self, snap: Snapshot) -> None:
-        waiting = self.journal.batches(BatchState.PLANNED)
+        planned = self.journal.batches(BatchState.PLANNED)
         now = self.clock()
+        bound = self.ceiling if self.ceiling is not None else self.estimate.bound(now)
+        waiting, sizes, reserve, held = self._gated(planned, bound)
         q = QueueState(
-            waiting=[b.requests for b in waiting], depth=snap.depth, unseen=snap.unseen,
-            bound=self.ceiling if self.ceiling is not None else self.estimate.bound(now), margin=self.s.margin,
+            waiting=sizes, depth=snap.depth, unseen=snap.unseen + reserve, bound=bound, margin=self.s.margin,
             in_flight=self.journal.count(BatchState.CREATED, BatchState.INTENT), max_in_flight=self.s.max_in_flight,
             backoff_until=self.backoff_until, canceled=self.user_canceled,
         )
         count = admit_round(q, now)
-        if count == 0 and waiting and now >= self.backoff_until and not q.canceled:
+        if count == 0 and planned and now >= self.backoff_until and not q.canceled:
             self.emit("waiting", {"next": waiting[0].requests, "depth": q.depth, "unseen": q.unseen,
-                                  "ceiling": q.bound, "in_flight": q.in_flight})
+                                  "ceiling": q.bound, "in_flight": q.in_flight} if waiting else
+                      {"reason": "primer", "held": held, "depth": q.depth, "in_flight": q.in_flight})
         for row in waiting[:count]:
             self.check_stop()
             worst = self._worst_case(row) if self.s.budget is not None else None
-            if worst is not None and not self._within_budget(row, worst, waiting):
+            if worst is not None and not self._within_budget(row, worst, planned):
                 return
             if not await self.ledger.reserve(row.idx, row.requests, q.bound, snap.depth + snap.unseen):
                 self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
@@ -65,6 +69,16 @@ class Admitter(Part):
                 return  # an unknown outcome keeps its reservation until reconciled
             await self.ledger.confirm(row.idx, outcome)
             snap.unseen += row.requests  # ours now, and not yet in any listing we read
+
+    def _gated(self, planned: list[BatchRow], bound: int | None) -> tuple[list[BatchRow], list[int], int, int]:
+        """The batches that may go now, in order, the room each needs, the room held for rests whose primer is in
+        flight, and how many are held back for a primer (`decide._priming.gate`)."""
+        if all(b.cache_round is None for b in planned):
+            return planned, [b.requests for b in planned], 0, 0
+        g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], self.journal.primers_ended(),
+                 None if bound is None else max(1, bound - self.s.margin))
+        by_idx = {b.idx: b for b in planned}
+        return [by_idx[i] for i in g.order], g.sizes, g.reserve, g.held
 
     def _worst_case(self, row: BatchRow) -> float:
         """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens."""
@@ -154,9 +168,12 @@ class Admitter(Part):
         """Cut every batch not yet created into batches of at most `size` requests (one journal transaction)."""
         limits = Limits(max_requests=size, max_bytes=self.s.limits.max_bytes)
         ranges = self._recut_ranges([r for r in waiting if r.kind == "plan"], limits)
-        listed = [PendingRow(line, off, len(body), custom_id(body), attempt)
-                  for r in waiting if r.kind != "plan" for line, off, body, attempt in self._requests_of(r)]
-        groups = pack_rows(listed, limits) if listed else []
+        groups: list[Listed] = []
+        for r in waiting:  # each member-listed batch cut apart, keeping its kind and round (priming depends on both)
+            if r.kind != "plan":
+                rows = [PendingRow(line, off, len(body), custom_id(body), attempt)
+                        for line, off, body, attempt in self._requests_of(r)]
+                groups += [(r.kind, r.cache_round, g) for g in pack_rows(rows, limits)]
         self.journal.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
         self.batch_size = size
         self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
@@ -207,17 +224,6 @@ class Admitter(Part):
         reached("body-complete")
         if pending:
             yield b"".join(pending)
-
-
-def pack_rows(rows: list[PendingRow], limits: Limits) -> list[list[PendingRow]]:
-    """Requests in line order, cut by the one packing rule (`Packer`)."""
-    packer = Packer(limits)
-    groups: list[list[PendingRow]] = []
-    for r in rows:
-        if packer.add(r.length):
-            groups.append([])
-        groups[-1].append(r)
-    return groups
 
 
 def _range(closed: tuple[int, int], first: tuple[int, int, str, int], last: tuple[int, int, str, int]) -> tuple[Any, ...]:

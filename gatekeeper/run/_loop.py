@@ -28,11 +28,11 @@ from .._prices import PriceTable, load_prices
 from ..api._queue import Connection, read_live, recent_batches
 from ..decide._downloads import BATCH_LIFETIME
 from ..decide._headroom import LIVE_STATES, live_batches, parse_time
-from ..input._sizing import Limits, body_size
+from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, Journal
 from ..state._ledger import Ledger, LocalLedger
 from ..state._output import OutputFile
-from ._admit import Admitter, pack_rows
+from ._admit import Admitter
 from ._collect import Collector
 from ._part import Part, RunContext, Snapshot
 from ._prepare import Preparation

@@ -12,9 +12,11 @@ from .._errors import DuplicateJob, InputError, JournalError, UsageError
 from ..api._queue import read_ceiling
 from ..checks._preflight import plan_checked
 from ..decide._admission import batch_size_for
+from ..input._cachereport import priming_rounds, without_lines
 from ..input._planner import PlanReport
-from ..input._sizing import Limits
-from ..state._journal import BatchState, JobPlan, Journal
+from ..input._sizing import Limits, body_size, pack_rows
+from ..state._journal import BatchState, JobPlan, Journal, PendingRow
+from ..state._records import Listed
 from ._inputs import hash_file, stat_identity
 from ._part import Part, RunContext
 
@@ -89,8 +91,8 @@ class Preparation(Part):
         report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes))
         if stat_identity(self.path) != (size, mtime):
             raise InputError(f"{self.path} changed while it was being read")
-        self.journal.start_job(self._job_plan(report, size, mtime))
-        self.emit("planned", {"requests": report.requests, "invalid": report.invalid, "batches": len(report.batches),
+        self.journal.start_job(self._job_plan(report, size, mtime), lambda g: body_size(len(g), sum(r.length for r in g)))
+        self.emit("planned", {"requests": report.requests, "invalid": report.invalid, "batches": len(self.journal.batches()),
                               "batch_size": self.batch_size, "ceiling": self.ceiling})
         for err in report.errors[:20]:
             self.emit("rejected", err.to_json())
@@ -103,18 +105,34 @@ class Preparation(Part):
         return report
 
     def _job_plan(self, report: PlanReport, size: int, mtime: int) -> JobPlan:
+        caching = report.caching(self.prices)
+        listed = self._priming(report)
+        claimed = {r.line: r.length for _, _, rows in listed for r in rows}
         return JobPlan(
             input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
             settings={"batch_size": self.batch_size, "max_bytes": self.s.limits.max_bytes,
                       "max_attempts": self.s.max_attempts, "ceiling_at_plan": self.ceiling},
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
                     "models": report.models, "preflight": report.preflight,
-                    "estimate": report.estimate(self.prices)},
+                    "estimate": report.estimate(self.prices), "caching": caching,
+                    "priming": {"rounds": len({r for _, r, _ in listed}), "primers": sum(len(g) for k, _, g in listed if k == "primer"),
+                                "rest": sum(len(g) for k, _, g in listed if k == "rest")} if listed else None},
             output=os.path.abspath(self.out.path),
-            batches=[(b.index, b.requests, b.bytes, b.first_line, b.last_line, b.start_offset, b.end_offset,
-                      b.first_custom_id, b.last_custom_id) for b in report.batches],
+            batches=without_lines(report.batches, claimed),
             rejections=[(e.line, e.custom_id, e.reason) for e in report.errors],
+            listed=listed,
         )
+
+    def _priming(self, report: PlanReport) -> list[Listed]:
+        """The primer and rest batches of each round (none with --no-prime, or when no prefix is shared)."""
+        if not self.s.prime:
+            return []
+        limits = Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes)
+        listed: list[Listed] = []
+        for k, r in enumerate(priming_rounds(report, self.prices, self.batch_size)):
+            for kind, rows in (("primer", r.primers), ("rest", r.rest)):
+                listed += [(kind, k, g) for g in pack_rows([PendingRow(*row, 1) for row in rows], limits)]
+        return listed
 
 
 async def check_identity(j: Journal, path: str) -> None:

@@ -39,6 +39,7 @@ class SubmitSettings:
     preflight: bool = True  # judge the input's models against the Models API before the first create
     budget: float | None = None  # USD at most, at batch prices, worst case counted (see _budget)
     token_sample: int = 50  # requests per model counted with count_tokens for the estimate (0: bytes / 4)
+    prime: bool = True  # send one request per shared cache prefix first, the rest once it is cached (see _priming)
     journal: str | None = None  # None: SQLite in the state directory; "postgresql://...": a shared journal
     job: str | None = None  # the job's name in a shared journal; default: from the input's sha256 and the key
     lease_ttl: float = 60.0  # seconds a job's lease outlives its holder's last heartbeat (shared journal only)

@@ -6,7 +6,8 @@ import datetime
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .._prices import PriceTable, load_prices
+from .._prices import BATCH_DISCOUNT, PriceTable, load_prices
+from ..decide._priming import read_share
 from ..input._planner import PlanReport
 from ..state._journal import Journal
 
@@ -42,6 +43,9 @@ class Summary:
     adoptions: dict[str, Any] | None = None
     # stopped by `cancel`: when, and the requests never sent (None: not canceled, or the cancel was lifted)
     canceled_job: dict[str, Any] | None = None
+    # prompt caching as realized: tokens written (5m, 1h) and read, the read share of the ideal, the saving against
+    # no caching, and how the job was primed (None: no cache token was billed and the plan found no marker)
+    caching: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -55,7 +59,7 @@ class Summary:
             "errors": self.errors, "usage": self.usage, "cost_usd": self.cost_usd, "refusals": self.refusals,
             "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
             "budget": self.budget, "estimate": self.estimate, "rebuilt": self.rebuilt, "job": self.job,
-            "adoptions": self.adoptions, "canceled_job": self.canceled_job,
+            "adoptions": self.adoptions, "canceled_job": self.canceled_job, "caching": self.caching,
         }
 
 
@@ -76,7 +80,7 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         canceled_job=canceled_job(j),
         pending=requests - t.final, complete=requests == t.final,
         usage=usage_json(t.usage),
-        cost_usd=cost,
+        cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report, prices or load_prices()),
         budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
                                             "held_back": held},
     )
@@ -88,6 +92,29 @@ def usage_json(usage: tuple[int, ...]) -> dict[str, Any]:
     return {"input_tokens": tin, "output_tokens": tout, "cache_creation_input_tokens": written,
             "cache_read_input_tokens": read,
             "cache_creation": {"ephemeral_5m_input_tokens": written - hour, "ephemeral_1h_input_tokens": hour}}
+
+
+def realized_caching(usage: tuple[int, ...], by_model: list[tuple[Any, ...]], report: dict[str, Any],
+                     prices: PriceTable) -> dict[str, Any] | None:
+    """What caching did for the run (see `Summary.caching`). The saving prices every cache token as plain input
+    instead, at batch prices; None when a model that succeeded has no price."""
+    _, _, written, read, hour = usage
+    planned = report.get("caching")
+    if not written and not read and not planned:
+        return None
+    saving: float | None = 0.0
+    for model, _, _, tcc, tcr, t1h in by_model:
+        r = prices.rates(model)
+        if r is None:
+            saving = None
+            break
+        cached = (tcc or 0) * r.input + (tcr or 0) * r.input
+        paid = ((tcc or 0) - (t1h or 0)) * r.cache_write + (t1h or 0) * r.cache_write_1h + (tcr or 0) * r.cache_read
+        saving += BATCH_DISCOUNT * (cached - paid) / 1e6  # type: ignore[operator]
+    share = read_share(read, written, (planned or {}).get("ideal_write_share"))
+    return {"write_5m_tokens": written - hour, "write_1h_tokens": hour, "read_tokens": read,
+            "read_share_of_ideal": None if share is None else round(share, 4),
+            "saving_usd": None if saving is None else round(saving, 6), "priming": report.get("priming")}
 
 
 def canceled_job(j: Journal) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from .._errors import JournalError, UsageError, os_error
 from ._db import Db, PgDb, SqliteDb, pg_ddl, require_postgres, safe_url
 from ._lease import LeaseRecords
 from ._outcomes import OutcomeRecords
-from ._records import RESULT_COLUMNS, BatchRow, BatchState, JobPlan, PendingRow, Totals
+from ._records import RESULT_COLUMNS, BatchRow, BatchState, JobPlan, Listed, PendingRow, Totals
 
 __all__ = ["BatchRow", "BatchState", "JobPlan", "Journal", "PendingRow", "Settlement", "Totals", "open_job"]
 
@@ -104,6 +104,12 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0006_cache_write_1h", """
         -- the part of cache_creation_tokens written with a 1-hour life (priced at 2x input, the 5-minute at 1.25x)
         ALTER TABLE results ADD COLUMN cache_write_1h_tokens INTEGER
+    """),
+    ("0007_priming", """
+        -- priming: 'primer' and 'rest' batches list their members and belong to a round, and the lines they hold are
+        -- claimed, and left out of the input-range ('plan') batches they fall in
+        ALTER TABLE batches ADD COLUMN cache_round INTEGER;
+        CREATE TABLE claimed (line INTEGER PRIMARY KEY)
     """),
 ]
 # The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
@@ -281,11 +287,19 @@ class Journal(LeaseRecords, OutcomeRecords):
         self._set_meta(db, "adopted", adopted)
         self._event(db, "adoption_" + proof, idx, id=batch_id)
 
-    def rejected_lines(self, first: int, last: int) -> set[int]:
-        return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ?", (first, last))}
+    def skipped_lines(self, first: int, last: int) -> set[int]:
+        """The lines an input-range batch over [first, last] does not send: rejected, or claimed by priming."""
+        return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ? UNION "
+                                              "SELECT line FROM claimed WHERE line BETWEEN ? AND ?", (first, last) * 2)}
+
+    def primers_ended(self) -> dict[int, bool]:
+        """Round -> whether every primer batch of the round has ended (results there or collected)."""
+        return {int(r): bool(e) for r, e in self.db.execute(
+            "SELECT cache_round, MIN(CASE WHEN state IN ('ended', 'collected') THEN 1 ELSE 0 END) FROM batches "
+            "WHERE kind = 'primer' GROUP BY cache_round")}
 
     def members(self, idx: int) -> list[tuple[int, int, int, str, int]]:
-        """(line, offset, length, custom_id, attempt) of a retry batch, in line order."""
+        """(line, offset, length, custom_id, attempt) of a member-listed batch (retry, primer, rest), in line order."""
         return list(self.db.execute(
             'SELECT line, "offset", length, custom_id, attempt FROM members WHERE batch = ? ORDER BY line', (idx,)))
 
@@ -296,8 +310,9 @@ class Journal(LeaseRecords, OutcomeRecords):
         db.execute(f"UPDATE batches SET {sets} WHERE idx = ?", (state.value, *fields.values(), idx))
         self._event(db, state.value, idx, **{k: v for k, v in fields.items() if k in ("batch_id", "counts")})
 
-    def start_job(self, plan: JobPlan) -> None:
-        """Record a new job: the input's identity, settings, the plan and its rejections, all or nothing."""
+    def start_job(self, plan: JobPlan, size: Callable[[list[PendingRow]], int] | None = None) -> None:
+        """Record a new job: the input's identity, settings, the plan and its rejections, all or nothing (`size`:
+        the body size of a member-listed batch's requests)."""
         with self.transaction() as db:
             for key, value in (("input", plan.input), ("settings", plan.settings), ("report", plan.report),
                                ("output_committed", 0), ("output", plan.output)):
@@ -307,7 +322,11 @@ class Journal(LeaseRecords, OutcomeRecords):
                 "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
                 plan.batches)
             db.executemany("INSERT INTO rejections VALUES (?, ?, ?)", plan.rejections)
-            self._event(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches))
+            db.executemany("INSERT INTO claimed VALUES (?)", [(r.line,) for _, _, rows in plan.listed for r in rows])
+            if plan.listed:
+                assert size is not None, "member-listed batches need their body size"
+                self._insert_listed(db, len(plan.batches), plan.listed, size)
+            self._event(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches) + len(plan.listed))
 
     def mark_intent(self, idx: int, at: float, worst_usd: float | None = None) -> None:
         """Recorded before a create's first byte is sent: from here on its outcome is unknown until settled."""
@@ -373,17 +392,17 @@ class Journal(LeaseRecords, OutcomeRecords):
         groups = pack(rows)
         idx = int(self._one("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches"))
         with self.transaction() as db:
-            self._insert_retry_batches(db, idx, groups, size)
+            self._insert_listed(db, idx, [("retry", None, g) for g in groups], size)
             db.execute("DELETE FROM pending")
             self._event(db, "resubmission_planned", requests=len(rows), batches=len(groups))
         return len(rows), len(groups)
 
-    def recut(self, batch_size: int, ranges: list[tuple[Any, ...]], groups: list[list[PendingRow]],
+    def recut(self, batch_size: int, ranges: list[tuple[Any, ...]], groups: list[Listed],
               size: Callable[[list[PendingRow]], int]) -> None:
         """Replace every planned batch by smaller ones, atomically, and record the new size (a resume sees this cut).
 
         `ranges`: (requests, bytes, first_line, last_line, start, end, first_cid, last_cid) of new input-range
-        batches; `groups`: the requests of new member-listed batches.
+        batches; `groups`: (kind, round, requests) of new member-listed batches.
         """
         with self.transaction() as db:
             old = [r[0] for r in db.execute("SELECT idx FROM batches WHERE state = 'planned'")]
@@ -396,20 +415,19 @@ class Journal(LeaseRecords, OutcomeRecords):
                     "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
                     "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
                     (idx + k, *r))
-            self._insert_retry_batches(db, idx + len(ranges), groups, size)
+            self._insert_listed(db, idx + len(ranges), groups, size)
             settings = {**(self.get_meta("settings") or {}), "batch_size": batch_size}
             self._set_meta(db, "settings", settings)
             self._event(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
 
-    def _insert_retry_batches(self, db: Db, idx: int, groups: list[list[PendingRow]],
-                              size: Callable[[list[PendingRow]], int]) -> None:
-        for g in groups:
+    def _insert_listed(self, db: Db, idx: int, groups: list[Listed], size: Callable[[list[PendingRow]], int]) -> None:
+        for kind, cache_round, g in groups:
             first, last = g[0], g[-1]
             db.execute(
                 "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
-                "first_custom_id, last_custom_id, state) VALUES (?, 'retry', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
-                (idx, len(g), size(g), first.line, last.line, first.offset, last.offset + last.length,
-                 first.custom_id, last.custom_id))
+                "first_custom_id, last_custom_id, state, cache_round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?)",
+                (idx, kind, len(g), size(g), first.line, last.line, first.offset, last.offset + last.length,
+                 first.custom_id, last.custom_id, cache_round))
             db.executemany("INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)", [(idx, *r) for r in g])
             idx += 1
 

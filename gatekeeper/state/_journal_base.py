@@ -72,7 +72,7 @@ class JournalBase:
     @staticmethod
     def _row(r: Sequence[Any]) -> BatchRow:
         return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
-                        r[13], r[14], r[15], bool(r[16]), r[17])
+                        r[13], r[14], r[15], bool(r[16]), r[17], r[18])
 
     def batches(self, *states: BatchState) -> list[BatchRow]:
         sql = "SELECT * FROM batches"

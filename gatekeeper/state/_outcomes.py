@@ -54,7 +54,7 @@ class OutcomeRecords(JournalBase):
 
     def admitted_requests(self) -> int:
         return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches "
-                             "WHERE kind = 'plan' AND state NOT IN ('planned', 'intent')"))
+                             "WHERE kind IN ('plan', 'primer', 'rest') AND state NOT IN ('planned', 'intent')"))
 
     def final_count(self) -> int:
         return int(self._one("SELECT COUNT(*) FROM results"))

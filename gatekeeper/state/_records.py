@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 RESULT_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
@@ -39,6 +39,7 @@ class BatchRow:
     counts: str | None
     body_complete: bool = False
     worst_usd: float | None = None
+    cache_round: int | None = None  # a primer's or a rest's round of priming (None: any other batch)
 
 
 class PendingRow(NamedTuple):
@@ -51,6 +52,9 @@ class PendingRow(NamedTuple):
     attempt: int
 
 
+Listed = tuple[str, int | None, list[PendingRow]]  # a member-listed batch to be: (kind, round, its requests)
+
+
 @dataclass(frozen=True)
 class JobPlan:
     """What a new job records before anything is sent."""
@@ -61,6 +65,8 @@ class JobPlan:
     output: str
     batches: list[tuple[Any, ...]]  # (idx, requests, bytes, first_line, last_line, start, end, first_cid, last_cid)
     rejections: list[tuple[int, str | None, str]]
+    # member-listed batches of priming: (kind "primer" or "rest", round, members); their lines leave the ranges
+    listed: list[Listed] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
