@@ -93,11 +93,12 @@ def caching_line(c: dict[str, Any]) -> str:
     """The summary's caching line: what was read and written, against the ideal, and what it saved."""
     share = "n/a" if c["read_share_of_ideal"] is None else f"{c['read_share_of_ideal']:.0%}"
     v = c["saving_usd"]
-    saved = "unknown" if v is None else f"saved ~${v:,.2f}" if v >= 0 else f"cost ~${-v:,.2f} more"
+    saved = ("saving unknown" if v is None else f"~${v:,.2f} saved against no caching" if v >= 0
+             else f"~${-v:,.2f} more than no caching")
     primed = c.get("priming")
     how = f"primed in {primed['rounds']:,} round(s)" if primed else "not primed"
     return (f"caching     read {c['read_tokens']:,} · written 5m {c['write_5m_tokens']:,}, 1h {c['write_1h_tokens']:,} · "
-            f"{share} of the reads possible · {saved} than no caching ({how})")
+            f"{share} of the reads possible · {saved} ({how})")
 
 
 def render_caching(c: dict[str, Any]) -> str:

@@ -164,7 +164,8 @@ class Collector:
         download = Download(self.api, batch, set(members), f"batch {row.idx}")
         pos = start
         # Read once a batch, not once a line: with a journal on a server each read is a round trip.
-        policy = (self._max_attempts(), bool(self.journal.get_meta("user_canceled")))
+        canceled = bool(self.journal.get_meta("user_canceled")) or row.idx in (self.journal.get_meta("canceled_batches") or [])
+        policy = (self._max_attempts(), canceled)
         async for cid, raw, obj in download:
             if download.lines % 2048 == 0:
                 self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later

@@ -383,6 +383,10 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
     j = open_job(state_dir, journal=journal, job=job, readonly=False)
     try:
         j.set_meta("user_canceled", True, "user_canceled")
+        # The batches it cancels stay canceled by the user after --resume-canceled lifts the cancel: their canceled
+        # lines are final whichever run collects them (and an unknown create's batch, reconciled later, too).
+        live = [r.idx for r in j.batches(BatchState.CREATED, BatchState.INTENT)]
+        j.set_meta("canceled_batches", sorted({*(j.get_meta("canceled_batches") or []), *live}))
         canceled = []
         async with connect(config, max_rpm=max_rpm, on_retry=_retry_events(on_event)) as conn:
             # (An unknown create has no id yet: the next submit reconciles it and, the cancel recorded, cancels it.)

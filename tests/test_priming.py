@@ -1,0 +1,127 @@
+"""Prompt caching decisions (decide/_priming.py), table-driven: which prefix a request shares, rounds, the gate
+that holds a rest until its primer has ended, the input cost three ways, the read share of the ideal. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from gatekeeper import load_prices
+from gatekeeper.decide._budget import request_worst
+from gatekeeper.decide._priming import (
+    Prefix,
+    Rates,
+    Use,
+    Waiting,
+    gate,
+    groups,
+    ideal_write_share,
+    input_costs,
+    read_share,
+    rounds,
+    shared_prefixes,
+)
+from gatekeeper.decide._settle import usage_of
+
+TOOLS = Prefix(600, 1, "1h")  # a tool list every request marks
+DOC_A, DOC_B = Prefix(3000, 2, "1h"), Prefix(3100, 3, "1h")  # a document, marked after the tools
+QUESTION = Prefix(3050, 4, "5m")  # a per-request marker, unique
+
+
+@pytest.mark.parametrize(("uses", "minimum", "expected"), [
+    # the longest shared eligible prefix wins over the shorter shared one and over a longer unique one
+    ([Use("m", 3100, (TOOLS, DOC_A)), Use("m", 3100, (TOOLS, DOC_A, QUESTION))], {"m": 500}, [DOC_A, DOC_A]),
+    # below the minimum the tools do not count: the documents differ, so each is a group of one
+    ([Use("m", 3100, (TOOLS, DOC_A)), Use("m", 3200, (TOOLS, DOC_B))], {"m": 1024}, [DOC_A, DOC_B]),
+    # at a 512 minimum the tools are shared: that is the prefix they share
+    ([Use("m", 3100, (TOOLS, DOC_A)), Use("m", 3200, (TOOLS, DOC_B))], {"m": 512}, [TOOLS, TOOLS]),
+    # every prefix below the minimum: nothing is cached
+    ([Use("m", 700, (TOOLS,))], {"m": 1024}, [None]),
+    # a model the table does not know is held to 1,024
+    ([Use("x", 700, (TOOLS,)), Use("x", 700, (TOOLS,))], {}, [None, None]),
+])
+def test_the_prefix_each_request_shares(uses: list[Use], minimum: dict[str, int], expected: list) -> None:
+    assert shared_prefixes(uses, minimum) == expected
+
+
+def test_groups_and_rounds() -> None:
+    chosen = [DOC_A, DOC_B, None, DOC_A, DOC_B, DOC_A, QUESTION]
+    assert groups(chosen) == [[0, 3, 5], [1, 4]]  # QUESTION alone is no group; None is not cached
+    assert rounds([3, 2, 4, 1], round_size=5) == [[0, 1], [2, 3]]
+    assert rounds([7, 1], round_size=5) == [[0], [1]]  # a group larger than a round is a round of its own
+
+
+def test_input_cost_without_caching_cold_and_primed() -> None:
+    """Three requests of 4,000 tokens share a 1h prefix of 3,000 at $2 a million: cold, each writes it at 2x; primed,
+    one writes and two read at 0.1x. Batch prices halve everything."""
+    uses = [Use("m", 4000, (DOC_A,))] * 3
+    costs = input_costs(uses, [DOC_A] * 3, {"m": Rates(2.0, 2.5, 4.0, 0.2)})
+    none = 3 * 4000 * 2.0
+    cold = 3 * (1000 * 2.0 + 3000 * 4.0)
+    primed = 3 * 1000 * 2.0 + 3000 * 4.0 + 2 * 3000 * 0.2
+    assert costs == pytest.approx({"none": none / 2e6, "cold": cold / 2e6, "primed": primed / 2e6})
+    assert input_costs(uses, [DOC_A] * 3, {"m": None}) == {"none": None, "cold": None, "primed": None}
+
+
+@pytest.mark.parametrize(("read", "written", "ideal", "share"), [
+    (0, 0, None, None),  # nothing could be read
+    (500, 100, 1 / 6, 1.0),  # one write in six uses, the other five read: the ideal
+    (0, 600, 1 / 6, 0.0),  # cold: every use wrote
+    (250, 350, 1 / 6, 0.5),
+])
+def test_read_share_of_the_ideal(read: int, written: int, ideal: float | None, share: float | None) -> None:
+    assert read_share(read, written, ideal) == (None if share is None else pytest.approx(share))
+
+
+def test_ideal_write_share_is_one_write_per_distinct_prefix() -> None:
+    assert ideal_write_share([DOC_A, DOC_A, DOC_A, DOC_B, None]) == pytest.approx((3000 + 3100) / (3 * 3000 + 3100))
+    assert ideal_write_share([None]) is None
+
+
+def w(idx: int, kind: str, n: int, r: int | None = None) -> Waiting:
+    return Waiting(idx, kind, n, r)
+
+
+@pytest.mark.parametrize(("waiting", "ended", "cap", "order", "sizes", "reserve"), [
+    # nothing of priming: all as today, in order
+    ([w(0, "plan", 10), w(1, "retry", 5)], {}, None, [0, 1], [10, 5], 0),
+    # round 0's primer waits: it asks room for its rest too; the rest is held (no reserve yet: its primer is not sent)
+    ([w(0, "plan", 10), w(1, "primer", 2, 0), w(2, "rest", 8, 0)], {0: False}, None, [1, 0], [10, 10], 0),
+    # the primer is in flight: the rest is held and its room reserved
+    ([w(0, "plan", 10), w(2, "rest", 8, 0)], {0: False}, None, [0], [10], 8),
+    # the primer ended: the rest goes first
+    ([w(0, "plan", 10), w(2, "rest", 8, 0)], {0: True}, None, [2, 0], [8, 10], 0),
+    # round 1's primer waits for round 0's rest to be sent, however much room there is
+    ([w(2, "rest", 8, 0), w(3, "primer", 2, 1), w(4, "rest", 6, 1)], {0: False, 1: False}, None, [], [], 8),
+    ([w(3, "primer", 2, 1), w(4, "rest", 6, 1)], {0: True, 1: False}, None, [3], [8], 0),
+    # a round larger than the queue can ever hold asks no more than the cap
+    ([w(3, "primer", 2, 1), w(4, "rest", 60, 1)], {1: False}, 50, [3], [50], 0),
+])
+def test_the_gate(waiting: list[Waiting], ended: dict[int, bool], cap: int | None, order: list[int], sizes: list[int],
+                  reserve: int) -> None:
+    g = gate(waiting, ended, cap)
+    assert (g.order, g.sizes, g.reserve) == (order, sizes, reserve)
+
+
+def test_cache_writes_are_priced_by_life_and_the_table_can_override_each_multiplier(tmp_path) -> None:
+    prices = load_prices()
+    # Sonnet 5: $2 input. 1,000 tokens written 5m (1.25x), 1,000 written 1h (2x), 1,000 read (0.1x), at batch prices
+    cost = prices.cost("claude-sonnet-5", 0, 0, cache_write=2000, cache_read=1000, cache_write_1h=1000)
+    assert cost == pytest.approx(0.5 * (1000 * 2.5 + 1000 * 4.0 + 1000 * 0.2) / 1e6)
+    table = tmp_path / "p.json"
+    table.write_text('{"as_of": "x", "cache_multipliers": {"cache_write_1h": 3.0}, "models": {"m": {"input": 1, "output": 1}}}')
+    custom = load_prices(table)
+    assert custom.cost("m", 0, 0, cache_write=1000, cache_write_1h=1000) == pytest.approx(0.5 * 3000 / 1e6)
+    assert custom.cache_minimum("m") == (1024, False) and custom.cache_minimum("claude-opus-5") == (512, True)
+
+
+def test_usage_splits_cache_writes_by_life_and_a_missing_breakdown_counts_as_5m() -> None:
+    msg = {"message": {"model": "m", "usage": {"input_tokens": 5, "output_tokens": 7, "cache_creation_input_tokens": 30,
+                                               "cache_read_input_tokens": 40, "cache_creation": {
+                                                   "ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20}}}}
+    assert usage_of(msg) == ("m", 5, 7, 30, 40, 20)
+    del msg["message"]["usage"]["cache_creation"]
+    assert usage_of(msg) == ("m", 5, 7, 30, 40, 0)
+
+
+def test_a_request_that_may_write_an_hour_entry_has_the_dearer_worst_case() -> None:
+    assert request_worst(1000, 0, (1.0, 5.0), hour_write=True) == pytest.approx(2.0 / 1.25 * request_worst(1000, 0, (1.0, 5.0)))
