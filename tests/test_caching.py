@@ -188,3 +188,31 @@ def test_cancel_of_a_primed_job_and_its_rerun(tmp_path: Path) -> None:
         for line in (Path(str(path) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines():
             by_id[orjson.loads(line)["custom_id"]] += 1
         assert set(by_id.values()) == {1} and len(by_id) == r["requests"]
+
+
+def test_report_and_exporter_show_what_caching_did(tmp_path: Path) -> None:
+    """`report` (JSON and HTML) and the exporter's metrics carry the realized reads and writes by life, the read
+    share of the ideal and the saving, equal to the summary's."""
+    from tests.runs import start
+    from tests.test_exporter import _wait_for
+
+    path = corpus(tmp_path / "in.jsonl", unknown=0)
+    with running_fake(rate=400, speed=20) as fake:
+        s = orjson.loads(gk(["submit", str(path), *FLAGS], env_for(fake)).stdout)["caching"]
+        state = str(path) + ".gatekeeper"
+        report = orjson.loads(gk(["report", str(path), "--json"], {}).stdout)
+        assert gk(["report", str(path), "--out", str(tmp_path / "r.html")], {}).returncode == 0
+        html = (tmp_path / "r.html").read_text()
+        proc = start(["exporter", "--port", "0", "--interval", "1", "--json", "--state", state, "--max-rpm", "60000"],
+                     env_for(fake))
+        assert proc.stdout is not None
+        m = _wait_for(orjson.loads(proc.stdout.readline())["url"], "gatekeeper_readings_total", 1)
+        proc.send_signal(2)
+        proc.communicate(timeout=30)
+    assert report["summary"]["caching"] == s and s["read_tokens"] > 0 and s["write_1h_tokens"] > 0
+    assert "cache write tokens, 1h" in html and f"{s['read_tokens']:,}" in html
+    run = ("run", Path(state).name)
+    assert m[("gatekeeper_run_cache_tokens", (("kind", "read"), run))] == s["read_tokens"]
+    assert m[("gatekeeper_run_cache_tokens", (("kind", "write_1h"), run))] == s["write_1h_tokens"]
+    assert m[("gatekeeper_run_cache_read_share", (run,))] == s["read_share_of_ideal"]
+    assert m[("gatekeeper_run_cache_saving_usd", (run,))] == pytest.approx(s["saving_usd"])

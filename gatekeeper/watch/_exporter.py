@@ -50,8 +50,12 @@ def run_figures(state_dir: Path, prices: PriceTable, *, journal: str | None = No
         with j.snapshot():
             s = summarize(j, "", prices=prices)
             live = sum(b.requests for b in j.batches(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED))
+            c = s.caching or {}
             return {"requests": s.requests, "admitted": j.admitted_requests(), "in_flight": live, "cost_usd": s.cost_usd,
-                    "results": {"succeeded": s.succeeded, "errored": s.errored, "expired": s.expired, "canceled": s.canceled}}
+                    "results": {"succeeded": s.succeeded, "errored": s.errored, "expired": s.expired, "canceled": s.canceled},
+                    "cache_tokens": {"read": c.get("read_tokens", 0), "write_5m": c.get("write_5m_tokens", 0),
+                                     "write_1h": c.get("write_1h_tokens", 0)},
+                    "cache_read_share": c.get("read_share_of_ideal"), "cache_saving_usd": c.get("saving_usd")}
     finally:
         j.close()
 
@@ -124,6 +128,24 @@ def _run_families(runs: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:
             cost.add_metric([run], fig["cost_usd"])
     yield final
     yield cost
+    yield from _cache_families(runs, gauge)
+
+
+def _cache_families(runs: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:
+    tokens = gauge("gatekeeper_run_cache_tokens", "Prompt-cache tokens billed to the run, by kind (read, write_5m, "
+                   "write_1h).", labels=["run", "kind"])
+    share = gauge("gatekeeper_run_cache_read_share", "Cache reads as a share of those an ideal run gets (one write "
+                  "a shared prefix); absent when nothing could be read.", labels=["run"])
+    saving = gauge("gatekeeper_run_cache_saving_usd", "What caching saved the run against no caching, at batch "
+                   "prices (negative: it cost more).", labels=["run"])
+    for run, fig in runs.items():
+        for kind, n in fig["cache_tokens"].items():
+            tokens.add_metric([run, kind], n)
+        if fig["cache_read_share"] is not None:
+            share.add_metric([run], fig["cache_read_share"])
+        if fig["cache_saving_usd"] is not None:
+            saving.add_metric([run], fig["cache_saving_usd"])
+    yield from (tokens, share, saving)
 
 
 def serve(snap: RunFigures, threshold: int, host: str, port: int) -> tuple[str, Any]:

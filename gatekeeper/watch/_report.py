@@ -138,7 +138,20 @@ def _totals(s: dict[str, Any], refusals: int) -> str:
         ("rejected lines", s["invalid"]), ("batches", s["batches"]), ("queue-full refusals", refusals),
         ("resent", s["resubmitted"]), ("recovered by a retry", s["succeeded_after_retry"]),
         ("input tokens", s["usage"].get("input_tokens", 0)), ("output tokens", s["usage"].get("output_tokens", 0)),
-        ("cost at batch prices", cost)])
+        *_caching(s.get("caching")), ("cost at batch prices", cost)])
+
+
+def _caching(c: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """The realized caching rows: reads, writes by life, the read share of the ideal, the saving."""
+    if not c:
+        return []
+    share = "n/a" if c["read_share_of_ideal"] is None else f"{c['read_share_of_ideal']:.1%}"
+    saving = "unknown" if c["saving_usd"] is None else f"${c['saving_usd']:,.4f}"
+    primed = c.get("priming")
+    return [("cache read tokens", c["read_tokens"]), ("cache write tokens, 5m", c["write_5m_tokens"]),
+            ("cache write tokens, 1h", c["write_1h_tokens"]), ("reads of those possible", share),
+            ("saved against no caching", saving),
+            ("primed", f"{primed['primers']:,} primers in {primed['rounds']:,} round(s)" if primed else "no")]
 
 
 def _results(s: dict[str, Any]) -> str:
