@@ -19,7 +19,7 @@ from tests.fakes import WS1, env_for, running_fake
 from tests.runs import assert_exactly_once, gk
 
 DOCS, QUESTIONS = 24, 5
-FLAGS = ["--json", "--interval", "0.05", "--max-rpm", "60000", "--max-requests", "40"]  # rounds of at most 40
+FLAGS = ["--json", "--interval", "0.05", "--max-rpm", "60000", "--max-requests", "40"]
 WORDS = ["revenue", "risk", "margin", "lease", "audit", "segment", "cash", "debt", "goodwill", "tax"]
 
 
@@ -100,11 +100,11 @@ def _judge_priming(fake: FakeAPI, path: Path) -> None:
 
 
 def test_submit_primes_each_shared_prefix_and_the_rest_reads_it(tmp_path: Path) -> None:
-    """Through the CLI: every filing's other questions read its cache (100% of the ideal, in rounds of 40), the
+    """Through the CLI: every filing's other questions read its cache (100% of the ideal, in rounds of 50), the
     summary's cost is what the fake billed, and the same job sent with --no-prime in one batch (as it was sent
     before priming) reads nothing and costs more than twice as much."""
     path = corpus(tmp_path / "in.jsonl")
-    with running_fake(rate=400, speed=20) as fake:
+    with running_fake(ceiling=100, rate=400, speed=20) as fake:  # rounds of half the queue: 50 requests
         proc = gk(["submit", str(path), *FLAGS], env_for(fake))
         primed = orjson.loads(proc.stdout)
         assert proc.returncode == 1, proc.stderr[-2000:]  # the unknown model's two requests are refused by preflight
@@ -129,7 +129,7 @@ def test_a_kill_anywhere_in_a_primed_job_loses_nothing_and_sends_nothing_twice(t
     """SIGKILL at a primer's or a rest's create, or mid-collection; the rerun finishes the job from its journal:
     each request once, every rest after its primer, the cache still read."""
     path = corpus(tmp_path / "in.jsonl", unknown=0)
-    with running_fake(rate=400, speed=20) as fake:
+    with running_fake(ceiling=100, rate=400, speed=20) as fake:
         killed = gk(["submit", str(path), *FLAGS], env_for(fake), crash_at=point)
         assert killed.returncode in (-9, 137), killed.stderr[-2000:]
         rerun = gk(["submit", str(path), *FLAGS, "--reconcile-grace", "2"], env_for(fake))

@@ -17,6 +17,7 @@ from gatekeeper.decide._priming import (
     ideal_write_share,
     input_costs,
     read_share,
+    round_size,
     rounds,
     shared_prefixes,
 )
@@ -48,6 +49,16 @@ def test_groups_and_rounds() -> None:
     assert groups(chosen) == [[0, 3, 5], [1, 4]]  # QUESTION alone is no group; None is not cached
     assert rounds([3, 2, 4, 1], round_size=5) == [[0, 1], [2, 3]]
     assert rounds([7, 1], round_size=5) == [[0], [1]]  # a group larger than a round is a round of its own
+
+
+@pytest.mark.parametrize(("ceiling", "margin", "batch", "size"), [
+    (None, 0, 100_000, 100_000),  # unknown ceiling: one batch a round
+    (1000, 0, 250, 500),  # half the queue, so the next primer goes while a rest is processed
+    (1000, 600, 100, 200),
+    (100, 0, 80, 80),  # never less than a batch
+])
+def test_round_size(ceiling: int | None, margin: int, batch: int, size: int) -> None:
+    assert round_size(ceiling, margin, batch) == size
 
 
 def test_input_cost_without_caching_cold_and_primed() -> None:

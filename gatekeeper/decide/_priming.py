@@ -8,8 +8,8 @@ requests, sent then, read it at a tenth of the input rate.
 
 - **The shared prefix** of a request is the longest of its marked prefixes that reaches the model's minimum and that
   another request of the job marks too; a request with no such prefix is a group of one (it writes, nobody reads).
-- **Rounds**: groups, in input order, are put in rounds of at most `round_size` requests (the job's batch size), so
-  that a round's rest fits the queue like any batch. A round's primer goes only when the previous round's rest has
+- **Rounds**: groups, in input order, are put in rounds of at most `round_size` requests (half the queue the ceiling
+  leaves us), so that a round's rest fits the queue while the next round's primer is processed. A round's primer goes only when the previous round's rest has
   all been created, and while a primer is in flight the room its rest needs is held (`reserve`), so the rest goes
   the moment the primer ends, well inside a 5-minute life.
 """
@@ -60,6 +60,12 @@ def groups(chosen: list[Prefix | None]) -> list[list[int]]:
         if p is not None:
             by.setdefault(p.digest, []).append(k)
     return [g for g in by.values() if len(g) > 1]
+
+
+def round_size(ceiling: int | None, margin: int, batch_size: int) -> int:
+    """Requests a round of priming holds: half the usable queue (so that the next round's primer goes while this
+    round's rest is processed), at least one batch; one batch when the ceiling is unknown."""
+    return batch_size if ceiling is None else max(batch_size, (ceiling - margin) // 2)
 
 
 def rounds(group_sizes: list[int], round_size: int) -> list[list[int]]:

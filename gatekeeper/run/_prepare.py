@@ -12,6 +12,7 @@ from .._errors import DuplicateJob, InputError, JournalError, UsageError
 from ..api._queue import read_ceiling
 from ..checks._preflight import plan_checked
 from ..decide._admission import batch_size_for
+from ..decide._priming import round_size
 from ..input._cachereport import priming_rounds, without_lines
 from ..input._planner import PlanReport
 from ..input._sizing import Limits, body_size, pack_rows
@@ -129,7 +130,7 @@ class Preparation(Part):
             return []
         limits = Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes)
         listed: list[Listed] = []
-        for k, r in enumerate(priming_rounds(report, self.prices, self.batch_size)):
+        for k, r in enumerate(priming_rounds(report, self.prices, round_size(self.ceiling, self.s.margin, self.batch_size))):
             for kind, rows in (("primer", r.primers), ("rest", r.rest)):
                 listed += [(kind, k, g) for g in pack_rows([PendingRow(*row, 1) for row in rows], limits)]
         return listed
