@@ -9,9 +9,10 @@ requests, sent then, read it at a tenth of the input rate.
 - **The shared prefix** of a request is the longest of its marked prefixes that reaches the model's minimum and that
   another request of the job marks too; a request with no such prefix is a group of one (it writes, nobody reads).
 - **Rounds**: groups, in input order, are put in rounds of at most `round_size` requests (half the queue the ceiling
-  leaves us), so that a round's rest fits the queue while the next round's primer is processed. A round's primer goes only when the previous round's rest has
-  all been created, and while a primer is in flight the room its rest needs is held (`reserve`), so the rest goes
-  the moment the primer ends, well inside a 5-minute life.
+  leaves us), so that a round's rest fits the queue while the next round's primer is processed. A round's primer
+  goes only when the previous round's rest has all been created and the queue has room for its own rest; while it
+  is in flight that room is held (`reserve`), so the rest goes the moment the primer is seen to end, well inside
+  a 5-minute life unless other submitters fill the queue meanwhile.
 """
 
 from __future__ import annotations
