@@ -216,3 +216,21 @@ def test_report_and_exporter_show_what_caching_did(tmp_path: Path) -> None:
     assert m[("gatekeeper_run_cache_tokens", (("kind", "write_1h"), run))] == s["write_1h_tokens"]
     assert m[("gatekeeper_run_cache_read_share", (run,))] == s["read_share_of_ideal"]
     assert m[("gatekeeper_run_cache_saving_usd", (run,))] == pytest.approx(s["saving_usd"])
+
+
+def test_a_primed_job_in_a_postgresql_journal_survives_a_kill(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """The primer and rest batches, their members, rounds and claimed lines live in a shared journal too: killed
+    after a rest's create, the job finishes from PostgreSQL with every request once and the cache read."""
+    from tests.test_shared_journal import _without_password
+
+    url, password = _without_password(pg_url)
+    path = corpus(tmp_path / "in.jsonl", unknown=0)
+    with running_fake(ceiling=100, rate=400, speed=20) as fake:
+        env = env_for(fake, PGPASSWORD=password)
+        common = [*FLAGS, "--journal", url, "--job", job_name, "--reconcile-grace", "2"]
+        killed = gk(["submit", str(path), *common], env, crash_at="after-create:3")
+        assert killed.returncode in (-9, 137), killed.stderr[-2000:]
+        rerun = gk(["submit", str(path), *common], env)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        _judge_priming(fake, path)
+        assert orjson.loads(rerun.stdout)["caching"]["read_share_of_ideal"] >= 0.95
