@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 import typing
@@ -45,10 +46,14 @@ ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "cli"}  # 
 
 
 def test_implementation_modules_are_private() -> None:
-    """Every module starts with an underscore: at the top, beside the packages of the house and `testing`; and in
-    each package, whose own namespace exports nothing (the public API is `gatekeeper` and `gatekeeper.testing`)."""
+    """Every module starts with an underscore: at the top, beside the packages of the house, `testing` and `airflow`
+    (the integration, the only place Airflow is imported); and in each package, whose own namespace exports nothing
+    (the public API is `gatekeeper`, `gatekeeper.testing` and `gatekeeper.airflow`)."""
     top = {m.name: m.ispkg for m in pkgutil.iter_modules(gatekeeper.__path__)}
-    assert {n for n, pkg in top.items() if pkg} == ROOMS | {"testing"}
+    assert {n for n, pkg in top.items() if pkg} == ROOMS | {"testing", "airflow"}
+    inner = [m.name for m in pkgutil.iter_modules(importlib.import_module("gatekeeper.airflow").__path__)
+             ] if importlib.util.find_spec("airflow") else ["_"]
+    assert all(n.startswith("_") for n in inner), inner
     assert all(n.startswith("_") for n, pkg in top.items() if not pkg), top
     assert len([n for n, pkg in top.items() if not pkg]) <= 12
     for room in ROOMS:
@@ -113,6 +118,14 @@ def test_one_exception_hierarchy_in_one_module() -> None:
                 found.append(cls)
     assert found and all(c.__module__ == errors.__name__ for c in found), [c for c in found if c.__module__ != errors.__name__]
     assert all(issubclass(c, gatekeeper.GatekeeperError) for c in found)
+
+
+def test_airflow_is_imported_only_by_gatekeeper_airflow() -> None:
+    """The extra is the only place Airflow is imported: no other module names it."""
+    root = Path(gatekeeper.__file__).parent
+    naming = [str(p.relative_to(root)) for p in root.rglob("*.py")
+              if p.parent.name != "airflow" and re.search(r"^\s*(from|import) airflow\b", p.read_text(), re.M)]
+    assert naming == []
 
 
 def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:

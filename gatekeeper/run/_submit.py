@@ -188,12 +188,15 @@ async def submit(
     ledger: Ledger | None = None,
     retry: RetryPolicy | None = None,
     prices: PriceTable | None = None,
+    prepare_only: bool = False,
 ) -> Summary:
     """Run a whole batch job: validate, size, admit against headroom, collect, resubmit, until every request is final.
 
     Rerunning with the same input and state directory resumes. `on_result(custom_id, result)`
     is called once per final result, after it is committed. Set `stop` to end the run at the
-    next safe point (it raises `Interrupted`, resumable).
+    next safe point (it raises `Interrupted`, resumable). With `prepare_only`, it plans and preflights the input and
+    records the job (or, on a rerun, checks it is the same input), sends nothing, and returns the job's summary as
+    it stands: an orchestrator's first step on a worker, before the loop runs elsewhere (gatekeeper.airflow).
     """
     settings = settings or SubmitSettings()
     path, state_dir, spooled = _resolve(source, settings)
@@ -223,7 +226,12 @@ async def submit(
                     tg.start_soon(_heartbeat, ledger, on_event or (lambda e, f: None))
                     if journal.job:
                         tg.start_soon(_lease_heartbeat, journal, settings.lease_ttl, on_event or (lambda e, f: None))
-                    outcome.append(await _stoppable(stop, job.prepare, job.run))
+                    if prepare_only:
+                        await _stoppable(stop, job.prepare)
+                        await ledger.release_all()  # (the run that continues the job claims it again)
+                        outcome.append(job.summary())
+                    else:
+                        outcome.append(await _stoppable(stop, job.prepare, job.run))
                 except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
                     failure.append(exc)
                 finally:
@@ -326,10 +334,11 @@ def submit_sync(
     ledger: Ledger | None = None,
     retry: RetryPolicy | None = None,
     prices: PriceTable | None = None,
+    prepare_only: bool = False,
 ) -> Summary:
     """`submit` for code that is not async: the same job, the same arguments (a stop is a KeyboardInterrupt)."""
     return anyio.run(lambda: submit(source, config=config, settings=settings, on_event=on_event, on_result=on_result,
-                                    ledger=ledger, retry=retry, prices=prices))
+                                    ledger=ledger, retry=retry, prices=prices, prepare_only=prepare_only))
 
 
 async def dry_run(

@@ -1,0 +1,156 @@
+"""One gatekeeper job as Airflow runs it: what the operator hands the trigger (`JobSpec`, plain and serializable),
+the job run to its end or only prepared, the results delivered where the pipeline reads them, and the small summary
+that becomes the task's XCom. Shared by the operator (worker) and the trigger (triggerer); Airflow is imported
+only for connections, object storage and configuration."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .._errors import GatekeeperError, UsageError
+from ..api._config import ApiConfig
+from ..run._settings import SubmitSettings
+from ..run._submit import cancel, submit
+from ..run._summary import Summary
+from ._connection import api_config, connection_url
+
+STOP_POLL = 0.2  # seconds between looks at a stop asked from another thread
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything the trigger needs to continue the job: no key, no password (connections go by id)."""
+
+    conn_id: str
+    input_path: str
+    state_dir: str
+    results_path: str | None
+    journal: str | None  # None: SQLite in state_dir; a postgresql:// URL, or the id of an Airflow Postgres connection
+    job: str | None  # the job's name in a shared journal
+    ledger: str | None  # a ledger URL, or the id of an Airflow connection to one
+    ceiling: int | None
+    budget: float | None
+    max_attempts: int
+    poll_interval: float
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def connection_config(conn_id: str) -> ApiConfig:
+    """The ApiConfig of an Airflow connection (a blocking call: off any event loop)."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    return api_config(conn_id, conn.password, conn.host, conn.extra_dejson)
+
+
+def _url(value: str | None) -> str | None:
+    """A URL as given, or the URL of the Airflow connection named so."""
+    if not value or "://" in value:
+        return value
+    from airflow.sdk import BaseHook
+
+    return connection_url(BaseHook.get_connection(value))
+
+
+def state_base(given: str | None) -> Path:
+    """Where local state directories go: the operator's argument, else `[gatekeeper] state_dir`, else
+    $AIRFLOW_HOME/gatekeeper."""
+    if given:
+        return Path(given)
+    from airflow.sdk import conf
+
+    configured = conf.get("gatekeeper", "state_dir", fallback=None)
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    return Path(configured) if configured else Path(home) / "gatekeeper"
+
+
+def settings_of(spec: JobSpec) -> SubmitSettings:
+    return SubmitSettings(
+        state_dir=Path(spec.state_dir), ceiling=spec.ceiling, budget=spec.budget, max_attempts=spec.max_attempts,
+        poll=spec.poll_interval, journal=_url(spec.journal), job=spec.job if spec.journal else None,
+        ledger=_url(spec.ledger),
+    )
+
+
+def run_job(spec: JobSpec, config: ApiConfig, *, prepare_only: bool = False,
+            stop: threading.Event | None = None) -> Summary:
+    """The job run in this thread to its end (or only prepared): a stop asked through `stop`, from any thread, ends
+    it at its next safe point (`Interrupted`, resumable)."""
+    async def main() -> Summary:
+        ended = anyio.Event()
+        result: list[Summary] = []
+        failed: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                if stop is None:
+                    await anyio.sleep_forever()
+                while stop is not None and not stop.is_set():
+                    await anyio.sleep(STOP_POLL)
+                ended.set()
+
+            tg.start_soon(watch)
+            try:
+                result.append(await submit(spec.input_path, config=config, settings=settings_of(spec), stop=ended,
+                                           prepare_only=prepare_only))
+            except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
+                failed.append(exc)
+            finally:
+                tg.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
+        return result[0]
+
+    return anyio.run(main)
+
+
+def cancel_job(spec: JobSpec, config: ApiConfig) -> int:
+    """Cancel the job's live batches as `gatekeeper cancel` does (recorded in its journal); how many were live."""
+    settings = settings_of(spec)
+    done = anyio.run(lambda: cancel(spec.state_dir, config=config, journal=settings.journal, job=settings.job))
+    return len(done.batches)
+
+
+def deliver(summary: Summary, results_path: str | None) -> str:
+    """Copy the finished results file, byte for byte, to `results_path` (a local path, or an object-storage URL
+    read by Airflow's ObjectStoragePath); where it now is."""
+    if not results_path:
+        return summary.output
+    if "://" in results_path:
+        from airflow.sdk import ObjectStoragePath
+
+        target = ObjectStoragePath(results_path)
+        target.parent.mkdir(parents=True, exist_ok=True)  # (a folder on a file system; nothing on a bucket store)
+        with open(summary.output, "rb") as src, target.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        return str(target)
+    tmp = f"{results_path}.part"
+    Path(results_path).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(summary.output, tmp)
+    os.replace(tmp, results_path)
+    return results_path
+
+
+def small_summary(summary: Summary, output: str) -> dict[str, Any]:
+    """What the task returns as its XCom: counts, cost, where the results are, the job. A few hundred bytes, whatever
+    the job's size."""
+    return {"job": summary.job or os.path.basename(summary.state_dir), "output": output, "requests": summary.requests,
+            "succeeded": summary.succeeded, "errored": summary.errored, "expired": summary.expired,
+            "canceled": summary.canceled, "invalid": summary.invalid, "batches": summary.batches,
+            "resubmitted": summary.resubmitted, "cost_usd": summary.cost_usd, "complete": summary.complete,
+            "ok": summary.ok, "state_dir": summary.state_dir}
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    """A trigger event for a job that stopped on an error: its message (keys are never in one) and exit code."""
+    code = int(exc.exit_code) if isinstance(exc, GatekeeperError) else 1
+    return {"status": "error", "message": f"{type(exc).__name__}: {exc}", "exit_code": code,
+            "usage": isinstance(exc, UsageError)}

@@ -1,0 +1,120 @@
+"""The operator: plan and record the job on a worker, defer the loop to the triggerer, deliver and report."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from .._errors import GatekeeperError
+from ..run._submit import job_name_of
+from ._job import JobSpec, cancel_job, connection_config, deliver, failure, run_job, small_summary, state_base
+from ._trigger import GatekeeperTrigger
+
+
+class GatekeeperSubmitOperator(BaseOperator):
+    """
+    Submit a JSONL of Message Batches requests through gatekeeper: split into legal batches, admitted against the
+    organization's queue ceiling, collected, resubmitted where another try can succeed, exactly once.
+
+    ``execute`` validates and sizes the input on the worker (with the Models API's preflight and a token sample),
+    records the job in its journal, then defers: the trigger runs admission, collection and resubmission in the
+    triggerer, holding no worker slot, and fires when every request is final. ``execute_complete`` copies the
+    results file to ``results_path`` and returns a small summary. Every rerun (a retry, a cleared task, another
+    Dag run over the same input, a restarted triggerer, a killed worker) continues the same job from its journal:
+    no batch is created twice. Retries are safe: prefer ``retries >= 1``.
+
+    :param input_path: the requests, one ``{"custom_id", "params"}`` a line; readable by the workers and the
+        triggerers. (templated)
+    :param results_path: where the finished results go: a local path, or an object-storage URL
+        (``s3://conn_id@bucket/key`` as ``ObjectStoragePath`` reads it); None leaves them in the state directory.
+        (templated)
+    :param conn_id: an Anthropic connection: password the workspace key, host an optional base URL, extra
+        ``admin_key`` (to read the queue's ceiling) and ``extra_workspace_keys``.
+    :param journal: None for a SQLite journal in the job's state directory (one machine), or a ``postgresql://``
+        URL or the id of an Airflow Postgres connection (several workers and triggerers).
+    :param job: the job's name (templated); default, as the CLI names it, from the input's content and the key.
+    :param ledger: a shared ledger (``redis://``, ``postgresql://``, ``sqlite:///`` URL, or a connection id) when
+        several pipelines share one queue ceiling.
+    :param ceiling: the queue ceiling to keep under, when no Admin key can read it.
+    :param budget: USD at most, at batch prices, worst case counted.
+    :param max_attempts: tries a request gets at most.
+    :param poll_interval: seconds between readings of the queue while the job runs.
+    :param deferrable: run the loop in the triggerer (default); False runs the same loop on the worker.
+    :param fail_on_findings: fail the task when the job ended with findings (rejected lines, requests that did not
+        succeed); by default it succeeds and the summary counts them.
+    :param state_dir: where local state directories go (default ``[gatekeeper] state_dir``, else
+        ``$AIRFLOW_HOME/gatekeeper``); each job's is a folder named after the job.
+    """
+
+    template_fields: Sequence[str] = ("input_path", "results_path", "job")
+
+    def __init__(self, *, input_path: str, results_path: Any = None, conn_id: str = "anthropic_default",
+                 journal: str | None = None, job: str | None = None, ledger: str | None = None,
+                 ceiling: int | None = None, budget: float | None = None, max_attempts: int = 3,
+                 poll_interval: float = 60, deferrable: bool = True, fail_on_findings: bool = False,
+                 state_dir: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.input_path = input_path
+        self.results_path = results_path
+        self.conn_id = conn_id
+        self.journal = journal
+        self.job = job
+        self.ledger = ledger
+        self.ceiling = ceiling
+        self.budget = budget
+        self.max_attempts = max_attempts
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
+        self.fail_on_findings = fail_on_findings
+        self.state_dir = state_dir
+        self._spec: JobSpec | None = None
+
+    def _job_spec(self) -> JobSpec:
+        config = connection_config(self.conn_id)
+        name = self.job or job_name_of(os.fspath(self.input_path), config)
+        return JobSpec(conn_id=self.conn_id, input_path=os.path.abspath(os.fspath(self.input_path)),
+                       state_dir=str(state_base(self.state_dir) / name),
+                       results_path=None if self.results_path is None else str(self.results_path),
+                       journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
+                       max_attempts=self.max_attempts, poll_interval=float(self.poll_interval))
+
+    def execute(self, context: Any) -> Any:
+        spec = self._spec = self._job_spec()
+        config = connection_config(self.conn_id)
+        try:
+            if not self.deferrable:
+                summary = run_job(spec, config)
+                return self._complete({"status": "success", "summary": small_summary(summary, deliver(summary, spec.results_path))})
+            prepared = run_job(spec, config, prepare_only=True)
+        except GatekeeperError as exc:
+            raise AirflowException(failure(exc)["message"]) from None
+        self.log.info("gatekeeper: job %s recorded (%d requests, %d rejected lines); deferring to the triggerer",
+                      spec.job, prepared.requests, prepared.invalid)
+        self.defer(trigger=GatekeeperTrigger(**spec.to_kwargs()), method_name="execute_complete")
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._complete(event)
+
+    def _complete(self, event: dict[str, Any] | None) -> dict[str, Any]:
+        """The task's result from the trigger's event: its small summary, or the failure it reports."""
+        if not event or event.get("status") not in ("success", "error"):
+            raise AirflowException(f"gatekeeper: unexpected trigger event {event!r}")
+        if event["status"] == "error":
+            raise AirflowException(f"gatekeeper: {event['message']} (exit {event['exit_code']}); a retry continues the job")
+        summary: dict[str, Any] = event["summary"]
+        self.log.info("gatekeeper: %d of %d succeeded, %d errored, %d expired, %d canceled, %d rejected; cost %s; "
+                      "results %s", summary["succeeded"], summary["requests"], summary["errored"], summary["expired"],
+                      summary["canceled"], summary["invalid"], summary["cost_usd"], summary["output"])
+        if self.fail_on_findings and not summary["ok"]:
+            raise AirflowException(f"gatekeeper: the job ended with findings: {summary}")
+        return summary
+
+    def on_kill(self) -> None:
+        """The task was killed while it ran on the worker: cancel the job's live batches (as `gatekeeper cancel`)."""
+        spec = self._spec or self._job_spec()
+        count = cancel_job(spec, connection_config(self.conn_id))
+        self.log.info("gatekeeper: %d live batch(es) of the job canceled", count)

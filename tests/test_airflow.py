@@ -1,0 +1,291 @@
+"""gatekeeper in real Airflow (issue 29): `dag.test()` end to end against the fake over HTTP, each Dag in a process of
+its own (as a Dag run is), with an Airflow home and metadata database per test worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gatekeeper import ApiConfig, Secret, SubmitSettings, submit_sync
+from gatekeeper.testing import FakeAPI
+from tests.fakes import ADMIN, WS1, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import assert_exactly_once
+
+if not os.environ.get("CI"):
+    pytest.importorskip("airflow", reason="Airflow is the `airflow` extra: pip install -e '.[airflow]'")
+
+# One worker runs them all, in one Airflow home: its database is migrated once (3 s of CPU), not once a worker.
+pytestmark = pytest.mark.xdist_group("airflow")
+
+# One Dag run's output on stdout, after dag.test() returns: its state, the task's tries and XCom.
+DAG_FILE = """
+import json, os, sys
+from datetime import timedelta
+from airflow.sdk import DAG
+from gatekeeper.airflow import GatekeeperSubmitOperator
+
+with DAG({dag_id!r}, schedule=None) as dag:
+    GatekeeperSubmitOperator(task_id="submit", input_path={input!r}, results_path={results!r}, poll_interval=0.1,
+                             retries={retries}, retry_delay=timedelta(seconds=0), deferrable={deferrable},
+                             state_dir={state!r})
+
+if __name__ == "__main__":
+    import datetime
+    dr = dag.test(logical_date=datetime.datetime.now(datetime.timezone.utc))
+    ti = dr.get_task_instance("submit")
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        xcom = session.query(XComModel).filter_by(dag_id=dr.dag_id, run_id=dr.run_id, task_id="submit").first()
+        value = None if xcom is None else xcom.value
+    print("RESULT " + json.dumps({{"state": str(dr.state), "tries": ti.try_number, "xcom": value}}, default=str))
+"""
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Airflow home with its metadata database (SQLite), migrated once for this module on this worker."""
+    home = tmp_path_factory.mktemp("airflow")
+    (home / "dags").mkdir()
+    done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=_env(home), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return home
+
+
+def _env(home: Path, fake: FakeAPI | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AIRFLOW"))}
+    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__UNIT_TEST_MODE": "False", "PYTHONPATH": str(Path(__file__).parent.parent)})
+    if fake is not None:
+        env["AIRFLOW_CONN_ANTHROPIC_DEFAULT"] = json.dumps({"conn_type": "anthropic", "password": WS1, "host": fake.url,
+                                                           "extra": {"admin_key": ADMIN}})
+    return env
+
+
+@pytest.fixture
+def dag(airflow_home: Path, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict]:
+    """A Dag of this test's own in the worker's Airflow home (removed after), and where its job's files go."""
+    dag_id = "gk_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[:60]
+    spec = {"dag_id": dag_id, "input": str(tmp_path / "in.jsonl"), "results": str(tmp_path / "out" / "results.jsonl"),
+            "state": str(tmp_path / "state"), "file": airflow_home / "dags" / f"{dag_id}.py", "home": airflow_home}
+    yield spec
+    spec["file"].unlink(missing_ok=True)
+
+
+def _write_dag(dag: dict, *, retries: int = 0, deferrable: bool = True, results: str | None = None) -> Path:
+    dag["file"].write_text(DAG_FILE.format(dag_id=dag["dag_id"], input=dag["input"], results=results or dag["results"],
+                                           retries=retries, deferrable=deferrable, state=dag["state"]))
+    return dag["file"]
+
+
+def _start(dag: dict, fake: FakeAPI) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(dag["file"])], env=_env(dag["home"], fake), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=str(dag["file"].parent))
+
+
+def _run(dag: dict, fake: FakeAPI) -> tuple[dict, str]:
+    """One Dag run to its end: (what it printed as RESULT, its whole log)."""
+    proc = _start(dag, fake)
+    out, _ = proc.communicate(timeout=80)
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    assert lines, out[-4000:]
+    return json.loads(lines[-1][7:]), out
+
+
+def _job_dir(dag: dict) -> Path:
+    [job] = [p for p in Path(dag["state"]).iterdir() if p.is_dir()]
+    return job
+
+
+def test_a_dag_runs_the_job_in_the_triggerer_and_returns_a_small_summary(dag: dict) -> None:
+    """The happy path, deferred: every request once, the results at results_path byte for byte as the CLI writes
+    them, a summary under 10 KB as the XCom; no key in the task's log or its XCom."""
+    ids = {f"af-{i}" for i in range(60)}
+    write_jsonl(Path(dag["input"]), [req(c) for c in sorted(ids)])
+    _write_dag(dag)
+    with running_fake(ceiling=1000, rate=2000) as fake:
+        result, log = _run(dag, fake)
+        assert result["state"] == "success", log[-4000:]
+        job = _job_dir(dag)
+        assert_exactly_once(fake, job / "results.jsonl", ids)
+    assert Path(dag["results"]).read_bytes() == (job / "results.jsonl").read_bytes()
+    xcom = result["xcom"]
+    assert (xcom["requests"], xcom["succeeded"], xcom["ok"], xcom["output"]) == (60, 60, True, dag["results"])
+    assert len(json.dumps(xcom)) < 10_000 and xcom["job"] == job.name
+    assert "deferring to the triggerer" in log and "60 of 60 succeeded" in log
+    assert WS1 not in log + json.dumps(xcom) and ADMIN not in log + json.dumps(xcom)
+
+
+def test_a_dag_run_killed_after_its_first_create_then_a_fresh_run_continues_the_job(dag: dict) -> None:
+    """SIGKILL the Dag's process once the first batch exists; a new Dag run over the same input re-attaches to the
+    job from its journal: nothing created twice, nothing succeeded twice, every request once."""
+    ids = {f"k-{i}" for i in range(90)}
+    write_jsonl(Path(dag["input"]), [req(c) for c in sorted(ids)])
+    _write_dag(dag)
+    with running_fake(ceiling=40, rate=30) as fake:  # batches of 10, slowly: the kill lands mid-job
+        proc = _start(dag, fake)
+        fake.org.wait_for(lambda r: r.creates >= 1, "the first create", timeout=60)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        first = fake.org.records.creates
+        fake.org.config.rate = 3000
+        result, log = _run(dag, fake)
+        assert result["state"] == "success", log[-4000:]
+        assert_exactly_once(fake, _job_dir(dag) / "results.jsonl", ids)
+        assert fake.org.records.creates >= first and fake.org.records.succeeded_twice == 0
+    assert result["xcom"]["succeeded"] == 90
+
+
+def test_a_first_try_that_fails_and_its_retry_reattach(dag: dict) -> None:
+    """The job fails mid-run (the API refuses the key once, after the first create): the task fails its first try,
+    and its retry continues the same job: no batch created again, every request once."""
+    from gatekeeper.testing import Fault
+
+    ids = {f"r-{i}" for i in range(60)}
+    write_jsonl(Path(dag["input"]), [req(c) for c in sorted(ids)])
+    _write_dag(dag, retries=1)
+    with running_fake(ceiling=40, rate=30) as fake:
+        proc = _start(dag, fake)
+        fake.org.wait_for(lambda r: r.creates >= 1, "the first create", timeout=60)
+        fake.inject(Fault("list", status=401, error_type="authentication_error", message="invalid x-api-key"))
+        out, _ = proc.communicate(timeout=80)
+        result = json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][7:])
+        assert result["state"] == "success" and result["tries"] == 2, out[-4000:]
+        assert "AuthenticationError" in out and "a retry continues the job" in out
+        assert_exactly_once(fake, _job_dir(dag) / "results.jsonl", ids)
+
+
+TRIGGER_RUNNER = """
+import asyncio, importlib, json, sys, time
+classpath, kwargs = json.loads(sys.stdin.read())
+module, name = classpath.rsplit(".", 1)
+trigger = getattr(importlib.import_module(module), name)(**kwargs)
+
+async def main():
+    stalls = [0.0]
+    async def ticker():
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            stalls[0] = max(stalls[0], now - last - 0.005)
+            last = now
+    tick = asyncio.create_task(ticker())
+    events = [e.payload async for e in trigger.run()]
+    tick.cancel()
+    return events, stalls[0]
+
+events, stall = asyncio.run(main())
+print("RESULT " + json.dumps({"events": events, "stall": stall}))
+"""
+
+
+def test_the_trigger_serialized_runs_in_another_process_and_never_stalls_its_loop(tmp_path: Path, airflow_home: Path) -> None:
+    """The job prepared on the "worker" (this process), its trigger serialized (no key in it) and rehydrated in
+    another process, where it runs the whole job: the event loop it shares never stalls 100 ms."""
+    from gatekeeper.airflow import GatekeeperTrigger
+    from gatekeeper.airflow._job import JobSpec
+
+    ids = {f"t-{i:05d}" for i in range(2000)}
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c, text="a longer prompt " * 20) for c in sorted(ids)])
+    with running_fake(ceiling=2000, rate=3000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+        state = tmp_path / "state"
+        spec = JobSpec(conn_id="anthropic_default", input_path=str(path), state_dir=str(state), results_path=None,
+                       journal=None, job=None, ledger=None, ceiling=None, budget=None, max_attempts=3, poll_interval=0.1)
+        prepared = submit_sync(path, config=config, settings=SubmitSettings(state_dir=state, poll=0.1), prepare_only=True)
+        assert prepared.requests == 2000 and fake.org.records.creates == 0
+        serialized = json.dumps(GatekeeperTrigger(**spec.to_kwargs()).serialize())
+        assert WS1 not in serialized and ADMIN not in serialized
+        done = subprocess.run([sys.executable, "-c", TRIGGER_RUNNER], input=serialized, env=_env(airflow_home, fake),
+                              capture_output=True, text=True, timeout=80, check=False)
+        line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+        assert line, done.stderr[-4000:]
+        result = json.loads(line[-1][7:])
+        [event] = result["events"]
+        assert event["status"] == "success" and event["summary"]["succeeded"] == 2000, event
+        assert_exactly_once(fake, state / "results.jsonl", ids)
+    assert result["stall"] < 0.1, f"the trigger held its event loop {result['stall'] * 1000:.0f} ms"
+
+
+def test_on_kill_cancels_the_live_batches_as_cancel_does(tmp_path: Path, airflow_home: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user kills the deferred task: the trigger's on_kill cancels the job's live batches and records it, so a
+    later run reports them rather than sending anything new. The operator's on_kill does the same on a worker."""
+    from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger
+    from gatekeeper.state._journal import Journal
+
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"c-{i}") for i in range(30)])
+    with running_fake(ceiling=20, rate=0.0, cancel_delay=0.0) as fake:  # nothing ends on its own
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        op = GatekeeperSubmitOperator(task_id="t", input_path=str(path), poll_interval=0.1, state_dir=str(tmp_path / "s"))
+        spec = op._job_spec()
+        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+        submit_sync(path, config=config, settings=SubmitSettings(state_dir=Path(spec.state_dir), poll=0.1), prepare_only=True)
+        trigger = GatekeeperTrigger(**spec.to_kwargs())
+
+        async def killed_while_deferred() -> None:
+            run = asyncio.ensure_future(trigger.run().__anext__())
+            while fake.org.records.creates == 0:
+                await asyncio.sleep(0.05)
+            await trigger.on_kill()
+            run.cancel()  # Airflow cancels the trigger after on_kill: the loop stops at a safe point
+            with pytest.raises(asyncio.CancelledError):
+                await run
+
+        asyncio.run(killed_while_deferred())
+        live = [b for b in fake.org.batches.values()]
+        assert live and all(b.status in ("canceling", "ended") and b.cancel_initiated_at is not None for b in live)
+        journal = Journal.open(Path(spec.state_dir))
+        try:
+            assert journal.get_meta("user_canceled") is True
+        finally:
+            journal.close()
+        op.on_kill()  # (nothing is live any more: it records the cancel again and touches no batch)
+        assert fake.org.records.creates == len(live)
+
+
+def test_not_deferrable_runs_the_same_loop_on_the_worker_and_delivers_to_object_storage(
+        tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deferrable=False: `execute` runs the whole job where it is, and the results go to an object-storage URL
+    (ObjectStoragePath's local file system) byte for byte; a second execute re-attaches and creates nothing."""
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+
+    ids = {f"w-{i}" for i in range(40)}
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c) for c in sorted(ids)])
+    target = tmp_path / "bucket" / "results.jsonl"
+    with running_fake(ceiling=1000, rate=2000) as fake:
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        op = GatekeeperSubmitOperator(task_id="w", input_path=str(path), results_path=f"file://{target}",
+                                      deferrable=False, poll_interval=0.1, state_dir=str(tmp_path / "s"))
+        summary = op.execute({})
+        again = op.execute({})
+        assert fake.org.records.creates == summary["batches"] == again["batches"]
+    job = Path(summary["state_dir"])
+    assert_exactly_once(fake, job / "results.jsonl", ids)
+    assert target.read_bytes() == (job / "results.jsonl").read_bytes() and summary["output"].endswith("results.jsonl")
+    assert (summary["succeeded"], again["succeeded"], summary["ok"]) == (40, 40, True)
+
+
+def test_the_example_dag_loads(airflow_home: Path) -> None:
+    """examples/airflow_dag.py parses under Airflow into one Dag with the operator, its paths templated."""
+    import runpy
+
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+
+    dag = runpy.run_path(str(Path(__file__).parent.parent / "examples" / "airflow_dag.py"))["dag"]
+    [task] = dag.tasks
+    assert isinstance(task, GatekeeperSubmitOperator) and "{{ ds }}" in task.input_path
+    assert set(GatekeeperSubmitOperator.template_fields) == {"input_path", "results_path", "job"}
