@@ -258,8 +258,8 @@ def test_on_kill_cancels_the_live_batches_as_cancel_does(tmp_path: Path, airflow
 
 def test_not_deferrable_runs_the_same_loop_on_the_worker_and_delivers_to_object_storage(
         tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """deferrable=False: `execute` runs the whole job where it is, and the results go to an object-storage URL
-    (ObjectStoragePath's local file system) byte for byte; a second execute re-attaches and creates nothing."""
+    """deferrable=False: `execute` runs the whole job where it is, and the results go to an ObjectStoragePath (its
+    local file system) byte for byte; a second execute re-attaches and creates nothing."""
     from gatekeeper.airflow import GatekeeperSubmitOperator
 
     ids = {f"w-{i}" for i in range(40)}
@@ -268,7 +268,9 @@ def test_not_deferrable_runs_the_same_loop_on_the_worker_and_delivers_to_object_
     with running_fake(ceiling=1000, rate=2000) as fake:
         for k, v in _env(airflow_home, fake).items():
             monkeypatch.setenv(k, v)
-        op = GatekeeperSubmitOperator(task_id="w", input_path=str(path), results_path=f"file://{target}",
+        from airflow.sdk import ObjectStoragePath
+
+        op = GatekeeperSubmitOperator(task_id="w", input_path=str(path), results_path=ObjectStoragePath(f"file://{target}"),
                                       deferrable=False, poll_interval=0.1, state_dir=str(tmp_path / "s"))
         summary = op.execute({})
         again = op.execute({})
@@ -289,3 +291,74 @@ def test_the_example_dag_loads(airflow_home: Path) -> None:
     [task] = dag.tasks
     assert isinstance(task, GatekeeperSubmitOperator) and "{{ ds }}" in task.input_path
     assert set(GatekeeperSubmitOperator.template_fields) == {"input_path", "results_path", "job"}
+
+
+def test_findings_fail_the_task_only_when_asked_and_the_state_base_is_configurable(
+        tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job that ended with findings (a rejected line) succeeds with them counted, or fails with
+    fail_on_findings=True; an error event fails the try with its message. State directories go below the operator's
+    argument, else `[gatekeeper] state_dir`, else $AIRFLOW_HOME/gatekeeper."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+    from gatekeeper.airflow._job import state_base
+
+    rows = [req(f"f-{i}") for i in range(10)] + [b'{"custom_id": "bad"}']
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    with running_fake(ceiling=1000, rate=2000) as fake:
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        lenient = GatekeeperSubmitOperator(task_id="a", input_path=str(path), deferrable=False, poll_interval=0.1,
+                                           state_dir=str(tmp_path / "s"))
+        summary = lenient.execute({})
+        assert (summary["succeeded"], summary["invalid"], summary["ok"]) == (10, 1, False)
+        strict = GatekeeperSubmitOperator(task_id="b", input_path=str(path), deferrable=False, poll_interval=0.1,
+                                          state_dir=str(tmp_path / "s"), fail_on_findings=True)
+        with pytest.raises(AirflowException, match="ended with findings"):
+            strict.execute({})  # (the same job, re-attached: nothing is sent again)
+        assert fake.org.records.creates == 1
+        with pytest.raises(AirflowException, match=r"AuthenticationError: .* \(exit 2\); a retry continues the job"):
+            strict.execute_complete({}, {"status": "error", "message": "AuthenticationError: key refused", "exit_code": 2})
+    assert state_base("/x") == Path("/x")
+    assert state_base(None) == airflow_home / "gatekeeper"
+    monkeypatch.setenv("AIRFLOW__GATEKEEPER__STATE_DIR", str(tmp_path / "configured"))
+    assert state_base(None) == tmp_path / "configured"
+
+
+def test_a_restarted_triggerer_and_a_postgresql_journal_named_by_a_connection(
+        tmp_path: Path, airflow_home: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deferral path in this process, with the journal in PostgreSQL given as an Airflow connection id (its
+    password never in the trigger's arguments): the trigger is cancelled mid-job, as when its triggerer stops; a new
+    trigger from the same serialized form continues the job; execute_complete returns its summary."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger
+
+    ids = {f"p-{i}" for i in range(60)}
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c) for c in sorted(ids)])
+    password = pg_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    with running_fake(ceiling=40, rate=40) as fake:  # batches of 10, a few seconds in all
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("AIRFLOW_CONN_GK_JOURNAL", pg_url)
+        op = GatekeeperSubmitOperator(task_id="p", input_path=str(path), journal="gk_journal", poll_interval=0.1,
+                                      job=f"airflow-{os.urandom(4).hex()}", state_dir=str(tmp_path / "s"))
+        with pytest.raises(TaskDeferred) as deferred:
+            op.execute({})
+        classpath, kwargs = deferred.value.trigger.serialize()
+        assert password not in json.dumps(kwargs) and WS1 not in json.dumps(kwargs)
+
+        async def restarted() -> dict:
+            first = asyncio.ensure_future(GatekeeperTrigger(**kwargs).run().__anext__())
+            while fake.org.records.creates == 0:
+                await asyncio.sleep(0.05)
+            first.cancel()  # the triggerer stops: the loop stops at a safe point, nothing is canceled
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            assert all(b.cancel_initiated_at is None for b in fake.org.batches.values())
+            return (await GatekeeperTrigger(**kwargs).run().__anext__()).payload
+
+        event = asyncio.run(restarted())
+        summary = op.execute_complete({}, event)
+        assert_exactly_once(fake, Path(summary["output"]), ids)
+    assert summary["succeeded"] == 60 and summary["job"] == kwargs["job"]
