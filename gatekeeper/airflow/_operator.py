@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,8 @@ from .._errors import GatekeeperError
 from ..run._submit import job_name_of
 from ._job import JobSpec, cancel_job, connection_config, deliver, failure, run_job, small_summary, state_base
 from ._trigger import GatekeeperTrigger
+
+ON_KILL_WAIT = 60.0  # seconds `on_kill` waits for the cancel calls
 
 
 class GatekeeperSubmitOperator(BaseOperator):
@@ -114,7 +117,14 @@ class GatekeeperSubmitOperator(BaseOperator):
         return summary
 
     def on_kill(self) -> None:
-        """The task was killed while it ran on the worker: cancel the job's live batches (as `gatekeeper cancel`)."""
+        """The task was killed while it ran on the worker: cancel the job's live batches (as `gatekeeper cancel`).
+
+        Airflow calls this from its signal handler, possibly while `execute`'s own event loop runs in this thread:
+        the cancel runs in a thread of its own."""
         spec = self._spec or self._job_spec()
-        count = cancel_job(spec, connection_config(self.conn_id))
-        self.log.info("gatekeeper: %d live batch(es) of the job canceled", count)
+        config = connection_config(self.conn_id)
+        counted: list[int] = []
+        worker = threading.Thread(target=lambda: counted.append(cancel_job(spec, config)), name="gatekeeper-cancel")
+        worker.start()
+        worker.join(ON_KILL_WAIT)
+        self.log.info("gatekeeper: %s live batch(es) of the job canceled", counted[0] if counted else "the")
