@@ -135,3 +135,37 @@ def test_the_fakes_windows_run_on_its_injected_clock() -> None:
         assert listed() == [] and found() == 200  # past the 404 window, still lagging in the listing
         now[0] += 300
         assert listed() == [created["id"]]
+
+
+async def test_a_rest_held_past_its_primers_life_is_sent_and_the_lapse_recorded(tmp_path: Path) -> None:
+    """Priming: hidden load fills the queue once the primer has ended, so its round's rest waits longer than the
+    prefix's 5-minute life (in simulated time). The rest still goes, each request once; the journal records the
+    lapse and the summary counts it."""
+    doc = "Context shared by three questions. " * 200  # about 2,100 of the fake's tokens: above the minimum
+    rows = [{"custom_id": f"q{i}", "params": {"model": "claude-sonnet-5", "max_tokens": 8, "messages": [
+        {"role": "user", "content": f"question {i}"}],
+        "system": [{"type": "text", "text": doc, "cache_control": {"type": "ephemeral"}}]}} for i in range(3)]
+    write_jsonl(tmp_path / "in.jsonl", rows)
+    sim = SimulatedTime()
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = SubmitSettings(ceiling=100, poll=60.0, preflight=False)
+    with running_fake(ceiling=100, rate=400, queue_retry_after=None, cancel_delay=1e9) as fake:
+        async def hide_after_primer() -> None:
+            while not any(e == "admitted" for e, _ in events):
+                await anyio.sleep(0.001)
+            # Another workspace's load we cannot see, held in the queue (a batch that takes forever to cancel
+            # counts and is never processed) until six simulated minutes have passed: the rest cannot fit.
+            hidden = fake.org.add_batch("wrkspc_2", 100, status="canceling")
+            while sim.slept < 360:
+                await anyio.sleep(0.005)
+            with fake.org.lock:
+                hidden.cancel_initiated_at = -1e9  # it ends now
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hide_after_primer)
+                summary = await _run_job(tmp_path, fake, sim, settings, events)
+        assert_exactly_once(fake, tmp_path / "out.jsonl", {"q0", "q1", "q2"})
+    lapses = [f for e, f in events if e == "primer_lapsed"]
+    assert lapses == [{"round": 0, "life": 300.0}]
+    assert summary.caching is not None and summary.caching["priming"]["lapsed_rounds"] == 1

@@ -16,6 +16,7 @@ from gatekeeper.decide._priming import (
     groups,
     ideal_write_share,
     input_costs,
+    lapsed,
     read_share,
     round_size,
     rounds,
@@ -92,22 +93,33 @@ def w(idx: int, kind: str, n: int, r: int | None = None) -> Waiting:
     return Waiting(idx, kind, n, r)
 
 
+@pytest.mark.parametrize(("ended_at", "life", "now", "gone"), [
+    (None, 300.0, 1e9, False),  # not ended: nothing to lapse
+    (100.0, 300.0, 399.0, False),
+    (100.0, 300.0, 401.0, True),  # a 5-minute prefix, 301 s after its primer ended
+    (100.0, 3600.0, 401.0, False),
+    (100.0, None, 1e9, False),  # a life unknown (a journal from before lives were recorded)
+])
+def test_a_round_lapses_when_its_primers_ended_longer_ago_than_its_life(ended_at, life, now, gone) -> None:
+    assert lapsed(ended_at, life, now) is gone
+
+
 @pytest.mark.parametrize(("waiting", "ended", "cap", "order", "sizes", "reserve"), [
     # nothing of priming: all as today, in order
     ([w(0, "plan", 10), w(1, "retry", 5)], {}, None, [0, 1], [10, 5], 0),
     # round 0's primer waits: it asks room for its rest too; the rest is held (no reserve yet: its primer is not sent)
-    ([w(0, "plan", 10), w(1, "primer", 2, 0), w(2, "rest", 8, 0)], {0: False}, None, [1, 0], [10, 10], 0),
+    ([w(0, "plan", 10), w(1, "primer", 2, 0), w(2, "rest", 8, 0)], {0: None}, None, [1, 0], [10, 10], 0),
     # the primer is in flight: the rest is held and its room reserved
-    ([w(0, "plan", 10), w(2, "rest", 8, 0)], {0: False}, None, [0], [10], 8),
+    ([w(0, "plan", 10), w(2, "rest", 8, 0)], {0: None}, None, [0], [10], 8),
     # the primer ended: the rest goes first
-    ([w(0, "plan", 10), w(2, "rest", 8, 0)], {0: True}, None, [2, 0], [8, 10], 0),
+    ([w(0, "plan", 10), w(2, "rest", 8, 0)], {0: 5.0}, None, [2, 0], [8, 10], 0),
     # round 1's primer waits for round 0's rest to be sent, however much room there is
-    ([w(2, "rest", 8, 0), w(3, "primer", 2, 1), w(4, "rest", 6, 1)], {0: False, 1: False}, None, [], [], 8),
-    ([w(3, "primer", 2, 1), w(4, "rest", 6, 1)], {0: True, 1: False}, None, [3], [8], 0),
+    ([w(2, "rest", 8, 0), w(3, "primer", 2, 1), w(4, "rest", 6, 1)], {0: None, 1: None}, None, [], [], 8),
+    ([w(3, "primer", 2, 1), w(4, "rest", 6, 1)], {0: 5.0, 1: None}, None, [3], [8], 0),
     # a round larger than the queue can ever hold asks no more than the cap
-    ([w(3, "primer", 2, 1), w(4, "rest", 60, 1)], {1: False}, 50, [3], [50], 0),
+    ([w(3, "primer", 2, 1), w(4, "rest", 60, 1)], {1: None}, 50, [3], [50], 0),
 ])
-def test_the_gate(waiting: list[Waiting], ended: dict[int, bool], cap: int | None, order: list[int], sizes: list[int],
+def test_the_gate(waiting: list[Waiting], ended: dict[int, float | None], cap: int | None, order: list[int], sizes: list[int],
                   reserve: int) -> None:
     g = gate(waiting, ended, cap)
     assert (g.order, g.sizes, g.reserve) == (order, sizes, reserve)

@@ -151,9 +151,14 @@ class Gate:
     held: int  # batches held back for a primer (for the "waiting" event)
 
 
-def gate(waiting: list[Waiting], primers_ended: dict[int, bool], cap: int | None) -> Gate:
-    """Which waiting batches may go now. `primers_ended[r]`: whether every primer of round r has ended (False while
-    one is planned or in flight); `cap`: the most room a batch can ever need (ceiling less margin), if known."""
+def lapsed(ended_at: float | None, life: float | None, now: float) -> bool:
+    """Whether a round's prefixes should have left the cache: its primers ended longer ago than its shortest life."""
+    return ended_at is not None and life is not None and now - ended_at > life
+
+
+def gate(waiting: list[Waiting], primers_ended: dict[int, float | None], cap: int | None) -> Gate:
+    """Which waiting batches may go now. `primers_ended[r]`: when every primer of round r had ended (None while one
+    is planned or in flight); `cap`: the most room a batch can ever need (ceiling less margin), if known."""
     rests: dict[int, int] = {}
     for w in waiting:
         if w.kind == "rest" and w.round is not None:
@@ -163,7 +168,7 @@ def gate(waiting: list[Waiting], primers_ended: dict[int, bool], cap: int | None
     reserve = held = 0
     for w in waiting:
         if w.kind == "rest":
-            if primers_ended.get(w.round or 0, True):
+            if primers_ended.get(w.round or 0, 0.0) is not None:
                 ready.append((w.idx, w.requests))
             else:
                 held += 1

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .._prices import BYTES_PER_TOKEN, PriceTable
 from ..decide._priming import (
+    LIFE_SECONDS,
     Prefix,
     Rates,
     Use,
@@ -151,6 +152,7 @@ class Round:
 
     primers: list[tuple[int, int, int, str]]  # (line, offset, bytes, custom_id), in line order
     rest: list[tuple[int, int, int, str]]
+    life: float  # seconds the shortest-lived of its prefixes lives after its last use
 
 
 def priming_rounds(report: PlanReport, prices: PriceTable, round_size: int) -> list[Round]:
@@ -161,5 +163,6 @@ def priming_rounds(report: PlanReport, prices: PriceTable, round_size: int) -> l
     for members in rounds([len(g) for g in shared], round_size):
         primers = [m.rows[shared[g][0]][:4] for g in members]
         rest = sorted(m.rows[k][:4] for g in members for k in shared[g][1:])
-        out.append(Round(sorted(primers), rest))
+        life = min(LIFE_SECONDS[p.life] for g in members if (p := m.chosen[shared[g][0]]) is not None)
+        out.append(Round(sorted(primers), rest, life))
     return out

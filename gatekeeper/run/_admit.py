@@ -13,7 +13,7 @@ from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, Rat
 from ..api._http import CREATE_ANSWER_WAIT
 from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ..decide._budget import Spend, may_spend, request_worst
-from ..decide._priming import Waiting, gate
+from ..decide._priming import Waiting, gate, lapsed
 from ..input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, PendingRow
 from ..state._records import Listed
@@ -38,6 +38,7 @@ class Admitter(Part):
         self.refusals = 0
         self.batch_size = ctx.s.limits.max_requests
         self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
+        self.lapsed: set[int] = set()  # priming rounds whose lapse is recorded
 
     async def admit_round(self, snap: Snapshot) -> None:
         planned = self.journal.batches(BatchState.PLANNED)
@@ -75,10 +76,22 @@ class Admitter(Part):
         flight, and how many are held back for a primer (`decide._priming.gate`)."""
         if all(b.cache_round is None for b in planned):
             return planned, [b.requests for b in planned], 0, 0
-        g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], self.journal.primers_ended(),
+        ended = self.journal.primers_ended()
+        g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], ended,
                  None if bound is None else max(1, bound - self.s.margin))
         by_idx = {b.idx: b for b in planned}
+        self._note_lapses([by_idx[i] for i in g.order], ended)
         return [by_idx[i] for i in g.order], g.sizes, g.reserve, g.held
+
+    def _note_lapses(self, going: list[BatchRow], ended: dict[int, float | None]) -> None:
+        """A round's rest that can go only after its prefixes should have left the cache (other load held the queue)
+        still goes (its reads are lost, not its answers); the journal records it once a round, for the summary."""
+        lives = ((self.journal.get_meta("report") or {}).get("priming") or {}).get("lives") or {}
+        for r in sorted({b.cache_round for b in going if b.kind == "rest" and b.cache_round is not None}):
+            if r not in self.lapsed and lapsed(ended.get(r), lives.get(str(r)), self.journal.now()):
+                self.lapsed.add(r)
+                self.journal.event("primer_lapsed", round=r, life=lives.get(str(r)))
+                self.emit("primer_lapsed", {"round": r, "life": lives.get(str(r))})
 
     def _worst_case(self, row: BatchRow) -> float:
         """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens."""

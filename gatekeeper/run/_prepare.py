@@ -107,7 +107,7 @@ class Preparation(Part):
 
     def _job_plan(self, report: PlanReport, size: int, mtime: int) -> JobPlan:
         caching = report.caching(self.prices)
-        listed = self._priming(report)
+        listed, lives = self._priming(report)
         claimed = {r.line: r.length for _, _, rows in listed for r in rows}
         return JobPlan(
             input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
@@ -116,24 +116,27 @@ class Preparation(Part):
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
                     "models": report.models, "preflight": report.preflight,
                     "estimate": report.estimate(self.prices), "caching": caching,
-                    "priming": {"rounds": len({r for _, r, _ in listed}), "primers": sum(len(g) for k, _, g in listed if k == "primer"),
-                                "rest": sum(len(g) for k, _, g in listed if k == "rest")} if listed else None},
+                    "priming": {"rounds": len(lives), "primers": sum(len(g) for k, _, g in listed if k == "primer"),
+                                "rest": sum(len(g) for k, _, g in listed if k == "rest"), "lives": lives} if listed else None},
             output=os.path.abspath(self.out.path),
             batches=without_lines(report.batches, claimed),
             rejections=[(e.line, e.custom_id, e.reason) for e in report.errors],
             listed=listed,
         )
 
-    def _priming(self, report: PlanReport) -> list[Listed]:
-        """The primer and rest batches of each round (none with --no-prime, or when no prefix is shared)."""
+    def _priming(self, report: PlanReport) -> tuple[list[Listed], dict[str, float]]:
+        """The primer and rest batches of each round, and each round's shortest life in seconds (by round number);
+        none with --no-prime, or when no prefix is shared."""
         if not self.s.prime:
-            return []
+            return [], {}
         limits = Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes)
         listed: list[Listed] = []
+        lives: dict[str, float] = {}
         for k, r in enumerate(priming_rounds(report, self.prices, round_size(self.ceiling, self.s.margin, self.batch_size))):
             for kind, rows in (("primer", r.primers), ("rest", r.rest)):
                 listed += [(kind, k, g) for g in pack_rows([PendingRow(*row, 1) for row in rows], limits)]
-        return listed
+            lives[str(k)] = r.life
+        return listed, lives
 
 
 async def check_identity(j: Journal, path: str) -> None:

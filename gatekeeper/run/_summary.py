@@ -80,7 +80,8 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         canceled_job=canceled_job(j),
         pending=requests - t.final, complete=requests == t.final,
         usage=usage_json(t.usage),
-        cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report, prices or load_prices()),
+        cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report, prices or load_prices(),
+                                                len(j.events_of("primer_lapsed"))),
         budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
                                             "held_back": held},
     )
@@ -95,7 +96,7 @@ def usage_json(usage: tuple[int, ...]) -> dict[str, Any]:
 
 
 def realized_caching(usage: tuple[int, ...], by_model: list[tuple[Any, ...]], report: dict[str, Any],
-                     prices: PriceTable) -> dict[str, Any] | None:
+                     prices: PriceTable, lapsed: int = 0) -> dict[str, Any] | None:
     """What caching did for the run (see `Summary.caching`). The saving prices every cache token as plain input
     instead, at batch prices; None when a model that succeeded has no price."""
     _, _, written, read, hour = usage
@@ -114,7 +115,8 @@ def realized_caching(usage: tuple[int, ...], by_model: list[tuple[Any, ...]], re
     share = read_share(read, written, (planned or {}).get("ideal_write_share"))
     return {"write_5m_tokens": written - hour, "write_1h_tokens": hour, "read_tokens": read,
             "read_share_of_ideal": None if share is None else round(share, 4),
-            "saving_usd": None if saving is None else round(saving, 6), "priming": report.get("priming")}
+            "saving_usd": None if saving is None else round(saving, 6),
+            "priming": {**report["priming"], "lapsed_rounds": lapsed} if report.get("priming") else None}
 
 
 def canceled_job(j: Journal) -> dict[str, Any] | None:

@@ -292,11 +292,14 @@ class Journal(LeaseRecords, OutcomeRecords):
         return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ? UNION "
                                               "SELECT line FROM claimed WHERE line BETWEEN ? AND ?", (first, last) * 2)}
 
-    def primers_ended(self) -> dict[int, bool]:
-        """Round -> whether every primer batch of the round has ended (results there or collected)."""
-        return {int(r): bool(e) for r, e in self.db.execute(
-            "SELECT cache_round, MIN(CASE WHEN state IN ('ended', 'collected') THEN 1 ELSE 0 END) FROM batches "
-            "WHERE kind = 'primer' GROUP BY cache_round")}
+    def primers_ended(self) -> dict[int, float | None]:
+        """Round -> when the last primer batch of the round was seen to end (this journal's clock), or None while
+        one has not ended."""
+        rows = self.db.execute(
+            "SELECT b.cache_round, MIN(CASE WHEN b.state IN ('ended', 'collected') THEN 1 ELSE 0 END), MAX(e.at) "
+            "FROM batches b LEFT JOIN events e ON e.batch = b.idx AND e.event = 'ended' "
+            "WHERE b.kind = 'primer' GROUP BY b.cache_round")
+        return {int(r): (float(at) if at is not None else 0.0) if done else None for r, done, at in rows}
 
     def members(self, idx: int) -> list[tuple[int, int, int, str, int]]:
         """(line, offset, length, custom_id, attempt) of a member-listed batch (retry, primer, rest), in line order."""

@@ -54,6 +54,10 @@ class JournalBase:
     def initialized(self) -> bool:
         return self.get_meta("input") is not None
 
+    def now(self) -> float:
+        """This journal's clock: the time its events are stamped with."""
+        return float(self._clock())
+
     def event(self, event: str, batch: int | None = None, **detail: Any) -> None:
         """A mark on the run's timeline (a resume, say), in its own transaction."""
         with self.transaction() as db:
