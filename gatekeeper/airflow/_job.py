@@ -16,6 +16,7 @@ import anyio
 
 from .._errors import GatekeeperError, UsageError
 from ..api._config import ApiConfig
+from ..run._beside import beside
 from ..run._settings import SubmitSettings
 from ..run._submit import cancel, submit
 from ..run._summary import Summary
@@ -87,27 +88,16 @@ def run_job(spec: JobSpec, config: ApiConfig, *, prepare_only: bool = False,
     it at its next safe point (`Interrupted`, resumable)."""
     async def main() -> Summary:
         ended = anyio.Event()
-        result: list[Summary] = []
-        failed: list[Exception] = []
-        async with anyio.create_task_group() as tg:
-            async def watch() -> None:
-                if stop is None:
-                    await anyio.sleep_forever()
-                while stop is not None and not stop.is_set():
-                    await anyio.sleep(STOP_POLL)
-                ended.set()
 
-            tg.start_soon(watch)
-            try:
-                result.append(await submit(spec.input_path, config=config, settings=settings_of(spec), stop=ended,
-                                           prepare_only=prepare_only))
-            except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
-                failed.append(exc)
-            finally:
-                tg.cancel_scope.cancel()
-        if failed:
-            raise failed[0]
-        return result[0]
+        async def relay() -> None:  # (an anyio.Event is set from its own loop's thread only)
+            if stop is None:
+                await anyio.sleep_forever()
+            while stop is not None and not stop.is_set():
+                await anyio.sleep(STOP_POLL)
+            ended.set()
+
+        return await beside(lambda: submit(spec.input_path, config=config, settings=settings_of(spec), stop=ended,
+                                           prepare_only=prepare_only), relay)
 
     return anyio.run(main)
 

@@ -328,9 +328,9 @@ async def _with_signals(body: Callable[[Any], Any], on_stop: Callable[[], None])
 
     import anyio
 
+    from ..run._beside import beside
+
     stop = anyio.Event()
-    outcome: list[Any] = []
-    failure: list[BaseException] = []
 
     async def watch() -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -341,17 +341,7 @@ async def _with_signals(body: Callable[[Any], Any], on_stop: Callable[[], None])
                 on_stop()
                 print("gatekeeper: stopping at the next safe point (Ctrl-C again to exit at once)", file=sys.stderr)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
-        try:
-            outcome.append(await body(stop))
-        except Exception as exc:
-            failure.append(exc)
-        finally:
-            tg.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    return outcome[0]
+    return await beside(lambda: body(stop), watch)
 
 
 def cmd_results(args: argparse.Namespace) -> int:
