@@ -12,7 +12,8 @@ the output's new length are committed in one transaction (`Journal.settling`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 import orjson
@@ -160,8 +161,8 @@ class Collector:
 
     async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int) -> int:
         """Stream, verify (`Download`) and settle every line; the output's new length."""
-        members = {custom_id(body): (line, off, len(body), attempt) for line, off, body, attempt in batch_requests(self.path, self.journal, row)}
-        download = Download(self.api, batch, set(members), f"batch {row.idx}")
+        members = Members(batch_requests(self.path, self.journal, row))
+        download = Download(self.api, batch, members.ids(), f"batch {row.idx}")
         pos = start
         # Read once a batch, not once a line: with a journal on a server each read is a round trip.
         canceled = bool(self.journal.get_meta("user_canceled")) or row.idx in (self.journal.get_meta("canceled_batches") or [])
@@ -177,7 +178,7 @@ class Collector:
                     reached("mid-results")
         if download.foreign:  # a batch adopted by listing that was not ours; ours may exist (not listed then): never resend
             raise _NotOurs(row.idx, str(row.batch_id), download.foreign)
-        for cid, (line, off, length, attempt) in members.items():
+        for cid, (line, off, length, attempt) in members.left():
             self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
             raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
             # complete by the API's counts, yet ours is absent: final, never resent
@@ -224,3 +225,32 @@ class Collector:
 
     def _max_attempts(self) -> int:
         return int((self.journal.get_meta("settings") or {}).get("max_attempts", self.s.max_attempts))
+
+
+class Members:
+    """A batch's requests by custom_id, each (line, offset, length, attempt), held in four arrays rather than a tuple
+    apiece: 32 bytes a request instead of about 170, and nothing for the cycle collector to walk (it pauses every
+    thread, the Airflow triggerer's event loop included)."""
+
+    def __init__(self, requests: Iterable[tuple[int, int, bytes, int]]) -> None:
+        self._at: dict[str, int] = {}
+        self._cols: tuple[array[int], ...] = (array("q"), array("q"), array("q"), array("q"))
+        line, off, size, tries = self._cols
+        for k, (n, o, body, attempt) in enumerate(requests):
+            self._at[custom_id(body)] = k
+            line.append(n)
+            off.append(o)
+            size.append(len(body))
+            tries.append(attempt)
+
+    def ids(self) -> set[str]:
+        return set(self._at)
+
+    def pop(self, cid: str) -> tuple[int, int, int, int]:
+        k = self._at.pop(cid)
+        return self._cols[0][k], self._cols[1][k], self._cols[2][k], self._cols[3][k]
+
+    def left(self) -> Iterator[tuple[str, tuple[int, int, int, int]]]:
+        """The requests not popped: those the results had no line for."""
+        for cid in list(self._at):
+            yield cid, self.pop(cid)
