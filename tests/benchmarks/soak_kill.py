@@ -2,7 +2,7 @@
 
 Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--jobs 1] [--rounds 1]
                                             [--ledger URL] [--journal URL] [--signal kill|term|int|mixed]
-                                            [--same-ids]
+                                            [--same-ids] [--cached]
 
 The crash tests kill a run at named points; this kills it wherever the clock says, while the fake drops created
 batches' answers, answers 5xx and 529, hides new batches from the listing and from retrieve, withholds results
@@ -15,7 +15,8 @@ run at once in one workspace, each killed in its own rhythm, so a lost create ca
 the same size in the listing (give them a shared `--ledger` to keep them under the ceiling together). With
 `--same-ids` the jobs number their rows alike (r0, r1, ...) with prompts of their own and `--max-requests` keeps
 their batches one size, so a lost answer meets a batch with our size and our ids that is not ours; each result line
-is then judged against its own prompt (the fake stamps every answer with its prompt's digest). With
+is then judged against its own prompt (the fake stamps every answer with its prompt's digest). With `--cached` the
+requests come in shuffled groups of six sharing a marked document, so every run primes (non-contiguous batches). With
 `--signal term` (or `int`, or `mixed`: one of the three at random each time) a run is stopped the way a scheduler
 or a user stops it: it must exit 130 (or finish) within 60 s and print no traceback. The judgement, from the fake's records and the
 results file: every input line has exactly one final result, no request succeeded twice, no request was tried
@@ -60,32 +61,43 @@ def main() -> None:
     ap.add_argument("--journal", help="submit's --journal URL: every run after a kill on a new host")
     ap.add_argument("--signal", choices=("kill", "term", "int", "mixed"), default="kill", help="how a run is stopped")
     ap.add_argument("--same-ids", action="store_true", help="every job numbers its rows alike (r0, r1, ...)")
+    ap.add_argument("--cached", action="store_true",
+                    help="requests in groups of 6 sharing a marked document (so the job is primed)")
     a = ap.parse_args()
     breaches = 0
     for seed in range(a.seed, a.seed + a.rounds):
         with tempfile.TemporaryDirectory() as work:
             breaches += not soak(seed, a.requests, a.kills, a.jobs, work, a.ledger, a.journal, a.signal,
-                                   a.same_ids)
+                                   a.same_ids, a.cached)
     sys.exit(1 if breaches else 0)
 
 
-def _write_job(path: str, prefix: str, n: int, rng: random.Random) -> None:
+def _write_job(path: str, prefix: str, n: int, rng: random.Random, cached: bool = False) -> None:
     os.makedirs(os.path.dirname(path))
     job = os.path.basename(os.path.dirname(path))  # (no two jobs send the same prompt, even with the same ids)
+    rows = []
+    for i in range(n):
+        params: dict = {"model": MODELS[i % 2], "max_tokens": 16,
+                        "messages": [{"role": "user", "content": f"{job} " + "x" * rng.randint(5, 200)}]}
+        if cached:  # six requests a document, the document marked (1h for every other one), lines shuffled below
+            d = i // 6
+            params["model"] = MODELS[1]
+            params["system"] = [{"type": "text", "text": f"{job} document {d}: " + "lorem ipsum " * 450,
+                                 "cache_control": {"type": "ephemeral", "ttl": "1h" if d % 2 else "5m"}}]
+        rows.append(orjson.dumps({"custom_id": f"{prefix}{i}", "params": params}) + b"\n")
+    if cached:
+        rng.shuffle(rows)
     with open(path, "wb") as f:
-        for i in range(n):
-            params = {"model": MODELS[i % 2], "max_tokens": 16,
-                      "messages": [{"role": "user", "content": f"{job} " + "x" * rng.randint(5, 200)}]}
-            f.write(orjson.dumps({"custom_id": f"{prefix}{i}", "params": params}) + b"\n")
+        f.writelines(rows)
 
 
 def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None, journal: str | None,
-         how: str = "kill", same_ids: bool = False) -> bool:
+         how: str = "kill", same_ids: bool = False, cached: bool = False) -> bool:
     rng = random.Random(seed)
     paths = [os.path.join(work, f"job{j}", "in.jsonl") for j in range(jobs)]
     prefixes = ["r" if same_ids else f"j{j}r" for j in range(jobs)]
     for path, prefix in zip(paths, prefixes, strict=True):
-        _write_job(path, prefix, n, rng)
+        _write_job(path, prefix, n, rng, cached)
     doom = {f"{p}{i}": rng.randrange(100) for p in set(prefixes) for i in range(n)}  # 0-2: errored once, 3: expired twice, 4: invalid
 
     def outcome(cid: str, model: str, attempt: int) -> Outcome | None:
@@ -144,6 +156,10 @@ def _judged(name: str, ran: tuple[int, int, dict], path: str, prefix: str, n: in
     print(f"{name}: {killed} kills, exit {code}; final results {len(finals):,} (twice {twice}, missing {missing}, "
           f"another job's answer {wrong}); errored {summary['errored']} (invalid by design {invalid}); output rebuilt "
           f"{summary.get('rebuilt')}; adoptions {summary.get('adoptions')}", flush=True)
+    caching = summary.get("caching")
+    if caching and caching.get("priming"):
+        print(f"{name}: primed in {caching['priming']['rounds']} round(s); reads {caching['read_share_of_ideal']} of "
+              f"the ideal; lapsed rounds {caching['priming']['lapsed_rounds']}", flush=True)
     return retried and not (twice or missing or wrong)
 
 
