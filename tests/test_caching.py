@@ -105,6 +105,8 @@ def test_submit_primes_each_shared_prefix_and_the_rest_reads_it(tmp_path: Path) 
     before priming) reads nothing and costs more than twice as much."""
     path = corpus(tmp_path / "in.jsonl")
     with running_fake(ceiling=100, rate=400, speed=20) as fake:  # rounds of half the queue: 50 requests
+        dry = orjson.loads(gk(["submit", str(path), *FLAGS, "--dry-run"], env_for(fake)).stdout)
+        assert dry["caching"]["models"]["claude-sonnet-5"]["shared_prefixes"] == DOCS and fake.org.records.creates == 0
         proc = gk(["submit", str(path), *FLAGS], env_for(fake))
         primed = orjson.loads(proc.stdout)
         assert proc.returncode == 1, proc.stderr[-2000:]  # the unknown model's two requests are refused by preflight

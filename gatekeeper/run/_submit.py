@@ -359,8 +359,9 @@ async def dry_run(
     sizes = [b.requests for b in report.batches]
     free = room(h.ceiling, h.depth, settings.margin, 0)
     now = admit(sizes, free, in_flight=0, max_in_flight=settings.max_in_flight)
+    prices = prices or load_prices()
     return DryRun(
-        plan=report, estimate=report.estimate(prices or load_prices()), batch_size=size, ceiling=h.ceiling,
+        plan=report, estimate=report.estimate(prices), caching=report.caching(prices), batch_size=size, ceiling=h.ceiling,
         ceiling_source=h.ceiling_source, depth=h.depth, remaining=h.remaining, would_create_now=now,
         requests_now=sum(sizes[:now]), would_wait=len(sizes) - now, queue_after=h.depth + sum(sizes[:now]),
         policy="unknown ceiling: the first batch is tried and a bound learned from refusals" if h.ceiling is None else

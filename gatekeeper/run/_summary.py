@@ -169,6 +169,7 @@ class DryRun:
     would_wait: int  # batches
     queue_after: int
     policy: str
+    caching: dict[str, Any] | None = None  # `PlanReport.caching` (a primed job sends primers first: see caching.md)
 
     def to_json(self) -> dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "plan"}, "plan": self.plan.to_json()}
