@@ -224,6 +224,7 @@ def test_on_kill_cancels_the_live_batches_as_cancel_does(tmp_path: Path, airflow
     """A user kills the deferred task: the trigger's on_kill cancels the job's live batches and records it, so a
     later run reports them rather than sending anything new. The operator's on_kill does the same on a worker."""
     from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger
+    from gatekeeper.airflow._job import connection_config
     from gatekeeper.state._journal import Journal
 
     path = write_jsonl(tmp_path / "in.jsonl", [req(f"c-{i}") for i in range(30)])
@@ -231,7 +232,7 @@ def test_on_kill_cancels_the_live_batches_as_cancel_does(tmp_path: Path, airflow
         for k, v in _env(airflow_home, fake).items():
             monkeypatch.setenv(k, v)
         op = GatekeeperSubmitOperator(task_id="t", input_path=str(path), poll_interval=0.1, state_dir=str(tmp_path / "s"))
-        spec = op._job_spec()
+        spec = op._job_spec(connection_config("anthropic_default"))
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
         submit_sync(path, config=config, settings=SubmitSettings(state_dir=Path(spec.state_dir), poll=0.1), prepare_only=True)
         trigger = GatekeeperTrigger(**spec.to_kwargs())

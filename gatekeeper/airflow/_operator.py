@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from .._errors import GatekeeperError
+from ..api._config import ApiConfig
 from ..run._submit import job_name_of
 from ._job import JobSpec, cancel_job, connection_config, deliver, failure, run_job, small_summary, state_base
 from ._trigger import GatekeeperTrigger
@@ -76,8 +77,7 @@ class GatekeeperSubmitOperator(BaseOperator):
         self.state_dir = state_dir
         self._spec: JobSpec | None = None
 
-    def _job_spec(self) -> JobSpec:
-        config = connection_config(self.conn_id)
+    def _job_spec(self, config: ApiConfig) -> JobSpec:
         name = self.job or job_name_of(os.fspath(self.input_path), config)
         return JobSpec(conn_id=self.conn_id, input_path=os.path.abspath(os.fspath(self.input_path)),
                        state_dir=str(state_base(self.state_dir) / name),
@@ -86,8 +86,8 @@ class GatekeeperSubmitOperator(BaseOperator):
                        max_attempts=self.max_attempts, poll_interval=float(self.poll_interval))
 
     def execute(self, context: Any) -> Any:
-        spec = self._spec = self._job_spec()
         config = connection_config(self.conn_id)
+        spec = self._spec = self._job_spec(config)
         try:
             if not self.deferrable:
                 summary = run_job(spec, config)
@@ -121,8 +121,8 @@ class GatekeeperSubmitOperator(BaseOperator):
 
         Airflow calls this from its signal handler, possibly while `execute`'s own event loop runs in this thread:
         the cancel runs in a thread of its own."""
-        spec = self._spec or self._job_spec()
         config = connection_config(self.conn_id)
+        spec = self._spec or self._job_spec(config)
         counted: list[int] = []
         worker = threading.Thread(target=lambda: counted.append(cancel_job(spec, config)), name="gatekeeper-cancel")
         worker.start()
