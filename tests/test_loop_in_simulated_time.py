@@ -137,10 +137,10 @@ def test_the_fakes_windows_run_on_its_injected_clock() -> None:
         assert listed() == [created["id"]]
 
 
-async def test_a_rest_held_past_its_primers_life_is_sent_and_the_lapse_recorded(tmp_path: Path) -> None:
+async def test_a_rest_held_past_its_primers_life_is_primed_again(tmp_path: Path) -> None:
     """Priming: hidden load fills the queue once the primer has ended, so its round's rest waits longer than the
-    prefix's 5-minute life (in simulated time). The rest still goes, each request once; the journal records the
-    lapse and the summary counts it."""
+    prefix's 5-minute life (in simulated time). The rest is primed again: one of its requests goes first in a new
+    round, the other after it has ended; each request once; the lapse is recorded and counted."""
     doc = "Context shared by three questions. " * 200  # about 2,100 of the fake's tokens: above the minimum
     rows = [{"custom_id": f"q{i}", "params": {"model": "claude-sonnet-5", "max_tokens": 8, "messages": [
         {"role": "user", "content": f"question {i}"}],
@@ -166,6 +166,10 @@ async def test_a_rest_held_past_its_primers_life_is_sent_and_the_lapse_recorded(
                 tg.start_soon(hide_after_primer)
                 summary = await _run_job(tmp_path, fake, sim, settings, events)
         assert_exactly_once(fake, tmp_path / "out.jsonl", {"q0", "q1", "q2"})
-    lapses = [f for e, f in events if e == "primer_lapsed"]
-    assert lapses == [{"round": 0, "life": 300.0}]
+        batches = sorted(fake.org.batches.values(), key=lambda b: b.seq)
+    assert [f for e, f in events if e == "primer_lapsed"] == [{"round": 0, "life": 300.0, "reprimed_as": 1}]
+    ours = [b for b in batches if b.workspace == "wrkspc_1"]
+    assert [len(b.requests) for b in ours] == [1, 1, 1]  # the first primer, the new primer, then the rest
+    assert ours[2].created_at >= (ours[1].ended_at or 1e18)  # the rest went after the new primer had ended
     assert summary.caching is not None and summary.caching["priming"]["lapsed_rounds"] == 1
+    assert summary.caching["priming"]["rounds"] == 2

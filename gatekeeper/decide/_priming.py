@@ -12,7 +12,8 @@ requests, sent then, read it at a tenth of the input rate.
   leaves us), so that a round's rest fits the queue while the next round's primer is processed. A round's primer
   goes only when the previous round's rest has all been created and the queue has room for its own rest; while it
   is in flight that room is held (`reserve`), so the rest goes the moment the primer is seen to end, well inside
-  a 5-minute life unless other submitters fill the queue meanwhile.
+  a 5-minute life unless other submitters fill the queue meanwhile; then the round has `lapsed` and is primed again
+  (run/_reprime.py).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from ._collect import custom_id
 from ._inputs import stat_identity
 from ._part import Part, RunContext, Snapshot
 from ._prepare import check_identity
+from ._reprime import reprime
 from ._summary import spent_usd
 
 
@@ -38,7 +39,6 @@ class Admitter(Part):
         self.refusals = 0
         self.batch_size = ctx.s.limits.max_requests
         self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
-        self.lapsed: set[int] = set()  # priming rounds whose lapse is recorded
 
     async def admit_round(self, snap: Snapshot) -> None:
         planned = self.journal.batches(BatchState.PLANNED)
@@ -80,18 +80,24 @@ class Admitter(Part):
         g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], ended,
                  None if bound is None else max(1, bound - self.s.margin))
         by_idx = {b.idx: b for b in planned}
-        self._note_lapses([by_idx[i] for i in g.order], ended)
+        if self._reprimed([by_idx[i] for i in g.order], planned, ended):
+            return [], [], 0, g.held  # (the next round sees the new primer)
         return [by_idx[i] for i in g.order], g.sizes, g.reserve, g.held
 
-    def _note_lapses(self, going: list[BatchRow], ended: dict[int, float | None]) -> None:
-        """A round's rest that can go only after its prefixes should have left the cache (other load held the queue)
-        still goes (its reads are lost, not its answers); the journal records it once a round, for the summary."""
+    def _reprimed(self, going: list[BatchRow], planned: list[BatchRow], ended: dict[int, float | None]) -> bool:
+        """A round whose rest could go only after its prefixes should have left the cache (other load held the
+        queue) is primed again (`_reprime`), recorded as `primer_lapsed`; whether any was."""
         lives = ((self.journal.get_meta("report") or {}).get("priming") or {}).get("lives") or {}
-        for r in sorted({b.cache_round for b in going if b.kind == "rest" and b.cache_round is not None}):
-            if r not in self.lapsed and lapsed(ended.get(r), lives.get(str(r)), self.journal.now()):
-                self.lapsed.add(r)
-                self.journal.event("primer_lapsed", round=r, life=lives.get(str(r)))
-                self.emit("primer_lapsed", {"round": r, "life": lives.get(str(r))})
+        rounds = sorted({b.cache_round for b in going if b.kind == "rest" and b.cache_round is not None})
+        gone = [r for r in rounds if lapsed(ended.get(r), lives.get(str(r)), self.journal.now())]
+        for r in gone:
+            life = lives.get(str(r))
+            self.journal.event("primer_lapsed", round=r, life=life)
+            rest = [b for b in planned if b.kind == "rest" and b.cache_round == r]
+            new = reprime(self.path, self.journal, rest, self.prices,
+                          Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes), life)
+            self.emit("primer_lapsed", {"round": r, "life": life, "reprimed_as": new})
+        return bool(gone)
 
     def _worst_case(self, row: BatchRow) -> float:
         """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens."""

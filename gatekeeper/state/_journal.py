@@ -423,6 +423,29 @@ class Journal(LeaseRecords, OutcomeRecords):
             self._set_meta(db, "settings", settings)
             self._event(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
 
+    def next_round(self) -> int:
+        """The number a new round of priming takes."""
+        return int(self._one("SELECT COALESCE(MAX(cache_round), -1) + 1 FROM batches"))
+
+    def reprime(self, old: list[int], groups: list[Listed], size: Callable[[list[PendingRow]], int],
+                life: float | None) -> int:
+        """Replace the planned batches `old` (a lapsed round's rest) by `groups` (a new round's primer and rest), and
+        record the new round's life; in one transaction. The new round's number."""
+        with self.transaction() as db:
+            marks = ",".join("?" * len(old))
+            db.execute(f"DELETE FROM members WHERE batch IN ({marks})", old)
+            db.execute(f"DELETE FROM batches WHERE idx IN ({marks}) AND state = 'planned'", old)
+            idx = int(db.execute("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches").fetchone()[0])
+            self._insert_listed(db, idx, groups, size)
+            new = int(groups[0][1]) if groups and groups[0][1] is not None else -1
+            report = self.get_meta("report") or {}
+            priming = dict(report.get("priming") or {})
+            priming["lives"] = {**(priming.get("lives") or {}), str(new): life}
+            priming["rounds"] = int(priming.get("rounds") or 0) + 1
+            self._set_meta(db, "report", {**report, "priming": priming})
+            self._event(db, "reprimed", round=new, replaced=len(old), batches=len(groups))
+        return new
+
     def _insert_listed(self, db: Db, idx: int, groups: list[Listed], size: Callable[[list[PendingRow]], int]) -> None:
         for kind, cache_round, g in groups:
             first, last = g[0], g[-1]

@@ -1,0 +1,52 @@
+"""Priming again: a round whose rest could not go while its prefixes were alive gets a new primer.
+
+When other load holds the queue past a round's shortest life, the prefixes its primer wrote have left the cache;
+sending the rest then would write them again, once a request. Instead one waiting request of each group becomes the
+primer of a new round and the rest waits for it, as the first time (the groups found again from the requests' own
+markers, by `decide._priming`). Nothing is sent twice: the requests only move between batches not yet created.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from .._prices import BYTES_PER_TOKEN, PriceTable
+from ..decide._priming import Prefix, Use, shared_prefixes
+from ..input._markers import marker_points
+from ..input._sizing import Limits, body_size, pack_rows
+from ..state._journal import BatchRow, Journal, PendingRow
+from ..state._records import Listed
+from ._inputs import batch_requests
+
+
+def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable,
+            limits: Limits) -> tuple[list[Listed], int]:
+    """The new round's primer and rest batches for the waiting rest batches `rows`, and how many primers."""
+    members: list[PendingRow] = []
+    uses: list[Use] = []
+    for row in rows:
+        for line, off, body, attempt in batch_requests(path, journal, row):
+            params = orjson.loads(body)["params"]
+            model = str(params["model"])
+            points = tuple(Prefix(b / BYTES_PER_TOKEN, d, life) for b, d, life in marker_points(params, model))
+            uses.append(Use(model, len(body) / BYTES_PER_TOKEN, points))
+            members.append(PendingRow(line, off, len(body), str(orjson.loads(body)["custom_id"]), attempt))
+    chosen = shared_prefixes(uses, {u.model: prices.cache_minimum(u.model)[0] for u in uses})
+    first: dict[int, PendingRow] = {}
+    for member, prefix in zip(members, chosen, strict=True):
+        if prefix is not None:
+            first.setdefault(prefix.digest, member)
+    primers = sorted(first.values())
+    taken = {m.line for m in primers}
+    rest = [m for m in members if m.line not in taken]
+    round_: int | None = journal.next_round()
+    listed: list[Listed] = [("primer", round_, g) for g in pack_rows(primers, limits)]
+    listed += [("rest", round_, g) for g in pack_rows(rest, limits)]
+    return listed, len(primers)
+
+
+def reprime(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable, limits: Limits,
+            life: float | None) -> int:
+    """Replace the waiting rest batches `rows` of a lapsed round by a new round (journaled at once); its number."""
+    listed, _ = regroup(path, journal, rows, prices, limits)
+    return journal.reprime([r.idx for r in rows], listed, lambda g: body_size(len(g), sum(r.length for r in g)), life)
