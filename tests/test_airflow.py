@@ -23,7 +23,8 @@ from tests.runs import assert_exactly_once
 if not os.environ.get("CI"):
     pytest.importorskip("airflow", reason="Airflow is the `airflow` extra: pip install -e '.[airflow]'")
 
-# One worker runs them all, in one Airflow home: its database is migrated once (3 s of CPU), not once a worker.
+# Two workers run them, each in one Airflow home (its database migrated once, 3 s of CPU, not once a test): the kill
+# test (about 20 s) on one, the rest (about 30 s) on the other.
 pytestmark = pytest.mark.xdist_group("airflow")
 
 # One Dag run's output on stdout, after dag.test() returns: its state, the task's tries and XCom.
@@ -126,6 +127,7 @@ def test_a_dag_runs_the_job_in_the_triggerer_and_returns_a_small_summary(dag: di
     assert WS1 not in log + json.dumps(xcom) and ADMIN not in log + json.dumps(xcom)
 
 
+@pytest.mark.xdist_group("airflow-kill")
 def test_a_dag_run_killed_after_its_first_create_then_a_fresh_run_continues_the_job(dag: dict) -> None:
     """SIGKILL the Dag's process once the first batch exists; a new Dag run over the same input re-attaches to the
     job from its journal: nothing created twice, nothing succeeded twice, every request once."""
