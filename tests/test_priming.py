@@ -8,9 +8,9 @@ import pytest
 from gatekeeper import load_prices
 from gatekeeper.decide._budget import request_worst
 from gatekeeper.decide._priming import (
-    Prefix,
+    NONE,
+    Marks,
     Rates,
-    Use,
     Waiting,
     gate,
     groups,
@@ -24,30 +24,48 @@ from gatekeeper.decide._priming import (
 )
 from gatekeeper.decide._settle import usage_of
 
-TOOLS = Prefix(600, 1, "1h")  # a tool list every request marks
-DOC_A, DOC_B = Prefix(3000, 2, "1h"), Prefix(3100, 3, "1h")  # a document, marked after the tools
-QUESTION = Prefix(3050, 4, "5m")  # a per-request marker, unique
+# A marked prefix: (tokens, digest, life)
+TOOLS = (600, 1, "1h")  # a tool list every request marks
+DOC_A, DOC_B = (3000, 2, "1h"), (3100, 3, "1h")  # a document, marked after the tools
+QUESTION = (3050, 4, "5m")  # a per-request marker, unique
 
 
-@pytest.mark.parametrize(("uses", "minimum", "expected"), [
+def marks_of(*requests: tuple[str, float, tuple[tuple[int, int, str], ...]]) -> Marks:
+    """Marks from (model, tokens, prefixes) rows, as a table reads them."""
+    marks = Marks()
+    for model, tokens, prefixes in requests:
+        if model not in marks.models:
+            marks.models.append(model)
+        marks.add(marks.models.index(model), tokens, ((t, d, int(life == "1h")) for t, d, life in prefixes))
+    return marks
+
+
+def prefixes_of(marks: Marks, chosen) -> list:
+    """The chosen points as (tokens, digest, life), None for NONE."""
+    return [None if p == NONE else (marks.ptokens[p], marks.digest[p], marks.life(p)) for p in chosen]
+
+
+@pytest.mark.parametrize(("requests", "minimum", "expected"), [
     # the longest shared eligible prefix wins over the shorter shared one and over a longer unique one
-    ([Use("m", 3100, (TOOLS, DOC_A)), Use("m", 3100, (TOOLS, DOC_A, QUESTION))], {"m": 500}, [DOC_A, DOC_A]),
+    ([("m", 3100, (TOOLS, DOC_A)), ("m", 3100, (TOOLS, DOC_A, QUESTION))], [500], [DOC_A, DOC_A]),
     # below the minimum the tools do not count: the documents differ, so each is a group of one
-    ([Use("m", 3100, (TOOLS, DOC_A)), Use("m", 3200, (TOOLS, DOC_B))], {"m": 1024}, [DOC_A, DOC_B]),
+    ([("m", 3100, (TOOLS, DOC_A)), ("m", 3200, (TOOLS, DOC_B))], [1024], [DOC_A, DOC_B]),
     # at a 512 minimum the tools are shared: that is the prefix they share
-    ([Use("m", 3100, (TOOLS, DOC_A)), Use("m", 3200, (TOOLS, DOC_B))], {"m": 512}, [TOOLS, TOOLS]),
+    ([("m", 3100, (TOOLS, DOC_A)), ("m", 3200, (TOOLS, DOC_B))], [512], [TOOLS, TOOLS]),
     # every prefix below the minimum: nothing is cached
-    ([Use("m", 700, (TOOLS,))], {"m": 1024}, [None]),
-    # a model the table does not know is held to 1,024
-    ([Use("x", 700, (TOOLS,)), Use("x", 700, (TOOLS,))], {}, [None, None]),
+    ([("m", 700, (TOOLS,))], [1024], [None]),
+    # two models, each held to its own minimum
+    ([("a", 700, (TOOLS,)), ("b", 700, (TOOLS,))], [512, 1024], [TOOLS, None]),
 ])
-def test_the_prefix_each_request_shares(uses: list[Use], minimum: dict[str, int], expected: list) -> None:
-    assert shared_prefixes(uses, minimum) == expected
+def test_the_prefix_each_request_shares(requests: list, minimum: list[float], expected: list) -> None:
+    marks = marks_of(*requests)
+    assert prefixes_of(marks, shared_prefixes(marks, minimum)) == expected
 
 
 def test_groups_and_rounds() -> None:
-    chosen = [DOC_A, DOC_B, None, DOC_A, DOC_B, DOC_A, QUESTION]
-    assert groups(chosen) == [[0, 3, 5], [1, 4]]  # QUESTION alone is no group; None is not cached
+    marks = marks_of(*[("m", 4000, (p,)) for p in (DOC_A, DOC_B, (10, 9, "5m"), DOC_A, DOC_B, DOC_A, QUESTION)])
+    chosen = shared_prefixes(marks, [1024])
+    assert groups(marks, chosen) == [[0, 3, 5], [1, 4]]  # QUESTION alone is no group; the short one is not cached
     assert rounds([3, 2, 4, 1], round_size=5) == [[0, 1], [2, 3]]
     assert rounds([7, 1], round_size=5) == [[0], [1]]  # a group larger than a round is a round of its own
 
@@ -65,13 +83,14 @@ def test_round_size(ceiling: int | None, margin: int, batch: int, size: int) -> 
 def test_input_cost_without_caching_cold_and_primed() -> None:
     """Three requests of 4,000 tokens share a 1h prefix of 3,000 at $2 a million: cold, each writes it at 2x; primed,
     one writes and two read at 0.1x. Batch prices halve everything."""
-    uses = [Use("m", 4000, (DOC_A,))] * 3
-    costs = input_costs(uses, [DOC_A] * 3, {"m": Rates(2.0, 2.5, 4.0, 0.2)})
+    marks = marks_of(*[("m", 4000, (DOC_A,))] * 3)
+    chosen = shared_prefixes(marks, [1024])
+    costs = input_costs(marks, chosen, [Rates(2.0, 2.5, 4.0, 0.2)])
     none = 3 * 4000 * 2.0
     cold = 3 * (1000 * 2.0 + 3000 * 4.0)
     primed = 3 * 1000 * 2.0 + 3000 * 4.0 + 2 * 3000 * 0.2
     assert costs == pytest.approx({"none": none / 2e6, "cold": cold / 2e6, "primed": primed / 2e6})
-    assert input_costs(uses, [DOC_A] * 3, {"m": None}) == {"none": None, "cold": None, "primed": None}
+    assert input_costs(marks, chosen, [None]) == {"none": None, "cold": None, "primed": None}
 
 
 @pytest.mark.parametrize(("read", "written", "ideal", "share"), [
@@ -85,8 +104,10 @@ def test_read_share_of_the_ideal(read: int, written: int, ideal: float | None, s
 
 
 def test_ideal_write_share_is_one_write_per_distinct_prefix() -> None:
-    assert ideal_write_share([DOC_A, DOC_A, DOC_A, DOC_B, None]) == pytest.approx((3000 + 3100) / (3 * 3000 + 3100))
-    assert ideal_write_share([None]) is None
+    marks = marks_of(*[("m", 4000, (p,)) for p in (DOC_A, DOC_A, DOC_A, DOC_B, (10, 9, "5m"))])
+    assert ideal_write_share(marks, shared_prefixes(marks, [1024])) == pytest.approx((3000 + 3100) / (3 * 3000 + 3100))
+    short = marks_of(("m", 100, ((10, 9, "5m"),)))
+    assert ideal_write_share(short, shared_prefixes(short, [1024])) is None
 
 
 def w(idx: int, kind: str, n: int, r: int | None = None) -> Waiting:

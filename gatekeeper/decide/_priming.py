@@ -18,49 +18,77 @@ requests, sent then, read it at a tenth of the input rate.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 BATCH_DISCOUNT = 0.5
 LIFE_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
 
-@dataclass(frozen=True, slots=True)
-class Prefix:
-    """A marked prefix: its size in tokens, its digest and its life."""
+class Marks:
+    """The marked requests of a job as flat arrays (a million of them in tens of megabytes, not a gigabyte of
+    objects): request k is of model `model[k]` (an index into `models`), `tokens[k]` input tokens in all, and its
+    marked prefixes, shortest first, are the points `first[k]` to `first[k + 1] - 1`, each with its tokens, digest
+    and life (`hour[p]`: 1 for the 1-hour life)."""
 
-    tokens: float
-    digest: int
-    life: str
+    __slots__ = ("models", "model", "tokens", "first", "ptokens", "digest", "hour")
+
+    def __init__(self) -> None:
+        self.models: list[str] = []
+        self.model = array("H")
+        self.tokens = array("d")
+        self.first = array("q", [0])
+        self.ptokens = array("d")
+        self.digest = array("q")
+        self.hour = bytearray()
+
+    def add(self, model: int, tokens: float, points: Iterable[tuple[float, int, int]]) -> None:
+        """One request: its model's index, its tokens, and its marked prefixes (tokens, digest, 1-hour?) in order."""
+        self.model.append(model)
+        self.tokens.append(tokens)
+        for ptokens, digest, hour in points:
+            self.ptokens.append(ptokens)
+            self.digest.append(digest)
+            self.hour.append(1 if hour else 0)
+        self.first.append(len(self.digest))
+
+    def __len__(self) -> int:
+        return len(self.model)
+
+    def life(self, point: int) -> str:
+        return "1h" if self.hour[point] else "5m"
 
 
-@dataclass(frozen=True, slots=True)
-class Use:
-    """One marked request, as caching sees it."""
-
-    model: str
-    tokens: float  # the whole request's input tokens (estimated)
-    prefixes: tuple[Prefix, ...]  # shortest first
+NONE = -1  # no shared prefix: every marked prefix below the minimum
 
 
-def shared_prefixes(uses: list[Use], minimum: dict[str, int]) -> list[Prefix | None]:
-    """Each request's shared prefix (see the module docstring), or its longest eligible one when no other request
-    marks it, or None when every marked prefix is below the model's minimum (it is not cached at all)."""
-    eligible = [[p for p in u.prefixes if p.tokens >= minimum.get(u.model, 1024)] for u in uses]
-    seen = Counter(p.digest for ps in eligible for p in ps)
-    out: list[Prefix | None] = []
-    for ps in eligible:
-        shared = [p for p in ps if seen[p.digest] > 1]
-        out.append(shared[-1] if shared else (ps[-1] if ps else None))
-    return out
+def shared_prefixes(marks: Marks, minimum: list[float]) -> array[int]:
+    """Each request's shared prefix, as a point (see the module docstring): the longest eligible one another request
+    marks too, else its longest eligible one (a group of one), else NONE (below the minimum: not cached at all).
+    `minimum[m]`: model m's minimum in tokens."""
+    first, ptokens, digest, model = marks.first, marks.ptokens, marks.digest, marks.model
+    eligible = [p for k in range(len(marks)) for p in range(first[k], first[k + 1]) if ptokens[p] >= minimum[model[k]]]
+    seen = Counter(digest[p] for p in eligible)
+    chosen = array("q", [NONE]) * len(marks)
+    for k in range(len(marks)):
+        best = shared = NONE
+        for p in range(first[k], first[k + 1]):
+            if ptokens[p] >= minimum[model[k]]:
+                best = p
+                if seen[digest[p]] > 1:
+                    shared = p
+        chosen[k] = shared if shared != NONE else best
+    return chosen
 
 
-def groups(chosen: list[Prefix | None]) -> list[list[int]]:
+def groups(marks: Marks, chosen: Sequence[int]) -> list[list[int]]:
     """The requests (indexes, in order) of each prefix shared by two or more, in order of their first request."""
     by: dict[int, list[int]] = {}
     for k, p in enumerate(chosen):
-        if p is not None:
-            by.setdefault(p.digest, []).append(k)
+        if p != NONE:
+            by.setdefault(marks.digest[p], []).append(k)
     return [g for g in by.values() if len(g) > 1]
 
 
@@ -93,36 +121,40 @@ class Rates:
     read: float
 
 
-def input_costs(uses: list[Use], chosen: list[Prefix | None], rates: dict[str, Rates | None]) -> dict[str, float | None]:
+def input_costs(marks: Marks, chosen: Sequence[int], rates: list[Rates | None],
+                only: int | None = None) -> dict[str, float | None]:
     """The input's cost at batch prices with no caching, with its markers sent cold (every request writes its
-    prefix, none reads: one batch), and primed (one write a shared prefix, every other use a read)."""
-    costs: dict[str, float | None] = {"none": 0.0, "cold": 0.0, "primed": 0.0}
-    first: set[int] = set()
-    for u, p in zip(uses, chosen, strict=True):
-        r = rates.get(u.model)
-        if r is None:
-            return {k: None for k in costs}
-        plain = u.tokens * r.input
-        costs["none"] += plain  # type: ignore[operator]
-        if p is None:
-            costs["cold"] += plain  # type: ignore[operator]
-            costs["primed"] += plain  # type: ignore[operator]
+    prefix, none reads: one batch), and primed (one write a shared prefix, every other use a read). `rates[m]`:
+    model m's rates (None: no price, and no cost); `only`: the requests of that model alone."""
+    none = cold = primed = 0.0
+    written: set[int] = set()
+    for k, p in enumerate(chosen):
+        if only is not None and marks.model[k] != only:
             continue
-        rest = (u.tokens - p.tokens) * r.input
-        write = rest + p.tokens * (r.write_1h if p.life == "1h" else r.write_5m)
-        costs["cold"] += write  # type: ignore[operator]
-        costs["primed"] += write if p.digest not in first else rest + p.tokens * r.read  # type: ignore[operator]
-        first.add(p.digest)
-    return {k: round(BATCH_DISCOUNT * v / 1e6, 6) if v is not None else None for k, v in costs.items()}
+        r = rates[marks.model[k]]
+        if r is None:
+            return {"none": None, "cold": None, "primed": None}
+        tokens = marks.tokens[k]
+        none += tokens * r.input
+        if p == NONE:
+            cold += tokens * r.input
+            primed += tokens * r.input
+            continue
+        prefix = marks.ptokens[p]
+        write = (tokens - prefix) * r.input + prefix * (r.write_1h if marks.hour[p] else r.write_5m)
+        cold += write
+        primed += write if marks.digest[p] not in written else (tokens - prefix) * r.input + prefix * r.read
+        written.add(marks.digest[p])
+    return {k: round(BATCH_DISCOUNT * v / 1e6, 6) for k, v in (("none", none), ("cold", cold), ("primed", primed))}
 
 
-def ideal_write_share(chosen: list[Prefix | None]) -> float | None:
+def ideal_write_share(marks: Marks, chosen: Sequence[int]) -> float | None:
     """Of the prefix tokens the job's requests cache, the share an ideal run writes (one write a distinct prefix,
     every other use a read): the realized read share is read / ((read + write) x (1 - this))."""
-    used = sum(p.tokens for p in chosen if p is not None)
+    used = sum(marks.ptokens[p] for p in chosen if p != NONE)
     if not used:
         return None
-    distinct = {p.digest: p.tokens for p in chosen if p is not None}
+    distinct = {marks.digest[p]: marks.ptokens[p] for p in chosen if p != NONE}
     return sum(distinct.values()) / used
 
 

@@ -6,21 +6,23 @@ ran (`PlanReport.calibration`), else bytes / 4, and the report says which.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from .._prices import BYTES_PER_TOKEN, PriceTable
 from ..decide._priming import (
     LIFE_SECONDS,
-    Prefix,
+    NONE,
+    Marks,
     Rates,
-    Use,
     groups,
     ideal_write_share,
     input_costs,
     rounds,
     shared_prefixes,
 )
+from ._caching import CacheScan
 from ._sizing import BODY_SEP
 
 TYPE_CHECKING = False
@@ -34,27 +36,40 @@ UNMARKED_SHOWN = 5
 
 @dataclass(frozen=True, slots=True)
 class Marked:
-    """The valid marked requests of a plan, with the prefix each shares (None: below the minimum)."""
+    """The valid marked requests of a plan in tokens (`marks`), where each is in the input (`rows[k]`: the marked
+    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or NONE)."""
 
-    rows: list[tuple[int, int, int, str, str, Any]]  # (line, offset, bytes, custom_id, model, prefixes)
-    uses: list[Use]
-    chosen: list[Prefix | None]
+    scan: CacheScan
+    rows: array[int]
+    marks: Marks
+    chosen: array[int]
 
 
 def marked(report: PlanReport, prices: PriceTable) -> Marked:
-    scan = report.cache_scan
+    """The scan's marked lines less the rejected ones, sized in tokens, each with the prefix it shares."""
+    scan = report.cache_scan or CacheScan()
     rejected = {e.line for e in report.errors} if report.errors else set()
-    rows = [m for m in (scan.marked if scan else []) if m[0] not in rejected]
-    per_byte = _tokens_per_byte(report)
-    uses = [Use(model, size * per_byte(model), tuple(Prefix(b * per_byte(model), d, life) for b, d, life in points))
-            for _, _, size, _, model, points in rows]
-    minimum = {model: prices.cache_minimum(model)[0] for model in {u.model for u in uses}}
-    return Marked(rows, uses, shared_prefixes(uses, minimum))
+    per_byte = [_tokens_per_byte(report, model) for model in scan.marks.models]
+    src, out = scan.marks, Marks()
+    out.models = list(src.models)
+    keep = [k for k in range(len(scan)) if scan.lines[k] not in rejected] if rejected else range(len(scan))
+    rows = array("q", keep)
+    first = src.first
+    for k in keep:  # (array slices and extends: a million requests in about a second)
+        rate = per_byte[src.model[k]]
+        out.model.append(src.model[k])
+        out.tokens.append(src.tokens[k] * rate)
+        out.ptokens.extend(array("d", [t * rate for t in src.ptokens[first[k]:first[k + 1]]]))
+        out.digest.extend(src.digest[first[k]:first[k + 1]])
+        out.hour.extend(src.hour[first[k]:first[k + 1]])
+        out.first.append(len(out.digest))
+    minimum = [float(prices.cache_minimum(model)[0]) for model in out.models]
+    return Marked(scan, rows, out, shared_prefixes(out, minimum))
 
 
-def _tokens_per_byte(report: PlanReport) -> Any:
+def _tokens_per_byte(report: PlanReport, model: str) -> float:
     measured = (report.calibration or {}).get("models") or {}
-    return lambda model: measured[model]["tokens_per_byte"] if model in measured else 1 / BYTES_PER_TOKEN
+    return float(measured[model]["tokens_per_byte"]) if model in measured else 1 / BYTES_PER_TOKEN
 
 
 def caching_report(report: PlanReport, prices: PriceTable) -> dict[str, Any] | None:
@@ -63,16 +78,14 @@ def caching_report(report: PlanReport, prices: PriceTable) -> dict[str, Any] | N
     prompts and tool lists would save. None when the input has neither."""
     m = marked(report, prices)
     unmarked = _unmarked(report, prices)
-    if not m.rows and not unmarked:
+    if not len(m.marks) and not unmarked:
         return None
-    models: dict[str, Any] = {}
-    for model in sorted({u.model for u in m.uses}):
-        idx = [k for k, u in enumerate(m.uses) if u.model == model]
-        models[model] = _model_figures(report, prices, model, [m.uses[k] for k in idx], [m.chosen[k] for k in idx])
+    models = {name: _model_figures(report, prices, m, i) for i, name in enumerate(m.marks.models)
+              if i in set(m.marks.model)}
     measured = bool((report.calibration or {}).get("models"))
     return {
-        "models": models,
-        "ideal_write_share": ideal_write_share(m.chosen),
+        "models": dict(sorted(models.items())),
+        "ideal_write_share": ideal_write_share(m.marks, m.chosen),
         "unmarked": unmarked,
         "method": ("prefix bytes x tokens per byte measured with count_tokens" if measured else
                    f"prefix bytes / {BYTES_PER_TOKEN:g} (not measured: no key)")
@@ -80,30 +93,30 @@ def caching_report(report: PlanReport, prices: PriceTable) -> dict[str, Any] | N
     }
 
 
-def _model_figures(report: PlanReport, prices: PriceTable, model: str, uses: list[Use],
-                   chosen: list[Prefix | None]) -> dict[str, Any]:
-    minimum, known = prices.cache_minimum(model)
-    distinct = {p.digest: p for p in chosen if p is not None}
-    shared = groups(chosen)
-    sizes = sorted(p.tokens for p in distinct.values())
-    lives: dict[str, int] = {}
-    for u in uses:
-        for p in u.prefixes:
-            lives[p.life] = lives.get(p.life, 0) + 1
-    costs = input_costs(uses, chosen, {model: rates_of(prices, model)})
-    whole = report.estimate(prices)["models"].get(model, {}).get("cost_usd")
+def _model_figures(report: PlanReport, prices: PriceTable, m: Marked, model: int) -> dict[str, Any]:
+    marks, name = m.marks, m.marks.models[model]
+    mine = [k for k in range(len(marks)) if marks.model[k] == model]
+    chosen = [m.chosen[k] for k in mine]
+    minimum, known = prices.cache_minimum(name)
+    distinct = {marks.digest[p]: marks.ptokens[p] for p in chosen if p != NONE}
+    shared = groups(marks, chosen)
+    sizes = sorted(distinct.values())
+    hours = sum(marks.hour[p] for k in mine for p in range(marks.first[k], marks.first[k + 1]))
+    points = sum(marks.first[k + 1] - marks.first[k] for k in mine)
+    costs = input_costs(marks, m.chosen, [rates_of(prices, x) for x in marks.models], only=model)
+    whole = report.estimate(prices)["models"].get(name, {}).get("cost_usd")
     plain = costs["none"]
     return {
-        "requests_marked": len(uses),
+        "requests_marked": len(mine),
         "prefixes": len(distinct),
         "shared_prefixes": len(shared),
         "requests_sharing": sum(len(g) for g in shared),
         "prefix_tokens": {"median": round(sizes[len(sizes) // 2]) if sizes else 0,
                           "max": round(sizes[-1]) if sizes else 0},
-        "below_minimum": sum(1 for p in chosen if p is None),
+        "below_minimum": sum(1 for p in chosen if p == NONE),
         "minimum_tokens": minimum,
         "minimum_known": known,
-        "lives": lives,
+        "lives": {k: v for k, v in (("1h", hours), ("5m", points - hours)) if v},
         # the model's whole input (marked or not), each way
         "input_cost_usd": {k: None if v is None or whole is None or plain is None else round(whole - plain + v, 6)
                            for k, v in costs.items()},
@@ -118,10 +131,9 @@ def rates_of(prices: PriceTable, model: str) -> Rates | None:
 def _unmarked(report: PlanReport, prices: PriceTable) -> list[dict[str, Any]]:
     """Shared unmarked system prompts and tool lists worth marking (1h, primed), the largest saving first."""
     scan = report.cache_scan
-    per_byte = _tokens_per_byte(report)
-    out = []
+    out: list[dict[str, Any]] = []
     for (model, what, size, _), n in (scan.unmarked.items() if scan else ()):
-        tokens = size * per_byte(model)
+        tokens = size * _tokens_per_byte(report, model)
         r = rates_of(prices, model)
         if n < 2 or tokens < prices.cache_minimum(model)[0]:
             continue
@@ -158,11 +170,17 @@ class Round:
 def priming_rounds(report: PlanReport, prices: PriceTable, round_size: int) -> list[Round]:
     """The job's priming rounds (none when no prefix is shared)."""
     m = marked(report, prices)
-    shared = groups(m.chosen)
+    shared = groups(m.marks, m.chosen)
+    scan = m.scan
+
+    def row(k: int) -> tuple[int, int, int, str]:
+        at = m.rows[k]
+        return scan.lines[at], scan.offsets[at], int(scan.marks.tokens[at]), scan.cids[at]
+
     out = []
     for members in rounds([len(g) for g in shared], round_size):
-        primers = [m.rows[shared[g][0]][:4] for g in members]
-        rest = sorted(m.rows[k][:4] for g in members for k in shared[g][1:])
-        life = min(LIFE_SECONDS[p.life] for g in members if (p := m.chosen[shared[g][0]]) is not None)
-        out.append(Round(sorted(primers), rest, life))
+        primers = sorted(row(shared[g][0]) for g in members)
+        rest = sorted(row(k) for g in members for k in shared[g][1:])
+        life = min(LIFE_SECONDS[m.marks.life(m.chosen[shared[g][0]])] for g in members)
+        out.append(Round(primers, rest, life))
     return out

@@ -1,11 +1,16 @@
 """What the reader notes about prompt caching, line by line, for `plan`'s caching report and for priming.
 
-The reader appends a marked line's prefixes (`_markers.marker_points`) to `CacheScan.marked`, and counts long
-unmarked system prompts and tool lists that lines share in `CacheScan.unmarked`; a line with neither costs the
-reader one attribute check. Everything here is plain data, sent by the parallel reader's workers with `marshal`.
+The reader adds a marked line's prefixes (`_markers.marker_points`) to `CacheScan`, in flat arrays (`Marks`, in bytes
+here: the request's and each prefix's), and counts long unmarked system prompts and tool lists that lines share in
+`CacheScan.unmarked`; a line with neither costs the reader one attribute check. The parallel reader's workers send
+it with `marshal`.
 """
 
 from __future__ import annotations
+
+from array import array
+
+from ..decide._priming import Marks
 
 TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
 if TYPE_CHECKING:
@@ -18,31 +23,75 @@ UNMARKED_KEYS = 100_000  # distinct unmarked prefixes remembered at most (the re
 
 
 class CacheScan:
-    """The caching facts of a file's valid lines (duplicates included: the report drops rejected lines)."""
+    """The caching facts of a file's valid lines (duplicates included: the report drops rejected lines). Marked line
+    k is `lines[k]` at byte `offsets[k]`, its custom_id `cids[k]`; `marks` holds its model, size and prefixes."""
 
-    __slots__ = ("marked", "unmarked")
+    __slots__ = ("marks", "lines", "offsets", "cids", "unmarked", "_model_index")
 
     def __init__(self) -> None:
-        # (line, offset, bytes, custom_id, model, prefixes shortest first)
-        self.marked: list[tuple[int, int, int, str, str, tuple[Point, ...]]] = []
+        self.marks = Marks()  # (in bytes: `tokens` is the request's size, `ptokens` each prefix's)
+        self.lines = array("q")
+        self.offsets = array("q")
+        self.cids: list[str] = []
         # (model, what, size, key) -> lines that share it unmarked; `what` is "system" or "tools"
         self.unmarked: dict[tuple[str, str, int, Any], int] = {}
+        self._model_index: dict[str, int] = {}
+
+    def _index(self, model: str) -> int:
+        m = self._model_index.get(model)
+        if m is None:
+            m = self._model_index[model] = len(self.marks.models)
+            self.marks.models.append(model)
+        return m
+
+    def add(self, line: int, offset: int, size: int, cid: str, model: str, points: tuple[Point, ...]) -> None:
+        m = self._index(model)
+        self.lines.append(line)
+        self.offsets.append(offset)
+        self.cids.append(cid)
+        self.marks.add(m, size, ((size_, digest, int(life == "1h")) for size_, digest, life in points))
+
+    def __len__(self) -> int:
+        return len(self.lines)
 
     def merge(self, other: CacheScan, base: int) -> None:
         """Add a piece's facts, its line numbers counted from `base` (the lines before the piece)."""
-        self.marked += [(base + line, *rest) for line, *rest in other.marked]  # type: ignore[misc]
+        o, m = other.marks, self.marks
+        remap = array("H", (self._index(name) for name in o.models))
+        points = len(m.digest)
+        m.model.extend(array("H", (remap[i] for i in o.model)))
+        m.tokens.extend(o.tokens)
+        m.first.extend(array("q", (points + p for p in o.first[1:])))
+        m.ptokens.extend(o.ptokens)
+        m.digest.extend(o.digest)
+        m.hour.extend(o.hour)
+        self.lines.extend(array("q", (base + line for line in other.lines)))
+        self.offsets.extend(other.offsets)
+        self.cids.extend(other.cids)
         for key, n in other.unmarked.items():
             if key in self.unmarked or len(self.unmarked) < UNMARKED_KEYS:
                 self.unmarked[key] = self.unmarked.get(key, 0) + n
 
-    def to_marshal(self) -> tuple[list[Any], list[Any]]:
-        return self.marked, list(self.unmarked.items())
+    def to_marshal(self) -> tuple[Any, ...]:
+        m = self.marks
+        return (m.models, m.model.tobytes(), m.tokens.tobytes(), m.first.tobytes(), m.ptokens.tobytes(),
+                m.digest.tobytes(), bytes(m.hour), self.lines.tobytes(), self.offsets.tobytes(), self.cids,
+                list(self.unmarked.items()))
 
     @classmethod
-    def from_marshal(cls, data: tuple[list[Any], list[Any]]) -> CacheScan:
+    def from_marshal(cls, data: tuple[Any, ...]) -> CacheScan:
         scan = cls()
-        scan.marked = [tuple(m) for m in data[0]]
-        scan.unmarked = {tuple(k): n for k, n in data[1]}
+        m = scan.marks
+        m.models = list(data[0])
+        for target, raw in ((m.model, data[1]), (m.tokens, data[2]), (m.ptokens, data[4]), (m.digest, data[5]),
+                            (scan.lines, data[7]), (scan.offsets, data[8])):
+            target.frombytes(raw)
+        m.first = array("q")
+        m.first.frombytes(data[3])
+        m.hour = bytearray(data[6])
+        scan.cids = list(data[9])
+        scan.unmarked = {tuple(k): n for k, n in data[10]}
+        scan._model_index = {name: i for i, name in enumerate(m.models)}
         return scan
 
 

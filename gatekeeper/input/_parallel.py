@@ -42,7 +42,7 @@ MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it
 # columns' machine bytes: 'I' lines, 'q' offsets, 'I' lengths, 'i' fingerprints; model names, their requests and
 # bytes, rejections as (line, custom_id, reason), max_tokens peaks, the caching facts).
 Piece = tuple[int, bytes, bytes, bytes, bytes, list[str], list[int], list[int], list[tuple[int, str | None, str]],
-              dict[str, int], tuple[list[tuple[object, ...]], list[tuple[object, ...]]]]
+              dict[str, int], tuple[object, ...]]
 
 
 @contextmanager

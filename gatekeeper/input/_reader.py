@@ -351,7 +351,7 @@ def validate(
             if cache is not None:
                 points = marker_points(params, model)
                 if points:
-                    cache.marked.append((line_no, start, size, cid, model, points))
+                    cache.add(line_no, start, size, cid, model, points)
                 else:
                     note_unmarked(cache, model, system, params.get("tools"))
         elif cache is not None and (system.__class__ is not str and system is not None or "tools" in params

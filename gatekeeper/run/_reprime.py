@@ -11,7 +11,7 @@ from __future__ import annotations
 import orjson
 
 from .._prices import BYTES_PER_TOKEN, PriceTable
-from ..decide._priming import Prefix, Use, shared_prefixes
+from ..decide._priming import NONE, Marks, shared_prefixes
 from ..input._markers import marker_points
 from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchRow, Journal, PendingRow
@@ -23,19 +23,21 @@ def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTabl
             limits: Limits) -> tuple[list[Listed], int]:
     """The new round's primer and rest batches for the waiting rest batches `rows`, and how many primers."""
     members: list[PendingRow] = []
-    uses: list[Use] = []
+    marks = Marks()
     for row in rows:
         for line, off, body, attempt in batch_requests(path, journal, row):
-            params = orjson.loads(body)["params"]
-            model = str(params["model"])
-            points = tuple(Prefix(b / BYTES_PER_TOKEN, d, life) for b, d, life in marker_points(params, model))
-            uses.append(Use(model, len(body) / BYTES_PER_TOKEN, points))
-            members.append(PendingRow(line, off, len(body), str(orjson.loads(body)["custom_id"]), attempt))
-    chosen = shared_prefixes(uses, {u.model: prices.cache_minimum(u.model)[0] for u in uses})
+            request = orjson.loads(body)
+            model = str(request["params"]["model"])
+            if model not in marks.models:
+                marks.models.append(model)
+            points = ((b / BYTES_PER_TOKEN, d, int(life == "1h")) for b, d, life in marker_points(request["params"], model))
+            marks.add(marks.models.index(model), len(body) / BYTES_PER_TOKEN, points)
+            members.append(PendingRow(line, off, len(body), str(request["custom_id"]), attempt))
+    chosen = shared_prefixes(marks, [float(prices.cache_minimum(m)[0]) for m in marks.models])
     first: dict[int, PendingRow] = {}
-    for member, prefix in zip(members, chosen, strict=True):
-        if prefix is not None:
-            first.setdefault(prefix.digest, member)
+    for member, point in zip(members, chosen, strict=True):
+        if point != NONE:
+            first.setdefault(marks.digest[point], member)
     primers = sorted(first.values())
     taken = {m.line for m in primers}
     rest = [m for m in members if m.line not in taken]
