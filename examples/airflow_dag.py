@@ -3,8 +3,8 @@
 Put it in your dags folder. It needs an `anthropic` connection named `anthropic_default`: password the workspace key,
 extra `{"admin_key": "..."}` so the queue's ceiling can be read. For example, as an environment variable:
 
-    export AIRFLOW_CONN_ANTHROPIC_DEFAULT='{"conn_type": "anthropic", "password": "sk-ant-...",
-                                           "extra": {"admin_key": "sk-ant-admin-..."}}'
+    export AIRFLOW_CONN_ANTHROPIC_DEFAULT='{"conn_type": "anthropic", "password": "YOUR_WORKSPACE_KEY",
+                                           "extra": {"admin_key": "YOUR_ADMIN_KEY"}}'
 
 The task plans the file on a worker, then defers: the triggerer runs the job to its end, holding no worker slot.
 Retries are safe: every retry, cleared task or second run over the same file continues the same job.
