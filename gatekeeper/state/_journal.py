@@ -34,8 +34,9 @@ import orjson
 from .._errors import JournalError, UsageError, os_error
 from ._db import Db, PgDb, SqliteDb, pg_ddl, require_postgres, safe_url
 from ._lease import LeaseRecords
+from ._listed import ListedRecords
 from ._outcomes import OutcomeRecords
-from ._records import RESULT_COLUMNS, BatchRow, BatchState, JobPlan, Listed, PendingRow, Totals
+from ._records import RESULT_COLUMNS, BatchRow, BatchState, JobPlan, PendingRow, Totals
 
 __all__ = ["BatchRow", "BatchState", "JobPlan", "Journal", "PendingRow", "Settlement", "Totals", "open_job"]
 
@@ -170,7 +171,7 @@ def _pg_register(db: Db, job: str, schema: str) -> None:
     db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
 
 
-class Journal(LeaseRecords, OutcomeRecords):
+class Journal(LeaseRecords, OutcomeRecords, ListedRecords):
     """One job's journal: the only place that speaks SQL. Open with `Journal.open(state_dir)` (SQLite) or
     `Journal.open_shared(url, job, state_dir)` (PostgreSQL).
 
@@ -287,25 +288,6 @@ class Journal(LeaseRecords, OutcomeRecords):
         self._set_meta(db, "adopted", adopted)
         self._event(db, "adoption_" + proof, idx, id=batch_id)
 
-    def skipped_lines(self, first: int, last: int) -> set[int]:
-        """The lines an input-range batch over [first, last] does not send: rejected, or claimed by priming."""
-        return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ? UNION "
-                                              "SELECT line FROM claimed WHERE line BETWEEN ? AND ?", (first, last) * 2)}
-
-    def primers_ended(self) -> dict[int, float | None]:
-        """Round -> when the last primer batch of the round was seen to end (this journal's clock), or None while
-        one has not ended."""
-        rows = self.db.execute(
-            "SELECT b.cache_round, MIN(CASE WHEN b.state IN ('ended', 'collected') THEN 1 ELSE 0 END), MAX(e.at) "
-            "FROM batches b LEFT JOIN events e ON e.batch = b.idx AND e.event = 'ended' "
-            "WHERE b.kind = 'primer' GROUP BY b.cache_round")
-        return {int(r): (float(at) if at is not None else 0.0) if done else None for r, done, at in rows}
-
-    def members(self, idx: int) -> list[tuple[int, int, int, str, int]]:
-        """(line, offset, length, custom_id, attempt) of a member-listed batch (retry, primer, rest), in line order."""
-        return list(self.db.execute(
-            'SELECT line, "offset", length, custom_id, attempt FROM members WHERE batch = ? ORDER BY line', (idx,)))
-
     # -- state changes, one transaction each ----------------------------------
 
     def _set_state(self, db: Db, idx: int, state: BatchState, **fields: Any) -> None:
@@ -384,78 +366,6 @@ class Journal(LeaseRecords, OutcomeRecords):
             self._set_meta(db, "output_committed", s.committed)
             self._set_state(db, idx, BatchState.COLLECTED)
             s.before_commit()
-
-    def pending_count(self) -> int:
-        return int(self._one("SELECT COUNT(*) FROM pending"))
-
-    def plan_retries(self, pack: Callable[[list[PendingRow]], list[list[PendingRow]]], size: Callable[[list[PendingRow]], int]) -> tuple[int, int]:
-        """Turn every request waiting for another attempt into retry batches cut by `pack`; (requests, batches)."""
-        rows = [PendingRow(*r) for r in self.db.execute(
-            'SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line')]
-        groups = pack(rows)
-        idx = int(self._one("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches"))
-        with self.transaction() as db:
-            self._insert_listed(db, idx, [("retry", None, g) for g in groups], size)
-            db.execute("DELETE FROM pending")
-            self._event(db, "resubmission_planned", requests=len(rows), batches=len(groups))
-        return len(rows), len(groups)
-
-    def recut(self, batch_size: int, ranges: list[tuple[Any, ...]], groups: list[Listed],
-              size: Callable[[list[PendingRow]], int]) -> None:
-        """Replace every planned batch by smaller ones, atomically, and record the new size (a resume sees this cut).
-
-        `ranges`: (requests, bytes, first_line, last_line, start, end, first_cid, last_cid) of new input-range
-        batches; `groups`: (kind, round, requests) of new member-listed batches.
-        """
-        with self.transaction() as db:
-            old = [r[0] for r in db.execute("SELECT idx FROM batches WHERE state = 'planned'")]
-            marks = ",".join("?" * len(old))
-            db.execute(f"DELETE FROM members WHERE batch IN ({marks})", old)
-            db.execute(f"DELETE FROM batches WHERE idx IN ({marks})", old)
-            idx = int(db.execute("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches").fetchone()[0])
-            for k, r in enumerate(ranges):
-                db.execute(
-                    "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
-                    "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
-                    (idx + k, *r))
-            self._insert_listed(db, idx + len(ranges), groups, size)
-            settings = {**(self.get_meta("settings") or {}), "batch_size": batch_size}
-            self._set_meta(db, "settings", settings)
-            self._event(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
-
-    def next_round(self) -> int:
-        """The number a new round of priming takes."""
-        return int(self._one("SELECT COALESCE(MAX(cache_round), -1) + 1 FROM batches"))
-
-    def reprime(self, old: list[int], groups: list[Listed], size: Callable[[list[PendingRow]], int],
-                life: float | None) -> int:
-        """Replace the planned batches `old` (a lapsed round's rest) by `groups` (a new round's primer and rest), and
-        record the new round's life; in one transaction. The new round's number."""
-        with self.transaction() as db:
-            marks = ",".join("?" * len(old))
-            db.execute(f"DELETE FROM members WHERE batch IN ({marks})", old)
-            db.execute(f"DELETE FROM batches WHERE idx IN ({marks}) AND state = 'planned'", old)
-            idx = int(db.execute("SELECT COALESCE(MAX(idx), -1) + 1 FROM batches").fetchone()[0])
-            self._insert_listed(db, idx, groups, size)
-            new = int(groups[0][1]) if groups and groups[0][1] is not None else -1
-            report = self.get_meta("report") or {}
-            priming = dict(report.get("priming") or {})
-            priming["lives"] = {**(priming.get("lives") or {}), str(new): life}
-            priming["rounds"] = int(priming.get("rounds") or 0) + 1
-            self._set_meta(db, "report", {**report, "priming": priming})
-            self._event(db, "reprimed", round=new, replaced=len(old), batches=len(groups))
-        return new
-
-    def _insert_listed(self, db: Db, idx: int, groups: list[Listed], size: Callable[[list[PendingRow]], int]) -> None:
-        for kind, cache_round, g in groups:
-            first, last = g[0], g[-1]
-            db.execute(
-                "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
-                "first_custom_id, last_custom_id, state, cache_round) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?)",
-                (idx, kind, len(g), size(g), first.line, last.line, first.offset, last.offset + last.length,
-                 first.custom_id, last.custom_id, cache_round))
-            db.executemany("INSERT INTO members VALUES (?, ?, ?, ?, ?, ?)", [(idx, *r) for r in g])
-            idx += 1
 
     # -- output and reporting --------------------------------------------------
 
