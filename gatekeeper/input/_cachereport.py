@@ -72,16 +72,20 @@ def _tokens_per_byte(report: PlanReport, model: str) -> float:
     return float(measured[model]["tokens_per_byte"]) if model in measured else 1 / BYTES_PER_TOKEN
 
 
-def caching_report(report: PlanReport, prices: PriceTable) -> dict[str, Any] | None:
+def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = None,
+                   estimate: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Per model: marked requests, distinct and shared prefixes and their sizes, those below the model's minimum,
     the lives used, and the input cost with no caching, sent cold and primed; what marking shared unmarked system
-    prompts and tool lists would save. None when the input has neither."""
-    m = marked(report, prices)
+    prompts and tool lists would save. None when the input has neither. (`m` and `estimate`: `marked` and
+    `report.estimate`, when the caller has them already.)"""
+    m = m or marked(report, prices)
     unmarked = _unmarked(report, prices)
     if not len(m.marks) and not unmarked:
         return None
-    models = {name: _model_figures(report, prices, m, i) for i, name in enumerate(m.marks.models)
-              if i in set(m.marks.model)}
+    whole = (estimate or report.estimate(prices))["models"]
+    present = set(m.marks.model)
+    models = {name: _model_figures(prices, m, i, whole.get(name, {}).get("cost_usd"))
+              for i, name in enumerate(m.marks.models) if i in present}
     measured = bool((report.calibration or {}).get("models"))
     return {
         "models": dict(sorted(models.items())),
@@ -93,7 +97,8 @@ def caching_report(report: PlanReport, prices: PriceTable) -> dict[str, Any] | N
     }
 
 
-def _model_figures(report: PlanReport, prices: PriceTable, m: Marked, model: int) -> dict[str, Any]:
+def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | None) -> dict[str, Any]:
+    """One model's figures; `whole`: the estimated cost of all its input, marked or not."""
     marks, name = m.marks, m.marks.models[model]
     mine = [k for k in range(len(marks)) if marks.model[k] == model]
     chosen = [m.chosen[k] for k in mine]
@@ -104,7 +109,6 @@ def _model_figures(report: PlanReport, prices: PriceTable, m: Marked, model: int
     hours = sum(marks.hour[p] for k in mine for p in range(marks.first[k], marks.first[k + 1]))
     points = sum(marks.first[k + 1] - marks.first[k] for k in mine)
     costs = input_costs(marks, m.chosen, [rates_of(prices, x) for x in marks.models], only=model)
-    whole = report.estimate(prices)["models"].get(name, {}).get("cost_usd")
     plain = costs["none"]
     return {
         "requests_marked": len(mine),
@@ -167,9 +171,8 @@ class Round:
     life: float  # seconds the shortest-lived of its prefixes lives after its last use
 
 
-def priming_rounds(report: PlanReport, prices: PriceTable, round_size: int) -> list[Round]:
-    """The job's priming rounds (none when no prefix is shared)."""
-    m = marked(report, prices)
+def priming_rounds(m: Marked, round_size: int) -> list[Round]:
+    """The job's priming rounds, from its marked requests (`marked`): none when no prefix is shared."""
     shared = groups(m.marks, m.chosen)
     scan = m.scan
 

@@ -13,7 +13,7 @@ from ..api._queue import read_ceiling
 from ..checks._preflight import plan_checked
 from ..decide._admission import batch_size_for
 from ..decide._priming import round_size
-from ..input._cachereport import priming_rounds, without_lines
+from ..input._cachereport import Marked, caching_report, marked, priming_rounds, without_lines
 from ..input._planner import PlanReport
 from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchState, JobPlan, Journal, PendingRow
@@ -106,8 +106,10 @@ class Preparation(Part):
         return report
 
     def _job_plan(self, report: PlanReport, size: int, mtime: int) -> JobPlan:
-        caching = report.caching(self.prices)
-        listed, lives = self._priming(report)
+        m = marked(report, self.prices)  # (read once: the caching report and the priming rounds both need it)
+        estimate = report.estimate(self.prices)
+        caching = caching_report(report, self.prices, m, estimate)
+        listed, lives = self._priming(m)
         claimed = {r.line: r.length for _, _, rows in listed for r in rows}
         return JobPlan(
             input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
@@ -115,7 +117,7 @@ class Preparation(Part):
                       "max_attempts": self.s.max_attempts, "ceiling_at_plan": self.ceiling},
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
                     "models": report.models, "preflight": report.preflight,
-                    "estimate": report.estimate(self.prices), "caching": caching,
+                    "estimate": estimate, "caching": caching,
                     "priming": {"rounds": len(lives), "primers": sum(len(g) for k, _, g in listed if k == "primer"),
                                 "rest": sum(len(g) for k, _, g in listed if k == "rest"), "lives": lives} if listed else None},
             output=os.path.abspath(self.out.path),
@@ -124,7 +126,7 @@ class Preparation(Part):
             listed=listed,
         )
 
-    def _priming(self, report: PlanReport) -> tuple[list[Listed], dict[str, float]]:
+    def _priming(self, m: Marked) -> tuple[list[Listed], dict[str, float]]:
         """The primer and rest batches of each round, and each round's shortest life in seconds (by round number);
         none with --no-prime, or when no prefix is shared."""
         if not self.s.prime:
@@ -132,7 +134,7 @@ class Preparation(Part):
         limits = Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes)
         listed: list[Listed] = []
         lives: dict[str, float] = {}
-        for k, r in enumerate(priming_rounds(report, self.prices, round_size(self.ceiling, self.s.margin, self.batch_size))):
+        for k, r in enumerate(priming_rounds(m, round_size(self.ceiling, self.s.margin, self.batch_size))):
             for kind, rows in (("primer", r.primers), ("rest", r.rest)):
                 listed += [(kind, k, g) for g in pack_rows([PendingRow(*row, 1) for row in rows], limits)]
             lives[str(k)] = r.life
