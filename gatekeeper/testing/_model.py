@@ -122,6 +122,13 @@ class FakeConfig:
     cache_wave: int | None = None  # requests of a batch processed concurrently (None: the whole batch at once)
     seed: int = 1
 
+    def model(self, name: str) -> FakeModel | None:
+        """A model of the catalogue, by id or alias."""
+        for m in self.models:
+            if name == m.id or name in m.aliases:
+                return m
+        return None
+
 
 class Seeded(Sequence[tuple[str, str]]):
     """A seeded batch's requests, each made when read: a test's queue of 280,000 seeded requests costs nothing
@@ -195,6 +202,12 @@ class Records:
     billed: dict[str, list[int]] = field(default_factory=dict)
     first_create_at: float | None = None
     last_end_at: float | None = None
+
+    def bill(self, model: str, usage: Usage) -> None:
+        """Add one succeeded request's tokens to what its model was billed."""
+        row = self.billed.setdefault(model, [0, 0, 0, 0, 0])
+        for k, v in enumerate((usage.input, OUTPUT_TOKENS, usage.write_5m, usage.write_1h, usage.read)):
+            row[k] += v
 
     @property
     def succeeded_twice(self) -> int:
@@ -327,15 +340,13 @@ class Organization:
         total = b.prompts[i][0] if b.prompts else 25
         points = b.points[i] if b.points else ()
         if points:
-            m = self.model(model)
+            m = self.config.model(model)
             wave = i // self.config.cache_wave if self.config.cache_wave else 0
             usage = self.cache.serve(b.workspace, points, total, m.cache_min if m else 1024, t, b.id, wave)
         else:
             usage = Usage(total, 0, 0, 0)
         b.usage[i] = usage
-        row = self.records.billed.setdefault(model, [0, 0, 0, 0, 0])
-        for k, v in enumerate((usage.input, OUTPUT_TOKENS, usage.write_5m, usage.write_1h, usage.read)):
-            row[k] += v
+        self.records.bill(model, usage)
 
     def _end(self, b: FakeBatch, at: float, leftover: str) -> None:
         self._settle_processed(b, at)
@@ -352,16 +363,9 @@ class Organization:
 
     # -- what the endpoints do ----------------------------------------------
 
-    def model(self, name: str) -> FakeModel | None:
-        """A model by id or alias."""
-        for m in self.config.models:
-            if name == m.id or name in m.aliases:
-                return m
-        return None
-
     def doom(self, model: str, max_tokens: Any) -> str | None:
         """Why a request would error at processing for its model, as the real API decides it, or None."""
-        return doomed_by(self.model(model), model, max_tokens) if self.config.check_models else None
+        return doomed_by(self.config.model(model), model, max_tokens) if self.config.check_models else None
 
     def create(self, workspace: str, requests: list[tuple[str, str]], bad: frozenset[int],
                doomed: dict[int, str] | None = None,

@@ -102,7 +102,7 @@ class _Handler(_BatchEndpoints):
     def _model(self, workspace: str, name: str | None) -> None:
         if self._models_down():
             return
-        m = self.server.fake.org.model(name or "")
+        m = self.server.fake.config.model(name or "")
         if m is None:
             return self._error(404, f"model: {name}")
         self._json(200, m.to_json())
@@ -130,7 +130,7 @@ class _Handler(_BatchEndpoints):
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return self._error(400, "request body is not valid JSON")
-        if not isinstance(body, dict) or self.server.fake.org.model(str(body.get("model") or "")) is None:
+        if not isinstance(body, dict) or self.server.fake.config.model(str(body.get("model") or "")) is None:
             return self._error(404 if isinstance(body, dict) else 400, f"model: {body.get('model') if isinstance(body, dict) else ''}")
         self._json(200, {"input_tokens": count_tokens(body)})
 
