@@ -29,6 +29,7 @@ from ..state._db import require_postgres
 from ..state._journal import BatchState, Journal, open_job, private_dir
 from ..state._ledger import Ledger, new_owner, open_ledger
 from ..state._output import check_writable
+from ._beside import beside
 from ._inputs import hash_file
 from ._loop import Job, ResultSink
 from ._settings import EventSink, SubmitSettings, default_job_name, default_state_dir
@@ -212,35 +213,27 @@ async def submit(
             _check_respool(source, path, journal)  # type: ignore[arg-type]
         if ledger is None:
             ledger = open_ledger(settings.ledger, owner=_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin)
-        outcome: list[Summary] = []
-        failure: list[Exception] = []
+        emit = on_event or (lambda e, f: None)
         try:
-            notice = _retry_events(on_event)
-            async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=notice) as conn, \
-                    anyio.create_task_group() as tg:
-                job = Job(path, settings, conn, journal, out_path=out_path, emit=on_event or (lambda e, f: None),
-                          stop=stop or anyio.Event(),
+            async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event)) as conn:
+                job = Job(path, settings, conn, journal, out_path=out_path, emit=emit, stop=stop or anyio.Event(),
                           on_result=on_result, ledger=ledger, prices=prices)
-                try:
-                    await ledger.ping()  # an unreachable ledger is reported before anything is sent
-                    tg.start_soon(_heartbeat, ledger, on_event or (lambda e, f: None))
-                    if journal.job:
-                        tg.start_soon(_lease_heartbeat, journal, settings.lease_ttl, on_event or (lambda e, f: None))
-                    if prepare_only:
-                        await _stoppable(stop, job.prepare)
-                        await ledger.release_all()  # (the run that continues the job claims it again)
-                        outcome.append(job.summary())
-                    else:
-                        outcome.append(await _stoppable(stop, job.prepare, job.run))
-                except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
-                    failure.append(exc)
-                finally:
-                    tg.cancel_scope.cancel()
+                await ledger.ping()  # an unreachable ledger is reported before anything is sent
+                beats = [lambda: _heartbeat(ledger, emit)]
+                if journal.job:
+                    beats.append(lambda: _lease_heartbeat(journal, settings.lease_ttl, emit))
+                return await beside(lambda: _steps(job, ledger, stop, prepare_only), *beats)
         finally:
             await ledger.close()
-        if failure:
-            raise failure[0]
-        return outcome[0]
+
+
+async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool) -> Summary:
+    """The job run to its end; or, `prepare_only`, prepared and its summary as it stands."""
+    if not prepare_only:
+        return await _stoppable(stop, job.prepare, job.run)  # type: ignore[no-any-return]
+    await _stoppable(stop, job.prepare)
+    await ledger.release_all()  # (the run that continues the job claims it again)
+    return job.summary()
 
 
 STOP_GRACE = 1.0  # seconds a stopped run has to reach a safe point of its own before its step is cut short
