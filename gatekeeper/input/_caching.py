@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 
 from ..decide._priming import Marks
+from ._markers import marker_points
 
 TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
 if TYPE_CHECKING:
@@ -93,6 +94,15 @@ class CacheScan:
         scan.unmarked = {tuple(k): n for k, n in data[10]}
         scan._model_index = {name: i for i, name in enumerate(m.models)}
         return scan
+
+
+def note_marked(scan: CacheScan, line: int, offset: int, size: int, cid: str, model: str, params: dict[str, Any]) -> None:
+    """Note a line that names `cache_control`: its marked prefixes, or, when it has none, its long unmarked parts."""
+    points = marker_points(params, model)
+    if points:
+        scan.add(line, offset, size, cid, model, points)
+    else:
+        note_unmarked(scan, model, params.get("system"), params.get("tools"))
 
 
 def note_unmarked(scan: CacheScan, model: str, system: Any, tools: Any) -> None:

@@ -21,9 +21,9 @@ from itertools import chain
 import orjson
 
 from .._errors import InputError
-from ._caching import UNMARKED_MIN_BYTES, CacheScan, note_unmarked
+from ._caching import UNMARKED_MIN_BYTES, CacheScan, note_marked, note_unmarked
 from ._idindex import FP_SHIFT, IdIndex
-from ._markers import marker_points, marker_reason
+from ._markers import marker_reason
 
 TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
@@ -349,11 +349,7 @@ def validate(
                 reject(Rejection(line_no, cid, reason))
                 continue
             if cache is not None:
-                points = marker_points(params, model)
-                if points:
-                    cache.add(line_no, start, size, cid, model, points)
-                else:
-                    note_unmarked(cache, model, system, params.get("tools"))
+                note_marked(cache, line_no, start, size, cid, model, params)
         elif cache is not None and (system.__class__ is not str and system is not None or "tools" in params
                                     or system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES):
             note_unmarked(cache, model, system, params.get("tools"))
