@@ -141,6 +141,27 @@ def test_a_kill_anywhere_in_a_primed_job_loses_nothing_and_sends_nothing_twice(t
         assert s["caching"]["read_share_of_ideal"] >= 0.95 and s["cost_usd"] == _billed_cost(fake)
 
 
+def test_priming_against_a_rough_api(tmp_path: Path) -> None:
+    """The API as rough as it gets: a primer's and a rest's create answers lost after the batch was made, new
+    batches missing from the listing and answering 404 for a while, 5xx and 529, every batch's first download
+    damaged. Each request still goes once, every rest after its primer has ended, the cache is read, and the
+    summary's cost is what the fake billed."""
+    from gatekeeper.testing import Fault
+
+    path = corpus(tmp_path / "in.jsonl", unknown=0)
+    rough = {"listing_lag": 0.3, "not_found_after_create": 0.2, "results_not_found_after_end": 0.2,
+             "null_results_url_after_end": 0.1, "damaged_downloads": 1}
+    with running_fake(ceiling=100, rate=400, speed=20, **rough) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit", times=2), Fault("create", status=500),
+                    Fault("list", status=529), Fault("results", status=500), Fault("retrieve", kind="drop"))
+        proc = gk(["submit", str(path), *FLAGS, "--reconcile-grace", "2"], env_for(fake))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        _judge_priming(fake, path)
+        s = orjson.loads(proc.stdout)
+        assert s["cost_usd"] == _billed_cost(fake) and s["caching"]["read_share_of_ideal"] >= 0.95
+        assert s["adoptions"] is not None and s["adoptions"]["proven"] >= 1  # the lost answers were reconciled
+
+
 def test_the_library_primes_too_and_a_lost_output_is_rebuilt(tmp_path: Path) -> None:
     """`submit_sync` with the default settings primes (and `prime=False` does not); the output of a primed job,
     lost, is rebuilt from the API by the next run, line for line."""
