@@ -118,8 +118,7 @@ class Preparation(Part):
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
                     "models": report.models, "preflight": report.preflight,
                     "estimate": estimate, "caching": caching,
-                    "priming": {"rounds": len(lives), "primers": sum(len(g) for k, _, g in listed if k == "primer"),
-                                "rest": sum(len(g) for k, _, g in listed if k == "rest"), "lives": lives} if listed else None},
+                    "priming": {"lives": lives} if listed else None},  # (its counts come from the batches)
             output=os.path.abspath(self.out.path),
             batches=without_lines(report.batches, claimed),
             rejections=[(e.line, e.custom_id, e.reason) for e in report.errors],

@@ -80,8 +80,8 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         canceled_job=canceled_job(j),
         pending=requests - t.final, complete=requests == t.final,
         usage=usage_json(t.usage),
-        cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report, prices or load_prices(),
-                                                len(j.events_of("primer_lapsed"))),
+        cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report.get("caching"), priming(j),
+                                                prices or load_prices()),
         budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
                                             "held_back": held},
     )
@@ -95,12 +95,18 @@ def usage_json(usage: tuple[int, ...]) -> dict[str, Any]:
             "cache_creation": {"ephemeral_5m_input_tokens": written - hour, "ephemeral_1h_input_tokens": hour}}
 
 
-def realized_caching(usage: tuple[int, ...], by_model: list[tuple[Any, ...]], report: dict[str, Any],
-                     prices: PriceTable, lapsed: int = 0) -> dict[str, Any] | None:
-    """What caching did for the run (see `Summary.caching`). The saving prices every cache token as plain input
-    instead, at batch prices; None when a model that succeeded has no price."""
+def priming(j: Journal) -> dict[str, int] | None:
+    """How the job was primed (`Journal.priming`), and the rounds that lapsed and were primed again."""
+    counts = j.priming()
+    return None if counts is None else {**counts, "lapsed_rounds": len(j.events_of("primer_lapsed"))}
+
+
+def realized_caching(usage: tuple[int, ...], by_model: list[tuple[Any, ...]], planned: dict[str, Any] | None,
+                     primed: dict[str, int] | None, prices: PriceTable) -> dict[str, Any] | None:
+    """What caching did for the run (see `Summary.caching`), given the plan's caching report and how the job was
+    primed. The saving prices every cache token as plain input instead, at batch prices; None when a model that
+    succeeded has no price."""
     _, _, written, read, hour = usage
-    planned = report.get("caching")
     if not written and not read and not planned:
         return None
     saving: float | None = 0.0
@@ -116,7 +122,7 @@ def realized_caching(usage: tuple[int, ...], by_model: list[tuple[Any, ...]], re
     return {"write_5m_tokens": written - hour, "write_1h_tokens": hour, "read_tokens": read,
             "read_share_of_ideal": None if share is None else round(share, 4),
             "saving_usd": None if saving is None else round(saving, 6),
-            "priming": {**report["priming"], "lapsed_rounds": lapsed} if report.get("priming") else None}
+            "priming": primed}
 
 
 def canceled_job(j: Journal) -> dict[str, Any] | None:

@@ -34,6 +34,16 @@ class ListedRecords(JournalBase):
         """The number a new round of priming takes."""
         return int(self._one("SELECT COALESCE(MAX(cache_round), -1) + 1 FROM batches"))
 
+    def priming(self) -> dict[str, int] | None:
+        """How the job is primed, from its batches: rounds, requests sent as primers, and the rest (None: not primed)."""
+        rows = {kind: (rounds, requests) for kind, rounds, requests in self.db.execute(
+            "SELECT kind, COUNT(DISTINCT cache_round), SUM(requests) FROM batches WHERE kind IN ('primer', 'rest') "
+            "GROUP BY kind")}
+        if "primer" not in rows:
+            return None
+        return {"rounds": int(rows["primer"][0]), "primers": int(rows["primer"][1]),
+                "rest": int(rows.get("rest", (0, 0))[1])}
+
     def members(self, idx: int) -> list[tuple[int, int, int, str, int]]:
         """(line, offset, length, custom_id, attempt) of a member-listed batch (retry, primer, rest), in line order."""
         return list(self.db.execute(
@@ -81,10 +91,8 @@ class ListedRecords(JournalBase):
             self._insert_listed(db, _drop_planned(db, old), groups, size)
             new = int(groups[0][1]) if groups and groups[0][1] is not None else -1
             report = self.get_meta("report") or {}
-            priming = dict(report.get("priming") or {})
-            priming["lives"] = {**(priming.get("lives") or {}), str(new): life}
-            priming["rounds"] = int(priming.get("rounds") or 0) + 1
-            self._set_meta(db, "report", {**report, "priming": priming})
+            lives = {**((report.get("priming") or {}).get("lives") or {}), str(new): life}
+            self._set_meta(db, "report", {**report, "priming": {"lives": lives}})
             self._event(db, "reprimed", round=new, replaced=len(old), batches=len(groups))
         return new
 
