@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -201,3 +202,30 @@ def test_status_shows_ledger_reservations(tmp_path: Path, redis_url: str) -> Non
                                                           "ANTHROPIC_ADMIN_KEY": "test-admin-key"})
         out = orjson.loads(proc.stdout)
         assert out["ledger"]["reserved"] == 120 and out["ledger"]["reservations"][0]["owner"] == "pipeline-7"
+
+
+def _open_ledger_at(path: str, barrier, results) -> None:  # (a forked submitter: top-level, so fork can run it)
+    barrier.wait()
+    try:
+        SqliteLedger(path, owner=str(os.getpid()))
+        results.put("ok")
+    except Exception as exc:  # what the submitter would have printed
+        results.put(str(exc))
+
+
+def test_submitters_opening_a_new_sqlite_ledger_at_once_all_get_it(tmp_path: Path) -> None:
+    """Six processes open one new SQLite ledger at the same instant, ten times: none is refused. (SQLite refuses a
+    racing switch to WAL at once, "database is locked", instead of waiting: 8 rounds of 40 failed before.)"""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(10):
+        path = str(tmp_path / f"ledger-{round_}.db")
+        barrier, results = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_open_ledger_at, args=(path, barrier, results)) for _ in range(6)]
+        for p in procs:
+            p.start()
+        outcomes = [results.get(timeout=30) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+        assert outcomes == ["ok"] * 6, outcomes
