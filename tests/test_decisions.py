@@ -22,8 +22,8 @@ from gatekeeper.decide._admission import (
 )
 from gatekeeper.decide._budget import MIN_BATCH, Spend, may_spend, request_worst
 from gatekeeper.decide._downloads import Missing, download_wait, incomplete_reason, when_results_missing
-from gatekeeper.decide._ownership import Choice, Fit, agrees, choose, fit, sample_ids
-from gatekeeper.decide._reconcile import Action, candidates_for, compared, decide, nearest_first, with_our_ids
+from gatekeeper.decide._ownership import Choice
+from gatekeeper.decide._reconcile import Action, candidates_for, compared, decide, nearest_first
 from gatekeeper.decide._settle import classify, errored_line, settle
 
 # -- sizing and room ---------------------------------------------------------
@@ -168,93 +168,9 @@ def test_compared_abandons_only_on_a_listing_read_after_the_grace(
     assert [b["id"] for b in d.candidates if d.action is Action.ADOPT] == ([adopted] if adopted else [])
 
 
-def test_only_candidates_with_exactly_our_ids_can_be_ours() -> None:
-    mine = {"x1", "x2"}
-    assert with_our_ids(mine, {"a": {"x1"}, "b": {"x1", "x2"}, "c": {"x1", "x2", "x3"}, "d": {"x2", "x1"}}) == ["b", "d"]
-
-
 def test_nearest_first_orders_candidates_by_creation_after_the_send() -> None:
     cands = [_batch("late", 2, T0 + 9, "ended"), _batch("near", 2, T0 + 1, "ended"), _batch("mid", 2, T0 + 4, "ended")]
     assert nearest_first(cands, T0) == ["near", "mid", "late"]
-
-
-# -- ownership: whose a batch is, by what its results were billed ----------------
-
-OURS = {f"r{i}": 100 + 7 * i for i in range(24)}  # count_tokens of a sample of our requests, by custom_id
-
-
-@pytest.mark.parametrize(("expected", "billed", "offset", "agree"), [
-    (100, 100, 0, True), (100, 103, 0, True), (100, 97, 0, True), (100, 104, 0, False),  # 3 tokens of slack at least
-    (1000, 1020, 0, True), (1000, 1021, 0, False), (5000, 4900, 0, True), (5000, 4899, 0, False),  # or 2%
-    (0, 3, 0, True), (0, 4, 0, False),
-    (100, 105, 5, True), (100, 102, 5, True), (100, 101, 5, False),  # around the candidate's offset
-])
-def test_a_custom_id_agrees_within_the_count_estimates_slack(expected: int, billed: int, offset: int, agree: bool) -> None:
-    assert agrees(expected, billed, offset) is agree
-
-
-def _every(n: int, bump: int) -> dict[str, int]:
-    """Our counts with every n-th id billed `bump` tokens more."""
-    return {c: t + (bump if i % n == 0 else 0) for i, (c, t) in enumerate(OURS.items())}
-
-
-@pytest.mark.parametrize(("billed", "verdict"), [
-    (OURS, Fit.FITS),  # billed exactly for our prompts
-    ({c: t + 2 for c, t in OURS.items()}, Fit.FITS),  # a count a little off, as the docs allow
-    ({c: t + 6 for c, t in OURS.items()}, Fit.FITS),  # off by the same few tokens for every request
-    ({c: t + 40 for c, t in OURS.items()}, Fit.MISFITS),  # another job's longer prompts, by the same amount
-    ({c: t + 13 * (i % 7) for i, (c, t) in enumerate(OURS.items())}, Fit.MISFITS),  # another job's, scattered
-    (_every(2, 40), Fit.MISFITS),  # half of them differ: not ours
-    (_every(6, 40), Fit.FITS),  # 20 of 24 agree
-    (_every(5, 40), Fit.MISFITS),  # 19 of 24 agree: not enough
-    ({}, Fit.UNCLEAR),  # nothing succeeded: no usage to weigh
-    (dict(list(OURS.items())[:11]), Fit.UNCLEAR),  # 11 of the 24 sampled compared: too little
-    (dict(list(OURS.items())[:12]), Fit.FITS),  # half of them: enough
-    ({"zz": 100}, Fit.UNCLEAR),  # none of ours
-])
-def test_a_candidate_fits_misfits_or_cannot_be_told(billed: dict[str, int], verdict: Fit) -> None:
-    assert fit(OURS, billed) is verdict
-
-
-def test_a_rival_with_prompts_of_random_lengths_never_fits() -> None:
-    """The soak's prompts: "x" times 5 to 200, another job's drawn apart from ours. Over 2,000 rivals, none fits."""
-    import random
-    rng = random.Random(7)
-    for _ in range(2000):
-        ids = [f"r{i}" for i in range(200)]
-        ours = {c: 7 + (50 + rng.randint(5, 200) * 10 // 33) for c in ids}
-        theirs = {c: 7 + (50 + rng.randint(5, 200) * 10 // 33) for c in ids}
-        expected = {c: ours[c] for c in sample_ids(ids)}
-        assert fit(expected, theirs) is Fit.MISFITS
-        assert fit(expected, ours) is Fit.FITS
-
-
-def test_a_candidate_with_few_results_is_judged_on_what_it_has() -> None:
-    """A batch of three requests: three ids are all the evidence there is, and enough."""
-    assert fit({"a": 50, "b": 60, "c": 70}, {"a": 50, "b": 60, "c": 70}) is Fit.FITS
-    assert fit({"a": 50, "b": 60, "c": 70}, {"a": 90, "b": 99, "c": 20}) is Fit.MISFITS
-
-
-@pytest.mark.parametrize(("fits", "ours", "foreign", "proven"), [
-    ({"a": Fit.FITS, "b": Fit.MISFITS}, "a", ("b",), True),  # the rival's prompts differ: proven
-    ({"a": Fit.MISFITS, "b": Fit.FITS}, "b", ("a",), True),  # whatever the order of creation
-    ({"a": Fit.FITS, "b": Fit.FITS}, "a", (), False),  # the same prompts: the nearest, unproven
-    ({"a": Fit.FITS, "b": Fit.UNCLEAR}, "a", (), False),  # the other cannot be judged: not proven
-    ({"a": Fit.UNCLEAR, "b": Fit.UNCLEAR}, "a", (), False),  # nothing to weigh (all errored): the nearest
-    ({"a": Fit.MISFITS, "b": Fit.MISFITS}, None, ("a", "b"), False),  # neither is ours
-    ({"a": Fit.FITS}, "a", (), True),  # a lone candidate that fits
-    ({"a": Fit.MISFITS}, None, ("a",), False),  # a lone candidate billed for another's prompts
-])
-def test_choose_adopts_only_what_the_results_prove(fits: dict[str, Fit], ours: str | None, foreign: tuple[str, ...],
-                                                    proven: bool) -> None:
-    assert choose(fits, ["a", "b"][:len(fits)]) == Choice(ours, foreign, proven)
-
-
-def test_the_sample_is_the_same_every_time_and_not_the_first_rows() -> None:
-    ids = [f"row-{i}" for i in range(1000)]
-    picked = sample_ids(ids)
-    assert picked == sample_ids(reversed(ids)) and len(picked) == 24 == len(set(picked))
-    assert picked != ids[:24]
 
 
 # -- settlement --------------------------------------------------------------

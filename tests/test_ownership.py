@@ -1,13 +1,16 @@
 """Two jobs in one workspace with the same custom_ids and batches of one size: a lost create answer must never
-join the other job's answers to our requests (issue 25).
+join the other job's answers to our requests (issue 25), nor send our own batch again, whatever the API's usage
+says against count_tokens (issue 33).
 
-Every job here is a real CLI process against the fake over HTTP. The fake bills each request's prompt tokens
-and stamps each answer with its prompt's digest (`prompt_of`), so the judge can tell, line by line, whether a
-result answers the request it is joined to.
+Every job here is a real CLI process against the fake over HTTP. The fake bills each request's prompt tokens (as
+counted, or as `FakeConfig.usage` says: count - k, a scale, a constant, none) and stamps each answer with its
+prompt's digest (`prompt_of`), so the judge can tell, line by line, whether a result answers the request it is
+joined to.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,19 +29,25 @@ FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str
          "--token-sample", "2"]
 
 
-def write_job(path: Path, words: str, n: int = N) -> Path:
-    """n requests with the custom_ids every pipeline uses (row-0, row-1, ...), prompts of this job's own."""
+WORLDS = ["count", "count-20", "scale:0.85", "const:10", "none"]  # what the API bills against count_tokens
+TELLING = ("count", "count-20", "scale:0.85")  # usages that follow the prompt: the results can tell jobs apart
+
+
+def write_job(path: Path, words: str, n: int = N, first: int = 0) -> Path:
+    """n requests with the custom_ids every pipeline uses (row-0, row-1, ...), prompts of this job's own, their
+    lengths drawn apart from another job's (as two pipelines' prompts are)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     test = str(path.parent.parent)  # (tests sharing one ledger at once never send the same input: it is one job)
+    rng = random.Random(words)
     with open(path, "wb") as f:
-        for i in range(n):
-            text = f"{test} {words} {i}: " + words * (1 + i % 9)
+        for i in range(first, first + n):
+            text = f"{test} {words} {i}: " + words * rng.randint(1, 40)
             f.write(orjson.dumps({"custom_id": f"row-{i}", "params": {
                 "model": "claude-haiku-4-5", "max_tokens": 16, "messages": [{"role": "user", "content": text}]}}) + b"\n")
     return path
 
 
-def judge(fake: FakeAPI, jobs: list[Path]) -> None:
+def judge(fake: FakeAPI, jobs: list[Path], *, creates: int | None = None) -> None:
     """Every job has one line per request and each line answers its own request (the prompt the answer was
     billed and stamped for is that line's); nothing was created or answered twice."""
     for path in jobs:
@@ -50,10 +59,11 @@ def judge(fake: FakeAPI, jobs: list[Path]) -> None:
             tokens, digest = prompt_of(params[x["custom_id"]])
             message = x["result"]["message"]
             assert message["id"] == "msg_" + digest, f"{path}: {x['custom_id']} joined to another job's answer"
-            assert message["usage"]["input_tokens"] == tokens
+            assert fake.config.usage != "count" or message["usage"]["input_tokens"] == tokens
     answered = fake.org.records.answered
-    assert len(answered) == N * len(jobs) and set(answered.values()) == {1}, "a request was answered twice"
-    assert fake.org.records.creates == len(jobs), "a batch was created twice"
+    sent = sum(len(p.read_bytes().splitlines()) for p in jobs)
+    assert len(answered) == sent and set(answered.values()) == {1}, "a request was answered twice"
+    assert fake.org.records.creates == (len(jobs) if creates is None else creates), "a batch was created twice"
 
 
 def _run_both(fake: FakeAPI, jobs: list[Path], extra: list[str]) -> list[dict]:
@@ -116,27 +126,73 @@ def test_two_candidates_wait_to_end_and_the_one_billed_for_our_prompts_is_adopte
     assert s["adoptions"] == {"proven": 1, "unproven": [], "unchecked": 0, "not_ours": [their_id]}
 
 
-def test_a_lone_candidate_billed_for_another_jobs_prompts_is_given_back_before_a_line_is_written(tmp_path: Path) -> None:
-    """The other job's batch (our size, our custom_ids) is the only candidate listed when our answer is lost, ours
-    not listed yet: it is adopted on size and time, then held against its results before anything is written,
-    given back because it was billed for other prompts, and ours is found once listed. Nothing sent twice."""
-    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha")
-    theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")
-    with running_fake(ceiling=10_000, rate=400) as fake:
+@pytest.mark.parametrize("world", WORLDS)
+def test_a_lone_candidate_of_another_job_is_never_kept_when_ours_can_be_found(tmp_path: Path, world: str) -> None:
+    """Our job has two batches; the first's create is answered (so this job learns how it is billed), the second's
+    is lost while another job's batch of its size and custom_ids is the only candidate listed (ours lags). It is
+    adopted on size and time, then weighed before a line is written: where the usage follows the prompt it bills
+    unlike our requests and is given back; where it cannot tell (a constant, no usage) it is held until the
+    listing's grace has passed, ours is listed beside it, and the one created nearest our send is taken, reported
+    unproven. Either way every line answers its own request and nothing is created twice."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha", 2 * N)
+    theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ", N, first=N)  # (row-60 ... row-119, as our second)
+    with running_fake(ceiling=10_000, rate=400, usage=world) as fake:
         done = gk(["submit", str(theirs), *FLAGS], env_for(fake))  # the other pipeline's, in our workspace
         assert done.returncode == 0, done.stderr
         their_id = next(iter(fake.org.batches))
         fake.org.config.listing_lag = 2.0  # ours will reach the listing late
-        fake.inject(Fault("create", kind="drop_after_commit"))
+        fake.inject(Fault("create", kind="drop_after_commit", after=1))
         proc = gk(["submit", str(ours), *FLAGS], env_for(fake))
         assert proc.returncode == 0, proc.stderr
-        judge(fake, [ours, theirs])
+        judge(fake, [ours, theirs], creates=3)
+        mine = next(b.id for b in fake.org.batches.values() if b.seq == 3)
     evs = events(proc.stderr)
     adopted = [e["id"] for e in evs if e["event"] == "reconciled" and e["outcome"] == "created"]
-    assert adopted[0] == their_id and adopted[-1] != their_id
-    assert [(e["id"], e["why"]) for e in evs if e["event"] == "adoption_undone"] == [
-        (their_id, "its usage was billed for another job's prompts")]
-    assert orjson.loads(proc.stdout)["adoptions"]["not_ours"] == [their_id]
+    assert adopted[0] == their_id and adopted[-1] == mine
+    a = orjson.loads(proc.stdout)["adoptions"]
+    if world in TELLING:
+        assert a["not_ours"] == [their_id] and a["unproven"] == []
+    else:  # the usage cannot tell: the nearest to our send, and said so
+        assert a["not_ours"] == [] and a["unproven"] == [mine]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_our_own_batch_found_by_listing_is_never_sent_again_whatever_the_usage(tmp_path: Path, world: str) -> None:
+    """One job, the answer to its first create lost (and to the next one's too): whatever the API bills against
+    count_tokens, each batch found by listing is ours and kept; nothing is created twice."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha", 3 * N)
+    with running_fake(ceiling=10_000, rate=400, usage=world, listing_lag=0.5) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit", times=2))
+        proc = gk(["submit", str(ours), *FLAGS], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        judge(fake, [ours], creates=3)
+    summary = orjson.loads(proc.stdout)
+    assert summary["adoptions"]["not_ours"] == [] and summary["succeeded"] == 3 * N
+    assert not [e for e in events(proc.stderr) if e["event"] == "adoption_undone"]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_a_rival_beside_ours_is_told_apart_wherever_the_usage_follows_the_prompt(tmp_path: Path, world: str) -> None:
+    """Another job's batch of our size and ids is live beside ours when our answer is lost: both end, then the one
+    that alone bills as our requests is ours, proven; where the usage cannot tell, the nearest to our send (ours,
+    the other created a second earlier) is taken, reported unproven. Every line answers its own request."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha")
+    theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")
+    with running_fake(ceiling=10_000, rate=30, usage=world) as fake:
+        other = start(["submit", str(theirs), *FLAGS], env_for(fake))
+        fake.org.wait_for(lambda r: r.creates == 1, "the other job's create")
+        time.sleep(1.0)  # (created well before our send, as a rival usually is)
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        proc = gk(["submit", str(ours), *FLAGS], env_for(fake))
+        assert proc.returncode == 0 and other.communicate(timeout=120) and other.returncode == 0, proc.stderr
+        judge(fake, [ours, theirs])
+        their_id = next(b.id for b in fake.org.batches.values() if b.seq == 1)
+        mine = next(b.id for b in fake.org.batches.values() if b.seq == 2)
+    a = orjson.loads(proc.stdout)["adoptions"]
+    if world in TELLING:
+        assert a == {"proven": 1, "unproven": [], "unchecked": 0, "not_ours": [their_id]}
+    else:
+        assert a == {"proven": 0, "unproven": [mine], "unchecked": 0, "not_ours": []}
 
 
 @pytest.mark.parametrize("point", ["after-intent", "body-complete", "mid-results", "before-results-commit"])

@@ -406,7 +406,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
     bad_model = args.error_model
     config = FakeConfig(
         ceiling=args.simulated_ceiling, rate=args.rate, speed=args.speed,
-        workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key},
+        workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key}, usage=args.usage,
         outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
                  if model == bad_model else None) if bad_model else None,
     )
@@ -427,7 +427,15 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
-            return ExitCode.OK
+            pass
+        seen = fake.org.records.summary()
+        if args.json:
+            _print_json({"received": seen})
+        else:
+            print(f"\nthe fake received {seen['creates']:,} creates ({seen['refusals']:,} refused for a full queue) and "
+                  f"{seen['requests']:,} requests; {seen['succeeded']:,} succeeded, {seen['answered_twice']:,} answered "
+                  f"twice; deepest queue {seen['deepest_queue']:,}", flush=True)
+        return ExitCode.OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -295,7 +295,21 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--admin-key", default="test-admin-key", metavar="KEY", help="the Admin key it accepts")
     p.add_argument("--error-model", default=None, metavar="MODEL",
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
+    p.add_argument("--usage", type=_usage_mode, default="count", metavar="MODE",
+                   help="what a succeeded request bills against count_tokens: count (default), count-K (K tokens fewer), "
+                   "scale:F, const:N (a gateway's own figure) or none (no usage reported)")
     _add_json(p)
+
+
+def _usage_mode(text: str) -> str:
+    kind, _, arg = text.replace("count-", "count:", 1).partition(":")
+    try:
+        ok = text in ("count", "none") or (kind in ("count", "const") and int(arg) >= 0) or (kind == "scale" and float(arg) > 0)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(f"{text!r}: use count, count-K, scale:F, const:N or none")
+    return text
 
 
 def _add_no_preflight(p: argparse.ArgumentParser) -> None:

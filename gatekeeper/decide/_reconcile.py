@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,11 +91,6 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
     return Decision(Action.COMPARE, tuple(candidates), "every candidate ended")
 
 
-def with_our_ids(mine: set[str], found: Mapping[str, set[str]]) -> list[str]:
-    """The candidates (by id) whose results carry exactly our custom_ids; only these can be ours."""
-    return [batch_id for batch_id, ids in found.items() if ids == mine]
-
-
 def nearest_first(candidates: Iterable[dict[str, Any]], sent_at: float) -> list[str]:
     """Candidate ids by how soon after our send they were created (the tie-break when results cannot tell)."""
     return [str(b.get("id")) for b in sorted(candidates, key=lambda b: abs((parse_time(b.get("created_at")) or 0.0) - sent_at))]
@@ -107,7 +102,7 @@ def compared(choice: Choice, candidates: tuple[dict[str, Any], ...], *, sent_at:
     When none can be ours, ours was not created only if the listing was read `grace` after the send; before that
     it may simply not have been listed yet (a rival's batch was), so wait."""
     if choice.ours is not None:
-        how = "its results fit our requests" if choice.proven else "the results cannot tell it from another's"
+        how = choice.basis or ("its results fit our requests" if choice.proven else "the results cannot tell it from another's")
         return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == choice.ours), how,
                         "results" if choice.proven else "unproven")
     if _grace_over(sent_at, listed_at, grace):

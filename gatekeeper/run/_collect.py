@@ -29,24 +29,37 @@ from ..decide._downloads import (
     when_results_missing,
 )
 from ..decide._headroom import parse_time
-from ..decide._ownership import Fit
+from ..decide._ownership import Fit, Relation, verdict
+from ..decide._reconcile import candidates_for, others_in_flight
 from ..decide._settle import errored_line, settle, usage_of
-from ..state._journal import BatchRow, BatchState, Journal, Settlement
-from ..state._ledger import Ledger
-from ..state._output import OutputFile
+from ..state._journal import BatchRow, BatchState, Settlement
 from ._checkpoints import reached
 from ._download import Download
-from ._evidence import read_results, weigh
+from ._evidence import billed_prompt, count_ours, learned_relations, our_side, pairs_of, wanted_ids
 from ._inputs import batch_requests
-from ._settings import EventSink, SubmitSettings
+from ._part import RunContext, Snapshot
+from ._settings import SubmitSettings
 
 
 class _NotOurs(Exception):  # (control flow inside the collector, never raised past it)
-    """An ended batch's complete results carry requests of another job: it was adopted by listing, and not ours."""
+    """An ended batch adopted by listing proved another job's (its custom_ids or its billing): given back."""
 
-    def __init__(self, idx: int, batch_id: str, foreign: int) -> None:
-        super().__init__(f"batch {idx}: {batch_id} carries {foreign} results of another job")
-        self.batch_id, self.foreign = batch_id, foreign
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class _Reopen(Exception):  # (control flow inside the collector, never raised past it)
+    """A batch adopted by listing alone while the listing now shows another that could be ours: compared instead."""
+
+
+def _grace_over(row: BatchRow, snap: Snapshot | None, grace: float) -> bool:
+    """Whether the latest listing was read long enough after our send to show our batch, were it another."""
+    return snap is not None and snap.at - (row.intent_at or 0.0) > grace
+
+
+class _NotYet(Exception):  # (control flow inside the collector, never raised past it)
+    """A listing adoption's evidence cannot be had now (our requests could not be counted): rolled back, later."""
 
 
 def custom_id(line: bytes) -> str:
@@ -64,31 +77,25 @@ def missing_verdict(row: BatchRow, batch: dict[str, Any] | None, settings: Submi
 class Collector:
     """Collects every ended batch of one job into its output and journal."""
 
-    def __init__(self, journal: Journal, api: ApiClient, out: OutputFile, settings: SubmitSettings, *, path: str,
-                 emit: EventSink, clock: Callable[[], float],
-                 check_stop: Callable[[], None], on_result: Callable[[str, dict[str, Any]], None] | None,
-                 ledger: Ledger) -> None:
-        self.journal = journal
-        self.ledger = ledger
-        self.api = api
-        self.out = out
-        self.s = settings
-        self.path = path
-        self.emit = emit
-        self.clock = clock
-        self.check_stop = check_stop
+    def __init__(self, ctx: RunContext, *, on_result: Callable[[str, dict[str, Any]], None] | None) -> None:
+        self.ctx = ctx
+        self.journal, self.ledger, self.out, self.s, self.path = ctx.journal, ctx.ledger, ctx.out, ctx.s, ctx.path
+        self.api: ApiClient = ctx.conn.primary
+        self.emit, self.clock, self.check_stop = ctx.emit, ctx.clock, ctx.check_stop
         self.on_result = on_result
         self.download_failures: dict[int, int] = {}  # batch -> failed downloads (or 404 waits) in a row
         self.download_at: dict[int, float] = {}  # batch -> when its next download is due
+        self._counts: dict[int, dict[str, int]] = {}  # batch -> our sampled requests counted (kept across tries)
 
-    async def collect_ended(self) -> None:
-        """Collect every ended batch whose download is due; a failed download waits its turn, the others go on."""
+    async def collect_ended(self, snap: Snapshot | None = None) -> None:
+        """Collect every ended batch whose download is due; a failed download waits its turn, the others go on.
+        `snap`: the latest reading, whose listing a batch adopted by listing alone is held against."""
         for row in self.journal.batches(BatchState.ENDED):
             self.check_stop()
             if self.download_at.get(row.idx, 0.0) > self.clock():
                 continue
             try:
-                await self.collect(row)
+                await self.collect(row, snap)
             except (IncompleteDownload, TransportError, ServerError, RateLimited) as exc:
                 self._download_failed(row, exc)
             else:
@@ -106,49 +113,74 @@ class Collector:
         self.download_at[row.idx] = self.clock() + wait
         self.emit(event, {"batch": row.idx, "id": row.batch_id, "reason": reason, "attempt": n, "retry_in": wait})
 
-    async def collect(self, row: BatchRow) -> None:
+    async def collect(self, row: BatchRow, snap: Snapshot | None = None) -> None:
         """Download one ended batch's results, verify them, and commit them with the journal in one transaction.
 
-        Nothing from a download that fails verification is kept (`IncompleteDownload`, rolled back).
+        Nothing from a download that fails verification is kept (`IncompleteDownload`, rolled back). A batch adopted
+        by listing alone is weighed (`_ownership`) in the same download, before the transaction commits.
         """
         try:
             batch = await self.api.retrieve_batch(str(row.batch_id))
             if batch.get("archived_at") or not batch.get("results_url"):
                 return self._results_missing(row, batch)
-            if not await self._proven_ours(row, batch):
-                return None
+            weigh = await self._to_weigh(row, snap)
             start = self.journal.committed_output()
             with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
                 s.before_commit = lambda: reached("before-results-commit")
-                s.committed = await self._write_results(row, batch, s, out, start)
+                s.committed = await self._write_results(row, batch, s, out, start, weigh)
+                if s.adopted and s.adopted[1] == "unproven" and not _grace_over(row, snap, self.s.reconcile_grace):
+                    raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another candidate")
         except NotFoundError:
             return self._results_missing(row, None)
         except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
-            return await self._give_back(row, f"{wrong.foreign} results of another job's custom_ids")
+            return await self._give_back(row, wrong.why)
+        except _NotYet as later:
+            return self._later(row, "ownership_pending", str(later))
+        except _Reopen as rivals:
+            return await self._reopen(row, str(rivals))
+        self._counts.pop(row.idx, None)
         self.emit("collected", {"batch": row.idx, "id": row.batch_id, "final": s.finals, "retry": s.retries})
         if self.on_result is not None:
             for line in self.out.lines(start, s.committed):
                 obj = orjson.loads(line)
                 self.on_result(obj["custom_id"], obj["result"])
 
-    async def _proven_ours(self, row: BatchRow, batch: dict[str, Any]) -> bool:
-        """A batch adopted by listing alone is held against its results before a line of them is written: given
-        back when they were billed for another's prompts (`_ownership`), False then, or when it must wait."""
+    async def _to_weigh(self, row: BatchRow, snap: Snapshot | None) -> dict[str, Relation] | None:
+        """For a batch adopted by listing alone: this job's billing relations to weigh it by ({} when none can be
+        learned; `_NotYet` when one will be, so it waits for it). None: nothing to weigh. When the listing now
+        shows another batch that could be ours, `_Reopen`: reconciliation compares them all."""
         adopted = self.journal.adoption(row.idx)
         if not adopted or adopted.get("proof") != "listing":
-            return True
-        got = await read_results(self.api, batch)
-        bodies = ((custom_id(body), body) for _, _, body, _ in batch_requests(self.path, self.journal, row))
-        fits = None if got is None else await weigh(self.api, bodies, {str(row.batch_id): got.billed})
-        if fits is None:
-            self._later(row, "ownership_pending", "its results or our requests' counts could not be read yet")
-            return False
-        verdict = fits.get(str(row.batch_id), Fit.UNCLEAR)
-        if verdict is Fit.MISFITS:
-            await self._give_back(row, "its usage was billed for another job's prompts")
-            return False
-        self.journal.set_adoption(row.idx, str(row.batch_id), "results" if verdict is Fit.FITS else "unproven")
-        return True
+            return None
+        if snap is not None:
+            theirs, _ = others_in_flight(await self.ledger.reservations(), self.ledger.owner)
+            rivals = candidates_for(row.requests, row.intent_at or 0.0, snap.listed.values(),
+                                    self.journal.known_batch_ids() | theirs, self.s.clock_skew)
+            if rivals:
+                raise _Reopen(f"{len(rivals)} other listed batch(es) of its size since our send could be ours")
+        learned = await learned_relations(self.api, self.journal, self.path)
+        if learned is None:
+            raise _NotYet("waiting for a batch of ours to end, to learn how this job is billed")
+        return learned
+
+    @staticmethod
+    def _judge(sample: dict[str, tuple[str, bytes]], counts: dict[str, int] | None,
+               billed: dict[str, int], learned: dict[str, Relation]) -> str:
+        """A listing adoption's proof from its own results ("results" or "unproven"); raises _NotOurs on evidence
+        that it is another job's."""
+        pairs = pairs_of(sample, counts or {}, billed)
+        v = verdict(pairs, sampled=len(sample), learned=learned)
+        if v is Fit.MISFITS:
+            raise _NotOurs("its usage was billed for another job's prompts")
+        return "results" if v is Fit.FITS else "unproven"
+
+    async def _reopen(self, row: BatchRow, why: str) -> None:
+        """Another listed batch may be ours: the create's outcome is unknown again; reconciliation compares them."""
+        self.journal.reopen(row.idx, str(row.batch_id), why)
+        await self.ledger.hold(row.idx, row.requests, None)
+        self.download_failures.pop(row.idx, None)
+        self.download_at.pop(row.idx, None)
+        self.emit("adoption_reopened", {"batch": row.idx, "id": row.batch_id, "why": why})
 
     async def _give_back(self, row: BatchRow, why: str) -> None:
         """Not ours after all: the create's outcome is unknown again (ours may exist, not listed then) and that
@@ -159,10 +191,13 @@ class Collector:
         self.download_at.pop(row.idx, None)
         self.emit("adoption_undone", {"batch": row.idx, "id": row.batch_id, "why": why})
 
-    async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int) -> int:
-        """Stream, verify (`Download`) and settle every line; the output's new length."""
-        members = Members(batch_requests(self.path, self.journal, row))
+    async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int,
+                             learned: dict[str, Relation] | None) -> int:
+        """Stream, verify (`Download`) and settle every line; the output's new length. `learned` set: the batch
+        was adopted by listing, and what it billed for our sampled ids is weighed before anything commits."""
+        members = Members(batch_requests(self.path, self.journal, row), sample=learned is not None)
         download = Download(self.api, batch, members.ids(), f"batch {row.idx}")
+        billed: dict[str, int] = {}
         pos = start
         # Read once a batch, not once a line: with a journal on a server each read is a round trip.
         canceled = bool(self.journal.get_meta("user_canceled")) or row.idx in (self.journal.get_meta("canceled_batches") or [])
@@ -170,6 +205,8 @@ class Collector:
         async for cid, raw, obj in download:
             if download.lines % 2048 == 0:
                 self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
+            if cid in members.sample and (tokens := billed_prompt(obj.get("result"))) is not None:
+                billed[cid] = tokens
             placed = self._settle_line(row, cid, raw, obj, members.pop(cid), s, pos, policy)
             if placed:
                 out.write(raw + b"\n")
@@ -177,13 +214,23 @@ class Collector:
                 if pos - start == placed:
                     reached("mid-results")
         if download.foreign:  # a batch adopted by listing that was not ours; ours may exist (not listed then): never resend
-            raise _NotOurs(row.idx, str(row.batch_id), download.foreign)
+            raise _NotOurs(f"{download.foreign} results of another job's custom_ids")
+        if learned is not None:
+            s.adopted = (str(row.batch_id), await self._weighed(row, members.sample, billed, learned))
         for cid, (line, off, length, attempt) in members.left():
             self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
             raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
             # complete by the API's counts, yet ours is absent: final, never resent
             pos += self._write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
         return pos
+
+    async def _weighed(self, row: BatchRow, sample: dict[str, tuple[str, bytes]], billed: dict[str, int],
+                       learned: dict[str, Relation]) -> str:
+        """Count our sampled ids it billed (kept across tries) and judge it."""
+        counts = await count_ours(self.api, sample, wanted_ids(sample, [billed]), self._counts.setdefault(row.idx, {}))
+        if counts is None:
+            raise _NotYet("our requests could not be counted yet")
+        return self._judge(sample, counts, billed, learned)
 
     def _settle_line(self, row: BatchRow, cid: str, raw: bytes, obj: dict[str, Any], member: tuple[int, int, int, int],
                      s: Settlement, pos: int, policy: tuple[int, bool]) -> int:
@@ -230,18 +277,30 @@ class Collector:
 class Members:
     """A batch's requests by custom_id, each (line, offset, length, attempt), held in four arrays rather than a tuple
     apiece: 32 bytes a request instead of about 170, and nothing for the cycle collector to walk (it pauses every
-    thread, the Airflow triggerer's event loop included)."""
+    thread, the Airflow triggerer's event loop included). With `sample`, the same pass keeps the lowest-ranked
+    requests (`_evidence.our_side`), for weighing a batch adopted by listing."""
 
-    def __init__(self, requests: Iterable[tuple[int, int, bytes, int]]) -> None:
+    def __init__(self, requests: Iterable[tuple[int, int, bytes, int]], *, sample: bool = False) -> None:
         self._at: dict[str, int] = {}
         self._cols: tuple[array[int], ...] = (array("q"), array("q"), array("q"), array("q"))
         line, off, size, tries = self._cols
-        for k, (n, o, body, attempt) in enumerate(requests):
-            self._at[custom_id(body)] = k
-            line.append(n)
-            off.append(o)
-            size.append(len(body))
-            tries.append(attempt)
+
+        def each() -> Iterator[tuple[str, bytes]]:
+            for k, (n, o, body, attempt) in enumerate(requests):
+                cid = custom_id(body)
+                self._at[cid] = k
+                line.append(n)
+                off.append(o)
+                size.append(len(body))
+                tries.append(attempt)
+                yield cid, body
+
+        if sample:
+            self.sample = our_side(each()).sample
+        else:
+            self.sample = {}
+            for _ in each():
+                pass
 
     def ids(self) -> set[str]:
         return set(self._at)

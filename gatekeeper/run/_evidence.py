@@ -1,83 +1,177 @@
-"""The evidence of whose a batch is: a candidate's results read whole, and our own requests counted.
+"""The evidence of whose a batch is: our requests sampled, a candidate's results read, our sample counted, and this
+job's own billing relation learned from batches proven ours.
 
-The rule that weighs it is `_ownership`; this module reads, counts and hands the figures to it. Each read answers None when it cannot be had
-now (a damaged download, a 429, a 5xx): the caller waits and asks again, never guesses.
+The rule that weighs it is `decide._ownership`; this module reads, counts and hands the figures to it, each once a
+decision: a candidate's results are kept as per-id figures (the billed prompt tokens of our sampled ids and a
+fingerprint of its custom_ids), our requests are read in one pass, counts are kept. A read that cannot be had now (a
+damaged download, a 429, a 5xx) answers None: the caller waits and asks again, never guesses. An authentication,
+permission or spend-limit error while counting is an error of the run, never a reason to adopt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import heapq
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
 
-from .._errors import ApiError, IncompleteDownload, RateLimited, ServerError, TransportError
+from .._errors import (
+    ApiError,
+    AuthenticationError,
+    IncompleteDownload,
+    RateLimited,
+    ServerError,
+    SpendLimitReached,
+    TransportError,
+    UsageError,
+)
 from ..api._client import ApiClient
 from ..checks._calibrate import count_body
 from ..decide._headroom import total_requests
-from ..decide._ownership import Fit, fit, sample_ids
-from ..decide._settle import usage_of
+from ..decide._ownership import MIN_EVIDENCE, MIN_LEARNED, Pair, Relation, id_rank, learn
+from ..state._journal import Journal
 from ._download import Download
+from ._inputs import batch_requests
+
+SAMPLE = 4 * MIN_EVIDENCE  # of our ids kept a batch, so that MIN_EVIDENCE of them likely succeeded
+LEARN_FROM = 2 * MIN_EVIDENCE  # pairs this job's billing relation is learned from
+
+
+@dataclass
+class IdPrint:
+    """An order-free fingerprint of a set of custom_ids: equal sets give equal prints, in any order."""
+
+    n: int = 0
+    total: int = 0
+    xor: int = 0
+
+    def add(self, cid: str) -> None:
+        h = int.from_bytes(hashlib.blake2b(cid.encode(), digest_size=8).digest(), "big")
+        self.n += 1
+        self.total = (self.total + h) & 0xFFFF_FFFF_FFFF_FFFF
+        self.xor ^= h
+
+
+@dataclass
+class Ours:
+    """Our batch's side: its custom_ids' fingerprint and its lowest-ranked requests, (model, request line) by id."""
+
+    ids: IdPrint
+    sample: dict[str, tuple[str, bytes]]
 
 
 @dataclass
 class Results:
-    """What a batch's results say about whose it is."""
+    """A candidate's results as the rule needs them."""
 
-    ids: set[str] = field(default_factory=set)
-    billed: dict[str, int] = field(default_factory=dict)  # custom_id -> prompt tokens billed (succeeded lines)
+    ids: IdPrint = field(default_factory=IdPrint)
+    billed: dict[str, int] = field(default_factory=dict)  # sampled id -> prompt tokens billed (succeeded, with usage)
+    missing: bool = False  # unavailable for good (past the grace): its custom_ids and usage cannot be known
+
+
+def our_side(requests: Iterable[tuple[str, bytes]], k: int = SAMPLE) -> Ours:
+    """One pass over a batch's requests (custom_id, request line)."""
+    ids = IdPrint()
+
+    def ranked() -> Iterable[tuple[bytes, str, bytes]]:
+        for cid, body in requests:
+            ids.add(cid)
+            yield id_rank(cid), cid, body
+
+    low = heapq.nsmallest(k, ranked(), key=lambda t: t[0])
+    return Ours(ids, {cid: (model_of(body), body) for _, cid, body in low})
+
+
+def model_of(body: bytes) -> str:
+    params = orjson.loads(body).get("params")
+    return str(params.get("model") or "") if isinstance(params, dict) else ""
 
 
 def billed_prompt(result: object) -> int | None:
-    """The prompt tokens a succeeded result was billed: input, cache writes and cache reads. Pure."""
+    """The prompt tokens a succeeded result was billed (input, cache writes and reads); None without a usage. Pure."""
     if not isinstance(result, dict) or result.get("type") != "succeeded":
         return None
-    _, tin, _, cache_write, cache_read, _ = usage_of(result)
-    return tin + cache_write + cache_read
+    msg = result.get("message")
+    usage = msg.get("usage") if isinstance(msg, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    return sum(v for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+               if isinstance(v := usage.get(k), int))
 
 
-async def read_results(api: ApiClient, batch: dict[str, object]) -> Results | None:
-    """Every line of an ended batch's results, or None when no complete download can be had now."""
+async def read_results(api: ApiClient, batch: dict[str, object], wanted: set[str]) -> Results | None:
+    """An ended candidate's results, read whole: its ids' print and what it billed for `wanted`. None when no
+    complete download can be had now. Raises NotFoundError when they are missing (the caller weighs the grace)."""
     got = Results()
     download = Download(api, batch, None, f"candidate {batch.get('id')}")
     try:
         async for cid, _, obj in download:
             got.ids.add(cid)
-            tokens = billed_prompt(obj.get("result"))
-            if tokens is not None:
+            if cid in wanted and (tokens := billed_prompt(obj.get("result"))) is not None:
                 got.billed[cid] = tokens
-    except (ApiError, TransportError, IncompleteDownload):
+    except (IncompleteDownload, TransportError, RateLimited, ServerError):
         return None
     # (verified by the download; a candidate's counts must be known, and none of its lines unreadable)
     return got if total_requests(batch) and not download.foreign else None
 
 
-async def count_ours(api: ApiClient, bodies: Iterable[tuple[str, bytes]], wanted: set[str]) -> dict[str, int] | None:
-    """count_tokens of our requests with these custom_ids (`bodies`: custom_id and request line). None when
-    counting failed for now; {} when this API cannot count (a gateway without the endpoint, a refused body)."""
-    counts: dict[str, int] = {}
-    for cid, body in bodies:
-        if len(counts) == len(wanted):
-            break
-        if cid not in wanted:
+async def count_ours(api: ApiClient, sample: Mapping[str, tuple[str, bytes]], wanted: Iterable[str],
+                     known: dict[str, int]) -> dict[str, int] | None:
+    """count_tokens of our sampled requests with these custom_ids, added to `known` (kept between decisions).
+    None when counting failed for now; {} when this API cannot count (a gateway without the endpoint, a refused
+    body). An authentication, permission or spend-limit error stops the run."""
+    for cid in wanted:
+        if cid in known or cid not in sample:
             continue
         try:
-            counts[cid] = await api.count_tokens(count_body(orjson.loads(body)["params"]))
+            known[cid] = await api.count_tokens(count_body(orjson.loads(sample[cid][1])["params"]))
         except (RateLimited, ServerError, TransportError):
             return None
+        except AuthenticationError:
+            raise
+        except SpendLimitReached as exc:
+            raise UsageError(f"counting our requests to tell our batch from another's: {exc}",
+                             setting="ANTHROPIC_API_KEY") from None
         except ApiError:
             return {}
-    return counts
+    return known
 
 
-async def weigh(api: ApiClient, bodies: Iterable[tuple[str, bytes]], billed: dict[str, dict[str, int]]) -> dict[str, Fit] | None:
-    """Each candidate's fit (`billed`: by batch id, what it billed per custom_id) against a sample of our requests
-    that succeeded in some candidate, counted now. `bodies` is read once, lazily (a batch's requests can be 256 MB).
-    None when counting failed for now."""
-    if not billed:
-        return {}
-    wanted = set(sample_ids({cid for got in billed.values() for cid in got}))
-    expected = await count_ours(api, bodies, wanted)
-    if expected is None:
-        return None
-    return {batch_id: fit(expected, got) if expected else Fit.UNCLEAR for batch_id, got in billed.items()}
+def pairs_of(sample: Mapping[str, tuple[str, bytes]], counts: Mapping[str, int], billed: Mapping[str, int]) -> list[Pair]:
+    """The ids counted and billed, as the rule weighs them (in the sample's order)."""
+    return [Pair(sample[c][0], counts[c], billed[c]) for c in sample if c in counts and c in billed]
+
+
+def wanted_ids(sample: Mapping[str, tuple[str, bytes]], billed: Iterable[Mapping[str, int]]) -> list[str]:
+    """The sampled ids worth counting: those some candidate billed, lowest-ranked first, MIN_EVIDENCE of them."""
+    some = set().union(*billed)
+    return [c for c in sample if c in some][:MIN_EVIDENCE]
+
+
+async def learned_relations(api: ApiClient, journal: Journal, path: str) -> dict[str, Relation] | None:
+    """This job's billing relations (per model), learned once from a batch proven ours and kept in the journal.
+
+    None while none can be learned yet but one will (a batch whose create was answered has not been collected);
+    {} when nothing can be learned (no such batch, no usage, an API that cannot count). Counting that fails for now
+    answers None too: asked again later."""
+    kept = journal.get_meta("billing")
+    if kept is not None:
+        return {m: Relation.from_json(d) for m, d in kept.items()}
+    proven = journal.proven_batches()
+    for row in (r for r in proven if r.state.value == "collected"):
+        billed = journal.billed_results(row.idx)
+        if len(billed) < MIN_LEARNED:
+            continue
+        chosen = dict(sorted(billed.items(), key=lambda kv: id_rank(kv[0]))[:LEARN_FROM])
+        sample = {cid: (model_of(body), body) for _, _, body, _ in batch_requests(path, journal, row)
+                  if (cid := str(orjson.loads(body).get("custom_id"))) in chosen}
+        counts = await count_ours(api, sample, list(sample), {})
+        if counts is None:
+            return None
+        relations = learn(pairs_of(sample, counts, chosen))
+        journal.set_meta("billing", {m: r.as_json() for m, r in relations.items()}, "billing_learned",
+                         batch=row.idx, relations={m: r.as_json() for m, r in relations.items()})
+        return relations
+    return None if any(r.state.value != "collected" for r in proven) else {}

@@ -74,8 +74,7 @@ class Job(Part):
         self.preparation = Preparation(self.ctx)
         self.admitter = Admitter(self.ctx)
         self.reconciler = Reconciler(self.ctx)
-        self.collector = Collector(journal, self.api, self.out, settings, path=input_path, emit=emit, clock=clock,
-                                   check_stop=self._check_stop, on_result=on_result, ledger=self.ledger)
+        self.collector = Collector(self.ctx, on_result=on_result)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
         self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
 
@@ -101,7 +100,7 @@ class Job(Part):
             # Admission before collection: downloading the batches that ended can take a while, and the room
             # they left is already in this reading; the queue stays full meanwhile.
             await self.admitter.admit_round(snap)
-            await self.collector.collect_ended()
+            await self.collector.collect_ended(snap)
             self.form_retry_batches()
             if self.done():
                 break

@@ -3,6 +3,11 @@ cannot tell, against the candidates' results (`_evidence`, weighed by `decide._o
 
 from __future__ import annotations
 
+from typing import Any
+
+from .._errors import NotFoundError
+from ..decide._downloads import Missing, when_results_missing
+from ..decide._headroom import parse_time
 from ..decide._ownership import choose
 from ..decide._reconcile import (
     Action,
@@ -12,16 +17,22 @@ from ..decide._reconcile import (
     decide,
     nearest_first,
     others_in_flight,
-    with_our_ids,
 )
 from ..state._journal import BatchRow, BatchState
 from ._collect import custom_id
-from ._evidence import Results, read_results, weigh
-from ._part import Part, Snapshot
+from ._evidence import Ours, Results, count_ours, learned_relations, our_side, pairs_of, read_results, wanted_ids
+from ._part import Part, RunContext, Snapshot
 
 
 class Reconciler(Part):
-    """Settles the run's unknown creates, one listing at a time."""
+    """Settles the run's unknown creates, one listing at a time. What a decision reads is kept until it is made:
+    each candidate's results are downloaded once, our requests read once, each id counted once."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self._ours: dict[int, Ours] = {}
+        self._results: dict[str, Results] = {}  # candidate id -> what its results say
+        self._counts: dict[int, dict[str, int]] = {}
 
     async def reconcile(self, snap: Snapshot) -> None:
         """Settle every create whose outcome is unknown, before anything is resent."""
@@ -43,25 +54,44 @@ class Reconciler(Part):
     async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float) -> Decision:
         """Settle an unknown create among ended candidates by their results: our custom_ids first, then whose
         prompts they were billed for (`_ownership`). Those proven another's are never candidates again."""
-        found: dict[str, Results] = {}
+        ours = self._ours.get(row.idx)
+        if ours is None:
+            ours = self._ours[row.idx] = our_side((custom_id(body), body) for _, _, body, _ in self._requests_of(row))
         for b in d.candidates:
-            got = await read_results(self.api, b)
-            if got is None:
-                return Decision(Action.WAIT, d.candidates, "a candidate's results could not be read whole yet")
-            found[str(b.get("id"))] = got
-        mine = {custom_id(body) for _, _, body, _ in self._requests_of(row)}
-        same = with_our_ids(mine, {k: r.ids for k, r in found.items()})
-        bodies = ((custom_id(body), body) for _, _, body, _ in self._requests_of(row))
-        fits = await weigh(self.api, bodies, {k: found[k].billed for k in same})
-        if fits is None:
+            if str(b.get("id")) not in self._results:
+                got = await self._read(b, ours)
+                if got is None:
+                    return Decision(Action.WAIT, d.candidates, "a candidate's results could not be read whole yet")
+                self._results[str(b.get("id"))] = got
+        found = {str(b.get("id")): self._results[str(b.get("id"))] for b in d.candidates}
+        same = {k: r for k, r in found.items() if r.missing or r.ids == ours.ids}
+        counts = await count_ours(self.api, ours.sample, wanted_ids(ours.sample, (r.billed for r in same.values())),
+                                  self._counts.setdefault(row.idx, {}))
+        if counts is None:
             return Decision(Action.WAIT, d.candidates, "our requests could not be counted yet")
-        choice = choose(fits, [k for k in nearest_first(d.candidates, sent_at) if k in fits])
+        learned = await learned_relations(self.api, self.journal, self.path) if counts else {}
+        evidence = {k: pairs_of(ours.sample, counts, r.billed) for k, r in same.items()}
+        choice = choose(evidence, [k for k in nearest_first(d.candidates, sent_at) if k in same],
+                        sampled=len(ours.sample), learned=learned or {})
         if choice.foreign:
             self.journal.foreign(choice.foreign)
             self.emit("not_ours", {"batch": row.idx, "ids": list(choice.foreign), "why": "its usage is another's prompts"})
         return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=self.s.reconcile_grace)
 
+    async def _read(self, batch: dict[str, Any], ours: Ours) -> Results | None:
+        """A candidate's results; missing past the grace from its end, a candidate that cannot be weighed."""
+        try:
+            return await read_results(self.api, batch, set(ours.sample))
+        except NotFoundError:
+            pass
+        v = when_results_missing(archived=bool(batch.get("archived_at")), ended_at=parse_time(batch.get("ended_at")),
+                                 created_at=parse_time(batch.get("created_at")), now=self.clock(),
+                                 grace=self.s.results_grace, retention=self.s.retention)
+        return None if v.action is Missing.WAIT else Results(missing=True)
+
     async def _apply(self, row: BatchRow, d: Decision, known: set[str]) -> None:
+        if d.action in (Action.ADOPT, Action.ABANDON):
+            self._forget(row, d)
         if d.action is Action.ADOPT:
             batch = d.candidates[0]
             batch_id = str(batch.get("id"))
@@ -76,3 +106,9 @@ class Reconciler(Part):
             self.emit("reconciled", {"batch": row.idx, "outcome": "not created", "how": d.reason})
         elif d.candidates:
             self.emit("reconciling", {"batch": row.idx, "candidates": len(d.candidates), "how": d.reason})
+
+    def _forget(self, row: BatchRow, d: Decision) -> None:
+        self._ours.pop(row.idx, None)
+        self._counts.pop(row.idx, None)
+        for b in d.candidates:
+            self._results.pop(str(b.get("id")), None)

@@ -268,6 +268,15 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords):
             self._set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
             self._event(db, "adoption_undone", idx, id=batch_id, why=why)
 
+    def reopen(self, idx: int, batch_id: str, why: str) -> None:
+        """A batch adopted from the listing alone that another listed batch may be ours instead of: the create's
+        outcome is unknown again, and both are compared by their results (neither is set aside)."""
+        with self.transaction() as db:
+            adopted = {k: v for k, v in (self.get_meta("adopted") or {}).items() if k != str(idx)}
+            self._set_meta(db, "adopted", adopted)
+            self._set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
+            self._event(db, "adoption_reopened", idx, id=batch_id, why=why)
+
     def foreign(self, batch_ids: Iterable[str]) -> None:
         """Batches whose results proved them another submitter's: never a candidate again."""
         with self.transaction() as db:
@@ -278,6 +287,12 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords):
         against its results when collected), "results" (they proved it) or "unproven" (they could not tell)."""
         entry = (self.get_meta("adopted") or {}).get(str(idx))
         return dict(entry) if entry else None
+
+    def proven_batches(self) -> list[BatchRow]:
+        """Batches proven ours because their create was answered (not found by listing), in index order."""
+        adopted = {int(k) for k in (self.get_meta("adopted") or {})}
+        return [r for r in self.batches(BatchState.CREATED, BatchState.ENDED, BatchState.COLLECTED)
+                if r.batch_id and r.idx not in adopted]
 
     def set_adoption(self, idx: int, batch_id: str, proof: str) -> None:
         with self.transaction() as db:
@@ -363,6 +378,8 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords):
             s = Settlement(db, idx)
             yield s
             s.flush()
+            if s.adopted is not None:  # (a listing adoption's proof, committed with its results)
+                self._record_adoption(db, idx, *s.adopted)
             self._set_meta(db, "output_committed", s.committed)
             self._set_state(db, idx, BatchState.COLLECTED)
             s.before_commit()
@@ -386,6 +403,7 @@ class Settlement:
         self.committed = 0  # the output's length once this settlement is committed (set by the caller)
         self.finals = self.retries = 0
         self.before_commit: Callable[[], None] = lambda: None  # a crash-test checkpoint
+        self.adopted: tuple[str, str] | None = None  # (batch id, proof) of a listing adoption its results weighed
 
     def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
               usage: tuple[str | None, int, int, int, int, int]) -> None:

@@ -118,6 +118,12 @@ class OutcomeRecords(JournalBase):
             f"SELECT line, custom_id, out_offset, out_len FROM results WHERE {where} ORDER BY out_offset",
             () if batch is None else (batch,))]
 
+    def billed_results(self, batch: int) -> dict[str, int]:
+        """custom_id -> prompt tokens billed (input, cache writes and reads) of one batch's succeeded results."""
+        return dict(self.db.execute(
+            "SELECT custom_id, COALESCE(input_tokens, 0) + COALESCE(cache_creation_tokens, 0) + COALESCE(cache_read_tokens, 0) "
+            "FROM results WHERE batch = ? AND type = 'succeeded'", (batch,)))
+
     def batch_error_types(self, batch: int | None) -> dict[int, str | None]:
         """line -> error_type of one batch's final results (gatekeeper's own lines are rebuilt without the API)."""
         where = "batch IS NULL" if batch is None else "batch = ?"

@@ -38,6 +38,22 @@ class Usage(NamedTuple):
     read: int
 
 
+def billed_as(usage: Usage, mode: str) -> Usage:
+    """What the API bills for a prompt the fake's tokenizer counts at `usage` (its parts summing to the count), as
+    `mode` says (`FakeConfig.usage`): "count" (as counted), "count-K" (K tokens fewer: tokens the API adds and does
+    not bill), "scale:F" (F times the count), "const:N" (N for every request, as a gateway reporting usage of its own
+    would) or "none" (as counted, but no usage is reported). Cache reads and writes keep their share."""
+    total = usage.input + usage.write_5m + usage.write_1h + usage.read
+    if mode in ("count", "none") or total == 0:
+        return usage
+    kind, _, arg = mode.replace("count-", "count:", 1).partition(":")
+    billed = {"count": lambda: total - int(arg), "scale": lambda: round(total * float(arg)), "const": lambda: int(arg)}[kind]()
+    billed = max(0, billed)
+    share = billed / total
+    w5, w1, read = int(usage.write_5m * share), int(usage.write_1h * share), int(usage.read * share)
+    return Usage(billed - w5 - w1 - read, w5, w1, read)
+
+
 @dataclass
 class Entry:
     expires: float

@@ -215,6 +215,8 @@ class _BatchEndpoints(_Wire):
             cid, outcome = b.results[i]
             prompt = b.prompts[i] if b.prompts else None
             result = _result_json(outcome, cid, b.requests[i][1], answer, prompt, b.usage.get(i))
+            if fake.config.usage == "none" and "message" in result:
+                del result["message"]["usage"]
             out.append(orjson.dumps({"custom_id": cid, "result": result}) + b"\n")
         return out
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._cache import Point, PromptCache, Usage
+from ._cache import Point, PromptCache, Usage, billed_as
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 DAY = 86_400.0
@@ -120,6 +120,8 @@ class FakeConfig:
     check_models: bool = True  # at processing, error requests for unknown or batch-less models, or max_tokens too high
     models_api: str = "ok"  # "ok"; "404" or "500": every Models API and count_tokens path answers so (a proxy without it)
     cache_wave: int | None = None  # requests of a batch processed concurrently (None: the whole batch at once)
+    usage: str = "count"  # what a succeeded request is billed and reports against count_tokens (`billed_as`):
+    # "count", "count-K", "scale:F", "const:N" or "none" (no usage reported); count_tokens is an estimate
     seed: int = 1
 
     def model(self, name: str) -> FakeModel | None:
@@ -208,6 +210,12 @@ class Records:
         row = self.billed.setdefault(model, [0, 0, 0, 0, 0])
         for k, v in enumerate((usage.input, OUTPUT_TOKENS, usage.write_5m, usage.write_1h, usage.read)):
             row[k] += v
+
+    def summary(self) -> dict[str, Any]:
+        """What the fake received and answered, as `gatekeeper fake-api` prints it on exit."""
+        return {"creates": self.creates, "requests": sum(self.tries.values()),
+                "succeeded": sum(self.answered.values()), "answered_twice": sum(1 for n in self.answered.values() if n > 1),
+                "refusals": len(self.refusals), "deepest_queue": self.max_depth}
 
     @property
     def succeeded_twice(self) -> int:
@@ -345,6 +353,7 @@ class Organization:
             usage = self.cache.serve(b.workspace, points, total, m.cache_min if m else 1024, t, b.id, wave)
         else:
             usage = Usage(total, 0, 0, 0)
+        usage = billed_as(usage, self.config.usage)
         b.usage[i] = usage
         self.records.bill(model, usage)
 

@@ -57,6 +57,7 @@ class Fault:
     details: dict[str, Any] | None = None
     delay: float = 0.0
     times: int = 1
+    after: int = 0  # calls to this endpoint that pass before it strikes (1: the second create's answer is lost)
 
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
@@ -73,6 +74,9 @@ class _Faults:
         with self.lock:
             for f in self.items:
                 if f.times > 0 and f.endpoint in (endpoint, "*"):
+                    if f.after > 0:
+                        f.after -= 1
+                        continue
                     f.times -= 1
                     return f
         return None

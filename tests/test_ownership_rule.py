@@ -1,0 +1,193 @@
+"""Whose batch is it (`decide._ownership`): the rule over every usage the API may bill, table-tested.
+
+count_tokens is an estimate: the bill may be the count, the count less a few system tokens, another scale, a
+gateway's constant, zero, or absent. A batch is given back only on positive evidence that it is another job's.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gatekeeper.decide._ownership import (
+    Choice,
+    Fit,
+    Pair,
+    Relation,
+    agrees,
+    choose,
+    learn,
+    sample_ids,
+    verdict,
+)
+
+M = "claude-haiku-4-5"
+_rng = random.Random(3)
+OURS = [60 + _rng.randint(0, 600) for _ in range(24)]  # our counts of 24 sampled ids
+THEIRS = [60 + _rng.randint(0, 600) for _ in range(24)]  # another job's prompts under the same ids
+
+WORLDS: dict[str, Callable[[int], int] | None] = {
+    "count": lambda c: c,
+    "count-20": lambda c: c - 20,
+    "count-60": lambda c: c - 60,
+    "scale:0.85": lambda c: round(0.85 * c),
+    "const:10": lambda c: 10,
+    "zero": lambda c: 0,
+    "absent": None,  # no usage reported: nothing to compare
+}
+INFORMATIVE = ("count", "count-20", "count-60", "scale:0.85")  # usages that follow the prompt
+
+
+def pairs(world: str, prompts: list[int]) -> list[Pair]:
+    """What a candidate whose prompts count `prompts` bills, held against OURS."""
+    bill = WORLDS[world]
+    return [] if bill is None else [Pair(M, ours, bill(p)) for ours, p in zip(OURS, prompts, strict=True)]
+
+
+def learned(world: str) -> dict[str, Relation]:
+    """This job's relation, learned from a batch of ours with other prompts in the same world."""
+    bill = WORLDS[world]
+    own = [60 + _rng.randint(0, 600) for _ in range(48)]
+    return {} if bill is None else learn(Pair(M, c, bill(c)) for c in own)
+
+
+@pytest.mark.parametrize(("world", "with_learned", "expected"), [
+    ("count", False, Fit.FITS),  # bills as count_tokens says: proven
+    ("count-20", False, Fit.FITS),  # 20 tokens is within 5% of these prompts' counts: as counted
+    ("count-60", False, Fit.UNCLEAR),  # ours, never given back; nothing proves it
+    ("scale:0.85", False, Fit.UNCLEAR),
+    ("const:10", False, Fit.UNCLEAR),
+    ("zero", False, Fit.UNCLEAR),
+    ("absent", False, Fit.UNCLEAR),
+    ("count", True, Fit.FITS),
+    ("count-20", True, Fit.FITS),  # as this job's own batches bill: proven
+    ("scale:0.85", True, Fit.FITS),
+    ("const:10", True, Fit.UNCLEAR),  # a constant proves nothing, learned or not
+    ("zero", True, Fit.UNCLEAR),
+    ("absent", True, Fit.UNCLEAR),
+])
+def test_a_lone_candidate_of_ours_is_never_given_back(world: str, with_learned: bool, expected: Fit) -> None:
+    """Whatever the usage, our own batch found by listing is ours; proven only where the evidence proves it."""
+    assert verdict(pairs(world, OURS), sampled=24, learned=learned(world) if with_learned else None) is expected
+
+
+@pytest.mark.parametrize(("world", "with_learned", "expected"), [
+    ("count", False, Fit.MISFITS),  # its billing varies, yet follows none of our prompts: another's
+    ("count-20", False, Fit.MISFITS),
+    ("scale:0.85", False, Fit.MISFITS),
+    ("const:10", False, Fit.UNCLEAR),  # no evidence of another's: adopted, reported unproven
+    ("absent", False, Fit.UNCLEAR),
+    ("count", True, Fit.MISFITS),  # contradicts how this job's batches bill: given back
+    ("count-20", True, Fit.MISFITS),
+    ("scale:0.85", True, Fit.MISFITS),
+    ("const:10", True, Fit.UNCLEAR),  # the usage cannot tell: said so
+    ("absent", True, Fit.UNCLEAR),
+])
+def test_a_lone_candidate_of_another_job_is_given_back_only_on_evidence(world: str, with_learned: bool,
+                                                                         expected: Fit) -> None:
+    assert verdict(pairs(world, THEIRS), sampled=24, learned=learned(world) if with_learned else None) is expected
+
+
+@pytest.mark.parametrize("with_learned", [False, True])
+@pytest.mark.parametrize("world", list(WORLDS))
+@pytest.mark.parametrize("ours_first", [True, False])
+def test_two_candidates_with_our_ids(world: str, with_learned: bool, ours_first: bool) -> None:
+    """Ours and another job's, our custom_ids on both: told apart wherever the usage follows the prompt, relative
+    to each other; elsewhere the nearest is taken, unproven, and neither is given back."""
+    evidence = {"ours": pairs(world, OURS), "theirs": pairs(world, THEIRS)}
+    order = ["ours", "theirs"] if ours_first else ["theirs", "ours"]
+    got = choose(evidence, order, sampled=24, learned=learned(world) if with_learned else None)
+    if world in INFORMATIVE:
+        assert (got.ours, got.foreign, got.proven) == ("ours", ("theirs",), True)
+    else:
+        assert (got.ours, got.foreign, got.proven) == (order[0], (), False)
+
+
+@pytest.mark.parametrize("world", list(WORLDS))
+def test_two_candidates_with_our_prompts_cannot_be_told_apart(world: str) -> None:
+    """Another job with our prompts and our ids: the nearest is taken, and nothing claims proof."""
+    got = choose({"a": pairs(world, OURS), "b": pairs(world, OURS)}, ["b", "a"], sampled=24, learned=learned(world))
+    assert got == Choice("b", (), False, got.basis)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32), k=st.integers(0, 60), scale=st.floats(0.6, 1.4), noise=st.floats(0, 0.08))
+def test_our_own_batch_is_never_given_back_whatever_its_billing(seed: int, k: int, scale: float, noise: float) -> None:
+    """Billed = scale x count - k, each request off by up to `noise` (estimates of images, tools): never another's,
+    alone or beside another job's candidate, learned or not."""
+    rng = random.Random(seed)
+    counts = [60 + rng.randint(0, 600) for _ in range(24)]
+    mine = [Pair(M, c, max(0, round(scale * c * (1 + rng.uniform(-noise, noise))) - k)) for c in counts]
+    assert verdict(mine, sampled=24) is not Fit.MISFITS
+    assert verdict(mine, sampled=24, learned=learn(mine)) is not Fit.MISFITS
+
+
+def test_a_drift_of_the_apis_billing_mid_job_never_gives_our_batch_back() -> None:
+    """Learned as count, our later batch billed count - 20 (its billing still follows our prompts): kept."""
+    assert verdict(pairs("count-20", OURS), sampled=24, learned=learned("count")) is Fit.UNCLEAR
+
+
+@pytest.mark.parametrize(("n", "expected"), [
+    (24, Fit.FITS), (12, Fit.FITS),  # half of the sample compared: enough
+    (11, Fit.UNCLEAR), (0, Fit.UNCLEAR),  # too little to judge: ours, unproven
+])
+def test_too_little_evidence_is_never_a_verdict_against(n: int, expected: Fit) -> None:
+    assert verdict(pairs("count", OURS)[:n], sampled=24, learned=learned("count")) is expected
+    assert verdict(pairs("count", THEIRS)[:n], sampled=24, learned=learned("count")) in (
+        Fit.MISFITS if n >= 12 else Fit.UNCLEAR,)
+
+
+@pytest.mark.parametrize(("world", "scale", "offset", "usable"), [
+    ("count", 1.0, 0.0, True),
+    ("count-20", 1.0, -20.0, True),
+    ("scale:0.85", 0.85, 0.0, True),
+    ("const:10", 0.0, 10.0, False),  # does not follow the prompt
+    ("zero", 0.0, 0.0, False),
+])
+def test_learn_reads_the_relation_of_each_world(world: str, scale: float, offset: float, usable: bool) -> None:
+    r = learned(world)[M]
+    assert r.scale == pytest.approx(scale, abs=0.01) and r.offset == pytest.approx(offset, abs=1.5)
+    assert r.usable is usable and r.n == 48 and r.agree == 1.0
+
+
+def test_learn_needs_counts_that_vary_and_enough_pairs() -> None:
+    assert learn([Pair(M, 100, 90)] * 10) == {}  # no slope can be read
+    assert not learn([Pair(M, 100 + i, 90 + i) for i in range(5)])[M].usable  # too few pairs
+    r = Relation(0.85, -3.0, 0.95, 30)
+    assert Relation.from_json(r.as_json()) == r
+
+
+@pytest.mark.parametrize(("counted", "billed", "agree"), [
+    (100, 100, True), (100, 103, True), (100, 97, True), (100, 104, False),  # 3 tokens of slack at least
+    (1000, 1020, True), (1000, 1021, False), (5000, 4900, True), (5000, 4899, False),  # or 2%
+])
+def test_a_custom_id_agrees_within_the_count_estimates_slack(counted: int, billed: int, agree: bool) -> None:
+    assert agrees(Pair(M, counted, billed), Relation(1.0, 0.0)) is agree
+
+
+def test_the_sample_is_the_same_every_time_and_not_the_first_rows() -> None:
+    ids = [f"row-{i}" for i in range(1000)]
+    picked = sample_ids(ids)
+    assert picked == sample_ids(reversed(ids)) and len(picked) == 24 == len(set(picked))
+    assert picked != ids[:24]
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32), world=st.sampled_from(INFORMATIVE), with_learned=st.booleans())
+def test_a_rival_with_prompts_of_random_lengths_never_wins(seed: int, world: str, with_learned: bool) -> None:
+    """The soak's prompts ("x" times 5 to 200), another job's drawn apart from ours: ours is chosen, proven, and the
+    rival is never taken, whatever the order of creation."""
+    rng = random.Random(seed)
+    ours = [7 + (50 + rng.randint(5, 200) * 10 // 33) for _ in range(24)]
+    theirs = [7 + (50 + rng.randint(5, 200) * 10 // 33) for _ in range(24)]
+    bill = WORLDS[world]
+    assert bill is not None
+    ev = {"ours": [Pair(M, c, bill(c)) for c in ours], "theirs": [Pair(M, c, bill(t)) for c, t in zip(ours, theirs, strict=True)]}
+    rel = learn(Pair(M, c, bill(c)) for c in (7 + (50 + rng.randint(5, 200) * 10 // 33) for _ in range(48)))
+    for order in (["ours", "theirs"], ["theirs", "ours"]):
+        got = choose(ev, order, sampled=24, learned=rel if with_learned else None)
+        assert got.ours == "ours" and "ours" not in got.foreign
