@@ -172,6 +172,23 @@ def test_our_own_batch_found_by_listing_is_never_sent_again_whatever_the_usage(t
 
 
 @pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("point", ["after-create:1", "after-create:2"])
+def test_a_kill_right_after_a_create_then_a_rerun_sends_nothing_again(tmp_path: Path, world: str, point: str) -> None:
+    """The commonest crash: SIGKILL right after a create was answered (before the journal knew its id), then the
+    same command again. Whatever the usage says against count_tokens, the batch found by listing is kept: three
+    batches created in all, every line its own answer."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha", 3 * N)
+    with running_fake(ceiling=10_000, rate=400, usage=world) as fake:
+        killed = gk(["submit", str(ours), *FLAGS], env_for(fake), crash_at=point)
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        rerun = gk(["submit", str(ours), *FLAGS], env_for(fake))
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        judge(fake, [ours], creates=3)
+    a = orjson.loads(rerun.stdout)["adoptions"]
+    assert a["not_ours"] == [] and a["proven"] + len(a["unproven"]) == 1  # (the creates before it were journaled)
+
+
+@pytest.mark.parametrize("world", WORLDS)
 def test_a_rival_beside_ours_is_told_apart_wherever_the_usage_follows_the_prompt(tmp_path: Path, world: str) -> None:
     """Another job's batch of our size and ids is live beside ours when our answer is lost: both end, then the one
     that alone bills as our requests is ours, proven; where the usage cannot tell, the nearest to our send (ours,
@@ -195,12 +212,13 @@ def test_a_rival_beside_ours_is_told_apart_wherever_the_usage_follows_the_prompt
         assert a == {"proven": 0, "unproven": [mine], "unchecked": 0, "not_ours": []}
 
 
+@pytest.mark.parametrize("world", TELLING)
 @pytest.mark.parametrize("point", ["after-intent", "body-complete", "mid-results", "before-results-commit"])
-def test_a_kill_between_the_steps_still_joins_only_our_answers(tmp_path: Path, point: str) -> None:
+def test_a_kill_between_the_steps_still_joins_only_our_answers(tmp_path: Path, point: str, world: str) -> None:
     """Job A is SIGKILLed at a step while job B runs beside it (both answers lost); A's rerun finishes, and
-    the foreign batch it set aside stays set aside."""
+    the foreign batch it set aside stays set aside, whatever offset or scale the usage has against the count."""
     jobs = [write_job(tmp_path / "a" / "in.jsonl", "alpha"), write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")]
-    with running_fake(ceiling=10_000, rate=60, listing_lag=1.0) as fake:
+    with running_fake(ceiling=10_000, rate=60, listing_lag=1.0, usage=world) as fake:
         fake.inject(Fault("create", kind="drop_after_commit", times=2))
         env = env_for(fake)
         b = start(["submit", str(jobs[1]), *FLAGS], env)
@@ -236,3 +254,49 @@ def test_a_summary_names_an_adoption_the_results_could_not_prove(tmp_path: Path)
     counts = Counter(orjson.loads(x)["custom_id"] for p in jobs
                      for x in (Path(str(p) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines())
     assert set(counts.values()) == {2} and len(counts) == N
+
+
+def test_an_authentication_error_while_counting_our_requests_stops_the_run(tmp_path: Path) -> None:
+    """Counting our requests to weigh two candidates is refused (401): the run stops with one line and exit 2,
+    never adopting a batch on no evidence; the rerun with a working key weighs them and finishes."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha")
+    theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")
+    args = [*FLAGS, "--no-preflight"]
+    with running_fake(ceiling=10_000, rate=30) as fake:
+        other = start(["submit", str(theirs), *args], env_for(fake))
+        fake.org.wait_for(lambda r: r.creates == 1, "the other job's create")
+        fake.inject(Fault("create", kind="drop_after_commit"),
+                    Fault("count_tokens", status=401, error_type="authentication_error", message="invalid x-api-key"))
+        proc = gk(["submit", str(ours), *args], env_for(fake))
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in proc.stderr and "authentication_error" in last and "count" in last.lower()
+        assert not [e for e in events(proc.stderr) if e["event"] == "reconciled"]
+        rerun = gk(["submit", str(ours), *args], env_for(fake))
+        assert rerun.returncode == 0 and other.communicate(timeout=120) and other.returncode == 0, rerun.stderr[-2000:]
+        judge(fake, [ours, theirs])
+
+
+def test_a_candidate_whose_results_stay_missing_is_decided_on_the_rest_after_the_grace(tmp_path: Path) -> None:
+    """Another job's batch beside ours answers 404 for its results for good: past --results-grace it is weighed as
+    a candidate without evidence (never waited on forever, never set aside on no evidence), and ours, whose
+    results bill as our requests, is taken (unproven: the other could not be read)."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha")
+    theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ")
+    args = [*FLAGS, "--results-grace", "1"]
+    with running_fake(ceiling=10_000, rate=30) as fake:
+        other = start(["submit", str(theirs), *args], env_for(fake))
+        fake.org.wait_for(lambda r: r.creates == 1, "the other job's create")
+        next(iter(fake.org.batches.values())).results_lost = True
+        time.sleep(1.0)  # (created well before our send)
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        proc = gk(["submit", str(ours), *args], env_for(fake))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        other.communicate(timeout=120)  # (its own results are lost: it ends them as unavailable)
+        params = {o["custom_id"]: o["params"] for o in map(orjson.loads, ours.read_bytes().splitlines())}
+        lines = [orjson.loads(x) for x in (Path(str(ours) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines()]
+        assert sorted(x["custom_id"] for x in lines) == sorted(params)
+        assert all(x["result"]["message"]["id"] == "msg_" + prompt_of(params[x["custom_id"]])[1] for x in lines)
+        assert fake.org.records.creates == 2 and set(fake.org.records.answered.values()) == {1}
+        mine = next(b.id for b in fake.org.batches.values() if b.seq == 2)
+    assert orjson.loads(proc.stdout)["adoptions"] == {"proven": 0, "unproven": [mine], "unchecked": 0, "not_ours": []}

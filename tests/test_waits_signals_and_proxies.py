@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 import gatekeeper.api._http as client
-from gatekeeper.testing import Fault
+from gatekeeper.testing import Fault, prompt_of
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, start
@@ -193,8 +193,10 @@ def test_plan_stops_on_either_signal(sig: signal.Signals) -> None:
 
 
 def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
-    """`fake-api` prints the exports a newcomer pastes; with exactly those, the commands reach it."""
-    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0"], stdout=subprocess.PIPE,
+    """`fake-api` prints the exports a newcomer pastes; with exactly those, the commands reach it; stopped, it says
+    what it received (so "nothing sent twice" can be checked against it), billing as `--usage` says."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", "--usage", "count-3"],
+                           stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
         assert run.stdout is not None
@@ -204,11 +206,15 @@ def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
         assert set(env) == {"ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_ADMIN_KEY"}
         status = gk(["status", "--json"], env)
         assert status.returncode in (0, 1) and orjson.loads(status.stdout)["ceiling"] is not None, status.stderr
-        path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
+        path = write_jsonl(tmp_path / "in.jsonl", [req("a"), req("b")])
         assert gk(["submit", str(path), "--poll", "0.05", "--json"], env).returncode == 0
+        line = orjson.loads((Path(str(path) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines()[0])
+        assert line["result"]["message"]["usage"]["input_tokens"] == prompt_of(req("a")["params"])[0] - 3
     finally:
-        run.terminate()
-        run.communicate(timeout=10)
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=10)
+    assert run.returncode == 0
+    assert "the fake received 1 creates (0 refused for a full queue) and 2 requests; 2 succeeded, 0 answered twice" in out
 
 
 def test_the_in_process_helper_honours_its_timeout(tmp_path: Path) -> None:
@@ -235,3 +241,4 @@ def test_one_flag_for_the_time_between_readings() -> None:
     assert watch.watch is True and watch.interval == 2.0  # type: ignore[attr-defined]
     assert parsed("exporter", "--interval", "9").interval == 9.0  # type: ignore[attr-defined]
     assert parsed("fake-api", "--simulated-ceiling", "50").simulated_ceiling == 50  # type: ignore[attr-defined]
+    assert parsed("fake-api", "--usage", "scale:0.9").usage == "scale:0.9"  # type: ignore[attr-defined]

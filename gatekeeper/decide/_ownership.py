@@ -24,19 +24,20 @@ The rule. A batch is given back (`foreign`) only on positive evidence that it is
 - (d) *unrelated*: its billing varies from request to request (at least half the values distinct) yet follows none
   of our prompts: no relation explains it and its rank correlation with our counts is below `MIN_RANK` (our own
   batch's billing, whatever its offset, scale or estimation noise, rises with our prompts: a correlation near 1).
-Without such evidence a candidate is not given back (a constant, zero or absent usage never gives one back). A lone candidate is ours: *proven* when it agrees with the
-learned relation, or, with none learned, bills as `count_tokens` says (scale within 5% of 1, offset within
-`MAX_OFFSET` tokens or 5%); otherwise adopted and reported as unproven. Among several that the evidence cannot
-tell apart (the same prompts, a constant or absent usage), the one created nearest our send is taken, unproven.
+Without such evidence a candidate is not given back (a constant, zero or absent usage never gives one back). A lone
+candidate is ours: *proven* when it agrees with the learned relation, or, with none learned, bills as
+`count_tokens` says (within a common offset of `MAX_OFFSET` tokens or 5%); otherwise adopted and reported as
+unproven. Among several that the evidence cannot tell apart (the same prompts, a constant or absent usage), the one
+created nearest our send is taken, unproven.
 
-Error rates, with `MIN_EVIDENCE` = 24 ids compared. (d) takes another job's unrelated prompts for ours (adopted,
-reported unproven) with a chance of about 1% (a rank correlation of 0.5 by chance over 24 ids). Another job's prompts, unrelated in length to ours id by id
-(the soak's vary by a few hundred characters), agree with a relation on about one id in six by chance: reaching
-`FIT_SHARE` has a chance below 10^-9, so (a) never proves the wrong one. Our own batch disagreeing with a usable
-relation (one that at least 90% of its own learning pairs agree with) on more than half of 24 ids: below 10^-6;
-and even then (b) requires that its billing not be explained by our prompts under any relation, so a drift of the
-API's relation mid-job does not give our batch back. Prompts of another job whose lengths are ours id by id (or an
-affine function of them) cannot be told apart: the summary says so.
+Error rates, with `MIN_EVIDENCE` = 24 ids compared. Another job's prompts, unrelated in length to ours id by id (the
+soak's vary by a few hundred characters), agree with a relation on about one id in six by chance: reaching
+`FIT_SHARE` has a chance below 10^-9, so (a) never proves the wrong one; (d) misses such a batch (adopted, reported
+unproven) with a chance of about 1% (a rank correlation of 0.5 by chance over 24 ids). Our own batch disagreeing
+with a usable relation (one that at least 90% of its own learning pairs agree with) on more than half of 24 ids:
+below 10^-6; and even then (b) requires that its billing not be explained by our prompts under any relation, so a
+drift of the API's relation mid-job does not give our batch back. Prompts of another job whose lengths are ours id
+by id (or an affine function of them) cannot be told apart: the summary says so.
 """
 
 from __future__ import annotations

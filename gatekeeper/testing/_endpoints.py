@@ -177,7 +177,7 @@ class _BatchEndpoints(_Wire):
         fake = self.server.fake
         if b.status != "ended" or b.results is None:
             return self._error(404, "results are not available until the batch has ended")
-        if fake.org.archived(b):
+        if fake.org.archived(b) or b.results_lost:
             return self._error(404, "results are no longer available for this batch")
         if self._fault("results_stream"):
             return

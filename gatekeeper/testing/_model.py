@@ -176,6 +176,7 @@ class FakeBatch:
     cancel_initiated_at: float | None = None
     outcomes: list[Outcome] = field(default_factory=list)  # of the requests processed so far, in order
     results: list[tuple[str, Outcome]] | None = None  # every request's, once ended
+    results_lost: bool = False  # its results answer 404 for good (a test sets it: results the API cannot find)
 
     @property
     def total(self) -> int:

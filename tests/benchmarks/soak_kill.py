@@ -2,7 +2,7 @@
 
 Usage: python tests/benchmarks/soak_kill.py [--seed 1] [--requests 20000] [--kills 6] [--jobs 1] [--rounds 1]
                                             [--ledger URL] [--journal URL] [--signal kill|term|int|mixed]
-                                            [--same-ids] [--cached]
+                                            [--same-ids] [--cached] [--usage count|count-K|scale:F|const:N|none]
 
 The crash tests kill a run at named points; this kills it wherever the clock says, while the fake drops created
 batches' answers, answers 5xx and 529, hides new batches from the listing and from retrieve, withholds results
@@ -15,7 +15,8 @@ run at once in one workspace, each killed in its own rhythm, so a lost create ca
 the same size in the listing (give them a shared `--ledger` to keep them under the ceiling together). With
 `--same-ids` the jobs number their rows alike (r0, r1, ...) with prompts of their own and `--max-requests` keeps
 their batches one size, so a lost answer meets a batch with our size and our ids that is not ours; each result line
-is then judged against its own prompt (the fake stamps every answer with its prompt's digest). With `--cached` the
+is then judged against its own prompt (the fake stamps every answer with its prompt's digest). `--usage` sets what
+the fake bills against count_tokens (`FakeConfig.usage`: the count less K, a scale, a gateway's constant, none). With `--cached` the
 requests come in shuffled groups of six sharing a marked document, so every run primes (non-contiguous batches). With
 `--signal term` (or `int`, or `mixed`: one of the three at random each time) a run is stopped the way a scheduler
 or a user stops it: it must exit 130 (or finish) within 60 s and print no traceback. The judgement, from the fake's records and the
@@ -63,12 +64,13 @@ def main() -> None:
     ap.add_argument("--same-ids", action="store_true", help="every job numbers its rows alike (r0, r1, ...)")
     ap.add_argument("--cached", action="store_true",
                     help="requests in groups of 6 sharing a marked document (so the job is primed)")
+    ap.add_argument("--usage", default="count", help="what the fake bills against count_tokens (FakeConfig.usage)")
     a = ap.parse_args()
     breaches = 0
     for seed in range(a.seed, a.seed + a.rounds):
         with tempfile.TemporaryDirectory() as work:
             breaches += not soak(seed, a.requests, a.kills, a.jobs, work, a.ledger, a.journal, a.signal,
-                                   a.same_ids, a.cached)
+                                   a.same_ids, a.cached, a.usage)
     sys.exit(1 if breaches else 0)
 
 
@@ -92,7 +94,7 @@ def _write_job(path: str, prefix: str, n: int, rng: random.Random, cached: bool 
 
 
 def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None, journal: str | None,
-         how: str = "kill", same_ids: bool = False, cached: bool = False) -> bool:
+         how: str = "kill", same_ids: bool = False, cached: bool = False, usage: str = "count") -> bool:
     rng = random.Random(seed)
     paths = [os.path.join(work, f"job{j}", "in.jsonl") for j in range(jobs)]
     prefixes = ["r" if same_ids else f"j{j}r" for j in range(jobs)]
@@ -109,7 +111,7 @@ def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None
 
     config = FakeConfig(ceiling=CEILING, rate=150, speed=10, listing_lag=0.4, not_found_after_create=0.3,
                         results_not_found_after_end=0.3, null_results_url_after_end=0.2, damaged_downloads=1,
-                        outcome=outcome, seed=seed)
+                        outcome=outcome, seed=seed, usage=usage)
     ran: dict[int, tuple[int, int, dict]] = {}
     with FakeAPI(config) as fake:
         fake.inject(*ROUGH * 3)
@@ -126,7 +128,7 @@ def soak(seed: int, n: int, kills: int, jobs: int, work: str, ledger: str | None
     over = sum(1 for k in records.tries.values() if k > 3)
     twice = sum(1 for k in records.answered.values() if k > 1)
     ok = not (over or twice or records.max_depth > CEILING)
-    print(f"seed {seed}: {jobs} job(s) of {n:,} requests, {elapsed:.1f} s; creates {records.creates}, refusals "
+    print(f"seed {seed}: usage {usage}; {jobs} job(s) of {n:,} requests, {elapsed:.1f} s; creates {records.creates}, refusals "
           f"{len(records.refusals)}, deepest {records.max_depth:,} of {CEILING:,}; succeeded twice "
           f"{twice}; tried over 3 times {over}", flush=True)
     for j in range(jobs):
