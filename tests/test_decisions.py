@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from gatekeeper._prices import Rates
 from gatekeeper.api._client import results_location
 from gatekeeper.api._retry import CallBudget, is_per_minute_limit
 from gatekeeper.decide._admission import (
@@ -20,7 +21,7 @@ from gatekeeper.decide._admission import (
     refusal_wait,
     room,
 )
-from gatekeeper.decide._budget import MIN_BATCH, Spend, may_spend, request_worst
+from gatekeeper.decide._budget import MIN_BATCH, Spend, answering_models, may_spend, request_worst
 from gatekeeper.decide._downloads import Missing, download_wait, incomplete_reason, when_results_missing
 from gatekeeper.decide._ownership import Choice
 from gatekeeper.decide._reconcile import Action, candidates_for, compared, decide, nearest_first
@@ -294,9 +295,28 @@ def test_results_location_goes_through_the_gateway(url: str, expected: str) -> N
 
 
 
-def test_request_worst_is_input_bound_plus_full_output_at_batch_prices() -> None:
-    """0.5 x (bytes/2 tokens x price_in x 1.25 + max_tokens x price_out) / 1e6."""
-    assert request_worst(1000, 100, (1.0, 5.0)) == pytest.approx(0.5 * (500 * 1.0 * 1.25 + 100 * 5.0) / 1e6)
+DEFAULT = Rates(1.0, 5.0, 1.25, 0.1, 2.0)  # the default multipliers
+
+
+@pytest.mark.parametrize(("rates", "hour", "per_input"), [
+    ([DEFAULT], False, 1.25),  # the 5-minute write is the dearest way to bill input
+    ([DEFAULT], True, 2.0),  # a request that may write a 1-hour entry
+    ([Rates(1.0, 5.0, 5.0, 0.1, 2.0)], False, 5.0),  # a table whose writes cost 5x input: its own rate
+    ([Rates(1.0, 5.0, 5.0, 0.1, 7.0)], True, 7.0),
+    ([Rates(3.0, 5.0, 1.0, 0.1, 2.0)], True, 3.0),  # writes cheaper than input: input's
+    ([Rates(1.0, 5.0, 1.25, 9.0, 2.0)], False, 9.0),  # an odd table whose reads are dearest
+])
+def test_request_worst_prices_input_at_the_tables_dearest_rate(rates: list[Rates], hour: bool, per_input: float) -> None:
+    """0.5 x (bytes/2 tokens x the dearest input rate + max_tokens x price_out) / 1e6."""
+    assert request_worst(1000, 100, rates, hour_write=hour) == pytest.approx(0.5 * (500 * per_input + 100 * 5.0) / 1e6)
+
+
+def test_request_worst_takes_the_dearest_model_that_may_answer() -> None:
+    """A request naming fallback models may be answered (and billed) by any of them."""
+    dear = Rates(15.0, 75.0, 18.75, 1.5, 30.0)
+    assert request_worst(1000, 100, [DEFAULT, dear]) == request_worst(1000, 100, [dear])
+    assert answering_models({"model": "a", "fallbacks": [{"model": "b"}, "c", {"x": 1}, 7]}) == ["a", "b", "c"]
+    assert answering_models({"model": "a"}) == ["a"]
 
 
 @pytest.mark.parametrize(("spent", "in_flight", "worst", "n", "action", "size"), [

@@ -147,6 +147,37 @@ def test_budget_stops_before_it_and_a_higher_budget_finishes(tmp_path: Path) -> 
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
 
 
+def test_the_budget_holds_under_a_price_table_whose_cache_writes_cost_five_times_input(tmp_path: Path) -> None:
+    """A cold job of marked documents (each request its own: every request writes its document) under a table whose
+    5-minute write costs 5x input: the worst case prices input at the table's own dearest rate, so the bill (the
+    fake's billed tokens at that table) never passes the budget, though the default multipliers' worst case
+    would have let every batch go (and billed about twice the budget)."""
+    from gatekeeper import load_prices
+
+    rows = [{"custom_id": f"d{i:04d}", "params": {
+        "model": "claude-opus-5", "max_tokens": 16, "messages": [{"role": "user", "content": f"question {i}"}],
+        "system": [{"type": "text", "text": f"document {i:04d}: " + "lorem ipsum " * 200,
+                    "cache_control": {"type": "ephemeral"}}]}} for i in range(1000)]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    table = tmp_path / "prices.json"
+    table.write_bytes(orjson.dumps({"as_of": "test", "models": {"claude-opus-5": {
+        "input": 1.0, "output": 5.0, "cache_write": 5.0, "cache_write_1h": 10.0, "cache_read": 0.1}}}))
+    size = len(orjson.dumps(rows[0]))  # (every line is within a few bytes of it)
+    old_worst = 1000 * 0.5 * (size / 2 * 1.0 * 1.25 + 16 * 5.0) / 1e6  # the default multipliers' worst case
+    budget = round(old_worst * 1.05, 6)
+    with running_fake(ceiling=100_000, rate=50_000) as fake:
+        proc = gk(["submit", str(path), *FAST, "--budget", str(budget), "--prices", str(table), "--no-prime",
+                   "--max-requests", "250"], env_for(fake))
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        billed = fake.org.records.billed["claude-opus-5"]
+    prices = load_prices(table)
+    bill = prices.cost("claude-opus-5", billed[0], billed[1], billed[2] + billed[3], billed[4], billed[3])
+    assert bill is not None and 0 < bill <= budget
+    assert billed[2] > 0 and orjson.loads(proc.stdout)["budget"]["held_back"] > 0
+    per_request = bill / len(fake.org.records.succeeded)
+    assert per_request * 1000 > 1.5 * budget  # (sending everything would have passed the budget)
+
+
 def test_budget_with_an_unpriced_model_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
     """A budget cannot be kept for a model without a price: exit 2 before any create."""
     path = write_jsonl(tmp_path / "in.jsonl", [req("a", model="claude-unpriced-9")])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gatekeeper import load_prices
+from gatekeeper._prices import Rates as PriceRates
 from gatekeeper.decide._budget import request_worst
 from gatekeeper.decide._priming import (
     NONE,
@@ -168,4 +169,5 @@ def test_usage_splits_cache_writes_by_life_and_a_missing_breakdown_counts_as_5m(
 
 
 def test_a_request_that_may_write_an_hour_entry_has_the_dearer_worst_case() -> None:
-    assert request_worst(1000, 0, (1.0, 5.0), hour_write=True) == pytest.approx(2.0 / 1.25 * request_worst(1000, 0, (1.0, 5.0)))
+    rates = [PriceRates(1.0, 5.0, 1.25, 0.1, 2.0)]
+    assert request_worst(1000, 0, rates, hour_write=True) == pytest.approx(2.0 / 1.25 * request_worst(1000, 0, rates))

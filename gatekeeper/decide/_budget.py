@@ -2,12 +2,16 @@
 
 A batch's worst case, at batch prices, is
 
-    sum over its requests of  0.5 x (in_bound x price_in x 1.25 + max_tokens x price_out) / 10^6
+    sum over its requests of  0.5 x max over its models m of (in_bound x in_rate(m) + max_tokens x out(m)) / 10^6
+
+    in_rate(m) = max(input(m), cache_write(m), cache_read(m), cache_write_1h(m) if it may write a 1-hour entry)
 
 with `in_bound = bytes x 0.5`: at most one input token per two bytes of the request's JSON (English text runs
-near four bytes a token, so this is twice the usual density), every input token priced as a cache write (1.25x;
-2x for a request that may write a 1-hour entry: the dearest ways to read input), and every request producing
-its full `max_tokens` (output can never exceed it). A batch may be created only when
+near four bytes a token, so this is twice the usual density); every input token priced at the dearest way the
+price table bills input for that model (an input token is billed once, as input, a cache write or a cache read:
+the table's own rates, whatever multipliers it sets); every request producing its full `max_tokens` (output can
+never exceed it); and its models are the request's own and any fallback models it names (`fallbacks`: an answer
+may come from any of them, billed at its rates). A batch may be created only when
 
     spent + worst case of everything admitted and not yet collected + this batch's worst case <= budget
 
@@ -23,21 +27,37 @@ stops and the run ends with exit 1 saying what was spent and what was held back.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .._prices import BATCH_DISCOUNT, MULTIPLIERS
+from .._prices import BATCH_DISCOUNT, Rates
 
 INPUT_TOKENS_PER_BYTE_BOUND = 0.5
 MIN_BATCH = 100  # below this many requests a batch is not worth its create call
 
 
-def request_worst(nbytes: int, max_tokens: int, price: tuple[float, float], *, hour_write: bool = False) -> float:
-    """The most one request can cost, in USD at batch prices (see the module docstring): every input token a cache
-    write, at the 1-hour write's rate when the request may write one (`hour_write`)."""
-    price_in, price_out = price
+def request_worst(nbytes: int, max_tokens: int, rates: Iterable[Rates], *, hour_write: bool = False) -> float:
+    """The most one request can cost, in USD at batch prices (see the module docstring), over the rates of every
+    model that may answer it: every input token at the dearest rate its model bills input at (the 1-hour write's
+    only when the request may write one: `hour_write`)."""
     tokens_in = nbytes * INPUT_TOKENS_PER_BYTE_BOUND
-    write = MULTIPLIERS["cache_write_1h" if hour_write else "cache_write"]
-    return BATCH_DISCOUNT * (tokens_in * price_in * write + max_tokens * price_out) / 1e6
+    worst = 0.0
+    for r in rates:
+        per_in = max(r.input, r.cache_write, r.cache_read, r.cache_write_1h if hour_write else 0.0)
+        worst = max(worst, tokens_in * per_in + max_tokens * r.output)
+    return BATCH_DISCOUNT * worst / 1e6
+
+
+def answering_models(params: dict[str, object]) -> list[str]:
+    """The models that may answer a request: its own, and the fallbacks it names (`fallbacks`: model ids, or
+    objects with a `model`)."""
+    models = [str(params.get("model") or "")]
+    fallbacks = params.get("fallbacks")
+    for f in fallbacks if isinstance(fallbacks, list) else []:
+        m = f.get("model") if isinstance(f, dict) else f
+        if isinstance(m, str) and m:
+            models.append(m)
+    return models
 
 
 class Spend(str, enum.Enum):
