@@ -300,3 +300,24 @@ def test_a_candidate_whose_results_stay_missing_is_decided_on_the_rest_after_the
         assert fake.org.records.creates == 2 and set(fake.org.records.answered.values()) == {1}
         mine = next(b.id for b in fake.org.batches.values() if b.seq == 2)
     assert orjson.loads(proc.stdout)["adoptions"] == {"proven": 0, "unproven": [mine], "unchecked": 0, "not_ours": []}
+
+
+@pytest.mark.parametrize("world", ["count", "scale:0.85"])
+def test_two_lost_creates_of_one_size_are_each_weighed_on_their_own_ids(tmp_path: Path, world: str) -> None:
+    """Both of our creates (one size) lose their answers while another job's two batches of that size and ids are
+    listed: each unknown create is weighed on its own sampled ids (a candidate read for one is never reused for the
+    other's evidence): both are ours (proven where the usage bills as counted), the other's two are set aside, and
+    every line answers its own request."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha", 2 * N)
+    theirs = write_job(tmp_path / "b" / "in.jsonl", "beta gamma ", 2 * N)
+    with running_fake(ceiling=10_000, rate=400, usage=world) as fake:
+        done = gk(["submit", str(theirs), *FLAGS], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        fake.org.config.listing_lag = 1.0
+        fake.inject(Fault("create", kind="drop_after_commit", times=2))
+        proc = gk(["submit", str(ours), *FLAGS], env_for(fake))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        judge(fake, [ours, theirs], creates=4)
+    a = orjson.loads(proc.stdout)["adoptions"]
+    assert a["proven"] + len(a["unproven"]) == 2 and len(a["not_ours"]) == 2
+    assert world != "count" or a["proven"] == 2

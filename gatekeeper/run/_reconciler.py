@@ -31,7 +31,7 @@ class Reconciler(Part):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self._ours: dict[int, Ours] = {}
-        self._results: dict[str, Results] = {}  # candidate id -> what its results say
+        self._results: dict[tuple[int, str], Results] = {}  # (our batch, candidate id) -> what its results say of it
         self._counts: dict[int, dict[str, int]] = {}
 
     async def reconcile(self, snap: Snapshot) -> None:
@@ -57,13 +57,13 @@ class Reconciler(Part):
         ours = self._ours.get(row.idx)
         if ours is None:
             ours = self._ours[row.idx] = our_side((custom_id(body), body) for _, _, body, _ in self._requests_of(row))
-        for b in d.candidates:
-            if str(b.get("id")) not in self._results:
+        for b in d.candidates:  # (kept per batch of ours: what a candidate billed is kept for our sampled ids only)
+            if (row.idx, str(b.get("id"))) not in self._results:
                 got = await self._read(b, ours)
                 if got is None:
                     return Decision(Action.WAIT, d.candidates, "a candidate's results could not be read whole yet")
-                self._results[str(b.get("id"))] = got
-        found = {str(b.get("id")): self._results[str(b.get("id"))] for b in d.candidates}
+                self._results[row.idx, str(b.get("id"))] = got
+        found = {str(b.get("id")): self._results[row.idx, str(b.get("id"))] for b in d.candidates}
         same = {k: r for k, r in found.items() if r.missing or r.ids == ours.ids}
         counts = await count_ours(self.api, ours.sample, wanted_ids(ours.sample, (r.billed for r in same.values())),
                                   self._counts.setdefault(row.idx, {}))
@@ -71,6 +71,9 @@ class Reconciler(Part):
             return Decision(Action.WAIT, d.candidates, "our requests could not be counted yet")
         learned = await learned_relations(self.api, self.journal, self.path) if counts else {}
         evidence = {k: pairs_of(ours.sample, counts, r.billed) for k, r in same.items()}
+        self.emit("weighed", {"batch": row.idx, "candidates": len(d.candidates), "with_our_ids": len(same),
+                              "compared": {k: len(v) for k, v in evidence.items()}, "counted": len(counts),
+                              "learned": sorted(learned or {})})
         choice = choose(evidence, [k for k in nearest_first(d.candidates, sent_at) if k in same],
                         sampled=len(ours.sample), learned=learned or {})
         if choice.foreign:
@@ -111,4 +114,4 @@ class Reconciler(Part):
         self._ours.pop(row.idx, None)
         self._counts.pop(row.idx, None)
         for b in d.candidates:
-            self._results.pop(str(b.get("id")), None)
+            self._results.pop((row.idx, str(b.get("id"))), None)
