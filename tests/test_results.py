@@ -6,6 +6,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -261,3 +262,55 @@ def test_doomed_cache_markers_are_rejected_lines_never_sent(tmp_path: Path) -> N
     assert proc.returncode == 1 and sent == {"ok0", "fine", "ok1"}, proc.stderr
     s = orjson.loads(proc.stdout)
     assert (s["succeeded"], s["invalid"]) == (3, 2)
+
+
+def test_answers_that_stopped_early_are_told_apart_and_exported(tmp_path: Path) -> None:
+    """A refusal and a max_tokens truncation are billed successes: the summary (human and --json) counts them by stop
+    reason, `results --only refused` / `--only truncated` export just those lines, and the report and the exporter
+    show them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def rule(cid: str, model: str, attempt: int) -> Outcome | None:
+        return Outcome(stop_reason="refusal" if cid.startswith("r") else "max_tokens") if cid[0] in "rt" else None
+
+    ids = [f"r{i}" for i in range(3)] + [f"t{i}" for i in range(5)] + [f"ok{i}" for i in range(12)]
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c) for c in ids])
+    with running_fake(ceiling=1000, rate=5000, outcome=rule) as fake:
+        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        assert proc.returncode == 0, proc.stderr
+        human = gk(["submit", str(path), "--poll", "0.05"], env_for(fake))
+    s = orjson.loads(proc.stdout)
+    assert s["succeeded"] == 20 and s["stop_reasons"] == {"end_turn": 12, "max_tokens": 5, "refusal": 3}
+    assert "stopped early: max_tokens 5 · refusal 3 (`gatekeeper results --only refused,truncated`" in human.stdout
+    refused = gk(["results", str(path), "--only", "refused"], {})
+    assert refused.returncode == 0 and sorted(orjson.loads(x)["custom_id"] for x in refused.stdout.splitlines()) == ids[:3]
+    truncated = gk(["results", str(path), "--only", "truncated", "--in-order"], {})
+    assert [orjson.loads(x)["custom_id"] for x in truncated.stdout.splitlines()] == ids[3:8]
+    both = gk(["results", str(path), "--only", "refused,truncated"], {})
+    assert len(both.stdout.splitlines()) == 8
+    report = gk(["report", str(path), "--json"], {})
+    assert orjson.loads(report.stdout)["summary"]["stop_reasons"]["refusal"] == 3
+    html = gk(["report", str(path), "--out", str(tmp_path / "r.html")], {})
+    assert html.returncode == 0 and "Succeeded answers by stop reason" in (tmp_path / "r.html").read_text()
+    state = str(path) + ".gatekeeper"
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        exporter = subprocess.Popen([sys.executable, "-m", "gatekeeper", "exporter", "--port", "0", "--interval", "1",
+                                     "--json", "--state", state], stdout=subprocess.PIPE, text=True,
+                                    env={**os.environ, **env_for(fake), "PYTHONPATH": os.getcwd()})
+        try:
+            assert exporter.stdout is not None
+            import httpx
+
+            url = orjson.loads(exporter.stdout.readline())["url"]
+            for _ in range(100):  # (the run's figures appear with the first reading)
+                page = httpx.get(url, timeout=10).text
+                if "gatekeeper_run_succeeded_requests{" in page:
+                    break
+                time.sleep(0.1)
+        finally:
+            exporter.terminate()
+            exporter.communicate(timeout=10)
+    got = {(m.name, m.labels.get("stop_reason")): m.value for f in text_string_to_metric_families(page) for m in f.samples
+           if m.name == "gatekeeper_run_succeeded_requests"}
+    assert got == {("gatekeeper_run_succeeded_requests", "end_turn"): 12, ("gatekeeper_run_succeeded_requests", "max_tokens"): 5,
+                   ("gatekeeper_run_succeeded_requests", "refusal"): 3}

@@ -230,8 +230,9 @@ def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="write here instead of standard output")
     p.add_argument("--in-order", action="store_true", help="in input order (default: the order results arrived)")
     p.add_argument("--only", default=None, metavar="TYPES",
-                   help="comma-separated result types (succeeded, errored, expired, canceled), error types, and/or "
-                   "rejected (the input lines refused before sending, with line number and reason)")
+                   help="comma-separated result types (succeeded, errored, expired, canceled), error types, "
+                   "refused and truncated (succeeded answers that stopped for a refusal, or at max_tokens or the "
+                   "context window), and/or rejected (the input lines refused before sending, with line number and reason)")
     _add_prices(p)
     _add_json(p)
 

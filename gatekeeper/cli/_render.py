@@ -139,10 +139,20 @@ def render_plan_brief(r: dict[str, Any]) -> str:
     ])
 
 
+def stopped_early(stop_reasons: dict[str, int]) -> str:
+    """The succeeded answers that stopped early (billed, yet not a whole answer), for the summary's line."""
+    early = {k: v for k, v in sorted(stop_reasons.items()) if k not in ("end_turn", "stop_sequence", "tool_use", "pause_turn")}
+    if not early:
+        return ""
+    return ("   stopped early: " + " · ".join(f"{k} {v:,}" for k, v in early.items())
+            + " (`gatekeeper results --only refused,truncated` exports them)")
+
+
 def render_summary(s: Summary) -> str:
+    rejected = f"rejected lines: {s.invalid:,}" + (": `gatekeeper results --only rejected` lists them" if s.invalid else "")
     lines = [
-        f"requests    {s.requests:,}   (rejected lines: {s.invalid:,})",
-        f"succeeded   {s.succeeded:,}",
+        f"requests    {s.requests:,}   ({rejected})",
+        f"succeeded   {s.succeeded:,}" + stopped_early(s.stop_reasons),
         f"errored     {s.errored:,}" + ("   " + ", ".join(f"{k} {v:,}" for k, v in sorted(s.errors.items())) if s.errors else ""),
         f"expired     {s.expired:,}",
         f"canceled    {s.canceled:,}",

@@ -67,6 +67,17 @@ def errored_line(custom_id: str, error_type: str, message: str) -> bytes:
         "type": "error", "error": {"type": error_type, "message": message}, "request_id": None}}})
 
 
+STOPPED_EARLY = {"refused": ("refusal",), "truncated": ("max_tokens", "model_context_window_exceeded")}
+"""`results --only` names for succeeded answers that stopped early (billed, but not a whole answer)."""
+
+
+def stop_of(result: dict[str, Any]) -> str | None:
+    """The stop_reason of a succeeded result's message (end_turn, max_tokens, refusal, ...), or None."""
+    msg = result.get("message") if isinstance(result, dict) else None
+    reason = msg.get("stop_reason") if isinstance(msg, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
 def usage_of(result: dict[str, Any]) -> tuple[str | None, int, int, int, int, int]:
     """(model, input, output, cache creation, cache read, the cache creation with a 1h life) tokens of a succeeded
     result. A usage without the `cache_creation` breakdown (older answers, some proxies) counts every write at the

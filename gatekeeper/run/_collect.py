@@ -31,7 +31,7 @@ from ..decide._downloads import (
 from ..decide._headroom import parse_time
 from ..decide._ownership import Fit, Relation, verdict
 from ..decide._reconcile import candidates_for, others_in_flight
-from ..decide._settle import errored_line, settle, usage_of
+from ..decide._settle import errored_line, settle, stop_of, usage_of
 from ..state._journal import BatchRow, BatchState, Settlement
 from ._checkpoints import reached
 from ._download import Download
@@ -241,8 +241,9 @@ class Collector:
         if v.retry:
             s.retry(line, off, length, cid, attempt, row.idx, v.type, v.error_type, raw)
             return 0
-        usage = usage_of(result) if v.type == "succeeded" else (None, 0, 0, 0, 0, 0)
-        s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage)
+        succeeded = v.type == "succeeded"
+        usage = usage_of(result) if succeeded else (None, 0, 0, 0, 0, 0)
+        s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage, stop_of(result) if succeeded else None)
         return len(raw) + 1
 
     @staticmethod

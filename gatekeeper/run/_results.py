@@ -15,7 +15,7 @@ from typing import BinaryIO
 import orjson
 
 from .._errors import OutputError, UsageError, os_error
-from ..decide._settle import KNOWN_ERRORS
+from ..decide._settle import KNOWN_ERRORS, STOPPED_EARLY
 from ..state._journal import Journal, open_job
 from ..state._output import OutputFile
 
@@ -24,11 +24,13 @@ REJECTED = "rejected"  # input lines refused before anything was sent: not resul
 
 
 def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], list[str]]:
-    """(result types, error types) of a filter; `UsageError` for a name that is neither known nor in the results."""
-    names = [n for n in only if n != REJECTED]
+    """(result types, error types) of a filter; `UsageError` for a name that is neither known nor in the results.
+    (`refused` and `truncated`, succeeded answers that stopped early, are `stopped_early`'s.)"""
+    names = [n for n in only if n != REJECTED and n not in STOPPED_EARLY]
     unknown = [n for n in names if n not in RESULT_TYPES and n not in KNOWN_ERRORS and n not in present]
     if unknown:
-        raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_TYPES)}, {REJECTED}, "
+        raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_TYPES)}, "
+                         f"{', '.join(STOPPED_EARLY)}, {REJECTED}, "
                          "or an error type such as invalid_request_error", setting="only")
     return [n for n in names if n in RESULT_TYPES], [n for n in names if n not in RESULT_TYPES]
 
@@ -46,9 +48,10 @@ def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool 
             committed = j.committed_output()
             names = list(only or ())
             types, errors = check_filter(names, j.result_types())
+            stops = [r for n in names if n in STOPPED_EARLY for r in STOPPED_EARLY[n]]
             try:
-                count = _copy(j, output, committed, dest, types, errors, in_order) if types or errors or \
-                    names != [REJECTED] else 0
+                count = _copy(j, output, committed, dest, (types, errors, stops), in_order) \
+                    if types or errors or stops or names != [REJECTED] else 0
                 return count + (_rejected(j, dest) if REJECTED in names else 0)
             except BrokenPipeError:
                 raise  # a reader that stopped reading (`| head`): not a failure of ours (the CLI ends quietly)
@@ -62,16 +65,18 @@ def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool 
         j.close()
 
 
-def _copy(journal: Journal, output: OutputFile, committed: int, dest: BinaryIO, types: list[str],
-          errors: list[str], in_order: bool) -> int:
-    if not types and not errors and not in_order:  # the output file is already the results, in arrival order
+def _copy(journal: Journal, output: OutputFile, committed: int, dest: BinaryIO,
+          only: tuple[list[str], list[str], list[str]], in_order: bool) -> int:
+    types, errors, stops = only
+    if not types and not errors and not stops and not in_order:  # the output file is already the results, in arrival order
         count = 0
         for chunk in output.head(committed):
             dest.write(chunk)
             count += chunk.count(b"\n")
         return count
     count = 0
-    for line in output.spans(journal.result_spans(types=types, error_types=errors, in_order=in_order), committed):
+    spans = journal.result_spans(types=types, error_types=errors, in_order=in_order, stop_reasons=stops)
+    for line in output.spans(spans, committed):
         dest.write(line)
         count += 1
     return count

@@ -46,6 +46,8 @@ class Summary:
     # prompt caching as realized: tokens written (5m, 1h) and read, the read share of the ideal, the saving against
     # no caching, and how the job was primed (None: no cache token was billed and the plan found no marker)
     caching: dict[str, Any] | None = None
+    # succeeded answers by why they stopped: end_turn, max_tokens (truncated), refusal (billed, no answer), ...
+    stop_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -60,6 +62,7 @@ class Summary:
             "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
             "budget": self.budget, "estimate": self.estimate, "rebuilt": self.rebuilt, "job": self.job,
             "adoptions": self.adoptions, "canceled_job": self.canceled_job, "caching": self.caching,
+            "stop_reasons": self.stop_reasons,
         }
 
 
@@ -74,7 +77,7 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         requests=requests,
         succeeded=t.types.get("succeeded", 0), errored=t.types.get("errored", 0), expired=t.types.get("expired", 0),
         canceled=t.types.get("canceled", 0), invalid=int(report.get("invalid", 0)), batches=t.batches,
-        errors=t.errors, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
+        errors=t.errors, stop_reasons=t.stop_reasons, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
         refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
         estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job, adoptions=adoptions(j),
         canceled_job=canceled_job(j),

@@ -112,6 +112,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE batches ADD COLUMN cache_round INTEGER;
         CREATE TABLE claimed (line INTEGER PRIMARY KEY)
     """),
+    ("0008_stop_reason", """
+        -- why a succeeded answer stopped (end_turn, max_tokens, refusal, ...): answers that stopped early are billed
+        -- successes a user must be able to find
+        ALTER TABLE results ADD COLUMN stop_reason TEXT
+    """),
 ]
 # The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
 REGISTRY = """
@@ -406,8 +411,9 @@ class Settlement:
         self.adopted: tuple[str, str] | None = None  # (batch id, proof) of a listing adoption its results weighed
 
     def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
-              usage: tuple[str | None, int, int, int, int, int]) -> None:
-        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage[:5], self._batch, usage[5]))
+              usage: tuple[str | None, int, int, int, int, int], stop_reason: str | None = None) -> None:
+        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage[:5], self._batch, usage[5],
+                             stop_reason))
         self._maybe_flush()
 
     def retry(self, line: int, offset: int, length: int, cid: str, attempt: int, batch: int, kind: str,
@@ -422,7 +428,7 @@ class Settlement:
             self.flush()
 
     def flush(self) -> None:
-        self._db.load(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._db.load(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       f"COPY results ({RESULT_COLUMNS}) FROM STDIN", self._finals)
         self._db.executemany("INSERT INTO pending VALUES (?, ?, ?, ?, ?) ON CONFLICT (line) DO UPDATE SET \"offset\" = excluded.\"offset\", "
                              "length = excluded.length, custom_id = excluded.custom_id, attempt = excluded.attempt", self._retries)

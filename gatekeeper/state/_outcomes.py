@@ -75,6 +75,8 @@ class OutcomeRecords(JournalBase):
             resubmitted=int(self._one("SELECT COUNT(DISTINCT line) FROM attempts")),
             succeeded_after_retry=int(self._one("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1")),
             final=self.final_count(),
+            stop_reasons={k or "unknown": v for k, v in db.execute(
+                "SELECT stop_reason, COUNT(*) FROM results WHERE type = 'succeeded' GROUP BY stop_reason")},
         )
 
     def usage_by_model(self) -> list[tuple[Any, ...]]:
@@ -90,9 +92,14 @@ class OutcomeRecords(JournalBase):
         return {r[0] for r in self.db.execute(
             "SELECT DISTINCT type FROM results UNION SELECT DISTINCT error_type FROM results WHERE error_type IS NOT NULL")}
 
-    def result_spans(self, *, types: Sequence[str], error_types: Sequence[str], in_order: bool) -> Iterator[tuple[int, int]]:
-        """(offset, length) in the output of each final result matching the filter, in input or arrival order."""
+    def result_spans(self, *, types: Sequence[str], error_types: Sequence[str], in_order: bool,
+                     stop_reasons: Sequence[str] = ()) -> Iterator[tuple[int, int]]:
+        """(offset, length) in the output of each final result matching the filter (a result type, an error type, or
+        a succeeded answer's stop reason), in input or arrival order."""
         parts, args = [], []
+        if stop_reasons:
+            parts.append(f"(type = 'succeeded' AND stop_reason IN ({','.join('?' * len(stop_reasons))}))")
+            args += list(stop_reasons)
         if types:
             parts.append(f"type IN ({','.join('?' * len(types))})")
             args += list(types)

@@ -43,6 +43,7 @@ class Outcome:
     error_type: str = "api_error"
     message: str = ""
     flat: bool = False  # errored in the flattened shape some proxies use
+    stop_reason: str = "end_turn"  # a succeeded answer's: "max_tokens" (truncated), "refusal" (billed, no answer), ...
 
 
 @dataclass(frozen=True)

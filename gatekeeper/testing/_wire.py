@@ -113,8 +113,8 @@ def _result_json(o: Outcome, cid: str, model: str, answer: str, prompt: tuple[in
         u = usage or Usage(tokens, 0, 0, 0)
         return {"type": "succeeded", "message": {
             "id": "msg_" + digest, "type": "message", "role": "assistant", "model": model or "claude-x",
-            "content": [{"type": "text", "text": answer}], "stop_reason": "end_turn", "stop_sequence": None,
-            "stop_details": None, "container": None,
+            "content": [{"type": "text", "text": answer}], "stop_reason": o.stop_reason, "stop_sequence": None,
+            "stop_details": {"type": "refusal", "category": "cyber"} if o.stop_reason == "refusal" else None, "container": None,
             "usage": {"input_tokens": u.input, "output_tokens": OUTPUT_TOKENS,
                       "cache_creation_input_tokens": u.write_5m + u.write_1h, "cache_read_input_tokens": u.read,
                       "cache_creation": {"ephemeral_5m_input_tokens": u.write_5m, "ephemeral_1h_input_tokens": u.write_1h},

@@ -53,6 +53,7 @@ def run_figures(state_dir: Path, prices: PriceTable, *, journal: str | None = No
             c = s.caching or {}
             return {"requests": s.requests, "admitted": j.admitted_requests(), "in_flight": live, "cost_usd": s.cost_usd,
                     "results": {"succeeded": s.succeeded, "errored": s.errored, "expired": s.expired, "canceled": s.canceled},
+                    "stop_reasons": s.stop_reasons,
                     "cache_tokens": {"read": c.get("read_tokens", 0), "write_5m": c.get("write_5m_tokens", 0),
                                      "write_1h": c.get("write_1h_tokens", 0)},
                     "cache_read_share": c.get("read_share_of_ideal"), "cache_saving_usd": c.get("saving_usd")}
@@ -121,12 +122,17 @@ def _run_families(runs: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:
     final = gauge("gatekeeper_run_final_requests", "Requests of the run with a final result, by result type.", labels=["run", "type"])
     cost = gauge("gatekeeper_run_cost_usd", "The run's cost so far at batch prices (absent when a model has no price).",
                  labels=["run"])
+    stops = gauge("gatekeeper_run_succeeded_requests", "Requests of the run that succeeded, by the answer's stop reason "
+                  "(max_tokens: truncated; refusal: refused, billed).", labels=["run", "stop_reason"])
     for run, fig in runs.items():
         for kind, n in fig["results"].items():
             final.add_metric([run, kind], n)
+        for reason, n in fig.get("stop_reasons", {}).items():
+            stops.add_metric([run, reason], n)
         if fig["cost_usd"] is not None:
             cost.add_metric([run], fig["cost_usd"])
     yield final
+    yield stops
     yield cost
     yield from _cache_families(runs, gauge)
 

@@ -156,7 +156,12 @@ def _caching(c: dict[str, Any] | None) -> list[tuple[str, Any]]:
 
 def _results(s: dict[str, Any]) -> str:
     errors = sorted(s["errors"].items(), key=lambda kv: -kv[1])
-    return "<h2>Errors by type</h2>" + (_rows(errors) if errors else "<p class='muted'>none</p>")
+    stops = sorted((s.get("stop_reasons") or {}).items(), key=lambda kv: -kv[1])
+    return ("<h2>Errors by type</h2>" + (_rows(errors) if errors else "<p class='muted'>none</p>")
+            + "<h2>Succeeded answers by stop reason</h2>"
+            + (_rows(stops) if stops else "<p class='muted'>none</p>")
+            + "<p class='muted'>max_tokens and model_context_window_exceeded are truncated answers, refusal an answer "
+              "refused (billed): <code>gatekeeper results --only truncated,refused</code> exports them.</p>")
 
 
 def _settings(data: dict[str, Any]) -> str:
