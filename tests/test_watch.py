@@ -25,11 +25,13 @@ def _environ(env: dict[str, str]) -> dict[str, str]:
     return full
 
 
-def test_watch_as_a_pipe_prints_a_json_line_a_reading_and_stops_on_ctrl_c() -> None:
-    """Not a terminal: one JSON object per reading, each with the verdict; SIGINT ends it with exit 0."""
+@pytest.mark.parametrize("argv", [["--watch", "--interval", "1"], ["--watch", "1"]])
+def test_watch_as_a_pipe_prints_a_json_line_a_reading_and_stops_on_ctrl_c(argv: list[str]) -> None:
+    """Not a terminal: one JSON object per reading, each with the verdict; SIGINT ends it with exit 0. `--watch 1`
+    (issue 13's form, in scripts) is `--watch --interval 1`."""
     with running_fake(ceiling=1000, rate=0.0) as fake:
         fake.org.add_batch("wrkspc_1", 900)
-        proc = start(["status", "--watch", "--interval", "1"], env_for(fake))
+        proc = start(["status", *argv], env_for(fake))
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(2)]
         proc.send_signal(signal.SIGINT)

@@ -202,7 +202,8 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
 
     from ..watch._watch import min_interval, watch
 
-    interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
+    every = args.interval if args.watch is True else float(args.watch)  # (`--watch 5` is `--watch --interval 5`)
+    interval = max(every, min_interval(len(config.workspace_keys), args.max_rpm))
     tty = sys.stdout.isatty() and not args.json
 
     def reading() -> dict[str, Any]:

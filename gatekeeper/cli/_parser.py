@@ -159,13 +159,14 @@ def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  description="Read the batch queue: the enqueued_batch_requests ceiling (Admin API, or --ceiling) "
                  "and the depth over every workspace key. Read only.\n\nEnvironment: ANTHROPIC_API_KEY, "
                  "ANTHROPIC_EXTRA_WORKSPACE_KEYS, ANTHROPIC_ADMIN_KEY, ANTHROPIC_BASE_URL.\n\n"
-                 "Example usage:\n  gatekeeper status\n  gatekeeper status --threshold 90 --json")
+                 "Example usage:\n  gatekeeper status\n  gatekeeper status --threshold 90 --json\n"
+                 "  gatekeeper status --watch 5")
     _add_ceiling(p)
     p.add_argument("--threshold", type=_percent, default=80, metavar="PCT",
                    help="occupancy (percent) at which the queue is a finding (default 80)")
-    p.add_argument("--watch", action="store_true",
-                   help="re-read every --interval seconds until Ctrl-C: one screen redrawn on a terminal, one JSON "
-                   "object a reading otherwise or with --json")
+    p.add_argument("--watch", nargs="?", const=True, default=False, type=_positive_float, metavar="SECONDS",
+                   help="re-read every SECONDS (or --interval) seconds until Ctrl-C: one screen redrawn on a terminal, "
+                   "one JSON object a reading otherwise or with --json")
     _add_interval(p, "between readings with --watch")
     _add_ledger(p)
     _add_max_rpm(p)
