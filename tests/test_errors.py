@@ -238,3 +238,52 @@ def test_a_state_folder_that_cannot_be_made_suggests_another(tmp_path: Path, mon
         code, err = _cli(monkeypatch, capsys, env_for(fake), "submit", str(path), "--state", "/proc/gatekeeper-state")
     assert code == ExitCode.USAGE and "/proc/gatekeeper-state" in err
     assert "choose a folder you can write (--state)" in err
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("helper_fails", "body_fails", "raised"), [
+    (True, False, "JournalError"),  # a helper's error ends the body and is raised as it is
+    (False, True, "InputError"),
+    (False, False, None),
+])
+async def test_beside_raises_the_first_error_of_the_body_or_a_helper(helper_fails: bool, body_fails: bool,
+                                                                     raised: str | None) -> None:
+    from gatekeeper._errors import InputError
+    from gatekeeper.run._beside import beside
+
+    async def body() -> str:
+        await anyio.sleep(0.05 if body_fails else (10 if helper_fails else 0.01))
+        if body_fails:
+            raise InputError("bad line 3")
+        return "done"
+
+    async def helper() -> None:
+        if helper_fails:
+            raise JournalError("the lease's connection: connection refused")
+        await anyio.sleep(10)
+
+    if raised is None:
+        assert await beside(body, helper) == "done"
+    else:
+        with pytest.raises((InputError, JournalError)) as info:
+            await beside(body, helper)
+        assert type(info.value).__name__ == raised
+
+
+def test_a_lease_connection_that_fails_at_start_is_one_error_not_a_group(tmp_path: Path, pg_database: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared journal's lease heartbeat opens a second connection; when that fails, the library raises the
+    JournalError (the CLI prints its one line, exit 2), not an ExceptionGroup."""
+    from gatekeeper import ApiConfig, SubmitSettings, submit_sync
+    from gatekeeper.api._config import Secret
+
+    def refused(self: Journal) -> object:
+        raise JournalError("the lease's second connection: connection refused", setting="journal")
+
+    monkeypatch.setattr(Journal, "second_connection", refused)
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        config = ApiConfig(base_url=fake.url, workspace_keys=[Secret("test-key-ws1")])
+        with pytest.raises(JournalError, match="second connection"):
+            submit_sync(path, config=config, settings=SubmitSettings(journal=pg_database, job="lease-fails", poll=0.05,
+                                                                      ceiling=1000))
