@@ -431,3 +431,14 @@ def test_markers_the_api_refuses_are_found_before_sending(params: dict, refused:
 
     reason = marker_reason(params)
     assert (reason is None) if refused is None else (reason is not None and refused in reason), reason
+
+
+@pytest.mark.parametrize(("readings", "interval", "wait"), [
+    (1, 30.0, 1.0), (2, 30.0, 2.0), (3, 30.0, 4.0), (5, 30.0, 16.0), (6, 30.0, 30.0), (50, 30.0, 30.0),
+    (1, 0.05, 0.05),  # never slower than the interval asked for
+    (0, 30.0, 1.0),
+])
+def test_readings_start_fast_and_settle_at_the_interval(readings: int, interval: float, wait: float) -> None:
+    from gatekeeper.decide._admission import reading_wait
+
+    assert reading_wait(readings, interval) == wait

@@ -338,3 +338,16 @@ async def test_planning_leaves_the_event_loop_free() -> None:
         tg.cancel_scope.cancel()
     assert report.requests == 10
     assert ticks >= 10, f"the event loop turned {ticks} times in 0.3 s of planning"  # 0 when planning held it
+
+
+@pytest.mark.parametrize("command", ["plan", "submit"])
+def test_a_refused_key_is_exit_2_naming_the_variable(tmp_path: Path, command: str) -> None:
+    """A key the API refuses (401) is not "no key": plan and submit stop with one line naming the variable."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        proc = gk([command, str(path), *(FAST if command == "submit" else [])],
+                  {**env_for(fake), "ANTHROPIC_API_KEY": "not-a-key"})
+        assert fake.org.records.creates == 0
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "ANTHROPIC_API_KEY" in last and "refused" in last and "not-a-key" not in proc.stderr + proc.stdout

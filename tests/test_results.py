@@ -314,3 +314,22 @@ def test_answers_that_stopped_early_are_told_apart_and_exported(tmp_path: Path) 
            if m.name == "gatekeeper_run_succeeded_requests"}
     assert got == {("gatekeeper_run_succeeded_requests", "end_turn"): 12, ("gatekeeper_run_succeeded_requests", "max_tokens"): 5,
                    ("gatekeeper_run_succeeded_requests", "refusal"): 3}
+
+
+def test_results_and_report_without_input_read_the_one_run_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's `[INPUT]`: omitted, the one run in the current directory is read (and named on stderr); with
+    none or several, exit 2 naming what is there."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req("a"), req("b")])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        assert gk(["submit", str(path), *FAST], env_for(fake)).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    got = gk(["results"], {})
+    assert got.returncode == 0 and sorted(orjson.loads(x)["custom_id"] for x in got.stdout.splitlines()) == ["a", "b"]
+    assert "the run in this directory: in.jsonl.gatekeeper" in got.stderr
+    assert orjson.loads(gk(["report", "--json"], {}).stdout)["summary"]["succeeded"] == 2
+    monkeypatch.chdir(tmp_path.parent)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    none = gk(["results"], {})
+    assert none.returncode == 2 and "holds no run" in none.stderr

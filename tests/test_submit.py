@@ -394,3 +394,39 @@ def test_refused_key_in_submit_is_named_by_position(tmp_path: Path) -> None:
         proc = gk(["submit", str(path), *FAST], {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "wrong-secret-key-77"})
     assert proc.returncode == 2
     assert "workspace key 1 was refused" in proc.stderr and "wrong-secret-key-77" not in proc.stderr + proc.stdout
+
+
+def test_a_first_run_by_hand_ends_in_seconds_and_says_what_it_waits_for(tmp_path: Path) -> None:
+    """The bundled example against the fake with the default 30 s interval: the first readings come after 1, 2,
+    4 s, so a sub-second job does not sit out a whole interval; progress names the batch in flight and when the
+    next reading comes."""
+    import shutil
+    import time
+
+    path = tmp_path / "requests.jsonl"
+    shutil.copy(Path(__file__).resolve().parent.parent / "examples" / "requests.jsonl", path)
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        started = time.monotonic()
+        proc = gk(["submit", str(path), "--json"], env_for(fake))
+        took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert took < 10, took
+    progress = [e for e in events(proc.stderr) if e["event"] == "progress"]
+    assert progress and progress[0]["next_reading_in"] == 1.0 and progress[0]["batches"][0].startswith("msgbatch_")
+
+
+@pytest.mark.parametrize(("batches", "in_flight", "shown"), [
+    (["msgbatch_a"], 1, "1 in flight (msgbatch_a)"),
+    (["msgbatch_a", "msgbatch_b", "#4 (create unanswered)"], 5, "5 in flight (msgbatch_a, msgbatch_b, #4 (create unanswered) +2)"),
+    ([], 0, "0 in flight ·"),
+])
+def test_the_progress_line_names_the_batches_in_flight_and_the_next_reading(batches: list[str], in_flight: int,
+                                                                             shown: str) -> None:
+    import io
+
+    from gatekeeper.cli._progress import Progress
+
+    out = io.StringIO()
+    Progress(out, "tty")("progress", {"total": 300, "admitted": 300, "final": 0, "depth": 300, "ceiling": 1000,
+                                      "in_flight": in_flight, "batches": batches, "elapsed": 1.0, "next_reading_in": 2.0})
+    assert shown in out.getvalue() and out.getvalue().rstrip().endswith("next reading in 2 s")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import ApiError, NotFoundError, TransportError, Unreachable
+from .._errors import ApiError, AuthenticationError, NotFoundError, TransportError, Unreachable
 from ..api._client import ApiClient
 from ..input._planner import PlanReport, plan
 from ..input._reader import ModelRules
@@ -88,6 +88,10 @@ async def check_models(api: ApiClient, names: Iterable[str]) -> Preflight:
     try:
         known = [str(m.get("id")) async for m in api.iter_models()]
         answers = {name: await _model_or_none(api, name) for name in sorted(set(names))}
+    except AuthenticationError as exc:
+        if exc.status == 401:  # a refused key is the user's to fix, not an API that lacks the endpoint (exit 2)
+            raise
+        return Preflight(False, f"the Models API could not be used ({exc}): the models were not checked")
     except (ApiError, TransportError, Unreachable) as exc:
         return Preflight(False, f"the Models API could not be used ({exc}): the models were not checked")
     return Preflight(True, None, {name: judge(name, info, known) for name, info in answers.items()})

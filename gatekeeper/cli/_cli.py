@@ -53,7 +53,21 @@ def _state_dir(args: argparse.Namespace) -> Path:
         return default_state_dir(args.input)
     if getattr(args, "journal", None) and getattr(args, "job", None):
         return Path.cwd()  # a named job in a shared journal needs no local state to be read
-    raise UsageError("give the run's INPUT or --state DIR")
+    return _only_run_here()
+
+
+def _only_run_here() -> Path:
+    """Without INPUT or --state: the one run in the current directory (`*.gatekeeper` with a journal), as submit
+    left it beside its input; none or several is a usage error naming them."""
+    from pathlib import Path
+
+    runs = sorted(p for p in Path.cwd().glob("*.gatekeeper") if (p / "journal.sqlite3").is_file())
+    if len(runs) == 1:
+        print(f"gatekeeper: the run in this directory: {runs[0].name}", file=sys.stderr)
+        return runs[0]
+    where = f"this directory holds {len(runs)} runs ({', '.join(p.name for p in runs[:5])})" if runs else \
+        "this directory holds no run (INPUT.gatekeeper)"
+    raise UsageError(f"give the run's INPUT or --state DIR: {where}")
 
 
 def _job(args: argparse.Namespace) -> dict[str, str | None]:

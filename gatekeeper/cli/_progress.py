@@ -76,9 +76,14 @@ class Progress:
             t0, n0 = self._first_final
             if final > n0 and elapsed > t0:
                 eta = _clock((total - final) * (elapsed - t0) / (final - n0))
+        flying = int(f.get("in_flight") or 0)
+        named = list(f.get("batches") or [])
+        which = f" ({', '.join(named)}{f' +{flying - len(named):,}' if flying > len(named) else ''})" if named else ""
+        after = f.get("next_reading_in")
         text = (f"admitted {admitted:,}/{total:,} · done {final:,} · queue {f.get('depth', 0):,}/"
-                f"{f'{ceiling:,}' if ceiling is not None else '?'}{occ} · {f.get('in_flight', 0)} in flight · "
-                f"{_clock(elapsed)} elapsed · ~{eta} left")
+                f"{f'{ceiling:,}' if ceiling is not None else '?'}{occ} · {flying} in flight{which} · "
+                f"{_clock(elapsed)} elapsed · ~{eta} left"
+                + (f" · next reading in {after:g} s" if after is not None else ""))
         self.stream.write("\r" + text.ljust(self._last_len))
         self.stream.flush()
         self._last_len = len(text)

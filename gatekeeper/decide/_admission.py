@@ -110,6 +110,16 @@ def admit_round(q: QueueState, now: float) -> int:
                  in_flight=q.in_flight, max_in_flight=q.max_in_flight)
 
 
+FIRST_READING_WAIT = 1.0  # seconds before the second reading of a run
+
+
+def reading_wait(readings: int, interval: float) -> float:
+    """Seconds before the next reading of the queue, after `readings` of them this run: 1, 2, 4, ... up to
+    `interval`, so that a small job ends in seconds rather than at the first full interval, and a long one polls
+    at `interval` after a handful of readings."""
+    return min(interval, FIRST_READING_WAIT * 2.0 ** max(0, readings - 1))
+
+
 def refusal_wait(streak: int, retry_after: float | None, min_wait: float, max_wait: float) -> float:
     """Seconds to wait after the `streak`-th queue-full refusal in a row: doubling from `min_wait`, at least
     the server's retry-after, at most `max_wait`. A queue drains over minutes; hammering it only re-uploads."""

@@ -26,6 +26,7 @@ from .._errors import (
 )
 from .._prices import PriceTable, load_prices
 from ..api._queue import Connection, read_live, recent_batches
+from ..decide._admission import reading_wait
 from ..decide._downloads import BATCH_LIFETIME
 from ..decide._headroom import LIVE_STATES, live_batches, parse_time
 from ..input._sizing import Limits, body_size, pack_rows
@@ -71,6 +72,7 @@ class Job(Part):
         self.stop = stop
         self.sleep = sleep
         self.started = clock()
+        self.readings = 0  # readings of the queue this run (the first waits are short: `reading_wait`)
         self.preparation = Preparation(self.ctx)
         self.admitter = Admitter(self.ctx)
         self.reconciler = Reconciler(self.ctx)
@@ -104,8 +106,10 @@ class Job(Part):
             self.form_retry_batches()
             if self.done():
                 break
-            self.progress(snap)
-            await self._wait(self.s.poll)
+            self.readings += 1
+            wait = reading_wait(self.readings, self.s.poll)
+            self.progress(snap, wait)
+            await self._wait(wait)
         await self.ledger.release_all()
         summary = self.summary()
         self.emit("finished", summary.to_json())
@@ -200,13 +204,15 @@ class Job(Part):
 
     # -- reporting ----------------------------------------------------------
 
-    def progress(self, snap: Snapshot) -> None:
+    def progress(self, snap: Snapshot, next_in: float) -> None:
         j = self.journal
+        live = j.batches(BatchState.CREATED, BatchState.INTENT)
         self.emit("progress", {
+            "batches": [r.batch_id or f"#{r.idx} (create unanswered)" for r in live[:3]], "next_reading_in": round(next_in, 1),
             "total": (j.get_meta("report") or {}).get("requests", 0), "admitted": j.admitted_requests(),
             "final": j.final_count(), "depth": snap.depth + snap.unseen,
             "ceiling": self.admitter.ceiling if self.admitter.ceiling is not None else self.admitter.estimate.upper,
-            "in_flight": j.count(BatchState.CREATED, BatchState.INTENT),
+            "in_flight": len(live),
             "elapsed": round(self.clock() - self.started, 1),
         })
 
