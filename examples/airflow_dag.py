@@ -1,4 +1,4 @@
-"""An Airflow Dag that sends a night's requests through gatekeeper (Airflow 3.1+, `pip install 'gatekeeper[airflow]'`).
+"""An Airflow Dag that sends a night's requests through gatekeeper (Airflow 3.1+, `pip install 'gatekeeper-batches[airflow]'`).
 
 Put it in your dags folder. It needs an `anthropic` connection named `anthropic_default`: password the workspace key,
 extra `{"admin_key": "..."}` so the queue's ceiling can be read. For example, as an environment variable:

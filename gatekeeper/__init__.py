@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "Interrupted": "_errors", "TransportError": "_errors", "ApiError": "_errors", "AuthenticationError": "_errors",
     "NotFoundError": "_errors", "RequestTooLarge": "_errors", "SpendLimitReached": "_errors", "RateLimited": "_errors",
     "QueueFull": "_errors", "ServerError": "_errors", "BadRequest": "_errors", "CreateOutcomeUnknown": "_errors",
-    "IncompleteDownload": "_errors", "DuplicateJob": "_errors", "JobLive": "_errors",
+    "IncompleteDownload": "_errors", "DuplicateJob": "_errors", "JobLive": "_errors", "JobMissing": "_errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -71,6 +71,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         InputError,
         Interrupted,
         JobLive,
+        JobMissing,
         JournalError,
         LedgerError,
         NotFoundError,

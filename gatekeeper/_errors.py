@@ -1,7 +1,7 @@
 """Every error gatekeeper raises, under one base class.
 
     GatekeeperError
-    ├── UsageError              bad setting or environment (exit 2)
+    ├── UsageError              bad setting or environment (exit 2); JobMissing: a job to continue is not there
     │   ├── Unreachable         the API could not be reached before anything was sent (exit 2)
     │   ├── LedgerError         the shared ledger cannot be opened or reached (exit 2)
     │   ├── DuplicateJob        the same input is live in another job (exit 2)
@@ -183,6 +183,16 @@ class IncompleteDownload(GatekeeperError):
 
 class DuplicateJob(UsageError):
     """The same input is already being submitted to the same workspace by another live job."""
+
+
+class JobMissing(UsageError):
+    """Asked only to continue a job (an orchestrator's second step), none is recorded where it should be."""
+
+    def __init__(self, message: str, *, where: str) -> None:
+        super().__init__(f"{message}: nothing was sent. The job is prepared where `execute` ran; continue it on a "
+                         "machine that sees the same journal: a state folder shared by workers and triggerers, or "
+                         "journal= a PostgreSQL database", setting="state_dir")
+        self.where = where
 
 
 class JobLive(UsageError):

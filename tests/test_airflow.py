@@ -366,3 +366,51 @@ def test_a_restarted_triggerer_and_a_postgresql_journal_named_by_a_connection(
         summary = op.execute_complete({}, event)
         assert_exactly_once(fake, Path(summary["output"]), ids)
     assert summary["succeeded"] == 60 and summary["job"] == kwargs["job"]
+
+
+def test_a_trigger_where_the_worker_prepared_nothing_fails_at_once_and_sends_nothing(
+        tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker and triggerer on different machines with the default journal: the trigger, rebuilt from its serialized
+    arguments where the worker's state folder is absent, fails at once with one line naming the job, the machine
+    that prepared it and the two ways out, and creates nothing (not even the folder)."""
+    from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger
+    from gatekeeper.airflow._job import connection_config
+
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"m-{i}") for i in range(10)])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        op = GatekeeperSubmitOperator(task_id="t", input_path=str(path), state_dir=str(tmp_path / "worker-only"))
+        spec = op._job_spec(connection_config("anthropic_default"))  # (execute would prepare it there; it did not)
+        classpath, kwargs = GatekeeperTrigger(**spec.to_kwargs()).serialize()
+        assert kwargs["prepared_on"]
+
+        async def fire() -> dict:
+            return (await GatekeeperTrigger(**kwargs).run().__anext__()).payload  # type: ignore[no-any-return]
+
+        event = asyncio.run(fire())
+        assert fake.org.records.creates == 0 and sum(fake.org.records.requests_seen.values()) == 0
+    assert event["status"] == "error" and event["usage"] is True and event["exit_code"] == 2
+    message = event["message"]
+    assert "JobMissing" in message and spec.job in message and kwargs["prepared_on"] in message
+    assert "shared by workers and triggerers" in message and "PostgreSQL" in message and "\n" not in message
+    assert not (tmp_path / "worker-only").exists()
+    with pytest.raises(Exception, match="fix the setting"):
+        op._complete(event)
+
+
+@pytest.mark.parametrize("job", ["../elsewhere", "a/b", "..", "x" * 129, ""])
+def test_a_templated_job_name_never_becomes_a_path(tmp_path: Path, airflow_home: Path, job: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(airflow_home))
+    op = GatekeeperSubmitOperator(task_id="t", input_path=str(tmp_path / "in.jsonl"), job=job or None,
+                                  state_dir=str(tmp_path / "s"))
+    config = ApiConfig(workspace_keys=[Secret(WS1)])
+    if not job:  # (no name: derived from the input, always a safe name)
+        write_jsonl(tmp_path / "in.jsonl", [req("a")])
+        assert "/" not in op._job_spec(config).job
+        return
+    with pytest.raises(Exception, match="names the job's state folder"):
+        op._job_spec(config)

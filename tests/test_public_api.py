@@ -30,7 +30,7 @@ EXPECTED = {
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
     "JournalError", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",
     "RequestTooLarge", "SpendLimitReached", "RateLimited", "QueueFull", "ServerError", "BadRequest",
-    "CreateOutcomeUnknown", "IncompleteDownload", "DuplicateJob", "JobLive",
+    "CreateOutcomeUnknown", "IncompleteDownload", "DuplicateJob", "JobLive", "JobMissing",
 }
 
 
@@ -185,3 +185,24 @@ def test_submit_sync_takes_submits_arguments_by_name() -> None:
     assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in sync.values())
     assert set(sync) <= set(inspect.signature(gatekeeper.submit).parameters)
     assert {"source", "config", "settings", "on_event", "on_result"} <= set(sync)
+
+
+def test_every_install_hint_names_the_distribution_of_its_own() -> None:
+    """`gatekeeper` on the package registry is an unrelated library: no hint (README, docs, examples, messages, the
+    provider's metadata) may install it; the distribution is pyproject's name."""
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    name = tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"]
+    assert name == "gatekeeper-batches"
+    files = [root / "README.md", *(root / "docs").rglob("*.md"), *(root / "examples").rglob("*.py"),
+             *(root / "gatekeeper").rglob("*.py")]
+    # (the distribution a `pip install` names: its first argument, quotes and extras stripped)
+    wrong = [f"{p.relative_to(root)}: {m.group(0)}" for p in files
+             for m in re.finditer(r"pip install\s+(?:-\w+\s+)*['\"]?([\w.-]+)", p.read_text())
+             if m.group(1) == "gatekeeper"]
+    assert wrong == []
+    from gatekeeper.airflow._provider import get_provider_info
+
+    assert get_provider_info()["package-name"] == name

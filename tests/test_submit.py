@@ -430,3 +430,22 @@ def test_the_progress_line_names_the_batches_in_flight_and_the_next_reading(batc
     Progress(out, "tty")("progress", {"total": 300, "admitted": 300, "final": 0, "depth": 300, "ceiling": 1000,
                                       "in_flight": in_flight, "batches": batches, "elapsed": 1.0, "next_reading_in": 2.0})
     assert shown in out.getvalue() and out.getvalue().rstrip().endswith("next reading in 2 s")
+
+
+def test_continue_only_never_starts_a_job(tmp_path: Path) -> None:
+    """An orchestrator's second step continues a job recorded by its first; where none is recorded it raises
+    JobMissing (exit 2) before creating the state folder or sending anything."""
+    from gatekeeper import ApiConfig, JobMissing, Secret, SubmitSettings, submit_sync
+
+    path, _ = _input(tmp_path, 5)
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        config = ApiConfig(workspace_keys=[Secret("test-key-ws1")], base_url=fake.url)
+        with pytest.raises(JobMissing, match="nothing was sent") as info:
+            submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05),
+                        continue_only=True)
+        assert info.value.exit_code == 2 and not (tmp_path / "st").exists()
+        assert sum(fake.org.records.requests_seen.values()) == 0
+        submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05), prepare_only=True)
+        done = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05),
+                           continue_only=True)
+        assert done.succeeded == 5 and fake.org.records.creates == 1

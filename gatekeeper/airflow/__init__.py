@@ -5,7 +5,7 @@
     GatekeeperSubmitOperator(task_id="classify", input_path="/data/{{ ds }}/requests.jsonl",
                              results_path="s3://aws_default@bucket/{{ ds }}/results.jsonl", retries=2)
 
-Installed with `pip install 'gatekeeper[airflow]'`, registered as an Airflow provider (`get_provider_info`). This
+Installed with `pip install 'gatekeeper-batches[airflow]'`, registered as an Airflow provider (`get_provider_info`). This
 package is the only place gatekeeper imports Airflow.
 """
 

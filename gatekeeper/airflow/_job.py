@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from .._errors import GatekeeperError, UsageError
+from .._errors import GatekeeperError, JobMissing, UsageError
 from ..api._config import ApiConfig
 from ..run._beside import beside
 from ..run._settings import SubmitSettings
@@ -40,6 +41,7 @@ class JobSpec:
     budget: float | None
     max_attempts: int
     poll_interval: float
+    prepared_on: str = ""  # the host whose `execute` prepared the job (named when a trigger cannot find it)
 
     def to_kwargs(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,10 +84,11 @@ def settings_of(spec: JobSpec) -> SubmitSettings:
     )
 
 
-def run_job(spec: JobSpec, config: ApiConfig, *, prepare_only: bool = False,
+def run_job(spec: JobSpec, config: ApiConfig, *, prepare_only: bool = False, continue_only: bool = False,
             stop: threading.Event | None = None) -> Summary:
-    """The job run in this thread to its end (or only prepared): a stop asked through `stop`, from any thread, ends
-    it at its next safe point (`Interrupted`, resumable)."""
+    """The job run in this thread to its end (or only prepared; or, `continue_only`, only continued: the trigger
+    never starts a job afresh): a stop asked through `stop`, from any thread, ends it at its next safe point
+    (`Interrupted`, resumable)."""
     async def main() -> Summary:
         ended = anyio.Event()
 
@@ -97,9 +100,13 @@ def run_job(spec: JobSpec, config: ApiConfig, *, prepare_only: bool = False,
             ended.set()
 
         return await beside(lambda: submit(spec.input_path, config=config, settings=settings_of(spec), stop=ended,
-                                           prepare_only=prepare_only), relay)
+                                           prepare_only=prepare_only, continue_only=continue_only), relay)
 
-    return anyio.run(main)
+    try:
+        return anyio.run(main)
+    except JobMissing as exc:
+        raise JobMissing(f"the trigger on {socket.gethostname()} cannot find the job {spec.job!r} that `execute` "
+                         f"prepared on {spec.prepared_on or 'the worker'} ({exc.where})", where=exc.where) from None
 
 
 def cancel_job(spec: JobSpec, config: ApiConfig) -> int:

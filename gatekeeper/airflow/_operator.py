@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +21,9 @@ from ._trigger import GatekeeperTrigger
 ON_KILL_WAIT = 60.0  # seconds `on_kill` waits for the cancel calls
 
 
+JOB_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
 class GatekeeperSubmitOperator(BaseOperator):
     """
     Submit a JSONL of Message Batches requests through gatekeeper: split into legal batches, admitted against the
@@ -26,8 +31,10 @@ class GatekeeperSubmitOperator(BaseOperator):
 
     ``execute`` validates and sizes the input on the worker (with the Models API's preflight and a token sample),
     records the job in its journal, then defers: the trigger runs admission, collection and resubmission in the
-    triggerer, holding no worker slot, and fires when every request is final. ``execute_complete`` copies the
-    results file to ``results_path`` and returns a small summary. Every rerun (a retry, a cleared task, another
+    triggerer, holding no worker slot, and fires when every request is final, having copied the results file to
+    ``results_path``; ``execute_complete`` returns the small summary it fired with. The trigger only continues the
+    job ``execute`` recorded: on a triggerer that cannot see it (a state folder not shared, and no PostgreSQL
+    ``journal``) it fails at once, naming what is missing, and sends nothing. Every rerun (a retry, a cleared task, another
     Dag run over the same input, a restarted triggerer, a killed worker) continues the same job from its journal:
     no batch is created twice. Retries are safe: prefer ``retries >= 1``.
 
@@ -79,11 +86,15 @@ class GatekeeperSubmitOperator(BaseOperator):
 
     def _job_spec(self, config: ApiConfig) -> JobSpec:
         name = self.job or job_name_of(os.fspath(self.input_path), config)
+        if not JOB_NAME.fullmatch(name) or name in (".", ".."):  # (it names a folder: never a path of its own)
+            raise AirflowException(f"gatekeeper: job {name!r} must be 1-128 letters, digits, '.', '_' or '-' "
+                                   "(it names the job's state folder)")
         return JobSpec(conn_id=self.conn_id, input_path=os.path.abspath(os.fspath(self.input_path)),
                        state_dir=str(state_base(self.state_dir) / name),
                        results_path=None if self.results_path is None else str(self.results_path),
                        journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
-                       max_attempts=self.max_attempts, poll_interval=float(self.poll_interval))
+                       max_attempts=self.max_attempts, poll_interval=float(self.poll_interval),
+                       prepared_on=socket.gethostname())
 
     def execute(self, context: Any) -> Any:
         config = connection_config(self.conn_id)
@@ -106,8 +117,9 @@ class GatekeeperSubmitOperator(BaseOperator):
         """The task's result from the trigger's event: its small summary, or the failure it reports."""
         if not event or event.get("status") not in ("success", "error"):
             raise AirflowException(f"gatekeeper: unexpected trigger event {event!r}")
-        if event["status"] == "error":
-            raise AirflowException(f"gatekeeper: {event['message']} (exit {event['exit_code']}); a retry continues the job")
+        if event["status"] == "error":  # (a retry continues a job; it cannot mend a setting or a missing journal)
+            remedy = "fix the setting, then clear the task" if event.get("usage") else "a retry continues the job"
+            raise AirflowException(f"gatekeeper: {event['message']} (exit {event['exit_code']}); {remedy}")
         summary: dict[str, Any] = event["summary"]
         self.log.info("gatekeeper: %d of %d succeeded, %d errored, %d expired, %d canceled, %d rejected; cost %s; "
                       "results %s", summary["succeeded"], summary["requests"], summary["errored"], summary["expired"],

@@ -11,7 +11,7 @@ def get_provider_info() -> dict[str, Any]:
     """The provider's description: its operator and trigger. The `anthropic` connection type is the Anthropic
     provider's; gatekeeper reads connections of that type and registers none of its own."""
     return {
-        "package-name": "gatekeeper",
+        "package-name": "gatekeeper-batches",  # (the distribution; the import package is gatekeeper)
         "name": "gatekeeper",
         "description": "Very large Message Batches jobs through Anthropic's API: legal batches, admission against the "
                        "queue ceiling, exactly once, resumable on every retry.",

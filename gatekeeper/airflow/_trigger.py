@@ -61,7 +61,7 @@ class GatekeeperTrigger(BaseTrigger):
 
         def work() -> None:
             try:
-                summary = run_job(self.spec, config, stop=stop)
+                summary = run_job(self.spec, config, stop=stop, continue_only=True)  # (only `execute` starts a job)
                 result = {"status": "success", "summary": small_summary(summary, deliver(summary, self.spec.results_path))}
             except BaseException as exc:  # every outcome goes back to the loop as an event
                 result = failure(exc)

@@ -264,7 +264,7 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _command(sub, "exporter", help=HELP["exporter"],
                  description="Read the queue every --interval seconds (never once per scrape) and serve the last "
                  "reading as Prometheus metrics, with the figures of the runs given by --state. Needs "
-                 "pip install 'gatekeeper[exporter]'.\n\nExample usage:\n  gatekeeper exporter --port 9465\n"
+                 "pip install 'gatekeeper-batches[exporter]'.\n\nExample usage:\n  gatekeeper exporter --port 9465\n"
                  "  gatekeeper exporter --port 9465 --state /data/night.state --ledger redis://ledger:6379/0")
     p.add_argument("--port", type=_port, default=9465, help="port to serve on (default 9465; 0: any free port)")
     p.add_argument("--listen", default="127.0.0.1", metavar="ADDR", help="address to serve on (default 127.0.0.1: loopback)")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import Interrupted, JournalError, LedgerError, UsageError, os_error
+from .._errors import Interrupted, JobMissing, JournalError, LedgerError, UsageError, os_error
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..api._queue import connect, read_headroom
@@ -190,6 +190,7 @@ async def submit(
     retry: RetryPolicy | None = None,
     prices: PriceTable | None = None,
     prepare_only: bool = False,
+    continue_only: bool = False,
 ) -> Summary:
     """Run a whole batch job: validate, size, admit against headroom, collect, resubmit, until every request is final.
 
@@ -197,13 +198,20 @@ async def submit(
     is called once per final result, after it is committed. Set `stop` to end the run at the
     next safe point (it raises `Interrupted`, resumable). With `prepare_only`, it plans and preflights the input and
     records the job (or, on a rerun, checks it is the same input), sends nothing, and returns the job's summary as
-    it stands: an orchestrator's first step on a worker, before the loop runs elsewhere (gatekeeper.airflow).
+    it stands: an orchestrator's first step on a worker, before the loop runs elsewhere (gatekeeper.airflow). With
+    `continue_only` (that second step), it only continues a job already recorded: where the journal holds none (a
+    state directory not shared with the machine that prepared it), `JobMissing` is raised before anything is
+    created or sent.
     """
     settings = settings or SubmitSettings()
     path, state_dir, spooled = _resolve(source, settings)
+    if continue_only and not settings.journal and not (state_dir / Journal.FILE).is_file():
+        raise JobMissing(f"no job was prepared in {state_dir} on this machine", where=str(state_dir))
     if settings.out is not None:
         check_writable(os.fspath(settings.out))  # before the state directory exists: a bad path is never journaled
     async with _job_journal(source, path, spooled, state_dir, settings, config) as journal:
+        if continue_only and not journal.initialized:
+            raise JobMissing(f"no job {journal.job!r} was prepared in {journal.where}", where=journal.where)
         out_path = _out_path(settings, journal)
         if spooled and journal.job:
             _adopt_spool(path, journal)
@@ -328,10 +336,12 @@ def submit_sync(
     retry: RetryPolicy | None = None,
     prices: PriceTable | None = None,
     prepare_only: bool = False,
+    continue_only: bool = False,
 ) -> Summary:
     """`submit` for code that is not async: the same job, the same arguments (a stop is a KeyboardInterrupt)."""
     return anyio.run(lambda: submit(source, config=config, settings=settings, on_event=on_event, on_result=on_result,
-                                    ledger=ledger, retry=retry, prices=prices, prepare_only=prepare_only))
+                                    ledger=ledger, retry=retry, prices=prices, prepare_only=prepare_only,
+                                    continue_only=continue_only))
 
 
 async def dry_run(

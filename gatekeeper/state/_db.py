@@ -125,7 +125,7 @@ class PgDb:
         try:
             import psycopg
         except ImportError:
-            raise error("a postgresql:// URL needs psycopg: pip install 'gatekeeper[postgres]'") from None
+            raise error("a postgresql:// URL needs psycopg: pip install 'gatekeeper-batches[postgres]'") from None
         self._psycopg = psycopg
         self.url = url
         self.where = where

@@ -394,7 +394,7 @@ class RedisLedger:
         try:
             import redis.asyncio as aioredis
         except ImportError:
-            raise LedgerError("a redis:// ledger needs the redis package: pip install 'gatekeeper[redis]'",
+            raise LedgerError("a redis:// ledger needs the redis package: pip install 'gatekeeper-batches[redis]'",
                               setting="ledger") from None
         self.url = safe_url(url)
         # Timeouts: an unreachable host is reported within seconds, not after the OS gives up.

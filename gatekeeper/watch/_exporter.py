@@ -7,7 +7,7 @@ successful reading says how stale they are. Names follow Prometheus conventions
 (a `gatekeeper_` prefix, base units in the name, `_total` on counters only);
 labels are small fixed sets (a workspace's position, a verdict, a result type, a
 run's state-directory name), never an id or a key. `prometheus_client` is the
-optional extra `gatekeeper[exporter]`.
+optional extra `gatekeeper-batches[exporter]`.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def serve(snap: RunFigures, threshold: int, host: str, port: int) -> tuple[str, 
     try:
         from prometheus_client import CollectorRegistry, start_http_server
     except ImportError:
-        raise UsageError("the exporter needs prometheus_client: pip install 'gatekeeper[exporter]'") from None
+        raise UsageError("the exporter needs prometheus_client: pip install 'gatekeeper-batches[exporter]'") from None
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MetricsCollector(snap, threshold))
     try:
