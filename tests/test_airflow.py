@@ -202,9 +202,10 @@ def test_the_trigger_serialized_runs_in_another_process_and_never_stalls_its_loo
     path = write_jsonl(tmp_path / "in.jsonl", [req(c, text="a longer prompt " * 20) for c in sorted(ids)])
     with running_fake(ceiling=2000, rate=3000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        state = tmp_path / "state"
+        state = tmp_path / "base" / "job-1"  # (the trigger finds it by the same rule: its base, then the job's name)
         spec = JobSpec(conn_id="anthropic_default", input_path=str(path), state_dir=str(state), results_path=None,
-                       journal=None, job=None, ledger=None, ceiling=None, budget=None, max_attempts=3, poll_interval=0.1)
+                       journal=None, job="job-1", ledger=None, ceiling=None, budget=None, max_attempts=3, poll_interval=0.1,
+                       state_base=str(tmp_path / "base"))
         prepared = submit_sync(path, config=config, settings=SubmitSettings(state_dir=state, poll=0.1), prepare_only=True)
         assert prepared.requests == 2000 and fake.org.records.creates == 0
         serialized = json.dumps(GatekeeperTrigger(**spec.to_kwargs()).serialize())
@@ -293,8 +294,64 @@ def test_the_example_dag_loads(airflow_home: Path) -> None:
 
     dag = runpy.run_path(str(Path(__file__).parent.parent / "examples" / "airflow_dag.py"))["dag"]
     [task] = dag.tasks
-    assert isinstance(task, GatekeeperSubmitOperator) and "{{ ds }}" in task.input_path
+    assert isinstance(task, GatekeeperSubmitOperator) and "run_after" in task.input_path
     assert set(GatekeeperSubmitOperator.template_fields) == {"input_path", "results_path", "job"}
+
+
+@pytest.mark.parametrize("kind", ["manual"])  # (scheduled runs, with a logical date, are every other Dag test's)
+def test_the_example_dag_runs_on_a_manual_trigger(tmp_path: Path, airflow_home: Path, kind: str) -> None:
+    """The example Dag's paths render for a manual run (no logical date: `ds` would be undefined there), and the
+    Dag runs the job to its end against the fake, the connection made with `airflow connections add` (not an
+    AIRFLOW_CONN_ variable), read by the trigger too."""
+    import datetime
+
+    day = datetime.date.today().isoformat()
+    data = tmp_path / "data"
+    (data / "requests").mkdir(parents=True)
+    write_jsonl(data / "requests" / f"{day}.jsonl", [req(f"x-{i}") for i in range(12)])
+    dag_file = airflow_home / "dags" / f"example_{kind}.py"
+    source = (Path(__file__).parent.parent / "examples" / "airflow_dag.py").read_text()
+    dag_file.write_text(source.replace('"nightly_classification"', f'"example_{kind}"')
+                        .replace("retry_delay=timedelta(minutes=5),", "retry_delay=timedelta(seconds=0), state_dir="
+                                 f"{str(tmp_path / 'state')!r},").replace("poll_interval=60", "poll_interval=0.1")
+                        + RUN_EXAMPLE.format(manual=kind == "manual"))
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        env = {**_env(airflow_home), "GATEKEEPER_EXAMPLE_DATA": str(data)}
+        conn = f"example_{kind}_conn"
+        add = subprocess.run([sys.executable, "-m", "airflow", "connections", "add", conn, "--conn-type", "anthropic",
+                              "--conn-password", WS1, "--conn-host", fake.url, "--conn-extra", json.dumps({"admin_key": ADMIN})],
+                             env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert add.returncode == 0, add.stderr[-2000:]
+        dag_file.write_text(dag_file.read_text().replace('conn_id="anthropic_default"', f"conn_id={conn!r}"))
+        try:
+            out = subprocess.run([sys.executable, str(dag_file)], env=env, capture_output=True, text=True, timeout=120,
+                                 check=False, cwd=str(dag_file.parent))
+        finally:
+            dag_file.unlink(missing_ok=True)
+        lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+        assert lines, (out.stdout + out.stderr)[-4000:]
+        result = json.loads(lines[-1][7:])
+        assert result["state"] == "success" and result["xcom"]["succeeded"] == 12, result
+        assert fake.org.records.creates == 1
+    assert (data / "results" / f"{day}.jsonl").exists()
+
+
+# The example Dag run once, as `airflow dags test` runs it: manual (no logical date) or as its schedule would.
+RUN_EXAMPLE = """
+if __name__ == "__main__":
+    import datetime, json
+    if {manual}:
+        dr = dag.test()
+    else:
+        dr = dag.test(logical_date=datetime.datetime.now(datetime.timezone.utc))
+    ti = dr.get_task_instance("classify")
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        xcom = session.query(XComModel).filter_by(dag_id=dr.dag_id, run_id=dr.run_id, task_id="classify").first()
+        value = None if xcom is None else xcom.value
+    print("RESULT " + json.dumps({{"state": str(dr.state), "xcom": value}}, default=str))
+"""
 
 
 def test_findings_fail_the_task_only_when_asked_and_the_state_base_is_configurable(
@@ -414,3 +471,26 @@ def test_a_templated_job_name_never_becomes_a_path(tmp_path: Path, airflow_home:
         return
     with pytest.raises(Exception, match="names the job's state folder"):
         op._job_spec(config)
+
+
+def test_the_trigger_resolves_the_state_folder_by_its_own_machines_rule(tmp_path: Path, airflow_home: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's folder is not the triggerer's path: the trigger finds the job under its own `[gatekeeper]
+    state_dir` (here the same shared folder mounted at another path); a journal URL with a password is refused
+    before it could be stored with the trigger."""
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+    from gatekeeper.airflow._job import JobSpec
+
+    worker_base, shared = tmp_path / "worker-mount", tmp_path / "triggerer-mount"
+    worker_base.mkdir()
+    shared.symlink_to(worker_base)
+    monkeypatch.setenv("AIRFLOW_HOME", str(airflow_home))
+    monkeypatch.setenv("AIRFLOW__GATEKEEPER__STATE_DIR", str(worker_base))
+    op = GatekeeperSubmitOperator(task_id="t", input_path=str(tmp_path / "in.jsonl"), job="night-1")
+    spec = op._job_spec(ApiConfig(workspace_keys=[Secret(WS1)]))
+    assert spec.state_dir == str(worker_base / "night-1") and spec.state_base is None
+    monkeypatch.setenv("AIRFLOW__GATEKEEPER__STATE_DIR", str(shared))  # (the triggerer's configuration)
+    assert JobSpec(**spec.to_kwargs()).here().state_dir == str(shared / "night-1")
+    with pytest.raises(Exception, match="carries a password"):
+        GatekeeperSubmitOperator(task_id="p", input_path="x", job="j", journal="postgresql://u:secret@db/gk")._job_spec(
+            ApiConfig(workspace_keys=[Secret(WS1)]))

@@ -9,7 +9,7 @@ import os
 import shutil
 import socket
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,12 @@ class JobSpec:
     max_attempts: int
     poll_interval: float
     prepared_on: str = ""  # the host whose `execute` prepared the job (named when a trigger cannot find it)
+    state_base: str | None = None  # the operator's state_dir argument: each machine resolves the folder by one rule
+
+    def here(self) -> JobSpec:
+        """This job as this machine sees it: its state folder resolved by the same rule as on the worker (the
+        operator's argument, else this machine's `[gatekeeper] state_dir`, else its $AIRFLOW_HOME)."""
+        return replace(self, state_dir=str(state_base(self.state_base) / (self.job or os.path.basename(self.state_dir))))
 
     def to_kwargs(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,6 +8,7 @@ import socket
 import threading
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
@@ -86,6 +87,11 @@ class GatekeeperSubmitOperator(BaseOperator):
 
     def _job_spec(self, config: ApiConfig) -> JobSpec:
         name = self.job or job_name_of(os.fspath(self.input_path), config)
+        for setting, value in (("journal", self.journal), ("ledger", self.ledger)):
+            if value and "://" in value and urlsplit(value).password:  # (the trigger's arguments are stored in the database)
+                raise AirflowException(f"gatekeeper: {setting}= carries a password, which would be stored with the "
+                                       "trigger: give an Airflow connection id instead (or a URL without the password, "
+                                       "with PGPASSWORD set on workers and triggerers)")
         if not JOB_NAME.fullmatch(name) or name in (".", ".."):  # (it names a folder: never a path of its own)
             raise AirflowException(f"gatekeeper: job {name!r} must be 1-128 letters, digits, '.', '_' or '-' "
                                    "(it names the job's state folder)")
@@ -94,7 +100,7 @@ class GatekeeperSubmitOperator(BaseOperator):
                        results_path=None if self.results_path is None else str(self.results_path),
                        journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
                        max_attempts=self.max_attempts, poll_interval=float(self.poll_interval),
-                       prepared_on=socket.gethostname())
+                       prepared_on=socket.gethostname(), state_base=self.state_dir)
 
     def execute(self, context: Any) -> Any:
         config = connection_config(self.conn_id)

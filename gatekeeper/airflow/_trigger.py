@@ -18,7 +18,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ._connection import api_config
-from ._job import JobSpec, cancel_job, deliver, failure, run_job, small_summary
+from ._job import JobSpec, cancel_job, connection_config, deliver, failure, run_job, small_summary
 
 STOP_WAIT = 30.0  # seconds a cancelled trigger waits for its loop to reach a safe point
 
@@ -43,10 +43,19 @@ class GatekeeperTrigger(BaseTrigger):
         return "gatekeeper.airflow._trigger.GatekeeperTrigger", self.spec.to_kwargs()
 
     async def _config(self) -> Any:
+        """The connection, read by id here: the async lookup, and, where it cannot find a connection that exists (one
+        made with `airflow connections add`, under `airflow dags test` on Airflow 3.3), the synchronous lookup in a
+        thread (never on the triggerer's loop)."""
         from airflow.providers.common.compat.connection import get_async_connection, get_async_extra_dejson
 
-        conn = await get_async_connection(self.spec.conn_id)
-        return api_config(self.spec.conn_id, conn.password, conn.host, await get_async_extra_dejson(conn))
+        try:
+            conn = await get_async_connection(self.spec.conn_id)
+            return api_config(self.spec.conn_id, conn.password, conn.host, await get_async_extra_dejson(conn))
+        except Exception as first:  # (AirflowNotFoundException, or a lookup this Airflow cannot do asynchronously)
+            try:
+                return await asyncio.to_thread(connection_config, self.spec.conn_id)
+            except Exception:
+                raise first from None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Run the loop in its thread; yield one event: "success" with the small summary, or "error"."""
@@ -61,7 +70,8 @@ class GatekeeperTrigger(BaseTrigger):
 
         def work() -> None:
             try:
-                summary = run_job(self.spec, config, stop=stop, continue_only=True)  # (only `execute` starts a job)
+                spec = self.spec.here()  # (its folder by this triggerer's own configuration)
+                summary = run_job(spec, config, stop=stop, continue_only=True)  # (only `execute` starts a job)
                 result = {"status": "success", "summary": small_summary(summary, deliver(summary, self.spec.results_path))}
             except BaseException as exc:  # every outcome goes back to the loop as an event
                 result = failure(exc)
