@@ -298,6 +298,7 @@ def test_the_example_dag_loads(airflow_home: Path) -> None:
     assert set(GatekeeperSubmitOperator.template_fields) == {"input_path", "results_path", "job"}
 
 
+@pytest.mark.xdist_group("airflow-kill")  # (beside the kill test: the two long ones on two workers)
 @pytest.mark.parametrize("kind", ["manual"])  # (scheduled runs, with a logical date, are every other Dag test's)
 def test_the_example_dag_runs_on_a_manual_trigger(tmp_path: Path, airflow_home: Path, kind: str) -> None:
     """The example Dag's paths render for a manual run (no logical date: `ds` would be undefined there), and the

@@ -27,6 +27,7 @@ class SimulatedTime:
     def __init__(self) -> None:
         self.now = time.time()
         self.slept = 0.0
+        self.org: Any = None  # a fake's organization whose clock moves with this one (its stamps agree with ours)
 
     def clock(self) -> float:
         return self.now
@@ -34,6 +35,8 @@ class SimulatedTime:
     async def sleep(self, seconds: float) -> None:
         self.now += seconds
         self.slept += seconds
+        if self.org is not None:
+            self.org.advance(seconds)
         await anyio.sleep(0.01)  # let the fake's (real-time) processing move on a little
 
 
@@ -150,6 +153,8 @@ async def test_a_rest_held_past_its_primers_life_is_primed_again(tmp_path: Path)
     events: list[tuple[str, dict[str, Any]]] = []
     settings = SubmitSettings(ceiling=100, poll=60.0, preflight=False)
     with running_fake(ceiling=100, rate=400, queue_retry_after=None, cancel_delay=1e9) as fake:
+        sim.org = fake.org  # (a primer's ended_at, on the API's clock, agrees with the loop's: lapses are timed from it)
+
         async def hide_after_primer() -> None:
             while not any(e == "admitted" for e, _ in events):
                 await anyio.sleep(0.001)

@@ -25,7 +25,7 @@ from tests.fakes import env_for, running_fake
 from tests.runs import events, gk, start
 
 N = 60  # requests a job: one batch each
-FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "5",
+FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "3",
          "--token-sample", "2"]
 
 

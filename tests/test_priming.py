@@ -171,3 +171,33 @@ def test_usage_splits_cache_writes_by_life_and_a_missing_breakdown_counts_as_5m(
 def test_a_request_that_may_write_an_hour_entry_has_the_dearer_worst_case() -> None:
     rates = [PriceRates(1.0, 5.0, 1.25, 0.1, 2.0)]
     assert request_worst(1000, 0, rates, hour_write=True) == pytest.approx(2.0 / 1.25 * request_worst(1000, 0, rates))
+
+
+T = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+@pytest.mark.parametrize(("primers", "expected"), [
+    ([(0, True, "2026-01-01T00:00:00Z", T + 30.0)], {0: T}),  # the API's ended_at, not when a reading saw it
+    ([(0, True, None, T + 30.0)], {0: T + 30.0}),  # no ended_at given: when the journal saw it
+    ([(0, True, "2026-01-01T00:00:00Z", None), (0, True, "2026-01-01T00:01:00Z", None)], {0: T + 60.0}),  # the last
+    ([(0, True, "2026-01-01T00:00:00Z", None), (0, False, None, None)], {0: None}),  # one still running
+    ([(0, False, None, None), (0, True, "2026-01-01T00:00:00Z", None)], {0: None}),  # in either order
+    ([(0, True, "2026-01-01T00:00:00Z", None), (1, False, None, None)], {0: T, 1: None}),
+    ([], {}),
+])
+def test_a_round_ends_when_its_last_primer_ended_by_the_apis_clock(primers: list, expected: dict) -> None:
+    from gatekeeper.decide._priming import rounds_ended
+
+    assert rounds_ended(primers) == expected
+
+
+@pytest.mark.parametrize(("measured", "model", "rate"), [
+    ({"m": {"tokens_per_byte": 0.3}}, "m", 0.3),  # as the plan measured it
+    ({"m": {"input_tokens": 10}}, "m", 0.25),  # not measured: bytes / 4
+    ({}, "m", 0.25),
+    ({"other": {"tokens_per_byte": 0.3}}, "m", 0.25),
+])
+def test_repriming_sizes_prefixes_as_the_plan_did(measured: dict, model: str, rate: float) -> None:
+    from gatekeeper.run._reprime import tokens_per_byte
+
+    assert tokens_per_byte(measured, model) == rate

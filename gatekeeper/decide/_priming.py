@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ._headroom import parse_time
+
 BATCH_DISCOUNT = 0.5
 LIFE_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
@@ -182,6 +184,17 @@ class Gate:
     sizes: list[int]  # the room each needs (a primer: its round's, so that its rest will fit)
     reserve: int  # room held for rests whose primer is in flight
     held: int  # batches held back for a primer (for the "waiting" event)
+
+
+def rounds_ended(primers: list[tuple[int, bool, str | None, float | None]]) -> dict[int, float | None]:
+    """Round -> when its last primer batch ended, or None while one has not. A primer's end is its `ended_at` as the
+    API reported it (when its prefixes were written), not when a reading saw it end (up to an interval later);
+    the journal's moment only where the API gave none. `primers`: (round, ended, ended_at, seen_at) a batch."""
+    out: dict[int, float | None] = {}
+    for r, ended, api_at, seen_at in primers:
+        at = (parse_time(api_at) or seen_at or 0.0) if ended else None
+        out[r] = None if at is None or out.get(r, 0.0) is None else max(out.get(r) or 0.0, at)
+    return out
 
 
 def lapsed(ended_at: float | None, life: float | None, now: float) -> bool:

@@ -93,7 +93,8 @@ class PlanReport:
             cost = prices.cost(model, tokens, 0)
             per_model[model] = {"input_tokens": tokens, "cost_usd": None if cost is None else round(cost, 6),
                                 "method": "count_tokens" if m else f"bytes / {BYTES_PER_TOKEN:g}",
-                                **({"sample": m["sample"], "spread_tokens_per_byte": m["spread"]} if m else {})}
+                                **({"sample": m["sample"], "spread_tokens_per_byte": m["spread"],
+                                    "tokens_per_byte": m["tokens_per_byte"]} if m else {})}
             total = None if cost is None or total is None else total + cost
         how = (f"count_tokens on a sample of up to {(self.calibration or {}).get('per_model')} requests per model"
                if measured else f"request bytes / {BYTES_PER_TOKEN:g} per token (not measured: no key)")

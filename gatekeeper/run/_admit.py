@@ -13,7 +13,7 @@ from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, Rat
 from ..api._http import CREATE_ANSWER_WAIT
 from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ..decide._budget import Spend, answering_models, may_spend, request_worst
-from ..decide._priming import Waiting, gate, lapsed
+from ..decide._priming import Waiting, gate, lapsed, rounds_ended
 from ..input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, PendingRow
 from ..state._records import Listed
@@ -76,7 +76,7 @@ class Admitter(Part):
         flight, and how many are held back for a primer (`decide._priming.gate`)."""
         if all(b.cache_round is None for b in planned):
             return planned, [b.requests for b in planned], 0, 0
-        ended = self.journal.primers_ended()
+        ended = rounds_ended(self.journal.primer_endings())
         g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], ended,
                  None if bound is None else max(1, bound - self.s.margin))
         by_idx = {b.idx: b for b in planned}

@@ -24,14 +24,16 @@ def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTabl
     """The new round's primer and rest batches for the waiting rest batches `rows`, and how many primers."""
     members: list[PendingRow] = []
     marks = Marks()
+    measured = ((journal.get_meta("report") or {}).get("estimate") or {}).get("models") or {}
     for row in rows:
         for line, off, body, attempt in batch_requests(path, journal, row):
             request = orjson.loads(body)
             model = str(request["params"]["model"])
             if model not in marks.models:
                 marks.models.append(model)
-            points = ((b / BYTES_PER_TOKEN, d, int(life == "1h")) for b, d, life in marker_points(request["params"], model))
-            marks.add(marks.models.index(model), len(body) / BYTES_PER_TOKEN, points)
+            rate = tokens_per_byte(measured, model)  # (as the plan sized them: measured where it was)
+            points = ((b * rate, d, int(life == "1h")) for b, d, life in marker_points(request["params"], model))
+            marks.add(marks.models.index(model), len(body) * rate, points)
             members.append(PendingRow(line, off, len(body), str(request["custom_id"]), attempt))
     chosen = shared_prefixes(marks, [float(prices.cache_minimum(m)[0]) for m in marks.models])
     first: dict[int, PendingRow] = {}
@@ -45,6 +47,12 @@ def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTabl
     listed: list[Listed] = [("primer", round_, g) for g in pack_rows(primers, limits)]
     listed += [("rest", round_, g) for g in pack_rows(rest, limits)]
     return listed, len(primers)
+
+
+def tokens_per_byte(measured: dict[str, dict[str, float]], model: str) -> float:
+    """The plan's tokens per byte for a model: count_tokens' measure on its sample, else 1 / BYTES_PER_TOKEN. Pure."""
+    rate = (measured.get(model) or {}).get("tokens_per_byte")
+    return float(rate) if rate else 1 / BYTES_PER_TOKEN
 
 
 def reprime(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable, limits: Limits,

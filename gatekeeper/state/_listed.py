@@ -21,14 +21,14 @@ class ListedRecords(JournalBase):
         return {r[0] for r in self.db.execute("SELECT line FROM rejections WHERE line BETWEEN ? AND ? UNION "
                                               "SELECT line FROM claimed WHERE line BETWEEN ? AND ?", (first, last) * 2)}
 
-    def primers_ended(self) -> dict[int, float | None]:
-        """Round -> when the last primer batch of the round was seen to end (this journal's clock), or None while
-        one has not ended."""
-        rows = self.db.execute(
-            "SELECT b.cache_round, MIN(CASE WHEN b.state IN ('ended', 'collected') THEN 1 ELSE 0 END), MAX(e.at) "
-            "FROM batches b LEFT JOIN events e ON e.batch = b.idx AND e.event = 'ended' "
-            "WHERE b.kind = 'primer' GROUP BY b.cache_round")
-        return {int(r): (float(at) if at is not None else 0.0) if done else None for r, done, at in rows}
+    def primer_endings(self) -> list[tuple[int, bool, str | None, float | None]]:
+        """Each primer batch: (its round, whether it has ended, its `ended_at` as the API reported it, when this
+        journal saw it end). `decide._priming.rounds_ended` weighs them."""
+        return [(int(r), state in ("ended", "collected"), api_at, None if seen is None else float(seen))
+                for r, state, api_at, seen in self.db.execute(
+                    "SELECT b.cache_round, b.state, b.ended_at, MAX(e.at) FROM batches b LEFT JOIN events e "
+                    "ON e.batch = b.idx AND e.event = 'ended' WHERE b.kind = 'primer' GROUP BY b.idx, b.cache_round, "
+                    "b.state, b.ended_at")]
 
     def next_round(self) -> int:
         """The number a new round of priming takes."""
