@@ -329,3 +329,40 @@ def test_id_index_fills_its_reserved_arrays_in_place() -> None:
     assert index.add("p20000", 20_001, 20_000) == 0  # past the reserved room: the arrays grow, by a quarter at least
     assert index.count == 20_001 and index.room >= 25_000
     assert index.add("p12345", 30_000, 12_345) == 12_346  # entries recorded in place are found, with their lines
+
+
+_SYS = {"type": "text", "text": "A shared document. " * 20}
+_MARK = {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize(("params", "reason", "lives"), [
+    ({"messages": [{"role": "user", "content": "hi"}]}, None, []),  # nothing marked
+    ({"system": [{**_SYS, "cache_control": _MARK}], "messages": [{"role": "user", "content": "q"}]}, None, ["5m"]),
+    ({"system": [{**_SYS, "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": _MARK}]}]}, None, ["1h", "5m"]),
+    ({"cache_control": _MARK, "messages": [{"role": "user", "content": "q"}]}, None, ["5m"]),  # top-level: the whole prompt
+    ({"tools": [{"name": "t", "cache_control": _MARK}], "system": [{**_SYS, "cache_control": _MARK}],
+      "messages": [{"role": "user", "content": "q"}]}, None, ["5m", "5m"]),
+    ({"system": [{**_SYS, "cache_control": {"type": "ephemeral", "ttl": "2h"}}], "messages": []}, "ttl '2h'", None),
+    ({"cache_control": {"type": "ephemeral", "ttl": "9m"}, "messages": [{"role": "user", "content": "q"}]}, "ttl '9m'", None),
+    ({"system": [{**_SYS, "cache_control": _MARK}],
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]},
+     "1h cache_control marker after a 5m one", None),
+    ({"system": [{"type": "text", "text": str(i), "cache_control": _MARK} for i in range(5)], "messages": []},
+     "5 cache_control markers", None),
+])
+def test_one_walk_gives_the_marker_check_and_the_prefixes(params: dict, reason: str | None, lives: list | None) -> None:
+    """`marker_walk` (plan's one walk a marked line) agrees with `marker_reason` and `marker_points`; prefixes grow,
+    shortest first, and a line's prefix digest equals another's exactly when their prompts agree up to the marker."""
+    from gatekeeper.input._markers import marker_points, marker_reason, marker_walk
+
+    got_reason, points = marker_walk(params, "m")
+    assert (got_reason is None) == (reason is None) and (reason is None or reason in got_reason)
+    assert got_reason == marker_reason(params) or (reason is not None and marker_reason(params) is not None)
+    if reason is None:
+        assert [life for _, _, life in points] == lives and points == marker_points(params, "m")
+        assert [size for size, _, _ in points] == sorted(size for size, _, _ in points)
+        other = {**params, "messages": [{"role": "user", "content": "another question"}]}
+        if params.get("system") and "cache_control" not in params and lives and params["system"][0].get("cache_control"):
+            assert marker_walk(other, "m")[1][0][1] == points[0][1]  # the same document: the same prefix
+            assert marker_walk(other, "m2")[1][0][1] != points[0][1]  # another model: another prefix

@@ -23,8 +23,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ._headroom import parse_time
-
 BATCH_DISCOUNT = 0.5
 LIFE_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
@@ -190,6 +188,8 @@ def rounds_ended(primers: list[tuple[int, bool, str | None, float | None]]) -> d
     """Round -> when its last primer batch ended, or None while one has not. A primer's end is its `ended_at` as the
     API reported it (when its prefixes were written), not when a reading saw it end (up to an interval later);
     the journal's moment only where the API gave none. `primers`: (round, ended, ended_at, seen_at) a batch."""
+    from ._headroom import parse_time  # (here: `plan` imports this module, and _headroom imports typing)
+
     out: dict[int, float | None] = {}
     for r, ended, api_at, seen_at in primers:
         at = (parse_time(api_at) or seen_at or 0.0) if ended else None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import mul, sub
 
 from .._prices import BYTES_PER_TOKEN, PriceTable
 from ..decide._priming import (
@@ -52,7 +54,11 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
     per_byte = [_tokens_per_byte(report, model) for model in scan.marks.models]
     src, out = scan.marks, Marks()
     out.models = list(src.models)
-    keep = [k for k in range(len(scan)) if scan.lines[k] not in rejected] if rejected else range(len(scan))
+    if not rejected or not any(line in rejected for line in scan.lines):
+        _sized(src, out, per_byte)
+        minimum = [float(prices.cache_minimum(model)[0]) for model in out.models]
+        return Marked(scan, array("q", range(len(scan))), out, shared_prefixes(out, minimum))
+    keep = [k for k in range(len(scan)) if scan.lines[k] not in rejected]
     rows = array("q", keep)
     first = src.first
     for k in keep:  # (array slices and extends: a million requests in about a second)
@@ -65,6 +71,24 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
         out.first.append(len(out.digest))
     minimum = [float(prices.cache_minimum(model)[0]) for model in out.models]
     return Marked(scan, rows, out, shared_prefixes(out, minimum))
+
+
+def _sized(src: Marks, out: Marks, per_byte: list[float]) -> None:
+    """Every marked line, sized in tokens (each model's tokens per byte), whole arrays at a time: no Python step a
+    line but the maps' (100,000 marked lines in a few hundredths of a second, not a third of a second)."""
+    out.model = array("H", src.model)
+    out.first = array("q", src.first)
+    out.digest = array("q", src.digest)
+    out.hour = bytearray(src.hour)
+    if len(set(per_byte)) <= 1:
+        rate = per_byte[0] if per_byte else 1.0
+        out.tokens = array("d", [t * rate for t in src.tokens])
+        out.ptokens = array("d", [t * rate for t in src.ptokens])
+        return
+    rates = [per_byte[m] for m in src.model]
+    out.tokens = array("d", map(mul, src.tokens, rates))
+    counts = map(sub, src.first[1:], src.first[:-1])
+    out.ptokens = array("d", map(mul, src.ptokens, chain.from_iterable(map(repeat, rates, counts))))
 
 
 def _tokens_per_byte(report: PlanReport, model: str) -> float:
@@ -100,14 +124,18 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
 def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | None) -> dict[str, Any]:
     """One model's figures; `whole`: the estimated cost of all its input, marked or not."""
     marks, name = m.marks, m.marks.models[model]
-    mine = [k for k in range(len(marks)) if marks.model[k] == model]
-    chosen = [m.chosen[k] for k in mine]
+    everyone = len(marks.models) == 1  # (the common case: every marked line one model, counted whole arrays at once)
+    mine = range(len(marks)) if everyone else [k for k in range(len(marks)) if marks.model[k] == model]
+    chosen = list(m.chosen) if everyone else [m.chosen[k] for k in mine]
     minimum, known = prices.cache_minimum(name)
     distinct = {marks.digest[p]: marks.ptokens[p] for p in chosen if p != NONE}
     shared = groups(marks, chosen)
     sizes = sorted(distinct.values())
-    hours = sum(marks.hour[p] for k in mine for p in range(marks.first[k], marks.first[k + 1]))
-    points = sum(marks.first[k + 1] - marks.first[k] for k in mine)
+    if everyone:
+        hours, points = sum(marks.hour), marks.first[-1]
+    else:
+        hours = sum(marks.hour[p] for k in mine for p in range(marks.first[k], marks.first[k + 1]))
+        points = sum(marks.first[k + 1] - marks.first[k] for k in mine)
     costs = input_costs(marks, m.chosen, [rates_of(prices, x) for x in marks.models], only=model)
     plain = costs["none"]
     return {

@@ -46,11 +46,20 @@ class CacheScan:
         return m
 
     def add(self, line: int, offset: int, size: int, cid: str, model: str, points: tuple[Point, ...]) -> None:
-        m = self._index(model)
+        m = self._model_index.get(model)
+        if m is None:
+            m = self._index(model)
         self.lines.append(line)
         self.offsets.append(offset)
         self.cids.append(cid)
-        self.marks.add(m, size, ((size_, digest, int(life == "1h")) for size_, digest, life in points))
+        marks = self.marks  # (appended here, not through Marks.add's generator: this runs once a marked line)
+        marks.model.append(m)
+        marks.tokens.append(size)
+        for size_, digest, life in points:
+            marks.ptokens.append(size_)
+            marks.digest.append(digest)
+            marks.hour.append(life == "1h")
+        marks.first.append(len(marks.digest))
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -60,13 +69,15 @@ class CacheScan:
         o, m = other.marks, self.marks
         remap = array("H", (self._index(name) for name in o.models))
         points = len(m.digest)
-        m.model.extend(array("H", (remap[i] for i in o.model)))
+        # (whole arrays where the piece's numbering is ours already: a C loop, not a Python step a line)
+        same = list(remap) == list(range(len(remap)))
+        m.model.extend(o.model if same else array("H", (remap[i] for i in o.model)))
         m.tokens.extend(o.tokens)
-        m.first.extend(array("q", (points + p for p in o.first[1:])))
+        m.first.extend(o.first[1:] if points == 0 else array("q", map(points.__add__, o.first[1:])))
         m.ptokens.extend(o.ptokens)
         m.digest.extend(o.digest)
         m.hour.extend(o.hour)
-        self.lines.extend(array("q", (base + line for line in other.lines)))
+        self.lines.extend(other.lines if base == 0 else array("q", map(base.__add__, other.lines)))
         self.offsets.extend(other.offsets)
         self.cids.extend(other.cids)
         for key, n in other.unmarked.items():
@@ -96,9 +107,12 @@ class CacheScan:
         return scan
 
 
-def note_marked(scan: CacheScan, line: int, offset: int, size: int, cid: str, model: str, params: dict[str, Any]) -> None:
-    """Note a line that names `cache_control`: its marked prefixes, or, when it has none, its long unmarked parts."""
-    points = marker_points(params, model)
+def note_marked(scan: CacheScan, line: int, offset: int, size: int, cid: str, model: str, params: dict[str, Any],
+                points: tuple[Point, ...] | None = None) -> None:
+    """Note a line that names `cache_control`: its marked prefixes (`points`, when the caller walked them already),
+    or, when it has none, its long unmarked parts."""
+    if points is None:
+        points = marker_points(params, model)
     if points:
         scan.add(line, offset, size, cid, model, points)
     else:

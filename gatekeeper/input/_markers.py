@@ -41,6 +41,65 @@ def marker_reason(params: dict[str, Any]) -> str | None:
     return None
 
 
+def marker_walk(params: dict[str, Any], model: str) -> tuple[str | None, tuple[Point, ...]]:
+    """One walk over the request's parts: why the API would refuse its markers (None when it would not,
+    `marker_reason`), and its marked prefixes (`marker_points`). `plan`'s hot path on marked lines: the parts are
+    gathered without a generator, and only those up to the last marker are serialized and digested (the rest of
+    the prompt is in no prefix, unless the top-level marker marks the whole of it)."""
+    import orjson  # (already loaded by the reader; imported here so that this module stays import-free)
+
+    parts: list[Any] = []
+    tools, system, messages = params.get("tools"), params.get("system"), params.get("messages")
+    if tools.__class__ is list:
+        parts += tools
+    if system.__class__ is list:
+        parts += system
+    elif system is not None:
+        parts.append(system)
+    for message in messages if messages.__class__ is list else ():
+        content = message.get("content") if message.__class__ is dict else None
+        if content.__class__ is list:
+            parts += content
+        else:
+            parts.append(content)
+    top = params.get("cache_control")
+    last = len(parts) if top is not None else 0
+    if top is None:
+        for k in range(len(parts) - 1, -1, -1):
+            part = parts[k]
+            if part.__class__ is dict and "cache_control" in part:
+                last = k + 1
+                break
+    dumps = orjson.dumps
+    points: list[Point] = []
+    size, digest = 0, hash(model)
+    seen_5m = late_1h = False
+    for k in range(last):
+        part = parts[k]
+        data = dumps(part)
+        size += len(data)
+        digest = hash((digest, data))
+        marker = part.get("cache_control") if part.__class__ is dict else None
+        if marker is not None:
+            life = marker.get("ttl", "5m") if marker.__class__ is dict else marker
+            if life != "5m" and life != "1h":
+                return f"cache_control ttl {life!r}: the API takes 5m or 1h", ()
+            seen_5m = seen_5m or life == "5m"
+            late_1h = late_1h or (life == "1h" and seen_5m)
+            points.append((size, digest, life))
+    if len(points) > MAX_MARKERS:
+        return f"{len(points)} cache_control markers: the API takes at most {MAX_MARKERS} in a request", ()
+    if late_1h:
+        return "a 1h cache_control marker after a 5m one: the API wants the 1h markers first (tools, system, messages)", ()
+    if top is not None:
+        life = _life(top)
+        if life not in LIVES:
+            return f"cache_control ttl {life!r}: the API takes 5m or 1h", ()
+        if size and (not points or points[-1][0] < size):
+            points.append((size, digest, life))
+    return None, tuple(points)
+
+
 def marker_points(params: dict[str, Any], model: str) -> tuple[Point, ...]:
     """The request's marked prefixes, shortest first: what the API may cache for it (after `marker_reason`).
 

@@ -23,7 +23,7 @@ import orjson
 from .._errors import InputError
 from ._caching import UNMARKED_MIN_BYTES, CacheScan, note_marked, note_unmarked
 from ._idindex import FP_SHIFT, IdIndex
-from ._markers import marker_reason
+from ._markers import marker_walk
 
 TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
@@ -344,12 +344,12 @@ def validate(
         if (system.__class__ is list or "tools" in params or "cache_control" in params
                 or len(messages) != 1 or messages[0].__class__ is not dict or messages[0].get("content").__class__ is not str) \
                 and b"cache_control" in raw:
-            reason = marker_reason(params)
+            reason, points = marker_walk(params, model)  # (one walk: the check and the prefixes)
             if reason is not None:
                 reject(Rejection(line_no, cid, reason))
                 continue
             if cache is not None:
-                note_marked(cache, line_no, start, size, cid, model, params)
+                note_marked(cache, line_no, start, size, cid, model, params, points)
         elif cache is not None and (system.__class__ is not str and system is not None or "tools" in params
                                     or system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES):
             note_unmarked(cache, model, system, params.get("tools"))
