@@ -30,7 +30,7 @@ _EXPORTS: dict[str, str] = {
     "submit": "run._submit", "submit_sync": "run._submit", "dry_run": "run._submit", "cancel": "run._submit", "job_summary": "run._submit",
     "preflight": "run._submit",
     "SubmitSettings": "run._settings", "Summary": "run._summary", "DryRun": "run._summary", "Canceled": "run._summary",
-    "CanceledBatch": "run._summary", "ApiConfig": "api._config", "Secret": "api._config",
+    "CanceledBatch": "run._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run._results",
     # errors
@@ -86,6 +86,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         UsageError,
     )
     from ._prices import PriceTable, Rates, load_prices
+    from .api._aws import AwsPlatform
     from .api._config import ApiConfig, Secret
     from .api._retry import RetryPolicy
     from .input._batches import Batch, Request, iter_batches

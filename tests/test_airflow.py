@@ -495,3 +495,37 @@ def test_the_trigger_resolves_the_state_folder_by_its_own_machines_rule(tmp_path
     with pytest.raises(Exception, match="carries a password"):
         GatekeeperSubmitOperator(task_id="p", input_path="x", job="j", journal="postgresql://u:secret@db/gk")._job_spec(
             ApiConfig(workspace_keys=[Secret(WS1)]))
+
+
+@pytest.mark.parametrize(("password", "host", "extra", "login", "conn_type", "expect"), [
+    ("sk-1", None, {}, None, "anthropic", ("anthropic", "https://api.anthropic.com", 1, None)),
+    ("sk-1", "gw.example", {"extra_workspace_keys": ["sk-2", "sk-1"], "admin_key": "ad"}, None, "anthropic",
+     ("anthropic", "https://gw.example", 2, "ad")),
+    ("sk-1", None, {"extra_workspace_keys": "sk-2,sk-3"}, None, "generic", ("anthropic", "https://api.anthropic.com", 3, None)),
+    (None, None, {"platform": "aws", "region_name": "eu-west-1", "workspace_id": "ws_9"}, None, "anthropic",
+     ("aws", "https://aws-external-anthropic.eu-west-1.api.aws", 1, None)),  # SigV4 from the chain
+    ("short-key", None, {"platform": "aws", "region": "us-east-1", "workspace_id": "ws_1"}, None, "anthropic",
+     ("aws", "https://aws-external-anthropic.us-east-1.api.aws", 1, None)),  # a short-term key
+    ("secret", "http://127.0.0.1:9", {"region_name": "us-east-1", "workspace_id": "ws_1"}, "AKIA1", "aws",
+     ("aws", "http://127.0.0.1:9", 1, None)),  # an Airflow aws connection: explicit credentials
+])
+def test_a_connection_becomes_an_api_config(password: str | None, host: str | None, extra: dict, login: str | None,
+                                            conn_type: str, expect: tuple) -> None:
+    from gatekeeper.airflow._connection import api_config
+
+    c = api_config("c", password, host, extra, login=login, conn_type=conn_type)
+    assert (c.platform, c.base_url, len(c.workspace_keys), c.admin_key.reveal() if c.admin_key else None) == expect
+    if c.aws is not None:
+        assert c.aws.workspace_id in ("ws_9", "ws_1") and c.admin_key is None
+        assert (c.aws.access_key is not None) is (conn_type == "aws")
+        assert (c.aws.api_key is not None) is (password == "short-key")
+
+
+@pytest.mark.parametrize(("extra", "missing"), [({"platform": "aws", "workspace_id": "w"}, "region_name"),
+                                                ({"platform": "aws", "region_name": "us-east-1"}, "workspace_id")])
+def test_an_aws_connection_without_region_or_workspace_is_named(extra: dict, missing: str) -> None:
+    from gatekeeper._errors import UsageError
+    from gatekeeper.airflow._connection import api_config
+
+    with pytest.raises(UsageError, match=f"'c' is for Claude Platform on AWS: its extra needs {missing}"):
+        api_config("c", None, None, extra)

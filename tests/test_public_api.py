@@ -23,7 +23,7 @@ EXPECTED = {
     # planning
     "plan", "iter_batches", "PlanReport", "BatchPlan", "Batch", "Rejection", "Request", "Limits",
     # submitting
-    "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "preflight", "SubmitSettings", "Summary", "ApiConfig",
+    "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "preflight", "SubmitSettings", "Summary", "ApiConfig", "AwsPlatform",
     "DryRun", "Canceled", "CanceledBatch",
     "Secret", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",
     # errors
@@ -38,7 +38,7 @@ def test_all_is_pinned_and_resolves() -> None:
     """__all__ is exactly the documented names, and each one exists."""
     assert set(gatekeeper.__all__) == EXPECTED
     assert all(hasattr(gatekeeper, name) for name in gatekeeper.__all__)
-    assert set(gatekeeper.testing.__all__) == {"DEFAULT_MODELS", "FakeAPI", "FakeConfig", "FakeModel", "Fault", "Outcome", "prompt_of",
+    assert set(gatekeeper.testing.__all__) == {"DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeModel", "Fault", "Outcome", "prompt_of",
                                                "Records", "count_tokens"}
 
 

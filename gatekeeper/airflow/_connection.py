@@ -13,9 +13,14 @@ from .._errors import UsageError
 from ..api._config import DEFAULT_BASE_URL, ApiConfig, Secret, workspace_keys
 
 
-def api_config(conn_id: str, password: str | None, host: str | None, extra: dict[str, Any]) -> ApiConfig:
+def api_config(conn_id: str, password: str | None, host: str | None, extra: dict[str, Any], *, login: str | None = None,
+               conn_type: str | None = None) -> ApiConfig:
     """The ApiConfig of connection `conn_id` (its fields as given); a usage error naming the connection when it has
-    no key."""
+    no key. Claude Platform on AWS: an `aws` connection (login the access key id, password the secret, extra
+    `region_name` and `workspace_id`), or an `anthropic` one whose extra says `"platform": "aws"` (password an
+    optional short-term key; else the AWS credential chain, extra `profile`)."""
+    if conn_type == "aws" or extra.get("platform") == "aws":
+        return _aws_config(conn_id, password, host, extra, login, conn_type == "aws")
     if not (password or "").strip():
         raise UsageError(f"Airflow connection {conn_id!r} has no API key (its password field)", setting="conn_id")
     others = extra.get("extra_workspace_keys") or ""
@@ -27,6 +32,26 @@ def api_config(conn_id: str, password: str | None, host: str | None, extra: dict
         base = "https://" + base  # (the Anthropic provider's Base URL field may hold a bare host)
     return ApiConfig(workspace_keys=workspace_keys(password, str(others)), admin_key=Secret(admin) if admin else None,
                      base_url=base.rstrip("/"))
+
+
+def _aws_config(conn_id: str, password: str | None, host: str | None, extra: dict[str, Any], login: str | None,
+                aws_type: bool) -> ApiConfig:
+    from ..api._aws import URL_TEMPLATE, AwsPlatform
+
+    region = str(extra.get("region_name") or extra.get("region") or "").strip()
+    workspace = str(extra.get("workspace_id") or "").strip()
+    for value, name in ((region, "region_name"), (workspace, "workspace_id")):
+        if not value:
+            raise UsageError(f"Airflow connection {conn_id!r} is for Claude Platform on AWS: its extra needs {name}",
+                             setting="conn_id")
+    base = ((host or "").strip() or str(extra.get("base_url") or "") or URL_TEMPLATE.format(region=region)).rstrip("/")
+    secret = (password or "").strip()
+    keys = {"access_key": Secret(login.strip()), "secret_key": Secret(secret)} if aws_type and login and secret else {}
+    token = str(extra.get("aws_session_token") or "").strip()
+    aws = AwsPlatform(region, workspace, base, api_key=Secret(secret) if secret and not aws_type else None,
+                      profile=str(extra.get("profile") or extra.get("profile_name") or "") or None,
+                      session_token=Secret(token) if token and keys else None, **keys)
+    return ApiConfig(workspace_keys=[aws.api_key or Secret(f"sigv4:{aws.scope}")], base_url=base, aws=aws)
 
 
 def connection_url(conn: Any) -> str:

@@ -58,7 +58,7 @@ def connection_config(conn_id: str) -> ApiConfig:
     from airflow.sdk import BaseHook
 
     conn = BaseHook.get_connection(conn_id)
-    return api_config(conn_id, conn.password, conn.host, conn.extra_dejson)
+    return api_config(conn_id, conn.password, conn.host, conn.extra_dejson, login=conn.login, conn_type=conn.conn_type)
 
 
 def _url(value: str | None) -> str | None:

@@ -50,7 +50,8 @@ class GatekeeperTrigger(BaseTrigger):
 
         try:
             conn = await get_async_connection(self.spec.conn_id)
-            return api_config(self.spec.conn_id, conn.password, conn.host, await get_async_extra_dejson(conn))
+            return api_config(self.spec.conn_id, conn.password, conn.host, await get_async_extra_dejson(conn),
+                              login=conn.login, conn_type=conn.conn_type)
         except Exception as first:  # (AirflowNotFoundException, or a lookup this Airflow cannot do asynchronously)
             try:
                 return await asyncio.to_thread(connection_config, self.spec.conn_id)

@@ -40,7 +40,8 @@ class ApiClient(HttpCalls):
 
     # -- batches ----------------------------------------------------------
 
-    async def create_batch(self, body: bytes | AsyncIterable[bytes], size: int | None = None) -> dict[str, Any]:
+    async def create_batch(self, body: bytes | AsyncIterable[bytes], size: int | None = None,
+                           body_sha256: str | None = None) -> dict[str, Any]:
         """POST one create, exactly once.
 
         Raises the mapped ApiError when the server definitely refused (4xx,
@@ -49,7 +50,9 @@ class ApiClient(HttpCalls):
         the body may have arrived (timeouts, resets, 5xx, a dropped answer).
         """
         url = self._url("/v1/messages/batches")
-        headers = self._headers(url, {"content-type": "application/json"})
+        whole = body if isinstance(body, bytes) else None  # (a streamed body is signed by its digest: `body_sha256`)
+        headers = self._headers(url, {"content-type": "application/json"}, method="POST", body=whole,
+                                body_sha256=body_sha256)
         if size is not None:
             headers["content-length"] = str(size)
         await self._spend()

@@ -13,6 +13,13 @@ from urllib.parse import urlsplit
 from .._errors import UsageError
 from .._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
 
+TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
+if TYPE_CHECKING:
+    from ._aws import AwsPlatform
+
+PLATFORMS = ("anthropic", "aws")
+PLATFORM_VARIABLE = "GATEKEEPER_PLATFORM"
+
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
 
@@ -75,6 +82,17 @@ class ApiConfig:
     workspace_keys: list[Secret] = field(default_factory=list)
     admin_key: Secret | None = None
     base_url: str = DEFAULT_BASE_URL
+    aws: AwsPlatform | None = None  # Claude Platform on AWS (`AwsPlatform.from_env`): its base URL, workspace, auth
+
+    @property
+    def platform(self) -> str:
+        return "aws" if self.aws is not None else "anthropic"
+
+    @property
+    def scope(self) -> str:
+        """Whose queue a shared ledger keeps: the first-party organization's (the default), or an AWS workspace's
+        in its region (never the same ceiling by mistake)."""
+        return self.aws.scope if self.aws is not None else ""
 
     def __post_init__(self) -> None:
         scheme, host, _ = origin(self.base_url)
@@ -82,7 +100,19 @@ class ApiConfig:
             raise UsageError(f"the base URL must be an http(s) URL, got {self.base_url!r}", setting="base_url")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> ApiConfig:
+    def from_env(cls, environ: Mapping[str, str], platform: str | None = None) -> ApiConfig:
+        """The first-party API's keys and URL, or, with `platform` "aws" (else GATEKEEPER_PLATFORM), Claude
+        Platform on AWS as the SDK's AnthropicAWS reads the environment."""
+        platform = platform or environ.get(PLATFORM_VARIABLE) or "anthropic"
+        if platform not in PLATFORMS:
+            raise UsageError(f"platform {platform!r}: use anthropic or aws", setting="platform")
+        if platform == "aws":
+            from ._aws import AwsPlatform
+
+            aws = AwsPlatform.from_env(environ)
+            # (SigV4 sends no key: the placeholder names the workspace, for the job's name and the ledger's scope)
+            key = aws.api_key or Secret(f"sigv4:{aws.scope}")
+            return cls(workspace_keys=[key], base_url=aws.base_url, aws=aws)
         admin = (environ.get("ANTHROPIC_ADMIN_KEY") or "").strip()
         return cls(
             workspace_keys=workspace_keys(environ.get(API_KEY_VARIABLE), environ.get(EXTRA_KEYS_VARIABLE)),

@@ -33,6 +33,7 @@ from .._errors import (
     UsageError,
 )
 from .._wire import API_VERSION
+from ._aws import ACTIONS, SERVICE, WORKSPACE_HEADER, SigV4Signer
 from ._config import Secret, origin
 from ._retry import CallBudget, RetryPolicy, is_per_minute_limit, next_delay, parse_retry_after, status_is_retryable
 
@@ -139,6 +140,12 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
     ):
         return SpendLimitReached(message, **kw)
     if status in (401, 403):
+        if label.startswith("AWS"):  # (Claude Platform on AWS: the credentials, and the IAM action the call needs)
+            action = ACTIONS.get(endpoint, f"the {endpoint} action")
+            err = AuthenticationError(f"the {label} were refused for {action} on {SERVICE} "
+                                      f"({message or 'no reason given'})", **kw)
+            err.setting = "aws_credentials"
+            return err
         err = AuthenticationError(f"the {label} was refused ({message or 'no reason given'})", **kw)
         err.setting = "admin_key" if label == "admin key" else "api_key"
         return err
@@ -172,8 +179,12 @@ class HttpCalls:
         rand: Callable[[], float] = random.random,
         budget: CallBudget | None = None,
         on_retry: RetryNotice | None = None,
+        signer: SigV4Signer | None = None,
+        workspace_id: str | None = None,
     ) -> None:
         self.http = http
+        self._signer = signer  # Claude Platform on AWS with SigV4: every request to our origin signed, no key sent
+        self._workspace_id = workspace_id  # ... and every one of them carries its workspace
         self.on_retry = on_retry
         self.base_url = base_url.rstrip("/")
         self._origin = origin(self.base_url)
@@ -191,13 +202,26 @@ class HttpCalls:
 
     # -- plumbing ---------------------------------------------------------
 
-    def _headers(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    @property
+    def signs_body(self) -> bool:
+        """Whether a request's body must be known before it is sent (SigV4 signs its digest)."""
+        return self._signer is not None
+
+    def _headers(self, url: str, extra: dict[str, str] | None = None, *, method: str = "GET", body: bytes | None = None,
+                 body_sha256: str | None = None) -> dict[str, str]:
+        """A request's headers: the key (or, on AWS with SigV4, the signature over method, URL, headers and body)
+        and the workspace, only to our own origin."""
         headers = {"anthropic-version": API_VERSION, "accept": "application/json"}
-        if origin(url) == self._origin:
-            headers["x-api-key"] = self._key.reveal()
         if extra:
             headers.update(extra)
-        return headers
+        if origin(url) != self._origin:
+            return headers
+        if self._workspace_id is not None:
+            headers[WORKSPACE_HEADER] = self._workspace_id
+        if self._signer is None:
+            headers["x-api-key"] = self._key.reveal()
+            return headers
+        return self._signer.headers(method, url, headers, body, body_sha256)
 
     def _url(self, path: str) -> str:
         return self.base_url + path
@@ -221,7 +245,10 @@ class HttpCalls:
             extra = {"content-type": "application/json"} if content is not None else {}
             if accept:
                 extra["accept"] = accept
-            request = self.http.build_request(method, url, params=params, content=content, headers=self._headers(url, extra))
+            if params:  # (in the URL before signing: the signature covers the query string)
+                url, params = str(httpx.URL(url, params=params)), None
+            request = self.http.build_request(method, url, content=content,
+                                              headers=self._headers(url, extra, method=method, body=content))
             response = await self.http.send(request, stream=stream)
             if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
                 await response.aclose()

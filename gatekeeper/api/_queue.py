@@ -11,6 +11,7 @@ from typing import Any
 
 from .._errors import ApiError, AuthenticationError, TransportError
 from ..decide._headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches, parse_time
+from ._aws import SigV4Signer
 from ._client import ApiClient
 from ._config import ApiConfig
 from ._http import RetryNotice, open_http
@@ -40,15 +41,24 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
     `on_retry` hears of every call that is retried (so nobody waits in silence)."""
     config.require_workspace_key()
     budget = CallBudget(per_minute=max_rpm)
+    aws = config.aws
+    signer = SigV4Signer(aws) if aws is not None and aws.api_key is None else None  # (before any call: no credentials, one line)
     async with open_http() as http:
         ws = [
-            ApiClient(http, config.base_url, key, label=f"workspace key {i + 1}", retry=retry, budget=budget,
-                      on_retry=on_retry)
+            ApiClient(http, config.base_url, key, label=_label(config, i), retry=retry, budget=budget,
+                      on_retry=on_retry, signer=signer, workspace_id=aws.workspace_id if aws else None)
             for i, key in enumerate(config.workspace_keys)
         ]
         admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry, on_retry=on_retry)
                  if config.admin_key else None)  # the Admin API has its own limits
         yield Connection(ws, admin)
+
+
+def _label(config: ApiConfig, i: int) -> str:
+    """How messages name a key: "workspace key 2" first-party; on AWS, what authenticates the workspace."""
+    if config.aws is None:
+        return f"workspace key {i + 1}"
+    return "AWS short-term key (ANTHROPIC_AWS_API_KEY)" if config.aws.api_key else "AWS credentials (SigV4)"
 
 
 async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[str, Any]]:

@@ -33,13 +33,19 @@ if TYPE_CHECKING:
     from ..state._ledger import Reservation
 
 
+DEFAULT_RPM = 300.0  # --max-rpm's default: calls a minute to the batch endpoints, all keys together
+TIER1_RPM = 50.0  # on Claude Platform on AWS: a workspace starts at Tier 1 (50 RPM), with no automatic advancement
+
 # Library settings named in errors -> the flag or variable a CLI user sets.
 FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "--only", "ceiling": "--ceiling",
          "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port",
          "base_url": "ANTHROPIC_BASE_URL", "admin_key": "ANTHROPIC_ADMIN_KEY",
          "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS",
          "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
-         "lease_ttl": "--lease-ttl"}
+         "lease_ttl": "--lease-ttl", "platform": "--platform (or GATEKEEPER_PLATFORM)",
+         "aws_region": "AWS_REGION", "aws_workspace": "ANTHROPIC_AWS_WORKSPACE_ID",
+         "aws_credentials": "AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or "
+                            "ANTHROPIC_AWS_API_KEY"}
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -75,7 +81,7 @@ def _job(args: argparse.Namespace) -> dict[str, str | None]:
     given, derived as submit derives it: from the INPUT's sha256 and ANTHROPIC_API_KEY."""
     if not args.journal or args.job:
         return {"journal": args.journal, "job": args.job}
-    config = _optional_api_config()
+    config = _optional_api_config(args)
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
                          "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
@@ -118,7 +124,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     prices = load_prices(args.prices)
     workers = args.workers if args.workers is not None else auto_workers(args.input)
-    config = _optional_api_config()
+    config = _optional_api_config(args)
     check = config is not None and not args.no_preflight and args.input != "-"  # (stdin cannot be read twice)
     report = plan(args.input, limits=_limits(args), workers=workers, models={} if check else None)
     if config is not None and check:
@@ -177,7 +183,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from ..decide._headroom import FINDINGS
 
-    config = _api_config()
+    config = _api_config(args)
     read = _status_reader(args, config)
     if args.watch:
         return _watch_status(args, config, read)
@@ -200,7 +206,7 @@ def _status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], 
             h = await read_headroom(conn, ceiling=args.ceiling)
         if not args.ledger:
             return h, None
-        ledger = open_ledger(args.ledger, owner="status")
+        ledger = open_ledger(args.ledger, owner="status", namespace=config.scope)
         try:
             await ledger.ping()
             return h, await ledger.reservations()
@@ -242,24 +248,26 @@ def _retry_notice(args: argparse.Namespace) -> Callable[[dict[str, Any]], None]:
     return notice
 
 
-def _api_config() -> ApiConfig:
-    """The API's URL and keys, from the environment (the one place the CLI reads them)."""
+def _api_config(args: argparse.Namespace) -> ApiConfig:
+    """The API's URL and keys, from the environment (the one place the CLI reads them): the first-party API's, or
+    Claude Platform on AWS's with `--platform aws` (or GATEKEEPER_PLATFORM=aws)."""
     from ..api._config import ApiConfig
 
-    config = ApiConfig.from_env(os.environ)
+    config = ApiConfig.from_env(os.environ, getattr(args, "platform", None))
     if not config.workspace_keys:
         raise UsageError("set ANTHROPIC_API_KEY to a workspace API key (and ANTHROPIC_EXTRA_WORKSPACE_KEYS, "
                          "comma-separated, to cover more workspaces of the organization)")
     return config
 
 
-def _optional_api_config() -> ApiConfig | None:
+def _optional_api_config(args: argparse.Namespace) -> ApiConfig | None:
     """As `_api_config`, or None when no workspace key is set (`plan` and `status` work without one)."""
-    if not (os.environ.get(API_KEY_VARIABLE) or os.environ.get(EXTRA_KEYS_VARIABLE)):
+    platform = getattr(args, "platform", None) or os.environ.get("GATEKEEPER_PLATFORM")
+    if platform in (None, "", "anthropic") and not (os.environ.get(API_KEY_VARIABLE) or os.environ.get(EXTRA_KEYS_VARIABLE)):
         return None  # (without importing the configuration, 33 M instructions of `plan`'s start)
     from ..api._config import ApiConfig
 
-    config = ApiConfig.from_env(os.environ)
+    config = ApiConfig.from_env(os.environ, platform)
     return config if config.workspace_keys else None
 
 
@@ -287,7 +295,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     if args.input == "-":
         raise UsageError("submit needs a file it can read again on resume, not standard input: save it first")
-    config = _api_config()
+    config = _api_config(args)
     settings = _submit_settings(args)
     if not args.dry_run:
         return _submit_run(args, config, settings)
@@ -396,7 +404,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     from ..run._submit import cancel
 
-    config = _api_config()
+    config = _api_config(args)
     ref = _job(args)  # first: without a name, say how to give one
     state = _state_dir(args)
     notice = _retry_notice(args)
@@ -482,7 +490,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     from ..watch._exporter import RunFigures, run_figures, serve
     from ..watch._watch import min_interval
 
-    config = _api_config()
+    config = _api_config(args)
     if args.job and not args.journal:
         raise UsageError("exporter --job reads a job in a shared journal: give --journal URL too")
     prices = load_prices(args.prices)
@@ -525,6 +533,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
         args.argv = argv
+        if getattr(args, "max_rpm", 0) is None:  # (a Claude Platform on AWS workspace starts at Tier 1: 50 RPM)
+            aws = (getattr(args, "platform", None) or os.environ.get("GATEKEEPER_PLATFORM")) == "aws"
+            args.max_rpm = TIER1_RPM if aws else DEFAULT_RPM
         _warn_passwords_in_argv(argv)
         if not args.command:
             parser.print_help(sys.stderr)

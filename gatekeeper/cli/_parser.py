@@ -149,6 +149,7 @@ def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_prices(p)
     _add_no_preflight(p)
     _add_max_rpm(p)
+    _add_platform(p)
     p.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
                    help="processes that validate a file in parallel (default: 2 on two or more cores for files over 64 MB; 0: one process)")
     _add_json(p)
@@ -170,6 +171,7 @@ def _status_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_interval(p, "between readings with --watch")
     _add_ledger(p)
     _add_max_rpm(p)
+    _add_platform(p)
     _add_json(p)
 
 
@@ -217,6 +219,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--allow-duplicate", action="store_true",
                    help="run even while another job with the same input and workspace is live in the --ledger")
     _add_max_rpm(p)
+    _add_platform(p)
     p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")
     _add_json(p)
 
@@ -244,6 +247,7 @@ def _cancel_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  "collects what ended.\n\nExample usage:\n  gatekeeper cancel big.jsonl\n  gatekeeper cancel --state /data/job.state")
     _add_run(p)
     _add_max_rpm(p)
+    _add_platform(p)
     _add_json(p)
 
 
@@ -278,6 +282,7 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_ledger(p)
     _add_prices(p)
     _add_max_rpm(p)
+    _add_platform(p)
     _add_json(p)
 
 
@@ -321,10 +326,17 @@ def _add_no_preflight(p: argparse.ArgumentParser) -> None:
                    help="requests per model counted with count_tokens for the input-token estimate (default 50; 0: bytes / 4)")
 
 
+def _add_platform(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--platform", choices=("anthropic", "aws"), default=None,
+                   help="anthropic (the default; or GATEKEEPER_PLATFORM) or aws: Claude Platform on AWS, read from the "
+                   "environment as the SDK's AnthropicAWS does (AWS_REGION, ANTHROPIC_AWS_WORKSPACE_ID, SigV4 "
+                   "credentials or ANTHROPIC_AWS_API_KEY; the `aws` extra)")
+
+
 def _add_max_rpm(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-rpm", type=_positive_float, default=300.0, metavar="N",
-                   help="calls a minute to the batch endpoints at most, all keys together (default 300; the "
-                   "organization's limit, 1,000 on the smallest tier, is shared with its other pipelines)")
+    p.add_argument("--max-rpm", type=_positive_float, default=None, metavar="N",
+                   help="calls a minute to the batch endpoints at most, all keys together (default 300; 50 with "
+                   "--platform aws, a workspace's Tier 1; the organization's limit is shared with its other pipelines)")
 
 
 def _add_ledger(p: argparse.ArgumentParser) -> None:

@@ -220,7 +220,8 @@ async def submit(
         elif spooled:
             _check_respool(source, path, journal)  # type: ignore[arg-type]
         if ledger is None:
-            ledger = open_ledger(settings.ledger, owner=_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin)
+            ledger = open_ledger(settings.ledger, owner=_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
+                                 namespace=config.scope)
         emit = on_event or (lambda e, f: None)
         try:
             async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event)) as conn:

@@ -475,8 +475,12 @@ def new_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAULT_TTL, margin: int = 0) -> Ledger:
-    """`None` or "local": in-process; "sqlite:///path/to/ledger.db"; "redis://host:port/db"; "postgresql://..."."""
+def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAULT_TTL, margin: int = 0,
+                namespace: str = "") -> Ledger:
+    """`None` or "local": in-process; "sqlite:///path/to/ledger.db"; "redis://host:port/db"; "postgresql://...".
+    `namespace` keeps the state of another queue apart (`ApiConfig.scope`: an AWS workspace in its region): a
+    PostgreSQL schema, Redis keys, or a SQLite file beside the given one (`ledger.db.NAMESPACE`); "" is the
+    first-party organization's, as before."""
     if not url or url == "local":
         return LocalLedger()
     owner = owner or new_owner()
@@ -485,10 +489,10 @@ def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAU
         path = url[len("sqlite://"):]
         if not path or path == "/":
             raise LedgerError(f"ledger {url}: give a file, as sqlite:///path/to/ledger.db", setting="ledger")
-        return SqliteLedger(path, owner, ttl=ttl, margin=margin)
+        return SqliteLedger(f"{path}.{namespace}" if namespace else path, owner, ttl=ttl, margin=margin)
     if parts.scheme in ("redis", "rediss", "unix"):
-        return RedisLedger(url, owner, ttl=ttl, margin=margin)
+        return RedisLedger(url, owner, ttl=ttl, margin=margin, namespace=namespace or "default")
     if is_postgres(url):
-        return PgLedger(url, owner, ttl=ttl, margin=margin)
+        return PgLedger(url, owner, ttl=ttl, margin=margin, namespace=namespace)
     raise LedgerError(f"ledger {safe_url(url)}: expected local, sqlite:///PATH, redis://HOST:PORT/DB or "
                       "postgresql://USER@HOST:PORT/DB", setting="ledger")

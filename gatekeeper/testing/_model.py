@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._aws import FakeAws
 from ._cache import Point, PromptCache, Usage, billed_as
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
@@ -121,6 +122,7 @@ class FakeConfig:
     check_models: bool = True  # at processing, error requests for unknown or batch-less models, or max_tokens too high
     models_api: str = "ok"  # "ok"; "404" or "500": every Models API and count_tokens path answers so (a proxy without it)
     cache_wave: int | None = None  # requests of a batch processed concurrently (None: the whole batch at once)
+    aws: FakeAws | None = None  # Claude Platform on AWS: SigV4 (or short-term keys) and a workspace header, no Admin API
     usage: str = "count"  # what a succeeded request is billed and reports against count_tokens (`billed_as`):
     # "count", "count-K", "scale:F", "const:N" or "none" (no usage reported); count_tokens is an estimate
     seed: int = 1

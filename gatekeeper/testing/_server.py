@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from .._errors import UsageError
+from ._aws import check
 from ._endpoints import _BatchEndpoints
 from ._model import FakeConfig, Organization
 from ._wire import _BATCH_ENDPOINTS, Fault, _Faults, count_tokens, prompt_of
@@ -47,6 +48,7 @@ class _Handler(_BatchEndpoints):
         fake = self.server.fake
         self._pending_drop = False
         self._pending_delay = 0.0
+        self._body = None
         endpoint, arg = self._route()
         with fake.org.lock:
             fake.org.records.requests_seen[endpoint] = fake.org.records.requests_seen.get(endpoint, 0) + 1
@@ -75,6 +77,8 @@ class _Handler(_BatchEndpoints):
             return self._error(400, "anthropic-version: header is required")
         admin = endpoint in ("rate_limits", "workspace_rate_limits")
         cfg = fake.config
+        if cfg.aws is not None:
+            return self._serve_aws(endpoint, arg, admin)
         if admin:
             if key not in cfg.admin_keys:
                 return self._error(401, "invalid x-api-key")
@@ -87,6 +91,24 @@ class _Handler(_BatchEndpoints):
         handler = getattr(self, "_" + endpoint)
         handler(workspace, arg)
 
+
+    def _serve_aws(self, endpoint: str, arg: str | None, admin: bool) -> None:
+        """Claude Platform on AWS: the signature (or a short-term key) and the workspace checked, no Admin API."""
+        aws = self.server.fake.config.aws
+        assert aws is not None
+        body = self._read_body() if self.command in ("POST", "PUT") else b""
+        self._body = body  # (`_read_body` hands it to the endpoint: the stream was read to check the signature)
+        if admin:
+            return self._error(403, "User is not authorized to perform this action: no IAM action covers the Admin API",
+                               error_type="permission_error")
+        url = f"http://{self.headers.get('host')}{self.path}"
+        why = check(aws, self.command, url, {k.lower(): v for k, v in self.headers.items()}, body or b"")
+        if why is not None:
+            aws.refused.append(why)
+            status = 400 if why.startswith("anthropic-workspace-id") else 403
+            return self._error(status, why, error_type="invalid_request_error" if status == 400 else "permission_error")
+        handler = getattr(self, "_" + endpoint)
+        handler(aws.workspace, arg)
 
     # -- models and token counting ------------------------------------------
 

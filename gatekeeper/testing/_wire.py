@@ -135,6 +135,7 @@ class _Wire(BaseHTTPRequestHandler):
     # delayed ACK, 40 ms an answer on loopback. The real API answers in one go.
     disable_nagle_algorithm = True
     server: _Server
+    _body: bytes | None = None  # a request body read ahead (the AWS mode checks its signature first)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
@@ -166,7 +167,12 @@ class _Wire(BaseHTTPRequestHandler):
         self._send(status, orjson.dumps({"type": "error", "error": err, "request_id": rid}), headers, rid)
 
     def _read_body(self, limit: int | None = None) -> bytes | None:
-        """The request body; None (after draining it) when over `limit`."""
+        """The request body; None (after draining it) when over `limit`. (In the AWS mode it was read already, to
+        check its signature: `_body`.)"""
+        early = self._body
+        if early is not None:
+            self._body = None
+            return early if limit is None or len(early) <= limit else None
         if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
             parts, total = [], 0
             while True:
