@@ -381,7 +381,7 @@ def test_this_process_is_alive_and_a_reaped_child_is_not() -> None:
     import subprocess
     import sys
 
-    from gatekeeper.decide._host import machine_id, pid_alive
+    from gatekeeper.state._host import machine_id, pid_alive
 
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     assert pid_alive(os.getpid()) and not pid_alive(int(child.stdout))

@@ -181,3 +181,16 @@ def test_shared_journal_errors_name_the_url_without_its_password(tmp_path: Path)
     with pytest.raises(JournalError) as info:
         Journal.open_shared(url, "job", tmp_path / "s", ride_out=0)
     assert "127.0.0.1" in str(info.value) and "s3cret-pw" not in str(info.value) and "***" in str(info.value)
+
+
+def test_a_batch_row_is_read_by_column_name_and_names_every_column(tmp_path: Path) -> None:
+    """BatchRow is read by name (`BATCH_COLUMNS`), never by position; every column the migrations give the batches
+    table is one of its fields, so a migration that adds one cannot be misread."""
+    from gatekeeper.state._records import BATCH_COLUMNS
+
+    j = Journal.open(tmp_path)
+    try:
+        columns = [r[1] for r in j.db.execute("PRAGMA table_info(batches)")]
+    finally:
+        j.close()
+    assert sorted(columns) == sorted(BATCH_COLUMNS)

@@ -21,11 +21,12 @@ from ..api._queue import connect, read_headroom
 from ..api._retry import RetryPolicy
 from ..checks._preflight import plan_checked
 from ..decide._admission import admit, batch_size_for, room
-from ..decide._host import machine_id, pid_alive, run_ended
+from ..decide._host import run_ended
 from ..input._planner import PlanReport
 from ..input._reader import encode_items
 from ..input._sizing import Limits
 from ..state._db import require_postgres
+from ..state._host import machine_id, pid_alive
 from ..state._journal import BatchState, Journal, open_job, private_dir
 from ..state._ledger import Ledger, new_owner, open_ledger
 from ..state._output import check_writable

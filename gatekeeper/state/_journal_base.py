@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from ._db import Db
-from ._records import BatchRow, BatchState
+from ._records import BATCH_COLUMNS, BATCH_SELECT, BatchRow, BatchState
 
 
 class JournalBase:
@@ -75,11 +75,13 @@ class JournalBase:
 
     @staticmethod
     def _row(r: Sequence[Any]) -> BatchRow:
-        return BatchRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], BatchState(r[10]), r[11], r[12],
-                        r[13], r[14], r[15], bool(r[16]), r[17], r[18])
+        """A batch read by column name (`BATCH_COLUMNS`, selected in `BatchRow`'s field order, whatever order the
+        migrations gave the table's columns)."""
+        row = dict(zip(BATCH_COLUMNS, r, strict=True))
+        return BatchRow(**{**row, "state": BatchState(row["state"]), "body_complete": bool(row["body_complete"])})
 
     def batches(self, *states: BatchState) -> list[BatchRow]:
-        sql = "SELECT * FROM batches"
+        sql = f"SELECT {BATCH_SELECT} FROM batches"
         args: Sequence[str] = ()
         if states:
             sql += f" WHERE state IN ({','.join('?' * len(states))})"
@@ -87,7 +89,7 @@ class JournalBase:
         return [self._row(r) for r in self.db.execute(sql + " ORDER BY idx", args)]
 
     def batch(self, idx: int) -> BatchRow:
-        return self._row(self.db.execute("SELECT * FROM batches WHERE idx = ?", (idx,)).fetchone())
+        return self._row(self.db.execute(f"SELECT {BATCH_SELECT} FROM batches WHERE idx = ?", (idx,)).fetchone())
 
     def count(self, *states: BatchState) -> int:
         marks = ",".join("?" * len(states))

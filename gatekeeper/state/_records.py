@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 RESULT_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
@@ -40,6 +40,10 @@ class BatchRow:
     body_complete: bool = False
     worst_usd: float | None = None
     cache_round: int | None = None  # a primer's or a rest's round of priming (None: any other batch)
+
+
+BATCH_COLUMNS = tuple(f.name for f in fields(BatchRow))  # the batches table's columns, read by name
+BATCH_SELECT = ", ".join(BATCH_COLUMNS)
 
 
 class PendingRow(NamedTuple):

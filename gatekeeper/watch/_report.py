@@ -20,8 +20,9 @@ import orjson
 
 from .._prices import PriceTable
 from ..decide._headroom import parse_time
-from ..decide._host import machine_id, pid_alive, run_ended
+from ..decide._host import run_ended
 from ..run._summary import summarize
+from ..state._host import machine_id, pid_alive
 from ..state._journal import BatchRow, Journal, open_job
 
 MAX_BARS = 1000  # batches drawn; a run with more shows the first ones and says so
