@@ -223,7 +223,7 @@ def test_a_kill_between_the_steps_still_joins_only_our_answers(tmp_path: Path, p
         env = env_for(fake)
         b = start(["submit", str(jobs[1]), *FLAGS], env)
         killed = gk(["submit", str(jobs[0]), *FLAGS], env, crash_at=point)
-        assert killed.returncode in (-9, 137, 0), killed.stderr[-2000:]
+        assert killed.returncode == -9, killed.stderr[-2000:]  # (every point is reached: the kill happened)
         rerun = gk(["submit", str(jobs[0]), *FLAGS], env)
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         _, err = b.communicate(timeout=120)

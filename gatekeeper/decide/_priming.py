@@ -23,7 +23,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-BATCH_DISCOUNT = 0.5
+from .._prices import BATCH_DISCOUNT
+
 LIFE_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import mul, sub
 
-from .._prices import BYTES_PER_TOKEN, PriceTable
+from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN, PriceTable
 from ..decide._priming import (
     LIFE_SECONDS,
     NONE,
@@ -169,7 +169,7 @@ def _unmarked(report: PlanReport, prices: PriceTable) -> list[dict[str, Any]]:
         r = rates_of(prices, model)
         if n < 2 or tokens < prices.cache_minimum(model)[0]:
             continue
-        saving = None if r is None else round(0.5 * tokens * (n * r.input - r.write_1h - (n - 1) * r.read) / 1e6, 6)
+        saving = None if r is None else round(BATCH_DISCOUNT * tokens * (n * r.input - r.write_1h - (n - 1) * r.read) / 1e6, 6)
         out.append({"model": model, "part": what, "requests": n, "tokens": round(tokens), "saving_usd": saving})
     out.sort(key=lambda x: (-(x["saving_usd"] or 0), -x["requests"]))
     return out[:UNMARKED_SHOWN]

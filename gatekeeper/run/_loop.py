@@ -88,8 +88,7 @@ class Job(Part):
     # -- the loop -----------------------------------------------------------
 
     async def run(self) -> Summary:
-        rebuilt = await Rebuilder(self.journal, self.api, self.out, self.s, path=self.path, emit=self.emit,
-                                  clock=self.clock, wait=self._wait, check_stop=self._check_stop).run()
+        rebuilt = await Rebuilder(self.ctx, wait=self._wait).run()
         if rebuilt is None:
             self.out.truncate_to(self.journal.committed_output())
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):

@@ -28,11 +28,10 @@ from ..api._client import ApiClient
 from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait
 from ..decide._settle import errored_line
 from ..state._journal import BatchRow, Journal
-from ..state._output import OutputFile
 from ._collect import custom_id, missing_verdict
 from ._download import Download
 from ._inputs import batch_requests
-from ._settings import EventSink, SubmitSettings
+from ._part import RunContext
 
 OWN_LINES = (MISSING_RESULT, RESULTS_UNAVAILABLE)  # written by gatekeeper, not downloaded: rebuilt from the journal
 Row = tuple[int, str, int, int]  # line, custom_id, out_offset, out_len
@@ -46,11 +45,10 @@ def kept_spans(ends: list[int], have: int) -> int:
 class Rebuilder:
     """Rebuilds one job's output from the API; `run()` returns what it did, or None when the file was whole."""
 
-    def __init__(self, journal: Journal, api: ApiClient, out: OutputFile, settings: SubmitSettings, *, path: str,
-                 emit: EventSink, clock: Callable[[], float], wait: Callable[[float], Awaitable[None]],
-                 check_stop: Callable[[], None]) -> None:
-        self.journal, self.api, self.out, self.s, self.path = journal, api, out, settings, path
-        self.emit, self.clock, self.wait, self.check_stop = emit, clock, wait, check_stop
+    def __init__(self, ctx: RunContext, *, wait: Callable[[float], Awaitable[None]]) -> None:
+        self.journal, self.out, self.s, self.path = ctx.journal, ctx.out, ctx.s, ctx.path
+        self.api: ApiClient = ctx.conn.primary
+        self.emit, self.clock, self.wait, self.check_stop = ctx.emit, ctx.clock, wait, ctx.check_stop
         self.moved: list[tuple[int, int, int]] = []  # (offset, length, line) of rows whose place changed
         self.unavailable: list[int] = []
         self.counts = {"batches": 0, "results": 0, "unavailable": 0}
