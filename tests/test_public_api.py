@@ -206,3 +206,13 @@ def test_every_install_hint_names_the_distribution_of_its_own() -> None:
     from gatekeeper.airflow._provider import get_provider_info
 
     assert get_provider_info()["package-name"] == name
+
+
+def test_the_api_reference_shows_every_public_name() -> None:
+    """docs/api.md renders each name of `gatekeeper.__all__` from its docstring (a name added without a page entry
+    fails here)."""
+    import gatekeeper
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    shown = set(re.findall(r"^::: gatekeeper\.(\w+)$", doc, re.M))
+    assert sorted(set(gatekeeper.__all__) - shown) == [] and sorted(shown - set(gatekeeper.__all__)) == []
