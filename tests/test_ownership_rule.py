@@ -191,3 +191,53 @@ def test_a_rival_with_prompts_of_random_lengths_never_wins(seed: int, world: str
     for order in (["ours", "theirs"], ["theirs", "ours"]):
         got = choose(ev, order, sampled=24, learned=rel if with_learned else None)
         assert got.ours == "ours" and "ours" not in got.foreign
+
+
+class _Counter:
+    """An ApiClient's count_tokens, answering with the request's length or raising what it is given."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error, self.calls = error, 0
+
+    async def count_tokens(self, body: dict) -> int:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return len(str(body))
+
+
+def _err(cls: type, status: int) -> Exception:
+    return cls("x", endpoint="count_tokens", status=status)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("error", "outcome"), [
+    (None, "counts"),
+    ("RateLimited", None), ("ServerError", None),  # for now: asked again later
+    ("BadRequest", {}), ("NotFoundError", {}),  # this API cannot count (a gateway without the endpoint)
+    ("AuthenticationError", "raises"), ("SpendLimitReached", "usage"),  # errors of the run, never an adoption
+])
+async def test_count_ours_answers_or_stops_as_the_error_says(error: str | None, outcome: object) -> None:
+    import orjson
+
+    import gatekeeper._errors as errors
+    from gatekeeper.run._evidence import count_ours
+
+    exc = None if error is None else _err(getattr(errors, error), {"RateLimited": 429, "ServerError": 500,
+                                                                       "BadRequest": 400, "NotFoundError": 404,
+                                                                       "AuthenticationError": 401}.get(error, 400))
+    api = _Counter(exc)
+    line = orjson.dumps({"custom_id": "a", "params": {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}})
+    sample = {"a": ("m", line), "b": ("m", line)}
+    known: dict[str, int] = {"b": 7}  # counted before: never asked again
+    if outcome == "raises":
+        with pytest.raises(errors.AuthenticationError):
+            await count_ours(api, sample, ["a", "b"], known)  # type: ignore[arg-type]
+    elif outcome == "usage":
+        with pytest.raises(errors.UsageError, match="counting our requests"):
+            await count_ours(api, sample, ["a", "b"], known)  # type: ignore[arg-type]
+    elif outcome == "counts":
+        got = await count_ours(api, sample, ["a", "b", "zz"], known)  # type: ignore[arg-type]
+        assert got is known and set(got) == {"a", "b"} and got["b"] == 7 and api.calls == 1
+    else:
+        assert await count_ours(api, sample, ["a", "b"], known) == outcome  # type: ignore[arg-type]

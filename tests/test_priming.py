@@ -201,3 +201,23 @@ def test_repriming_sizes_prefixes_as_the_plan_did(measured: dict, model: str, ra
     from gatekeeper.run._reprime import tokens_per_byte
 
     assert tokens_per_byte(measured, model) == rate
+
+
+def _plan(index: int, first: int, last: int, requests: int, size: int) -> object:
+    from gatekeeper.input._planner import BatchPlan
+
+    return BatchPlan(index, requests, size, first, last, first * 100, (last + 1) * 100, f"c{first}", f"c{last}")
+
+
+@pytest.mark.parametrize(("claimed", "expected"), [
+    ({}, [(0, 3, 300, 1, 3), (1, 2, 200, 4, 5)]),  # nothing claimed: the ranges as cut
+    ({2: 90}, [(0, 2, 209, 1, 3), (1, 2, 200, 4, 5)]),  # a line and its separator leave the range
+    ({1: 90, 2: 90, 3: 90}, [(0, 2, 200, 4, 5)]),  # a range left empty is dropped; indexes close up
+    ({4: 90, 9: 90}, [(0, 3, 300, 1, 3), (1, 1, 109, 4, 5)]),  # a claimed line outside every range changes nothing
+])
+def test_without_lines_leaves_out_what_priming_sends(claimed: dict[int, int], expected: list[tuple]) -> None:
+    """The input-range batches less the claimed lines (line -> bytes, each with its one-byte separator)."""
+    from gatekeeper.input._cachereport import without_lines
+
+    rows = without_lines([_plan(0, 1, 3, 3, 300), _plan(1, 4, 5, 2, 200)], claimed)
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == expected
