@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from gatekeeper import load_prices
-from gatekeeper._prices import Rates as PriceRates
+from gatekeeper._prices import Rates
 from gatekeeper.decide._budget import request_worst
 from gatekeeper.decide._priming import (
     NONE,
+    InputRates,
     Marks,
-    Rates,
     Waiting,
     gate,
     groups,
@@ -86,7 +86,7 @@ def test_input_cost_without_caching_cold_and_primed() -> None:
     one writes and two read at 0.1x. Batch prices halve everything."""
     marks = marks_of(*[("m", 4000, (DOC_A,))] * 3)
     chosen = shared_prefixes(marks, [1024])
-    costs = input_costs(marks, chosen, [Rates(2.0, 2.5, 4.0, 0.2)])
+    costs = input_costs(marks, chosen, [InputRates(2.0, 2.5, 4.0, 0.2)])
     none = 3 * 4000 * 2.0
     cold = 3 * (1000 * 2.0 + 3000 * 4.0)
     primed = 3 * 1000 * 2.0 + 3000 * 4.0 + 2 * 3000 * 0.2
@@ -169,7 +169,7 @@ def test_usage_splits_cache_writes_by_life_and_a_missing_breakdown_counts_as_5m(
 
 
 def test_a_request_that_may_write_an_hour_entry_has_the_dearer_worst_case() -> None:
-    rates = [PriceRates(1.0, 5.0, 1.25, 0.1, 2.0)]
+    rates = [Rates(1.0, 5.0, 1.25, 0.1, 2.0)]
     assert request_worst(1000, 0, rates, hour_write=True) == pytest.approx(2.0 / 1.25 * request_worst(1000, 0, rates))
 
 

@@ -113,7 +113,7 @@ def rounds(group_sizes: list[int], round_size: int) -> list[list[int]]:
 
 
 @dataclass(frozen=True, slots=True)
-class Rates:
+class InputRates:
     """Standard USD per million input tokens: plain, a 5-minute write, a 1-hour write, a read."""
 
     input: float
@@ -122,7 +122,7 @@ class Rates:
     read: float
 
 
-def input_costs(marks: Marks, chosen: Sequence[int], rates: list[Rates | None],
+def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | None],
                 only: int | None = None) -> dict[str, float | None]:
     """The input's cost at batch prices with no caching, with its markers sent cold (every request writes its
     prefix, none reads: one batch), and primed (one write a shared prefix, every other use a read). `rates[m]`:

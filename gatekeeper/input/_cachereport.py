@@ -16,8 +16,8 @@ from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN, PriceTable
 from ..decide._priming import (
     LIFE_SECONDS,
     NONE,
+    InputRates,
     Marks,
-    Rates,
     groups,
     ideal_write_share,
     input_costs,
@@ -155,9 +155,9 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     }
 
 
-def rates_of(prices: PriceTable, model: str) -> Rates | None:
+def rates_of(prices: PriceTable, model: str) -> InputRates | None:
     r = prices.rates(model)
-    return None if r is None else Rates(r.input, r.cache_write, r.cache_write_1h, r.cache_read)
+    return None if r is None else InputRates(r.input, r.cache_write, r.cache_write_1h, r.cache_read)
 
 
 def _unmarked(report: PlanReport, prices: PriceTable) -> list[dict[str, Any]]:
