@@ -20,7 +20,7 @@ from itertools import chain
 
 import orjson
 
-from .._errors import InputError
+from .._errors import InputError, os_error
 from ._caching import UNMARKED_MIN_BYTES, CacheScan, note_marked, note_unmarked
 from ._idindex import FP_SHIFT, IdIndex
 from ._markers import marker_walk
@@ -174,7 +174,7 @@ def open_source(source: Source) -> tuple[BinaryIO | None, Iterable[Any] | None, 
             # A 1 MB buffer: on the default 8 KB, reading lines cost about 0.6 us a line more (measured).
             stream = open(path, "rb", buffering=READ_BUFFER)  # noqa: SIM115 - closed by the caller's `scan`
         except OSError as exc:
-            raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            raise InputError(os_error(exc, f"cannot read {path}")) from exc
         try:
             size = os.fstat(stream.fileno()).st_size
         except OSError:

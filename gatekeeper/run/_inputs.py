@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .._errors import InputError
+from .._errors import InputError, os_error
 
 if TYPE_CHECKING:
     from ..state._journal import BatchRow, Journal
@@ -25,7 +25,7 @@ def stat_identity(path: str) -> tuple[int, int]:
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise InputError(os_error(exc, f"cannot read {path}")) from None
     return st.st_size, st.st_mtime_ns
 
 
@@ -36,7 +36,7 @@ def hash_file(path: str) -> str:
             while chunk := f.read(1 << 22):
                 h.update(chunk)
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise InputError(os_error(exc, f"cannot read {path}")) from None
     return h.hexdigest()
 
 
@@ -45,7 +45,7 @@ def iter_range(path: str, start: int, end: int, first_line: int, skip: set[int])
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed in finally (generator)
     except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise InputError(os_error(exc, f"cannot read {path}")) from None
     try:
         f.seek(start)
         offset = start
