@@ -5,6 +5,7 @@ job is the CLI over real HTTP."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 import time
@@ -171,3 +172,27 @@ def test_the_fake_refuses_what_aws_refuses(tmp_path: Path) -> None:
         assert httpx.post(url, content=body + b" ", headers=signed).status_code == 403  # the body was signed
         admin = signer.headers("GET", f"{fake.url}/v1/organizations/rate_limits", ws, b"")
         assert httpx.get(f"{fake.url}/v1/organizations/rate_limits", headers=admin).status_code == 403
+
+
+def test_the_exporter_reads_the_platforms_queue(tmp_path: Path) -> None:
+    """`exporter --platform aws --ceiling N`: the queue read with signed calls and served as metrics."""
+    import httpx
+
+    from tests.runs import start
+
+    with running_fake(ceiling=1000, rate=0.0, aws=FakeAws()) as fake:
+        fake.org.add_batch("wrkspc_1", 300)
+        proc = start(["exporter", "--platform", "aws", "--ceiling", "1000", "--port", "0", "--interval", "1", "--json"],
+                     aws_env(fake.url, tmp_path))
+        try:
+            assert proc.stdout is not None
+            url = orjson.loads(proc.stdout.readline())["url"]
+            deadline = time.monotonic() + 20
+            while "gatekeeper_queue_depth_requests 300" not in (page := httpx.get(url, timeout=10).text):
+                assert time.monotonic() < deadline, page[-2000:]
+                time.sleep(0.1)
+            assert "gatekeeper_queue_ceiling_requests 1000" in page and SECRET not in page and KEY_ID not in page
+            assert fake.config.aws is not None and fake.config.aws.signed > 0 and fake.config.aws.refused == []
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=10)
