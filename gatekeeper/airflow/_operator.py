@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from .._errors import GatekeeperError
 from ..api._config import ApiConfig
-from ..run._submit import job_name_of
+from ..run._opening import job_name_of
 from ._job import JobSpec, cancel_job, connection_config, deliver, failure, run_job, small_summary, state_base
 from ._trigger import GatekeeperTrigger
 

@@ -85,7 +85,7 @@ def _job(args: argparse.Namespace) -> dict[str, str | None]:
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
                          "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
-    from ..run._submit import job_name_of
+    from ..run._opening import job_name_of
 
     return {"journal": args.journal, "job": job_name_of(args.input, config)}
 

@@ -1,182 +1,38 @@
-"""The library's submit entry points: `submit` (async), `submit_sync`, `dry_run`, `cancel`."""
+"""The library's entry points: `submit` (async), `submit_sync`, `dry_run`, `preflight`, `cancel`, `job_summary`.
+Their plumbing lives in the rooms it belongs to: `_spool` (an iterable input), `_opening` (the journal, the job's
+name), `_beats` (reservations and the lease kept alive)."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import shutil
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import Interrupted, JobMissing, JournalError, LedgerError, UsageError, os_error
+from .._errors import Interrupted, JobMissing, UsageError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..api._queue import connect, read_headroom
 from ..api._retry import RetryPolicy
 from ..checks._preflight import plan_checked
 from ..decide._admission import admit, batch_size_for, room
-from ..decide._host import run_ended
 from ..input._planner import PlanReport
-from ..input._reader import encode_items
 from ..input._sizing import Limits
-from ..state._db import require_postgres
-from ..state._host import machine_id, pid_alive
-from ..state._journal import BatchState, Journal, open_job, private_dir
-from ..state._ledger import Ledger, new_owner, open_ledger
+from ..state._journal import BatchState, Journal, open_job
+from ..state._ledger import Ledger, open_ledger
 from ..state._output import check_writable
+from ._beats import heartbeat, lease_heartbeat, ledger_owner
 from ._beside import beside
-from ._inputs import hash_file
 from ._loop import Job, ResultSink
-from ._settings import EventSink, SubmitSettings, default_job_name, default_state_dir
+from ._opening import job_journal, out_path
+from ._settings import EventSink, SubmitSettings
+from ._spool import adopt_spool, check_respool, resolve_source, spool
 from ._summary import Canceled, CanceledBatch, DryRun, Summary, summarize
 
 if TYPE_CHECKING:
     from ..input._reader import Source
-
-
-def _resolve(source: Source, settings: SubmitSettings) -> tuple[str, Path, bool]:
-    """(input path, state dir, spooled?) for a path or an iterable of requests."""
-    if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
-        if path == "-":
-            raise UsageError("submit needs a file it can read again on resume, not standard input: save it first")
-        return path, Path(settings.state_dir or default_state_dir(path)), False
-    if settings.state_dir is None:
-        raise UsageError("state_dir is required when the requests are an iterable (they are spooled there)")
-    return str(Path(settings.state_dir) / "input.jsonl"), Path(settings.state_dir), True
-
-
-def _spool(items: Iterable[dict[str, Any] | bytes | str], path: str) -> None:
-    """Write an iterable's requests to the state directory (the encoding `plan()` uses), so the job can resume."""
-    tmp = path + ".tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
-            for line in encode_items(items):
-                f.write(line)
-                f.write(b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise JournalError(os_error(exc, f"cannot spool the requests to {path}")) from exc
-
-
-def _check_respool(items: Iterable[dict[str, Any] | bytes | str], path: str, journal: Journal) -> None:
-    """Resuming from an iterable: its requests must be the ones the job was started with."""
-    fresh = path + ".resume"
-    _spool(items, fresh)
-    try:
-        if hash_file(fresh) != (journal.get_meta("input") or {}).get("sha256"):
-            raise JournalError(f"state directory {journal.state_dir} holds a job started with other requests; "
-                               "use another state_dir to start a new job")
-    finally:
-        os.unlink(fresh)
-
-
-def _out_path(settings: SubmitSettings, journal: Journal) -> str:
-    """The results file: as given, else as recorded by the job, else STATE_DIR/results.jsonl; checked writable.
-
-    A shared journal's job may resume on another host, where the recorded path means nothing: there the
-    default is always this host's STATE_DIR/results.jsonl."""
-    if settings.out is not None:
-        return check_writable(os.fspath(settings.out))
-    recorded = None if journal.job else journal.get_meta("output")
-    return check_writable(str(recorded or journal.state_dir / "results.jsonl"))
-
-
-@asynccontextmanager
-async def _locked_journal(state_dir: Path) -> AsyncIterator[Journal]:
-    """The state directory's journal, locked for this run. A directory this run created is removed again when the
-    run ends before any job was recorded in it (a missing or empty input, an unreachable API or ledger, a stop
-    while planning): errors leave nothing behind."""
-    created = not state_dir.exists()
-    journal = Journal.open(state_dir)
-    lock = os.open(state_dir / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise JournalError(f"another gatekeeper is running with state directory {state_dir}") from None
-        yield journal
-    finally:
-        unused = created and not journal.initialized
-        os.close(lock)
-        journal.close()
-        if unused:
-            shutil.rmtree(state_dir, ignore_errors=True)
-
-
-def job_name_of(path: str, config: ApiConfig) -> str:
-    """A job's default name: the input's content (any path) sent with the first workspace key."""
-    config.require_workspace_key()
-    return default_job_name(hash_file(path), config.workspace_keys[0].fingerprint())
-
-
-@asynccontextmanager
-async def _leased_journal(settings: SubmitSettings, state_dir: Path, name: str, created: bool) -> AsyncIterator[Journal]:
-    """The named job in a shared journal, held by this run's lease for as long as it runs (the local state
-    directory, when this run `created` it and no job was recorded, removed again as `_locked_journal` does)."""
-    assert settings.journal is not None
-    try:
-        journal = Journal.open_shared(settings.journal, name, state_dir)
-    except JournalError:
-        if created:
-            shutil.rmtree(state_dir, ignore_errors=True)
-        raise
-    here = machine_id()
-    info = {"host": socket.gethostname(), "pid": os.getpid(), "machine": here, "state_dir": os.path.abspath(state_dir)}
-    try:
-        # A run that died on this machine (a crash, kill -9) leaves its lease to expire: a rerun here need not wait.
-        journal.take_lease(new_owner(), info, settings.lease_ttl, ended=lambda holder: run_ended(holder, here, pid_alive))
-        yield journal
-    finally:
-        with contextlib.suppress(JournalError):  # unreachable now: the lease expires on its own after lease_ttl
-            journal.release_lease()
-        unused = created and not _initialized(journal)
-        journal.close()
-        if unused:
-            shutil.rmtree(state_dir, ignore_errors=True)
-
-
-def _initialized(journal: Journal) -> bool:
-    """Whether a job was recorded (an unreachable shared journal counts as yes: never remove what may be used)."""
-    try:
-        return journal.initialized
-    except JournalError:
-        return True
-
-
-def _job_journal(source: Source, path: str, spooled: bool, state_dir: Path, settings: SubmitSettings,
-                 config: ApiConfig) -> AbstractAsyncContextManager[Journal]:
-    """The job's journal: SQLite in the state directory (locked), or the named job in a shared journal (leased)."""
-    if not settings.journal:
-        if settings.job:
-            raise UsageError("a job name needs a postgresql:// journal; a local job is named by "
-                             "its state directory", setting="job")
-        return _locked_journal(state_dir)
-    require_postgres(settings.journal)
-    created = not state_dir.exists()
-    if spooled:  # beside, not over, the input: a live run of the job may be reading it (see _adopt_spool)
-        private_dir(state_dir)
-        _spool(source, path + ".incoming")  # type: ignore[arg-type]
-    name = settings.job or job_name_of(path + ".incoming" if spooled else path, config)
-    return _leased_journal(settings, state_dir, name, created)
-
-
-def _adopt_spool(path: str, journal: Journal) -> None:
-    """Once the lease is ours: the freshly spooled requests become the job's input, if they are the job's."""
-    known = (journal.get_meta("input") or {}).get("sha256")
-    if known is not None and hash_file(path + ".incoming") != known:
-        os.unlink(path + ".incoming")
-        raise JournalError(f"job {journal.job!r} was started with other requests; name another job to start a new one")
-    os.replace(path + ".incoming", path)
 
 
 async def submit(
@@ -205,33 +61,33 @@ async def submit(
     created or sent.
     """
     settings = settings or SubmitSettings()
-    path, state_dir, spooled = _resolve(source, settings)
+    path, state_dir, spooled = resolve_source(source, settings)
     if continue_only and not settings.journal and not (state_dir / Journal.FILE).is_file():
         raise JobMissing(f"no job was prepared in {state_dir} on this machine", where=str(state_dir))
     if settings.out is not None:
         check_writable(os.fspath(settings.out))  # before the state directory exists: a bad path is never journaled
-    async with _job_journal(source, path, spooled, state_dir, settings, config) as journal:
+    async with job_journal(source, path, spooled, state_dir, settings, config) as journal:
         if continue_only and not journal.initialized:
             raise JobMissing(f"no job {journal.job!r} was prepared in {journal.where}", where=journal.where)
-        out_path = _out_path(settings, journal)
+        results_at = out_path(settings, journal)
         if spooled and journal.job:
-            _adopt_spool(path, journal)
+            adopt_spool(path, journal)
         elif spooled and not journal.initialized:
-            _spool(source, path)  # type: ignore[arg-type]
+            spool(source, path)  # type: ignore[arg-type]
         elif spooled:
-            _check_respool(source, path, journal)  # type: ignore[arg-type]
+            check_respool(source, path, journal)  # type: ignore[arg-type]
         if ledger is None:
-            ledger = open_ledger(settings.ledger, owner=_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
+            ledger = open_ledger(settings.ledger, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
                                  namespace=config.scope)
         emit = on_event or (lambda e, f: None)
         try:
             async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event)) as conn:
-                job = Job(path, settings, conn, journal, out_path=out_path, emit=emit, stop=stop or anyio.Event(),
+                job = Job(path, settings, conn, journal, out_path=results_at, emit=emit, stop=stop or anyio.Event(),
                           on_result=on_result, ledger=ledger, prices=prices)
                 await ledger.ping()  # an unreachable ledger is reported before anything is sent
-                beats = [lambda: _heartbeat(ledger, emit)]
+                beats = [lambda: heartbeat(ledger, emit)]
                 if journal.job:
-                    beats.append(lambda: _lease_heartbeat(journal, settings.lease_ttl, emit))
+                    beats.append(lambda: lease_heartbeat(journal, settings.lease_ttl, emit))
                 return await beside(lambda: _steps(job, ledger, stop, prepare_only), *beats)
         finally:
             await ledger.close()
@@ -285,46 +141,6 @@ def _retry_events(on_event: EventSink | None) -> Callable[[dict[str, Any]], None
     if on_event is None:
         return None
     return lambda fields: on_event("retrying", fields)
-
-
-async def _heartbeat(ledger: Ledger, emit: EventSink) -> None:
-    """Keep this submitter's reservations alive while it runs; they expire `ttl` after it dies.
-
-    A beat that fails is ridden out (the next one may pass, and a third of the TTL is left
-    before anything expires); the loop's own ledger calls stop the run if the outage lasts.
-    """
-    while True:
-        await anyio.sleep(max(0.05, ledger.ttl / 3))
-        try:
-            await ledger.heartbeat()
-        except LedgerError as exc:
-            emit("ledger_unavailable", {"reason": str(exc)})
-
-
-async def _lease_heartbeat(journal: Journal, ttl: float, emit: EventSink) -> None:
-    """Keep the shared journal's lease on this run, on a connection of its own (a thread: psycopg is blocking).
-
-    A lost lease is only reported here: the journal's next write checks it and stops the run."""
-    db = await anyio.to_thread.run_sync(journal.second_connection)
-    try:
-        while True:
-            await anyio.sleep(max(0.05, ttl / 3))
-            try:
-                if not await anyio.to_thread.run_sync(journal.renew_lease, db):
-                    emit("lease_lost", {"job": journal.job})
-            except JournalError as exc:
-                emit("journal_unavailable", {"reason": str(exc)})
-    finally:
-        db.close()
-
-
-def _owner(journal: Journal) -> str:
-    """The job's ledger identity, stable across resumes (so a rerun's reservations replace, not add to, its own)."""
-    owner = journal.get_meta("ledger_owner")
-    if owner is None:
-        owner = new_owner()
-        journal.set_meta("ledger_owner", owner)
-    return str(owner)
 
 
 def submit_sync(

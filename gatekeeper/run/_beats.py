@@ -1,0 +1,56 @@
+"""What keeps a live run's claims alive while it runs: the shared ledger's reservations and the shared
+journal's lease, each renewed beside the run (`_beside`), and the run's stable identity in the ledger."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._errors import JournalError, LedgerError
+from ..state._journal import Journal
+from ..state._ledger import Ledger, new_owner
+from ._settings import EventSink
+
+if TYPE_CHECKING:
+    pass
+
+
+async def heartbeat(ledger: Ledger, emit: EventSink) -> None:
+    """Keep this submitter's reservations alive while it runs; they expire `ttl` after it dies.
+
+    A beat that fails is ridden out (the next one may pass, and a third of the TTL is left
+    before anything expires); the loop's own ledger calls stop the run if the outage lasts.
+    """
+    while True:
+        await anyio.sleep(max(0.05, ledger.ttl / 3))
+        try:
+            await ledger.heartbeat()
+        except LedgerError as exc:
+            emit("ledger_unavailable", {"reason": str(exc)})
+
+
+async def lease_heartbeat(journal: Journal, ttl: float, emit: EventSink) -> None:
+    """Keep the shared journal's lease on this run, on a connection of its own (a thread: psycopg is blocking).
+
+    A lost lease is only reported here: the journal's next write checks it and stops the run."""
+    db = await anyio.to_thread.run_sync(journal.second_connection)
+    try:
+        while True:
+            await anyio.sleep(max(0.05, ttl / 3))
+            try:
+                if not await anyio.to_thread.run_sync(journal.renew_lease, db):
+                    emit("lease_lost", {"job": journal.job})
+            except JournalError as exc:
+                emit("journal_unavailable", {"reason": str(exc)})
+    finally:
+        db.close()
+
+
+def ledger_owner(journal: Journal) -> str:
+    """The job's ledger identity, stable across resumes (so a rerun's reservations replace, not add to, its own)."""
+    owner = journal.get_meta("ledger_owner")
+    if owner is None:
+        owner = new_owner()
+        journal.set_meta("ledger_owner", owner)
+    return str(owner)
