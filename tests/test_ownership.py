@@ -25,7 +25,7 @@ from tests.fakes import env_for, running_fake
 from tests.runs import events, gk, start
 
 N = 60  # requests a job: one batch each
-FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "3",
+FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "2",
          "--token-sample", "2"]
 
 
@@ -140,9 +140,9 @@ def test_a_lone_candidate_of_another_job_is_never_kept_when_ours_can_be_found(tm
         done = gk(["submit", str(theirs), *FLAGS], env_for(fake))  # the other pipeline's, in our workspace
         assert done.returncode == 0, done.stderr
         their_id = next(iter(fake.org.batches))
-        fake.org.config.listing_lag = 2.0  # ours will reach the listing late
+        fake.org.config.listing_lag = 2.0  # ours will reach the listing late (the grace outlasts it)
         fake.inject(Fault("create", kind="drop_after_commit", after=1))
-        proc = gk(["submit", str(ours), *FLAGS], env_for(fake))
+        proc = gk(["submit", str(ours), *FLAGS, "--reconcile-grace", "3"], env_for(fake))
         assert proc.returncode == 0, proc.stderr
         judge(fake, [ours, theirs], creates=3)
         mine = next(b.id for b in fake.org.batches.values() if b.seq == 3)
