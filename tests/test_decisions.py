@@ -435,6 +435,7 @@ def test_markers_the_api_refuses_are_found_before_sending(params: dict, refused:
 
 @pytest.mark.parametrize(("readings", "interval", "wait"), [
     (1, 30.0, 1.0), (2, 30.0, 2.0), (3, 30.0, 4.0), (5, 30.0, 16.0), (6, 30.0, 30.0), (50, 30.0, 30.0),
+    (100_000, 30.0, 30.0),  # a day of fast readings: never an overflow
     (1, 0.05, 0.05),  # never slower than the interval asked for
     (0, 30.0, 1.0),
 ])

@@ -117,7 +117,7 @@ def reading_wait(readings: int, interval: float) -> float:
     """Seconds before the next reading of the queue, after `readings` of them this run: 1, 2, 4, ... up to
     `interval`, so that a small job ends in seconds rather than at the first full interval, and a long one polls
     at `interval` after a handful of readings."""
-    return min(interval, FIRST_READING_WAIT * 2.0 ** max(0, readings - 1))
+    return min(interval, FIRST_READING_WAIT * 2.0 ** min(40, max(0, readings - 1)))  # (no overflow: 2 ** 40 s)
 
 
 def refusal_wait(streak: int, retry_after: float | None, min_wait: float, max_wait: float) -> float:

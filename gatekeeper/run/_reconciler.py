@@ -65,6 +65,8 @@ class Reconciler(Part):
                 self._results[row.idx, str(b.get("id"))] = got
         found = {str(b.get("id")): self._results[row.idx, str(b.get("id"))] for b in d.candidates}
         same = {k: r for k, r in found.items() if r.missing or r.ids == ours.ids}
+        # (a candidate without our custom_ids is not this create's, but may be another unknown create of ours: it is
+        # left as it is, never set aside)
         counts = await count_ours(self.api, ours.sample, wanted_ids(ours.sample, (r.billed for r in same.values())),
                                   self._counts.setdefault(row.idx, {}))
         if counts is None:
