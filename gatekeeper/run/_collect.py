@@ -128,6 +128,10 @@ class Collector:
             with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
                 s.before_commit = lambda: reached("before-results-commit")
                 s.committed = await self._write_results(row, batch, s, out, start, weigh)
+                if s.adopted and s.adopted[1] == "unproven" and not _grace_over(row, snap, self.s.reconcile_grace):
+                    # (rolled back: read again once a listing read the grace after our send shows no other batch
+                    # that could be ours; an adoption its usage proves is kept from its one download)
+                    raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another candidate")
         except NotFoundError:
             return self._results_missing(row, None)
         except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
@@ -145,9 +149,8 @@ class Collector:
 
     async def _to_weigh(self, row: BatchRow, snap: Snapshot | None) -> dict[str, Relation] | None:
         """For a batch adopted by listing alone: this job's billing relations to weigh it by ({} when none can be
-        learned; `_NotYet` when one will be, so it waits for it). None: nothing to weigh. It is weighed only once a
-        listing read `--reconcile-grace` after our send shows no other batch that could be ours (when one does,
-        `_Reopen`: reconciliation compares them all), so its one download decides."""
+        learned; `_NotYet` when one will be, so it waits for it). None: nothing to weigh. When the listing shows
+        another batch that could be ours, `_Reopen`: reconciliation compares them all."""
         adopted = self.journal.adoption(row.idx)
         if not adopted or adopted.get("proof") != "listing":
             return None
@@ -157,8 +160,6 @@ class Collector:
                                     self.journal.known_batch_ids() | theirs, self.s.clock_skew)
             if rivals:
                 raise _Reopen(f"{len(rivals)} other listed batch(es) of its size since our send could be ours")
-            if not _grace_over(row, snap, self.s.reconcile_grace):  # (then one download decides: never a second)
-                raise _NotYet("waiting out the listing's grace: a batch of its size sent by us may yet be listed")
         learned = await learned_relations(self.api, self.journal, self.path)
         if learned is None:
             raise _NotYet("waiting for a batch of ours to end, to learn how this job is billed")
