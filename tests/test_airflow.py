@@ -298,12 +298,13 @@ def test_the_example_dag_loads(airflow_home: Path) -> None:
     assert set(GatekeeperSubmitOperator.template_fields) == {"input_path", "results_path", "job"}
 
 
-@pytest.mark.xdist_group("airflow-kill")  # (beside the kill test: the two long ones on two workers)
-@pytest.mark.parametrize("kind", ["manual"])  # (scheduled runs, with a logical date, are every other Dag test's)
-def test_the_example_dag_runs_on_a_manual_trigger(tmp_path: Path, airflow_home: Path, kind: str) -> None:
-    """The example Dag's paths render for a manual run (no logical date: `ds` would be undefined there), and the
-    Dag runs the job to its end against the fake, the connection made with `airflow connections add` (not an
-    AIRFLOW_CONN_ variable), read by the trigger too."""
+@pytest.mark.xdist_group("airflow-kill")  # (beside the kill test: the long ones spread over two workers)
+@pytest.mark.parametrize("kind", ["manual", "scheduled"])
+def test_the_example_dag_runs_on_a_manual_trigger_and_on_its_schedule(tmp_path: Path, airflow_home: Path,
+                                                                       kind: str) -> None:
+    """The example Dag's paths render for a manual run (no logical date: `ds` would be undefined there) and a
+    scheduled one, and the Dag runs the job to its end against the fake, the connection made with `airflow
+    connections add` (not an AIRFLOW_CONN_ variable), read by the trigger too."""
     import datetime
 
     day = datetime.date.today().isoformat()
@@ -529,3 +530,46 @@ def test_an_aws_connection_without_region_or_workspace_is_named(extra: dict, mis
 
     with pytest.raises(UsageError, match=f"'c' is for Claude Platform on AWS: its extra needs {missing}"):
         api_config("c", None, None, extra)
+
+
+AWS_DAG = """
+import datetime, json
+from airflow.sdk import DAG
+from gatekeeper.airflow import GatekeeperSubmitOperator
+with DAG({dag_id!r}, schedule=None) as dag:
+    GatekeeperSubmitOperator(task_id="submit", input_path={input!r}, conn_id="gk_aws", ceiling=1000, poll_interval=0.1,
+                             state_dir={state!r})
+if __name__ == "__main__":
+    dr = dag.test(logical_date=datetime.datetime.now(datetime.timezone.utc))
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        xcom = session.query(XComModel).filter_by(dag_id=dr.dag_id, run_id=dr.run_id, task_id="submit").first()
+    print("RESULT " + json.dumps({{"state": str(dr.state), "xcom": None if xcom is None else xcom.value}}, default=str))
+"""
+
+
+def test_a_dag_on_claude_platform_on_aws_through_an_aws_connection(dag: dict) -> None:
+    """The operator with an Airflow `aws` connection (login the access key id, password the secret, extra the
+    region and workspace) against the fake's AWS mode: every call signed, the job run in the triggerer, once."""
+    from gatekeeper.testing import FakeAws
+
+    ids = {f"w-{i:03d}" for i in range(20)}
+    write_jsonl(Path(dag["input"]), [req(c) for c in sorted(ids)])
+    dag["file"].write_text(AWS_DAG.format(dag_id=dag["dag_id"], input=dag["input"], state=dag["state"]))
+    with running_fake(ceiling=1000, rate=5000, aws=FakeAws()) as fake:
+        env = _env(dag["home"], fake)
+        env["AIRFLOW_CONN_GK_AWS"] = json.dumps({
+            "conn_type": "aws", "login": "AKIAFAKEFAKEFAKE0001", "password": "fake/secret/key/0001", "host": fake.url,
+            "extra": {"region_name": "us-east-1", "workspace_id": "wrkspc_aws_1"}})
+        env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(Path(dag["state"]) / "none"),
+                   AWS_SHARED_CREDENTIALS_FILE=str(Path(dag["state"]) / "none"))
+        out = subprocess.run([sys.executable, str(dag["file"])], env=env, capture_output=True, text=True, timeout=120,
+                             check=False, cwd=str(dag["file"].parent))
+        lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+        assert lines, (out.stdout + out.stderr)[-4000:]
+        result = json.loads(lines[-1][7:])
+        assert result["state"] == "success" and result["xcom"]["succeeded"] == 20, result
+        aws = fake.config.aws
+        assert aws is not None and aws.refused == [] and aws.signed > 0 and fake.org.records.creates == 1
+    assert "fake/secret/key/0001" not in out.stdout + out.stderr
