@@ -229,3 +229,27 @@ def test_submitters_opening_a_new_sqlite_ledger_at_once_all_get_it(tmp_path: Pat
         for p in procs:
             p.join(timeout=30)
         assert outcomes == ["ok"] * 6, outcomes
+
+
+def test_a_platforms_queue_is_kept_apart_in_a_shared_ledger(tmp_path: Path) -> None:
+    """First-party and Claude Platform on AWS jobs given one ledger URL never share a ceiling: the AWS workspace's
+    reservations live in its own namespace (`ApiConfig.scope`), invisible to the first-party one and back."""
+    from gatekeeper import ApiConfig
+    from gatekeeper.state._ledger import open_ledger
+
+    aws = ApiConfig.from_env({"AWS_REGION": "eu-west-1", "ANTHROPIC_AWS_WORKSPACE_ID": "wrkspc_X1",
+                              "ANTHROPIC_AWS_API_KEY": "k"}, "aws")
+    first = ApiConfig.from_env({"ANTHROPIC_API_KEY": "sk"})
+    assert aws.scope == "aws_eu_west_1_wrkspc_x1" and first.scope == ""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+
+    async def both() -> tuple[int, int]:
+        mine, theirs = open_ledger(url, owner="a", namespace=first.scope), open_ledger(url, owner="b", namespace=aws.scope)
+        assert await mine.reserve(0, 900, 1000, 0)
+        assert await theirs.reserve(0, 900, 1000, 0)  # (a ceiling of its own: the first-party 900 does not count)
+        seen = (len(await mine.reservations()), len(await theirs.reservations()))
+        await mine.close()
+        await theirs.close()
+        return seen
+
+    assert anyio.run(both) == (1, 1)
