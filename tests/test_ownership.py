@@ -25,7 +25,9 @@ from tests.fakes import env_for, running_fake
 from tests.runs import events, gk, start
 
 N = 60  # requests a job: one batch each
-FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "2",
+# (the grace must outlast a create's latency under load plus the listing's lag: shorter ones abandoned creates that
+# had reached the server on a loaded CI machine, and sent them again)
+FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "5",
          "--token-sample", "2"]
 
 
@@ -142,7 +144,7 @@ def test_a_lone_candidate_of_another_job_is_never_kept_when_ours_can_be_found(tm
         their_id = next(iter(fake.org.batches))
         fake.org.config.listing_lag = 2.0  # ours will reach the listing late (the grace outlasts it)
         fake.inject(Fault("create", kind="drop_after_commit", after=1))
-        proc = gk(["submit", str(ours), *FLAGS, "--reconcile-grace", "3"], env_for(fake))
+        proc = gk(["submit", str(ours), *FLAGS], env_for(fake))
         assert proc.returncode == 0, proc.stderr
         judge(fake, [ours, theirs], creates=3)
         mine = next(b.id for b in fake.org.batches.values() if b.seq == 3)
