@@ -194,3 +194,17 @@ def test_a_batch_row_is_read_by_column_name_and_names_every_column(tmp_path: Pat
     finally:
         j.close()
     assert sorted(columns) == sorted(BATCH_COLUMNS)
+
+
+def test_reconciliations_grace_counts_from_when_the_body_was_whole(tmp_path: Path) -> None:
+    """An intent's time moves to when its body's last bytes went: a batch cannot exist before, so a long upload
+    never eats the grace that a listing's lag needs."""
+    j = Journal.open(tmp_path)
+    try:
+        j.start_job(_plan(1))
+        j.mark_intent(0, 100.0)
+        assert j.batch(0).intent_at == 100.0 and not j.batch(0).body_complete
+        j.mark_body_complete(0, 160.0)
+        assert j.batch(0).intent_at == 160.0 and j.batch(0).body_complete
+    finally:
+        j.close()

@@ -256,7 +256,7 @@ class Admitter(Part):
             raise InputError(f"{self.path} changed: batch {row.idx} is {sent} bytes now, {row.bytes} when planned")
         # Before the last bytes leave: an intent without this mark cannot have become a batch (the server needs
         # the whole body), so a rerun resends it at once instead of waiting out the reconcile grace.
-        self.journal.mark_body_complete(row.idx)
+        self.journal.mark_body_complete(row.idx, self.clock())
         reached("body-complete")
         if pending:
             yield b"".join(pending)

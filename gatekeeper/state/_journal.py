@@ -346,10 +346,15 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords):
         """Requests not sent: in batches not yet created, and waiting for another attempt."""
         return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches WHERE state = 'planned'")) + self.pending_count()
 
-    def mark_body_complete(self, idx: int) -> None:
-        """Recorded before a create's last bytes go out; an intent without it cannot have created a batch."""
+    def mark_body_complete(self, idx: int, at: float | None = None) -> None:
+        """Recorded before a create's last bytes go out; an intent without it cannot have created a batch. `at`
+        (now) becomes the intent's time: the batch cannot exist before its body was whole, so reconciliation's grace
+        counts from here, not from before a long upload (or a slow start) that could outlast it."""
         with self.transaction() as db:
-            db.execute("UPDATE batches SET body_complete = 1 WHERE idx = ?", (idx,))
+            if at is None:
+                db.execute("UPDATE batches SET body_complete = 1 WHERE idx = ?", (idx,))
+            else:
+                db.execute("UPDATE batches SET body_complete = 1, intent_at = ? WHERE idx = ?", (at, idx))
 
     def back_to_planned(self, idx: int, event: str | None = None, **detail: Any) -> None:
         """A create that definitely did not happen (refused, deferred, reconciled absent)."""
