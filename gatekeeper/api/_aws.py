@@ -13,11 +13,9 @@ at every signature, so a multi-hour job picks up refreshed ones. There is no Adm
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .._errors import UsageError
 from ._config import Secret
@@ -109,9 +107,3 @@ class SigV4Signer:
                   self.platform.region).add_auth(request)
         return {k: v for k, v in request.headers.items() if v is not None}
 
-
-def body_sha256(chunks: Any) -> str:
-    h = hashlib.sha256()
-    for chunk in chunks:
-        h.update(chunk)
-    return h.hexdigest()

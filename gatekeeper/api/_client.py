@@ -67,7 +67,7 @@ class ApiClient(HttpCalls):
             err = error_from_response(response, "create", creating=True)
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
         if response.status_code >= 300:
-            error = error_from_response(response, "create", creating=True, label=self.label)
+            error = error_from_response(response, "create", creating=True, label=self.label, aws=self.on_aws)
             if not isinstance(error, QueueFull):
                 self._slow_down(error)  # a queue-full wait is the caller's: it does not slow reads
             raise error

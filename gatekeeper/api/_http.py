@@ -125,7 +125,8 @@ _CONNECT_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, httpx.Unsupported
 _SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
 
 
-def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False, label: str = "key") -> ApiError:
+def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False, label: str = "key",
+                        aws: bool = False) -> ApiError:
     """Map an error response to the exception hierarchy. Status decides first; text only to split 429/400 kinds."""
     status = response.status_code
     error_type, message, details = _error_fields(response)
@@ -140,7 +141,7 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
     ):
         return SpendLimitReached(message, **kw)
     if status in (401, 403):
-        if label.startswith("AWS"):  # (Claude Platform on AWS: the credentials, and the IAM action the call needs)
+        if aws:  # (Claude Platform on AWS: the credentials, and the IAM action the call needs)
             action = ACTIONS.get(endpoint, f"the {endpoint} action")
             err = AuthenticationError(f"the {label} were refused for {action} on {SERVICE} "
                                       f"({message or 'no reason given'})", **kw)
@@ -201,6 +202,11 @@ class HttpCalls:
         self.spoke = False  # has an answer of the API's shape come back (so the base URL is the API)?
 
     # -- plumbing ---------------------------------------------------------
+
+    @property
+    def on_aws(self) -> bool:
+        """Whether this client speaks to Claude Platform on AWS (every call carries its workspace)."""
+        return self._workspace_id is not None
 
     @property
     def signs_body(self) -> bool:
@@ -278,7 +284,7 @@ class HttpCalls:
             self.spoke = self.spoke or looks_like_api(response)
         if response.status_code < 300:
             return response
-        error = error_from_response(response, endpoint, label=self.label)
+        error = error_from_response(response, endpoint, label=self.label, aws=self.on_aws)
         self._slow_down(error)
         if not self._retryable(error, response, batch_id):
             raise error

@@ -10,7 +10,6 @@ permission or spend-limit error while counting is an error of the run, never a r
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from ..api._client import ApiClient
 from ..checks._calibrate import count_body
 from ..decide._headroom import total_requests
 from ..decide._ownership import MIN_EVIDENCE, MIN_LEARNED, Pair, Relation, id_rank, learn
+from ..decide._settle import usage_of
 from ..state._journal import Journal
 from ._download import Download
 from ._inputs import batch_requests
@@ -47,8 +47,9 @@ class IdPrint:
     total: int = 0
     xor: int = 0
 
-    def add(self, cid: str) -> None:
-        h = int.from_bytes(hashlib.blake2b(cid.encode(), digest_size=8).digest(), "big")
+    def add(self, rank: bytes) -> None:
+        """Add one custom_id by its `id_rank` (the hash the sample is ordered by: computed once an id)."""
+        h = int.from_bytes(rank, "big")
         self.n += 1
         self.total = (self.total + h) & 0xFFFF_FFFF_FFFF_FFFF
         self.xor ^= h
@@ -77,8 +78,9 @@ def our_side(requests: Iterable[tuple[str, bytes]], k: int = SAMPLE) -> Ours:
 
     def ranked() -> Iterable[tuple[bytes, str, bytes]]:
         for cid, body in requests:
-            ids.add(cid)
-            yield id_rank(cid), cid, body
+            rank = id_rank(cid)
+            ids.add(rank)
+            yield rank, cid, body
 
     low = heapq.nsmallest(k, ranked(), key=lambda t: t[0])
     return Ours(ids, {cid: (model_of(body), body) for _, cid, body in low})
@@ -90,15 +92,15 @@ def model_of(body: bytes) -> str:
 
 
 def billed_prompt(result: object) -> int | None:
-    """The prompt tokens a succeeded result was billed (input, cache writes and reads); None without a usage. Pure."""
+    """The prompt tokens a succeeded result was billed (input, cache writes and reads, as `usage_of` reads them);
+    None without a usage (a gateway may report none: nothing to weigh, not a zero). Pure."""
     if not isinstance(result, dict) or result.get("type") != "succeeded":
         return None
     msg = result.get("message")
-    usage = msg.get("usage") if isinstance(msg, dict) else None
-    if not isinstance(usage, dict):
+    if not isinstance(msg, dict) or not isinstance(msg.get("usage"), dict):
         return None
-    return sum(v for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-               if isinstance(v := usage.get(k), int))
+    _, tin, _, written, read, _ = usage_of(result)
+    return tin + written + read
 
 
 async def read_results(api: ApiClient, batch: dict[str, object], wanted: set[str]) -> Results | None:
@@ -108,7 +110,7 @@ async def read_results(api: ApiClient, batch: dict[str, object], wanted: set[str
     download = Download(api, batch, None, f"candidate {batch.get('id')}")
     try:
         async for cid, _, obj in download:
-            got.ids.add(cid)
+            got.ids.add(id_rank(cid))
             if cid in wanted and (tokens := billed_prompt(obj.get("result"))) is not None:
                 got.billed[cid] = tokens
     except (IncompleteDownload, TransportError, RateLimited, ServerError):
