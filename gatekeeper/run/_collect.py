@@ -66,12 +66,15 @@ def custom_id(line: bytes) -> str:
     return str(orjson.loads(line).get("custom_id"))
 
 
-def missing_verdict(row: BatchRow, batch: dict[str, Any] | None, settings: SubmitSettings, now: float) -> MissingVerdict:
-    """What to do about a batch whose results are missing (404, null results_url, archived), at collection or rebuild."""
+def missing_verdict(row: BatchRow | None, batch: dict[str, Any] | None, settings: SubmitSettings,
+                    now: float) -> MissingVerdict:
+    """What to do about a batch whose results are missing (404, null results_url, archived), at collection or
+    rebuild (`row`: ours as journaled), or a candidate's in reconciliation (`row` None: the batch's own times)."""
+    listed = batch or {}
     return when_results_missing(
-        archived=bool(batch and batch.get("archived_at")), now=now, grace=settings.results_grace,
-        ended_at=parse_time(row.ended_at or (batch or {}).get("ended_at")), created_at=parse_time(row.created_at),
-        retention=settings.retention)
+        archived=bool(listed.get("archived_at")), now=now, grace=settings.results_grace,
+        ended_at=parse_time((row.ended_at if row else None) or listed.get("ended_at")),
+        created_at=parse_time(row.created_at if row else listed.get("created_at")), retention=settings.retention)
 
 
 class Collector:

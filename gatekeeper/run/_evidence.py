@@ -31,7 +31,7 @@ from ..checks._calibrate import count_body
 from ..decide._headroom import total_requests
 from ..decide._ownership import MIN_EVIDENCE, MIN_LEARNED, Pair, Relation, id_rank, learn
 from ..decide._settle import usage_of
-from ..state._journal import Journal
+from ..state._journal import BatchState, Journal
 from ._download import Download
 from ._inputs import batch_requests
 
@@ -135,7 +135,7 @@ async def count_ours(api: ApiClient, sample: Mapping[str, tuple[str, bytes]], wa
             raise
         except SpendLimitReached as exc:
             raise UsageError(f"counting our requests to tell our batch from another's: {exc}",
-                             setting="ANTHROPIC_API_KEY") from None
+                             setting="api_key") from None
         except ApiError:
             return {}
     return known
@@ -162,7 +162,7 @@ async def learned_relations(api: ApiClient, journal: Journal, path: str) -> dict
     if kept is not None:
         return {m: Relation.from_json(d) for m, d in kept.items()}
     proven = journal.proven_batches()
-    for row in (r for r in proven if r.state.value == "collected"):
+    for row in (r for r in proven if r.state is BatchState.COLLECTED):
         billed = journal.billed_results(row.idx)
         if len(billed) < MIN_LEARNED:
             continue
@@ -176,4 +176,4 @@ async def learned_relations(api: ApiClient, journal: Journal, path: str) -> dict
         journal.set_meta("billing", {m: r.as_json() for m, r in relations.items()}, "billing_learned",
                          batch=row.idx, relations={m: r.as_json() for m, r in relations.items()})
         return relations
-    return None if any(r.state.value != "collected" for r in proven) else {}
+    return None if any(r.state is not BatchState.COLLECTED for r in proven) else {}

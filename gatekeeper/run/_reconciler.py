@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._errors import NotFoundError
-from ..decide._downloads import Missing, when_results_missing
-from ..decide._headroom import parse_time
+from ..decide._downloads import Missing
 from ..decide._ownership import choose
 from ..decide._reconcile import (
     Action,
@@ -19,7 +18,7 @@ from ..decide._reconcile import (
     others_in_flight,
 )
 from ..state._journal import BatchRow, BatchState
-from ._collect import custom_id
+from ._collect import custom_id, missing_verdict
 from ._evidence import Ours, Results, count_ours, learned_relations, our_side, pairs_of, read_results, wanted_ids
 from ._part import Part, RunContext, Snapshot
 
@@ -89,9 +88,7 @@ class Reconciler(Part):
             return await read_results(self.api, batch, set(ours.sample))
         except NotFoundError:
             pass
-        v = when_results_missing(archived=bool(batch.get("archived_at")), ended_at=parse_time(batch.get("ended_at")),
-                                 created_at=parse_time(batch.get("created_at")), now=self.clock(),
-                                 grace=self.s.results_grace, retention=self.s.retention)
+        v = missing_verdict(None, batch, self.s, self.clock())
         return None if v.action is Missing.WAIT else Results(missing=True)
 
     async def _apply(self, row: BatchRow, d: Decision, known: set[str]) -> None:
