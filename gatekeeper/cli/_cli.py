@@ -284,6 +284,7 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         allow_duplicate=args.allow_duplicate, resume_canceled=args.resume_canceled, preflight=not args.no_preflight,
         budget=args.budget, prime=not args.no_prime,
         token_sample=args.token_sample, journal=args.journal, job=args.job, lease_ttl=args.lease_ttl,
+        deadline=args.deadline, turnaround=args.turnaround, deadline_slack=args.deadline_slack,
     )
 
 

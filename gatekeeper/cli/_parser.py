@@ -53,6 +53,29 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _deadline(text: str) -> float:
+    """A deadline given on the command line, as wall seconds (a duration counts from now)."""
+    import time
+
+    from ..decide._deadline import parse_deadline
+
+    try:
+        return parse_deadline(text, time.time())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_deadline(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--deadline", type=_deadline, default=None, metavar="WHEN",
+                   help="finish by then: a duration from now (90m, 6h, 1h30m) or an ISO 8601 time (UTC without a zone); "
+                   "what the batch lane is projected to miss goes through the real-time Messages API at standard "
+                   "prices, paced on its rate limits (default: the batch lane only, no real-time call)")
+    p.add_argument("--turnaround", type=_positive_float, default=3600.0, metavar="SECONDS",
+                   help="how long a batch is expected to take until the job has seen one end (default 3600)")
+    p.add_argument("--deadline-slack", type=_positive_float, default=60.0, metavar="SECONDS",
+                   help="time kept in hand before the deadline (default 60)")
+
+
 def _percent(text: str) -> int:
     value = _positive_int(text)
     if value > 100:
@@ -152,6 +175,7 @@ def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_platform(p)
     p.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
                    help="processes that validate a file in parallel (default: 2 on two or more cores for files over 64 MB; 0: one process)")
+    _add_deadline(p)
     _add_json(p)
 
 
@@ -182,7 +206,8 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  "every valid request has a final result. Rerun the same command to resume.\n\n"
                  "State: INPUT.gatekeeper/ beside the input (or --state); results: STATE/results.jsonl (or --out).\n\n"
                  "Example usage:\n  gatekeeper submit big.jsonl\n  gatekeeper submit big.jsonl --dry-run\n"
-                 "  gatekeeper submit big.jsonl --json --interval 60 > summary.json")
+                 "  gatekeeper submit big.jsonl --json --interval 60 > summary.json\n"
+                 "  gatekeeper submit big.jsonl --deadline 6h --budget 200")
     p.add_argument("input", help="JSONL file of {custom_id, params} lines")
     _add_state(p)
     p.add_argument("--out", default=None, metavar="FILE", help="results file (default STATE/results.jsonl)")
@@ -218,6 +243,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="a job stopped by cancel sends the requests it never sent (without it, a rerun only collects)")
     p.add_argument("--allow-duplicate", action="store_true",
                    help="run even while another job with the same input and workspace is live in the --ledger")
+    _add_deadline(p)
     _add_max_rpm(p)
     _add_platform(p)
     p.add_argument("--dry-run", action="store_true", help="plan plus live headroom: what would go now and what would wait")

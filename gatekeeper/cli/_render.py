@@ -166,7 +166,12 @@ def render_summary(s: Summary) -> str:
                      f"cache write {u.get('cache_creation_input_tokens', 0):,} · cache read {u.get('cache_read_input_tokens', 0):,}")
     if s.caching:
         lines.append(caching_line(s.caching))
-    if s.cost_usd is not None:
+    rt = s.lanes.get("realtime")
+    if s.cost_usd is not None and rt:
+        b = s.lanes["batch"]
+        lines.append(f"cost        ~${s.cost_usd:,.2f}: batch lane {b['requests']:,} requests ~${b['cost_usd'] or 0:,.2f} "
+                     f"(batch prices) · real-time lane {rt['requests']:,} ~${rt['cost_usd'] or 0:,.2f} (standard prices)")
+    elif s.cost_usd is not None:
         lines.append(f"cost        ~${s.cost_usd:,.2f} at batch prices")
     else:
         lines.append("cost        unknown: a model that succeeded has no price (give --prices FILE)")
@@ -174,6 +179,15 @@ def render_summary(s: Summary) -> str:
         lines.append(f"budget      spent ${s.budget['spent'] or 0:,.2f} of ${s.budget['limit']:,.2f}; "
                      f"{s.budget['held_back']:,} requests not sent. Rerun with a higher --budget to continue "
                      "(nothing already sent is sent again)")
+    if rt:
+        lines.append(f"real time   {rt['moved']:,} request(s) moved for the deadline, {rt['calls']:,} call(s)"
+                     + (f"; {rt['possible_double_charges']:,} answer(s) lost on the wire or to a crash and sent again: "
+                        "possibly charged twice" if rt["possible_double_charges"] else ""))
+    if s.deadline is not None:
+        d = s.deadline
+        verdict = "met" if d["met"] else "MISSED" + (" (the budget kept work from the real-time lane)"
+                                                      if d["missed_for_budget"] else "")
+        lines.append(f"deadline    {d['at']}: {verdict}; finished {d['finished_at']}")
     if s.rebuilt:
         lines.append(f"rebuilt     {s.rebuilt['results']:,} results of {s.rebuilt['batches']:,} batches downloaded again into the "
                      f"output (unavailable: {s.rebuilt.get('unavailable', 0):,}); nothing resent")

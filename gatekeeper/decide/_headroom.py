@@ -38,6 +38,23 @@ def total_requests(batch: dict[str, Any]) -> int:
     return sum(v for v in counts.values() if isinstance(v, int) and not isinstance(v, bool))
 
 
+def model_limits(entries: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
+    """model -> (requests, input tokens, output tokens a minute) of the Admin API's `model_group` entries that give
+    all three (the group's type read from `group_type` or the newer `group.type`)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for e in entries:
+        g = e.get("group")
+        group: dict[str, Any] = g if isinstance(g, dict) else {}
+        if (e.get("group_type") or group.get("type")) != "model_group" or not isinstance(e.get("models"), list):
+            continue
+        limits = {str(x.get("type")): x.get("value") for x in e.get("limits") or [] if isinstance(x, dict)}
+        values = [limits.get(k) for k in ("requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute")]
+        if all(isinstance(v, int) and v > 0 for v in values):
+            for m in e["models"]:
+                out[str(m)] = (int(values[0]), int(values[1]), int(values[2]))  # type: ignore[arg-type]
+    return out
+
+
 def enqueued_ceiling(entries: Iterable[Any]) -> int | None:
     """The batch group's enqueued_batch_requests, or None when absent (never 0: that would read as a full queue)."""
     for entry in entries or ():

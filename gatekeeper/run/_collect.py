@@ -127,14 +127,15 @@ class Collector:
             if batch.get("archived_at") or not batch.get("results_url"):
                 return self._results_missing(row, batch)
             weigh = await self._to_weigh(row, snap)
-            start = self.journal.committed_output()
-            with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
-                s.before_commit = lambda: reached("before-results-commit")
-                s.committed = await self._write_results(row, batch, s, out, start, weigh)
-                if s.adopted and s.adopted[1] == "unproven" and not _grace_over(row, snap, self.s.reconcile_grace):
-                    # (rolled back: read again once a listing read the grace after our send shows no other batch
-                    # that could be ours; an adoption its usage proves is kept from its one download)
-                    raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another candidate")
+            async with self.ctx.write_lock:  # (the real-time lane commits between settlements, never inside one)
+                start = self.journal.committed_output()
+                with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
+                    s.before_commit = lambda: reached("before-results-commit")
+                    s.committed = await self._write_results(row, batch, s, out, start, weigh)
+                    if s.adopted and s.adopted[1] == "unproven" and not _grace_over(row, snap, self.s.reconcile_grace):
+                        # (rolled back: read again once a listing read the grace after our send shows no other batch
+                        # that could be ours; an adoption its usage proves is kept from its one download)
+                        raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another candidate")
         except NotFoundError:
             return self._results_missing(row, None)
         except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
@@ -206,7 +207,8 @@ class Collector:
         pos = start
         # Read once a batch, not once a line: with a journal on a server each read is a round trip.
         canceled = bool(self.journal.get_meta("user_canceled")) or row.idx in (self.journal.get_meta("canceled_batches") or [])
-        policy = (self._max_attempts(), canceled)
+        # (a batch canceled for the deadline: its canceled requests go real time, their attempt not spent)
+        policy = (self._max_attempts() + (row.idx in (self.journal.get_meta("deadline_canceled") or [])), canceled)
         async for cid, raw, obj in download:
             if download.lines % 2048 == 0:
                 self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later

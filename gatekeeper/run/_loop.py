@@ -34,9 +34,12 @@ from ..state._journal import BatchRow, BatchState, Journal
 from ..state._ledger import Ledger, LocalLedger
 from ..state._output import OutputFile
 from ._admit import Admitter
+from ._beside import beside
 from ._collect import Collector
+from ._deadline import DeadlineKeeper, deadline_of
 from ._part import Part, RunContext, Snapshot
 from ._prepare import Preparation
+from ._realtime import RealtimeLane
 from ._rebuild import Rebuilder
 from ._reconciler import Reconciler
 from ._settings import EventSink, SubmitSettings
@@ -78,12 +81,18 @@ class Job(Part):
         self.reconciler = Reconciler(self.ctx)
         self.collector = Collector(self.ctx, on_result=on_result)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
+        self.drained = anyio.Event()  # the real-time lane has nothing left: the wait for the next reading ends
+        self.lane = RealtimeLane(self.ctx, sleep=sleep, write_lock=self.ctx.write_lock, drained=self.drained,
+                                 on_result=on_result)
+        self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, deadline_of(settings, clock()), self.lane)
         self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
 
     async def prepare(self) -> None:
         """Read the ceiling; plan the input into the journal, or check it is the same input on resume."""
         ceiling, batch_size = await self.preparation.prepare()
         self.admitter.ceiling, self.admitter.batch_size = ceiling, batch_size
+        if self.keeper is not None:
+            self.lane.limits = self.preparation.realtime_limits
 
     # -- the loop -----------------------------------------------------------
 
@@ -93,15 +102,30 @@ class Job(Part):
             self.out.truncate_to(self.journal.committed_output())
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
             await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
+        if self.keeper is None and not self.journal.lane_open():
+            await self._loop()
+        else:
+            await beside(self._loop, self.lane.run)  # (a rerun without the deadline still finishes what moved)
+        return await self._finish()
+
+    async def _finish(self) -> Summary:
+        await self.ledger.release_all()
+        summary = self.summary()
+        self.emit("finished", summary.to_json())
+        return summary
+
+    async def _loop(self) -> None:
         while True:
             self._check_stop()
             snap = await self.observe()
             await self.cancel_live()
             await self.reconciler.reconcile(snap)
+            await self._steer(snap)
             # Admission before collection: downloading the batches that ended can take a while, and the room
             # they left is already in this reading; the queue stays full meanwhile.
             await self.admitter.admit_round(snap)
             await self.collector.collect_ended(snap)
+            await self._steer(snap)  # (what collection sent back for another attempt, before it forms a batch)
             self.form_retry_batches()
             if self.done():
                 break
@@ -109,10 +133,10 @@ class Job(Part):
             wait = reading_wait(self.readings, self.s.poll)
             self.progress(snap, wait)
             await self._wait(wait)
-        await self.ledger.release_all()
-        summary = self.summary()
-        self.emit("finished", summary.to_json())
-        return summary
+
+    async def _steer(self, snap: Snapshot) -> None:
+        if self.keeper is not None and not self.user_canceled and not self.admitter.budget_stopped:
+            await self.keeper.steer(snap)
 
     def _check_stop(self) -> None:
         if self.stop.is_set():
@@ -125,13 +149,22 @@ class Job(Part):
                 await self.stop.wait()
                 tg.cancel_scope.cancel()
 
+            async def drained() -> None:
+                await self.drained.wait()
+                tg.cancel_scope.cancel()
+
             tg.start_soon(stopper)
+            if self.journal.lane_open():
+                self.drained = self.lane.drained = anyio.Event()
+                tg.start_soon(drained)
             await self.sleep(max(0.0, seconds))
             tg.cancel_scope.cancel()
         self._check_stop()
 
     def done(self) -> bool:
         j = self.journal
+        if j.lane_open():
+            return False  # (the real-time lane's answers count only once committed)
         if self.user_canceled or self.admitter.budget_stopped:  # nothing new goes out; finish what is live
             return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
         return not j.count(BatchState.PLANNED, BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) \
@@ -216,4 +249,5 @@ class Job(Part):
         })
 
     def summary(self) -> Summary:
-        return summarize(self.journal, self.out.path, refusals=self.admitter.refusals, prices=self.prices, budget=self.s.budget)
+        return summarize(self.journal, self.out.path, refusals=self.admitter.refusals, prices=self.prices, budget=self.s.budget,
+                         deadline=None if self.keeper is None else self.keeper.deadline, finished_at=self.clock())

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
 
 from .._prices import PriceTable
 from ..api._client import ApiClient
@@ -40,6 +42,8 @@ class RunContext:
     clock: Callable[[], float]
     prices: PriceTable
     check_stop: Callable[[], None]  # raises Interrupted at a safe point once a stop was asked for
+    # held while the output and the journal take results: a batch's settlement, or the real-time lane's answers
+    write_lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
 class Part:

@@ -9,7 +9,7 @@ import socket
 import anyio
 
 from .._errors import DuplicateJob, InputError, JournalError, UsageError
-from ..api._queue import read_ceiling
+from ..api._queue import read_ceiling, read_model_limits
 from ..checks._preflight import plan_checked
 from ..decide._admission import batch_size_for
 from ..decide._priming import round_size
@@ -28,6 +28,7 @@ class Preparation(Part):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.ceiling: int | None = None
+        self.realtime_limits: dict[str, tuple[int, int, int]] = {}  # model -> (rpm, itpm, otpm), with a deadline
         self.batch_size = ctx.s.limits.max_requests
 
     async def prepare(self) -> tuple[int | None, int]:
@@ -35,6 +36,8 @@ class Preparation(Part):
         and the batch size the job runs with."""
         await self.api.list_page(limit=1)  # an unreachable API or a refused key stops us before anything is journaled
         self.ceiling, _, error = await read_ceiling(self.conn, self.s.ceiling)
+        if self.s.deadline is not None:
+            self.realtime_limits = await read_model_limits(self.conn)
         if error and self.ceiling is None:
             self.emit("ceiling_unknown", {"reason": error, "policy": "learn a bound from queue-full refusals"})
         if self.journal.initialized:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,11 @@ class SubmitSettings:
     journal: str | None = None  # None: SQLite in the state directory; "postgresql://...": a shared journal
     job: str | None = None  # the job's name in a shared journal; default: from the input's sha256 and the key
     lease_ttl: float = 60.0  # seconds a job's lease outlives its holder's last heartbeat (shared journal only)
+    # finish by then, the real-time lane taking what the batch lane is projected to miss (see _deadline): a duration
+    # ("90m", "6h"), an ISO 8601 time, a datetime or wall seconds; None: the batch lane only, no real-time call
+    deadline: str | float | datetime | None = None
+    turnaround: float = 3600.0  # seconds a batch is expected to take until this job has seen one end
+    deadline_slack: float = 60.0  # seconds kept in hand before the deadline
 
 
 def default_state_dir(input_path: str) -> Path:

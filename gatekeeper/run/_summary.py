@@ -48,10 +48,17 @@ class Summary:
     caching: dict[str, Any] | None = None
     # succeeded answers by why they stopped: end_turn, max_tokens (truncated), refusal (billed, no answer), ...
     stop_reasons: dict[str, int] = field(default_factory=dict)
+    # what each lane answered and cost: batch (half price) and, with a deadline, realtime (standard price), with the
+    # real-time lane's calls and possible double charges (answers lost on the wire or to a crash)
+    lanes: dict[str, Any] = field(default_factory=dict)
+    # the deadline (None: none given): when, when the job finished, whether it was met, and whether the budget
+    # stopped work moving to the real-time lane
+    deadline: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
-        return self.complete and self.invalid == 0 and self.succeeded == self.requests
+        met = self.deadline is None or bool(self.deadline.get("met"))
+        return self.complete and self.invalid == 0 and self.succeeded == self.requests and met
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,16 +69,18 @@ class Summary:
             "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
             "budget": self.budget, "estimate": self.estimate, "rebuilt": self.rebuilt, "job": self.job,
             "adoptions": self.adoptions, "canceled_job": self.canceled_job, "caching": self.caching,
-            "stop_reasons": self.stop_reasons,
+            "stop_reasons": self.stop_reasons, "lanes": self.lanes, "deadline": self.deadline,
         }
 
 
 def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTable | None = None,
-              budget: float | None = None) -> Summary:
+              budget: float | None = None, deadline: float | None = None, finished_at: float | None = None) -> Summary:
     report = j.get_meta("report") or {}
     t = j.totals()
     requests = int(report.get("requests", 0))
-    cost = _cost(t.usage_by_model, prices or load_prices())
+    table = prices or load_prices()
+    by_lane = lanes(j, table)
+    cost = spent_usd(j, table)
     held = j.held_back() if budget is not None else 0
     return Summary(
         requests=requests,
@@ -80,11 +89,11 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         errors=t.errors, stop_reasons=t.stop_reasons, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
         refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
         estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job, adoptions=adoptions(j),
-        canceled_job=canceled_job(j),
+        canceled_job=canceled_job(j), lanes=by_lane,
+        deadline=deadline_json(j, deadline, finished_at, complete=requests == t.final),
         pending=requests - t.final, complete=requests == t.final,
         usage=usage_json(t.usage),
-        cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report.get("caching"), priming(j),
-                                                prices or load_prices()),
+        cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report.get("caching"), priming(j), table),
         budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
                                             "held_back": held},
     )
@@ -147,8 +156,32 @@ def adoptions(j: Journal) -> dict[str, Any] | None:
 
 
 def spent_usd(j: Journal, prices: PriceTable) -> float | None:
-    """What the collected results cost at batch prices (one query: the budget asks before each create)."""
-    return _cost(j.usage_by_model(), prices)
+    """What the results committed so far cost: the batch lane's at batch prices, the real-time lane's at standard
+    prices (twice as much)."""
+    batch, realtime = _cost(j.usage_by_model(False), prices), _cost(j.usage_by_model(True), prices)
+    return None if batch is None or realtime is None else round(batch + realtime / BATCH_DISCOUNT, 6)
+
+
+def lanes(j: Journal, prices: PriceTable) -> dict[str, Any]:
+    """Requests each lane answered and what they cost; the real-time lane's calls and possible double charges."""
+    counts = j.lane_counts()
+    batch, realtime = _cost(j.usage_by_model(False), prices), _cost(j.usage_by_model(True), prices)
+    out: dict[str, Any] = {"batch": {"requests": counts["batch"], "cost_usd": batch}}
+    stats = j.lane_stats()
+    if stats["moved"]:
+        out["realtime"] = {"requests": counts["realtime"],
+                           "cost_usd": None if realtime is None else round(realtime / BATCH_DISCOUNT, 6), **stats}
+    return out
+
+
+def deadline_json(j: Journal, deadline: float | None, finished_at: float | None, *, complete: bool) -> dict[str, Any] | None:
+    if deadline is None:
+        return None
+    def iso(t: float | None) -> str | None:
+        return None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
+    met = complete and finished_at is not None and finished_at <= deadline
+    return {"at": iso(deadline), "finished_at": iso(finished_at), "met": met,
+            "missed_for_budget": bool(j.get_meta("deadline_for_budget")) and not met}
 
 
 def _cost(by_model: list[tuple[Any, ...]], prices: PriceTable) -> float | None:

@@ -36,6 +36,8 @@ from ._db import Db, PgDb, SqliteDb, pg_ddl, require_postgres, safe_url
 from ._lease import LeaseRecords
 from ._listed import ListedRecords
 from ._outcomes import OutcomeRecords
+from ._realtime import MIGRATION as REALTIME_MIGRATION
+from ._realtime import RealtimeRecords
 from ._records import RESULT_COLUMNS, BatchRow, BatchState, JobPlan, PendingRow, Totals
 
 __all__ = ["BatchRow", "BatchState", "JobPlan", "Journal", "PendingRow", "Settlement", "Totals", "open_job"]
@@ -117,6 +119,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- successes a user must be able to find
         ALTER TABLE results ADD COLUMN stop_reason TEXT
     """),
+    REALTIME_MIGRATION,
 ]
 # The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
 REGISTRY = """
@@ -176,7 +179,7 @@ def _pg_register(db: Db, job: str, schema: str) -> None:
     db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
 
 
-class Journal(LeaseRecords, OutcomeRecords, ListedRecords):
+class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
     """One job's journal: the only place that speaks SQL. Open with `Journal.open(state_dir)` (SQLite) or
     `Journal.open_shared(url, job, state_dir)` (PostgreSQL).
 
@@ -340,7 +343,8 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords):
 
     def in_flight_worst(self) -> float:
         """The worst case of every batch admitted and not yet collected (USD)."""
-        return float(self._one("SELECT COALESCE(SUM(worst_usd), 0) FROM batches WHERE state IN ('intent', 'created', 'ended')"))
+        return float(self._one("SELECT COALESCE(SUM(worst_usd), 0) FROM batches WHERE state IN ('intent', 'created', 'ended')")) \
+            + self.lane_worst()
 
     def held_back(self) -> int:
         """Requests not sent: in batches not yet created, and waiting for another attempt."""

@@ -49,6 +49,10 @@ class ListedRecords(JournalBase):
         return list(self.db.execute(
             'SELECT line, "offset", length, custom_id, attempt FROM members WHERE batch = ? ORDER BY line', (idx,)))
 
+    def pending_rows(self) -> list[tuple[int, int, int, str, int]]:
+        """(line, offset, length, custom_id, attempt) of every request waiting for another attempt, in line order."""
+        return list(self.db.execute('SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line'))
+
     def pending_count(self) -> int:
         return int(self._one("SELECT COUNT(*) FROM pending"))
 

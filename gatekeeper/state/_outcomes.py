@@ -79,13 +79,19 @@ class OutcomeRecords(JournalBase):
                 "SELECT stop_reason, COUNT(*) FROM results WHERE type = 'succeeded' GROUP BY stop_reason")},
         )
 
-    def usage_by_model(self) -> list[tuple[Any, ...]]:
+    def usage_by_model(self, realtime: bool | None = None) -> list[tuple[Any, ...]]:
         """(model, input, output, cache write, cache read, 1h cache write tokens) summed over the results that were billed: those
-        that succeeded, and those whose lines were lost and could not be downloaded again (still paid for)."""
+        that succeeded, and those whose lines were lost and could not be downloaded again (still paid for). `realtime`:
+        only the real-time lane's (True) or only the batch lane's (False)."""
+        lane = "" if realtime is None else " AND lane = 'realtime'" if realtime else " AND lane IS NULL"
         return [tuple(r) for r in self.db.execute(
             "SELECT model, SUM(input_tokens), SUM(output_tokens), SUM(cache_creation_tokens), SUM(cache_read_tokens), "
-            "COALESCE(SUM(cache_write_1h_tokens), 0) "
-            "FROM results WHERE model IS NOT NULL GROUP BY model")]
+            f"COALESCE(SUM(cache_write_1h_tokens), 0) FROM results WHERE model IS NOT NULL{lane} GROUP BY model")]
+
+    def lane_counts(self) -> dict[str, int]:
+        """Final results by the lane that gave them: "batch" and "realtime"."""
+        counts = dict(self.db.execute("SELECT COALESCE(lane, 'batch'), COUNT(*) FROM results GROUP BY COALESCE(lane, 'batch')"))
+        return {"batch": int(counts.get("batch", 0)), "realtime": int(counts.get("realtime", 0))}
 
     def result_types(self) -> set[str]:
         """Result types and error types present in the results (for checking a filter)."""

@@ -85,6 +85,21 @@ OutcomeRule = Callable[[str, str, int], "Outcome | None"]
 
 
 @dataclass
+class FakeRealtime:
+    """The real-time lane's limits (the same for every model) and roughness."""
+
+    rpm: int = 4_000
+    itpm: int = 2_000_000
+    otpm: int = 400_000
+    accel_window: float = 5.0  # real seconds
+    accel_factor: float = 2.0
+    accel_floor: float = 0.5  # share of a window's request limit a cold start may send at once
+    overloaded: float = 0.0  # share of calls answered 529
+    lost: float = 0.0  # share of calls processed and billed whose answer is dropped
+    latency: float = 0.02  # real seconds an answer takes
+
+
+@dataclass
 class FakeConfig:
     ceiling: int | None = 300_000  # enqueued_batch_requests; None: the Admin API has no batch group
     enforce_ceiling: int | None = None  # the ceiling creates are refused against (default: `ceiling`)
@@ -123,6 +138,7 @@ class FakeConfig:
     models_api: str = "ok"  # "ok"; "404" or "500": every Models API and count_tokens path answers so (a proxy without it)
     cache_wave: int | None = None  # requests of a batch processed concurrently (None: the whole batch at once)
     aws: FakeAws | None = None  # Claude Platform on AWS: SigV4 (or short-term keys) and a workspace header, no Admin API
+    realtime: FakeRealtime = field(default_factory=FakeRealtime)  # POST /v1/messages: its limits and roughness
     usage: str = "count"  # what a succeeded request is billed and reports against count_tokens (`billed_as`):
     # "count", "count-K", "scale:F", "const:N" or "none" (no usage reported); count_tokens is an estimate
     seed: int = 1
@@ -198,6 +214,7 @@ class Records:
     answered: dict[tuple[str, str], int] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # custom_id -> times it was processed
     tries: dict[tuple[str, str], int] = field(default_factory=dict)  # (custom_id, prompt digest) -> times processed
+    realtime: dict[str, int] = field(default_factory=dict)  # prompt digest -> times answered by POST /v1/messages
     wrong_origin_keys: int = 0  # requests that reached the signed results origin carrying a key
     bypass_calls: int = 0  # requests that went around the gateway to the API's own host
     rpm_refusals: int = 0  # 429s for the RPM limit
@@ -219,7 +236,9 @@ class Records:
         """What the fake received and answered, as `gatekeeper fake-api` prints it on exit."""
         return {"creates": self.creates, "requests": sum(self.tries.values()),
                 "succeeded": sum(self.answered.values()), "answered_twice": sum(1 for n in self.answered.values() if n > 1),
-                "refusals": len(self.refusals), "deepest_queue": self.max_depth}
+                "refusals": len(self.refusals), "deepest_queue": self.max_depth,
+                "realtime_answered": sum(self.realtime.values()),
+                "answered_in_both_lanes": len({d for _, d in self.answered} & set(self.realtime))}
 
     @property
     def succeeded_twice(self) -> int:

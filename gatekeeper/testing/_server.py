@@ -23,6 +23,7 @@ from .._errors import UsageError
 from ._aws import check
 from ._endpoints import _BatchEndpoints
 from ._model import FakeConfig, Organization
+from ._realtime import Lane, serve_message
 from ._wire import _BATCH_ENDPOINTS, Fault, _Faults, count_tokens, prompt_of
 
 __all__ = ["FakeAPI", "Fault", "count_tokens", "prompt_of"]
@@ -144,6 +145,9 @@ class _Handler(_BatchEndpoints):
         self._json(200, {"data": page, "has_more": start + limit < len(models),
                          "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None})
 
+    def _messages(self, workspace: str, _: str | None) -> None:
+        serve_message(self, workspace)
+
     def _count_tokens(self, workspace: str, _: str | None) -> None:
         if self._models_down():
             return
@@ -160,11 +164,13 @@ class _Handler(_BatchEndpoints):
 
     def _org_rate_limits(self) -> None:
         cfg = self.server.fake.config
+        rt = cfg.realtime
         entries: list[dict[str, Any]] = [{
-            "type": "rate_limit", "id": "rl_01ModelGroupOpus0000000", "group_type": "model_group",
-            "group": {"id": "rlg_01ModelGroupOpus000000", "type": "model_group", "display_name": "Claude Opus"},
-            "models": ["claude-opus-4-6"],
-            "limits": [{"type": "requests_per_minute", "value": 4000}, {"type": "input_tokens_per_minute", "value": 2000000}],
+            "type": "rate_limit", "id": "rl_01ModelGroupAll00000000", "group_type": "model_group",
+            "group": {"id": "rlg_01ModelGroupAll0000000", "type": "model_group", "display_name": "Every model"},
+            "models": [m.id for m in cfg.models],
+            "limits": [{"type": "requests_per_minute", "value": rt.rpm}, {"type": "input_tokens_per_minute", "value": rt.itpm},
+                       {"type": "output_tokens_per_minute", "value": rt.otpm}],
         }]
         if cfg.ceiling is not None:
             entries.append({
@@ -236,6 +242,7 @@ class FakeAPI:
         self.id_rng = random.Random(self.config.seed + 1)
         self.cut_results_after: int | None = None  # reset the next results stream midway (any value)
         self.rpm_calls: deque[float] = deque()
+        self.realtime = Lane(self.config.realtime)
         self._server = _listen(host, port, self)
         self._other: _Server | None = None
         if self.config.results_origin != "self" or self.config.results_redirect:

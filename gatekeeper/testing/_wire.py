@@ -288,6 +288,8 @@ class _Wire(BaseHTTPRequestHandler):
             return "model", path.removeprefix("/v1/models/")
         if path == "/v1/messages/count_tokens":
             return "count_tokens", None
+        if path == "/v1/messages" and self.command == "POST":
+            return "messages", None
         m = _WS_LIMITS.match(path)
         if m:
             return "workspace_rate_limits", m.group(1)

@@ -1,0 +1,127 @@
+"""One call to the real-time Messages API (`POST /v1/messages`), never retried here: the lane that sends it
+paces and retries (`decide._pacing`), and journals it first.
+
+The Messages API has no idempotency key, so how a call failed matters: a connection that never opened sent
+nothing (`UNSENT`); one that broke after the body left may have been processed and billed (`LOST`). A request
+the SDKs would refuse to send without streaming (it may run past ten minutes) is streamed, and its events are
+assembled into the same Message a plain call returns.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from .._errors import ApiError
+from ._client import ApiClient
+from ._http import _CONNECT_FAILURES, error_from_response
+from ._retry import parse_retry_after
+
+MESSAGE_TIMEOUT = httpx.Timeout(connect=15.0, read=600.0, write=120.0, pool=600.0)
+
+
+class Kind(str, enum.Enum):
+    ANSWERED = "answered"  # a Message
+    LIMITED = "limited"  # 429: wait `retry_after`
+    OVERLOADED = "overloaded"  # 529
+    SERVER = "server"  # another 5xx
+    REFUSED = "refused"  # another 4xx: the request itself is refused (final)
+    UNSENT = "unsent"  # the connection never opened: nothing left us
+    LOST = "lost"  # the body left us and no whole answer came back: it may have been processed
+
+
+@dataclass(frozen=True)
+class Call:
+    kind: Kind
+    headers: dict[str, str]
+    message: dict[str, Any] | None = None
+    error: ApiError | None = None
+    retry_after: float | None = None
+    detail: str = ""
+
+
+async def send_message(api: ApiClient, body: bytes, *, stream: bool) -> Call:
+    """One call with `body` (a Messages request's params, `stream` already set when it streams)."""
+    url = api._url("/v1/messages")
+    headers = api._headers(url, {"content-type": "application/json"}, method="POST", body=body)
+    if stream:
+        headers["accept"] = "text/event-stream"
+    try:
+        async with api.http.stream("POST", url, content=body, headers=headers, timeout=MESSAGE_TIMEOUT) as response:
+            api.reached = True
+            got = {k.lower(): v for k, v in response.headers.items()}
+            if response.status_code >= 300:
+                await response.aread()
+                return _failure(response, got, api)
+            message = await (_assemble(response.aiter_lines()) if stream else _whole(response))
+    except _CONNECT_FAILURES as exc:
+        return Call(Kind.UNSENT, {}, detail=type(exc).__name__)
+    except (httpx.TransportError, ValueError, KeyError) as exc:
+        return Call(Kind.LOST, {}, detail=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    return Call(Kind.ANSWERED, got, message)
+
+
+def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient) -> Call:
+    error = error_from_response(response, "messages", label=api.label, aws=api.on_aws)
+    status = response.status_code
+    kind = Kind.LIMITED if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 \
+        else Kind.REFUSED
+    return Call(kind, headers, error=error, retry_after=parse_retry_after(headers, time.time()), detail=str(error))
+
+
+async def _whole(response: httpx.Response) -> dict[str, Any]:
+    message = orjson.loads(await response.aread())
+    if not isinstance(message, dict) or message.get("type") != "message":
+        raise ValueError("the answer is not a Message")
+    return message
+
+
+async def _assemble(lines: AsyncIterator[str]) -> dict[str, Any]:
+    """A Message from its server-sent events: `message_start`, each content block's start, deltas and stop, the
+    `message_delta` (stop reason, final usage) and `message_stop`. An error event, or a stream that ends before
+    `message_stop`, is a lost answer (ValueError)."""
+    message: dict[str, Any] | None = None
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, str] = {}  # index -> a tool_use block's input JSON, as its pieces come
+    async for line in lines:
+        if not line.startswith("data:"):
+            continue
+        event = orjson.loads(line[5:].strip())
+        kind = event.get("type")
+        if kind == "message_start":
+            message = dict(event["message"])
+        elif kind == "content_block_start":
+            blocks[int(event["index"])] = dict(event["content_block"])
+        elif kind == "content_block_delta":
+            _apply(blocks[int(event["index"])], event["delta"], partial, int(event["index"]))
+        elif kind == "content_block_stop" and int(event["index"]) in partial:
+            blocks[int(event["index"])]["input"] = orjson.loads(partial.pop(int(event["index"])) or "{}")
+        elif kind == "message_delta" and message is not None:
+            message.update({k: v for k, v in event.get("delta", {}).items()})
+            message["usage"] = {**message.get("usage", {}), **event.get("usage", {})}
+        elif kind == "message_stop" and message is not None:
+            message["content"] = [blocks[i] for i in sorted(blocks)]
+            return message
+        elif kind == "error":
+            raise ValueError(f"the stream ended with an error: {event.get('error')}")
+    raise ValueError("the stream ended before message_stop")
+
+
+def _apply(block: dict[str, Any], delta: dict[str, Any], partial: dict[int, str], index: int) -> None:
+    kind = delta.get("type")
+    if kind == "text_delta":
+        block["text"] = block.get("text", "") + delta.get("text", "")
+    elif kind == "input_json_delta":
+        partial[index] = partial.get(index, "") + delta.get("partial_json", "")
+    elif kind == "thinking_delta":
+        block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+    elif kind == "signature_delta":
+        block["signature"] = delta.get("signature", "")
+    elif kind == "citations_delta":
+        block.setdefault("citations", []).append(delta.get("citation"))

@@ -1,0 +1,141 @@
+"""A deadline: when the batch lane is projected to miss it, which work moves to the real-time lane. Pure.
+
+A live batch's finish is projected from its progress: `elapsed / done share` after its creation once any request
+is done; before that, the job's observed turnaround (the median of its ended batches' creation-to-end times, or
+`prior` before any ended), and never sooner than twice the time it has already waited with nothing done. Work
+not yet in a batch (batches not created, requests waiting for another attempt) is projected at now plus the
+turnaround.
+
+Work moves when its projected finish is later than the last moment it could still move and finish by the
+deadline: the deadline less `SLACK` less the real-time lane's own time for it (the requests already queued there
+first, then this work, at the rate the lane's limits sustain). The latest-projected work is weighed first, so a
+batch lane that will make the deadline is never bypassed, and each move counts against the lane's time for the
+next. A live batch that moves is canceled; its requests reach the real-time lane only once it has ended (its
+succeeded results are kept).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+PRIOR_TURNAROUND = 3600.0  # seconds: "most batches finish within an hour", until this job has seen one end
+SLACK = 60.0  # seconds kept in hand: a reading's delay, a cancel's delay, the last answers' latency
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
+
+
+def resolve_deadline(value: str | float | dt.datetime, now: float) -> float:
+    """A deadline setting as wall seconds (`parse_deadline` for text); ValueError when it has passed."""
+    if isinstance(value, str):
+        return parse_deadline(value, now)
+    at = (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp() if isinstance(value, dt.datetime) \
+        else float(value)
+    if at <= now:
+        raise ValueError("the deadline has already passed")
+    return at
+
+
+def parse_deadline(text: str, now: float) -> float:
+    """A deadline as wall seconds: a duration from `now` (`90m`, `6h`, `1h30m`, `45s`) or an ISO 8601 time (a time
+    without a zone is UTC). ValueError naming the form when it is neither, or when it has passed."""
+    m = _DURATION.match(text)
+    if m and any(m.groups()):
+        h, mins, s = (float(g) if g else 0.0 for g in m.groups())
+        at = now + h * 3600 + mins * 60 + s
+    else:
+        try:
+            when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"deadline {text!r} is neither a duration (90m, 6h, 1h30m) nor an ISO 8601 time") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        at = when.timestamp()
+    if at <= now:
+        raise ValueError(f"deadline {text!r} has already passed")
+    return at
+
+
+@dataclass(frozen=True)
+class LiveBatch:
+    idx: int
+    requests: int  # in the batch
+    created: float  # wall seconds
+    done: int  # requests processed so far (succeeded, errored, canceled, expired)
+
+
+@dataclass(frozen=True)
+class Held:
+    """Work not in any live batch: a batch not yet created (`idx`), or the requests waiting for another attempt
+    (`idx` None)."""
+
+    idx: int | None
+    requests: int
+
+
+@dataclass(frozen=True)
+class Moves:
+    cancel: tuple[int, ...] = ()  # live batches to cancel (their unfinished requests move once they end)
+    move: tuple[int, ...] = ()  # batches not yet created whose requests move now
+    move_pending: bool = False  # requests waiting for another attempt move instead of a new batch
+    projected: dict[int, float] = field(default_factory=dict)  # each live batch's projected finish
+
+    @property
+    def any(self) -> bool:
+        return bool(self.cancel or self.move or self.move_pending)
+
+
+def turnaround(ended: Sequence[tuple[float, float]], prior: float = PRIOR_TURNAROUND, waited: float = 0.0) -> float:
+    """The job's batch turnaround: the median (created, ended) span of its ended batches, else `prior`; and never
+    less than `waited`, the longest any of its batches has gone with nothing done (live, or canceled for the
+    deadline): a lane that has stalled that long is not expected to turn a batch around sooner."""
+    spans = [e - c for c, e in ended if e >= c]
+    return max(statistics.median(spans) if spans else prior, waited)
+
+
+def project(b: LiveBatch, now: float, turn: float) -> float:
+    """When a live batch is expected to end."""
+    elapsed = max(0.0, now - b.created)
+    if b.done >= b.requests:
+        return now
+    if b.done > 0:
+        return b.created + elapsed * b.requests / b.done
+    return b.created + max(turn, 2 * elapsed)
+
+
+def stalled_for(b: LiveBatch, now: float) -> float:
+    """How long a batch has gone with nothing done (0 once anything is)."""
+    return max(0.0, now - b.created) if b.done == 0 else 0.0
+
+
+def moves(*, now: float, deadline: float, live: Sequence[LiveBatch], held: Sequence[Held], turn: float,
+          lane_time: Callable[[float], float], queued: int, slack: float = SLACK) -> Moves:
+    """What moves to the real-time lane now (see the module docstring). `lane_time(n)`: the real-time lane's
+    seconds for n of this job's requests; `queued`: requests already waiting in it."""
+    items: list[tuple[float, int, str, int | None]] = [(project(b, now, turn), b.requests - b.done, "live", b.idx)
+                                                       for b in live]
+    items += [(now + turn, h.requests, "held", h.idx) for h in held if h.requests > 0]
+    backlog = float(queued)
+    cancel: list[int] = []
+    move: list[int] = []
+    pending = False
+    for finish, n, kind, idx in sorted(items, key=lambda i: -i[0]):
+        last_chance = deadline - slack - lane_time(backlog + n)
+        if finish <= last_chance:
+            continue
+        backlog += n
+        if idx is None:
+            pending = True
+        elif kind == "live":
+            cancel.append(idx)
+        else:
+            move.append(idx)
+    return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live})
+
+
+def batch_alone(*, requests: int, rounds: int, turn: float, window: float) -> bool:
+    """`plan --deadline`: whether `rounds` waves of batches (the queue's ceiling admits one at a time) at the
+    turnaround fit the window."""
+    return requests == 0 or rounds * turn + SLACK <= window

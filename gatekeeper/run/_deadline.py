@@ -1,0 +1,156 @@
+"""Keeping a deadline: each reading, what the batch lane is projected not to finish in time moves to the real-time
+lane (`decide._deadline` decides; this part acts, and journals each step).
+
+A batch not yet created moves whole; a live batch is canceled, and its unfinished requests come back (once it has
+ended and its results are collected) as requests waiting for another attempt; those move instead of forming a new
+batch. With a budget, a move is made only when the real-time lane's worst case (the standard price, twice the
+batch price) fits what is left of it: the budget wins over the deadline, and a deadline missed for it is said so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .._errors import UsageError
+from .._prices import BATCH_DISCOUNT
+from ..decide._budget import answering_models, request_worst
+from ..decide._deadline import Held, LiveBatch, Moves, moves, resolve_deadline, stalled_for, turnaround
+from ..decide._headroom import parse_time
+from ..decide._pacing import Cost
+from ..state._journal import BatchRow, BatchState
+from ._inputs import read_at
+from ._part import Part, RunContext, Snapshot
+from ._realtime import BYTES_PER_TOKEN_BOUND, RealtimeLane
+from ._settings import SubmitSettings
+from ._summary import spent_usd
+
+DONE_COUNTS = ("succeeded", "errored", "canceled", "expired")
+
+
+def deadline_of(s: SubmitSettings, now: float) -> float:
+    """The run's deadline as wall seconds; a setting error when it cannot be read or has passed."""
+    assert s.deadline is not None
+    try:
+        return resolve_deadline(s.deadline, now)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc), setting="deadline") from None
+
+
+class DeadlineKeeper(Part):
+    """Moves work to the real-time lane when the batch lane is projected to miss the deadline."""
+
+    def __init__(self, ctx: RunContext, deadline: float, lane: RealtimeLane) -> None:
+        super().__init__(ctx)
+        self.deadline = deadline
+        self.lane = lane
+        self.stalled = 0.0  # the longest any of this run's batches has gone with nothing done (seconds)
+        self.sampled = False
+
+    def _sample(self, n: int = 50) -> None:
+        """The lane's projections start from this job's own requests: the mean cost of its first few."""
+        self.sampled = True
+        rows = self.journal.batches()
+        costs = []
+        for _, _, body, _ in self._requests_of(rows[0]) if rows else ():
+            costs.append(Cost(int(len(body) / BYTES_PER_TOKEN_BOUND), int(orjson.loads(body)["params"]["max_tokens"])))
+            if len(costs) >= n:
+                break
+        if costs and not self.lane.sent:
+            self.lane.mean_cost = Cost(sum(c.input for c in costs) // len(costs), sum(c.output for c in costs) // len(costs))
+
+    async def steer(self, snap: Snapshot) -> None:
+        if not self.sampled:
+            self._sample()
+        m = self.decide(snap)
+        if not m.any:
+            return
+        for idx in m.cancel:
+            await self._cancel(self.journal.batch(idx))
+        for idx in m.move:
+            self._move_planned(self.journal.batch(idx))
+        if m.move_pending and self.journal.pending_count():
+            worst = self._worst_pending()
+            if worst is not None:
+                n = self.journal.move_pending(worst)
+                self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": self.deadline})
+        self.lane.wake.set()
+
+    def decide(self, snap: Snapshot) -> Moves:
+        j = self.journal
+        canceled = set(j.get_meta("deadline_canceled") or [])
+        live = [LiveBatch(r.idx, r.requests, parse_time(r.created_at) or snap.at, _done(snap.listed.get(r.batch_id or "")))
+                for r in j.batches(BatchState.CREATED) if r.idx not in canceled]
+        # (a create whose outcome is unknown may hold its requests: it is neither moved nor counted as movable)
+        held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.pending_count())]
+        ended = [(parse_time(r.created_at), parse_time(r.ended_at)) for r in j.batches(BatchState.ENDED, BatchState.COLLECTED)
+                 if r.idx not in canceled]
+        now = self.clock()
+        self.stalled = max([self.stalled, *(stalled_for(b, now) for b in live)])
+        turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.s.turnaround, self.stalled)
+        return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.seconds_for,
+                     queued=j.lane_open(), slack=self.s.deadline_slack)
+
+    async def _cancel(self, row: BatchRow) -> None:
+        if self._refused_by_budget(self._worst(self._requests_of(row)), row.requests):
+            return
+        status = await self.api.cancel_if_running(str(row.batch_id))
+        self.journal.set_meta("deadline_canceled", sorted({*(self.journal.get_meta("deadline_canceled") or []), row.idx}),
+                              "deadline_cancel", batch=row.idx, id=row.batch_id)
+        self.emit("deadline_cancel", {"batch": row.idx, "id": row.batch_id, "status": status,
+                                      "why": "projected to end after the deadline; its unfinished requests go real time"})
+
+    def _move_planned(self, row: BatchRow) -> None:
+        rows = [(line, off, len(body), _cid(body), attempt) for line, off, body, attempt in self._requests_of(row)]
+        worst = [self._one_worst(read_at(self.path, off, n), line) for line, off, n, _, _ in rows]
+        if self._refused_by_budget(sum(worst), len(rows)):
+            return
+        n = self.journal.move_planned(row.idx, rows, worst)
+        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": self.deadline})
+
+    def _worst_pending(self) -> dict[int, float] | None:
+        pending = self.journal.pending_rows()
+        worst = {line: self._one_worst(read_at(self.path, off, n), line) for line, off, n, _, _ in pending}
+        return None if self._refused_by_budget(sum(worst.values()), len(pending)) else worst
+
+    def _worst(self, requests: Any) -> float:
+        return sum(self._one_worst(body, line) for line, _, body, _ in requests)
+
+    def _one_worst(self, body: bytes, line: int) -> float:
+        """A request's worst case in the real-time lane: at standard prices (the batch price's double)."""
+        if self.s.budget is None:
+            return 0.0
+        params = orjson.loads(body)["params"]
+        rates = []
+        for model in answering_models(params):
+            r = self.prices.rates(model)
+            if r is None:
+                raise UsageError(f"a budget needs a price for every model; none is known for {model} (line {line})",
+                                 setting="prices")
+            rates.append(r)
+        return request_worst(len(body), params["max_tokens"], rates, hour_write=b'"1h"' in body) / BATCH_DISCOUNT
+
+    def _refused_by_budget(self, worst: float, requests: int) -> bool:
+        """Whether the budget forbids moving work whose real-time worst case is `worst` (said once, and recorded)."""
+        if self.s.budget is None:
+            return False
+        spent = spent_usd(self.journal, self.prices) or 0.0
+        if spent + self.journal.in_flight_worst() + worst <= self.s.budget:
+            return False
+        if not self.journal.get_meta("deadline_for_budget"):
+            self.journal.set_meta("deadline_for_budget", True, "deadline_for_budget", requests=requests, worst_usd=worst)
+            self.emit("deadline_for_budget", {"requests": requests, "worst_usd": round(worst, 6), "budget": self.s.budget,
+                                              "why": "the real-time lane's worst case would pass the budget: the "
+                                                     "deadline may be missed"})
+        return True
+
+
+def _done(batch: dict[str, Any] | None) -> int:
+    counts = (batch or {}).get("request_counts") or {}
+    return sum(int(counts.get(k) or 0) for k in DONE_COUNTS)
+
+
+def _cid(body: bytes) -> str:
+    return str(orjson.loads(body)["custom_id"])
+

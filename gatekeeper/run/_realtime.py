@@ -1,0 +1,208 @@
+"""The real-time lane of a run with a deadline: the requests moved to it, sent through the Messages API at the
+pace its rate limits allow (`decide._pacing`), each call journaled before it is sent and each answer committed
+(output and journal together) before it counts.
+
+It runs beside the batch loop and only ever takes requests the journal has moved to it (`state._realtime`), so a
+request is answered in one lane only. A call whose answer is lost (on the wire, or to a crash) may have been
+processed, as the Messages API has no idempotency key: it is sent once more, counted, and reported as a possible
+double charge; lost a second time, the request ends errored `gatekeeper_answer_lost`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import orjson
+
+from ..api._messages import Call, Kind, send_message
+from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, RAMP_START, Cost, Pace, lane_seconds, must_stream
+from ..decide._settle import errored_line, stop_of, usage_of
+from ..state._realtime import Answer, LaneRow
+from ._beside import first_error
+from ._inputs import read_at
+from ._part import Part, RunContext
+
+ANSWER_LOST = "gatekeeper_answer_lost"
+MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored
+IN_FLIGHT = 64  # calls out at once at most (the pace decides the rate; this bounds memory and sockets)
+TELL_EVERY = 5.0  # seconds between the lane's progress events
+BYTES_PER_TOKEN_BOUND = 3.0  # a call's input charged up front at one token per 3 bytes, corrected by its usage
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class RealtimeLane(Part):
+    """Sends the requests the journal moved to the real-time lane, until canceled."""
+
+    def __init__(self, ctx: RunContext, *, sleep: Sleep, write_lock: anyio.Lock, drained: anyio.Event,
+                 on_result: Callable[[str, dict[str, Any]], None] | None = None, rand: Callable[[], float] = random.random,
+                 limits: dict[str, tuple[int, int, int]] | None = None) -> None:
+        super().__init__(ctx)
+        self.sleep, self.write_lock, self.drained, self.on_result, self.rand = sleep, write_lock, drained, on_result, rand
+        self.paces: dict[str, Pace] = {}
+        self.limits = limits or {}  # model -> (rpm, itpm, otpm) from the Admin API, when a key could read them
+        self.out_now: set[int] = set()  # lines with a call out
+        self.answers: list[tuple[Answer, dict[str, Any]]] = []
+        self.wake = anyio.Event()
+        self.mean_cost = Cost(1000, 1024)  # until requests are sent: a guess the keeper replaces from the input
+        self.sent = 0
+        self.answered = 0  # answers committed by this run
+        self.told_at = 0.0
+
+    def pace(self, model: str) -> Pace:
+        if model not in self.paces:
+            p = Pace(self.clock())
+            if model in self.limits:
+                rpm, itpm, otpm = self.limits[model]
+                p.observe({"anthropic-ratelimit-requests-limit": str(rpm), "anthropic-ratelimit-requests-remaining": str(rpm),
+                           "anthropic-ratelimit-input-tokens-limit": str(itpm),
+                           "anthropic-ratelimit-input-tokens-remaining": str(itpm),
+                           "anthropic-ratelimit-output-tokens-limit": str(otpm),
+                           "anthropic-ratelimit-output-tokens-remaining": str(otpm)}, self.clock())
+            self.paces[model] = p
+        return self.paces[model]
+
+    def per_second(self) -> float:
+        """Requests a second the lane sustains for this job's requests (the slowest model's limits)."""
+        if not self.paces:
+            rpm, itpm, otpm = min(self.limits.values(), default=(DEFAULT_RPM, DEFAULT_ITPM, DEFAULT_OTPM))
+            c = self.mean_cost
+            return min(rpm / 60, itpm / 60 / max(1, c.input), otpm / 60 / max(1, c.output))
+        return min(p.per_second(self.mean_cost) for p in self.paces.values())
+
+    def seconds_for(self, n: float) -> float:
+        """Seconds the lane needs for `n` of this job's requests, from where its ramp stands."""
+        ramp = min((p.ramp for p in self.paces.values()), default=RAMP_START)
+        return lane_seconds(n, self.per_second(), ramp)
+
+    # -- the lane -------------------------------------------------------------
+
+    async def run(self) -> None:
+        lost = self.journal.lane_resume()
+        if lost:
+            self.emit("realtime_unknown", {"requests": lost, "policy": "sent again; counted as possible double charges"})
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._committer)
+                await self._dispatch(tg)
+        except BaseExceptionGroup as group:
+            raise first_error(group) from None
+
+    async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
+        limiter = anyio.Semaphore(IN_FLIGHT)
+        while True:
+            rows = self.journal.lane_rows(IN_FLIGHT, self.out_now)
+            if not rows:
+                if not self.out_now and not self.answers:
+                    self.drained.set()
+                await self._idle()
+                continue
+            for row in rows:
+                await self._go(tg, limiter, row)
+
+    async def _idle(self) -> None:
+        with anyio.move_on_after(0.5):
+            await self.wake.wait()
+        self.wake = anyio.Event()
+
+    async def _go(self, tg: anyio.abc.TaskGroup, limiter: anyio.Semaphore, row: LaneRow) -> None:
+        """Wait for the pace, journal the call, and send it in its own task."""
+        params = orjson.loads(read_at(self.path, row.offset, row.length))["params"]
+        model, max_tokens = str(params.get("model")), int(params.get("max_tokens") or 1)
+        cost = Cost(int(row.length / BYTES_PER_TOKEN_BOUND), max_tokens)
+        self._costs(cost)
+        pace = self.pace(model)
+        while (wait := pace.wait(cost, self.clock())) > 0:
+            await self.sleep(min(wait, 5.0))
+        await limiter.acquire()
+        pace.sent(cost, self.clock())
+        self.journal.lane_sending(row.line)
+        self.out_now.add(row.line)
+        stream = must_stream(max_tokens)
+        body = orjson.dumps({**params, "stream": True} if stream else params)
+        tg.start_soon(self._call, row, body, stream, pace, cost, limiter)
+
+    def _costs(self, cost: Cost) -> None:
+        """The mean cost of the requests sent, for the lane's projections (a running mean)."""
+        self.sent += 1
+        m = self.mean_cost
+        self.mean_cost = Cost(m.input + (cost.input - m.input) // self.sent, m.output + (cost.output - m.output) // self.sent)
+
+    async def _call(self, row: LaneRow, body: bytes, stream: bool, pace: Pace, cost: Cost,
+                    limiter: anyio.Semaphore) -> None:
+        try:
+            call = await send_message(self.api, body, stream=stream)
+            self._weigh(row, call, pace, cost)
+        finally:
+            limiter.release()
+
+    def _weigh(self, row: LaneRow, call: Call, pace: Pace, cost: Cost) -> None:
+        """What one call's outcome means: an answer to commit, or the request waits for another call."""
+        now = self.clock()
+        if call.kind is Kind.ANSWERED:
+            assert call.message is not None
+            result = {"type": "succeeded", "message": call.message}
+            usage = usage_of(result)
+            pace.answered(call.headers, cost, (usage[1] + usage[3], usage[2]), now)
+            return self._final(row, result, "succeeded", None, usage, stop_of(result))
+        if call.kind is Kind.LIMITED:
+            pace.refused(call.headers, call.retry_after, now)
+            self.emit("realtime_limited", {"custom_id": row.custom_id, "retry_after": call.retry_after, "why": call.detail})
+        elif call.kind is Kind.REFUSED:
+            pace.observe(call.headers, now)
+            et = call.error.error_type if call.error is not None and call.error.error_type else "invalid_request_error"
+            raw = orjson.loads(errored_line(row.custom_id, et, call.detail))["result"]
+            return self._final(row, raw, "errored", et, (None, 0, 0, 0, 0, 0), None)
+        else:
+            pace.failed(now, self.rand(), overloaded=call.kind is Kind.OVERLOADED)
+        if call.kind is Kind.LOST and row.lost >= 1:
+            raw = orjson.loads(errored_line(row.custom_id, ANSWER_LOST, "its answer was lost twice; it may have been "
+                                            "processed (and billed) twice: not sent again"))["result"]
+            return self._final(row, raw, "errored", ANSWER_LOST, (None, 0, 0, 0, 0, 0), None)
+        if call.kind not in (Kind.LIMITED, Kind.UNSENT) and row.calls + 1 >= MAX_CALLS:
+            raw = orjson.loads(errored_line(row.custom_id, "api_error", f"{MAX_CALLS} calls failed: {call.detail}"))["result"]
+            return self._final(row, raw, "errored", "api_error", (None, 0, 0, 0, 0, 0), None)
+        self.journal.lane_again(row.line, lost=call.kind is Kind.LOST)
+        if call.kind is Kind.LOST:
+            self.emit("realtime_lost", {"custom_id": row.custom_id, "why": call.detail,
+                                        "policy": "sent once more; counted as a possible double charge"})
+        self.out_now.discard(row.line)
+        self.wake.set()
+
+    def _final(self, row: LaneRow, result: dict[str, Any], kind: str, error_type: str | None,
+               usage: tuple[str | None, int, int, int, int, int], stop: str | None) -> None:
+        raw = orjson.dumps({"custom_id": row.custom_id, "result": result})
+        self.answers.append((Answer(row.line, row.custom_id, raw, kind, error_type, usage, stop), result))
+        self.wake.set()
+
+    async def _committer(self) -> None:
+        """Commit the answers that came in, together, under the run's write lock (a batch's settlement holds it)."""
+        while True:
+            if not self.answers:
+                await self._idle()
+                continue
+            async with self.write_lock:
+                self.commit()
+
+    def commit(self) -> None:
+        answers, self.answers = self.answers, []
+        start = self.journal.committed_output()
+        with self.out.appending(start) as out:
+            for a, _ in answers:
+                out.write(a.raw + b"\n")
+        try:
+            self.journal.lane_commit([a for a, _ in answers], start, self.journal.lane_group())
+        except BaseException:
+            self.out.truncate_to(start)
+            raise
+        for a, result in answers:
+            self.out_now.discard(a.line)
+            if self.on_result is not None:
+                self.on_result(a.custom_id, result)
+        self.answered += len(answers)
+        if self.clock() - self.told_at >= TELL_EVERY or not self.journal.lane_open():
+            self.told_at = self.clock()
+            self.emit("realtime_answered", {"requests": self.answered, "left": self.journal.lane_open()})

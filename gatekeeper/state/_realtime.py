@@ -1,0 +1,139 @@
+"""The real-time lane's records: the requests moved to it, each call journaled before it is sent, and each answer
+committed with the output's new length before it counts.
+
+A row's state: `queued` (waiting for a call), `sent` (a call is out; a run that finds one on resume cannot know
+whether it was processed, so it is counted as a possible double charge and sent again), `answered` (its result
+is in the output and the results table, with its line kept here: the output can be rebuilt from the journal, as
+a batch's is from the API). A request is moved here only from where no batch can still answer it: a batch never
+created, or the requests waiting for another attempt (a canceled batch's come through there once it has ended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from ._journal_base import JournalBase
+
+MIGRATION = ("0009_realtime", """
+    -- the real-time lane: requests moved to it (never in a live batch), each call journaled before it is sent
+    CREATE TABLE realtime (line INTEGER PRIMARY KEY, "offset" INTEGER NOT NULL, length INTEGER NOT NULL,
+        custom_id TEXT NOT NULL, attempt INTEGER NOT NULL, state TEXT NOT NULL, calls INTEGER NOT NULL DEFAULT 0,
+        lost INTEGER NOT NULL DEFAULT 0, worst_usd REAL, raw BLOB);
+    CREATE INDEX realtime_state ON realtime (state);
+    -- the lane that answered a final result: NULL the batch lane, 'realtime' the Messages API
+    ALTER TABLE results ADD COLUMN lane TEXT
+""")
+
+
+class LaneRow(NamedTuple):
+    line: int
+    offset: int
+    length: int
+    custom_id: str
+    attempt: int
+    lost: int  # calls whose answer was lost (on the wire, or to a crash)
+    calls: int
+
+
+class Answer(NamedTuple):
+    """A final result of the real-time lane, to commit: its output line and what it was billed."""
+
+    line: int
+    custom_id: str
+    raw: bytes
+    type: str
+    error_type: str | None
+    usage: tuple[str | None, int, int, int, int, int]
+    stop_reason: str | None
+
+
+class RealtimeRecords(JournalBase):
+    """Moving work to the real-time lane, and journaling its calls and answers."""
+
+    def move_planned(self, idx: int, rows: Iterable[tuple[int, int, int, str, int]], worst: list[float]) -> int:
+        """A batch never created goes to the real-time lane whole, in one transaction: its requests
+        (line, offset, length, custom_id, attempt) are queued, the batch is gone. The requests moved."""
+        rows = list(rows)
+        with self.transaction() as db:
+            if db.execute("SELECT state FROM batches WHERE idx = ?", (idx,)).fetchone()[0] != "planned":
+                return 0  # (never one already sent)
+            db.executemany('INSERT INTO realtime (line, "offset", length, custom_id, attempt, state, worst_usd) '
+                           "VALUES (?, ?, ?, ?, ?, 'queued', ?)", [(*r, w) for r, w in zip(rows, worst, strict=True)])
+            db.execute("DELETE FROM members WHERE batch = ?", (idx,))
+            db.execute("DELETE FROM batches WHERE idx = ?", (idx,))
+            self._event(db, "to_realtime", idx, requests=len(rows), source="planned")
+        return len(rows)
+
+    def move_pending(self, worst: dict[int, float]) -> int:
+        """Every request waiting for another attempt goes to the real-time lane instead of a new batch."""
+        with self.transaction() as db:
+            rows = list(db.execute('SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line'))
+            db.executemany('INSERT INTO realtime (line, "offset", length, custom_id, attempt, state, worst_usd) '
+                           "VALUES (?, ?, ?, ?, ?, 'queued', ?)", [(*r, worst.get(r[0])) for r in rows])
+            db.execute("DELETE FROM pending")
+            self._event(db, "to_realtime", requests=len(rows), source="retry")
+        return len(rows)
+
+    def lane_rows(self, limit: int, skip: Iterable[int] = ()) -> list[LaneRow]:
+        """Requests waiting for a call, in line order (`skip`: those with a call out)."""
+        out = self.db.execute('SELECT line, "offset", length, custom_id, attempt, lost, calls FROM realtime '
+                              "WHERE state = 'queued' ORDER BY line LIMIT ?", (limit + len(set(skip)),))
+        skipped = set(skip)
+        return [LaneRow(*r) for r in out if r[0] not in skipped][:limit]
+
+    def lane_resume(self) -> int:
+        """On resume: calls a crash left out may have been processed; each is counted and sent again."""
+        with self.transaction() as db:
+            n = int(db.execute("SELECT COUNT(*) FROM realtime WHERE state = 'sent'").fetchone()[0])
+            if n:
+                db.execute("UPDATE realtime SET state = 'queued', lost = lost + 1 WHERE state = 'sent'")
+                self._event(db, "realtime_unknown", requests=n, why="a call was out when the last run stopped")
+        return n
+
+    def lane_sending(self, line: int) -> None:
+        """Before a call's first byte: from here its outcome is unknown until answered."""
+        with self.transaction() as db:
+            db.execute("UPDATE realtime SET state = 'sent', calls = calls + 1 WHERE line = ?", (line,))
+
+    def lane_again(self, line: int, *, lost: bool) -> None:
+        """The call will be made again (`lost`: its answer was lost, so it may have been processed: counted)."""
+        with self.transaction() as db:
+            db.execute("UPDATE realtime SET state = 'queued', lost = lost + ? WHERE line = ?", (int(lost), line))
+
+    def lane_commit(self, answers: list[Answer], start: int, group: int) -> int:
+        """Answers, with the output's new length, in one transaction (the output holds their lines from `start`);
+        the new length. `group` (negative) stands for their batch: their lines are contiguous, as a batch's are."""
+        pos = start
+        rows = []
+        for a in answers:
+            rows.append((a.line, a.custom_id, a.type, a.error_type, 1, pos, len(a.raw) + 1, *a.usage[:5], group,
+                         a.usage[5], a.stop_reason, "realtime"))
+            pos += len(a.raw) + 1
+        with self.transaction() as db:
+            db.executemany("INSERT INTO results (line, custom_id, type, error_type, attempts, out_offset, out_len, model, "
+                           "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, batch, "
+                           "cache_write_1h_tokens, stop_reason, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           rows)
+            db.executemany("UPDATE realtime SET state = 'answered', raw = ? WHERE line = ?", [(a.raw, a.line) for a in answers])
+            self._set_meta(db, "output_committed", pos)
+        return pos
+
+    def lane_group(self) -> int:
+        """The next negative stand-in batch number for a commit of real-time answers."""
+        return int(self._one("SELECT COALESCE(MIN(batch), 0) - 1 FROM results WHERE batch < 0"))
+
+    def lane_raw(self, line: int) -> bytes:
+        return bytes(self._one("SELECT raw FROM realtime WHERE line = ?", line))
+
+    def lane_open(self) -> int:
+        """Requests in the real-time lane without a final result."""
+        return int(self._one("SELECT COUNT(*) FROM realtime WHERE state != 'answered'"))
+
+    def lane_worst(self) -> float:
+        return float(self._one("SELECT COALESCE(SUM(worst_usd), 0) FROM realtime WHERE state != 'answered'"))
+
+    def lane_stats(self) -> dict[str, Any]:
+        moved, calls, lost = self.db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(calls), 0), COALESCE(SUM(lost), 0) FROM realtime").fetchone()
+        return {"moved": int(moved), "calls": int(calls), "possible_double_charges": int(lost)}

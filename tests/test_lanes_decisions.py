@@ -1,0 +1,247 @@
+"""The deadline's and the real-time lane's pure decisions, table by table: reading a deadline, projecting a batch,
+what moves, the lane's time, the pace against the rate-limit headers, the Admin API's model limits, streaming."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import orjson
+import pytest
+
+from gatekeeper.api._messages import _assemble
+from gatekeeper.decide._deadline import (
+    Held,
+    LiveBatch,
+    batch_alone,
+    moves,
+    parse_deadline,
+    project,
+    resolve_deadline,
+    turnaround,
+)
+from gatekeeper.decide._headroom import model_limits
+from gatekeeper.decide._pacing import RAMP_START, Cost, Pace, lane_seconds, must_stream
+
+NOW = 1_790_000_000.0
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("90m", NOW + 5400), ("6h", NOW + 21600), ("1h30m", NOW + 5400), ("45s", NOW + 45), ("1.5h", NOW + 5400),
+    ("2027-01-15T06:00:00Z", dt.datetime(2027, 1, 15, 6, tzinfo=dt.UTC).timestamp()),
+    ("2027-01-15T06:00:00", dt.datetime(2027, 1, 15, 6, tzinfo=dt.UTC).timestamp()),  # no zone: UTC
+    ("2027-01-15T07:00:00+01:00", dt.datetime(2027, 1, 15, 6, tzinfo=dt.UTC).timestamp()),
+])
+def test_a_deadline_is_a_duration_or_an_iso_time(text: str, expected: float) -> None:
+    assert parse_deadline(text, NOW) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("tomorrow", "neither a duration"), ("", "neither a duration"), ("6x", "neither a duration"),
+    ("2020-01-01T00:00:00Z", "already passed"),
+])
+def test_a_deadline_that_cannot_be_kept_is_refused_by_name(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        parse_deadline(text, NOW)
+
+
+def test_a_deadline_setting_may_be_a_datetime_or_seconds() -> None:
+    at = dt.datetime(2027, 1, 15, 6, tzinfo=dt.UTC)
+    assert resolve_deadline(at, NOW) == at.timestamp()
+    assert resolve_deadline(NOW + 10, NOW) == NOW + 10
+    with pytest.raises(ValueError, match="passed"):
+        resolve_deadline(NOW - 1, NOW)
+
+
+@pytest.mark.parametrize(("batch", "turn", "expected"), [
+    (LiveBatch(0, 100, NOW - 600, 50), 3600, NOW + 600),  # half done in 10 minutes: 10 more
+    (LiveBatch(0, 100, NOW - 600, 100), 3600, NOW),  # all done
+    (LiveBatch(0, 100, NOW - 600, 0), 3600, NOW + 3000),  # nothing done yet: the turnaround
+    (LiveBatch(0, 100, NOW - 3000, 0), 1000, NOW + 3000),  # nothing done past it: twice what it has waited
+    (LiveBatch(0, 100, NOW - 100, 1), 60, NOW + 9900),  # crawling: 1% in 100 s
+])
+def test_a_live_batch_is_projected_from_its_progress(batch: LiveBatch, turn: float, expected: float) -> None:
+    assert project(batch, NOW, turn) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("ended", "prior", "waited", "expected"), [
+    ([], 3600, 0, 3600), ([(0, 100), (0, 300), (0, 200)], 3600, 0, 200), ([(0, 100)], 3600, 500, 500),
+    ([(100, 50)], 3600, 0, 3600),  # (an end before the creation is not a turnaround)
+])
+def test_turnaround_is_the_median_and_never_less_than_a_stall(ended: list[tuple[float, float]], prior: float,
+                                                               waited: float, expected: float) -> None:
+    assert turnaround(ended, prior, waited) == expected
+
+
+def per_second(rate: float):  # noqa: ANN201 - a lane at a constant rate, no ramp
+    return lambda n: n / rate
+
+
+@pytest.mark.parametrize(("live", "held", "turn", "queued", "expected"), [
+    # a healthy lane: everything projected well inside the deadline stays
+    ([LiveBatch(0, 1000, NOW - 60, 500)], [Held(1, 1000)], 120, 0, ((), (), False)),
+    # a stalled live batch past its last chance is canceled; the batch not created moves
+    ([LiveBatch(0, 1000, NOW - 3500, 0)], [Held(1, 1000)], 3000, 0, ((0,), (1,), False)),
+    # a crawl: 10% in 30 minutes will not make it; the one not yet created would (turnaround 10 min) but the
+    # lane's time for the crawl's 900 comes first
+    ([LiveBatch(0, 1000, NOW - 1800, 100)], [Held(1, 100)], 600, 0, ((0,), (), False)),
+    # requests waiting for another attempt near the deadline move instead of forming a batch
+    ([], [Held(None, 500)], 3500, 0, ((), (), True)),
+    # what is queued in the lane already delays the rest: with 3,000 queued, a batch that would otherwise stay moves
+    ([], [Held(1, 100)], 2000, 3000, ((), (1,), False)),
+    ([], [Held(1, 100)], 2000, 0, ((), (), False)),
+])
+def test_what_moves_to_the_real_time_lane(live: list[LiveBatch], held: list[Held], turn: float, queued: int,
+                                          expected: tuple[tuple[int, ...], tuple[int, ...], bool]) -> None:
+    m = moves(now=NOW, deadline=NOW + 3600, live=live, held=held, turn=turn, lane_time=per_second(2.0), queued=queued,
+              slack=60)
+    assert (m.cancel, m.move, m.move_pending) == expected
+
+
+def test_a_batch_lane_that_will_make_it_is_never_bypassed_even_when_the_rest_moves() -> None:
+    live = [LiveBatch(0, 100, NOW - 60, 90), LiveBatch(1, 100, NOW - 3500, 0)]
+    m = moves(now=NOW, deadline=NOW + 3600, live=live, held=[], turn=3000, lane_time=per_second(1.0), queued=0, slack=60)
+    assert m.cancel == (1,) and m.projected[0] < NOW + 60
+
+
+@pytest.mark.parametrize(("n", "rate", "ramp", "expected"), [
+    (0, 10, RAMP_START, 0.0), (100, 10, 1.0, 10.0),
+    (10, 10, 0.25, 4.0),  # inside the first step: 2.5 a second
+    (100, 10, 0.25, 5 + 5 + 5 + (100 - 12.5 - 18.75 - 28.125) / 8.4375),  # three steps, then the fourth's pace
+])
+def test_the_lane_needs_time_to_ramp(n: float, rate: float, ramp: float, expected: float) -> None:
+    assert lane_seconds(n, rate, ramp) == pytest.approx(expected)
+
+
+def test_batch_alone_counts_waves_of_the_turnaround() -> None:
+    assert batch_alone(requests=10, rounds=2, turn=1000, window=2100)
+    assert not batch_alone(requests=10, rounds=3, turn=1000, window=2100)
+    assert batch_alone(requests=0, rounds=9, turn=1000, window=1)
+
+
+def headers(rpm: int, rem: int, itpm: int, irem: int, otpm: int, orem: int) -> dict[str, str]:
+    h = {}
+    for axis, limit, left in (("requests", rpm, rem), ("input-tokens", itpm, irem), ("output-tokens", otpm, orem)):
+        h[f"anthropic-ratelimit-{axis}-limit"] = str(limit)
+        h[f"anthropic-ratelimit-{axis}-remaining"] = str(left)
+    return h
+
+
+def test_the_pace_is_spread_and_ramps() -> None:
+    p = Pace(0.0)
+    p.observe(headers(600, 600, 1_000_000, 1_000_000, 100_000, 100_000), 0.0)
+    cost = Cost(100, 100)
+    # 600 RPM held as 10 a second; at the ramp's quarter each request takes four of them: 2.5 a second
+    sent, t = 0, 0.0
+    while t < 4.0:
+        w = p.wait(cost, t)
+        if w == 0:
+            p.sent(cost, t)
+            sent += 1
+        t += 0.01
+    assert 9 <= sent <= 13
+    assert p.wait(cost, 20.0) == 0 and p.ramp > RAMP_START  # grown with time without a 429
+
+
+def test_headers_never_raise_the_level_and_tokens_are_taken_at_the_rounding_low_side() -> None:
+    p = Pace(0.0)
+    p.observe(headers(1000, 1000, 100_000, 3000, 50_000, 50_000), 0.0)
+    assert p.input.level == 2500  # "3000" may be 2,500 rounded up
+    p.observe(headers(1000, 1000, 100_000, 90_000, 50_000, 50_000), 0.0)
+    assert p.input.level == 2500  # a later header never raises what we hold
+    assert p.wait(Cost(10_000, 10), 0.0) > 0
+
+
+def test_output_is_charged_at_max_tokens_and_given_back_after() -> None:
+    p = Pace(0.0)
+    p.observe(headers(1000, 1000, 100_000, 100_000, 10_000, 10_000), 0.0)
+    cost = Cost(1000, 4000)
+    p.sent(cost, 0.0)
+    assert (p.input.level, p.output.level) == (29_000, 4000)  # (a header never raises the level a lane starts at)
+    p.answered({}, cost, (200, 12), 0.0)  # billed 200 input (the rest read from the cache), 12 output
+    assert (p.input.level, p.output.level) == (29_800, 7988)
+
+
+@pytest.mark.parametrize(("retry_after", "reset_in", "expected"), [(7.0, None, 7.0), (600.0, None, 600.0),
+                                                                    (None, 30, 30.0), (None, None, 1.0)])
+def test_a_429_is_obeyed_whatever_its_length(retry_after: float | None, reset_in: int | None, expected: float) -> None:
+    now = 1_800_000_000.0
+    h = {}
+    if reset_in is not None:
+        h["anthropic-ratelimit-requests-reset"] = dt.datetime.fromtimestamp(now + reset_in, dt.UTC).isoformat()
+    p = Pace(now)
+    p.ramp = 0.5
+    p.refused(h, retry_after, now)
+    assert p.paused_until - now == pytest.approx(expected, abs=1)
+    assert p.ramp == 0.25 and p.limited == 1
+    assert p.wait(Cost(1, 1), now) == pytest.approx(expected, abs=1)
+
+
+def test_failures_back_off_exponentially_and_529_harder() -> None:
+    p, q = Pace(0.0), Pace(0.0)
+    waits = [p.failed(0.0, 0.0) for _ in range(4)]
+    assert waits == [0.5, 1.0, 2.0, 4.0]
+    assert q.failed(0.0, 0.0, overloaded=True) == 2.0
+    p.answered({}, Cost(1, 1), None, 0.0)
+    assert p.failed(0.0, 0.0) == 0.5  # an answer resets the exponent
+
+
+@pytest.mark.parametrize(("max_tokens", "stream"), [(1024, False), (21_333, False), (21_334, True), (64_000, True)])
+def test_requests_that_may_run_past_ten_minutes_are_streamed(max_tokens: int, stream: bool) -> None:
+    assert must_stream(max_tokens) is stream
+
+
+def test_model_limits_come_from_the_model_groups_that_give_all_three() -> None:
+    entries = [
+        {"group_type": "model_group", "models": ["a", "b"], "limits": [
+            {"type": "requests_per_minute", "value": 50}, {"type": "input_tokens_per_minute", "value": 30000},
+            {"type": "output_tokens_per_minute", "value": 8000}]},
+        {"group": {"type": "model_group"}, "models": ["c"], "limits": [
+            {"type": "requests_per_minute", "value": 4000}, {"type": "input_tokens_per_minute", "value": 2000000},
+            {"type": "output_tokens_per_minute", "value": 400000}]},
+        {"group_type": "model_group", "models": ["d"], "limits": [{"type": "requests_per_minute", "value": 5}]},
+        {"group_type": "batch", "models": None, "limits": [{"type": "enqueued_batch_requests", "value": 1}]},
+    ]
+    assert model_limits(entries) == {"a": (50, 30000, 8000), "b": (50, 30000, 8000), "c": (4000, 2000000, 400000)}
+
+
+def sse(*events: dict[str, object]) -> list[str]:
+    out = []
+    for e in events:
+        out += [f"event: {e['type']}", "data: " + orjson.dumps(e).decode(), ""]
+    return out
+
+
+async def lines(items: list[str]):  # noqa: ANN201
+    for line in items:
+        yield line
+
+
+@pytest.mark.anyio
+async def test_a_stream_is_assembled_into_the_same_message() -> None:
+    start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": None,
+             "usage": {"input_tokens": 10, "output_tokens": 1}}
+    events = sse(
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"a": '}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "1}"}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "ping"},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 9}},
+        {"type": "message_stop"},
+    )
+    m = await _assemble(lines(events))
+    assert m["content"] == [{"type": "text", "text": "Hello"}, {"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1}}]
+    assert m["stop_reason"] == "tool_use" and m["usage"] == {"input_tokens": 10, "output_tokens": 9}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tail", [[], [{"type": "error", "error": {"type": "overloaded_error"}}]])
+async def test_a_stream_cut_short_is_a_lost_answer(tail: list[dict[str, object]]) -> None:
+    events = sse({"type": "message_start", "message": {"type": "message", "content": []}}, *tail)
+    with pytest.raises(ValueError, match="stream ended"):
+        await _assemble(lines(events))
