@@ -4,6 +4,7 @@ what moves, the lane's time, the pace against the rate-limit headers, the Admin 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 import pytest
@@ -72,7 +73,8 @@ def test_turnaround_is_the_median_and_never_less_than_a_stall(ended: list[tuple[
     assert turnaround(ended, prior, waited) == expected
 
 
-def per_second(rate: float):  # noqa: ANN201 - a lane at a constant rate, no ramp
+def per_second(rate: float) -> Callable[[float], float]:
+    """A lane at a constant rate, no ramp."""
     return lambda n: n / rate
 
 
@@ -211,7 +213,7 @@ def sse(*events: dict[str, object]) -> list[str]:
     return out
 
 
-async def lines(items: list[str]):  # noqa: ANN201
+async def lines(items: list[str]) -> AsyncIterator[str]:
     for line in items:
         yield line
 

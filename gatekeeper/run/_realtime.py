@@ -22,6 +22,7 @@ from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, RAMP_START
 from ..decide._settle import errored_line, stop_of, usage_of
 from ..state._realtime import Answer, LaneRow
 from ._beside import first_error
+from ._checkpoints import reached
 from ._inputs import read_at
 from ._part import Part, RunContext
 
@@ -135,6 +136,7 @@ class RealtimeLane(Part):
                     limiter: anyio.Semaphore) -> None:
         try:
             call = await send_message(self.api, body, stream=stream)
+            reached("realtime-answered")
             self._weigh(row, call, pace, cost)
         finally:
             limiter.release()
@@ -193,6 +195,7 @@ class RealtimeLane(Part):
         with self.out.appending(start) as out:
             for a, _ in answers:
                 out.write(a.raw + b"\n")
+        reached("realtime-before-commit")
         try:
             self.journal.lane_commit([a for a, _ in answers], start, self.journal.lane_group())
         except BaseException:

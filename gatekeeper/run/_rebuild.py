@@ -83,6 +83,12 @@ class Rebuilder:
 
     async def _batch(self, batch: int | None, pos: int) -> int:
         rows = self.journal.batch_results(batch)
+        if batch is not None and batch < 0:  # (answers of the real-time lane: the journal keeps their lines)
+            with self.out.appending(pos) as f:
+                for r in rows:
+                    pos = self._place(f, pos, r, (self.journal.lane_raw(r[0]) + b"\n", False))
+            self.counts["batches"] += 1
+            return pos
         own = self.journal.batch_error_types(batch)
         row = self.journal.batch(batch) if batch is not None else None
         lines: Spooled | None = None  # None: the API no longer has them (or, before migration 0005, no batch is known)

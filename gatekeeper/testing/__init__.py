@@ -8,8 +8,8 @@
 """
 
 from ._aws import FakeAws
-from ._model import DEFAULT_MODELS, FakeConfig, FakeModel, Outcome, Records
+from ._model import DEFAULT_MODELS, FakeConfig, FakeModel, FakeRealtime, Outcome, Records
 from ._server import FakeAPI, Fault, count_tokens, prompt_of
 
-__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeModel", "Fault", "Outcome", "Records", "count_tokens",
-           "prompt_of"]
+__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeModel", "FakeRealtime", "Fault", "Outcome", "Records",
+           "count_tokens", "prompt_of"]

@@ -1,0 +1,206 @@
+"""`--deadline` end to end: the CLI and the library over real HTTP against the fake, whose batch lane stalls,
+crawls or runs well and whose real-time lane paces, refuses, overloads and loses answers as the real one may."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_sync
+from gatekeeper.cli._render import render_summary
+from gatekeeper.run._summary import Summary
+from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
+from tests.fakes import WS1, env_for, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import events, gk, output_ids
+
+FAST = ["--interval", "0.1", "--max-rpm", "60000", "--reconcile-grace", "1", "--max-requests", "20", "--json"]
+TIGHT = ["--turnaround", "2", "--deadline-slack", "2"]
+RT = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000)
+
+
+def _input(tmp_path: Path, n: int = 40, **params: object) -> tuple[Path, set[str]]:
+    items: list = [req(f"q{i:04d}", text=f"question {i}", **params) for i in range(n)]
+    return write_jsonl(tmp_path / "in.jsonl", items), {f"q{i:04d}" for i in range(n)}
+
+
+def _out(path: Path) -> Path:
+    return Path(str(path) + ".gatekeeper") / "results.jsonl"
+
+
+def assert_one_lane_each(fake: FakeAPI, out: Path, expected: set[str], *, doubles: int = 0) -> None:
+    """Every request has one line; none answered by both lanes; none answered twice in the real-time lane beyond
+    the `doubles` reported as possible double charges."""
+    ids = output_ids(out)
+    assert len(ids) == len(set(ids)) and set(ids) == expected
+    records = fake.org.records
+    batch_digests = {d for _, d in records.answered}
+    assert not batch_digests & set(records.realtime), "a request was answered in both lanes"
+    assert sum(1 for n in records.answered.values() if n > 1) == 0
+    assert sum(n - 1 for n in records.realtime.values()) == doubles
+
+
+def test_a_stalled_batch_lane_finishes_in_real_time_by_the_deadline(tmp_path: Path) -> None:
+    path, expected = _input(tmp_path)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        done = gk(["submit", str(path), "--deadline", "15s", *TIGHT, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        s = orjson.loads(done.stdout)
+        assert s["succeeded"] == 40 and s["deadline"]["met"] is True
+        assert s["lanes"]["realtime"]["requests"] == 40 and s["lanes"]["batch"]["requests"] == 0
+        # real time costs twice the batch price: the same tokens at standard prices
+        assert s["lanes"]["realtime"]["cost_usd"] == s["cost_usd"] > 0
+        canceled = [e for e in events(done.stderr) if e["event"] == "deadline_cancel"]
+        assert len(canceled) == 2  # the two live batches, canceled once each
+        assert_one_lane_each(fake, _out(path), expected)
+        lane = fake.realtime.records
+        assert lane.calls == 40 and lane.limited + lane.accelerated == 0  # paced under the limits, ramped
+        first = [line for line in _out(path).read_bytes().splitlines()][0]
+        assert orjson.loads(first)["result"]["message"]["usage"]["service_tier"] == "standard"
+
+
+def test_a_lost_output_is_rebuilt_with_the_real_time_answers(tmp_path: Path) -> None:
+    """The real-time lane's answers cannot be downloaded again: the journal keeps their lines, and a rerun whose
+    output is gone writes them back, with the batch lane's downloaded again, and sends nothing."""
+    path, expected = _input(tmp_path, 60)
+    with running_fake(rate=1.5, realtime=RT) as fake:
+        done = gk(["submit", str(path), "--deadline", "12s", *TIGHT, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        before = _out(path).read_bytes()
+        _out(path).unlink()
+        calls = fake.realtime.records.calls
+        again = gk(["submit", str(path), "--deadline", "12s", *TIGHT, *FAST], env_for(fake))
+        assert again.returncode == 0, again.stderr
+        assert _out(path).read_bytes() == before and set(output_ids(_out(path))) == expected
+        assert fake.realtime.records.calls == calls and orjson.loads(again.stdout)["rebuilt"]["results"] == 60
+
+
+def test_a_crawling_batch_lane_is_split_between_the_lanes(tmp_path: Path) -> None:
+    path, expected = _input(tmp_path, 60)
+    with running_fake(rate=1.5, realtime=RT) as fake:
+        done = gk(["submit", str(path), "--deadline", "12s", *TIGHT, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        s = orjson.loads(done.stdout)
+        lanes = s["lanes"]
+        assert lanes["batch"]["requests"] > 0 and lanes["realtime"]["requests"] > 0
+        assert lanes["batch"]["requests"] + lanes["realtime"]["requests"] == 60 == s["succeeded"]
+        assert s["deadline"]["met"] is True
+        assert_one_lane_each(fake, _out(path), expected)
+
+
+def test_a_healthy_batch_lane_makes_no_real_time_call(tmp_path: Path) -> None:
+    path, expected = _input(tmp_path)
+    with running_fake(rate=4000.0, realtime=RT) as fake:
+        done = gk(["submit", str(path), "--deadline", "3h", *FAST], env_for(fake))  # (the default turnaround is 1 h)
+        assert done.returncode == 0, done.stderr
+        s = orjson.loads(done.stdout)
+        assert s["deadline"]["met"] is True and "realtime" not in s["lanes"]
+        assert fake.realtime.records.calls == 0 and fake.org.records.requests_seen.get("messages", 0) == 0
+        assert set(output_ids(_out(path))) == expected
+
+
+def test_without_a_deadline_no_real_time_call_is_ever_made(tmp_path: Path) -> None:
+    path, _ = _input(tmp_path, 10)
+    with running_fake(rate=4000.0) as fake:
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0 and orjson.loads(done.stdout)["deadline"] is None
+        assert fake.org.records.requests_seen.get("messages", 0) == 0
+
+
+@pytest.mark.parametrize("point", ["realtime-answered:5", "realtime-before-commit:2"])
+def test_sigkill_during_real_time_calls_then_rerun(tmp_path: Path, point: str) -> None:
+    """Killed with calls out or answers uncommitted: the rerun sends those again, counts each as a possible double
+    charge, and every request ends with one line, never answered by both lanes."""
+    path, expected = _input(tmp_path)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        crashed = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake), crash_at=point)
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        done = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        s = orjson.loads(done.stdout)
+        doubles = s["lanes"]["realtime"]["possible_double_charges"]
+        assert doubles >= 1 and s["succeeded"] == 40
+        answered_twice = sum(n - 1 for n in fake.org.records.realtime.values())
+        assert answered_twice <= doubles  # (a call out when killed may not have reached the fake)
+        ids = output_ids(_out(path))
+        assert len(ids) == len(set(ids)) and set(ids) == expected
+        assert not {d for _, d in fake.org.records.answered} & set(fake.org.records.realtime)
+
+
+def test_the_budget_wins_over_the_deadline(tmp_path: Path) -> None:
+    """A budget the real-time lane's worst case would pass: nothing moves, the batch lane finishes late, and the
+    summary says the deadline was missed for the budget (exit 1)."""
+    path, expected = _input(tmp_path, 20)
+    with running_fake(rate=2.5, realtime=RT) as fake:
+        done = gk(["submit", str(path), "--deadline", "4s", "--budget", "0.005", *TIGHT, *FAST], env_for(fake))
+        assert done.returncode == 1, done.stderr
+        s = orjson.loads(done.stdout)
+        assert s["succeeded"] == 20 and s["deadline"] == {**s["deadline"], "met": False, "missed_for_budget": True}
+        assert fake.realtime.records.calls == 0
+        assert any(e["event"] == "deadline_for_budget" for e in events(done.stderr))
+        assert set(output_ids(_out(path))) == expected
+        human = render_summary(Summary(**s))
+        assert "MISSED (the budget kept work from the real-time lane)" in human
+
+
+def test_a_429_storm_is_ridden_out_on_retry_after(tmp_path: Path) -> None:
+    path, expected = _input(tmp_path, 20)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        fake.inject(Fault("messages", status=429, retry_after="1", error_type="rate_limit_error", times=6,
+                          message="This request would exceed your organization's rate limit of 6,000 requests per minute"))
+        done = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        limited = [e for e in events(done.stderr) if e["event"] == "realtime_limited"]
+        assert len(limited) == 6 and all(e["retry_after"] == 1.0 for e in limited)
+        assert_one_lane_each(fake, _out(path), expected)
+
+
+def test_overloaded_and_lost_answers_are_retried_and_lost_ones_counted(tmp_path: Path) -> None:
+    path, expected = _input(tmp_path, 30)
+    rough = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, overloaded=0.1, lost=0.1)
+    with running_fake(rate=0.0, realtime=rough) as fake:
+        done = gk(["submit", str(path), "--deadline", "25s", *TIGHT, *FAST], env_for(fake))
+        s = orjson.loads(done.stdout)
+        lane = fake.realtime.records
+        assert lane.overloaded >= 2 and lane.lost >= 2
+        # a request whose answer was lost twice ends errored (exit 1), never sent a third time
+        lost_twice = s["errors"].get("gatekeeper_answer_lost", 0)
+        assert done.returncode == (1 if lost_twice else 0) and s["succeeded"] + lost_twice == 30
+        doubles = s["lanes"]["realtime"]["possible_double_charges"]
+        assert doubles + lost_twice == lane.lost
+        assert_one_lane_each(fake, _out(path), expected, doubles=doubles)
+
+
+def test_requests_that_may_run_past_ten_minutes_are_streamed(tmp_path: Path) -> None:
+    path, expected = _input(tmp_path, 6, max_tokens=30_000)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        done = gk(["submit", str(path), "--deadline", "15s", *TIGHT, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr
+        assert fake.realtime.records.streamed == 6
+        lines = [orjson.loads(line) for line in _out(path).read_bytes().splitlines()]
+        assert all(x["result"]["message"]["content"][0]["text"] for x in lines)
+        assert {x["custom_id"] for x in lines} == expected
+
+
+def test_the_library_takes_a_deadline(tmp_path: Path) -> None:
+    path, expected = _input(tmp_path, 20)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        config = ApiConfig(base_url=fake.url, workspace_keys=[Secret(WS1)], admin_key=Secret("test-admin-key"))
+        summary = submit_sync(str(path), config=config, settings=SubmitSettings(
+            deadline="15s", turnaround=2, deadline_slack=2, poll=0.1, max_rpm=60000))
+        assert summary.ok and summary.deadline is not None and summary.deadline["met"]
+        assert summary.lanes["realtime"]["requests"] == 20
+        assert_one_lane_each(fake, _out(path), expected)
+
+
+def test_a_deadline_that_cannot_be_read_is_a_usage_error(tmp_path: Path) -> None:
+    path, _ = _input(tmp_path, 2)
+    with running_fake() as fake:
+        bad = gk(["submit", str(path), "--deadline", "tomorrow"], env_for(fake))
+        assert bad.returncode == 2 and "neither a duration" in bad.stderr and "Traceback" not in bad.stderr
+        config = ApiConfig(base_url=fake.url, workspace_keys=[Secret(WS1)])
+        with pytest.raises(UsageError, match="already passed"):
+            submit_sync(str(path), config=config, settings=SubmitSettings(deadline="2020-01-01T00:00:00Z"))
