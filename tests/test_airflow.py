@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from gatekeeper import ApiConfig, Secret, SubmitSettings, submit_sync
 from gatekeeper.testing import FakeAPI
 from tests.fakes import ADMIN, WS1, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once
+from tests.runs import assert_exactly_once, output_ids
 
 if not os.environ.get("CI"):
     pytest.importorskip("airflow", reason="Airflow is the `airflow` extra: pip install -e '.[airflow]'")
@@ -284,6 +285,31 @@ def test_not_deferrable_runs_the_same_loop_on_the_worker_and_delivers_to_object_
     assert_exactly_once(fake, job / "results.jsonl", ids)
     assert target.read_bytes() == (job / "results.jsonl").read_bytes() and summary["output"].endswith("results.jsonl")
     assert (summary["succeeded"], again["succeeded"], summary["ok"]) == (40, 40, True)
+
+
+def test_a_deadline_on_the_operator_is_resolved_once_and_moves_a_stalled_job_to_real_time(
+        tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`deadline` is templated and resolved when the task prepares the job (the trigger keeps the same moment); a
+    batch lane that cannot make it sends the job through the real-time lane, and the XCom says which lane did what."""
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+    from gatekeeper.airflow._job import JobSpec
+
+    ids = {f"d-{i}" for i in range(12)}
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c, text=c) for c in sorted(ids)])
+    with running_fake(ceiling=1000, rate=0.0) as fake:  # (a stalled batch lane)
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        op = GatekeeperSubmitOperator(task_id="d", input_path=str(path), deferrable=False, poll_interval=0.1,
+                                      state_dir=str(tmp_path / "s"), deadline="10m")
+        spec = op._job_spec(ApiConfig(workspace_keys=[Secret(WS1)]))
+        assert spec.deadline is not None and abs(spec.deadline - (time.time() + 600)) < 5
+        assert JobSpec(**json.loads(json.dumps(spec.to_kwargs()))).deadline == spec.deadline
+        summary = op.execute({})
+    assert summary["lanes"] == {"batch": 0, "realtime": 12} and summary["deadline_met"] is True and summary["ok"]
+    assert set(output_ids(Path(summary["state_dir"]) / "results.jsonl")) == ids
+    with pytest.raises(Exception, match="deadline='someday'"):
+        GatekeeperSubmitOperator(task_id="x", input_path=str(path), deadline="someday")._job_spec(
+            ApiConfig(workspace_keys=[Secret(WS1)]))
 
 
 def test_the_example_dag_loads(airflow_home: Path) -> None:

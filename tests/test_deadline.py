@@ -204,3 +204,19 @@ def test_a_deadline_that_cannot_be_read_is_a_usage_error(tmp_path: Path) -> None
         config = ApiConfig(base_url=fake.url, workspace_keys=[Secret(WS1)])
         with pytest.raises(UsageError, match="already passed"):
             submit_sync(str(path), config=config, settings=SubmitSettings(deadline="2020-01-01T00:00:00Z"))
+
+
+def test_plan_says_whether_the_batch_lane_alone_makes_the_deadline(tmp_path: Path) -> None:
+    path, _ = _input(tmp_path, 40)
+    with running_fake(realtime=RT, ceiling=20) as fake:
+        tight = gk(["plan", str(path), "--deadline", "90m", "--json"], env_for(fake))
+        assert tight.returncode == 0, tight.stderr
+        d = orjson.loads(tight.stdout)["deadline"]
+        # two waves of an hour under a ceiling of 20: one fits in 90 minutes, the other's 20 go real time
+        assert (d["batch_lane_alone"], d["realtime_requests"], d["realtime_in_time"]) == (False, 20, True)
+        assert d["assumes"]["rate_limits_from"] == "admin-api" and d["assumes"]["waves"] == 2
+        assert d["assumes"]["rate_limits"]["requests_per_minute"] == 6000 and d["extra_input_cost_usd"] > 0
+        roomy = gk(["plan", str(path), "--deadline", "3h", "--json"], env_for(fake))
+        assert orjson.loads(roomy.stdout)["deadline"]["batch_lane_alone"] is True
+        human = gk(["plan", str(path), "--deadline", "50m"], env_for(fake, admin=False))  # (no ceiling read: one wave)
+        assert "40 request(s) through the real-time lane" in human.stdout and "the lowest tier's" in human.stdout

@@ -43,6 +43,7 @@ class JobSpec:
     poll_interval: float
     prepared_on: str = ""  # the host whose `execute` prepared the job (named when a trigger cannot find it)
     state_base: str | None = None  # the operator's state_dir argument: each machine resolves the folder by one rule
+    deadline: float | None = None  # wall seconds, resolved once when the task prepared the job (so a trigger keeps it)
 
     def here(self) -> JobSpec:
         """This job as this machine sees it: its state folder resolved by the same rule as on the worker (the
@@ -86,7 +87,7 @@ def settings_of(spec: JobSpec) -> SubmitSettings:
     return SubmitSettings(
         state_dir=Path(spec.state_dir), ceiling=spec.ceiling, budget=spec.budget, max_attempts=spec.max_attempts,
         poll=spec.poll_interval, journal=_url(spec.journal), job=spec.job if spec.journal else None,
-        ledger=_url(spec.ledger),
+        ledger=_url(spec.ledger), deadline=spec.deadline,
     )
 
 
@@ -149,7 +150,9 @@ def small_summary(summary: Summary, output: str) -> dict[str, Any]:
             "succeeded": summary.succeeded, "errored": summary.errored, "expired": summary.expired,
             "canceled": summary.canceled, "invalid": summary.invalid, "batches": summary.batches,
             "resubmitted": summary.resubmitted, "cost_usd": summary.cost_usd, "complete": summary.complete,
-            "ok": summary.ok, "state_dir": summary.state_dir}
+            "ok": summary.ok, "state_dir": summary.state_dir,
+            "lanes": {k: v["requests"] for k, v in summary.lanes.items()},
+            "deadline_met": None if summary.deadline is None else summary.deadline["met"]}
 
 
 def failure(exc: BaseException) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,6 +16,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from .._errors import GatekeeperError
 from ..api._config import ApiConfig
+from ..decide._deadline import parse_deadline
 from ..run._opening import job_name_of
 from ._job import JobSpec, cancel_job, connection_config, deliver, failure, run_job, small_summary, state_base
 from ._trigger import GatekeeperTrigger
@@ -52,7 +54,10 @@ class GatekeeperSubmitOperator(BaseOperator):
     :param ledger: a shared ledger (``redis://``, ``postgresql://``, ``sqlite:///`` URL, or a connection id) when
         several pipelines share one queue ceiling.
     :param ceiling: the queue ceiling to keep under, when no Admin key can read it.
-    :param budget: USD at most, at batch prices, worst case counted.
+    :param budget: USD at most, at batch prices, worst case counted (both lanes, with a deadline).
+    :param deadline: finish by then (templated): a duration from when the task starts (``"6h"``) or an ISO 8601
+        time (``"{{ data_interval_end.add(hours=6).isoformat() }}"``); what the batch lane is projected to miss goes
+        through the real-time Messages API at standard prices. Resolved once, when the task prepares the job.
     :param max_attempts: tries a request gets at most.
     :param poll_interval: seconds between readings of the queue while the job runs.
     :param deferrable: run the loop in the triggerer (default); False runs the same loop on the worker.
@@ -62,13 +67,13 @@ class GatekeeperSubmitOperator(BaseOperator):
         ``$AIRFLOW_HOME/gatekeeper``); each job's is a folder named after the job.
     """
 
-    template_fields: Sequence[str] = ("input_path", "results_path", "job")
+    template_fields: Sequence[str] = ("input_path", "results_path", "job", "deadline")
 
     def __init__(self, *, input_path: str, results_path: Any = None, conn_id: str = "anthropic_default",
                  journal: str | None = None, job: str | None = None, ledger: str | None = None,
                  ceiling: int | None = None, budget: float | None = None, max_attempts: int = 3,
                  poll_interval: float = 60, deferrable: bool = True, fail_on_findings: bool = False,
-                 state_dir: str | None = None, **kwargs: Any) -> None:
+                 state_dir: str | None = None, deadline: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.input_path = input_path
         self.results_path = results_path
@@ -83,6 +88,7 @@ class GatekeeperSubmitOperator(BaseOperator):
         self.deferrable = deferrable
         self.fail_on_findings = fail_on_findings
         self.state_dir = state_dir
+        self.deadline = deadline
         self._spec: JobSpec | None = None
 
     def _job_spec(self, config: ApiConfig) -> JobSpec:
@@ -100,7 +106,15 @@ class GatekeeperSubmitOperator(BaseOperator):
                        results_path=None if self.results_path is None else str(self.results_path),
                        journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
                        max_attempts=self.max_attempts, poll_interval=float(self.poll_interval),
-                       prepared_on=socket.gethostname(), state_base=self.state_dir)
+                       prepared_on=socket.gethostname(), state_base=self.state_dir, deadline=self._deadline())
+
+    def _deadline(self) -> float | None:
+        if not self.deadline:
+            return None
+        try:
+            return parse_deadline(str(self.deadline), time.time())
+        except ValueError as exc:
+            raise AirflowException(f"gatekeeper: deadline={self.deadline!r}: {exc}") from None
 
     def execute(self, context: Any) -> Any:
         config = connection_config(self.conn_id)

@@ -118,7 +118,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .._prices import load_prices
     from ..input._parallel import auto_workers
     from ..input._planner import plan
-    from ._render import render_caching
+    from ._render import render_caching, render_deadline
 
     signal.signal(signal.SIGTERM, _interrupt)  # an orchestrator's stop is a Ctrl-C: exit 130, workers reaped
 
@@ -126,20 +126,71 @@ def cmd_plan(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else auto_workers(args.input)
     config = _optional_api_config(args)
     check = config is not None and not args.no_preflight and args.input != "-"  # (stdin cannot be read twice)
-    report = plan(args.input, limits=_limits(args), workers=workers, models={} if check else None)
+    # (the models' peaks of max_tokens are gathered for a preflight, and for a deadline's real-time forecast)
+    report = plan(args.input, limits=_limits(args), workers=workers,
+                  models={} if check or args.deadline is not None else None)
     if config is not None and check:
         report = _preflight_plan(args, config, report, workers)
     estimate = report.estimate(prices)
     caching = report.caching(prices)
+    deadline = None if args.deadline is None else _plan_deadline(args, config, report, estimate)
     if args.json:
-        _print_json({**report.to_json(), "estimate": estimate, "caching": caching})
+        _print_json({**report.to_json(), "estimate": estimate, "caching": caching,
+                     **({"deadline": deadline} if deadline is not None else {})})
     else:
         print(render_plan(report, args.input))
         cost = "unknown (a model has no price)" if estimate["input_cost_usd"] is None else f"~${estimate['input_cost_usd']:,.2f}"
         print(f"estimate        ~{estimate['input_tokens']:,} input tokens, {cost} at batch prices ({estimate['method']})")
         if caching is not None:
             print(render_caching(caching))
+        if deadline is not None:
+            print(render_deadline(deadline))
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
+
+
+def _plan_deadline(args: argparse.Namespace, config: ApiConfig | None, report: PlanReport,
+                   estimate: dict[str, Any]) -> dict[str, Any]:
+    """What `--deadline` asks of the plan: the batch lane alone, or what the real-time lane would take and cost."""
+    import datetime
+    import time
+
+    from ..decide._deadline import forecast
+    from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, lane_seconds
+
+    limits, ceiling = _plan_limits(args, config)
+    rpm, itpm, otpm = min(limits.values(), default=(DEFAULT_RPM, DEFAULT_ITPM, DEFAULT_OTPM))
+    n = max(1, report.requests)
+    per_in, per_out = estimate["input_tokens"] / n, max(report.max_tokens_peak.values(), default=1)
+    per_second = min(rpm / 60, itpm / 60 / max(1.0, per_in), otpm / 60 / max(1, per_out))
+    rounds = -(-report.requests // ceiling) if ceiling else 1
+    window = args.deadline - time.time()
+    f = forecast(requests=report.requests, rounds=rounds, turn=args.turnaround, window=window,
+                 lane_time=lambda k: lane_seconds(k, per_second), slack=args.deadline_slack)
+    cost = estimate["input_cost_usd"]
+    extra = None if cost is None else round(cost * f["realtime_requests"] / n, 6)  # real time: twice the batch price
+    return {"at": datetime.datetime.fromtimestamp(args.deadline, datetime.UTC).isoformat(timespec="seconds"),
+            "window_seconds": round(window), **f, "extra_input_cost_usd": extra,
+            "assumes": {"turnaround_seconds": args.turnaround, "waves": rounds, "ceiling": ceiling,
+                        "rate_limits": {"requests_per_minute": rpm, "input_tokens_per_minute": itpm,
+                                        "output_tokens_per_minute": otpm},
+                        "rate_limits_from": "admin-api" if limits else "the lowest tier's (no Admin key read them)",
+                        "output_per_request": f"max_tokens ({per_out:,}), charged up front"}}
+
+
+def _plan_limits(args: argparse.Namespace, config: ApiConfig | None) -> tuple[dict[str, tuple[int, int, int]], int | None]:
+    """The real-time lane's limits and the queue's ceiling, when an Admin key can read them."""
+    if config is None or config.admin_key is None:
+        return {}, None
+    import anyio
+
+    from ..api._queue import connect, read_ceiling, read_model_limits
+
+    async def read() -> tuple[dict[str, tuple[int, int, int]], int | None]:
+        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
+            ceiling, _, _ = await read_ceiling(conn, None)
+            return await read_model_limits(conn), ceiling
+
+    return anyio.run(read)
 
 
 def _interrupt(signum: int, frame: object) -> None:

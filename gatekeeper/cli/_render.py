@@ -148,6 +148,23 @@ def stopped_early(stop_reasons: dict[str, int]) -> str:
             + " (`gatekeeper results --only refused,truncated` exports them)")
 
 
+def render_deadline(d: dict[str, Any]) -> str:
+    """`plan --deadline`: whether the batch lane alone is expected to make it, else what the real-time lane needs."""
+    a = d["assumes"]
+    head = (f"deadline        {d['at']} (in {d['window_seconds'] / 3600:.1f} h), turnaround {a['turnaround_seconds']:g} s, "
+            f"{a['waves']} wave(s) of batches")
+    if d["batch_lane_alone"]:
+        return head + "\n                the batch lane alone is expected to make it: no real-time call"
+    cost = "unknown" if d["extra_input_cost_usd"] is None else f"~${d['extra_input_cost_usd']:,.2f} more for input"
+    fits = "in time" if d["realtime_in_time"] else "NOT in time even so"
+    limits = a["rate_limits"]
+    return (head + f"\n                the batch lane alone is not expected to make it: {d['realtime_requests']:,} "
+            f"request(s) through the real-time lane, ~{d['realtime_seconds'] / 60:,.1f} min at "
+            f"{limits['requests_per_minute']:,} RPM / {limits['input_tokens_per_minute']:,} ITPM / "
+            f"{limits['output_tokens_per_minute']:,} OTPM ({a['rate_limits_from']}): {fits}; {cost} (standard prices "
+            "are twice the batch price; output not included)")
+
+
 def render_summary(s: Summary) -> str:
     rejected = f"rejected lines: {s.invalid:,}" + (": `gatekeeper results --only rejected` lists them" if s.invalid else "")
     lines = [

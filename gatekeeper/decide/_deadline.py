@@ -21,6 +21,7 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 PRIOR_TURNAROUND = 3600.0  # seconds: "most batches finish within an hour", until this job has seen one end
 SLACK = 60.0  # seconds kept in hand: a reading's delay, a cancel's delay, the last answers' latency
@@ -135,7 +136,21 @@ def moves(*, now: float, deadline: float, live: Sequence[LiveBatch], held: Seque
     return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live})
 
 
-def batch_alone(*, requests: int, rounds: int, turn: float, window: float) -> bool:
+def batch_alone(*, requests: int, rounds: int, turn: float, window: float, slack: float = SLACK) -> bool:
     """`plan --deadline`: whether `rounds` waves of batches (the queue's ceiling admits one at a time) at the
     turnaround fit the window."""
-    return requests == 0 or rounds * turn + SLACK <= window
+    return requests == 0 or rounds * turn + slack <= window
+
+
+def forecast(*, requests: int, rounds: int, turn: float, window: float, lane_time: Callable[[float], float],
+             slack: float = SLACK) -> dict[str, Any]:
+    """`plan --deadline`: whether the batch lane alone is expected to make it and, if not, what the real-time lane
+    would take: the waves that fit the window stay in batches, the rest goes real time (at the lane's pace)."""
+    if batch_alone(requests=requests, rounds=rounds, turn=turn, window=window, slack=slack):
+        return {"batch_lane_alone": True, "realtime_requests": 0, "realtime_seconds": 0.0, "realtime_in_time": True}
+    waves = max(0, int((window - slack) // turn)) if turn > 0 else rounds
+    in_batches = min(requests, waves * -(-requests // max(1, rounds)))
+    moved = requests - in_batches
+    seconds = lane_time(moved)
+    return {"batch_lane_alone": False, "realtime_requests": moved, "realtime_seconds": round(seconds, 1),
+            "realtime_in_time": seconds + slack <= window}
