@@ -10,9 +10,11 @@ import orjson
 import pytest
 
 from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_sync
+from gatekeeper._prices import load_prices
 from gatekeeper.cli._render import render_summary
 from gatekeeper.run._summary import Summary
 from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
+from gatekeeper.watch._exporter import run_figures
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import events, gk, output_ids
@@ -89,6 +91,13 @@ def test_a_crawling_batch_lane_is_split_between_the_lanes(tmp_path: Path) -> Non
         assert lanes["batch"]["requests"] + lanes["realtime"]["requests"] == 60 == s["succeeded"]
         assert s["deadline"]["met"] is True
         assert_one_lane_each(fake, _out(path), expected)
+    report = gk(["report", str(path)], {})
+    assert report.returncode == 0, report.stderr
+    html = (Path(str(path) + ".gatekeeper") / "report.html").read_text()
+    assert "real-time lane" in html and f"{lanes['realtime']['requests']:,} requests" in html and ": met" in html
+    figures = run_figures(Path(str(path) + ".gatekeeper"), load_prices())
+    assert figures["lanes"]["realtime"]["requests"] == lanes["realtime"]["requests"]
+    assert figures["possible_double_charges"] == 0
 
 
 def test_a_healthy_batch_lane_makes_no_real_time_call(tmp_path: Path) -> None:

@@ -102,6 +102,8 @@ class Job(Part):
             self.out.truncate_to(self.journal.committed_output())
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
             await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
+        if self.keeper is not None and self.journal.get_meta("deadline") != self.keeper.deadline:
+            self.journal.set_meta("deadline", self.keeper.deadline, "deadline", at=self.keeper.deadline)
         if self.keeper is None and not self.journal.lane_open():
             await self._loop()
         else:
@@ -110,6 +112,7 @@ class Job(Part):
 
     async def _finish(self) -> Summary:
         await self.ledger.release_all()
+        self.journal.set_meta("finished_at", self.clock())
         summary = self.summary()
         self.emit("finished", summary.to_json())
         return summary
@@ -249,5 +252,4 @@ class Job(Part):
         })
 
     def summary(self) -> Summary:
-        return summarize(self.journal, self.out.path, refusals=self.admitter.refusals, prices=self.prices, budget=self.s.budget,
-                         deadline=None if self.keeper is None else self.keeper.deadline, finished_at=self.clock())
+        return summarize(self.journal, self.out.path, refusals=self.admitter.refusals, prices=self.prices, budget=self.s.budget)

@@ -74,7 +74,7 @@ class Summary:
 
 
 def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTable | None = None,
-              budget: float | None = None, deadline: float | None = None, finished_at: float | None = None) -> Summary:
+              budget: float | None = None) -> Summary:
     report = j.get_meta("report") or {}
     t = j.totals()
     requests = int(report.get("requests", 0))
@@ -90,7 +90,7 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
         estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job, adoptions=adoptions(j),
         canceled_job=canceled_job(j), lanes=by_lane,
-        deadline=deadline_json(j, deadline, finished_at, complete=requests == t.final),
+        deadline=deadline_json(j, complete=requests == t.final),
         pending=requests - t.final, complete=requests == t.final,
         usage=usage_json(t.usage),
         cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report.get("caching"), priming(j), table),
@@ -174,7 +174,9 @@ def lanes(j: Journal, prices: PriceTable) -> dict[str, Any]:
     return out
 
 
-def deadline_json(j: Journal, deadline: float | None, finished_at: float | None, *, complete: bool) -> dict[str, Any] | None:
+def deadline_json(j: Journal, *, complete: bool) -> dict[str, Any] | None:
+    """The job's deadline (the last one a run was given) and whether its last run finished the job by it."""
+    deadline, finished_at = j.get_meta("deadline"), j.get_meta("finished_at")
     if deadline is None:
         return None
     def iso(t: float | None) -> str | None:

@@ -54,6 +54,8 @@ def run_figures(state_dir: Path, prices: PriceTable, *, journal: str | None = No
             return {"requests": s.requests, "admitted": j.admitted_requests(), "in_flight": live, "cost_usd": s.cost_usd,
                     "results": {"succeeded": s.succeeded, "errored": s.errored, "expired": s.expired, "canceled": s.canceled},
                     "stop_reasons": s.stop_reasons,
+                    "lanes": {k: {"requests": v["requests"], "cost_usd": v["cost_usd"]} for k, v in s.lanes.items()},
+                    "possible_double_charges": (s.lanes.get("realtime") or {}).get("possible_double_charges", 0),
                     "cache_tokens": {"read": c.get("read_tokens", 0), "write_5m": c.get("write_5m_tokens", 0),
                                      "write_1h": c.get("write_1h_tokens", 0)},
                     "cache_read_share": c.get("read_share_of_ideal"), "cache_saving_usd": c.get("saving_usd")}
@@ -134,7 +136,28 @@ def _run_families(runs: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:
     yield final
     yield stops
     yield cost
+    yield from _lane_families(runs, gauge)
     yield from _cache_families(runs, gauge)
+
+
+def _lane_families(runs: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:
+    """What each lane answered and cost (the real-time lane only with a deadline), and the real-time answers lost
+    and sent again (possibly charged twice)."""
+    answered = gauge("gatekeeper_run_lane_requests", "Final results of the run by the lane that gave them (batch, realtime).",
+                     labels=["run", "lane"])
+    cost = gauge("gatekeeper_run_lane_cost_usd", "The run's cost so far by lane: batch at batch prices, realtime at "
+                 "standard prices.", labels=["run", "lane"])
+    doubles = gauge("gatekeeper_run_possible_double_charges", "Real-time calls whose answer was lost and that were sent "
+                    "again: each may have been charged twice.", labels=["run"])
+    for run, fig in runs.items():
+        for lane, v in fig.get("lanes", {}).items():
+            answered.add_metric([run, lane], v["requests"])
+            if v["cost_usd"] is not None:
+                cost.add_metric([run, lane], v["cost_usd"])
+        doubles.add_metric([run], fig.get("possible_double_charges", 0))
+    yield answered
+    yield cost
+    yield doubles
 
 
 def _cache_families(runs: dict[str, dict[str, Any]], gauge: Any) -> Iterator[Any]:

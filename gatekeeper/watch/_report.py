@@ -139,7 +139,24 @@ def _totals(s: dict[str, Any], refusals: int) -> str:
         ("rejected lines", s["invalid"]), ("batches", s["batches"]), ("queue-full refusals", refusals),
         ("resent", s["resubmitted"]), ("recovered by a retry", s["succeeded_after_retry"]),
         ("input tokens", s["usage"].get("input_tokens", 0)), ("output tokens", s["usage"].get("output_tokens", 0)),
-        *_caching(s.get("caching")), ("cost at batch prices", cost)])
+        *_caching(s.get("caching")), *_lanes(s), ("cost at batch prices" if "realtime" not in (s.get("lanes") or {})
+                                                  else "cost (both lanes)", cost)])
+
+
+def _lanes(s: dict[str, Any]) -> list[tuple[str, Any]]:
+    """With a deadline: what each lane answered and cost, and whether the deadline was met."""
+    lanes, d = s.get("lanes") or {}, s.get("deadline")
+    rt = lanes.get("realtime")
+    rows: list[tuple[str, Any]] = []
+    if rt:
+        b = lanes["batch"]
+        rows += [("batch lane", f"{b['requests']:,} requests, ${b['cost_usd'] or 0:,.4f} (batch prices)"),
+                 ("real-time lane", f"{rt['requests']:,} requests, ${rt['cost_usd'] or 0:,.4f} (standard prices), "
+                                    f"{rt['calls']:,} calls"),
+                 ("possibly charged twice", f"{rt['possible_double_charges']:,} (answers lost and sent again)")]
+    if d:
+        rows.append(("deadline", f"{d['at']}: " + ("met" if d["met"] else "missed" + (" for the budget" if d["missed_for_budget"] else ""))))
+    return rows
 
 
 def _caching(c: dict[str, Any] | None) -> list[tuple[str, Any]]:
