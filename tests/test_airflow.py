@@ -321,7 +321,7 @@ def test_the_example_dag_loads(airflow_home: Path) -> None:
     dag = runpy.run_path(str(Path(__file__).parent.parent / "examples" / "airflow_dag.py"))["dag"]
     [task] = dag.tasks
     assert isinstance(task, GatekeeperSubmitOperator) and "run_after" in task.input_path
-    assert set(GatekeeperSubmitOperator.template_fields) == {"input_path", "results_path", "job"}
+    assert set(GatekeeperSubmitOperator.template_fields) == {"input_path", "results_path", "job", "deadline"}
 
 
 @pytest.mark.xdist_group("airflow-kill")  # (beside the kill test: the long ones spread over two workers)

@@ -1,0 +1,72 @@
+"""Benchmark the real-time lane: a job whose batch lane stalls, finished through the Messages API by its deadline.
+
+Usage: python tests/benchmarks/bench_realtime.py [--requests 10000] [--rpm 6000] [--deadline 6m] [--turnaround 20]
+
+The fake's batch lane processes nothing; its real-time lane allows `--rpm` requests a minute per model (token
+limits set wide, so requests are the binding limit), with its acceleration limit on. `gatekeeper submit --deadline`
+runs as a subprocess against it. Prints when the batches were canceled, the real-time lane's time from the first
+call to the last answer against the ideal (requests over the per-minute limit), the whole run's time, and the share
+of real-time calls answered 429.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from gatekeeper.testing import FakeAPI, FakeConfig, FakeRealtime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--rpm", type=int, default=6_000)
+    ap.add_argument("--deadline", default="6m")
+    ap.add_argument("--turnaround", default="20")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "in.jsonl"
+        with open(path, "wb") as f:
+            for i in range(args.requests):
+                f.write(orjson.dumps({"custom_id": f"r-{i}", "params": {
+                    "model": "claude-haiku-4-5-20251001", "max_tokens": 64,
+                    "messages": [{"role": "user", "content": f"Question {i}: what changed this quarter?"}]}}) + b"\n")
+        lane = FakeRealtime(rpm=args.rpm, itpm=100 * args.rpm * 100, otpm=100 * args.rpm * 64)
+        with FakeAPI(FakeConfig(rate=0.0, realtime=lane)) as fake:
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
+                   "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "test-key-ws1",
+                   "ANTHROPIC_ADMIN_KEY": "test-admin-key"}
+            t0 = time.time()
+            run = subprocess.run([sys.executable, "-m", "gatekeeper", "submit", str(path), "--deadline", args.deadline,
+                                  "--turnaround", args.turnaround, "--interval", "1", "--json"],
+                                 env=env, capture_output=True, text=True, check=False)
+            total = time.time() - t0
+            events = [orjson.loads(x) for x in run.stderr.splitlines() if x.startswith("{")]
+            summary = orjson.loads(run.stdout)
+            r = fake.realtime.records
+    moved = [e["t"] for e in events if e["event"] == "to_realtime"]
+    answered = [e["t"] for e in events if e["event"] == "realtime_answered"]
+    canceled = [e["t"] for e in events if e["event"] == "deadline_cancel"]
+    ideal = args.requests / args.rpm * 60
+    lane_time = answered[-1] - moved[0] if moved and answered else float("nan")
+    refused = r.limited + r.accelerated
+    print(f"exit {run.returncode}; {summary['succeeded']:,} of {args.requests:,} succeeded; deadline met: "
+          f"{summary['deadline']['met']}; lanes: {summary['lanes']['batch']['requests']:,} batch, "
+          f"{summary['lanes'].get('realtime', {}).get('requests', 0):,} real time")
+    print(f"batches canceled at {canceled[0]:.1f} s; first move to real time at {moved[0]:.1f} s" if canceled and moved
+          else f"first move to real time at {moved[0]:.1f} s (no batch created)" if moved else "nothing moved")
+    print(f"real-time lane: {lane_time:.1f} s for {args.requests:,} requests against an ideal of {ideal:.1f} s "
+          f"({args.requests:,} / {args.rpm:,} a minute): {lane_time / ideal:.2f}x")
+    print(f"whole run: {total:.1f} s; real-time calls {r.calls:,}, answered 429: {refused:,} "
+          f"({refused / max(1, r.calls):.2%}; {r.accelerated:,} for acceleration)")
+
+
+if __name__ == "__main__":
+    main()
