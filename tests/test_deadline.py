@@ -17,7 +17,7 @@ from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
 from gatekeeper.watch._exporter import run_figures
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import events, gk, output_ids
+from tests.runs import events, gk, output_ids, start
 
 FAST = ["--interval", "0.1", "--max-rpm", "60000", "--reconcile-grace", "1", "--max-requests", "20", "--json"]
 TIGHT = ["--turnaround", "2", "--deadline-slack", "2"]
@@ -229,3 +229,22 @@ def test_plan_says_whether_the_batch_lane_alone_makes_the_deadline(tmp_path: Pat
         assert orjson.loads(roomy.stdout)["deadline"]["batch_lane_alone"] is True
         human = gk(["plan", str(path), "--deadline", "50m"], env_for(fake, admin=False))  # (no ceiling read: one wave)
         assert "40 request(s) through the real-time lane" in human.stdout and "the lowest tier's" in human.stdout
+
+
+def test_a_cancel_stops_the_real_time_lane_too(tmp_path: Path) -> None:
+    """`gatekeeper cancel` while the real-time lane works: the calls out finish, nothing new is sent in either lane,
+    and what was never called is counted as not sent."""
+    path, expected = _input(tmp_path, 40)
+    slow = FakeRealtime(rpm=120, itpm=2_000_000, otpm=400_000)  # (2 a second: the lane is still busy when canceled)
+    with running_fake(rate=0.0, realtime=slow) as fake:
+        run = start(["submit", str(path), "--deadline", "15s", *TIGHT, *FAST], env_for(fake))
+        fake.org.wait_for(lambda _: fake.realtime.records.answered >= 3, "the lane's first answers", timeout=40)
+        canceled = gk(["cancel", str(path), "--json"], env_for(fake))
+        assert canceled.returncode == 0, canceled.stderr
+        out, err = run.communicate(timeout=60)
+        s = orjson.loads(out)
+        calls = fake.realtime.records.calls
+        assert s["canceled_job"]["not_sent"] == 40 - s["succeeded"] > 0 and s["pending"] == 40 - s["succeeded"]
+        assert calls == s["lanes"]["realtime"]["calls"]
+        ids = output_ids(_out(path))
+        assert len(ids) == len(set(ids)) and set(ids) <= expected

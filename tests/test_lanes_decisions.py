@@ -31,6 +31,10 @@ NOW = 1_790_000_000.0
     ("2027-01-15T06:00:00Z", dt.datetime(2027, 1, 15, 6, tzinfo=dt.UTC).timestamp()),
     ("2027-01-15T06:00:00", dt.datetime(2027, 1, 15, 6, tzinfo=dt.UTC).timestamp()),  # no zone: UTC
     ("2027-01-15T07:00:00+01:00", dt.datetime(2027, 1, 15, 6, tzinfo=dt.UTC).timestamp()),
+    # a time of day: its next occurrence (NOW is 2026-09-21 14:13:20 UTC)
+    ("15:00Z", dt.datetime(2026, 9, 21, 15, tzinfo=dt.UTC).timestamp()),
+    ("06:00", dt.datetime(2026, 9, 22, 6, tzinfo=dt.UTC).timestamp()),
+    ("06:00+02:00", dt.datetime(2026, 9, 22, 4, tzinfo=dt.UTC).timestamp()),
 ])
 def test_a_deadline_is_a_duration_or_an_iso_time(text: str, expected: float) -> None:
     assert parse_deadline(text, NOW) == pytest.approx(expected)

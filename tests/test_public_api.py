@@ -38,7 +38,8 @@ def test_all_is_pinned_and_resolves() -> None:
     """__all__ is exactly the documented names, and each one exists."""
     assert set(gatekeeper.__all__) == EXPECTED
     assert all(hasattr(gatekeeper, name) for name in gatekeeper.__all__)
-    assert set(gatekeeper.testing.__all__) == {"DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeModel", "FakeRealtime", "Fault", "Outcome", "prompt_of",
+    assert set(gatekeeper.testing.__all__) == {"DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeModel", "FakeRealtime", "Fault",
+                                               "Outcome", "prompt_of",
                                                "Records", "count_tokens"}
 
 

@@ -67,7 +67,8 @@ def _deadline(text: str) -> float:
 
 def _add_deadline(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deadline", type=_deadline, default=None, metavar="WHEN",
-                   help="finish by then: a duration from now (90m, 6h, 1h30m) or an ISO 8601 time (UTC without a zone); "
+                   help="finish by then: a duration from now (90m, 6h, 1h30m), an ISO 8601 time, or a time of day "
+                   "(06:00Z: the next one; UTC without a zone); "
                    "what the batch lane is projected to miss goes through the real-time Messages API at standard "
                    "prices, paced on its rate limits (default: the batch lane only, no real-time call)")
     p.add_argument("--turnaround", type=_positive_float, default=3600.0, metavar="SECONDS",

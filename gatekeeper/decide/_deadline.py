@@ -40,23 +40,37 @@ def resolve_deadline(value: str | float | dt.datetime, now: float) -> float:
 
 
 def parse_deadline(text: str, now: float) -> float:
-    """A deadline as wall seconds: a duration from `now` (`90m`, `6h`, `1h30m`, `45s`) or an ISO 8601 time (a time
-    without a zone is UTC). ValueError naming the form when it is neither, or when it has passed."""
+    """A deadline as wall seconds: a duration from `now` (`90m`, `6h`, `1h30m`, `45s`), an ISO 8601 date and time, or
+    a time of day (`06:00Z`: the next one); UTC without a zone. ValueError naming the form when it is none of them, or
+    when it has passed."""
     m = _DURATION.match(text)
     if m and any(m.groups()):
         h, mins, s = (float(g) if g else 0.0 for g in m.groups())
         at = now + h * 3600 + mins * 60 + s
     else:
-        try:
-            when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise ValueError(f"deadline {text!r} is neither a duration (90m, 6h, 1h30m) nor an ISO 8601 time") from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
-        at = when.timestamp()
+        at = _iso(text.strip().replace("Z", "+00:00"), now)
     if at <= now:
         raise ValueError(f"deadline {text!r} has already passed")
     return at
+
+
+def _iso(text: str, now: float) -> float:
+    """An ISO 8601 date and time, or a time of day alone (`06:00Z`: its next occurrence); UTC without a zone."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            clock = dt.time.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"deadline {text!r} is neither a duration (90m, 6h, 1h30m) nor an ISO 8601 time") from None
+        zone = clock.tzinfo or dt.UTC
+        today = dt.datetime.fromtimestamp(now, zone).date()
+        when = dt.datetime.combine(today, clock.replace(tzinfo=zone))
+        if when.timestamp() <= now:
+            when += dt.timedelta(days=1)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
 
 
 @dataclass(frozen=True)

@@ -166,9 +166,11 @@ class Job(Part):
 
     def done(self) -> bool:
         j = self.journal
+        if self.user_canceled:  # nothing new goes out, in either lane; finish what is live
+            return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) and not j.lane_out()
         if j.lane_open():
             return False  # (the real-time lane's answers count only once committed)
-        if self.user_canceled or self.admitter.budget_stopped:  # nothing new goes out; finish what is live
+        if self.admitter.budget_stopped:  # nothing new goes out; finish what is live (and what moved, budgeted then)
             return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
         return not j.count(BatchState.PLANNED, BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) \
             and not j.pending_count()

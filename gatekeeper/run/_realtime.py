@@ -95,7 +95,7 @@ class RealtimeLane(Part):
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
         limiter = anyio.Semaphore(IN_FLIGHT)
         while True:
-            rows = self.journal.lane_rows(IN_FLIGHT, self.out_now)
+            rows = [] if self.user_canceled else self.journal.lane_rows(IN_FLIGHT, self.out_now)
             if not rows:
                 if not self.out_now and not self.answers:
                     self.drained.set()

@@ -142,7 +142,7 @@ def canceled_job(j: Journal) -> dict[str, Any] | None:
         return None
     at = [e[0] for e in j.events_of("user_canceled")]
     when = datetime.datetime.fromtimestamp(at[-1], datetime.UTC).isoformat(timespec="seconds") if at else None
-    return {"at": when, "not_sent": j.held_back()}
+    return {"at": when, "not_sent": j.held_back() + j.lane_queued()}
 
 
 def adoptions(j: Journal) -> dict[str, Any] | None:

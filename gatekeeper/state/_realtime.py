@@ -126,6 +126,14 @@ class RealtimeRecords(JournalBase):
     def lane_raw(self, line: int) -> bytes:
         return bytes(self._one("SELECT raw FROM realtime WHERE line = ?", line))
 
+    def lane_out(self) -> int:
+        """Requests with a call out (state `sent`)."""
+        return int(self._one("SELECT COUNT(*) FROM realtime WHERE state = 'sent'"))
+
+    def lane_queued(self) -> int:
+        """Requests in the real-time lane waiting for a call."""
+        return int(self._one("SELECT COUNT(*) FROM realtime WHERE state = 'queued'"))
+
     def lane_open(self) -> int:
         """Requests in the real-time lane without a final result."""
         return int(self._one("SELECT COUNT(*) FROM realtime WHERE state != 'answered'"))
