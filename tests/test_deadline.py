@@ -69,12 +69,12 @@ def test_a_lost_output_is_rebuilt_with_the_real_time_answers(tmp_path: Path) -> 
     output is gone writes them back, with the batch lane's downloaded again, and sends nothing."""
     path, expected = _input(tmp_path, 60)
     with running_fake(rate=1.5, realtime=RT) as fake:
-        done = gk(["submit", str(path), "--deadline", "12s", *TIGHT, *FAST], env_for(fake))
+        done = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake))
         assert done.returncode == 0, done.stderr
         before = _out(path).read_bytes()
         _out(path).unlink()
         calls = fake.realtime.records.calls
-        again = gk(["submit", str(path), "--deadline", "12s", *TIGHT, *FAST], env_for(fake))
+        again = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake))
         assert again.returncode == 0, again.stderr
         assert _out(path).read_bytes() == before and set(output_ids(_out(path))) == expected
         assert fake.realtime.records.calls == calls and orjson.loads(again.stdout)["rebuilt"]["results"] == 60
@@ -83,7 +83,7 @@ def test_a_lost_output_is_rebuilt_with_the_real_time_answers(tmp_path: Path) -> 
 def test_a_crawling_batch_lane_is_split_between_the_lanes(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 60)
     with running_fake(rate=1.5, realtime=RT) as fake:
-        done = gk(["submit", str(path), "--deadline", "12s", *TIGHT, *FAST], env_for(fake))
+        done = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake))
         assert done.returncode == 0, done.stderr
         s = orjson.loads(done.stdout)
         lanes = s["lanes"]

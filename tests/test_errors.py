@@ -16,6 +16,7 @@ from gatekeeper import ExitCode, JournalError, LedgerError, OutputError, Transpo
 from gatekeeper.api._http import map_transport_error
 from gatekeeper.cli._cli import main
 from gatekeeper.state._journal import Journal
+from gatekeeper.state._lease import Lease
 from gatekeeper.state._ledger import RedisLedger, open_ledger
 from gatekeeper.state._output import OutputFile, check_writable
 from gatekeeper.testing import FakeAPI
@@ -277,10 +278,10 @@ def test_a_lease_connection_that_fails_at_start_is_one_error_not_a_group(tmp_pat
     from gatekeeper import ApiConfig, SubmitSettings, submit_sync
     from gatekeeper.api._config import Secret
 
-    def refused(self: Journal) -> object:
+    def refused(self: Lease) -> object:
         raise JournalError("the lease's second connection: connection refused", setting="journal")
 
-    monkeypatch.setattr(Journal, "second_connection", refused)
+    monkeypatch.setattr(Lease, "second_connection", refused)
     path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
     with running_fake(ceiling=1000, rate=5000) as fake:
         config = ApiConfig(base_url=fake.url, workspace_keys=[Secret("test-key-ws1")])

@@ -43,7 +43,7 @@ def test_migrates_a_blank_database_once(open_journal: Open) -> None:
     j = open_journal()
     names = [r[0] for r in j.db.execute("SELECT name FROM schema_migrations ORDER BY name")]
     assert names == [name for name, _ in MIGRATIONS]
-    assert j.final_count() == 0 and not j.initialized
+    assert j.outcomes.final_count() == 0 and not j.initialized
     open_journal()
     assert j.db.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
 
@@ -64,8 +64,8 @@ def test_a_job_moves_through_its_states(open_journal: Open) -> None:
     assert row.intent_at == 1_700_000_000.123456  # a double, not a 4-byte float
     assert again.batch(1).state is BatchState.PLANNED and again.batch(1).intent_at is None
     assert again.in_flight_worst() == 1.5 and again.held_back() == 20
-    assert again.known_batch_ids() == {"msgbatch_1"} and again.skipped_lines(0, 9) == {7}
-    assert [e[3] for e in again.events_of("queue_full")] == [{"depth": 5}]
+    assert again.adoptions.known_batch_ids() == {"msgbatch_1"} and again.listed.skipped_lines(0, 9) == {7}
+    assert [e[3] for e in again.outcomes.events_of("queue_full")] == [{"depth": 5}]
     assert again.get_meta("input") == {"path": "/in.jsonl", "sha256": "ab"}
 
 
@@ -80,30 +80,30 @@ def test_settlement_commits_rows_and_length_together_or_not_at_all(open_journal:
         s.final(0, "c0", "succeeded", None, 1, 0, 50, ("m", 3, 4, 0, 0, 0))
         s.committed = 50
         raise RuntimeError("the download broke")
-    assert (j.final_count(), j.committed_output(), j.batch(0).state) == (0, 0, BatchState.ENDED)
+    assert (j.outcomes.final_count(), j.outcomes.committed_output(), j.batch(0).state) == (0, 0, BatchState.ENDED)
     with j.settling(0) as s:
         s.final(0, "c0", "succeeded", None, 1, 0, 50, ("m", 3, 4, 3, 2, 1))
         s.retry(1, 100, 20, "c1", 1, 0, "errored", "overloaded_error", b'{"raw": 1}')
         s.retry(1, 100, 20, "c1", 1, 0, "errored", "overloaded_error", b'{"raw": 2}')  # the same row again replaces
         s.committed = 50
     again = open_journal()
-    assert (again.final_count(), again.committed_output(), again.batch(0).state) == (1, 50, BatchState.COLLECTED)
-    totals = again.totals()
+    assert (again.outcomes.final_count(), again.outcomes.committed_output(), again.batch(0).state) == (1, 50, BatchState.COLLECTED)
+    totals = again.outcomes.totals()
     assert totals.usage == (3, 4, 3, 2, 1) and all(type(v) is int for v in totals.usage)  # SUM() is int on both
     assert totals.types == {"succeeded": 1} and totals.resubmitted == 1
-    assert again.pending_count() == 1
-    assert list(again.result_spans(types=["succeeded"], error_types=[], in_order=True)) == [(0, 50)]
-    assert again.batch_results(0) == [(0, "c0", 0, 50)]
+    assert again.listed.pending_count() == 1
+    assert list(again.outcomes.result_spans(types=["succeeded"], error_types=[], in_order=True)) == [(0, 50)]
+    assert again.outcomes.batch_results(0) == [(0, "c0", 0, 50)]
 
 
 def test_retries_and_recut_replace_planned_batches_atomically(open_journal: Open) -> None:
     j = open_journal()
     j.start_job(_plan(3))
     rows = [PendingRow(40, 4000, 100, "r40", 2), PendingRow(41, 4100, 100, "r41", 2)]
-    j.recut(5, [(5, 500, 0, 4, 0, 500, "c0", "c4"), (5, 500, 5, 9, 500, 1000, "c5", "c9")], [("retry", None, rows)], lambda g: 300)
+    j.listed.recut(5, [(5, 500, 0, 4, 0, 500, "c0", "c4"), (5, 500, 5, 9, 500, 1000, "c5", "c9")], [("retry", None, rows)], lambda g: 300)
     batches = j.batches(BatchState.PLANNED)
     assert [(b.kind, b.requests) for b in batches] == [("plan", 5), ("plan", 5), ("retry", 2)]
-    assert j.members(batches[2].idx) == [(40, 4000, 100, "r40", 2), (41, 4100, 100, "r41", 2)]
+    assert j.listed.members(batches[2].idx) == [(40, 4000, 100, "r40", 2), (41, 4100, 100, "r41", 2)]
     assert open_journal().get_meta("settings")["batch_size"] == 5
 
 
@@ -113,8 +113,8 @@ def test_timeline_keeps_its_span_when_thinned(open_journal: Open, monkeypatch: p
     monkeypatch.setattr(journal_module, "TIMELINE_ROWS", 10)
     j = open_journal()
     for t in range(25):
-        j.record_reading(float(t), t * 10, 1000, t)
-    readings = j.readings()
+        j.outcomes.record_reading(float(t), t * 10, 1000, t)
+    readings = j.outcomes.readings()
     assert len(readings) <= 11 and readings[0][0] == 0.0 and readings[-1][0] == 24.0
 
 
@@ -135,20 +135,20 @@ def test_lease_refuses_a_second_holder_until_it_expires(pg_url: str, job_name: s
     first = Journal.open_shared(pg_url, job_name, tmp_path / "a")
     second = Journal.open_shared(pg_url, job_name, tmp_path / "b")
     try:
-        first.take_lease("run-1", {"host": "worker-a", "pid": 11}, ttl=30)
+        first.lease.take("run-1", {"host": "worker-a", "pid": 11}, ttl=30)
         with pytest.raises(JobLive, match=r"running on worker-a \(pid 11\), last seen \d+ s ago"):
-            second.take_lease("run-2", {"host": "worker-b", "pid": 22}, ttl=30)
+            second.lease.take("run-2", {"host": "worker-b", "pid": 22}, ttl=30)
         first.db.execute("UPDATE gatekeeper.jobs SET heartbeat_at = now() - interval '31 seconds' WHERE name = ?", (job_name,))
-        second.take_lease("run-2", {"host": "worker-b", "pid": 22}, ttl=30)
+        second.lease.take("run-2", {"host": "worker-b", "pid": 22}, ttl=30)
         with pytest.raises(JobLive, match="taken over by worker-b"):
             first.set_meta("k", 1)
-        assert not first.renew_lease() and second.renew_lease()
+        assert not first.lease.renew() and second.lease.renew()
         second.set_meta("k", 2)
-        taken = second.events_of("lease_taken_over")
+        taken = second.outcomes.events_of("lease_taken_over")
         assert [(e[3]["previous"]["host"], e[3]["why"]) for e in taken] == [("worker-a", "expired")]
-        second.release_lease()
+        second.lease.release()
         third = Journal.open_shared(pg_url, job_name, tmp_path / "c")
-        third.take_lease("run-3", {"host": "c"}, ttl=30)  # released: free at once
+        third.lease.take("run-3", {"host": "c"}, ttl=30)  # released: free at once
         third.close()
     finally:
         first.close()
@@ -161,12 +161,12 @@ def test_a_live_lease_is_taken_over_at_once_only_when_its_run_has_ended(pg_url: 
     first = Journal.open_shared(pg_url, job_name, tmp_path / "a")
     second = Journal.open_shared(pg_url, job_name, tmp_path / "b")
     try:
-        first.take_lease("run-1", {"host": "here", "pid": 11, "machine": "m"}, ttl=600)
+        first.lease.take("run-1", {"host": "here", "pid": 11, "machine": "m"}, ttl=600)
         with pytest.raises(JobLive, match=r"running on here \(pid 11\)"):
-            second.take_lease("run-2", {"host": "here", "pid": 22}, ttl=600, ended=lambda h: h.get("machine") != "m")
-        second.take_lease("run-2", {"host": "here", "pid": 22}, ttl=600, ended=lambda h: h == {"host": "here", "pid": 11,
+            second.lease.take("run-2", {"host": "here", "pid": 22}, ttl=600, ended=lambda h: h.get("machine") != "m")
+        second.lease.take("run-2", {"host": "here", "pid": 22}, ttl=600, ended=lambda h: h == {"host": "here", "pid": 11,
                                                                                                 "machine": "m"})
-        assert [e[3]["why"] for e in second.events_of("lease_taken_over")] == ["ended"]
+        assert [e[3]["why"] for e in second.outcomes.events_of("lease_taken_over")] == ["ended"]
         with pytest.raises(JobLive, match="taken over by here"):
             first.set_meta("k", 1)
     finally:

@@ -65,7 +65,7 @@ def _ran_elsewhere(pg_url: str, path: Path, env: dict[str, str]) -> None:
         here = orjson.dumps({"machine": machine_id()}).decode()[1:-1]
         journal.db.execute("UPDATE gatekeeper.jobs SET info = replace(info, ?, ?) WHERE name = ?",
                            (here, '"machine":"elsewhere"', journal.job))
-        assert (journal.lease() or {}).get("machine") == "elsewhere"
+        assert (journal.lease.holder() or {}).get("machine") == "elsewhere"
     finally:
         journal.close()
 
@@ -126,7 +126,7 @@ def test_a_rerun_on_the_machine_where_a_run_was_killed_takes_its_lease_at_once(t
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", {f"{job_name}-{i:04d}" for i in range(60)})
     journal = _leased_job(pg_url, path, env)
     try:
-        taken = [e[3] for e in journal.events_of("lease_taken_over")]
+        taken = [e[3] for e in journal.outcomes.events_of("lease_taken_over")]
     finally:
         journal.close()
     assert [(t["why"], t["previous"]["machine"]) for t in taken] == [("ended", machine_id())]
@@ -178,7 +178,7 @@ def test_a_live_job_is_refused_by_name_until_its_lease_expires(tmp_path: Path, p
     path = write_jsonl(tmp_path / "in.jsonl", [req("only")])
     holder = Journal.open_shared(pg_url, job_name, tmp_path / "elsewhere")
     try:
-        holder.take_lease("other-run", {"host": "worker-7", "pid": 4242}, ttl=600)
+        holder.lease.take("other-run", {"host": "worker-7", "pid": 4242}, ttl=600)
         with running_fake(ceiling=100, rate=4000) as fake:
             done = gk(["submit", str(path), "--journal", pg_url, "--job", job_name, *FAST], env_for(fake))
             assert done.returncode == 2 and "running on worker-7 (pid 4242)" in done.stderr

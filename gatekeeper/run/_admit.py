@@ -77,7 +77,7 @@ class Admitter(Part):
         flight, and how many are held back for a primer (`decide._priming.gate`)."""
         if all(b.cache_round is None for b in planned):
             return planned, [b.requests for b in planned], 0, 0
-        ended = rounds_ended(self.journal.primer_endings())
+        ended = rounds_ended(self.journal.listed.primer_endings())
         g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], ended,
                  None if bound is None else max(1, bound - self.s.margin))
         by_idx = {b.idx: b for b in planned}
@@ -200,7 +200,7 @@ class Admitter(Part):
                 rows = [PendingRow(line, off, len(body), custom_id(body), attempt)
                         for line, off, body, attempt in self._requests_of(r)]
                 groups += [(r.kind, r.cache_round, g) for g in pack_rows(rows, limits)]
-        self.journal.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
+        self.journal.listed.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
         self.batch_size = size
         self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
                             "reason": "refusals show the ceiling is below the waiting batches"})

@@ -34,12 +34,12 @@ async def lease_heartbeat(journal: Journal, ttl: float, emit: EventSink) -> None
     """Keep the shared journal's lease on this run, on a connection of its own (a thread: psycopg is blocking).
 
     A lost lease is only reported here: the journal's next write checks it and stops the run."""
-    db = await anyio.to_thread.run_sync(journal.second_connection)
+    db = await anyio.to_thread.run_sync(journal.lease.second_connection)
     try:
         while True:
             await anyio.sleep(max(0.05, ttl / 3))
             try:
-                if not await anyio.to_thread.run_sync(journal.renew_lease, db):
+                if not await anyio.to_thread.run_sync(journal.lease.renew, db):
                     emit("lease_lost", {"job": journal.job})
             except JournalError as exc:
                 emit("journal_unavailable", {"reason": str(exc)})

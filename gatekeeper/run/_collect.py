@@ -128,7 +128,7 @@ class Collector:
                 return self._results_missing(row, batch)
             weigh = await self._to_weigh(row, snap)
             async with self.ctx.write_lock:  # (the real-time lane commits between settlements, never inside one)
-                start = self.journal.committed_output()
+                start = self.journal.outcomes.committed_output()
                 with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
                     s.before_commit = lambda: reached("before-results-commit")
                     s.committed = await self._write_results(row, batch, s, out, start, weigh)
@@ -155,13 +155,13 @@ class Collector:
         """For a batch adopted by listing alone: this job's billing relations to weigh it by ({} when none can be
         learned; `_NotYet` when one will be, so it waits for it). None: nothing to weigh. When the listing shows
         another batch that could be ours, `_Reopen`: reconciliation compares them all."""
-        adopted = self.journal.adoption(row.idx)
+        adopted = self.journal.adoptions.of(row.idx)
         if not adopted or adopted.get("proof") != "listing":
             return None
         if snap is not None:
             theirs, _ = others_in_flight(await self.ledger.reservations(), self.ledger.owner)
             rivals = candidates_for(row.requests, row.intent_at or 0.0, snap.listed.values(),
-                                    self.journal.known_batch_ids() | theirs, self.s.clock_skew)
+                                    self.journal.adoptions.known_batch_ids() | theirs, self.s.clock_skew)
             if rivals:
                 raise _Reopen(f"{len(rivals)} other listed batch(es) of its size since our send could be ours")
         learned = await learned_relations(self.api, self.journal, self.path)
@@ -182,7 +182,7 @@ class Collector:
 
     async def _reopen(self, row: BatchRow, why: str) -> None:
         """Another listed batch may be ours: the create's outcome is unknown again; reconciliation compares them."""
-        self.journal.reopen(row.idx, str(row.batch_id), why)
+        self.journal.adoptions.reopen(row.idx, str(row.batch_id), why)
         await self.ledger.hold(row.idx, row.requests, None)
         self.download_failures.pop(row.idx, None)
         self.download_at.pop(row.idx, None)
@@ -191,7 +191,7 @@ class Collector:
     async def _give_back(self, row: BatchRow, why: str) -> None:
         """Not ours after all: the create's outcome is unknown again (ours may exist, not listed then) and that
         batch is never a candidate again; the reservation stands, unconfirmed, while ours may be in the queue."""
-        self.journal.not_ours(row.idx, str(row.batch_id), why)
+        self.journal.adoptions.not_ours(row.idx, str(row.batch_id), why)
         await self.ledger.hold(row.idx, row.requests, None)
         self.download_failures.pop(row.idx, None)
         self.download_at.pop(row.idx, None)
@@ -267,7 +267,7 @@ class Collector:
         v = missing_verdict(row, batch, self.s, self.clock())
         if v.action is Missing.WAIT:
             return self._later(row, "results_pending", v.reason)
-        start = self.journal.committed_output()
+        start = self.journal.outcomes.committed_output()
         with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
             pos = start
             message = f"results unavailable: {v.reason}; not resent (processed, may have been billed)"

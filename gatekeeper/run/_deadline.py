@@ -70,10 +70,10 @@ class DeadlineKeeper(Part):
             await self._cancel(self.journal.batch(idx))
         for idx in m.move:
             self._move_planned(self.journal.batch(idx))
-        if m.move_pending and self.journal.pending_count():
+        if m.move_pending and self.journal.listed.pending_count():
             worst = self._worst_pending()
             if worst is not None:
-                n = self.journal.move_pending(worst)
+                n = self.journal.lane.move_pending(worst)
                 self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": self.deadline})
         self.lane.wake.set()
 
@@ -83,14 +83,14 @@ class DeadlineKeeper(Part):
         live = [LiveBatch(r.idx, r.requests, parse_time(r.created_at) or snap.at, _done(snap.listed.get(r.batch_id or "")))
                 for r in j.batches(BatchState.CREATED) if r.idx not in canceled]
         # (a create whose outcome is unknown may hold its requests: it is neither moved nor counted as movable)
-        held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.pending_count())]
+        held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.listed.pending_count())]
         ended = [(parse_time(r.created_at), parse_time(r.ended_at)) for r in j.batches(BatchState.ENDED, BatchState.COLLECTED)
                  if r.idx not in canceled]
         now = self.clock()
         self.stalled = max([self.stalled, *(stalled_for(b, now) for b in live)])
         turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.s.turnaround, self.stalled)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.seconds_for,
-                     queued=j.lane_open(), slack=self.s.deadline_slack)
+                     queued=j.lane.unanswered(), slack=self.s.deadline_slack)
 
     async def _cancel(self, row: BatchRow) -> None:
         if self._refused_by_budget(self._worst(self._requests_of(row)), row.requests):
@@ -106,11 +106,11 @@ class DeadlineKeeper(Part):
         worst = [self._one_worst(read_at(self.path, off, n), line) for line, off, n, _, _ in rows]
         if self._refused_by_budget(sum(worst), len(rows)):
             return
-        n = self.journal.move_planned(row.idx, rows, worst)
+        n = self.journal.lane.move_planned(row.idx, rows, worst)
         self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": self.deadline})
 
     def _worst_pending(self) -> dict[int, float] | None:
-        pending = self.journal.pending_rows()
+        pending = self.journal.listed.pending_rows()
         worst = {line: self._one_worst(read_at(self.path, off, n), line) for line, off, n, _, _ in pending}
         return None if self._refused_by_budget(sum(worst.values()), len(pending)) else worst
 

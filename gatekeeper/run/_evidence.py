@@ -161,9 +161,9 @@ async def learned_relations(api: ApiClient, journal: Journal, path: str) -> dict
     kept = journal.get_meta("billing")
     if kept is not None:
         return {m: Relation.from_json(d) for m, d in kept.items()}
-    proven = journal.proven_batches()
+    proven = journal.adoptions.proven_batches()
     for row in (r for r in proven if r.state is BatchState.COLLECTED):
-        billed = journal.billed_results(row.idx)
+        billed = journal.outcomes.billed_results(row.idx)
         if len(billed) < MIN_LEARNED:
             continue
         chosen = dict(sorted(billed.items(), key=lambda kv: id_rank(kv[0]))[:LEARN_FROM])

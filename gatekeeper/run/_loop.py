@@ -99,12 +99,12 @@ class Job(Part):
     async def run(self) -> Summary:
         rebuilt = await Rebuilder(self.ctx, wait=self._wait).run()
         if rebuilt is None:
-            self.out.truncate_to(self.journal.committed_output())
+            self.out.truncate_to(self.journal.outcomes.committed_output())
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
             await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
         if self.keeper is not None and self.journal.get_meta("deadline") != self.keeper.deadline:
             self.journal.set_meta("deadline", self.keeper.deadline, "deadline", at=self.keeper.deadline)
-        if self.keeper is None and not self.journal.lane_open():
+        if self.keeper is None and not self.journal.lane.unanswered():
             await self._loop()
         else:
             await beside(self._loop, self.lane.run)  # (a rerun without the deadline still finishes what moved)
@@ -157,7 +157,7 @@ class Job(Part):
                 tg.cancel_scope.cancel()
 
             tg.start_soon(stopper)
-            if self.journal.lane_open():
+            if self.journal.lane.unanswered():
                 self.drained = self.lane.drained = anyio.Event()
                 tg.start_soon(drained)
             await self.sleep(max(0.0, seconds))
@@ -167,13 +167,13 @@ class Job(Part):
     def done(self) -> bool:
         j = self.journal
         if self.user_canceled:  # nothing new goes out, in either lane; finish what is live
-            return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) and not j.lane_out()
-        if j.lane_open():
+            return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) and not j.lane.out()
+        if j.lane.unanswered():
             return False  # (the real-time lane's answers count only once committed)
         if self.admitter.budget_stopped:  # nothing new goes out; finish what is live (and what moved, budgeted then)
             return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
         return not j.count(BatchState.PLANNED, BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) \
-            and not j.pending_count()
+            and not j.listed.pending_count()
 
     # -- observing ----------------------------------------------------------
 
@@ -194,7 +194,7 @@ class Job(Part):
                 self.emit("ended", {"batch": row.idx, "id": row.batch_id, "counts": batch.get("request_counts")})
                 await self.ledger.release(row.idx)
         unseen += sum(r.requests for r in self.journal.batches(BatchState.INTENT))
-        mine = self.journal.known_batch_ids()
+        mine = self.journal.adoptions.known_batch_ids()
         ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
         self._record_reading(depth + unseen, ours)
         return Snapshot(depth, listed, unseen, at)
@@ -204,7 +204,7 @@ class Job(Part):
         now = self.clock()
         reading = (depth, self.admitter.ceiling, ours)
         if reading != self._last_reading[0] or now - self._last_reading[1] >= READING_EVERY:
-            self.journal.record_reading(now, depth, self.admitter.ceiling, ours)
+            self.journal.outcomes.record_reading(now, depth, self.admitter.ceiling, ours)
             self._last_reading = (reading, now)
 
     async def _retrieve_unlisted(self, row: BatchRow) -> dict[str, Any] | None:
@@ -232,10 +232,10 @@ class Job(Part):
     def form_retry_batches(self) -> None:
         """Pack requests waiting for another attempt into new batches, once every first attempt has been admitted."""
         j = self.journal
-        if self.user_canceled or self.admitter.budget_stopped or j.count(BatchState.PLANNED) or not j.pending_count():
+        if self.user_canceled or self.admitter.budget_stopped or j.count(BatchState.PLANNED) or not j.listed.pending_count():
             return
         limits = Limits(max_requests=self.admitter.batch_size, max_bytes=self.s.limits.max_bytes)
-        requests, batches = j.plan_retries(lambda rows: pack_rows(rows, limits),
+        requests, batches = j.listed.plan_retries(lambda rows: pack_rows(rows, limits),
                                            lambda g: body_size(len(g), sum(r.length for r in g)))
         self.emit("resubmitting", {"requests": requests, "batches": batches})
 
@@ -246,8 +246,8 @@ class Job(Part):
         live = j.batches(BatchState.CREATED, BatchState.INTENT)
         self.emit("progress", {
             "batches": [r.batch_id or f"#{r.idx} (create unanswered)" for r in live[:3]], "next_reading_in": round(next_in, 1),
-            "total": (j.get_meta("report") or {}).get("requests", 0), "admitted": j.admitted_requests(),
-            "final": j.final_count(), "depth": snap.depth + snap.unseen,
+            "total": (j.get_meta("report") or {}).get("requests", 0), "admitted": j.outcomes.admitted_requests(),
+            "final": j.outcomes.final_count(), "depth": snap.depth + snap.unseen,
             "ceiling": self.admitter.ceiling if self.admitter.ceiling is not None else self.admitter.estimate.upper,
             "in_flight": len(live),
             "elapsed": round(self.clock() - self.started, 1),

@@ -83,11 +83,11 @@ async def leased_journal(settings: SubmitSettings, state_dir: Path, name: str, c
     info = {"host": socket.gethostname(), "pid": os.getpid(), "machine": here, "state_dir": os.path.abspath(state_dir)}
     try:
         # A run that died on this machine (a crash, kill -9) leaves its lease to expire: a rerun here need not wait.
-        journal.take_lease(new_owner(), info, settings.lease_ttl, ended=lambda holder: run_ended(holder, here, pid_alive))
+        journal.lease.take(new_owner(), info, settings.lease_ttl, ended=lambda holder: run_ended(holder, here, pid_alive))
         yield journal
     finally:
         with contextlib.suppress(JournalError):  # unreachable now: the lease expires on its own after lease_ttl
-            journal.release_lease()
+            journal.lease.release()
         unused = created and not _initialized(journal)
         journal.close()
         if unused:

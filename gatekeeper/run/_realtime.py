@@ -82,7 +82,7 @@ class RealtimeLane(Part):
     # -- the lane -------------------------------------------------------------
 
     async def run(self) -> None:
-        lost = self.journal.lane_resume()
+        lost = self.journal.lane.resume()
         if lost:
             self.emit("realtime_unknown", {"requests": lost, "policy": "sent again; counted as possible double charges"})
         try:
@@ -95,7 +95,7 @@ class RealtimeLane(Part):
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
         limiter = anyio.Semaphore(IN_FLIGHT)
         while True:
-            rows = [] if self.user_canceled else self.journal.lane_rows(IN_FLIGHT, self.out_now)
+            rows = [] if self.user_canceled else self.journal.lane.rows(IN_FLIGHT, self.out_now)
             if not rows:
                 if not self.out_now and not self.answers:
                     self.drained.set()
@@ -120,7 +120,7 @@ class RealtimeLane(Part):
             await self.sleep(min(wait, 5.0))
         await limiter.acquire()
         pace.sent(cost, self.clock())
-        self.journal.lane_sending(row.line)
+        self.journal.lane.sending(row.line)
         self.out_now.add(row.line)
         stream = must_stream(max_tokens)
         body = orjson.dumps({**params, "stream": True} if stream else params)
@@ -167,7 +167,7 @@ class RealtimeLane(Part):
         if call.kind not in (Kind.LIMITED, Kind.UNSENT) and row.calls + 1 >= MAX_CALLS:
             raw = orjson.loads(errored_line(row.custom_id, "api_error", f"{MAX_CALLS} calls failed: {call.detail}"))["result"]
             return self._final(row, raw, "errored", "api_error", (None, 0, 0, 0, 0, 0), None)
-        self.journal.lane_again(row.line, lost=call.kind is Kind.LOST)
+        self.journal.lane.again(row.line, lost=call.kind is Kind.LOST)
         if call.kind is Kind.LOST:
             self.emit("realtime_lost", {"custom_id": row.custom_id, "why": call.detail,
                                         "policy": "sent once more; counted as a possible double charge"})
@@ -191,13 +191,13 @@ class RealtimeLane(Part):
 
     def commit(self) -> None:
         answers, self.answers = self.answers, []
-        start = self.journal.committed_output()
+        start = self.journal.outcomes.committed_output()
         with self.out.appending(start) as out:
             for a, _ in answers:
                 out.write(a.raw + b"\n")
         reached("realtime-before-commit")
         try:
-            self.journal.lane_commit([a for a, _ in answers], start, self.journal.lane_group())
+            self.journal.lane.commit([a for a, _ in answers], start, self.journal.lane.next_group())
         except BaseException:
             self.out.truncate_to(start)
             raise
@@ -206,6 +206,6 @@ class RealtimeLane(Part):
             if self.on_result is not None:
                 self.on_result(a.custom_id, result)
         self.answered += len(answers)
-        if self.clock() - self.told_at >= TELL_EVERY or not self.journal.lane_open():
+        if self.clock() - self.told_at >= TELL_EVERY or not self.journal.lane.unanswered():
             self.told_at = self.clock()
-            self.emit("realtime_answered", {"requests": self.answered, "left": self.journal.lane_open()})
+            self.emit("realtime_answered", {"requests": self.answered, "left": self.journal.lane.unanswered()})

@@ -54,10 +54,10 @@ class Rebuilder:
         self.counts = {"batches": 0, "results": 0, "unavailable": 0}
 
     async def run(self) -> dict[str, int] | None:
-        committed, have = self.journal.committed_output(), self.out.size()
+        committed, have = self.journal.outcomes.committed_output(), self.out.size()
         if have >= committed:
             return None
-        spans = self.journal.collected_spans()
+        spans = self.journal.outcomes.collected_spans()
         keep = kept_spans([end for _, _, end in spans], have)
         if keep and not self._whole(spans[keep - 1][0]):
             keep = 0  # the file is not this job's output as recorded: rebuild all of it
@@ -68,13 +68,13 @@ class Rebuilder:
         for batch, _, _ in spans[keep:]:
             self.check_stop()  # stopped between batches: the whole ones stay, a rerun goes on from there
             pos = await self._batch(batch, pos)
-        self.journal.rebuilt(self.moved, self.unavailable, pos, self.counts)
+        self.journal.outcomes.rebuilt(self.moved, self.unavailable, pos, self.counts)
         self.emit("output_rebuilt", dict(self.counts))
         return self.counts
 
     def _whole(self, batch: int | None) -> bool:
         """The last line the journal places for `batch` is in the file, as that request's result."""
-        _, cid, offset, length = self.journal.batch_results(batch)[-1]
+        _, cid, offset, length = self.journal.outcomes.batch_results(batch)[-1]
         try:
             line = next(self.out.spans(iter([(offset, length)]), offset + length), b"")
             return bool(line.endswith(b"\n") and orjson.loads(line).get("custom_id") == cid)
@@ -82,14 +82,14 @@ class Rebuilder:
             return False
 
     async def _batch(self, batch: int | None, pos: int) -> int:
-        rows = self.journal.batch_results(batch)
+        rows = self.journal.outcomes.batch_results(batch)
         if batch is not None and batch < 0:  # (answers of the real-time lane: the journal keeps their lines)
             with self.out.appending(pos) as f:
                 for r in rows:
-                    pos = self._place(f, pos, r, (self.journal.lane_raw(r[0]) + b"\n", False))
+                    pos = self._place(f, pos, r, (self.journal.lane.line_of(r[0]) + b"\n", False))
             self.counts["batches"] += 1
             return pos
-        own = self.journal.batch_error_types(batch)
+        own = self.journal.outcomes.batch_error_types(batch)
         row = self.journal.batch(batch) if batch is not None else None
         lines: Spooled | None = None  # None: the API no longer has them (or, before migration 0005, no batch is known)
         if row is not None and any(own[line] not in OWN_LINES for line, *_ in rows):

@@ -39,7 +39,7 @@ class Reconciler(Part):
         if not intents:
             return
         theirs, unconfirmed = others_in_flight(await self.ledger.reservations(), self.ledger.owner)
-        known = self.journal.known_batch_ids() | theirs
+        known = self.journal.adoptions.known_batch_ids() | theirs
         for row in intents:
             sent_at = row.intent_at or 0.0
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.s.clock_skew)
@@ -78,7 +78,7 @@ class Reconciler(Part):
         choice = choose(evidence, [k for k in nearest_first(d.candidates, sent_at) if k in same],
                         sampled=len(ours.sample), learned=learned or {})
         if choice.foreign:
-            self.journal.foreign(choice.foreign)
+            self.journal.adoptions.foreign(choice.foreign)
             self.emit("not_ours", {"batch": row.idx, "ids": list(choice.foreign), "why": "its usage is another's prompts"})
         return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=self.s.reconcile_grace)
 

@@ -43,7 +43,7 @@ def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTabl
     primers = sorted(first.values())
     taken = {m.line for m in primers}
     rest = [m for m in members if m.line not in taken]
-    round_: int | None = journal.next_round()
+    round_: int | None = journal.listed.next_round()
     listed: list[Listed] = [("primer", round_, g) for g in pack_rows(primers, limits)]
     listed += [("rest", round_, g) for g in pack_rows(rest, limits)]
     return listed, len(primers)
@@ -59,4 +59,4 @@ def reprime(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTabl
             life: float | None) -> int:
     """Replace the waiting rest batches `rows` of a lapsed round by a new round (journaled at once); its number."""
     listed, _ = regroup(path, journal, rows, prices, limits)
-    return journal.reprime([r.idx for r in rows], listed, lambda g: body_size(len(g), sum(r.length for r in g)), life)
+    return journal.listed.reprime([r.idx for r in rows], listed, lambda g: body_size(len(g), sum(r.length for r in g)), life)

@@ -45,9 +45,9 @@ def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool 
     try:
         with j.snapshot():  # one snapshot: the committed length and the rows agree
             output = OutputFile(str(j.get_meta("output") or Path(state_dir) / "results.jsonl"))
-            committed = j.committed_output()
+            committed = j.outcomes.committed_output()
             names = list(only or ())
-            types, errors = check_filter(names, j.result_types())
+            types, errors = check_filter(names, j.outcomes.result_types())
             stops = [r for n in names if n in STOPPED_EARLY for r in STOPPED_EARLY[n]]
             try:
                 count = _copy(j, output, committed, dest, (types, errors, stops), in_order) \
@@ -75,7 +75,7 @@ def _copy(journal: Journal, output: OutputFile, committed: int, dest: BinaryIO,
             count += chunk.count(b"\n")
         return count
     count = 0
-    spans = journal.result_spans(types=types, error_types=errors, in_order=in_order, stop_reasons=stops)
+    spans = journal.outcomes.result_spans(types=types, error_types=errors, in_order=in_order, stop_reasons=stops)
     for line in output.spans(spans, committed):
         dest.write(line)
         count += 1
@@ -86,7 +86,7 @@ def _rejected(journal: Journal, dest: BinaryIO) -> int:
     """The input lines refused before sending, one JSON line each: {"custom_id", "line", "result": {"type":
     "rejected", "reason"}} (custom_id null when the line had none), after any results."""
     count = 0
-    for line, cid, reason in journal.rejections():
+    for line, cid, reason in journal.outcomes.rejections():
         dest.write(orjson.dumps({"custom_id": cid, "line": line, "result": {"type": REJECTED, "reason": reason}}) + b"\n")
         count += 1
     return count

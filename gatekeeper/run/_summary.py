@@ -76,7 +76,7 @@ class Summary:
 def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTable | None = None,
               budget: float | None = None) -> Summary:
     report = j.get_meta("report") or {}
-    t = j.totals()
+    t = j.outcomes.totals()
     requests = int(report.get("requests", 0))
     table = prices or load_prices()
     by_lane = lanes(j, table)
@@ -108,9 +108,9 @@ def usage_json(usage: tuple[int, ...]) -> dict[str, Any]:
 
 
 def priming(j: Journal) -> dict[str, int] | None:
-    """How the job was primed (`Journal.priming`), and the rounds that lapsed and were primed again."""
-    counts = j.priming()
-    return None if counts is None else {**counts, "lapsed_rounds": len(j.events_of("primer_lapsed"))}
+    """How the job was primed (`Listings.priming`), and the rounds that lapsed and were primed again."""
+    counts = j.listed.priming()
+    return None if counts is None else {**counts, "lapsed_rounds": len(j.outcomes.events_of("primer_lapsed"))}
 
 
 def realized_caching(usage: tuple[int, ...], by_model: list[tuple[Any, ...]], planned: dict[str, Any] | None,
@@ -140,9 +140,9 @@ def realized_caching(usage: tuple[int, ...], by_model: list[tuple[Any, ...]], pl
 def canceled_job(j: Journal) -> dict[str, Any] | None:
     if not j.get_meta("user_canceled"):
         return None
-    at = [e[0] for e in j.events_of("user_canceled")]
+    at = [e[0] for e in j.outcomes.events_of("user_canceled")]
     when = datetime.datetime.fromtimestamp(at[-1], datetime.UTC).isoformat(timespec="seconds") if at else None
-    return {"at": when, "not_sent": j.held_back() + j.lane_queued()}
+    return {"at": when, "not_sent": j.held_back() + j.lane.queued()}
 
 
 def adoptions(j: Journal) -> dict[str, Any] | None:
@@ -158,16 +158,16 @@ def adoptions(j: Journal) -> dict[str, Any] | None:
 def spent_usd(j: Journal, prices: PriceTable) -> float | None:
     """What the results committed so far cost: the batch lane's at batch prices, the real-time lane's at standard
     prices (twice as much)."""
-    batch, realtime = _cost(j.usage_by_model(False), prices), _cost(j.usage_by_model(True), prices)
+    batch, realtime = _cost(j.outcomes.usage_by_model(False), prices), _cost(j.outcomes.usage_by_model(True), prices)
     return None if batch is None or realtime is None else round(batch + realtime / BATCH_DISCOUNT, 6)
 
 
 def lanes(j: Journal, prices: PriceTable) -> dict[str, Any]:
     """Requests each lane answered and what they cost; the real-time lane's calls and possible double charges."""
-    counts = j.lane_counts()
-    batch, realtime = _cost(j.usage_by_model(False), prices), _cost(j.usage_by_model(True), prices)
+    counts = j.outcomes.lane_counts()
+    batch, realtime = _cost(j.outcomes.usage_by_model(False), prices), _cost(j.outcomes.usage_by_model(True), prices)
     out: dict[str, Any] = {"batch": {"requests": counts["batch"], "cost_usd": batch}}
-    stats = j.lane_stats()
+    stats = j.lane.stats()
     if stats["moved"]:
         out["realtime"] = {"requests": counts["realtime"],
                            "cost_usd": None if realtime is None else round(realtime / BATCH_DISCOUNT, 6), **stats}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,12 +32,14 @@ from typing import Any
 import orjson
 
 from .._errors import JournalError, UsageError, os_error
+from ._adoptions import Adoptions
 from ._db import Db, PgDb, SqliteDb, pg_ddl, require_postgres, safe_url
-from ._lease import LeaseRecords
-from ._listed import ListedRecords
-from ._outcomes import OutcomeRecords
+from ._journal_base import JournalBase
+from ._lease import Lease
+from ._listed import Listings
+from ._outcomes import Outcomes
 from ._realtime import MIGRATION as REALTIME_MIGRATION
-from ._realtime import RealtimeRecords
+from ._realtime import LaneRecords
 from ._records import RESULT_COLUMNS, BatchRow, BatchState, JobPlan, PendingRow, Totals
 
 __all__ = ["BatchRow", "BatchState", "JobPlan", "Journal", "PendingRow", "Settlement", "Totals", "open_job"]
@@ -179,9 +181,14 @@ def _pg_register(db: Db, job: str, schema: str) -> None:
     db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
 
 
-class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
+class Journal(JournalBase):
     """One job's journal: the only place that speaks SQL. Open with `Journal.open(state_dir)` (SQLite) or
     `Journal.open_shared(url, job, state_dir)` (PostgreSQL).
+
+    It moves batches through their states itself, and hands the rest to collaborators that each own one concern:
+    `lease` (a shared job's lease), `adoptions` (batches found by listing, and whose they proved to be), `listed`
+    (member-listed batches: retries, priming), `lane` (the real-time lane's requests and calls) and `outcomes`
+    (readings, totals, spans of the output).
 
     The database's errors (a full disk, a damaged file, a lock held too long, a server gone)
     become `JournalError` in `_db`, naming the file or the URL; the transaction that failed is rolled back.
@@ -189,49 +196,24 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
 
     FILE = "journal.sqlite3"
 
+    def __init__(self, db: Db, state_dir: Path, *, clock: Callable[[], float] = time.time, job: str | None = None) -> None:
+        super().__init__(db, state_dir, clock=clock, job=job)
+        self.lease = Lease(self)
+        self.adoptions = Adoptions(self)
+        self.listed = Listings(self)
+        self.lane = LaneRecords(self)
+        self.outcomes = Outcomes(self)
+
     @classmethod
     def open(cls, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time) -> Journal:
-        path = Path(state_dir)
-        private_dir(path)
-        db_path = path / cls.FILE
-        try:
-            if not db_path.exists():
-                os.close(os.open(db_path, os.O_CREAT | os.O_WRONLY, 0o600))
-        except OSError as exc:
-            raise JournalError(os_error(exc, f"cannot create the journal {db_path}")) from exc
-        db = SqliteDb.open(str(db_path), f"journal {db_path}", JournalError)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # a committed state change survives power loss too
-        except JournalError as exc:
-            raise JournalError(f"{db_path} is not a gatekeeper journal: {exc}") from exc
-        journal = cls(db, path, clock=clock)
-        journal._migrate()
-        return journal
+        """The SQLite journal in `state_dir`, created (and migrated) on first use."""
+        return _open_local(cls, Path(state_dir), clock)
 
     @classmethod
     def open_shared(cls, url: str, job: str, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time,
                     readonly: bool = False, ride_out: float = 60.0) -> Journal:
         """Job `job`'s journal in PostgreSQL, created with its schema on first use (unless `readonly`)."""
-        require_postgres(url)
-        where = f"journal {safe_url(url)} (job {job})"
-        if not readonly:
-            private_dir(Path(state_dir))
-        db = PgDb(url, where, JournalError, readonly=readonly, ride_out=ride_out)
-        schema = job_schema(job)
-        if readonly:
-            row = db.execute("SELECT schema_name FROM gatekeeper.jobs WHERE name = ?", (job,)).fetchone() \
-                if db.execute("SELECT to_regclass('gatekeeper.jobs')").fetchone()[0] else None
-            if row is None:
-                db.close()
-                raise UsageError(f"no job named {job!r} in {safe_url(url)}", setting="job")
-        else:
-            _pg_locked(db, lambda: _pg_register(db, job, schema))
-        db.use_schema(schema)
-        journal = cls(db, Path(state_dir), clock=clock, job=job)
-        if not readonly:
-            _pg_locked(db, journal._migrate)
-        return journal
+        return _open_shared(cls, url, job, Path(state_dir), clock, readonly=readonly, ride_out=ride_out)
 
     @classmethod
     def open_readonly(cls, state_dir: str | os.PathLike[str]) -> Journal:
@@ -241,7 +223,7 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
             raise UsageError(f"no gatekeeper journal in {state_dir}", setting="state_dir")
         return cls(SqliteDb.open(f"file:{path}?mode=ro", f"journal {path}", JournalError, uri=True), Path(state_dir))
 
-    def _migrate(self) -> None:
+    def migrate(self) -> None:
         with self.transaction() as db:
             db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
             done = {r[0] for r in db.execute("SELECT name FROM schema_migrations")}
@@ -255,68 +237,7 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
                             db.execute(pg_ddl(statement) if db.dialect == "postgres" else statement)
                     db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, self._clock()))
 
-    # -- the lease of a shared journal's job ----------------------------------------
-
-    # -- meta ---------------------------------------------------------------
-
-    # -- batches ------------------------------------------------------------
-
-    def known_batch_ids(self) -> set[str]:
-        """Batches that are not a candidate for an unknown create: ours, and those found not to be (`not_ours`)."""
-        ours = {r[0] for r in self.db.execute("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")}
-        return ours | set(self.get_meta("not_ours") or [])
-
-    def not_ours(self, idx: int, batch_id: str, why: str = "foreign custom_ids") -> None:
-        """A batch adopted from the listing whose results prove it another job's: the create's outcome is
-        unknown again (ours may exist, not listed then), and that batch is never a candidate again."""
-        with self.transaction() as db:
-            self._set_meta(db, "not_ours", sorted({*(self.get_meta("not_ours") or []), batch_id}))  # (same connection)
-            adopted = {k: v for k, v in (self.get_meta("adopted") or {}).items() if k != str(idx)}
-            self._set_meta(db, "adopted", adopted)
-            self._set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
-            self._event(db, "adoption_undone", idx, id=batch_id, why=why)
-
-    def reopen(self, idx: int, batch_id: str, why: str) -> None:
-        """A batch adopted from the listing alone that another listed batch may be ours instead of: the create's
-        outcome is unknown again, and both are compared by their results (neither is set aside)."""
-        with self.transaction() as db:
-            adopted = {k: v for k, v in (self.get_meta("adopted") or {}).items() if k != str(idx)}
-            self._set_meta(db, "adopted", adopted)
-            self._set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
-            self._event(db, "adoption_reopened", idx, id=batch_id, why=why)
-
-    def foreign(self, batch_ids: Iterable[str]) -> None:
-        """Batches whose results proved them another submitter's: never a candidate again."""
-        with self.transaction() as db:
-            self._set_meta(db, "not_ours", sorted({*(self.get_meta("not_ours") or []), *batch_ids}))
-
-    def adoption(self, idx: int) -> dict[str, Any] | None:
-        """How batch `idx` was found to be ours, when by listing: {"id", "proof"}, proof "listing" (to be checked
-        against its results when collected), "results" (they proved it) or "unproven" (they could not tell)."""
-        entry = (self.get_meta("adopted") or {}).get(str(idx))
-        return dict(entry) if entry else None
-
-    def proven_batches(self) -> list[BatchRow]:
-        """Batches proven ours because their create was answered (not found by listing), in index order."""
-        adopted = {int(k) for k in (self.get_meta("adopted") or {})}
-        return [r for r in self.batches(BatchState.CREATED, BatchState.ENDED, BatchState.COLLECTED)
-                if r.batch_id and r.idx not in adopted]
-
-    def set_adoption(self, idx: int, batch_id: str, proof: str) -> None:
-        with self.transaction() as db:
-            self._record_adoption(db, idx, batch_id, proof)
-
-    def _record_adoption(self, db: Db, idx: int, batch_id: str, proof: str) -> None:
-        adopted = {**(self.get_meta("adopted") or {}), str(idx): {"id": batch_id, "proof": proof}}
-        self._set_meta(db, "adopted", adopted)
-        self._event(db, "adoption_" + proof, idx, id=batch_id)
-
     # -- state changes, one transaction each ----------------------------------
-
-    def _set_state(self, db: Db, idx: int, state: BatchState, **fields: Any) -> None:
-        sets = ", ".join(["state = ?"] + [f"{k} = ?" for k in fields])
-        db.execute(f"UPDATE batches SET {sets} WHERE idx = ?", (state.value, *fields.values(), idx))
-        self._event(db, state.value, idx, **{k: v for k, v in fields.items() if k in ("batch_id", "counts")})
 
     def start_job(self, plan: JobPlan, size: Callable[[list[PendingRow]], int] | None = None) -> None:
         """Record a new job: the input's identity, settings, the plan and its rejections, all or nothing (`size`:
@@ -324,7 +245,7 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
         with self.transaction() as db:
             for key, value in (("input", plan.input), ("settings", plan.settings), ("report", plan.report),
                                ("output_committed", 0), ("output", plan.output)):
-                self._set_meta(db, key, value)
+                self.put_meta(db, key, value)
             db.executemany(
                 "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
                 "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
@@ -333,22 +254,22 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
             db.executemany("INSERT INTO claimed VALUES (?)", [(r.line,) for _, _, rows in plan.listed for r in rows])
             if plan.listed:
                 assert size is not None, "member-listed batches need their body size"
-                self._insert_listed(db, len(plan.batches), plan.listed, size)
-            self._event(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches) + len(plan.listed))
+                self.listed.insert_listed(db, len(plan.batches), plan.listed, size)
+            self.note(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches) + len(plan.listed))
 
     def mark_intent(self, idx: int, at: float, worst_usd: float | None = None) -> None:
         """Recorded before a create's first byte is sent: from here on its outcome is unknown until settled."""
         with self.transaction() as db:
-            self._set_state(db, idx, BatchState.INTENT, intent_at=at, body_complete=0, worst_usd=worst_usd)
+            self.set_state(db, idx, BatchState.INTENT, intent_at=at, body_complete=0, worst_usd=worst_usd)
 
     def in_flight_worst(self) -> float:
         """The worst case of every batch admitted and not yet collected (USD)."""
-        return float(self._one("SELECT COALESCE(SUM(worst_usd), 0) FROM batches WHERE state IN ('intent', 'created', 'ended')")) \
-            + self.lane_worst()
+        return float(self.scalar("SELECT COALESCE(SUM(worst_usd), 0) FROM batches WHERE state IN ('intent', 'created', 'ended')")) \
+            + self.lane.worst()
 
     def held_back(self) -> int:
         """Requests not sent: in batches not yet created, and waiting for another attempt."""
-        return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches WHERE state = 'planned'")) + self.pending_count()
+        return int(self.scalar("SELECT COALESCE(SUM(requests), 0) FROM batches WHERE state = 'planned'")) + self.listed.pending_count()
 
     def mark_body_complete(self, idx: int, at: float | None = None) -> None:
         """Recorded before a create's last bytes go out; an intent without it cannot have created a batch. `at`
@@ -363,9 +284,9 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
     def back_to_planned(self, idx: int, event: str | None = None, **detail: Any) -> None:
         """A create that definitely did not happen (refused, deferred, reconciled absent)."""
         with self.transaction() as db:
-            self._set_state(db, idx, BatchState.PLANNED, intent_at=None, body_complete=0)
+            self.set_state(db, idx, BatchState.PLANNED, intent_at=None, body_complete=0)
             if event:
-                self._event(db, event, idx, **detail)
+                self.note(db, event, idx, **detail)
 
     def record_refusal(self, idx: int, depth: int, requests: int) -> None:
         self.back_to_planned(idx, "queue_full", depth=depth, requests=requests)
@@ -374,13 +295,13 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
         """The batch exists; `adopted` (its proof, see `adoption`) when it was found by listing, recorded in the same
         transaction (a kill between the two would leave a listing adoption unchecked)."""
         with self.transaction() as db:
-            self._set_state(db, idx, BatchState.CREATED, batch_id=batch_id, created_at=created_at)
+            self.set_state(db, idx, BatchState.CREATED, batch_id=batch_id, created_at=created_at)
             if adopted:
-                self._record_adoption(db, idx, batch_id, adopted)
+                self.adoptions.record(db, idx, batch_id, adopted)
 
     def mark_ended(self, idx: int, ended_at: str | None, counts: Any) -> None:
         with self.transaction() as db:
-            self._set_state(db, idx, BatchState.ENDED, ended_at=ended_at, counts=orjson.dumps(counts).decode())
+            self.set_state(db, idx, BatchState.ENDED, ended_at=ended_at, counts=orjson.dumps(counts).decode())
 
     @contextmanager
     def settling(self, idx: int) -> Iterator[Settlement]:
@@ -393,14 +314,53 @@ class Journal(LeaseRecords, OutcomeRecords, ListedRecords, RealtimeRecords):
             yield s
             s.flush()
             if s.adopted is not None:  # (a listing adoption's proof, committed with its results)
-                self._record_adoption(db, idx, *s.adopted)
-            self._set_meta(db, "output_committed", s.committed)
-            self._set_state(db, idx, BatchState.COLLECTED)
+                self.adoptions.record(db, idx, *s.adopted)
+            self.put_meta(db, "output_committed", s.committed)
+            self.set_state(db, idx, BatchState.COLLECTED)
             s.before_commit()
 
-    # -- output and reporting --------------------------------------------------
 
-    # -- rebuilding the output ------------------------------------------------------
+
+def _open_local(cls: type[Journal], path: Path, clock: Callable[[], float]) -> Journal:
+    private_dir(path)
+    db_path = path / cls.FILE
+    try:
+        if not db_path.exists():
+            os.close(os.open(db_path, os.O_CREAT | os.O_WRONLY, 0o600))
+    except OSError as exc:
+        raise JournalError(os_error(exc, f"cannot create the journal {db_path}")) from exc
+    db = SqliteDb.open(str(db_path), f"journal {db_path}", JournalError)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")  # a committed state change survives power loss too
+    except JournalError as exc:
+        raise JournalError(f"{db_path} is not a gatekeeper journal: {exc}") from exc
+    journal = cls(db, path, clock=clock)
+    journal.migrate()
+    return journal
+
+
+def _open_shared(cls: type[Journal], url: str, job: str, state_dir: Path, clock: Callable[[], float], *, readonly: bool,
+                 ride_out: float) -> Journal:
+    require_postgres(url)
+    where = f"journal {safe_url(url)} (job {job})"
+    if not readonly:
+        private_dir(state_dir)
+    db = PgDb(url, where, JournalError, readonly=readonly, ride_out=ride_out)
+    schema = job_schema(job)
+    if readonly:
+        row = db.execute("SELECT schema_name FROM gatekeeper.jobs WHERE name = ?", (job,)).fetchone() \
+            if db.execute("SELECT to_regclass('gatekeeper.jobs')").fetchone()[0] else None
+        if row is None:
+            db.close()
+            raise UsageError(f"no job named {job!r} in {safe_url(url)}", setting="job")
+    else:
+        _pg_locked(db, lambda: _pg_register(db, job, schema))
+    db.use_schema(schema)
+    journal = cls(db, state_dir, clock=clock, job=job)
+    if not readonly:
+        _pg_locked(db, journal.migrate)
+    return journal
 
 
 class Settlement:

@@ -1,5 +1,6 @@
 """What every part of the journal stands on: the connection, one transaction a change, the job's meta and its
-event log, and reading the batches. The parts (`_lease`, `_outcomes`, `_journal`) each own one concern."""
+event log, and reading and moving the batches. `Journal` is this core with its collaborators (`_lease`,
+`_adoptions`, `_listed`, `_realtime`, `_outcomes`), each owning one concern and holding the core, not inheriting it."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class JournalBase:
         self.job = job  # the job's name in a shared journal (None: the state directory is the job)
         self.where = db.where  # the journal, for messages
         self._clock = clock  # stamps events
-        self._holder: str | None = None  # the lease this run holds in a shared journal
+        self.guard: Callable[[], None] | None = None  # checks a shared journal's lease before each write (`_lease`)
 
     def close(self) -> None:
         self.db.close()
@@ -34,8 +35,8 @@ class JournalBase:
         """One atomic change; in a shared journal, only while this run still holds the job's lease."""
         self.db.begin()
         try:
-            if self._holder is not None:
-                self._check_lease()
+            if self.guard is not None:
+                self.guard()
             yield self.db
         except BaseException:
             self.db.end(commit=False)
@@ -46,7 +47,7 @@ class JournalBase:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else orjson.loads(row[0])
 
-    def _set_meta(self, db: Db, key: str, value: Any) -> None:
+    def put_meta(self, db: Db, key: str, value: Any) -> None:
         db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                    (key, orjson.dumps(value).decode()))
 
@@ -61,17 +62,17 @@ class JournalBase:
     def event(self, event: str, batch: int | None = None, **detail: Any) -> None:
         """A mark on the run's timeline (a resume, say), in its own transaction."""
         with self.transaction() as db:
-            self._event(db, event, batch, **detail)
+            self.note(db, event, batch, **detail)
 
-    def _event(self, db: Db, event: str, batch: int | None = None, **detail: Any) -> None:
+    def note(self, db: Db, event: str, batch: int | None = None, **detail: Any) -> None:
         db.execute("INSERT INTO events (at, batch, event, detail) VALUES (?, ?, ?, ?)",
                    (self._clock(), batch, event, orjson.dumps(detail).decode() if detail else None))
 
     def set_meta(self, key: str, value: Any, event: str | None = None, **detail: Any) -> None:
         with self.transaction() as db:
-            self._set_meta(db, key, value)
+            self.put_meta(db, key, value)
             if event:
-                self._event(db, event, **detail)
+                self.note(db, event, **detail)
 
     @staticmethod
     def _row(r: Sequence[Any]) -> BatchRow:
@@ -93,7 +94,7 @@ class JournalBase:
 
     def count(self, *states: BatchState) -> int:
         marks = ",".join("?" * len(states))
-        return int(self._one(f"SELECT COUNT(*) FROM batches WHERE state IN ({marks})", *(s.value for s in states)))
+        return int(self.scalar(f"SELECT COUNT(*) FROM batches WHERE state IN ({marks})", *(s.value for s in states)))
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -106,8 +107,10 @@ class JournalBase:
         finally:
             self.db.end(commit=False)
 
-    def _one(self, sql: str, *args: Any) -> Any:
+    def scalar(self, sql: str, *args: Any) -> Any:
         return self.db.execute(sql, args).fetchone()[0]
 
-    def _check_lease(self) -> None:
-        """Overridden where a lease is kept (`_lease`): a local journal has none."""
+    def set_state(self, db: Db, idx: int, state: BatchState, **fields: Any) -> None:
+        sets = ", ".join(["state = ?"] + [f"{k} = ?" for k in fields])
+        db.execute(f"UPDATE batches SET {sets} WHERE idx = ?", (state.value, *fields.values(), idx))
+        self.note(db, state.value, idx, **{k: v for k, v in fields.items() if k in ("batch_id", "counts")})

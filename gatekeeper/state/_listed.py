@@ -13,8 +13,12 @@ from ._records import Listed, PendingRow
 Size = Callable[[list[PendingRow]], int]  # the create body's size of these requests
 
 
-class ListedRecords(JournalBase):
+class Listings:
     """Reading and replacing member-listed batches."""
+
+    def __init__(self, core: JournalBase) -> None:
+        self.core = core  # the connection, transactions, meta and events every part shares
+        self.db = core.db
 
     def skipped_lines(self, first: int, last: int) -> set[int]:
         """The lines an input-range batch over [first, last] does not send: rejected, or claimed by priming."""
@@ -32,7 +36,7 @@ class ListedRecords(JournalBase):
 
     def next_round(self) -> int:
         """The number a new round of priming takes."""
-        return int(self._one("SELECT COALESCE(MAX(cache_round), -1) + 1 FROM batches"))
+        return int(self.core.scalar("SELECT COALESCE(MAX(cache_round), -1) + 1 FROM batches"))
 
     def priming(self) -> dict[str, int] | None:
         """How the job is primed, from its batches: rounds, requests sent as primers, and the rest (None: not primed)."""
@@ -54,7 +58,7 @@ class ListedRecords(JournalBase):
         return list(self.db.execute('SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line'))
 
     def pending_count(self) -> int:
-        return int(self._one("SELECT COUNT(*) FROM pending"))
+        return int(self.core.scalar("SELECT COUNT(*) FROM pending"))
 
     # -- changes, one transaction each ---------------------------------------
 
@@ -63,10 +67,10 @@ class ListedRecords(JournalBase):
         rows = [PendingRow(*r) for r in self.db.execute(
             'SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line')]
         groups = pack(rows)
-        with self.transaction() as db:
-            self._insert_listed(db, _next_idx(db), [("retry", None, g) for g in groups], size)
+        with self.core.transaction() as db:
+            self.insert_listed(db, _next_idx(db), [("retry", None, g) for g in groups], size)
             db.execute("DELETE FROM pending")
-            self._event(db, "resubmission_planned", requests=len(rows), batches=len(groups))
+            self.core.note(db, "resubmission_planned", requests=len(rows), batches=len(groups))
         return len(rows), len(groups)
 
     def recut(self, batch_size: int, ranges: list[tuple[Any, ...]], groups: list[Listed], size: Size) -> None:
@@ -75,7 +79,7 @@ class ListedRecords(JournalBase):
         `ranges`: (requests, bytes, first_line, last_line, start, end, first_cid, last_cid) of new input-range
         batches; `groups`: (kind, round, requests) of new member-listed batches.
         """
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             old = [r[0] for r in db.execute("SELECT idx FROM batches WHERE state = 'planned'")]
             idx = _drop_planned(db, old)
             for k, r in enumerate(ranges):
@@ -83,24 +87,24 @@ class ListedRecords(JournalBase):
                     "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
                     "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
                     (idx + k, *r))
-            self._insert_listed(db, idx + len(ranges), groups, size)
-            settings = {**(self.get_meta("settings") or {}), "batch_size": batch_size}
-            self._set_meta(db, "settings", settings)
-            self._event(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
+            self.insert_listed(db, idx + len(ranges), groups, size)
+            settings = {**(self.core.get_meta("settings") or {}), "batch_size": batch_size}
+            self.core.put_meta(db, "settings", settings)
+            self.core.note(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
 
     def reprime(self, old: list[int], groups: list[Listed], size: Size, life: float | None) -> int:
         """Replace the planned batches `old` (a lapsed round's rest) by `groups` (a new round's primer and rest), and
         record the new round's life; in one transaction. The new round's number."""
-        with self.transaction() as db:
-            self._insert_listed(db, _drop_planned(db, old), groups, size)
+        with self.core.transaction() as db:
+            self.insert_listed(db, _drop_planned(db, old), groups, size)
             new = int(groups[0][1]) if groups and groups[0][1] is not None else -1
-            report = self.get_meta("report") or {}
+            report = self.core.get_meta("report") or {}
             lives = {**((report.get("priming") or {}).get("lives") or {}), str(new): life}
-            self._set_meta(db, "report", {**report, "priming": {"lives": lives}})
-            self._event(db, "reprimed", round=new, replaced=len(old), batches=len(groups))
+            self.core.put_meta(db, "report", {**report, "priming": {"lives": lives}})
+            self.core.note(db, "reprimed", round=new, replaced=len(old), batches=len(groups))
         return new
 
-    def _insert_listed(self, db: Db, idx: int, groups: list[Listed], size: Size) -> None:
+    def insert_listed(self, db: Db, idx: int, groups: list[Listed], size: Size) -> None:
         for kind, cache_round, g in groups:
             first, last = g[0], g[-1]
             db.execute(

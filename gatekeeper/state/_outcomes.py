@@ -12,8 +12,12 @@ from ._journal_base import JournalBase
 from ._records import TIMELINE_ROWS, Totals
 
 
-class OutcomeRecords(JournalBase):
+class Outcomes:
     """Readings, events, results totals and spans, and the record of a rebuilt output."""
+
+    def __init__(self, core: JournalBase) -> None:
+        self.core = core  # the connection, transactions, meta and events every part shares
+        self.db = core.db
 
     def record_reading(self, at: float, depth: int, ceiling: int | None, ours: int) -> None:
         """One queue reading for the run's timeline; past TIMELINE_ROWS, every other reading is dropped (the
@@ -30,7 +34,7 @@ class OutcomeRecords(JournalBase):
                 self.db.execute("PRAGMA synchronous=FULL")
 
     def _insert_reading(self, at: float, depth: int, ceiling: int | None, ours: int) -> None:
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             if db.dialect == "postgres":
                 db.execute("SET LOCAL synchronous_commit TO OFF")
             db.execute("INSERT INTO timeline (at, depth, ceiling, ours) VALUES (?, ?, ?, ?)", (at, depth, ceiling, ours))
@@ -50,14 +54,14 @@ class OutcomeRecords(JournalBase):
 
 
     def committed_output(self) -> int:
-        return int(self.get_meta("output_committed") or 0)
+        return int(self.core.get_meta("output_committed") or 0)
 
     def admitted_requests(self) -> int:
-        return int(self._one("SELECT COALESCE(SUM(requests), 0) FROM batches "
+        return int(self.core.scalar("SELECT COALESCE(SUM(requests), 0) FROM batches "
                              "WHERE kind IN ('plan', 'primer', 'rest') AND state NOT IN ('planned', 'intent')"))
 
     def final_count(self) -> int:
-        return int(self._one("SELECT COUNT(*) FROM results"))
+        return int(self.core.scalar("SELECT COUNT(*) FROM results"))
 
     def totals(self) -> Totals:
         """Every figure a summary needs, read in one snapshot."""
@@ -71,9 +75,9 @@ class OutcomeRecords(JournalBase):
         by_model = self.usage_by_model()
         return Totals(
             types=types, errors=errors, usage=tuple(usage), usage_by_model=by_model,
-            batches=int(self._one("SELECT COUNT(*) FROM batches WHERE batch_id IS NOT NULL")),
-            resubmitted=int(self._one("SELECT COUNT(DISTINCT line) FROM attempts")),
-            succeeded_after_retry=int(self._one("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1")),
+            batches=int(self.core.scalar("SELECT COUNT(*) FROM batches WHERE batch_id IS NOT NULL")),
+            resubmitted=int(self.core.scalar("SELECT COUNT(DISTINCT line) FROM attempts")),
+            succeeded_after_retry=int(self.core.scalar("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1")),
             final=self.final_count(),
             stop_reasons={k or "unknown": v for k, v in db.execute(
                 "SELECT stop_reason, COUNT(*) FROM results WHERE type = 'succeeded' GROUP BY stop_reason")},
@@ -146,14 +150,14 @@ class OutcomeRecords(JournalBase):
         """The rebuilt output, in one transaction: rows whose place changed (offset, length, line), rows whose
         results could not be downloaded again (now final `gatekeeper_results_unavailable`), its length, and
         the running count of re-downloads."""
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             db.executemany("UPDATE results SET out_offset = ?, out_len = ? WHERE line = ?", moved)
             db.executemany("UPDATE results SET type = 'errored', error_type = 'gatekeeper_results_unavailable' WHERE line = ?",
                            [(line,) for line in unavailable])
-            self._set_meta(db, "output_committed", committed)
-            total = self.get_meta("rebuilt") or {}
-            self._set_meta(db, "rebuilt", {k: int(total.get(k, 0)) + v for k, v in counts.items()})
-            self._event(db, "output_rebuilt", **counts)
+            self.core.put_meta(db, "output_committed", committed)
+            total = self.core.get_meta("rebuilt") or {}
+            self.core.put_meta(db, "rebuilt", {k: int(total.get(k, 0)) + v for k, v in counts.items()})
+            self.core.note(db, "output_rebuilt", **counts)
 
     def rejections(self) -> Iterator[tuple[int, str | None, str]]:
         """(line, custom_id, reason) of every input line refused before sending, in line order."""

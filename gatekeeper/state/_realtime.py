@@ -48,60 +48,64 @@ class Answer(NamedTuple):
     stop_reason: str | None
 
 
-class RealtimeRecords(JournalBase):
+class LaneRecords:
     """Moving work to the real-time lane, and journaling its calls and answers."""
+
+    def __init__(self, core: JournalBase) -> None:
+        self.core = core  # the connection, transactions, meta and events every part shares
+        self.db = core.db
 
     def move_planned(self, idx: int, rows: Iterable[tuple[int, int, int, str, int]], worst: list[float]) -> int:
         """A batch never created goes to the real-time lane whole, in one transaction: its requests
         (line, offset, length, custom_id, attempt) are queued, the batch is gone. The requests moved."""
         rows = list(rows)
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             if db.execute("SELECT state FROM batches WHERE idx = ?", (idx,)).fetchone()[0] != "planned":
                 return 0  # (never one already sent)
             db.executemany('INSERT INTO realtime (line, "offset", length, custom_id, attempt, state, worst_usd) '
                            "VALUES (?, ?, ?, ?, ?, 'queued', ?)", [(*r, w) for r, w in zip(rows, worst, strict=True)])
             db.execute("DELETE FROM members WHERE batch = ?", (idx,))
             db.execute("DELETE FROM batches WHERE idx = ?", (idx,))
-            self._event(db, "to_realtime", idx, requests=len(rows), source="planned")
+            self.core.note(db, "to_realtime", idx, requests=len(rows), source="planned")
         return len(rows)
 
     def move_pending(self, worst: dict[int, float]) -> int:
         """Every request waiting for another attempt goes to the real-time lane instead of a new batch."""
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             rows = list(db.execute('SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line'))
             db.executemany('INSERT INTO realtime (line, "offset", length, custom_id, attempt, state, worst_usd) '
                            "VALUES (?, ?, ?, ?, ?, 'queued', ?)", [(*r, worst.get(r[0])) for r in rows])
             db.execute("DELETE FROM pending")
-            self._event(db, "to_realtime", requests=len(rows), source="retry")
+            self.core.note(db, "to_realtime", requests=len(rows), source="retry")
         return len(rows)
 
-    def lane_rows(self, limit: int, skip: Iterable[int] = ()) -> list[LaneRow]:
+    def rows(self, limit: int, skip: Iterable[int] = ()) -> list[LaneRow]:
         """Requests waiting for a call, in line order (`skip`: those with a call out)."""
         out = self.db.execute('SELECT line, "offset", length, custom_id, attempt, lost, calls FROM realtime '
                               "WHERE state = 'queued' ORDER BY line LIMIT ?", (limit + len(set(skip)),))
         skipped = set(skip)
         return [LaneRow(*r) for r in out if r[0] not in skipped][:limit]
 
-    def lane_resume(self) -> int:
+    def resume(self) -> int:
         """On resume: calls a crash left out may have been processed; each is counted and sent again."""
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             n = int(db.execute("SELECT COUNT(*) FROM realtime WHERE state = 'sent'").fetchone()[0])
             if n:
                 db.execute("UPDATE realtime SET state = 'queued', lost = lost + 1 WHERE state = 'sent'")
-                self._event(db, "realtime_unknown", requests=n, why="a call was out when the last run stopped")
+                self.core.note(db, "realtime_unknown", requests=n, why="a call was out when the last run stopped")
         return n
 
-    def lane_sending(self, line: int) -> None:
+    def sending(self, line: int) -> None:
         """Before a call's first byte: from here its outcome is unknown until answered."""
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             db.execute("UPDATE realtime SET state = 'sent', calls = calls + 1 WHERE line = ?", (line,))
 
-    def lane_again(self, line: int, *, lost: bool) -> None:
+    def again(self, line: int, *, lost: bool) -> None:
         """The call will be made again (`lost`: its answer was lost, so it may have been processed: counted)."""
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             db.execute("UPDATE realtime SET state = 'queued', lost = lost + ? WHERE line = ?", (int(lost), line))
 
-    def lane_commit(self, answers: list[Answer], start: int, group: int) -> int:
+    def commit(self, answers: list[Answer], start: int, group: int) -> int:
         """Answers, with the output's new length, in one transaction (the output holds their lines from `start`);
         the new length. `group` (negative) stands for their batch: their lines are contiguous, as a batch's are."""
         pos = start
@@ -110,38 +114,38 @@ class RealtimeRecords(JournalBase):
             rows.append((a.line, a.custom_id, a.type, a.error_type, 1, pos, len(a.raw) + 1, *a.usage[:5], group,
                          a.usage[5], a.stop_reason, "realtime"))
             pos += len(a.raw) + 1
-        with self.transaction() as db:
+        with self.core.transaction() as db:
             db.executemany("INSERT INTO results (line, custom_id, type, error_type, attempts, out_offset, out_len, model, "
                            "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, batch, "
                            "cache_write_1h_tokens, stop_reason, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            rows)
             db.executemany("UPDATE realtime SET state = 'answered', raw = ? WHERE line = ?", [(a.raw, a.line) for a in answers])
-            self._set_meta(db, "output_committed", pos)
+            self.core.put_meta(db, "output_committed", pos)
         return pos
 
-    def lane_group(self) -> int:
+    def next_group(self) -> int:
         """The next negative stand-in batch number for a commit of real-time answers."""
-        return int(self._one("SELECT COALESCE(MIN(batch), 0) - 1 FROM results WHERE batch < 0"))
+        return int(self.core.scalar("SELECT COALESCE(MIN(batch), 0) - 1 FROM results WHERE batch < 0"))
 
-    def lane_raw(self, line: int) -> bytes:
-        return bytes(self._one("SELECT raw FROM realtime WHERE line = ?", line))
+    def line_of(self, line: int) -> bytes:
+        return bytes(self.core.scalar("SELECT raw FROM realtime WHERE line = ?", line))
 
-    def lane_out(self) -> int:
+    def out(self) -> int:
         """Requests with a call out (state `sent`)."""
-        return int(self._one("SELECT COUNT(*) FROM realtime WHERE state = 'sent'"))
+        return int(self.core.scalar("SELECT COUNT(*) FROM realtime WHERE state = 'sent'"))
 
-    def lane_queued(self) -> int:
+    def queued(self) -> int:
         """Requests in the real-time lane waiting for a call."""
-        return int(self._one("SELECT COUNT(*) FROM realtime WHERE state = 'queued'"))
+        return int(self.core.scalar("SELECT COUNT(*) FROM realtime WHERE state = 'queued'"))
 
-    def lane_open(self) -> int:
+    def unanswered(self) -> int:
         """Requests in the real-time lane without a final result."""
-        return int(self._one("SELECT COUNT(*) FROM realtime WHERE state != 'answered'"))
+        return int(self.core.scalar("SELECT COUNT(*) FROM realtime WHERE state != 'answered'"))
 
-    def lane_worst(self) -> float:
-        return float(self._one("SELECT COALESCE(SUM(worst_usd), 0) FROM realtime WHERE state != 'answered'"))
+    def worst(self) -> float:
+        return float(self.core.scalar("SELECT COALESCE(SUM(worst_usd), 0) FROM realtime WHERE state != 'answered'"))
 
-    def lane_stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         moved, calls, lost = self.db.execute(
             "SELECT COUNT(*), COALESCE(SUM(calls), 0), COALESCE(SUM(lost), 0) FROM realtime").fetchone()
         return {"moved": int(moved), "calls": int(calls), "possible_double_charges": int(lost)}

@@ -29,7 +29,7 @@ from ._model import OUTPUT_TOKENS, FakeRealtime, new_id
 from ._wire import prompt_points
 
 if TYPE_CHECKING:
-    from ._server import _Handler
+    from ._wire import Wire
 
 
 @dataclass
@@ -165,40 +165,40 @@ class Lane:
         return out
 
 
-def serve_message(h: _Handler, workspace: str) -> None:
+def serve_message(h: Wire, workspace: str) -> None:
     """POST /v1/messages."""
     fake = h.server.fake
     lane = fake.realtime
-    raw = h._read_body() or b""
+    raw = h.read_body() or b""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return h._error(400, "request body is not valid JSON")
+        return h.send_api_error(400, "request body is not valid JSON")
     model, max_tokens = str(body.get("model") or ""), body.get("max_tokens") if isinstance(body, dict) else None
     if fake.config.model(model) is None:
-        return h._error(404, f"model: {model}", "not_found_error")
+        return h.send_api_error(404, f"model: {model}", "not_found_error")
     if not isinstance(max_tokens, int) or max_tokens < 1 or not body.get("messages"):
-        return h._error(400, "max_tokens: must be at least 1; messages: required")
+        return h.send_api_error(400, "max_tokens: must be at least 1; messages: required")
     (tokens, digest), points = prompt_points(body)
     why, wait, headers = lane.admit(model, tokens, max_tokens)
     if why is not None:
-        return h._error(429, why, "rate_limit_error", {**headers, "retry-after": str(max(1, math.ceil(wait)))})
+        return h.send_api_error(429, why, "rate_limit_error", {**headers, "retry-after": str(max(1, math.ceil(wait)))})
     if lane.roll(lane.config.overloaded):
         lane.records.overloaded += 1
         lane.settle(model, max_tokens, tokens, 0, 0)  # (not processed: nothing charged stays)
-        return h._error(529, "Overloaded", "overloaded_error")
+        return h.send_api_error(529, "Overloaded", "overloaded_error")
     usage, out_tokens = _process(fake, workspace, model, tokens, digest, points, max_tokens)
     headers = lane.settle(model, max_tokens, tokens, usage.input + usage.write_5m + usage.write_1h, out_tokens)
     time.sleep(lane.config.latency)
     if lane.roll(lane.config.lost):
         lane.records.lost += 1
-        return h._drop()  # processed and billed; the answer never arrives
+        return h.drop()  # processed and billed; the answer never arrives
     lane.records.answered += 1
     message = _message(model, digest, usage, out_tokens, max_tokens, fake.config.answer_bytes)
     if body.get("stream") is True:
         lane.records.streamed += 1
         return _stream(h, message, headers)
-    h._json(200, message, headers)
+    h.send_json(200, message, headers)
 
 
 def _process(fake: Any, workspace: str, model: str, tokens: int, digest: str, points: Any, max_tokens: int) -> tuple[Usage, int]:
@@ -224,7 +224,7 @@ def _message(model: str, digest: str, u: Usage, out: int, max_tokens: int, answe
                       "service_tier": "standard"}}
 
 
-def _stream(h: _Handler, message: dict[str, Any], headers: dict[str, str]) -> None:
+def _stream(h: Wire, message: dict[str, Any], headers: dict[str, str]) -> None:
     """The message as server-sent events, its text in pieces."""
     start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
     text = message["content"][0]["text"]

@@ -20,17 +20,18 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from .._errors import UsageError
+from . import _endpoints as batches
 from ._aws import check
-from ._endpoints import _BatchEndpoints
 from ._model import FakeConfig, Organization
 from ._realtime import Lane, serve_message
-from ._wire import _BATCH_ENDPOINTS, Fault, _Faults, count_tokens, prompt_of
+from ._wire import BATCH_ENDPOINTS, Fault, Faults, Wire, count_tokens, prompt_of
 
 __all__ = ["FakeAPI", "Fault", "count_tokens", "prompt_of"]
 
 
-class _Handler(_BatchEndpoints):
-    """Dispatch, the Models API and token counting, and the Admin API's rate limits."""
+class _Handler(Wire):
+    """Dispatch: every request checked as the API checks it (route, faults, the RPM limit, version, key or
+    signature), then handed to its endpoint in `ROUTES`."""
 
     server: _Server
 
@@ -47,10 +48,10 @@ class _Handler(_BatchEndpoints):
 
     def _dispatch(self) -> None:
         fake = self.server.fake
-        self._pending_drop = False
-        self._pending_delay = 0.0
-        self._body = None
-        endpoint, arg = self._route()
+        self.pending_drop = False
+        self.pending_delay = 0.0
+        self.early_body = None
+        endpoint, arg = self.route()
         with fake.org.lock:
             fake.org.records.requests_seen[endpoint] = fake.org.records.requests_seen.get(endpoint, 0) + 1
             fake.org.changed.notify_all()
@@ -62,139 +63,149 @@ class _Handler(_BatchEndpoints):
     def _serve(self, endpoint: str, arg: str | None) -> None:
         fake = self.server.fake
         if self.server.results_only:
-            return self._results_other_origin(endpoint, arg)
-        if endpoint in _BATCH_ENDPOINTS and self._rpm_refused():
+            return batches.results_other_origin(self, endpoint, arg)
+        if endpoint in BATCH_ENDPOINTS and self.rpm_refused():
             return
         if endpoint == "unknown":
             if self.command == "POST":
-                self._read_body()
-            return self._error(404, f"no route for {self.command} {urlsplit(self.path).path}")
-        if self._fault(endpoint):
+                self.read_body()
+            return self.send_api_error(404, f"no route for {self.command} {urlsplit(self.path).path}")
+        if self.injected(endpoint):
             return
-        key = self._key()
+        key = self.api_key()
         if not self.headers.get("anthropic-version"):
             if self.command == "POST":
-                self._read_body()
-            return self._error(400, "anthropic-version: header is required")
+                self.read_body()
+            return self.send_api_error(400, "anthropic-version: header is required")
         admin = endpoint in ("rate_limits", "workspace_rate_limits")
         cfg = fake.config
         if cfg.aws is not None:
             return self._serve_aws(endpoint, arg, admin)
         if admin:
             if key not in cfg.admin_keys:
-                return self._error(401, "invalid x-api-key")
-            return self._rate_limits(arg) if endpoint == "workspace_rate_limits" else self._org_rate_limits()
+                return self.send_api_error(401, "invalid x-api-key")
+            return workspace_rate_limits(self, arg) if endpoint == "workspace_rate_limits" else org_rate_limits(self)
         workspace = cfg.workspaces.get(key or "")
         if workspace is None:
             if self.command == "POST":
-                self._read_body()
-            return self._error(401, "invalid x-api-key")
-        handler = getattr(self, "_" + endpoint)
-        handler(workspace, arg)
-
+                self.read_body()
+            return self.send_api_error(401, "invalid x-api-key")
+        ROUTES[endpoint](self, workspace, arg)
 
     def _serve_aws(self, endpoint: str, arg: str | None, admin: bool) -> None:
         """Claude Platform on AWS: the signature (or a short-term key) and the workspace checked, no Admin API."""
         aws = self.server.fake.config.aws
         assert aws is not None
-        body = self._read_body() if self.command in ("POST", "PUT") else b""
-        self._body = body  # (`_read_body` hands it to the endpoint: the stream was read to check the signature)
+        body = self.read_body() if self.command in ("POST", "PUT") else b""
+        self.early_body = body  # (`_read_body` hands it to the endpoint: the stream was read to check the signature)
         if admin:
-            return self._error(403, "User is not authorized to perform this action: no IAM action covers the Admin API",
+            return self.send_api_error(403, "User is not authorized to perform this action: no IAM action covers the Admin API",
                                error_type="permission_error")
         url = f"http://{self.headers.get('host')}{self.path}"
         why = check(aws, self.command, url, {k.lower(): v for k, v in self.headers.items()}, body or b"")
         if why is not None:
             aws.refused.append(why)
             status = 400 if why.startswith("anthropic-workspace-id") else 403
-            return self._error(status, why, error_type="invalid_request_error" if status == 400 else "permission_error")
-        handler = getattr(self, "_" + endpoint)
-        handler(aws.workspace, arg)
+            return self.send_api_error(status, why, error_type="invalid_request_error" if status == 400 else "permission_error")
+        ROUTES[endpoint](self, aws.workspace, arg)
 
-    # -- models and token counting ------------------------------------------
 
-    def _models_down(self) -> bool:
-        mode = self.server.fake.config.models_api
-        if mode == "ok":
-            return False
-        if self.command == "POST":
-            self._read_body()
-        self._error(int(mode), "Not Found" if mode == "404" else "Internal server error")
-        return True
+# -- models, token counting, messages, admin -------------------------------------
 
-    def _model(self, workspace: str, name: str | None) -> None:
-        if self._models_down():
-            return
-        m = self.server.fake.config.model(name or "")
-        if m is None:
-            return self._error(404, f"model: {name}")
-        self._json(200, m.to_json())
+def _models_down(h: Wire) -> bool:
+    mode = h.server.fake.config.models_api
+    if mode == "ok":
+        return False
+    if h.command == "POST":
+        h.read_body()
+    h.send_api_error(int(mode), "Not Found" if mode == "404" else "Internal server error")
+    return True
 
-    def _models(self, workspace: str, _: str | None) -> None:
-        if self._models_down():
-            return
-        q = parse_qs(urlsplit(self.path).query)
-        limit = int((q.get("limit") or ["20"])[0])
-        if not 1 <= limit <= 1000:
-            return self._error(400, "limit: Input should be between 1 and 1000")
-        models = sorted(self.server.fake.config.models, key=lambda m: m.created_at, reverse=True)  # newest first
-        after = (q.get("after_id") or [""])[0]
-        ids = [m.id for m in models]
-        start = ids.index(after) + 1 if after in ids else 0
-        page = [m.to_json() for m in models[start:start + limit]]
-        self._json(200, {"data": page, "has_more": start + limit < len(models),
-                         "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None})
 
-    def _messages(self, workspace: str, _: str | None) -> None:
-        serve_message(self, workspace)
+def model(h: Wire, workspace: str, name: str | None) -> None:
+    if _models_down(h):
+        return
+    m = h.server.fake.config.model(name or "")
+    if m is None:
+        return h.send_api_error(404, f"model: {name}")
+    h.send_json(200, m.to_json())
 
-    def _count_tokens(self, workspace: str, _: str | None) -> None:
-        if self._models_down():
-            return
-        raw = self._read_body() or b""
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return self._error(400, "request body is not valid JSON")
-        if not isinstance(body, dict) or self.server.fake.config.model(str(body.get("model") or "")) is None:
-            return self._error(404 if isinstance(body, dict) else 400, f"model: {body.get('model') if isinstance(body, dict) else ''}")
-        self._json(200, {"input_tokens": count_tokens(body)})
 
-    # -- admin --------------------------------------------------------------
+def models(h: Wire, workspace: str, _: str | None) -> None:
+    if _models_down(h):
+        return
+    q = parse_qs(urlsplit(h.path).query)
+    limit = int((q.get("limit") or ["20"])[0])
+    if not 1 <= limit <= 1000:
+        return h.send_api_error(400, "limit: Input should be between 1 and 1000")
+    models = sorted(h.server.fake.config.models, key=lambda m: m.created_at, reverse=True)  # newest first
+    after = (q.get("after_id") or [""])[0]
+    ids = [m.id for m in models]
+    start = ids.index(after) + 1 if after in ids else 0
+    page = [m.to_json() for m in models[start:start + limit]]
+    h.send_json(200, {"data": page, "has_more": start + limit < len(models),
+                     "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None})
 
-    def _org_rate_limits(self) -> None:
-        cfg = self.server.fake.config
-        rt = cfg.realtime
-        entries: list[dict[str, Any]] = [{
-            "type": "rate_limit", "id": "rl_01ModelGroupAll00000000", "group_type": "model_group",
-            "group": {"id": "rlg_01ModelGroupAll0000000", "type": "model_group", "display_name": "Every model"},
-            "models": [m.id for m in cfg.models],
-            "limits": [{"type": "requests_per_minute", "value": rt.rpm}, {"type": "input_tokens_per_minute", "value": rt.itpm},
-                       {"type": "output_tokens_per_minute", "value": rt.otpm}],
-        }]
-        if cfg.ceiling is not None:
-            entries.append({
-                "type": "rate_limit", "id": "rl_01BatchGroup00000000000", "group_type": "batch",
-                "group": {"id": "rlg_01BatchGroup0000000000", "type": "batch"}, "models": None,
-                "limits": [{"type": "requests_per_minute", "value": 4000},
-                           {"type": "enqueued_batch_requests", "value": cfg.ceiling}],
-            })
-        q = parse_qs(urlsplit(self.path).query)
-        group_type = (q.get("group_type") or [""])[0]
-        if group_type:
-            entries = [e for e in entries if e["group_type"] == group_type]
-        size = cfg.rate_limit_page_size
-        if size:
-            token = (q.get("page") or [""])[0]
-            if not token and cfg.rate_limit_empty_first_page:
-                return self._json(200, {"data": [], "next_page": "p0"})  # clients must follow next_page
-            start = int(token.removeprefix("p")) if token else 0
-            nxt = f"p{start + size}" if start + size < len(entries) else None
-            return self._json(200, {"data": entries[start:start + size], "next_page": nxt})
-        self._json(200, {"data": entries, "next_page": None})
 
-    def _rate_limits(self, workspace_id: str | None) -> None:
-        self._json(200, {"data": [], "next_page": None})
+def messages(h: Wire, workspace: str, _: str | None) -> None:
+    serve_message(h, workspace)
+
+
+def count_tokens_endpoint(h: Wire, workspace: str, _: str | None) -> None:
+    if _models_down(h):
+        return
+    raw = h.read_body() or b""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return h.send_api_error(400, "request body is not valid JSON")
+    if not isinstance(body, dict) or h.server.fake.config.model(str(body.get("model") or "")) is None:
+        return h.send_api_error(404 if isinstance(body, dict) else 400, f"model: {body.get('model') if isinstance(body, dict) else ''}")
+    h.send_json(200, {"input_tokens": count_tokens(body)})
+
+
+def org_rate_limits(h: Wire) -> None:
+    cfg = h.server.fake.config
+    rt = cfg.realtime
+    entries: list[dict[str, Any]] = [{
+        "type": "rate_limit", "id": "rl_01ModelGroupAll00000000", "group_type": "model_group",
+        "group": {"id": "rlg_01ModelGroupAll0000000", "type": "model_group", "display_name": "Every model"},
+        "models": [m.id for m in cfg.models],
+        "limits": [{"type": "requests_per_minute", "value": rt.rpm}, {"type": "input_tokens_per_minute", "value": rt.itpm},
+                   {"type": "output_tokens_per_minute", "value": rt.otpm}],
+    }]
+    if cfg.ceiling is not None:
+        entries.append({
+            "type": "rate_limit", "id": "rl_01BatchGroup00000000000", "group_type": "batch",
+            "group": {"id": "rlg_01BatchGroup0000000000", "type": "batch"}, "models": None,
+            "limits": [{"type": "requests_per_minute", "value": 4000},
+                       {"type": "enqueued_batch_requests", "value": cfg.ceiling}],
+        })
+    q = parse_qs(urlsplit(h.path).query)
+    group_type = (q.get("group_type") or [""])[0]
+    if group_type:
+        entries = [e for e in entries if e["group_type"] == group_type]
+    size = cfg.rate_limit_page_size
+    if size:
+        token = (q.get("page") or [""])[0]
+        if not token and cfg.rate_limit_empty_first_page:
+            return h.send_json(200, {"data": [], "next_page": "p0"})  # clients must follow next_page
+        start = int(token.removeprefix("p")) if token else 0
+        nxt = f"p{start + size}" if start + size < len(entries) else None
+        return h.send_json(200, {"data": entries[start:start + size], "next_page": nxt})
+    h.send_json(200, {"data": entries, "next_page": None})
+
+
+def workspace_rate_limits(h: Wire, workspace_id: str | None) -> None:
+    h.send_json(200, {"data": [], "next_page": None})
+
+
+Endpoint = Callable[[Wire, str, "str | None"], None]  # (the handler, the caller's workspace, the path's argument)
+ROUTES: dict[str, Endpoint] = {
+    "create": batches.create, "retrieve": batches.retrieve, "list": batches.list_batches, "cancel": batches.cancel,
+    "delete": batches.delete, "results": batches.results, "model": model, "models": models,
+    "count_tokens": count_tokens_endpoint, "messages": messages,
+}
 
 
 class _Server(ThreadingHTTPServer):
@@ -238,7 +249,7 @@ class FakeAPI:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config or FakeConfig()
         self.org = Organization(self.config, clock)
-        self.faults = _Faults()
+        self.faults = Faults()
         self.id_rng = random.Random(self.config.seed + 1)
         self.cut_results_after: int | None = None  # reset the next results stream midway (any value)
         self.rpm_calls: deque[float] = deque()

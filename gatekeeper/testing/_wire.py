@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 _CID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _BATCH_PATH = re.compile(r"^/v1/messages/batches/([^/]+)(/results|/cancel)?$")
 _SIGNED_PATH = re.compile(r"^/signed/([^/]+)$")
-_BATCH_ENDPOINTS = frozenset({"create", "retrieve", "list", "results", "cancel", "delete"})
+BATCH_ENDPOINTS = frozenset({"create", "retrieve", "list", "results", "cancel", "delete"})
 _WS_LIMITS = re.compile(r"^/v1/organizations/workspaces/([^/]+)/rate_limits$")
 
 
@@ -66,7 +66,7 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
 
 
 @dataclass
-class _Faults:
+class Faults:
     items: list[Fault] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -127,7 +127,7 @@ def _result_json(o: Outcome, cid: str, model: str, answer: str, prompt: tuple[in
     return {"type": o.type}
 
 
-class _Wire(BaseHTTPRequestHandler):
+class Wire(BaseHTTPRequestHandler):
     """What every endpoint of the fake answers with."""
 
     protocol_version = "HTTP/1.1"
@@ -135,19 +135,19 @@ class _Wire(BaseHTTPRequestHandler):
     # delayed ACK, 40 ms an answer on loopback. The real API answers in one go.
     disable_nagle_algorithm = True
     server: _Server
-    _body: bytes | None = None  # a request body read ahead (the AWS mode checks its signature first)
+    early_body: bytes | None = None  # a request body read ahead (the AWS mode checks its signature first)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
 
     # -- helpers ------------------------------------------------------------
 
-    def _rid(self) -> str:
+    def request_id(self) -> str:
         return new_id("req_", self.server.fake.id_rng)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, rid: str | None = None) -> None:
+    def send_body(self, status: int, body: bytes, headers: dict[str, str] | None = None, rid: str | None = None) -> None:
         self.send_response(status)
-        self.send_header("request-id", rid or self._rid())
+        self.send_header("request-id", rid or self.request_id())
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         for k, v in (headers or {}).items():
@@ -155,23 +155,23 @@ class _Wire(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        self._send(status, orjson.dumps(obj), headers)
+    def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self.send_body(status, orjson.dumps(obj), headers)
 
-    def _error(self, status: int, message: str, error_type: str | None = None, headers: dict[str, str] | None = None,
+    def send_api_error(self, status: int, message: str, error_type: str | None = None, headers: dict[str, str] | None = None,
                details: dict[str, Any] | None = None) -> None:
-        rid = self._rid()
+        rid = self.request_id()
         err: dict[str, Any] = {"type": error_type or _TYPES.get(status, "api_error"), "message": message}
         if details:
             err["details"] = details
-        self._send(status, orjson.dumps({"type": "error", "error": err, "request_id": rid}), headers, rid)
+        self.send_body(status, orjson.dumps({"type": "error", "error": err, "request_id": rid}), headers, rid)
 
-    def _read_body(self, limit: int | None = None) -> bytes | None:
+    def read_body(self, limit: int | None = None) -> bytes | None:
         """The request body; None (after draining it) when over `limit`. (In the AWS mode it was read already, to
         check its signature: `_body`.)"""
-        early = self._body
+        early = self.early_body
         if early is not None:
-            self._body = None
+            self.early_body = None
             return early if limit is None or len(early) <= limit else None
         if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
             parts, total = [], 0
@@ -197,21 +197,21 @@ class _Wire(BaseHTTPRequestHandler):
             return None
         return self.rfile.read(length) if length else b""
 
-    def _key(self) -> str | None:
+    def api_key(self) -> str | None:
         key = self.headers.get("x-api-key")
         if key:
             return key.strip()
         auth = self.headers.get("authorization") or ""
         return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
-    def _drop(self) -> None:
+    def drop(self) -> None:
         self.close_connection = True
         try:
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 
-    def _fault(self, endpoint: str) -> bool:
+    def injected(self, endpoint: str) -> bool:
         """Apply an injected fault; True when it answered (or dropped) the request."""
         fake = self.server.fake
         fault = fake.faults.take(endpoint)
@@ -221,15 +221,15 @@ class _Wire(BaseHTTPRequestHandler):
             time.sleep(fault.delay)
             return False
         if fault.kind == "drop_after_commit":
-            self._pending_drop = True
+            self.pending_drop = True
             return False
         if fault.kind == "delay_after_commit":
-            self._pending_delay = fault.delay
+            self.pending_delay = fault.delay
             return False
         if fault.kind == "drop":
             if self.command in ("POST", "PUT"):
-                self._read_body()
-            self._drop()
+                self.read_body()
+            self.drop()
             return True
         headers = {}
         if fault.retry_after is not None:
@@ -237,11 +237,11 @@ class _Wire(BaseHTTPRequestHandler):
         if fault.should_retry is not None:
             headers["x-should-retry"] = fault.should_retry
         if self.command in ("POST", "PUT"):
-            self._read_body()
-        self._error(fault.status, fault.message or "injected fault", fault.error_type, headers, fault.details)
+            self.read_body()
+        self.send_api_error(fault.status, fault.message or "injected fault", fault.error_type, headers, fault.details)
         return True
 
-    def _rpm_refused(self) -> bool:
+    def rpm_refused(self) -> bool:
         """The batch endpoints' RPM limit: a sliding window of real seconds; over it, 429 with the API's headers."""
         fake = self.server.fake
         cfg = fake.config
@@ -258,14 +258,14 @@ class _Wire(BaseHTTPRequestHandler):
             fake.org.records.rpm_refusals += 1
             wait = calls[0] + cfg.rpm_window - now
         if self.command in ("POST", "PUT"):
-            self._read_body()
+            self.read_body()
         reset = fake.org.stamp(fake.org.now() + wait * cfg.speed)
-        self._error(429, "Number of request tokens has exceeded your per-minute rate limit", headers={
+        self.send_api_error(429, "Number of request tokens has exceeded your per-minute rate limit", headers={
             "retry-after": str(max(1, math.ceil(wait))), "anthropic-ratelimit-requests-limit": str(cfg.rpm),
             "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset or ""})
         return True
 
-    def _route(self) -> tuple[str, str | None]:
+    def route(self) -> tuple[str, str | None]:
         path = urlsplit(self.path).path.rstrip("/")
         if path == "/v1/messages/batches":
             return ("create" if self.command == "POST" else "list"), None

@@ -51,7 +51,7 @@ def run_figures(state_dir: Path, prices: PriceTable, *, journal: str | None = No
             s = summarize(j, "", prices=prices)
             live = sum(b.requests for b in j.batches(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED))
             c = s.caching or {}
-            return {"requests": s.requests, "admitted": j.admitted_requests(), "in_flight": live, "cost_usd": s.cost_usd,
+            return {"requests": s.requests, "admitted": j.outcomes.admitted_requests(), "in_flight": live, "cost_usd": s.cost_usd,
                     "results": {"succeeded": s.succeeded, "errored": s.errored, "expired": s.expired, "canceled": s.canceled},
                     "stop_reasons": s.stop_reasons,
                     "lanes": {k: {"requests": v["requests"], "cost_usd": v["cost_usd"]} for k, v in s.lanes.items()},

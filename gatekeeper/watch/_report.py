@@ -43,10 +43,10 @@ def run_report(state_dir: str | os.PathLike[str], prices: PriceTable | None = No
                 "input": j.get_meta("input"), "settings": j.get_meta("settings"),
                 "plan": {k: report.get(k) for k in ("requests", "invalid", "lines", "models")},
                 "preflight": report.get("preflight"), "estimate": report.get("estimate"), "summary": summary,
-                "readings": [{"at": at, "depth": d, "ceiling": c, "ours": o} for at, d, c, o in j.readings()],
+                "readings": [{"at": at, "depth": d, "ceiling": c, "ours": o} for at, d, c, o in j.outcomes.readings()],
                 "batches": [_batch(b, now) for b in j.batches() if b.state.value != "planned"],
                 "marks": [{"at": at, "batch": batch, "event": ev, **detail}
-                          for at, batch, ev, detail in j.events_of("queue_full", "resumed", "recut", "user_canceled")],
+                          for at, batch, ev, detail in j.outcomes.events_of("queue_full", "resumed", "recut", "user_canceled")],
             }
     finally:
         j.close()
@@ -56,7 +56,7 @@ def _status(j: Journal, state_dir: Path, complete: bool) -> str:
     if complete:
         return "finished"
     if j.job:  # a shared journal's job is running while its lease is live, and its run not known to have ended
-        lease = j.lease()
+        lease = j.lease.holder()
         return "running" if lease and not run_ended(lease, machine_id(), pid_alive) else "interrupted"
     try:  # a live submit holds the state directory's lock
         fd = os.open(state_dir / "lock", os.O_RDONLY)

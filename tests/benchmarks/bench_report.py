@@ -30,7 +30,7 @@ def build(state: Path, requests: int, batches: int) -> None:
         rejections=[]))
     t0 = time.time() - 86_400
     for k in range(2880):
-        j.record_reading(t0 + 30 * k, (k * 7919) % 400_000, 500_000, (k * 104_729) % 300_000)
+        j.outcomes.record_reading(t0 + 30 * k, (k * 7919) % 400_000, 500_000, (k * 104_729) % 300_000)
     pos = 0
     for b in range(batches):
         j.mark_intent(b, t0 + b * 8000)

@@ -1,0 +1,69 @@
+"""Batches found by listing after a create's answer was lost, and whose they proved to be: the journal's record
+of ownership (`decide._ownership` weighs the evidence; this keeps what was decided)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ._db import Db
+from ._journal_base import JournalBase
+from ._records import BatchRow, BatchState
+
+
+class Adoptions:
+    """Which batches are ours, and how each adopted one was proven."""
+
+    def __init__(self, core: JournalBase) -> None:
+        self.core = core
+        self.db = core.db
+
+    def known_batch_ids(self) -> set[str]:
+        """Batches that are not a candidate for an unknown create: ours, and those found not to be (`not_ours`)."""
+        ours = {r[0] for r in self.db.execute("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")}
+        return ours | set(self.core.get_meta("not_ours") or [])
+
+    def not_ours(self, idx: int, batch_id: str, why: str = "foreign custom_ids") -> None:
+        """A batch adopted from the listing whose results prove it another job's: the create's outcome is
+        unknown again (ours may exist, not listed then), and that batch is never a candidate again."""
+        with self.core.transaction() as db:
+            self.core.put_meta(db, "not_ours", sorted({*(self.core.get_meta("not_ours") or []), batch_id}))  # (same connection)
+            adopted = {k: v for k, v in (self.core.get_meta("adopted") or {}).items() if k != str(idx)}
+            self.core.put_meta(db, "adopted", adopted)
+            self.core.set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
+            self.core.note(db, "adoption_undone", idx, id=batch_id, why=why)
+
+    def reopen(self, idx: int, batch_id: str, why: str) -> None:
+        """A batch adopted from the listing alone that another listed batch may be ours instead of: the create's
+        outcome is unknown again, and both are compared by their results (neither is set aside)."""
+        with self.core.transaction() as db:
+            adopted = {k: v for k, v in (self.core.get_meta("adopted") or {}).items() if k != str(idx)}
+            self.core.put_meta(db, "adopted", adopted)
+            self.core.set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
+            self.core.note(db, "adoption_reopened", idx, id=batch_id, why=why)
+
+    def foreign(self, batch_ids: Iterable[str]) -> None:
+        """Batches whose results proved them another submitter's: never a candidate again."""
+        with self.core.transaction() as db:
+            self.core.put_meta(db, "not_ours", sorted({*(self.core.get_meta("not_ours") or []), *batch_ids}))
+
+    def of(self, idx: int) -> dict[str, Any] | None:
+        """How batch `idx` was found to be ours, when by listing: {"id", "proof"}, proof "listing" (to be checked
+        against its results when collected), "results" (they proved it) or "unproven" (they could not tell)."""
+        entry = (self.core.get_meta("adopted") or {}).get(str(idx))
+        return dict(entry) if entry else None
+
+    def proven_batches(self) -> list[BatchRow]:
+        """Batches proven ours because their create was answered (not found by listing), in index order."""
+        adopted = {int(k) for k in (self.core.get_meta("adopted") or {})}
+        return [r for r in self.core.batches(BatchState.CREATED, BatchState.ENDED, BatchState.COLLECTED)
+                if r.batch_id and r.idx not in adopted]
+
+    def set(self, idx: int, batch_id: str, proof: str) -> None:
+        with self.core.transaction() as db:
+            self.record(db, idx, batch_id, proof)
+
+    def record(self, db: Db, idx: int, batch_id: str, proof: str) -> None:
+        adopted = {**(self.core.get_meta("adopted") or {}), str(idx): {"id": batch_id, "proof": proof}}
+        self.core.put_meta(db, "adopted", adopted)
+        self.core.note(db, "adoption_" + proof, idx, id=batch_id)
