@@ -20,6 +20,7 @@ from gatekeeper._errors import (
 from gatekeeper.api._client import ApiClient
 from gatekeeper.api._config import ApiConfig, Secret, workspace_keys
 from gatekeeper.api._http import open_http
+from gatekeeper.api._reads import rate_limits
 from gatekeeper.api._retry import RetryPolicy, backoff_delay, next_delay, parse_retry_after, status_is_retryable
 from gatekeeper.decide._headroom import enqueued_ceiling
 from gatekeeper.input._sizing import body_chunks
@@ -159,10 +160,10 @@ async def test_rate_limits_pages_and_admin_key() -> None:
     """The Admin reading follows next_page (an empty first page included) and finds the ceiling."""
     with running_fake(ceiling=123_456, rate_limit_page_size=1, rate_limit_empty_first_page=True) as fake:
         async with open_http() as http:
-            entries = await ApiClient(http, fake.url, Secret(ADMIN)).rate_limits(None)
+            entries = await rate_limits(ApiClient(http, fake.url, Secret(ADMIN)), None)
             assert enqueued_ceiling(entries) == 123_456
             with pytest.raises(AuthenticationError):
-                await ApiClient(http, fake.url, Secret(WS1)).rate_limits()
+                await rate_limits(ApiClient(http, fake.url, Secret(WS1)))
 
 
 def test_enqueued_ceiling_accepts_both_shapes() -> None:

@@ -77,6 +77,13 @@ def test_turnaround_is_the_median_and_never_less_than_a_stall(ended: list[tuple[
     assert turnaround(ended, prior, waited) == expected
 
 
+def test_a_crawl_projected_counts_in_the_turnaround() -> None:
+    """Batches crawling (or canceled for it) were projected to take 400 and 600 s: a new one is expected to as well,
+    not the 60 s prior."""
+    assert turnaround([], 60, 0, [400, 600]) == 500
+    assert turnaround([(0, 100)], 60, 0, [400, 600]) == 400
+
+
 def per_second(rate: float) -> Callable[[float], float]:
     """A lane at a constant rate, no ramp."""
     return lambda n: n / rate

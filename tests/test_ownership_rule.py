@@ -194,16 +194,17 @@ def test_a_rival_with_prompts_of_random_lengths_never_wins(seed: int, world: str
 
 
 class _Counter:
-    """An ApiClient's count_tokens, answering with the request's length or raising what it is given."""
+    """An ApiClient as count_tokens calls it, answering with the request's length or raising what it is given."""
 
     def __init__(self, error: Exception | None = None) -> None:
         self.error, self.calls = error, 0
 
-    async def count_tokens(self, body: dict) -> int:
+    async def call(self, method: str, path: str, endpoint: str, *, json: dict, **_: object) -> dict:
+        assert (method, path, endpoint) == ("POST", "/v1/messages/count_tokens", "count_tokens")
         self.calls += 1
         if self.error is not None:
             raise self.error
-        return len(str(body))
+        return {"input_tokens": len(str(json))}
 
 
 def _err(cls: type, status: int) -> Exception:

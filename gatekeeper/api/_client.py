@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 import orjson
@@ -22,7 +22,6 @@ from .._errors import ApiError, CreateOutcomeUnknown, NotFoundError, QueueFull
 from ._http import (
     _CONNECT_FAILURES,
     CREATE_TIMEOUT,
-    PREFLIGHT_RETRY,
     HttpCalls,
     error_from_response,
     map_transport_error,
@@ -30,15 +29,12 @@ from ._http import (
 
 
 class ApiClient(HttpCalls):
-    """The API as one key sees it: the batch endpoints, the Models API, token counting and the Admin API's
-    rate limits. Example::
+    """The batch endpoints as one key sees them (the reads beside them, models, token counting and the Admin API's
+    rate limits, are `_reads`'s functions of a client). Example::
 
         async with open_http() as http:
-            api = ApiClient(http, base_url, Secret(key))
-            batch = await api.retrieve_batch("msgbatch_...")
+            batch = await ApiClient(http, base_url, Secret(key)).retrieve_batch("msgbatch_...")
     """
-
-    # -- batches ----------------------------------------------------------
 
     async def create_batch(self, body: bytes | AsyncIterable[bytes], size: int | None = None,
                            body_sha256: str | None = None) -> dict[str, Any]:
@@ -49,9 +45,9 @@ class ApiClient(HttpCalls):
         connection never opened (nothing sent), and CreateOutcomeUnknown when
         the body may have arrived (timeouts, resets, 5xx, a dropped answer).
         """
-        url = self._url("/v1/messages/batches")
+        url = self.url_of("/v1/messages/batches")
         whole = body if isinstance(body, bytes) else None  # (a streamed body is signed by its digest: `body_sha256`)
-        headers = self._headers(url, {"content-type": "application/json"}, method="POST", body=whole,
+        headers = self.request_headers(url, {"content-type": "application/json"}, method="POST", body=whole,
                                 body_sha256=body_sha256)
         if size is not None:
             headers["content-length"] = str(size)
@@ -84,13 +80,13 @@ class ApiClient(HttpCalls):
         self._created.setdefault(batch_id, self._clock())
 
     async def retrieve_batch(self, batch_id: str) -> dict[str, Any]:
-        return dict(await self._call("GET", f"/v1/messages/batches/{batch_id}", "retrieve", batch_id=batch_id))
+        return dict(await self.call("GET", f"/v1/messages/batches/{batch_id}", "retrieve", batch_id=batch_id))
 
     async def list_page(self, *, limit: int = 1000, after_id: str | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit}
         if after_id:
             params["after_id"] = after_id
-        return dict(await self._call("GET", "/v1/messages/batches", "list", params=params))
+        return dict(await self.call("GET", "/v1/messages/batches", "list", params=params))
 
     async def iter_batches(self, *, limit: int = 1000, max_pages: int = 10_000) -> AsyncIterator[dict[str, Any]]:
         """Every batch this key can see, newest first, across every page."""
@@ -108,32 +104,7 @@ class ApiClient(HttpCalls):
                 return
 
     async def cancel_batch(self, batch_id: str) -> dict[str, Any]:
-        return dict(await self._call("POST", f"/v1/messages/batches/{batch_id}/cancel", "cancel", batch_id=batch_id))
-
-    # -- models -----------------------------------------------------------
-
-    async def get_model(self, name: str) -> dict[str, Any]:
-        """GET /v1/models/{name}: the model's info (an alias resolves to its id); NotFoundError when unknown."""
-        return dict(await self._call("GET", f"/v1/models/{quote(name, safe='')}", "models", retry=PREFLIGHT_RETRY, budgeted=False))
-
-    async def iter_models(self, *, max_pages: int = 100) -> AsyncIterator[dict[str, Any]]:
-        """Every model GET /v1/models lists, following its pages."""
-        params: dict[str, Any] = {"limit": 1000}
-        for _ in range(max_pages):
-            page = await self._call("GET", "/v1/models", "models", params=dict(params), retry=PREFLIGHT_RETRY,
-                                    budgeted=False)
-            data = [m for m in page.get("data") or [] if isinstance(m, dict)]
-            for m in data:
-                yield m
-            if not page.get("has_more") or not data:
-                return
-            params["after_id"] = page.get("last_id") or data[-1].get("id")
-
-    async def count_tokens(self, body: dict[str, Any]) -> int:
-        """POST /v1/messages/count_tokens: the input tokens of a Messages body (not billed)."""
-        answer = await self._call("POST", "/v1/messages/count_tokens", "count_tokens", json=body, retry=PREFLIGHT_RETRY,
-                                  budgeted=False)
-        return int(answer["input_tokens"])
+        return dict(await self.call("POST", f"/v1/messages/batches/{batch_id}/cancel", "cancel", batch_id=batch_id))
 
     async def cancel_if_running(self, batch_id: str) -> str:
         """Cancel a batch; its status after, or "ended" when the API says it is not running (400, 404 or 409:
@@ -167,20 +138,6 @@ class ApiClient(HttpCalls):
         finally:
             await response.aclose()
 
-    # -- admin ------------------------------------------------------------
-
-    async def rate_limits(self, group_type: str | None = "batch", max_pages: int = 20) -> list[dict[str, Any]]:
-        """Every entry of GET /v1/organizations/rate_limits (an Admin key), following next_page."""
-        entries: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"group_type": group_type} if group_type else {}
-        for _ in range(max_pages):
-            page = await self._call("GET", "/v1/organizations/rate_limits", "rate_limits", params=dict(params))
-            entries.extend(e for e in (page.get("data") or []) if isinstance(e, dict))
-            nxt = page.get("next_page")
-            if not nxt:
-                break
-            params["page"] = nxt
-        return entries
 
 
 def results_location(results_url: str, base_url: str, batch_id: str) -> str:

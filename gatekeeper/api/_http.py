@@ -213,7 +213,7 @@ class HttpCalls:
         """Whether a request's body must be known before it is sent (SigV4 signs its digest)."""
         return self._signer is not None
 
-    def _headers(self, url: str, extra: dict[str, str] | None = None, *, method: str = "GET", body: bytes | None = None,
+    def request_headers(self, url: str, extra: dict[str, str] | None = None, *, method: str = "GET", body: bytes | None = None,
                  body_sha256: str | None = None) -> dict[str, str]:
         """A request's headers: the key (or, on AWS with SigV4, the signature over method, URL, headers and body)
         and the workspace, only to our own origin."""
@@ -229,7 +229,7 @@ class HttpCalls:
             return headers
         return self._signer.headers(method, url, headers, body, body_sha256)
 
-    def _url(self, path: str) -> str:
+    def url_of(self, path: str) -> str:
         return self.base_url + path
 
     async def _spend(self) -> None:
@@ -254,7 +254,7 @@ class HttpCalls:
             if params:  # (in the URL before signing: the signature covers the query string)
                 url, params = str(httpx.URL(url, params=params)), None
             request = self.http.build_request(method, url, content=content,
-                                              headers=self._headers(url, extra, method=method, body=content))
+                                              headers=self.request_headers(url, extra, method=method, body=content))
             response = await self.http.send(request, stream=stream)
             if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
                 await response.aclose()
@@ -314,12 +314,12 @@ class HttpCalls:
                 self._notify(endpoint, url, attempt, failure, delay)
             await self._sleep(delay)
 
-    async def _call(
+    async def call(
         self, method: str, path: str, endpoint: str, *, params: dict[str, Any] | None = None, batch_id: str | None = None,
         json: Any = None, retry: RetryPolicy | None = None, budgeted: bool = True
     ) -> Any:
         """A read or cancel, retried per the policy (`retry`, else the client's); returns the parsed JSON body."""
-        url = self._url(path)
+        url = self.url_of(path)
         response = await self._retried(lambda: self._answer(method, url, endpoint, batch_id=batch_id, budgeted=budgeted,
                                                             params=params, json=json), endpoint, url, retry or self.retry)
         try:

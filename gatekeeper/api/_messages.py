@@ -48,8 +48,8 @@ class Call:
 
 async def send_message(api: ApiClient, body: bytes, *, stream: bool) -> Call:
     """One call with `body` (a Messages request's params, `stream` already set when it streams)."""
-    url = api._url("/v1/messages")
-    headers = api._headers(url, {"content-type": "application/json"}, method="POST", body=body)
+    url = api.url_of("/v1/messages")
+    headers = api.request_headers(url, {"content-type": "application/json"}, method="POST", body=body)
     if stream:
         headers["accept"] = "text/event-stream"
     try:

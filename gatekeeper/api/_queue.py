@@ -15,6 +15,7 @@ from ._aws import SigV4Signer
 from ._client import ApiClient
 from ._config import ApiConfig
 from ._http import RetryNotice, open_http
+from ._reads import rate_limits
 from ._retry import CallBudget, RetryPolicy
 
 # A batch expires 24 h after creation, so one created longer ago than this has
@@ -83,7 +84,7 @@ async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | No
     if conn.admin is None:
         return None, None, "no admin key"
     try:
-        entries = await conn.admin.rate_limits("batch")
+        entries = await rate_limits(conn.admin, "batch")
     except AuthenticationError:
         raise  # a refused key is a configuration error, not a missing reading
     except (ApiError, TransportError) as exc:
@@ -100,7 +101,7 @@ async def read_model_limits(conn: Connection) -> dict[str, tuple[int, int, int]]
     if conn.admin is None:
         return {}
     try:
-        return model_limits(await conn.admin.rate_limits("model_group"))
+        return model_limits(await rate_limits(conn.admin, "model_group"))
     except (ApiError, TransportError):
         return {}
 

@@ -23,6 +23,7 @@ import orjson
 
 from .._errors import ApiError, TransportError, Unreachable
 from ..api._client import ApiClient
+from ..api._reads import count_tokens
 
 SAMPLE_PER_MODEL = 50
 MAX_PROBES = 20_000  # random lines read at most, all models together
@@ -148,7 +149,7 @@ async def _count_all(api: ApiClient, rows: list[tuple[int, dict[str, Any]]]) -> 
 
     async def one(nbytes: int, params: dict[str, Any]) -> None:
         async with limiter:
-            counted.append((nbytes, await api.count_tokens(count_body(params))))
+            counted.append((nbytes, await count_tokens(api, count_body(params))))
 
     try:
         async with anyio.create_task_group() as tg:

@@ -24,6 +24,7 @@ import anyio
 
 from .._errors import ApiError, AuthenticationError, NotFoundError, TransportError, Unreachable
 from ..api._client import ApiClient
+from ..api._reads import get_model, iter_models
 from ..input._planner import PlanReport, plan
 from ..input._reader import ModelRules
 from ..input._sizing import Limits
@@ -86,7 +87,7 @@ def needs_second_pass(pf: Preflight, peaks: dict[str, int]) -> bool:
 async def check_models(api: ApiClient, names: Iterable[str]) -> Preflight:
     """Ask the Models API about each name once; a Models API that is absent or failing gives `checked=False`."""
     try:
-        known = [str(m.get("id")) async for m in api.iter_models()]
+        known = [str(m.get("id")) async for m in iter_models(api)]
         answers = {name: await _model_or_none(api, name) for name in sorted(set(names))}
     except AuthenticationError as exc:
         if exc.status == 401:  # a refused key is the user's to fix, not an API that lacks the endpoint (exit 2)
@@ -99,7 +100,7 @@ async def check_models(api: ApiClient, names: Iterable[str]) -> Preflight:
 
 async def _model_or_none(api: ApiClient, name: str) -> dict[str, Any] | None:
     try:
-        return await api.get_model(name)
+        return await get_model(api, name)
     except NotFoundError:
         return None
 

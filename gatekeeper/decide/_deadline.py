@@ -102,11 +102,13 @@ class Moves:
         return bool(self.cancel or self.move or self.move_pending)
 
 
-def turnaround(ended: Sequence[tuple[float, float]], prior: float = PRIOR_TURNAROUND, waited: float = 0.0) -> float:
-    """The job's batch turnaround: the median (created, ended) span of its ended batches, else `prior`; and never
-    less than `waited`, the longest any of its batches has gone with nothing done (live, or canceled for the
-    deadline): a lane that has stalled that long is not expected to turn a batch around sooner."""
-    spans = [e - c for c, e in ended if e >= c]
+def turnaround(ended: Sequence[tuple[float, float]], prior: float = PRIOR_TURNAROUND, waited: float = 0.0,
+               projected: Sequence[float] = ()) -> float:
+    """The job's batch turnaround: the median span of its batches, ended ones as they took and `projected` ones (live
+    with progress, or canceled for the deadline) as they were projected to take; `prior` before there is any; and
+    never less than `waited`, the longest any of its batches has gone with nothing done: a lane that crawls or has
+    stalled is not expected to turn a new batch around sooner."""
+    spans = [e - c for c, e in ended if e >= c] + [p for p in projected if p > 0]
     return max(statistics.median(spans) if spans else prior, waited)
 
 

@@ -16,7 +16,7 @@ import orjson
 from .._errors import UsageError
 from .._prices import BATCH_DISCOUNT
 from ..decide._budget import answering_models, request_worst
-from ..decide._deadline import Held, LiveBatch, Moves, moves, resolve_deadline, stalled_for, turnaround
+from ..decide._deadline import Held, LiveBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
 from ..decide._headroom import parse_time
 from ..decide._pacing import Cost
 from ..state._journal import BatchRow, BatchState
@@ -46,6 +46,7 @@ class DeadlineKeeper(Part):
         self.deadline = deadline
         self.lane = lane
         self.stalled = 0.0  # the longest any of this run's batches has gone with nothing done (seconds)
+        self.canceled_spans: dict[int, float] = {}  # batch -> the span it was projected to take when canceled
         self.sampled = False
 
     def _sample(self, n: int = 50) -> None:
@@ -64,13 +65,14 @@ class DeadlineKeeper(Part):
         if not self.sampled:
             self._sample()
         m = self.decide(snap)
-        if not m.any:
+        if not m.any and not self._returned():
             return
         for idx in m.cancel:
+            self.canceled_spans[idx] = m.projected[idx] - (parse_time(self.journal.batch(idx).created_at) or snap.at)
             await self._cancel(self.journal.batch(idx))
         for idx in m.move:
             self._move_planned(self.journal.batch(idx))
-        if m.move_pending and self.journal.listed.pending_count():
+        if (m.move_pending or self._returned()) and self.journal.listed.pending_count():
             worst = self._worst_pending()
             if worst is not None:
                 n = self.journal.lane.move_pending(worst)
@@ -88,9 +90,18 @@ class DeadlineKeeper(Part):
                  if r.idx not in canceled]
         now = self.clock()
         self.stalled = max([self.stalled, *(stalled_for(b, now) for b in live)])
-        turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.s.turnaround, self.stalled)
+        spans = [*self.canceled_spans.values(), *(project(b, now, 0.0) - b.created for b in live if b.done)]
+        turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.s.turnaround, self.stalled,
+                          spans)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.seconds_for,
                      queued=j.lane.unanswered(), slack=self.s.deadline_slack)
+
+    def _returned(self) -> bool:
+        """Whether a batch canceled for the deadline has given its requests back: they go real time, never into a
+        new batch (the batch lane was just judged unable to answer them in time)."""
+        canceled = set(self.journal.get_meta("deadline_canceled") or [])
+        return bool(canceled) and self.journal.listed.pending_count() > 0 and any(
+            r.idx in canceled for r in self.journal.batches(BatchState.COLLECTED))
 
     async def _cancel(self, row: BatchRow) -> None:
         if self._refused_by_budget(self._worst(self._requests_of(row)), row.requests):

@@ -27,6 +27,7 @@ from .._errors import (
     UsageError,
 )
 from ..api._client import ApiClient
+from ..api._reads import count_tokens
 from ..checks._calibrate import count_body
 from ..decide._headroom import total_requests
 from ..decide._ownership import MIN_EVIDENCE, MIN_LEARNED, Pair, Relation, id_rank, learn
@@ -128,7 +129,7 @@ async def count_ours(api: ApiClient, sample: Mapping[str, tuple[str, bytes]], wa
         if cid in known or cid not in sample:
             continue
         try:
-            known[cid] = await api.count_tokens(count_body(orjson.loads(sample[cid][1])["params"]))
+            known[cid] = await count_tokens(api, count_body(orjson.loads(sample[cid][1])["params"]))
         except (RateLimited, ServerError, TransportError):
             return None
         except AuthenticationError:

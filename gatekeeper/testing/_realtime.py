@@ -83,7 +83,7 @@ class Lane:
         self.lock = threading.Lock()
         self.models: dict[str, _ModelLane] = {}
         self.records = LaneRecords()
-        self._rolls = 0
+        self._rolls: dict[str, int] = {}
 
     def _lane(self, model: str, now: float) -> _ModelLane:
         c = self.config
@@ -140,13 +140,14 @@ class Lane:
             lane.output.level = min(lane.output.capacity, lane.output.level + max(0, max_tokens - output))
             return self.headers(lane, self.config)
 
-    def roll(self, share: float) -> bool:
-        """Every 1/share-th call (deterministic: tests count on the share)."""
+    def roll(self, kind: str, share: float) -> bool:
+        """Every 1/share-th call of this kind of fault (deterministic, counted apart for each kind: tests count on
+        the share)."""
         if share <= 0:
             return False
         with self.lock:
-            self._rolls += 1
-            return (self._rolls * share) % 1.0 < share
+            n = self._rolls[kind] = self._rolls.get(kind, 0) + 1
+            return (n * share) % 1.0 < share
 
     @staticmethod
     def headers(lane: _ModelLane, c: FakeRealtime) -> dict[str, str]:
@@ -183,14 +184,14 @@ def serve_message(h: Wire, workspace: str) -> None:
     why, wait, headers = lane.admit(model, tokens, max_tokens)
     if why is not None:
         return h.send_api_error(429, why, "rate_limit_error", {**headers, "retry-after": str(max(1, math.ceil(wait)))})
-    if lane.roll(lane.config.overloaded):
+    if lane.roll("overloaded", lane.config.overloaded):
         lane.records.overloaded += 1
         lane.settle(model, max_tokens, tokens, 0, 0)  # (not processed: nothing charged stays)
         return h.send_api_error(529, "Overloaded", "overloaded_error")
     usage, out_tokens = _process(fake, workspace, model, tokens, digest, points, max_tokens)
     headers = lane.settle(model, max_tokens, tokens, usage.input + usage.write_5m + usage.write_1h, out_tokens)
     time.sleep(lane.config.latency)
-    if lane.roll(lane.config.lost):
+    if lane.roll("lost", lane.config.lost):
         lane.records.lost += 1
         return h.drop()  # processed and billed; the answer never arrives
     lane.records.answered += 1
