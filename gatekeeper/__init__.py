@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import importlib
 
-from ._version import __version__
-
 # Not typing's TYPE_CHECKING: importing typing is 13 M instructions (about 3 ms) of every start, and no module on the
 # way to `plan` or `--version` needs it at run time (README, "Performance"). Type checkers treat the name alike.
-TYPE_CHECKING = False
+from ._typing import TYPE_CHECKING
+from ._version import __version__
 
 # public name -> private module that defines it
 _EXPORTS: dict[str, str] = {

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import orjson
 
 from ._errors import UsageError
+from ._typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -138,7 +138,8 @@ def test_credentials_that_rotate_mid_job_are_picked_up(tmp_path: Path) -> None:
         fake.org.wait_for(lambda r: r.creates >= 1, "the first create")
         aws.credentials["AKIAFAKEFAKEFAKE0002"] = "fake/secret/key/0002"  # the rotation: a new key issued ...
         current.write_text("AKIAFAKEFAKEFAKE0002 fake/secret/key/0002")
-        time.sleep(3)
+        # (the old key retires once the run has signed with the new one: the chain re-reads the profile by itself)
+        fake.org.wait_for(lambda _: aws.signed_by.get("AKIAFAKEFAKEFAKE0002", 0) > 0, "a call signed with the new key", 60)
         del aws.credentials[KEY_ID]  # ... and the old one retired
         out, err = run.communicate(timeout=120)
         assert run.returncode == 0, err[-3000:]

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from .._errors import UsageError
+from .._typing import TYPE_CHECKING
 from .._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
 
-TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
 if TYPE_CHECKING:
     from ._aws import AwsPlatform
 

@@ -15,11 +15,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .._errors import ExitCode, GatekeeperError, UsageError
+from .._typing import TYPE_CHECKING
 from .._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
 from ._parser import build_parser
 from ._render import render_plan, render_plan_brief, render_status, render_summary, retry_line, status_report
 
-TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any

@@ -11,10 +11,10 @@ import sys
 from collections.abc import Callable
 
 from .._errors import UsageError
+from .._typing import TYPE_CHECKING
 from .._version import __version__
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS
 
-TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from typing import NoReturn
 
@@ -211,7 +211,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  "  gatekeeper submit big.jsonl --deadline 6h --budget 200")
     p.add_argument("input", help="JSONL file of {custom_id, params} lines")
     _add_state(p)
-    p.add_argument("--out", default=None, metavar="FILE", help="results file (default STATE/results.jsonl)")
+    p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the job's results (default STATE/results.jsonl)")
     _add_ceiling(p)
     p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
                    help="requests of queue headroom to leave for others (default 0)")
@@ -258,7 +258,7 @@ def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  "  gatekeeper results big.jsonl --in-order --out ordered.jsonl\n"
                  "  gatekeeper results --state job.state --only errored,expired")
     _add_run(p)
-    p.add_argument("--out", default=None, metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the exported lines (default: standard output)")
     p.add_argument("--in-order", action="store_true", help="in input order (default: the order results arrived)")
     p.add_argument("--only", default=None, metavar="TYPES",
                    help="comma-separated result types (succeeded, errored, expired, canceled), error types, "
@@ -286,7 +286,7 @@ def _report_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  "Example usage:\n  gatekeeper report big.jsonl\n  gatekeeper report --state job.state --out night.html\n"
                  "  gatekeeper report big.jsonl --json")
     _add_run(p)
-    p.add_argument("--out", default=None, metavar="FILE", help="the HTML file (default STATE/report.html)")
+    p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the HTML page (default STATE/report.html)")
     _add_prices(p)
     _add_json(p)
 

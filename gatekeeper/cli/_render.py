@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
+from .._typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from typing import Any
 

@@ -13,6 +13,7 @@ from itertools import chain, repeat
 from operator import mul, sub
 
 from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN, PriceTable
+from .._typing import TYPE_CHECKING
 from ..decide._priming import (
     LIFE_SECONDS,
     NONE,
@@ -27,7 +28,6 @@ from ..decide._priming import (
 from ._caching import CacheScan
 from ._sizing import BODY_SEP
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from array import array
 
+from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
 from ._markers import marker_points
 
-TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
 if TYPE_CHECKING:
     from typing import Any
 

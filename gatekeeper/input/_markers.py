@@ -9,7 +9,8 @@ checked for its `ttl` only.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
+from .._typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from typing import Any
 

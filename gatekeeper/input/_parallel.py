@@ -25,11 +25,11 @@ from contextlib import contextmanager, suppress
 from itertools import compress
 
 from .._errors import InputError
+from .._typing import TYPE_CHECKING
 from ._caching import CacheScan
 from ._idindex import IdIndex
 from ._reader import Columns, Rejection, ScanStats, duplicate, expected_ids, request_reader, validate
 
-TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from typing import Any
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 from .._errors import InputError
 from .._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
+from .._typing import TYPE_CHECKING
 from ._caching import CacheScan
 from ._parallel import Segment, parallel_scan, use_parallel
 from ._reader import ScanStats, request_reader, scan
 from ._sizing import Limits, Packer, max_item_bytes
 
-TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from typing import Any
 

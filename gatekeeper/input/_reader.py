@@ -21,11 +21,11 @@ from itertools import chain
 import orjson
 
 from .._errors import InputError, os_error
+from .._typing import TYPE_CHECKING
 from ._caching import UNMARKED_MIN_BYTES, CacheScan, note_marked, note_unmarked
 from ._idindex import FP_SHIFT, IdIndex
 from ._markers import marker_walk
 
-TYPE_CHECKING = False  # (not typing's, which `plan` and `--version` never import: see __init__.py)
 if TYPE_CHECKING:
     from typing import Any, BinaryIO, TypeAlias
 

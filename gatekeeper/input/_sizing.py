@@ -14,9 +14,9 @@ from itertools import accumulate, repeat
 from operator import add
 
 from .._errors import UsageError
+from .._typing import TYPE_CHECKING
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS
 
-TYPE_CHECKING = False  # (not typing's: `plan` never imports typing, see gatekeeper/__init__.py)
 if TYPE_CHECKING:
     from ..state._records import PendingRow
 

@@ -15,7 +15,7 @@ pure functions in `decide/`. Time comes in as `clock`
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -25,6 +25,7 @@ from .._errors import (
     NotFoundError,
 )
 from .._prices import PriceTable, load_prices
+from ..api._http import Sleep
 from ..api._queue import Connection, read_live, recent_batches
 from ..decide._admission import reading_wait
 from ..decide._downloads import BATCH_LIFETIME
@@ -46,7 +47,6 @@ from ._settings import EventSink, SubmitSettings
 from ._summary import Summary, summarize
 
 ResultSink = Callable[[str, dict[str, Any]], None]
-Sleep = Callable[[float], Awaitable[None]]
 READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still
 
 

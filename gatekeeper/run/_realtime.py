@@ -11,12 +11,13 @@ double charge; lost a second time, the request ends errored `gatekeeper_answer_l
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import orjson
 
+from ..api._http import Sleep
 from ..api._messages import Call, Kind, send_message
 from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, RAMP_START, Cost, Pace, lane_seconds, must_stream
 from ..decide._settle import errored_line, stop_of, usage_of
@@ -31,8 +32,6 @@ MAX_CALLS = 12  # calls for one request before a server that keeps failing it en
 IN_FLIGHT = 64  # calls out at once at most (the pace decides the rate; this bounds memory and sockets)
 TELL_EVERY = 5.0  # seconds between the lane's progress events
 BYTES_PER_TOKEN_BOUND = 3.0  # a call's input charged up front at one token per 3 bytes, corrected by its usage
-
-Sleep = Callable[[float], Awaitable[None]]
 
 
 class RealtimeLane(Part):

@@ -21,7 +21,7 @@ import orjson
 LIVES = {"5m": 300.0, "1h": 3600.0}  # simulated seconds
 
 
-class Point(NamedTuple):
+class CachePoint(NamedTuple):
     """One marked prefix of a request: its length in the fake's tokens, its digest and its life."""
 
     tokens: int
@@ -63,7 +63,7 @@ class Entry:
     life: str
 
 
-def cache_points(params: dict[str, Any], total: int) -> tuple[Point, ...]:
+def cache_points(params: dict[str, Any], total: int) -> tuple[CachePoint, ...]:
     """The request's marked prefixes, shortest first (a request without markers has none).
 
     A block-level `cache_control` marks the prefix up to its block; the top-level one marks the whole prompt (its
@@ -78,10 +78,10 @@ def cache_points(params: dict[str, Any], total: int) -> tuple[Point, ...]:
         size += len(data)
         marker = block.get("cache_control") if isinstance(block, dict) else None
         if isinstance(marker, dict):
-            points.append(Point(min(total, 7 + math.ceil(size / 3.3)), h.copy().hexdigest(), _life(marker)))
+            points.append(CachePoint(min(total, 7 + math.ceil(size / 3.3)), h.copy().hexdigest(), _life(marker)))
     top = params.get("cache_control")
     if isinstance(top, dict) and blocks and (not points or points[-1].tokens < total):
-        points.append(Point(total, h.hexdigest(), _life(top)))
+        points.append(CachePoint(total, h.hexdigest(), _life(top)))
     return tuple(points)
 
 
@@ -108,7 +108,7 @@ class PromptCache:
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], Entry] = {}
 
-    def serve(self, workspace: str, points: tuple[Point, ...], total: int, minimum: int, t: float, batch: str,
+    def serve(self, workspace: str, points: tuple[CachePoint, ...], total: int, minimum: int, t: float, batch: str,
               wave: int) -> Usage:
         """Read the longest visible live prefix, write the longer eligible ones; what the request is billed."""
         eligible = [p for p in points if p.tokens >= minimum]

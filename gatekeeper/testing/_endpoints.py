@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
-from ._cache import Point
+from ._cache import CachePoint
 from ._model import FakeBatch, batch_json
 from ._wire import _CID, _SIGNED_PATH, Wire, _result_json, prompt_points
 
@@ -38,7 +38,7 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
     seen: set[str] = set()
     items: list[tuple[str, str]] = []
     prompts: list[tuple[int, str]] = []
-    points: list[tuple[Point, ...]] = []
+    points: list[tuple[CachePoint, ...]] = []
     bad: set[int] = set()
     doomed: dict[int, str] = {}
     for i, item in enumerate(requests):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._aws import FakeAws
-from ._cache import Point, PromptCache, Usage, billed_as
+from ._cache import CachePoint, PromptCache, Usage, billed_as
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 DAY = 86_400.0
@@ -183,7 +183,7 @@ class FakeBatch:
     # (input tokens, prompt digest) per request, from its prompt: usage follows the prompt, and a test can tell
     # whose request a result answers when two jobs share custom_ids (None: a seeded batch, 25 tokens each)
     prompts: Sequence[tuple[int, str]] | None = None
-    points: Sequence[tuple[Point, ...]] | None = None  # each request's marked prefixes (the fake's prompt cache)
+    points: Sequence[tuple[CachePoint, ...]] | None = None  # each request's marked prefixes (the fake's prompt cache)
     usage: dict[int, Usage] = field(default_factory=dict)  # index -> what its prompt was billed, once succeeded
     bad: frozenset[int] = frozenset()  # indexes errored for disallowed params (per-request mode)
     doomed: dict[int, str] = field(default_factory=dict)  # index -> why the model refuses it (errored at processing)
@@ -402,7 +402,7 @@ class Organization:
     def create(self, workspace: str, requests: list[tuple[str, str]], bad: frozenset[int],
                doomed: dict[int, str] | None = None,
                prompts: list[tuple[int, str]] | None = None,
-               points: list[tuple[Point, ...]] | None = None) -> FakeBatch | dict[str, Any]:
+               points: list[tuple[CachePoint, ...]] | None = None) -> FakeBatch | dict[str, Any]:
         """A new batch, or a refusal dict when the queue cannot take it whole."""
         with self.lock:
             self._process()

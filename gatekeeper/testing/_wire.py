@@ -22,10 +22,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from ._cache import Point, Usage, cache_points
+from .._typing import TYPE_CHECKING
+from ._cache import CachePoint, Usage, cache_points
 from ._model import OUTPUT_TOKENS, Outcome, new_id
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._server import _Server
 
@@ -98,7 +98,7 @@ def prompt_of(params: dict[str, Any]) -> tuple[int, str]:
     return 7 + math.ceil(len(prompt) / 3.3), hashlib.blake2b(prompt, digest_size=10).hexdigest()
 
 
-def prompt_points(params: dict[str, Any]) -> tuple[tuple[int, str], tuple[Point, ...]]:
+def prompt_points(params: dict[str, Any]) -> tuple[tuple[int, str], tuple[CachePoint, ...]]:
     """`prompt_of` and the request's marked prefixes (`cache_points`), the prompt serialized once."""
     prompt = _prompt(params)
     tokens = 7 + math.ceil(len(prompt) / 3.3)

@@ -110,7 +110,7 @@ def render_html(data: dict[str, Any]) -> str:
     title = f"gatekeeper run: {(data.get('input') or {}).get('path', '')}"
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{_e(title)}</h1><p class='muted'>{_e(data['status'])} · generated {_e(_clock(data['generated_at']))}</p>",
+        f"<h1>{_e(title)}</h1><p class='muted'>{_e(data['status'])} · generated {_e(_when(data['generated_at']))}</p>",
         _totals(s, sum(m["event"] == "queue_full" for m in data["marks"])),
         "<h2>The queue</h2>", _queue_svg(data), "<h2>Batches</h2>", _batches_svg(data),
         _legend(), _results(s), _settings(data), "</body></html>",
@@ -122,7 +122,7 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _clock(at: float | None) -> str:
+def _when(at: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at)) if at else "-"
 
 
@@ -222,8 +222,8 @@ def _queue_svg(data: dict[str, Any], w: int = 900, h: int = 240) -> str:
             f"<polyline points='{depth}' fill='none' stroke='#0d47a1' stroke-width='1.5'/>"
             + (f"<polyline points='{ceiling}' fill='none' stroke='#c62828' stroke-dasharray='6 4'/>" if ceiling else "")
             + marks + f"<text x='4' y='14' font-size='11'>{top:,}</text><text x='4' y='{h - 22}' font-size='11'>0</text>"
-            f"<text x='50' y='{h - 4}' font-size='11'>{_e(_clock(lo))}</text>"
-            f"<text x='{w - 190}' y='{h - 4}' font-size='11'>{_e(_clock(hi))}</text></svg>"
+            f"<text x='50' y='{h - 4}' font-size='11'>{_e(_when(lo))}</text>"
+            f"<text x='{w - 190}' y='{h - 4}' font-size='11'>{_e(_when(hi))}</text></svg>"
             "<p class='legend muted'>depth (line), ceiling (dashed), our share (shaded), refusals (red), resumes (blue)</p>")
 
 
