@@ -63,3 +63,25 @@ def test_a_documented_command_parses(where: str, argv: list[str]) -> None:
     except SystemExit as exc:
         if exc.code != 0:
             pytest.fail(f"{where}: does not parse (exit {exc.code})")
+
+
+def documented_synopses() -> dict[str, set[str]]:
+    """command -> the flags its synopsis lists: the `## \\`cmd ...\\`` headings of docs/commands.md and the bold
+    `gatekeeper cmd ...` synopses of docs/watching.md."""
+    out: dict[str, set[str]] = {}
+    for name, pattern in (("commands.md", r"^## `(\S+)([^`]*)`"), ("watching.md", r"\*\*`gatekeeper (\S+)([^`]*)`\*\*")):
+        for m in re.finditer(pattern, (ROOT / "docs" / name).read_text(), re.M):
+            out.setdefault(m.group(1), set()).update(re.findall(r"--[\w-]+", m.group(2)))
+    return out
+
+
+def test_every_synopsis_lists_every_flag() -> None:
+    """A flag added to a command but not to its synopsis (or one documented that no longer exists) fails here."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    synopses = documented_synopses()
+    assert {"plan", "status", "submit", "results", "cancel", "report", "exporter"} <= set(synopses)
+    for cmd, listed in synopses.items():
+        real = {o for a in commands[cmd]._actions for o in a.option_strings
+                if o.startswith("--") and o != "--help" and a.help != "==SUPPRESS=="}
+        assert listed == real, f"{cmd}: missing {sorted(real - listed)}, gone {sorted(listed - real)}"
