@@ -37,6 +37,20 @@ def _job(tmp: Path, n: int = 40) -> tuple[Path, set[str]]:
     return write_jsonl(tmp / "in.jsonl", [req(c, text=f"question {c} " * (1 + int(c[1:]) % 7)) for c in sorted(ids)]), ids
 
 
+def test_a_deadline_on_the_platform_signs_every_real_time_call(tmp_path: Path) -> None:
+    """A stalled batch lane on Claude Platform on AWS (no Admin API: the lowest tier's limits until the headers say
+    more): the real-time calls are signed like the batch calls, and the job finishes by its deadline."""
+    path, ids = _job(tmp_path, 12)
+    with running_fake(ceiling=1000, rate=0.0, aws=FakeAws()) as fake:
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--deadline", "5m"], aws_env(fake.url, tmp_path))
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = orjson.loads(done.stdout)
+        assert s["lanes"]["realtime"]["requests"] == 12 and s["deadline"]["met"]
+        aws = fake.config.aws
+        assert aws is not None and aws.refused == [] and fake.realtime.records.answered == 12
+        assert fake.org.records.requests_seen.get("rate_limits", 0) == 0  # (no Admin API on the platform)
+
+
 def test_a_whole_job_signed_with_sigv4_through_every_command(tmp_path: Path) -> None:
     """plan (with its preflight), status, submit, results, report and cancel against the platform: every request
     signed and accepted, the ceiling given (no Admin API), each request answered once."""

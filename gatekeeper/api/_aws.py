@@ -26,7 +26,8 @@ WORKSPACE_HEADER = "anthropic-workspace-id"
 # The IAM actions a job needs (the docs' page for the platform lists them with what each is for).
 ACTIONS = {"create": "CreateBatchInference", "retrieve": "GetBatchInference", "results": "GetBatchInference",
            "list": "ListBatchInferences", "cancel": "CancelBatchInference", "delete": "DeleteBatchInference",
-           "models": "the Models API's read action", "count_tokens": "the count-tokens action"}
+           "models": "the Models API's read action", "count_tokens": "the count-tokens action",
+           "messages": "the Messages API's invoke action"}
 
 
 @dataclass(frozen=True)
