@@ -248,3 +248,23 @@ def test_a_cancel_stops_the_real_time_lane_too(tmp_path: Path) -> None:
         assert calls == s["lanes"]["realtime"]["calls"]
         ids = output_ids(_out(path))
         assert len(ids) == len(set(ids)) and set(ids) <= expected
+
+
+def test_the_real_time_lane_in_a_postgresql_journal(tmp_path: Path, pg_url: str, job_name: str) -> None:
+    """A shared journal keeps the real-time lane too: its calls journaled under the job's lease, its answers'
+    lines kept, so a host without the output rebuilds it from the journal and sends nothing."""
+    path, expected = _input(tmp_path, 20)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        args = ["submit", str(path), "--deadline", "30s", *TIGHT, *FAST, "--journal", pg_url, "--job", job_name]
+        done = gk(args, env_for(fake))
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = orjson.loads(done.stdout)
+        assert s["lanes"]["realtime"]["requests"] == 20 and s["deadline"]["met"]
+        out = Path(s["output"])
+        first = out.read_bytes()
+        out.unlink()
+        again = gk(args, env_for(fake))
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert out.read_bytes() == first and set(output_ids(out)) == expected
+        assert orjson.loads(again.stdout)["rebuilt"] == {"batches": 0, "results": 20, "unavailable": 0}
+        assert fake.realtime.records.calls == 20

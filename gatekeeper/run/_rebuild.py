@@ -87,8 +87,7 @@ class Rebuilder:
             with self.out.appending(pos) as f:
                 for r in rows:
                     pos = self._place(f, pos, r, (self.journal.lane.line_of(r[0]) + b"\n", False))
-            self.counts["batches"] += 1
-            return pos
+            return pos  # (not a batch: nothing was downloaded)
         own = self.journal.outcomes.batch_error_types(batch)
         row = self.journal.batch(batch) if batch is not None else None
         lines: Spooled | None = None  # None: the API no longer has them (or, before migration 0005, no batch is known)
