@@ -22,6 +22,9 @@ from tests.runs import events, gk, output_ids, start
 FAST = ["--interval", "0.1", "--max-rpm", "60000", "--reconcile-grace", "1", "--max-requests", "20", "--json"]
 TIGHT = ["--turnaround", "2", "--deadline-slack", "2"]
 RT = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000)
+# For the tests of the real-time lane itself: with the default turnaround (1 h), a 2-minute deadline sends every
+# request there at once, no batch created, nothing to wait out.
+AT_ONCE = ["--deadline", "2m"]
 
 
 def _input(tmp_path: Path, n: int = 40, **params: object) -> tuple[Path, set[str]]:
@@ -125,9 +128,9 @@ def test_sigkill_during_real_time_calls_then_rerun(tmp_path: Path, point: str) -
     charge, and every request ends with one line, never answered by both lanes."""
     path, expected = _input(tmp_path)
     with running_fake(rate=0.0, realtime=RT) as fake:
-        crashed = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake), crash_at=point)
+        crashed = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake), crash_at=point)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr
-        done = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake))
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
         assert done.returncode == 0, done.stderr
         s = orjson.loads(done.stdout)
         doubles = s["lanes"]["realtime"]["possible_double_charges"]
@@ -160,7 +163,7 @@ def test_a_429_storm_is_ridden_out_on_retry_after(tmp_path: Path) -> None:
     with running_fake(rate=0.0, realtime=RT) as fake:
         fake.inject(Fault("messages", status=429, retry_after="1", error_type="rate_limit_error", times=6,
                           message="This request would exceed your organization's rate limit of 6,000 requests per minute"))
-        done = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake))
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
         assert done.returncode == 0, done.stderr
         limited = [e for e in events(done.stderr) if e["event"] == "realtime_limited"]
         assert len(limited) == 6 and all(e["retry_after"] == 1.0 for e in limited)
@@ -171,7 +174,7 @@ def test_overloaded_and_lost_answers_are_retried_and_lost_ones_counted(tmp_path:
     path, expected = _input(tmp_path, 30)
     rough = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, overloaded=0.1, lost=0.1)
     with running_fake(rate=0.0, realtime=rough) as fake:
-        done = gk(["submit", str(path), "--deadline", "25s", *TIGHT, *FAST], env_for(fake))
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
         s = orjson.loads(done.stdout)
         lane = fake.realtime.records
         assert lane.overloaded >= 2 and lane.lost >= 2
@@ -186,7 +189,7 @@ def test_overloaded_and_lost_answers_are_retried_and_lost_ones_counted(tmp_path:
 def test_requests_that_may_run_past_ten_minutes_are_streamed(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 6, max_tokens=30_000)
     with running_fake(rate=0.0, realtime=RT) as fake:
-        done = gk(["submit", str(path), "--deadline", "15s", *TIGHT, *FAST], env_for(fake))
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
         assert done.returncode == 0, done.stderr
         assert fake.realtime.records.streamed == 6
         lines = [orjson.loads(line) for line in _out(path).read_bytes().splitlines()]
@@ -198,8 +201,7 @@ def test_the_library_takes_a_deadline(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 20)
     with running_fake(rate=0.0, realtime=RT) as fake:
         config = ApiConfig(base_url=fake.url, workspace_keys=[Secret(WS1)], admin_key=Secret("test-admin-key"))
-        summary = submit_sync(str(path), config=config, settings=SubmitSettings(
-            deadline="15s", turnaround=2, deadline_slack=2, poll=0.1, max_rpm=60000))
+        summary = submit_sync(str(path), config=config, settings=SubmitSettings(deadline="2m", poll=0.1, max_rpm=60000))
         assert summary.ok and summary.deadline is not None and summary.deadline["met"]
         assert summary.lanes["realtime"]["requests"] == 20
         assert_one_lane_each(fake, _out(path), expected)
@@ -255,7 +257,7 @@ def test_the_real_time_lane_in_a_postgresql_journal(tmp_path: Path, pg_url: str,
     lines kept, so a host without the output rebuilds it from the journal and sends nothing."""
     path, expected = _input(tmp_path, 20)
     with running_fake(rate=0.0, realtime=RT) as fake:
-        args = ["submit", str(path), "--deadline", "30s", *TIGHT, *FAST, "--journal", pg_url, "--job", job_name]
+        args = ["submit", str(path), *AT_ONCE, *FAST, "--journal", pg_url, "--job", job_name]
         done = gk(args, env_for(fake))
         assert done.returncode == 0, done.stderr[-3000:]
         s = orjson.loads(done.stdout)

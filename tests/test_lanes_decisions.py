@@ -164,6 +164,13 @@ def test_headers_never_raise_the_level_and_tokens_are_taken_at_the_rounding_low_
     assert p.wait(Cost(10_000, 10), 0.0) > 0
 
 
+def test_limits_read_before_any_call_seed_the_buckets_a_quarter_full() -> None:
+    p = Pace(0.0)
+    p.seed(600, 1_000_000, 100_000)
+    assert (p.requests.capacity, p.input.level, p.output.level) == (10, 250_000, 25_000)
+    assert p.wait(Cost(1000, 30_000), 0.0) == pytest.approx(3.0)  # 5,000 more output tokens at 100,000 a minute
+
+
 def test_output_is_charged_at_max_tokens_and_given_back_after() -> None:
     p = Pace(0.0)
     p.observe(headers(1000, 1000, 100_000, 100_000, 10_000, 10_000), 0.0)

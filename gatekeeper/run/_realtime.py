@@ -17,7 +17,6 @@ from typing import Any
 import anyio
 import orjson
 
-from ..api._http import Sleep
 from ..api._messages import Call, Kind, send_message
 from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, RAMP_START, Cost, Pace, lane_seconds, must_stream
 from ..decide._settle import errored_line, stop_of, usage_of
@@ -37,16 +36,17 @@ BYTES_PER_TOKEN_BOUND = 3.0  # a call's input charged up front at one token per 
 class RealtimeLane(Part):
     """Sends the requests the journal moved to the real-time lane, until canceled."""
 
-    def __init__(self, ctx: RunContext, *, sleep: Sleep, write_lock: anyio.Lock, drained: anyio.Event,
+    def __init__(self, ctx: RunContext, *, write_lock: anyio.Lock, drained: anyio.Event,
                  on_result: Callable[[str, dict[str, Any]], None] | None = None, rand: Callable[[], float] = random.random,
                  limits: dict[str, tuple[int, int, int]] | None = None) -> None:
         super().__init__(ctx)
-        self.sleep, self.write_lock, self.drained, self.on_result, self.rand = sleep, write_lock, drained, on_result, rand
+        self.write_lock, self.drained, self.on_result, self.rand = write_lock, drained, on_result, rand
         self.paces: dict[str, Pace] = {}
         self.limits = limits or {}  # model -> (rpm, itpm, otpm) from the Admin API, when a key could read them
         self.out_now: set[int] = set()  # lines with a call out
         self.answers: list[tuple[Answer, dict[str, Any]]] = []
         self.wake = anyio.Event()
+        self.paced = anyio.Event()  # a call's outcome changed a pace: the dispatcher waiting on one looks again
         self.mean_cost = Cost(1000, 1024)  # until requests are sent: a guess the keeper replaces from the input
         self.sent = 0
         self.answered = 0  # answers committed by this run
@@ -56,12 +56,7 @@ class RealtimeLane(Part):
         if model not in self.paces:
             p = Pace(self.clock())
             if model in self.limits:
-                rpm, itpm, otpm = self.limits[model]
-                p.observe({"anthropic-ratelimit-requests-limit": str(rpm), "anthropic-ratelimit-requests-remaining": str(rpm),
-                           "anthropic-ratelimit-input-tokens-limit": str(itpm),
-                           "anthropic-ratelimit-input-tokens-remaining": str(itpm),
-                           "anthropic-ratelimit-output-tokens-limit": str(otpm),
-                           "anthropic-ratelimit-output-tokens-remaining": str(otpm)}, self.clock())
+                p.seed(*self.limits[model])
             self.paces[model] = p
         return self.paces[model]
 
@@ -116,7 +111,9 @@ class RealtimeLane(Part):
         self._costs(cost)
         pace = self.pace(model)
         while (wait := pace.wait(cost, self.clock())) > 0:
-            await self.sleep(min(wait, 5.0))
+            with anyio.move_on_after(min(wait, 5.0)):  # (an answer gives back what its start over-charged: look again)
+                await self.paced.wait()
+            self.paced = anyio.Event()
         await limiter.acquire()
         pace.sent(cost, self.clock())
         self.journal.lane.sending(row.line)
@@ -143,6 +140,7 @@ class RealtimeLane(Part):
     def _weigh(self, row: LaneRow, call: Call, pace: Pace, cost: Cost) -> None:
         """What one call's outcome means: an answer to commit, or the request waits for another call."""
         now = self.clock()
+        self.paced.set()
         if call.kind is Kind.ANSWERED:
             assert call.message is not None
             result = {"type": "succeeded", "message": call.message}
