@@ -64,7 +64,7 @@ def test_a_job_moves_through_its_states(open_journal: Open) -> None:
     assert row.intent_at == 1_700_000_000.123456  # a double, not a 4-byte float
     assert again.batch(1).state is BatchState.PLANNED and again.batch(1).intent_at is None
     assert again.in_flight_worst() == 1.5 and again.held_back() == 20
-    assert again.adoptions.known_batch_ids() == {"msgbatch_1"} and again.listed.skipped_lines(0, 9) == {7}
+    assert again.adoptions.known_batch_ids() == {"msgbatch_1"} and again.groups.skipped_lines(0, 9) == {7}
     assert [e[3] for e in again.outcomes.events_of("queue_full")] == [{"depth": 5}]
     assert again.get_meta("input") == {"path": "/in.jsonl", "sha256": "ab"}
 
@@ -91,7 +91,7 @@ def test_settlement_commits_rows_and_length_together_or_not_at_all(open_journal:
     totals = again.outcomes.totals()
     assert totals.usage == (3, 4, 3, 2, 1) and all(type(v) is int for v in totals.usage)  # SUM() is int on both
     assert totals.types == {"succeeded": 1} and totals.resubmitted == 1
-    assert again.listed.pending_count() == 1
+    assert again.groups.pending_count() == 1
     assert list(again.outcomes.result_spans(types=["succeeded"], error_types=[], in_order=True)) == [(0, 50)]
     assert again.outcomes.batch_results(0) == [(0, "c0", 0, 50)]
 
@@ -100,10 +100,10 @@ def test_retries_and_recut_replace_planned_batches_atomically(open_journal: Open
     j = open_journal()
     j.start_job(_plan(3))
     rows = [PendingRow(40, 4000, 100, "r40", 2), PendingRow(41, 4100, 100, "r41", 2)]
-    j.listed.recut(5, [(5, 500, 0, 4, 0, 500, "c0", "c4"), (5, 500, 5, 9, 500, 1000, "c5", "c9")], [("retry", None, rows)], lambda g: 300)
+    j.groups.recut(5, [(5, 500, 0, 4, 0, 500, "c0", "c4"), (5, 500, 5, 9, 500, 1000, "c5", "c9")], [("retry", None, rows)], lambda g: 300)
     batches = j.batches(BatchState.PLANNED)
     assert [(b.kind, b.requests) for b in batches] == [("plan", 5), ("plan", 5), ("retry", 2)]
-    assert j.listed.members(batches[2].idx) == [(40, 4000, 100, "r40", 2), (41, 4100, 100, "r41", 2)]
+    assert j.groups.members(batches[2].idx) == [(40, 4000, 100, "r40", 2), (41, 4100, 100, "r41", 2)]
     assert open_journal().get_meta("settings")["batch_size"] == 5
 
 

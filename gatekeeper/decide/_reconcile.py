@@ -62,7 +62,7 @@ def others_in_flight(reservations: Iterable[Any], owner: str) -> tuple[set[str],
 
 def candidates_for(requests: int, sent_at: float, listed: Iterable[dict[str, Any]], known: set[str],
                    clock_skew: float) -> list[dict[str, Any]]:
-    """Listed batches that could be this create's: unknown to the journal, same size, not older than the send."""
+    """Group batches that could be this create's: unknown to the journal, same size, not older than the send."""
     return [
         b for b in listed
         if str(b.get("id")) not in known and total_requests(b) == requests

@@ -17,7 +17,7 @@ from ..decide._budget import Spend, answering_models, may_spend, request_worst
 from ..decide._priming import Waiting, gate, lapsed, rounds_ended
 from ..input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, PendingRow
-from ..state._records import Listed
+from ..state._records import Group
 from ._checkpoints import reached
 from ._collect import custom_id
 from ._inputs import stat_identity
@@ -77,7 +77,7 @@ class Admitter(Part):
         flight, and how many are held back for a primer (`decide._priming.gate`)."""
         if all(b.cache_round is None for b in planned):
             return planned, [b.requests for b in planned], 0, 0
-        ended = rounds_ended(self.journal.listed.primer_endings())
+        ended = rounds_ended(self.journal.groups.primer_endings())
         g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], ended,
                  None if bound is None else max(1, bound - self.s.margin))
         by_idx = {b.idx: b for b in planned}
@@ -194,13 +194,13 @@ class Admitter(Part):
         """Cut every batch not yet created into batches of at most `size` requests (one journal transaction)."""
         limits = Limits(max_requests=size, max_bytes=self.s.limits.max_bytes)
         ranges = self._recut_ranges([r for r in waiting if r.kind == "plan"], limits)
-        groups: list[Listed] = []
+        groups: list[Group] = []
         for r in waiting:  # each member-listed batch cut apart, keeping its kind and round (priming depends on both)
             if r.kind != "plan":
                 rows = [PendingRow(line, off, len(body), custom_id(body), attempt)
                         for line, off, body, attempt in self._requests_of(r)]
                 groups += [(r.kind, r.cache_round, g) for g in pack_rows(rows, limits)]
-        self.journal.listed.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
+        self.journal.groups.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
         self.batch_size = size
         self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
                             "reason": "refusals show the ceiling is below the waiting batches"})

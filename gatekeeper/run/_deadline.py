@@ -72,7 +72,7 @@ class DeadlineKeeper(Part):
             await self._cancel(self.journal.batch(idx))
         for idx in m.move:
             self._move_planned(self.journal.batch(idx))
-        if (m.move_pending or self._returned()) and self.journal.listed.pending_count():
+        if (m.move_pending or self._returned()) and self.journal.groups.pending_count():
             worst = self._worst_pending()
             if worst is not None:
                 n = self.journal.lane.move_pending(worst)
@@ -85,7 +85,7 @@ class DeadlineKeeper(Part):
         live = [LiveBatch(r.idx, r.requests, parse_time(r.created_at) or snap.at, _done(snap.listed.get(r.batch_id or "")))
                 for r in j.batches(BatchState.CREATED) if r.idx not in canceled]
         # (a create whose outcome is unknown may hold its requests: it is neither moved nor counted as movable)
-        held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.listed.pending_count())]
+        held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.groups.pending_count())]
         ended = [(parse_time(r.created_at), parse_time(r.ended_at)) for r in j.batches(BatchState.ENDED, BatchState.COLLECTED)
                  if r.idx not in canceled]
         now = self.clock()
@@ -100,7 +100,7 @@ class DeadlineKeeper(Part):
         """Whether a batch canceled for the deadline has given its requests back: they go real time, never into a
         new batch (the batch lane was just judged unable to answer them in time)."""
         canceled = set(self.journal.get_meta("deadline_canceled") or [])
-        return bool(canceled) and self.journal.listed.pending_count() > 0 and any(
+        return bool(canceled) and self.journal.groups.pending_count() > 0 and any(
             r.idx in canceled for r in self.journal.batches(BatchState.COLLECTED))
 
     async def _cancel(self, row: BatchRow) -> None:
@@ -121,7 +121,7 @@ class DeadlineKeeper(Part):
         self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": self.deadline})
 
     def _worst_pending(self) -> dict[int, float] | None:
-        pending = self.journal.listed.pending_rows()
+        pending = self.journal.groups.pending_rows()
         worst = {line: self._one_worst(read_at(self.path, off, n), line) for line, off, n, _, _ in pending}
         return None if self._refused_by_budget(sum(worst.values()), len(pending)) else worst
 

@@ -80,9 +80,9 @@ def batch_requests(path: str, journal: Journal, row: BatchRow) -> Iterator[tuple
     """(line, offset, bytes, attempt) of every request of a batch, in order, one at a time: a plan batch is a byte
     range of the input less its rejected lines; another batch lists its members."""
     if row.kind == "plan":
-        skip = journal.listed.skipped_lines(row.first_line, row.last_line)
+        skip = journal.groups.skipped_lines(row.first_line, row.last_line)
         for line, off, body in iter_range(path, row.start_offset, row.end_offset, row.first_line, skip):
             yield line, off, body, 1
         return
-    for line, off, length, _, attempt in journal.listed.members(row.idx):
+    for line, off, length, _, attempt in journal.groups.members(row.idx):
         yield line, off, read_at(path, off, length), attempt

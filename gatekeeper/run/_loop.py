@@ -173,7 +173,7 @@ class Job(Part):
         if self.admitter.budget_stopped:  # nothing new goes out; finish what is live (and what moved, budgeted then)
             return not j.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
         return not j.count(BatchState.PLANNED, BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) \
-            and not j.listed.pending_count()
+            and not j.groups.pending_count()
 
     # -- observing ----------------------------------------------------------
 
@@ -232,10 +232,10 @@ class Job(Part):
     def form_retry_batches(self) -> None:
         """Pack requests waiting for another attempt into new batches, once every first attempt has been admitted."""
         j = self.journal
-        if self.user_canceled or self.admitter.budget_stopped or j.count(BatchState.PLANNED) or not j.listed.pending_count():
+        if self.user_canceled or self.admitter.budget_stopped or j.count(BatchState.PLANNED) or not j.groups.pending_count():
             return
         limits = Limits(max_requests=self.admitter.batch_size, max_bytes=self.s.limits.max_bytes)
-        requests, batches = j.listed.plan_retries(lambda rows: pack_rows(rows, limits),
+        requests, batches = j.groups.plan_retries(lambda rows: pack_rows(rows, limits),
                                            lambda g: body_size(len(g), sum(r.length for r in g)))
         self.emit("resubmitting", {"requests": requests, "batches": batches})
 

@@ -17,7 +17,7 @@ from ..input._cachereport import Marked, caching_report, marked, priming_rounds,
 from ..input._planner import PlanReport
 from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchState, JobPlan, Journal, PendingRow
-from ..state._records import Listed
+from ..state._records import Group
 from ._inputs import hash_file, stat_identity
 from ._part import Part, RunContext
 
@@ -112,8 +112,8 @@ class Preparation(Part):
         m = marked(report, self.prices)  # (read once: the caching report and the priming rounds both need it)
         estimate = report.estimate(self.prices)
         caching = caching_report(report, self.prices, m, estimate)
-        listed, lives = self._priming(m)
-        claimed = {r.line: r.length for _, _, rows in listed for r in rows}
+        groups, lives = self._priming(m)
+        claimed = {r.line: r.length for _, _, rows in groups for r in rows}
         return JobPlan(
             input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
             settings={"batch_size": self.batch_size, "max_bytes": self.s.limits.max_bytes,
@@ -121,26 +121,26 @@ class Preparation(Part):
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
                     "models": report.models, "preflight": report.preflight,
                     "estimate": estimate, "caching": caching,
-                    "priming": {"lives": lives} if listed else None},  # (its counts come from the batches)
+                    "priming": {"lives": lives} if groups else None},  # (its counts come from the batches)
             output=os.path.abspath(self.out.path),
             batches=without_lines(report.batches, claimed),
             rejections=[(e.line, e.custom_id, e.reason) for e in report.errors],
-            listed=listed,
+            groups=groups,
         )
 
-    def _priming(self, m: Marked) -> tuple[list[Listed], dict[str, float]]:
+    def _priming(self, m: Marked) -> tuple[list[Group], dict[str, float]]:
         """The primer and rest batches of each round, and each round's shortest life in seconds (by round number);
         none with --no-prime, or when no prefix is shared."""
         if not self.s.prime:
             return [], {}
         limits = Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes)
-        listed: list[Listed] = []
+        groups: list[Group] = []
         lives: dict[str, float] = {}
         for k, r in enumerate(priming_rounds(m, round_size(self.ceiling, self.s.margin, self.batch_size))):
             for kind, rows in (("primer", r.primers), ("rest", r.rest)):
-                listed += [(kind, k, g) for g in pack_rows([PendingRow(*row, 1) for row in rows], limits)]
+                groups += [(kind, k, g) for g in pack_rows([PendingRow(*row, 1) for row in rows], limits)]
             lives[str(k)] = r.life
-        return listed, lives
+        return groups, lives
 
 
 async def check_identity(j: Journal, path: str) -> None:

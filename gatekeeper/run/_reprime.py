@@ -15,12 +15,12 @@ from ..decide._priming import NONE, Marks, shared_prefixes
 from ..input._markers import marker_points
 from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchRow, Journal, PendingRow
-from ..state._records import Listed
+from ..state._records import Group
 from ._inputs import batch_requests
 
 
 def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable,
-            limits: Limits) -> tuple[list[Listed], int]:
+            limits: Limits) -> tuple[list[Group], int]:
     """The new round's primer and rest batches for the waiting rest batches `rows`, and how many primers."""
     members: list[PendingRow] = []
     marks = Marks()
@@ -43,10 +43,10 @@ def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTabl
     primers = sorted(first.values())
     taken = {m.line for m in primers}
     rest = [m for m in members if m.line not in taken]
-    round_: int | None = journal.listed.next_round()
-    listed: list[Listed] = [("primer", round_, g) for g in pack_rows(primers, limits)]
-    listed += [("rest", round_, g) for g in pack_rows(rest, limits)]
-    return listed, len(primers)
+    round_: int | None = journal.groups.next_round()
+    groups: list[Group] = [("primer", round_, g) for g in pack_rows(primers, limits)]
+    groups += [("rest", round_, g) for g in pack_rows(rest, limits)]
+    return groups, len(primers)
 
 
 def tokens_per_byte(measured: dict[str, dict[str, float]], model: str) -> float:
@@ -58,5 +58,5 @@ def tokens_per_byte(measured: dict[str, dict[str, float]], model: str) -> float:
 def reprime(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable, limits: Limits,
             life: float | None) -> int:
     """Replace the waiting rest batches `rows` of a lapsed round by a new round (journaled at once); its number."""
-    listed, _ = regroup(path, journal, rows, prices, limits)
-    return journal.listed.reprime([r.idx for r in rows], listed, lambda g: body_size(len(g), sum(r.length for r in g)), life)
+    groups, _ = regroup(path, journal, rows, prices, limits)
+    return journal.groups.reprime([r.idx for r in rows], groups, lambda g: body_size(len(g), sum(r.length for r in g)), life)

@@ -108,8 +108,8 @@ def usage_json(usage: tuple[int, ...]) -> dict[str, Any]:
 
 
 def priming(j: Journal) -> dict[str, int] | None:
-    """How the job was primed (`Listings.priming`), and the rounds that lapsed and were primed again."""
-    counts = j.listed.priming()
+    """How the job was primed (`Groups.priming`), and the rounds that lapsed and were primed again."""
+    counts = j.groups.priming()
     return None if counts is None else {**counts, "lapsed_rounds": len(j.outcomes.events_of("primer_lapsed"))}
 
 

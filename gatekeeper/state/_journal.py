@@ -34,9 +34,9 @@ import orjson
 from .._errors import JournalError, UsageError, os_error
 from ._adoptions import Adoptions
 from ._db import Db, PgDb, SqliteDb, pg_ddl, require_postgres, safe_url
+from ._groups import Groups
 from ._journal_base import JournalBase
 from ._lease import Lease
-from ._listed import Listings
 from ._outcomes import Outcomes
 from ._realtime import MIGRATION as REALTIME_MIGRATION
 from ._realtime import LaneRecords
@@ -186,8 +186,8 @@ class Journal(JournalBase):
     `Journal.open_shared(url, job, state_dir)` (PostgreSQL).
 
     It moves batches through their states itself, and hands the rest to collaborators that each own one concern:
-    `lease` (a shared job's lease), `adoptions` (batches found by listing, and whose they proved to be), `listed`
-    (member-listed batches: retries, priming), `lane` (the real-time lane's requests and calls) and `outcomes`
+    `lease` (a shared job's lease), `adoptions` (batches found by listing, and whose they proved to be), `groups`
+    (batches that list their requests as groups: retries, priming), `lane` (the real-time lane's requests and calls) and `outcomes`
     (readings, totals, spans of the output).
 
     The database's errors (a full disk, a damaged file, a lock held too long, a server gone)
@@ -200,7 +200,7 @@ class Journal(JournalBase):
         super().__init__(db, state_dir, clock=clock, job=job)
         self.lease = Lease(self)
         self.adoptions = Adoptions(self)
-        self.listed = Listings(self)
+        self.groups = Groups(self)
         self.lane = LaneRecords(self)
         self.outcomes = Outcomes(self)
 
@@ -251,11 +251,11 @@ class Journal(JournalBase):
                 "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
                 plan.batches)
             db.executemany("INSERT INTO rejections VALUES (?, ?, ?)", plan.rejections)
-            db.executemany("INSERT INTO claimed VALUES (?)", [(r.line,) for _, _, rows in plan.listed for r in rows])
-            if plan.listed:
+            db.executemany("INSERT INTO claimed VALUES (?)", [(r.line,) for _, _, rows in plan.groups for r in rows])
+            if plan.groups:
                 assert size is not None, "member-listed batches need their body size"
-                self.listed.insert_listed(db, len(plan.batches), plan.listed, size)
-            self.note(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches) + len(plan.listed))
+                self.groups.insert(db, len(plan.batches), plan.groups, size)
+            self.note(db, "planned", requests=plan.report.get("requests"), batches=len(plan.batches) + len(plan.groups))
 
     def mark_intent(self, idx: int, at: float, worst_usd: float | None = None) -> None:
         """Recorded before a create's first byte is sent: from here on its outcome is unknown until settled."""
@@ -269,7 +269,7 @@ class Journal(JournalBase):
 
     def held_back(self) -> int:
         """Requests not sent: in batches not yet created, and waiting for another attempt."""
-        return int(self.scalar("SELECT COALESCE(SUM(requests), 0) FROM batches WHERE state = 'planned'")) + self.listed.pending_count()
+        return int(self.scalar("SELECT COALESCE(SUM(requests), 0) FROM batches WHERE state = 'planned'")) + self.groups.pending_count()
 
     def mark_body_complete(self, idx: int, at: float | None = None) -> None:
         """Recorded before a create's last bytes go out; an intent without it cannot have created a batch. `at`

@@ -1,6 +1,6 @@
 """What every part of the journal stands on: the connection, one transaction a change, the job's meta and its
 event log, and reading and moving the batches. `Journal` is this core with its collaborators (`_lease`,
-`_adoptions`, `_listed`, `_realtime`, `_outcomes`), each owning one concern and holding the core, not inheriting it."""
+`_adoptions`, `_groups`, `_realtime`, `_outcomes`), each owning one concern and holding the core, not inheriting it."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ class PendingRow(NamedTuple):
     attempt: int
 
 
-Listed = tuple[str, int | None, list[PendingRow]]  # a member-listed batch to be: (kind, round, its requests)
+Group = tuple[str, int | None, list[PendingRow]]  # a member-listed batch to be: (kind, round, its requests)
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class JobPlan:
     batches: list[tuple[Any, ...]]  # (idx, requests, bytes, first_line, last_line, start, end, first_cid, last_cid)
     rejections: list[tuple[int, str | None, str]]
     # member-listed batches of priming: (kind "primer" or "rest", round, members); their lines leave the ranges
-    listed: list[Listed] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from typing import Any
 
 from ._db import Db
 from ._journal_base import JournalBase
-from ._records import Listed, PendingRow
+from ._records import Group, PendingRow
 
 Size = Callable[[list[PendingRow]], int]  # the create body's size of these requests
 
 
-class Listings:
+class Groups:
     """Reading and replacing member-listed batches."""
 
     def __init__(self, core: JournalBase) -> None:
@@ -68,12 +68,12 @@ class Listings:
             'SELECT line, "offset", length, custom_id, attempt FROM pending ORDER BY line')]
         groups = pack(rows)
         with self.core.transaction() as db:
-            self.insert_listed(db, _next_idx(db), [("retry", None, g) for g in groups], size)
+            self.insert(db, _next_idx(db), [("retry", None, g) for g in groups], size)
             db.execute("DELETE FROM pending")
             self.core.note(db, "resubmission_planned", requests=len(rows), batches=len(groups))
         return len(rows), len(groups)
 
-    def recut(self, batch_size: int, ranges: list[tuple[Any, ...]], groups: list[Listed], size: Size) -> None:
+    def recut(self, batch_size: int, ranges: list[tuple[Any, ...]], groups: list[Group], size: Size) -> None:
         """Replace every planned batch by smaller ones, atomically, and record the new size (a resume sees this cut).
 
         `ranges`: (requests, bytes, first_line, last_line, start, end, first_cid, last_cid) of new input-range
@@ -87,16 +87,16 @@ class Listings:
                     "INSERT INTO batches (idx, kind, requests, bytes, first_line, last_line, start_offset, end_offset, "
                     "first_custom_id, last_custom_id, state) VALUES (?, 'plan', ?, ?, ?, ?, ?, ?, ?, ?, 'planned')",
                     (idx + k, *r))
-            self.insert_listed(db, idx + len(ranges), groups, size)
+            self.insert(db, idx + len(ranges), groups, size)
             settings = {**(self.core.get_meta("settings") or {}), "batch_size": batch_size}
             self.core.put_meta(db, "settings", settings)
             self.core.note(db, "recut", batch_size=batch_size, replaced=len(old), batches=len(ranges) + len(groups))
 
-    def reprime(self, old: list[int], groups: list[Listed], size: Size, life: float | None) -> int:
+    def reprime(self, old: list[int], groups: list[Group], size: Size, life: float | None) -> int:
         """Replace the planned batches `old` (a lapsed round's rest) by `groups` (a new round's primer and rest), and
         record the new round's life; in one transaction. The new round's number."""
         with self.core.transaction() as db:
-            self.insert_listed(db, _drop_planned(db, old), groups, size)
+            self.insert(db, _drop_planned(db, old), groups, size)
             new = int(groups[0][1]) if groups and groups[0][1] is not None else -1
             report = self.core.get_meta("report") or {}
             lives = {**((report.get("priming") or {}).get("lives") or {}), str(new): life}
@@ -104,7 +104,7 @@ class Listings:
             self.core.note(db, "reprimed", round=new, replaced=len(old), batches=len(groups))
         return new
 
-    def insert_listed(self, db: Db, idx: int, groups: list[Listed], size: Size) -> None:
+    def insert(self, db: Db, idx: int, groups: list[Group], size: Size) -> None:
         for kind, cache_round, g in groups:
             first, last = g[0], g[-1]
             db.execute(
