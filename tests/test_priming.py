@@ -24,6 +24,7 @@ from gatekeeper.decide._priming import (
     shared_prefixes,
 )
 from gatekeeper.decide._settle import usage_of
+from gatekeeper.input._caching import CacheScan
 
 # A marked prefix: (tokens, digest, life)
 TOOLS = (600, 1, "1h")  # a tool list every request marks
@@ -43,7 +44,7 @@ def marks_of(*requests: tuple[str, float, tuple[tuple[int, int, str], ...]]) -> 
 
 def prefixes_of(marks: Marks, chosen) -> list:
     """The chosen points as (tokens, digest, life), None for NONE."""
-    return [None if p == NONE else (marks.ptokens[p], marks.digest[p], marks.life(p)) for p in chosen]
+    return [None if p == NONE else (marks.psize[p], marks.digest[p], marks.life(p)) for p in chosen]
 
 
 @pytest.mark.parametrize(("requests", "minimum", "expected"), [
@@ -221,3 +222,35 @@ def test_without_lines_leaves_out_what_priming_sends(claimed: dict[int, int], ex
 
     rows = without_lines([_plan(0, 1, 3, 3, 300), _plan(1, 4, 5, 2, 200)], claimed)
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == expected
+
+
+def _scan(rows: list[tuple[int, str, list[tuple[int, int, str]]]]) -> CacheScan:
+    """A reader's scan of marked lines: (line, model, its prefixes (bytes, digest, life))."""
+    scan = CacheScan()
+    for line, model, points in rows:
+        scan.add(line, line * 100, 100 + line, f"c{line}", model, tuple(points))
+    return scan
+
+
+@pytest.mark.parametrize(("first", "second", "base", "models", "lines", "model_of"), [
+    # the same models in the same order: the piece's arrays are taken whole, its lines counted from the base
+    ([(0, "a", [(10, 1, "5m")])], [(0, "a", [(20, 2, "1h")])], 5, ["a"], [0, 5], [0, 0]),
+    # a piece that met its models in another order: its model numbers are remapped to ours
+    ([(0, "a", [(10, 1, "5m")]), (1, "b", [(10, 3, "5m")])], [(0, "b", [(30, 3, "5m")]), (1, "c", [(5, 4, "5m")])], 2,
+     ["a", "b", "c"], [0, 1, 2, 3], [0, 1, 1, 2]),
+    # a piece of lines with no prefix of note merges nothing of its own but the lines
+    ([], [(0, "a", [(10, 1, "5m"), (40, 9, "5m")])], 0, ["a"], [0], [0]),
+])
+def test_a_pieces_scan_merges_as_if_read_in_one_pass(first: list, second: list, base: int, models: list[str],
+                                                      lines: list[int], model_of: list[int]) -> None:
+    merged = _scan(first)
+    merged.merge(_scan(second), base)
+    one_pass = _scan(first)
+    for line, model, points in second:
+        one_pass.add(line + base, line * 100, 100 + line, f"c{line}", model, tuple(points))
+    assert merged.marks.models == models == one_pass.marks.models
+    assert list(merged.lines) == lines == list(one_pass.lines) and list(merged.marks.model) == model_of
+    for name in ("size", "first", "psize", "digest"):
+        assert list(getattr(merged.marks, name)) == list(getattr(one_pass.marks, name)), name
+    assert merged.marks.hour == one_pass.marks.hour and merged.cids == one_pass.cids and merged.marks.unit == "bytes"
+    assert list(merged.offsets) == list(one_pass.offsets)

@@ -30,27 +30,29 @@ LIFE_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
 class Marks:
     """The marked requests of a job as flat arrays (a million of them in tens of megabytes, not a gigabyte of
-    objects): request k is of model `model[k]` (an index into `models`), `tokens[k]` input tokens in all, and its
-    marked prefixes, shortest first, are the points `first[k]` to `first[k + 1] - 1`, each with its tokens, digest
-    and life (`hour[p]`: 1 for the 1-hour life)."""
+    objects): request k is of model `model[k]` (an index into `models`), `size[k]` in all, and its marked prefixes,
+    shortest first, are the points `first[k]` to `first[k + 1] - 1`, each with its size `psize[p]`, digest and life
+    (`hour[p]`: 1 for the 1-hour life). Sizes are in `unit`: "bytes" as the reader notes them, "tokens" once sized
+    with each model's tokens per byte; the decisions here take tokens only."""
 
-    __slots__ = ("models", "model", "tokens", "first", "ptokens", "digest", "hour")
+    __slots__ = ("models", "model", "size", "first", "psize", "digest", "hour", "unit")
 
-    def __init__(self) -> None:
+    def __init__(self, unit: str = "tokens") -> None:
         self.models: list[str] = []
         self.model = array("H")
-        self.tokens = array("d")
+        self.size = array("d")
         self.first = array("q", [0])
-        self.ptokens = array("d")
+        self.psize = array("d")
         self.digest = array("q")
         self.hour = bytearray()
+        self.unit = unit
 
-    def add(self, model: int, tokens: float, points: Iterable[tuple[float, int, int]]) -> None:
-        """One request: its model's index, its tokens, and its marked prefixes (tokens, digest, 1-hour?) in order."""
+    def add(self, model: int, size: float, points: Iterable[tuple[float, int, int]]) -> None:
+        """One request: its model's index, its size, and its marked prefixes (size, digest, 1-hour?) in order."""
         self.model.append(model)
-        self.tokens.append(tokens)
-        for ptokens, digest, hour in points:
-            self.ptokens.append(ptokens)
+        self.size.append(size)
+        for psize, digest, hour in points:
+            self.psize.append(psize)
             self.digest.append(digest)
             self.hour.append(1 if hour else 0)
         self.first.append(len(self.digest))
@@ -69,7 +71,8 @@ def shared_prefixes(marks: Marks, minimum: list[float]) -> array[int]:
     """Each request's shared prefix, as a point (see the module docstring): the longest eligible one another request
     marks too, else its longest eligible one (a group of one), else NONE (below the minimum: not cached at all).
     `minimum[m]`: model m's minimum in tokens."""
-    first, ptokens, digest, model = marks.first, marks.ptokens, marks.digest, marks.model
+    assert marks.unit == "tokens", "sized in bytes: size them in tokens first (_cachereport)"
+    first, ptokens, digest, model = marks.first, marks.psize, marks.digest, marks.model
     eligible = [p for k in range(len(marks)) for p in range(first[k], first[k + 1]) if ptokens[p] >= minimum[model[k]]]
     seen = Counter(digest[p] for p in eligible)
     chosen = array("q", [NONE]) * len(marks)
@@ -135,13 +138,13 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
         r = rates[marks.model[k]]
         if r is None:
             return {"none": None, "cold": None, "primed": None}
-        tokens = marks.tokens[k]
+        tokens = marks.size[k]
         none += tokens * r.input
         if p == NONE:
             cold += tokens * r.input
             primed += tokens * r.input
             continue
-        prefix = marks.ptokens[p]
+        prefix = marks.psize[p]
         write = (tokens - prefix) * r.input + prefix * (r.write_1h if marks.hour[p] else r.write_5m)
         cold += write
         primed += write if marks.digest[p] not in written else (tokens - prefix) * r.input + prefix * r.read
@@ -152,10 +155,10 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
 def ideal_write_share(marks: Marks, chosen: Sequence[int]) -> float | None:
     """Of the prefix tokens the job's requests cache, the share an ideal run writes (one write a distinct prefix,
     every other use a read): the realized read share is read / ((read + write) x (1 - this))."""
-    used = sum(marks.ptokens[p] for p in chosen if p != NONE)
+    used = sum(marks.psize[p] for p in chosen if p != NONE)
     if not used:
         return None
-    distinct = {marks.digest[p]: marks.ptokens[p] for p in chosen if p != NONE}
+    distinct = {marks.digest[p]: marks.psize[p] for p in chosen if p != NONE}
     return sum(distinct.values()) / used
 
 

@@ -64,8 +64,8 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
     for k in keep:  # (array slices and extends: a million requests in about a second)
         rate = per_byte[src.model[k]]
         out.model.append(src.model[k])
-        out.tokens.append(src.tokens[k] * rate)
-        out.ptokens.extend(array("d", [t * rate for t in src.ptokens[first[k]:first[k + 1]]]))
+        out.size.append(src.size[k] * rate)
+        out.psize.extend(array("d", [t * rate for t in src.psize[first[k]:first[k + 1]]]))
         out.digest.extend(src.digest[first[k]:first[k + 1]])
         out.hour.extend(src.hour[first[k]:first[k + 1]])
         out.first.append(len(out.digest))
@@ -82,13 +82,13 @@ def _sized(src: Marks, out: Marks, per_byte: list[float]) -> None:
     out.hour = bytearray(src.hour)
     if len(set(per_byte)) <= 1:
         rate = per_byte[0] if per_byte else 1.0
-        out.tokens = array("d", [t * rate for t in src.tokens])
-        out.ptokens = array("d", [t * rate for t in src.ptokens])
+        out.size = array("d", [t * rate for t in src.size])
+        out.psize = array("d", [t * rate for t in src.psize])
         return
     rates = [per_byte[m] for m in src.model]
-    out.tokens = array("d", map(mul, src.tokens, rates))
+    out.size = array("d", map(mul, src.size, rates))
     counts = map(sub, src.first[1:], src.first[:-1])
-    out.ptokens = array("d", map(mul, src.ptokens, chain.from_iterable(map(repeat, rates, counts))))
+    out.psize = array("d", map(mul, src.psize, chain.from_iterable(map(repeat, rates, counts))))
 
 
 def _tokens_per_byte(report: PlanReport, model: str) -> float:
@@ -128,7 +128,7 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     mine = range(len(marks)) if everyone else [k for k in range(len(marks)) if marks.model[k] == model]
     chosen = list(m.chosen) if everyone else [m.chosen[k] for k in mine]
     minimum, known = prices.cache_minimum(name)
-    distinct = {marks.digest[p]: marks.ptokens[p] for p in chosen if p != NONE}
+    distinct = {marks.digest[p]: marks.psize[p] for p in chosen if p != NONE}
     shared = groups(marks, chosen)
     sizes = sorted(distinct.values())
     if everyone:
@@ -206,7 +206,7 @@ def priming_rounds(m: Marked, round_size: int) -> list[Round]:
 
     def row(k: int) -> tuple[int, int, int, str]:
         at = m.rows[k]
-        return scan.lines[at], scan.offsets[at], int(scan.marks.tokens[at]), scan.cids[at]
+        return scan.lines[at], scan.offsets[at], int(scan.marks.size[at]), scan.cids[at]
 
     out = []
     for members in rounds([len(g) for g in shared], round_size):

@@ -30,7 +30,7 @@ class CacheScan:
     __slots__ = ("marks", "lines", "offsets", "cids", "unmarked", "_model_index")
 
     def __init__(self) -> None:
-        self.marks = Marks()  # (in bytes: `tokens` is the request's size, `ptokens` each prefix's)
+        self.marks = Marks("bytes")  # (the reader's sizes; `_cachereport` sizes them in tokens)
         self.lines = array("q")
         self.offsets = array("q")
         self.cids: list[str] = []
@@ -54,9 +54,9 @@ class CacheScan:
         self.cids.append(cid)
         marks = self.marks  # (appended here, not through Marks.add's generator: this runs once a marked line)
         marks.model.append(m)
-        marks.tokens.append(size)
+        marks.size.append(size)
         for size_, digest, life in points:
-            marks.ptokens.append(size_)
+            marks.psize.append(size_)
             marks.digest.append(digest)
             marks.hour.append(life == "1h")
         marks.first.append(len(marks.digest))
@@ -72,9 +72,9 @@ class CacheScan:
         # (whole arrays where the piece's numbering is ours already: a C loop, not a Python step a line)
         same = list(remap) == list(range(len(remap)))
         m.model.extend(o.model if same else array("H", (remap[i] for i in o.model)))
-        m.tokens.extend(o.tokens)
+        m.size.extend(o.size)
         m.first.extend(o.first[1:] if points == 0 else array("q", map(points.__add__, o.first[1:])))
-        m.ptokens.extend(o.ptokens)
+        m.psize.extend(o.psize)
         m.digest.extend(o.digest)
         m.hour.extend(o.hour)
         self.lines.extend(other.lines if base == 0 else array("q", map(base.__add__, other.lines)))
@@ -86,7 +86,7 @@ class CacheScan:
 
     def to_marshal(self) -> tuple[Any, ...]:
         m = self.marks
-        return (m.models, m.model.tobytes(), m.tokens.tobytes(), m.first.tobytes(), m.ptokens.tobytes(),
+        return (m.models, m.model.tobytes(), m.size.tobytes(), m.first.tobytes(), m.psize.tobytes(),
                 m.digest.tobytes(), bytes(m.hour), self.lines.tobytes(), self.offsets.tobytes(), self.cids,
                 list(self.unmarked.items()))
 
@@ -95,7 +95,7 @@ class CacheScan:
         scan = cls()
         m = scan.marks
         m.models = list(data[0])
-        for target, raw in ((m.model, data[1]), (m.tokens, data[2]), (m.ptokens, data[4]), (m.digest, data[5]),
+        for target, raw in ((m.model, data[1]), (m.size, data[2]), (m.psize, data[4]), (m.digest, data[5]),
                             (scan.lines, data[7]), (scan.offsets, data[8])):
             target.frombytes(raw)
         m.first = array("q")
