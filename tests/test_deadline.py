@@ -270,3 +270,21 @@ def test_the_real_time_lane_in_a_postgresql_journal(tmp_path: Path, pg_url: str,
         assert out.read_bytes() == first and set(output_ids(out)) == expected
         assert orjson.loads(again.stdout)["rebuilt"] == {"batches": 0, "results": 20, "unavailable": 0}
         assert fake.realtime.records.calls == 20
+
+
+def test_a_stop_lets_the_calls_out_answer_before_it_exits(tmp_path: Path) -> None:
+    """Ctrl-C while real-time calls are out: nothing new is sent, the calls out answer and are committed within the
+    stop's second, and the rerun finishes with no possible double charge."""
+    path, expected = _input(tmp_path, 40)
+    slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=0.3)
+    with running_fake(rate=0.0, realtime=slow) as fake:
+        run = start(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        fake.org.wait_for(lambda _: fake.realtime.records.answered >= 5, "the lane's first answers", timeout=40)
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=30)
+        assert run.returncode == 130, err[-2000:]
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr[-2000:]
+        s = orjson.loads(done.stdout)
+        assert s["lanes"]["realtime"]["possible_double_charges"] == 0 and s["succeeded"] == 40
+        assert_one_lane_each(fake, _out(path), expected)

@@ -48,6 +48,8 @@ from ._summary import Summary, summarize
 
 ResultSink = Callable[[str, dict[str, Any]], None]
 READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still
+# seconds a stop waits for the real-time calls out to answer (within `_submit.STOP_GRACE`: a stop takes about a second)
+STOP_GRACE = 0.8
 
 
 class Job(Part):
@@ -107,7 +109,7 @@ class Job(Part):
         if self.keeper is None and not self.journal.lane.unanswered():
             await self._loop()
         else:
-            await beside(self._loop, self.lane.run)  # (a rerun without the deadline still finishes what moved)
+            await beside(self._loop_then_settle, self.lane.run)  # (a rerun without the deadline finishes what moved)
         return await self._finish()
 
     async def _finish(self) -> Summary:
@@ -136,6 +138,15 @@ class Job(Part):
             wait = reading_wait(self.readings, self.s.poll)
             self.progress(snap, wait)
             await self._wait(wait)
+
+    async def _loop_then_settle(self) -> None:
+        """The loop; on a stop, the real-time calls out are given a moment to answer and be committed first (each
+        one cut off is a possible double charge on the rerun)."""
+        try:
+            await self._loop()
+        except Interrupted:
+            await self.lane.settle(STOP_GRACE)
+            raise
 
     async def _steer(self, snap: Snapshot) -> None:
         if self.keeper is not None and not self.user_canceled and not self.admitter.budget_stopped:

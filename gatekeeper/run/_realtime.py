@@ -49,6 +49,7 @@ class RealtimeLane(Part):
         self.paced = anyio.Event()  # a call's outcome changed a pace: the dispatcher waiting on one looks again
         self.mean_cost = Cost(1000, 1024)  # until requests are sent: a guess the keeper replaces from the input
         self.sent = 0
+        self.stopping = False  # the run is stopping: nothing new is sent, the calls out may still answer
         self.answered = 0  # answers committed by this run
         self.told_at = 0.0
 
@@ -73,6 +74,15 @@ class RealtimeLane(Part):
         ramp = min((p.ramp for p in self.paces.values()), default=RAMP_START)
         return lane_seconds(n, self.per_second(), ramp)
 
+    async def settle(self, grace: float) -> None:
+        """Send nothing more; wait up to `grace` seconds for the calls out to answer and their answers to be
+        committed."""
+        self.stopping = True
+        with anyio.move_on_after(grace):
+            while self.out_now or self.answers:
+                with anyio.move_on_after(0.05):
+                    await self.paced.wait()
+
     # -- the lane -------------------------------------------------------------
 
     async def run(self) -> None:
@@ -89,7 +99,7 @@ class RealtimeLane(Part):
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
         limiter = anyio.Semaphore(IN_FLIGHT)
         while True:
-            rows = [] if self.user_canceled else self.journal.lane.rows(IN_FLIGHT, self.out_now)
+            rows = [] if self.stopping or self.user_canceled else self.journal.lane.rows(IN_FLIGHT, self.out_now)
             if not rows:
                 if not self.out_now and not self.answers:
                     self.drained.set()
@@ -115,6 +125,9 @@ class RealtimeLane(Part):
                 await self.paced.wait()
             self.paced = anyio.Event()
         await limiter.acquire()
+        if self.stopping:  # (a stop came while this one waited for its pace: it is not sent)
+            limiter.release()
+            return
         pace.sent(cost, self.clock())
         self.journal.lane.sending(row.line)
         self.out_now.add(row.line)
