@@ -276,7 +276,7 @@ def test_a_stop_lets_the_calls_out_answer_before_it_exits(tmp_path: Path) -> Non
     """Ctrl-C while real-time calls are out: nothing new is sent, the calls out answer and are committed within the
     stop's second, and the rerun finishes with no possible double charge."""
     path, expected = _input(tmp_path, 40)
-    slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=0.3)
+    slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=0.2)
     with running_fake(rate=0.0, realtime=slow) as fake:
         run = start(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
         fake.org.wait_for(lambda _: fake.realtime.records.answered >= 5, "the lane's first answers", timeout=40)

@@ -84,7 +84,7 @@ class Job(Part):
         self.collector = Collector(self.ctx, on_result=on_result)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
         self.drained = anyio.Event()  # the real-time lane has nothing left: the wait for the next reading ends
-        self.lane = RealtimeLane(self.ctx, write_lock=self.ctx.write_lock, drained=self.drained,
+        self.lane = RealtimeLane(self.ctx, write_lock=self.ctx.write_lock, drained=self.drained, stop=stop,
                                  on_result=on_result)
         self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, deadline_of(settings, clock()), self.lane)
         self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)

@@ -36,7 +36,7 @@ BYTES_PER_TOKEN_BOUND = 3.0  # a call's input charged up front at one token per 
 class RealtimeLane(Part):
     """Sends the requests the journal moved to the real-time lane, until canceled."""
 
-    def __init__(self, ctx: RunContext, *, write_lock: anyio.Lock, drained: anyio.Event,
+    def __init__(self, ctx: RunContext, *, write_lock: anyio.Lock, drained: anyio.Event, stop: anyio.Event,
                  on_result: Callable[[str, dict[str, Any]], None] | None = None, rand: Callable[[], float] = random.random,
                  limits: dict[str, tuple[int, int, int]] | None = None) -> None:
         super().__init__(ctx)
@@ -49,7 +49,7 @@ class RealtimeLane(Part):
         self.paced = anyio.Event()  # a call's outcome changed a pace: the dispatcher waiting on one looks again
         self.mean_cost = Cost(1000, 1024)  # until requests are sent: a guess the keeper replaces from the input
         self.sent = 0
-        self.stopping = False  # the run is stopping: nothing new is sent, the calls out may still answer
+        self.stop = stop  # the run's stop: from the moment it is asked for, nothing new is sent
         self.answered = 0  # answers committed by this run
         self.told_at = 0.0
 
@@ -75,9 +75,8 @@ class RealtimeLane(Part):
         return lane_seconds(n, self.per_second(), ramp)
 
     async def settle(self, grace: float) -> None:
-        """Send nothing more; wait up to `grace` seconds for the calls out to answer and their answers to be
-        committed."""
-        self.stopping = True
+        """Once the run is stopping (nothing new has been sent since the stop was asked for): wait up to `grace`
+        seconds for the calls out to answer and their answers to be committed."""
         with anyio.move_on_after(grace):
             while self.out_now or self.answers:
                 with anyio.move_on_after(0.05):
@@ -99,7 +98,7 @@ class RealtimeLane(Part):
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
         limiter = anyio.Semaphore(IN_FLIGHT)
         while True:
-            rows = [] if self.stopping or self.user_canceled else self.journal.lane.rows(IN_FLIGHT, self.out_now)
+            rows = [] if self.stop.is_set() or self.user_canceled else self.journal.lane.rows(IN_FLIGHT, self.out_now)
             if not rows:
                 if not self.out_now and not self.answers:
                     self.drained.set()
@@ -125,7 +124,7 @@ class RealtimeLane(Part):
                 await self.paced.wait()
             self.paced = anyio.Event()
         await limiter.acquire()
-        if self.stopping:  # (a stop came while this one waited for its pace: it is not sent)
+        if self.stop.is_set():  # (a stop came while this one waited for its pace: it is not sent)
             limiter.release()
             return
         pace.sent(cost, self.clock())
