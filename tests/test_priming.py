@@ -3,6 +3,8 @@ that holds a rest until its primer has ended, the input cost three ways, the rea
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gatekeeper import load_prices
@@ -25,6 +27,7 @@ from gatekeeper.decide._priming import (
 )
 from gatekeeper.decide._settle import usage_of
 from gatekeeper.input._caching import CacheScan
+from gatekeeper.state._journal import BatchRow, Journal
 
 # A marked prefix: (tokens, digest, life)
 TOOLS = (600, 1, "1h")  # a tool list every request marks
@@ -254,3 +257,47 @@ def test_a_pieces_scan_merges_as_if_read_in_one_pass(first: list, second: list, 
         assert list(getattr(merged.marks, name)) == list(getattr(one_pass.marks, name)), name
     assert merged.marks.hour == one_pass.marks.hour and merged.cids == one_pass.cids and merged.marks.unit == "bytes"
     assert list(merged.offsets) == list(one_pass.offsets)
+
+
+def _rests(tmp_path: Path, docs: list[tuple[str, int, int]]) -> tuple[str, Journal, list[BatchRow]]:
+    """An input of marked requests (`docs`: (name, its bytes, requests sharing it)) recorded as one planned rest
+    batch of round 0, as priming leaves a lapsed round's rest."""
+    import orjson
+
+    from gatekeeper.state._journal import JobPlan, Journal, PendingRow
+    from gatekeeper.state._records import BatchState
+
+    path, rows, offset, line = tmp_path / "in.jsonl", [], 0, 0
+    with open(path, "wb") as f:
+        for name, size, n in docs:
+            for i in range(n):
+                body = orjson.dumps({"custom_id": f"{name}-{i}", "params": {
+                    "model": "claude-sonnet-4-5", "max_tokens": 10, "system": [
+                        {"type": "text", "text": name * (size // len(name)), "cache_control": {"type": "ephemeral"}}],
+                    "messages": [{"role": "user", "content": f"question {i}"}]}})
+                f.write(body + b"\n")
+                rows.append(PendingRow(line, offset, len(body), f"{name}-{i}", 1))
+                offset, line = offset + len(body) + 1, line + 1
+    journal = Journal.open(tmp_path / "state")
+    journal.start_job(JobPlan(input={}, settings={}, report={}, output="", batches=[], rejections=[],
+                              groups=[("rest", 0, rows)]), size=lambda g: 100 * len(g))
+    return str(path), journal, journal.batches(BatchState.PLANNED)
+
+
+@pytest.mark.parametrize(("docs", "primers", "groups"), [
+    # two documents well above the minimum: the first request of each primes a new round, the others wait for it
+    ([("alpha", 40_000, 3), ("beta", 40_000, 2)], 2,
+     [("primer", 1, ["alpha-0", "beta-0"]), ("rest", 1, ["alpha-1", "alpha-2", "beta-1"])]),
+    # a document below the model's minimum is cached by nobody: no primer, everything waits in the rest
+    ([("tiny", 200, 3)], 0, [("rest", 1, ["tiny-0", "tiny-1", "tiny-2"])]),
+    # one above, one below: a primer for the one that caches
+    ([("alpha", 40_000, 2), ("tiny", 200, 2)], 1, [("primer", 1, ["alpha-0"]), ("rest", 1, ["alpha-1", "tiny-0", "tiny-1"])]),
+])
+def test_a_lapsed_rest_is_regrouped_into_a_new_round(tmp_path: Path, docs: list, primers: int, groups: list) -> None:
+    from gatekeeper.input._sizing import Limits
+    from gatekeeper.run._reprime import regroup
+
+    path, journal, rows = _rests(tmp_path, docs)
+    got, n = regroup(path, journal, rows, load_prices(), Limits())
+    assert n == primers
+    assert [(kind, r, [m.custom_id for m in g]) for kind, r, g in got] == groups
