@@ -217,3 +217,36 @@ def test_the_api_reference_shows_every_public_name() -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
     shown = set(re.findall(r"^::: gatekeeper\.(\w+)$", doc, re.M))
     assert sorted(set(gatekeeper.__all__) - shown) == [] and sorted(shown - set(gatekeeper.__all__)) == []
+
+
+def _classes() -> dict[str, tuple[int, int, list[str], str]]:
+    """name -> (body lines, methods, base names, file) of every class in the package."""
+    out: dict[str, tuple[int, int, list[str], str]] = {}
+    for path in Path(gatekeeper.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                methods = sum(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) for n in node.body)
+                bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+                out[f"{path.name}:{node.name}"] = (node.end_lineno - node.lineno + 1, methods, bases, path.name)
+    return out
+
+
+def test_no_class_a_reader_cannot_hold() -> None:
+    """No class whose body with its in-project parents passes 300 lines or 40 methods (collaborators are held,
+    not inherited)."""
+    classes = _classes()
+    by_name = {key.split(":")[1]: value for key, value in classes.items()}
+
+    def whole(name: str, seen: frozenset[str] = frozenset()) -> tuple[int, int]:
+        if name not in by_name or name in seen:
+            return 0, 0
+        lines, methods, bases, _ = by_name[name]
+        for base in bases:
+            more = whole(base, seen | {name})
+            lines, methods = lines + more[0], methods + more[1]
+        return lines, methods
+
+    sizes = {key: whole(key.split(":")[1]) for key in classes}
+    too_big = {key: size for key, size in sizes.items() if size[0] > 300 or size[1] > 40}
+    assert not too_big, too_big
+    assert max(size[0] for size in sizes.values()) > 200  # (the measure sees the large ones: it is not vacuous)
