@@ -145,12 +145,13 @@ def test_sigkill_during_real_time_calls_then_rerun(tmp_path: Path, point: str) -
 def test_the_budget_wins_over_the_deadline(tmp_path: Path) -> None:
     """A budget the real-time lane's worst case would pass: nothing moves, the batch lane finishes late, and the
     summary says the deadline was missed for the budget (exit 1)."""
-    path, expected = _input(tmp_path, 20)
+    path, expected = _input(tmp_path, 10)
+    # the batch lane's worst case for these 10 is $0.002, the real-time lane's $0.004: the budget takes one, not both
     with running_fake(rate=2.5, realtime=RT) as fake:
-        done = gk(["submit", str(path), "--deadline", "4s", "--budget", "0.005", *TIGHT, *FAST], env_for(fake))
+        done = gk(["submit", str(path), "--deadline", "2s", "--budget", "0.003", *TIGHT, *FAST], env_for(fake))
         assert done.returncode == 1, done.stderr
         s = orjson.loads(done.stdout)
-        assert s["succeeded"] == 20 and s["deadline"] == {**s["deadline"], "met": False, "missed_for_budget": True}
+        assert s["succeeded"] == 10 and s["deadline"] == {**s["deadline"], "met": False, "missed_for_budget": True}
         assert fake.realtime.records.calls == 0
         assert any(e["event"] == "deadline_for_budget" for e in events(done.stderr))
         assert set(output_ids(_out(path))) == expected
