@@ -151,10 +151,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _plan_deadline(args: argparse.Namespace, config: ApiConfig | None, report: PlanReport,
                    estimate: dict[str, Any]) -> dict[str, Any]:
     """What `--deadline` asks of the plan: the batch lane alone, or what the real-time lane would take and cost."""
-    import datetime
     import time
 
     from ..decide._deadline import forecast
+    from ..decide._headroom import format_time
     from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, lane_seconds
 
     limits, ceiling = _plan_limits(args, config)
@@ -168,7 +168,7 @@ def _plan_deadline(args: argparse.Namespace, config: ApiConfig | None, report: P
                  lane_time=lambda k: lane_seconds(k, per_second), slack=args.deadline_slack)
     cost = estimate["input_cost_usd"]
     extra = None if cost is None else round(cost * f["realtime_requests"] / n, 6)  # real time: twice the batch price
-    return {"at": datetime.datetime.fromtimestamp(args.deadline, datetime.UTC).isoformat(timespec="seconds"),
+    return {"at": format_time(args.deadline),
             "window_seconds": round(window), **f, "extra_input_cost_usd": extra,
             "assumes": {"turnaround_seconds": args.turnaround, "waves": rounds, "ceiling": ceiling,
                         "rate_limits": {"requests_per_minute": rpm, "input_tokens_per_minute": itpm,

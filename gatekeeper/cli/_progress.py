@@ -13,7 +13,7 @@ from ._render import retry_line
 LOUD_CREATE = 16_000_000  # bytes: a create this big is announced on a terminal (its upload and answer take a while)
 
 
-def _clock(seconds: float) -> str:
+def _duration(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
@@ -48,7 +48,8 @@ class Progress:
         elif event == "creating" and fields.get("bytes", 0) >= LOUD_CREATE:
             self._say(f"creating batch {fields['batch']:,} ({fields['bytes'] / 1e6:,.1f} MB): the upload, then up to "
                       f"{fields['answer_within']:g} s for the API's answer")
-        elif event in ("refused", "resumed", "reconciled", "create_unknown", "resubmitting", "ceiling_unknown", "planned"):
+        elif event in ("refused", "resumed", "reconciled", "create_unknown", "resubmitting", "ceiling_unknown", "planned",
+                       "deadline_cancel", "to_realtime", "deadline_for_budget", "realtime_lost", "realtime_unknown"):
             self._clear()
             detail = ", ".join(f"{k}={_human(v)}" for k, v in fields.items() if k not in ("t",))
             self.stream.write(f"gatekeeper: {event}: {detail}\n")
@@ -75,14 +76,14 @@ class Progress:
                 self._first_final = (elapsed, final)
             t0, n0 = self._first_final
             if final > n0 and elapsed > t0:
-                eta = _clock((total - final) * (elapsed - t0) / (final - n0))
+                eta = _duration((total - final) * (elapsed - t0) / (final - n0))
         flying = int(f.get("in_flight") or 0)
         named = list(f.get("batches") or [])
         which = f" ({', '.join(named)}{f' +{flying - len(named):,}' if flying > len(named) else ''})" if named else ""
         after = f.get("next_reading_in")
         text = (f"admitted {admitted:,}/{total:,} · done {final:,} · queue {f.get('depth', 0):,}/"
                 f"{f'{ceiling:,}' if ceiling is not None else '?'}{occ} · {flying} in flight{which} · "
-                f"{_clock(elapsed)} elapsed · ~{eta} left"
+                f"{_duration(elapsed)} elapsed · ~{eta} left"
                 + (f" · next reading in {after:g} s" if after is not None else ""))
         self.stream.write("\r" + text.ljust(self._last_len))
         self.stream.flush()

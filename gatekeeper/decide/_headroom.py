@@ -32,6 +32,11 @@ def parse_time(value: Any) -> float | None:
     return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).timestamp()
 
 
+def format_time(at: float) -> str:
+    """Wall seconds as the ISO 8601 time people and `parse_time` read (UTC, to the second)."""
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="seconds")
+
+
 def total_requests(batch: dict[str, Any]) -> int:
     """A batch's size: the sum of its request_counts (constant over its life)."""
     counts = batch.get("request_counts") or {}

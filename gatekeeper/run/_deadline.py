@@ -17,7 +17,7 @@ from .._errors import UsageError
 from .._prices import BATCH_DISCOUNT
 from ..decide._budget import answering_models, request_worst
 from ..decide._deadline import Held, LiveBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
-from ..decide._headroom import parse_time
+from ..decide._headroom import format_time, parse_time
 from ..decide._pacing import Cost
 from ..state._journal import BatchRow, BatchState
 from ._inputs import read_at
@@ -76,7 +76,7 @@ class DeadlineKeeper(Part):
             worst = self._worst_pending()
             if worst is not None:
                 n = self.journal.lane.move_pending(worst)
-                self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": self.deadline})
+                self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline)})
         self.lane.wake.set()
 
     def decide(self, snap: Snapshot) -> Moves:
@@ -118,7 +118,7 @@ class DeadlineKeeper(Part):
         if self._refused_by_budget(sum(worst), len(rows)):
             return
         n = self.journal.lane.move_planned(row.idx, rows, worst)
-        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": self.deadline})
+        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": format_time(self.deadline)})
 
     def _worst_pending(self) -> dict[int, float] | None:
         pending = self.journal.groups.pending_rows()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .._prices import BATCH_DISCOUNT, PriceTable, load_prices
+from ..decide._headroom import format_time
 from ..decide._priming import read_share
 from ..input._planner import PlanReport
 from ..state._journal import Journal
@@ -141,7 +141,7 @@ def canceled_job(j: Journal) -> dict[str, Any] | None:
     if not j.get_meta("user_canceled"):
         return None
     at = [e[0] for e in j.outcomes.events_of("user_canceled")]
-    when = datetime.datetime.fromtimestamp(at[-1], datetime.UTC).isoformat(timespec="seconds") if at else None
+    when = format_time(at[-1]) if at else None
     return {"at": when, "not_sent": j.held_back() + j.lane.queued()}
 
 
@@ -179,10 +179,8 @@ def deadline_json(j: Journal, *, complete: bool) -> dict[str, Any] | None:
     deadline, finished_at = j.get_meta("deadline"), j.get_meta("finished_at")
     if deadline is None:
         return None
-    def iso(t: float | None) -> str | None:
-        return None if t is None else datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
     met = complete and finished_at is not None and finished_at <= deadline
-    return {"at": iso(deadline), "finished_at": iso(finished_at), "met": met,
+    return {"at": format_time(deadline), "finished_at": None if finished_at is None else format_time(finished_at), "met": met,
             "missed_for_budget": bool(j.get_meta("deadline_for_budget")) and not met}
 
 
