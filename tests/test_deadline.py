@@ -289,3 +289,20 @@ def test_a_stop_lets_the_calls_out_answer_before_it_exits(tmp_path: Path) -> Non
         s = orjson.loads(done.stdout)
         assert s["lanes"]["realtime"]["possible_double_charges"] == 0 and s["succeeded"] == 40
         assert_one_lane_each(fake, _out(path), expected)
+
+
+@pytest.mark.parametrize("usage", ["none", "const:10", "scale:0.85"])
+def test_the_lane_under_usage_that_only_roughly_follows_the_prompt(tmp_path: Path, usage: str) -> None:
+    """Usage is an estimate (or absent): it only corrects the pace, never decides what is sent again. Every request
+    is answered once, in one lane, with no 429, and what the summary counts is what the fake billed."""
+    path, expected = _input(tmp_path, 20)
+    with running_fake(rate=0.0, realtime=RT, usage=usage) as fake:
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr[-2000:]
+        s = orjson.loads(done.stdout)
+        lane = fake.realtime.records
+        assert s["succeeded"] == 20 and lane.calls == 20 and lane.limited + lane.accelerated == 0
+        billed = sum(c[0] + c[2] + c[3] + c[4] for c in fake.org.records.billed.values())  # (input, writes, reads)
+        counted = s["usage"]["input_tokens"] + s["usage"]["cache_creation_input_tokens"] + s["usage"]["cache_read_input_tokens"]
+        assert counted == (0 if usage == "none" else billed)
+        assert_one_lane_each(fake, _out(path), expected)

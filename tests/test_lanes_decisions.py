@@ -110,6 +110,15 @@ def test_what_moves_to_the_real_time_lane(live: list[LiveBatch], held: list[Held
     assert (m.cancel, m.move, m.move_pending) == expected
 
 
+@pytest.mark.parametrize(("returned", "pending", "moves_them"), [(True, 50, True), (False, 50, False), (True, 0, False)])
+def test_requests_a_deadline_cancel_gave_back_never_form_a_new_batch(returned: bool, pending: int, moves_them: bool) -> None:
+    """With time enough by the projection, retries stay in the batch lane, unless a batch canceled for the deadline
+    gave them back."""
+    m = moves(now=NOW, deadline=NOW + 3600, live=[], held=[Held(None, pending)], turn=60, lane_time=per_second(10.0),
+              queued=0, slack=60, returned=returned)
+    assert m.move_pending is moves_them
+
+
 def test_a_batch_lane_that_will_make_it_is_never_bypassed_even_when_the_rest_moves() -> None:
     live = [LiveBatch(0, 100, NOW - 60, 90), LiveBatch(1, 100, NOW - 3500, 0)]
     m = moves(now=NOW, deadline=NOW + 3600, live=live, held=[], turn=3000, lane_time=per_second(1.0), queued=0, slack=60)

@@ -104,7 +104,8 @@ async def _assemble(lines: AsyncIterator[str]) -> dict[str, Any]:
             blocks[int(event["index"])]["input"] = orjson.loads(partial.pop(int(event["index"])) or "{}")
         elif kind == "message_delta" and message is not None:
             message.update({k: v for k, v in event.get("delta", {}).items()})
-            message["usage"] = {**message.get("usage", {}), **event.get("usage", {})}
+            if "usage" in event:  # (the final output count; an answer without usage keeps none)
+                message["usage"] = {**message.get("usage", {}), **event["usage"]}
         elif kind == "message_stop" and message is not None:
             message["content"] = [blocks[i] for i in sorted(blocks)]
             return message

@@ -155,13 +155,15 @@ def _plan_deadline(args: argparse.Namespace, config: ApiConfig | None, report: P
 
     from ..decide._deadline import forecast
     from ..decide._headroom import format_time
-    from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, lane_seconds
+    from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, Cost, Pace, lane_seconds
 
     limits, ceiling = _plan_limits(args, config)
     rpm, itpm, otpm = min(limits.values(), default=(DEFAULT_RPM, DEFAULT_ITPM, DEFAULT_OTPM))
     n = max(1, report.requests)
     per_in, per_out = estimate["input_tokens"] / n, max(report.max_tokens_peak.values(), default=1)
-    per_second = min(rpm / 60, itpm / 60 / max(1.0, per_in), otpm / 60 / max(1, per_out))
+    pace = Pace(0.0)
+    pace.seed(rpm, itpm, otpm)
+    per_second = pace.per_second(Cost(round(per_in), per_out))
     rounds = -(-report.requests // ceiling) if ceiling else 1
     window = args.deadline - time.time()
     f = forecast(requests=report.requests, rounds=rounds, turn=args.turnaround, window=window,

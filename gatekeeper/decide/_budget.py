@@ -30,7 +30,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .._prices import BATCH_DISCOUNT, Rates
+from .._errors import UsageError
+from .._prices import BATCH_DISCOUNT, PriceTable, Rates
 
 INPUT_TOKENS_PER_BYTE_BOUND = 0.5
 MIN_BATCH = 100  # below this many requests a batch is not worth its create call
@@ -46,6 +47,22 @@ def request_worst(nbytes: int, max_tokens: int, rates: Iterable[Rates], *, hour_
         per_in = max(r.input, r.cache_write, r.cache_read, r.cache_write_1h if hour_write else 0.0)
         worst = max(worst, tokens_in * per_in + max_tokens * r.output)
     return BATCH_DISCOUNT * worst / 1e6
+
+
+def body_worst(body: bytes, line: int, prices: PriceTable) -> float:
+    """The most one request line can cost, in USD at batch prices (`request_worst` over every model that may answer
+    it); a UsageError naming the line when one of them has no price (a fallback the price check could not see)."""
+    import orjson
+
+    params = orjson.loads(body)["params"]
+    rates = []
+    for model in answering_models(params):
+        r = prices.rates(model)
+        if r is None:
+            raise UsageError(f"a budget needs a price for every model; none is known for {model} (line {line}; give "
+                             "a price table that has it)", setting="prices")
+        rates.append(r)
+    return request_worst(len(body), params["max_tokens"], rates, hour_write=b'"1h"' in body)
 
 
 def answering_models(params: dict[str, object]) -> list[str]:

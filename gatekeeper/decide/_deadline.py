@@ -128,9 +128,11 @@ def stalled_for(b: LiveBatch, now: float) -> float:
 
 
 def moves(*, now: float, deadline: float, live: Sequence[LiveBatch], held: Sequence[Held], turn: float,
-          lane_time: Callable[[float], float], queued: int, slack: float = SLACK) -> Moves:
+          lane_time: Callable[[float], float], queued: int, slack: float = SLACK, returned: bool = False) -> Moves:
     """What moves to the real-time lane now (see the module docstring). `lane_time(n)`: the real-time lane's
-    seconds for n of this job's requests; `queued`: requests already waiting in it."""
+    seconds for n of this job's requests; `queued`: requests already waiting in it; `returned`: a batch canceled for
+    the deadline has given its requests back, so those waiting for another attempt move whatever the projection (the
+    batch lane was just judged unable to answer them in time: a new batch would only be canceled again)."""
     items: list[tuple[float, int, str, int | None]] = [(project(b, now, turn), b.requests - b.done, "live", b.idx)
                                                        for b in live]
     items += [(now + turn, h.requests, "held", h.idx) for h in held if h.requests > 0]
@@ -149,6 +151,7 @@ def moves(*, now: float, deadline: float, live: Sequence[LiveBatch], held: Seque
             cancel.append(idx)
         else:
             move.append(idx)
+    pending = pending or (returned and any(h.idx is None and h.requests > 0 for h in held))
     return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live})
 
 

@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import orjson
 
-from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, RateLimited, TransportError, UsageError
+from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, RateLimited, TransportError
 from ..api._http import CREATE_ANSWER_WAIT
 from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
-from ..decide._budget import Spend, answering_models, may_spend, request_worst
+from ..decide._budget import Spend, body_worst, may_spend
 from ..decide._priming import Waiting, gate, lapsed, rounds_ended
 from ..input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, PendingRow
@@ -102,18 +101,7 @@ class Admitter(Part):
 
     def _worst_case(self, row: BatchRow) -> float:
         """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens."""
-        total = 0.0
-        for line, _, body, _ in self._requests_of(row):
-            params = orjson.loads(body)["params"]
-            rates = []
-            for model in answering_models(params):
-                r = self.prices.rates(model)
-                if r is None:  # (_check_prices refused a budget for an unpriced model; a fallback is seen here)
-                    raise UsageError(f"a budget needs a price for every model; none is known for {model} (a fallback "
-                                     f"of line {line}; give a price table that has it)", setting="prices")
-                rates.append(r)
-            total += request_worst(len(body), params["max_tokens"], rates, hour_write=b'"1h"' in body)
-        return total
+        return sum(body_worst(body, line, self.prices) for line, _, body, _ in self._requests_of(row))
 
     def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:
         """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""

@@ -15,7 +15,7 @@ import orjson
 
 from .._errors import UsageError
 from .._prices import BATCH_DISCOUNT
-from ..decide._budget import answering_models, request_worst
+from ..decide._budget import body_worst
 from ..decide._deadline import Held, LiveBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
 from ..decide._headroom import format_time, parse_time
 from ..decide._pacing import Cost
@@ -65,14 +65,14 @@ class DeadlineKeeper(Part):
         if not self.sampled:
             self._sample()
         m = self.decide(snap)
-        if not m.any and not self._returned():
+        if not m.any:
             return
         for idx in m.cancel:
             self.canceled_spans[idx] = m.projected[idx] - (parse_time(self.journal.batch(idx).created_at) or snap.at)
             await self._cancel(self.journal.batch(idx))
         for idx in m.move:
             self._move_planned(self.journal.batch(idx))
-        if (m.move_pending or self._returned()) and self.journal.groups.pending_count():
+        if m.move_pending and self.journal.groups.pending_count():
             worst = self._worst_pending()
             if worst is not None:
                 n = self.journal.lane.move_pending(worst)
@@ -86,25 +86,20 @@ class DeadlineKeeper(Part):
                 for r in j.batches(BatchState.CREATED) if r.idx not in canceled]
         # (a create whose outcome is unknown may hold its requests: it is neither moved nor counted as movable)
         held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.groups.pending_count())]
-        ended = [(parse_time(r.created_at), parse_time(r.ended_at)) for r in j.batches(BatchState.ENDED, BatchState.COLLECTED)
-                 if r.idx not in canceled]
+        finished = j.batches(BatchState.ENDED, BatchState.COLLECTED)
+        ended = [(parse_time(r.created_at), parse_time(r.ended_at)) for r in finished if r.idx not in canceled]
+        # (a batch canceled for the deadline and collected has given its requests back)
+        returned = any(r.idx in canceled and r.state is BatchState.COLLECTED for r in finished)
         now = self.clock()
         self.stalled = max([self.stalled, *(stalled_for(b, now) for b in live)])
         spans = [*self.canceled_spans.values(), *(project(b, now, 0.0) - b.created for b in live if b.done)]
         turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.s.turnaround, self.stalled,
                           spans)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.seconds_for,
-                     queued=j.lane.unanswered(), slack=self.s.deadline_slack)
-
-    def _returned(self) -> bool:
-        """Whether a batch canceled for the deadline has given its requests back: they go real time, never into a
-        new batch (the batch lane was just judged unable to answer them in time)."""
-        canceled = set(self.journal.get_meta("deadline_canceled") or [])
-        return bool(canceled) and self.journal.groups.pending_count() > 0 and any(
-            r.idx in canceled for r in self.journal.batches(BatchState.COLLECTED))
+                     queued=j.lane.unanswered(), slack=self.s.deadline_slack, returned=returned)
 
     async def _cancel(self, row: BatchRow) -> None:
-        if self._refused_by_budget(self._worst(self._requests_of(row)), row.requests):
+        if self._refused_by_budget(sum(self._worst(body, line) for line, _, body, _ in self._requests_of(row)), row.requests):
             return
         status = await self.api.cancel_if_running(str(row.batch_id))
         self.journal.set_meta("deadline_canceled", sorted({*(self.journal.get_meta("deadline_canceled") or []), row.idx}),
@@ -113,8 +108,10 @@ class DeadlineKeeper(Part):
                                       "why": "projected to end after the deadline; its unfinished requests go real time"})
 
     def _move_planned(self, row: BatchRow) -> None:
-        rows = [(line, off, len(body), _cid(body), attempt) for line, off, body, attempt in self._requests_of(row)]
-        worst = [self._one_worst(read_at(self.path, off, n), line) for line, off, n, _, _ in rows]
+        rows, worst = [], []
+        for line, off, body, attempt in self._requests_of(row):
+            rows.append((line, off, len(body), _cid(body), attempt))
+            worst.append(self._worst(body, line))
         if self._refused_by_budget(sum(worst), len(rows)):
             return
         n = self.journal.lane.move_planned(row.idx, rows, worst)
@@ -122,25 +119,13 @@ class DeadlineKeeper(Part):
 
     def _worst_pending(self) -> dict[int, float] | None:
         pending = self.journal.groups.pending_rows()
-        worst = {line: self._one_worst(read_at(self.path, off, n), line) for line, off, n, _, _ in pending}
+        worst = {line: self._worst(read_at(self.path, off, n), line) for line, off, n, _, _ in pending}
         return None if self._refused_by_budget(sum(worst.values()), len(pending)) else worst
 
-    def _worst(self, requests: Any) -> float:
-        return sum(self._one_worst(body, line) for line, _, body, _ in requests)
-
-    def _one_worst(self, body: bytes, line: int) -> float:
-        """A request's worst case in the real-time lane: at standard prices (the batch price's double)."""
-        if self.s.budget is None:
-            return 0.0
-        params = orjson.loads(body)["params"]
-        rates = []
-        for model in answering_models(params):
-            r = self.prices.rates(model)
-            if r is None:
-                raise UsageError(f"a budget needs a price for every model; none is known for {model} (line {line})",
-                                 setting="prices")
-            rates.append(r)
-        return request_worst(len(body), params["max_tokens"], rates, hour_write=b'"1h"' in body) / BATCH_DISCOUNT
+    def _worst(self, body: bytes, line: int) -> float:
+        """A request's worst case in the real-time lane: at standard prices (the batch price's double); 0 without
+        a budget."""
+        return 0.0 if self.s.budget is None else body_worst(body, line, self.prices) / BATCH_DISCOUNT
 
     def _refused_by_budget(self, worst: float, requests: int) -> bool:
         """Whether the budget forbids moving work whose real-time worst case is `worst` (said once, and recorded)."""

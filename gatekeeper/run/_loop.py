@@ -83,8 +83,7 @@ class Job(Part):
         self.reconciler = Reconciler(self.ctx)
         self.collector = Collector(self.ctx, on_result=on_result)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
-        self.drained = anyio.Event()  # the real-time lane has nothing left: the wait for the next reading ends
-        self.lane = RealtimeLane(self.ctx, write_lock=self.ctx.write_lock, drained=self.drained, stop=stop,
+        self.lane = RealtimeLane(self.ctx, write_lock=self.ctx.write_lock, stop=stop,
                                  on_result=on_result)
         self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, deadline_of(settings, clock()), self.lane)
         self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
@@ -163,13 +162,13 @@ class Job(Part):
                 await self.stop.wait()
                 tg.cancel_scope.cancel()
 
-            async def drained() -> None:
-                await self.drained.wait()
+            async def drained() -> None:  # (the real-time lane has nothing left: the next reading comes now)
+                await self.lane.drained.wait()
                 tg.cancel_scope.cancel()
 
             tg.start_soon(stopper)
             if self.journal.lane.unanswered():
-                self.drained = self.lane.drained = anyio.Event()
+                self.lane.drained = anyio.Event()
                 tg.start_soon(drained)
             await self.sleep(max(0.0, seconds))
             tg.cancel_scope.cancel()

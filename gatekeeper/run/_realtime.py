@@ -18,7 +18,7 @@ import anyio
 import orjson
 
 from ..api._messages import Call, Kind, send_message
-from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, RAMP_START, Cost, Pace, lane_seconds, must_stream
+from ..decide._pacing import RAMP_START, Cost, Pace, lane_seconds, must_stream
 from ..decide._settle import errored_line, stop_of, usage_of
 from ..state._realtime import Answer, LaneRow
 from ._beside import first_error
@@ -36,11 +36,12 @@ BYTES_PER_TOKEN_BOUND = 3.0  # a call's input charged up front at one token per 
 class RealtimeLane(Part):
     """Sends the requests the journal moved to the real-time lane, until canceled."""
 
-    def __init__(self, ctx: RunContext, *, write_lock: anyio.Lock, drained: anyio.Event, stop: anyio.Event,
+    def __init__(self, ctx: RunContext, *, write_lock: anyio.Lock, stop: anyio.Event,
                  on_result: Callable[[str, dict[str, Any]], None] | None = None, rand: Callable[[], float] = random.random,
                  limits: dict[str, tuple[int, int, int]] | None = None) -> None:
         super().__init__(ctx)
-        self.write_lock, self.drained, self.on_result, self.rand = write_lock, drained, on_result, rand
+        self.write_lock, self.on_result, self.rand = write_lock, on_result, rand
+        self.drained = anyio.Event()  # set when nothing is left to send or commit (the run's wait ends on it)
         self.paces: dict[str, Pace] = {}
         self.limits = limits or {}  # model -> (rpm, itpm, otpm) from the Admin API, when a key could read them
         self.out_now: set[int] = set()  # lines with a call out
@@ -55,19 +56,21 @@ class RealtimeLane(Part):
 
     def pace(self, model: str) -> Pace:
         if model not in self.paces:
-            p = Pace(self.clock())
-            if model in self.limits:
-                p.seed(*self.limits[model])
-            self.paces[model] = p
+            self.paces[model] = self._fresh(model)
         return self.paces[model]
 
+    def _fresh(self, model: str | None) -> Pace:
+        """A model's pace before any call: its limits from the Admin API, else the lowest tier's."""
+        p = Pace(self.clock())
+        if model in self.limits:
+            p.seed(*self.limits[model])
+        return p
+
     def per_second(self) -> float:
-        """Requests a second the lane sustains for this job's requests (the slowest model's limits)."""
-        if not self.paces:
-            rpm, itpm, otpm = min(self.limits.values(), default=(DEFAULT_RPM, DEFAULT_ITPM, DEFAULT_OTPM))
-            c = self.mean_cost
-            return min(rpm / 60, itpm / 60 / max(1, c.input), otpm / 60 / max(1, c.output))
-        return min(p.per_second(self.mean_cost) for p in self.paces.values())
+        """Requests a second the lane sustains for this job's requests (the slowest model's limits; before any call,
+        those read from the Admin API, else the lowest tier's)."""
+        paces = list(self.paces.values()) or [self._fresh(m) for m in self.limits] or [self._fresh(None)]
+        return min(p.per_second(self.mean_cost) for p in paces)
 
     def seconds_for(self, n: float) -> float:
         """Seconds the lane needs for `n` of this job's requests, from where its ramp stands."""
@@ -98,7 +101,7 @@ class RealtimeLane(Part):
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
         limiter = anyio.Semaphore(IN_FLIGHT)
         while True:
-            rows = [] if self.stop.is_set() or self.user_canceled else self.journal.lane.rows(IN_FLIGHT, self.out_now)
+            rows = [] if self.stop.is_set() or self.user_canceled else self.journal.lane.rows(IN_FLIGHT)
             if not rows:
                 if not self.out_now and not self.answers:
                     self.drained.set()
@@ -157,7 +160,8 @@ class RealtimeLane(Part):
             assert call.message is not None
             result = {"type": "succeeded", "message": call.message}
             usage = usage_of(result)
-            pace.answered(call.headers, cost, (usage[1] + usage[3], usage[2]), now)
+            billed = (usage[1] + usage[3], usage[2]) if isinstance(call.message.get("usage"), dict) else None
+            pace.answered(call.headers, cost, billed, now)  # (no usage: nothing given back; the headers say)
             return self._final(row, result, "succeeded", None, usage, stop_of(result))
         if call.kind is Kind.LIMITED:
             pace.refused(call.headers, call.retry_after, now)
@@ -215,6 +219,6 @@ class RealtimeLane(Part):
             if self.on_result is not None:
                 self.on_result(a.custom_id, result)
         self.answered += len(answers)
-        if self.clock() - self.told_at >= TELL_EVERY or not self.journal.lane.unanswered():
+        if self.clock() - self.told_at >= TELL_EVERY or not self.out_now:  # (every few seconds, and when all came in)
             self.told_at = self.clock()
             self.emit("realtime_answered", {"requests": self.answered, "left": self.journal.lane.unanswered()})

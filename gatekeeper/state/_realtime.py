@@ -79,12 +79,10 @@ class LaneRecords:
             self.core.note(db, "to_realtime", requests=len(rows), source="retry")
         return len(rows)
 
-    def rows(self, limit: int, skip: Iterable[int] = ()) -> list[LaneRow]:
-        """Requests waiting for a call, in line order (`skip`: those with a call out)."""
-        out = self.db.execute('SELECT line, "offset", length, custom_id, attempt, lost, calls FROM realtime '
-                              "WHERE state = 'queued' ORDER BY line LIMIT ?", (limit + len(set(skip)),))
-        skipped = set(skip)
-        return [LaneRow(*r) for r in out if r[0] not in skipped][:limit]
+    def rows(self, limit: int) -> list[LaneRow]:
+        """Requests waiting for a call, in line order (one with a call out is `sent`, not among them)."""
+        return [LaneRow(*r) for r in self.db.execute('SELECT line, "offset", length, custom_id, attempt, lost, calls '
+                                                     "FROM realtime WHERE state = 'queued' ORDER BY line LIMIT ?", (limit,))]
 
     def resume(self) -> int:
         """On resume: calls a crash left out may have been processed; each is counted and sent again."""

@@ -259,6 +259,7 @@ class Organization:
         self.records = Records()
         self.cache = PromptCache()
         self._seq = 0
+        self.realtime_calls = 0  # calls processed by POST /v1/messages (each its own writer in the prompt cache)
         self._epoch = time.time()
         self._mono0 = clock()
         self._offset = 0.0

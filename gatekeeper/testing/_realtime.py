@@ -196,6 +196,8 @@ def serve_message(h: Wire, workspace: str) -> None:
         return h.drop()  # processed and billed; the answer never arrives
     lane.records.answered += 1
     message = _message(model, digest, usage, out_tokens, max_tokens, fake.config.answer_bytes)
+    if fake.config.usage == "none":  # (billed, but no usage reported, as a gateway may answer)
+        del message["usage"]
     if body.get("stream") is True:
         lane.records.streamed += 1
         return _stream(h, message, headers)
@@ -207,8 +209,10 @@ def _process(fake: Any, workspace: str, model: str, tokens: int, digest: str, po
     org = fake.org
     with org.lock:
         m = fake.config.model(model)
-        usage = org.cache.serve(workspace, points, tokens, m.cache_min if m else 1024, org.now(), "realtime", 0) \
-            if points else Usage(tokens, 0, 0, 0)
+        # (a call of its own: it reads what calls before it wrote, never what one processed at the same moment wrote)
+        org.realtime_calls += 1
+        usage = org.cache.serve(workspace, points, tokens, m.cache_min if m else 1024, org.now(),
+                                f"realtime-{org.realtime_calls}", 0) if points else Usage(tokens, 0, 0, 0)
         usage = billed_as(usage, fake.config.usage)
         org.records.bill(model, usage)
         org.records.realtime[digest] = org.records.realtime.get(digest, 0) + 1  # (by prompt: the lane has no custom_id)
@@ -227,7 +231,8 @@ def _message(model: str, digest: str, u: Usage, out: int, max_tokens: int, answe
 
 def _stream(h: Wire, message: dict[str, Any], headers: dict[str, str]) -> None:
     """The message as server-sent events, its text in pieces."""
-    start = {**message, "content": [], "stop_reason": None, "usage": {**message["usage"], "output_tokens": 1}}
+    usage = message.get("usage")  # (absent where the fake reports no usage)
+    start = {**message, "content": [], "stop_reason": None, **({"usage": {**usage, "output_tokens": 1}} if usage else {})}
     text = message["content"][0]["text"]
     events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start}),
                                                  ("content_block_start", {"type": "content_block_start", "index": 0,
@@ -236,7 +241,7 @@ def _stream(h: Wire, message: dict[str, Any], headers: dict[str, str]) -> None:
                                         "delta": {"type": "text_delta", "text": text[i:i + 16]}}) for i in range(0, len(text), 16)]
     events += [("ping", {"type": "ping"}), ("content_block_stop", {"type": "content_block_stop", "index": 0}),
                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                                  "usage": {"output_tokens": message["usage"]["output_tokens"]}}),
+                                  **({"usage": {"output_tokens": usage["output_tokens"]}} if usage else {})}),
                ("message_stop", {"type": "message_stop"})]
     data = b"".join(b"event: " + n.encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for n, e in events)
     h.send_response(200)
