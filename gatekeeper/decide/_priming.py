@@ -32,17 +32,19 @@ class Marks:
     """The marked requests of a job as flat arrays (a million of them in tens of megabytes, not a gigabyte of
     objects): request k is of model `model[k]` (an index into `models`), `size[k]` in all, and its marked prefixes,
     shortest first, are the points `first[k]` to `first[k + 1] - 1`, each with its size `psize[p]`, digest and life
-    (`hour[p]`: 1 for the 1-hour life). Sizes are in `unit`: "bytes" as the reader notes them, "tokens" once sized
+    (`hour[p]`: 1 for the 1-hour life). Sizes are in `unit`: "bytes" as the reader notes them (whole numbers, held
+    as such: filling a float array from ints parses each one as an argument), "tokens" once sized
     with each model's tokens per byte; the decisions here take tokens only."""
 
     __slots__ = ("models", "model", "size", "first", "psize", "digest", "hour", "unit")
 
     def __init__(self, unit: str = "tokens") -> None:
         self.models: list[str] = []
+        sized = "q" if unit == "bytes" else "d"
         self.model = array("H")
-        self.size = array("d")
+        self.size: array[float] = array(sized)
         self.first = array("q", [0])
-        self.psize = array("d")
+        self.psize: array[float] = array(sized)
         self.digest = array("q")
         self.hour = bytearray()
         self.unit = unit

@@ -1,6 +1,6 @@
 """What the reader notes about prompt caching, line by line, for `plan`'s caching report and for priming.
 
-The reader adds a marked line's prefixes (`_markers.marker_points`) to `CacheScan`, in flat arrays (`Marks`, in bytes
+The reader adds a marked line's prefixes (`_markers.marker_walk`) to `CacheScan`, in flat arrays (`Marks`, in bytes
 here: the request's and each prefix's), and counts long unmarked system prompts and tool lists that lines share in
 `CacheScan.unmarked`; a line with neither costs the reader one attribute check. The parallel reader's workers send
 it with `marshal`.
@@ -8,11 +8,12 @@ it with `marshal`.
 
 from __future__ import annotations
 
+import struct
 from array import array
+from itertools import accumulate, chain, islice
 
 from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
-from ._markers import marker_points
 
 if TYPE_CHECKING:
     from typing import Any
@@ -23,43 +24,86 @@ UNMARKED_MIN_BYTES = 2048  # a shorter unmarked prefix is below every model's mi
 UNMARKED_KEYS = 100_000  # distinct unmarked prefixes remembered at most (the report's suggestion, not a count of all)
 
 
+SETTLE_ROWS = 4096  # pending rows at most: a row holds a line's objects (about 250 bytes), the arrays about 50
+_HOUR = {"5m": 0, "1h": 1}
+
+Row = tuple[int, int, int, str, str, tuple["Point", ...]]  # a marked line: (line, offset, size, custom_id, model, points)
+
+
 class CacheScan:
     """The caching facts of a file's valid lines (duplicates included: the report drops rejected lines). Marked line
-    k is `lines[k]` at byte `offsets[k]`, its custom_id `cids[k]`; `marks` holds its model, size and prefixes."""
+    k is `lines[k]` at byte `offsets[k]`, its custom_id `cids[k]`; `marks` holds its model, size and prefixes.
 
-    __slots__ = ("marks", "lines", "offsets", "cids", "unmarked", "_model_index")
+    The reader appends a marked line's `Row` to `rows` (one C call a line: nine array appends were a fifth of a
+    marked line's instructions) and calls `settle()` once `SETTLE_ROWS` are pending; `settle()` moves them into the
+    arrays in whole-column passes, and every reader of the arrays (the properties) settles first."""
+
+    __slots__ = ("rows", "_marks", "_lines", "_offsets", "_cids", "unmarked", "_model_index")
 
     def __init__(self) -> None:
-        self.marks = Marks("bytes")  # (the reader's sizes; `_cachereport` sizes them in tokens)
-        self.lines = array("q")
-        self.offsets = array("q")
-        self.cids: list[str] = []
+        self.rows: list[Row] = []
+        self._marks = Marks("bytes")  # (the reader's sizes; `_cachereport` sizes them in tokens)
+        self._lines = array("q")
+        self._offsets = array("q")
+        self._cids: list[str] = []
         # (model, what, size, key) -> lines that share it unmarked; `what` is "system" or "tools"
         self.unmarked: dict[tuple[str, str, int, Any], int] = {}
         self._model_index: dict[str, int] = {}
 
+    @property
+    def marks(self) -> Marks:
+        self.settle()
+        return self._marks
+
+    @property
+    def lines(self) -> array[int]:
+        self.settle()
+        return self._lines
+
+    @property
+    def offsets(self) -> array[int]:
+        self.settle()
+        return self._offsets
+
+    @property
+    def cids(self) -> list[str]:
+        self.settle()
+        return self._cids
+
     def _index(self, model: str) -> int:
         m = self._model_index.get(model)
         if m is None:
-            m = self._model_index[model] = len(self.marks.models)
-            self.marks.models.append(model)
+            m = self._model_index[model] = len(self._marks.models)
+            self._marks.models.append(model)
         return m
 
     def add(self, line: int, offset: int, size: int, cid: str, model: str, points: tuple[Point, ...]) -> None:
-        m = self._model_index.get(model)
-        if m is None:
-            m = self._index(model)
-        self.lines.append(line)
-        self.offsets.append(offset)
-        self.cids.append(cid)
-        marks = self.marks  # (appended here, not through Marks.add's generator: this runs once a marked line)
-        marks.model.append(m)
-        marks.size.append(size)
-        for size_, digest, life in points:
-            marks.psize.append(size_)
-            marks.digest.append(digest)
-            marks.hour.append(life == "1h")
-        marks.first.append(len(marks.digest))
+        """One marked line (the reader appends to `rows` itself)."""
+        self.rows.append((line, offset, size, cid, model, points))
+        self.settle()
+
+    def settle(self) -> None:
+        """Move the pending rows into the arrays, a column at a time (C loops, no Python step a line)."""
+        rows = self.rows
+        if not rows:
+            return
+        lines, offsets, sizes, cids, models, points = zip(*rows)
+        rows.clear()
+        _extend(self._lines, lines)
+        _extend(self._offsets, offsets)
+        self._cids.extend(cids)
+        for name in set(models):
+            self._index(name)
+        m = self._marks
+        _extend(m.model, tuple(map(self._model_index.__getitem__, models)))
+        _extend(m.size, sizes)
+        _extend(m.first, tuple(islice(accumulate(map(len, points), initial=len(m.digest)), 1, None)))
+        flat = list(chain.from_iterable(points))
+        if flat:
+            psize, digest, life = zip(*flat)
+            _extend(m.psize, psize)
+            _extend(m.digest, digest)
+            m.hour.extend(map(_HOUR.__getitem__, life))
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -77,9 +121,9 @@ class CacheScan:
         m.psize.extend(o.psize)
         m.digest.extend(o.digest)
         m.hour.extend(o.hour)
-        self.lines.extend(other.lines if base == 0 else array("q", map(base.__add__, other.lines)))
-        self.offsets.extend(other.offsets)
-        self.cids.extend(other.cids)
+        self._lines.extend(other.lines if base == 0 else array("q", map(base.__add__, other.lines)))
+        self._offsets.extend(other.offsets)
+        self._cids.extend(other.cids)
         for key, n in other.unmarked.items():
             if key in self.unmarked or len(self.unmarked) < UNMARKED_KEYS:
                 self.unmarked[key] = self.unmarked.get(key, 0) + n
@@ -93,30 +137,24 @@ class CacheScan:
     @classmethod
     def from_marshal(cls, data: tuple[Any, ...]) -> CacheScan:
         scan = cls()
-        m = scan.marks
+        m = scan._marks
         m.models = list(data[0])
         for target, raw in ((m.model, data[1]), (m.size, data[2]), (m.psize, data[4]), (m.digest, data[5]),
-                            (scan.lines, data[7]), (scan.offsets, data[8])):
+                            (scan._lines, data[7]), (scan._offsets, data[8])):
             target.frombytes(raw)
         m.first = array("q")
         m.first.frombytes(data[3])
         m.hour = bytearray(data[6])
-        scan.cids = list(data[9])
+        scan._cids = list(data[9])
         scan.unmarked = {tuple(k): n for k, n in data[10]}
         scan._model_index = {name: i for i, name in enumerate(m.models)}
         return scan
 
 
-def note_marked(scan: CacheScan, line: int, offset: int, size: int, cid: str, model: str, params: dict[str, Any],
-                points: tuple[Point, ...] | None = None) -> None:
-    """Note a line that names `cache_control`: its marked prefixes (`points`, when the caller walked them already),
-    or, when it has none, its long unmarked parts."""
-    if points is None:
-        points = marker_points(params, model)
-    if points:
-        scan.add(line, offset, size, cid, model, points)
-    else:
-        note_unmarked(scan, model, params.get("system"), params.get("tools"))
+def _extend(target: array[Any], values: tuple[int, ...]) -> None:
+    """`target.extend(values)` through `struct`, which converts an int in about a quarter of the instructions an
+    array's own item conversion takes (it parses each one as an argument)."""
+    target.frombytes(struct.pack(f"{len(values)}{target.typecode}", *values))
 
 
 def note_unmarked(scan: CacheScan, model: str, system: Any, tools: Any) -> None:

@@ -9,6 +9,8 @@ checked for its `ttl` only.
 
 from __future__ import annotations
 
+import orjson
+
 from .._typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,12 +24,9 @@ Point = tuple[int, int, str]  # a marked prefix: (its bytes, its digest, its lif
 
 def marker_walk(params: dict[str, Any], model: str) -> tuple[str | None, tuple[Point, ...]]:
     """One walk over the request's parts (tools, the system as a string or its blocks, then each message's content):
-    why the API would refuse its markers (None when it would not), and its marked prefixes. `plan`'s hot path on
-    marked lines: the parts are
-    gathered without a generator, and only those up to the last marker are serialized and digested (the rest of
-    the prompt is in no prefix, unless the top-level marker marks the whole of it)."""
-    import orjson  # (already loaded by the reader; imported here so that this module stays import-free)
-
+    why the API would refuse its markers (None when it would not), and its marked prefixes. Only the parts up to
+    the last marker are serialized and digested (the rest of the prompt is in no prefix, unless the top-level
+    marker marks the whole of it)."""
     parts: list[Any] = []
     tools, system, messages = params.get("tools"), params.get("system"), params.get("messages")
     if tools.__class__ is list:
@@ -42,30 +41,41 @@ def marker_walk(params: dict[str, Any], model: str) -> tuple[str | None, tuple[P
             parts += content
         else:
             parts.append(content)
-    top = params.get("cache_control")
-    last = len(parts) if top is not None else 0
+    return _walk(parts, params.get("cache_control"), model)
+
+
+def system_walk(system: list[Any], model: str) -> tuple[str | None, tuple[Point, ...]]:
+    """`marker_walk` of a request whose only blocks are its system's: no tools, no top-level marker, every message
+    plain text (the shape `plan`'s reader tells apart, the common one of a shared document). Its markers can stand
+    only in the system's blocks, so those are the parts, as they are: nothing gathered."""
+    return _walk(system, None, model)
+
+
+def _walk(parts: list[Any], top: Any, model: str) -> tuple[str | None, tuple[Point, ...]]:
+    """The walk of `marker_walk` over the prompt's parts in the API's order; `top`: the top-level marker, if any.
+    `plan`'s hot path on marked lines, written for few bytecodes: a prefix's digest is chained over its parts'
+    serialized bytes, and the siphash and the serializing of a shared document are most of its cost."""
+    last = len(parts)
     if top is None:
-        for k in range(len(parts) - 1, -1, -1):
-            part = parts[k]
-            if part.__class__ is dict and "cache_control" in part:
-                last = k + 1
-                break
+        while last and not (parts[last - 1].__class__ is dict and "cache_control" in parts[last - 1]):
+            last -= 1
     dumps = orjson.dumps
     points: list[Point] = []
     size, digest = 0, hash(model)
     seen_5m = late_1h = False
-    for k in range(last):
-        part = parts[k]
+    for part in parts if last == len(parts) else parts[:last]:
         data = dumps(part)
         size += len(data)
         digest = hash((digest, data))
         marker = part.get("cache_control") if part.__class__ is dict else None
         if marker is not None:
             life = marker.get("ttl", "5m") if marker.__class__ is dict else marker
-            if life != "5m" and life != "1h":
+            if life == "5m":
+                seen_5m = True
+            elif life == "1h":
+                late_1h = late_1h or seen_5m
+            else:
                 return f"cache_control ttl {life!r}: the API takes 5m or 1h", ()
-            seen_5m = seen_5m or life == "5m"
-            late_1h = late_1h or (life == "1h" and seen_5m)
             points.append((size, digest, life))
     if len(points) > MAX_MARKERS:
         return f"{len(points)} cache_control markers: the API takes at most {MAX_MARKERS} in a request", ()

@@ -22,9 +22,9 @@ import orjson
 
 from .._errors import InputError, os_error
 from .._typing import TYPE_CHECKING
-from ._caching import UNMARKED_MIN_BYTES, CacheScan, note_marked, note_unmarked
+from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
 from ._idindex import FP_SHIFT, IdIndex
-from ._markers import marker_walk
+from ._markers import marker_walk, system_walk
 
 if TYPE_CHECKING:
     from typing import Any, BinaryIO, TypeAlias
@@ -279,6 +279,7 @@ def validate(
     decode_error = orjson.JSONDecodeError
     lines, offset = _opened(lines, first_line == 1 and (offset == 0 or not from_file), offset, hasher)
     rules = models is not None or peaks is not None
+    marked = cache.rows if cache is not None else []
     cols = into or Columns()
     col_lines, col_offsets, col_sizes, col_fps, by_model = cols.lines, cols.offsets, cols.sizes, cols.fps, cols.by_model
     line_no = first_line - 1
@@ -339,20 +340,28 @@ def validate(
         if size > item_limit:
             reject(Rejection(line_no, cid, f"request is {size} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
             continue
-        # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched.
+        # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched,
+        # and a line whose only blocks are its system's is walked over them without a search.
         system = params.get("system")
-        if (system.__class__ is list or "tools" in params or "cache_control" in params
-                or len(messages) != 1 or messages[0].__class__ is not dict or messages[0].get("content").__class__ is not str) \
-                and b"cache_control" in raw:
+        plain = len(messages) == 1 and messages[0].__class__ is dict and messages[0].get("content").__class__ is str
+        points = None
+        if plain and system.__class__ is list and "tools" not in params and "cache_control" not in params:
+            reason, points = system_walk(system, model)
+        elif (not plain or "tools" in params or "cache_control" in params) and b"cache_control" in raw:
             reason, points = marker_walk(params, model)  # (one walk: the check and the prefixes)
-            if reason is not None:
-                reject(Rejection(line_no, cid, reason))
-                continue
-            if cache is not None:
-                note_marked(cache, line_no, start, size, cid, model, params, points)
-        elif cache is not None and (system.__class__ is not str and system is not None or "tools" in params
-                                    or system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES):
-            note_unmarked(cache, model, system, params.get("tools"))
+        else:
+            reason = None
+        if reason is not None:
+            reject(Rejection(line_no, cid, reason))
+            continue
+        if cache is not None:
+            if points:
+                marked.append((line_no, start, size, cid, model, points))
+                if len(marked) >= SETTLE_ROWS:
+                    cache.settle()
+            elif (system.__class__ is not str and system is not None or "tools" in params
+                  or system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES):
+                note_unmarked(cache, model, system, params.get("tools"))
         if rules:
             reason = _model_reason(params, models, peaks)
             if reason is not None:
