@@ -366,3 +366,44 @@ def test_one_walk_gives_the_marker_check_and_the_prefixes(params: dict, reason: 
         if params.get("system") and "cache_control" not in params and lives and params["system"][0].get("cache_control"):
             assert marker_walk(other, "m")[1][0][1] == points[0][1]  # the same document: the same prefix
             assert marker_walk(other, "m2")[1][0][1] != points[0][1]  # another model: another prefix
+
+
+_DOC_B = {"type": "text", "text": "Another document. " * 20}
+
+
+def _walks() -> list[tuple[dict, str]]:
+    """Lines as a reader meets them: runs sharing a document, one whose first block is shared but not its second,
+    a refused marker repeated, a top-level marker, another model, and back."""
+    marked = {**_SYS, "cache_control": _MARK}
+
+    def line(system: list, content: object = "q", **extra: object) -> dict:
+        return {"system": system, "messages": [{"role": "user", "content": content}], **extra}
+
+    return [
+        (line([marked]), "m"), (line([marked], "another"), "m"), (line([marked]), "m2"),
+        (line([_SYS, {**_DOC_B, "cache_control": _MARK}]), "m"), (line([{**_SYS}, {**_DOC_B, "cache_control": _MARK}]), "m"),
+        (line([_SYS, {**_SYS, "cache_control": _MARK}]), "m"),  # the first part as before, the second not
+        (line([{**_SYS, "cache_control": {"type": "ephemeral", "ttl": "2h"}}]), "m"),
+        (line([{**_SYS, "cache_control": {"type": "ephemeral", "ttl": "2h"}}]), "m"),
+        (line([_SYS], cache_control=_MARK), "m"), (line([_SYS]), "m"), (line([_SYS], cache_control={"ttl": "1h"}), "m"),
+        (line([marked], [{"type": "text", "text": "q", "cache_control": _MARK}]), "m"),
+        (line([marked], [{"type": "text", "text": "r", "cache_control": _MARK}]), "m"),
+        (line([marked]), "m"),
+    ]
+
+
+@pytest.mark.parametrize("order", ["given", "reversed", "each twice"])
+def test_a_walk_that_remembers_the_last_line_answers_as_one_that_does_not(order: str) -> None:
+    """The reader's `Memo` (the last line's head, sizes, digests and answer) changes no answer: each line in
+    sequence gets the same with the memo as without, rejections included."""
+    from gatekeeper.input._markers import Memo, marker_walk
+
+    lines = _walks()
+    lines = {"given": lines, "reversed": lines[::-1], "each twice": [x for x in lines for _ in (0, 1)]}[order]
+    memo, rejected = Memo(), 0
+    for params, model in lines:
+        fresh = orjson.loads(orjson.dumps(params))  # (new objects, as the reader parses each line)
+        answer = marker_walk(fresh, model, memo)
+        assert answer == marker_walk(params, model)
+        rejected += answer[0] is not None
+    assert rejected == 2 * (1 + (order == "each twice"))  # the 2h markers: the memo may not hide a rejection

@@ -22,8 +22,14 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import le
 
 from .._prices import BATCH_DISCOUNT
+from .._typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 LIFE_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
@@ -75,6 +81,9 @@ def shared_prefixes(marks: Marks, minimum: list[float]) -> array[int]:
     `minimum[m]`: model m's minimum in tokens."""
     assert marks.unit == "tokens", "sized in bytes: size them in tokens first (_cachereport)"
     first, ptokens, digest, model = marks.first, marks.psize, marks.digest, marks.model
+    if len(digest) == len(marks):  # one marker a request (the common shape): its point if eligible, in C loops
+        floor = map(minimum.__getitem__, model) if len(minimum) > 1 else repeat(minimum[0] if minimum else 0.0)
+        return array("q", [k if ok else NONE for k, ok in enumerate(map(le, floor, ptokens))])
     eligible = [p for k in range(len(marks)) for p in range(first[k], first[k + 1]) if ptokens[p] >= minimum[model[k]]]
     seen = Counter(digest[p] for p in eligible)
     chosen = array("q", [NONE]) * len(marks)
@@ -87,6 +96,28 @@ def shared_prefixes(marks: Marks, minimum: list[float]) -> array[int]:
                     shared = p
         chosen[k] = shared if shared != NONE else best
     return chosen
+
+
+def requests_of(marks: Marks, model: int) -> Sequence[int]:
+    """The indexes of model `model`'s requests (all of them, as a range, when every request is of one model)."""
+    if len(marks.models) <= 1:
+        return range(len(marks))
+    return list(compress(range(len(marks)), map(model.__eq__, marks.model)))
+
+
+def used_points(chosen: Sequence[int], requests: Sequence[int] | None = None) -> list[int]:
+    """The shared prefixes (points) the `requests` (default: all) use, in order; NONE left out."""
+    return list(filter(NONE.__ne__, _of(chosen, requests)))
+
+
+def _of(values: Sequence[Any], requests: Sequence[int] | None) -> Iterable[Any]:
+    """A per-request array's values for `requests` (the array itself when they are all of them)."""
+    return values if requests is None or len(requests) == len(values) else map(values.__getitem__, requests)
+
+
+def sharing(marks: Marks, used: list[int]) -> Counter[int]:
+    """How many requests use each prefix (by digest): `groups`' sizes, counted without listing the members."""
+    return Counter(map(marks.digest.__getitem__, used))
 
 
 def groups(marks: Marks, chosen: Sequence[int]) -> list[list[int]]:
@@ -131,37 +162,48 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
                 only: int | None = None) -> dict[str, float | None]:
     """The input's cost at batch prices with no caching, with its markers sent cold (every request writes its
     prefix, none reads: one batch), and primed (one write a shared prefix, every other use a read). `rates[m]`:
-    model m's rates (None: no price, and no cost); `only`: the requests of that model alone."""
+    model m's rates (None: no price, and no cost); `only`: the requests of that model alone.
+
+    Summed a model at a time over whole arrays: plain input for every token, then, for each prefix use, the
+    difference a write (cold; primed: its first use) or a read (primed: every later use) makes."""
     none = cold = primed = 0.0
-    written: set[int] = set()
-    for k, p in enumerate(chosen):
-        if only is not None and marks.model[k] != only:
+    for m in range(len(marks.models)) if only is None else (only,):
+        r = rates[m]
+        mine = requests_of(marks, m)
+        if not mine:
             continue
-        r = rates[marks.model[k]]
         if r is None:
             return {"none": None, "cold": None, "primed": None}
-        tokens = marks.size[k]
-        none += tokens * r.input
-        if p == NONE:
-            cold += tokens * r.input
-            primed += tokens * r.input
-            continue
-        prefix = marks.psize[p]
-        write = (tokens - prefix) * r.input + prefix * (r.write_1h if marks.hour[p] else r.write_5m)
-        cold += write
-        primed += write if marks.digest[p] not in written else (tokens - prefix) * r.input + prefix * r.read
-        written.add(marks.digest[p])
+        used = used_points(chosen, mine)
+        plain = sum(_of(marks.size, mine)) * r.input
+        none += plain
+        cold += plain + _write_extra(marks, used, r)
+        firsts = list(dict(zip(map(marks.digest.__getitem__, used), used)).values())  # one use a prefix: its write
+        tokens, first_tokens = _tokens(marks, used), _tokens(marks, firsts)
+        primed += plain + _write_extra(marks, firsts, r) + (tokens - first_tokens) * (r.read - r.input)
     return {k: round(BATCH_DISCOUNT * v / 1e6, 6) for k, v in (("none", none), ("cold", cold), ("primed", primed))}
+
+
+def _tokens(marks: Marks, points: list[int]) -> float:
+    return sum(map(marks.psize.__getitem__, points))
+
+
+def _write_extra(marks: Marks, points: list[int], r: InputRates) -> float:
+    """What writing these prefixes costs beyond their tokens' plain input."""
+    hours = sum(compress(map(marks.psize.__getitem__, points), map(marks.hour.__getitem__, points)))
+    tokens = _tokens(marks, points)
+    return (tokens - hours) * (r.write_5m - r.input) + hours * (r.write_1h - r.input)
 
 
 def ideal_write_share(marks: Marks, chosen: Sequence[int]) -> float | None:
     """Of the prefix tokens the job's requests cache, the share an ideal run writes (one write a distinct prefix,
     every other use a read): the realized read share is read / ((read + write) x (1 - this))."""
-    used = sum(marks.psize[p] for p in chosen if p != NONE)
-    if not used:
+    used = used_points(chosen)
+    total = _tokens(marks, used)
+    if not total:
         return None
-    distinct = {marks.digest[p]: marks.psize[p] for p in chosen if p != NONE}
-    return sum(distinct.values()) / used
+    distinct = dict(zip(map(marks.digest.__getitem__, used), map(marks.psize.__getitem__, used)))
+    return sum(distinct.values()) / total
 
 
 def read_share(read: int, written: int, ideal_writes: float | None) -> float | None:

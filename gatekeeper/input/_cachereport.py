@@ -16,16 +16,18 @@ from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN, PriceTable
 from .._typing import TYPE_CHECKING
 from ..decide._priming import (
     LIFE_SECONDS,
-    NONE,
     InputRates,
     Marks,
     groups,
     ideal_write_share,
     input_costs,
+    requests_of,
     rounds,
     shared_prefixes,
+    sharing,
+    used_points,
 )
-from ._caching import CacheScan
+from ._caching import CacheScan, extend
 from ._sizing import BODY_SEP
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ UNMARKED_SHOWN = 5
 @dataclass(frozen=True, slots=True)
 class Marked:
     """The valid marked requests of a plan in tokens (`marks`), where each is in the input (`rows[k]`: the marked
-    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or NONE)."""
+    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or `NONE`)."""
 
     scan: CacheScan
     rows: array[int]
@@ -57,7 +59,7 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
     if not rejected or not any(line in rejected for line in scan.lines):
         _sized(src, out, per_byte)
         minimum = [float(prices.cache_minimum(model)[0]) for model in out.models]
-        return Marked(scan, array("q", range(len(scan))), out, shared_prefixes(out, minimum))
+        return Marked(scan, extend(array("q"), range(len(scan))), out, shared_prefixes(out, minimum))
     keep = [k for k in range(len(scan)) if scan.lines[k] not in rejected]
     rows = array("q", keep)
     first = src.first
@@ -82,13 +84,13 @@ def _sized(src: Marks, out: Marks, per_byte: list[float]) -> None:
     out.hour = bytearray(src.hour)
     if len(set(per_byte)) <= 1:
         rate = per_byte[0] if per_byte else 1.0
-        out.size = array("d", [t * rate for t in src.size])
-        out.psize = array("d", [t * rate for t in src.psize])
+        out.size = extend(array("d"), map(rate.__mul__, src.size))
+        out.psize = extend(array("d"), map(rate.__mul__, src.psize))
         return
     rates = [per_byte[m] for m in src.model]
-    out.size = array("d", map(mul, src.size, rates))
+    out.size = extend(array("d"), map(mul, src.size, rates))
     counts = map(sub, src.first[1:], src.first[:-1])
-    out.psize = array("d", map(mul, src.psize, chain.from_iterable(map(repeat, rates, counts))))
+    out.psize = extend(array("d"), map(mul, src.psize, chain.from_iterable(map(repeat, rates, counts))))
 
 
 def _tokens_per_byte(report: PlanReport, model: str) -> float:
@@ -124,14 +126,13 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
 def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | None) -> dict[str, Any]:
     """One model's figures; `whole`: the estimated cost of all its input, marked or not."""
     marks, name = m.marks, m.marks.models[model]
-    everyone = len(marks.models) == 1  # (the common case: every marked line one model, counted whole arrays at once)
-    mine = range(len(marks)) if everyone else [k for k in range(len(marks)) if marks.model[k] == model]
-    chosen = list(m.chosen) if everyone else [m.chosen[k] for k in mine]
+    mine = requests_of(marks, model)
+    used = used_points(m.chosen, mine)
     minimum, known = prices.cache_minimum(name)
-    distinct = {marks.digest[p]: marks.psize[p] for p in chosen if p != NONE}
-    shared = groups(marks, chosen)
+    distinct = dict(zip(map(marks.digest.__getitem__, used), map(marks.psize.__getitem__, used)))
+    shared = [n for n in sharing(marks, used).values() if n > 1]
     sizes = sorted(distinct.values())
-    if everyone:
+    if len(marks.models) <= 1:  # (every marked line one model, the common case: whole arrays at once)
         hours, points = sum(marks.hour), marks.first[-1]
     else:
         hours = sum(marks.hour[p] for k in mine for p in range(marks.first[k], marks.first[k + 1]))
@@ -142,10 +143,10 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
         "requests_marked": len(mine),
         "prefixes": len(distinct),
         "shared_prefixes": len(shared),
-        "requests_sharing": sum(len(g) for g in shared),
+        "requests_sharing": sum(shared),
         "prefix_tokens": {"median": round(sizes[len(sizes) // 2]) if sizes else 0,
                           "max": round(sizes[-1]) if sizes else 0},
-        "below_minimum": sum(1 for p in chosen if p == NONE),
+        "below_minimum": len(mine) - len(used),
         "minimum_tokens": minimum,
         "minimum_known": known,
         "lives": {k: v for k, v in (("1h", hours), ("5m", points - hours)) if v},

@@ -16,6 +16,7 @@ from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
     from ._markers import Point
@@ -89,20 +90,20 @@ class CacheScan:
             return
         lines, offsets, sizes, cids, models, points = zip(*rows)
         rows.clear()
-        _extend(self._lines, lines)
-        _extend(self._offsets, offsets)
+        extend(self._lines, lines)
+        extend(self._offsets, offsets)
         self._cids.extend(cids)
         for name in set(models):
             self._index(name)
         m = self._marks
-        _extend(m.model, tuple(map(self._model_index.__getitem__, models)))
-        _extend(m.size, sizes)
-        _extend(m.first, tuple(islice(accumulate(map(len, points), initial=len(m.digest)), 1, None)))
+        extend(m.model, tuple(map(self._model_index.__getitem__, models)))
+        extend(m.size, sizes)
+        extend(m.first, tuple(islice(accumulate(map(len, points), initial=len(m.digest)), 1, None)))
         flat = list(chain.from_iterable(points))
         if flat:
             psize, digest, life = zip(*flat)
-            _extend(m.psize, psize)
-            _extend(m.digest, digest)
+            extend(m.psize, psize)
+            extend(m.digest, digest)
             m.hour.extend(map(_HOUR.__getitem__, life))
 
     def __len__(self) -> int:
@@ -151,10 +152,12 @@ class CacheScan:
         return scan
 
 
-def _extend(target: array[Any], values: tuple[int, ...]) -> None:
-    """`target.extend(values)` through `struct`, which converts an int in about a quarter of the instructions an
-    array's own item conversion takes (it parses each one as an argument)."""
+def extend(target: array[Any], values: Iterable[float]) -> array[Any]:
+    """`target.extend(values)` through `struct`, which converts a number in about a quarter of the instructions an
+    array's own item conversion takes (it parses each one as an argument); returns `target`."""
+    values = values if isinstance(values, (tuple, list)) else tuple(values)
     target.frombytes(struct.pack(f"{len(values)}{target.typecode}", *values))
+    return target
 
 
 def note_unmarked(scan: CacheScan, model: str, system: Any, tools: Any) -> None:

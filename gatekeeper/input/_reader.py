@@ -24,7 +24,7 @@ from .._errors import InputError, os_error
 from .._typing import TYPE_CHECKING
 from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
 from ._idindex import FP_SHIFT, IdIndex
-from ._markers import marker_walk, system_walk
+from ._markers import Memo, marker_walk, system_walk
 
 if TYPE_CHECKING:
     from typing import Any, BinaryIO, TypeAlias
@@ -280,6 +280,7 @@ def validate(
     lines, offset = _opened(lines, first_line == 1 and (offset == 0 or not from_file), offset, hasher)
     rules = models is not None or peaks is not None
     marked = cache.rows if cache is not None else []
+    memo = Memo()
     cols = into or Columns()
     col_lines, col_offsets, col_sizes, col_fps, by_model = cols.lines, cols.offsets, cols.sizes, cols.fps, cols.by_model
     line_no = first_line - 1
@@ -346,9 +347,9 @@ def validate(
         plain = len(messages) == 1 and messages[0].__class__ is dict and messages[0].get("content").__class__ is str
         points = None
         if plain and system.__class__ is list and "tools" not in params and "cache_control" not in params:
-            reason, points = system_walk(system, model)
+            reason, points = system_walk(system, model, memo)
         elif (not plain or "tools" in params or "cache_control" in params) and b"cache_control" in raw:
-            reason, points = marker_walk(params, model)  # (one walk: the check and the prefixes)
+            reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
         else:
             reason = None
         if reason is not None:
