@@ -18,12 +18,13 @@ requests, sent then, read it at a tenth of the input rate.
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import le
+from operator import le, mul
 
 from .._prices import BATCH_DISCOUNT
 from .._typing import TYPE_CHECKING
@@ -40,9 +41,10 @@ class Marks:
     shortest first, are the points `first[k]` to `first[k + 1] - 1`, each with its size `psize[p]`, digest and life
     (`hour[p]`: 1 for the 1-hour life). Sizes are in `unit`: "bytes" as the reader notes them (whole numbers, held
     as such: filling a float array from ints parses each one as an argument), "tokens" once sized
-    with each model's tokens per byte; the decisions here take tokens only."""
+    with each model's tokens per byte. The decisions here count tokens: a size times `scale`, the tokens a unit (1
+    for tokens; for bytes, the one rate every model of the job shares, so that a report need not convert them)."""
 
-    __slots__ = ("models", "model", "size", "first", "psize", "digest", "hour", "unit")
+    __slots__ = ("models", "model", "size", "first", "psize", "digest", "hour", "unit", "scale")
 
     def __init__(self, unit: str = "tokens") -> None:
         self.models: list[str] = []
@@ -54,6 +56,7 @@ class Marks:
         self.digest = array("q")
         self.hour = bytearray()
         self.unit = unit
+        self.scale: float | None = 1.0 if unit == "tokens" else None  # (bytes: the caller sets its rate)
 
     def add(self, model: int, size: float, points: Iterable[tuple[float, int, int]]) -> None:
         """One request: its model's index, its size, and its marked prefixes (size, digest, 1-hour?) in order."""
@@ -79,11 +82,14 @@ def shared_prefixes(marks: Marks, minimum: list[float]) -> array[int]:
     """Each request's shared prefix, as a point (see the module docstring): the longest eligible one another request
     marks too, else its longest eligible one (a group of one), else NONE (below the minimum: not cached at all).
     `minimum[m]`: model m's minimum in tokens."""
-    assert marks.unit == "tokens", "sized in bytes: size them in tokens first (_cachereport)"
+    per = _per(marks)
+    minimum = [x / per for x in minimum]  # (in the sizes' unit)
     first, ptokens, digest, model = marks.first, marks.psize, marks.digest, marks.model
     if len(digest) == len(marks):  # one marker a request (the common shape): its point if eligible, in C loops
         floor = map(minimum.__getitem__, model) if len(minimum) > 1 else repeat(minimum[0] if minimum else 0.0)
-        return array("q", [k if ok else NONE for k, ok in enumerate(map(le, floor, ptokens))])
+        # request k gets point k where eligible, else NONE (-1): (k + 1) * eligible - 1, computed in C loops
+        picked = map(NONE.__add__, map(mul, range(1, len(marks) + 1), map(le, floor, ptokens)))
+        return array("q", struct.pack(f"{len(marks)}q", *picked))
     eligible = [p for k in range(len(marks)) for p in range(first[k], first[k + 1]) if ptokens[p] >= minimum[model[k]]]
     seen = Counter(digest[p] for p in eligible)
     chosen = array("q", [NONE]) * len(marks)
@@ -96,6 +102,12 @@ def shared_prefixes(marks: Marks, minimum: list[float]) -> array[int]:
                     shared = p
         chosen[k] = shared if shared != NONE else best
     return chosen
+
+
+def _per(marks: Marks) -> float:
+    """Tokens a unit of `marks`' sizes."""
+    assert marks.scale is not None, "sized in bytes with no rate: size them in tokens first (_cachereport)"
+    return marks.scale
 
 
 def requests_of(marks: Marks, model: int) -> Sequence[int]:
@@ -175,7 +187,7 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
         if r is None:
             return {"none": None, "cold": None, "primed": None}
         used = used_points(chosen, mine)
-        plain = sum(_of(marks.size, mine)) * r.input
+        plain = sum(_of(marks.size, mine)) * _per(marks) * r.input
         none += plain
         cold += plain + _write_extra(marks, used, r)
         firsts = list(dict(zip(map(marks.digest.__getitem__, used), used)).values())  # one use a prefix: its write
@@ -185,12 +197,12 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
 
 
 def _tokens(marks: Marks, points: list[int]) -> float:
-    return sum(map(marks.psize.__getitem__, points))
+    return sum(map(marks.psize.__getitem__, points)) * _per(marks)
 
 
 def _write_extra(marks: Marks, points: list[int], r: InputRates) -> float:
     """What writing these prefixes costs beyond their tokens' plain input."""
-    hours = sum(compress(map(marks.psize.__getitem__, points), map(marks.hour.__getitem__, points)))
+    hours = sum(compress(map(marks.psize.__getitem__, points), map(marks.hour.__getitem__, points))) * _per(marks)
     tokens = _tokens(marks, points)
     return (tokens - hours) * (r.write_5m - r.input) + hours * (r.write_1h - r.input)
 

@@ -77,15 +77,14 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
 
 def _sized(src: Marks, out: Marks, per_byte: list[float]) -> None:
     """Every marked line, sized in tokens (each model's tokens per byte), whole arrays at a time: no Python step a
-    line but the maps' (100,000 marked lines in a few hundredths of a second, not a third of a second)."""
+    line but the maps'. Where every model has the same rate (always, without a key), the byte sizes themselves
+    with that rate as their `scale`: nothing converted (15 ms of 100,000 marked lines)."""
     out.model = array("H", src.model)
     out.first = array("q", src.first)
     out.digest = array("q", src.digest)
     out.hour = bytearray(src.hour)
-    if len(set(per_byte)) <= 1:
-        rate = per_byte[0] if per_byte else 1.0
-        out.size = extend(array("d"), map(rate.__mul__, src.size))
-        out.psize = extend(array("d"), map(rate.__mul__, src.psize))
+    if len(set(per_byte)) <= 1:  # one rate: the byte sizes as they are, scaled where counted
+        out.size, out.psize, out.unit, out.scale = src.size, src.psize, src.unit, per_byte[0] if per_byte else 1.0
         return
     rates = [per_byte[m] for m in src.model]
     out.size = extend(array("d"), map(mul, src.size, rates))
@@ -131,7 +130,7 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     minimum, known = prices.cache_minimum(name)
     distinct = dict(zip(map(marks.digest.__getitem__, used), map(marks.psize.__getitem__, used)))
     shared = [n for n in sharing(marks, used).values() if n > 1]
-    sizes = sorted(distinct.values())
+    sizes, per = sorted(distinct.values()), marks.scale or 1.0
     if len(marks.models) <= 1:  # (every marked line one model, the common case: whole arrays at once)
         hours, points = sum(marks.hour), marks.first[-1]
     else:
@@ -144,8 +143,8 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
         "prefixes": len(distinct),
         "shared_prefixes": len(shared),
         "requests_sharing": sum(shared),
-        "prefix_tokens": {"median": round(sizes[len(sizes) // 2]) if sizes else 0,
-                          "max": round(sizes[-1]) if sizes else 0},
+        "prefix_tokens": {"median": round(sizes[len(sizes) // 2] * per) if sizes else 0,
+                          "max": round(sizes[-1] * per) if sizes else 0},
         "below_minimum": len(mine) - len(used),
         "minimum_tokens": minimum,
         "minimum_known": known,
