@@ -1,17 +1,21 @@
 """Benchmark `gatekeeper plan --json` on marked input against a bare orjson loop, start-up included in both.
 
 Usage: python tests/benchmarks/bench_plan_marked.py [--requests 100000] [--file /tmp/gk-bench-marked.jsonl] [--repeat 7]
+       [--shuffled]
 
 The input: every request's system block carries `cache_control` (a document shared by six requests, about 1.5 KB
 a line: 148 MB for 100,000), the case where `plan` walks each line's blocks for markers and prefixes. Each run is a
 fresh process (`python -m gatekeeper plan FILE --json` against `python -c` of a bare loop that parses every line),
-the two taking turns `--repeat` times; prints each one's median and their ratio.
+the two taking turns `--repeat` times; prints each one's median and their ratio. A document's six requests are
+consecutive (the usual order); `--shuffled` writes them in a random order (seed 7) to /tmp/gk-bench-shuffled.jsonl,
+where the reader's memory of the last line's walk never helps.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -27,9 +31,12 @@ with open(sys.argv[1], "rb") as f:
 """
 
 
-def write(path: str, n: int) -> None:
+def write(path: str, n: int, shuffled: bool = False) -> None:
+    order = list(range(n))
+    if shuffled:
+        random.Random(7).shuffle(order)
     with open(path, "wb") as f:
-        for i in range(n):
+        for i in order:
             doc = f"document {i // 6}: " + "The quarterly filing states revenue, costs and risks. " * 24
             f.write(orjson.dumps({"custom_id": f"m-{i}", "params": {
                 "model": "claude-sonnet-5", "max_tokens": 256,
@@ -54,16 +61,19 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=100_000)
     ap.add_argument("--file", default="/tmp/gk-bench-marked.jsonl")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--shuffled", action="store_true")
     a = ap.parse_args()
+    if a.shuffled and a.file == ap.get_default("file"):
+        a.file = "/tmp/gk-bench-shuffled.jsonl"
     if not os.path.exists(a.file) or _lines(a.file) != a.requests:
-        write(a.file, a.requests)
+        write(a.file, a.requests, a.shuffled)
     size = os.path.getsize(a.file) / 1e6
     bare, plan = [], []
     for _ in range(a.repeat):
         bare.append(timed([sys.executable, "-c", BARE, a.file]))
         plan.append(timed([sys.executable, "-m", "gatekeeper", "plan", a.file, "--json"]))
     b, p = statistics.median(bare), statistics.median(plan)
-    print(f"{a.requests:,} marked requests ({size:,.0f} MB): bare orjson loop {b:.2f} s, plan --json {p:.2f} s "
+    print(f"{a.requests:,} marked requests{' (shuffled)' if a.shuffled else ''} ({size:,.0f} MB): bare orjson loop {b:.2f} s, plan --json {p:.2f} s "
           f"(medians of {a.repeat}, start-up included): {p / b:.2f}x")
 
 
