@@ -47,22 +47,26 @@ def marker_walk(params: dict[str, Any], model: str, memo: Memo | None = None) ->
 def system_walk(system: list[Any], model: str, memo: Memo | None = None) -> tuple[str | None, tuple[Point, ...]]:
     """`marker_walk` of a request whose only blocks are its system's: no tools, no top-level marker, every message
     plain text (the shape `plan`'s reader tells apart, the common one of a shared document). Its markers can stand
-    only in the system's blocks, so those are the parts, as they are: nothing gathered."""
+    only in the system's blocks, so those are the parts, as they are: nothing gathered. A system equal to the last
+    line's, of the same model, gets the last answer at once."""
+    if memo is not None and model == memo.model and system == memo.parts:
+        return memo.answer
     return _walk(system, None, model, memo)
 
 
 class Memo:
-    """The last walk of a reader: its model, the parts up to its last marker (`head`), each with the prefix size and
-    digest up to it (`walked`), and its answer. A line whose head equals the last one's (the usual order: a document's
-    requests one after another) gets the same answer after one equality check, a memory compare of the document
-    (the serializing and the siphash it saves are about 30 times that); one whose head begins as the last one's did
-    takes those parts' sizes and digests. (Equality is Python's: 1 and 1.0 compare equal, a difference the estimate
+    """The last walk of a reader: its model, its parts, those up to its last marker (`head`), each with the prefix
+    size and digest up to it (`walked`), and its answer. A line whose head equals the last one's (the usual order: a
+    document's requests one after another) gets the same answer after one equality check, a memory compare of the
+    document (the serializing and the siphash it saves are about 30 times that); one whose head begins as the last
+    one's did takes those parts' sizes and digests. (Equality is Python's: 1 and 1.0 compare equal, a difference the estimate
     bears.)"""
 
-    __slots__ = ("model", "head", "walked", "answer")
+    __slots__ = ("model", "parts", "head", "walked", "answer")
 
     def __init__(self) -> None:
         self.model: str | None = None
+        self.parts: list[Any] | None = None  # all the parts, where no top-level marker was
         self.head: list[Any] | None = None
         self.walked: list[tuple[Any, int, int]] = []
         self.answer: tuple[str | None, tuple[Point, ...]] = (None, ())
@@ -82,7 +86,8 @@ def _walk(parts: list[Any], top: Any, model: str, memo: Memo | None) -> tuple[st
         return memo.answer
     walked: list[tuple[Any, int, int]] = []
     answer = _digest(head, top, model, memo.walked if same else [], walked)
-    memo.model, memo.head, memo.walked, memo.answer = model, head if top is None else None, walked, answer
+    memo.model, memo.walked, memo.answer = model, walked, answer
+    memo.parts, memo.head = (parts, head) if top is None else (None, None)
     return answer
 
 
