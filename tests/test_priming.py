@@ -1,4 +1,4 @@
-"""Prompt caching decisions (decide/_priming.py), table-driven: which prefix a request shares, rounds, the gate
+"""Prompt caching decisions (decide/_priming.py, decide/_gate.py), table-driven: which prefix a request shares, rounds, the gate
 that holds a rest until its primer has ended, the input cost three ways, the read share of the ideal. Pure."""
 
 from __future__ import annotations
@@ -10,16 +10,14 @@ import pytest
 from gatekeeper import load_prices
 from gatekeeper._prices import Rates
 from gatekeeper.decide._budget import request_worst
+from gatekeeper.decide._gate import Waiting, gate, lapsed
 from gatekeeper.decide._priming import (
     NONE,
     InputRates,
     Marks,
-    Waiting,
-    gate,
     groups,
     ideal_write_share,
     input_costs,
-    lapsed,
     read_share,
     round_size,
     rounds,
@@ -190,7 +188,7 @@ T = 1_767_225_600.0  # 2026-01-01T00:00:00Z
     ([], {}),
 ])
 def test_a_round_ends_when_its_last_primer_ended_by_the_apis_clock(primers: list, expected: dict) -> None:
-    from gatekeeper.decide._priming import rounds_ended
+    from gatekeeper.decide._gate import rounds_ended
 
     assert rounds_ended(primers) == expected
 

@@ -1,5 +1,5 @@
 """Prompt caching decisions: which prefix each marked request shares, what caching would cost, how a job is primed
-and which waiting batch may go. Pure: plain values in, plain values out.
+(which waiting batch may go is `_gate`'s). Pure: plain values in, plain values out.
 
 A batch's requests run concurrently and never see each other's cache writes (api.md section 15), so a cold batch
 of requests sharing a prefix writes it once per request and reads it never. Priming sends one request per shared
@@ -9,11 +9,7 @@ requests, sent then, read it at a tenth of the input rate.
 - **The shared prefix** of a request is the longest of its marked prefixes that reaches the model's minimum and that
   another request of the job marks too; a request with no such prefix is a group of one (it writes, nobody reads).
 - **Rounds**: groups, in input order, are put in rounds of at most `round_size` requests (half the queue the ceiling
-  leaves us), so that a round's rest fits the queue while the next round's primer is processed. A round's primer
-  goes only when the previous round's rest has all been created and the queue has room for its own rest; while it
-  is in flight that room is held (`reserve`), so the rest goes the moment the primer is seen to end, well inside
-  a 5-minute life unless other submitters fill the queue meanwhile; then the round has `lapsed` and is primed again
-  (run/_reprime.py).
+  leaves us), so that a round's rest fits the queue while the next round's primer is processed (`_gate`).
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ import struct
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import le, mul
 
@@ -160,14 +155,14 @@ def rounds(group_sizes: list[int], round_size: int) -> list[list[int]]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
 class InputRates:
-    """Standard USD per million input tokens: plain, a 5-minute write, a 1-hour write, a read."""
+    """Standard USD per million input tokens: plain, a 5-minute write, a 1-hour write, a read. (A plain class: a
+    dataclass costs about 1 ms of every start, and `plan` starts with this module.)"""
 
-    input: float
-    write_5m: float
-    write_1h: float
-    read: float
+    __slots__ = ("input", "write_5m", "write_1h", "read")
+
+    def __init__(self, input: float, write_5m: float, write_1h: float, read: float) -> None:  # noqa: A002
+        self.input, self.write_5m, self.write_1h, self.read = input, write_5m, write_1h, read
 
 
 def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | None],
@@ -224,69 +219,3 @@ def read_share(read: int, written: int, ideal_writes: float | None) -> float | N
         return None
     ideal = (read + written) * (1 - ideal_writes)
     return None if ideal <= 0 else min(1.0, read / ideal)
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A batch not yet created, as the gate sees it: `kind` "primer", "rest" or another (sent as today)."""
-
-    idx: int
-    kind: str
-    requests: int
-    round: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Gate:
-    order: list[int]  # the batches that may go, in the order they should (idx)
-    sizes: list[int]  # the room each needs (a primer: its round's, so that its rest will fit)
-    reserve: int  # room held for rests whose primer is in flight
-    held: int  # batches held back for a primer (for the "waiting" event)
-
-
-def rounds_ended(primers: list[tuple[int, bool, str | None, float | None]]) -> dict[int, float | None]:
-    """Round -> when its last primer batch ended, or None while one has not. A primer's end is its `ended_at` as the
-    API reported it (when its prefixes were written), not when a reading saw it end (up to an interval later);
-    the journal's moment only where the API gave none. `primers`: (round, ended, ended_at, seen_at) a batch."""
-    from ._headroom import parse_time  # (here: `plan` imports this module, and _headroom imports typing)
-
-    out: dict[int, float | None] = {}
-    for r, ended, api_at, seen_at in primers:
-        at = (parse_time(api_at) or seen_at or 0.0) if ended else None
-        out[r] = None if at is None or out.get(r, 0.0) is None else max(out.get(r) or 0.0, at)
-    return out
-
-
-def lapsed(ended_at: float | None, life: float | None, now: float) -> bool:
-    """Whether a round's prefixes should have left the cache: its primers ended longer ago than its shortest life."""
-    return ended_at is not None and life is not None and now - ended_at > life
-
-
-def gate(waiting: list[Waiting], primers_ended: dict[int, float | None], cap: int | None) -> Gate:
-    """Which waiting batches may go now. `primers_ended[r]`: when every primer of round r had ended (None while one
-    is planned or in flight); `cap`: the most room a batch can ever need (ceiling less margin), if known."""
-    rests: dict[int, int] = {}
-    for w in waiting:
-        if w.kind == "rest" and w.round is not None:
-            rests[w.round] = rests.get(w.round, 0) + w.requests
-    primer_waiting = {w.round for w in waiting if w.kind == "primer"}
-    ready, primers, others = [], [], []
-    reserve = held = 0
-    for w in waiting:
-        if w.kind == "rest":
-            if primers_ended.get(w.round or 0, 0.0) is not None:
-                ready.append((w.idx, w.requests))
-            else:
-                held += 1
-                if w.round not in primer_waiting:
-                    reserve += w.requests  # its primer is in flight: keep its room
-        elif w.kind == "primer":
-            if any(r < (w.round or 0) for r in rests):
-                held += 1
-                continue
-            need = w.requests + rests.get(w.round or 0, 0)
-            primers.append((w.idx, min(need, cap) if cap is not None else need))
-        else:
-            others.append((w.idx, w.requests))
-    chosen = ready + primers + others
-    return Gate([i for i, _ in chosen], [n for _, n in chosen], reserve, held)

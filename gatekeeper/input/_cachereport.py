@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import mul, sub
 
@@ -38,15 +37,15 @@ if TYPE_CHECKING:
 UNMARKED_SHOWN = 5
 
 
-@dataclass(frozen=True, slots=True)
 class Marked:
     """The valid marked requests of a plan in tokens (`marks`), where each is in the input (`rows[k]`: the marked
-    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or `NONE`)."""
+    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or `NONE`). (Plain classes
+    here: a dataclass costs about 1 ms of every start of `plan`.)"""
 
-    scan: CacheScan
-    rows: array[int]
-    marks: Marks
-    chosen: array[int]
+    __slots__ = ("scan", "rows", "marks", "chosen")
+
+    def __init__(self, scan: CacheScan, rows: array[int], marks: Marks, chosen: array[int]) -> None:
+        self.scan, self.rows, self.marks, self.chosen = scan, rows, marks, chosen
 
 
 def marked(report: PlanReport, prices: PriceTable) -> Marked:
@@ -190,13 +189,16 @@ def without_lines(batches: list[BatchPlan], claimed: dict[int, int]) -> list[tup
     return out
 
 
-@dataclass(frozen=True, slots=True)
 class Round:
-    """One round of priming: the first request of each group, then the groups' other requests."""
+    """One round of priming: the first request of each group (`primers`: (line, offset, bytes, custom_id), in line
+    order), then the groups' other requests (`rest`); `life`: seconds the shortest-lived of its prefixes lives after
+    its last use."""
 
-    primers: list[tuple[int, int, int, str]]  # (line, offset, bytes, custom_id), in line order
-    rest: list[tuple[int, int, int, str]]
-    life: float  # seconds the shortest-lived of its prefixes lives after its last use
+    __slots__ = ("primers", "rest", "life")
+
+    def __init__(self, primers: list[tuple[int, int, int, str]], rest: list[tuple[int, int, int, str]],
+                 life: float) -> None:
+        self.primers, self.rest, self.life = primers, rest, life
 
 
 def priming_rounds(m: Marked, round_size: int) -> list[Round]:

@@ -13,7 +13,7 @@ from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, Rat
 from ..api._http import CREATE_ANSWER_WAIT
 from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ..decide._budget import Spend, body_worst, may_spend
-from ..decide._priming import Waiting, gate, lapsed, rounds_ended
+from ..decide._gate import Waiting, gate, lapsed, rounds_ended
 from ..input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, PendingRow
 from ..state._records import Group
@@ -73,7 +73,7 @@ class Admitter(Part):
 
     def _gated(self, planned: list[BatchRow], bound: int | None) -> tuple[list[BatchRow], list[int], int, int]:
         """The batches that may go now, in order, the room each needs, the room held for rests whose primer is in
-        flight, and how many are held back for a primer (`decide._priming.gate`)."""
+        flight, and how many are held back for a primer (`decide._gate.gate`)."""
         if all(b.cache_round is None for b in planned):
             return planned, [b.requests for b in planned], 0, 0
         ended = rounds_ended(self.journal.groups.primer_endings())

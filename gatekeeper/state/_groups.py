@@ -27,7 +27,7 @@ class Groups:
 
     def primer_endings(self) -> list[tuple[int, bool, str | None, float | None]]:
         """Each primer batch: (its round, whether it has ended, its `ended_at` as the API reported it, when this
-        journal saw it end). `decide._priming.rounds_ended` weighs them."""
+        journal saw it end). `decide._gate.rounds_ended` weighs them."""
         return [(int(r), state in ("ended", "collected"), api_at, None if seen is None else float(seen))
                 for r, state, api_at, seen in self.db.execute(
                     "SELECT b.cache_round, b.state, b.ended_at, MAX(e.at) FROM batches b LEFT JOIN events e "
