@@ -3,9 +3,12 @@ that holds a rest until its primer has ended, the input cost three ways, the rea
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gatekeeper import load_prices
 from gatekeeper._prices import Rates
@@ -22,6 +25,7 @@ from gatekeeper.decide._priming import (
     round_size,
     rounds,
     shared_prefixes,
+    used_points,
 )
 from gatekeeper.decide._settle import usage_of
 from gatekeeper.input._caching import CacheScan
@@ -63,6 +67,32 @@ def prefixes_of(marks: Marks, chosen) -> list:
 def test_the_prefix_each_request_shares(requests: list, minimum: list[float], expected: list) -> None:
     marks = marks_of(*requests)
     assert prefixes_of(marks, shared_prefixes(marks, minimum)) == expected
+
+
+def _rule(marks: Marks, minimum: list[float]) -> list[int]:
+    """The shared-prefix rule as the module docstring states it, one request at a time: the longest eligible point
+    another request marks too, else the longest eligible one, else NONE."""
+    eligible = [[p for p in range(marks.first[k], marks.first[k + 1]) if marks.psize[p] >= minimum[marks.model[k]]]
+                for k in range(len(marks))]
+    seen = Counter(marks.digest[p] for points in eligible for p in points)
+    return [next((p for p in reversed(points) if seen[marks.digest[p]] > 1), points[-1] if points else NONE)
+            for points in eligible]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.lists(st.sampled_from([TOOLS, DOC_A, DOC_B, QUESTION, (10, 9, "5m")]),
+                                                           min_size=1, max_size=3, unique=True)), min_size=1, max_size=8),
+       st.sampled_from([[500.0, 500.0], [1024.0, 1024.0], [512.0, 4000.0], [10.0, 1024.0], [5000.0, 5000.0]]),
+       st.booleans(), st.booleans())
+def test_the_shared_prefix_whole_arrays_choose_as_the_rule(rows: list, minimum: list[float], one_model: bool,
+                                                           one_marker: bool) -> None:
+    """`shared_prefixes` over whole arrays (one marker a request, one model: none, all or some eligible) and
+    request by request chooses as the rule does."""
+    requests = [("a" if one_model else model, 4000, tuple(sorted(points))[:1] if one_marker else tuple(sorted(points)))
+                for model, points in rows]
+    marks = marks_of(*requests)
+    minimum = minimum[:len(marks.models)]
+    assert list(shared_prefixes(marks, minimum)) == _rule(marks, minimum)
 
 
 def test_groups_and_rounds() -> None:
@@ -108,9 +138,10 @@ def test_read_share_of_the_ideal(read: int, written: int, ideal: float | None, s
 
 def test_ideal_write_share_is_one_write_per_distinct_prefix() -> None:
     marks = marks_of(*[("m", 4000, (p,)) for p in (DOC_A, DOC_A, DOC_A, DOC_B, (10, 9, "5m"))])
-    assert ideal_write_share(marks, shared_prefixes(marks, [1024])) == pytest.approx((3000 + 3100) / (3 * 3000 + 3100))
+    assert ideal_write_share(marks, used_points(shared_prefixes(marks, [1024]))) == \
+        pytest.approx((3000 + 3100) / (3 * 3000 + 3100))
     short = marks_of(("m", 100, ((10, 9, "5m"),)))
-    assert ideal_write_share(short, shared_prefixes(short, [1024])) is None
+    assert ideal_write_share(short, used_points(shared_prefixes(short, [1024]))) is None
 
 
 def w(idx: int, kind: str, n: int, r: int | None = None) -> Waiting:

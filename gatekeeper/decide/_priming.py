@@ -81,6 +81,11 @@ def shared_prefixes(marks: Marks, minimum: list[float]) -> array[int]:
     minimum = [x / per for x in minimum]  # (in the sizes' unit)
     first, ptokens, digest, model = marks.first, marks.psize, marks.digest, marks.model
     if len(digest) == len(marks):  # one marker a request (the common shape): its point if eligible, in C loops
+        if len(minimum) == 1 and len(ptokens):  # one model: none eligible, or all, tell at once
+            if max(ptokens) < minimum[0]:
+                return array("q", [NONE]) * len(marks)
+            if min(ptokens) >= minimum[0]:
+                return array("q", struct.pack(f"{len(marks)}q", *range(len(marks))))
         floor = map(minimum.__getitem__, model) if len(minimum) > 1 else repeat(minimum[0] if minimum else 0.0)
         # request k gets point k where eligible, else NONE (-1): (k + 1) * eligible - 1, computed in C loops
         picked = map(NONE.__add__, map(mul, range(1, len(marks) + 1), map(le, floor, ptokens)))
@@ -166,10 +171,11 @@ class InputRates:
 
 
 def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | None],
-                only: int | None = None) -> dict[str, float | None]:
+                only: int | None = None, used: list[int] | None = None) -> dict[str, float | None]:
     """The input's cost at batch prices with no caching, with its markers sent cold (every request writes its
     prefix, none reads: one batch), and primed (one write a shared prefix, every other use a read). `rates[m]`:
-    model m's rates (None: no price, and no cost); `only`: the requests of that model alone.
+    model m's rates (None: no price, and no cost); `only`: the requests of that model alone, and `used` their
+    shared prefixes when the caller has them (`used_points`).
 
     Summed a model at a time over whole arrays: plain input for every token, then, for each prefix use, the
     difference a write (cold; primed: its first use) or a read (primed: every later use) makes."""
@@ -181,7 +187,8 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
             continue
         if r is None:
             return {"none": None, "cold": None, "primed": None}
-        used = used_points(chosen, mine)
+        if used is None or only is None:
+            used = used_points(chosen, mine)
         plain = sum(_of(marks.size, mine)) * _per(marks) * r.input
         none += plain
         cold += plain + _write_extra(marks, used, r)
@@ -202,10 +209,10 @@ def _write_extra(marks: Marks, points: list[int], r: InputRates) -> float:
     return (tokens - hours) * (r.write_5m - r.input) + hours * (r.write_1h - r.input)
 
 
-def ideal_write_share(marks: Marks, chosen: Sequence[int]) -> float | None:
-    """Of the prefix tokens the job's requests cache, the share an ideal run writes (one write a distinct prefix,
-    every other use a read): the realized read share is read / ((read + write) x (1 - this))."""
-    used = used_points(chosen)
+def ideal_write_share(marks: Marks, used: list[int]) -> float | None:
+    """Of the prefix tokens the job's requests cache (`used`: the prefix each uses, `used_points`), the share an ideal
+    run writes (one write a distinct prefix, every other use a read): the realized read share is
+    read / ((read + write) x (1 - this))."""
     total = _tokens(marks, used)
     if not total:
         return None

@@ -30,6 +30,7 @@ from ._caching import CacheScan, extend
 from ._sizing import BODY_SEP
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
     from ._planner import BatchPlan, PlanReport
@@ -44,7 +45,7 @@ class Marked:
 
     __slots__ = ("scan", "rows", "marks", "chosen")
 
-    def __init__(self, scan: CacheScan, rows: array[int], marks: Marks, chosen: array[int]) -> None:
+    def __init__(self, scan: CacheScan, rows: Sequence[int], marks: Marks, chosen: array[int]) -> None:
         self.scan, self.rows, self.marks, self.chosen = scan, rows, marks, chosen
 
 
@@ -58,7 +59,7 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
     if not rejected or not any(line in rejected for line in scan.lines):
         _sized(src, out, per_byte)
         minimum = [float(prices.cache_minimum(model)[0]) for model in out.models]
-        return Marked(scan, extend(array("q"), range(len(scan))), out, shared_prefixes(out, minimum))
+        return Marked(scan, range(len(scan)), out, shared_prefixes(out, minimum))
     keep = [k for k in range(len(scan)) if scan.lines[k] not in rejected]
     rows = array("q", keep)
     first = src.first
@@ -107,13 +108,15 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
     if not len(m.marks) and not unmarked:
         return None
     whole = (estimate or report.estimate(prices))["models"]
-    present = set(m.marks.model)
-    models = {name: _model_figures(prices, m, i, whole.get(name, {}).get("cost_usd"))
+    used = used_points(m.chosen)  # (once: a pass over every request)
+    one = len(m.marks.models) == 1
+    present = ({0} if len(m.marks) else set()) if one else set(m.marks.model)
+    models = {name: _model_figures(prices, m, i, whole.get(name, {}).get("cost_usd"), used if one else None)
               for i, name in enumerate(m.marks.models) if i in present}
     measured = bool((report.calibration or {}).get("models"))
     return {
         "models": dict(sorted(models.items())),
-        "ideal_write_share": ideal_write_share(m.marks, m.chosen),
+        "ideal_write_share": ideal_write_share(m.marks, used),
         "unmarked": unmarked,
         "method": ("prefix bytes x tokens per byte measured with count_tokens" if measured else
                    f"prefix bytes / {BYTES_PER_TOKEN:g} (not measured: no key)")
@@ -121,11 +124,13 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
     }
 
 
-def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | None) -> dict[str, Any]:
-    """One model's figures; `whole`: the estimated cost of all its input, marked or not."""
+def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | None,
+                   used: list[int] | None = None) -> dict[str, Any]:
+    """One model's figures; `whole`: the estimated cost of all its input, marked or not; `used`: the shared
+    prefixes its requests use, when the caller has them."""
     marks, name = m.marks, m.marks.models[model]
     mine = requests_of(marks, model)
-    used = used_points(m.chosen, mine)
+    used = used_points(m.chosen, mine) if used is None else used
     minimum, known = prices.cache_minimum(name)
     distinct = dict(zip(map(marks.digest.__getitem__, used), map(marks.psize.__getitem__, used)))
     shared = [n for n in sharing(marks, used).values() if n > 1]
@@ -135,7 +140,7 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     else:
         hours = sum(marks.hour[p] for k in mine for p in range(marks.first[k], marks.first[k + 1]))
         points = sum(marks.first[k + 1] - marks.first[k] for k in mine)
-    costs = input_costs(marks, m.chosen, [rates_of(prices, x) for x in marks.models], only=model)
+    costs = input_costs(marks, m.chosen, [rates_of(prices, x) for x in marks.models], only=model, used=used)
     plain = costs["none"]
     return {
         "requests_marked": len(mine),
