@@ -116,13 +116,13 @@ class CacheScan:
         points = len(m.digest)
         # (whole arrays where the piece's numbering is ours already: a C loop, not a Python step a line)
         same = list(remap) == list(range(len(remap)))
-        m.model.extend(o.model if same else array("H", (remap[i] for i in o.model)))
+        extend(m.model, o.model if same else map(remap.__getitem__, o.model))
         m.size.extend(o.size)
-        m.first.extend(o.first[1:] if points == 0 else array("q", map(points.__add__, o.first[1:])))
+        extend(m.first, o.first[1:] if points == 0 else map(points.__add__, o.first[1:]))
         m.psize.extend(o.psize)
         m.digest.extend(o.digest)
         m.hour.extend(o.hour)
-        self._lines.extend(other.lines if base == 0 else array("q", map(base.__add__, other.lines)))
+        extend(self._lines, other.lines if base == 0 else map(base.__add__, other.lines))
         self._offsets.extend(other.offsets)
         self._cids.extend(other.cids)
         for key, n in other.unmarked.items():
@@ -154,7 +154,11 @@ class CacheScan:
 
 def extend(target: array[Any], values: Iterable[float]) -> array[Any]:
     """`target.extend(values)` through `struct`, which converts a number in about a quarter of the instructions an
-    array's own item conversion takes (it parses each one as an argument); returns `target`."""
+    array's own item conversion takes (it parses each one as an argument); returns `target`. An array of the same
+    type is copied as it is."""
+    if isinstance(values, array) and values.typecode == target.typecode:
+        target.extend(values)
+        return target
     values = values if isinstance(values, (tuple, list)) else tuple(values)
     target.frombytes(struct.pack(f"{len(values)}{target.typecode}", *values))
     return target
