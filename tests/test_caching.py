@@ -74,7 +74,12 @@ def test_plan_reports_caching_in_text_and_json_and_the_parallel_reader_agrees(tm
     assert "unmarked: 4 claude-sonnet-5 requests share a system" in text
     monkeypatch.setattr(gatekeeper.input._parallel, "PIECE_BYTES", 8192)  # many pieces, prefixes spread over them
     prices = load_prices()
-    assert plan(path, workers=2).caching(prices) == plan(path).caching(prices)
+    two, one = plan(path, workers=2), plan(path)
+    assert two.caching(prices) == one.caching(prices)
+    # what priming would read: the parallel reader's custom_ids are read back from the file, the same
+    a, b = two.cache_scan, one.cache_scan
+    assert a is not None and b is not None and len(a) > 100
+    assert (list(a.lines), list(a.offsets), a.cids) == (list(b.lines), list(b.offsets), b.cids)
 
 
 def _billed_cost(fake: FakeAPI) -> float:

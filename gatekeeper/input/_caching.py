@@ -16,7 +16,7 @@ from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
     from ._markers import Point
@@ -39,14 +39,15 @@ class CacheScan:
     marked line's instructions) and calls `settle()` once `SETTLE_ROWS` are pending; `settle()` moves them into the
     arrays in whole-column passes, and every reader of the arrays (the properties) settles first."""
 
-    __slots__ = ("rows", "_marks", "_lines", "_offsets", "_cids", "unmarked", "_model_index")
+    __slots__ = ("rows", "_marks", "_lines", "_offsets", "_cids", "read_ids", "unmarked", "_model_index")
 
     def __init__(self) -> None:
         self.rows: list[Row] = []
         self._marks = Marks("bytes")  # (the reader's sizes; `_cachereport` sizes them in tokens)
         self._lines = array("q")
         self._offsets = array("q")
-        self._cids: list[str] = []
+        self._cids: list[str] | None = []  # None: not kept, `read_ids` reads them back (the parallel reader's)
+        self.read_ids: Callable[[array[int]], list[str]] | None = None
         # (model, what, size, key) -> lines that share it unmarked; `what` is "system" or "tools"
         self.unmarked: dict[tuple[str, str, int, Any], int] = {}
         self._model_index: dict[str, int] = {}
@@ -68,7 +69,13 @@ class CacheScan:
 
     @property
     def cids(self) -> list[str]:
+        """The marked lines' custom_ids. The parallel reader's workers send none (the parent would receive, hold and
+        free 100,000 strings that only priming reads, and `submit` reads in one process): they are read back from
+        the file by offset, once, if ever asked for."""
         self.settle()
+        if self._cids is None:
+            assert self.read_ids is not None, "custom_ids not kept, and nothing to read them back with"
+            self._cids = self.read_ids(self._offsets)
         return self._cids
 
     def _index(self, model: str) -> int:
@@ -92,7 +99,8 @@ class CacheScan:
         rows.clear()
         extend(self._lines, lines)
         extend(self._offsets, offsets)
-        self._cids.extend(cids)
+        if self._cids is not None:  # (else they are read back by offset)
+            self._cids.extend(cids)
         for name in set(models):
             self._index(name)
         m = self._marks
@@ -124,7 +132,10 @@ class CacheScan:
         m.hour.extend(o.hour)
         extend(self._lines, other.lines if base == 0 else map(base.__add__, other.lines))
         self._offsets.extend(other.offsets)
-        self._cids.extend(other.cids)
+        if other._cids is None or self._cids is None:
+            self._cids = None  # (the workers' pieces: read back when asked for)
+        else:
+            self._cids.extend(other._cids)
         for key, n in other.unmarked.items():
             if key in self.unmarked or len(self.unmarked) < UNMARKED_KEYS:
                 self.unmarked[key] = self.unmarked.get(key, 0) + n
@@ -132,7 +143,7 @@ class CacheScan:
     def to_marshal(self) -> tuple[Any, ...]:
         m = self.marks
         return (m.models, m.model.tobytes(), m.size.tobytes(), m.first.tobytes(), m.psize.tobytes(),
-                m.digest.tobytes(), bytes(m.hour), self.lines.tobytes(), self.offsets.tobytes(), self.cids,
+                m.digest.tobytes(), bytes(m.hour), self.lines.tobytes(), self.offsets.tobytes(),
                 list(self.unmarked.items()))
 
     @classmethod
@@ -146,8 +157,8 @@ class CacheScan:
         m.first = array("q")
         m.first.frombytes(data[3])
         m.hour = bytearray(data[6])
-        scan._cids = list(data[9])
-        scan.unmarked = {tuple(k): n for k, n in data[10]}
+        scan._cids = None  # (not sent: see `cids`)
+        scan.unmarked = {tuple(k): n for k, n in data[9]}
         scan._model_index = {name: i for i, name in enumerate(m.models)}
         return scan
 

@@ -266,6 +266,19 @@ def _receive(fd: int, path: str) -> tuple[int, Piece] | None:
     return int.from_bytes(head[:4], "little"), value
 
 
+def _id_reader(path: str) -> Callable[[array[int]], list[str]]:
+    """Reads the custom_ids at these offsets of the file back (what `CacheScan.cids` asks of a parallel scan)."""
+    def read(offsets: array[int]) -> list[str]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            request_at = request_reader(fd)
+            return [request_at(offset)[0] for offset in offsets]
+        finally:
+            os.close(fd)
+
+    return read
+
+
 def _drop_duplicates(dups: list[tuple[int, int]], base: int, columns: tuple[array[int], array[int], array[int]],
                      names: list[str], counts: list[int], sizes: list[int],
                      request_at: Callable[[int], tuple[str, str]]) -> tuple[list[Rejection], tuple[array[int], ...]]:
@@ -324,6 +337,8 @@ def parallel_scan(
     request_at = request_reader(fd)
     index = IdIndex(confirm=lambda offset: request_at(offset)[0])
     base = 0  # lines before the current piece
+    if cache is not None:
+        cache.read_ids = _id_reader(path)
     try:
         for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules), len(bounds), workers, path):
             if not base:  # sized once the workers run: they need not map the parent's index, nor wait for the estimate
