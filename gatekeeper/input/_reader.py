@@ -344,25 +344,28 @@ def validate(
         # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched,
         # and a line whose only blocks are its system's is walked over them without a search.
         system = params.get("system")
-        plain = len(messages) == 1 and messages[0].__class__ is dict and messages[0].get("content").__class__ is str
-        points = None
-        if plain and system.__class__ is list and "tools" not in params and "cache_control" not in params:
-            reason, points = system_walk(system, model, memo)
-        elif (not plain or "tools" in params or "cache_control" in params) and b"cache_control" in raw:
-            reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
-        else:
-            reason = None
-        if reason is not None:
-            reject(Rejection(line_no, cid, reason))
-            continue
-        if cache is not None:
-            if points:
-                marked.append((line_no, start, size, cid, model, points))
-                if len(marked) >= SETTLE_ROWS:
-                    cache.settle()
-            elif (system.__class__ is not str and system is not None or "tools" in params
-                  or system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES):
-                note_unmarked(cache, model, system, params.get("tools"))
+        if (system.__class__ is list or "tools" in params or "cache_control" in params or len(messages) != 1
+                or messages[0].__class__ is not dict or messages[0].get("content").__class__ is not str):
+            if (system.__class__ is list and "tools" not in params and "cache_control" not in params
+                    and len(messages) == 1 and messages[0].__class__ is dict
+                    and messages[0].get("content").__class__ is str):
+                reason, points = system_walk(system, model, memo)
+            elif b"cache_control" in raw:
+                reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
+            else:
+                reason, points = None, ()
+            if reason is not None:
+                reject(Rejection(line_no, cid, reason))
+                continue
+            if cache is not None:
+                if points:
+                    marked.append((line_no, start, size, cid, model, points))
+                    if len(marked) >= SETTLE_ROWS:
+                        cache.settle()
+                elif system is not None or "tools" in params:
+                    note_unmarked(cache, model, system, params.get("tools"))
+        elif cache is not None and system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES:
+            note_unmarked(cache, model, system, None)
         if rules:
             reason = _model_reason(params, models, peaks)
             if reason is not None:
