@@ -40,9 +40,10 @@ MIN_PARALLEL_BYTES = 64 << 20  # below this, starting workers costs more than it
 
 # What a worker sends, in types `marshal` writes (no pickle: its import is 4 ms of every start): (lines, then the
 # columns' machine bytes: 'I' lines, 'q' offsets, 'I' lengths, 'i' fingerprints; model names, their requests and
-# bytes, rejections as (line, custom_id, reason), max_tokens peaks, the caching facts).
+# bytes, rejections as (line, custom_id, reason), max_tokens peaks, the caching facts, the largest request's bytes
+# and its index: a pass the worker makes rather than the parent).
 Piece = tuple[int, bytes, bytes, bytes, bytes, list[str], list[int], list[int], list[tuple[int, str | None, str]],
-              dict[str, int], tuple[object, ...]]
+              dict[str, int], tuple[object, ...], tuple[int, int]]
 
 
 @contextmanager
@@ -82,7 +83,13 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
     return (stats.lines, _packed("I", cols.lines), _packed("q", cols.offsets), _packed("I", cols.sizes),
             _packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
             [sum(sizes) for sizes in by_model.values()], [(r.line, r.custom_id, r.reason) for r in rejections],
-            peaks or {}, cache.to_marshal())
+            peaks or {}, cache.to_marshal(), _largest(cols.sizes))
+
+
+def _largest(sizes: list[int] | array[int]) -> tuple[int, int]:
+    """The largest size and where it first is; (0, -1) for none."""
+    top = max(sizes, default=0)
+    return (top, sizes.index(top)) if sizes else (0, -1)
 
 
 def _packed(code: str, values: list[int]) -> bytes:
@@ -302,14 +309,16 @@ def _drop_duplicates(dups: list[tuple[int, int]], base: int, columns: tuple[arra
 class Segment:
     """The valid, unique requests of one piece, in input order, as flat arrays. (A plain class, as `ScanStats`.)"""
 
-    __slots__ = ("base", "lines", "offsets", "lengths", "total")
+    __slots__ = ("base", "lines", "offsets", "lengths", "total", "largest")
 
-    def __init__(self, base: int, lines: array[int], offsets: array[int], lengths: array[int], total: int) -> None:
+    def __init__(self, base: int, lines: array[int], offsets: array[int], lengths: array[int], total: int,
+                 largest: tuple[int, int]) -> None:
         self.base = base  # lines before the piece: a request's line number is base + lines[k]
         self.lines = lines  # 'I', line numbers relative to the piece (first = 1)
         self.offsets = offsets  # 'q', byte offsets of the requests
         self.lengths = lengths  # 'I', the requests' bytes
         self.total = total  # their sum
+        self.largest = largest  # the largest request's bytes and its index, (0, -1) for none
 
 
 def parallel_scan(
@@ -343,7 +352,7 @@ def parallel_scan(
         for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules), len(bounds), workers, path):
             if not base:  # sized once the workers run: they need not map the parent's index, nor wait for the estimate
                 index.reserve(expected_ids(fd, size))
-            count, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks, facts = piece
+            count, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks, facts, largest = piece
             if cache is not None:
                 cache.merge(CacheScan.from_marshal(facts), base)
             rel, offs, lens, fps = array("I", rel_b), array("q", offs_b), array("I", lens_b), array("i", fps_b)
@@ -351,7 +360,7 @@ def parallel_scan(
             dups = index.add_many(rel, offs, fps, base)
             named, (rel, offs, lens) = _drop_duplicates(dups, base, (rel, offs, lens), names, counts, sizes, request_at)
             _merge_models(models, model_bytes, names, counts, sizes)
-            yield Segment(base, rel, offs, lens, sum(sizes))
+            yield Segment(base, rel, offs, lens, sum(sizes), _largest(lens) if dups else (largest[0], largest[1]))
             for rej in sorted([Rejection(base + line, cid, reason) for line, cid, reason in rejected] + named,
                               key=lambda e: e.line):
                 reject(rej)

@@ -234,9 +234,9 @@ def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRule
                 first = edge(seg, k)
             last_at = (seg, len(lengths) - 1)
             total += seg.total
-            top = max(lengths)
+            top, at = seg.largest
             if top > largest:
-                largest, largest_at = top, (seg, lengths.index(top))
+                largest, largest_at = top, (seg, at)
         if packer.count and last_at is not None:
             batches.append(_batch_plan(len(batches), packer.count, packer.size, first, edge(*last_at)))
         if largest_at is not None:

@@ -7,7 +7,8 @@ The input: every request's system block carries `cache_control` (a document shar
 a line: 148 MB for 100,000), the case where `plan` walks each line's blocks for markers and prefixes. Each run is a
 fresh process (`python -m gatekeeper plan FILE --json` against `python -c` of a bare loop that parses every line),
 the two taking turns `--repeat` times, with gatekeeper's bytecode compiled first; prints each one's median and their
-ratio. A document's six requests are
+ratio, and how long two bare loops started at once take against one (how much of a second core the machine gave:
+`plan`'s two workers need it). A document's six requests are
 consecutive (the usual order); `--shuffled` writes them in a random order (seed 7) to /tmp/gk-bench-shuffled.jsonl,
 where the reader's memory of the last line's walk never helps.
 """
@@ -50,10 +51,9 @@ def _lines(path: str) -> int:
         return sum(1 for _ in f)
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str], env: dict[str, str]) -> float:
     t = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")})
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     return time.perf_counter() - t
 
 
@@ -72,14 +72,26 @@ def main() -> None:
     import gatekeeper  # compiled as `pip install` compiles it (this machine may set PYTHONDONTWRITEBYTECODE)
 
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(gatekeeper.__file__)], check=True)
-    bare, plan = [], []
+    bare, plan, pairs = [], [], []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     for _ in range(a.repeat):
-        bare.append(timed([sys.executable, "-c", BARE, a.file]))
-        plan.append(timed([sys.executable, "-m", "gatekeeper", "plan", a.file, "--json"]))
-    b, p = statistics.median(bare), statistics.median(plan)
-    print(f"{a.requests:,} marked requests{' (shuffled)' if a.shuffled else ''} ({size:,.0f} MB): bare orjson loop {b:.2f} s, plan --json {p:.2f} s "
-          f"(medians of {a.repeat}, start-up included): {p / b:.2f}x")
+        bare.append(timed([sys.executable, "-c", BARE, a.file], env))
+        plan.append(timed([sys.executable, "-m", "gatekeeper", "plan", a.file, "--json"], env))
+        pairs.append(together([sys.executable, "-c", BARE, a.file], 2, env))
+    b, p, t = statistics.median(bare), statistics.median(plan), statistics.median(pairs)
+    print(f"{a.requests:,} marked requests{' (shuffled)' if a.shuffled else ''} ({size:,.0f} MB): bare orjson loop "
+          f"{b:.2f} s, plan --json {p:.2f} s (medians of {a.repeat}, start-up included): {p / b:.2f}x")
+    print(f"two bare loops at once / one alone: {t / b:.2f}x the time (1.0 when the machine gives two whole cores, "
+          "2.0 when it gives one; plan's workers need the two)")
 
+
+def together(argv: list[str], n: int, env: dict[str, str]) -> float:
+    """Seconds for `n` copies of a command started at once to all end."""
+    t = time.perf_counter()
+    procs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env) for _ in range(n)]
+    for proc in procs:
+        proc.wait()
+    return time.perf_counter() - t
 
 if __name__ == "__main__":
     main()
