@@ -101,18 +101,25 @@ class CacheScan:
         extend(self._offsets, offsets)
         if self._cids is not None:  # (else they are read back by offset)
             self._cids.extend(cids)
-        for name in set(models):
+        names = set(models)
+        for name in names:
             self._index(name)
-        m = self._marks
-        extend(m.model, tuple(map(self._model_index.__getitem__, models)))
+        m, n, index = self._marks, len(models), self._model_index
+        # (the common case made without a step an item: one model, one point a line (every row has one at least),
+        # every life 5m)
+        extend(m.model, (index[models[0]],) * n if len(names) == 1 else tuple(map(index.__getitem__, models)))
         extend(m.size, sizes)
-        extend(m.first, tuple(islice(accumulate(map(len, points), initial=len(m.digest)), 1, None)))
         flat = list(chain.from_iterable(points))
+        done = len(m.digest)
+        if len(flat) == n:
+            extend(m.first, range(done + 1, done + n + 1))
+        else:
+            extend(m.first, tuple(islice(accumulate(map(len, points), initial=done), 1, None)))
         if flat:
             psize, digest, life = zip(*flat)
             extend(m.psize, psize)
             extend(m.digest, digest)
-            m.hour.extend(map(_HOUR.__getitem__, life))
+            m.hour.extend(bytes(len(life)) if life.count("5m") == len(life) else map(_HOUR.__getitem__, life))
 
     def __len__(self) -> int:
         return len(self.lines)
