@@ -1,7 +1,7 @@
 """CPU instructions a request: a bare orjson loop against one `plan` reader worker, and the parent's duplicate
 probe an id, counted by valgrind; and `plan`'s start-up beyond the bare loop's.
 
-Usage: python tests/benchmarks/bench_instructions.py [--file /tmp/gk-bench-startup.jsonl]
+Usage: python tests/benchmarks/bench_instructions.py [--file /tmp/gk-bench-instructions.jsonl]
 
 Wall time on a shared 2-core machine moves by 15% from one minute to the next; an instruction count does not.
 Each loop runs under `valgrind --tool=callgrind` twice, over the file's first 2 MB and first 6 MB of lines, and
@@ -75,7 +75,7 @@ def first_lines(path: str, size: int) -> tuple[int, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--file", default="/tmp/gk-bench-startup.jsonl")
+    ap.add_argument("--file", default="/tmp/gk-bench-instructions.jsonl")  # (its own: 10,000 requests, not 100,000)
     a = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
