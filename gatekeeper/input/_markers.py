@@ -59,8 +59,8 @@ class Memo:
     size and digest up to it (`walked`), and its answer. A line whose head equals the last one's (the usual order: a
     document's requests one after another) gets the same answer after one equality check, a memory compare of the
     document (the serializing and the siphash it saves are about 30 times that); one whose head begins as the last
-    one's did takes those parts' sizes and digests. (Equality is Python's: 1 and 1.0 compare equal, a difference the estimate
-    bears.)"""
+    one's did takes those parts' sizes and digests. (Equality is Python's: 1 and 1.0 compare equal, a difference
+    the estimate bears.)"""
 
     __slots__ = ("model", "parts", "head", "walked", "answer")
 
