@@ -330,3 +330,15 @@ def test_a_lapsed_rest_is_regrouped_into_a_new_round(tmp_path: Path, docs: list,
     got, n = regroup(path, journal, rows, load_prices(), Limits())
     assert n == primers
     assert [(kind, r, [m.custom_id for m in g]) for kind, r, g in got] == groups
+
+
+def test_pieces_merged_then_a_line_added_keep_input_order() -> None:
+    """Merged pieces are joined when first read, before any line added after them: the arrays stay in input order."""
+    merged = _scan([(0, "a", [(10, 1, "5m")])])
+    merged.merge(_scan([(0, "b", [(20, 2, "1h")]), (1, "a", [(30, 3, "5m"), (40, 4, "5m")])]), 1)
+    merged.merge(_scan([(0, "a", [(50, 5, "5m")])]), 3)
+    merged.add(9, 900, 109, "c9", "b", ((60, 6, "1h"),))
+    assert list(merged.lines) == [0, 1, 2, 3, 9] and merged.marks.models == ["a", "b"]
+    assert list(merged.marks.model) == [0, 1, 0, 0, 1] and list(merged.marks.first) == [0, 1, 2, 4, 5, 6]
+    assert list(merged.marks.digest) == [1, 2, 3, 4, 5, 6] and bytes(merged.marks.hour) == b"\x00\x01\x00\x00\x00\x01"
+    assert list(merged.offsets) == [0, 0, 100, 0, 900] and len(merged) == 5

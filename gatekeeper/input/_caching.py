@@ -39,12 +39,15 @@ class CacheScan:
     marked line's instructions) and calls `settle()` once `SETTLE_ROWS` are pending; `settle()` moves them into the
     arrays in whole-column passes, and every reader of the arrays (the properties) settles first."""
 
-    __slots__ = ("rows", "_marks", "_lines", "_offsets", "_cids", "read_ids", "unmarked", "_model_index")
+    __slots__ = ("rows", "_marks", "_lines", "_later", "_pieces", "_offsets", "_cids", "read_ids", "unmarked",
+                 "_model_index")
 
     def __init__(self) -> None:
         self.rows: list[Row] = []
         self._marks = Marks("bytes")  # (the reader's sizes; `_cachereport` sizes them in tokens)
         self._lines = array("q")
+        self._later: list[tuple[int, array[int]]] = []  # merged pieces' lines, numbered from their base when asked for
+        self._pieces: list[tuple[int, CacheScan]] = []  # merged pieces not yet joined (`merge`)
         self._offsets = array("q")
         self._cids: list[str] | None = []  # None: not kept, `read_ids` reads them back (the parallel reader's)
         self.read_ids: Callable[[array[int]], list[str]] | None = None
@@ -60,7 +63,16 @@ class CacheScan:
     @property
     def lines(self) -> array[int]:
         self.settle()
+        if self._later:
+            self._number()
         return self._lines
+
+    def _number(self) -> None:
+        """The merged pieces' line numbers counted from their bases (a pass `plan` skips: only a report with
+        rejected lines, and priming, read them)."""
+        for base, lines in self._later:
+            extend(self._lines, map(base.__add__, lines))
+        self._later.clear()
 
     @property
     def offsets(self) -> array[int]:
@@ -92,9 +104,13 @@ class CacheScan:
 
     def settle(self) -> None:
         """Move the pending rows into the arrays, a column at a time (C loops, no Python step a line)."""
+        if self._pieces:
+            self._join()
         rows = self.rows
         if not rows:
             return
+        if self._later:
+            self._number()
         lines, offsets, sizes, cids, models, points = zip(*rows)
         rows.clear()
         extend(self._lines, lines)
@@ -122,23 +138,16 @@ class CacheScan:
             m.hour.extend(bytes(len(life)) if life.count("5m") == len(life) else map(_HOUR.__getitem__, life))
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return len(self.marks.model)
 
     def merge(self, other: CacheScan, base: int) -> None:
-        """Add a piece's facts, its line numbers counted from `base` (the lines before the piece)."""
-        o, m = other.marks, self.marks
-        remap = array("H", (self._index(name) for name in o.models))
-        points = len(m.digest)
-        # (whole arrays where the piece's numbering is ours already: a C loop, not a Python step a line)
-        same = list(remap) == list(range(len(remap)))
-        extend(m.model, o.model if same else map(remap.__getitem__, o.model))
-        m.size.extend(o.size)
-        extend(m.first, o.first[1:] if points == 0 else map(points.__add__, o.first[1:]))
-        m.psize.extend(o.psize)
-        m.digest.extend(o.digest)
-        m.hour.extend(o.hour)
-        extend(self._lines, other.lines if base == 0 else map(base.__add__, other.lines))
-        self._offsets.extend(other.offsets)
+        """Add a piece's facts, its line numbers counted from `base` (the lines before the piece). Its arrays are
+        joined to ours when first read (`_join`): extended piece by piece, the growing arrays were reallocated and
+        copied each time, half of the parent's merging."""
+        other.settle()
+        for name in other._marks.models:
+            self._index(name)
+        self._pieces.append((base, other))
         if other._cids is None or self._cids is None:
             self._cids = None  # (the workers' pieces: read back when asked for)
         else:
@@ -146,6 +155,30 @@ class CacheScan:
         for key, n in other.unmarked.items():
             if key in self.unmarked or len(self.unmarked) < UNMARKED_KEYS:
                 self.unmarked[key] = self.unmarked.get(key, 0) + n
+
+    def _join(self) -> None:
+        """The merged pieces' arrays after ours, in order: each piece's model numbers remapped to ours where they
+        differ and its points counted on from ours; each column then joined in one copy."""
+        pieces, self._pieces = self._pieces, []
+        m = self._marks
+        points, requests = len(m.digest), len(m.model)
+        for base, o in pieces:
+            om, n = o._marks, len(o._marks.model)
+            remap = [self._model_index[name] for name in om.models]
+            extend(m.model, om.model if remap == list(range(len(remap))) else map(remap.__getitem__, om.model))
+            if len(om.digest) == n and points == requests:  # one point a line, here and there: count on
+                extend(m.first, range(points + 1, points + n + 1))
+            else:
+                extend(m.first, map(points.__add__, om.first[1:]))
+            points, requests = points + len(om.digest), requests + n
+            if base == 0 and not self._later:
+                self._lines.extend(o._lines)
+            else:
+                self._later.append((base, o._lines))
+        for column in ("size", "psize", "digest"):
+            getattr(m, column).frombytes(b"".join(getattr(o._marks, column).tobytes() for _, o in pieces))
+        m.hour.extend(b"".join(o._marks.hour for _, o in pieces))
+        self._offsets.frombytes(b"".join(o._offsets.tobytes() for _, o in pieces))
 
     def to_marshal(self) -> tuple[Any, ...]:
         m = self.marks
