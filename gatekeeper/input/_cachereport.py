@@ -26,7 +26,8 @@ from ..decide._priming import (
     sharing,
     used_points,
 )
-from ._caching import CacheScan, extend
+from ._arrays import extend
+from ._caching import CacheScan
 from ._sizing import BODY_SEP
 
 if TYPE_CHECKING:

@@ -8,15 +8,15 @@ it with `marshal`.
 
 from __future__ import annotations
 
-import struct
 from array import array
 from itertools import accumulate, chain, islice
 
 from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
+from ._arrays import extend
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
     from typing import Any
 
     from ._markers import Point
@@ -201,18 +201,6 @@ class CacheScan:
         scan.unmarked = {tuple(k): n for k, n in data[9]}
         scan._model_index = {name: i for i, name in enumerate(m.models)}
         return scan
-
-
-def extend(target: array[Any], values: Iterable[float]) -> array[Any]:
-    """`target.extend(values)` through `struct`, which converts a number in about a quarter of the instructions an
-    array's own item conversion takes (it parses each one as an argument); returns `target`. An array of the same
-    type is copied as it is."""
-    if isinstance(values, array) and values.typecode == target.typecode:
-        target.extend(values)
-        return target
-    values = values if isinstance(values, (tuple, list)) else tuple(values)
-    target.frombytes(struct.pack(f"{len(values)}{target.typecode}", *values))
-    return target
 
 
 def note_unmarked(scan: CacheScan, model: str, system: Any, tools: Any) -> None:

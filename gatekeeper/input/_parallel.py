@@ -18,7 +18,6 @@ import mmap
 import os
 import select
 import signal
-import struct
 from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -26,6 +25,7 @@ from itertools import compress
 
 from .._errors import InputError
 from .._typing import TYPE_CHECKING
+from ._arrays import packed
 from ._caching import CacheScan
 from ._idindex import IdIndex
 from ._reader import Columns, Rejection, ScanStats, duplicate, expected_ids, request_reader, validate
@@ -80,8 +80,8 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
         next(validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
                       peaks=peaks, into=cols, cache=cache), None)
     by_model = cols.by_model
-    return (stats.lines, _packed("I", cols.lines), _packed("q", cols.offsets), _packed("I", cols.sizes),
-            _packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
+    return (stats.lines, packed("I", cols.lines), packed("q", cols.offsets), packed("I", cols.sizes),
+            packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
             [sum(sizes) for sizes in by_model.values()], [(r.line, r.custom_id, r.reason) for r in rejections],
             peaks or {}, cache.to_marshal(), _largest(cols.sizes))
 
@@ -90,11 +90,6 @@ def _largest(sizes: list[int] | array[int]) -> tuple[int, int]:
     """The largest size and where it first is; (0, -1) for none."""
     top = max(sizes, default=0)
     return (top, sizes.index(top)) if sizes else (0, -1)
-
-
-def _packed(code: str, values: list[int]) -> bytes:
-    """The machine bytes of array(code, values), made without the array's per-item argument parsing."""
-    return struct.pack(f"{len(values)}{code}", *values)
 
 
 def piece_bounds(path: str, size: int, piece: int, workers: int = 2) -> list[tuple[int, int]]:
