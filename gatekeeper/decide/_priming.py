@@ -187,13 +187,12 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
             continue
         if r is None:
             return {"none": None, "cold": None, "primed": None}
-        if used is None or only is None:
-            used = used_points(chosen, mine)
+        uses = used if used is not None and only is not None else used_points(chosen, mine)
         plain = sum(_of(marks.size, mine)) * _per(marks) * r.input
         none += plain
-        cold += plain + _write_extra(marks, used, r)
-        firsts = list(dict(zip(map(marks.digest.__getitem__, used), used)).values())  # one use a prefix: its write
-        tokens, first_tokens = _tokens(marks, used), _tokens(marks, firsts)
+        cold += plain + _write_extra(marks, uses, r)
+        firsts = list(dict(zip(map(marks.digest.__getitem__, uses), uses)).values())  # one use a prefix: its write
+        tokens, first_tokens = _tokens(marks, uses), _tokens(marks, firsts)
         primed += plain + _write_extra(marks, firsts, r) + (tokens - first_tokens) * (r.read - r.input)
     return {k: round(BATCH_DISCOUNT * v / 1e6, 6) for k, v in (("none", none), ("cold", cold), ("primed", primed))}
 

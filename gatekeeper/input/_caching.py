@@ -103,7 +103,8 @@ class CacheScan:
         self.settle()
 
     def settle(self) -> None:
-        """Move the pending rows into the arrays, a column at a time (C loops, no Python step a line)."""
+        """Bring the arrays up to date: the merged pieces joined first (`_join`), then the pending rows moved in, a
+        column at a time (C loops, no Python step a line)."""
         if self._pieces:
             self._join()
         rows = self.rows
