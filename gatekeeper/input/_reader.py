@@ -267,19 +267,19 @@ def validate(
     the model's limit; `peaks` receives the largest max_tokens seen per model (so a second pass is needed only
     when some line can be over a limit).
 
-    A line whose prompt has blocks and names `cache_control` is also checked for markers the API refuses
-    (`_markers`); a plain line is told apart by its shape, without a search. Given `cache`, a marked line's
-    prefixes and a long unmarked system prompt or tool list are noted there (`_caching`).
+    A line whose prompt has blocks is also checked for markers the API refuses (`_blocks`, `_markers`); a plain
+    line is told apart by its shape, without a search or a call. Given `cache`, a marked line's prefixes and a long
+    unmarked system prompt or tool list are noted there (`_caching`).
 
     This loop is the hot path of `plan`, and it stays one function over 60 lines on purpose: each Python call
     added a line costs about 35 ns (timeit) of the 2.5-3.7 us a line takes here, 1-1.5% per call, and splitting the
-    checks out would add three (docs/performance.md).
+    checks out would add three (docs/performance.md). Only lines with blocks pay one, `_blocks` (about 1,000
+    instructions of a marked line's 39,500).
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     lines, offset = _opened(lines, first_line == 1 and (offset == 0 or not from_file), offset, hasher)
     rules = models is not None or peaks is not None
-    marked = cache.rows if cache is not None else []
     memo = Memo()
     cols = into or Columns()
     col_lines, col_offsets, col_sizes, col_fps, by_model = cols.lines, cols.offsets, cols.sizes, cols.fps, cols.by_model
@@ -341,29 +341,14 @@ def validate(
         if size > item_limit:
             reject(Rejection(line_no, cid, f"request is {size} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
             continue
-        # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched,
-        # and a line whose only blocks are its system's is walked over them without a search.
+        # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched.
         system = params.get("system")
         if (system.__class__ is list or "tools" in params or "cache_control" in params or len(messages) != 1
                 or messages[0].__class__ is not dict or messages[0].get("content").__class__ is not str):
-            if (system.__class__ is list and "tools" not in params and "cache_control" not in params
-                    and len(messages) == 1 and messages[0].__class__ is dict
-                    and messages[0].get("content").__class__ is str):
-                reason, points = system_walk(system, model, memo)
-            elif b"cache_control" in raw:
-                reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
-            else:
-                reason, points = None, ()
+            reason = _blocks(raw, params, system, model, memo, cache, line_no, start, size, cid)
             if reason is not None:
                 reject(Rejection(line_no, cid, reason))
                 continue
-            if cache is not None:
-                if points:
-                    marked.append((line_no, start, size, cid, model, points))
-                    if len(marked) >= SETTLE_ROWS:
-                        cache.settle()
-                elif system is not None or "tools" in params:
-                    note_unmarked(cache, model, system, params.get("tools"))
         elif cache is not None and system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES:
             note_unmarked(cache, model, system, None)
         if rules:
@@ -383,6 +368,32 @@ def validate(
     if stats is not None:
         stats.lines = line_no
         stats.end_offset = offset
+
+
+def _blocks(raw: bytes, params: dict[str, Any], system: Any, model: str, memo: Memo, cache: CacheScan | None,
+            line: int, offset: int, size: int, cid: str) -> str | None:
+    """A line with blocks (or a top-level marker): why the API would refuse its markers, or None, its prefixes or
+    its long unmarked parts noted in `cache`. A line whose only blocks are its system's is walked over them with
+    no search; another only if its bytes name `cache_control`.
+    (Out of `validate`'s loop: a plain line never pays this call.)"""
+    messages = params["messages"]
+    if (system.__class__ is list and "tools" not in params and "cache_control" not in params and len(messages) == 1
+            and messages[0].__class__ is dict and messages[0].get("content").__class__ is str):
+        reason, points = system_walk(system, model, memo)
+    elif b"cache_control" in raw:
+        reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
+    else:
+        reason, points = None, ()
+    if reason is not None or cache is None:
+        return reason
+    if points:
+        rows = cache.rows
+        rows.append((line, offset, size, cid, model, points))
+        if len(rows) >= SETTLE_ROWS:
+            cache.settle()
+    elif system is not None or "tools" in params:
+        note_unmarked(cache, model, system, params.get("tools"))
+    return None
 
 
 def _opened(lines: Iterable[bytes], at_start: bool, offset: int, hasher: Any) -> tuple[Iterator[bytes], int]:
