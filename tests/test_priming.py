@@ -87,12 +87,15 @@ def _rule(marks: Marks, minimum: list[float]) -> list[int]:
 def test_the_shared_prefix_whole_arrays_choose_as_the_rule(rows: list, minimum: list[float], one_model: bool,
                                                            one_marker: bool) -> None:
     """`shared_prefixes` over whole arrays (one marker a request, one model: none, all or some eligible) and
-    request by request chooses as the rule does."""
+    request by request chooses as the rule does; `used_points` (a range, none, or filtered) lists the chosen ones."""
     requests = [("a" if one_model else model, 4000, tuple(sorted(points))[:1] if one_marker else tuple(sorted(points)))
                 for model, points in rows]
     marks = marks_of(*requests)
     minimum = minimum[:len(marks.models)]
-    assert list(shared_prefixes(marks, minimum)) == _rule(marks, minimum)
+    chosen, expected = shared_prefixes(marks, minimum), _rule(marks, minimum)
+    assert list(chosen) == expected
+    assert list(used_points(chosen)) == [p for p in expected if p != NONE]
+    assert list(used_points(chosen, [0])) == [p for p in expected[:1] if p != NONE]
 
 
 def test_groups_and_rounds() -> None:
@@ -286,6 +289,32 @@ def test_a_pieces_scan_merges_as_if_read_in_one_pass(first: list, second: list, 
         assert list(getattr(merged.marks, name)) == list(getattr(one_pass.marks, name)), name
     assert merged.marks.hour == one_pass.marks.hour and merged.cids == one_pass.cids and merged.marks.unit == "bytes"
     assert list(merged.offsets) == list(one_pass.offsets)
+
+
+@pytest.mark.parametrize("pieces", [
+    # one point a line in every piece: `first` stays a range, sent as nothing
+    [[(0, "a", [(10, 1, "5m")]), (1, "a", [(20, 2, "5m")])], [(0, "a", [(30, 3, "1h")])]],
+    # a piece with a two-point line after one-point pieces, and one-point pieces after it
+    [[(0, "a", [(10, 1, "5m")])], [(0, "b", [(10, 1, "5m"), (40, 9, "5m")])], [(0, "a", [(5, 4, "5m")])]],
+    # the first piece has it
+    [[(0, "a", [(10, 1, "1h"), (40, 9, "5m")]), (1, "a", [(5, 4, "5m")])], [(0, "a", [(30, 3, "5m")])]],
+])
+def test_pieces_sent_as_the_workers_send_them_join_as_one_pass(pieces: list) -> None:
+    """Each piece through marshal (as a forked worker sends it) and merged, against the same lines read in one pass:
+    every column equal, `first` among them, a range exactly while every line has one point."""
+    import marshal
+
+    merged, one_pass, base = CacheScan(), CacheScan(), 0
+    for rows in pieces:
+        merged.merge(CacheScan.from_marshal(marshal.loads(marshal.dumps(_scan(rows).to_marshal()))), base)
+        for line, model, points in rows:
+            one_pass.add(line + base, line * 100, 100 + line, f"c{line}", model, tuple(points))
+        base += len(rows)
+    for name in ("model", "size", "first", "psize", "digest"):
+        assert list(getattr(merged.marks, name)) == list(getattr(one_pass.marks, name)), name
+    assert merged.marks.hour == one_pass.marks.hour and list(merged.lines) == list(one_pass.lines)
+    one_each = all(len(points) == 1 for rows in pieces for _, _, points in rows)
+    assert isinstance(merged.marks.first, range) == isinstance(one_pass.marks.first, range) == one_each
 
 
 def _rests(tmp_path: Path, docs: list[tuple[str, int, int]]) -> tuple[str, Journal, list[BatchRow]]:

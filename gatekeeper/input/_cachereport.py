@@ -11,6 +11,7 @@ from bisect import bisect_left, bisect_right
 from itertools import chain, repeat
 from operator import mul, sub
 
+from .._arrays import extend
 from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN, PriceTable
 from .._typing import TYPE_CHECKING
 from ..decide._priming import (
@@ -26,7 +27,6 @@ from ..decide._priming import (
     sharing,
     used_points,
 )
-from ._arrays import extend
 from ._caching import CacheScan
 from ._sizing import BODY_SEP
 
@@ -46,7 +46,7 @@ class Marked:
 
     __slots__ = ("scan", "rows", "marks", "chosen")
 
-    def __init__(self, scan: CacheScan, rows: Sequence[int], marks: Marks, chosen: array[int]) -> None:
+    def __init__(self, scan: CacheScan, rows: Sequence[int], marks: Marks, chosen: Sequence[int]) -> None:
         self.scan, self.rows, self.marks, self.chosen = scan, rows, marks, chosen
 
 
@@ -71,7 +71,8 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
         out.psize.extend(array("d", [t * rate for t in src.psize[first[k]:first[k + 1]]]))
         out.digest.extend(src.digest[first[k]:first[k + 1]])
         out.hour.extend(src.hour[first[k]:first[k + 1]])
-        out.first.append(len(out.digest))
+        points = first[k + 1] - first[k]
+        out.counted(1, None if points == 1 else (points,))
     minimum = [float(prices.cache_minimum(model)[0]) for model in out.models]
     return Marked(scan, rows, out, shared_prefixes(out, minimum))
 
@@ -81,7 +82,7 @@ def _sized(src: Marks, out: Marks, per_byte: list[float]) -> None:
     line but the maps'. Where every model has the same rate (always, without a key), the byte sizes themselves
     with that rate as their `scale`: nothing converted (15 ms of 100,000 marked lines)."""
     out.model = array("H", src.model)
-    out.first = array("q", src.first)
+    out.first = src.first if isinstance(src.first, range) else array("q", src.first)
     out.digest = array("q", src.digest)
     out.hour = bytearray(src.hour)
     if len(set(per_byte)) <= 1:  # one rate: the byte sizes as they are, scaled where counted
@@ -126,7 +127,7 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
 
 
 def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | None,
-                   used: list[int] | None = None) -> dict[str, Any]:
+                   used: Sequence[int] | None = None) -> dict[str, Any]:
     """One model's figures; `whole`: the estimated cost of all its input, marked or not; `used`: the shared
     prefixes its requests use, when the caller has them."""
     marks, name = m.marks, m.marks.models[model]
@@ -137,7 +138,7 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     shared = [n for n in sharing(marks, used).values() if n > 1]
     sizes, per = sorted(distinct.values()), marks.scale or 1.0
     if len(marks.models) <= 1:  # (every marked line one model, the common case: whole arrays at once)
-        hours, points = sum(marks.hour), marks.first[-1]
+        hours, points = len(marks.hour) - marks.hour.count(0), marks.first[-1]
     else:
         hours = sum(marks.hour[p] for k in mine for p in range(marks.first[k], marks.first[k + 1]))
         points = sum(marks.first[k + 1] - marks.first[k] for k in mine)

@@ -9,11 +9,12 @@ it with `marshal`.
 from __future__ import annotations
 
 from array import array
-from itertools import accumulate, chain, islice
+from itertools import chain
+from operator import sub
 
+from .._arrays import extend
 from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
-from ._arrays import extend
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -127,11 +128,7 @@ class CacheScan:
         extend(m.model, (index[models[0]],) * n if len(names) == 1 else tuple(map(index.__getitem__, models)))
         extend(m.size, sizes)
         flat = list(chain.from_iterable(points))
-        done = len(m.digest)
-        if len(flat) == n:
-            extend(m.first, range(done + 1, done + n + 1))
-        else:
-            extend(m.first, tuple(islice(accumulate(map(len, points), initial=done), 1, None)))
+        m.counted(n, None if len(flat) == n else map(len, points))
         if flat:
             psize, digest, life = zip(*flat)
             extend(m.psize, psize)
@@ -162,28 +159,24 @@ class CacheScan:
         differ and its points counted on from ours; each column then joined in one copy."""
         pieces, self._pieces = self._pieces, []
         m = self._marks
-        points, requests = len(m.digest), len(m.model)
         for base, o in pieces:
             om, n = o._marks, len(o._marks.model)
             remap = [self._model_index[name] for name in om.models]
             extend(m.model, om.model if remap == list(range(len(remap))) else map(remap.__getitem__, om.model))
-            if len(om.digest) == n and points == requests:  # one point a line, here and there: count on
-                extend(m.first, range(points + 1, points + n + 1))
-            else:
-                extend(m.first, map(points.__add__, om.first[1:]))
-            points, requests = points + len(om.digest), requests + n
+            m.counted(n, None if len(om.digest) == n else map(sub, om.first[1:], om.first[:-1]))
             if base == 0 and not self._later:
                 self._lines.extend(o._lines)
             else:
                 self._later.append((base, o._lines))
         for column in ("size", "psize", "digest"):
-            getattr(m, column).frombytes(b"".join(getattr(o._marks, column).tobytes() for _, o in pieces))
+            getattr(m, column).frombytes(b"".join(getattr(o._marks, column) for _, o in pieces))  # (arrays are buffers)
         m.hour.extend(b"".join(o._marks.hour for _, o in pieces))
-        self._offsets.frombytes(b"".join(o._offsets.tobytes() for _, o in pieces))
+        self._offsets.frombytes(b"".join(o._offsets for _, o in pieces))
 
     def to_marshal(self) -> tuple[Any, ...]:
         m = self.marks
-        return (m.models, m.model.tobytes(), m.size.tobytes(), m.first.tobytes(), m.psize.tobytes(),
+        first = m.first.tobytes() if isinstance(m.first, array) else None  # (None: a range, one point each)
+        return (m.models, m.model.tobytes(), m.size.tobytes(), first, m.psize.tobytes(),
                 m.digest.tobytes(), bytes(m.hour), self.lines.tobytes(), self.offsets.tobytes(),
                 list(self.unmarked.items()))
 
@@ -195,8 +188,11 @@ class CacheScan:
         for target, raw in ((m.model, data[1]), (m.size, data[2]), (m.psize, data[4]), (m.digest, data[5]),
                             (scan._lines, data[7]), (scan._offsets, data[8])):
             target.frombytes(raw)
-        m.first = array("q")
-        m.first.frombytes(data[3])
+        if data[3] is None:
+            m.first = range(len(m.model) + 1)
+        else:
+            m.first = array("q")
+            m.first.frombytes(data[3])
         m.hour = bytearray(data[6])
         scan._cids = None  # (not sent: see `cids`)
         scan.unmarked = {tuple(k): n for k, n in data[9]}

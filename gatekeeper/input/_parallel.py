@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import compress
 
+from .._arrays import packed
 from .._errors import InputError
 from .._typing import TYPE_CHECKING
-from ._arrays import packed
 from ._caching import CacheScan
 from ._idindex import IdIndex
 from ._reader import Columns, Rejection, ScanStats, duplicate, expected_ids, request_reader, validate

@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 from array import array
 
-from .._typing import TYPE_CHECKING
+from ._typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
