@@ -274,7 +274,7 @@ def validate(
     This loop is the hot path of `plan`, and it stays one function over 60 lines on purpose: each Python call
     added a line costs about 35 ns (timeit) of the 2.5-3.7 us a line takes here, 1-1.5% per call, and splitting the
     checks out would add three (docs/performance.md). Only lines with blocks pay one, `_blocks` (about 1,000
-    instructions of a marked line's 39,500).
+    instructions of a marked line's 39,243).
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
