@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from gatekeeper import ApiConfig, Secret, SubmitSettings, submit_sync
 from gatekeeper.testing import FakeAPI
 from tests.fakes import ADMIN, WS1, running_fake
+from tests.forkserver import ForkServer, Run
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, output_ids
 
@@ -53,15 +53,41 @@ if __name__ == "__main__":
 """
 
 
+# What the Airflow processes of a worker fork from (`_python`): a server that imported these once, with the worker's
+# Airflow home in its environment (Airflow reads it at import). Each Dag run is still a process of its own, killed by
+# a real SIGKILL; what it skips is the interpreter's start and these imports, about 2 s of CPU a run.
+AIRFLOW_PRELOAD = ("airflow.sdk", "gatekeeper.airflow", "airflow.models.xcom", "airflow.utils.session",
+                   "airflow.api_fastapi.execution_api.app", "airflow.sdk.execution_time.supervisor",
+                   "airflow.sdk.execution_time.task_runner", "airflow.jobs.triggerer_job_runner", "airflow.cli.cli_parser")
+_forks: dict[Path, ForkServer] = {}
+
+
 @pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An Airflow home with its metadata database (SQLite), migrated once for this module on this worker."""
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An Airflow home with its metadata database (SQLite), migrated once for this module on this worker, and the
+    fork server its Airflow processes start from."""
     home = tmp_path_factory.mktemp("airflow")
     (home / "dags").mkdir()
-    done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=_env(home), capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return home
+    _forks[home] = ForkServer(AIRFLOW_PRELOAD, _env(home))
+    try:
+        done = _ran(_python(home, _env(home), module="airflow", args=["db", "migrate"]), timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        yield home
+    finally:
+        _forks.pop(home).stop()
+
+
+def _python(home: Path, env: dict[str, str], *, script: str | None = None, module: str | None = None,
+            args: list[str] | None = None, cwd: str | None = None, merged: bool = False) -> Run:
+    """`python SCRIPT ARGS` or `python -m MODULE ARGS` with exactly `env`, forked from the home's server."""
+    return _forks[home].spawn(args or [], env, script=script, module=module, cwd=cwd, merged=merged)
+
+
+def _ran(run: Run, timeout: float) -> subprocess.CompletedProcess[str]:
+    """A run to its end, as `subprocess.run(..., capture_output=True, text=True)` returns it."""
+    out, err = run.communicate(timeout=timeout)
+    assert run.returncode is not None  # (communicate waits for it)
+    return subprocess.CompletedProcess(run.args, run.returncode, out, err)
 
 
 def _env(home: Path, fake: FakeAPI | None = None) -> dict[str, str]:
@@ -90,9 +116,10 @@ def _write_dag(dag: dict, *, retries: int = 0, deferrable: bool = True, results:
     return dag["file"]
 
 
-def _start(dag: dict, fake: FakeAPI) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(dag["file"])], env=_env(dag["home"], fake), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=str(dag["file"].parent))
+def _start(dag: dict, fake: FakeAPI) -> Run:
+    """The Dag's file run as `python FILE` in its folder, its log (stdout and stderr) on `stdout`."""
+    return _python(dag["home"], _env(dag["home"], fake), script=str(dag["file"]), cwd=str(dag["file"].parent),
+                   merged=True)
 
 
 def _run(dag: dict, fake: FakeAPI) -> tuple[dict, str]:
@@ -170,7 +197,8 @@ def test_a_first_try_that_fails_and_its_retry_reattach(dag: dict) -> None:
 
 TRIGGER_RUNNER = """
 import asyncio, importlib, json, sys, time
-classpath, kwargs = json.loads(sys.stdin.read())
+with open(sys.argv[1]) as f:
+    classpath, kwargs = json.load(f)
 module, name = classpath.rsplit(".", 1)
 trigger = getattr(importlib.import_module(module), name)(**kwargs)
 
@@ -211,8 +239,10 @@ def test_the_trigger_serialized_runs_in_another_process_and_never_stalls_its_loo
         assert prepared.requests == 2000 and fake.org.records.creates == 0
         serialized = json.dumps(GatekeeperTrigger(**spec.to_kwargs()).serialize())
         assert WS1 not in serialized and ADMIN not in serialized
-        done = subprocess.run([sys.executable, "-c", TRIGGER_RUNNER], input=serialized, env=_env(airflow_home, fake),
-                              capture_output=True, text=True, timeout=80, check=False)
+        (tmp_path / "trigger.json").write_text(serialized)
+        (tmp_path / "runner.py").write_text(TRIGGER_RUNNER)
+        done = _ran(_python(airflow_home, _env(airflow_home, fake), script=str(tmp_path / "runner.py"),
+                            args=[str(tmp_path / "trigger.json")]), timeout=80)
         line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         assert line, done.stderr[-4000:]
         result = json.loads(line[-1][7:])
@@ -346,14 +376,13 @@ def test_the_example_dag_runs_on_a_manual_trigger_and_on_its_schedule(tmp_path: 
     with running_fake(ceiling=1000, rate=5000) as fake:
         env = {**_env(airflow_home), "GATEKEEPER_EXAMPLE_DATA": str(data)}
         conn = f"example_{kind}_conn"
-        add = subprocess.run([sys.executable, "-m", "airflow", "connections", "add", conn, "--conn-type", "anthropic",
-                              "--conn-password", WS1, "--conn-host", fake.url, "--conn-extra", json.dumps({"admin_key": ADMIN})],
-                             env=env, capture_output=True, text=True, timeout=120, check=False)
+        add = _ran(_python(airflow_home, env, module="airflow", args=[
+            "connections", "add", conn, "--conn-type", "anthropic", "--conn-password", WS1, "--conn-host", fake.url,
+            "--conn-extra", json.dumps({"admin_key": ADMIN})]), timeout=120)
         assert add.returncode == 0, add.stderr[-2000:]
         dag_file.write_text(dag_file.read_text().replace('conn_id="anthropic_default"', f"conn_id={conn!r}"))
         try:
-            out = subprocess.run([sys.executable, str(dag_file)], env=env, capture_output=True, text=True, timeout=120,
-                                 check=False, cwd=str(dag_file.parent))
+            out = _ran(_python(airflow_home, env, script=str(dag_file), cwd=str(dag_file.parent)), timeout=120)
         finally:
             dag_file.unlink(missing_ok=True)
         lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
@@ -590,8 +619,7 @@ def test_a_dag_on_claude_platform_on_aws_through_an_aws_connection(dag: dict) ->
             "extra": {"region_name": "us-east-1", "workspace_id": "wrkspc_aws_1"}})
         env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(Path(dag["state"]) / "none"),
                    AWS_SHARED_CREDENTIALS_FILE=str(Path(dag["state"]) / "none"))
-        out = subprocess.run([sys.executable, str(dag["file"])], env=env, capture_output=True, text=True, timeout=120,
-                             check=False, cwd=str(dag["file"].parent))
+        out = _ran(_python(dag["home"], env, script=str(dag["file"]), cwd=str(dag["file"].parent)), timeout=120)
         lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
         assert lines, (out.stdout + out.stderr)[-4000:]
         result = json.loads(lines[-1][7:])
