@@ -32,3 +32,26 @@ def test_a_forked_run_is_killed_for_real() -> None:
     run.send_signal(signal.SIGKILL)
     run.communicate(timeout=30)
     assert run.returncode == -signal.SIGKILL
+
+
+def test_a_forked_script_and_module_run_as_python_would_run_them(tmp_path: Path) -> None:
+    """`python SCRIPT ARGS` (as `__main__`, its argv, in its folder; stderr merged into stdout when asked, in the
+    order written) and `python -m MODULE ARGS`, from a server with preloads and an environment of its own."""
+    import sys
+
+    from tests.forkserver import ForkServer
+
+    script = tmp_path / "job.py"
+    script.write_text("import os, sys\nprint(__name__, sys.argv[1:], os.getcwd(), os.environ['ONLY'], flush=True)\n"
+                      "print('to stderr', file=sys.stderr, flush=True)\nsys.exit(3)\n")
+    server = ForkServer(("json",), {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        run = server.spawn(["a", "b"], {"ONLY": "this"}, script=str(script), cwd=str(tmp_path), merged=True)
+        out, err = run.communicate(timeout=60)
+        assert (run.returncode, out, err) == (3, f"__main__ ['a', 'b'] {tmp_path} this\nto stderr\n", "")
+        (tmp_path / "hello_mod.py").write_text("import sys\nprint(__name__, sys.argv[1:])\n")
+        run = server.spawn(["x"], {}, module="hello_mod", cwd=str(tmp_path))  # (found from the run's folder)
+        out, err = run.communicate(timeout=60)
+        assert (run.returncode, out, err) == (0, "__main__ ['x']\n", "")
+    finally:
+        server.stop()
