@@ -217,6 +217,21 @@ def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
     assert "the fake received 1 creates (0 refused for a full queue) and 2 requests; 2 succeeded, 0 answered twice" in out
 
 
+@pytest.mark.parametrize("command", [["fake-api", "--port", "0"], ["exporter", "--port", "0", "--interval", "0.2"],
+                                     ["status", "--watch", "0.2", "--json"]])
+def test_a_long_command_stopped_by_sigterm_ends_as_ctrl_c_ends_it(command: list[str]) -> None:
+    """`kill`, `docker stop` or systemd stop `fake-api`, `exporter` and `status --watch` as Ctrl-C does: exit 0, no
+    traceback, and the fake says what it received."""
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        run = start(command, env_for(fake))
+        assert run.stdout is not None and run.stdout.readline()  # (serving, or the first reading shown)
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=10)
+    assert run.returncode == 0 and "Traceback" not in err, err[-2000:]
+    if command[0] == "fake-api":
+        assert "the fake received 0 creates (0 refused for a full queue) and 0 requests" in out
+
+
 def test_the_in_process_helper_honours_its_timeout(tmp_path: Path) -> None:
     """A run held longer than the helper's timeout is stopped, and the test is told (not left waiting)."""
     path = write_jsonl(tmp_path / "in.jsonl", [req("a")])

@@ -113,14 +113,12 @@ def _print_json(obj: Any) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    import signal
-
     from .._prices import load_prices
     from ..input._parallel import auto_workers
     from ..input._planner import plan
     from ._render import render_caching, render_deadline
 
-    signal.signal(signal.SIGTERM, _interrupt)  # an orchestrator's stop is a Ctrl-C: exit 130, workers reaped
+    _stop_on_sigterm()  # (exit 130, workers reaped)
 
     prices = load_prices(args.prices)
     workers = args.workers if args.workers is not None else auto_workers(args.input)
@@ -193,6 +191,14 @@ def _plan_limits(args: argparse.Namespace, config: ApiConfig | None) -> tuple[di
             return await read_model_limits(conn), ceiling
 
     return anyio.run(read)
+
+
+def _stop_on_sigterm() -> None:
+    """An orchestrator's stop (SIGTERM: `kill`, `docker stop`, systemd) is a Ctrl-C: a long command ends as Ctrl-C
+    ends it (`fake-api` saying what it received), not cut off. (`submit` listens for both itself.)"""
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -283,6 +289,7 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
         h, reservations = anyio.run(read)
         return status_report(h, reservations, args.threshold)
 
+    _stop_on_sigterm()
     try:
         watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout)
     except KeyboardInterrupt:
@@ -500,6 +507,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
             print(f"fake Batches API on {fake.url} (ceiling {args.simulated_ceiling:,}, {args.rate:,.0f} requests/s, speed x{args.speed:g}); "
                   f"{len(keys):,} workspace key(s); Ctrl-C stops it. In another shell:\n"
                   f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
+        _stop_on_sigterm()
         try:
             while True:
                 time.sleep(3600)
@@ -556,6 +564,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     else:
         print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it", flush=True)
     read = _status_reader(args, config)
+    _stop_on_sigterm()
     try:
         while True:
             try:
