@@ -118,7 +118,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..input._planner import plan
     from ._render import render_caching, render_deadline
 
-    _stop_on_sigterm()  # (exit 130, workers reaped)
 
     prices = load_prices(args.prices)
     workers = args.workers if args.workers is not None else auto_workers(args.input)
@@ -193,12 +192,18 @@ def _plan_limits(args: argparse.Namespace, config: ApiConfig | None) -> tuple[di
     return anyio.run(read)
 
 
-def _stop_on_sigterm() -> None:
-    """An orchestrator's stop (SIGTERM: `kill`, `docker stop`, systemd) is a Ctrl-C: a long command ends as Ctrl-C
-    ends it (`fake-api` saying what it received), not cut off. (`submit` listens for both itself.)"""
+def _run_command(args: argparse.Namespace) -> int:
+    """The command, with an orchestrator's stop (SIGTERM: `kill`, `docker stop`, systemd) made a Ctrl-C: 130, or as
+    the commands that run until stopped end on Ctrl-C (`fake-api` saying what it received); never cut off. (`submit`
+    listens for both itself while it runs; `plan`'s workers are reaped.) The caller's handler is put back after, for
+    a process that calls `main()` and goes on."""
     import signal
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    before = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return int(COMMANDS[args.command](args))
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -289,7 +294,6 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
         h, reservations = anyio.run(read)
         return status_report(h, reservations, args.threshold)
 
-    _stop_on_sigterm()
     try:
         watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout)
     except KeyboardInterrupt:
@@ -507,7 +511,6 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
             print(f"fake Batches API on {fake.url} (ceiling {args.simulated_ceiling:,}, {args.rate:,.0f} requests/s, speed x{args.speed:g}); "
                   f"{len(keys):,} workspace key(s); Ctrl-C stops it. In another shell:\n"
                   f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
-        _stop_on_sigterm()
         try:
             while True:
                 time.sleep(3600)
@@ -564,7 +567,6 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     else:
         print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it", flush=True)
     read = _status_reader(args, config)
-    _stop_on_sigterm()
     try:
         while True:
             try:
@@ -603,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.command:
             parser.print_help(sys.stderr)
             return ExitCode.USAGE
-        return int(COMMANDS[args.command](args))
+        return _run_command(args)  # (after parsing: --version and --help start without `signal`)
     except GatekeeperError as exc:
         print(f"gatekeeper: {_for_cli(exc)}", file=sys.stderr)
         return int(exc.exit_code)
