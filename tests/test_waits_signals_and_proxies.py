@@ -21,7 +21,7 @@ import gatekeeper.api._http as client
 from gatekeeper.testing import Fault, prompt_of
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, start
+from tests.runs import assert_exactly_once, events, gk, start, wait_until
 from tests.services import ForwardProxy, serving, silent_server
 
 FAST = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--no-preflight"]
@@ -230,6 +230,17 @@ def test_a_long_command_stopped_by_sigterm_ends_as_ctrl_c_ends_it(command: list[
     assert run.returncode == 0 and "Traceback" not in err, err[-2000:]
     if command[0] == "fake-api":
         assert "the fake received 0 creates (0 refused for a full queue) and 0 requests" in out
+
+
+def test_a_short_command_stopped_by_sigterm_exits_130() -> None:
+    """`status` held on a slow listing, stopped by SIGTERM: 130 and one line, as Ctrl-C (not killed by the signal)."""
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        fake.inject(Fault("list", kind="delay", delay=20))
+        run = start(["status", "--json"], env_for(fake))
+        wait_until(lambda: fake.org.records.requests_seen.get("list", 0) > 0, "the listing")
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=10)
+    assert run.returncode == 130 and err.strip().splitlines()[-1] == "gatekeeper: interrupted", err[-2000:]
 
 
 def test_the_in_process_helper_honours_its_timeout(tmp_path: Path) -> None:
