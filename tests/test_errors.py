@@ -145,6 +145,17 @@ def test_unreachable_api_names_the_url_and_exits_2_quickly(tmp_path: Path, monke
     assert not Path(str(path) + ".gatekeeper").exists() or not Journal.open(str(path) + ".gatekeeper").initialized
 
 
+def test_a_missing_input_is_named_before_the_api_is_called(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo in the input's name is the first thing said (a local fact), even with the API unreachable: one line,
+    exit 2, no state folder."""
+    missing = tmp_path / "typo.jsonl"
+    env = {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{free_port()}", "ANTHROPIC_API_KEY": "k"}
+    code, err = _cli(monkeypatch, capsys, env, "submit", str(missing))
+    assert (code, err) == (ExitCode.USAGE, f"gatekeeper: cannot read {missing}: No such file or directory")
+    assert not Path(str(missing) + ".gatekeeper").exists()
+
+
 def test_unreachable_redis_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """A Redis ledger nobody listens at: status and submit exit 2 naming it, and submit created nothing."""

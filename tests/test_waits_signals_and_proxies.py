@@ -232,6 +232,57 @@ def test_a_long_command_stopped_by_sigterm_ends_as_ctrl_c_ends_it(command: list[
         assert "the fake received 0 creates (0 refused for a full queue) and 0 requests" in out
 
 
+@pytest.mark.parametrize("command", [["status", "--watch", "0.2", "--json"],
+                                     ["exporter", "--port", "0", "--interval", "0.2", "--json"]])
+def test_sigterm_inside_a_reading_stops_the_long_command_cleanly(command: list[str]) -> None:
+    """The stop lands while a reading waits on a slow listing (inside the async client and its task groups): still
+    exit 0 and no traceback."""
+    with running_fake(ceiling=1000, rate=4000) as fake:
+        run = start(command, env_for(fake))
+        assert run.stdout is not None and run.stdout.readline()
+        seen = fake.org.records.requests_seen.get("list", 0)
+        fake.inject(Fault("list", kind="delay", delay=20))
+        wait_until(lambda: fake.org.records.requests_seen.get("list", 0) > seen, "the next reading's listing")
+        time.sleep(0.1)  # (into the wait for the answer)
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=10)
+    assert run.returncode == 0 and "Traceback" not in err and "Group" not in err, err[-2000:]
+
+
+def test_sigterm_while_a_task_runs_is_asyncios_clean_stop() -> None:
+    """The CLI's SIGTERM handler, reached while a task's own code runs inside `anyio.run`, hands the stop to asyncio's
+    runner as Ctrl-C does: the task goes on to its next await and is cancelled there (its cleanup runs as for any
+    cancellation), rather than a KeyboardInterrupt raised in the middle of its code; the run ends promptly with a
+    plain KeyboardInterrupt (the CLI's 130)."""
+    import anyio
+
+    from gatekeeper.cli._cli import _interrupt
+
+    reached: list[str] = []
+
+    async def main() -> None:
+        async def child() -> None:
+            os.kill(os.getpid(), signal.SIGTERM)  # (the handler runs here, in the task, before the next line)
+            reached.append("the next line")
+            try:
+                await anyio.sleep(5)
+            except anyio.get_cancelled_exc_class():
+                reached.append("cancelled at the await")
+                raise
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(child)
+
+    before = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            anyio.run(main)
+        assert time.monotonic() - started < 2 and reached == ["the next line", "cancelled at the await"]
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_a_short_command_stopped_by_sigterm_exits_130() -> None:
     """`status` held on a slow listing, stopped by SIGTERM: 130 and one line, as Ctrl-C (not killed by the signal)."""
     with running_fake(ceiling=1000, rate=4000) as fake:

@@ -206,8 +206,17 @@ def _run_command(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, before)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM handled as SIGINT is at that moment: inside `anyio.run`, by asyncio's runner, which cancels the main task
+    (a clean stop; a KeyboardInterrupt raised in a task came out of its task group as an exception group, a
+    traceback); elsewhere, a KeyboardInterrupt."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanReport, workers: int | None) -> PlanReport:
@@ -505,13 +514,13 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
             env["ANTHROPIC_EXTRA_WORKSPACE_KEYS"] = ",".join(keys[1:])
         info = {"url": fake.url, "ceiling": args.simulated_ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
                 "env": env}
-        if args.json:
-            _print_json(info)
-        else:
-            print(f"fake Batches API on {fake.url} (ceiling {args.simulated_ceiling:,}, {args.rate:,.0f} requests/s, speed x{args.speed:g}); "
-                  f"{len(keys):,} workspace key(s); Ctrl-C stops it. In another shell:\n"
-                  f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
-        try:
+        try:  # (from the line that says it serves: a stop once it is said ends it as a stop, with the summary)
+            if args.json:
+                _print_json(info)
+            else:
+                print(f"fake Batches API on {fake.url} (ceiling {args.simulated_ceiling:,}, {args.rate:,.0f} requests/s, "
+                      f"speed x{args.speed:g}); {len(keys):,} workspace key(s); Ctrl-C stops it. In another shell:\n"
+                      f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
@@ -562,12 +571,13 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     snap = RunFigures()
     url, server = serve(snap, args.threshold, args.listen, args.port)
     interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
-    if args.json:  # one line: a long-running command's output is read line by line
-        print(orjson_line({"url": url, "interval": interval}), flush=True)
-    else:
-        print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it", flush=True)
     read = _status_reader(args, config)
-    try:
+    try:  # (from the line that says it serves: a stop once it is said ends it as a stop, never as an interruption)
+        if args.json:  # one line: a long-running command's output is read line by line
+            print(orjson_line({"url": url, "interval": interval}), flush=True)
+        else:
+            print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it",
+                  flush=True)
         while True:
             try:
                 h, reservations = anyio.run(read)

@@ -19,6 +19,7 @@ from ..api._retry import RetryPolicy
 from ..checks._preflight import plan_checked
 from ..decide._admission import admit, batch_size_for, room
 from ..input._planner import PlanReport
+from ..input._reader import open_source
 from ..input._sizing import Limits
 from ..state._journal import BatchState, Journal, open_job
 from ..state._ledger import Ledger, open_ledger
@@ -64,6 +65,10 @@ async def submit(
     path, state_dir, spooled = resolve_source(source, settings)
     if continue_only and not settings.journal and not (state_dir / Journal.FILE).is_file():
         raise JobMissing(f"no job was prepared in {state_dir} on this machine", where=str(state_dir))
+    if not spooled:  # a missing or unreadable input is said before the API is called
+        stream, _, _ = open_source(path)
+        if stream is not None:
+            stream.close()
     if settings.out is not None:
         check_writable(os.fspath(settings.out))  # before the state directory exists: a bad path is never journaled
     async with job_journal(source, path, spooled, state_dir, settings, config) as journal:
