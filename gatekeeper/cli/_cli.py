@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+    from .._prices import PriceTable
     from ..api._config import ApiConfig
     from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ..run._settings import SubmitSettings
     from ..run._summary import Summary
     from ..state._ledger import Reservation
+    from ..watch._exporter import RunFigures
 
 
 DEFAULT_RPM = 300.0  # --max-rpm's default: calls a minute to the batch endpoints, all keys together
@@ -556,12 +558,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_exporter(args: argparse.Namespace) -> int:
     import time
-    from pathlib import Path
-
-    import anyio
 
     from .._prices import load_prices
-    from ..watch._exporter import RunFigures, run_figures, serve
+    from ..watch._exporter import RunFigures, serve
     from ..watch._watch import min_interval
 
     config = _api_config(args)
@@ -572,30 +571,45 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     url, server = serve(snap, args.threshold, args.listen, args.port)
     interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
     read = _status_reader(args, config)
-    try:  # (from the line that says it serves: a stop once it is said ends it as a stop, never as an interruption)
+    try:
+        # The first reading before the line that says it serves (and its metrics are there): a stop after that line
+        # lands in a sleep or a reading, where it ends the exporter as a stop, never as an interruption.
+        _export_reading(args, read, prices, snap)
         if args.json:  # one line: a long-running command's output is read line by line
             print(orjson_line({"url": url, "interval": interval}), flush=True)
         else:
             print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it",
                   flush=True)
         while True:
-            try:
-                h, reservations = anyio.run(read)
-                runs = {Path(d).name: run_figures(Path(d), prices) for d in args.state}
-                runs.update({job: run_figures(Path.cwd(), prices, journal=args.journal, job=job) for job in args.job})
-            except GatekeeperError as exc:
-                with snap.lock:
-                    snap.errors += 1
-                print(f"gatekeeper: reading failed, the last values are kept: {_for_cli(exc)}", file=sys.stderr, flush=True)
-            else:
-                with snap.lock:
-                    snap.headroom, snap.reservations, snap.runs = h, reservations, runs
-                    snap.read_at, snap.readings = time.time(), snap.readings + 1
             time.sleep(interval)
+            _export_reading(args, read, prices, snap)
     except KeyboardInterrupt:
         return ExitCode.OK
     finally:
         server.shutdown()
+
+
+def _export_reading(args: argparse.Namespace, read: Callable[[], Any], prices: PriceTable, snap: RunFigures) -> None:
+    """One reading of the queue and the runs into the exporter's figures; a failed one keeps the last, said on stderr."""
+    import time
+    from pathlib import Path
+
+    import anyio
+
+    from ..watch._exporter import run_figures
+
+    try:
+        h, reservations = anyio.run(read)
+        runs = {Path(d).name: run_figures(Path(d), prices) for d in args.state}
+        runs.update({job: run_figures(Path.cwd(), prices, journal=args.journal, job=job) for job in args.job})
+    except GatekeeperError as exc:
+        with snap.lock:
+            snap.errors += 1
+        print(f"gatekeeper: reading failed, the last values are kept: {_for_cli(exc)}", file=sys.stderr, flush=True)
+    else:
+        with snap.lock:
+            snap.headroom, snap.reservations, snap.runs = h, reservations, runs
+            snap.read_at, snap.readings = time.time(), snap.readings + 1
 
 
 COMMANDS = {"plan": cmd_plan, "status": cmd_status, "submit": cmd_submit, "results": cmd_results, "cancel": cmd_cancel,
