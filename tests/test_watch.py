@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import anyio
 import orjson
 import pytest
 
@@ -81,16 +82,21 @@ def test_watch_rides_out_a_failed_reading_but_not_the_first() -> None:
     """A failing reading after the first is shown and the next tried; a failing first reading is raised."""
     calls = iter([{"occupancy": 0.1}, RuntimeError("down"), {"occupancy": 0.2}])
 
-    def read() -> dict:
+    async def read() -> dict:
         item = next(calls)
         if isinstance(item, Exception):
             raise item
         return dict(item)
 
+    async def fails() -> dict:
+        raise RuntimeError("x")
+
+    async def no_sleep(seconds: float) -> None:
+        pass
+
     out = io.StringIO()
-    watch(read, lambda r: "", interval=0.0, tty=False, out=out, sleep=lambda s: None, readings=3)
+    anyio.run(lambda: watch(read, lambda r: "", interval=0.0, tty=False, out=out, sleep=no_sleep, readings=3))
     rows = [orjson.loads(line) for line in out.getvalue().splitlines()]
     assert [r.get("occupancy") for r in rows] == [0.1, None, 0.2] and rows[1]["error"] == "down"
     with pytest.raises(RuntimeError):
-        watch(lambda: (_ for _ in ()).throw(RuntimeError("x")), lambda r: "", interval=0, tty=False, out=out,
-              sleep=lambda s: None, readings=1)
+        anyio.run(lambda: watch(fails, lambda r: "", interval=0, tty=False, out=out, sleep=no_sleep, readings=1))

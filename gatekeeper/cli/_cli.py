@@ -301,12 +301,12 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
     interval = max(every, min_interval(len(config.workspace_keys), args.max_rpm))
     tty = sys.stdout.isatty() and not args.json
 
-    def reading() -> dict[str, Any]:
-        h, reservations = anyio.run(read)
+    async def reading() -> dict[str, Any]:
+        h, reservations = await read()
         return status_report(h, reservations, args.threshold)
 
     try:
-        watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout)
+        anyio.run(lambda: watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout))
     except KeyboardInterrupt:
         pass
     return ExitCode.OK
@@ -557,7 +557,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    import time
+    import anyio
 
     from .._prices import load_prices
     from ..watch._exporter import RunFigures, serve
@@ -571,35 +571,39 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     url, server = serve(snap, args.threshold, args.listen, args.port)
     interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
     read = _status_reader(args, config)
-    try:
-        # The first reading before the line that says it serves (and its metrics are there): a stop after that line
-        # lands in a sleep or a reading, where it ends the exporter as a stop, never as an interruption.
-        _export_reading(args, read, prices, snap)
+
+    async def readings() -> None:
+        # (one event loop for every reading, as `status --watch`: a stop is a cancellation at the next await. The
+        # first reading before the line that says it serves: its metrics are there once it is said.)
+        await _export_reading(args, read, prices, snap)
         if args.json:  # one line: a long-running command's output is read line by line
             print(orjson_line({"url": url, "interval": interval}), flush=True)
         else:
             print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it",
                   flush=True)
         while True:
-            time.sleep(interval)
-            _export_reading(args, read, prices, snap)
+            await anyio.sleep(interval)
+            await _export_reading(args, read, prices, snap)
+
+    try:
+        anyio.run(readings)
     except KeyboardInterrupt:
         return ExitCode.OK
     finally:
         server.shutdown()
+    return ExitCode.OK  # (never reached: only a stop ends the readings)
 
 
-def _export_reading(args: argparse.Namespace, read: Callable[[], Any], prices: PriceTable, snap: RunFigures) -> None:
+async def _export_reading(args: argparse.Namespace, read: Callable[[], Any], prices: PriceTable,
+                          snap: RunFigures) -> None:
     """One reading of the queue and the runs into the exporter's figures; a failed one keeps the last, said on stderr."""
     import time
     from pathlib import Path
 
-    import anyio
-
     from ..watch._exporter import run_figures
 
     try:
-        h, reservations = anyio.run(read)
+        h, reservations = await read()
         runs = {Path(d).name: run_figures(Path(d), prices) for d in args.state}
         runs.update({job: run_figures(Path.cwd(), prices, journal=args.journal, job=job) for job in args.job})
     except GatekeeperError as exc:

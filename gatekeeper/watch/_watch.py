@@ -1,15 +1,18 @@
 """`status --watch`: the queue re-read on a schedule, one screen redrawn on a terminal, a JSON line a reading elsewhere.
 
-The drawing helpers are pure; `watch` takes its reading, sleep and clock as parameters.
+The drawing helpers are pure; `watch` takes its reading, sleep and clock as parameters. It runs in one event loop
+for all its readings, so a stop (Ctrl-C, SIGTERM) is asyncio's runner's at any moment but the loop's first start: a
+cancellation at the next await, never a KeyboardInterrupt raised while a loop is being built or torn down.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
+import anyio
 import orjson
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -36,9 +39,9 @@ def min_interval(workspaces: int, max_rpm: float) -> float:
     return max(1.0, 60.0 * (workspaces + 1) / max_rpm)
 
 
-def watch(read: Callable[[], dict[str, Any]], render: Callable[[dict[str, Any]], str], *, interval: float, tty: bool,
-          out: TextIO, sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
-          readings: int | None = None) -> None:
+async def watch(read: Callable[[], Awaitable[dict[str, Any]]], render: Callable[[dict[str, Any]], str], *,
+                interval: float, tty: bool, out: TextIO, sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+                clock: Callable[[], float] = time.time, readings: int | None = None) -> None:
     """Read, show, sleep, until interrupted (or `readings` readings, for tests); a failed reading is shown and
     the next one tried, the first one's failure is raised (a configuration error)."""
     history: deque[float | None] = deque(maxlen=HISTORY)
@@ -46,7 +49,7 @@ def watch(read: Callable[[], dict[str, Any]], render: Callable[[dict[str, Any]],
     while readings is None or n < readings:
         n += 1
         try:
-            report = read()
+            report = await read()
         except Exception as exc:
             if n == 1:
                 raise
@@ -59,7 +62,7 @@ def watch(read: Callable[[], dict[str, Any]], render: Callable[[dict[str, Any]],
             out.write(orjson.dumps(report).decode() + "\n")
         out.flush()
         if readings is None or n < readings:
-            sleep(interval)
+            await sleep(interval)
 
 
 def _screen(report: dict[str, Any], render: Callable[[dict[str, Any]], str], history: list[float | None]) -> str:
