@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -154,6 +155,57 @@ def test_a_missing_input_is_named_before_the_api_is_called(tmp_path: Path, monke
     code, err = _cli(monkeypatch, capsys, env, "submit", str(missing))
     assert (code, err) == (ExitCode.USAGE, f"gatekeeper: cannot read {missing}: No such file or directory")
     assert not Path(str(missing) + ".gatekeeper").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of 32 KB at tmp_path/disk (grown with `_grow`), unmounted after: a disk that fills, for real."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(disk)], capture_output=True, text=True,
+                          check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (root and the mount capability needed): {made.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _grow(disk: Path, size: str) -> None:
+    import subprocess
+
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_with_room_sends_nothing_twice(small_disk: Path) -> None:
+    """The state folder on a disk that fills: each run that meets the full disk stops with one line naming the file
+    and exit 2 (the journal, or the results file), at whatever step it was; given room, a rerun finishes the job with
+    every request once and nothing created twice (a create whose answer could not be journaled is found and proven
+    ours)."""
+    ids = {f"d-{i:04d}" for i in range(300)}
+    path = write_jsonl(small_disk.parent / "in.jsonl", [req(c, text="a prompt of some length " * 4) for c in sorted(ids)])
+    state = small_disk / "state"
+    failures = []
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        env = env_for(fake)
+        for size in ("32k", "96k", "192k", "384k", "768k", "20m"):
+            _grow(small_disk, size)
+            done = gk(["submit", str(path), "--state", str(state), "--poll", "0.05", "--json"], env)
+            if done.returncode == 0:
+                break
+            lines = [x for x in done.stderr.splitlines() if not x.startswith("{")]
+            assert done.returncode == ExitCode.USAGE and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+            # (SQLite's "disk I/O error" too is told to be the full disk it is)
+            assert "the disk holding it is full" in lines[0] or "No space left on device" in lines[0], lines[0]
+            assert str(state) in lines[0], lines[0]  # (it names the file)
+            failures.append(lines[0])
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert_exactly_once(fake, state / "results.jsonl", ids)
+        assert fake.org.records.creates == 1  # (one batch: never sent again)
+    assert failures, "the disk never filled: the test proves nothing"
 
 
 def test_unreachable_redis_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -12,7 +12,9 @@ transaction fails that transaction (rolled back by the server), and the caller d
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -66,23 +68,44 @@ def pg_ddl(sql: str) -> str:
     return sql
 
 
+FULL_BELOW = 1 << 20  # bytes free under which a failed write is put down to a full disk
+
+
+def sqlite_said(where: str, exc: sqlite3.Error, path: str | None) -> str:
+    """One line for a SQLite failure. A write that found no room is named as such: SQLite says "database or disk is
+    full" for some and "disk I/O error" for others, which alone sends a user looking for a broken disk."""
+    text = f"{where}: {exc}"
+    name = getattr(exc, "sqlite_errorname", "")
+    if path is None or not (name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")):
+        return text
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+    except OSError:
+        return text
+    if free >= FULL_BELOW:
+        return text
+    return f"{text} (the disk holding it is full, {free:,} bytes free: make room and run the same command again)"
+
+
 class SqliteDb:
     """A SQLite connection in autocommit mode; transactions are explicit."""
 
     dialect = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection, where: str, error: Error) -> None:
+    def __init__(self, conn: sqlite3.Connection, where: str, error: Error, path: str | None = None) -> None:
         self.conn = conn
         self.where = where
         self.error = error
+        self.path = path  # the file (None in memory): a full disk is told apart by its free space
 
     @classmethod
     def open(cls, target: str, where: str, error: Error, *, uri: bool = False) -> SqliteDb:
+        path = None if uri else target
         try:
             conn = sqlite3.connect(target, isolation_level=None, timeout=30.0, uri=uri)
         except sqlite3.Error as exc:
-            raise error(f"{where}: {exc}") from exc
-        return cls(conn, where, error)
+            raise error(sqlite_said(where, exc, path)) from exc
+        return cls(conn, where, error, path)
 
     @property
     def in_transaction(self) -> bool:
@@ -92,13 +115,13 @@ class SqliteDb:
         try:
             return self.conn.execute(sql, args)
         except sqlite3.Error as exc:
-            raise self.error(f"{self.where}: {exc}") from exc
+            raise self.error(sqlite_said(self.where, exc, self.path)) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         try:
             self.conn.executemany(sql, rows)
         except sqlite3.Error as exc:
-            raise self.error(f"{self.where}: {exc}") from exc
+            raise self.error(sqlite_said(self.where, exc, self.path)) from exc
 
     def load(self, insert: str, copy: str, rows: Sequence[Sequence[Any]]) -> None:
         """Many new rows at once: `insert` (SQLite's executemany)."""
