@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import sqlite3
 import time
@@ -160,12 +162,17 @@ def test_a_missing_input_is_named_before_the_api_is_called(tmp_path: Path, monke
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of 32 KB at tmp_path/disk (grown with `_grow`), unmounted after: a disk that fills, for real."""
+    with _mounted(tmp_path / "disk", "32k") as disk:
+        yield disk
+
+
+@contextlib.contextmanager
+def _mounted(disk: Path, size: str) -> Iterator[Path]:
     import subprocess
 
-    disk = tmp_path / "disk"
     disk.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(disk)], capture_output=True, text=True,
-                          check=False)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True,
+                          text=True, check=False)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (root and the mount capability needed): {made.stderr.strip()}")
     try:
@@ -206,6 +213,25 @@ def test_a_full_disk_is_one_line_and_the_rerun_with_room_sends_nothing_twice(sma
         assert_exactly_once(fake, state / "results.jsonl", ids)
         assert fake.org.records.creates == 1  # (one batch: never sent again)
     assert failures, "the disk never filled: the test proves nothing"
+    _exports_on_a_full_disk(state, len(ids))
+
+
+def _exports_on_a_full_disk(state: Path, lines: int) -> None:
+    """`results --out` and `report --out` onto a disk too small for them: one line naming the file, exit 2, and nothing
+    left there (no half file, no temporary); with room, the export is whole."""
+    with _mounted(state.parent.parent / "exports", "16k") as disk:
+        with open(disk / "filler", "wb") as f, contextlib.suppress(OSError):  # (all but a few bytes taken)
+            f.write(b"x" * 15_000)
+        for argv, what in ((["results", "--state", str(state), "--out", str(disk / "export.jsonl")], "the results"),
+                           (["report", "--state", str(state), "--out", str(disk / "report.html")], "the report")):
+            done = gk(argv, {})
+            said = [x for x in done.stderr.splitlines() if x.strip()]
+            assert done.returncode == ExitCode.USAGE and len(said) == 1 and "Traceback" not in done.stderr, done.stderr
+            assert "No space left on device" in said[0] and what in said[0], said[0]
+            assert os.listdir(disk) == ["filler"], "a failed export left a file behind"
+        _grow(disk, "10m")
+        assert gk(["results", "--state", str(state), "--out", str(disk / "export.jsonl")], {}).returncode == 0
+        assert len((disk / "export.jsonl").read_bytes().splitlines()) == lines
 
 
 def test_unreachable_redis_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -447,14 +447,13 @@ def cmd_results(args: argparse.Namespace) -> int:
     from .._prices import load_prices
     from ..run._results import export
     from ..run._submit import job_summary
-    from ..state._output import check_writable
+    from ..state._output import replacing
 
     ref = _job(args)  # first: without a name, say how to give one
     state = _state_dir(args)
     only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
     if args.out:
-        check_writable(args.out)
-        with open(args.out, "wb") as f:
+        with replacing(args.out, "the results") as f:  # (whole or not at all: never half an export)
             count = export(state, f, in_order=args.in_order, only=only, journal=ref["journal"], job=ref["job"])
     else:
         count = export(state, sys.stdout.buffer, in_order=args.in_order, only=only, journal=ref["journal"], job=ref["job"])
@@ -539,7 +538,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .._prices import load_prices
-    from ..state._output import check_writable
+    from ..state._output import replacing
     from ..watch._report import render_html, run_report
 
     ref = _job(args)  # first: without a name, say how to give one
@@ -548,9 +547,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(data)
         return ExitCode.OK
-    out = check_writable(args.out or str(state / "report.html"), "the report")
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(render_html(data))
+    out = args.out or str(state / "report.html")
+    with replacing(out, "the report") as f:
+        f.write(render_html(data).encode())
     print(f"wrote {out} ({data['status']}: {data['summary']['succeeded']:,} of {data['summary']['requests']:,} succeeded, "
           f"{len(data['batches']):,} batches)")
     return ExitCode.OK

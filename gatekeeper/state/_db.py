@@ -99,8 +99,9 @@ class SqliteDb:
         self.path = path  # the file (None in memory): a full disk is told apart by its free space
 
     @classmethod
-    def open(cls, target: str, where: str, error: Error, *, uri: bool = False) -> SqliteDb:
-        path = None if uri else target
+    def open(cls, target: str, where: str, error: Error, *, uri: bool = False, path: str | None = None) -> SqliteDb:
+        """`target`: the file, or with `uri` a URI naming it (`path`: that file, for the messages of a full disk)."""
+        path = path if uri else target
         try:
             conn = sqlite3.connect(target, isolation_level=None, timeout=30.0, uri=uri)
         except sqlite3.Error as exc:

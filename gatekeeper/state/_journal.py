@@ -221,7 +221,8 @@ class Journal(JournalBase):
         path = Path(state_dir) / cls.FILE
         if not path.exists():
             raise UsageError(f"no gatekeeper journal in {state_dir}", setting="state_dir")
-        return cls(SqliteDb.open(f"file:{path}?mode=ro", f"journal {path}", JournalError, uri=True), Path(state_dir))
+        return cls(SqliteDb.open(f"file:{path}?mode=ro", f"journal {path}", JournalError, uri=True, path=str(path)),
+                   Path(state_dir))
 
     def migrate(self) -> None:
         with self.transaction() as db:

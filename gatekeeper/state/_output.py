@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import BinaryIO
 
 from .._errors import OutputError, os_error
@@ -22,17 +22,44 @@ def check_writable(path: str, what: str = "results") -> str:
 
     Called before anything is journaled, so a bad path never becomes part of a job.
     """
+    full = _target(path, what)
+    try:
+        os.close(os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    except OSError as exc:
+        raise OutputError(os_error(exc, f"cannot write {what} to {path}")) from exc
+    return full
+
+
+def _target(path: str, what: str) -> str:
+    """The absolute path of a file to write, in a folder that exists and not itself a folder; `OutputError` if not."""
     full = os.path.abspath(path)
     parent = os.path.dirname(full)
     if not os.path.isdir(parent):
         raise OutputError(f"cannot write {what} to {path}: folder {parent} does not exist")
     if os.path.isdir(full):
         raise OutputError(f"cannot write {what} to {path}: it is a folder")
-    try:
-        os.close(os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-    except OSError as exc:
-        raise OutputError(os_error(exc, f"cannot write {what} to {path}")) from exc
     return full
+
+
+@contextmanager
+def replacing(path: str, what: str) -> Iterator[BinaryIO]:
+    """A file written whole or not at all (an export, a report): into a temporary file beside `path`, moved over it
+    once complete. On any failure the temporary is removed and `path` is as it was: a reader never finds half a
+    file, and a disk that filled keeps nothing of the attempt. A file error is an `OutputError` naming the file."""
+    full = _target(path, what)
+    tmp = f"{full}.{os.getpid()}.tmp"
+    try:
+        try:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb", buffering=1 << 20) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, full)
+        except OSError as exc:
+            raise OutputError(os_error(exc, f"cannot write {what} to {path}")) from exc
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)  # (gone once moved)
 
 
 class OutputFile:
