@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -516,6 +517,27 @@ def test_a_trigger_where_the_worker_prepared_nothing_fails_at_once_and_sends_not
     assert not (tmp_path / "worker-only").exists()
     with pytest.raises(Exception, match="fix the setting"):
         op._complete(event)
+
+
+def test_results_delivered_onto_a_full_disk_leave_nothing_half_written(tmp_path: Path) -> None:
+    """`results_path` on a disk too small for the results: one OutputError naming the cause, and nothing at the path
+    (no half file, no temporary); with room, the copy is byte for byte."""
+    from types import SimpleNamespace
+
+    from gatekeeper import OutputError
+    from gatekeeper.airflow._job import deliver
+    from tests.test_errors import _grow, _mounted
+
+    source = tmp_path / "results.jsonl"
+    source.write_bytes(b'{"custom_id": "x"}\n' * 3000)
+    finished: Any = SimpleNamespace(output=str(source))
+    with _mounted(tmp_path / "dest", "16k") as disk:
+        with pytest.raises(OutputError, match="No space left on device"):
+            deliver(finished, str(disk / "out" / "results.jsonl"))
+        assert os.listdir(disk / "out") == []
+        _grow(disk, "1m")
+        assert deliver(finished, str(disk / "out" / "results.jsonl")) == str(disk / "out" / "results.jsonl")
+        assert (disk / "out" / "results.jsonl").read_bytes() == source.read_bytes()
 
 
 @pytest.mark.parametrize("job", ["../elsewhere", "a/b", "..", "x" * 129, ""])

@@ -21,6 +21,7 @@ from ..run._beside import beside
 from ..run._settings import SubmitSettings
 from ..run._submit import cancel, submit
 from ..run._summary import Summary
+from ..state._output import replacing
 from ._connection import api_config, connection_url
 
 STOP_POLL = 0.2  # seconds between looks at a stop asked from another thread
@@ -136,10 +137,9 @@ def deliver(summary: Summary, results_path: str | None) -> str:
         with open(summary.output, "rb") as src, target.open("wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         return str(target)
-    tmp = f"{results_path}.part"
     Path(results_path).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(summary.output, tmp)
-    os.replace(tmp, results_path)
+    with open(summary.output, "rb") as src, replacing(results_path, "the results") as dst:  # (whole or not at all)
+        shutil.copyfileobj(src, dst, 1 << 20)
     return results_path
 
 
