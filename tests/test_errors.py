@@ -216,6 +216,34 @@ def test_a_full_disk_is_one_line_and_the_rerun_with_room_sends_nothing_twice(sma
     _exports_on_a_full_disk(state, len(ids))
 
 
+def test_the_library_spooling_onto_a_full_disk_leaves_nothing_half_written(tmp_path: Path) -> None:
+    """`submit_sync` of an iterable whose state folder is on a disk that fills, grown run by run: each run that meets
+    the full disk (the journal, then the spooled input) is one JournalError naming the file, leaves no half-spooled
+    input (which a rerun would take for the job's requests) and creates nothing; with room, the job runs once."""
+    from gatekeeper import ApiConfig, Secret, SubmitSettings, submit_sync
+    from tests.fakes import WS1
+
+    rows = [req(f"s-{i}", text="a prompt of some length " * 8) for i in range(400)]
+    spool_failures = 0
+    with _mounted(tmp_path / "disk", "16k") as disk, running_fake(ceiling=1000, rate=5000) as fake:
+        state = disk / "state"
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        for size in ("16k", "64k", "96k", "128k", "256k", "10m"):
+            _grow(disk, size)
+            try:
+                done = submit_sync(rows, config=config, settings=SubmitSettings(state_dir=state, poll=0.05))
+                break
+            except JournalError as exc:
+                assert "No space left on device" in str(exc) or "the disk holding it is full" in str(exc), exc
+                spool_failures += "spooled requests" in str(exc)
+            spooled = state / "input.jsonl"
+            assert not [p.name for p in state.iterdir() if p.name.endswith(".tmp")], "a temporary left"
+            assert not spooled.exists() or len(spooled.read_bytes().splitlines()) == len(rows), "half a spool left"
+            assert fake.org.records.creates == 0
+        assert done.succeeded == 400 and fake.org.records.creates == 1
+    assert spool_failures, "the disk never filled while spooling: the test proves nothing"
+
+
 def _exports_on_a_full_disk(state: Path, lines: int) -> None:
     """`results --out` and `report --out` onto a disk too small for them: one line naming the file, exit 2, and nothing
     left there (no half file, no temporary); with room, the export is whole."""

@@ -210,8 +210,8 @@ def _run_command(args: argparse.Namespace) -> int:
 
 def _interrupt(signum: int, frame: Any) -> None:
     """SIGTERM handled as SIGINT is at that moment: inside `anyio.run`, by asyncio's runner, which cancels the main task
-    (a clean stop; a KeyboardInterrupt raised in a task came out of its task group as an exception group, a
-    traceback); elsewhere, a KeyboardInterrupt."""
+    (the running task goes on to its next await and is cancelled there, its cleanup run as for any cancellation,
+    rather than interrupted in the middle of its code); elsewhere, a KeyboardInterrupt."""
     import signal
 
     handler = signal.getsignal(signal.SIGINT)

@@ -8,9 +8,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._errors import JournalError, UsageError, os_error
+from .._errors import JournalError, UsageError
 from ..input._reader import encode_items
 from ..state._journal import Journal
+from ..state._output import replacing
 from ._inputs import hash_file
 from ._settings import SubmitSettings, default_state_dir
 
@@ -31,19 +32,12 @@ def resolve_source(source: Source, settings: SubmitSettings) -> tuple[str, Path,
 
 
 def spool(items: Iterable[dict[str, Any] | bytes | str], path: str) -> None:
-    """Write an iterable's requests to the state directory (the encoding `plan()` uses), so the job can resume."""
-    tmp = path + ".tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
-            for line in encode_items(items):
-                f.write(line)
-                f.write(b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise JournalError(os_error(exc, f"cannot spool the requests to {path}")) from exc
+    """Write an iterable's requests to the state directory (the encoding `plan()` uses), so the job can resume; whole
+    or not at all."""
+    with replacing(path, "the spooled requests", JournalError) as f:
+        for line in encode_items(items):
+            f.write(line)
+            f.write(b"\n")
 
 
 def check_respool(items: Iterable[dict[str, Any] | bytes | str], path: str, journal: Journal) -> None:

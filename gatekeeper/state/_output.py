@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import BinaryIO
 
-from .._errors import OutputError, os_error
+from .._errors import GatekeeperError, OutputError, os_error
 
 
 def check_writable(path: str, what: str = "results") -> str:
@@ -42,10 +42,11 @@ def _target(path: str, what: str) -> str:
 
 
 @contextmanager
-def replacing(path: str, what: str) -> Iterator[BinaryIO]:
-    """A file written whole or not at all (an export, a report): into a temporary file beside `path`, moved over it
-    once complete. On any failure the temporary is removed and `path` is as it was: a reader never finds half a
-    file, and a disk that filled keeps nothing of the attempt. A file error is an `OutputError` naming the file."""
+def replacing(path: str, what: str, error: type[GatekeeperError] = OutputError) -> Iterator[BinaryIO]:
+    """A file written whole or not at all (an export, a report, a spooled input): into a temporary file beside `path`,
+    moved over it once complete. On any failure the temporary is removed and `path` is as it was: a reader never
+    finds half a file, and a disk that filled keeps nothing of the attempt. A file error is an `error` (the caller's
+    kind: `OutputError` for what the user asked written) naming the file."""
     full = _target(path, what)
     tmp = f"{full}.{os.getpid()}.tmp"
     try:
@@ -56,7 +57,7 @@ def replacing(path: str, what: str) -> Iterator[BinaryIO]:
                 os.fsync(f.fileno())
             os.replace(tmp, full)
         except OSError as exc:
-            raise OutputError(os_error(exc, f"cannot write {what} to {path}")) from exc
+            raise error(os_error(exc, f"cannot write {what} to {path}")) from exc
     finally:
         with suppress(FileNotFoundError):
             os.unlink(tmp)  # (gone once moved)
