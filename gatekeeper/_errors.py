@@ -16,7 +16,7 @@
     │   ├── AuthenticationError 401/403: the key is wrong or lacks permission
     │   ├── NotFoundError       404
     │   ├── RequestTooLarge     413 from the edge
-    │   ├── SpendLimitReached   spend cap 429 / spend limit 400: retrying cannot help
+    │   ├── SpendLimitReached   402, spend cap 429, usage limit 400: the account's, retrying cannot help (exit 2)
     │   ├── RateLimited         429 of the per-minute kind: wait retry-after
     │   │   └── QueueFull       429 on create: the batch queue cannot take this batch
     │   ├── ServerError         5xx and 529
@@ -153,7 +153,10 @@ class RequestTooLarge(ApiError):
 
 
 class SpendLimitReached(ApiError):
-    """A spend cap or spend limit: no retry can succeed until it is lifted."""
+    """A spend cap, a usage limit or a 402: the account's state, not a request's. No retry can succeed until it is
+    lifted (the API's message says when), so the run stops with its requests still to send."""
+
+    exit_code = ExitCode.USAGE
 
 
 class RateLimited(ApiError):

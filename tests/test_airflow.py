@@ -326,7 +326,8 @@ def test_not_deferrable_runs_the_same_loop_on_the_worker_and_delivers_to_object_
 def test_a_deadline_on_the_operator_is_resolved_once_and_moves_a_stalled_job_to_real_time(
         tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`deadline` is templated and resolved when the task prepares the job (the trigger keeps the same moment); a
-    batch lane that cannot make it sends the job through the real-time lane, and the XCom says which lane did what."""
+    batch lane that cannot make it (20 s, within the default minute's slack: its last chance is now) sends the job
+    through the real-time lane, and the XCom says which lane did what."""
     from gatekeeper.airflow import GatekeeperSubmitOperator
     from gatekeeper.airflow._job import JobSpec
 
@@ -336,9 +337,9 @@ def test_a_deadline_on_the_operator_is_resolved_once_and_moves_a_stalled_job_to_
         for k, v in _env(airflow_home, fake).items():
             monkeypatch.setenv(k, v)
         op = GatekeeperSubmitOperator(task_id="d", input_path=str(path), deferrable=False, poll_interval=0.1,
-                                      state_dir=str(tmp_path / "s"), deadline="10m")
+                                      state_dir=str(tmp_path / "s"), deadline="20s")
         spec = op._job_spec(ApiConfig(workspace_keys=[Secret(WS1)]))
-        assert spec.deadline is not None and abs(spec.deadline - (time.time() + 600)) < 5
+        assert spec.deadline is not None and abs(spec.deadline - (time.time() + 20)) < 5
         assert JobSpec(**json.loads(json.dumps(spec.to_kwargs()))).deadline == spec.deadline
         summary = op.execute({})
     assert summary["lanes"] == {"batch": 0, "realtime": 12} and summary["deadline_met"] is True and summary["ok"]

@@ -17,7 +17,7 @@ import pytest
 from gatekeeper.testing import FakeAws
 from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, gk
+from tests.runs import assert_exactly_once, events, gk
 
 KEY_ID, SECRET = "AKIAFAKEFAKEFAKE0001", "fake/secret/key/0001"
 FAST = ["--platform", "aws", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
@@ -38,17 +38,37 @@ def _job(tmp: Path, n: int = 40) -> tuple[Path, set[str]]:
 
 
 def test_a_deadline_on_the_platform_signs_every_real_time_call(tmp_path: Path) -> None:
-    """A stalled batch lane on Claude Platform on AWS (no Admin API: the lowest tier's limits until the headers say
-    more): the real-time calls are signed like the batch calls, and the job finishes by its deadline."""
+    """A stalled batch lane on Claude Platform on AWS (no Admin API): the lane's limits are read from one probe's
+    headers before the live batch is canceled (never on the lowest tier's assumed ones), the real-time calls are
+    signed like the batch calls, and the job finishes by its deadline."""
     path, ids = _job(tmp_path, 12)
     with running_fake(ceiling=1000, rate=0.0, aws=FakeAws()) as fake:
-        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--deadline", "5m"], aws_env(fake.url, tmp_path))
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--deadline", "8s", "--deadline-slack", "4"],
+                  aws_env(fake.url, tmp_path))
         assert done.returncode == 0, done.stderr[-3000:]
         s = orjson.loads(done.stdout)
         assert s["lanes"]["realtime"]["requests"] == 12 and s["deadline"]["met"]
         aws = fake.config.aws
-        assert aws is not None and aws.refused == [] and fake.realtime.records.answered == 12
+        probes = [e for e in events(done.stderr) if e["event"] == "realtime_probe"]
+        assert len(probes) == 1 and probes[0]["measured"] is True
+        first_cancel = next(e["t"] for e in events(done.stderr) if e["event"] == "deadline_cancel")
+        assert probes[0]["t"] <= first_cancel
+        assert aws is not None and aws.refused == [] and fake.realtime.records.answered == 12 + 1
         assert fake.org.records.requests_seen.get("rate_limits", 0) == 0  # (no Admin API on the platform)
+
+
+def test_a_streamed_real_time_call_on_the_platform_is_signed_as_it_is_sent(tmp_path: Path) -> None:
+    """Requests whose `max_tokens` the SDKs would only stream: each call's `accept: text/event-stream` is among the
+    signed headers, so the platform accepts every one."""
+    ids = {f"s{i:02d}" for i in range(4)}
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c, text=f"a long answer {c}", max_tokens=30_000) for c in sorted(ids)])
+    with running_fake(ceiling=1000, rate=0.0, aws=FakeAws()) as fake:
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--deadline", "8s", "--deadline-slack", "6"],
+                  aws_env(fake.url, tmp_path))
+        assert done.returncode == 0, done.stderr[-3000:]
+        aws = fake.config.aws
+        assert aws is not None and aws.refused == []
+        assert fake.realtime.records.streamed == 4 and orjson.loads(done.stdout)["succeeded"] == 4
 
 
 def test_a_whole_job_signed_with_sigv4_through_every_command(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ crawls or runs well and whose real-time lane paces, refuses, overloads and loses
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import orjson
@@ -11,6 +12,7 @@ import pytest
 
 from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_sync
 from gatekeeper._prices import load_prices
+from gatekeeper.decide._headroom import parse_time
 from gatekeeper.cli._render import render_summary
 from gatekeeper.run._summary import Summary
 from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
@@ -22,9 +24,9 @@ from tests.runs import events, gk, output_ids, start
 FAST = ["--interval", "0.1", "--max-rpm", "60000", "--reconcile-grace", "1", "--max-requests", "20", "--json"]
 TIGHT = ["--turnaround", "2", "--deadline-slack", "2"]
 RT = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000)
-# For the tests of the real-time lane itself: with the default turnaround (1 h), a 2-minute deadline sends every
-# request there at once, no batch created, nothing to wait out.
-AT_ONCE = ["--deadline", "2m"]
+# For the tests of the real-time lane itself: a stalled batch lane and a deadline whose last chance comes at once
+# (the slack and the lane's own time fill the window), so every batch is canceled or moved within a second or two.
+AT_ONCE = ["--deadline", "8s", "--deadline-slack", "6"]
 
 
 def _input(tmp_path: Path, n: int = 40, **params: object) -> tuple[Path, set[str]]:
@@ -174,8 +176,8 @@ def test_a_429_storm_is_ridden_out_on_retry_after(tmp_path: Path) -> None:
 def test_overloaded_and_lost_answers_are_retried_and_lost_ones_counted(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 30)
     rough = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, overloaded=0.1, lost=0.1)
-    with running_fake(rate=0.0, realtime=rough) as fake:
-        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+    with running_fake(rate=0.0, realtime=rough) as fake:  # (backoffs take seconds: a window of 15 s, 2 s before moving)
+        done = gk(["submit", str(path), "--deadline", "15s", "--deadline-slack", "13", *FAST], env_for(fake))
         s = orjson.loads(done.stdout)
         lane = fake.realtime.records
         assert lane.overloaded >= 2 and lane.lost >= 2
@@ -202,7 +204,8 @@ def test_the_library_takes_a_deadline(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 20)
     with running_fake(rate=0.0, realtime=RT) as fake:
         config = ApiConfig(base_url=fake.url, workspace_keys=[Secret(WS1)], admin_key=Secret("test-admin-key"))
-        summary = submit_sync(str(path), config=config, settings=SubmitSettings(deadline="2m", poll=0.1, max_rpm=60000))
+        summary = submit_sync(str(path), config=config, settings=SubmitSettings(deadline="8s", deadline_slack=6, poll=0.1,
+                                                                                   max_rpm=60000))
         assert summary.ok and summary.deadline is not None and summary.deadline["met"]
         assert summary.lanes["realtime"]["requests"] == 20
         assert_one_lane_each(fake, _out(path), expected)
@@ -306,3 +309,60 @@ def test_the_lane_under_usage_that_only_roughly_follows_the_prompt(tmp_path: Pat
         counted = s["usage"]["input_tokens"] + s["usage"]["cache_creation_input_tokens"] + s["usage"]["cache_read_input_tokens"]
         assert counted == (0 if usage == "none" else billed)
         assert_one_lane_each(fake, _out(path), expected)
+
+
+USAGE_LIMIT = ("You have reached your specified API usage limits. You will regain access on 2027-01-01 at 00:00 UTC.")
+
+
+@pytest.mark.parametrize(("status", "error_type", "message", "details"), [
+    (401, "authentication_error", "invalid x-api-key", None),
+    (403, "permission_error", "Your API key does not have permission to use the specified resource.", None),
+    (402, "billing_error", "Billing error", None),
+    (400, "invalid_request_error", USAGE_LIMIT, None),
+    (429, "rate_limit_error", "Spend cap reached", {"error_code": "enforced_spend_limit_reached"}),
+])
+def test_a_refusal_of_the_account_stops_the_lane_with_its_requests_still_queued(
+        tmp_path: Path, status: int, error_type: str, message: str, details: dict[str, str] | None) -> None:
+    """The account refused mid-lane (a revoked key, a policy without the action, billing, the usage limit, the spend
+    cap): not one request is counted failed; the run stops with one line (exit 2), and once the account is fixed
+    the same command finishes every request, each answered once."""
+    path, expected = _input(tmp_path, 30)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        fake.inject(Fault("messages", status=status, error_type=error_type, message=message, details=details,
+                          times=1000, after=8))
+        stopped = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        assert stopped.returncode == 2, stopped.stderr[-2000:]
+        last = stopped.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in stopped.stderr and message.split(".")[0] in last, stopped.stderr[-3000:]
+        answered = fake.realtime.records.answered
+        assert 0 < answered < 30
+        lines = [orjson.loads(x) for x in _out(path).read_bytes().splitlines()]
+        assert {x["result"]["type"] for x in lines} <= {"succeeded"} and len(lines) <= answered  # (none failed)
+        fake.faults.items.clear()  # (the key replaced, the limit lifted)
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+        s = orjson.loads(done.stdout)
+        assert s["succeeded"] == 30 and s["errored"] == 0
+        assert_one_lane_each(fake, _out(path), expected)
+
+
+def test_a_relative_deadline_is_resolved_once_for_the_job(tmp_path: Path) -> None:
+    """`--deadline 1h` is read by the job's first run and kept in its journal: a rerun an hour later (or an Airflow
+    retry) that says `3h` again is told the kept one stands, and is judged by it."""
+    path, expected = _input(tmp_path, 10)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        run = start(["submit", str(path), "--deadline", "1h", *FAST], env_for(fake))
+        fake.org.wait_for(lambda r: r.creates >= 1, "the first create", timeout=30)
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=30)
+        assert run.returncode == 130, err[-2000:]
+        fake.config.rate = 4000.0
+        done = gk(["submit", str(path), "--deadline", "3h", *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr[-2000:]
+        kept = [e for e in events(done.stderr) if e["event"] == "deadline_kept"]
+        assert len(kept) == 1 and kept[0]["at"] != kept[0]["given"]
+        s = orjson.loads(done.stdout)
+        assert s["deadline"]["met"] is True and fake.realtime.records.calls == 0
+        assert s["deadline"]["at"] == kept[0]["at"] and set(output_ids(_out(path))) == expected
+        at = parse_time(s["deadline"]["at"])
+        assert at is not None and 3000 < at - time.time() <= 3600  # (the first run's hour, not the rerun's three)

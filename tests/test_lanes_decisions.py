@@ -19,6 +19,7 @@ from gatekeeper.decide._deadline import (
     project,
     resolve_deadline,
     turnaround,
+    worth_moving,
 )
 from gatekeeper.decide._headroom import model_limits
 from gatekeeper.decide._pacing import RAMP_START, Cost, Pace, lane_seconds, must_stream
@@ -89,25 +90,52 @@ def per_second(rate: float) -> Callable[[float], float]:
     return lambda n: n / rate
 
 
-@pytest.mark.parametrize(("live", "held", "turn", "queued", "expected"), [
+STALLED = [LiveBatch(0, 1000, NOW - 600, 0)]  # ten minutes old, nothing shown done: projected at NOW + 3000
+
+
+@pytest.mark.parametrize(("live", "held", "turn", "queued", "deadline", "rate", "measured", "expected"), [
     # a healthy lane: everything projected well inside the deadline stays
-    ([LiveBatch(0, 1000, NOW - 60, 500)], [Held(1, 1000)], 120, 0, ((), (), False)),
-    # a stalled live batch past its last chance is canceled; the batch not created moves
-    ([LiveBatch(0, 1000, NOW - 3500, 0)], [Held(1, 1000)], 3000, 0, ((0,), (1,), False)),
-    # a crawl: 10% in 30 minutes will not make it; the one not yet created would (turnaround 10 min) but the
-    # lane's time for the crawl's 900 comes first
-    ([LiveBatch(0, 1000, NOW - 1800, 100)], [Held(1, 100)], 600, 0, ((0,), (), False)),
-    # requests waiting for another attempt near the deadline move instead of forming a batch
-    ([], [Held(None, 500)], 3500, 0, ((), (), True)),
-    # what is queued in the lane already delays the rest: with 3,000 queued, a batch that would otherwise stay moves
-    ([], [Held(1, 100)], 2000, 3000, ((), (1,), False)),
-    ([], [Held(1, 100)], 2000, 0, ((), (), False)),
+    ([LiveBatch(0, 1000, NOW - 60, 500)], [Held(1, 1000)], 120, 0, 3600, 2.0, True, ((), (), False, False)),
+    # projected to miss, but not yet its last chance (the lane needs 500 s of the 1,140 left): it waits
+    (STALLED, [], 3600, 0, 1200, 2.0, True, ((), (), False, False)),
+    # its last chance, and the lane ends it sooner: canceled
+    (STALLED, [], 3600, 0, 500, 2.0, True, ((0,), (), False, False)),
+    # its last chance, but the lane would end it later than the batch lane (10,000 s against 3,000): stays
+    (STALLED, [], 3600, 0, 500, 0.1, True, ((), (), False, False)),
+    # past the deadline: moved only to a lane that ends it sooner
+    (STALLED, [], 3600, 0, -100, 2.0, True, ((0,), (), False, False)),
+    (STALLED, [], 3600, 0, -100, 0.1, True, ((), (), False, False)),
+    # the lane's speed not known: nothing live is canceled, a probe is asked for; a batch not created still moves
+    (STALLED, [], 3600, 0, 500, 2.0, False, ((), (), False, True)),
+    ([], [Held(1, 100)], 4000, 0, 100, 2.0, False, ((), (1,), False, True)),
+    # a batch the batch lane would miss with, at its last chance only once 7,000 are queued in the lane before it
+    ([], [Held(1, 100)], 4000, 0, 3600, 2.0, True, ((), (), False, False)),
+    ([], [Held(1, 100)], 4000, 7000, 3600, 2.0, True, ((), (1,), False, False)),
+    # requests waiting for another attempt at their last chance move instead of forming a batch
+    ([], [Held(None, 500)], 4000, 0, 300, 2.0, True, ((), (), True, False)),
+    # a crawl: 10% in 30 minutes will not make it, nor the batch not yet created (turnaround 10 min): both at their
+    # last chance, the lane's time for the crawl's 900 first
+    ([LiveBatch(0, 1000, NOW - 1800, 100)], [Held(1, 100)], 600, 0, 500, 2.0, True, ((0,), (1,), False, False)),
 ])
 def test_what_moves_to_the_real_time_lane(live: list[LiveBatch], held: list[Held], turn: float, queued: int,
-                                          expected: tuple[tuple[int, ...], tuple[int, ...], bool]) -> None:
-    m = moves(now=NOW, deadline=NOW + 3600, live=live, held=held, turn=turn, lane_time=per_second(2.0), queued=queued,
-              slack=60)
-    assert (m.cancel, m.move, m.move_pending) == expected
+                                          deadline: float, rate: float, measured: bool,
+                                          expected: tuple[tuple[int, ...], tuple[int, ...], bool, bool]) -> None:
+    m = moves(now=NOW, deadline=NOW + deadline, live=live, held=held, turn=turn, lane_time=per_second(rate),
+              queued=queued, slack=60, measured=measured)
+    assert (m.cancel, m.move, m.move_pending, m.probe) == expected
+
+
+@pytest.mark.parametrize(("finish", "lane", "deadline", "expected"), [
+    (NOW + 100, 10, NOW + 3600, False),  # the batch lane makes it
+    (NOW + 9000, 10, NOW + 3600, False),  # it misses, but the lane can still wait
+    (NOW + 9000, 3600, NOW + 3600, True),  # it misses, and the lane needs all the time left
+    (NOW + 9000, 9500, NOW + 3600, False),  # the lane would end it even later
+    (NOW + 9000, 100, NOW - 10, True),  # past the deadline, the lane is still sooner
+    (NOW + 50, 100, NOW - 10, False),  # past the deadline, the batch lane is sooner
+])
+def test_work_moves_only_at_its_last_chance_and_only_to_a_sooner_end(finish: float, lane: float, deadline: float,
+                                                                      expected: bool) -> None:
+    assert worth_moving(now=NOW, deadline=deadline, finish=finish, lane=lane, slack=60) is expected
 
 
 @pytest.mark.parametrize(("returned", "pending", "moves_them"), [(True, 50, True), (False, 50, False), (True, 0, False)])
@@ -121,7 +149,7 @@ def test_requests_a_deadline_cancel_gave_back_never_form_a_new_batch(returned: b
 
 def test_a_batch_lane_that_will_make_it_is_never_bypassed_even_when_the_rest_moves() -> None:
     live = [LiveBatch(0, 100, NOW - 60, 90), LiveBatch(1, 100, NOW - 3500, 0)]
-    m = moves(now=NOW, deadline=NOW + 3600, live=live, held=[], turn=3000, lane_time=per_second(1.0), queued=0, slack=60)
+    m = moves(now=NOW, deadline=NOW + 150, live=live, held=[], turn=3000, lane_time=per_second(1.0), queued=0, slack=60)
     assert m.cancel == (1,) and m.projected[0] < NOW + 60
 
 
@@ -173,11 +201,15 @@ def test_headers_never_raise_the_level_and_tokens_are_taken_at_the_rounding_low_
     assert p.wait(Cost(10_000, 10), 0.0) > 0
 
 
-def test_limits_read_before_any_call_seed_the_buckets_a_quarter_full() -> None:
+def test_limits_read_before_any_call_seed_full_buckets_that_the_first_headers_lower() -> None:
     p = Pace(0.0)
     p.seed(600, 1_000_000, 100_000)
-    assert (p.requests.capacity, p.input.level, p.output.level) == (10, 250_000, 25_000)
-    assert p.wait(Cost(1000, 30_000), 0.0) == pytest.approx(3.0)  # 5,000 more output tokens at 100,000 a minute
+    assert (p.requests.capacity, p.input.level, p.output.level) == (10, 1_000_000, 100_000)
+    p.sent(Cost(1000, 80_000), 0.0)
+    assert p.wait(Cost(1000, 30_000), 0.0) == pytest.approx(6.0)  # 10,000 more output tokens at 100,000 a minute
+    # other traffic: the first answer says 5,000 output tokens remain where we counted 20,000
+    p.observe(headers(600, 9, 1_000_000, 990_000, 100_000, 5_000), 0.0)
+    assert p.output.level == 4_500  # (never raised; taken at the rounding's low side)
 
 
 def test_output_is_charged_at_max_tokens_and_given_back_after() -> None:
@@ -228,9 +260,14 @@ def test_model_limits_come_from_the_model_groups_that_give_all_three() -> None:
             {"type": "requests_per_minute", "value": 4000}, {"type": "input_tokens_per_minute", "value": 2000000},
             {"type": "output_tokens_per_minute", "value": 400000}]},
         {"group_type": "model_group", "models": ["d"], "limits": [{"type": "requests_per_minute", "value": 5}]},
+        # a current model: its input limit given as the cache-aware type
+        {"group": {"type": "model_group"}, "models": ["e"], "limits": [
+            {"type": "requests_per_minute", "value": 4000}, {"type": "input_tokens_per_minute_cache_aware", "value": 90000},
+            {"type": "output_tokens_per_minute", "value": 16000}]},
         {"group_type": "batch", "models": None, "limits": [{"type": "enqueued_batch_requests", "value": 1}]},
     ]
-    assert model_limits(entries) == {"a": (50, 30000, 8000), "b": (50, 30000, 8000), "c": (4000, 2000000, 400000)}
+    assert model_limits(entries) == {"a": (50, 30000, 8000), "b": (50, 30000, 8000), "c": (4000, 2000000, 400000),
+                                     "e": (4000, 90000, 16000)}
 
 
 def sse(*events: dict[str, object]) -> list[str]:

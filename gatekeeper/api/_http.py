@@ -136,7 +136,7 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
         "endpoint": endpoint, "status": status, "error_type": error_type, "request_id": request_id, "retry_after": retry_after,
     }
     lowered = message.lower()
-    if details.get("error_code") == "enforced_spend_limit_reached" or (
+    if details.get("error_code") == "enforced_spend_limit_reached" or status == 402 or (
         status in (400, 429) and any(w in lowered for w in _SPEND_WORDS)
     ):
         return SpendLimitReached(message, **kw)

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
-from .._errors import ApiError
+from .._errors import ApiError, AuthenticationError, SpendLimitReached
 from ._client import ApiClient
 from ._http import _CONNECT_FAILURES, error_from_response
 from ._retry import parse_retry_after
@@ -32,6 +32,7 @@ class Kind(str, enum.Enum):
     OVERLOADED = "overloaded"  # 529
     SERVER = "server"  # another 5xx
     REFUSED = "refused"  # another 4xx: the request itself is refused (final)
+    ACCOUNT = "account"  # 401, 403, 402, a usage limit or spend cap: the account refused, the request never tried
     UNSENT = "unsent"  # the connection never opened: nothing left us
     LOST = "lost"  # the body left us and no whole answer came back: it may have been processed
 
@@ -49,9 +50,8 @@ class Call:
 async def send_message(api: ApiClient, body: bytes, *, stream: bool) -> Call:
     """One call with `body` (a Messages request's params, `stream` already set when it streams)."""
     url = api.url_of("/v1/messages")
-    headers = api.request_headers(url, {"content-type": "application/json"}, method="POST", body=body)
-    if stream:
-        headers["accept"] = "text/event-stream"
+    sent = {"content-type": "application/json", **({"accept": "text/event-stream"} if stream else {})}
+    headers = api.request_headers(url, sent, method="POST", body=body)  # (signed as sent: `accept` among them)
     try:
         async with api.http.stream("POST", url, content=body, headers=headers, timeout=MESSAGE_TIMEOUT) as response:
             api.reached = True
@@ -67,11 +67,16 @@ async def send_message(api: ApiClient, body: bytes, *, stream: bool) -> Call:
     return Call(Kind.ANSWERED, got, message)
 
 
+def probe_params(model: str) -> dict[str, Any]:
+    """The smallest call there is for `model` (one output token): sent only to read its rate limits' headers."""
+    return {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+
+
 def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient) -> Call:
     error = error_from_response(response, "messages", label=api.label, aws=api.on_aws)
     status = response.status_code
-    kind = Kind.LIMITED if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 \
-        else Kind.REFUSED
+    kind = Kind.ACCOUNT if isinstance(error, AuthenticationError | SpendLimitReached) else Kind.LIMITED \
+        if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 else Kind.REFUSED
     return Call(kind, headers, error=error, retry_after=parse_retry_after(headers, time.time()), detail=str(error))
 
 

@@ -1,17 +1,20 @@
 """A deadline: when the batch lane is projected to miss it, which work moves to the real-time lane. Pure.
 
 A live batch's finish is projected from its progress: `elapsed / done share` after its creation once any request
-is done; before that, the job's observed turnaround (the median of its ended batches' creation-to-end times, or
-`prior` before any ended), and never sooner than twice the time it has already waited with nothing done. Work
-not yet in a batch (batches not created, requests waiting for another attempt) is projected at now plus the
-turnaround.
+is done; before that (always, on the real API: a batch shows no progress until it ends), the job's observed
+turnaround (the median of its ended batches' creation-to-end times, or `prior` before any ended), and never sooner
+than twice the time it has already waited. Work not yet in a batch (batches not created, requests waiting for
+another attempt) is projected at now plus the turnaround.
 
-Work moves when its projected finish is later than the last moment it could still move and finish by the
-deadline: the deadline less `SLACK` less the real-time lane's own time for it (the requests already queued there
-first, then this work, at the rate the lane's limits sustain). The latest-projected work is weighed first, so a
-batch lane that will make the deadline is never bypassed, and each move counts against the lane's time for the
-next. A live batch that moves is canceled; its requests reach the real-time lane only once it has ended (its
-succeeded results are kept).
+Work moves only when all three hold (`worth_moving`): the batch lane is projected to miss the deadline with it
+(later than the deadline less `SLACK`); this is its last chance (the deadline less the slack less the real-time
+lane's own time for it, the requests already queued there first); and the real-time lane would end it sooner than
+the batch lane. So a batch lane that ends in time is never bypassed, nothing moves on an assumed turnaround while
+it can still wait, and past the deadline nothing moves to a lane that would end it later. The latest-projected work
+is weighed first, and each move counts against the lane's time for the next. A live batch that moves is canceled;
+its requests reach the real-time lane only once it has ended (its succeeded results are kept). A live batch is
+never canceled on the lane's assumed speed: while the lane is not `measured` (no limits from the Admin API, no
+answer's headers yet), work the batch lane is projected to miss asks for a `probe` instead.
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class Moves:
     move: tuple[int, ...] = ()  # batches not yet created whose requests move now
     move_pending: bool = False  # requests waiting for another attempt move instead of a new batch
     projected: dict[int, float] = field(default_factory=dict)  # each live batch's projected finish
+    probe: bool = False  # the batch lane is projected to miss, and the lane's speed is not known: measure it
 
     @property
     def any(self) -> bool:
@@ -127,12 +131,22 @@ def stalled_for(b: LiveBatch, now: float) -> float:
     return max(0.0, now - b.created) if b.done == 0 else 0.0
 
 
+def worth_moving(*, now: float, deadline: float, finish: float, lane: float, slack: float = SLACK) -> bool:
+    """Whether work the batch lane is projected to end at `finish` moves now, when the real-time lane needs `lane`
+    seconds for it (and what is queued there before it): the batch lane would miss, this is the last chance, and
+    the real-time lane would end it sooner."""
+    misses = finish > deadline - slack
+    return misses and now >= deadline - slack - lane and now + lane < finish
+
+
 def moves(*, now: float, deadline: float, live: Sequence[LiveBatch], held: Sequence[Held], turn: float,
-          lane_time: Callable[[float], float], queued: int, slack: float = SLACK, returned: bool = False) -> Moves:
+          lane_time: Callable[[float], float], queued: int, slack: float = SLACK, returned: bool = False,
+          measured: bool = True) -> Moves:
     """What moves to the real-time lane now (see the module docstring). `lane_time(n)`: the real-time lane's
     seconds for n of this job's requests; `queued`: requests already waiting in it; `returned`: a batch canceled for
     the deadline has given its requests back, so those waiting for another attempt move whatever the projection (the
-    batch lane was just judged unable to answer them in time: a new batch would only be canceled again)."""
+    batch lane was just judged unable to answer them in time: a new batch would only be canceled again);
+    `measured`: whether `lane_time` rests on known limits (else no live batch is canceled)."""
     items: list[tuple[float, int, str, int | None]] = [(project(b, now, turn), b.requests - b.done, "live", b.idx)
                                                        for b in live]
     items += [(now + turn, h.requests, "held", h.idx) for h in held if h.requests > 0]
@@ -140,9 +154,11 @@ def moves(*, now: float, deadline: float, live: Sequence[LiveBatch], held: Seque
     cancel: list[int] = []
     move: list[int] = []
     pending = False
+    probe = not measured and any(finish > deadline - slack for finish, *_ in items)
     for finish, n, kind, idx in sorted(items, key=lambda i: -i[0]):
-        last_chance = deadline - slack - lane_time(backlog + n)
-        if finish <= last_chance:
+        if not worth_moving(now=now, deadline=deadline, finish=finish, lane=lane_time(backlog + n), slack=slack):
+            continue
+        if kind == "live" and not measured:
             continue
         backlog += n
         if idx is None:
@@ -152,7 +168,7 @@ def moves(*, now: float, deadline: float, live: Sequence[LiveBatch], held: Seque
         else:
             move.append(idx)
     pending = pending or (returned and any(h.idx is None and h.requests > 0 for h in held))
-    return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live})
+    return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live}, probe)
 
 
 def batch_alone(*, requests: int, rounds: int, turn: float, window: float, slack: float = SLACK) -> bool:

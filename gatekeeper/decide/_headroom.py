@@ -45,7 +45,8 @@ def total_requests(batch: dict[str, Any]) -> int:
 
 def model_limits(entries: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
     """model -> (requests, input tokens, output tokens a minute) of the Admin API's `model_group` entries that give
-    all three (the group's type read from `group_type` or the newer `group.type`)."""
+    all three (the group's type read from `group_type` or the newer `group.type`; input tokens as
+    `input_tokens_per_minute` or, for current models, `input_tokens_per_minute_cache_aware`)."""
     out: dict[str, tuple[int, int, int]] = {}
     for e in entries:
         g = e.get("group")
@@ -53,7 +54,9 @@ def model_limits(entries: list[dict[str, Any]]) -> dict[str, tuple[int, int, int
         if (e.get("group_type") or group.get("type")) != "model_group" or not isinstance(e.get("models"), list):
             continue
         limits = {str(x.get("type")): x.get("value") for x in e.get("limits") or [] if isinstance(x, dict)}
-        values = [limits.get(k) for k in ("requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute")]
+        # (current models give their input limit as the cache-aware type: cache reads not counted)
+        itpm = limits.get("input_tokens_per_minute") or limits.get("input_tokens_per_minute_cache_aware")
+        values = [limits.get("requests_per_minute"), itpm, limits.get("output_tokens_per_minute")]
         if all(isinstance(v, int) and v > 0 for v in values):
             for m in e["models"]:
                 out[str(m)] = (int(values[0]), int(values[1]), int(values[2]))  # type: ignore[arg-type]

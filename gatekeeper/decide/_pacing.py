@@ -94,12 +94,11 @@ class Pace:
         self.ramp_at = self.now
 
     def seed(self, rpm: int, itpm: int, otpm: int) -> None:
-        """Limits read before any call (the Admin API's): the buckets take them, the token buckets a quarter full
-        (other traffic may be using them; the first answer's headers say how full they are)."""
+        """Limits read before any call (the Admin API's): the buckets take them, full. Other traffic may be using
+        them: the first answers' headers lower the levels to what remains (a burst before them is bounded by the
+        request ramp, and a 429 it draws is obeyed)."""
         self.requests = _bucket(rpm, self.now, per_second=True)
         self.input, self.output = _bucket(itpm, self.now), _bucket(otpm, self.now)
-        for b in (self.input, self.output):
-            b.level = b.capacity * RAMP_START
 
     def wait(self, cost: Cost, now: float) -> float:
         """Seconds before a request of this cost may go (0: now)."""

@@ -50,8 +50,10 @@ class DeadlineKeeper(Part):
         self.sampled = False
 
     def _sample(self, n: int = 50) -> None:
-        """The lane's projections start from this job's own requests: the mean cost of its first few."""
+        """The lane's projections start from this job's own requests: their models, and the mean cost of the first
+        few."""
         self.sampled = True
+        self.lane.models = {str(m) for m in ((self.journal.get_meta("report") or {}).get("models") or {})}
         rows = self.journal.batches()
         costs = []
         for _, _, body, _ in self._requests_of(rows[0]) if rows else ():
@@ -65,6 +67,9 @@ class DeadlineKeeper(Part):
         if not self.sampled:
             self._sample()
         m = self.decide(snap)
+        if m.probe:  # (then decided again on what it measured: an assumed lane moves nothing early)
+            await self.lane.probe()
+            m = self.decide(snap)
         if not m.any:
             return
         for idx in m.cancel:
@@ -82,8 +87,9 @@ class DeadlineKeeper(Part):
     def decide(self, snap: Snapshot) -> Moves:
         j = self.journal
         canceled = set(j.get_meta("deadline_canceled") or [])
+        # (a batch found by listing is not canceled before its results prove it ours: it may be another job's)
         live = [LiveBatch(r.idx, r.requests, parse_time(r.created_at) or snap.at, _done(snap.listed.get(r.batch_id or "")))
-                for r in j.batches(BatchState.CREATED) if r.idx not in canceled]
+                for r in j.batches(BatchState.CREATED) if r.idx not in canceled and _proven(j.adoptions.of(r.idx))]
         # (a create whose outcome is unknown may hold its requests: it is neither moved nor counted as movable)
         held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.groups.pending_count())]
         finished = j.batches(BatchState.ENDED, BatchState.COLLECTED)
@@ -96,7 +102,8 @@ class DeadlineKeeper(Part):
         turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.s.turnaround, self.stalled,
                           spans)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.seconds_for,
-                     queued=j.lane.unanswered(), slack=self.s.deadline_slack, returned=returned)
+                     queued=j.lane.unanswered(), slack=self.s.deadline_slack, returned=returned,
+                     measured=self.lane.measured)
 
     async def _cancel(self, row: BatchRow) -> None:
         if self._refused_by_budget(sum(self._worst(body, line) for line, _, body, _ in self._requests_of(row)), row.requests):
@@ -140,6 +147,10 @@ class DeadlineKeeper(Part):
                                               "why": "the real-time lane's worst case would pass the budget: the "
                                                      "deadline may be missed"})
         return True
+
+
+def _proven(adoption: dict[str, Any] | None) -> bool:
+    return adoption is None or adoption.get("proof") == "results"
 
 
 def _done(batch: dict[str, Any] | None) -> int:

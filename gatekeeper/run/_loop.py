@@ -23,13 +23,14 @@ import anyio
 from .._errors import (
     Interrupted,
     NotFoundError,
+    UsageError,
 )
 from .._prices import PriceTable, load_prices
 from ..api._http import Sleep
 from ..api._queue import Connection, read_live, recent_batches
 from ..decide._admission import reading_wait
 from ..decide._downloads import BATCH_LIFETIME
-from ..decide._headroom import LIVE_STATES, live_batches, parse_time
+from ..decide._headroom import LIVE_STATES, format_time, live_batches, parse_time
 from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, Journal
 from ..state._ledger import Ledger, LocalLedger
@@ -85,8 +86,24 @@ class Job(Part):
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
         self.lane = RealtimeLane(self.ctx, write_lock=self.ctx.write_lock, stop=stop,
                                  on_result=on_result)
-        self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, deadline_of(settings, clock()), self.lane)
+        self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, self._deadline(), self.lane)
         self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
+
+    def _deadline(self) -> float:
+        """The job's deadline: resolved once, by its first run, and kept in the journal. A rerun or a retry that reads
+        `6h` or `06:00Z` again would move it (and report a missed deadline met); a setting that now resolves
+        differently is said, not taken."""
+        kept = self.journal.get_meta("deadline")
+        if kept is None:
+            return deadline_of(self.s, self.clock())
+        try:
+            again: float | None = deadline_of(self.s, self.clock())
+        except UsageError:
+            again = None  # (an absolute time that has passed since: the kept one stands)
+        if again is None or abs(again - float(kept)) > 1.0:
+            self.emit("deadline_kept", {"at": format_time(float(kept)), "given": None if again is None else format_time(again),
+                                        "why": "a job's deadline is resolved once, by its first run"})
+        return float(kept)
 
     async def prepare(self) -> None:
         """Read the ceiling; plan the input into the journal, or check it is the same input on resume."""
@@ -103,7 +120,7 @@ class Job(Part):
             self.out.truncate_to(self.journal.outcomes.committed_output())
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
             await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
-        if self.keeper is not None and self.journal.get_meta("deadline") != self.keeper.deadline:
+        if self.keeper is not None and self.journal.get_meta("deadline") is None:
             self.journal.set_meta("deadline", self.keeper.deadline, "deadline", at=self.keeper.deadline)
         if self.keeper is None and not self.journal.lane.unanswered():
             await self._loop()

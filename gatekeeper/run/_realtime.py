@@ -17,7 +17,8 @@ from typing import Any
 import anyio
 import orjson
 
-from ..api._messages import Call, Kind, send_message
+from .._errors import ApiError
+from ..api._messages import Call, Kind, probe_params, send_message
 from ..decide._pacing import RAMP_START, Cost, Pace, lane_seconds, must_stream
 from ..decide._settle import errored_line, stop_of, usage_of
 from ..state._realtime import Answer, LaneRow
@@ -28,6 +29,7 @@ from ._part import Part, RunContext
 
 ANSWER_LOST = "gatekeeper_answer_lost"
 MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored
+MAX_PROBES = 3  # limit-reading calls a model at most
 IN_FLIGHT = 64  # calls out at once at most (the pace decides the rate; this bounds memory and sockets)
 TELL_EVERY = 5.0  # seconds between the lane's progress events
 BYTES_PER_TOKEN_BOUND = 3.0  # a call's input charged up front at one token per 3 bytes, corrected by its usage
@@ -44,6 +46,8 @@ class RealtimeLane(Part):
         self.drained = anyio.Event()  # set when nothing is left to send or commit (the run's wait ends on it)
         self.paces: dict[str, Pace] = {}
         self.limits = limits or {}  # model -> (rpm, itpm, otpm) from the Admin API, when a key could read them
+        self.models: set[str] = set()  # the job's models (the keeper names them): projections weigh only theirs
+        self.probes: dict[str, int] = {}  # model -> calls made only to read its limits
         self.out_now: set[int] = set()  # lines with a call out
         self.answers: list[tuple[Answer, dict[str, Any]]] = []
         self.wake = anyio.Event()
@@ -52,6 +56,7 @@ class RealtimeLane(Part):
         self.sent = 0
         self.stop = stop  # the run's stop: from the moment it is asked for, nothing new is sent
         self.answered = 0  # answers committed by this run
+        self.refusal: ApiError | None = None  # the account was refused: nothing more is sent, the run stops on it
         self.told_at = 0.0
 
     def pace(self, model: str) -> Pace:
@@ -66,11 +71,36 @@ class RealtimeLane(Part):
             p.seed(*self.limits[model])
         return p
 
+    def _job_paces(self) -> list[Pace]:
+        return [self.pace(m) for m in sorted(self.models)] or list(self.paces.values()) or [self._fresh(None)]
+
     def per_second(self) -> float:
-        """Requests a second the lane sustains for this job's requests (the slowest model's limits; before any call,
-        those read from the Admin API, else the lowest tier's)."""
-        paces = list(self.paces.values()) or [self._fresh(m) for m in self.limits] or [self._fresh(None)]
-        return min(p.per_second(self.mean_cost) for p in paces)
+        """Requests a second the lane sustains for this job's requests (the slowest of its models' limits: from the
+        answers' headers, else the Admin API's, else the lowest tier's)."""
+        return min(p.per_second(self.mean_cost) for p in self._job_paces())
+
+    @property
+    def measured(self) -> bool:
+        """Whether the projection rests on known limits for each of the job's models (the Admin API's, or an
+        answer's headers), not on the lowest tier's assumed ones."""
+        return bool(self.models) and all(m in self.limits or self.pace(m).learned for m in self.models)
+
+    async def probe(self) -> None:
+        """Read the limits of each of the job's models not yet measured, with the smallest call there is (one output
+        token); at most `MAX_PROBES` a model. Its cost is journaled with the lane's."""
+        for model in sorted(m for m in self.models if m not in self.limits and not self.pace(m).learned):
+            if self.probes.get(model, 0) >= MAX_PROBES:
+                continue
+            self.probes[model] = self.probes.get(model, 0) + 1
+            call = await send_message(self.api, orjson.dumps(probe_params(model)), stream=False)
+            if call.kind is Kind.ACCOUNT and call.error is not None:
+                raise call.error
+            self.pace(model).observe(call.headers, self.clock())
+            usage = call.message.get("usage") if call.message else None
+            self.journal.lane.probed(model, usage if isinstance(usage, dict) else None)
+            self.emit("realtime_probe", {"model": model, "measured": self.pace(model).learned,
+                                         "why": "the batch lane is projected to miss the deadline; the lane's limits "
+                                                "are read before anything live is canceled"})
 
     def seconds_for(self, n: float) -> float:
         """Seconds the lane needs for `n` of this job's requests, from where its ramp stands."""
@@ -101,13 +131,18 @@ class RealtimeLane(Part):
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
         limiter = anyio.Semaphore(IN_FLIGHT)
         while True:
-            rows = [] if self.stop.is_set() or self.user_canceled else self.journal.lane.rows(IN_FLIGHT)
+            if self.refusal is not None and not self.out_now and not self.answers:
+                raise self.refusal  # (once the calls out have answered and been committed)
+            held = self.stop.is_set() or self.user_canceled or self.refusal is not None
+            rows = [] if held else self.journal.lane.rows(IN_FLIGHT)
             if not rows:
                 if not self.out_now and not self.answers:
                     self.drained.set()
                 await self._idle()
                 continue
             for row in rows:
+                if self.refusal is not None:
+                    break
                 await self._go(tg, limiter, row)
 
     async def _idle(self) -> None:
@@ -127,7 +162,7 @@ class RealtimeLane(Part):
                 await self.paced.wait()
             self.paced = anyio.Event()
         await limiter.acquire()
-        if self.stop.is_set():  # (a stop came while this one waited for its pace: it is not sent)
+        if self.stop.is_set() or self.refusal is not None:  # (came while this one waited for its pace: not sent)
             limiter.release()
             return
         pace.sent(cost, self.clock())
@@ -166,6 +201,16 @@ class RealtimeLane(Part):
         if call.kind is Kind.LIMITED:
             pace.refused(call.headers, call.retry_after, now)
             self.emit("realtime_limited", {"custom_id": row.custom_id, "retry_after": call.retry_after, "why": call.detail})
+        elif call.kind is Kind.ACCOUNT:  # (not the request's failure: it goes back to the queue, the run stops)
+            pace.observe(call.headers, now)
+            self.refusal = self.refusal or call.error
+            self.emit("realtime_refused", {"custom_id": row.custom_id, "why": call.detail,
+                                           "policy": "the account was refused: nothing more is sent; the request "
+                                                     "stays queued for the next run"})
+            self.journal.lane.again(row.line, lost=False)
+            self.out_now.discard(row.line)
+            self.wake.set()
+            return None
         elif call.kind is Kind.REFUSED:
             pace.observe(call.headers, now)
             et = call.error.error_type if call.error is not None and call.error.error_type else "invalid_request_error"

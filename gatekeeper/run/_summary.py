@@ -159,7 +159,10 @@ def spent_usd(j: Journal, prices: PriceTable) -> float | None:
     """What the results committed so far cost: the batch lane's at batch prices, the real-time lane's at standard
     prices (twice as much)."""
     batch, realtime = _cost(j.outcomes.usage_by_model(False), prices), _cost(j.outcomes.usage_by_model(True), prices)
-    return None if batch is None or realtime is None else round(batch + realtime / BATCH_DISCOUNT, 6)
+    probes = _cost([(m, tin, tout, 0, 0, 0) for m, (_, tin, tout) in j.lane.probes().items()], prices)
+    if batch is None or realtime is None or probes is None:
+        return None
+    return round(batch + (realtime + probes) / BATCH_DISCOUNT, 6)
 
 
 def lanes(j: Journal, prices: PriceTable) -> dict[str, Any]:

@@ -143,6 +143,21 @@ class LaneRecords:
     def worst(self) -> float:
         return float(self.core.scalar("SELECT COALESCE(SUM(worst_usd), 0) FROM realtime WHERE state != 'answered'"))
 
+    def probed(self, model: str, usage: dict[str, Any] | None) -> None:
+        """A call made only to read `model`'s limits, counted with what it was billed (without a usage, at a
+        generous 16 input tokens and its one output token)."""
+        probes = dict(self.core.get_meta("realtime_probes") or {})
+        calls, tin, tout = probes.get(model, [0, 0, 0])
+        u = usage or {}
+        probes[model] = [calls + 1, tin + int(u.get("input_tokens") or 16), tout + int(u.get("output_tokens") or 1)]
+        with self.core.transaction() as db:
+            self.core.put_meta(db, "realtime_probes", probes)
+            self.core.note(db, "realtime_probe", model=model)
+
+    def probes(self) -> dict[str, list[int]]:
+        """model -> [calls, input tokens, output tokens] of the calls made only to read limits."""
+        return dict(self.core.get_meta("realtime_probes") or {})
+
     def stats(self) -> dict[str, Any]:
         moved, calls, lost = self.db.execute(
             "SELECT COUNT(*), COALESCE(SUM(calls), 0), COALESCE(SUM(lost), 0) FROM realtime").fetchone()

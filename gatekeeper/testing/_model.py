@@ -2,11 +2,11 @@
 
 Processing model: one organization-wide processing capacity of `rate` requests
 per simulated second. By default it is shared among the live batches side by
-side and `processing` drains request by request, each processed request moving
-to its result type at once (the real queue counts what is not yet processed, and
-its batches are not documented to be served first-in first-out). `fifo=True`
-serves one batch at a time instead; `drain="batch"` keeps `processing` at the
-batch's total until it ends. The clock is compressible (`speed` simulated seconds
+side (its batches are not documented to be served first-in first-out), and a
+batch shows no progress until it ends: `processing` stays at its total, as the
+real API shows it. `drain="request"` moves each processed request to its
+result type at once instead (a kinder API than the real one, for tests that
+want progress); `fifo=True` serves one batch at a time. The clock is compressible (`speed` simulated seconds
 per real second) and can be jumped (`advance`), which is how 24-hour expiry and
 the 29-day archive are tested in seconds.
 
@@ -112,7 +112,7 @@ class FakeConfig:
     queue_retry_after: float | None = 60.0  # simulated seconds
     queue_message: str = "Number of batch requests in the processing queue would exceed your organization's limit of {limit}"
     fifo: bool = False  # one batch at a time, in creation order (else side by side, sharing the rate)
-    drain: str = "request"  # "request": processing falls as requests are processed; "batch": stays at the total
+    drain: str = "batch"  # "batch": processing stays at the total until the end, as the API shows it; "request": falls
     not_found_after_create: float = 0.0  # real seconds a new batch answers 404 to retrieve/results
     listing_lag: float = 0.0  # real seconds a new batch is missing from the listing
     results_not_found_after_end: float = 0.0  # real seconds results (and retrieve) answer 404 after the end

@@ -60,7 +60,8 @@ class Fault:
     after: int = 0  # calls to this endpoint that pass before it strikes (1: the second create's answer is lost)
 
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error", 403: "permission_error",
+          404: "not_found_error",
           409: "conflict_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
           504: "timeout_error", 529: "overloaded_error"}
 
