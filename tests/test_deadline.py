@@ -12,8 +12,8 @@ import pytest
 
 from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_sync
 from gatekeeper._prices import load_prices
-from gatekeeper.decide._headroom import parse_time
 from gatekeeper.cli._render import render_summary
+from gatekeeper.decide._headroom import parse_time
 from gatekeeper.run._summary import Summary
 from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
 from gatekeeper.watch._exporter import run_figures
