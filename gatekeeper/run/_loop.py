@@ -49,8 +49,9 @@ from ._summary import Summary, summarize
 
 ResultSink = Callable[[str, dict[str, Any]], None]
 READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still
-# seconds a stop waits for the real-time calls out to answer (within `_submit.STOP_GRACE`: a stop takes about a second)
-STOP_GRACE = 0.8
+# seconds a stop waits at most for the real-time calls out to answer and be committed (a call takes seconds; each one
+# cut off may be billed twice); a second Ctrl-C abandons them at once
+CALLS_OUT_WAIT = 60.0
 
 
 class Job(Part):
@@ -161,7 +162,7 @@ class Job(Part):
         try:
             await self._loop()
         except Interrupted:
-            await self.lane.settle(STOP_GRACE)
+            await self.lane.settle(CALLS_OUT_WAIT)
             raise
 
     async def _steer(self, snap: Snapshot) -> None:

@@ -5,7 +5,11 @@ pace its rate limits allow (`decide._pacing`), each call journaled before it is 
 It runs beside the batch loop and only ever takes requests the journal has moved to it (`state._realtime`), so a
 request is answered in one lane only. A call whose answer is lost (on the wire, or to a crash) may have been
 processed, as the Messages API has no idempotency key: it is sent once more, counted, and reported as a possible
-double charge; lost a second time, the request ends errored `gatekeeper_answer_lost`.
+double charge; lost a second time (on the wire or to crashes), the request ends errored `gatekeeper_answer_lost`,
+never sent a third time. An answer is journaled as received before it is committed, so a stop, a crash or a full
+disk between the two never buys it again. Every journal write of the lane takes the run's write lock: a batch's
+settlement holds one transaction across its download, and nothing of the lane may land inside it (so, too, no call
+goes out and no answer waits in memory beyond the calls allowed out while a settlement runs).
 """
 
 from __future__ import annotations
@@ -49,7 +53,10 @@ class RealtimeLane(Part):
         self.models: set[str] = set()  # the job's models (the keeper names them): projections weigh only theirs
         self.probes: dict[str, int] = {}  # model -> calls made only to read its limits
         self.out_now: set[int] = set()  # lines with a call out
+        # answers received, to commit; each call's slot among the IN_FLIGHT is held until its answer is committed, so
+        # what waits in memory (a settlement holding the write lock) never grows past the calls allowed out
         self.answers: list[tuple[Answer, dict[str, Any]]] = []
+        self.limiter: anyio.Semaphore | None = None
         self.wake = anyio.Event()
         self.paced = anyio.Event()  # a call's outcome changed a pace: the dispatcher waiting on one looks again
         self.mean_cost = Cost(1000, 1024)  # until requests are sent: a guess the keeper replaces from the input
@@ -78,6 +85,10 @@ class RealtimeLane(Part):
         """Requests a second the lane sustains for this job's requests (the slowest of its models' limits: from the
         answers' headers, else the Admin API's, else the lowest tier's)."""
         return min(p.per_second(self.mean_cost) for p in self._job_paces())
+
+    def busy(self) -> bool:
+        """Whether calls are out or answers wait to be committed (a stop waits for them)."""
+        return bool(self.out_now or self.answers)
 
     @property
     def measured(self) -> bool:
@@ -110,17 +121,28 @@ class RealtimeLane(Part):
     async def settle(self, grace: float) -> None:
         """Once the run is stopping (nothing new has been sent since the stop was asked for): wait up to `grace`
         seconds for the calls out to answer and their answers to be committed."""
+        if self.out_now:
+            self.emit("realtime_stopping", {"calls_out": len(self.out_now), "wait_at_most": grace,
+                                            "why": "each call cut off may be billed twice; Ctrl-C again abandons them"})
         with anyio.move_on_after(grace):
-            while self.out_now or self.answers:
+            while self.busy():
                 with anyio.move_on_after(0.05):
                     await self.paced.wait()
 
     # -- the lane -------------------------------------------------------------
 
     async def run(self) -> None:
-        lost = self.journal.lane.resume()
+        async with self.write_lock:
+            lost = self.journal.lane.resume()
         if lost:
-            self.emit("realtime_unknown", {"requests": lost, "policy": "sent again; counted as possible double charges"})
+            self.emit("realtime_unknown", {"requests": lost, "policy": "sent again once, counted as possible double "
+                                                                      "charges; never a third time"})
+        received = self.journal.lane.received_rows()
+        if received:  # (answers a stop or a full disk kept from being committed: paid for, never bought again)
+            async with self.write_lock:
+                self.answers = [self._kept(row, raw) for row, raw in received]
+                self.commit(held=0)
+        self.limiter = anyio.Semaphore(IN_FLIGHT)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._committer)
@@ -129,12 +151,13 @@ class RealtimeLane(Part):
             raise first_error(group) from None
 
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
-        limiter = anyio.Semaphore(IN_FLIGHT)
+        assert self.limiter is not None
+        limiter = self.limiter
         while True:
             if self.refusal is not None and not self.out_now and not self.answers:
                 raise self.refusal  # (once the calls out have answered and been committed)
             held = self.stop.is_set() or self.user_canceled or self.refusal is not None
-            rows = [] if held else self.journal.lane.rows(IN_FLIGHT)
+            rows = [] if held else [r for r in self.journal.lane.rows(IN_FLIGHT) if r.line not in self.out_now]
             if not rows:
                 if not self.out_now and not self.answers:
                     self.drained.set()
@@ -152,6 +175,11 @@ class RealtimeLane(Part):
 
     async def _go(self, tg: anyio.abc.TaskGroup, limiter: anyio.Semaphore, row: LaneRow) -> None:
         """Wait for the pace, journal the call, and send it in its own task."""
+        if row.lost >= 2:  # (its calls were out at two crashes, or lost once each way: never sent a third time)
+            await limiter.acquire()
+            self.out_now.add(row.line)
+            self._lost_twice(row)
+            return
         params = orjson.loads(read_at(self.path, row.offset, row.length))["params"]
         model, max_tokens = str(params.get("model")), int(params.get("max_tokens") or 1)
         cost = Cost(int(row.length / BYTES_PER_TOKEN_BOUND), max_tokens)
@@ -162,11 +190,12 @@ class RealtimeLane(Part):
                 await self.paced.wait()
             self.paced = anyio.Event()
         await limiter.acquire()
-        if self.stop.is_set() or self.refusal is not None:  # (came while this one waited for its pace: not sent)
-            limiter.release()
-            return
-        pace.sent(cost, self.clock())
-        self.journal.lane.sending(row.line)
+        async with self.write_lock:  # (every journal write of the lane waits out a settlement's transaction)
+            if self.stop.is_set() or self.refusal is not None:  # (came while this one waited: not sent)
+                limiter.release()
+                return
+            pace.sent(cost, self.clock())
+            self.journal.lane.sending(row.line)
         self.out_now.add(row.line)
         stream = must_stream(max_tokens)
         body = orjson.dumps({**params, "stream": True} if stream else params)
@@ -180,15 +209,18 @@ class RealtimeLane(Part):
 
     async def _call(self, row: LaneRow, body: bytes, stream: bool, pace: Pace, cost: Cost,
                     limiter: anyio.Semaphore) -> None:
+        final = False
         try:
             call = await send_message(self.api, body, stream=stream)
             reached("realtime-answered")
-            self._weigh(row, call, pace, cost)
+            async with self.write_lock:
+                final = self._weigh(row, call, pace, cost)
         finally:
-            limiter.release()
+            if not final:  # (a final answer keeps its slot until committed)
+                limiter.release()
 
-    def _weigh(self, row: LaneRow, call: Call, pace: Pace, cost: Cost) -> None:
-        """What one call's outcome means: an answer to commit, or the request waits for another call."""
+    def _weigh(self, row: LaneRow, call: Call, pace: Pace, cost: Cost) -> bool:
+        """What one call's outcome means: an answer to commit (True), or the request waits for another call."""
         now = self.clock()
         self.paced.set()
         if call.kind is Kind.ANSWERED:
@@ -210,7 +242,7 @@ class RealtimeLane(Part):
             self.journal.lane.again(row.line, lost=False)
             self.out_now.discard(row.line)
             self.wake.set()
-            return None
+            return False
         elif call.kind is Kind.REFUSED:
             pace.observe(call.headers, now)
             et = call.error.error_type if call.error is not None and call.error.error_type else "invalid_request_error"
@@ -219,9 +251,7 @@ class RealtimeLane(Part):
         else:
             pace.failed(now, self.rand(), overloaded=call.kind is Kind.OVERLOADED)
         if call.kind is Kind.LOST and row.lost >= 1:
-            raw = orjson.loads(errored_line(row.custom_id, ANSWER_LOST, "its answer was lost twice; it may have been "
-                                            "processed (and billed) twice: not sent again"))["result"]
-            return self._final(row, raw, "errored", ANSWER_LOST, (None, 0, 0, 0, 0, 0), None)
+            return self._lost_twice(row)
         if call.kind not in (Kind.LIMITED, Kind.UNSENT) and row.calls + 1 >= MAX_CALLS:
             raw = orjson.loads(errored_line(row.custom_id, "api_error", f"{MAX_CALLS} calls failed: {call.detail}"))["result"]
             return self._final(row, raw, "errored", "api_error", (None, 0, 0, 0, 0, 0), None)
@@ -231,12 +261,27 @@ class RealtimeLane(Part):
                                         "policy": "sent once more; counted as a possible double charge"})
         self.out_now.discard(row.line)
         self.wake.set()
+        return False
+
+    def _lost_twice(self, row: LaneRow) -> bool:
+        raw = orjson.loads(errored_line(row.custom_id, ANSWER_LOST, "its answer was lost twice; it may have been "
+                                        "processed (and billed) twice: not sent again"))["result"]
+        return self._final(row, raw, "errored", ANSWER_LOST, (None, 0, 0, 0, 0, 0), None)
 
     def _final(self, row: LaneRow, result: dict[str, Any], kind: str, error_type: str | None,
-               usage: tuple[str | None, int, int, int, int, int], stop: str | None) -> None:
+               usage: tuple[str | None, int, int, int, int, int], stop: str | None) -> bool:
         raw = orjson.dumps({"custom_id": row.custom_id, "result": result})
+        if kind == "succeeded":  # (journaled as received: a stop or a full disk before its commit never re-buys it)
+            self.journal.lane.received(row.line, raw)
         self.answers.append((Answer(row.line, row.custom_id, raw, kind, error_type, usage, stop), result))
         self.wake.set()
+        return True
+
+    @staticmethod
+    def _kept(row: LaneRow, raw: bytes) -> tuple[Answer, dict[str, Any]]:
+        """An answer journaled as received by an earlier run, to commit."""
+        result = orjson.loads(raw)["result"]
+        return Answer(row.line, row.custom_id, raw, "succeeded", None, usage_of(result), stop_of(result)), result
 
     async def _committer(self) -> None:
         """Commit the answers that came in, together, under the run's write lock (a batch's settlement holds it)."""
@@ -247,18 +292,24 @@ class RealtimeLane(Part):
             async with self.write_lock:
                 self.commit()
 
-    def commit(self) -> None:
+    def commit(self, held: int | None = None) -> None:
+        """Commit the answers received (output and journal together); each frees the call slot it held (`held`:
+        how many of them hold one, all by default)."""
         answers, self.answers = self.answers, []
         start = self.journal.outcomes.committed_output()
-        with self.out.appending(start) as out:
-            for a, _ in answers:
-                out.write(a.raw + b"\n")
-        reached("realtime-before-commit")
         try:
+            with self.out.appending(start) as out:
+                for a, _ in answers:
+                    out.write(a.raw + b"\n")
+            reached("realtime-before-commit")
             self.journal.lane.commit([a for a, _ in answers], start, self.journal.lane.next_group())
         except BaseException:
             self.out.truncate_to(start)
+            self.answers = answers + self.answers  # (kept: journaled as received, committed by a rerun with room)
             raise
+        for _ in range(len(answers) if held is None else held):
+            assert self.limiter is not None
+            self.limiter.release()
         for a, result in answers:
             self.out_now.discard(a.line)
             if self.on_result is not None:

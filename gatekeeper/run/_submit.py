@@ -26,7 +26,7 @@ from ..state._ledger import Ledger, open_ledger
 from ..state._output import check_writable
 from ._beats import heartbeat, lease_heartbeat, ledger_owner
 from ._beside import beside
-from ._loop import Job, ResultSink
+from ._loop import CALLS_OUT_WAIT, Job, ResultSink
 from ._opening import job_journal, out_path
 from ._settings import EventSink, SubmitSettings
 from ._spool import adopt_spool, check_respool, resolve_source, spool
@@ -101,7 +101,7 @@ async def submit(
 async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool) -> Summary:
     """The job run to its end; or, `prepare_only`, prepared and its summary as it stands."""
     if not prepare_only:
-        return await _stoppable(stop, job.prepare, job.run)  # type: ignore[no-any-return]
+        return await _stoppable(stop, job.prepare, job.run, busy=job.lane.busy)  # type: ignore[no-any-return]
     await _stoppable(stop, job.prepare)
     await ledger.release_all()  # (the run that continues the job claims it again)
     return job.summary()
@@ -110,11 +110,13 @@ async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_onl
 STOP_GRACE = 1.0  # seconds a stopped run has to reach a safe point of its own before its step is cut short
 
 
-async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[Any]]) -> Any:
+async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[Any]],
+                     busy: Callable[[], bool] = lambda: False) -> Any:
     """Run `steps` in turn (the last one's result), cut short `STOP_GRACE` seconds after `stop` is set when they have
     not stopped by then. Every await of a run is a safe point: a transaction or a results file being written rolls
     back, an intent is reconciled on resume, planning is abandoned before anything is recorded. So a stop lands in
-    a second or two in every phase: planning, sampling, preflight, creating, collecting."""
+    a second or two in every phase: planning, sampling, preflight, creating, collecting; and, while `busy()` (real-time
+    calls out), up to the lane's wait for them."""
     result: list[Any] = []
     failure: list[Exception] = []
     async with anyio.create_task_group() as tg:
@@ -122,6 +124,9 @@ async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[An
             assert stop is not None
             await stop.wait()
             await anyio.sleep(STOP_GRACE)
+            with anyio.move_on_after(CALLS_OUT_WAIT):
+                while busy():
+                    await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
 
         if stop is not None:

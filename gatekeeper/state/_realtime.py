@@ -2,7 +2,9 @@
 committed with the output's new length before it counts.
 
 A row's state: `queued` (waiting for a call), `sent` (a call is out; a run that finds one on resume cannot know
-whether it was processed, so it is counted as a possible double charge and sent again), `answered` (its result
+whether it was processed, so it is counted as a possible double charge and sent again, once: a row lost twice is
+never sent a third time), `received` (its answer is here, in `raw`, not yet committed: a stop, a crash or a full
+disk before the commit never buys it again), `answered` (its result
 is in the output and the results table, with its line kept here: the output can be rebuilt from the journal, as
 a batch's is from the API). A request is moved here only from where no batch can still answer it: a batch never
 created, or the requests waiting for another attempt (a canceled batch's come through there once it has ended).
@@ -93,6 +95,17 @@ class LaneRecords:
                 self.core.note(db, "realtime_unknown", requests=n, why="a call was out when the last run stopped")
         return n
 
+    def received(self, line: int, raw: bytes) -> None:
+        """An answer has come: kept before it is committed (what was paid for is never bought again)."""
+        with self.core.transaction() as db:
+            db.execute("UPDATE realtime SET state = 'received', raw = ? WHERE line = ?", (raw, line))
+
+    def received_rows(self) -> list[tuple[LaneRow, bytes]]:
+        """Answers received by an earlier run and not committed, in line order."""
+        return [(LaneRow(*r[:7]), bytes(r[7])) for r in self.db.execute(
+            'SELECT line, "offset", length, custom_id, attempt, lost, calls, raw FROM realtime '
+            "WHERE state = 'received' ORDER BY line")]
+
     def sending(self, line: int) -> None:
         """Before a call's first byte: from here its outcome is unknown until answered."""
         with self.core.transaction() as db:
@@ -129,8 +142,8 @@ class LaneRecords:
         return bytes(self.core.scalar("SELECT raw FROM realtime WHERE line = ?", line))
 
     def out(self) -> int:
-        """Requests with a call out (state `sent`)."""
-        return int(self.core.scalar("SELECT COUNT(*) FROM realtime WHERE state = 'sent'"))
+        """Requests with a call out, or an answer not yet committed."""
+        return int(self.core.scalar("SELECT COUNT(*) FROM realtime WHERE state IN ('sent', 'received')"))
 
     def queued(self) -> int:
         """Requests in the real-time lane waiting for a call."""
