@@ -311,3 +311,15 @@ async def test_a_stream_cut_short_is_a_lost_answer(tail: list[dict[str, object]]
     events = sse({"type": "message_start", "message": {"type": "message", "content": []}}, *tail)
     with pytest.raises(ValueError, match="stream ended"):
         await _assemble(lines(events))
+
+
+def test_the_ramp_starts_at_the_first_request_not_when_the_pace_was_made() -> None:
+    """A pace made for a projection an hour before its lane sends anything starts at the ramp's first share, as a cold
+    lane must (a burst at the full rate draws acceleration 429s)."""
+    p = Pace(0.0)
+    p.seed(600, 1_000_000, 100_000)
+    assert p.wait(Cost(1, 1), 3600.0) == 0.0 and p.ramp == RAMP_START
+    p.sent(Cost(1, 1), 3600.0)
+    assert p.ramp == RAMP_START
+    p.wait(Cost(1, 1), 3605.0)
+    assert p.ramp == RAMP_START * 1.5

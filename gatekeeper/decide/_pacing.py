@@ -86,6 +86,7 @@ class Pace:
     failures: int = 0  # failed calls in a row (5xx, 529, dropped): the exponent of the backoff
     limited: int = 0  # 429s seen
     learned: bool = False  # a header has told the limits
+    sending: bool = False  # a request has gone: the ramp grows from the first one, not from when the pace was made
 
     def __post_init__(self) -> None:
         self.requests = _bucket(DEFAULT_RPM, self.now, per_second=True)
@@ -108,6 +109,8 @@ class Pace:
 
     def sent(self, cost: Cost, now: float) -> None:
         """A request went: its cost taken (at the ramp's share, a request takes more of the request bucket)."""
+        if not self.sending:
+            self.sending, self.ramp_at = True, now
         self.requests.refill(now)
         self.requests.level -= 1 / self.ramp if self.ramp < 1 else 1
         self.input.refill(now)
@@ -162,7 +165,7 @@ class Pace:
         return float(min(rates))
 
     def _grow(self, now: float) -> None:
-        while self.ramp < 1 and now - self.ramp_at >= RAMP_EVERY:
+        while self.sending and self.ramp < 1 and now - self.ramp_at >= RAMP_EVERY:
             self.ramp = min(1.0, self.ramp * RAMP_STEP)
             self.ramp_at += RAMP_EVERY
 

@@ -60,6 +60,7 @@ class RealtimeLane(Part):
         self.wake = anyio.Event()
         self.paced = anyio.Event()  # a call's outcome changed a pace: the dispatcher waiting on one looks again
         self.mean_cost = Cost(1000, 1024)  # until requests are sent: a guess the keeper replaces from the input
+        self.billed = (0, 0)  # answers with a usage, and the input tokens the input limit counted for them
         self.sent = 0
         self.stop = stop  # the run's stop: from the moment it is asked for, nothing new is sent
         self.answered = 0  # answers committed by this run
@@ -84,7 +85,13 @@ class RealtimeLane(Part):
     def per_second(self) -> float:
         """Requests a second the lane sustains for this job's requests (the slowest of its models' limits: from the
         answers' headers, else the Admin API's, else the lowest tier's)."""
-        return min(p.per_second(self.mean_cost) for p in self._job_paces())
+        return min(p.per_second(self._projected_cost()) for p in self._job_paces())
+
+    def _projected_cost(self) -> Cost:
+        """A request's cost for projections: its input as the answers so far were billed (the up-front charge is a
+        bound, given back on answer), else as estimated from its size."""
+        n, tokens = self.billed
+        return Cost(tokens // n, self.mean_cost.output) if n else self.mean_cost
 
     def busy(self) -> bool:
         """Whether calls are out or answers wait to be committed (a stop waits for them)."""
@@ -140,7 +147,7 @@ class RealtimeLane(Part):
         received = self.journal.lane.received_rows()
         if received:  # (answers a stop or a full disk kept from being committed: paid for, never bought again)
             async with self.write_lock:
-                self.answers = [self._kept(row, raw) for row, raw in received]
+                self.answers = [_kept(row, raw) for row, raw in received]
                 self.commit(held=0)
         self.limiter = anyio.Semaphore(IN_FLIGHT)
         try:
@@ -190,11 +197,11 @@ class RealtimeLane(Part):
                 await self.paced.wait()
             self.paced = anyio.Event()
         await limiter.acquire()
+        if self.stop.is_set() or self.refusal is not None:  # (came while this one waited for its pace: not sent)
+            limiter.release()
+            return
+        pace.sent(cost, self.clock())  # (at once: a wait for the lock below must not bunch calls the pace spread)
         async with self.write_lock:  # (every journal write of the lane waits out a settlement's transaction)
-            if self.stop.is_set() or self.refusal is not None:  # (came while this one waited: not sent)
-                limiter.release()
-                return
-            pace.sent(cost, self.clock())
             self.journal.lane.sending(row.line)
         self.out_now.add(row.line)
         stream = must_stream(max_tokens)
@@ -229,6 +236,8 @@ class RealtimeLane(Part):
             usage = usage_of(result)
             billed = (usage[1] + usage[3], usage[2]) if isinstance(call.message.get("usage"), dict) else None
             pace.answered(call.headers, cost, billed, now)  # (no usage: nothing given back; the headers say)
+            if billed is not None:
+                self.billed = (self.billed[0] + 1, self.billed[1] + billed[0])
             return self._final(row, result, "succeeded", None, usage, stop_of(result))
         if call.kind is Kind.LIMITED:
             pace.refused(call.headers, call.retry_after, now)
@@ -277,12 +286,6 @@ class RealtimeLane(Part):
         self.wake.set()
         return True
 
-    @staticmethod
-    def _kept(row: LaneRow, raw: bytes) -> tuple[Answer, dict[str, Any]]:
-        """An answer journaled as received by an earlier run, to commit."""
-        result = orjson.loads(raw)["result"]
-        return Answer(row.line, row.custom_id, raw, "succeeded", None, usage_of(result), stop_of(result)), result
-
     async def _committer(self) -> None:
         """Commit the answers that came in, together, under the run's write lock (a batch's settlement holds it)."""
         while True:
@@ -318,3 +321,9 @@ class RealtimeLane(Part):
         if self.clock() - self.told_at >= TELL_EVERY or not self.out_now:  # (every few seconds, and when all came in)
             self.told_at = self.clock()
             self.emit("realtime_answered", {"requests": self.answered, "left": self.journal.lane.unanswered()})
+
+
+def _kept(row: LaneRow, raw: bytes) -> tuple[Answer, dict[str, Any]]:
+    """An answer journaled as received by an earlier run, to commit."""
+    result = orjson.loads(raw)["result"]
+    return Answer(row.line, row.custom_id, raw, "succeeded", None, usage_of(result), stop_of(result)), result

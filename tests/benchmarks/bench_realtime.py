@@ -1,12 +1,15 @@
 """Benchmark the real-time lane: a job whose batch lane stalls, finished through the Messages API by its deadline.
 
-Usage: python tests/benchmarks/bench_realtime.py [--requests 10000] [--rpm 6000] [--deadline 6m] [--turnaround 20]
+Usage: python tests/benchmarks/bench_realtime.py [--requests 10000] [--rpm 6000] [--itpm N] [--otpm N]
+       [--max-tokens 64] [--deadline 6m] [--turnaround 20]
 
 The fake's batch lane processes nothing; its real-time lane allows `--rpm` requests a minute per model (token
-limits set wide, so requests are the binding limit), with its acceleration limit on. `gatekeeper submit --deadline`
-runs as a subprocess against it. Prints when the batches were canceled, the real-time lane's time from the first
-call to the last answer against the ideal (requests over the per-minute limit), the whole run's time, and the share
-of real-time calls answered 429.
+limits wide unless `--itpm`/`--otpm` are given, so requests are the binding limit), with its acceleration limit on,
+and the Admin API gives those limits. `gatekeeper submit --deadline` runs as a subprocess against it. Prints when
+the batches were canceled, the real-time lane's time from the first call to the last answer against the ideal, the
+whole run's time, and the share of real-time calls answered 429. The ideal is the time a client would need that
+spent every bucket's capacity at once and then every limit to the full: for each limit, what the job was charged
+on it less the bucket's capacity, at the limit's rate; the longest of the three.
 """
 
 from __future__ import annotations
@@ -29,16 +32,20 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--rpm", type=int, default=6_000)
     ap.add_argument("--deadline", default="6m")
-    ap.add_argument("--turnaround", default="20")
+    ap.add_argument("--turnaround", default="3600")
+    ap.add_argument("--itpm", type=int, default=0)
+    ap.add_argument("--otpm", type=int, default=0)
+    ap.add_argument("--max-tokens", type=int, default=64)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "in.jsonl"
         with open(path, "wb") as f:
             for i in range(args.requests):
                 f.write(orjson.dumps({"custom_id": f"r-{i}", "params": {
-                    "model": "claude-haiku-4-5-20251001", "max_tokens": 64,
+                    "model": "claude-haiku-4-5-20251001", "max_tokens": args.max_tokens,
                     "messages": [{"role": "user", "content": f"Question {i}: what changed this quarter?"}]}}) + b"\n")
-        lane = FakeRealtime(rpm=args.rpm, itpm=100 * args.rpm * 100, otpm=100 * args.rpm * 64)
+        lane = FakeRealtime(rpm=args.rpm, itpm=args.itpm or 100 * args.rpm * 100,
+                            otpm=args.otpm or 100 * args.rpm * args.max_tokens)
         with FakeAPI(FakeConfig(rate=0.0, realtime=lane)) as fake:
             env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
                    "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "test-key-ws1",
@@ -51,10 +58,14 @@ def main() -> None:
             events = [orjson.loads(x) for x in run.stderr.splitlines() if x.startswith("{")]
             summary = orjson.loads(run.stdout)
             r = fake.realtime.records
+            billed = fake.org.records.billed.values()
+            tokens_in = sum(c[0] + c[2] + c[3] for c in billed)  # (input and cache writes: what the input limit counts)
+            tokens_out = sum(c[1] for c in billed)
     moved = [e["t"] for e in events if e["event"] == "to_realtime"]
     answered = [e["t"] for e in events if e["event"] == "realtime_answered"]
     canceled = [e["t"] for e in events if e["event"] == "deadline_cancel"]
-    ideal = args.requests / args.rpm * 60
+    ideal = max((args.requests - lane.rpm / 60) / lane.rpm * 60, (tokens_in - lane.itpm) / lane.itpm * 60,
+                (tokens_out - lane.otpm) / lane.otpm * 60)
     lane_time = answered[-1] - moved[0] if moved and answered else float("nan")
     refused = r.limited + r.accelerated
     print(f"exit {run.returncode}; {summary['succeeded']:,} of {args.requests:,} succeeded; deadline met: "
@@ -63,7 +74,8 @@ def main() -> None:
     print(f"batches canceled at {canceled[0]:.1f} s; first move to real time at {moved[0]:.1f} s" if canceled and moved
           else f"first move to real time at {moved[0]:.1f} s (no batch created)" if moved else "nothing moved")
     print(f"real-time lane: {lane_time:.1f} s for {args.requests:,} requests against an ideal of {ideal:.1f} s "
-          f"({args.requests:,} / {args.rpm:,} a minute): {lane_time / ideal:.2f}x")
+          f"({args.requests:,} requests, {tokens_in:,} input and {tokens_out:,} output tokens at {lane.rpm:,} RPM, "
+          f"{lane.itpm:,} ITPM, {lane.otpm:,} OTPM): {lane_time / ideal:.2f}x")
     print(f"whole run: {total:.1f} s; real-time calls {r.calls:,}, answered 429: {refused:,} "
           f"({refused / max(1, r.calls):.2%}; {r.accelerated:,} for acceleration)")
 
