@@ -15,6 +15,7 @@ import orjson
 
 from .._errors import UsageError
 from .._prices import BATCH_DISCOUNT
+from ..api._messages import Kind, probe_params, send_message
 from ..decide._budget import body_worst
 from ..decide._deadline import Held, LiveBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
 from ..decide._headroom import format_time, parse_time
@@ -27,6 +28,7 @@ from ._settings import SubmitSettings
 from ._summary import spent_usd
 
 DONE_COUNTS = ("succeeded", "errored", "canceled", "expired")
+MAX_PROBES = 3  # limit-reading calls a model at most
 
 
 def deadline_of(s: SubmitSettings, now: float) -> float:
@@ -48,6 +50,7 @@ class DeadlineKeeper(Part):
         self.stalled = 0.0  # the longest any of this run's batches has gone with nothing done (seconds)
         self.canceled_spans: dict[int, float] = {}  # batch -> the span it was projected to take when canceled
         self.sampled = False
+        self.probes: dict[str, int] = {}  # model -> calls made only to read its limits
 
     def _sample(self, n: int = 50) -> None:
         """The lane's projections start from this job's own requests: their models, and the mean cost of the first
@@ -68,7 +71,7 @@ class DeadlineKeeper(Part):
             self._sample()
         m = self.decide(snap)
         if m.probe:  # (then decided again on what it measured: an assumed lane moves nothing early)
-            await self.lane.probe()
+            await self._probe()
             m = self.decide(snap)
         if not m.any:
             return
@@ -83,6 +86,24 @@ class DeadlineKeeper(Part):
                 n = self.journal.lane.move_pending(worst)
                 self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline)})
         self.lane.wake.set()
+
+    async def _probe(self) -> None:
+        """Read the limits of each of the job's models the lane has not measured, with the smallest call there is
+        (one output token); at most `MAX_PROBES` a model. Its cost is journaled with the lane's."""
+        lane = self.lane
+        for model in sorted(m for m in lane.models if m not in lane.limits and not lane.pace(m).learned):
+            if self.probes.get(model, 0) >= MAX_PROBES:
+                continue
+            self.probes[model] = self.probes.get(model, 0) + 1
+            call = await send_message(self.api, orjson.dumps(probe_params(model)), stream=False)
+            if call.kind is Kind.ACCOUNT and call.error is not None:
+                raise call.error
+            lane.pace(model).observe(call.headers, self.clock())
+            usage = call.message.get("usage") if call.message else None
+            self.journal.lane.probed(model, usage if isinstance(usage, dict) else None)
+            self.emit("realtime_probe", {"model": model, "measured": lane.pace(model).learned,
+                                         "why": "the batch lane is projected to miss the deadline; the lane's limits "
+                                                "are read before anything live is canceled"})
 
     def decide(self, snap: Snapshot) -> Moves:
         j = self.journal

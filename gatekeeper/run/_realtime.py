@@ -22,7 +22,7 @@ import anyio
 import orjson
 
 from .._errors import ApiError
-from ..api._messages import Call, Kind, probe_params, send_message
+from ..api._messages import Call, Kind, send_message
 from ..decide._pacing import RAMP_START, Cost, Pace, lane_seconds, must_stream
 from ..decide._settle import errored_line, stop_of, usage_of
 from ..state._realtime import Answer, LaneRow
@@ -33,7 +33,6 @@ from ._part import Part, RunContext
 
 ANSWER_LOST = "gatekeeper_answer_lost"
 MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored
-MAX_PROBES = 3  # limit-reading calls a model at most
 IN_FLIGHT = 64  # calls out at once at most (the pace decides the rate; this bounds memory and sockets)
 TELL_EVERY = 5.0  # seconds between the lane's progress events
 BYTES_PER_TOKEN_BOUND = 3.0  # a call's input charged up front at one token per 3 bytes, corrected by its usage
@@ -51,7 +50,6 @@ class RealtimeLane(Part):
         self.paces: dict[str, Pace] = {}
         self.limits = limits or {}  # model -> (rpm, itpm, otpm) from the Admin API, when a key could read them
         self.models: set[str] = set()  # the job's models (the keeper names them): projections weigh only theirs
-        self.probes: dict[str, int] = {}  # model -> calls made only to read its limits
         self.out_now: set[int] = set()  # lines with a call out
         # answers received, to commit; each call's slot among the IN_FLIGHT is held until its answer is committed, so
         # what waits in memory (a settlement holding the write lock) never grows past the calls allowed out
@@ -102,23 +100,6 @@ class RealtimeLane(Part):
         """Whether the projection rests on known limits for each of the job's models (the Admin API's, or an
         answer's headers), not on the lowest tier's assumed ones."""
         return bool(self.models) and all(m in self.limits or self.pace(m).learned for m in self.models)
-
-    async def probe(self) -> None:
-        """Read the limits of each of the job's models not yet measured, with the smallest call there is (one output
-        token); at most `MAX_PROBES` a model. Its cost is journaled with the lane's."""
-        for model in sorted(m for m in self.models if m not in self.limits and not self.pace(m).learned):
-            if self.probes.get(model, 0) >= MAX_PROBES:
-                continue
-            self.probes[model] = self.probes.get(model, 0) + 1
-            call = await send_message(self.api, orjson.dumps(probe_params(model)), stream=False)
-            if call.kind is Kind.ACCOUNT and call.error is not None:
-                raise call.error
-            self.pace(model).observe(call.headers, self.clock())
-            usage = call.message.get("usage") if call.message else None
-            self.journal.lane.probed(model, usage if isinstance(usage, dict) else None)
-            self.emit("realtime_probe", {"model": model, "measured": self.pace(model).learned,
-                                         "why": "the batch lane is projected to miss the deadline; the lane's limits "
-                                                "are read before anything live is canceled"})
 
     def seconds_for(self, n: float) -> float:
         """Seconds the lane needs for `n` of this job's requests, from where its ramp stands."""
