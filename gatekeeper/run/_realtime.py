@@ -142,12 +142,12 @@ class RealtimeLane(Part):
         assert self.limiter is not None
         limiter = self.limiter
         while True:
-            if self.refusal is not None and not self.out_now and not self.answers:
+            if self.refusal is not None and not self.busy():
                 raise self.refusal  # (once the calls out have answered and been committed)
             held = self.stop.is_set() or self.user_canceled or self.refusal is not None
             rows = [] if held else [r for r in self.journal.lane.rows(IN_FLIGHT) if r.line not in self.out_now]
             if not rows:
-                if not self.out_now and not self.answers:
+                if not self.busy():
                     self.drained.set()
                 await self._idle()
                 continue
