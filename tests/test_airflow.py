@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gatekeeper import ApiConfig, Secret, SubmitSettings, submit_sync
-from gatekeeper.testing import FakeAPI
+from gatekeeper.testing import FakeAPI, Fault
 from tests.fakes import ADMIN, WS1, running_fake
 from tests.forkserver import ForkServer, Run
 from tests.helpers import req, write_jsonl
@@ -262,13 +262,16 @@ def test_the_trigger_serialized_runs_in_another_process_and_never_stalls_its_loo
 def test_on_kill_cancels_the_live_batches_as_cancel_does(tmp_path: Path, airflow_home: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A user kills the deferred task: the trigger's on_kill cancels the job's live batches and records it, so a
-    later run reports them rather than sending anything new. The operator's on_kill does the same on a worker."""
+    later run reports them rather than sending anything new. The operator's on_kill does the same on a worker. The
+    first create's answer is held back so the kill lands while it is out: the batch it makes is canceled as it lands."""
     from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger
     from gatekeeper.airflow._job import connection_config
     from gatekeeper.state._journal import Journal
 
     path = write_jsonl(tmp_path / "in.jsonl", [req(f"c-{i}") for i in range(30)])
+    held = Fault("create", kind="delay_after_commit", delay=1.5)
     with running_fake(ceiling=20, rate=0.0, cancel_delay=0.0) as fake:  # nothing ends on its own
+        fake.inject(held)
         for k, v in _env(airflow_home, fake).items():
             monkeypatch.setenv(k, v)
         op = GatekeeperSubmitOperator(task_id="t", input_path=str(path), poll_interval=0.1, state_dir=str(tmp_path / "s"))

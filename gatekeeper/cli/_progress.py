@@ -49,7 +49,8 @@ class Progress:
             self._say(f"creating batch {fields['batch']:,} ({fields['bytes'] / 1e6:,.1f} MB): the upload, then up to "
                       f"{fields['answer_within']:g} s for the API's answer")
         elif event in ("refused", "resumed", "reconciled", "create_unknown", "resubmitting", "ceiling_unknown", "planned",
-                       "deadline_cancel", "to_realtime", "deadline_for_budget", "realtime_lost", "realtime_unknown"):
+                       "deadline_cancel", "to_realtime", "deadline_for_budget", "realtime_lost", "realtime_unknown",
+                       "realtime_stopping", "create_stopping"):
             self._clear()
             detail = ", ".join(f"{k}={_human(v)}" for k, v in fields.items() if k not in ("t",))
             self.stream.write(f"gatekeeper: {event}: {detail}\n")

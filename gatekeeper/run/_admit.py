@@ -36,6 +36,7 @@ class Admitter(Part):
         self.estimate = CeilingEstimate()
         self.backoff_until = 0.0
         self.refusal_streak = 0
+        self.creating = False
         self.refusals = 0
         self.batch_size = ctx.s.limits.max_requests
         self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
@@ -125,7 +126,15 @@ class Admitter(Part):
         return False
 
     async def create(self, row: BatchRow, depth: int, unseen: int, worst: float | None = None) -> str | None:
-        """Create one batch; its id, or None when it must wait (refused, or outcome unknown)."""
+        """Create one batch; its id, or None when it must wait (refused, or outcome unknown). While a create is out
+        `creating` is set: a stop waits for its answer (bounded) rather than leave an unknown outcome to reconcile."""
+        self.creating = True
+        try:
+            return await self._create(row, depth, unseen, worst)
+        finally:
+            self.creating = False
+
+    async def _create(self, row: BatchRow, depth: int, unseen: int, worst: float | None) -> str | None:
         j = self.journal
         if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
             await check_identity(self.journal, self.path)  # raises if the content changed
@@ -159,6 +168,9 @@ class Admitter(Part):
         self.estimate.accepted(depth, unseen, row.requests)
         self.emit("admitted", {"batch": row.idx, "id": batch_id, "requests": row.requests, "bytes": row.bytes,
                                "depth": depth + unseen + row.requests, "ceiling": self.ceiling})
+        if self.user_canceled:  # a cancel (another process, Airflow's on_kill) recorded while the create was out
+            status = await self.api.cancel_if_running(batch_id)
+            self.emit("canceled", {"batch": row.idx, "id": batch_id, "status": status})
         return batch_id
 
     def _refused(self, row: BatchRow, exc: QueueFull, depth: int, unseen: int) -> None:

@@ -192,6 +192,15 @@ class Job(Part):
             tg.cancel_scope.cancel()
         self._check_stop()
 
+    def busy(self) -> bool:
+        """Whether a create or real-time calls are out (a stop waits for their answers, bounded)."""
+        return self.admitter.creating or self.lane.busy()
+
+    def say_waiting(self) -> None:
+        if self.admitter.creating:
+            self.emit("create_stopping", {"wait_at_most": CALLS_OUT_WAIT, "why": "a create cut off leaves an outcome "
+                                          "to reconcile on the rerun; Ctrl-C again abandons it"})
+
     def done(self) -> bool:
         j = self.journal
         if self.user_canceled:  # nothing new goes out, in either lane; finish what is live

@@ -101,7 +101,7 @@ async def submit(
 async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool) -> Summary:
     """The job run to its end; or, `prepare_only`, prepared and its summary as it stands."""
     if not prepare_only:
-        return await _stoppable(stop, job.prepare, job.run, busy=job.lane.busy)  # type: ignore[no-any-return]
+        return await _stoppable(stop, job.prepare, job.run, busy=job.busy, waiting=job.say_waiting)  # type: ignore[no-any-return]
     await _stoppable(stop, job.prepare)
     await ledger.release_all()  # (the run that continues the job claims it again)
     return job.summary()
@@ -111,12 +111,13 @@ STOP_GRACE = 1.0  # seconds a stopped run has to reach a safe point of its own b
 
 
 async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[Any]],
-                     busy: Callable[[], bool] = lambda: False) -> Any:
+                     busy: Callable[[], bool] = lambda: False, waiting: Callable[[], None] = lambda: None) -> Any:
     """Run `steps` in turn (the last one's result), cut short `STOP_GRACE` seconds after `stop` is set when they have
     not stopped by then. Every await of a run is a safe point: a transaction or a results file being written rolls
     back, an intent is reconciled on resume, planning is abandoned before anything is recorded. So a stop lands in
-    a second or two in every phase: planning, sampling, preflight, creating, collecting; and, while `busy()` (real-time
-    calls out), up to the lane's wait for them."""
+    a second or two in every phase: planning, sampling, preflight, creating, collecting; and, while `busy()` (a create
+    or real-time calls out), up to the lane's wait for them: a create cut off would leave an outcome to reconcile
+    (another job's batch to tell from ours), a call cut off a possible double charge."""
     result: list[Any] = []
     failure: list[Exception] = []
     async with anyio.create_task_group() as tg:
@@ -124,6 +125,8 @@ async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[An
             assert stop is not None
             await stop.wait()
             await anyio.sleep(STOP_GRACE)
+            if busy():
+                waiting()
             with anyio.move_on_after(CALLS_OUT_WAIT):
                 while busy():
                     await anyio.sleep(0.05)
