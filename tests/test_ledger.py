@@ -55,23 +55,46 @@ async def make_ledger(request: pytest.FixtureRequest, tmp_path: Path):
     (0, 0, 0, 100, True), (200, 0, 0, 100, True), (200, 0, 0, 101, False),
     (100, 150, 100, 100, True), (100, 150, 100, 151, False), (0, 50, 80, 300, True)])
 def test_grant_formula(reserved: int, seen: int, mine: int, n: int, ok: bool) -> None:
-    """reserved + max(0, seen - mine) + n <= ceiling (300)."""
+    """reserved + max(0, seen - mine) + n <= ceiling (300), and no other submitter's create out."""
     assert grant(reserved, seen, mine, n, 300) is ok
+    assert grant(reserved, seen, mine, n, 300, others_creating=1) is False
 
 
 async def test_reserve_confirm_release(make_ledger) -> None:
-    """Reservations of two owners add up against the ceiling; release gives the room back."""
+    """Reservations of two owners add up against the ceiling; release gives the room back, and a released batch
+    stays named (no requests) so a lost create of another is never taken for it."""
     a, b = make_ledger("A"), make_ledger("B")
     assert await a.reserve(0, 60, 100, 0)
+    await a.confirm(0, "msgbatch_a")
     assert not await b.reserve(0, 50, 100, 0)
     assert await b.reserve(0, 40, 100, 0)
-    await a.confirm(0, "msgbatch_a")
+    await b.confirm(0, "msgbatch_b")
     rows = await a.reservations()
-    assert {(r.owner, r.requests, r.batch_id) for r in rows} == {("A", 60, "msgbatch_a"), ("B", 40, None)}
+    assert {(r.owner, r.requests, r.batch_id) for r in rows} == {("A", 60, "msgbatch_a"), ("B", 40, "msgbatch_b")}
     await a.release(0)
     assert await b.reserve(1, 60, 100, 0)
+    await b.release(1)  # (never created: gone)
     await b.release_all()
-    assert await a.reservations() == []
+    rows = await a.reservations()
+    assert {(r.owner, r.requests, r.batch_id, r.live) for r in rows} == {("A", 0, "msgbatch_a", False),
+                                                                          ("B", 0, "msgbatch_b", False)}
+    assert all(r.expires_in > 86_400 for r in rows)
+    await a.heartbeat()  # (a heartbeat keeps live reservations, never shortens a name)
+    assert all(r.expires_in > 86_400 for r in await a.reservations())
+
+
+async def test_creates_go_one_at_a_time_across_submitters(make_ledger) -> None:
+    """While A's create is out (its reservation not confirmed), B is refused whatever the room; once A's batch is
+    confirmed (or released), B may go. A's own next batches are not held back by its own."""
+    a, b = make_ledger("A"), make_ledger("B")
+    assert await a.reserve(0, 10, 1000, 0)
+    assert not await b.reserve(0, 10, 1000, 0) and not await b.reserve(0, 10, None, 0)
+    assert await a.reserve(1, 10, 1000, 0)
+    await a.confirm(0, "msgbatch_a0")
+    assert not await b.reserve(0, 10, 1000, 0)  # (A's second is still out)
+    await a.release(1)
+    assert await b.reserve(0, 10, 1000, 0)
+    assert not await a.reserve(2, 10, 1000, 0)
 
 
 async def test_unreserved_depth_counts_once(make_ledger) -> None:
@@ -102,7 +125,9 @@ async def test_dead_owner_expires_after_ttl_unless_heartbeat(make_ledger) -> Non
     """Without a heartbeat a reservation expires after its TTL; with one it stays."""
     dead, alive, other = make_ledger("dead", ttl=0.5), make_ledger("alive", ttl=0.5), make_ledger("other")
     assert await dead.reserve(0, 50, 100, 0)
+    await dead.confirm(0, "msgbatch_d")
     assert await alive.reserve(0, 50, 100, 0)
+    await alive.confirm(0, "msgbatch_l")
     for _ in range(4):
         await make_ledger.elapse(0.25)
         await alive.heartbeat()

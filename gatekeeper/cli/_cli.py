@@ -284,7 +284,7 @@ def _status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], 
         ledger = open_ledger(args.ledger, owner="status", namespace=config.scope)
         try:
             await ledger.ping()
-            return h, await ledger.reservations()
+            return h, [r for r in await ledger.reservations() if r.live]  # (not the names of released batches)
         finally:
             await ledger.close()
 

@@ -263,7 +263,9 @@ def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--only", default=None, metavar="TYPES",
                    help="comma-separated result types (succeeded, errored, expired, canceled), error types, "
                    "refused and truncated (succeeded answers that stopped for a refusal, or at max_tokens or the "
-                   "context window), and/or rejected (the input lines refused before sending, with line number and reason)")
+                   "context window), rejected (the input lines refused before sending, with line number and reason) "
+                   "and/or unproven (answers kept apart: their batch, found after a lost create answer, could not be "
+                   "proven this job's)")
     _add_prices(p)
     _add_json(p)
 
@@ -331,18 +333,20 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
     p.add_argument("--usage", type=_usage_mode, default="count", metavar="MODE",
                    help="what a succeeded request bills against count_tokens: count (default), count-K (K tokens fewer), "
-                   "scale:F, const:N (a gateway's own figure) or none (no usage reported)")
+                   "scale:F, const:N (a gateway's own figure), noisy:P (count x (1 ± P), drawn per prompt: an estimate's "
+                   "error) or none (no usage reported)")
     _add_json(p)
 
 
 def _usage_mode(text: str) -> str:
     kind, _, arg = text.replace("count-", "count:", 1).partition(":")
     try:
-        ok = text in ("count", "none") or (kind in ("count", "const") and int(arg) >= 0) or (kind == "scale" and float(arg) > 0)
+        ok = text in ("count", "none") or (kind in ("count", "const") and int(arg) >= 0) or (kind == "scale" and float(arg) > 0) \
+            or (kind == "noisy" and 0 <= float(arg) < 1)
     except ValueError:
         ok = False
     if not ok:
-        raise argparse.ArgumentTypeError(f"{text!r}: use count, count-K, scale:F, const:N or none")
+        raise argparse.ArgumentTypeError(f"{text!r}: use count, count-K, scale:F, const:N, noisy:P (0 <= P < 1) or none")
     return text
 
 

@@ -226,7 +226,8 @@ def _adoptions(a: dict[str, Any]) -> str:
     line = f"adopted     {a['proven']:,} batch(es) found after a lost create answer, proven ours by their results"
     if unproven:
         line += (f"; {len(unproven):,} the results could not tell from another submitter's (the same prompts and "
-                 f"custom_ids: {', '.join(unproven)})")
+                 f"custom_ids: {', '.join(unproven)}): their answers are kept apart, not joined and not resent "
+                 "(`gatekeeper results --only unproven` lists them; a shared --ledger proves ownership next time)")
     if a["not_ours"]:
         line += f"; {len(a['not_ours']):,} another submitter's, set aside (never joined)"
     return line

@@ -21,19 +21,25 @@ The rule. A batch is given back (`foreign`) only on positive evidence that it is
   it, and its own billing does not explain our requests either: another's;
 - (c) a shared ledger naming another submitter as the creator is weighed before this rule (such a batch is never
   a candidate);
-- (d) *unrelated*: its billing varies from request to request (at least half the values distinct) yet follows none
-  of our prompts: no relation explains it and its rank correlation with our counts is below `MIN_RANK` (our own
-  batch's billing, whatever its offset, scale or estimation noise, rises with our prompts: a correlation near 1).
-Without such evidence a candidate is not given back (a constant, zero or absent usage never gives one back). A lone
-candidate is ours: *proven* when it agrees with the learned relation, or, with none learned, bills as
-`count_tokens` says (within a common offset of `MAX_OFFSET` tokens or 5%); otherwise adopted and reported as
-unproven. Among several that the evidence cannot tell apart (the same prompts, a constant or absent usage), the one
-created nearest our send is taken, unproven.
+- (d) *unrelated*: our prompts' lengths spread widely (from the 10th to the 90th percentile of our counts, at least
+  `SPREAD` = 40% of the median: four times an estimate error of 10%), its billing varies from request to request,
+  and it does not rise with our counts (rank correlation below `MIN_RANK`). Where our lengths spread that widely,
+  our own batch's billing rises with them whatever its offset, scale or estimate error.
+Without such evidence a candidate is not given back: a constant, zero or absent usage never gives one back, and
+neither does a billing that merely fails to correlate with our prompts. `count_tokens` is an estimate, off by a few
+percent per request with images, documents and tools; for templated prompts of nearly equal length that error
+alone breaks any correlation (an earlier rule gave our own batch back on it, and it was sent again, billed twice),
+while it never moves a figure by a quarter. A lone candidate is ours:
+*proven* when it agrees with the learned relation, or, with none learned, bills as `count_tokens` says (within a
+common offset of `MAX_OFFSET` tokens or 5%), and only when the evidence *tells*: the same billing paired with other
+ids of the sample (shifted by half the sample) must fail, else prompts so alike would prove any batch with our ids
+ours. Otherwise it is adopted *unproven* (its answers kept apart, never joined as ours). Among several that the
+evidence cannot tell apart (the same prompts, a constant or absent usage), the one created nearest our send is
+taken, unproven.
 
 Error rates, with `MIN_EVIDENCE` = 24 ids compared. Another job's prompts, unrelated in length to ours id by id (the
 soak's vary by a few hundred characters), agree with a relation on about one id in six by chance: reaching
-`FIT_SHARE` has a chance below 10^-9, so (a) never proves the wrong one; (d) misses such a batch (adopted, reported
-unproven) with a chance of about 1% (a rank correlation of 0.5 by chance over 24 ids). Our own batch disagreeing
+`FIT_SHARE` has a chance below 10^-9, so (a) never proves the wrong one. Our own batch disagreeing
 with a usable relation (one that at least 90% of its own learning pairs agree with) on more than half of 24 ids:
 below 10^-6; and even then (b) requires that its billing not be explained by our prompts under any relation, so a
 drift of the API's relation mid-job does not give our batch back. Prompts of another job whose lengths are ours id
@@ -55,8 +61,9 @@ HALF = 0.5  # below this share a candidate fails a relation
 MIN_SCALE = 0.5  # a relation with a smaller scale does not follow the prompt (a constant usage): it proves nothing
 MIN_LEARNED = 8  # pairs a learned relation needs
 LEARNED_AGREE = 0.9  # share of its own pairs a learned relation must explain to be used
-MIN_RANK = 0.5  # rank correlation with our counts below which a varying billing follows none of our prompts
 MAX_OFFSET = 8  # the identity's tolerance: tokens every count may be off by alike (or 5% of the median count)
+MIN_RANK = 0.5  # (d): rank correlation with our counts below which a varying billing follows none of our prompts
+SPREAD = 0.4  # (d): how widely our counts must spread (q10 to q90, over the median) for correlation to tell
 
 
 class Pair(NamedTuple):
@@ -170,11 +177,13 @@ def explains(pairs: Sequence[Pair]) -> dict[str, Relation] | None:
 
 
 def billed_as_counted(pairs: Sequence[Pair]) -> bool:
-    """Whether these pairs bill as `count_tokens` says (the identity, within a small common offset)."""
+    """Whether these pairs bill as `count_tokens` says (the identity, within a small common offset), in a way only
+    our prompts would (`tells`)."""
     offset = statistics.median_low(p.billed - p.counted for p in pairs)
     if abs(offset) > max(MAX_OFFSET, statistics.median_low(p.counted for p in pairs) // 20):
         return False
-    return (share(pairs, {p.model: Relation(1.0, offset) for p in pairs}) or 0.0) >= FIT_SHARE
+    identity = {p.model: Relation(1.0, offset) for p in pairs}
+    return (share(pairs, identity) or 0.0) >= FIT_SHARE and tells(pairs, identity)
 
 
 def enough(pairs: Sequence[Pair], sampled: int) -> bool:
@@ -196,25 +205,34 @@ def choose(evidence: Mapping[str, Sequence[Pair]], nearest_first: Sequence[str],
         winner = _relative(nearest_first, weighed, fitted, consistent if usable else None)
         if winner is not None:
             return Choice(winner, tuple(c for c in nearest_first if c != winner), True, "it alone bills as our requests")
-    foreign = [c for c, ps in weighed.items()
-               if fitted[c] is None and ((usable and _fails(ps, usable)) or unrelated(ps))]
+    foreign = [c for c, ps in weighed.items() if fitted[c] is None and ((usable and _fails(ps, usable)) or unrelated(ps))]
     left = [c for c in nearest_first if c not in foreign]
     if not left:
         return Choice(None, tuple(foreign), False, "none of them bills as our requests")
     if len(left) == 1:
         c = left[0]
-        proven = c in consistent or (not usable and c in weighed and billed_as_counted(weighed[c]))
+        proven = c in weighed and (c in consistent and tells(weighed[c], usable)
+                                   or not usable and billed_as_counted(weighed[c]))
         return Choice(c, tuple(foreign), proven, _basis(proven, bool(usable), bool(foreign)))
     pick = ([c for c in consistent if c in left] or [c for c in left if fitted.get(c)] or left)[0]
     return Choice(pick, tuple(foreign), False, "the evidence cannot tell the candidates apart")
 
 
 def unrelated(pairs: Sequence[Pair]) -> bool:
-    """(d): the billing varies, yet does not rise with our counts (rank correlation below MIN_RANK)."""
+    """(d): our counts spread widely (`SPREAD`), the billing varies, yet does not rise with our counts (rank
+    correlation below `MIN_RANK`). Counts of nearly equal prompts never give a batch back: an estimate's error
+    alone breaks their correlation."""
     n = len(pairs)
-    if n < 8 or len({p.billed for p in pairs}) * 2 < n or len({p.counted for p in pairs}) * 2 < n:
+    if n < 8 or len({p.billed for p in pairs}) * 2 < n or not spread_wide([p.counted for p in pairs]):
         return False
     return rank_correlation([p.counted for p in pairs], [p.billed for p in pairs]) < MIN_RANK
+
+
+def spread_wide(counts: Sequence[int]) -> bool:
+    """Whether counts spread from their 10th to their 90th percentile by at least `SPREAD` of their median."""
+    ordered = sorted(counts)
+    low, high = ordered[len(ordered) // 10], ordered[-1 - len(ordered) // 10]
+    return high - low >= SPREAD * max(1, statistics.median(ordered))
 
 
 def rank_correlation(xs: Sequence[int], ys: Sequence[int]) -> float:
@@ -238,6 +256,23 @@ def _ranks(xs: Sequence[int]) -> list[float]:
             ranks[order[k]] = (i + j) / 2
         i = j + 1
     return ranks
+
+
+def shifted(pairs: Sequence[Pair]) -> list[Pair]:
+    """The same billed values paired with other ids of the same model (each moved by half its model's pairs): what
+    a batch billing other prompts of the same lengths would show."""
+    out: list[Pair] = []
+    for model in dict.fromkeys(p.model for p in pairs):
+        group = [p for p in pairs if p.model == model]
+        k = len(group) // 2
+        out += [Pair(model, p.counted, group[(i + k) % len(group)].billed) for i, p in enumerate(group)]
+    return out
+
+
+def tells(pairs: Sequence[Pair], relations: Mapping[str, Relation]) -> bool:
+    """Whether agreeing with `relations` says anything: the shifted pairing fails them (fewer than `HALF` agree).
+    Prompts whose lengths differ by less than the estimate's slack agree under any pairing: they prove nothing."""
+    return len(pairs) >= 3 and (share(shifted(pairs), relations) or 0.0) < HALF
 
 
 def _fails(pairs: Sequence[Pair], relations: Mapping[str, Relation], below: float = HALF) -> bool:
@@ -268,7 +303,8 @@ def _basis(proven: bool, learned: bool, others_failed: bool) -> str:
 
 
 def verdict(pairs: Sequence[Pair], *, sampled: int, learned: Mapping[str, Relation] | None = None) -> Fit:
-    """A lone candidate's verdict: FITS (proven ours), MISFITS (evidence (b): another's) or UNCLEAR (ours, unproven)."""
+    """A lone candidate's verdict: FITS (proven ours), MISFITS (evidence (b) or (d): another's) or UNCLEAR
+    (unproven)."""
     choice = choose({"c": pairs}, ["c"], sampled=sampled, learned=learned)
     if choice.ours is None:
         return Fit.MISFITS

@@ -7,7 +7,11 @@ already, of exactly that size, created no earlier than the send time minus the
 clock skew.
 
 - one candidate and no other unknown create of the same size (ours, or another submitter's that a shared
-  ledger shows unconfirmed): adopt it;
+  ledger shows unconfirmed): adopt it. With a shared ledger this is proof (`named_after`): creates go one at a time
+  through it and every other submitter's batch is named there, so a lone unnamed batch of our size is ours (the
+  candidates are those created after our send less the clock skew, which is shorter than the ledger's TTL: a dead
+  submitter's lost create, whose turn ended a TTL before ours began, is never among them). Without one it is
+  adopted on size and time alone, its results weighed when collected;
 - no candidate in a listing read `grace` after the send: it was not created;
 - several candidates (or a rival of the same size): wait until they end, then
   compare their results with our requests: custom_ids first, then whose prompts
@@ -42,8 +46,9 @@ class Decision:
     action: Action
     candidates: tuple[dict[str, Any], ...] = field(default=())
     reason: str = ""
-    # an adoption's evidence: "listing" (size and time alone: its results are checked when collected), "results"
-    # (they proved it ours) or "unproven" (they could not tell it from another submitter's)
+    # an adoption's evidence: "listing" (size and time alone: its results are checked when collected), "ledger"
+    # (a lone unnamed candidate while creates go one at a time through a shared ledger), "results" (they proved it
+    # ours) or "unproven" (they could not tell it from another submitter's: its answers are kept apart)
     proof: str = ""
 
 
@@ -71,9 +76,10 @@ def candidates_for(requests: int, sent_at: float, listed: Iterable[dict[str, Any
 
 
 def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, listed_at: float, grace: float,
-           body_complete: bool = True) -> Decision:
+           body_complete: bool = True, named_after: float | None = None) -> Decision:
     """What to do with one unknown create. `rivals`: other unknown creates of the same size; `listed_at`: when
-    the listing the candidates come from began to be read.
+    the listing the candidates come from began to be read; `named_after`: with a shared ledger, since when it names
+    every other submitter's batch (None: no shared ledger).
 
     `body_complete` False means the journal shows the body never finished: the server
     cannot have created a batch from it, so there is nothing to wait for.
@@ -81,6 +87,9 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
     if not body_complete:
         return Decision(Action.ABANDON, reason="the body was never sent whole")
     if len(candidates) == 1 and not rivals:
+        if named_after is not None and (parse_time(candidates[0].get("created_at")) or 0.0) >= named_after:
+            return Decision(Action.ADOPT, (candidates[0],), "the one batch of its size since our send that the shared "
+                            "ledger names for no other submitter (creates go one at a time)", "ledger")
         return Decision(Action.ADOPT, (candidates[0],), "one candidate in the listing", "listing")
     if not candidates:
         if _grace_over(sent_at, listed_at, grace):

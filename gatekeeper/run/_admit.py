@@ -43,6 +43,12 @@ class Admitter(Part):
 
     async def admit_round(self, snap: Snapshot) -> None:
         planned = self.journal.batches(BatchState.PLANNED)
+        if planned and self.ledger.owner and self.journal.count(BatchState.INTENT):
+            # With a shared ledger, one unknown create at a time: the turn stays ours until it is reconciled (a lone
+            # unnamed candidate, proven at once), never until a rival of the same size ends and is weighed.
+            self.emit("waiting", {"next": planned[0].requests, "reason": "reconciling",
+                                  "unknown_creates": self.journal.count(BatchState.INTENT)})
+            return
         now = self.clock()
         bound = self.ceiling if self.ceiling is not None else self.estimate.bound(now)
         waiting, sizes, reserve, held = self._gated(planned, bound)

@@ -23,6 +23,7 @@ from ..api._client import ApiClient
 from ..decide._downloads import (
     MISSING_RESULT,
     RESULTS_UNAVAILABLE,
+    UNPROVEN,
     Missing,
     MissingVerdict,
     download_wait,
@@ -53,13 +54,23 @@ class _Reopen(Exception):  # (control flow inside the collector, never raised pa
     """A batch adopted by listing alone while the listing now shows another that could be ours: compared instead."""
 
 
+class _Unproven(Exception):  # (control flow inside the collector, never raised past it)
+    """A listing adoption its results could not prove ours, the listing's grace over: kept apart (rolled back and
+    settled again, held)."""
+
+
 def _grace_over(row: BatchRow, snap: Snapshot | None, grace: float) -> bool:
     """Whether the latest listing was read long enough after our send to show our batch, were it another."""
     return snap is not None and snap.at - (row.intent_at or 0.0) > grace
 
 
 class _NotYet(Exception):  # (control flow inside the collector, never raised past it)
-    """A listing adoption's evidence cannot be had now (our requests could not be counted): rolled back, later."""
+    """A listing adoption's evidence cannot be had now (our requests could not be counted): rolled back, later
+    (at `until` when the evidence cannot change before then, else after a doubling wait)."""
+
+    def __init__(self, why: str, until: float | None = None) -> None:
+        super().__init__(why)
+        self.until = until
 
 
 def custom_id(line: bytes) -> str:
@@ -88,6 +99,7 @@ class Collector:
         self.on_result = on_result
         self.download_failures: dict[int, int] = {}  # batch -> failed downloads (or 404 waits) in a row
         self.download_at: dict[int, float] = {}  # batch -> when its next download is due
+        self._unproven: set[int] = set()  # listing adoptions weighed unproven, waiting out the listing's grace
         self._counts: dict[int, dict[str, int]] = {}  # batch -> our sampled requests counted (kept across tries)
 
     async def collect_ended(self, snap: Snapshot | None = None) -> None:
@@ -108,11 +120,12 @@ class Collector:
     def _download_failed(self, row: BatchRow, exc: Exception) -> None:
         self._later(row, "download_failed", str(exc))
 
-    def _later(self, row: BatchRow, event: str, reason: str) -> None:
-        """Try this batch again after a doubling wait (a failed download, or results not there yet)."""
+    def _later(self, row: BatchRow, event: str, reason: str, until: float | None = None) -> None:
+        """Try this batch again after a doubling wait (a failed download, or results not there yet), or at `until`
+        (nothing can change before then: no download in between)."""
         n = self.download_failures.get(row.idx, 0) + 1
         self.download_failures[row.idx] = n
-        wait = download_wait(n, self.s.min_backoff, self.s.max_backoff)
+        wait = download_wait(n, self.s.min_backoff, self.s.max_backoff) if until is None else max(0.0, until - self.clock())
         self.download_at[row.idx] = self.clock() + wait
         self.emit(event, {"batch": row.idx, "id": row.batch_id, "reason": reason, "attempt": n, "retry_in": wait})
 
@@ -127,21 +140,32 @@ class Collector:
             if batch.get("archived_at") or not batch.get("results_url"):
                 return self._results_missing(row, batch)
             weigh = await self._to_weigh(row, snap)
+            held = (self.journal.adoptions.of(row.idx) or {}).get("proof") == "unproven"
             async with self.ctx.write_lock:  # (the real-time lane commits between settlements, never inside one)
                 start = self.journal.outcomes.committed_output()
                 with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
                     s.before_commit = lambda: reached("before-results-commit")
-                    s.committed = await self._write_results(row, batch, s, out, start, weigh)
-                    if s.adopted and s.adopted[1] == "unproven" and not _grace_over(row, snap, self.s.reconcile_grace):
-                        # (rolled back: read again once a listing read the grace after our send shows no other batch
-                        # that could be ours; an adoption its usage proves is kept from its one download)
-                        raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another candidate")
+                    s.committed = await self._write_results(row, batch, s, out, start, weigh, held)
+                    if s.adopted and s.adopted[1] == "unproven":
+                        # (rolled back: once a listing read the grace after our send shows no other batch that could
+                        # be ours, it is weighed once more (this job may have learned how it is billed since) and,
+                        # still unproven, its answers are kept apart; an adoption its usage proves is kept as it is)
+                        if _grace_over(row, snap, self.s.reconcile_grace):
+                            raise _Unproven()
+                        self._unproven.add(row.idx)
+                        raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another "
+                                      "candidate", until=(row.intent_at or 0.0) + self.s.reconcile_grace)
         except NotFoundError:
             return self._results_missing(row, None)
         except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
             return await self._give_back(row, wrong.why)
+        except _Unproven:
+            self.journal.adoptions.set(row.idx, str(row.batch_id), "unproven")
+            self.emit("adoption_unproven", {"batch": row.idx, "id": row.batch_id, "requests": row.requests,
+                                            "policy": "its answers are kept apart, never joined; never resent"})
+            return await self.collect(row, snap)
         except _NotYet as later:
-            return self._later(row, "ownership_pending", str(later))
+            return self._later(row, "ownership_pending", str(later), later.until)
         except _Reopen as rivals:
             return await self._reopen(row, str(rivals))
         self._counts.pop(row.idx, None)
@@ -164,6 +188,11 @@ class Collector:
                                     self.journal.adoptions.known_batch_ids() | theirs, self.s.clock_skew)
             if rivals:
                 raise _Reopen(f"{len(rivals)} other listed batch(es) of its size since our send could be ours")
+        if row.idx in self._unproven:  # weighed unproven: nothing to download again before the grace is over
+            if not _grace_over(row, snap, self.s.reconcile_grace):
+                raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another candidate",
+                              until=(row.intent_at or 0.0) + self.s.reconcile_grace)
+            self._unproven.discard(row.idx)
         learned = await learned_relations(self.api, self.journal, self.path)
         if learned is None:
             raise _NotYet("waiting for a batch of ours to end, to learn how this job is billed")
@@ -198,9 +227,10 @@ class Collector:
         self.emit("adoption_undone", {"batch": row.idx, "id": row.batch_id, "why": why})
 
     async def _write_results(self, row: BatchRow, batch: dict[str, Any], s: Settlement, out: BinaryIO, start: int,
-                             learned: dict[str, Relation] | None) -> int:
+                             learned: dict[str, Relation] | None, held: bool = False) -> int:
         """Stream, verify (`Download`) and settle every line; the output's new length. `learned` set: the batch
-        was adopted by listing, and what it billed for our sampled ids is weighed before anything commits."""
+        was adopted by listing, and what it billed for our sampled ids is weighed before anything commits. `held`:
+        the batch could not be proven ours, and each answer is kept apart (`_keep_apart`)."""
         members = Members(batch_requests(self.path, self.journal, row), sample=learned is not None)
         download = Download(self.api, batch, members.ids(), f"batch {row.idx}")
         billed: dict[str, int] = {}
@@ -214,7 +244,11 @@ class Collector:
                 self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
             if cid in members.sample and (tokens := billed_prompt(obj.get("result"))) is not None:
                 billed[cid] = tokens
-            placed = self._settle_line(row, cid, raw, obj, members.pop(cid), s, pos, policy)
+            member = members.pop(cid)
+            if held:
+                pos += self._keep_apart(out, row, cid, raw, obj, member, s, pos)
+                continue
+            placed = self._settle_line(row, cid, raw, obj, member, s, pos, policy)
             if placed:
                 out.write(raw + b"\n")
                 pos += placed
@@ -252,6 +286,22 @@ class Collector:
         usage = usage_of(result) if succeeded else (None, 0, 0, 0, 0, 0)
         s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage, stop_of(result) if succeeded else None)
         return len(raw) + 1
+
+    @staticmethod
+    def _keep_apart(out: BinaryIO, row: BatchRow, cid: str, raw: bytes, obj: dict[str, Any],
+                    member: tuple[int, int, int, int], s: Settlement, pos: int) -> int:
+        """An answer of a batch never proven ours: kept in the journal as it came, and a final errored line of
+        gatekeeper's own in its place (what it billed counts toward the budget: it may be ours). Never resent."""
+        line, _, _, attempt = member
+        s.keep_apart(line, cid, str(row.batch_id), raw)
+        result: Any = obj.get("result")
+        mark = errored_line(cid, UNPROVEN, f"answered in batch {row.batch_id}, found by listing after its create's "
+                            "answer was lost, which could not be proven this job's (another job may use the same "
+                            "custom_ids): kept apart, not joined, not resent; `gatekeeper results --only unproven` lists it")
+        usage = usage_of(result) if isinstance(result, dict) and result.get("type") == "succeeded" else (None, 0, 0, 0, 0, 0)
+        out.write(mark + b"\n")
+        s.final(line, cid, "errored", UNPROVEN, attempt, pos, len(mark) + 1, usage)
+        return len(mark) + 1
 
     @staticmethod
     def _write_final(out: BinaryIO, s: Settlement, pos: int, member: tuple[int, int, int, int], cid: str, raw: bytes,

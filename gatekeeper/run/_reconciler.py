@@ -18,6 +18,7 @@ from ..decide._reconcile import (
     others_in_flight,
 )
 from ..state._journal import BatchRow, BatchState
+from ..state._ledger import NAMED_FOR
 from ._collect import custom_id, missing_verdict
 from ._evidence import Ours, Results, count_ours, learned_relations, our_side, pairs_of, read_results, wanted_ids
 from ._part import Part, RunContext, Snapshot
@@ -45,10 +46,17 @@ class Reconciler(Part):
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.s.clock_skew)
             rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests) + unconfirmed[row.requests]
             d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.s.reconcile_grace,
-                       body_complete=row.body_complete)
+                       body_complete=row.body_complete, named_after=self._named_after(snap.at))
             if d.action is Action.COMPARE:
                 d = await self._compare(row, d, sent_at, snap.at)
             await self._apply(row, d, known)
+
+    def _named_after(self, now: float) -> float | None:
+        """Since when a shared ledger names every other submitter's batch (None: no shared ledger, or a clock skew
+        allowed so wide that a dead submitter's lost create could fall among our candidates)."""
+        if not self.ledger.owner or self.s.clock_skew >= self.ledger.ttl:
+            return None
+        return now - NAMED_FOR / 2
 
     async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float) -> Decision:
         """Settle an unknown create among ended candidates by their results: our custom_ids first, then whose

@@ -21,16 +21,18 @@ from ..state._output import OutputFile
 
 RESULT_TYPES = ("succeeded", "errored", "expired", "canceled")
 REJECTED = "rejected"  # input lines refused before anything was sent: not results, exported on request
+UNPROVEN = "unproven"  # answers kept apart, their batch never proven ours: not results, exported on request
+EXTRAS = (REJECTED, UNPROVEN)
 
 
 def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], list[str]]:
     """(result types, error types) of a filter; `UsageError` for a name that is neither known nor in the results.
     (`refused` and `truncated`, succeeded answers that stopped early, are `stopped_early`'s.)"""
-    names = [n for n in only if n != REJECTED and n not in STOPPED_EARLY]
+    names = [n for n in only if n not in EXTRAS and n not in STOPPED_EARLY]
     unknown = [n for n in names if n not in RESULT_TYPES and n not in KNOWN_ERRORS and n not in present]
     if unknown:
         raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_TYPES)}, "
-                         f"{', '.join(STOPPED_EARLY)}, {REJECTED}, "
+                         f"{', '.join(STOPPED_EARLY)}, {REJECTED}, {UNPROVEN}, "
                          "or an error type such as invalid_request_error", setting="only")
     return [n for n in names if n in RESULT_TYPES], [n for n in names if n not in RESULT_TYPES]
 
@@ -38,7 +40,8 @@ def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], lis
 def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool = False, only: Iterable[str] | None = None,
            journal: str | None = None, job: str | None = None) -> int:
     """Write the run's final result lines to `dest`; return how many. Memory stays bounded either way. `only`
-    filters by result or error type; "rejected" adds the input lines refused before sending.
+    filters by result or error type; "rejected" adds the input lines refused before sending, "unproven" the
+    answers kept apart because their batch could not be proven this job's.
 
     The run: its state directory, or the job named `job` in the shared journal at `journal`."""
     j = open_job(state_dir, journal=journal, job=job)
@@ -51,8 +54,9 @@ def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool 
             stops = [r for n in names if n in STOPPED_EARLY for r in STOPPED_EARLY[n]]
             try:
                 count = _copy(j, output, committed, dest, (types, errors, stops), in_order) \
-                    if types or errors or stops or names != [REJECTED] else 0
-                return count + (_rejected(j, dest) if REJECTED in names else 0)
+                    if types or errors or stops or not set(names) <= set(EXTRAS) else 0
+                count += _rejected(j, dest) if REJECTED in names else 0
+                return count + (_unproven(j, dest) if UNPROVEN in names else 0)
             except BrokenPipeError:
                 raise  # a reader that stopped reading (`| head`): not a failure of ours (the CLI ends quietly)
             except FileNotFoundError as exc:
@@ -88,5 +92,16 @@ def _rejected(journal: Journal, dest: BinaryIO) -> int:
     count = 0
     for line, cid, reason in journal.outcomes.rejections():
         dest.write(orjson.dumps({"custom_id": cid, "line": line, "result": {"type": REJECTED, "reason": reason}}) + b"\n")
+        count += 1
+    return count
+
+
+def _unproven(journal: Journal, dest: BinaryIO) -> int:
+    """The answers kept apart, as the API gave them, each with the batch it came in: {"custom_id", "batch_id",
+    "result"}. Their batch was found by listing after its create's answer was lost, and could not be proven this
+    job's: each may be another job's answer to its own request of the same custom_id."""
+    count = 0
+    for cid, batch_id, raw in journal.outcomes.unproven():
+        dest.write(orjson.dumps({"custom_id": cid, "batch_id": batch_id, "result": orjson.loads(raw).get("result")}) + b"\n")
         count += 1
     return count

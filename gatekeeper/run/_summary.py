@@ -150,7 +150,7 @@ def adoptions(j: Journal) -> dict[str, Any] | None:
     not_ours = j.get_meta("not_ours") or []
     if not adopted and not not_ours:
         return None
-    return {"proven": sum(1 for a in adopted if a["proof"] == "results"),
+    return {"proven": sum(1 for a in adopted if a["proof"] in ("results", "ledger")),
             "unproven": sorted(a["id"] for a in adopted if a["proof"] == "unproven"),
             "unchecked": sum(1 for a in adopted if a["proof"] == "listing"), "not_ours": list(not_ours)}
 

@@ -122,6 +122,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE results ADD COLUMN stop_reason TEXT
     """),
     REALTIME_MIGRATION,
+    ("0010_unproven", """
+        -- answers from a batch adopted after a lost create that could not be proven ours (another job may use the
+        -- same custom_ids): kept apart, never joined to our requests (results --only unproven lists them)
+        CREATE TABLE unproven (line INTEGER PRIMARY KEY, custom_id TEXT NOT NULL, batch_id TEXT NOT NULL,
+            raw BLOB NOT NULL)
+    """),
 ]
 # The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
 REGISTRY = """
@@ -379,6 +385,7 @@ class Settlement:
         self.finals = self.retries = 0
         self.before_commit: Callable[[], None] = lambda: None  # a crash-test checkpoint
         self.adopted: tuple[str, str] | None = None  # (batch id, proof) of a listing adoption its results weighed
+        self._kept: list[tuple[Any, ...]] = []
 
     def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
               usage: tuple[str | None, int, int, int, int, int], stop_reason: str | None = None) -> None:
@@ -393,8 +400,13 @@ class Settlement:
         self._history.append((line, attempt, batch, kind, error_type, raw))
         self._maybe_flush()
 
+    def keep_apart(self, line: int, cid: str, batch_id: str, raw: bytes) -> None:
+        """An answer from a batch that could not be proven ours: kept for the record, never joined."""
+        self._kept.append((line, cid, batch_id, raw))
+        self._maybe_flush()
+
     def _maybe_flush(self) -> None:
-        if len(self._finals) + len(self._retries) >= self.FLUSH_ROWS:
+        if len(self._finals) + len(self._retries) + len(self._kept) >= self.FLUSH_ROWS:
             self.flush()
 
     def flush(self) -> None:
@@ -405,6 +417,9 @@ class Settlement:
         self._db.executemany("INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (line, attempt) DO UPDATE SET "
                              "batch = excluded.batch, type = excluded.type, error_type = excluded.error_type, raw = excluded.raw",
                              self._history)
+        self._db.executemany("INSERT INTO unproven VALUES (?, ?, ?, ?) ON CONFLICT (line) DO UPDATE SET "
+                             "custom_id = excluded.custom_id, batch_id = excluded.batch_id, raw = excluded.raw", self._kept)
+        self._kept.clear()
         self.finals += len(self._finals)
         self.retries += len(self._retries)
         self._finals.clear()

@@ -19,6 +19,13 @@ expires `ttl` seconds after its owner's last heartbeat, so a killed submitter
 blocks the organization for at most `ttl`; a resumed one takes its live
 batches' reservations back (`hold`).
 
+Creates go one at a time across the ledger: a reservation is not granted while another submitter holds one
+that is not confirmed (its create is out, or its answer was lost and it is not yet reconciled). So when a
+create's answer is lost, every other submitter's batch created since is named in the ledger, and a lone
+unnamed batch of our size and custom_ids, created after our send, is ours whatever its usage says
+(`decide._reconcile`). A released reservation whose batch was created stays as a *name* (no requests) for
+`NAMED_FOR` seconds, so batches that ended are still told apart.
+
 `LocalLedger` (the default) serves one submitter: its journal already counts its
 own creates, so it grants everything.
 """
@@ -43,6 +50,7 @@ from .._errors import LedgerError
 from ._db import Db, PgDb, SqliteDb, is_postgres, pg_ddl, safe_url
 
 DEFAULT_TTL = 900.0
+NAMED_FOR = 7 * 86_400.0  # seconds a released batch stays named in the ledger (reconciliations within it can tell)
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,11 @@ class Reservation:
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "batch": self.batch, "requests": self.requests, "batch_id": self.batch_id,
                 "expires_in": round(self.expires_in, 1)}
+
+    @property
+    def live(self) -> bool:
+        """A reservation of requests (not a released batch's name)."""
+        return self.requests > 0
 
 
 class Ledger(Protocol):
@@ -77,9 +90,10 @@ class Ledger(Protocol):
     async def close(self) -> None: ...
 
 
-def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int) -> bool:
-    """The admission formula (pure; the shared ledgers evaluate the same inside their atomic step)."""
-    return reserved + max(0, seen - mine) + n <= ceiling
+def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int, others_creating: int = 0) -> bool:
+    """The admission formula (pure; the shared ledgers evaluate the same inside their atomic step): room under the
+    ceiling, and no other submitter's create out or unreconciled (`others_creating`)."""
+    return not others_creating and reserved + max(0, seen - mine) + n <= ceiling
 
 
 class LocalLedger:
@@ -146,10 +160,12 @@ class SqlLedger(abc.ABC):
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         def step(db: Db, now: float) -> bool:
             db.execute("DELETE FROM reservations WHERE expires_at < ?", (now,))
-            reserved, mine = db.execute(
-                "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0) "
-                "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, batch)).fetchone()
-            if ceiling is not None and not grant(int(reserved), seen, int(mine), n, ceiling - self.margin):
+            reserved, mine, creating = db.execute(
+                "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0), "
+                "COUNT(CASE WHEN owner <> ? AND batch_id IS NULL AND requests > 0 THEN 1 END) "
+                "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, self.owner, batch)).fetchone()
+            limit = ceiling - self.margin if ceiling is not None else reserved + max(0, seen - mine) + n
+            if not grant(int(reserved), seen, int(mine), n, limit, int(creating)):
                 return False
             db.execute(_UPSERT, (self.owner, batch, n, None, now + self.ttl))
             return True
@@ -165,19 +181,24 @@ class SqlLedger(abc.ABC):
             (batch_id, now + self.ttl, self.owner, batch)))
 
     async def release(self, batch: int) -> None:
-        await self._run(lambda db, now: db.execute(
-            "DELETE FROM reservations WHERE owner = ? AND batch = ?", (self.owner, batch)))
+        await self._run(lambda db, now: self._release(db, now, "AND batch = ?", (batch,)))
+
+    def _release(self, db: Db, now: float, which: str, args: tuple[Any, ...]) -> None:
+        """Free the requests; a created batch stays named (`NAMED_FOR`)."""
+        db.execute(f"UPDATE reservations SET requests = 0, expires_at = ? WHERE owner = ? {which} AND batch_id IS NOT NULL "
+                   "AND requests > 0", (now + NAMED_FOR, self.owner, *args))
+        db.execute(f"DELETE FROM reservations WHERE owner = ? {which} AND batch_id IS NULL", (self.owner, *args))
 
     async def release_all(self) -> None:
         def step(db: Db, now: float) -> None:
-            db.execute("DELETE FROM reservations WHERE owner = ?", (self.owner,))
+            self._release(db, now, "", ())
             db.execute("DELETE FROM jobs WHERE owner = ?", (self.owner,))
 
         await self._run(step)
 
     async def heartbeat(self) -> None:
         def step(db: Db, now: float) -> None:
-            db.execute("UPDATE reservations SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
+            db.execute("UPDATE reservations SET expires_at = ? WHERE owner = ? AND requests > 0", (now + self.ttl, self.owner))
             db.execute("UPDATE jobs SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
 
         await self._run(step)
@@ -302,19 +323,21 @@ local n, ceiling, seen, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARG
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local all = redis.call('HGETALL', key)
-local reserved, mine = 0, 0
+local reserved, mine, creating = 0, 0, 0
 local me = owner .. '|' .. batch
 for i = 1, #all, 2 do
   local field, value = all[i], all[i + 1]
-  local count, expires = string.match(value, '^(%d+):([^:]+):')
+  local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
   count, expires = tonumber(count), tonumber(expires)
   if expires < now then
     redis.call('HDEL', key, field)
   elseif field ~= me then
     reserved = reserved + count
-    if string.sub(field, 1, #owner + 1) == owner .. '|' then mine = mine + count end
+    if string.sub(field, 1, #owner + 1) == owner .. '|' then mine = mine + count
+    elseif bid == '' and count > 0 then creating = creating + 1 end
   end
 end
+if creating > 0 then return 0 end
 if ceiling >= 0 and reserved + math.max(0, seen - mine) + n > ceiling then return 0 end
 redis.call('HSET', key, me, n .. ':' .. (now + ttl) .. ':')
 return 1
@@ -346,7 +369,23 @@ for i = 1, #all, 2 do
   local field, value = all[i], all[i + 1]
   if string.sub(field, 1, #owner + 1) == owner .. '|' then
     local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
-    redis.call('HSET', key, field, count .. ':' .. (now + ttl) .. ':' .. bid)
+    if tonumber(count) > 0 then redis.call('HSET', key, field, count .. ':' .. (now + ttl) .. ':' .. bid) end
+  end
+end
+return 1
+"""
+
+_LUA_RELEASE = """
+local key, prefix, only, named = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  if (only ~= '' and field == only) or (only == '' and string.sub(field, 1, #prefix) == prefix) then
+    local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
+    if bid == '' then redis.call('HDEL', key, field)
+    elseif tonumber(count) > 0 then redis.call('HSET', key, field, '0:' .. (now + named) .. ':' .. bid) end
   end
 end
 return 1
@@ -407,6 +446,7 @@ class RedisLedger:
         self._set = self.client.register_script(_LUA_SET)
         self._confirm = self.client.register_script(_LUA_CONFIRM)
         self._heartbeat = self.client.register_script(_LUA_HEARTBEAT)
+        self._release = self.client.register_script(_LUA_RELEASE)
         self._list = self.client.register_script(_LUA_LIST)
         self._claim = self.client.register_script(_LUA_CLAIM)
         self._jobs_beat = self.client.register_script(_LUA_JOBS_BEAT)
@@ -439,13 +479,10 @@ class RedisLedger:
         await self._guard(self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id]))
 
     async def release(self, batch: int) -> None:
-        await self._guard(self.client.hdel(self.key, self._field(batch)))
+        await self._guard(self._release(keys=[self.key], args=[self.owner + "|", self._field(batch), NAMED_FOR]))
 
     async def release_all(self) -> None:
-        fields = [f for f in await self._guard(self.client.hkeys(self.key))
-                  if (f.decode() if isinstance(f, bytes) else f).startswith(self.owner + "|")]
-        if fields:
-            await self._guard(self.client.hdel(self.key, *fields))
+        await self._guard(self._release(keys=[self.key], args=[self.owner + "|", "", NAMED_FOR]))
         await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "1"]))
 
     async def heartbeat(self) -> None:

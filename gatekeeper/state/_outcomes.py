@@ -52,6 +52,11 @@ class Outcomes:
         return [(at, batch, ev, orjson.loads(detail) if detail else {}) for at, batch, ev, detail in self.db.execute(
             f"SELECT at, batch, event, detail FROM events WHERE event IN ({marks}) ORDER BY seq", kinds)]
 
+    def unproven(self) -> Iterator[tuple[str, str, bytes]]:
+        """(custom_id, batch id, the answer's line) of each answer kept apart, its batch never proven ours, in input
+        order."""
+        for cid, batch_id, raw in self.db.execute("SELECT custom_id, batch_id, raw FROM unproven ORDER BY line"):
+            yield str(cid), str(batch_id), bytes(raw)
 
     def committed_output(self) -> int:
         return int(self.core.get_meta("output_committed") or 0)

@@ -38,20 +38,29 @@ class Usage(NamedTuple):
     read: int
 
 
-def billed_as(usage: Usage, mode: str) -> Usage:
+def billed_as(usage: Usage, mode: str, prompt: str = "") -> Usage:
     """What the API bills for a prompt the fake's tokenizer counts at `usage` (its parts summing to the count), as
     `mode` says (`FakeConfig.usage`): "count" (as counted), "count-K" (K tokens fewer: tokens the API adds and does
     not bill), "scale:F" (F times the count), "const:N" (N for every request, as a gateway reporting usage of its own
-    would) or "none" (as counted, but no usage is reported). Cache reads and writes keep their share."""
+    would), "noisy:P" (count x (1 ± P), drawn for each prompt: `count_tokens` is an estimate, off by a few percent
+    with images, documents and tools; `prompt` is the prompt's digest) or "none" (as counted, but no usage is
+    reported). Cache reads and writes keep their share."""
     total = usage.input + usage.write_5m + usage.write_1h + usage.read
     if mode in ("count", "none") or total == 0:
         return usage
     kind, _, arg = mode.replace("count-", "count:", 1).partition(":")
-    billed = {"count": lambda: total - int(arg), "scale": lambda: round(total * float(arg)), "const": lambda: int(arg)}[kind]()
+    billed = {"count": lambda: total - int(arg), "scale": lambda: round(total * float(arg)), "const": lambda: int(arg),
+              "noisy": lambda: round(total * (1 + float(arg) * _draw(prompt)))}[kind]()
     billed = max(0, billed)
     share = billed / total
     w5, w1, read = int(usage.write_5m * share), int(usage.write_1h * share), int(usage.read * share)
     return Usage(billed - w5 - w1 - read, w5, w1, read)
+
+
+def _draw(prompt: str) -> float:
+    """A number in [-1, 1], the same for the same prompt (the estimate's error is the prompt's, not the call's)."""
+    h = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "big")
+    return h / (2**64 - 1) * 2 - 1
 
 
 @dataclass

@@ -140,7 +140,8 @@ class FakeConfig:
     aws: FakeAws | None = None  # Claude Platform on AWS: SigV4 (or short-term keys) and a workspace header, no Admin API
     realtime: FakeRealtime = field(default_factory=FakeRealtime)  # POST /v1/messages: its limits and roughness
     usage: str = "count"  # what a succeeded request is billed and reports against count_tokens (`billed_as`):
-    # "count", "count-K", "scale:F", "const:N" or "none" (no usage reported); count_tokens is an estimate
+    # "count", "count-K", "scale:F", "const:N", "noisy:P" (count x (1 ± P) per prompt) or "none" (no usage
+    # reported); count_tokens is an estimate
     seed: int = 1
 
     def model(self, name: str) -> FakeModel | None:
@@ -254,6 +255,7 @@ class Organization:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified whenever a request reaches the fake or it changes
         self.rng = random.Random(config.seed)
+        self.id_rng = random.Random()  # batch ids are unique across fakes, as the API's are (a shared ledger outlives one)
         self.batches: dict[str, FakeBatch] = {}
         self.deleted: set[str] = set()
         self.records = Records()
@@ -377,7 +379,7 @@ class Organization:
             usage = self.cache.serve(b.workspace, points, total, m.cache_min if m else 1024, t, b.id, wave)
         else:
             usage = Usage(total, 0, 0, 0)
-        usage = billed_as(usage, self.config.usage)
+        usage = billed_as(usage, self.config.usage, b.prompts[i][1] if b.prompts else "")
         b.usage[i] = usage
         self.records.bill(model, usage)
 
@@ -418,7 +420,7 @@ class Organization:
                 self._tick = now  # an idle queue does not bank capacity
             self._seq += 1
             b = FakeBatch(
-                id=new_id("msgbatch_", self.rng), workspace=workspace, seq=self._seq, created_at=now,
+                id=new_id("msgbatch_", self.id_rng), workspace=workspace, seq=self._seq, created_at=now,
                 expires_at=now + DAY, requests=requests, bad=bad, created_wall=self.clock(), doomed=doomed or {},
                 prompts=prompts, points=points if points and any(points) else None,
             )
@@ -436,7 +438,7 @@ class Organization:
             now = self.now()
             self._seq += 1
             b = FakeBatch(
-                id=new_id("msgbatch_", self.rng), workspace=workspace, seq=self._seq, created_at=now, expires_at=now + DAY,
+                id=new_id("msgbatch_", self.id_rng), workspace=workspace, seq=self._seq, created_at=now, expires_at=now + DAY,
                 requests=Seeded(f"{prefix}-{self._seq}", n), created_wall=self.clock(),
             )
             self.batches[b.id] = b

@@ -213,7 +213,7 @@ def _process(fake: Any, workspace: str, model: str, tokens: int, digest: str, po
         org.realtime_calls += 1
         usage = org.cache.serve(workspace, points, tokens, m.cache_min if m else 1024, org.now(),
                                 f"realtime-{org.realtime_calls}", 0) if points else Usage(tokens, 0, 0, 0)
-        usage = billed_as(usage, fake.config.usage)
+        usage = billed_as(usage, fake.config.usage, digest)
         org.records.bill(model, usage)
         org.records.realtime[digest] = org.records.realtime.get(digest, 0) + 1  # (by prompt: the lane has no custom_id)
     return usage, min(OUTPUT_TOKENS, max_tokens)
