@@ -129,7 +129,7 @@ def test_budget_stops_before_it_and_a_higher_budget_finishes(tmp_path: Path) -> 
     """--budget: batches are cut to what the budget allows and admission stops before it (exit 1, a clear line);
     the actual cost stays under it; a rerun with a higher budget finishes, nothing sent twice."""
     ids = {f"b{i:04d}" for i in range(1000)}
-    path = write_jsonl(tmp_path / "in.jsonl", [req(c) for c in sorted(ids)])
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c, text="Hello") for c in sorted(ids)])
     with running_fake(ceiling=100_000, rate=50_000) as fake:
         proc = gk(["submit", str(path), *FAST, "--budget", "0.05"], env_for(fake))
         assert proc.returncode == 1, proc.stderr
@@ -137,7 +137,7 @@ def test_budget_stops_before_it_and_a_higher_budget_finishes(tmp_path: Path) -> 
         evs = events(proc.stderr)
         assert any(e["event"] == "recut" for e in evs) and any(e["event"] == "budget_reached" for e in evs)
         assert 0 < s["succeeded"] < 1000 and s["budget"]["held_back"] == 1000 - s["succeeded"]
-        tokens = count_tokens(req("b0000")["params"])  # the fake's usage (every prompt alike), haiku prices
+        tokens = count_tokens(req("b0000", text="Hello")["params"])  # the fake's usage (every prompt alike), haiku prices
         actual = len(fake.org.records.succeeded) * 0.5 * (tokens * 1.0 + 12 * 5.0) / 1e6
         assert s["cost_usd"] == pytest.approx(actual) and actual <= 0.05
         human = gk(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--budget", "0.05"], env_for(fake))

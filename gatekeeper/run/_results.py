@@ -54,7 +54,7 @@ def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool 
             stops = [r for n in names if n in STOPPED_EARLY for r in STOPPED_EARLY[n]]
             try:
                 count = _copy(j, output, committed, dest, (types, errors, stops), in_order) \
-                    if types or errors or stops or not set(names) <= set(EXTRAS) else 0
+                    if types or errors or stops or not names or not set(names) <= set(EXTRAS) else 0
                 count += _rejected(j, dest) if REJECTED in names else 0
                 return count + (_unproven(j, dest) if UNPROVEN in names else 0)
             except BrokenPipeError:
