@@ -405,6 +405,7 @@ def test_noisy_usage_on_templated_prompts_never_resends_our_batch(tmp_path: Path
             assert killed.returncode == -9, killed.stderr[-2000:]
         proc = gk(["submit", str(ours), *FLAGS, *extra], env_for(fake))
         kept = judge(fake, [ours], creates=3)
+        downloads = fake.org.records.requests_seen.get("results", 0)
     a = ended(proc)["adoptions"]
     assert a["not_ours"] == [] and not [e for e in events(proc.stderr) if e["event"] == "adoption_undone"]
     adopted = a["proven"] + len(a["unproven"])
@@ -413,6 +414,9 @@ def test_noisy_usage_on_templated_prompts_never_resends_our_batch(tmp_path: Path
         assert a["unproven"] == [] and kept[ours] == 0
     else:
         assert kept[ours] == N * len(a["unproven"]) and len(listed_unproven(ours)) == kept[ours]
+    # waiting out the listing's grace sleeps: an adoption is downloaded at most three times (weighed, weighed again
+    # once the grace is over, settled apart), never once a reading; with a ledger, once
+    assert downloads <= (3 if not ledger else 1) * adopted + (3 - adopted), downloads
 
 
 def test_two_jobs_with_the_same_ids_and_template_never_cross_answers_through_a_ledger(tmp_path: Path) -> None:
