@@ -222,6 +222,36 @@ def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
     assert "the fake received 1 creates (0 refused for a full queue) and 2 requests; 2 succeeded, 0 answered twice" in out
 
 
+def test_the_fake_rehearses_a_deadline_on_the_aws_platform_from_its_command_line(tmp_path: Path) -> None:
+    """`fake-api --aws --rate 0 --realtime-rpm 600`: batches that never move, the real-time lane's limits, and Claude
+    Platform on AWS, all from the command line. With the lines it prints (JSON here), a submit with a deadline signs
+    every call, probes the lane's limits, moves the stalled work and meets the deadline; the fake's summary counts
+    what it received."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", "--aws", "--rate", "0",
+                            "--realtime-rpm", "600", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert run.stdout is not None
+        lines = [run.stdout.readline()]
+        while lines[-1].rstrip() != "}":  # (one indented JSON object)
+            lines.append(run.stdout.readline())
+        env = orjson.loads("".join(lines))["env"]
+        assert {"AWS_REGION", "ANTHROPIC_AWS_WORKSPACE_ID", "ANTHROPIC_AWS_BASE_URL", "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY", "GATEKEEPER_PLATFORM"} <= set(env)
+        env |= {"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(tmp_path / "none"),
+                "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
+        path = write_jsonl(tmp_path / "in.jsonl", [req(f"d{i}") for i in range(8)])
+        done = gk(["submit", str(path), "--poll", "0.05", "--json", "--deadline", "8s", "--deadline-slack", "6"], env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        s = orjson.loads(done.stdout)
+        assert s["succeeded"] == 8 and s["lanes"]["realtime"]["requests"] == 8 and s["deadline"]["met"] is True
+    finally:
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=10)
+    received = orjson.loads(out)["received"]
+    assert run.returncode == 0 and received["answered_twice"] == 0 and received["creates"] <= 1
+
+
 @pytest.mark.parametrize("command", [["fake-api", "--port", "0"], ["exporter", "--port", "0", "--interval", "0.05", "--max-rpm", "60000"],
                                      ["status", "--watch", "0.05", "--max-rpm", "60000", "--json"]])
 def test_a_long_command_stopped_by_sigterm_ends_as_ctrl_c_ends_it(command: list[str]) -> None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..api._config import ApiConfig
     from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
+    from ..testing import FakeAws
     from ..input._sizing import Limits
     from ..run._settings import SubmitSettings
     from ..run._summary import Summary
@@ -495,32 +496,47 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _fake_env(url: str, keys: list[str], admin_key: str, aws: FakeAws | None) -> dict[str, str]:
+    """The environment that points gatekeeper at the fake: its made-up keys (first-party), or the AWS platform's."""
+    if aws is not None:
+        key_id, secret = next(iter(aws.credentials.items()))
+        return {"AWS_REGION": aws.region, "ANTHROPIC_AWS_WORKSPACE_ID": aws.workspace_id, "ANTHROPIC_AWS_BASE_URL": url,
+                "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "GATEKEEPER_PLATFORM": "aws"}
+    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": keys[0], "ANTHROPIC_ADMIN_KEY": admin_key}
+    if len(keys) > 1:
+        env["ANTHROPIC_EXTRA_WORKSPACE_KEYS"] = ",".join(keys[1:])
+    return env
+
+
 def cmd_fake_api(args: argparse.Namespace) -> int:
     import time
 
-    from ..testing import FakeAPI, FakeConfig, Outcome
+    from ..testing import FakeAPI, FakeAws, FakeConfig, FakeRealtime, Outcome
 
     keys = args.workspace_key or ["test-key-ws1"]
     bad_model = args.error_model
+    aws = FakeAws() if args.aws else None
     config = FakeConfig(
         ceiling=args.simulated_ceiling, rate=args.rate, speed=args.speed,
         workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key}, usage=args.usage,
         outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
                  if model == bad_model else None) if bad_model else None,
+        realtime=FakeRealtime(rpm=args.realtime_rpm, itpm=args.realtime_itpm, otpm=args.realtime_otpm,
+                              latency=args.realtime_latency), aws=aws,
     )
     with FakeAPI(config, port=args.port) as fake:
         # (made-up keys the fake accepts: printing them is what lets a newcomer paste them)
-        env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": keys[0], "ANTHROPIC_ADMIN_KEY": args.admin_key}
-        if len(keys) > 1:
-            env["ANTHROPIC_EXTRA_WORKSPACE_KEYS"] = ",".join(keys[1:])
+        env = _fake_env(fake.url, keys, args.admin_key, aws)
         info = {"url": fake.url, "ceiling": args.simulated_ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
                 "env": env}
         try:  # (from the line that says it serves: a stop once it is said ends it as a stop, with the summary)
             if args.json:
                 _print_json(info)
             else:
+                where = "Claude Platform on AWS (fake)" if aws else f"{len(keys):,} workspace key(s)"
                 print(f"fake Batches API on {fake.url} (ceiling {args.simulated_ceiling:,}, {args.rate:,.0f} requests/s, "
-                      f"speed x{args.speed:g}); {len(keys):,} workspace key(s); Ctrl-C stops it. In another shell:\n"
+                      f"speed x{args.speed:g}; real-time lane {args.realtime_rpm:,} RPM); {where}; Ctrl-C stops it. "
+                      "In another shell:\n"
                       f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
             while True:
                 time.sleep(3600)

@@ -53,6 +53,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def _deadline(text: str) -> float:
     """A deadline given on the command line, as wall seconds (a duration counts from now)."""
     import time
@@ -324,7 +334,9 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     # (not --ceiling: everywhere else that is the ceiling you tell gatekeeper; here it is the one the fake enforces)
     p.add_argument("--simulated-ceiling", type=_positive_int, default=300_000, metavar="N",
                    help="the enqueued_batch_requests the fake enforces and reports (default 300,000)")
-    p.add_argument("--rate", type=_positive_float, default=5_000.0, help="requests processed per simulated second (default 5,000)")
+    p.add_argument("--rate", type=_non_negative_float, default=5_000.0,
+                   help="requests processed per simulated second (default 5,000; 0: batches stall, as a queue that does "
+                   "not move: rehearse a --deadline)")
     p.add_argument("--speed", type=_positive_float, default=1.0, help="simulated seconds per real second (default 1)")
     p.add_argument("--workspace-key", action="append", default=None, metavar="KEY",
                    help="a workspace key the fake accepts (repeatable; default test-key-ws1)")
@@ -335,6 +347,18 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="what a succeeded request bills against count_tokens: count (default), count-K (K tokens fewer), "
                    "scale:F, const:N (a gateway's own figure), noisy:P (count x (1 ± P), drawn per prompt: an estimate's "
                    "error) or none (no usage reported)")
+    lane = p.add_argument_group("the real-time lane (POST /v1/messages), the same limits for every model")
+    lane.add_argument("--realtime-rpm", type=_positive_int, default=4_000, metavar="N", help="requests a minute (default 4,000)")
+    lane.add_argument("--realtime-itpm", type=_positive_int, default=2_000_000, metavar="N",
+                      help="input tokens a minute (default 2,000,000)")
+    lane.add_argument("--realtime-otpm", type=_positive_int, default=400_000, metavar="N",
+                      help="output tokens a minute (default 400,000)")
+    lane.add_argument("--realtime-latency", type=_non_negative_float, default=0.02, metavar="SECONDS",
+                      help="how long an answer takes (default 0.02)")
+    p.add_argument("--aws", action="store_true",
+                   help="serve as Claude Platform on AWS: SigV4 with the access key it prints (or its short-term API key), "
+                   "the workspace header, no Admin API; the line to paste sets AWS_REGION, ANTHROPIC_AWS_WORKSPACE_ID, "
+                   "ANTHROPIC_AWS_BASE_URL and the keys (use --platform aws)")
     _add_json(p)
 
 

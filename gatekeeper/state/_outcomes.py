@@ -81,8 +81,11 @@ class Outcomes:
         return Totals(
             types=types, errors=errors, usage=tuple(usage), usage_by_model=by_model,
             batches=int(self.core.scalar("SELECT COUNT(*) FROM batches WHERE batch_id IS NOT NULL")),
-            resubmitted=int(self.core.scalar("SELECT COUNT(DISTINCT line) FROM attempts")),
-            succeeded_after_retry=int(self.core.scalar("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1")),
+            # (resent in a batch: a request answered by the real-time lane is that lane's, counted there)
+            resubmitted=int(self.core.scalar("SELECT COUNT(DISTINCT a.line) FROM attempts a LEFT JOIN results r "
+                                             "ON r.line = a.line WHERE r.lane IS NULL")),
+            succeeded_after_retry=int(self.core.scalar("SELECT COUNT(*) FROM results WHERE type = 'succeeded' AND attempts > 1 "
+                                                       "AND lane IS NULL")),
             final=self.final_count(),
             stop_reasons={k or "unknown": v for k, v in db.execute(
                 "SELECT stop_reason, COUNT(*) FROM results WHERE type = 'succeeded' GROUP BY stop_reason")},
