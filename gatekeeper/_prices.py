@@ -69,11 +69,25 @@ class PriceTable:
              cache_write_1h: int = 0) -> float | None:
         """USD at batch prices. `cache_write` counts every cache write, `cache_write_1h` the part of it with a 1h life."""
         row = self._row(model)
-        if row is None:
-            return None
-        return BATCH_DISCOUNT * (input_tokens * row.input + output_tokens * row.output
-                                 + (cache_write - cache_write_1h) * row.cache_write + cache_write_1h * row.cache_write_1h
-                                 + cache_read * row.cache_read) / 1e6
+        return None if row is None else _at(row, input_tokens, output_tokens, cache_write, cache_read, cache_write_1h)
+
+    def cost_at_most(self, model: str | None, input_tokens: int, output_tokens: int, cache_write: int = 0,
+                     cache_read: int = 0, cache_write_1h: int = 0) -> float:
+        """`cost`, a model without a known price priced as the table's dearest: what a budget counts (an answer
+        whose model a gateway rewrote is never free)."""
+        row = self._row(model) or self.dearest()
+        return _at(row, input_tokens, output_tokens, cache_write, cache_read, cache_write_1h)
+
+    def dearest(self) -> Rates:
+        """The table's dearest rates (by output, then input price)."""
+        return max(self.rows.values(), key=lambda r: (r.output, r.input))
+
+
+def _at(row: Rates, input_tokens: int, output_tokens: int, cache_write: int, cache_read: int, cache_write_1h: int) -> float:
+    """USD at batch prices at `row`'s rates."""
+    return BATCH_DISCOUNT * (input_tokens * row.input + output_tokens * row.output
+                             + (cache_write - cache_write_1h) * row.cache_write + cache_write_1h * row.cache_write_1h
+                             + cache_read * row.cache_read) / 1e6
 
 
 def _longest(rows: dict[str, Any], model: str | None) -> Any:

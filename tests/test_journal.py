@@ -208,3 +208,27 @@ def test_reconciliations_grace_counts_from_when_the_body_was_whole(tmp_path: Pat
         assert j.batch(0).intent_at == 160.0 and j.batch(0).body_complete
     finally:
         j.close()
+
+
+def test_the_budget_counts_lost_real_time_calls_and_prices_an_unknown_model_at_the_dearest(open_journal: Open) -> None:
+    """What `--budget` counts as spent: a real-time call whose answer was lost at its worst case (it may have been
+    billed), once per loss; an answer whose model has no price at the table's dearest rates, never as free."""
+    from gatekeeper._prices import load_prices
+    from gatekeeper.run._summary import budget_spent, spent_usd
+
+    prices = load_prices()
+    j = open_journal()
+    j.start_job(_plan(2))
+    assert budget_spent(j, prices) == 0.0
+    j.lane.move_planned(1, [(10 + k, k * 100, 100, f"c{10 + k}", 1) for k in range(10)], [0.25] * 10)
+    j.lane.again(10, lost=True)
+    j.lane.again(11, lost=True)
+    j.lane.again(11, lost=True)
+    assert budget_spent(j, prices) == pytest.approx(0.75)  # three lost answers, 0.25 each at worst
+    with j.settling(0) as s:
+        s.final(0, "c0", "succeeded", None, 1, 0, 10, ("gateway-rewrote-this-model", 1_000_000, 0, 0, 0, 0))
+        s.committed = 10
+    dearest = prices.dearest()
+    assert spent_usd(j, prices) is None  # (the report never prints a wrong number)
+    assert budget_spent(j, prices) == pytest.approx(0.75 + 0.5 * dearest.input)
+    assert prices.cost_at_most("claude-haiku-4-5", 1_000_000, 0) == prices.cost("claude-haiku-4-5", 1_000_000, 0)

@@ -28,11 +28,11 @@ if TYPE_CHECKING:
     from ..api._config import ApiConfig
     from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
-    from ..testing import FakeAws
     from ..input._sizing import Limits
     from ..run._settings import SubmitSettings
     from ..run._summary import Summary
     from ..state._ledger import Reservation
+    from ..testing import FakeAws
     from ..watch._exporter import RunFigures
 
 

@@ -23,7 +23,7 @@ from ._inputs import stat_identity
 from ._part import Part, RunContext, Snapshot
 from ._prepare import check_identity
 from ._reprime import reprime
-from ._summary import spent_usd
+from ._summary import budget_spent
 
 
 class Admitter(Part):
@@ -113,7 +113,7 @@ class Admitter(Part):
     def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:
         """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""
         assert self.s.budget is not None
-        spent = spent_usd(self.journal, self.prices) or 0.0
+        spent = budget_spent(self.journal, self.prices)
         d = may_spend(budget=self.s.budget, spent=spent, in_flight=self.journal.in_flight_worst(), worst=worst,
                       requests=row.requests)
         if d.action is Spend.GO:

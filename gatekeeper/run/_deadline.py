@@ -25,7 +25,7 @@ from ._inputs import read_at
 from ._part import Part, RunContext, Snapshot
 from ._realtime import BYTES_PER_TOKEN_BOUND, RealtimeLane
 from ._settings import SubmitSettings
-from ._summary import spent_usd
+from ._summary import budget_spent
 
 DONE_COUNTS = ("succeeded", "errored", "canceled", "expired")
 MAX_PROBES = 3  # limit-reading calls a model at most
@@ -159,7 +159,7 @@ class DeadlineKeeper(Part):
         """Whether the budget forbids moving work whose real-time worst case is `worst` (said once, and recorded)."""
         if self.s.budget is None:
             return False
-        spent = spent_usd(self.journal, self.prices) or 0.0
+        spent = budget_spent(self.journal, self.prices)
         if spent + self.journal.in_flight_worst() + worst <= self.s.budget:
             return False
         if not self.journal.get_meta("deadline_for_budget"):
@@ -171,7 +171,7 @@ class DeadlineKeeper(Part):
 
 
 def _proven(adoption: dict[str, Any] | None) -> bool:
-    return adoption is None or adoption.get("proof") == "results"
+    return adoption is None or adoption.get("proof") in ("results", "ledger")
 
 
 def _done(batch: dict[str, Any] | None) -> int:

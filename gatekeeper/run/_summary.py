@@ -94,7 +94,8 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         pending=requests - t.final, complete=requests == t.final,
         usage=usage_json(t.usage),
         cost_usd=cost, caching=realized_caching(t.usage, t.usage_by_model, report.get("caching"), priming(j), table),
-        budget=None if budget is None else {"limit": budget, "spent": cost, "in_flight_worst": round(j.in_flight_worst(), 6),
+        budget=None if budget is None else {"limit": budget, "spent": budget_spent(j, table),
+                                            "in_flight_worst": round(j.in_flight_worst(), 6),
                                             "held_back": held},
     )
 
@@ -163,6 +164,19 @@ def spent_usd(j: Journal, prices: PriceTable) -> float | None:
     if batch is None or realtime is None or probes is None:
         return None
     return round(batch + (realtime + probes) / BATCH_DISCOUNT, 6)
+
+
+def budget_spent(j: Journal, prices: PriceTable) -> float:
+    """What the budget counts as spent: `spent_usd`, with an answer whose model has no price counted at the table's
+    dearest (never as free), and every real-time call whose answer was lost counted at its worst case (it may have
+    been processed and billed)."""
+    def cost(rows: list[tuple[Any, ...]]) -> float:
+        return sum(prices.cost_at_most(m, tin or 0, tout or 0, tcc or 0, tcr or 0, t1h or 0)
+                   for m, tin, tout, tcc, tcr, t1h in rows)
+
+    batch, realtime = cost(j.outcomes.usage_by_model(False)), cost(j.outcomes.usage_by_model(True))
+    probes = cost([(m, tin, tout, 0, 0, 0) for m, (_, tin, tout) in j.lane.probes().items()])
+    return round(batch + (realtime + probes) / BATCH_DISCOUNT + j.lane.lost_worst(), 6)
 
 
 def lanes(j: Journal, prices: PriceTable) -> dict[str, Any]:

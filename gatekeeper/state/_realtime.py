@@ -156,6 +156,11 @@ class LaneRecords:
     def worst(self) -> float:
         return float(self.core.scalar("SELECT COALESCE(SUM(worst_usd), 0) FROM realtime WHERE state != 'answered'"))
 
+    def lost_worst(self) -> float:
+        """The worst case of every call whose answer was lost (USD at standard prices; 0 without a budget): each
+        may have been processed and billed."""
+        return float(self.core.scalar("SELECT COALESCE(SUM(lost * worst_usd), 0) FROM realtime"))
+
     def probed(self, model: str, usage: dict[str, Any] | None) -> None:
         """A call made only to read `model`'s limits, counted with what it was billed (without a usage, at a
         generous 16 input tokens and its one output token)."""
