@@ -259,7 +259,8 @@ def test_a_primed_job_in_a_postgresql_journal_survives_a_kill(tmp_path: Path, pg
     path = corpus(tmp_path / "in.jsonl", unknown=0)
     with running_fake(ceiling=100, rate=400, speed=20) as fake:
         env = env_for(fake, PGPASSWORD=password)
-        common = [*FLAGS, "--journal", url, "--job", job_name, "--reconcile-grace", "2"]
+        common = [*FLAGS, "--journal", url, "--job", job_name, "--reconcile-grace", "2",
+                  "--ledger", f"sqlite:///{tmp_path / 'ledger.db'}"]  # (templated prompts: see the kill test above)
         killed = gk(["submit", str(path), *common], env, crash_at="after-create:3")
         assert killed.returncode in (-9, 137), killed.stderr[-2000:]
         rerun = gk(["submit", str(path), *common], env)

@@ -213,7 +213,8 @@ def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
         assert status.returncode in (0, 1) and orjson.loads(status.stdout)["ceiling"] is not None, status.stderr
         path = write_jsonl(tmp_path / "in.jsonl", [req("a"), req("b")])
         assert gk(["submit", str(path), "--poll", "0.05", "--json"], env).returncode == 0
-        line = orjson.loads((Path(str(path) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines()[0])
+        lines = map(orjson.loads, (Path(str(path) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines())
+        line = next(x for x in lines if x["custom_id"] == "a")
         assert line["result"]["message"]["usage"]["input_tokens"] == prompt_of(req("a")["params"])[0] - 3
     finally:
         run.send_signal(signal.SIGINT)
