@@ -392,3 +392,47 @@ def test_a_relative_deadline_is_resolved_once_for_the_job(tmp_path: Path) -> Non
         assert s["deadline"]["at"] == kept[0]["at"] and set(output_ids(_out(path))) == expected
         at = parse_time(s["deadline"]["at"])
         assert at is not None and 3000 < at - time.time() <= 3600  # (the first run's hour, not the rerun's three)
+
+
+@pytest.mark.anyio
+async def test_answers_waiting_for_the_write_lock_never_outnumber_the_calls_allowed_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A settlement holds the run's write lock for seconds (a large batch downloading) while a fast real-time lane
+    has calls out: what the lane holds in memory (calls out, answers not yet committed) never passes IN_FLIGHT,
+    because each call's slot is held until its answer is committed (and a call is journaled as sent under the same
+    lock). Then the job finishes, every request once."""
+    import time as _time
+
+    import anyio
+
+    from gatekeeper import submit
+    from gatekeeper.run import _realtime
+    from tests.fakes import ADMIN
+
+    seen: list[int] = []
+    original = _realtime.RealtimeLane.run
+
+    async def run_with_the_lock_taken(lane: _realtime.RealtimeLane) -> None:
+        async def hold() -> None:
+            while not lane.out_now:  # (once calls are out)
+                await anyio.sleep(0.01)
+            async with lane.write_lock:
+                until = _time.monotonic() + 1.5
+                while _time.monotonic() < until:
+                    seen.append(len(lane.out_now) + len(lane.answers))  # (calls out and answers not committed)
+                    await anyio.sleep(0.02)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            await original(lane)
+
+    monkeypatch.setattr(_realtime.RealtimeLane, "run", run_with_the_lock_taken)
+    path, _ = _input(tmp_path, 150)
+    with running_fake(rate=0.0, realtime=FakeRealtime(rpm=60_000, itpm=50_000_000, otpm=10_000_000, latency=0.0)) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=_time.time() + 30,
+                                  deadline_slack=28)
+        summary = await submit(path, config=config, settings=settings)
+    assert summary.succeeded == 150 and summary.lanes["realtime"]["requests"] == 150
+    assert seen and max(seen) > 0, "no call was out while the lock was held: the test proves nothing"
+    assert max(seen) <= _realtime.IN_FLIGHT, max(seen)

@@ -216,6 +216,38 @@ def test_a_full_disk_is_one_line_and_the_rerun_with_room_sends_nothing_twice(sma
     _exports_on_a_full_disk(state, len(ids))
 
 
+def test_a_full_disk_under_a_deadline_never_buys_a_real_time_answer_a_third_time(small_disk: Path) -> None:
+    """The same disk that fills, with a deadline that sends the job through the real-time lane (the batch lane
+    stalled): each run that meets the full disk stops with one line and exit 2; an answer received is kept (or, if
+    not even that could be written, bought once more, never a third time); given room, a rerun finishes the job
+    with every request once."""
+    from gatekeeper.testing import prompt_of
+
+    ids = {f"r-{i:03d}" for i in range(60)}
+    rows = [req(c, text="a prompt of some length " * 4 + c) for c in sorted(ids)]
+    path = write_jsonl(small_disk.parent / "in.jsonl", rows)
+    state = small_disk / "state"
+    failures = 0
+    with running_fake(ceiling=10_000, rate=0.0) as fake:
+        env = env_for(fake)
+        for size in ("32k", "96k", "160k", "256k", "384k", "20m"):
+            _grow(small_disk, size)
+            done = gk(["submit", str(path), "--state", str(state), "--poll", "0.05", "--json", "--deadline", "20s",
+                       "--deadline-slack", "18"], env)
+            if done.returncode in (0, 1):
+                break
+            lines = [x for x in done.stderr.splitlines() if not x.startswith("{")]
+            assert done.returncode == ExitCode.USAGE and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+            failures += 1
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+        calls = fake.org.records.realtime
+        digests = {prompt_of(r["params"])[1] for r in rows}
+        assert max(calls.values()) <= 2 and set(calls) == digests, calls  # (each real time, at most twice)
+        out = [orjson.loads(x) for x in (state / "results.jsonl").read_bytes().splitlines()]
+        assert sorted(x["custom_id"] for x in out) == sorted(ids)
+    assert failures, "the disk never filled: the test proves nothing"
+
+
 def test_the_library_spooling_onto_a_full_disk_leaves_nothing_half_written(tmp_path: Path) -> None:
     """`submit_sync` of an iterable whose state folder is on a disk that fills, grown run by run: each run that meets
     the full disk (the journal, then the spooled input) is one JournalError naming the file, leaves no half-spooled
