@@ -436,3 +436,20 @@ async def test_answers_waiting_for_the_write_lock_never_outnumber_the_calls_allo
     assert summary.succeeded == 150 and summary.lanes["realtime"]["requests"] == 150
     assert seen and max(seen) > 0, "no call was out while the lock was held: the test proves nothing"
     assert max(seen) <= _realtime.IN_FLIGHT, max(seen)
+
+
+def test_a_cancel_the_credentials_may_not_make_leaves_the_batch_live_and_the_run_going(tmp_path: Path) -> None:
+    """An IAM policy without the cancel action (403 on cancel): the deadline's cancel is refused once, said in one
+    event, never asked again, and the run goes on with the batch live (not stopped at the same decision on every
+    rerun); it finishes in the batch lane, the deadline missed (exit 1), every request once."""
+    path, expected = _input(tmp_path, 20)
+    with running_fake(rate=2.0, realtime=RT) as fake:
+        fake.inject(Fault("cancel", status=403, error_type="permission_error", message="not allowed to cancel", times=10))
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        refused = [e for e in events(done.stderr) if e["event"] == "deadline_cancel_refused"]
+        assert len(refused) == 1 and "permission_error" in refused[0]["reason"]
+        assert fake.org.records.requests_seen.get("cancel", 0) == 1
+        s = orjson.loads(done.stdout)
+        assert s["succeeded"] == 20 and s["lanes"]["batch"]["requests"] == 20 and s["deadline"]["met"] is False
+        assert_one_lane_each(fake, _out(path), expected)

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import UsageError
+from .._errors import AuthenticationError, UsageError
 from .._prices import BATCH_DISCOUNT
 from ..api._messages import Kind, probe_params, send_message
 from ..decide._budget import body_worst
@@ -75,7 +75,8 @@ class DeadlineKeeper(Part):
             m = self.decide(snap)
         if not m.any:
             return
-        for idx in m.cancel:
+        refused = set(self.journal.get_meta("deadline_cancel_refused") or [])
+        for idx in (i for i in m.cancel if i not in refused):
             self.canceled_spans[idx] = m.projected[idx] - (parse_time(self.journal.batch(idx).created_at) or snap.at)
             await self._cancel(self.journal.batch(idx))
         for idx in m.move:
@@ -129,11 +130,27 @@ class DeadlineKeeper(Part):
     async def _cancel(self, row: BatchRow) -> None:
         if self._refused_by_budget(sum(self._worst(body, line) for line, _, body, _ in self._requests_of(row)), row.requests):
             return
-        status = await self.api.cancel_if_running(str(row.batch_id))
+        try:
+            status = await self.api.cancel_if_running(str(row.batch_id))
+        except AuthenticationError as exc:
+            if exc.status != 403:
+                raise
+            return self._cancel_refused(row, exc)
         self.journal.set_meta("deadline_canceled", sorted({*(self.journal.get_meta("deadline_canceled") or []), row.idx}),
                               "deadline_cancel", batch=row.idx, id=row.batch_id)
         self.emit("deadline_cancel", {"batch": row.idx, "id": row.batch_id, "status": status,
                                       "why": "projected to end after the deadline; its unfinished requests go real time"})
+
+    def _cancel_refused(self, row: BatchRow, exc: AuthenticationError) -> None:
+        """The credentials may not cancel (an IAM policy without the cancel action): the batch stays live and is
+        never asked again in this job; the run goes on (its deadline may be missed), rather than stopping at the
+        same decision on every rerun."""
+        self.canceled_spans.pop(row.idx, None)
+        refused = sorted({*(self.journal.get_meta("deadline_cancel_refused") or []), row.idx})
+        self.journal.set_meta("deadline_cancel_refused", refused, "deadline_cancel_refused", batch=row.idx, id=row.batch_id)
+        self.emit("deadline_cancel_refused", {"batch": row.idx, "id": row.batch_id, "reason": str(exc),
+                                              "policy": "left live, not asked again; grant the cancel action "
+                                                        "(CancelBatchInference on AWS) for the deadline to move it"})
 
     def _move_planned(self, row: BatchRow) -> None:
         rows, worst = [], []
