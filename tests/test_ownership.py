@@ -436,3 +436,17 @@ def test_two_jobs_with_the_same_ids_and_template_never_cross_answers_through_a_l
     adoptions = [s["adoptions"] for s in summaries if s["adoptions"]]
     assert sum(a["proven"] for a in adoptions) == 3 and all(a["unproven"] == [] for a in adoptions)
     assert waited, "creates were not taken one at a time"
+
+
+def test_credentials_without_the_count_tokens_action_keep_the_adoption_apart_instead_of_stopping(tmp_path: Path) -> None:
+    """A policy without the count-tokens action (403; Claude Platform on AWS run with --no-preflight --token-sample
+    0): a lost create's batch cannot be weighed, so its answers are kept apart (exit 1) rather than the run stopping
+    at the same point on every rerun; nothing is created twice."""
+    ours = write_job(tmp_path / "a" / "in.jsonl", "alpha")
+    args = [*FLAGS, "--no-preflight", "--token-sample", "0"]
+    with running_fake(ceiling=10_000, rate=400, listing_lag=0.5) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit"),
+                    Fault("count_tokens", status=403, error_type="permission_error", message="not allowed", times=1000))
+        proc = gk(["submit", str(ours), *args], env_for(fake))
+        kept = judge(fake, [ours], creates=1)
+    assert ended(proc)["adoptions"]["unproven"] and kept[ours] == N

@@ -124,7 +124,9 @@ async def count_ours(api: ApiClient, sample: Mapping[str, tuple[str, bytes]], wa
                      known: dict[str, int]) -> dict[str, int] | None:
     """count_tokens of our sampled requests with these custom_ids, added to `known` (kept between decisions).
     None when counting failed for now; {} when this API cannot count (a gateway without the endpoint, a refused
-    body). An authentication, permission or spend-limit error stops the run."""
+    body, credentials without the count-tokens action: 403). An authentication or spend-limit error stops the run.
+    (Without counts nothing is proven: the adoption is kept apart, never resent; the run never stops at the same
+    point on every rerun for an action its policy lacks.)"""
     for cid in wanted:
         if cid in known or cid not in sample:
             continue
@@ -132,7 +134,9 @@ async def count_ours(api: ApiClient, sample: Mapping[str, tuple[str, bytes]], wa
             known[cid] = await count_tokens(api, count_body(orjson.loads(sample[cid][1])["params"]))
         except (RateLimited, ServerError, TransportError):
             return None
-        except AuthenticationError:
+        except AuthenticationError as exc:
+            if exc.status == 403:
+                return {}
             raise
         except SpendLimitReached as exc:
             raise UsageError(f"counting our requests to tell our batch from another's: {exc}",
