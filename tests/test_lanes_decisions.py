@@ -4,6 +4,7 @@ what moves, the lane's time, the pace against the rate-limit headers, the Admin 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import AsyncIterator, Callable
 
 import orjson
@@ -153,13 +154,39 @@ def test_a_batch_lane_that_will_make_it_is_never_bypassed_even_when_the_rest_mov
     assert m.cancel == (1,) and m.projected[0] < NOW + 60
 
 
+K = math.log(1.6) / 5  # the ramp grows as e^(K t): by 1.6 every 5 s
+
+
 @pytest.mark.parametrize(("n", "rate", "ramp", "expected"), [
     (0, 10, RAMP_START, 0.0), (100, 10, 1.0, 10.0),
-    (10, 10, 0.25, 4.0),  # inside the first step: 2.5 a second
-    (100, 10, 0.25, 5 + 5 + 5 + (100 - 12.5 - 18.75 - 28.125) / 8.4375),  # three steps, then the fourth's pace
+    (10, 10, 0.25, math.log(1 + 10 * K / 2.5) / K),  # still ramping: the integral of 2.5 e^(K t) reaches 10
+    (100, 10, 0.25, math.log(4) / K + (100 - 2.5 * 3 / K) / 10),  # full pace at ln(4)/K s, then 10 a second
 ])
 def test_the_lane_needs_time_to_ramp(n: float, rate: float, ramp: float, expected: float) -> None:
     assert lane_seconds(n, rate, ramp) == pytest.approx(expected)
+
+
+def test_the_ramp_never_sends_a_window_more_than_1_9_times_the_one_before_nor_half_the_limit_cold() -> None:
+    """Sending as fast as the pace allows from cold (600 RPM seeded, the Admin API's): in every rolling 5 s window,
+    at most 1.9 times the window before (past the cold start's half of the limit): the acceleration rule the API
+    may apply is never crossed. Full pace is reached within 15 s."""
+    p = Pace(0.0)
+    p.seed(600, 10_000_000, 10_000_000)
+    sent: list[float] = []
+    t = 0.0
+    while t < 30.0:
+        w = p.wait(Cost(1, 1), t)
+        if w > 0:
+            t += max(w, 1e-6)
+            continue
+        p.sent(Cost(1, 1), t)
+        sent.append(t)
+    for end in [x / 10 for x in range(1, 300)]:
+        recent = sum(1 for x in sent if end - 5 < x <= end)
+        before = sum(1 for x in sent if end - 10 < x <= end - 5)
+        assert recent <= max(0.5 * 600 * 5 / 60, 1.9 * before) + 2, (end, recent, before)
+    assert sum(1 for x in sent if 20 < x <= 30) >= 0.97 * 100  # (full pace: 10 a second)
+    assert p.ramp == 1.0
 
 
 def test_batch_alone_counts_waves_of_the_turnaround() -> None:
@@ -180,7 +207,8 @@ def test_the_pace_is_spread_and_ramps() -> None:
     p = Pace(0.0)
     p.observe(headers(600, 600, 1_000_000, 1_000_000, 100_000, 100_000), 0.0)
     cost = Cost(100, 100)
-    # 600 RPM held as 10 a second; at the ramp's quarter each request takes four of them: 2.5 a second
+    # 600 RPM held as 10 a second; at the ramp's 0.3 each request takes 1/0.3 of them: 3 a second, growing by
+    # 1.6 every 5 s: about 14 in the first 4 s (the integral of 3 e^(K t), and the full bucket's first three)
     sent, t = 0, 0.0
     while t < 4.0:
         w = p.wait(cost, t)
@@ -188,7 +216,7 @@ def test_the_pace_is_spread_and_ramps() -> None:
             p.sent(cost, t)
             sent += 1
         t += 0.01
-    assert 9 <= sent <= 13
+    assert 11 <= sent <= 17
     assert p.wait(cost, 20.0) == 0 and p.ramp > RAMP_START  # grown with time without a 429
 
 
@@ -322,4 +350,4 @@ def test_the_ramp_starts_at_the_first_request_not_when_the_pace_was_made() -> No
     p.sent(Cost(1, 1), 3600.0)
     assert p.ramp == RAMP_START
     p.wait(Cost(1, 1), 3605.0)
-    assert p.ramp == RAMP_START * 1.5
+    assert p.ramp == pytest.approx(RAMP_START * 1.6)
