@@ -34,6 +34,8 @@ ROUNDING = 500  # token `remaining` values are rounded to the nearest thousand: 
 BACKOFF_BASE, BACKOFF_CAP, OVERLOADED_FACTOR = 0.5, 30.0, 4.0
 # The SDKs refuse a non-streaming call they expect to run past ten minutes: 60 minutes for 128,000 output tokens.
 STREAM_ABOVE_TOKENS = 600 * 128_000 // 3600
+SLOW_STREAM_ABOVE = 8_192  # the SDK's MODEL_NONSTREAMING_TOKENS for Opus 4 and 4.1
+SLOW_FAMILIES = ("claude-opus-4-0", "claude-opus-4-2025", "claude-4-opus", "claude-opus-4@", "claude-opus-4-1")
 _AXES = ("requests", "input-tokens", "output-tokens")
 
 
@@ -210,6 +212,9 @@ def _until_reset(headers: Mapping[str, str], now: float) -> float | None:
     return max(waits) if waits else None
 
 
-def must_stream(max_tokens: int) -> bool:
-    """Whether the SDKs would refuse this request without streaming (it may run past ten minutes)."""
-    return max_tokens > STREAM_ABOVE_TOKENS
+def must_stream(max_tokens: int, model: str = "") -> bool:
+    """Whether the SDKs would refuse this request without streaming (it may run past ten minutes): above 21,333
+    `max_tokens`, or above 8,192 for the slower Opus 4 and 4.1 (the SDK's per-model list, read by family here, so a
+    dated or platform id of them streams too; streaming costs nothing more)."""
+    limit = SLOW_STREAM_ABOVE if any(f in model for f in SLOW_FAMILIES) else STREAM_ABOVE_TOKENS
+    return max_tokens > limit

@@ -185,7 +185,7 @@ class RealtimeLane(Part):
         async with self.write_lock:  # (every journal write of the lane waits out a settlement's transaction)
             self.journal.lane.sending(row.line)
         self.out_now.add(row.line)
-        stream = must_stream(max_tokens)
+        stream = must_stream(max_tokens, str(params.get("model") or ""))
         body = orjson.dumps({**params, "stream": True} if stream else params)
         tg.start_soon(self._call, row, body, stream, pace, cost, limiter)
 
