@@ -1,6 +1,9 @@
 """Facts of the API's wire that several modules need, with no imports of their own (the CLI reads them at start)."""
 
-API_VERSION = "2023-06-01"  # the anthropic-version header
+API_VERSION = "2023-06-01"  # the anthropic-version header, by default
+STRICT_VERSION = "2026-10-21"  # refuses temperature, top_p, top_k, assistant documents, user citations (api.md §20)
+API_VERSIONS = (API_VERSION, STRICT_VERSION)
+API_VERSION_VARIABLE = "GATEKEEPER_API_VERSION"
 
 # Per-batch limits (the Message Batches docs: 100,000 requests or 256 MB). 256 MB is read as 10^6 bytes: safe under
 # either reading of "MB", at a cost of 4.6% against 2^20.

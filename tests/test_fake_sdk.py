@@ -251,3 +251,28 @@ def test_prompt_cache_waves_and_lives(sdk) -> None:
             reads += [r.result.message.usage.cache_read_input_tokens for r in client.messages.batches.results(nb.id)]
     assert [usage[f"w{i}"].cache_read_input_tokens > 0 for i in range(5)] == [False, False, True, True, True]
     assert reads[:3] == [usage["w2"].cache_read_input_tokens] * 3 and reads[3] == 0
+
+
+def test_the_sdk_of_2026_speaks_to_the_fake_as_to_the_api(sdk, anthropic) -> None:
+    """The registry's SDK (2.x) sends anthropic-version 2026-10-21 and its key as `Authorization: Bearer`: the fake
+    takes both, records the batch's version, and errors a request that version refuses (temperature, even at its
+    default) at processing, as the API does; the same request under 2023-06-01 succeeds. `speed: "standard"`, the
+    SDK's own field, is no fast mode: taken."""
+    with running_fake(rate=1e9) as fake:
+        client = sdk(fake.url, WS1)
+        warm = {**_req("t"), "params": {**_req("t")["params"], "temperature": 1.0}}
+        plain = {**_req("s"), "params": {**_req("s")["params"], "speed": "standard"}}
+        created = client.messages.batches.create(requests=[warm, plain])
+        assert fake.org.records.versions[created.id] == "2026-10-21"
+        fake.org.advance(1)
+        results = {r.custom_id: r.result for r in client.messages.batches.results(created.id)}
+        assert results["t"].type == "errored" and "temperature" in results["t"].error.error.message
+        assert results["s"].type == "succeeded"
+        old = client.with_options(default_headers={"anthropic-version": "2023-06-01"})
+        again = old.messages.batches.create(requests=[{**warm, "custom_id": "t2"}])
+        assert fake.org.records.versions[again.id] == "2023-06-01"
+        fake.org.advance(1)
+        assert next(iter(client.messages.batches.results(again.id))).result.type == "succeeded"
+        with pytest.raises(anthropic.BadRequestError, match="temperature"):
+            client.messages.count_tokens(model="claude-haiku-4-5", messages=[{"role": "user", "content": "hi"}],
+                                         extra_body={"temperature": 0.5})  # (the SDK no longer offers it)

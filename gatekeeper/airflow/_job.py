@@ -45,6 +45,7 @@ class JobSpec:
     prepared_on: str = ""  # the host whose `execute` prepared the job (named when a trigger cannot find it)
     state_base: str | None = None  # the operator's state_dir argument: each machine resolves the folder by one rule
     deadline: float | None = None  # wall seconds, resolved once when the task prepared the job (so a trigger keeps it)
+    api_version: str | None = None  # the anthropic-version asked for (None: the job's, else 2023-06-01)
 
     def here(self) -> JobSpec:
         """This job as this machine sees it: its state folder resolved by the same rule as on the worker (the
@@ -107,7 +108,8 @@ def run_job(spec: JobSpec, config: ApiConfig, *, prepare_only: bool = False, con
                 await anyio.sleep(STOP_POLL)
             ended.set()
 
-        return await beside(lambda: submit(spec.input_path, config=config, settings=settings_of(spec), stop=ended,
+        asked = replace(config, api_version=spec.api_version) if spec.api_version else config
+        return await beside(lambda: submit(spec.input_path, config=asked, settings=settings_of(spec), stop=ended,
                                            prepare_only=prepare_only, continue_only=continue_only), relay)
 
     try:

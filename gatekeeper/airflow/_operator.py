@@ -55,6 +55,9 @@ class GatekeeperSubmitOperator(BaseOperator):
         several pipelines share one queue ceiling.
     :param ceiling: the queue ceiling to keep under, when no Admin key can read it.
     :param budget: USD at most, at batch prices, worst case counted (both lanes, with a deadline).
+    :param api_version: the anthropic-version sent on every call: ``"2023-06-01"`` (the default) or
+        ``"2026-10-21"`` (its refused parameters reject a line before anything is sent). A job keeps the version it
+        started with.
     :param deadline: finish by then (templated): a duration from when the task starts (``"6h"``) or an ISO 8601
         time (``"{{ data_interval_end.add(hours=6).isoformat() }}"``); what the batch lane is projected to miss goes
         through the real-time Messages API at standard prices. Resolved once, when the task prepares the job.
@@ -73,7 +76,8 @@ class GatekeeperSubmitOperator(BaseOperator):
                  journal: str | None = None, job: str | None = None, ledger: str | None = None,
                  ceiling: int | None = None, budget: float | None = None, max_attempts: int = 3,
                  poll_interval: float = 60, deferrable: bool = True, fail_on_findings: bool = False,
-                 state_dir: str | None = None, deadline: str | None = None, **kwargs: Any) -> None:
+                 state_dir: str | None = None, deadline: str | None = None, api_version: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.input_path = input_path
         self.results_path = results_path
@@ -89,6 +93,7 @@ class GatekeeperSubmitOperator(BaseOperator):
         self.fail_on_findings = fail_on_findings
         self.state_dir = state_dir
         self.deadline = deadline
+        self.api_version = api_version
         self._spec: JobSpec | None = None
 
     def _job_spec(self, config: ApiConfig) -> JobSpec:
@@ -106,7 +111,8 @@ class GatekeeperSubmitOperator(BaseOperator):
                        results_path=None if self.results_path is None else str(self.results_path),
                        journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
                        max_attempts=self.max_attempts, poll_interval=float(self.poll_interval),
-                       prepared_on=socket.gethostname(), state_base=self.state_dir, deadline=self._deadline())
+                       prepared_on=socket.gethostname(), state_base=self.state_dir, deadline=self._deadline(),
+                       api_version=self.api_version)
 
     def _deadline(self) -> float | None:
         if not self.deadline:

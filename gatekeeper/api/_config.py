@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from .._errors import UsageError
 from .._typing import TYPE_CHECKING
-from .._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
+from .._wire import API_KEY_VARIABLE, API_VERSION, API_VERSION_VARIABLE, API_VERSIONS, EXTRA_KEYS_VARIABLE
 
 if TYPE_CHECKING:
     from ._aws import AwsPlatform
@@ -83,10 +83,17 @@ class ApiConfig:
     admin_key: Secret | None = None
     base_url: str = DEFAULT_BASE_URL
     aws: AwsPlatform | None = None  # Claude Platform on AWS (`AwsPlatform.from_env`): its base URL, workspace, auth
+    # the anthropic-version sent on every call; None: the one the job started with, else 2023-06-01 (`version`)
+    api_version: str | None = None
 
     @property
     def platform(self) -> str:
         return "aws" if self.aws is not None else "anthropic"
+
+    @property
+    def version(self) -> str:
+        """The anthropic-version this configuration sends."""
+        return self.api_version or API_VERSION
 
     @property
     def scope(self) -> str:
@@ -98,26 +105,33 @@ class ApiConfig:
         scheme, host, _ = origin(self.base_url)
         if scheme not in ("http", "https") or not host:
             raise UsageError(f"the base URL must be an http(s) URL, got {self.base_url!r}", setting="base_url")
+        if self.api_version is not None and self.api_version not in API_VERSIONS:
+            raise UsageError(f"API version {self.api_version!r}: use {' or '.join(API_VERSIONS)}",
+                             setting="api_version")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], platform: str | None = None) -> ApiConfig:
+    def from_env(cls, environ: Mapping[str, str], platform: str | None = None,
+                 api_version: str | None = None) -> ApiConfig:
         """The first-party API's keys and URL, or, with `platform` "aws" (else GATEKEEPER_PLATFORM), Claude
-        Platform on AWS as the SDK's AnthropicAWS reads the environment."""
+        Platform on AWS as the SDK's AnthropicAWS reads the environment; the API version `api_version`, else
+        GATEKEEPER_API_VERSION, else none asked (a job's own, or 2023-06-01)."""
         platform = platform or environ.get(PLATFORM_VARIABLE) or "anthropic"
         if platform not in PLATFORMS:
             raise UsageError(f"platform {platform!r}: use anthropic or aws", setting="platform")
+        version = api_version or (environ.get(API_VERSION_VARIABLE) or "").strip() or None
         if platform == "aws":
             from ._aws import AwsPlatform
 
             aws = AwsPlatform.from_env(environ)
             # (SigV4 sends no key: the placeholder names the workspace, for the job's name and the ledger's scope)
             key = aws.api_key or Secret(f"sigv4:{aws.scope}")
-            return cls(workspace_keys=[key], base_url=aws.base_url, aws=aws)
+            return cls(workspace_keys=[key], base_url=aws.base_url, aws=aws, api_version=version)
         admin = (environ.get("ANTHROPIC_ADMIN_KEY") or "").strip()
         return cls(
             workspace_keys=workspace_keys(environ.get(API_KEY_VARIABLE), environ.get(EXTRA_KEYS_VARIABLE)),
             admin_key=Secret(admin) if admin else None,
             base_url=(environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/"),
+            api_version=version,
         )
 
     def require_workspace_key(self) -> None:

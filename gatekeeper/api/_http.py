@@ -182,8 +182,10 @@ class HttpCalls:
         on_retry: RetryNotice | None = None,
         signer: SigV4Signer | None = None,
         workspace_id: str | None = None,
+        api_version: str = API_VERSION,
     ) -> None:
         self.http = http
+        self.api_version = api_version  # sent on every call as anthropic-version
         self._signer = signer  # Claude Platform on AWS with SigV4: every request to our origin signed, no key sent
         self._workspace_id = workspace_id  # ... and every one of them carries its workspace
         self.on_retry = on_retry
@@ -217,7 +219,7 @@ class HttpCalls:
                  body_sha256: str | None = None) -> dict[str, str]:
         """A request's headers: the key (or, on AWS with SigV4, the signature over method, URL, headers and body)
         and the workspace, only to our own origin."""
-        headers = {"anthropic-version": API_VERSION, "accept": "application/json"}
+        headers = {"anthropic-version": self.api_version, "accept": "application/json"}
         if extra:
             headers.update(extra)
         if origin(url) != self._origin:

@@ -47,9 +47,11 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
     async with open_http() as http:
         ws = [
             ApiClient(http, config.base_url, key, label=_label(config, i), retry=retry, budget=budget,
-                      on_retry=on_retry, signer=signer, workspace_id=aws.workspace_id if aws else None)
+                      on_retry=on_retry, signer=signer, workspace_id=aws.workspace_id if aws else None,
+                      api_version=config.version)
             for i, key in enumerate(config.workspace_keys)
         ]
+        # (the Admin API keeps the version its fields were written for: gatekeeper reads 2023-06-01's names there)
         admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry, on_retry=on_retry)
                  if config.admin_key else None)  # the Admin API has its own limits
         yield Connection(ws, admin)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from .._errors import ExitCode, GatekeeperError, UsageError
 from .._typing import TYPE_CHECKING
-from .._wire import API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE
+from .._wire import API_KEY_VARIABLE, API_VERSION, API_VERSION_VARIABLE, API_VERSIONS, EXTRA_KEYS_VARIABLE
 from ._parser import build_parser
 from ._render import render_plan, render_plan_brief, render_status, render_summary, retry_line, status_report
 
@@ -96,8 +96,11 @@ def _job(args: argparse.Namespace) -> dict[str, str | None]:
 def _limits(args: argparse.Namespace) -> Limits:
     from ..input._sizing import Limits
 
+    version = getattr(args, "api_version", None) or os.environ.get(API_VERSION_VARIABLE, "").strip() or API_VERSION
+    if version not in API_VERSIONS:
+        raise UsageError(f"GATEKEEPER_API_VERSION {version!r}: use {' or '.join(API_VERSIONS)}", setting="api_version")
     try:
-        return Limits(max_requests=args.max_requests, max_bytes=args.max_bytes)
+        return Limits(max_requests=args.max_requests, max_bytes=args.max_bytes, api_version=version)
     except ValueError as exc:
         raise UsageError(f"--max-requests/--max-bytes: {exc}") from None
 
@@ -329,7 +332,7 @@ def _api_config(args: argparse.Namespace) -> ApiConfig:
     Claude Platform on AWS's with `--platform aws` (or GATEKEEPER_PLATFORM=aws)."""
     from ..api._config import ApiConfig
 
-    config = ApiConfig.from_env(os.environ, getattr(args, "platform", None))
+    config = ApiConfig.from_env(os.environ, getattr(args, "platform", None), getattr(args, "api_version", None))
     if not config.workspace_keys:
         raise UsageError("set ANTHROPIC_API_KEY to a workspace API key (and ANTHROPIC_EXTRA_WORKSPACE_KEYS, "
                          "comma-separated, to cover more workspaces of the organization)")
@@ -343,7 +346,7 @@ def _optional_api_config(args: argparse.Namespace) -> ApiConfig | None:
         return None  # (without importing the configuration, 33 M instructions of `plan`'s start)
     from ..api._config import ApiConfig
 
-    config = ApiConfig.from_env(os.environ, platform)
+    config = ApiConfig.from_env(os.environ, platform, getattr(args, "api_version", None))
     return config if config.workspace_keys else None
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from .._errors import UsageError
 from .._typing import TYPE_CHECKING
 from .._version import __version__
-from .._wire import API_MAX_BYTES, API_MAX_REQUESTS
+from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION, API_VERSIONS, STRICT_VERSION
 
 if TYPE_CHECKING:
     from typing import NoReturn
@@ -382,6 +382,11 @@ def _add_no_preflight(p: argparse.ArgumentParser) -> None:
 
 
 def _add_platform(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--api-version", choices=API_VERSIONS, default=None, metavar="VERSION",
+                   help=f"the anthropic-version sent on every call: {API_VERSION} (the default; or "
+                   f"GATEKEEPER_API_VERSION) or {STRICT_VERSION} (refuses temperature, top_p, top_k, document blocks "
+                   "in assistant messages and citations on user text: such lines are rejected before sending). A job "
+                   "keeps the version it started with")
     p.add_argument("--platform", choices=("anthropic", "aws"), default=None,
                    help="anthropic (the default; or GATEKEEPER_PLATFORM) or aws: Claude Platform on AWS, read from the "
                    "environment as the SDK's AnthropicAWS does (AWS_REGION, ANTHROPIC_AWS_WORKSPACE_ID, SigV4 "

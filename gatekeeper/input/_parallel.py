@@ -64,7 +64,8 @@ def _range_lines(path: str, start: int, end: int) -> Iterator[Iterator[bytes]]:
             yield iter(mapped.readline, b"")
 
 
-def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRules | None = None) -> Piece:
+def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRules | None = None,
+               strict: bool = False) -> Piece:
     """Worker: validate lines [start, end) of `path`; line numbers relative to the range (first = 1)."""
     cols = Columns()
     rejections: list[Rejection] = []
@@ -78,7 +79,7 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
     with _range_lines(path, start, end) as lines:
         # Given `into`, validate yields nothing: next() runs it to the end.
         next(validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
-                      peaks=peaks, into=cols, cache=cache), None)
+                      peaks=peaks, into=cols, cache=cache, strict=strict), None)
     by_model = cols.by_model
     return (stats.lines, packed("I", cols.lines), packed("q", cols.offsets), packed("I", cols.sizes),
             packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
@@ -329,6 +330,7 @@ def parallel_scan(
     rules: ModelRules | None = None,
     peaks: dict[str, int] | None = None,
     cache: CacheScan | None = None,
+    strict: bool = False,
 ) -> Iterator[Segment]:
     """Yield a `Segment` per piece of the file, in input order; rejections go to `reject` in line order.
 
@@ -344,7 +346,7 @@ def parallel_scan(
     if cache is not None:
         cache.read_ids = _id_reader(path)
     try:
-        for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules), len(bounds), workers, path):
+        for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules, strict), len(bounds), workers, path):
             if not base:  # sized once the workers run: they need not map the parent's index, nor wait for the estimate
                 index.reserve(expected_ids(fd, size))
             count, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks, facts, largest = piece

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from .._errors import InputError
 from .._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
 from .._typing import TYPE_CHECKING
+from .._wire import STRICT_VERSION
 from ._caching import CacheScan
 from ._parallel import Segment, parallel_scan, use_parallel
 from ._reader import ScanStats, request_reader, scan
@@ -180,6 +181,7 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: Mo
     for line, offset, cid, model, n, _ in scan(
         source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
         models=rules, peaks=report.max_tokens_peak if rules is not None else None, cache=report.cache_scan,
+        strict=report.limits.api_version == STRICT_VERSION,
     ):
         if packer.add(n):
             if packer.batches > 1:
@@ -222,7 +224,8 @@ def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRule
         largest_at: tuple[Segment, int] | None = None
         for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
                                  stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers,
-                                 rules=rules, peaks=report.max_tokens_peak, cache=report.cache_scan):
+                                 rules=rules, peaks=report.max_tokens_peak, cache=report.cache_scan,
+                                 strict=report.limits.api_version == STRICT_VERSION):
             lengths = seg.lengths
             if not lengths:
                 continue

@@ -22,6 +22,7 @@ import orjson
 
 from .._errors import InputError, os_error
 from .._typing import TYPE_CHECKING
+from .._wire import STRICT_VERSION
 from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
 from ._idindex import FP_SHIFT, IdIndex
 from ._markers import Memo, marker_walk, system_walk
@@ -111,9 +112,33 @@ def check_request(obj: Any) -> tuple[str | None, str | None, str | None]:
         return cid, model, "params.messages must be a non-empty list"
     if params.get("stream", False) is not False:
         return cid, model, "params.stream must be absent or false: batch requests do not stream"
-    if "speed" in params:
-        return cid, model, "params.speed is not allowed in a batch"
+    if params.get("speed", "standard") != "standard":  # (fast mode; the SDK's own "standard" is not)
+        return cid, model, f"params.speed {_short(params['speed'])} is not allowed in a batch (fast mode is not offered there)"
     return cid, model, None
+
+
+VERSION_REFUSES = ("temperature", "top_p", "top_k")  # refused by 2026-10-21 "even if the value is the default"
+
+
+def version_reason(params: dict[str, Any]) -> str | None:
+    """Why API version 2026-10-21 refuses these params (api.md §20), or None: temperature, top_p or top_k at any
+    value, a document block in an assistant message, citations on a user message's text block."""
+    for key in VERSION_REFUSES:
+        if key in params:
+            return f"params.{key} is refused by API version {STRICT_VERSION} (even at its default): remove it, or use 2023-06-01"
+    for i, message in enumerate(params.get("messages") or ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        role = message.get("role")
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if role == "assistant" and block.get("type") == "document":
+                return f"params.messages[{i}]: a document block in an assistant message is refused by API version {STRICT_VERSION}"
+            if role == "user" and block.get("type") == "text" and block.get("citations"):
+                return f"params.messages[{i}]: citations on a user text block are refused by API version {STRICT_VERSION}"
+    return None
 
 
 def _json_reason(raw: bytes, exc: Exception) -> str:
@@ -258,6 +283,7 @@ def validate(
     peaks: dict[str, int] | None = None,
     into: Columns | None = None,
     cache: CacheScan | None = None,
+    strict: bool = False,
 ) -> Iterator[tuple[int, int, str, str, int, bytes]]:
     """Check every line; yield (line, offset, custom_id, model, size, raw) for the valid ones, where the request's
     body is `raw.strip()` (`size` bytes; made only by a caller that sends it), or, given `into`, append them to
@@ -266,6 +292,8 @@ def validate(
     `models` (from the Models API preflight) rejects a line whose model is refused or whose max_tokens is over
     the model's limit; `peaks` receives the largest max_tokens seen per model (so a second pass is needed only
     when some line can be over a limit).
+
+    `strict`: the requests go under API version 2026-10-21, whose refusals (`version_reason`) reject a line too.
 
     A line whose prompt has blocks is also checked for markers the API refuses (`_blocks`, `_markers`); a plain
     line is told apart by its shape, without a search or a call. Given `cache`, a marked line's prefixes and a long
@@ -351,6 +379,11 @@ def validate(
                 continue
         elif cache is not None and system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES:
             note_unmarked(cache, model, system, None)
+        if strict:
+            reason = version_reason(params)
+            if reason is not None:
+                reject(Rejection(line_no, cid, reason))
+                continue
         if rules:
             reason = _model_reason(params, models, peaks)
             if reason is not None:
@@ -452,6 +485,7 @@ def scan(
     models: ModelRules | None = None,
     peaks: dict[str, int] | None = None,
     cache: CacheScan | None = None,
+    strict: bool = False,
 ) -> Iterator[tuple[int, int, str, str, int, bytes]]:
     """Yield (line, offset, custom_id, model, size, raw) for every valid, unique request, in order (as `validate`).
 
@@ -469,7 +503,7 @@ def scan(
         add = index.add
         for line_no, start, cid, model, n, raw in validate(
             lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats, models=models, peaks=peaks,
-            cache=cache
+            cache=cache, strict=strict
         ):
             first = add(cid, line_no, start)
             if first:

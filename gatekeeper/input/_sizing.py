@@ -15,7 +15,7 @@ from operator import add
 
 from .._errors import UsageError
 from .._typing import TYPE_CHECKING
-from .._wire import API_MAX_BYTES, API_MAX_REQUESTS
+from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION
 
 if TYPE_CHECKING:
     from ..state._records import PendingRow
@@ -51,10 +51,12 @@ def max_item_bytes(max_bytes: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Per-batch limits; both can only be lowered below the API's."""
+    """Per-batch limits (both can only be lowered below the API's), and the API version whose rules each request is
+    judged by (`api_version`: under 2026-10-21 some parameters and blocks are refused)."""
 
     max_requests: int = API_MAX_REQUESTS
     max_bytes: int = API_MAX_BYTES
+    api_version: str = API_VERSION
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_requests <= API_MAX_REQUESTS:

@@ -92,7 +92,8 @@ class Preparation(Part):
     async def _start(self) -> None:
         self.batch_size = batch_size_for(self.ceiling, self.s.margin, self.s.limits.max_requests)
         size, mtime = stat_identity(self.path)
-        report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes))
+        report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes,
+                                                 api_version=self.api.api_version))
         if stat_identity(self.path) != (size, mtime):
             raise InputError(f"{self.path} changed while it was being read")
         self.journal.start_job(self._job_plan(report, size, mtime), lambda g: body_size(len(g), sum(r.length for r in g)))
@@ -117,7 +118,8 @@ class Preparation(Part):
         return JobPlan(
             input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
             settings={"batch_size": self.batch_size, "max_bytes": self.s.limits.max_bytes,
-                      "max_attempts": self.s.max_attempts, "ceiling_at_plan": self.ceiling},
+                      "max_attempts": self.s.max_attempts, "ceiling_at_plan": self.ceiling,
+                      "api_version": self.api.api_version},
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
                     "models": report.models, "preflight": report.preflight,
                     "estimate": estimate, "caching": caching,

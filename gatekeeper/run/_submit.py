@@ -4,6 +4,7 @@ name), `_beats` (reservations and the lease kept alive)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -81,6 +82,7 @@ async def submit(
             spool(source, path)  # type: ignore[arg-type]
         elif spooled:
             check_respool(source, path, journal)  # type: ignore[arg-type]
+        config = kept_version(config, journal)
         if ledger is None:
             ledger = open_ledger(settings.ledger, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
                                  namespace=config.scope)
@@ -105,6 +107,19 @@ async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_onl
     await _stoppable(stop, job.prepare)
     await ledger.release_all()  # (the run that continues the job claims it again)
     return job.summary()
+
+
+def kept_version(config: ApiConfig, journal: Journal) -> ApiConfig:
+    """The API version a job keeps: the one it started with (its journal's), whatever the environment says when no
+    version is asked; a rerun that asks for another is refused (its lines were judged by the first one's rules)."""
+    started = (journal.get_meta("settings") or {}).get("api_version") if journal.initialized else None
+    if started is None:
+        return config
+    if config.api_version is not None and config.api_version != started:
+        raise UsageError(f"this job started with API version {started} and keeps it (its lines were judged by that "
+                         f"version's rules): rerun without --api-version/GATEKEEPER_API_VERSION, or with {started}",
+                         setting="api_version")
+    return dataclasses.replace(config, api_version=started)
 
 
 STOP_GRACE = 1.0  # seconds a stopped run has to reach a safe point of its own before its step is cut short
@@ -188,7 +203,8 @@ async def dry_run(
         h = await read_headroom(conn, ceiling=settings.ceiling)
         size = batch_size_for(h.ceiling, settings.margin, settings.limits.max_requests)
         report = await plan_checked(source, conn.primary if settings.preflight else None,
-                                    limits=Limits(max_requests=size, max_bytes=settings.limits.max_bytes),
+                                    limits=Limits(max_requests=size, max_bytes=settings.limits.max_bytes,
+                                                  api_version=config.version),
                                     token_sample=settings.token_sample)
     sizes = [b.requests for b in report.batches]
     free = room(h.ceiling, h.depth, settings.margin, 0)
@@ -212,7 +228,9 @@ async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None 
     is missing or failing: the report says the models were not checked.
     """
     async with connect(config, max_rpm=max_rpm, on_retry=_retry_events(on_event)) as conn:
-        return await plan_checked(source, conn.primary, limits=limits or Limits())
+        # (judged by the rules of the version it will be sent with)
+        return await plan_checked(source, conn.primary,
+                                  limits=dataclasses.replace(limits or Limits(), api_version=config.version))
 
 
 async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float = 300.0,

@@ -14,12 +14,13 @@ import orjson
 
 from ._cache import CachePoint
 from ._model import FakeBatch, batch_json
-from ._wire import _CID, _SIGNED_PATH, Wire, _result_json, prompt_points
+from ._wire import _CID, _SIGNED_PATH, Wire, _result_json, prompt_points, version_refusal
 
 
 def create(h: Wire, workspace: str, _: str | None) -> None:
     fake = h.server.fake
     cfg = fake.config
+    version = h.headers.get("anthropic-version")
     raw = h.read_body(cfg.max_body_bytes)
     if raw is None:
         return h.send_body(413, b'{"error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}')
@@ -53,7 +54,8 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
         if not isinstance(params, dict):
             return h.send_api_error(400, f"requests.{i}.params: Input should be a valid dictionary")
         mt = params.get("max_tokens")
-        if params.get("stream") is True or "speed" in params or (isinstance(mt, int) and mt < 1):
+        # (fast mode is refused in a batch; "standard", the SDK's default, is not fast mode)
+        if params.get("stream") is True or params.get("speed", "standard") != "standard" or (isinstance(mt, int) and mt < 1):
             if cfg.sync_disallowed:
                 return h.send_api_error(400, f"requests.{i}.params: stream, speed and max_tokens < 1 are not supported in batches")
             bad.add(i)
@@ -61,10 +63,14 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
         prompt, marked = prompt_points(params)
         prompts.append(prompt)
         points.append(marked)
-        why = fake.org.doom(str(params.get("model") or ""), mt) or _refused_markers(params)
+        # (checked at processing, as the API checks params: the version is the create's header)
+        why = fake.org.doom(str(params.get("model") or ""), mt) or _refused_markers(params) \
+            or version_refusal(version, params)
         if why:
             doomed[i] = why
     result = fake.org.create(workspace, items, frozenset(bad), doomed, prompts, points)
+    if not isinstance(result, dict):
+        fake.org.records.versions[result.id] = version or ""
     if isinstance(result, dict):
         headers = {}
         if cfg.queue_retry_after is not None:

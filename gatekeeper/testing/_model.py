@@ -211,6 +211,7 @@ class Records:
     refusals: list[dict[str, Any]] = field(default_factory=list)  # queue-full refusals
     max_depth: int = 0
     succeeded: dict[str, int] = field(default_factory=dict)  # custom_id -> times it succeeded
+    versions: dict[str, str] = field(default_factory=dict)  # batch id -> the anthropic-version of its create
     # (custom_id, prompt digest) -> times it succeeded: two jobs may share custom_ids, never a prompt and an id
     answered: dict[tuple[str, str], int] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # custom_id -> times it was processed

@@ -26,7 +26,7 @@ import orjson
 
 from ._cache import Usage, billed_as
 from ._model import OUTPUT_TOKENS, FakeRealtime, new_id
-from ._wire import prompt_points
+from ._wire import prompt_points, version_refusal
 
 if TYPE_CHECKING:
     from ._wire import Wire
@@ -180,6 +180,9 @@ def serve_message(h: Wire, workspace: str) -> None:
         return h.send_api_error(404, f"model: {model}", "not_found_error")
     if not isinstance(max_tokens, int) or max_tokens < 1 or not body.get("messages"):
         return h.send_api_error(400, "max_tokens: must be at least 1; messages: required")
+    refused = version_refusal(h.headers.get("anthropic-version"), body)
+    if refused:
+        return h.send_api_error(400, refused)
     (tokens, digest), points = prompt_points(body)
     why, wait, headers = lane.admit(model, tokens, max_tokens)
     if why is not None:

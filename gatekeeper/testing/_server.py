@@ -24,7 +24,7 @@ from . import _endpoints as batches
 from ._aws import check
 from ._model import FakeConfig, Organization
 from ._realtime import Lane, serve_message
-from ._wire import BATCH_ENDPOINTS, Fault, Faults, Wire, count_tokens, prompt_of
+from ._wire import BATCH_ENDPOINTS, Fault, Faults, Wire, count_tokens, prompt_of, version_refusal
 
 __all__ = ["FakeAPI", "Fault", "count_tokens", "prompt_of"]
 
@@ -161,6 +161,9 @@ def count_tokens_endpoint(h: Wire, workspace: str, _: str | None) -> None:
         return h.send_api_error(400, "request body is not valid JSON")
     if not isinstance(body, dict) or h.server.fake.config.model(str(body.get("model") or "")) is None:
         return h.send_api_error(404 if isinstance(body, dict) else 400, f"model: {body.get('model') if isinstance(body, dict) else ''}")
+    refused = version_refusal(h.headers.get("anthropic-version"), body)
+    if refused:
+        return h.send_api_error(400, refused)
     h.send_json(200, {"input_tokens": count_tokens(body)})
 
 

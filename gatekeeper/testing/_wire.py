@@ -83,6 +83,30 @@ class Faults:
         return None
 
 
+STRICT_VERSION = "2026-10-21"
+
+
+def version_refusal(version: str | None, params: dict[str, Any]) -> str | None:
+    """What API version 2026-10-21 answers a request it refuses (the fake's own reading of the migration guide, apart
+    from gatekeeper's check): temperature, top_p, top_k at any value, a document block in an assistant message,
+    citations on a user text block. None under 2023-06-01, or for a request it takes."""
+    if version != STRICT_VERSION:
+        return None
+    for key in ("temperature", "top_p", "top_k"):
+        if key in params:
+            return f"{key}: Extra inputs are not permitted"
+    for i, m in enumerate(params.get("messages") or []):
+        content = m.get("content") if isinstance(m, dict) else None
+        for j, b in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(b, dict):
+                continue
+            if m.get("role") == "assistant" and b.get("type") == "document":
+                return f"messages.{i}.content.{j}: document blocks are not permitted in assistant messages"
+            if m.get("role") == "user" and b.get("type") == "text" and b.get("citations"):
+                return f"messages.{i}.content.{j}.citations: Extra inputs are not permitted"
+    return None
+
+
 def _prompt(body: dict[str, Any]) -> bytes:
     return orjson.dumps([body.get("system"), body.get("messages"), body.get("tools")])
 

@@ -1,0 +1,93 @@
+"""API version 2026-10-21 (shared/api.md §20): chosen with --api-version, GATEKEEPER_API_VERSION, `ApiConfig` or the
+Airflow operator; its refusals judged on every line before anything is sent; a job keeps the version it started
+with. Against the fake over HTTP, which records each batch's version and errors what that version refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_sync
+from gatekeeper.input._reader import version_reason
+from tests.fakes import WS1, env_for, running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import gk
+
+FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+NEW = "2026-10-21"
+
+
+def _doc(role: str, block: dict) -> dict:
+    return {"role": role, "content": [block]}
+
+
+@pytest.mark.parametrize(("params", "refused"), [
+    ({"temperature": 1.0}, "params.temperature"),
+    ({"top_p": 0.9}, "params.top_p"),
+    ({"top_k": 5}, "params.top_k"),
+    ({"messages": [_doc("user", {"type": "text", "text": "q"}),
+                   _doc("assistant", {"type": "document", "source": {"type": "text", "data": "d"}})]}, "messages[1]"),
+    ({"messages": [_doc("user", {"type": "text", "text": "q", "citations": [{"type": "char_location"}]})]}, "messages[0]"),
+    ({"messages": [_doc("user", {"type": "text", "text": "q", "citations": []})]}, None),  # (empty: not refused)
+    ({"messages": [_doc("user", {"type": "document", "source": {"type": "text", "data": "d"}})]}, None),
+    ({"speed": "standard"}, None),
+    ({}, None),
+])
+def test_what_2026_10_21_refuses(params: dict, refused: str | None) -> None:
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "q"}], **params}
+    reason = version_reason(body)
+    assert (reason is None) if refused is None else (refused in (reason or "") and NEW in (reason or ""))
+
+
+def _input(tmp_path: Path) -> tuple[Path, set[str]]:
+    rows = [req(f"a{i}") for i in range(6)] + [req("warm", temperature=0.2), req("topk", top_k=3),
+                                                req("std", speed="standard")]
+    return write_jsonl(tmp_path / "in.jsonl", rows), {f"a{i}" for i in range(6)} | {"std"}
+
+
+def test_plan_judges_every_line_by_the_version_asked(tmp_path: Path) -> None:
+    """`plan` under 2023-06-01 takes temperature and top_k; under 2026-10-21 (flag or environment) they are rejected
+    lines with their numbers (exit 1); `speed: "standard"` passes either way; an unknown version is exit 2."""
+    path, _ = _input(tmp_path)
+    old = gk(["plan", str(path), "--json"], {})
+    assert old.returncode == 0 and orjson.loads(old.stdout)["invalid"] == 0, old.stderr
+    for args, env in ((["--api-version", NEW], {}), ([], {"GATEKEEPER_API_VERSION": NEW})):
+        new = gk(["plan", str(path), "--json", *args], env)
+        report = orjson.loads(new.stdout)
+        assert new.returncode == 1 and report["invalid"] == 2, new.stderr
+        assert {e["line"] for e in report["errors"]} == {7, 8} and all(NEW in e["reason"] for e in report["errors"])
+    bad = gk(["plan", str(path), "--api-version", "2025-01-01"], {})
+    assert bad.returncode == 2 and "2025-01-01" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_submit_under_2026_sends_only_what_that_version_takes_and_the_job_keeps_it(tmp_path: Path) -> None:
+    """`submit --api-version 2026-10-21`: the refused lines are rejected before sending (never reach the API), every
+    call carries the version (the fake records the batch's), and a rerun asking for 2023-06-01 is refused with one
+    line (exit 2) while a rerun asking nothing keeps 2026-10-21."""
+    path, ok = _input(tmp_path)
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        done = gk(["submit", str(path), *FAST, "--api-version", NEW], env_for(fake))
+        assert done.returncode == 1, done.stderr  # (findings: two lines rejected)
+        s = orjson.loads(done.stdout)
+        assert (s["succeeded"], s["invalid"]) == (len(ok), 2)
+        assert set(fake.org.records.versions.values()) == {NEW}
+        assert "warm" not in fake.org.records.succeeded and "topk" not in fake.org.records.succeeded
+        other = gk(["submit", str(path), *FAST, "--api-version", "2023-06-01"], env_for(fake))
+        lines = [x for x in other.stderr.splitlines() if not x.startswith("{")]
+        assert other.returncode == 2 and len(lines) == 1 and "started with API version 2026-10-21" in lines[0], other.stderr
+        again = gk(["submit", str(path), *FAST], env_for(fake))
+        assert again.returncode == 1 and fake.org.records.creates == 1, again.stderr
+
+
+def test_the_library_sends_the_version_of_its_config(tmp_path: Path) -> None:
+    """`ApiConfig(api_version=...)`: the same rules from the library; an unknown version is a UsageError."""
+    path, ok = _input(tmp_path)
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url, api_version=NEW)
+        s = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "s", poll=0.05))
+        assert s.succeeded == len(ok) and s.invalid == 2
+        assert set(fake.org.records.versions.values()) == {NEW}
+    with pytest.raises(UsageError, match="API version"):
+        ApiConfig(workspace_keys=[Secret(WS1)], api_version="2024-01-01")
