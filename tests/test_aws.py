@@ -231,3 +231,22 @@ def test_the_exporter_reads_the_platforms_queue(tmp_path: Path) -> None:
         finally:
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=10)
+
+
+def test_status_names_no_admin_key_and_a_wrong_workspace_is_one_line_naming_its_variable(tmp_path: Path) -> None:
+    """On Claude Platform on AWS there is no Admin API: `status` never tells the user to set ANTHROPIC_ADMIN_KEY (it
+    says to pass --ceiling). A wrong workspace id is exit 2, one line naming ANTHROPIC_AWS_WORKSPACE_ID, in status
+    and submit; a missing one too, before any call."""
+    path, _ = _job(tmp_path, 4)
+    with running_fake(ceiling=1000, rate=0.0, aws=FakeAws()) as fake:
+        status = gk(["status", "--platform", "aws", "--json"], aws_env(fake.url, tmp_path))
+        assert status.returncode in (0, 1) and "ANTHROPIC_ADMIN_KEY" not in status.stdout + status.stderr, status.stderr
+        assert "--ceiling" in " ".join(orjson.loads(status.stdout)["repair"])
+        for cmd in (["status", "--platform", "aws"], ["submit", str(path), *FAST]):
+            wrong = gk(cmd, aws_env(fake.url, tmp_path, ANTHROPIC_AWS_WORKSPACE_ID="wrkspc_other"))
+            lines = [x for x in wrong.stderr.splitlines() if x.strip() and not x.startswith("{")]
+            assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-1500:]
+            assert len(lines) == 1 and "ANTHROPIC_AWS_WORKSPACE_ID" in lines[0], lines
+        missing = gk(["status", "--platform", "aws"], aws_env(fake.url, tmp_path, ANTHROPIC_AWS_WORKSPACE_ID=""))
+        assert missing.returncode == 2 and "ANTHROPIC_AWS_WORKSPACE_ID" in missing.stderr
+        assert fake.org.records.creates == 0

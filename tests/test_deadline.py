@@ -255,6 +255,10 @@ def test_plan_says_whether_the_batch_lane_alone_makes_the_deadline(tmp_path: Pat
         assert (d["batch_lane_alone"], d["realtime_requests"], d["realtime_in_time"]) == (False, 20, True)
         assert d["assumes"]["rate_limits_from"] == "admin-api" and d["assumes"]["waves"] == 2
         assert d["assumes"]["rate_limits"]["requests_per_minute"] == 6000 and d["extra_input_cost_usd"] > 0
+        # (the fake's Admin API gives the input limit as current models do: cache-aware, reads not counted)
+        assert d["assumes"]["rate_limits"]["input_limit_counts_cache_reads"] is False
+        assert d["assumes"]["rate_limits_of"] and set(d["assumes"]["rate_limits_of"]) <= set(orjson.loads(
+            gk(["plan", str(path), "--json"], {}).stdout)["models"])
         roomy = gk(["plan", str(path), "--deadline", "3h", "--json"], env_for(fake))
         assert orjson.loads(roomy.stdout)["deadline"]["batch_lane_alone"] is True
         human = gk(["plan", str(path), "--deadline", "50m"], env_for(fake, admin=False))  # (no ceiling read: one wave)

@@ -302,8 +302,23 @@ def test_model_limits_come_from_the_model_groups_that_give_all_three() -> None:
             {"type": "output_tokens_per_minute", "value": 16000}]},
         {"group_type": "batch", "models": None, "limits": [{"type": "enqueued_batch_requests", "value": 1}]},
     ]
-    assert model_limits(entries) == {"a": (50, 30000, 8000), "b": (50, 30000, 8000), "c": (4000, 2000000, 400000),
-                                     "e": (4000, 90000, 16000)}
+    # (the fourth: whether the input limit counts cache reads; the cache-aware type does not)
+    assert model_limits(entries) == {"a": (50, 30000, 8000, True), "b": (50, 30000, 8000, True),
+                                     "c": (4000, 2000000, 400000, True), "e": (4000, 90000, 16000, False)}
+
+
+def test_cache_reads_count_against_the_input_limit_only_where_its_type_says() -> None:
+    """An answer that read 900 tokens from the cache: under the cache-aware type they are given back to the input
+    bucket (not counted); under input_tokens_per_minute they stay taken."""
+    got = {}
+    for reads_count in (False, True):
+        p = Pace(0.0)
+        p.seed(600, 100_000, 100_000, reads_count)
+        cost = Cost(1000, 10)
+        p.sent(cost, 0.0)
+        p.answered({}, cost, (100 + (900 if reads_count else 0), 10), 0.0)
+        got[reads_count] = p.input.level
+    assert got[False] - got[True] == pytest.approx(900)
 
 
 def sse(*events: dict[str, object]) -> list[str]:

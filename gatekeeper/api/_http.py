@@ -140,6 +140,11 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
         status in (400, 429) and any(w in lowered for w in _SPEND_WORDS)
     ):
         return SpendLimitReached(message, **kw)
+    if aws and status in (400, 403, 404) and "workspace" in lowered:  # (the workspace, not the request)
+        err = AuthenticationError(f"the workspace in ANTHROPIC_AWS_WORKSPACE_ID was refused ({message}): set it to "
+                                  "the workspace id of this region's Claude Platform on AWS", **kw)
+        err.setting = "aws_workspace"
+        return err
     if status in (401, 403):
         if aws:  # (Claude Platform on AWS: the credentials, and the IAM action the call needs)
             action = ACTIONS.get(endpoint, f"the {endpoint} action")

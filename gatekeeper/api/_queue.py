@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ApiError, AuthenticationError, TransportError
-from ..decide._headroom import Headroom, LiveBatch, build_headroom, enqueued_ceiling, live_batches, model_limits, parse_time
+from ..decide._headroom import (
+    Headroom,
+    LiveBatch,
+    ModelLimits,
+    build_headroom,
+    enqueued_ceiling,
+    live_batches,
+    model_limits,
+    parse_time,
+)
 from ._aws import SigV4Signer
 from ._client import ApiClient
 from ._config import ApiConfig
@@ -97,7 +106,7 @@ async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | No
     return ceiling, "admin-api", None
 
 
-async def read_model_limits(conn: Connection) -> dict[str, tuple[int, int, int]]:
+async def read_model_limits(conn: Connection) -> dict[str, ModelLimits]:
     """The real-time lane's limits by model, from the Admin API's model groups ({} without an Admin key, or when it
     cannot say: the lane then starts from the lowest tier's and the headers correct it)."""
     if conn.admin is None:

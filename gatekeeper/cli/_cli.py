@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from .._prices import PriceTable
     from ..api._config import ApiConfig
-    from ..decide._headroom import Headroom
+    from ..decide._headroom import Headroom, ModelLimits
     from ..input._planner import PlanReport
     from ..input._sizing import Limits
     from ..run._settings import SubmitSettings
@@ -161,7 +161,8 @@ def _plan_deadline(args: argparse.Namespace, config: ApiConfig | None, report: P
     from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, Cost, Pace, lane_seconds
 
     limits, ceiling = _plan_limits(args, config)
-    rpm, itpm, otpm = min(limits.values(), default=(DEFAULT_RPM, DEFAULT_ITPM, DEFAULT_OTPM))
+    job = {m: v for m, v in limits.items() if m in report.models} or limits  # (the job's models when the group names them)
+    rpm, itpm, otpm, reads = min(job.values(), default=(DEFAULT_RPM, DEFAULT_ITPM, DEFAULT_OTPM, True))
     n = max(1, report.requests)
     per_in, per_out = estimate["input_tokens"] / n, max(report.max_tokens_peak.values(), default=1)
     pace = Pace(0.0)
@@ -177,12 +178,14 @@ def _plan_deadline(args: argparse.Namespace, config: ApiConfig | None, report: P
             "window_seconds": round(window), **f, "extra_input_cost_usd": extra,
             "assumes": {"turnaround_seconds": args.turnaround, "waves": rounds, "ceiling": ceiling,
                         "rate_limits": {"requests_per_minute": rpm, "input_tokens_per_minute": itpm,
-                                        "output_tokens_per_minute": otpm},
+                                        "output_tokens_per_minute": otpm,
+                                        "input_limit_counts_cache_reads": reads},
                         "rate_limits_from": "admin-api" if limits else "the lowest tier's (no Admin key read them)",
+                        "rate_limits_of": sorted(job),  # (the slowest of these models is assumed)
                         "output_per_request": f"max_tokens ({per_out:,}), charged up front"}}
 
 
-def _plan_limits(args: argparse.Namespace, config: ApiConfig | None) -> tuple[dict[str, tuple[int, int, int]], int | None]:
+def _plan_limits(args: argparse.Namespace, config: ApiConfig | None) -> tuple[dict[str, ModelLimits], int | None]:
     """The real-time lane's limits and the queue's ceiling, when an Admin key can read them."""
     if config is None or config.admin_key is None:
         return {}, None
@@ -190,7 +193,7 @@ def _plan_limits(args: argparse.Namespace, config: ApiConfig | None) -> tuple[di
 
     from ..api._queue import connect, read_ceiling, read_model_limits
 
-    async def read() -> tuple[dict[str, tuple[int, int, int]], int | None]:
+    async def read() -> tuple[dict[str, ModelLimits], int | None]:
         async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
             ceiling, _, _ = await read_ceiling(conn, None)
             return await read_model_limits(conn), ceiling
@@ -267,7 +270,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         return _watch_status(args, config, read)
     h, reservations = anyio.run(read)
-    report = status_report(h, reservations, args.threshold)
+    report = status_report(h, reservations, args.threshold, config.platform)
     if args.json:
         _print_json(report)
     else:
@@ -307,7 +310,7 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
 
     async def reading() -> dict[str, Any]:
         h, reservations = await read()
-        return status_report(h, reservations, args.threshold)
+        return status_report(h, reservations, args.threshold, config.platform)
 
     try:
         anyio.run(lambda: watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout))

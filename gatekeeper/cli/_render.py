@@ -51,7 +51,8 @@ def render_plan(report: PlanReport, name: str) -> str:
     return "\n".join(out)
 
 
-def status_report(h: Headroom, reservations: list[Reservation] | None, threshold: int) -> dict[str, Any]:
+def status_report(h: Headroom, reservations: list[Reservation] | None, threshold: int,
+                  platform: str = "anthropic") -> dict[str, Any]:
     """One reading as the JSON `status --json` prints (and the human report is drawn from)."""
     from ..decide._headroom import SCOPE_CAVEAT, repair_lines, verdict
 
@@ -64,7 +65,7 @@ def status_report(h: Headroom, reservations: list[Reservation] | None, threshold
         "workspaces": h.workspaces, "batches": [b.to_json() for b in h.batches],
         "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
                     f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
-        "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h),
+        "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h, platform),
         "ledger": None if reservations is None else {
             "reserved": sum(r.requests for r in reservations), "reservations": [r.to_json() for r in reservations]},
     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 LIVE_STATES = ("in_progress", "canceling")
 PER_BATCH_REQUESTS = 100_000
@@ -43,11 +43,22 @@ def total_requests(batch: dict[str, Any]) -> int:
     return sum(v for v in counts.values() if isinstance(v, int) and not isinstance(v, bool))
 
 
-def model_limits(entries: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
-    """model -> (requests, input tokens, output tokens a minute) of the Admin API's `model_group` entries that give
-    all three (the group's type read from `group_type` or the newer `group.type`; input tokens as
-    `input_tokens_per_minute` or, for current models, `input_tokens_per_minute_cache_aware`)."""
-    out: dict[str, tuple[int, int, int]] = {}
+class ModelLimits(NamedTuple):
+    """One model's real-time limits a minute, and whether its input limit counts cache reads (the
+    `input_tokens_per_minute` type does; `input_tokens_per_minute_cache_aware`, current models' usual type, does
+    not)."""
+
+    rpm: int
+    itpm: int
+    otpm: int
+    reads_count: bool = False
+
+
+def model_limits(entries: list[dict[str, Any]]) -> dict[str, ModelLimits]:
+    """model -> its limits, from the Admin API's `model_group` entries that give all three (the group's type read
+    from `group_type` or the newer `group.type`; input tokens as `input_tokens_per_minute` (cache reads counted) or,
+    for current models, `input_tokens_per_minute_cache_aware` (not counted))."""
+    out: dict[str, ModelLimits] = {}
     for e in entries:
         g = e.get("group")
         group: dict[str, Any] = g if isinstance(g, dict) else {}
@@ -58,8 +69,9 @@ def model_limits(entries: list[dict[str, Any]]) -> dict[str, tuple[int, int, int
         itpm = limits.get("input_tokens_per_minute") or limits.get("input_tokens_per_minute_cache_aware")
         values = [limits.get("requests_per_minute"), itpm, limits.get("output_tokens_per_minute")]
         if all(isinstance(v, int) and v > 0 for v in values):
+            reads = bool(limits.get("input_tokens_per_minute"))
             for m in e["models"]:
-                out[str(m)] = (int(values[0]), int(values[1]), int(values[2]))  # type: ignore[arg-type]
+                out[str(m)] = ModelLimits(int(values[0]), int(values[1]), int(values[2]), reads)  # type: ignore[arg-type]
     return out
 
 
@@ -168,10 +180,17 @@ def verdict(h: Headroom, threshold: int) -> tuple[str, str]:
     )
 
 
-def repair_lines(state: str, h: Headroom) -> list[str]:
-    """What to do about a verdict. Printed, never performed."""
+def repair_lines(state: str, h: Headroom, platform: str = "anthropic") -> list[str]:
+    """What to do about a verdict. Printed, never performed. On Claude Platform on AWS there is no Admin API: the
+    ceiling is given, or learned from refusals."""
     if state == "queue-clear":
         return ["nothing to change; check again during the batch window: this queue drains and fills."]
+    if state == "queue-limit-unknown" and platform == "aws":
+        return [
+            "Claude Platform on AWS has no Admin API to read the ceiling from: pass --ceiling N (the workspace's "
+            "batch queue limit from its limits page); gatekeeper submit also learns a bound from queue-full answers.",
+            "without the ceiling this is a raw count: it cannot say whether the next submission will be accepted.",
+        ]
     if state == "queue-limit-unknown":
         return [
             "read the ceiling with an Admin key: set ANTHROPIC_ADMIN_KEY (GET /v1/organizations/rate_limits?group_type=batch "

@@ -95,6 +95,7 @@ class Pace:
     limited: int = 0  # 429s seen
     learned: bool = False  # a header has told the limits
     sending: bool = False  # a request has gone: the ramp grows from the first one, not from when the pace was made
+    reads_count: bool = False  # the input limit counts cache reads (else, the cache-aware type, it does not)
 
     def __post_init__(self) -> None:
         self.requests = _bucket(DEFAULT_RPM, self.now, per_second=True)
@@ -102,10 +103,12 @@ class Pace:
         self.output = _bucket(DEFAULT_OTPM, self.now)
         self.ramp_at = self.now
 
-    def seed(self, rpm: int, itpm: int, otpm: int) -> None:
+    def seed(self, rpm: int, itpm: int, otpm: int, reads_count: bool = False) -> None:
         """Limits read before any call (the Admin API's): the buckets take them, full. Other traffic may be using
         them: the first answers' headers lower the levels to what remains (a burst before them is bounded by the
-        request ramp, and a 429 it draws is obeyed)."""
+        request ramp, and a 429 it draws is obeyed). `reads_count`: the input limit counts cache reads (the
+        `input_tokens_per_minute` type; the cache-aware type does not)."""
+        self.reads_count = reads_count
         self.requests = _bucket(rpm, self.now, per_second=True)
         self.input, self.output = _bucket(itpm, self.now), _bucket(otpm, self.now)
 

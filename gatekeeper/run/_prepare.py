@@ -12,6 +12,7 @@ from .._errors import DuplicateJob, InputError, JournalError, UsageError
 from ..api._queue import read_ceiling, read_model_limits
 from ..checks._preflight import plan_checked
 from ..decide._admission import batch_size_for
+from ..decide._headroom import ModelLimits
 from ..decide._priming import round_size
 from ..input._cachereport import Marked, caching_report, marked, priming_rounds, without_lines
 from ..input._planner import PlanReport
@@ -28,7 +29,7 @@ class Preparation(Part):
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
         self.ceiling: int | None = None
-        self.realtime_limits: dict[str, tuple[int, int, int]] = {}  # model -> (rpm, itpm, otpm), with a deadline
+        self.realtime_limits: dict[str, ModelLimits] = {}  # model -> its limits, with a deadline
         self.batch_size = ctx.s.limits.max_requests
 
     async def prepare(self) -> tuple[int | None, int]:

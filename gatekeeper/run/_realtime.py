@@ -23,6 +23,7 @@ import orjson
 
 from .._errors import ApiError
 from ..api._messages import Call, Kind, send_message
+from ..decide._headroom import ModelLimits
 from ..decide._pacing import RAMP_START, Cost, Pace, lane_seconds, must_stream
 from ..decide._settle import errored_line, stop_of, usage_of
 from ..state._realtime import Answer, LaneRow
@@ -43,12 +44,12 @@ class RealtimeLane(Part):
 
     def __init__(self, ctx: RunContext, *, write_lock: anyio.Lock, stop: anyio.Event,
                  on_result: Callable[[str, dict[str, Any]], None] | None = None, rand: Callable[[], float] = random.random,
-                 limits: dict[str, tuple[int, int, int]] | None = None) -> None:
+                 limits: dict[str, ModelLimits] | None = None) -> None:
         super().__init__(ctx)
         self.write_lock, self.on_result, self.rand = write_lock, on_result, rand
         self.drained = anyio.Event()  # set when nothing is left to send or commit (the run's wait ends on it)
         self.paces: dict[str, Pace] = {}
-        self.limits = limits or {}  # model -> (rpm, itpm, otpm) from the Admin API, when a key could read them
+        self.limits = limits or {}  # model -> its limits from the Admin API, when a key could read them
         self.models: set[str] = set()  # the job's models (the keeper names them): projections weigh only theirs
         self.out_now: set[int] = set()  # lines with a call out
         # answers received, to commit; each call's slot among the IN_FLIGHT is held until its answer is committed, so
@@ -215,7 +216,9 @@ class RealtimeLane(Part):
             assert call.message is not None
             result = {"type": "succeeded", "message": call.message}
             usage = usage_of(result)
-            billed = (usage[1] + usage[3], usage[2]) if isinstance(call.message.get("usage"), dict) else None
+            # (the input the limit counted: cache reads too under an input_tokens_per_minute limit)
+            reads = usage[4] if pace.reads_count else 0
+            billed = (usage[1] + usage[3] + reads, usage[2]) if isinstance(call.message.get("usage"), dict) else None
             pace.answered(call.headers, cost, billed, now)  # (no usage: nothing given back; the headers say)
             if billed is not None:
                 self.billed = (self.billed[0] + 1, self.billed[1] + billed[0])

@@ -97,6 +97,9 @@ class FakeRealtime:
     overloaded: float = 0.0  # share of calls answered 529
     lost: float = 0.0  # share of calls processed and billed whose answer is dropped
     latency: float = 0.02  # real seconds an answer takes
+    # the input limit's type, as the Admin API reports it: cache-aware (cache reads not counted), current models'
+    # usual type; False: input_tokens_per_minute, which counts them
+    cache_aware: bool = True
 
 
 @dataclass

@@ -192,7 +192,8 @@ def serve_message(h: Wire, workspace: str) -> None:
         lane.settle(model, max_tokens, tokens, 0, 0)  # (not processed: nothing charged stays)
         return h.send_api_error(529, "Overloaded", "overloaded_error")
     usage, out_tokens = _process(fake, workspace, model, tokens, digest, points, max_tokens)
-    headers = lane.settle(model, max_tokens, tokens, usage.input + usage.write_5m + usage.write_1h, out_tokens)
+    counted = usage.input + usage.write_5m + usage.write_1h + (0 if lane.config.cache_aware else usage.read)
+    headers = lane.settle(model, max_tokens, tokens, counted, out_tokens)
     time.sleep(lane.config.latency)
     if lane.roll("lost", lane.config.lost):
         lane.records.lost += 1

@@ -174,7 +174,9 @@ def org_rate_limits(h: Wire) -> None:
         "type": "rate_limit", "id": "rl_01ModelGroupAll00000000", "group_type": "model_group",
         "group": {"id": "rlg_01ModelGroupAll0000000", "type": "model_group", "display_name": "Every model"},
         "models": [m.id for m in cfg.models],
-        "limits": [{"type": "requests_per_minute", "value": rt.rpm}, {"type": "input_tokens_per_minute", "value": rt.itpm},
+        "limits": [{"type": "requests_per_minute", "value": rt.rpm},
+                   {"type": "input_tokens_per_minute_cache_aware" if rt.cache_aware else "input_tokens_per_minute",
+                    "value": rt.itpm},
                    {"type": "output_tokens_per_minute", "value": rt.otpm}],
     }]
     if cfg.ceiling is not None:
