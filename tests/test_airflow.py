@@ -658,3 +658,20 @@ def test_a_dag_on_claude_platform_on_aws_through_an_aws_connection(dag: dict) ->
         aws = fake.config.aws
         assert aws is not None and aws.refused == [] and aws.signed > 0 and fake.org.records.creates == 1
     assert "fake/secret/key/0001" not in out.stdout + out.stderr
+
+
+def test_the_operator_sends_the_api_version_it_is_given(tmp_path: Path, airflow_home: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`api_version="2026-10-21"` on the operator: the job's calls carry it (the fake records the batch's version)
+    and a line that version refuses is rejected before sending, on the worker as with the CLI."""
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"v{i}") for i in range(5)] + [req("warm", temperature=0.3)])
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        op = GatekeeperSubmitOperator(task_id="v", input_path=str(path), deferrable=False, poll_interval=0.1,
+                                      state_dir=str(tmp_path / "s"), api_version="2026-10-21")
+        summary = op.execute({})
+        assert set(fake.org.records.versions.values()) == {"2026-10-21"}
+    assert (summary["succeeded"], summary["invalid"]) == (5, 1)

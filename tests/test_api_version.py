@@ -91,3 +91,28 @@ def test_the_library_sends_the_version_of_its_config(tmp_path: Path) -> None:
         assert set(fake.org.records.versions.values()) == {NEW}
     with pytest.raises(UsageError, match="API version"):
         ApiConfig(workspace_keys=[Secret(WS1)], api_version="2024-01-01")
+
+
+USAGE_LIMIT = "You have reached your specified API usage limits. You will regain access on 2027-01-01 at 00:00 UTC."
+
+
+@pytest.mark.parametrize("endpoint", ["create", "list"])
+def test_the_usage_limit_stops_any_command_with_one_line_naming_the_date(tmp_path: Path, endpoint: str) -> None:
+    """The account's usage limit (400, api.md §22), on a create or a listing: `submit` and `status` stop with one
+    line naming the date (exit 2), nothing counted failed; once lifted, the same submit finishes every request."""
+    from gatekeeper.testing import Fault
+
+    path, _ = _input(tmp_path)
+    commands = [["status"]] if endpoint == "list" else []  # (status lists; it never creates)
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        fake.inject(Fault(endpoint, status=400, error_type="invalid_request_error", message=USAGE_LIMIT,
+                          times=len(commands) + 1))
+        for cmd in (*commands, ["submit", str(path), *FAST]):
+            stopped = gk(cmd, env_for(fake))
+            lines = [x for x in stopped.stderr.splitlines() if x.strip() and not x.startswith("{")]
+            assert stopped.returncode == 2 and "Traceback" not in stopped.stderr, stopped.stderr[-1500:]
+            assert "2027-01-01" in lines[-1] and len(lines) == 1, lines
+        assert fake.org.records.creates == 0 and not fake.org.records.succeeded
+        done = gk(["submit", str(path), *FAST], env_for(fake))  # (2023-06-01: every line is taken)
+        assert done.returncode == 0 and orjson.loads(done.stdout)["succeeded"] == 9, done.stderr
+        assert set(fake.org.records.succeeded.values()) == {1}
