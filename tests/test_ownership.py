@@ -74,7 +74,10 @@ def judge(fake: FakeAPI, jobs: list[Path], *, creates: int | None = None) -> dic
             assert fake.config.usage != "count" or message["usage"]["input_tokens"] == tokens
     answered = fake.org.records.answered
     sent = sum(len(p.read_bytes().splitlines()) for p in jobs)
-    assert len(answered) == sent and set(answered.values()) == {1}, "a request was answered twice"
+    assert set(answered.values()) == {1}, "a request was answered twice"
+    # (a request whose line was kept apart may never have been sent: its batch, found by listing, was another's
+    # and usage, an estimate, could not say so; nothing is sent again on it)
+    assert sent - sum(kept.values()) <= len(answered) <= sent, (len(answered), sent, kept)
     assert fake.org.records.creates == (len(jobs) if creates is None else creates), "a batch was created twice"
     return kept
 
@@ -276,7 +279,11 @@ def test_a_kill_between_the_steps_still_joins_only_our_answers(tmp_path: Path, p
         rerun = gk(["submit", str(jobs[0]), *FLAGS, *extra], env)
         out, err = b.communicate(timeout=120)
         theirs = ended((b.returncode, out, err))
-        judge(fake, jobs)
+        # (killed as its body went out, A's batch may never have been created; without a ledger, B's batch, alone
+        # with A's ids, cannot be told from A's but by usage, an estimate: A keeps it apart rather than send again)
+        created = fake.org.records.creates
+        kept = judge(fake, jobs, creates=created)
+        assert created == 2 or (not ledger and created == 1 and kept[jobs[0]] == N)
     a = ended(rerun)["adoptions"]
     if ledger:
         assert (a is None or a["unproven"] == []) and (theirs["adoptions"] is None or theirs["adoptions"]["unproven"] == [])

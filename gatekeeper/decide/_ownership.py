@@ -25,7 +25,11 @@ The rule. A batch is given back (`foreign`) only on positive evidence that it is
   `SPREAD` = 40% of the median: four times an estimate error of 10%), its billing varies from request to request,
   and it does not rise with our counts (rank correlation below `MIN_RANK`). Where our lengths spread that widely,
   our own batch's billing rises with them whatever its offset, scale or estimate error.
-Without such evidence a candidate is not given back: a constant, zero or absent usage never gives one back, and
+Evidence (a), (b) and (d) rests on usage held against `count_tokens`, which the API calls an estimate: it ranks
+candidates (the others are set aside when one is taken), and never decides that none is ours, which would send our
+batch again: when none bills as our requests, reconciliation waits out the listing's grace for ours, then keeps the
+nearest, unproven (`_reconcile.compared`).
+Without such evidence a candidate is not set aside either: a constant, zero or absent usage never gives one back, and
 neither does a billing that merely fails to correlate with our prompts. `count_tokens` is an estimate, off by a few
 percent per request with images, documents and tools; for templated prompts of nearly equal length that error
 alone breaks any correlation (an earlier rule gave our own batch back on it, and it was sent again, billed twice),
@@ -105,7 +109,6 @@ class Relation:
 
 class Fit(str, enum.Enum):
     FITS = "fits"
-    MISFITS = "misfits"
     UNCLEAR = "unclear"
 
 
@@ -207,7 +210,7 @@ def choose(evidence: Mapping[str, Sequence[Pair]], nearest_first: Sequence[str],
             return Choice(winner, tuple(c for c in nearest_first if c != winner), True, "it alone bills as our requests")
     foreign = [c for c, ps in weighed.items() if fitted[c] is None and ((usable and _fails(ps, usable)) or unrelated(ps))]
     left = [c for c in nearest_first if c not in foreign]
-    if not left:
+    if not left:  # (ours may not be listed yet; if it never is, usage being an estimate, the nearest is kept apart)
         return Choice(None, tuple(foreign), False, "none of them bills as our requests")
     if len(left) == 1:
         c = left[0]
@@ -303,9 +306,6 @@ def _basis(proven: bool, learned: bool, others_failed: bool) -> str:
 
 
 def verdict(pairs: Sequence[Pair], *, sampled: int, learned: Mapping[str, Relation] | None = None) -> Fit:
-    """A lone candidate's verdict: FITS (proven ours), MISFITS (evidence (b) or (d): another's) or UNCLEAR
-    (unproven)."""
-    choice = choose({"c": pairs}, ["c"], sampled=sampled, learned=learned)
-    if choice.ours is None:
-        return Fit.MISFITS
-    return Fit.FITS if choice.proven else Fit.UNCLEAR
+    """A lone candidate's verdict: FITS (proven ours) or UNCLEAR (unproven: its answers kept apart). Never
+    another's on usage alone: giving it back would send ours again on an estimate."""
+    return Fit.FITS if choose({"c": pairs}, ["c"], sampled=sampled, learned=learned).proven else Fit.UNCLEAR

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,14 +106,20 @@ def nearest_first(candidates: Iterable[dict[str, Any]], sent_at: float) -> list[
 
 
 def compared(choice: Choice, candidates: tuple[dict[str, Any], ...], *, sent_at: float, listed_at: float,
-             grace: float) -> Decision:
+             grace: float, with_our_ids: Sequence[str] = ()) -> Decision:
     """After every candidate's results were read whole and weighed (`_ownership.choose`): adopt the one chosen.
-    When none can be ours, ours was not created only if the listing was read `grace` after the send; before that
-    it may simply not have been listed yet (a rival's batch was), so wait."""
+    When none can be ours, wait until a listing read `grace` after the send (ours may not have been listed yet).
+    Then, if no candidate carries our custom_ids, ours was not created (exact evidence): abandon, to send it again.
+    If some do but their usage bills unlike our requests, that is an estimate's word, never a reason to send ours
+    again: the nearest of them (`with_our_ids`, nearest first) is kept, unproven (its answers kept apart)."""
     if choice.ours is not None:
         how = choice.basis or ("its results fit our requests" if choice.proven else "the results cannot tell it from another's")
         return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == choice.ours), how,
                         "results" if choice.proven else "unproven")
-    if _grace_over(sent_at, listed_at, grace):
-        return Decision(Action.ABANDON, reason="no candidate's results are ours")
-    return Decision(Action.WAIT, candidates, "no candidate's results are ours, and ours may not be listed yet")
+    if not _grace_over(sent_at, listed_at, grace):
+        return Decision(Action.WAIT, candidates, "no candidate's results are ours, and ours may not be listed yet")
+    if with_our_ids:
+        return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == with_our_ids[0]),
+                        "none bills as our requests, but usage is an estimate: the nearest with our custom_ids is "
+                        "kept apart, nothing sent again", "unproven")
+    return Decision(Action.ABANDON, reason="no candidate carries our custom_ids")

@@ -43,7 +43,7 @@ from ._settings import SubmitSettings
 
 
 class _NotOurs(Exception):  # (control flow inside the collector, never raised past it)
-    """An ended batch adopted by listing proved another job's (its custom_ids or its billing): given back."""
+    """An ended batch adopted by listing carries custom_ids not ours: another job's, given back."""
 
     def __init__(self, why: str) -> None:
         super().__init__(why)
@@ -201,12 +201,9 @@ class Collector:
     @staticmethod
     def _judge(sample: dict[str, tuple[str, bytes]], counts: dict[str, int] | None,
                billed: dict[str, int], learned: dict[str, Relation]) -> str:
-        """A listing adoption's proof from its own results ("results" or "unproven"); raises _NotOurs on evidence
-        that it is another job's."""
-        pairs = pairs_of(sample, counts or {}, billed)
-        v = verdict(pairs, sampled=len(sample), learned=learned)
-        if v is Fit.MISFITS:
-            raise _NotOurs("its usage was billed for another job's prompts")
+        """A listing adoption's proof from its own results: "results" or "unproven" (never given back on usage, an
+        estimate: only custom_ids not ours give a batch back)."""
+        v = verdict(pairs_of(sample, counts or {}, billed), sampled=len(sample), learned=learned)
         return "results" if v is Fit.FITS else "unproven"
 
     async def _reopen(self, row: BatchRow, why: str) -> None:

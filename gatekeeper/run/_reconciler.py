@@ -83,12 +83,13 @@ class Reconciler(Part):
         self.emit("weighed", {"batch": row.idx, "candidates": len(d.candidates), "with_our_ids": len(same),
                               "compared": {k: len(v) for k, v in evidence.items()}, "counted": len(counts),
                               "learned": sorted(learned or {})})
-        choice = choose(evidence, [k for k in nearest_first(d.candidates, sent_at) if k in same],
-                        sampled=len(ours.sample), learned=learned or {})
-        if choice.foreign:
+        with_ids = [k for k in nearest_first(d.candidates, sent_at) if k in same]
+        choice = choose(evidence, with_ids, sampled=len(ours.sample), learned=learned or {})
+        if choice.foreign and choice.ours is not None:  # (set aside only beside the one taken: usage ranks, never more)
             self.journal.adoptions.foreign(choice.foreign)
             self.emit("not_ours", {"batch": row.idx, "ids": list(choice.foreign), "why": "its usage is another's prompts"})
-        return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=self.s.reconcile_grace)
+        return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=self.s.reconcile_grace,
+                        with_our_ids=with_ids)
 
     async def _read(self, batch: dict[str, Any], ours: Ours) -> Results | None:
         """A candidate's results; missing past the grace from its end, a candidate that cannot be weighed."""
