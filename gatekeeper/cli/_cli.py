@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from .._errors import ExitCode, GatekeeperError, UsageError
 from .._typing import TYPE_CHECKING
-from .._wire import API_KEY_VARIABLE, API_VERSION, API_VERSION_VARIABLE, API_VERSIONS, EXTRA_KEYS_VARIABLE
+from .._wire import API_KEY_VARIABLE, API_VERSION, API_VERSION_VARIABLE, EXTRA_KEYS_VARIABLE
 from ._parser import build_parser
 from ._render import render_plan, render_plan_brief, render_status, render_summary, retry_line, status_report
 
@@ -46,6 +46,7 @@ FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "
          "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS",
          "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
          "lease_ttl": "--lease-ttl", "platform": "--platform (or GATEKEEPER_PLATFORM)",
+         "api_version": "--api-version (or GATEKEEPER_API_VERSION)",
          "aws_region": "AWS_REGION", "aws_workspace": "ANTHROPIC_AWS_WORKSPACE_ID",
          "aws_credentials": "AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or "
                             "ANTHROPIC_AWS_API_KEY"}
@@ -97,8 +98,6 @@ def _limits(args: argparse.Namespace) -> Limits:
     from ..input._sizing import Limits
 
     version = getattr(args, "api_version", None) or os.environ.get(API_VERSION_VARIABLE, "").strip() or API_VERSION
-    if version not in API_VERSIONS:
-        raise UsageError(f"GATEKEEPER_API_VERSION {version!r}: use {' or '.join(API_VERSIONS)}", setting="api_version")
     try:
         return Limits(max_requests=args.max_requests, max_bytes=args.max_bytes, api_version=version)
     except ValueError as exc:

@@ -15,7 +15,7 @@ from operator import add
 
 from .._errors import UsageError
 from .._typing import TYPE_CHECKING
-from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION
+from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION, API_VERSIONS
 
 if TYPE_CHECKING:
     from ..state._records import PendingRow
@@ -65,6 +65,8 @@ class Limits:
         if not ENVELOPE_BYTES + 2 <= self.max_bytes <= API_MAX_BYTES:
             raise UsageError(f"max_bytes must be between {ENVELOPE_BYTES + 2} and {API_MAX_BYTES}, got {self.max_bytes}",
                              setting="max_bytes")
+        if self.api_version not in API_VERSIONS:
+            raise UsageError(f"API version {self.api_version!r}: use {' or '.join(API_VERSIONS)}", setting="api_version")
 
 
 class Packer:

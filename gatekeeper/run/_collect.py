@@ -139,8 +139,9 @@ class Collector:
             batch = await self.api.retrieve_batch(str(row.batch_id))
             if batch.get("archived_at") or not batch.get("results_url"):
                 return self._results_missing(row, batch)
-            weigh = await self._to_weigh(row, snap)
-            held = (self.journal.adoptions.of(row.idx) or {}).get("proof") == "unproven"
+            proof = (self.journal.adoptions.of(row.idx) or {}).get("proof")  # (None: our create was answered)
+            weigh = await self._to_weigh(row, snap) if proof == "listing" else None
+            held = proof == "unproven"
             async with self.ctx.write_lock:  # (the real-time lane commits between settlements, never inside one)
                 start = self.journal.outcomes.committed_output()
                 with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
@@ -175,13 +176,10 @@ class Collector:
                 obj = orjson.loads(line)
                 self.on_result(obj["custom_id"], obj["result"])
 
-    async def _to_weigh(self, row: BatchRow, snap: Snapshot | None) -> dict[str, Relation] | None:
+    async def _to_weigh(self, row: BatchRow, snap: Snapshot | None) -> dict[str, Relation]:
         """For a batch adopted by listing alone: this job's billing relations to weigh it by ({} when none can be
-        learned; `_NotYet` when one will be, so it waits for it). None: nothing to weigh. When the listing shows
-        another batch that could be ours, `_Reopen`: reconciliation compares them all."""
-        adopted = self.journal.adoptions.of(row.idx)
-        if not adopted or adopted.get("proof") != "listing":
-            return None
+        learned; `_NotYet` when one will be, so it waits for it). When the listing shows another batch that could be
+        ours, `_Reopen`: reconciliation compares them all."""
         if snap is not None:
             theirs, _ = others_in_flight(await self.ledger.reservations(), self.ledger.owner)
             rivals = candidates_for(row.requests, row.intent_at or 0.0, snap.listed.values(),

@@ -56,7 +56,7 @@ class DeadlineKeeper(Part):
         """The lane's projections start from this job's own requests: their models, and the mean cost of the first
         few."""
         self.sampled = True
-        self.lane.models = {str(m) for m in ((self.journal.get_meta("report") or {}).get("models") or {})}
+        self.lane.paces.models = {str(m) for m in ((self.journal.get_meta("report") or {}).get("models") or {})}
         rows = self.journal.batches()
         costs = []
         for _, _, body, _ in self._requests_of(rows[0]) if rows else ():
@@ -64,7 +64,7 @@ class DeadlineKeeper(Part):
             if len(costs) >= n:
                 break
         if costs and not self.lane.sent:
-            self.lane.mean_cost = Cost(sum(c.input for c in costs) // len(costs), sum(c.output for c in costs) // len(costs))
+            self.lane.paces.mean_cost = Cost(sum(c.input for c in costs) // len(costs), sum(c.output for c in costs) // len(costs))
 
     async def steer(self, snap: Snapshot) -> None:
         if not self.sampled:
@@ -92,17 +92,17 @@ class DeadlineKeeper(Part):
         """Read the limits of each of the job's models the lane has not measured, with the smallest call there is
         (one output token); at most `MAX_PROBES` a model. Its cost is journaled with the lane's."""
         lane = self.lane
-        for model in sorted(m for m in lane.models if m not in lane.limits and not lane.pace(m).learned):
+        for model in sorted(m for m in lane.paces.models if m not in lane.paces.limits and not lane.paces.pace(m).learned):
             if self.probes.get(model, 0) >= MAX_PROBES:
                 continue
             self.probes[model] = self.probes.get(model, 0) + 1
             call = await send_message(self.api, orjson.dumps(probe_params(model)), stream=False)
             if call.kind is Kind.ACCOUNT and call.error is not None:
                 raise call.error
-            lane.pace(model).observe(call.headers, self.clock())
+            lane.paces.pace(model).observe(call.headers, self.clock())
             usage = call.message.get("usage") if call.message else None
             self.journal.lane.probed(model, usage if isinstance(usage, dict) else None)
-            self.emit("realtime_probe", {"model": model, "measured": lane.pace(model).learned,
+            self.emit("realtime_probe", {"model": model, "measured": lane.paces.pace(model).learned,
                                          "why": "the batch lane is projected to miss the deadline; the lane's limits "
                                                 "are read before anything live is canceled"})
 
@@ -123,9 +123,9 @@ class DeadlineKeeper(Part):
         spans = [*self.canceled_spans.values(), *(project(b, now, 0.0) - b.created for b in live if b.done)]
         turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.s.turnaround, self.stalled,
                           spans)
-        return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.seconds_for,
+        return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.paces.seconds_for,
                      queued=j.lane.unanswered(), slack=self.s.deadline_slack, returned=returned,
-                     measured=self.lane.measured)
+                     measured=self.lane.paces.measured)
 
     async def _cancel(self, row: BatchRow) -> None:
         if self._refused_by_budget(sum(self._worst(body, line) for line, _, body, _ in self._requests_of(row)), row.requests):

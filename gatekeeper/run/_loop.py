@@ -111,7 +111,7 @@ class Job(Part):
         ceiling, batch_size = await self.preparation.prepare()
         self.admitter.ceiling, self.admitter.batch_size = ceiling, batch_size
         if self.keeper is not None:
-            self.lane.limits = self.preparation.realtime_limits
+            self.lane.paces.limits = self.preparation.realtime_limits
 
     # -- the loop -----------------------------------------------------------
 

@@ -24,12 +24,13 @@ import orjson
 from .._errors import ApiError
 from ..api._messages import Call, Kind, send_message
 from ..decide._headroom import ModelLimits
-from ..decide._pacing import RAMP_START, Cost, Pace, lane_seconds, must_stream
+from ..decide._pacing import Cost, Pace, must_stream
 from ..decide._settle import errored_line, stop_of, usage_of
 from ..state._realtime import Answer, LaneRow
 from ._beside import first_error
 from ._checkpoints import reached
 from ._inputs import read_at
+from ._paces import Paces
 from ._part import Part, RunContext
 
 ANSWER_LOST = "gatekeeper_answer_lost"
@@ -48,9 +49,7 @@ class RealtimeLane(Part):
         super().__init__(ctx)
         self.write_lock, self.on_result, self.rand = write_lock, on_result, rand
         self.drained = anyio.Event()  # set when nothing is left to send or commit (the run's wait ends on it)
-        self.paces: dict[str, Pace] = {}
-        self.limits = limits or {}  # model -> its limits from the Admin API, when a key could read them
-        self.models: set[str] = set()  # the job's models (the keeper names them): projections weigh only theirs
+        self.paces = Paces(self.clock, limits)  # each model's pace, and what they project
         self.out_now: set[int] = set()  # lines with a call out
         # answers received, to commit; each call's slot among the IN_FLIGHT is held until its answer is committed, so
         # what waits in memory (a settlement holding the write lock) never grows past the calls allowed out
@@ -58,54 +57,15 @@ class RealtimeLane(Part):
         self.limiter: anyio.Semaphore | None = None
         self.wake = anyio.Event()
         self.paced = anyio.Event()  # a call's outcome changed a pace: the dispatcher waiting on one looks again
-        self.mean_cost = Cost(1000, 1024)  # until requests are sent: a guess the keeper replaces from the input
-        self.billed = (0, 0)  # answers with a usage, and the input tokens the input limit counted for them
         self.sent = 0
         self.stop = stop  # the run's stop: from the moment it is asked for, nothing new is sent
         self.answered = 0  # answers committed by this run
         self.refusal: ApiError | None = None  # the account was refused: nothing more is sent, the run stops on it
         self.told_at = 0.0
 
-    def pace(self, model: str) -> Pace:
-        if model not in self.paces:
-            self.paces[model] = self._fresh(model)
-        return self.paces[model]
-
-    def _fresh(self, model: str | None) -> Pace:
-        """A model's pace before any call: its limits from the Admin API, else the lowest tier's."""
-        p = Pace(self.clock())
-        if model in self.limits:
-            p.seed(*self.limits[model])
-        return p
-
-    def _job_paces(self) -> list[Pace]:
-        return [self.pace(m) for m in sorted(self.models)] or list(self.paces.values()) or [self._fresh(None)]
-
-    def per_second(self) -> float:
-        """Requests a second the lane sustains for this job's requests (the slowest of its models' limits: from the
-        answers' headers, else the Admin API's, else the lowest tier's)."""
-        return min(p.per_second(self._projected_cost()) for p in self._job_paces())
-
-    def _projected_cost(self) -> Cost:
-        """A request's cost for projections: its input as the answers so far were billed (the up-front charge is a
-        bound, given back on answer), else as estimated from its size."""
-        n, tokens = self.billed
-        return Cost(tokens // n, self.mean_cost.output) if n else self.mean_cost
-
     def busy(self) -> bool:
         """Whether calls are out or answers wait to be committed (a stop waits for them)."""
         return bool(self.out_now or self.answers)
-
-    @property
-    def measured(self) -> bool:
-        """Whether the projection rests on known limits for each of the job's models (the Admin API's, or an
-        answer's headers), not on the lowest tier's assumed ones."""
-        return bool(self.models) and all(m in self.limits or self.pace(m).learned for m in self.models)
-
-    def seconds_for(self, n: float) -> float:
-        """Seconds the lane needs for `n` of this job's requests, from where its ramp stands."""
-        ramp = min((p.ramp for p in self.paces.values()), default=RAMP_START)
-        return lane_seconds(n, self.per_second(), ramp)
 
     async def settle(self, grace: float) -> None:
         """Once the run is stopping (nothing new has been sent since the stop was asked for): wait up to `grace`
@@ -173,7 +133,7 @@ class RealtimeLane(Part):
         model, max_tokens = str(params.get("model")), int(params.get("max_tokens") or 1)
         cost = Cost(int(row.length / BYTES_PER_TOKEN_BOUND), max_tokens)
         self._costs(cost)
-        pace = self.pace(model)
+        pace = self.paces.pace(model)
         while (wait := pace.wait(cost, self.clock())) > 0:
             with anyio.move_on_after(min(wait, 5.0)):  # (an answer gives back what its start over-charged: look again)
                 await self.paced.wait()
@@ -193,8 +153,8 @@ class RealtimeLane(Part):
     def _costs(self, cost: Cost) -> None:
         """The mean cost of the requests sent, for the lane's projections (a running mean)."""
         self.sent += 1
-        m = self.mean_cost
-        self.mean_cost = Cost(m.input + (cost.input - m.input) // self.sent, m.output + (cost.output - m.output) // self.sent)
+        m = self.paces.mean_cost
+        self.paces.mean_cost = Cost(m.input + (cost.input - m.input) // self.sent, m.output + (cost.output - m.output) // self.sent)
 
     async def _call(self, row: LaneRow, body: bytes, stream: bool, pace: Pace, cost: Cost,
                     limiter: anyio.Semaphore) -> None:
@@ -216,12 +176,10 @@ class RealtimeLane(Part):
             assert call.message is not None
             result = {"type": "succeeded", "message": call.message}
             usage = usage_of(result)
-            # (the input the limit counted: cache reads too under an input_tokens_per_minute limit)
-            reads = usage[4] if pace.reads_count else 0
-            billed = (usage[1] + usage[3] + reads, usage[2]) if isinstance(call.message.get("usage"), dict) else None
+            billed = _counted(usage, pace.reads_count) if isinstance(call.message.get("usage"), dict) else None
             pace.answered(call.headers, cost, billed, now)  # (no usage: nothing given back; the headers say)
             if billed is not None:
-                self.billed = (self.billed[0] + 1, self.billed[1] + billed[0])
+                self.paces.answered(billed[0])
             return self._final(row, result, "succeeded", None, usage, stop_of(result))
         if call.kind is Kind.LIMITED:
             pace.refused(call.headers, call.retry_after, now)
@@ -232,34 +190,36 @@ class RealtimeLane(Part):
             self.emit("realtime_refused", {"custom_id": row.custom_id, "why": call.detail,
                                            "policy": "the account was refused: nothing more is sent; the request "
                                                      "stays queued for the next run"})
-            self.journal.lane.again(row.line, lost=False)
-            self.out_now.discard(row.line)
-            self.wake.set()
-            return False
+            return self._again(row, lost=False)
         elif call.kind is Kind.REFUSED:
             pace.observe(call.headers, now)
             et = call.error.error_type if call.error is not None and call.error.error_type else "invalid_request_error"
-            raw = orjson.loads(errored_line(row.custom_id, et, call.detail))["result"]
-            return self._final(row, raw, "errored", et, (None, 0, 0, 0, 0, 0), None)
+            return self._errored(row, et, call.detail)
         else:
             pace.failed(now, self.rand(), overloaded=call.kind is Kind.OVERLOADED)
         if call.kind is Kind.LOST and row.lost >= 1:
             return self._lost_twice(row)
         if call.kind not in (Kind.LIMITED, Kind.UNSENT) and row.calls + 1 >= MAX_CALLS:
-            raw = orjson.loads(errored_line(row.custom_id, "api_error", f"{MAX_CALLS} calls failed: {call.detail}"))["result"]
-            return self._final(row, raw, "errored", "api_error", (None, 0, 0, 0, 0, 0), None)
-        self.journal.lane.again(row.line, lost=call.kind is Kind.LOST)
+            return self._errored(row, "api_error", f"{MAX_CALLS} calls failed: {call.detail}")
         if call.kind is Kind.LOST:
             self.emit("realtime_lost", {"custom_id": row.custom_id, "why": call.detail,
                                         "policy": "sent once more; counted as a possible double charge"})
+        return self._again(row, lost=call.kind is Kind.LOST)
+
+    def _again(self, row: LaneRow, *, lost: bool) -> bool:
+        """The request goes back to the queue for another call (`lost`: counted as a possible double charge)."""
+        self.journal.lane.again(row.line, lost=lost)
         self.out_now.discard(row.line)
         self.wake.set()
         return False
 
     def _lost_twice(self, row: LaneRow) -> bool:
-        raw = orjson.loads(errored_line(row.custom_id, ANSWER_LOST, "its answer was lost twice; it may have been "
-                                        "processed (and billed) twice: not sent again"))["result"]
-        return self._final(row, raw, "errored", ANSWER_LOST, (None, 0, 0, 0, 0, 0), None)
+        return self._errored(row, ANSWER_LOST, "its answer was lost twice; it may have been processed (and billed) "
+                             "twice: not sent again")
+
+    def _errored(self, row: LaneRow, error_type: str, message: str) -> bool:
+        raw = orjson.loads(errored_line(row.custom_id, error_type, message))["result"]
+        return self._final(row, raw, "errored", error_type, (None, 0, 0, 0, 0, 0), None)
 
     def _final(self, row: LaneRow, result: dict[str, Any], kind: str, error_type: str | None,
                usage: tuple[str | None, int, int, int, int, int], stop: str | None) -> bool:
@@ -305,6 +265,12 @@ class RealtimeLane(Part):
         if self.clock() - self.told_at >= TELL_EVERY or not self.out_now:  # (every few seconds, and when all came in)
             self.told_at = self.clock()
             self.emit("realtime_answered", {"requests": self.answered, "left": self.journal.lane.unanswered()})
+
+
+def _counted(usage: tuple[Any, ...], reads_count: bool) -> tuple[int, int]:
+    """(input tokens the input limit counted, output tokens) of an answer's usage: cache reads only under an
+    input_tokens_per_minute limit (the cache-aware type does not count them)."""
+    return usage[1] + usage[3] + (usage[4] if reads_count else 0), usage[2]
 
 
 def _kept(row: LaneRow, raw: bytes) -> tuple[Answer, dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -158,25 +159,27 @@ def adoptions(j: Journal) -> dict[str, Any] | None:
 
 def spent_usd(j: Journal, prices: PriceTable) -> float | None:
     """What the results committed so far cost: the batch lane's at batch prices, the real-time lane's at standard
-    prices (twice as much)."""
-    batch, realtime = _cost(j.outcomes.usage_by_model(False), prices), _cost(j.outcomes.usage_by_model(True), prices)
-    probes = _cost([(m, tin, tout, 0, 0, 0) for m, (_, tin, tout) in j.lane.probes().items()], prices)
-    if batch is None or realtime is None or probes is None:
-        return None
-    return round(batch + (realtime + probes) / BATCH_DISCOUNT, 6)
+    prices (twice as much); None when an answered model has no price (never a wrong number)."""
+    return _spent(j, lambda rows: _cost(rows, prices))
 
 
 def budget_spent(j: Journal, prices: PriceTable) -> float:
     """What the budget counts as spent: `spent_usd`, with an answer whose model has no price counted at the table's
     dearest (never as free), and every real-time call whose answer was lost counted at its worst case (it may have
     been processed and billed)."""
-    def cost(rows: list[tuple[Any, ...]]) -> float:
-        return sum(prices.cost_at_most(m, tin or 0, tout or 0, tcc or 0, tcr or 0, t1h or 0)
-                   for m, tin, tout, tcc, tcr, t1h in rows)
+    spent = _spent(j, lambda rows: sum(prices.cost_at_most(m, tin or 0, tout or 0, tcc or 0, tcr or 0, t1h or 0)
+                                       for m, tin, tout, tcc, tcr, t1h in rows))
+    assert spent is not None
+    return round(spent + j.lane.lost_worst(), 6)
 
+
+def _spent(j: Journal, cost: Callable[[list[tuple[Any, ...]]], float | None]) -> float | None:
+    """Both lanes' committed usage and the limit probes, each priced by `cost` (the real-time lane's at double)."""
     batch, realtime = cost(j.outcomes.usage_by_model(False)), cost(j.outcomes.usage_by_model(True))
     probes = cost([(m, tin, tout, 0, 0, 0) for m, (_, tin, tout) in j.lane.probes().items()])
-    return round(batch + (realtime + probes) / BATCH_DISCOUNT + j.lane.lost_worst(), 6)
+    if batch is None or realtime is None or probes is None:
+        return None
+    return round(batch + (realtime + probes) / BATCH_DISCOUNT, 6)
 
 
 def lanes(j: Journal, prices: PriceTable) -> dict[str, Any]:
