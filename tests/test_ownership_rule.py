@@ -112,6 +112,28 @@ def test_usage_ranks_candidates_and_never_decides_that_none_is_ours(world: str) 
     assert (d.action, d.proof, [b["id"] for b in d.candidates]) == (Action.ADOPT, "unproven", ["a"])
 
 
+@pytest.mark.parametrize("with_learned", [False, True])
+@pytest.mark.parametrize("world", list(WORLDS))
+@pytest.mark.parametrize("ours_first", [True, False])
+def test_two_candidates_with_our_ids(world: str, with_learned: bool, ours_first: bool) -> None:
+    """Ours and another job's, our custom_ids on both: told apart wherever the usage follows the prompt, relative
+    to each other; elsewhere the nearest is taken, unproven, and neither is given back."""
+    evidence = {"ours": pairs(world, OURS), "theirs": pairs(world, THEIRS)}
+    order = ["ours", "theirs"] if ours_first else ["theirs", "ours"]
+    got = choose(evidence, order, sampled=24, learned=learned(world) if with_learned else None)
+    if world in INFORMATIVE:
+        assert (got.ours, got.foreign, got.proven) == ("ours", ("theirs",), True)
+    else:
+        assert (got.ours, got.foreign, got.proven) == (order[0], (), False)
+
+
+@pytest.mark.parametrize("world", list(WORLDS))
+def test_two_candidates_with_our_prompts_cannot_be_told_apart(world: str) -> None:
+    """Another job with our prompts and our ids: the nearest is taken, and nothing claims proof."""
+    got = choose({"a": pairs(world, OURS), "b": pairs(world, OURS)}, ["b", "a"], sampled=24, learned=learned(world))
+    assert got == Choice("b", (), False, got.basis)
+
+
 def _set_aside_beside_a_rival(mine: list[Pair], learned_from: list[Pair] | None) -> bool:
     """Whether our batch is set aside when another job's batch (prompts of unrelated lengths) is listed beside it."""
     rng = random.Random(len(mine))

@@ -76,12 +76,8 @@ async def submit(
         if continue_only and not journal.initialized:
             raise JobMissing(f"no job {journal.job!r} was prepared in {journal.where}", where=journal.where)
         results_at = out_path(settings, journal)
-        if spooled and journal.job:
-            adopt_spool(path, journal)
-        elif spooled and not journal.initialized:
-            spool(source, path)  # type: ignore[arg-type]
-        elif spooled:
-            check_respool(source, path, journal)  # type: ignore[arg-type]
+        if spooled:
+            _spool_for(source, path, journal)
         config = kept_version(config, journal)
         if ledger is None:
             ledger = open_ledger(settings.ledger, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
@@ -107,6 +103,16 @@ async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_onl
     await _stoppable(stop, job.prepare)
     await ledger.release_all()  # (the run that continues the job claims it again)
     return job.summary()
+
+
+def _spool_for(source: Source, path: str, journal: Journal) -> None:
+    """An iterable input as the job's file: a shared journal's own spool, a new job's, or a rerun's checked."""
+    if journal.job:
+        adopt_spool(path, journal)
+    elif not journal.initialized:
+        spool(source, path)  # type: ignore[arg-type]
+    else:
+        check_respool(source, path, journal)  # type: ignore[arg-type]
 
 
 def kept_version(config: ApiConfig, journal: Journal) -> ApiConfig:

@@ -21,21 +21,9 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
     fake = h.server.fake
     cfg = fake.config
     version = h.headers.get("anthropic-version")
-    raw = h.read_body(cfg.max_body_bytes)
-    if raw is None:
-        return h.send_body(413, b'{"error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}')
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return h.send_api_error(400, f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict) or set(body) - {"requests"}:
-        return h.send_api_error(400, "requests: Field required" if not isinstance(body, dict) or "requests" not in body
-                           else f"{sorted(set(body) - {'requests'})[0]}: Extra inputs are not permitted")
-    requests = body.get("requests")
-    if not isinstance(requests, list) or not requests:
-        return h.send_api_error(400, "requests: List should have at least 1 item after validation")
-    if len(requests) > cfg.max_requests:
-        return h.send_api_error(400, f"requests: List should have at most {cfg.max_requests} items after validation")
+    requests = _envelope(h, cfg.max_body_bytes, cfg.max_requests)
+    if requests is None:
+        return None
     seen: set[str] = set()
     items: list[tuple[str, str]] = []
     prompts: list[tuple[int, str]] = []
@@ -69,20 +57,49 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
         if why:
             doomed[i] = why
     result = fake.org.create(workspace, items, frozenset(bad), doomed, prompts, points)
-    if not isinstance(result, dict):
-        fake.org.records.versions[result.id] = version or ""
     if isinstance(result, dict):
-        headers = {}
-        if cfg.queue_retry_after is not None:
-            # Simulated seconds, like all of the fake's timing, sent as the real seconds a client waits.
-            real = cfg.queue_retry_after / cfg.speed if cfg.speed > 0 else cfg.queue_retry_after
-            headers["retry-after"] = str(max(1, math.ceil(real)))
-        return h.send_api_error(429, cfg.queue_message.format(limit=result["limit"]), headers=headers)
+        return _queue_full(h, result["limit"])
+    fake.org.records.versions[result.id] = version or ""
     if h.pending_drop:
         return h.drop()  # committed, but the answer is lost
     if h.pending_delay:
         time.sleep(h.pending_delay)  # committed; the answer is late (a client may die waiting)
     h.send_json(200, batch_json(fake.org, result, fake.results_base))
+
+
+def _envelope(h: Wire, max_body: int, max_requests: int) -> list[Any] | None:
+    """The create body's requests, checked as the API checks the envelope at once; None once refused."""
+    raw = h.read_body(max_body)
+    if raw is None:
+        h.send_body(413, b'{"error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}')
+        return None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        h.send_api_error(400, f"request body is not valid JSON: {exc}")
+        return None
+    if not isinstance(body, dict) or set(body) - {"requests"}:
+        h.send_api_error(400, "requests: Field required" if not isinstance(body, dict) or "requests" not in body
+                         else f"{sorted(set(body) - {'requests'})[0]}: Extra inputs are not permitted")
+        return None
+    requests = body.get("requests")
+    if not isinstance(requests, list) or not requests:
+        h.send_api_error(400, "requests: List should have at least 1 item after validation")
+        return None
+    if len(requests) > max_requests:
+        h.send_api_error(400, f"requests: List should have at most {max_requests} items after validation")
+        return None
+    return requests
+
+
+def _queue_full(h: Wire, limit: int) -> None:
+    """The 429 of a full queue (its retry-after in simulated seconds, sent as the real seconds a client waits)."""
+    cfg = h.server.fake.config
+    headers = {}
+    if cfg.queue_retry_after is not None:
+        real = cfg.queue_retry_after / cfg.speed if cfg.speed > 0 else cfg.queue_retry_after
+        headers["retry-after"] = str(max(1, math.ceil(real)))
+    h.send_api_error(429, cfg.queue_message.format(limit=limit), headers=headers)
 
 
 def _visible(h: Wire, workspace: str, batch_id: str | None) -> FakeBatch | None:
