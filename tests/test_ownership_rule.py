@@ -136,7 +136,7 @@ def test_two_candidates_with_our_prompts_cannot_be_told_apart(world: str) -> Non
 
 def _set_aside_beside_a_rival(mine: list[Pair], learned_from: list[Pair] | None) -> bool:
     """Whether our batch is set aside when another job's batch (prompts of unrelated lengths) is listed beside it."""
-    rng = random.Random(len(mine))
+    rng = random.Random(f"rival-{mine[0].counted}")  # (never the generator of our own counts)
     theirs = [Pair(M, p.counted, 60 + rng.randint(0, 600)) for p in mine]
     rel = learn(learned_from) if learned_from else None
     return "ours" in choose({"ours": mine, "theirs": theirs}, ["theirs", "ours"], sampled=24, learned=rel).foreign
