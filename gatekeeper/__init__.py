@@ -30,11 +30,12 @@ _EXPORTS: dict[str, str] = {
     "preflight": "run._submit",
     "SubmitSettings": "run._settings", "Summary": "run._summary", "DryRun": "run._summary", "Canceled": "run._summary",
     "CanceledBatch": "run._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
+    "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run._results",
     # errors
     "GatekeeperError": "_errors", "ExitCode": "_errors", "UsageError": "_errors", "Unreachable": "_errors",
-    "LedgerError": "_errors", "InputError": "_errors", "OutputError": "_errors", "JournalError": "_errors",
+    "LedgerError": "_errors", "CredentialsError": "_errors", "TokenExpired": "_errors", "InputError": "_errors", "OutputError": "_errors", "JournalError": "_errors",
     "Interrupted": "_errors", "TransportError": "_errors", "ApiError": "_errors", "AuthenticationError": "_errors",
     "NotFoundError": "_errors", "RequestTooLarge": "_errors", "SpendLimitReached": "_errors", "RateLimited": "_errors",
     "QueueFull": "_errors", "ServerError": "_errors", "BadRequest": "_errors", "CreateOutcomeUnknown": "_errors",
@@ -63,6 +64,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         AuthenticationError,
         BadRequest,
         CreateOutcomeUnknown,
+        CredentialsError,
         DuplicateJob,
         ExitCode,
         GatekeeperError,
@@ -80,6 +82,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         RequestTooLarge,
         ServerError,
         SpendLimitReached,
+        TokenExpired,
         TransportError,
         Unreachable,
         UsageError,
@@ -87,6 +90,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from ._prices import PriceTable, Rates, load_prices
     from .api._aws import AwsPlatform
     from .api._config import ApiConfig, Secret
+    from .api._credentials import BearerToken, Federation, ProfileLogin
     from .api._retry import RetryPolicy
     from .input._batches import Batch, Request, iter_batches
     from .input._planner import BatchPlan, PlanReport, plan

@@ -3,6 +3,7 @@
     GatekeeperError
     ├── UsageError              bad setting or environment (exit 2); JobMissing: a job to continue is not there
     │   ├── Unreachable         the API could not be reached before anything was sent (exit 2)
+    │   ├── CredentialsError    no credential, or one the token endpoint refuses (exit 2)
     │   ├── LedgerError         the shared ledger cannot be opened or reached (exit 2)
     │   ├── DuplicateJob        the same input is live in another job (exit 2)
     │   └── JobLive             the named job is held by another host's unexpired lease (exit 2)
@@ -14,6 +15,7 @@
     ├── IncompleteDownload      a results download failed verification; retried, nothing used
     ├── ApiError                the API answered with an error status
     │   ├── AuthenticationError 401/403: the key is wrong or lacks permission
+    │   │   └── TokenExpired    401 for an access token now dropped: sent again with a fresh one, nothing was made
     │   ├── NotFoundError       404
     │   ├── RequestTooLarge     413 from the edge
     │   ├── SpendLimitReached   402, spend cap 429, usage limit 400: the account's, retrying cannot help (exit 2)
@@ -63,6 +65,10 @@ class UsageError(GatekeeperError):
 
 class Unreachable(UsageError):
     """No answer from the API's URL before anything was sent: the URL or the network is wrong."""
+
+
+class CredentialsError(UsageError):
+    """No credential could be read, or the token endpoint refused the one given: one line naming what to fix."""
 
 
 class LedgerError(UsageError):
@@ -142,6 +148,11 @@ class AuthenticationError(ApiError):
     setting: str | None = None
 
     exit_code = ExitCode.USAGE
+
+
+class TokenExpired(AuthenticationError):
+    """A 401 for an access token that expired on the way (the server refused the call: nothing was made). The token
+    is dropped and a fresh one exchanged; what was refused may be sent again, once."""
 
 
 class NotFoundError(ApiError):

@@ -13,3 +13,6 @@ API_MAX_BYTES = 256_000_000
 # The environment variables that hold workspace keys: the first as the SDKs name it, the second this tool's own.
 API_KEY_VARIABLE = "ANTHROPIC_API_KEY"
 EXTRA_KEYS_VARIABLE = "ANTHROPIC_EXTRA_WORKSPACE_KEYS"
+# Any of these set may mean a credential (`api._credentials` reads them in the SDK's order); a profile on disk too.
+CREDENTIAL_VARIABLES = (API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE, "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE",
+                        "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_CONFIG_DIR")

@@ -25,10 +25,10 @@ EXPECTED = {
     # submitting
     "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "preflight", "SubmitSettings", "Summary", "ApiConfig", "AwsPlatform",
     "DryRun", "Canceled", "CanceledBatch",
-    "Secret", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",
+    "Secret", "BearerToken", "Federation", "ProfileLogin", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
-    "JournalError", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",
+    "JournalError", "CredentialsError", "TokenExpired", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",
     "RequestTooLarge", "SpendLimitReached", "RateLimited", "QueueFull", "ServerError", "BadRequest",
     "CreateOutcomeUnknown", "IncompleteDownload", "DuplicateJob", "JobLive", "JobMissing",
 }
@@ -39,7 +39,7 @@ def test_all_is_pinned_and_resolves() -> None:
     assert set(gatekeeper.__all__) == EXPECTED
     assert all(hasattr(gatekeeper, name) for name in gatekeeper.__all__)
     assert set(gatekeeper.testing.__all__) == {"DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeModel", "FakeRealtime", "Fault",
-                                               "Outcome", "prompt_of",
+                                               "Outcome", "prompt_of", "FakeFederation", "FakeRule", "identity_token",
                                                "Records", "count_tokens"}
 
 

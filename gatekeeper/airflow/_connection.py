@@ -2,11 +2,14 @@
 
 password: the workspace key; host: an optional base URL (a gateway); extra: `admin_key` (to read the queue's ceiling)
 and `extra_workspace_keys` (a list, or a comma-separated string: the other workspaces whose queued requests count).
-The keys become `Secret`s here and go nowhere else: the trigger is handed the connection id, never a key.
+Workload identity federation instead of a key: extra `identity_token_file`, `federation_rule_id`, `organization_id`
+(optionally `service_account_id`, `workspace_id`, `extra_workspace_ids`). The keys become `Secret`s here and go
+nowhere else: the trigger is handed the connection id, never a key or a token.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .._errors import UsageError
@@ -21,17 +24,46 @@ def api_config(conn_id: str, password: str | None, host: str | None, extra: dict
     optional short-term key; else the AWS credential chain, extra `profile`)."""
     if conn_type == "aws" or extra.get("platform") == "aws":
         return _aws_config(conn_id, password, host, extra, login, conn_type == "aws")
+    if not (password or "").strip() and extra.get("federation_rule_id"):
+        return _federation_config(conn_id, host, extra)
     if not (password or "").strip():
-        raise UsageError(f"Airflow connection {conn_id!r} has no API key (its password field)", setting="conn_id")
+        raise UsageError(f"Airflow connection {conn_id!r} has no API key (its password field) and no federation "
+                         "(extra identity_token_file, federation_rule_id, organization_id)", setting="conn_id")
     others = extra.get("extra_workspace_keys") or ""
     if isinstance(others, (list, tuple)):
         others = ",".join(str(k) for k in others)
     admin = str(extra.get("admin_key") or "").strip()
+    return ApiConfig(workspace_keys=workspace_keys(password, str(others)), admin_key=Secret(admin) if admin else None,
+                     base_url=_base(host))
+
+
+def _base(host: str | None) -> str:
     base = (host or "").strip() or DEFAULT_BASE_URL
     if "://" not in base:
         base = "https://" + base  # (the Anthropic provider's Base URL field may hold a bare host)
-    return ApiConfig(workspace_keys=workspace_keys(password, str(others)), admin_key=Secret(admin) if admin else None,
-                     base_url=base.rstrip("/"))
+    return base.rstrip("/")
+
+
+def _federation_config(conn_id: str, host: str | None, extra: dict[str, Any]) -> ApiConfig:
+    """Workload identity federation named in the extra: the identity token's file (read by the worker and the
+    triggerer at every exchange: it must be there on both), the rule, the organization; optionally the service
+    account, the workspace and the other workspaces to read."""
+    from ..api._credentials import Federation
+
+    def text(key: str) -> str | None:
+        return str(extra.get(key) or "").strip() or None
+
+    path, rule, org = text("identity_token_file"), text("federation_rule_id"), text("organization_id")
+    if not (path and rule and org):
+        raise UsageError(f"Airflow connection {conn_id!r}: federation needs identity_token_file, federation_rule_id "
+                         "and organization_id in its extra", setting="conn_id")
+    others = extra.get("extra_workspace_ids") or ""
+    ids = others if isinstance(others, (list, tuple)) else str(others).split(",")
+    admin = text("admin_key")
+    return ApiConfig(credential=Federation(rule, org, identity_file=Path(path), service_account_id=text(
+                         "service_account_id"), workspace_id=text("workspace_id"), source=f"connection {conn_id!r}"),
+                     workspace_ids=tuple(dict.fromkeys(str(w).strip() for w in ids if str(w).strip())),
+                     admin_key=Secret(admin) if admin else None, base_url=_base(host))
 
 
 def _aws_config(conn_id: str, password: str | None, host: str | None, extra: dict[str, Any], login: str | None,

@@ -46,6 +46,7 @@ class ApiClient(HttpCalls):
         the body may have arrived (timeouts, resets, 5xx, a dropped answer).
         """
         url = self.url_of("/v1/messages/batches")
+        generation = await self.authenticated()  # (a token endpoint out of reach: TransportError, nothing sent)
         whole = body if isinstance(body, bytes) else None  # (a streamed body is signed by its digest: `body_sha256`)
         headers = self.request_headers(url, {"content-type": "application/json"}, method="POST", body=whole,
                                 body_sha256=body_sha256)
@@ -63,7 +64,7 @@ class ApiClient(HttpCalls):
             err = error_from_response(response, "create", creating=True)
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
         if response.status_code >= 300:
-            error = error_from_response(response, "create", creating=True, label=self.label, aws=self.on_aws)
+            error = self.error_of(response, "create", generation, creating=True)  # (TokenExpired: nothing made)
             if not isinstance(error, QueueFull):
                 self._slow_down(error)  # a queue-full wait is the caller's: it does not slow reads
             raise error

@@ -12,10 +12,11 @@ from urllib.parse import urlsplit
 
 from .._errors import UsageError
 from .._typing import TYPE_CHECKING
-from .._wire import API_KEY_VARIABLE, API_VERSION, API_VERSION_VARIABLE, API_VERSIONS, EXTRA_KEYS_VARIABLE
+from .._wire import API_VERSION, API_VERSION_VARIABLE, API_VERSIONS, EXTRA_KEYS_VARIABLE
 
 if TYPE_CHECKING:
     from ._aws import AwsPlatform
+    from ._credentials import Credential
 
 PLATFORMS = ("anthropic", "aws")
 PLATFORM_VARIABLE = "GATEKEEPER_PLATFORM"
@@ -85,6 +86,10 @@ class ApiConfig:
     aws: AwsPlatform | None = None  # Claude Platform on AWS (`AwsPlatform.from_env`): its base URL, workspace, auth
     # the anthropic-version sent on every call; None: the one the job started with, else 2023-06-01 (`version`)
     api_version: str | None = None
+    # without keys: a credential that mints access tokens (`_credentials`: a bearer token, a profile, federation),
+    # for its own workspace and for each of `workspace_ids` (the others it acts on, read for the queue's depth)
+    credential: Credential | None = None
+    workspace_ids: tuple[str, ...] = ()
 
     @property
     def platform(self) -> str:
@@ -126,14 +131,50 @@ class ApiConfig:
             # (SigV4 sends no key: the placeholder names the workspace, for the job's name and the ledger's scope)
             key = aws.api_key or Secret(f"sigv4:{aws.scope}")
             return cls(workspace_keys=[key], base_url=aws.base_url, aws=aws, api_version=version)
+        from ._credentials import extra_workspaces, find_credentials
+
         admin = (environ.get("ANTHROPIC_ADMIN_KEY") or "").strip()
+        found = find_credentials(environ)  # (the SDK's order: a key, a bearer token, a profile, federation)
+        keys = workspace_keys(found.keys[0] if found.keys else None, environ.get(EXTRA_KEYS_VARIABLE))
         return cls(
-            workspace_keys=workspace_keys(environ.get(API_KEY_VARIABLE), environ.get(EXTRA_KEYS_VARIABLE)),
+            workspace_keys=keys if found.credential is None else [],
             admin_key=Secret(admin) if admin else None,
-            base_url=(environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/"),
+            base_url=(environ.get("ANTHROPIC_BASE_URL") or found.base_url or DEFAULT_BASE_URL).rstrip("/"),
             api_version=version,
+            credential=found.credential,
+            workspace_ids=extra_workspaces(environ) if found.credential is not None else (),
         )
 
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.workspace_keys) or self.credential is not None
+
     def require_workspace_key(self) -> None:
-        if not self.workspace_keys:
-            raise UsageError("no workspace key: ApiConfig.workspace_keys is empty")
+        if not self.has_credentials:
+            raise UsageError("no workspace key: ApiConfig.workspace_keys is empty and no credential is given")
+
+    def workspaces(self) -> list[tuple[str | None, str]]:
+        """(workspace id, how messages name it) of each workspace a credential is read for; its own first (None:
+        the one the server picks for it)."""
+        if self.credential is None:
+            return []
+        from ._credentials import describe
+
+        own = getattr(self.credential, "workspace_id", None)
+        ids = [own] + [w for w in self.workspace_ids if w != own]
+        return [(w, f"{'workspace ' + w if w else 'its own workspace'} through {describe(self.credential)}")
+                for w in ids]
+
+    def fingerprint(self) -> str:
+        """What names the job's credential, stable across token rotations (a job's default name has it)."""
+        if self.workspace_keys:
+            return self.workspace_keys[0].fingerprint()
+        from ._credentials import identity_fingerprint
+
+        assert self.credential is not None, "no credential"
+        return identity_fingerprint(self.credential, getattr(self.credential, "workspace_id", None))
+
+    @property
+    def reads(self) -> int:
+        """How many workspaces the queue's depth is read over."""
+        return len(self.workspace_keys) + len(self.workspaces())

@@ -28,6 +28,7 @@ from .._errors import (
     RequestTooLarge,
     ServerError,
     SpendLimitReached,
+    TokenExpired,
     TransportError,
     Unreachable,
     UsageError,
@@ -36,6 +37,7 @@ from .._wire import API_VERSION
 from ._aws import ACTIONS, SERVICE, WORKSPACE_HEADER, SigV4Signer
 from ._config import Secret, origin
 from ._retry import CallBudget, RetryPolicy, is_per_minute_limit, next_delay, parse_retry_after, status_is_retryable
+from ._tokens import Auth, KeyAuth
 
 # Upload of a 256 MB body on a slow link: httpx's write timeout applies per
 # socket write, not to the whole body, so it is not a total deadline. The read
@@ -176,7 +178,7 @@ class HttpCalls:
         self,
         http: httpx.AsyncClient,
         base_url: str,
-        key: Secret,
+        key: Secret | Auth,
         *,
         label: str = "key",
         retry: RetryPolicy | None = None,
@@ -196,9 +198,8 @@ class HttpCalls:
         self.on_retry = on_retry
         self.base_url = base_url.rstrip("/")
         self._origin = origin(self.base_url)
-        self._key = key
+        self.auth: Auth = KeyAuth(key) if isinstance(key, Secret) else key  # a key, or a credential's tokens
         self.label = label  # how messages name this key ("workspace key 2"); never the key itself
-        self.key_fingerprint = key.fingerprint()
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._clock = clock
@@ -232,7 +233,7 @@ class HttpCalls:
         if self._workspace_id is not None:
             headers[WORKSPACE_HEADER] = self._workspace_id
         if self._signer is None:
-            headers["x-api-key"] = self._key.reveal()
+            headers.update(self.auth.headers(headers.get("anthropic-beta")))
             return headers
         return self._signer.headers(method, url, headers, body, body_sha256)
 
@@ -271,12 +272,22 @@ class HttpCalls:
             return response
         raise TransportError(f"{method} {url.split('?', 1)[0]}: more than {MAX_REDIRECTS} redirects", endpoint=url)
 
+    async def authenticated(self) -> int:
+        """Ready to send: a credential's token fresh (exchanged now if due; a token endpoint out of reach mid-job
+        is a `TransportError`, ridden out as any). Returns the token's generation, which a 401 names."""
+        await self.auth.ready()
+        return self.auth.generation
+
     async def _answer(self, method: str, url: str, endpoint: str, *, batch_id: str | None = None, budgeted: bool = True,
                       stream: bool = False, **kw: Any) -> httpx.Response:
         """One try: a success (a stream left open for the caller), `_Retry` when another try may succeed, or the
         error to raise."""
         if budgeted:
             await self._spend()
+        try:
+            generation = await self.authenticated()
+        except TransportError as exc:
+            raise _Retry(exc) from exc
         try:
             response = await self._open(method, url, stream=stream, **kw)
         except httpx.TransportError as exc:
@@ -287,16 +298,24 @@ class HttpCalls:
             await response.aclose()
         if not stream:
             if not self.spoke and not_the_api(response, endpoint):
-                raise self._not_the_api(response, endpoint)
+                raise not_the_api_error(self.base_url, response, endpoint)
             self.spoke = self.spoke or looks_like_api(response)
         if response.status_code < 300:
             return response
-        error = error_from_response(response, endpoint, label=self.label, aws=self.on_aws)
+        error = self.error_of(response, endpoint, generation)
+        if isinstance(error, TokenExpired):
+            raise _Retry(error, 0.0, told=True)  # (once more, with a fresh token)
         self._slow_down(error)
-        if not self._retryable(error, response, batch_id):
+        created = self._created.get(batch_id) if batch_id is not None else None
+        if not retryable(error, response, created, self._clock(), self.retry.not_found_grace):
             raise error
         raise _Retry(error, error.retry_after, response.status_code == 529,
                      told=isinstance(error, RateLimited) and bool(error.retry_after))
+
+    def error_of(self, response: httpx.Response, endpoint: str, generation: int, *, creating: bool = False) -> ApiError:
+        """An error answer mapped (`error_from_response`, then `as_credential_error`)."""
+        error = error_from_response(response, endpoint, creating=creating, label=self.label, aws=self.on_aws)
+        return as_credential_error(self.auth, error, generation)
 
     async def _retried(self, attempt_once: Callable[[], Awaitable[httpx.Response]], endpoint: str, url: str,
                        policy: RetryPolicy) -> httpx.Response:
@@ -311,12 +330,12 @@ class HttpCalls:
             except _Retry as retry:
                 failure, wait, overloaded = retry.error, retry.wait, retry.overloaded
                 if not self.reached and attempt >= 2:  # nothing ever answered: the URL or the network is wrong
-                    raise self._given_up(failure) from None
+                    raise given_up(self.base_url, self.spoke, failure) from None
                 if retry.told:
                     attempt -= 1  # a told wait is not a failure: only max_total bounds it
             delay = next_delay(policy, max(0, attempt - 1), self._rand(), server_wait=wait, overloaded=overloaded)
             if attempt >= policy.max_attempts or self._clock() - started + delay > policy.max_total:
-                raise self._given_up(failure)
+                raise given_up(self.base_url, self.spoke, failure)
             if self._clock() - tried_at + delay >= NOTICE_AFTER:
                 self._notify(endpoint, url, attempt, failure, delay)
             await self._sleep(delay)
@@ -339,26 +358,41 @@ class HttpCalls:
             self.on_retry({"endpoint": endpoint, "url": url.split("?", 1)[0], "attempt": attempt,
                            "reason": str(failure), "retry_in": round(delay, 1)})
 
-    def _given_up(self, failure: Exception) -> Exception:
-        """The error to raise when the retries are spent: before the API ever answered, the base URL is named."""
-        if self.spoke or not isinstance(failure, (TransportError, ServerError)):
-            return failure
-        return Unreachable(f"no answer from the API at {self.base_url} ({failure}); check ANTHROPIC_BASE_URL and "
-                           "the network (a proxy is taken from HTTPS_PROXY)", setting="base_url")
+def retryable(error: ApiError, response: httpx.Response, created: float | None, now: float, grace: float) -> bool:
+    """Whether a read's error may pass with another try: never a spend limit; a 404 only within `grace` of our
+    create (`created`: when it was made, for a read of a batch); else as the status and headers say. Pure."""
+    if isinstance(error, SpendLimitReached):
+        return False
+    if isinstance(error, NotFoundError) and created is not None:
+        return now - created < grace
+    return status_is_retryable(response.status_code, response.headers)
 
-    def _not_the_api(self, response: httpx.Response, endpoint: str) -> UsageError:
-        kind = response.headers.get("content-type", "no content type").split(";")[0]
-        snippet = response.text.strip().replace("\n", " ")[:80]
-        return UsageError(f"{self.base_url} does not answer like the Anthropic API (HTTP {response.status_code} on "
-                          f"{endpoint}, {kind}: {snippet!r}); check ANTHROPIC_BASE_URL", setting="base_url")
 
-    def _retryable(self, error: ApiError, response: httpx.Response, batch_id: str | None) -> bool:
-        if isinstance(error, SpendLimitReached):
-            return False
-        if isinstance(error, NotFoundError) and batch_id is not None:
-            created = self._created.get(batch_id)
-            return created is not None and self._clock() - created < self.retry.not_found_grace
-        return status_is_retryable(response.status_code, response.headers)
+def as_credential_error(auth: Auth, error: ApiError, generation: int) -> ApiError:
+    """A 401 for a credential's token that a fresh one may mend is `TokenExpired` (the token dropped); any other
+    refusal of a credential names the credentials to fix."""
+    if isinstance(auth, KeyAuth) or not isinstance(error, AuthenticationError):
+        return error
+    if error.status == 401 and auth.rejected(generation):
+        return TokenExpired(error.api_message, endpoint=error.endpoint, status=401, error_type=error.error_type,
+                            request_id=error.request_id)
+    error.setting = "credentials"
+    return error
+
+
+def given_up(base_url: str, spoke: bool, failure: Exception) -> Exception:
+    """The error to raise when the retries are spent: before the API ever answered, the base URL is named."""
+    if spoke or not isinstance(failure, (TransportError, ServerError)):
+        return failure
+    return Unreachable(f"no answer from the API at {base_url} ({failure}); check ANTHROPIC_BASE_URL and "
+                       "the network (a proxy is taken from HTTPS_PROXY)", setting="base_url")
+
+
+def not_the_api_error(base_url: str, response: httpx.Response, endpoint: str) -> UsageError:
+    kind = response.headers.get("content-type", "no content type").split(";")[0]
+    snippet = response.text.strip().replace("\n", " ")[:80]
+    return UsageError(f"{base_url} does not answer like the Anthropic API (HTTP {response.status_code} on "
+                      f"{endpoint}, {kind}: {snippet!r}); check ANTHROPIC_BASE_URL", setting="base_url")
 
 
 class _Retry(Exception):  # (control flow between one try and the retry loop, never raised past it)

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import orjson
 
-from .._errors import ApiError, AuthenticationError, SpendLimitReached
+from .._errors import ApiError, AuthenticationError, CredentialsError, SpendLimitReached, TokenExpired, TransportError
 from ._client import ApiClient
-from ._http import _CONNECT_FAILURES, error_from_response
+from ._http import _CONNECT_FAILURES
 from ._retry import parse_retry_after
 
 MESSAGE_TIMEOUT = httpx.Timeout(connect=15.0, read=600.0, write=120.0, pool=600.0)
@@ -50,6 +50,13 @@ class Call:
 async def send_message(api: ApiClient, body: bytes, *, stream: bool) -> Call:
     """One call with `body` (a Messages request's params, `stream` already set when it streams)."""
     url = api.url_of("/v1/messages")
+    try:
+        generation = await api.authenticated()
+    except TransportError as exc:
+        return Call(Kind.UNSENT, {}, detail=str(exc))
+    except CredentialsError as exc:  # (the account's: every call would be refused alike)
+        return Call(Kind.ACCOUNT, {}, error=AuthenticationError(str(exc), endpoint="messages", status=401),
+                    detail=str(exc))
     sent = {"content-type": "application/json", **({"accept": "text/event-stream"} if stream else {})}
     headers = api.request_headers(url, sent, method="POST", body=body)  # (signed as sent: `accept` among them)
     try:
@@ -58,7 +65,7 @@ async def send_message(api: ApiClient, body: bytes, *, stream: bool) -> Call:
             got = {k.lower(): v for k, v in response.headers.items()}
             if response.status_code >= 300:
                 await response.aread()
-                return _failure(response, got, api)
+                return _failure(response, got, api, generation)
             message = await (_assemble(response.aiter_lines()) if stream else _whole(response))
     except _CONNECT_FAILURES as exc:
         return Call(Kind.UNSENT, {}, detail=type(exc).__name__)
@@ -72,8 +79,10 @@ def probe_params(model: str) -> dict[str, Any]:
     return {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
 
 
-def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient) -> Call:
-    error = error_from_response(response, "messages", label=api.label, aws=api.on_aws)
+def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient, generation: int) -> Call:
+    error = api.error_of(response, "messages", generation)
+    if isinstance(error, TokenExpired):  # refused before it was read: as if unsent, and a fresh token is coming
+        return Call(Kind.UNSENT, headers, detail=str(error))
     status = response.status_code
     kind = Kind.ACCOUNT if isinstance(error, AuthenticationError | SpendLimitReached) else Kind.LIMITED \
         if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 else Kind.REFUSED

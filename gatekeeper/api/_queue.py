@@ -23,9 +23,11 @@ from ..decide._headroom import (
 from ._aws import SigV4Signer
 from ._client import ApiClient
 from ._config import ApiConfig
+from ._credentials import identity_fingerprint
 from ._http import RetryNotice, open_http
 from ._reads import rate_limits
 from ._retry import CallBudget, RetryPolicy
+from ._tokens import TokenAuth
 
 # A batch expires 24 h after creation, so one created longer ago than this has
 # ended: listing (newest first) can stop there instead of reading all history.
@@ -59,11 +61,25 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
                       on_retry=on_retry, signer=signer, workspace_id=aws.workspace_id if aws else None,
                       api_version=config.version)
             for i, key in enumerate(config.workspace_keys)
+        ] + [
+            ApiClient(http, config.base_url, auth, label=label, retry=retry, budget=budget, on_retry=on_retry,
+                      api_version=config.version)
+            for auth, label in token_auths(config, http)
         ]
         # (the Admin API keeps the version its fields were written for: gatekeeper reads 2023-06-01's names there)
         admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry, on_retry=on_retry)
                  if config.admin_key else None)  # the Admin API has its own limits
         yield Connection(ws, admin)
+
+
+def token_auths(config: ApiConfig, http: Any) -> list[tuple[TokenAuth, str]]:
+    """A credential's tokens for each workspace it is read for (a federation token is one workspace's: one
+    exchange each), with how messages name them."""
+    cred = config.credential
+    if cred is None:
+        return []
+    return [(TokenAuth(cred, ws, http=http, base_url=config.base_url, fingerprint=identity_fingerprint(cred, ws)),
+             label) for ws, label in config.workspaces()]
 
 
 def _label(config: ApiConfig, i: int) -> str:
@@ -128,4 +144,5 @@ async def read_headroom(conn: Connection, *, ceiling: int | None = None) -> Head
     """One full reading: ceiling and depth over every workspace key."""
     value, source, error = await read_ceiling(conn, ceiling)
     rows = await read_depth(conn)
-    return build_headroom(value, rows, len(conn.workspaces), ceiling_source=source, ceiling_error=error)
+    return build_headroom(value, rows, len(conn.workspaces), ceiling_source=source, ceiling_error=error,
+                          read=[f"ws{i + 1}: {c.label}" for i, c in enumerate(conn.workspaces)])

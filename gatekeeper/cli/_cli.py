@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from .._errors import ExitCode, GatekeeperError, UsageError
 from .._typing import TYPE_CHECKING
-from .._wire import API_KEY_VARIABLE, API_VERSION, API_VERSION_VARIABLE, EXTRA_KEYS_VARIABLE
+from .._wire import API_VERSION, API_VERSION_VARIABLE, CREDENTIAL_VARIABLES
 from ._parser import build_parser
 from ._render import render_plan, render_plan_brief, render_status, render_summary, retry_line, status_report
 
@@ -44,6 +44,8 @@ FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "
          "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port",
          "base_url": "ANTHROPIC_BASE_URL", "admin_key": "ANTHROPIC_ADMIN_KEY",
          "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS",
+         "credentials": "the credentials (docs/credentials.md)", "identity_token": "ANTHROPIC_IDENTITY_TOKEN_FILE",
+         "profile": "ANTHROPIC_PROFILE",
          "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
          "lease_ttl": "--lease-ttl", "platform": "--platform (or GATEKEEPER_PLATFORM)",
          "api_version": "--api-version (or GATEKEEPER_API_VERSION)",
@@ -304,7 +306,7 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
     from ..watch._watch import min_interval, watch
 
     every = args.interval if args.watch is True else float(args.watch)  # (`--watch 5` is `--watch --interval 5`)
-    interval = max(every, min_interval(len(config.workspace_keys), args.max_rpm))
+    interval = max(every, min_interval(config.reads, args.max_rpm))
     tty = sys.stdout.isatty() and not args.json
 
     async def reading() -> dict[str, Any]:
@@ -335,21 +337,31 @@ def _api_config(args: argparse.Namespace) -> ApiConfig:
     from ..api._config import ApiConfig
 
     config = ApiConfig.from_env(os.environ, getattr(args, "platform", None), getattr(args, "api_version", None))
-    if not config.workspace_keys:
-        raise UsageError("set ANTHROPIC_API_KEY to a workspace API key (and ANTHROPIC_EXTRA_WORKSPACE_KEYS, "
-                         "comma-separated, to cover more workspaces of the organization)")
+    if not config.has_credentials:
+        raise UsageError("no credentials: set ANTHROPIC_API_KEY to a workspace API key (ANTHROPIC_EXTRA_WORKSPACE_KEYS "
+                         "for the others), or ANTHROPIC_AUTH_TOKEN, ANTHROPIC_PROFILE, or workload identity federation "
+                         "(ANTHROPIC_IDENTITY_TOKEN_FILE, ANTHROPIC_FEDERATION_RULE_ID, ANTHROPIC_ORGANIZATION_ID): "
+                         "see docs/credentials.md", setting="credentials")
     return config
 
 
 def _optional_api_config(args: argparse.Namespace) -> ApiConfig | None:
     """As `_api_config`, or None when no workspace key is set (`plan` and `status` work without one)."""
     platform = getattr(args, "platform", None) or os.environ.get("GATEKEEPER_PLATFORM")
-    if platform in (None, "", "anthropic") and not (os.environ.get(API_KEY_VARIABLE) or os.environ.get(EXTRA_KEYS_VARIABLE)):
+    if platform in (None, "", "anthropic") and not _may_have_credentials():
         return None  # (without importing the configuration, 33 M instructions of `plan`'s start)
     from ..api._config import ApiConfig
 
     config = ApiConfig.from_env(os.environ, platform, getattr(args, "api_version", None))
-    return config if config.workspace_keys else None
+    return config if config.has_credentials else None
+
+
+def _may_have_credentials() -> bool:
+    """Whether the environment may hold a credential, known without reading one: a variable of the SDK's chain, or
+    a profile in the default config directory."""
+    if any(os.environ.get(v) for v in CREDENTIAL_VARIABLES):
+        return True
+    return os.path.isdir(os.path.join(os.environ.get("HOME") or os.path.expanduser("~"), ".config/anthropic/configs"))
 
 
 def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
@@ -589,7 +601,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
     snap = RunFigures()
     url, server = serve(snap, args.threshold, args.listen, args.port)
-    interval = max(args.interval, min_interval(len(config.workspace_keys), args.max_rpm))
+    interval = max(args.interval, min_interval(config.reads, args.max_rpm))
     read = _status_reader(args, config)
 
     async def readings() -> None:

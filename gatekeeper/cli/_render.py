@@ -62,7 +62,7 @@ def status_report(h: Headroom, reservations: list[Reservation] | None, threshold
         "verdict": state, "detail": detail, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
         "ceiling_error": h.ceiling_error, "depth": h.depth, "remaining": h.remaining,
         "occupancy": None if h.occupancy is None else round(h.occupancy, 4), "threshold": threshold,
-        "workspaces": h.workspaces, "batches": [b.to_json() for b in h.batches],
+        "workspaces": h.workspaces, "read": list(h.read), "batches": [b.to_json() for b in h.batches],
         "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
                     f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
         "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h, platform),
@@ -78,6 +78,7 @@ def render_status(r: dict[str, Any]) -> str:
     out = [f"{r['verdict']:<20} {r['detail']}", f"  ceiling   {ceiling}" + (f" ({why})" if why else ""),
            f"  depth     {r['depth']:,} in {len(batches)} live batch(es), {r['workspaces']} workspace(s)"]
     out += [f"    {b['id']:<34} {b['workspace']:<4} {b['status']:<12} {b['processing']:>9,}" for b in batches[:5]]
+    out += [f"  read      {line}" for line in r.get("read") or []]
     if len(batches) > 5:
         out.append(f"    ... and {len(batches) - 5} more")
     out += [f"  measured: {r['measured']}", f"  inferred: {r['inferred']}"] + [f"  repair: {line}" for line in r["repair"]]

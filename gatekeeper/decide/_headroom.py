@@ -134,6 +134,7 @@ class Headroom:
     workspaces: int = 1
     ceiling_source: str | None = None  # "admin-api", "--ceiling", or None
     ceiling_error: str | None = None  # why the Admin API reading failed, when it did
+    read: tuple[str, ...] = ()  # what each workspace was read through ("workspace key 1", a credential's workspace)
 
     @property
     def remaining(self) -> int | None:
@@ -146,10 +147,11 @@ class Headroom:
 
 def build_headroom(
     ceiling: int | None, rows: Iterable[LiveBatch], workspaces: int, *, ceiling_source: str | None = None,
-    ceiling_error: str | None = None,
+    ceiling_error: str | None = None, read: Sequence[str] = (),
 ) -> Headroom:
     ordered = sorted(rows, key=lambda r: (-r.processing, r.id))
-    return Headroom(ceiling, sum(r.processing for r in ordered), tuple(ordered), workspaces, ceiling_source, ceiling_error)
+    return Headroom(ceiling, sum(r.processing for r in ordered), tuple(ordered), workspaces, ceiling_source, ceiling_error,
+                    tuple(read))
 
 
 def verdict(h: Headroom, threshold: int) -> tuple[str, str]:
@@ -217,5 +219,5 @@ def repair_lines(state: str, h: Headroom, platform: str = "anthropic") -> list[s
 
 SCOPE_CAVEAT = (
     "the ceiling is organization-wide and batches are listed per workspace: this depth is a lower bound unless "
-    "every workspace's key is given (ANTHROPIC_EXTRA_WORKSPACE_KEYS)"
+    "every workspace is read (ANTHROPIC_EXTRA_WORKSPACE_KEYS, or with a credential ANTHROPIC_EXTRA_WORKSPACE_IDS)"
 )

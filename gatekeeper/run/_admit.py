@@ -9,7 +9,15 @@ from typing import Any
 
 import anyio
 
-from .._errors import ApiError, CreateOutcomeUnknown, InputError, QueueFull, RateLimited, TransportError
+from .._errors import (
+    ApiError,
+    CreateOutcomeUnknown,
+    InputError,
+    QueueFull,
+    RateLimited,
+    TokenExpired,
+    TransportError,
+)
 from ..api._http import CREATE_ANSWER_WAIT
 from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ..decide._budget import Spend, body_worst, may_spend
@@ -145,6 +153,11 @@ class Admitter(Part):
         if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
             await check_identity(self.journal, self.path)  # raises if the content changed
         digest = await self._body_digest(row) if self.api.signs_body else None  # (SigV4 signs the body's digest)
+        try:
+            await self.api.authenticated()  # (a token exchanged before the intent: a refusal leaves none to reconcile)
+        except TransportError as exc:
+            self._deferred(row, exc)
+            return None
         reached("before-intent")
         j.mark_intent(row.idx, self.clock(), worst)
         reached("after-intent")
@@ -155,7 +168,7 @@ class Admitter(Part):
         except QueueFull as exc:
             self._refused(row, exc, depth, unseen)
             return None
-        except (RateLimited, TransportError) as exc:
+        except (RateLimited, TransportError, TokenExpired) as exc:  # (refused before it was read: nothing made)
             self._deferred(row, exc)
             return None
         except CreateOutcomeUnknown as exc:
@@ -228,7 +241,7 @@ class Admitter(Part):
             ranges.append(_range((packer.count, packer.size), first, last))
         return ranges
 
-    def _deferred(self, row: BatchRow, exc: RateLimited | TransportError) -> None:
+    def _deferred(self, row: BatchRow, exc: RateLimited | TransportError | TokenExpired) -> None:
         self.journal.back_to_planned(row.idx)
         wait = deferral_wait(getattr(exc, "retry_after", None), self.s.min_backoff, self.s.max_backoff)
         self.backoff_until = self.clock() + wait

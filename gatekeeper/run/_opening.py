@@ -65,7 +65,7 @@ async def locked_journal(state_dir: Path) -> AsyncIterator[Journal]:
 def job_name_of(path: str, config: ApiConfig) -> str:
     """A job's default name: the input's content (any path) sent with the first workspace key."""
     config.require_workspace_key()
-    return default_job_name(hash_file(path), config.workspace_keys[0].fingerprint())
+    return default_job_name(hash_file(path), config.fingerprint())
 
 
 @asynccontextmanager

@@ -62,7 +62,7 @@ class Preparation(Part):
     async def _claim_job(self) -> None:
         """One input, one live job per workspace: refused when the shared ledger knows another live run of it."""
         digest = (self.journal.get_meta("input") or {}).get("sha256", "")
-        job = f"{digest}:{self.api.key_fingerprint}"
+        job = f"{digest}:{self.api.auth.fingerprint}"
         info = {"host": socket.gethostname(), "state_dir": os.path.abspath(self.journal.state_dir), "pid": os.getpid()}
         other = await self.ledger.claim_job(job, info)
         if other is None:

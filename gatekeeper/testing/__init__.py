@@ -9,7 +9,8 @@
 
 from ._aws import FakeAws
 from ._model import DEFAULT_MODELS, FakeConfig, FakeModel, FakeRealtime, Outcome, Records
+from ._oauth import FakeFederation, FakeRule, identity_token
 from ._server import FakeAPI, Fault, count_tokens, prompt_of
 
-__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeModel", "FakeRealtime", "Fault", "Outcome", "Records",
-           "count_tokens", "prompt_of"]
+__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeFederation", "FakeModel", "FakeRealtime",
+           "FakeRule", "Fault", "Outcome", "Records", "count_tokens", "identity_token", "prompt_of"]

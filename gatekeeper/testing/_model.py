@@ -22,10 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._aws import FakeAws
 from ._cache import CachePoint, PromptCache, Usage, billed_as
+
+if TYPE_CHECKING:
+    from ._oauth import FakeFederation
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 DAY = 86_400.0
@@ -140,6 +143,7 @@ class FakeConfig:
     check_models: bool = True  # at processing, error requests for unknown or batch-less models, or max_tokens too high
     models_api: str = "ok"  # "ok"; "404" or "500": every Models API and count_tokens path answers so (a proxy without it)
     cache_wave: int | None = None  # requests of a batch processed concurrently (None: the whole batch at once)
+    federation: FakeFederation | None = None  # the token endpoint, bearer calls, keys refused when asked (`_oauth`)
     aws: FakeAws | None = None  # Claude Platform on AWS: SigV4 (or short-term keys) and a workspace header, no Admin API
     realtime: FakeRealtime = field(default_factory=FakeRealtime)  # POST /v1/messages: its limits and roughness
     usage: str = "count"  # what a succeeded request is billed and reports against count_tokens (`billed_as`):

@@ -23,6 +23,7 @@ from .._errors import UsageError
 from . import _endpoints as batches
 from ._aws import check
 from ._model import FakeConfig, Organization
+from ._oauth import bearer_workspace, token_endpoint
 from ._realtime import Lane, serve_message
 from ._wire import BATCH_ENDPOINTS, Fault, Faults, Wire, count_tokens, prompt_of, version_refusal
 
@@ -72,6 +73,8 @@ class _Handler(Wire):
             return self.send_api_error(404, f"no route for {self.command} {urlsplit(self.path).path}")
         if self.injected(endpoint):
             return
+        if endpoint == "token":
+            return token_endpoint(self)
         key = self.api_key()
         if not self.headers.get("anthropic-version"):
             if self.command == "POST":
@@ -85,12 +88,24 @@ class _Handler(Wire):
             if key not in cfg.admin_keys:
                 return self.send_api_error(401, "invalid x-api-key")
             return workspace_rate_limits(self, arg) if endpoint == "workspace_rate_limits" else org_rate_limits(self)
-        workspace = cfg.workspaces.get(key or "")
-        if workspace is None:
+        workspace = self._workspace_of(key)
+        if not isinstance(workspace, str):
             if self.command == "POST":
                 self.read_body()
-            return self.send_api_error(401, "invalid x-api-key")
+            return self.send_api_error(*workspace)
         ROUTES[endpoint](self, workspace, arg)
+
+    def _workspace_of(self, key: str | None) -> str | tuple[int, str]:
+        """The workspace a call acts on, by its key or bearer token; or (status, why) it is refused."""
+        cfg = self.server.fake.config
+        fed = cfg.federation
+        if key in cfg.workspaces:
+            if fed is not None and fed.keys_refused:
+                return 401, "API keys are not accepted by this organization: use workload identity federation"
+            return cfg.workspaces[key]
+        if fed is not None and key and self.headers.get("x-api-key") is None:
+            return bearer_workspace(self, fed, key)
+        return 401, "invalid x-api-key"
 
     def _serve_aws(self, endpoint: str, arg: str | None, admin: bool) -> None:
         """Claude Platform on AWS: the signature (or a short-term key) and the workspace checked, no Admin API."""

@@ -315,6 +315,8 @@ class Wire(BaseHTTPRequestHandler):
             return "count_tokens", None
         if path == "/v1/messages" and self.command == "POST":
             return "messages", None
+        if path == "/v1/oauth/token" and self.command == "POST":
+            return "token", None
         m = _WS_LIMITS.match(path)
         if m:
             return "workspace_rate_limits", m.group(1)

@@ -1,0 +1,347 @@
+"""Authenticating each call: a workspace key as it is, or an access token minted from a credential (`_credentials`)
+and kept fresh for as long as the job runs.
+
+When to exchange again (`refresh_due`, pure) follows the SDK's token cache: 120 s before expiry a new token is
+asked for and a failure keeps the old one (advisory); 30 s before, it must be had (mandatory). A token that lives
+less than four minutes is asked for again at half and a quarter of its life instead, so a token of seconds is not
+exchanged before every call and still never goes out expired. A 401 drops the token that was sent, once: the call
+is made again with a fresh one, and a 401 for that one too is a refusal. Tokens are `Secret`s, held in memory only.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+
+from .._errors import CredentialsError, TransportError
+from ._config import Secret, origin
+from ._credentials import IDENTITY_TOKEN, IDENTITY_TOKEN_FILE, BearerToken, Credential, Federation, ProfileLogin
+
+OAUTH_BETA = "oauth-2025-04-20"  # on every call made with an OAuth or federation token
+FEDERATION_BETA = "oidc-federation-2026-04-01"  # on jwt-bearer exchanges only
+TOKEN_PATH = "/v1/oauth/token"  # noqa: S105 (a path)
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+ADVISORY, MANDATORY = 120.0, 30.0
+EXCHANGE_TIMEOUT = httpx.Timeout(30.0)
+MAX_ASSERTION = 16 * 1024  # a JWT from a real issuer is under 4 KiB: more is a key or a certificate named by mistake
+MAX_SHOWN = 256  # characters of a token endpoint's error kept: its bodies can echo what was sent
+
+
+class Due(enum.Enum):
+    KEEP = "keep"
+    ADVISORY = "advisory"  # ask for a new one; on failure keep this one
+    MANDATORY = "mandatory"  # a new one or nothing
+
+
+def refresh_due(now: float, expires_at: float | None, life: float | None) -> Due:
+    """Whether a token expiring at `expires_at` (None: never), which lived `life` seconds, must be exchanged. Pure."""
+    if expires_at is None:
+        return Due.KEEP
+    span = life if life and life > 0 else ADVISORY * 2
+    left = expires_at - now
+    if left > min(ADVISORY, span / 2):
+        return Due.KEEP
+    return Due.ADVISORY if left > min(MANDATORY, span / 4) else Due.MANDATORY
+
+
+def jwt_expiry(token: str) -> float | None:
+    """The `exp` claim of a JWT (unix seconds), read without verifying anything; None when it has none. Pure."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        return float(claims["exp"])
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Minted:
+    token: Secret
+    expires_in: float | None  # seconds from when it was asked for; None: no expiry known
+
+
+class KeyAuth:
+    """A workspace key, sent as `x-api-key`: nothing to exchange, nothing to refresh."""
+
+    refreshable = False
+
+    def __init__(self, key: Secret) -> None:
+        self.key = key
+        self.fingerprint = key.fingerprint()
+        self.generation = 0
+
+    async def ready(self) -> None:
+        return None
+
+    def headers(self, beta: str | None) -> dict[str, str]:
+        return {"x-api-key": self.key.reveal()}
+
+    def rejected(self, generation: int) -> bool:
+        return False
+
+
+class TokenAuth:
+    """One credential's access token for one workspace: minted when first needed, exchanged again ahead of expiry
+    (one exchange at a time), dropped once on a 401. `clock` measures expiry; `wall` reads a profile's `expires_at`."""
+
+    def __init__(self, credential: Credential, workspace: str | None, *, http: httpx.AsyncClient, base_url: str,
+                 fingerprint: str, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.credential, self.workspace = credential, workspace
+        self.refreshable = not isinstance(credential, BearerToken)
+        self.fingerprint = fingerprint
+        self._http, self._base = http, base_url.rstrip("/")
+        self._clock, self._wall = clock, wall
+        self._token: Secret | None = None
+        self._expires_at: float | None = None
+        self._life: float | None = None
+        self._stale = False  # dropped after a 401: the next call waits for a new one
+        self._after_rejection = False  # the current token was minted because a 401 dropped the last
+        self._lock = anyio.Lock()
+        self.generation = 0  # which token a call was sent with (a 401 names it)
+        self.exchanges = 0
+        self.reached = False  # has the token endpoint (or the credential's file) ever given a token
+
+    def _due(self) -> Due:
+        if self._token is None or self._stale:
+            return Due.MANDATORY
+        return refresh_due(self._clock(), self._expires_at, self._life)
+
+    async def ready(self) -> None:
+        """A token fit to send: exchanged now when due (a failure in the advisory window keeps the current one)."""
+        if self._due() is Due.KEEP:
+            return
+        async with self._lock:
+            due = self._due()
+            if due is Due.KEEP:
+                return
+            try:
+                asked = self._clock()
+                minted = await self._mint()
+            except (CredentialsError, TransportError):
+                if due is Due.ADVISORY:
+                    return
+                raise
+            self._keep(minted, asked)
+
+    def _keep(self, minted: Minted, asked: float) -> None:
+        self._after_rejection = self._stale
+        self._token, self._stale = minted.token, False
+        self._life = minted.expires_in
+        self._expires_at = None if minted.expires_in is None else asked + minted.expires_in
+        self.generation += 1
+        self.exchanges += 1
+        self.reached = True
+
+    def headers(self, beta: str | None) -> dict[str, str]:
+        assert self._token is not None, "ready() first"
+        flags = [f.strip() for f in (beta or "").split(",") if f.strip()]
+        out = {"authorization": f"Bearer {self._token.reveal()}",
+               "anthropic-beta": ",".join(flags + ([OAUTH_BETA] if OAUTH_BETA not in flags else []))}
+        if self.workspace is not None and not isinstance(self.credential, Federation):
+            out["anthropic-workspace-id"] = self.workspace  # (a federation token is its workspace's: no header)
+        return out
+
+    def rejected(self, generation: int) -> bool:
+        """A 401 for the token of `generation`: True when a call may be made again with a fresh token (the token is
+        dropped, once); False when the fresh one was refused too, or nothing fresh can be had."""
+        if not self.refreshable:
+            return False
+        if generation != self.generation:
+            return True  # already replaced since that call left
+        if self._after_rejection:
+            return False
+        self._stale = True
+        return True
+
+    async def _mint(self) -> Minted:
+        c = self.credential
+        if isinstance(c, BearerToken):
+            return Minted(c.token, None)
+        if isinstance(c, Federation):
+            return await self._exchange(c)
+        return await self._login(c)
+
+    # -- federation ------------------------------------------------------------
+
+    async def _exchange(self, c: Federation) -> Minted:
+        assertion = self._assertion(c)
+        body: dict[str, Any] = {"grant_type": JWT_BEARER, "assertion": assertion.reveal(),
+                                "federation_rule_id": c.rule_id, "organization_id": c.organization_id}
+        if c.service_account_id:
+            body["service_account_id"] = c.service_account_id
+        workspace = self.workspace or c.workspace_id
+        if workspace:
+            body["workspace_id"] = workspace
+        answer = await self._post(body, f"{OAUTH_BETA},{FEDERATION_BETA}", hint=_rule_hint(c, workspace))
+        return _minted(answer, self._url)
+
+    def _assertion(self, c: Federation) -> Secret:
+        """The identity token, read now (a projected token rotates); one line when it is missing or expired."""
+        where = f"{IDENTITY_TOKEN_FILE} ({c.identity_file})" if c.identity_file else IDENTITY_TOKEN
+        if c.identity_file is not None:
+            try:
+                text = c.identity_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise CredentialsError(f"the identity token cannot be read: {where}: {exc.strerror or exc}",
+                                       setting="identity_token") from None
+        else:
+            assert c.identity_token is not None
+            text = c.identity_token.reveal().strip()
+        if not text:
+            raise CredentialsError(f"the identity token is empty: {where}", setting="identity_token")
+        if len(text.encode()) > MAX_ASSERTION:
+            raise CredentialsError(f"the identity token in {where} is over {MAX_ASSERTION:,} bytes: not a JWT (a key "
+                                   "or a certificate?)", setting="identity_token")
+        exp = jwt_expiry(text)
+        if exp is not None and exp <= self._wall():
+            raise CredentialsError(f"the identity token in {where} expired {self._wall() - exp:,.0f} s ago: whatever "
+                                   "writes it (a projected service account token, a CI runner's OIDC token) has not "
+                                   "renewed it", setting="identity_token")
+        return Secret(text)
+
+    @property
+    def _url(self) -> str:
+        return self._base + TOKEN_PATH
+
+    async def _post(self, body: dict[str, Any], beta: str, *, hint: str) -> dict[str, Any]:
+        """One POST to the token endpoint: its answer, or one line (never an echo of what was sent)."""
+        scheme, host, _ = origin(self._url)
+        if scheme != "https" and host not in ("localhost", "127.0.0.1", "::1"):
+            raise CredentialsError(f"the token endpoint {self._url} is not https: the identity token would travel in "
+                                   "the clear", setting="base_url")
+        from .._version import __version__
+
+        headers = {"content-type": "application/json", "anthropic-beta": beta,
+                   "user-agent": f"gatekeeper/{__version__}"}
+        try:
+            response = await self._http.post(self._url, content=orjson.dumps(body), headers=headers,
+                                             timeout=EXCHANGE_TIMEOUT)
+        except httpx.TransportError as exc:
+            reason = type(exc).__name__
+            if not self.reached:
+                raise CredentialsError(f"cannot reach the token endpoint at {self._url}: {reason}; check "
+                                       "ANTHROPIC_BASE_URL and the network", setting="base_url") from None
+            raise TransportError(f"token exchange ({self._url}): {reason}", endpoint="token") from None
+        if response.status_code == 429 or response.status_code >= 500:
+            raise TransportError(f"token exchange ({self._url}): HTTP {response.status_code}", endpoint="token")
+        if response.status_code >= 300:
+            raise CredentialsError(f"the token endpoint refused the exchange (HTTP {response.status_code}: "
+                                   f"{_shown(response)}){hint}", setting="identity_token")
+        try:
+            answer = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise CredentialsError(f"the token endpoint at {self._url} answered without a JSON object",
+                                   setting="base_url")
+        return answer
+
+    # -- a profile's login -----------------------------------------------------
+
+    async def _login(self, c: ProfileLogin) -> Minted:
+        """The login's access token, read from its file now; refreshed (and written back) when it has expired and
+        the profile has a client id, as the SDK does."""
+        creds = _read_login(c)
+        expires_at = _number(creds.get("expires_at"))
+        left = None if expires_at is None else expires_at - self._wall()
+        token = str(creds.get("access_token") or "")
+        unexpired = left is None or left > 0
+        if token and unexpired and (not c.client_id or ((left is None or left > MANDATORY) and not self._stale)):
+            return Minted(Secret(token), left)  # (without a client id, whatever a daemon last wrote there)
+        if not c.client_id or not creds.get("refresh_token"):
+            raise CredentialsError(f"the login of {c.source} has expired ({c.credentials_file}): log in again",
+                                   setting="profile")
+        body = {"grant_type": "refresh_token", "refresh_token": str(creds["refresh_token"]), "client_id": c.client_id}
+        answer = await self._post(body, OAUTH_BETA, hint=f": log in again to {c.source}")
+        minted = _minted(answer, self._url)
+        creds.update(access_token=minted.token.reveal(), refresh_token=answer.get("refresh_token") or body["refresh_token"],
+                     expires_at=int(self._wall() + (minted.expires_in or 3600)))
+        _write_login(c.credentials_file, creds)  # (a refresh token may rotate: keeping the old one would lose it)
+        return minted
+
+
+def _minted(answer: dict[str, Any], url: str) -> Minted:
+    token, expires = answer.get("access_token"), _number(answer.get("expires_in"))
+    kind = str(answer.get("token_type") or "bearer").lower()
+    if not isinstance(token, str) or not token or kind != "bearer":
+        raise CredentialsError(f"the token endpoint at {url} answered without a bearer access_token",
+                               setting="base_url")
+    return Minted(Secret(token), expires)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _shown(response: httpx.Response) -> str:
+    """What a refusal says, cut: only OAuth's error fields of a JSON body (the rest may echo the assertion)."""
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return response.text.strip()[:MAX_SHOWN] or "no body"
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):  # (the API's envelope)
+        body = {"error": body["error"].get("type"), "error_description": body["error"].get("message")}
+    if not isinstance(body, dict):
+        return "an answer that is not an object"
+    said = " ".join(str(body[k]) for k in ("error", "error_description") if body.get(k))
+    return said[:MAX_SHOWN] or "no reason given"
+
+
+def _rule_hint(c: Federation, workspace: str | None) -> str:
+    hint = (f": check that federation rule {c.rule_id} of organization {c.organization_id} matches the identity "
+            "token's issuer and subject")
+    if workspace is None:
+        hint += " (a rule that enables several workspaces needs ANTHROPIC_WORKSPACE_ID)"
+    return hint
+
+
+def _read_login(c: ProfileLogin) -> dict[str, Any]:
+    path = c.credentials_file
+    try:
+        mode = os.stat(path, follow_symlinks=False).st_mode
+        if os.name == "posix" and mode & 0o077:
+            raise CredentialsError(f"the credentials file of {c.source} ({path}) can be read by others (mode "
+                                   f"{mode & 0o777:#o}): run chmod 600 {path}", setting="profile")
+        data = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise CredentialsError(f"the credentials file of {c.source} cannot be read: {path}: {exc.strerror or exc}",
+                               setting="profile") from None
+    except orjson.JSONDecodeError:
+        raise CredentialsError(f"the credentials file of {c.source} ({path}) is not JSON", setting="profile") from None
+    if not isinstance(data, dict):
+        raise CredentialsError(f"the credentials file of {c.source} ({path}) is not a JSON object", setting="profile")
+    return data
+
+
+def _write_login(path: Path, data: dict[str, Any]) -> None:
+    """Replace a login's credentials file whole (0600), as the SDK does after a refresh."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise CredentialsError(f"the refreshed login cannot be written back to {path}: {exc.strerror or exc}",
+                               setting="profile") from None
+
+Auth = KeyAuth | TokenAuth
