@@ -35,7 +35,8 @@ _EXPORTS: dict[str, str] = {
     "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run._results",
     # errors
     "GatekeeperError": "_errors", "ExitCode": "_errors", "UsageError": "_errors", "Unreachable": "_errors",
-    "LedgerError": "_errors", "CredentialsError": "_errors", "TokenExpired": "_errors", "InputError": "_errors", "OutputError": "_errors", "JournalError": "_errors",
+    "LedgerError": "_errors", "CredentialsError": "_errors", "TokenExpired": "_errors",
+    "InputError": "_errors", "OutputError": "_errors", "JournalError": "_errors",
     "Interrupted": "_errors", "TransportError": "_errors", "ApiError": "_errors", "AuthenticationError": "_errors",
     "NotFoundError": "_errors", "RequestTooLarge": "_errors", "SpendLimitReached": "_errors", "RateLimited": "_errors",
     "QueueFull": "_errors", "ServerError": "_errors", "BadRequest": "_errors", "CreateOutcomeUnknown": "_errors",

@@ -124,3 +124,14 @@ def assert_exactly_once(fake: FakeAPI, out: Path, expected: set[str]) -> None:
     created = [cid for b in fake.org.batches.values() for cid, _ in b.requests]
     assert len(created) == len(set(created)), "a request was created in two batches"
     assert fake.org.records.succeeded_twice == 0
+
+
+def killed_after_a_create_then_rerun(fake: FakeAPI, path: Path, ids: set[str], args: list[str],
+                                     env: dict[str, str]) -> None:
+    """SIGKILL right after the first create was answered, then the same command: exit 0, every line once, nothing
+    created twice."""
+    killed = gk(args, env, crash_at="after-create:1")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    done = gk(args, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)

@@ -17,7 +17,7 @@ import pytest
 from gatekeeper.testing import FakeAws
 from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk
+from tests.runs import assert_exactly_once, events, gk, killed_after_a_create_then_rerun
 
 KEY_ID, SECRET = "AKIAFAKEFAKEFAKE0001", "fake/secret/key/0001"
 FAST = ["--platform", "aws", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
@@ -99,13 +99,8 @@ def test_a_kill_after_a_create_then_a_rerun_on_the_platform(tmp_path: Path) -> N
     nothing is created twice."""
     path, ids = _job(tmp_path, 45)
     with running_fake(ceiling=1000, rate=5000, aws=FakeAws()) as fake:
-        env = aws_env(fake.url, tmp_path)
         args = ["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "15"]
-        killed = gk(args, env, crash_at="after-create:1")
-        assert killed.returncode == -9, killed.stderr[-2000:]
-        done = gk(args, env)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+        killed_after_a_create_then_rerun(fake, path, ids, args, aws_env(fake.url, tmp_path))
         assert fake.org.records.creates == 3
 
 

@@ -60,6 +60,8 @@ class ApiClient(HttpCalls):
         except httpx.TransportError as exc:
             raise CreateOutcomeUnknown(f"create: {type(exc).__name__} after the body was sent: the batch may exist") from exc
         self.reached = True
+        if response.status_code < 300:
+            self.auth.accepted(generation)
         if response.status_code >= 500:
             err = error_from_response(response, "create", creating=True)
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err

@@ -162,8 +162,7 @@ class ApiConfig:
 
         own = getattr(self.credential, "workspace_id", None)
         ids = [own] + [w for w in self.workspace_ids if w != own]
-        return [(w, f"{'workspace ' + w if w else 'its own workspace'} through {describe(self.credential)}")
-                for w in ids]
+        return [(w, f"{describe(self.credential)} for {'workspace ' + w if w else 'its workspace'}") for w in ids]
 
     def fingerprint(self) -> str:
         """What names the job's credential, stable across token rotations (a job's default name has it)."""

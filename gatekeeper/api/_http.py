@@ -301,6 +301,7 @@ class HttpCalls:
                 raise not_the_api_error(self.base_url, response, endpoint)
             self.spoke = self.spoke or looks_like_api(response)
         if response.status_code < 300:
+            self.auth.accepted(generation)
             return response
         error = self.error_of(response, endpoint, generation)
         if isinstance(error, TokenExpired):

@@ -66,6 +66,7 @@ async def send_message(api: ApiClient, body: bytes, *, stream: bool) -> Call:
             if response.status_code >= 300:
                 await response.aread()
                 return _failure(response, got, api, generation)
+            api.auth.accepted(generation)
             message = await (_assemble(response.aiter_lines()) if stream else _whole(response))
     except _CONNECT_FAILURES as exc:
         return Call(Kind.UNSENT, {}, detail=type(exc).__name__)

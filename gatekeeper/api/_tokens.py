@@ -92,6 +92,9 @@ class KeyAuth:
     def rejected(self, generation: int) -> bool:
         return False
 
+    def accepted(self, generation: int) -> None:
+        return None
+
 
 class TokenAuth:
     """One credential's access token for one workspace: minted when first needed, exchanged again ahead of expiry
@@ -163,9 +166,14 @@ class TokenAuth:
         if generation != self.generation:
             return True  # already replaced since that call left
         if self._after_rejection:
-            return False
+            return False  # (a token minted after a 401, refused before any call with it was accepted)
         self._stale = True
         return True
+
+    def accepted(self, generation: int) -> None:
+        """A call with the token of `generation` was accepted: a later 401 for it is an expiry again, not a refusal."""
+        if generation == self.generation:
+            self._after_rejection = False
 
     async def _mint(self) -> Minted:
         c = self.credential

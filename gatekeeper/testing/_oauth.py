@@ -44,6 +44,7 @@ class Issued:
     workspaces: tuple[str, ...]
     expires_at: float | None  # on the fake's clock (real seconds); None: never
     federated: bool  # a federation token acts on its one workspace; the header cannot switch it
+    issued_at: float = 0.0
 
 
 @dataclass
@@ -51,6 +52,7 @@ class FakeFederation:
     rules: dict[str, FakeRule] = field(default_factory=lambda: {"fdrl_fake_1": FakeRule()})
     token_life: float = 600.0  # seconds an access token lives
     keys_refused: bool = False  # the organization takes no API keys (workload identity only)
+    tokens_revoked: bool = False  # every bearer call is refused, however fresh its token (a service account disabled)
     bearer_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)  # static token -> its workspaces
     refresh_tokens: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # -> (client id, workspaces)
     issued: dict[str, Issued] = field(default_factory=dict)
@@ -120,7 +122,7 @@ def _issue(h: Wire, fed: FakeFederation, workspaces: tuple[str, ...], grant: str
            **extra: Any) -> None:
     token = new_id("sk-ant-oat01-", h.server.fake.id_rng)
     now = h.server.fake.org.clock()
-    fed.issued[token] = Issued(workspaces, now + fed.token_life, federated)
+    fed.issued[token] = Issued(workspaces, now + fed.token_life, federated, now)
     fed.exchanges.append({"grant": grant, "workspace": workspaces[0], "jti": extra.pop("jti", None), "at": now})
     h.send_json(200, {"access_token": token, "token_type": "Bearer", "expires_in": max(1, int(fed.token_life)),
                       **extra})
@@ -152,7 +154,7 @@ def bearer_workspace(h: Wire, fed: FakeFederation, token: str) -> str | tuple[in
         issued = fed.issued.get(token)
         if issued is None and token in fed.bearer_tokens:
             issued = Issued(fed.bearer_tokens[token], None, False)
-        if issued is None:
+        if issued is None or fed.tokens_revoked:
             return 401, "invalid bearer token"
         if OAUTH_BETA not in _flags(h):
             return 401, "OAuth authentication is currently not supported."
