@@ -29,7 +29,7 @@ from gatekeeper.api._tokens import Due, jwt_expiry, refresh_due
 from gatekeeper.testing import FakeFederation, FakeRule, identity_token
 from tests.fakes import WS1, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, gk, killed_after_a_create_then_rerun
+from tests.runs import assert_exactly_once, events, gk, killed_after_a_create_then_rerun
 
 RULE, ORG = "fdrl_fake_1", "org_fake_1"
 FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1"]
@@ -205,12 +205,15 @@ def test_a_job_outlives_tokens_of_seconds_with_a_rotating_identity_token(tmp_pat
         killer = threading.Thread(target=expire, daemon=True)
         killer.start()
         out = tmp_path / "out.jsonl"
-        done = gk(["submit", str(path), "--out", str(out), "--max-requests", "20", *FAST],
+        done = gk(["submit", str(path), "--out", str(out), "--max-requests", "20", "--json", *FAST],
                   federation_env(fake.url, token_file))
         stop.set()
         killer.join()
         assert done.returncode == 0, done.stderr[-3000:]
         assert_exactly_once(fake, out, ids)
+        read = next(e for e in events(done.stderr) if e["event"] == "workspaces")["read"]
+        assert read == ["ws1: workload identity federation (rule fdrl_fake_1, identity token "
+                        f"{token_file}, the environment) for its workspace"]
         assert fed.expired_calls > 0 and len(fed.exchanges) > fed.expired_calls // 4
         assert len({e["jti"] for e in fed.exchanges}) >= 3  # the file was read again at each exchange
         assert fake.org.records.requests_seen.get("create", 0) >= 6

@@ -10,6 +10,7 @@ import anyio
 
 from .._errors import DuplicateJob, InputError, JournalError, UsageError
 from ..api._queue import read_ceiling, read_model_limits
+from ..api._tokens import KeyAuth
 from ..checks._preflight import plan_checked
 from ..decide._admission import batch_size_for
 from ..decide._headroom import ModelLimits
@@ -36,6 +37,8 @@ class Preparation(Part):
         """Read the ceiling; plan the input into the journal, or check it is the same input on resume. The ceiling
         and the batch size the job runs with."""
         await self.api.list_page(limit=1)  # an unreachable API or a refused key stops us before anything is journaled
+        if len(self.conn.workspaces) > 1 or not isinstance(self.api.auth, KeyAuth):  # (what the depth covers)
+            self.emit("workspaces", {"read": [f"ws{i + 1}: {c.label}" for i, c in enumerate(self.conn.workspaces)]})
         self.ceiling, _, error = await read_ceiling(self.conn, self.s.ceiling)
         if self.s.deadline is not None:
             self.realtime_limits = await read_model_limits(self.conn)
