@@ -33,6 +33,9 @@ _EXPORTS: dict[str, str] = {
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run._results",
+    # table jobs (the tables extra: pyarrow)
+    "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._job",
+    "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._job",
     # errors
     "GatekeeperError": "_errors", "ExitCode": "_errors", "UsageError": "_errors", "Unreachable": "_errors",
     "LedgerError": "_errors", "CredentialsError": "_errors", "TokenExpired": "_errors",
@@ -102,3 +105,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .run._submit import cancel, dry_run, job_summary, preflight, submit, submit_sync
     from .run._summary import Canceled, CanceledBatch, DryRun, Summary
     from .state._ledger import Ledger, open_ledger
+    from .tables._job import TablePlan, TableResult, plan_table, submit_table, submit_table_sync
+    from .tables._rows import TableSpec
+    from .tables._template import Template

@@ -25,6 +25,7 @@ EXPECTED = {
     # submitting
     "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "preflight", "SubmitSettings", "Summary", "ApiConfig", "AwsPlatform",
     "DryRun", "Canceled", "CanceledBatch",
+    "submit_table", "submit_table_sync", "plan_table", "TableSpec", "Template", "TableResult", "TablePlan",
     "Secret", "BearerToken", "Federation", "ProfileLogin", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
@@ -43,7 +44,7 @@ def test_all_is_pinned_and_resolves() -> None:
                                                "Records", "count_tokens"}
 
 
-ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "cli"}  # the packages, in the order data flows
+ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "tables", "cli"}  # the packages, in the order data flows
 
 
 def test_implementation_modules_are_private() -> None:

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from ..input._planner import PlanReport
     from ..input._sizing import Limits
     from ..run._settings import SubmitSettings
-    from ..run._summary import Summary
     from ..state._ledger import Reservation
     from ..testing import FakeAws
     from ..watch._exporter import RunFigures
@@ -124,8 +123,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..input._parallel import auto_workers
     from ..input._planner import plan
     from ._render import render_caching, render_deadline
+    from ._tables import is_table_job, plan_table_command
 
-
+    if is_table_job(args):
+        return plan_table_command(args, _limits(args))
     prices = load_prices(args.prices)
     workers = args.workers if args.workers is not None else auto_workers(args.input)
     config = _optional_api_config(args)
@@ -389,10 +390,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     if args.input == "-":
         raise UsageError("submit needs a file it can read again on resume, not standard input: save it first")
+    from ._tables import is_table_job
+
+    table = is_table_job(args)
     config = _api_config(args)
     settings = _submit_settings(args)
+    if table and args.dry_run:
+        raise UsageError("--dry-run takes a JSONL input: for a table, `gatekeeper plan TABLE --template ...`",
+                         setting="dry_run")
     if not args.dry_run:
-        return _submit_run(args, config, settings)
+        return _submit_run(args, config, settings, table)
     prices = load_prices(args.prices)
     notice = _retry_notice(args)
     result = anyio.run(lambda: dry_run(args.input, config=config, settings=settings, prices=prices,
@@ -404,7 +411,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return ExitCode.OK if result.plan.invalid == 0 else ExitCode.FINDINGS
 
 
-def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSettings) -> int:
+def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSettings, table: bool = False) -> int:
     """The whole job, with progress on stderr; Ctrl-C stops at the next safe point, twice at once."""
     import shlex
 
@@ -418,7 +425,11 @@ def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSet
     progress = Progress(sys.stderr, "json" if args.json or not sys.stderr.isatty() else "tty")
     prices = load_prices(args.prices)
 
-    async def run(stop: anyio.Event) -> Summary:
+    async def run(stop: anyio.Event) -> Any:
+        if table:
+            from ._tables import submit_table_run
+
+            return await submit_table_run(args, config, settings, progress, stop, prices)
         return await submit(args.input, config=config, settings=settings, on_event=progress, stop=stop,
                             prices=prices)
 
@@ -431,6 +442,10 @@ def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSet
         return ExitCode.INTERRUPTED
     finally:
         progress.close()
+    if table:
+        from ._tables import report_table
+
+        return report_table(args, summary)
     if args.json:
         _print_json(summary.to_json())
     else:

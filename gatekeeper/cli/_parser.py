@@ -178,7 +178,10 @@ def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _command(sub, "plan", help=HELP["plan"],
                  description="Validate every line and cut the input into legal batches. Nothing is sent.\n\n"
                  "Example usage:\n  gatekeeper plan requests.jsonl\n  gatekeeper plan - --json < requests.jsonl")
-    p.add_argument("input", help="JSONL file of {custom_id, params} lines, or - for standard input")
+    p.add_argument("input", help="JSONL file of {custom_id, params} lines, or - for standard input; or a table "
+                                 "with --template")
+    _add_table(p)
+    _add_state(p)
     _add_limits(p)
     _add_prices(p)
     _add_no_preflight(p)
@@ -219,9 +222,11 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  "Example usage:\n  gatekeeper submit big.jsonl\n  gatekeeper submit big.jsonl --dry-run\n"
                  "  gatekeeper submit big.jsonl --json --interval 60 > summary.json\n"
                  "  gatekeeper submit big.jsonl --deadline 6h --budget 200")
-    p.add_argument("input", help="JSONL file of {custom_id, params} lines")
+    p.add_argument("input", help="JSONL file of {custom_id, params} lines; or a table with --template")
+    _add_table(p)
     _add_state(p)
-    p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the job's results (default STATE/results.jsonl)")
+    p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the job's results "
+                   "(default STATE/results.jsonl; for a table job STATE/result.parquet, or .csv, .arrow, s3://...)")
     _add_ceiling(p)
     p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
                    help="requests of queue headroom to leave for others (default 0)")
@@ -432,6 +437,20 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
     _add_state(p)
     _add_journal(p, lease=False)
+
+
+def _add_table(p: argparse.ArgumentParser) -> None:
+    """A table job's options: INPUT is then a table (Parquet, CSV, Arrow IPC; local or object storage)."""
+    g = p.add_argument_group("table jobs (INPUT a .parquet, .csv or .arrow table, local or s3://, gs://, az://)")
+    g.add_argument("--template", default=None, metavar="TEXT",
+                   help="the user prompt, with {column} fields ({{ and }} for braces), or @FILE to read it")
+    g.add_argument("--system", default=None, metavar="TEXT", help="a system prompt, with {column} fields, or @FILE")
+    g.add_argument("--model", default=None, metavar="MODEL", help="the model of every row's request")
+    g.add_argument("--max-tokens", type=_positive_int, default=None, metavar="N", help="max_tokens of every request")
+    g.add_argument("--id-column", default=None, metavar="COL",
+                   help="the column that names each row (unique; any value); default: a row is its rendered request")
+    g.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="another request parameter (VALUE as JSON, else text), e.g. --param temperature=0")
 
 
 def _add_state(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,271 @@
+"""A table job: the rows whose rendered request has no answer yet go out as an ordinary JSONL job (so the journal,
+admission, exactly-once collection and every option of a JSONL job hold), their answers are kept by request, and
+the result table joins every input row to its answer, in input order.
+
+On disk, beside the table (or in `state_dir`): `answers.sqlite3` (every request's answer, across runs) and `runs/`
+(each run's requests, named by their content, with the run's own state directory). A rerun after a crash at any
+point renders the same unanswered rows, so it is the same run: it resumes, and buys nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from .._errors import UsageError
+from .._prices import PriceTable, load_prices
+from ..api._config import ApiConfig
+from ..input._planner import PlanReport, plan
+from ..input._sizing import Limits
+from ..run._results import export
+from ..run._settings import SubmitSettings
+from ..run._submit import submit
+from ..run._summary import Summary
+from ..state._answers import Answers
+from ._io import TableSource, TableWriter
+from ._rows import RESULT_COLUMNS, Judged, TableSpec, hashable, judge, request_key, result_columns
+from ._template import check_columns
+
+RESULT_TYPES = {"custom_id": pa.string(), "status": pa.string(), "text": pa.string(), "stop_reason": pa.string(),
+                "model": pa.string(), "input_tokens": pa.int64(), "output_tokens": pa.int64(),
+                "cache_read_input_tokens": pa.int64(), "cache_creation_input_tokens": pa.int64(),
+                "cost_usd": pa.float64(), "error": pa.string()}
+
+
+@dataclass
+class TableResult:
+    """How a table job ended: rows by status, the run's summary (None: every row was answered already), and the
+    result table (when no `out` was asked for) or where it was written."""
+
+    rows: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    sent: int = 0  # requests this run sent (or found already sent: a resumed run)
+    summary: Summary | None = None
+    out: str | None = None
+    table: pa.Table | None = None
+    state_dir: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": self.rows, "by_status": self.by_status, "sent": self.sent, "out": self.out,
+                "state_dir": self.state_dir, "run": None if self.summary is None else self.summary.to_json()}
+
+
+@dataclass
+class TablePlan:
+    rows: int = 0
+    rejected: list[str] = field(default_factory=list)  # table-level reasons, row numbers first
+    answered: int = 0  # rows whose request has an answer already
+    report: PlanReport | None = None  # the requests still to send, planned as a JSONL job's
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.report
+        return {"rows": self.rows, "rejected": self.rejected[:100], "rejected_count": len(self.rejected),
+                "answered": self.answered, "to_send": 0 if r is None else r.requests,
+                "invalid": 0 if r is None else r.invalid, "batches": 0 if r is None else len(r.batches),
+                "errors": [] if r is None else [e.to_json() for e in r.errors[:100]]}
+
+
+class _Rows:
+    """One table's rows judged, pass after pass (the id column's duplicates found first)."""
+
+    def __init__(self, source: TableSource, spec: TableSpec) -> None:
+        self.source, self.spec = source, spec
+        schema = source.schema()
+        self.columns = list(schema.names)
+        for template in (spec.template, spec.system):
+            if template is not None:
+                check_columns(template, self.columns)
+        if spec.id_column and spec.id_column not in self.columns:
+            raise UsageError(f"--id-column {spec.id_column!r}: the table has no such column; its columns: "
+                             f"{', '.join(self.columns[:20])}", setting="id_column")
+        clash = [c for c in RESULT_COLUMNS if c in self.columns]
+        if clash:
+            raise UsageError(f"the table already has the result column(s) {', '.join(clash)}: rename them, or "
+                             "select the input columns", setting="source")
+        self.duplicated = self._duplicates()
+
+    def _duplicates(self) -> dict[Any, list[int]]:
+        """Each id on more than one row, with its rows (one pass over the id column)."""
+        col = self.spec.id_column
+        if col is None:
+            return {}
+        first: dict[Any, int] = {}
+        dup: dict[Any, list[int]] = {}
+        number = 0
+        for batch in self.source.batches():
+            for value in batch.column(col).to_pylist():
+                number += 1
+                key = hashable(value)
+                if key in first:
+                    dup.setdefault(key, [first[key]]).append(number)
+                elif value is not None:
+                    first[key] = number
+        return dup
+
+    def judged(self) -> Iterator[tuple[pa.RecordBatch, list[Judged]]]:
+        number = 0
+        for batch in self.source.batches():
+            judged = []
+            for row in batch.select(list(self.spec.columns)).to_pylist():
+                number += 1
+                judged.append(judge(self.spec, row, number, self.duplicated))
+            yield batch, judged
+
+
+def default_state_dir(source: TableSource) -> Path:
+    if source.where is not None and "://" not in source.where:
+        return Path(source.where + ".gatekeeper")
+    digest = hashlib.sha256((source.where or "the table given").encode()).hexdigest()[:12]
+    return Path.cwd() / f"table-{digest}.gatekeeper"
+
+
+@dataclass
+class _Counts:
+    rows: int = 0
+    answered: int = 0
+    rejected: list[str] = field(default_factory=list)
+
+
+def _pending(rows: _Rows, answers: Answers, runs: Path) -> tuple[Path | None, _Counts]:
+    """The requests not answered yet, one per request (rows with the same request share it), written to a file
+    named by its content (None: every row is answered or rejected)."""
+    runs.mkdir(parents=True, exist_ok=True)
+    tmp = runs / "pending.jsonl.tmp"
+    seen: set[str] = set()
+    counts = _Counts()
+    digest = hashlib.sha256()
+    with open(tmp, "wb") as f:
+        for _, judged in rows.judged():
+            for j in judged:
+                counts.rows += 1
+                if j.key is None:
+                    counts.rejected.append(j.rejected or "")
+                elif answers.answered(j.key):
+                    counts.answered += 1
+                elif j.key not in seen:
+                    seen.add(j.key)
+                    line = orjson.dumps({"custom_id": j.custom_id, "params": j.params}) + b"\n"
+                    f.write(line)
+                    digest.update(line)
+    if not seen:
+        tmp.unlink()
+        return None, counts
+    path = runs / f"{digest.hexdigest()[:16]}.jsonl"
+    os.replace(tmp, path)
+    return path, counts
+
+
+def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
+               state_dir: str | os.PathLike[str] | None = None) -> TablePlan:
+    """Judge every row and plan the requests still to send, as `plan` plans a JSONL file; nothing is sent."""
+    src = TableSource.of(source)
+    rows = _Rows(src, spec)
+    root = Path(state_dir) if state_dir is not None else default_state_dir(src)
+    answers = Answers(root / "answers.sqlite3") if (root / "answers.sqlite3").exists() else None
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pending, counts = _pending(rows, answers or _NoAnswers(), Path(tmp))
+        report = plan(pending, limits=limits) if pending is not None else None
+    if answers is not None:
+        answers.close()
+    return TablePlan(counts.rows, counts.rejected, counts.answered, report)
+
+
+class _NoAnswers(Answers):
+    def __init__(self) -> None:  # (no file: nothing answered yet)
+        pass
+
+    def answered(self, key: str) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, settings: SubmitSettings | None = None,
+                       out: str | os.PathLike[str] | None = None, prices: PriceTable | None = None,
+                       **submit_options: Any) -> TableResult:
+    """Send the table's unanswered rows as one job (any option of `submit` applies), keep their answers, and
+    return the result table, one row per input row in input order (or write it to `out`: Parquet, CSV or Arrow
+    IPC, local or object storage, whole or not at all)."""
+    settings = settings or SubmitSettings()
+    src = TableSource.of(source)
+    rows = _Rows(src, spec)
+    root = Path(settings.state_dir) if settings.state_dir is not None else default_state_dir(src)
+    answers = Answers(root / "answers.sqlite3")
+    prices = prices or load_prices()
+    try:
+        pending, counts = _pending(rows, answers, root / "runs")
+        result = TableResult(rows=counts.rows, state_dir=str(root))
+        if pending is not None:
+            run_dir = pending.with_suffix(".gatekeeper")
+            run = replace(settings, state_dir=run_dir, out=None)  # (the run's results in its own state)
+            result.summary = await submit(pending, config=config, settings=run, prices=prices, **submit_options)
+            result.sent = result.summary.requests
+            _merge(answers, pending, run_dir)
+        where = os.fspath(out) if out is not None else None
+        result.table = _write(rows, answers, prices, where, result)
+        result.out = where
+        return result
+    finally:
+        answers.close()
+
+
+def _merge(answers: Answers, pending: Path, run_dir: Path) -> None:
+    """Keep the run's results (and its lines refused before sending) under their requests' keys."""
+    keys = {}
+    with open(pending, "rb") as f:
+        for line in f:
+            obj = orjson.loads(line)
+            keys[obj["custom_id"]] = request_key(obj["params"])
+    buf = io.BytesIO()
+    export(run_dir, buf, only=None)
+    export(run_dir, buf, only=["rejected"])
+    found = (orjson.loads(line) for line in buf.getvalue().splitlines() if line)
+    answers.keep((keys[o["custom_id"]], o["result"]) for o in found if o.get("custom_id") in keys)
+
+
+def _write(rows: _Rows, answers: Answers, prices: PriceTable, where: str | None, result: TableResult) -> pa.Table | None:
+    writer: TableWriter | None = None
+    kept: list[pa.RecordBatch] = []
+    for batch, judged in rows.judged():
+        cols = [result_columns(j, answers.result(j.key) if j.key else None, prices) for j in judged]
+        for c in cols:
+            result.by_status[c["status"]] = result.by_status.get(c["status"], 0) + 1
+        extra = [pa.array([c[name] for c in cols], type=RESULT_TYPES[name]) for name in RESULT_COLUMNS]
+        out = pa.RecordBatch.from_arrays(batch.columns + extra, names=batch.schema.names + list(RESULT_COLUMNS))
+        if where is None:
+            kept.append(out)
+            continue
+        writer = writer or TableWriter(where, out.schema)
+        writer.write(out)
+    if where is None:
+        return pa.Table.from_batches(kept) if kept else None
+    if writer is not None:
+        writer.commit()
+    return None
+
+
+def submit_table_sync(source: Any, spec: TableSpec, *, config: ApiConfig, settings: SubmitSettings | None = None,
+                      out: str | os.PathLike[str] | None = None, prices: PriceTable | None = None,
+                      **submit_options: Any) -> TableResult:
+    """`submit_table` for code that is not async. Example::
+
+        spec = gatekeeper.TableSpec.of("Classify this ticket: {body}", "claude-haiku-4-5", 50, id_column="ticket")
+        result = gatekeeper.submit_table_sync(df, spec, config=gatekeeper.ApiConfig.from_env(os.environ),
+                                              settings=gatekeeper.SubmitSettings(state_dir="tickets.gatekeeper"))
+        result.table  # a pyarrow.Table: df's columns, then custom_id, status, text, ... cost_usd, error
+    """
+    import anyio
+
+    return anyio.run(lambda: submit_table(source, spec, config=config, settings=settings, out=out, prices=prices,
+                                          **submit_options))

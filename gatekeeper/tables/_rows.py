@@ -1,0 +1,136 @@
+"""Each row judged before anything is sent, and given its request, its identity and, from its answer, its result
+columns. Pure.
+
+A row's *key* is the sha256 of its rendered request (params, keys sorted): what an answer is kept under across runs,
+so a changed row is a new request and an unchanged one is never bought twice. Its `custom_id` is its id column's
+value when that is a valid custom id, else one derived from the value (the result row carries the original), or,
+without an id column, derived from the key (rows with the same request share one answer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .._prices import PriceTable
+from ._template import Template
+
+_VALID_ID = re.compile(r"[A-Za-z0-9_-]{1,64}").fullmatch
+STATUSES = ("succeeded", "errored", "expired", "canceled", "rejected")
+RESULT_COLUMNS = ("custom_id", "status", "text", "stop_reason", "model", "input_tokens", "output_tokens",
+                  "cache_read_input_tokens", "cache_creation_input_tokens", "cost_usd", "error")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What turns a row into a Messages request."""
+
+    template: Template
+    model: str
+    max_tokens: int
+    system: Template | None = None
+    id_column: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)  # more request params (temperature, metadata, ...)
+
+    @classmethod
+    def of(cls, template: str, model: str, max_tokens: int, *, system: str | None = None,
+           id_column: str | None = None, params: Mapping[str, Any] | None = None) -> TableSpec:
+        """From the texts (`{column}` fields, `{{`/`}}` for braces, or `@path`), as the CLI's flags give them."""
+        from ._template import parse_template
+
+        return cls(parse_template(template), model, max_tokens, parse_template(system, "system") if system else None,
+                   id_column, dict(params or {}))
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns a row's request is made of (its id column included)."""
+        cols = self.template.columns + (self.system.columns if self.system else ())
+        return tuple(dict.fromkeys(cols + ((self.id_column,) if self.id_column else ())))
+
+
+@dataclass(frozen=True)
+class Judged:
+    row: int  # 1-based, in input order
+    key: str | None = None  # None: rejected
+    custom_id: str | None = None
+    params: dict[str, Any] | None = None
+    rejected: str | None = None
+
+
+def request_of(spec: TableSpec, row: Mapping[str, Any]) -> dict[str, Any]:
+    params: dict[str, Any] = {"model": spec.model, "max_tokens": spec.max_tokens, **spec.params,
+                              "messages": [{"role": "user", "content": spec.template.render(row)}]}
+    if spec.system is not None:
+        params["system"] = spec.system.render(row)
+    return params
+
+
+def request_key(params: Mapping[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(params, option=orjson.OPT_SORT_KEYS)).hexdigest()[:40]
+
+
+def custom_id_of(value: Any, key: str) -> str:
+    """The custom_id for an id column's `value` (None: no id column, the request's key names the row)."""
+    if value is None:
+        return "r-" + key
+    if isinstance(value, str) and _VALID_ID(value):
+        return value
+    text = f"{type(value).__name__}:{value!r}"
+    return "id-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def judge(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: Mapping[Any, list[int]]) -> Judged:
+    """One row: its request and identity, or why it is rejected (a null templated column, a null or duplicated
+    id); `duplicated` maps each id that occurs more than once to the rows it is on."""
+    for template in (spec.template, spec.system):
+        col = template.missing(row) if template is not None else None
+        if col is not None:
+            return Judged(number, rejected=f"row {number}: column {col!r} is null")
+    ident = row.get(spec.id_column) if spec.id_column else None
+    if spec.id_column and ident is None:
+        return Judged(number, rejected=f"row {number}: the id column {spec.id_column!r} is null")
+    if spec.id_column and hashable(ident) in duplicated:
+        rows = ", ".join(str(r) for r in duplicated[hashable(ident)][:10])
+        return Judged(number, rejected=f"row {number}: id {ident!r} is on rows {rows} (ids must be unique)")
+    params = request_of(spec, row)
+    key = request_key(params)
+    return Judged(number, key, custom_id_of(ident if spec.id_column else None, key), params)
+
+
+def hashable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bytes, bool)) else repr(value)
+
+
+def result_columns(judged: Judged, result: Mapping[str, Any] | None, prices: PriceTable) -> dict[str, Any]:
+    """A row's result columns from its answer (`result`: the result object of a results line, None: none yet)."""
+    out: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
+    out["custom_id"] = judged.custom_id
+    if judged.rejected is not None or result is None:
+        out["status"], out["error"] = "rejected", judged.rejected or "no answer: the job did not finish"
+        return out
+    kind = str(result.get("type"))
+    out["status"] = kind if kind in STATUSES else "errored"
+    if kind == "rejected":
+        out["error"] = f"row {judged.row}: {result.get('reason')}"
+    elif kind == "succeeded":
+        _message(out, result.get("message") or {}, prices)
+    else:
+        err = (result.get("error") or {}).get("error") or result.get("error") or {}
+        out["error"] = f"{err.get('type')}: {err.get('message')}" if err else kind
+    return out
+
+
+def _message(out: dict[str, Any], message: Mapping[str, Any], prices: PriceTable) -> None:
+    blocks = message.get("content") or []
+    out["text"] = "".join(b.get("text") or "" for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    out["stop_reason"], out["model"] = message.get("stop_reason"), message.get("model")
+    usage = message.get("usage") or {}
+    for col in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        out[col] = int(usage.get(col) or 0)
+    out["cost_usd"] = prices.cost(out["model"], out["input_tokens"], out["output_tokens"],
+                                  out["cache_creation_input_tokens"], out["cache_read_input_tokens"])

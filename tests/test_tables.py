@@ -1,0 +1,249 @@
+"""Table jobs (issue 46): a table and a template in, one result row per input row out, in order; rows judged before
+anything is sent; incremental and exactly once per row across reruns, grown tables and kill -9; the library takes
+pyarrow, pandas and polars tables; object storage through a real S3 protocol server on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError
+from gatekeeper._prices import load_prices
+from gatekeeper.tables._job import submit_table
+from gatekeeper.tables._rows import Judged, TableSpec, custom_id_of, judge, result_columns
+from gatekeeper.tables._template import parse_template
+from tests.fakes import WS1, env_for, running_fake
+from tests.runs import gk
+
+MODEL = "claude-haiku-4-5-20251001"
+OPTS = ["--template", "Ticket {id}: {body} {{json}}", "--model", MODEL, "--max-tokens", "20", "--interval", "0.05",
+        "--reconcile-grace", "1", "--max-rpm", "60000"]
+
+
+# -- pure parts -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, row, rendered, columns", [
+    ("Hello {name}", {"name": "Ada"}, "Hello Ada", ("name",)),
+    ("{a}{b}{a}", {"a": 1, "b": 2.5}, "12.51", ("a", "b")),
+    ("braces {{literal}} {x}", {"x": "y"}, "braces {literal} y", ("x",)),
+    ("a column with a space: {my col}", {"my col": "v"}, "a column with a space: v", ("my col",)),
+    ("no fields", {}, "no fields", ()),
+])
+def test_a_template_renders_each_row(text: str, row: dict, rendered: str, columns: tuple) -> None:
+    t = parse_template(text)
+    assert t.render(row) == rendered and t.columns == columns
+
+
+@pytest.mark.parametrize("text", ["{x:>10}", "{x!r}", "{", "}", "{}"])
+def test_a_malformed_template_is_a_usage_error(text: str) -> None:
+    with pytest.raises(UsageError, match="--template"):
+        parse_template(text)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("SUP-1234", "SUP-1234"), ("a_b-9", "a_b-9"),
+    ("JIRA:SUP-1234", None), (1234, None), ("x" * 65, None), ("", None),
+])
+def test_an_id_is_kept_when_it_is_a_custom_id_else_mapped(value: Any, expected: str | None) -> None:
+    cid = custom_id_of(value, "k")
+    assert cid == expected if expected else (cid.startswith("id-") and len(cid) <= 64)
+    assert custom_id_of(1234, "k") != custom_id_of("1234", "k")  # (an integer and its text are two ids)
+
+
+def test_rows_are_judged_null_duplicate_and_sound() -> None:
+    spec = TableSpec(parse_template("{body}"), MODEL, 10, id_column="id")
+    assert judge(spec, {"id": 1, "body": None}, 3, {}).rejected == "row 3: column 'body' is null"
+    assert "is on rows 1, 4" in (judge(spec, {"id": 7, "body": "x"}, 4, {7: [1, 4]}).rejected or "")
+    ok = judge(spec, {"id": 7, "body": "x"}, 5, {})
+    assert ok.key and ok.params == {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
+    same = judge(TableSpec(parse_template("{body}"), MODEL, 10), {"body": "x"}, 9, {})
+    assert same.key == ok.key and same.custom_id == "r-" + ok.key  # without an id column: the request names it
+
+
+@pytest.mark.parametrize("result, status, error", [
+    ({"type": "succeeded", "message": {"content": [{"type": "text", "text": "a"}, {"type": "tool_use"},
+                                                   {"type": "text", "text": "b"}], "stop_reason": "end_turn",
+                                       "model": MODEL, "usage": {"input_tokens": 10, "output_tokens": 2}}},
+     "succeeded", None),
+    ({"type": "errored", "error": {"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}},
+     "errored", "invalid_request_error: bad"),
+    ({"type": "expired"}, "expired", "expired"),
+    ({"type": "rejected", "reason": "line 1: too big"}, "rejected", "row 2: line 1: too big"),
+    (None, "rejected", "no answer: the job did not finish"),
+])
+def test_an_answer_becomes_result_columns(result: dict | None, status: str, error: str | None) -> None:
+    cols = result_columns(Judged(2, "k", "c"), result, load_prices())
+    assert cols["status"] == status and cols["error"] == error
+    if status == "succeeded":
+        assert cols["text"] == "ab" and cols["input_tokens"] == 10 and cols["cost_usd"] > 0
+
+
+# -- end to end --------------------------------------------------------------------------------
+
+def _tickets(n: int, start: int = 0) -> pa.Table:
+    ids = [f"JIRA:SUP-{i}" if i % 2 else i for i in range(start, start + n)]  # strings of any form, and integers
+    return pa.table({"id": [str(i) for i in ids], "body": [f"printer {i} is on fire" + " again" * (i % 9) for i in range(start, start + n)],
+                     "n": list(range(start, start + n))})
+
+
+def _sent(fake: Any) -> int:
+    return sum(b.total for b in fake.org.batches.values())
+
+
+def test_a_csv_table_through_the_cli_then_a_rerun_a_grown_table_and_a_changed_row(tmp_path: Path) -> None:
+    """One result row per input row in input order, every input column unchanged; the rerun sends nothing; a grown
+    table and one changed row send only the 5 new and the 1 changed; nothing is ever answered twice."""
+    table = tmp_path / "tickets.csv"
+    pacsv.write_csv(_tickets(20), table)
+    out = tmp_path / "result.parquet"
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        args = ["submit", str(table), *OPTS, "--id-column", "id", "--out", str(out)]
+        first = gk(args + ["--json"], env)
+        assert first.returncode == 0, first.stderr[-2000:]
+        got = pq.read_table(out)
+        assert got.column("id").to_pylist() == _tickets(20).column("id").to_pylist()
+        assert got.column("n").to_pylist() == list(range(20)) and set(got.column("status").to_pylist()) == {"succeeded"}
+        assert _sent(fake) == 20 and orjson.loads(first.stdout)["sent"] == 20
+        again = gk(args + ["--json"], env)
+        assert again.returncode == 0 and orjson.loads(again.stdout)["sent"] == 0 and _sent(fake) == 20
+        grown = pa.concat_tables([_tickets(20), _tickets(5, 20)]).to_pylist()
+        grown[3]["body"] = "the printer is fine now"
+        pacsv.write_csv(pa.Table.from_pylist(grown), table)
+        third = gk(args + ["--json"], env)
+        assert third.returncode == 0 and orjson.loads(third.stdout)["sent"] == 6 and _sent(fake) == 26
+        final = pq.read_table(out)
+        assert final.num_rows == 25 and set(final.column("status").to_pylist()) == {"succeeded"}
+        twice = [cid for cid, n in fake.org.records.succeeded.items() if n > 1]
+        assert len(twice) == 1  # (the changed row: its new request under its id, the old answer not reused)
+
+
+def test_bad_rows_are_rejected_by_row_and_the_rest_go_on(tmp_path: Path) -> None:
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "a", "c", "d"], "body": ["x", "y", "z", None, "w" * 2_000]}), table)
+    with running_fake() as fake:
+        done = gk(["submit", str(table), "--template", "{body}", "--model", MODEL, "--max-tokens", "999999",
+                   "--id-column", "id", "--interval", "0.05", "--json"], env_for(fake))  # (over the model's most)
+        plan = gk(["plan", str(table), "--template", "{body}", "--model", MODEL, "--max-tokens", "5", "--id-column",
+                   "id", "--json"], env_for(fake))
+    result = pq.read_table(table.with_name("t.parquet.gatekeeper") / "result.parquet").to_pylist()
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert [r["status"] for r in result] == ["rejected", "rejected", "rejected", "rejected", "rejected"]
+    assert "is on rows 1, 3" in result[0]["error"] and "is on rows 1, 3" in result[2]["error"]
+    assert result[3]["error"] == "row 4: column 'body' is null" and result[1]["error"].startswith("row 2: ")
+    assert orjson.loads(plan.stdout)["rejected_count"] == 3 and plan.returncode == 1
+
+
+def test_a_template_naming_a_missing_column_is_one_line_exit_2(tmp_path: Path) -> None:
+    table = tmp_path / "t.arrow"
+    with pa.ipc.new_file(table, pa.schema([("body", pa.string())])) as w:
+        w.write_table(pa.table({"body": ["x"]}))
+    done = gk(["plan", str(table), "--template", "{text}", "--model", MODEL, "--max-tokens", "5"], {})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "'text'" in done.stderr and "its columns: body" in done.stderr
+    bare = gk(["plan", str(table)], {})
+    assert bare.returncode == 2 and "give --template" in bare.stderr
+
+
+def test_a_kill_9_mid_job_then_the_rerun_buys_nothing_twice(tmp_path: Path) -> None:
+    table = tmp_path / "t.parquet"
+    pq.write_table(_tickets(60), table)
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        args = ["submit", str(table), *OPTS, "--max-requests", "20"]
+        killed = gk(args, env, crash_at="after-create:1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        done = gk(args + ["--json"], env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert fake.org.records.creates == 3 and fake.org.records.succeeded_twice == 0 and _sent(fake) == 60
+    result = pq.read_table(tmp_path / "t.parquet.gatekeeper" / "result.parquet")
+    assert result.num_rows == 60 and set(result.column("status").to_pylist()) == {"succeeded"}
+
+
+@pytest.mark.parametrize("kind", ["pyarrow", "pandas", "polars"])
+def test_the_library_takes_tables_that_speak_arrow(tmp_path: Path, kind: str) -> None:
+    """The same rows as a pyarrow Table, a pandas or a polars DataFrame: a pyarrow.Table back, one row per row;
+    a rerun of the finished job hands back the same table and sends nothing."""
+    import anyio
+
+    data: Any = _tickets(12)
+    if kind == "pandas":
+        data = data.to_pandas()
+    elif kind == "polars":
+        import polars as pl
+
+        data = pl.from_arrow(data)
+    spec = TableSpec(parse_template("Ticket {id}: {body}"), MODEL, 20, id_column="id")
+    with running_fake(rate=2000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, token_sample=0)
+
+        def run() -> Any:
+            return anyio.run(lambda: submit_table(data, spec, config=config, settings=settings))
+        first, second = run(), run()
+        assert _sent(fake) == 12
+    assert first.table is not None and first.table.num_rows == 12
+    assert first.table.column("id").to_pylist() == _tickets(12).column("id").to_pylist()
+    assert second.sent == 0 and second.table is not None and second.table.equals(first.table)
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, str]]:
+    """A real S3 protocol server (moto's) on loopback, with a bucket; the environment a pipeline would set."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    import botocore.session
+
+    client = botocore.session.get_session().create_client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                                                          region_name="us-east-1", aws_access_key_id="testing",
+                                                          aws_secret_access_key="testing")
+    client.create_bucket(Bucket="lake")
+    yield env
+    server.stop()
+
+
+def test_a_table_on_object_storage_in_and_out(tmp_path: Path, s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parquet read from s3:// and the result written back as CSV to s3://, through the S3 protocol."""
+    from pyarrow import fs
+
+    for k, v in s3.items():
+        monkeypatch.setenv(k, v)
+    lake, _ = fs.FileSystem.from_uri("s3://lake/in.parquet")
+    with lake.open_output_stream("lake/in.parquet") as f:
+        pq.write_table(_tickets(8), f)
+    with running_fake(rate=2000) as fake:
+        done = gk(["submit", "s3://lake/in.parquet", *OPTS, "--id-column", "id", "--out", "s3://lake/out/result.csv",
+                   "--state", str(tmp_path / "state"), "--json"], {**env_for(fake), **s3})
+    assert done.returncode == 0, done.stderr[-2000:]
+    with lake.open_input_file("lake/out/result.csv") as f:
+        got = pacsv.read_csv(f)
+    assert got.num_rows == 8 and got.column("status").to_pylist() == ["succeeded"] * 8
+    assert not [i for i in lake.get_file_info(fs.FileSelector("lake/out")) if ".gatekeeper-" in i.path]
+
+
+def test_a_jsonl_job_never_imports_the_table_libraries(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, gatekeeper.cli._cli as c; c.main(['plan', sys.argv[1], '--json']) if False else None; "
+            "from gatekeeper.input._planner import plan; plan(sys.argv[1]); "
+            "import gatekeeper.cli._tables; "
+            "print(any(m.split('.')[0] in ('pyarrow', 'pandas', 'polars') for m in sys.modules))")
+    path = tmp_path / "in.jsonl"
+    path.write_text(orjson.dumps({"custom_id": "a", "params": {"model": MODEL, "max_tokens": 5, "messages": [
+        {"role": "user", "content": "hi"}]}}).decode() + "\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
