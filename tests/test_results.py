@@ -124,9 +124,15 @@ def test_library_submit_from_iterable_with_result_callback(tmp_path: Path) -> No
         settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, ceiling=1000, reconcile_grace=1.0)
         rows = (req(f"exp{i}") if i % 3 == 0 else req(f"lib{i}") for i in range(30))
         summary = submit_sync(rows, config=config, settings=settings, on_result=lambda cid, result: seen.append(cid))
+        again: list[tuple[str, dict]] = []
+        rows = (req(f"exp{i}") if i % 3 == 0 else req(f"lib{i}") for i in range(30))
+        rerun = submit_sync(rows, config=config, settings=settings, on_result=lambda cid, r: again.append((cid, r)))
+        assert fake.org.records.creates == rerun.batches
     assert summary.succeeded == 30 and summary.complete and summary.ok
     assert sorted(seen) == sorted(set(seen)) and len(seen) == 30
     assert (tmp_path / "state" / "input.jsonl").exists()
+    # (a rerun of the finished job hands back every result the first run did, and sends nothing)
+    assert sorted(cid for cid, _ in again) == sorted(seen) and all(r["type"] == "succeeded" for _, r in again)
 
 
 def test_price_override_and_cost(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import orjson
 
 from .._errors import (
     Interrupted,
@@ -119,6 +120,7 @@ class Job(Part):
         rebuilt = await Rebuilder(self.ctx, wait=self._wait).run()
         if rebuilt is None:
             self.out.truncate_to(self.journal.outcomes.committed_output())
+        self._replay(self.journal.outcomes.committed_output())
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
             await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
         if self.keeper is not None and self.journal.get_meta("deadline") is None:
@@ -128,6 +130,16 @@ class Job(Part):
         else:
             await beside(self._loop_then_settle, self.lane.run)  # (a rerun without the deadline finishes what moved)
         return await self._finish()
+
+    def _replay(self, committed: int) -> None:
+        """A resumed run hands `on_result` every result an earlier run committed, first: each run of a job hands
+        back every final result once (a rerun of a finished job hands back what the first run did)."""
+        sink = self.collector.on_result
+        if sink is None or committed == 0:
+            return
+        for line in self.out.lines(0, committed):
+            obj = orjson.loads(line)
+            sink(obj["custom_id"], obj["result"])
 
     async def _finish(self) -> Summary:
         await self.ledger.release_all()

@@ -54,7 +54,8 @@ async def submit(
     """Run a whole batch job: validate, size, admit against headroom, collect, resubmit, until every request is final.
 
     Rerunning with the same input and state directory resumes. `on_result(custom_id, result)`
-    is called once per final result, after it is committed. Set `stop` to end the run at the
+    is called once per final result, after it is committed; a resumed run (a rerun of a finished job too) first
+    hands it every result earlier runs committed. Set `stop` to end the run at the
     next safe point (it raises `Interrupted`, resumable). With `prepare_only`, it plans and preflights the input and
     records the job (or, on a rerun, checks it is the same input), sends nothing, and returns the job's summary as
     it stands: an orchestrator's first step on a worker, before the loop runs elsewhere (gatekeeper.airflow). With
