@@ -67,6 +67,22 @@ def test_rows_are_judged_null_duplicate_and_sound() -> None:
     assert same.key == ok.key and same.custom_id == "r-" + ok.key  # without an id column: the request names it
 
 
+@pytest.mark.parametrize("system, params", [
+    (None, {}), ("You sort {kind} tickets", {}), (None, {"temperature": 0, "metadata": {"user_id": "u"}}),
+    ("{kind}", {"top_k": 5, "stop_sequences": ["\n\n"], "aaa": 1, "zzz": [1, {"b": 2, "a": 1}]}),
+])
+def test_a_rows_request_is_exactly_its_params_with_sorted_keys(system: str | None, params: dict) -> None:
+    """The joined bytes a row's request is made of are those `orjson.dumps(params, sorted keys)` gives, so its key is
+    the same however it is computed (what the answers are kept under)."""
+    import orjson as oj
+
+    from gatekeeper.tables._rows import body_of, request_of
+
+    spec = TableSpec.of("Ticket {id}: {body} \u00e9 \"quoted\"", MODEL, 7, system=system, params=params)
+    for row in ({"id": 1, "body": "x", "kind": "billing"}, {"id": "é", "body": "\x00\n\"", "kind": "🙂"}):
+        assert body_of(spec, row) == oj.dumps(request_of(spec, row), option=oj.OPT_SORT_KEYS)
+
+
 @pytest.mark.parametrize("result, status, error", [
     ({"type": "succeeded", "message": {"content": [{"type": "text", "text": "a"}, {"type": "tool_use"},
                                                    {"type": "text", "text": "b"}], "stop_reason": "end_turn",

@@ -112,12 +112,11 @@ class _Rows:
 
     def judged(self) -> Iterator[tuple[pa.RecordBatch, list[Judged]]]:
         number = 0
+        spec, duplicated, columns = self.spec, self.duplicated, list(self.spec.columns)
         for batch in self.source.batches():
-            judged = []
-            for row in batch.select(list(self.spec.columns)).to_pylist():
-                number += 1
-                judged.append(judge(self.spec, row, number, self.duplicated))
-            yield batch, judged
+            rows = batch.select(columns).to_pylist()
+            yield batch, [judge(spec, row, number + i, duplicated) for i, row in enumerate(rows, 1)]
+            number += len(rows)
 
 
 def default_state_dir(source: TableSource) -> Path:
@@ -152,7 +151,7 @@ def _pending(rows: _Rows, answers: Answers, runs: Path) -> tuple[Path | None, _C
                     counts.answered += 1
                 elif j.key not in seen:
                     seen.add(j.key)
-                    line = orjson.dumps({"custom_id": j.custom_id, "params": j.params}) + b"\n"
+                    line = j.line()
                     f.write(line)
                     digest.update(line)
     if not seen:

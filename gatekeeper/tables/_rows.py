@@ -9,11 +9,12 @@ without an id column, derived from the key (rows with the same request share one
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -46,6 +47,10 @@ class TableSpec:
         return cls(parse_template(template), model, max_tokens, parse_template(system, "system") if system else None,
                    id_column, dict(params or {}))
 
+    @functools.cached_property
+    def pieces(self) -> tuple[bytes, ...]:
+        return _pieces(self)
+
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns a row's request is made of (its id column included)."""
@@ -53,13 +58,20 @@ class TableSpec:
         return tuple(dict.fromkeys(cols + ((self.id_column,) if self.id_column else ())))
 
 
-@dataclass(frozen=True)
-class Judged:
+class Judged(NamedTuple):  # (a tuple: a million of them are made in a few seconds)
     row: int  # 1-based, in input order
     key: str | None = None  # None: rejected
     custom_id: str | None = None
-    params: dict[str, Any] | None = None
+    body: bytes = b""  # the request's params as JSON, keys sorted (what its key is the digest of)
     rejected: str | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(orjson.loads(self.body))
+
+    def line(self) -> bytes:
+        """The request as a line of a JSONL job."""
+        return b'{"custom_id":' + orjson.dumps(self.custom_id) + b',"params":' + self.body + b"}\n"
 
 
 def request_of(spec: TableSpec, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -70,8 +82,43 @@ def request_of(spec: TableSpec, row: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+_USER, _SYSTEM = "\x00user\x00", "\x00system\x00"
+
+
+def _pieces(spec: TableSpec) -> tuple[bytes, ...]:
+    """The request's JSON (keys sorted) cut around its prompts: the same bytes `orjson.dumps(request_of(...),
+    option=OPT_SORT_KEYS)` gives, made by joining each row's encoded prompts between them."""
+    probe = {"model": spec.model, "max_tokens": spec.max_tokens, **spec.params,
+             "messages": [{"role": "user", "content": _USER}]}
+    if spec.system is not None:
+        probe["system"] = _SYSTEM
+    whole = orjson.dumps(probe, option=orjson.OPT_SORT_KEYS)
+    user, system = orjson.dumps(_USER), orjson.dumps(_SYSTEM)
+    if spec.system is None:
+        return tuple(whole.split(user))
+    first, rest = (user, system) if whole.index(user) < whole.index(system) else (system, user)
+    a, tail = whole.split(first)
+    b, c = tail.split(rest)
+    return (a, b, c, b"user-first" if first == user else b"system-first")
+
+
+def body_of(spec: TableSpec, row: Mapping[str, Any]) -> bytes:
+    """A row's request as JSON, keys sorted."""
+    pieces = spec.pieces
+    user = orjson.dumps(spec.template.render(row))
+    if spec.system is None:
+        return pieces[0] + user + pieces[1]
+    system = orjson.dumps(spec.system.render(row))
+    first, second = (user, system) if pieces[3] == b"user-first" else (system, user)
+    return pieces[0] + first + pieces[1] + second + pieces[2]
+
+
 def request_key(params: Mapping[str, Any]) -> str:
-    return hashlib.sha256(orjson.dumps(params, option=orjson.OPT_SORT_KEYS)).hexdigest()[:40]
+    return key_of(orjson.dumps(params, option=orjson.OPT_SORT_KEYS))
+
+
+def key_of(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()[:40]
 
 
 def custom_id_of(value: Any, key: str) -> str:
@@ -97,9 +144,9 @@ def judge(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: Mapp
     if spec.id_column and hashable(ident) in duplicated:
         rows = ", ".join(str(r) for r in duplicated[hashable(ident)][:10])
         return Judged(number, rejected=f"row {number}: id {ident!r} is on rows {rows} (ids must be unique)")
-    params = request_of(spec, row)
-    key = request_key(params)
-    return Judged(number, key, custom_id_of(ident if spec.id_column else None, key), params)
+    body = body_of(spec, row)  # (joined bytes are their own length: orjson's each keep a 4 KB allocation)
+    key = key_of(body)
+    return Judged(number, key, custom_id_of(ident if spec.id_column else None, key), body)
 
 
 def hashable(value: Any) -> Any:

@@ -17,10 +17,7 @@ class Template:
 
     parts: tuple[tuple[str, str | None], ...]  # (literal, column or None)
     setting: str = "template"
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(c for _, c in self.parts if c is not None))
+    columns: tuple[str, ...] = ()  # the columns named, each once, in order (`parse_template` fills it)
 
     def render(self, row: Mapping[str, Any]) -> str:
         """The text for one row; a null field is the caller's to judge first (`missing`)."""
@@ -28,7 +25,10 @@ class Template:
 
     def missing(self, row: Mapping[str, Any]) -> str | None:
         """The first templated column that is null in this row, if any."""
-        return next((c for c in self.columns if row.get(c) is None), None)
+        for c in self.columns:
+            if row[c] is None:
+                return c
+        return None
 
 
 def parse_template(text: str, setting: str = "template") -> Template:
@@ -49,7 +49,7 @@ def parse_template(text: str, setting: str = "template") -> Template:
                              f"{':' + spec if spec else ''}}} is not a column name (fields are {{column}}; "
                              "{{ and }} for braces)", setting=setting)
         parts.append((literal, name))
-    return Template(tuple(parts), setting)
+    return Template(tuple(parts), setting, tuple(dict.fromkeys(c for _, c in parts if c is not None)))
 
 
 def check_columns(template: Template, columns: list[str]) -> None:
