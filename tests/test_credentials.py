@@ -377,3 +377,34 @@ def test_an_airflow_connection_can_name_federation() -> None:
     assert c.workspace_ids == ("wrkspc_2",) and c.base_url == "https://api.example.test" and c.reads == 2
     with pytest.raises(UsageError, match="federation needs identity_token_file"):
         api_config("wif", None, None, {"federation_rule_id": RULE})
+
+
+def test_the_fake_rehearses_federation_from_its_command_line(tmp_path: Path) -> None:
+    """`fake-api --federation 2`: keys refused, tokens of 2 s; with the exports it prints (an identity token file,
+    a rule, an organization), a job exchanges its tokens and finishes; an API key is refused."""
+    import signal
+    import subprocess
+    import sys
+
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", "--federation", "2",
+                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd()})
+    env: dict[str, str] = {}
+    try:
+        assert run.stdout is not None
+        lines = [run.stdout.readline()]
+        while lines[-1].rstrip() != "}":
+            lines.append(run.stdout.readline())
+        env = orjson.loads("".join(lines))["env"]
+        assert {"ANTHROPIC_IDENTITY_TOKEN_FILE", "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID"} <= set(env)
+        path, ids = _job(tmp_path, 10)
+        done = gk(["submit", str(path), *FAST, "--json"], env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert orjson.loads(done.stdout)["succeeded"] == 10
+        keyed = gk(["status"], {"ANTHROPIC_BASE_URL": env["ANTHROPIC_BASE_URL"], "ANTHROPIC_API_KEY": WS1})
+        assert keyed.returncode == 2 and "API keys are not accepted" in keyed.stderr
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=10)
+        if env:
+            Path(env["ANTHROPIC_IDENTITY_TOKEN_FILE"]).unlink(missing_ok=True)

@@ -540,6 +540,24 @@ def _fake_env(url: str, keys: list[str], admin_key: str, aws: FakeAws | None) ->
     return env
 
 
+def _fake_federation(life: float | None) -> tuple[Any, dict[str, str]]:
+    """With --federation: the fake's token endpoint (keys refused) and the environment that uses it, an identity
+    token written to a file of its own (made up, for the fake only)."""
+    if life is None:
+        return None, {}
+    import tempfile
+
+    from ..testing import FakeFederation, identity_token
+
+    fed = FakeFederation(token_life=life, keys_refused=True)
+    rule_id, rule = next(iter(fed.rules.items()))
+    fd, path = tempfile.mkstemp(prefix="gatekeeper-fake-identity-", suffix=".jwt")
+    os.write(fd, identity_token(issuer=rule.issuer, life=7 * 86_400).encode())
+    os.close(fd)
+    return fed, {"ANTHROPIC_IDENTITY_TOKEN_FILE": path, "ANTHROPIC_FEDERATION_RULE_ID": rule_id,
+                 "ANTHROPIC_ORGANIZATION_ID": rule.organization_id}
+
+
 def cmd_fake_api(args: argparse.Namespace) -> int:
     import time
 
@@ -548,17 +566,20 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
     keys = args.workspace_key or ["test-key-ws1"]
     bad_model = args.error_model
     aws = FakeAws() if args.aws else None
+    federation, federated_env = _fake_federation(args.federation)
     config = FakeConfig(
         ceiling=args.simulated_ceiling, rate=args.rate, speed=args.speed,
         workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key}, usage=args.usage,
         outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
                  if model == bad_model else None) if bad_model else None,
         realtime=FakeRealtime(rpm=args.realtime_rpm, itpm=args.realtime_itpm, otpm=args.realtime_otpm,
-                              latency=args.realtime_latency), aws=aws,
+                              latency=args.realtime_latency), aws=aws, federation=federation,
     )
     with FakeAPI(config, port=args.port) as fake:
         # (made-up keys the fake accepts: printing them is what lets a newcomer paste them)
         env = _fake_env(fake.url, keys, args.admin_key, aws)
+        if federated_env:
+            env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_ADMIN_KEY": args.admin_key, **federated_env}
         info = {"url": fake.url, "ceiling": args.simulated_ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
                 "env": env}
         try:  # (from the line that says it serves: a stop once it is said ends it as a stop, with the summary)

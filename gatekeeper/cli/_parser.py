@@ -364,6 +364,9 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="serve as Claude Platform on AWS: SigV4 with the access key it prints (or its short-term API key), "
                    "the workspace header, no Admin API; the line to paste sets AWS_REGION, ANTHROPIC_AWS_WORKSPACE_ID, "
                    "ANTHROPIC_AWS_BASE_URL and the keys (use --platform aws)")
+    p.add_argument("--federation", type=_positive_float, default=None, metavar="SECONDS",
+                   help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
+                   "the line to paste names an identity token file it writes, a rule and an organization")
     _add_json(p)
 
 
