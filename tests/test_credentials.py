@@ -408,3 +408,28 @@ def test_the_fake_rehearses_federation_from_its_command_line(tmp_path: Path) -> 
         run.communicate(timeout=10)
         if env:
             Path(env["ANTHROPIC_IDENTITY_TOKEN_FILE"]).unlink(missing_ok=True)
+
+
+def test_a_token_endpoint_that_fails_mid_job_is_ridden_out(tmp_path: Path) -> None:
+    """Once the job runs, the token endpoint answers 503 three times and drops one connection: the exchanges are
+    retried like any call (the current token kept while it is still good), and the job ends with every line once."""
+    from gatekeeper.testing import Fault
+
+    path, ids = _job(tmp_path, 60)
+    token_file = tmp_path / "token"
+    token_file.write_text(identity_token())
+    fed = FakeFederation(token_life=2, keys_refused=True)
+    with running_fake(rate=8, speed=1, federation=fed) as fake:  # (about 8 s: several exchanges of 2 s tokens)
+        def inject() -> None:
+            fake.org.wait_for(lambda r: r.creates >= 1, "a first create")
+            fake.inject(Fault("token", status=503, times=3), Fault("token", kind="drop"))
+        injector = threading.Thread(target=inject, daemon=True)
+        injector.start()
+        out = tmp_path / "out.jsonl"
+        done = gk(["submit", str(path), "--out", str(out), "--max-requests", "20", *FAST],
+                  federation_env(fake.url, token_file))
+        injector.join()
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert_exactly_once(fake, out, ids)
+        assert all(f.times == 0 for f in fake.faults.items), "the job ended before it met every failure"
+        assert fake.org.records.requests_seen["token"] >= len(fed.exchanges) + 4  # (the four failures were met)

@@ -11,16 +11,13 @@ if TYPE_CHECKING:  # (typing is not imported at run time: `plan`'s start)
     import argparse
     from typing import Any
 
-TABLE_SETTINGS = {"template": "--template", "system": "--system", "id_column": "--id-column", "source": "INPUT"}
-
 
 def is_table_job(args: argparse.Namespace) -> bool:
     if getattr(args, "template", None) is not None:
         return True
-    from pathlib import Path
+    from ..tables._names import names_a_table
 
-    suffix = Path(str(args.input).split("?", 1)[0]).suffix.lower()
-    if suffix in (".parquet", ".pq", ".csv", ".arrow", ".ipc", ".feather") or "://" in str(args.input):
+    if names_a_table(str(args.input)):
         raise UsageError(f"{args.input} is a table: give --template (and --model, --max-tokens) to make its requests",
                          setting="template")
     return False

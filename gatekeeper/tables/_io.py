@@ -19,19 +19,9 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from .._errors import InputError, OutputError, UsageError
+from ._names import FORMATS, SCHEMES
 
-FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "ipc", ".ipc": "ipc",
-           ".feather": "ipc"}
-SCHEMES = ("s3://", "gs://", "gcs://", "az://", "abfs://", "abfss://")
 BATCH_ROWS = 65_536
-
-
-def is_table_path(source: object) -> bool:
-    """Whether `source` names a table (by suffix or object-storage scheme), or is a table itself."""
-    if hasattr(source, "__arrow_c_stream__") or isinstance(source, (pa.Table, pa.RecordBatchReader)):
-        return True
-    text = str(source)
-    return text.startswith(SCHEMES) or Path(text.split("?", 1)[0]).suffix.lower() in FORMATS
 
 
 def format_of(where: str, setting: str) -> str:

@@ -120,7 +120,7 @@ def _refresh(h: Wire, fed: FakeFederation, asked: dict[str, Any]) -> None:
 
 def _issue(h: Wire, fed: FakeFederation, workspaces: tuple[str, ...], grant: str, *, federated: bool,
            **extra: Any) -> None:
-    token = new_id("sk-ant-oat01-", h.server.fake.id_rng)
+    token = new_id("fake-access-", h.server.fake.id_rng)  # (nothing like a real token's form)
     now = h.server.fake.org.clock()
     fed.issued[token] = Issued(workspaces, now + fed.token_life, federated, now)
     fed.exchanges.append({"grant": grant, "workspace": workspaces[0], "jti": extra.pop("jti", None), "at": now})
