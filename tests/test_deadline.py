@@ -13,8 +13,9 @@ import pytest
 from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_sync
 from gatekeeper._prices import load_prices
 from gatekeeper.cli._render import render_summary
-from gatekeeper.decide._headroom import parse_time
+from gatekeeper.decide._headroom import format_time, parse_time
 from gatekeeper.run._summary import Summary
+from gatekeeper.state._journal import Journal
 from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
 from gatekeeper.watch._exporter import run_figures
 from tests.fakes import WS1, env_for, running_fake
@@ -79,10 +80,17 @@ def test_a_lost_output_is_rebuilt_with_the_real_time_answers(tmp_path: Path) -> 
         before = _out(path).read_bytes()
         _out(path).unlink()
         calls = fake.realtime.records.calls
+        # the deadline has passed by the rerun: it was met by the run that finished the job, and stays met
+        j = Journal.open(_out(path).parent)
+        finished = j.get_meta("finished_at")
+        j.set_meta("deadline", finished + 0.001)
+        j.close()
         again = gk(["submit", str(path), "--deadline", "20s", *TIGHT, *FAST], env_for(fake))
         assert again.returncode == 0, again.stderr
         assert _out(path).read_bytes() == before and set(output_ids(_out(path))) == expected
-        assert fake.realtime.records.calls == calls and orjson.loads(again.stdout)["rebuilt"]["results"] == 60
+        s = orjson.loads(again.stdout)
+        assert fake.realtime.records.calls == calls and s["rebuilt"]["results"] == 60
+        assert s["deadline"]["met"] and s["deadline"]["finished_at"] == format_time(finished)
 
 
 def test_a_crawling_batch_lane_is_split_between_the_lanes(tmp_path: Path) -> None:

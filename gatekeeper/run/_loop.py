@@ -90,6 +90,7 @@ class Job(Part):
                                  on_result=on_result)
         self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, self._deadline(), self.lane)
         self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
+        self._committed_before = -1  # the output's committed length when this run began
 
     def _deadline(self) -> float:
         """The job's deadline: resolved once, by its first run, and kept in the journal. A rerun or a retry that reads
@@ -120,7 +121,8 @@ class Job(Part):
         rebuilt = await Rebuilder(self.ctx, wait=self._wait).run()
         if rebuilt is None:
             self.out.truncate_to(self.journal.outcomes.committed_output())
-        self._replay(self.journal.outcomes.committed_output())
+        self._committed_before = self.journal.outcomes.committed_output()
+        self._replay(self._committed_before)
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
             await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
         if self.keeper is not None and self.journal.get_meta("deadline") is None:
@@ -143,7 +145,10 @@ class Job(Part):
 
     async def _finish(self) -> Summary:
         await self.ledger.release_all()
-        self.journal.set_meta("finished_at", self.clock())
+        # A run that commits nothing new (a rerun that only rebuilds a lost output) leaves the time the job finished
+        # as it was: the deadline was met, or missed, by the run that finished it.
+        if self.journal.get_meta("finished_at") is None or self.journal.outcomes.committed_output() != self._committed_before:
+            self.journal.set_meta("finished_at", self.clock())
         summary = self.summary()
         self.emit("finished", summary.to_json())
         return summary
