@@ -138,3 +138,23 @@ def _time_limited(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[
 
     limited.time_limit = ASYNC_TEST_LIMIT  # type: ignore[attr-defined]
     return limited
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[dict[str, str]]:
+    """A real S3 protocol server (moto's) on loopback, with a bucket; the environment a pipeline would set."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    import botocore.session
+
+    client = botocore.session.get_session().create_client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                                                          region_name="us-east-1", aws_access_key_id="testing",
+                                                          aws_secret_access_key="testing")
+    client.create_bucket(Bucket="lake")
+    yield env
+    server.stop()

@@ -675,3 +675,89 @@ def test_the_operator_sends_the_api_version_it_is_given(tmp_path: Path, airflow_
         summary = op.execute({})
         assert set(fake.org.records.versions.values()) == {"2026-10-21"}
     assert (summary["succeeded"], summary["invalid"]) == (5, 1)
+
+
+def test_a_table_job_on_object_storage_continued_by_a_triggerer_on_another_machine(
+        tmp_path: Path, airflow_home: Path, pg_url: str, s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table at an s3:// URI, a PostgreSQL journal, and a triggerer that cannot see the worker's folder: the trigger
+    renders the same unanswered rows from the URI, continues the run `execute` recorded, and writes the result table
+    back to s3:// (one row per input row, in order, the original ids); the next Dag run sends nothing, and one over
+    a grown table sends only its new rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from airflow.sdk.exceptions import TaskDeferred
+    from pyarrow import fs
+
+    from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger
+
+    tag = os.urandom(4).hex()
+    ids = [f"JIRA:SUP-{i}" if i % 2 else str(i) for i in range(30)]
+    with running_fake(ceiling=40, rate=40) as fake:
+        for k, v in {**_env(airflow_home, fake), **s3, "AIRFLOW_CONN_GK_JOURNAL": pg_url}.items():
+            monkeypatch.setenv(k, v)
+        lake, _ = fs.FileSystem.from_uri("s3://lake/x")
+        with lake.open_output_stream(f"lake/{tag}/tickets.parquet") as f:
+            pq.write_table(pa.table({"ticket": ids, "body": [f"printer {i} is on fire" for i in range(30)]}), f)
+        worker, triggerer = tmp_path / "worker", tmp_path / "triggerer"
+
+        def task() -> GatekeeperSubmitOperator:
+            return GatekeeperSubmitOperator(
+                task_id="t", input_path=f"s3://lake/{tag}/tickets.parquet", template="Classify: {body}",
+                model="claude-haiku-4-5-20251001", max_tokens=20, id_column="ticket", journal="gk_journal",
+                results_path=f"s3://lake/{tag}/result.parquet", poll_interval=0.1)
+
+        def dag_run() -> dict:
+            monkeypatch.setenv("AIRFLOW__GATEKEEPER__STATE_DIR", str(worker))
+            op = task()
+            try:
+                return op.execute({})  # type: ignore[no-any-return]  # (every row answered: nothing to defer)
+            except TaskDeferred as deferred:
+                _, kwargs = deferred.trigger.serialize()
+            monkeypatch.setenv("AIRFLOW__GATEKEEPER__STATE_DIR", str(triggerer))  # (another machine's folder)
+
+            async def fire() -> dict:
+                return (await GatekeeperTrigger(**kwargs).run().__anext__()).payload  # type: ignore[no-any-return]
+            return op.execute_complete({}, asyncio.run(fire()))
+
+        first = dag_run()
+        creates = fake.org.records.creates
+        assert first["rows"] == first["sent"] == first["succeeded"] == 30 and creates >= 1
+        [run] = (triggerer / first["job"] / "runs").glob("*.jsonl")  # (rendered again from the URI there)
+        assert run.read_bytes() == (worker / first["job"] / "runs" / run.name).read_bytes()
+        with lake.open_input_file(f"lake/{tag}/result.parquet") as f:
+            result = pq.read_table(f)
+        assert result.column("ticket").to_pylist() == ids and set(result.column("status").to_pylist()) == {"succeeded"}
+        second = dag_run()  # (answers are kept in the journal's database: the worker sees what the triggerer kept)
+        assert fake.org.records.creates == creates and sum(b.total for b in fake.org.batches.values()) == 30
+        assert second["rows"] == 30 and second["succeeded"] == 30 and second["sent"] == 0
+        grown = ids + ["JIRA:SUP-new-1", "31"]
+        with lake.open_output_stream(f"lake/{tag}/tickets.parquet") as f:
+            pq.write_table(pa.table({"ticket": grown, "body": [f"printer {i} is on fire" for i in range(32)]}), f)
+        third = dag_run()
+        assert third["sent"] == 2 and sum(b.total for b in fake.org.batches.values()) == 32
+        with lake.open_input_file(f"lake/{tag}/result.parquet") as f:
+            assert pq.read_table(f).column("ticket").to_pylist() == grown
+
+
+def test_a_table_job_refused_on_the_worker_in_one_line(tmp_path: Path, airflow_home: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table without a template, or a template naming a column the table lacks: one line, nothing sent."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from airflow.sdk.exceptions import AirflowException
+
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"body": ["a", "b"]}), table)
+    with running_fake() as fake:
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        plain = GatekeeperSubmitOperator(task_id="t", input_path=str(table), state_dir=str(tmp_path / "s"))
+        with pytest.raises(AirflowException, match="is a table: give template="):
+            plain.execute({})
+        wrong = GatekeeperSubmitOperator(task_id="t", input_path=str(table), template="{bodyy}", model="m",
+                                         max_tokens=5, state_dir=str(tmp_path / "s"))
+        with pytest.raises(AirflowException, match="'bodyy'.*body") as refused:
+            wrong.execute({})
+        assert "\n" not in str(refused.value) and fake.org.records.creates == 0

@@ -4,7 +4,6 @@ pyarrow, pandas and polars tables; object storage through a real S3 protocol ser
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -210,26 +209,6 @@ def test_the_library_takes_tables_that_speak_arrow(tmp_path: Path, kind: str) ->
     assert second.sent == 0 and second.table is not None and second.table.equals(first.table)
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, str]]:
-    """A real S3 protocol server (moto's) on loopback, with a bucket; the environment a pipeline would set."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    import botocore.session
-
-    client = botocore.session.get_session().create_client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
-                                                          region_name="us-east-1", aws_access_key_id="testing",
-                                                          aws_secret_access_key="testing")
-    client.create_bucket(Bucket="lake")
-    yield env
-    server.stop()
-
-
 def test_a_table_on_object_storage_in_and_out(tmp_path: Path, s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Parquet read from s3:// and the result written back as CSV to s3://, through the S3 protocol."""
     from pyarrow import fs
@@ -263,3 +242,23 @@ def test_a_jsonl_job_never_imports_the_table_libraries(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
+
+
+def test_a_table_job_in_a_shared_postgresql_journal_named_once_for_its_runs(tmp_path: Path, pg_url: str,
+                                                                              job_name: str) -> None:
+    """`--journal postgresql://... --job NAME` on a table job: each run is a job of its own in the journal (the name
+    and the run's content), its answers read back from there; the grown table's run sends only the new rows."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(_tickets(8), table)
+    with running_fake(rate=2000) as fake:
+        args = ["submit", str(table), *OPTS, "--id-column", "id", "--journal", pg_url, "--job", job_name, "--json"]
+        first = gk(args, env_for(fake))
+        assert first.returncode == 0, first.stderr[-2000:]
+        pq.write_table(pa.concat_tables([_tickets(8), _tickets(3, 8)]), table)
+        second = gk(args, env_for(fake))
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert orjson.loads(second.stdout)["sent"] == 3 and _sent(fake) == 11
+        runs = [orjson.loads(r.stdout)["run"]["job"] for r in (first, second)]
+    assert runs[0] != runs[1] and all(r.startswith(job_name + ".") for r in runs)
+    got = pq.read_table(table.with_name("t.parquet.gatekeeper") / "result.parquet")
+    assert got.num_rows == 11 and set(got.column("status").to_pylist()) == {"succeeded"}

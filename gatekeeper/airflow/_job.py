@@ -46,11 +46,21 @@ class JobSpec:
     state_base: str | None = None  # the operator's state_dir argument: each machine resolves the folder by one rule
     deadline: float | None = None  # wall seconds, resolved once when the task prepared the job (so a trigger keeps it)
     api_version: str | None = None  # the anthropic-version asked for (None: the job's, else 2023-06-01)
+    table: dict[str, Any] | None = None  # a table job: its `TableSpec` as plain data (`input_path` is the table)
+    run: str | None = None  # a table job's run: the name of the file of its unanswered requests, by their content
 
     def here(self) -> JobSpec:
         """This job as this machine sees it: its state folder resolved by the same rule as on the worker (the
         operator's argument, else this machine's `[gatekeeper] state_dir`, else its $AIRFLOW_HOME)."""
         return replace(self, state_dir=str(state_base(self.state_base) / (self.job or os.path.basename(self.state_dir))))
+
+    def for_run(self) -> JobSpec:
+        """The JSONL job a table job's run is: its requests, its state directory, its name in a shared journal."""
+        if self.run is None:
+            return self
+        runs = Path(self.state_dir) / "runs"
+        return replace(self, input_path=str(runs / f"{self.run}.jsonl"), state_dir=str(runs / f"{self.run}.gatekeeper"),
+                       job=f"{self.job}.{self.run}", table=None, run=None)
 
     def to_kwargs(self) -> dict[str, Any]:
         return asdict(self)
@@ -143,6 +153,16 @@ def deliver(summary: Summary, results_path: str | None) -> str:
     with open(summary.output, "rb") as src, replacing(results_path, "the results") as dst:  # (whole or not at all)
         shutil.copyfileobj(src, dst, 1 << 20)
     return results_path
+
+
+def finished(spec: JobSpec, summary: Summary) -> dict[str, Any]:
+    """The job ended: its results delivered (a table job's answers kept and its result table written); the task's
+    small summary."""
+    if spec.table is not None:
+        from ._table import finish_table
+
+        return finish_table(spec, summary)
+    return small_summary(summary, deliver(summary, spec.results_path))
 
 
 def small_summary(summary: Summary, output: str) -> dict[str, Any]:

@@ -18,13 +18,20 @@ from .._errors import GatekeeperError
 from ..api._config import ApiConfig
 from ..decide._deadline import parse_deadline
 from ..run._opening import job_name_of
-from ._job import JobSpec, cancel_job, connection_config, deliver, failure, run_job, small_summary, state_base
+from ._job import JobSpec, cancel_job, connection_config, failure, finished, run_job, state_base
 from ._trigger import GatekeeperTrigger
 
 ON_KILL_WAIT = 60.0  # seconds `on_kill` waits for the cancel calls
 
 
 JOB_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def _table_where(where: str) -> str:
+    """A table's path made absolute; an object-storage URI as given."""
+    from ..tables._names import SCHEMES
+
+    return where if where.startswith(SCHEMES) else os.path.abspath(where)
 
 
 class GatekeeperSubmitOperator(BaseOperator):
@@ -68,6 +75,14 @@ class GatekeeperSubmitOperator(BaseOperator):
         succeed); by default it succeeds and the summary counts them.
     :param state_dir: where local state directories go (default ``[gatekeeper] state_dir``, else
         ``$AIRFLOW_HOME/gatekeeper``); each job's is a folder named after the job.
+    :param template: a table job (docs/tables.md): ``input_path`` is a table (Parquet, CSV or Arrow IPC, a path or an
+        ``s3://``, ``gs://`` or ``az://`` URI, which a triggerer on any machine reads the same) and each row's request
+        is this text with ``{column}`` fields (or ``@path``, read on the worker); with ``model`` and ``max_tokens``,
+        and optionally ``system``, ``id_column`` and ``request_params`` (more request params). Only the rows not answered by
+        an earlier run are sent; the result table (every input row, then its result columns) goes to
+        ``results_path`` (by suffix; object storage through pyarrow, credentials from the cloud's standard
+        environment), else ``result.parquet`` in the job's folder. Not templated by Jinja: its ``{{``/``}}`` are
+        literal braces.
     """
 
     template_fields: Sequence[str] = ("input_path", "results_path", "job", "deadline")
@@ -77,7 +92,9 @@ class GatekeeperSubmitOperator(BaseOperator):
                  ceiling: int | None = None, budget: float | None = None, max_attempts: int = 3,
                  poll_interval: float = 60, deferrable: bool = True, fail_on_findings: bool = False,
                  state_dir: str | None = None, deadline: str | None = None, api_version: str | None = None,
-                 **kwargs: Any) -> None:
+                 template: str | None = None, system: str | None = None, model: str | None = None,
+                 max_tokens: int | None = None, id_column: str | None = None,
+                 request_params: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.input_path = input_path
         self.results_path = results_path
@@ -94,10 +111,39 @@ class GatekeeperSubmitOperator(BaseOperator):
         self.state_dir = state_dir
         self.deadline = deadline
         self.api_version = api_version
+        self.template = template
+        self.system, self.model, self.max_tokens, self.id_column = system, model, max_tokens, id_column
+        self.request_params = request_params
         self._spec: JobSpec | None = None
 
+    def _table(self) -> dict[str, Any] | None:
+        """A table job's spec as plain data (None: a JSONL job); a table given without a template is refused."""
+        from ..tables._names import names_a_table
+
+        if self.template is None:
+            if names_a_table(os.fspath(self.input_path)):
+                raise AirflowException(f"gatekeeper: {self.input_path} is a table: give template= (and model=, "
+                                       "max_tokens=) to make its requests")
+            return None
+        from ..tables import _require_pyarrow
+
+        try:
+            _require_pyarrow()
+            from ._table import table_json
+
+            return table_json(self.template, self.model, self.max_tokens, system=self.system,
+                              id_column=self.id_column, params=self.request_params)
+        except GatekeeperError as exc:
+            raise AirflowException(f"gatekeeper: {exc}") from None
+
     def _job_spec(self, config: ApiConfig) -> JobSpec:
-        name = self.job or job_name_of(os.fspath(self.input_path), config)
+        table, where = self._table(), os.fspath(self.input_path)
+        if table is None:
+            name, where = self.job or job_name_of(where, config), os.path.abspath(where)
+        else:
+            from ._table import table_name
+
+            name, where = self.job or table_name(where, table, config), _table_where(where)
         for setting, value in (("journal", self.journal), ("ledger", self.ledger)):
             if value and "://" in value and urlsplit(value).password:  # (the trigger's arguments are stored in the database)
                 raise AirflowException(f"gatekeeper: {setting}= carries a password, which would be stored with the "
@@ -106,7 +152,7 @@ class GatekeeperSubmitOperator(BaseOperator):
         if not JOB_NAME.fullmatch(name) or name in (".", ".."):  # (it names a folder: never a path of its own)
             raise AirflowException(f"gatekeeper: job {name!r} must be 1-128 letters, digits, '.', '_' or '-' "
                                    "(it names the job's state folder)")
-        return JobSpec(conn_id=self.conn_id, input_path=os.path.abspath(os.fspath(self.input_path)),
+        return JobSpec(conn_id=self.conn_id, input_path=where, table=table,
                        state_dir=str(state_base(self.state_dir) / name),
                        results_path=None if self.results_path is None else str(self.results_path),
                        journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
@@ -126,10 +172,17 @@ class GatekeeperSubmitOperator(BaseOperator):
         config = connection_config(self.conn_id)
         spec = self._spec = self._job_spec(config)
         try:
+            if spec.table is not None:
+                from ._table import prepare_table
+
+                spec, answered = prepare_table(spec)
+                self._spec = spec
+                if answered is not None:  # (every row answered already: the result table is written; nothing to run)
+                    return self._complete({"status": "success", "summary": answered})
             if not self.deferrable:
-                summary = run_job(spec, config)
-                return self._complete({"status": "success", "summary": small_summary(summary, deliver(summary, spec.results_path))})
-            prepared = run_job(spec, config, prepare_only=True)
+                summary = run_job(spec.for_run(), config)
+                return self._complete({"status": "success", "summary": finished(spec, summary)})
+            prepared = run_job(spec.for_run(), config, prepare_only=True)
         except GatekeeperError as exc:
             raise AirflowException(failure(exc)["message"]) from None
         self.log.info("gatekeeper: job %s recorded (%d requests, %d rejected lines); deferring to the triggerer",
@@ -162,7 +215,8 @@ class GatekeeperSubmitOperator(BaseOperator):
         config = connection_config(self.conn_id)
         spec = self._spec or self._job_spec(config)
         counted: list[int] = []
-        worker = threading.Thread(target=lambda: counted.append(cancel_job(spec, config)), name="gatekeeper-cancel")
+        worker = threading.Thread(target=lambda: counted.append(cancel_job(spec.for_run(), config)),
+                                  name="gatekeeper-cancel")
         worker.start()
         worker.join(ON_KILL_WAIT)
         self.log.info("gatekeeper: %s live batch(es) of the job canceled", counted[0] if counted else "the")

@@ -18,7 +18,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ._connection import api_config
-from ._job import JobSpec, cancel_job, connection_config, deliver, failure, run_job, small_summary
+from ._job import JobSpec, cancel_job, connection_config, failure, finished, run_job
 
 STOP_WAIT = 30.0  # seconds a cancelled trigger waits for its loop to reach a safe point
 
@@ -72,8 +72,12 @@ class GatekeeperTrigger(BaseTrigger):
         def work() -> None:
             try:
                 spec = self.spec.here()  # (its folder by this triggerer's own configuration)
-                summary = run_job(spec, config, stop=stop, continue_only=True)  # (only `execute` starts a job)
-                result = {"status": "success", "summary": small_summary(summary, deliver(summary, self.spec.results_path))}
+                if spec.table is not None:
+                    from ._table import render_again
+
+                    render_again(spec)
+                summary = run_job(spec.for_run(), config, stop=stop, continue_only=True)  # (only `execute` starts a job)
+                result = {"status": "success", "summary": finished(spec, summary)}
             except BaseException as exc:  # every outcome goes back to the loop as an event
                 result = failure(exc)
             loop.call_soon_threadsafe(_settle, done, result)
@@ -91,5 +95,5 @@ class GatekeeperTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         """The deferred task was killed: cancel the job's live batches, recorded in its journal."""
         config = await self._config()
-        count = await asyncio.to_thread(cancel_job, self.spec, config)
+        count = await asyncio.to_thread(cancel_job, self.spec.here().for_run(), config)
         self.log.info("gatekeeper: %d live batch(es) of the job canceled", count)

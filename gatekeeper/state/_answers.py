@@ -1,60 +1,80 @@
-"""What each rendered request of a table job was answered, kept across runs (SQLite, beside the table job's runs):
-a request answered once is never sent again, whatever run asks; a changed row is another request.
+"""What each rendered request of a table job was answered, kept across runs: a request answered once is never sent
+again, whatever run or machine asks; a changed row is another request.
 
-`answers(key, result)`: the final result object a request last got (its `type` says whether it is answered for good:
-only `succeeded` is; anything else is sent again by the next run)."""
+Kept in SQLite beside the table job's runs, or, when the job's journal is PostgreSQL, in that database under the
+table job's name (so every worker and triggerer sees the same answers). A result is the final result object a
+request last got; only `succeeded` answers it for good (anything else is sent again by the next run). Reads go a
+record batch of keys at a time, never a row at a time.
+"""
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from .._errors import JournalError
-from ._db import sqlite_said
+from ._db import PgDb, SqliteDb, pg_ddl, safe_url
 
-SCHEMA = "CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, result BLOB NOT NULL, succeeded INTEGER NOT NULL)"
+SCHEMA = ("CREATE TABLE IF NOT EXISTS {table} (job TEXT NOT NULL, key TEXT NOT NULL, result BLOB NOT NULL, "
+          "succeeded INTEGER NOT NULL, PRIMARY KEY (job, key))")
+CHUNK = 900  # keys a query asks about at once (SQLite's limit on parameters is 999 in old builds)
 
 
 class Answers:
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    """The answers of one table job (`job`; "" in a local file, which holds one job's)."""
+
+    def __init__(self, db: SqliteDb | PgDb, table: str, job: str = "") -> None:
+        self._db, self._table, self._job = db, table, job
+
+    @classmethod
+    def local(cls, path: Path) -> Answers:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(SCHEMA)
-        except (OSError, sqlite3.Error) as exc:
-            said = sqlite_said("the table job's answers", exc, str(path)) if isinstance(exc, sqlite3.Error) else \
-                f"the table job's answers cannot be kept at {path}: {exc.strerror or exc}"
-            raise JournalError(said, setting="state_dir") from None
+        except OSError as exc:
+            raise JournalError(f"the table job's answers cannot be kept at {path}: {exc.strerror or exc}",
+                               setting="state_dir") from None
+        db = SqliteDb.open(str(path), f"the table job's answers {path}", JournalError, path=str(path))
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(SCHEMA.format(table="answers"))
+        return cls(db, "answers")
 
-    def answered(self, key: str) -> bool:
-        return self._db.execute("SELECT 1 FROM answers WHERE key = ? AND succeeded = 1", (key,)).fetchone() is not None
+    @classmethod
+    def shared(cls, url: str, job: str) -> Answers:
+        db = PgDb(url, f"the table job's answers in {safe_url(url)} (job {job})", JournalError)
+        db.execute("CREATE SCHEMA IF NOT EXISTS gatekeeper")
+        db.execute(pg_ddl(SCHEMA.format(table="gatekeeper.table_answers")))
+        return cls(db, "gatekeeper.table_answers", job)
 
-    def result(self, key: str) -> dict[str, Any] | None:
-        row = self._db.execute("SELECT result FROM answers WHERE key = ?", (key,)).fetchone()
-        return None if row is None else dict(orjson.loads(row[0]))
+    def _rows(self, what: str, keys: Sequence[str], extra: str = "") -> Iterator[tuple[Any, ...]]:
+        for i in range(0, len(keys), CHUNK):
+            chunk = keys[i:i + CHUNK]
+            marks = ",".join("?" * len(chunk))
+            yield from self._db.execute(f"SELECT {what} FROM {self._table} WHERE job = ? AND key IN ({marks}){extra}",
+                                        (self._job, *chunk)).fetchall()
 
-    def keep(self, results: Iterable[tuple[str, dict[str, Any]]]) -> int:
+    def answered_among(self, keys: Sequence[str]) -> set[str]:
+        """Those of `keys` answered for good."""
+        return {key for (key,) in self._rows("key", keys, " AND succeeded = 1")}
+
+    def results_of(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The result each of `keys` last got, where it got one."""
+        return {key: dict(orjson.loads(bytes(result))) for key, result in self._rows("key, result", keys)}
+
+    def keep(self, results: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """Keep each (key, result) in one transaction; a succeeded answer is never replaced by a lesser one."""
-        n = 0
-        with self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            for key, result in results:
-                ok = int(result.get("type") == "succeeded")
-                self._db.execute("INSERT INTO answers (key, result, succeeded) VALUES (?, ?, ?) ON CONFLICT (key) DO "
-                                 "UPDATE SET result = excluded.result, succeeded = excluded.succeeded "
-                                 "WHERE answers.succeeded = 0", (key, orjson.dumps(result), ok))
-                n += 1
-        return n
-
-    def keys(self) -> Iterator[str]:
-        for (key,) in self._db.execute("SELECT key FROM answers"):
-            yield key
+        rows = [(self._job, key, orjson.dumps(result), int(result.get("type") == "succeeded")) for key, result in results]
+        self._db.begin()
+        ok = False
+        try:
+            self._db.executemany(f"INSERT INTO {self._table} (job, key, result, succeeded) VALUES (?, ?, ?, ?) "
+                                 "ON CONFLICT (job, key) DO UPDATE SET result = excluded.result, succeeded = "
+                                 f"excluded.succeeded WHERE {self._table}.succeeded = 0", rows)
+            ok = True
+        finally:
+            self._db.end(ok)
 
     def close(self) -> None:
         self._db.close()

@@ -49,6 +49,8 @@ class TableSource:
 
     @classmethod
     def of(cls, source: Any) -> TableSource:
+        if isinstance(source, TableSource):
+            return source
         if isinstance(source, (str, os.PathLike)):
             return cls(os.fspath(source))
         try:

@@ -25,8 +25,9 @@ from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..input._planner import PlanReport, plan
 from ..input._sizing import Limits
+from ..run._opening import job_name_of
 from ..run._results import export
-from ..run._settings import SubmitSettings
+from ..run._settings import SubmitSettings, default_job_name
 from ..run._submit import submit
 from ..run._summary import Summary
 from ..state._answers import Answers
@@ -133,7 +134,7 @@ class _Counts:
     rejected: list[str] = field(default_factory=list)
 
 
-def _pending(rows: _Rows, answers: Answers, runs: Path) -> tuple[Path | None, _Counts]:
+def _pending(rows: _Rows, answers: Answers | None, runs: Path) -> tuple[Path | None, _Counts]:
     """The requests not answered yet, one per request (rows with the same request share it), written to a file
     named by its content (None: every row is answered or rejected)."""
     runs.mkdir(parents=True, exist_ok=True)
@@ -143,11 +144,13 @@ def _pending(rows: _Rows, answers: Answers, runs: Path) -> tuple[Path | None, _C
     digest = hashlib.sha256()
     with open(tmp, "wb") as f:
         for _, judged in rows.judged():
+            keys = [j.key for j in judged if j.key is not None]
+            done = answers.answered_among(keys) if answers is not None else set()
+            counts.rows += len(judged)
             for j in judged:
-                counts.rows += 1
                 if j.key is None:
                     counts.rejected.append(j.rejected or "")
-                elif answers.answered(j.key):
+                elif j.key in done:
                     counts.answered += 1
                 elif j.key not in seen:
                     seen.add(j.key)
@@ -162,32 +165,72 @@ def _pending(rows: _Rows, answers: Answers, runs: Path) -> tuple[Path | None, _C
     return path, counts
 
 
+def open_answers(root: Path, journal: str | None, job: str | None) -> Answers:
+    """A table job's answers: beside its runs, or in its shared journal under its name."""
+    if journal:
+        assert job is not None
+        return Answers.shared(journal, job)
+    return Answers.local(root / "answers.sqlite3")
+
+
+def table_job_name(where: str, spec: TableSpec, config: ApiConfig) -> str:
+    """A table job's default name in a shared journal: its table's path or URI and its spec, with the credential."""
+    digest = hashlib.sha256(orjson.dumps([where, spec.to_json()], option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return default_job_name(digest, config.fingerprint())
+
+
 def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
                state_dir: str | os.PathLike[str] | None = None) -> TablePlan:
-    """Judge every row and plan the requests still to send, as `plan` plans a JSONL file; nothing is sent."""
+    """Judge every row and plan the requests still to send, as `plan` plans a JSONL file; nothing is sent (the
+    answers read are those kept beside the runs, in `state_dir`)."""
     src = TableSource.of(source)
     rows = _Rows(src, spec)
     root = Path(state_dir) if state_dir is not None else default_state_dir(src)
-    answers = Answers(root / "answers.sqlite3") if (root / "answers.sqlite3").exists() else None
+    answers = Answers.local(root / "answers.sqlite3") if (root / "answers.sqlite3").exists() else None
     import tempfile
 
-    with tempfile.TemporaryDirectory() as tmp:
-        pending, counts = _pending(rows, answers or _NoAnswers(), Path(tmp))
-        report = plan(pending, limits=limits) if pending is not None else None
-    if answers is not None:
-        answers.close()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            pending, counts = _pending(rows, answers, Path(tmp))
+            report = plan(pending, limits=limits) if pending is not None else None
+    finally:
+        if answers is not None:
+            answers.close()
     return TablePlan(counts.rows, counts.rejected, counts.answered, report)
 
 
-class _NoAnswers(Answers):
-    def __init__(self) -> None:  # (no file: nothing answered yet)
-        pass
+class TableJob:
+    """One table job's files under `root`: the answers kept across runs, and the run of the requests still
+    unanswered (`pending`, named by its content, with its own state directory beside it)."""
 
-    def answered(self, key: str) -> bool:
-        return False
+    def __init__(self, source: Any, spec: TableSpec, root: Path, answers: Answers) -> None:
+        self.rows = _Rows(TableSource.of(source), spec)
+        self.root = root
+        self.answers = answers
+
+    def pending(self) -> tuple[Path | None, _Counts]:
+        return _pending(self.rows, self.answers, self.root / "runs")
+
+    def settle(self, pending: Path, *, journal: str | None = None, job: str | None = None) -> None:
+        """Keep what the run of `pending` answered (its journal in its state directory, or named `job` in the shared
+        `journal`)."""
+        _merge(self.answers, pending, run_dir(pending), journal, job)
+
+    def write(self, where: str | None, prices: PriceTable, result: TableResult) -> None:
+        result.table, result.out = _write(self.rows, self.answers, prices, where, result), where
 
     def close(self) -> None:
-        pass
+        self.answers.close()
+
+
+def run_dir(pending: Path) -> Path:
+    return pending.with_suffix(".gatekeeper")
+
+
+def run_name(pending: Path, job: str | None, config: ApiConfig) -> str:
+    """A run's name in a shared journal: the table job's name and the run's content, or, unnamed, the name a JSONL
+    job of the same requests gets (the run's file is named by the digest that name starts with)."""
+    return f"{job}.{pending.stem}" if job else job_name_of(str(pending), config)
 
 
 async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, settings: SubmitSettings | None = None,
@@ -198,28 +241,26 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     IPC, local or object storage, whole or not at all)."""
     settings = settings or SubmitSettings()
     src = TableSource.of(source)
-    rows = _Rows(src, spec)
     root = Path(settings.state_dir) if settings.state_dir is not None else default_state_dir(src)
-    answers = Answers(root / "answers.sqlite3")
+    name = settings.job or table_job_name(src.where or str(root.resolve()), spec, config) if settings.journal else None
+    job = TableJob(src, spec, root, open_answers(root, settings.journal, name))
     prices = prices or load_prices()
     try:
-        pending, counts = _pending(rows, answers, root / "runs")
+        pending, counts = job.pending()
         result = TableResult(rows=counts.rows, state_dir=str(root))
         if pending is not None:
-            run_dir = pending.with_suffix(".gatekeeper")
-            run = replace(settings, state_dir=run_dir, out=None)  # (the run's results in its own state)
+            runs = run_name(pending, settings.job, config) if settings.journal else None
+            run = replace(settings, state_dir=run_dir(pending), out=None, job=runs)  # (the run's results in its own state)
             result.summary = await submit(pending, config=config, settings=run, prices=prices, **submit_options)
             result.sent = result.summary.requests
-            _merge(answers, pending, run_dir)
-        where = os.fspath(out) if out is not None else None
-        result.table = _write(rows, answers, prices, where, result)
-        result.out = where
+            job.settle(pending, journal=settings.journal, job=runs)
+        job.write(None if out is None else os.fspath(out), prices, result)
         return result
     finally:
-        answers.close()
+        job.close()
 
 
-def _merge(answers: Answers, pending: Path, run_dir: Path) -> None:
+def _merge(answers: Answers, pending: Path, run_dir: Path, journal: str | None, job: str | None) -> None:
     """Keep the run's results (and its lines refused before sending) under their requests' keys."""
     keys = {}
     with open(pending, "rb") as f:
@@ -227,8 +268,8 @@ def _merge(answers: Answers, pending: Path, run_dir: Path) -> None:
             obj = orjson.loads(line)
             keys[obj["custom_id"]] = request_key(obj["params"])
     buf = io.BytesIO()
-    export(run_dir, buf, only=None)
-    export(run_dir, buf, only=["rejected"])
+    export(run_dir, buf, only=None, journal=journal, job=job)
+    export(run_dir, buf, only=["rejected"], journal=journal, job=job)
     found = (orjson.loads(line) for line in buf.getvalue().splitlines() if line)
     answers.keep((keys[o["custom_id"]], o["result"]) for o in found if o.get("custom_id") in keys)
 
@@ -237,7 +278,8 @@ def _write(rows: _Rows, answers: Answers, prices: PriceTable, where: str | None,
     writer: TableWriter | None = None
     kept: list[pa.RecordBatch] = []
     for batch, judged in rows.judged():
-        cols = [result_columns(j, answers.result(j.key) if j.key else None, prices) for j in judged]
+        got = answers.results_of([j.key for j in judged if j.key is not None])
+        cols = [result_columns(j, got.get(j.key) if j.key else None, prices) for j in judged]
         for c in cols:
             result.by_status[c["status"]] = result.by_status.get(c["status"], 0) + 1
         extra = [pa.array([c[name] for c in cols], type=RESULT_TYPES[name]) for name in RESULT_COLUMNS]

@@ -47,6 +47,21 @@ class TableSpec:
         return cls(parse_template(template), model, max_tokens, parse_template(system, "system") if system else None,
                    id_column, dict(params or {}))
 
+    def to_json(self) -> dict[str, Any]:
+        """The spec as plain data (the templates' text, never a file's path): `TableSpec.from_json` reads it back."""
+        return {"template": self.template.text, "model": self.model, "max_tokens": self.max_tokens,
+                "system": None if self.system is None else self.system.text, "id_column": self.id_column,
+                "params": dict(self.params)}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> TableSpec:
+        from ._template import parse_template
+
+        system = obj.get("system")
+        return cls(parse_template(obj["template"], files=False), obj["model"], int(obj["max_tokens"]),
+                   None if system is None else parse_template(system, "system", files=False), obj.get("id_column"),
+                   dict(obj.get("params") or {}))
+
     @functools.cached_property
     def pieces(self) -> tuple[bytes, ...]:
         return _pieces(self)

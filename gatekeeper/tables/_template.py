@@ -19,6 +19,12 @@ class Template:
     setting: str = "template"
     columns: tuple[str, ...] = ()  # the columns named, each once, in order (`parse_template` fills it)
 
+    @property
+    def text(self) -> str:
+        """The template as it would be written (`parse_template(t.text)` is `t`)."""
+        return "".join(lit.replace("{", "{{").replace("}", "}}") + ("" if col is None else "{" + col + "}")
+                       for lit, col in self.parts)
+
     def render(self, row: Mapping[str, Any]) -> str:
         """The text for one row; a null field is the caller's to judge first (`missing`)."""
         return "".join(lit + ("" if col is None else _text(row[col])) for lit, col in self.parts)
@@ -31,9 +37,10 @@ class Template:
         return None
 
 
-def parse_template(text: str, setting: str = "template") -> Template:
-    """`text`, or the file `@path` names, parsed; a malformed field is a usage error naming the setting."""
-    if text.startswith("@"):
+def parse_template(text: str, setting: str = "template", *, files: bool = True) -> Template:
+    """`text`, or the file `@path` names (unless not `files`), parsed; a malformed field is a usage error naming the
+    setting."""
+    if files and text.startswith("@"):
         try:
             text = Path(text[1:]).read_text(encoding="utf-8")
         except OSError as exc:

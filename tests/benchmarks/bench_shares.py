@@ -1,0 +1,121 @@
+"""Pipelines sharing one queue ceiling through one ledger: priorities and shares, against the fake as a process.
+
+Usage: python tests/benchmarks/bench_shares.py [--ledger sqlite:///PATH | redis://... | postgresql://...]
+                                               [--scenario alone|precedence|shares|all]
+
+The fake's ceiling is 20,000 requests, its queue processed at 2,000 requests a second; batches of at most 5,000;
+each pipeline in a workspace of its own (so none sees another's batches: only the ledger does). Prints each job's
+span and the figures the issue asks for:
+- alone: a 20,000-request job on its own (its "span alone");
+- precedence: a 120,000-request backfill (--priority low) and, 6 s later, a 20,000-request nightly job
+  (--priority high): the nightly's span against its span alone, and both against the ideal (all requests at the
+  queue's rate);
+- shares: two jobs of 60,000 started together with --share 3 and --share 1: the first's span over the second's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tests.benchmarks.make_requests import write
+
+CEILING, RATE, BATCH = 20_000, 2_000, 5_000
+KEYS = ["bench-ws1", "bench-ws2"]
+ADMIN = "bench-admin"
+
+
+def fake() -> tuple[subprocess.Popen[str], str]:
+    args = [sys.executable, "-m", "gatekeeper", "fake-api", "--simulated-ceiling", str(CEILING), "--rate", str(RATE),
+            "--admin-key", ADMIN, *[a for k in KEYS for a in ("--workspace-key", k)], "--json"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    text = ""
+    while True:  # (one JSON object, over several lines)
+        text += proc.stdout.readline()
+        try:
+            return proc, json.loads(text)["url"]
+        except ValueError:
+            continue
+
+
+def job(tmp: Path, name: str, n: int, url: str, key: str, ledger: str, *extra: str) -> subprocess.Popen[str]:
+    path = tmp / f"{name}.jsonl"
+    write(str(path), n, seed=hash(name) % 1000, approx_bytes=400)
+    env = {**os.environ, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": key, "ANTHROPIC_ADMIN_KEY": ADMIN}
+    args = [sys.executable, "-m", "gatekeeper", "submit", str(path), "--ledger", ledger, "--max-requests", str(BATCH),
+            "--interval", "0.5", "--no-preflight", "--token-sample", "0", "--max-rpm", "60000", "--json", *extra]
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def span(proc: subprocess.Popen[str], started: float) -> tuple[float, dict]:
+    out, _ = proc.communicate()
+    took = time.monotonic() - started
+    summary = json.loads(out) if out.strip() else {}
+    if proc.returncode != 0:
+        sys.exit(f"a job exited {proc.returncode}: {out[-2000:]}")
+    return took, summary
+
+
+def alone(tmp: Path, url: str, ledger: str) -> float:
+    t0 = time.monotonic()
+    took, _ = span(job(tmp, "nightly-alone", 20_000, url, KEYS[0], ledger, "--priority", "high"), t0)
+    print(f"alone: a 20,000-request job ends in {took:.1f} s (ideal {20_000 / RATE:.0f} s)")
+    return took
+
+
+def precedence(tmp: Path, url: str, ledger: str, alone_s: float) -> None:
+    t0 = time.monotonic()
+    backfill = job(tmp, "backfill", 120_000, url, KEYS[0], ledger, "--priority", "low")
+    time.sleep(6)
+    t1 = time.monotonic()
+    nightly = job(tmp, "nightly", 20_000, url, KEYS[1], ledger, "--priority", "high")
+    n_took, n_sum = span(nightly, t1)
+    b_took, b_sum = span(backfill, t0)
+    ideal = 140_000 / RATE
+    print(f"precedence: nightly (high, 6 s after) {n_took:.1f} s = {n_took / alone_s:.2f}x its span alone; "
+          f"backfill (low) {b_took:.1f} s; both done at {max(b_took, n_took + 6):.1f} s = "
+          f"{max(b_took, n_took + 6) / ideal:.2f}x the ideal {ideal:.0f} s; nightly waited "
+          f"{(n_sum.get('shares') or {}).get('waited_s')} s for others, backfill "
+          f"{(b_sum.get('shares') or {}).get('waited_s')} s")
+
+
+def shares(tmp: Path, url: str, ledger: str) -> None:
+    t0 = time.monotonic()
+    three = job(tmp, "share3", 60_000, url, KEYS[0], ledger, "--share", "3")
+    one = job(tmp, "share1", 60_000, url, KEYS[1], ledger, "--share", "1")
+    t3, _ = span(three, t0)
+    t1, _ = span(one, t0)
+    print(f"shares: --share 3 ends in {t3:.1f} s, --share 1 in {t1:.1f} s: {t3 / t1:.2f}x (ideal of both "
+          f"{120_000 / RATE:.0f} s)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ledger", default=None)
+    ap.add_argument("--scenario", default="all", choices=["alone", "precedence", "shares", "all"])
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        ledger = a.ledger or f"sqlite:///{tmp / 'ledger.db'}"
+        proc, url = fake()
+        try:
+            alone_s = alone(tmp, url, ledger) if a.scenario in ("alone", "precedence", "all") else 0.0
+            if a.scenario in ("precedence", "all"):
+                precedence(tmp, url, ledger, alone_s)
+            if a.scenario in ("shares", "all"):
+                shares(tmp, url, ledger)
+        finally:
+            proc.terminate()
+
+
+if __name__ == "__main__":
+    main()
