@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..input._planner import PlanReport
     from ..input._sizing import Limits
     from ..run._settings import SubmitSettings
-    from ..state._ledger import Reservation
+    from ..state._ledger import LedgerReading
     from ..testing import FakeAws
     from ..watch._exporter import RunFigures
 
@@ -271,8 +271,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     read = _status_reader(args, config)
     if args.watch:
         return _watch_status(args, config, read)
-    h, reservations = anyio.run(read)
-    report = status_report(h, reservations, args.threshold, config.platform)
+    h, ledger = anyio.run(read)
+    report = status_report(h, ledger, args.threshold, config.platform)
     if args.json:
         _print_json(report)
     else:
@@ -281,11 +281,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], Any]:
-    """One reading of the queue (and the ledger's reservations with --ledger), as an async function."""
+    """One reading of the queue (and, with --ledger, the ledger's reservations and jobs), as an async function."""
     from ..api._queue import connect, read_headroom
-    from ..state._ledger import open_ledger
+    from ..state._ledger import LedgerReading, open_ledger
 
-    async def read() -> tuple[Headroom, list[Reservation] | None]:
+    async def read() -> tuple[Headroom, LedgerReading | None]:
         async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
             h = await read_headroom(conn, ceiling=args.ceiling)
         if not args.ledger:
@@ -293,7 +293,8 @@ def _status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], 
         ledger = open_ledger(args.ledger, owner="status", namespace=config.scope)
         try:
             await ledger.ping()
-            return h, [r for r in await ledger.reservations() if r.live]  # (not the names of released batches)
+            live = [r for r in await ledger.reservations() if r.live]  # (not the names of released batches)
+            return h, LedgerReading(live, await ledger.claims())
         finally:
             await ledger.close()
 
@@ -311,8 +312,8 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
     tty = sys.stdout.isatty() and not args.json
 
     async def reading() -> dict[str, Any]:
-        h, reservations = await read()
-        return status_report(h, reservations, args.threshold, config.platform)
+        h, ledger = await read()
+        return status_report(h, ledger, args.threshold, config.platform)
 
     try:
         anyio.run(lambda: watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout))
@@ -374,7 +375,8 @@ def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
         state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
         poll=args.interval, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=_limits(args),
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.interval * 2),
-        ledger=args.ledger, ledger_ttl=args.ledger_ttl, results_grace=args.results_grace, max_rpm=args.max_rpm,
+        ledger=args.ledger, ledger_ttl=args.ledger_ttl, priority=args.priority, share=args.share,
+        results_grace=args.results_grace, max_rpm=args.max_rpm,
         allow_duplicate=args.allow_duplicate, resume_canceled=args.resume_canceled, preflight=not args.no_preflight,
         budget=args.budget, prime=not args.no_prime,
         token_sample=args.token_sample, journal=args.journal, job=args.job, lease_ttl=args.lease_ttl,
@@ -671,7 +673,7 @@ async def _export_reading(args: argparse.Namespace, read: Callable[[], Any], pri
     from ..watch._exporter import run_figures
 
     try:
-        h, reservations = await read()
+        h, ledger = await read()
         runs = {Path(d).name: run_figures(Path(d), prices) for d in args.state}
         runs.update({job: run_figures(Path.cwd(), prices, journal=args.journal, job=job) for job in args.job})
     except GatekeeperError as exc:
@@ -680,7 +682,7 @@ async def _export_reading(args: argparse.Namespace, read: Callable[[], Any], pri
         print(f"gatekeeper: reading failed, the last values are kept: {_for_cli(exc)}", file=sys.stderr, flush=True)
     else:
         with snap.lock:
-            snap.headroom, snap.reservations, snap.runs = h, reservations, runs
+            snap.headroom, snap.ledger, snap.runs = h, ledger, runs
             snap.read_at, snap.readings = time.time(), snap.readings + 1
 
 

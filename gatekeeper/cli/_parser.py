@@ -245,6 +245,12 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_journal(p)
     p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
                    help="how long a dead submitter's reservations outlive its last heartbeat (default 900)")
+    p.add_argument("--priority", choices=["high", "normal", "low"], default="normal",
+                   help="on a shared --ledger: while a job of higher priority waits for room, lower ones admit "
+                   "nothing new (what they queued drains); a job that waited 30 min goes first (default normal)")
+    p.add_argument("--share", type=_positive_float, default=1.0, metavar="N",
+                   help="on a shared --ledger: room freed goes to the waiting jobs of one priority in proportion to "
+                   "their shares (default 1)")
     p.add_argument("--results-grace", type=_positive_float, default=3600.0, metavar="SECONDS",
                    help="how long after a batch ends a 404 or a missing results_url is waited out before its requests "
                    "are reported as results unavailable (default 3600)")

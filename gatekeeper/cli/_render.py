@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
     from ..run._summary import Summary
-    from ..state._ledger import Reservation
+    from ..state._ledger import LedgerReading
 
 
 def render_plan(report: PlanReport, name: str) -> str:
@@ -51,7 +51,7 @@ def render_plan(report: PlanReport, name: str) -> str:
     return "\n".join(out)
 
 
-def status_report(h: Headroom, reservations: list[Reservation] | None, threshold: int,
+def status_report(h: Headroom, ledger: LedgerReading | None, threshold: int,
                   platform: str = "anthropic") -> dict[str, Any]:
     """One reading as the JSON `status --json` prints (and the human report is drawn from)."""
     from ..decide._headroom import SCOPE_CAVEAT, repair_lines, verdict
@@ -66,8 +66,9 @@ def status_report(h: Headroom, reservations: list[Reservation] | None, threshold
         "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
                     f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
         "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h, platform),
-        "ledger": None if reservations is None else {
-            "reserved": sum(r.requests for r in reservations), "reservations": [r.to_json() for r in reservations]},
+        "ledger": None if ledger is None else {
+            "reserved": sum(r.requests for r in ledger.reservations),
+            "reservations": [r.to_json() for r in ledger.reservations], "jobs": ledger.jobs()},
     }
 
 
@@ -89,7 +90,20 @@ def render_status(r: dict[str, Any]) -> str:
                    f"beside the observed depth {r['depth']:,}")
         out += [f"    {x['owner']:<36} batch {x['batch']:<5} {x['requests']:>9,}  {x['batch_id'] or '(creating)'}  "
                 f"expires in {x['expires_in']:,.0f} s" for x in ledger["reservations"][:10]]
+        out += _jobs_lines(ledger.get("jobs") or [])
     return "\n".join(out)
+
+
+def _jobs_lines(jobs: list[dict[str, Any]]) -> list[str]:
+    """The jobs on the ledger: who waits for room, who is ahead (`decide._shares`)."""
+    if not jobs:
+        return []
+    out = [f"  jobs      {len(jobs)} on the ledger (priority, share, queued, waiting, admitted this run)"]
+    for x in jobs[:20]:
+        waiting = f"waiting {x['waiting_s']:,.0f} s for {x['want']:,}" if x["want"] else "not waiting"
+        out.append(f"    {x['job'][:36]:<36} {x['priority']:<6} x{x['share']:<4g} queued {x['queued']:>9,}  {waiting}; "
+                   f"admitted {x['admitted']:,}")
+    return out
 
 
 def caching_line(c: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ journaled before its first byte leaves (its outcome unknown until answered or re
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,6 +33,7 @@ from ._part import Part, RunContext, Snapshot
 from ._prepare import check_identity
 from ._reprime import reprime
 from ._summary import budget_spent
+from ._turns import Turns
 
 
 class Admitter(Part):
@@ -48,6 +50,9 @@ class Admitter(Part):
         self.refusals = 0
         self.batch_size = ctx.s.limits.max_requests
         self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
+        shares = self.journal.get_meta("shares") or {}
+        self.turns = Turns(ctx.ledger, self.journal.job or os.path.basename(ctx.path), ctx.s.priority, ctx.s.share,
+                           ctx.clock, float(shares.get("waited_s", 0.0)))
 
     async def admit_round(self, snap: Snapshot) -> None:
         planned = self.journal.batches(BatchState.PLANNED)
@@ -66,12 +71,17 @@ class Admitter(Part):
             backoff_until=self.backoff_until, canceled=self.user_canceled,
         )
         count = admit_round(q, now)
+        if not await self.turns.turn(self._want(waiting, q)):
+            self.emit("waiting", {"next": waiting[0].requests, "reason": "shares", "ahead": self.turns.ahead})
+            return
         if count == 0 and planned and now >= self.backoff_until and not q.canceled:
             self.emit("waiting", {"next": waiting[0].requests, "depth": q.depth, "unseen": q.unseen,
                                   "ceiling": q.bound, "in_flight": q.in_flight} if waiting else
                       {"reason": "primer", "held": held, "depth": q.depth, "in_flight": q.in_flight})
-        for row in waiting[:count]:
+        for k, row in enumerate(waiting[:count]):
             self.check_stop()
+            if k and not await self.turns.turn(row.requests):  # (each batch of a round takes its turn)
+                return
             worst = self._worst_case(row) if self.s.budget is not None else None
             if worst is not None and not self._within_budget(row, worst, planned):
                 return
@@ -84,7 +94,14 @@ class Admitter(Part):
                     await self.ledger.release(row.idx)  # definitely not created
                 return  # an unknown outcome keeps its reservation until reconciled
             await self.ledger.confirm(row.idx, outcome)
+            self.turns.took(row.requests)
             snap.unseen += row.requests  # ours now, and not yet in any listing we read
+
+    def _want(self, waiting: list[BatchRow], q: QueueState) -> int:
+        """The requests of the batch this job would admit now, for its claim: 0 when it can use no room (nothing
+        waits, or it is canceled, out of budget, or at its own limit of batches in flight)."""
+        full = q.max_in_flight is not None and q.in_flight >= q.max_in_flight
+        return 0 if not waiting or q.canceled or self.budget_stopped or full else waiting[0].requests
 
     def _gated(self, planned: list[BatchRow], bound: int | None) -> tuple[list[BatchRow], list[int], int, int]:
         """The batches that may go now, in order, the room each needs, the room held for rests whose primer is in

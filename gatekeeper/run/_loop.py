@@ -145,6 +145,8 @@ class Job(Part):
 
     async def _finish(self) -> Summary:
         await self.ledger.release_all()
+        if self.ledger.owner:  # (on a shared ledger: its priority, share and how long it waited for others)
+            self.journal.set_meta("shares", self.admitter.turns.to_json())
         # A run that commits nothing new (a rerun that only rebuilds a lost output) leaves the time the job finished
         # as it was: the deadline was met, or missed, by the run that finished it.
         if self.journal.get_meta("finished_at") is None or self.journal.outcomes.committed_output() != self._committed_before:

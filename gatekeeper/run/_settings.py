@@ -32,6 +32,10 @@ class SubmitSettings:
     max_backoff: float = 600.0
     ledger: str | None = None  # None/"local", "sqlite:///path", "redis://host:port/db"
     ledger_ttl: float = 900.0  # seconds a dead submitter's reservations outlive its last heartbeat
+    # on a shared ledger: while a job of higher priority waits for room, lower ones admit nothing new; jobs of one
+    # priority share freed room in proportion to `share` (see decide._shares)
+    priority: str = "normal"  # "high", "normal" or "low"
+    share: float = 1.0
     results_grace: float = 3600.0  # seconds after a batch's end that 404s or a null results_url are waited out
     retention: float = 29 * 86_400.0  # seconds the API keeps results after a batch is created
     max_rpm: float = 300.0  # calls a minute to the batch endpoints, at most (the organization's limit is shared)

@@ -55,6 +55,9 @@ class Summary:
     # the deadline (None: none given): when, when the job finished, whether it was met, and whether the budget
     # stopped work moving to the real-time lane
     deadline: dict[str, Any] | None = None
+    # on a shared ledger: the job's priority and share, and the seconds it waited for other jobs' turns (None: no
+    # shared ledger)
+    shares: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -70,7 +73,7 @@ class Summary:
             "complete": self.complete, "output": self.output, "state_dir": self.state_dir, "preflight": self.preflight,
             "budget": self.budget, "estimate": self.estimate, "rebuilt": self.rebuilt, "job": self.job,
             "adoptions": self.adoptions, "canceled_job": self.canceled_job, "caching": self.caching,
-            "stop_reasons": self.stop_reasons, "lanes": self.lanes, "deadline": self.deadline,
+            "stop_reasons": self.stop_reasons, "lanes": self.lanes, "deadline": self.deadline, "shares": self.shares,
         }
 
 
@@ -90,7 +93,7 @@ def summarize(j: Journal, out_path: str, *, refusals: int = 0, prices: PriceTabl
         errors=t.errors, stop_reasons=t.stop_reasons, resubmitted=t.resubmitted, succeeded_after_retry=t.succeeded_after_retry,
         refusals=refusals, output=out_path, state_dir=str(j.state_dir), preflight=report.get("preflight"),
         estimate=report.get("estimate"), rebuilt=j.get_meta("rebuilt"), job=j.job, adoptions=adoptions(j),
-        canceled_job=canceled_job(j), lanes=by_lane,
+        canceled_job=canceled_job(j), lanes=by_lane, shares=j.get_meta("shares"),
         deadline=deadline_json(j, complete=requests == t.final),
         pending=requests - t.final, complete=requests == t.final,
         usage=usage_json(t.usage),

@@ -41,12 +41,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 import anyio
 
 from .._errors import LedgerError
+from ._claims import Claim
 from ._db import Db, PgDb, SqliteDb, is_postgres, pg_ddl, safe_url
 
 DEFAULT_TTL = 900.0
@@ -86,8 +87,38 @@ class Ledger(Protocol):
     async def heartbeat(self) -> None: ...
     async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None: ...
     async def reservations(self) -> list[Reservation]: ...
+    async def put_claim(self, mine: ClaimPost) -> list[Claim]: ...
+    async def claims(self) -> list[Claim]: ...
     async def ping(self) -> None: ...
     async def close(self) -> None: ...
+
+
+class LedgerReading(NamedTuple):
+    """What `status` and the exporter read of a shared ledger: live reservations, and the jobs' claims."""
+
+    reservations: list[Reservation]
+    claims: list[Claim]
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Each job on the ledger: name, priority, share, queued (its live reservations), waiting, admitted."""
+        queued: dict[str, int] = {}
+        for r in self.reservations:
+            queued[r.owner] = queued.get(r.owner, 0) + r.requests
+        return [{**c.to_json(), "queued": queued.get(c.owner, 0)} for c in self.claims]
+
+
+@dataclass(frozen=True)
+class ClaimPost:
+    """This submitter's claim as it posts it (`decide._shares` reads everyone's back). `reset_wait`: it has just
+    admitted, so its wait starts again."""
+
+    job: str
+    priority: int
+    share: float
+    want: int
+    vtime: float
+    admitted: int
+    reset_wait: bool = False
 
 
 def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int, others_creating: int = 0) -> bool:
@@ -126,6 +157,12 @@ class LocalLedger:
     async def reservations(self) -> list[Reservation]:
         return []
 
+    async def put_claim(self, mine: ClaimPost) -> list[Claim]:
+        return []  # (alone: its turn always)
+
+    async def claims(self) -> list[Claim]:
+        return []
+
     async def ping(self) -> None:
         return None
 
@@ -137,7 +174,23 @@ _SQL_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
     "batch_id TEXT, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))",
     "CREATE TABLE IF NOT EXISTS jobs (job TEXT PRIMARY KEY, owner TEXT NOT NULL, info TEXT NOT NULL, expires_at REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS claims (owner TEXT PRIMARY KEY, job TEXT NOT NULL, priority INTEGER NOT NULL, "
+    "share REAL NOT NULL, want INTEGER NOT NULL, vtime REAL NOT NULL, admitted INTEGER NOT NULL, waiting_since REAL, "
+    "claimed_at REAL NOT NULL, expires_at REAL NOT NULL)",
 )
+_CLAIM_UPSERT = (
+    "INSERT INTO claims (owner, job, priority, share, want, vtime, admitted, waiting_since, claimed_at, expires_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET job = excluded.job, priority = "
+    "excluded.priority, share = excluded.share, want = excluded.want, vtime = excluded.vtime, admitted = "
+    "excluded.admitted, waiting_since = CASE WHEN excluded.want > 0 AND ? = 0 THEN COALESCE(claims.waiting_since, "
+    "excluded.waiting_since) ELSE excluded.waiting_since END, expires_at = excluded.expires_at")
+_CLAIM_COLUMNS = "owner, job, priority, share, want, waiting_since, vtime, admitted, claimed_at"
+
+
+def _claim(row: Any, now: float) -> Claim:
+    owner, job, priority, share, want, since, vtime, admitted, claimed = row
+    return Claim(owner, job, int(priority), float(share), int(want), 0.0 if since is None else max(0.0, now - since),
+                 float(vtime), int(admitted), max(0.0, now - claimed))
 _UPSERT = ("INSERT INTO reservations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, batch) DO UPDATE SET "
            "requests = excluded.requests, batch_id = excluded.batch_id, expires_at = excluded.expires_at")
 LOCK_LEDGER = 7_046_913_202  # PostgreSQL: the advisory lock every grant takes (one grant at a time, all hosts)
@@ -193,6 +246,7 @@ class SqlLedger(abc.ABC):
         def step(db: Db, now: float) -> None:
             self._release(db, now, "", ())
             db.execute("DELETE FROM jobs WHERE owner = ?", (self.owner,))
+            db.execute("DELETE FROM claims WHERE owner = ?", (self.owner,))
 
         await self._run(step)
 
@@ -200,6 +254,7 @@ class SqlLedger(abc.ABC):
         def step(db: Db, now: float) -> None:
             db.execute("UPDATE reservations SET expires_at = ? WHERE owner = ? AND requests > 0", (now + self.ttl, self.owner))
             db.execute("UPDATE jobs SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
+            db.execute("UPDATE claims SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
 
         await self._run(step)
 
@@ -222,6 +277,24 @@ class SqlLedger(abc.ABC):
             rows = db.execute("SELECT owner, batch, requests, batch_id, expires_at FROM reservations "
                               "WHERE expires_at >= ? ORDER BY owner, batch", (now,)).fetchall()
             return [Reservation(o, b, n, bid, exp - now) for o, b, n, bid, exp in rows]
+
+        return list(await self._run(step))
+
+    async def put_claim(self, mine: ClaimPost) -> list[Claim]:
+        """Post this submitter's claim; everyone's live claims (its own included), waits on the ledger's clock."""
+        def step(db: Db, now: float) -> list[Claim]:
+            db.execute("DELETE FROM claims WHERE expires_at < ?", (now,))
+            db.execute(_CLAIM_UPSERT, (self.owner, mine.job, mine.priority, mine.share, mine.want, mine.vtime,
+                                       mine.admitted, now if mine.want > 0 else None, now, now + self.ttl,
+                                       int(mine.reset_wait)))
+            return [_claim(r, now) for r in db.execute(f"SELECT {_CLAIM_COLUMNS} FROM claims ORDER BY owner").fetchall()]
+
+        return list(await self._run(step))
+
+    async def claims(self) -> list[Claim]:
+        def step(db: Db, now: float) -> list[Claim]:
+            rows = db.execute(f"SELECT {_CLAIM_COLUMNS} FROM claims WHERE expires_at >= ? ORDER BY owner", (now,))
+            return [_claim(r, now) for r in rows.fetchall()]
 
         return list(await self._run(step))
 
@@ -426,6 +499,43 @@ return {tostring(now), redis.call('HGETALL', KEYS[1])}
 """
 
 
+# A claim: one hash field per submitter, its value JSON; waits and expiry on the server's clock.
+_LUA_PUT_CLAIM = """
+local key, owner, ttl, reset = KEYS[1], ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local rec = cjson.decode(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local old = redis.call('HGET', key, owner)
+local prev = old and cjson.decode(old) or {}
+rec.claimed_at = prev.claimed_at or now
+if rec.want > 0 then
+  if reset ~= '1' and prev.waiting_since and prev.waiting_since ~= cjson.null then rec.waiting_since = prev.waiting_since
+  else rec.waiting_since = now end
+end
+rec.expires_at = now + ttl
+redis.call('HSET', key, owner, cjson.encode(rec))
+local all = redis.call('HGETALL', key)
+local live = {}
+for i = 1, #all, 2 do
+  if cjson.decode(all[i + 1]).expires_at < now then redis.call('HDEL', key, all[i])
+  else table.insert(live, all[i]); table.insert(live, all[i + 1]) end
+end
+return {tostring(now), live}
+"""
+
+_LUA_CLAIM_BEAT = """
+local key, owner, ttl, drop = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local value = redis.call('HGET', key, owner)
+if not value then return 0 end
+if drop == '1' then redis.call('HDEL', key, owner) return 1 end
+local t = redis.call('TIME')
+local rec = cjson.decode(value)
+rec.expires_at = tonumber(t[1]) + tonumber(t[2]) / 1000000 + ttl
+redis.call('HSET', key, owner, cjson.encode(rec))
+return 1
+"""
+
+
 class RedisLedger:
     """Submitters on many hosts: a Redis hash, every step an atomic Lua script on the server."""
 
@@ -450,7 +560,10 @@ class RedisLedger:
         self._list = self.client.register_script(_LUA_LIST)
         self._claim = self.client.register_script(_LUA_CLAIM)
         self._jobs_beat = self.client.register_script(_LUA_JOBS_BEAT)
+        self._put_claim = self.client.register_script(_LUA_PUT_CLAIM)
+        self._claim_beat = self.client.register_script(_LUA_CLAIM_BEAT)
         self.jobs_key = f"gatekeeper:{namespace}:jobs"
+        self.claims_key = f"gatekeeper:{namespace}:claims"
 
     def _field(self, batch: int) -> str:
         return f"{self.owner}|{batch}"
@@ -484,10 +597,24 @@ class RedisLedger:
     async def release_all(self) -> None:
         await self._guard(self._release(keys=[self.key], args=[self.owner + "|", "", NAMED_FOR]))
         await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "1"]))
+        await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "1"]))
 
     async def heartbeat(self) -> None:
         await self._guard(self._heartbeat(keys=[self.key], args=[self.owner, self.ttl]))
         await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "0"]))
+        await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "0"]))
+
+    async def put_claim(self, mine: ClaimPost) -> list[Claim]:
+        rec = {"job": mine.job, "priority": mine.priority, "share": mine.share, "want": mine.want, "vtime": mine.vtime,
+               "admitted": mine.admitted}
+        now_text, flat = await self._guard(self._put_claim(
+            keys=[self.claims_key], args=[self.owner, json.dumps(rec), self.ttl, "1" if mine.reset_wait else "0"]))
+        return _redis_claims(float(now_text), flat)
+
+    async def claims(self) -> list[Claim]:
+        now_text, flat = await self._guard(self._list(keys=[self.claims_key]))
+        now = float(now_text)
+        return [c for c, exp in _redis_claims_expiring(now, flat) if exp >= now]
 
     async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
         held = await self._guard(self._claim(keys=[self.jobs_key], args=[job, self.owner, json.dumps(info), self.ttl]))
@@ -533,3 +660,17 @@ def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAU
         return PgLedger(url, owner, ttl=ttl, margin=margin, namespace=namespace)
     raise LedgerError(f"ledger {safe_url(url)}: expected local, sqlite:///PATH, redis://HOST:PORT/DB or "
                       "postgresql://USER@HOST:PORT/DB", setting="ledger")
+
+
+def _redis_claims_expiring(now: float, flat: list[Any]) -> list[tuple[Claim, float]]:
+    out = []
+    for field, value in zip(flat[::2], flat[1::2]):
+        r = json.loads(value)
+        since = r.get("waiting_since")
+        out.append((_claim((field.decode(), r["job"], r["priority"], r["share"], r["want"], since, r["vtime"],
+                            r["admitted"], r["claimed_at"]), now), float(r["expires_at"])))
+    return sorted(out, key=lambda p: p[0].owner)
+
+
+def _redis_claims(now: float, flat: list[Any]) -> list[Claim]:
+    return [c for c, _ in _redis_claims_expiring(now, flat)]

@@ -24,7 +24,7 @@ from .._prices import PriceTable
 from ..decide._headroom import Headroom, verdict
 from ..run._summary import summarize
 from ..state._journal import BatchState, open_job
-from ..state._ledger import Reservation
+from ..state._ledger import LedgerReading
 
 VERDICTS = ("queue-clear", "queue-near-limit", "queue-exhausted", "queue-limit-unknown")
 
@@ -34,7 +34,7 @@ class RunFigures:
     """The last successful reading, and the counters; guarded by `lock` (the scrape runs in another thread)."""
 
     headroom: Headroom | None = None
-    reservations: list[Reservation] | None = None
+    ledger: LedgerReading | None = None
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     read_at: float | None = None
     readings: int = 0
@@ -75,7 +75,7 @@ class MetricsCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         with self.snap.lock:
-            h, reservations, runs = self.snap.headroom, self.snap.reservations, dict(self.snap.runs)
+            h, ledger, runs = self.snap.headroom, self.snap.ledger, dict(self.snap.runs)
             read_at, readings, errors = self.snap.read_at, self.snap.readings, self.snap.errors
         yield CounterMetricFamily("gatekeeper_readings", "Successful readings of the queue.", value=readings)
         yield CounterMetricFamily("gatekeeper_reading_errors", "Readings of the queue that failed (the last values are kept).",
@@ -85,10 +85,24 @@ class MetricsCollector:
                                     value=max(0.0, self.clock() - read_at))
         if h is not None:
             yield from _queue_families(h, self.threshold, GaugeMetricFamily)
-        if reservations is not None:
+        if ledger is not None:
             yield GaugeMetricFamily("gatekeeper_ledger_reserved_requests", "Requests reserved in the shared admission ledger.",
-                                    value=sum(r.requests for r in reservations))
+                                    value=sum(r.requests for r in ledger.reservations))
+            yield from _job_families(ledger.jobs(), GaugeMetricFamily)
         yield from _run_families(runs, GaugeMetricFamily)
+
+
+def _job_families(jobs: list[dict[str, Any]], gauge: Any) -> Iterator[Any]:
+    """Each job on the shared ledger, as `status` lists them: labels job and priority."""
+    spec = [("gatekeeper_ledger_job_queued_requests", "Requests the job has reserved in the queue.", "queued"),
+            ("gatekeeper_ledger_job_share", "The job's share among the jobs of its priority.", "share"),
+            ("gatekeeper_ledger_job_waiting_seconds", "Seconds the job has waited for room (0: not waiting).", "waiting_s"),
+            ("gatekeeper_ledger_job_admitted_requests", "Requests the job has admitted since it claimed.", "admitted")]
+    for name, text, key in spec:
+        fam = gauge(name, text, labels=["job", "priority"])
+        for x in jobs:
+            fam.add_metric([x["job"], x["priority"]], float(x[key]))
+        yield fam
 
 
 def _queue_families(h: Headroom, threshold: int, gauge: Any) -> Iterator[Any]:

@@ -53,7 +53,8 @@ def job(tmp: Path, name: str, n: int, url: str, key: str, ledger: str, *extra: s
     env = {**os.environ, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": key, "ANTHROPIC_ADMIN_KEY": ADMIN}
     args = [sys.executable, "-m", "gatekeeper", "submit", str(path), "--ledger", ledger, "--max-requests", str(BATCH),
             "--interval", "0.5", "--no-preflight", "--token-sample", "0", "--max-rpm", "60000", "--json", *extra]
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    with open(tmp / f"{name}.log", "w") as log:  # (its events, for a job that fails)
+        return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
 
 
 def span(proc: subprocess.Popen[str], started: float) -> tuple[float, dict]:
@@ -61,7 +62,8 @@ def span(proc: subprocess.Popen[str], started: float) -> tuple[float, dict]:
     took = time.monotonic() - started
     summary = json.loads(out) if out.strip() else {}
     if proc.returncode != 0:
-        sys.exit(f"a job exited {proc.returncode}: {out[-2000:]}")
+        log = Path(str(proc.args[4]).replace(".jsonl", ".log")).read_text()  # type: ignore[index]
+        sys.exit(f"a job exited {proc.returncode}: {out[-2000:]}\n{log[-3000:]}")
     return took, summary
 
 
