@@ -761,3 +761,21 @@ def test_a_table_job_refused_on_the_worker_in_one_line(tmp_path: Path, airflow_h
         with pytest.raises(AirflowException, match="'bodyy'.*body") as refused:
             wrong.execute({})
         assert "\n" not in str(refused.value) and fake.org.records.creates == 0
+
+
+def test_the_operators_priority_and_share_reach_the_run(tmp_path: Path, airflow_home: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """priority= and share= go with the trigger's arguments into the run's settings; a wrong one is one line."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+    from gatekeeper.airflow._job import JobSpec, settings_of
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(airflow_home))
+    write_jsonl(tmp_path / "in.jsonl", [req("a")])
+    op = GatekeeperSubmitOperator(task_id="t", input_path=str(tmp_path / "in.jsonl"), state_dir=str(tmp_path / "s"),
+                                  ledger="redis://127.0.0.1:1/0", priority="high", share=3)
+    spec = JobSpec(**op._job_spec(ApiConfig(workspace_keys=[Secret(WS1)])).to_kwargs())
+    assert (settings_of(spec).priority, settings_of(spec).share) == ("high", 3.0)
+    with pytest.raises(AirflowException, match="must be high, normal or low"):
+        GatekeeperSubmitOperator(task_id="u", input_path="x", priority="urgent")

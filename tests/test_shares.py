@@ -231,3 +231,12 @@ def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:
     assert job["job"] == "nightly-dashboard" and job["priority"] == "high" and job["share"] == 2.0
     assert job["queued"] == 120 and job["want"] == 100 and job["admitted"] == 400
     assert "nightly-dashboard" in human.stdout and "high" in human.stdout and "waiting" in human.stdout
+    from gatekeeper.state._ledger import LedgerReading, Reservation
+    from gatekeeper.watch._exporter import MetricsCollector, RunFigures
+
+    reading = LedgerReading([Reservation("pipeline-7", 0, 120, None, 60.0)],
+                            [Claim("pipeline-7", "nightly-dashboard", H, 2.0, 100, 5.0, 0.0, 400)])
+    families = {f.name: f for f in MetricsCollector(RunFigures(ledger=reading), 90).collect()}
+    [queued] = families["gatekeeper_ledger_job_queued_requests"].samples
+    assert queued.labels == {"job": "nightly-dashboard", "priority": "high"} and queued.value == 120
+    assert families["gatekeeper_ledger_job_waiting_seconds"].samples[0].value == 5.0

@@ -48,6 +48,8 @@ class JobSpec:
     api_version: str | None = None  # the anthropic-version asked for (None: the job's, else 2023-06-01)
     table: dict[str, Any] | None = None  # a table job: its `TableSpec` as plain data (`input_path` is the table)
     run: str | None = None  # a table job's run: the name of the file of its unanswered requests, by their content
+    priority: str = "normal"  # on a shared ledger (see decide._shares)
+    share: float = 1.0
 
     def here(self) -> JobSpec:
         """This job as this machine sees it: its state folder resolved by the same rule as on the worker (the
@@ -99,7 +101,7 @@ def settings_of(spec: JobSpec) -> SubmitSettings:
     return SubmitSettings(
         state_dir=Path(spec.state_dir), ceiling=spec.ceiling, budget=spec.budget, max_attempts=spec.max_attempts,
         poll=spec.poll_interval, journal=_url(spec.journal), job=spec.job if spec.journal else None,
-        ledger=_url(spec.ledger), deadline=spec.deadline,
+        ledger=_url(spec.ledger), deadline=spec.deadline, priority=spec.priority, share=spec.share,
     )
 
 

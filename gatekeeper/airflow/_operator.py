@@ -75,6 +75,10 @@ class GatekeeperSubmitOperator(BaseOperator):
         succeed); by default it succeeds and the summary counts them.
     :param state_dir: where local state directories go (default ``[gatekeeper] state_dir``, else
         ``$AIRFLOW_HOME/gatekeeper``); each job's is a folder named after the job.
+    :param priority: on a shared ``ledger``: ``"high"``, ``"normal"`` (default) or ``"low"``; while a job of higher
+        priority waits for room, lower ones admit nothing new (docs/ledger.md).
+    :param share: on a shared ``ledger``: room freed goes to the waiting jobs of one priority in proportion to their
+        shares (default 1).
     :param template: a table job (docs/tables.md): ``input_path`` is a table (Parquet, CSV or Arrow IPC, a path or an
         ``s3://``, ``gs://`` or ``az://`` URI, which a triggerer on any machine reads the same) and each row's request
         is this text with ``{column}`` fields (or ``@path``, read on the worker); with ``model`` and ``max_tokens``,
@@ -94,7 +98,8 @@ class GatekeeperSubmitOperator(BaseOperator):
                  state_dir: str | None = None, deadline: str | None = None, api_version: str | None = None,
                  template: str | None = None, system: str | None = None, model: str | None = None,
                  max_tokens: int | None = None, id_column: str | None = None,
-                 request_params: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 request_params: dict[str, Any] | None = None, priority: str = "normal", share: float = 1.0,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.input_path = input_path
         self.results_path = results_path
@@ -114,6 +119,10 @@ class GatekeeperSubmitOperator(BaseOperator):
         self.template = template
         self.system, self.model, self.max_tokens, self.id_column = system, model, max_tokens, id_column
         self.request_params = request_params
+        if priority not in ("high", "normal", "low") or not share > 0:
+            raise AirflowException(f"gatekeeper: priority={priority!r} must be high, normal or low and share={share!r} "
+                                   "a positive number")
+        self.priority, self.share = priority, float(share)
         self._spec: JobSpec | None = None
 
     def _table(self) -> dict[str, Any] | None:
@@ -158,7 +167,7 @@ class GatekeeperSubmitOperator(BaseOperator):
                        journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
                        max_attempts=self.max_attempts, poll_interval=float(self.poll_interval),
                        prepared_on=socket.gethostname(), state_base=self.state_dir, deadline=self._deadline(),
-                       api_version=self.api_version)
+                       api_version=self.api_version, priority=self.priority, share=self.share)
 
     def _deadline(self) -> float | None:
         if not self.deadline:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._errors import UsageError
 from ..decide._shares import PRIORITIES, Claim, ahead_of, joined_vtime, may_admit
 from ..state._ledger import ClaimPost, Ledger
 
@@ -14,6 +15,9 @@ from ..state._ledger import ClaimPost, Ledger
 class Turns:
     def __init__(self, ledger: Ledger, job: str, priority: str, share: float, clock: Callable[[], float],
                  waited_before: float = 0.0) -> None:
+        if priority not in PRIORITIES or not share > 0:
+            raise UsageError(f"priority {priority!r} must be high, normal or low, and share {share!r} a positive number",
+                             setting="priority" if priority not in PRIORITIES else "share")
         self.ledger, self.job, self.clock = ledger, job, clock
         self.priority, self.share = PRIORITIES[priority], share
         self.vtime = 0.0
