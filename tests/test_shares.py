@@ -186,12 +186,27 @@ def test_a_high_job_goes_before_a_low_one_and_its_queued_batches_drain(tmp_path:
     assert shares["priority"] == "low" and shares["waited_s"] > 0
     assert orjson.loads(n_out)["shares"]["waited_s"] == 0
     assert any(e.get("reason") == "shares" for e in events(b_err))
+    from gatekeeper.cli._render import render_summary
+    from gatekeeper.run._summary import Summary
+
+    line = [x for x in render_summary(Summary(shares=shares)).splitlines() if x.startswith("shares")]
+    assert line and "priority low" in line[0] and f"{shares['waited_s']:,.1f} s" in line[0]
 
 
-def test_a_high_job_killed_while_it_waits_blocks_no_one_past_its_lease(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A ledger of this test's own on each of the three stores."""
+    if request.param == "redis":
+        return str(request.getfixturevalue("redis_url")).rstrip("0") + "7"  # (a database no other test uses)
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_database"))
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+def test_a_high_job_killed_while_it_waits_blocks_no_one_past_its_lease(tmp_path: Path, ledger_url: str) -> None:
     """kill -9 on a high job waiting for room: its claim lapses with its lease (--ledger-ttl) and the low job, which
-    held back for it, goes on and finishes within the lease time."""
-    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    held back for it, goes on and finishes within the lease time; on each of the three ledgers."""
+    ledger = ledger_url
     low, high = write_job(tmp_path / "low.jsonl", "low", 500), write_job(tmp_path / "high.jsonl", "high", 300)
     ttl = ["--ledger-ttl", "2"]
     with running_fake(ceiling=300, rate=0.0, workspaces=dict(KEYS)) as fake:

@@ -222,6 +222,10 @@ def render_summary(s: Summary) -> str:
         verdict = "met" if d["met"] else "MISSED" + (" (the budget kept work from the real-time lane)"
                                                       if d["missed_for_budget"] else "")
         lines.append(f"deadline    {d['at']}: {verdict}; finished {d['finished_at']}")
+    if s.shares is not None:
+        x = s.shares
+        lines.append(f"shares      priority {x['priority']}, share {x['share']:g} on the shared ledger; waited "
+                     f"{x['waited_s']:,.1f} s for other jobs' turns")
     if s.rebuilt:
         lines.append(f"rebuilt     {s.rebuilt['results']:,} results of {s.rebuilt['batches']:,} batches downloaded again into the "
                      f"output (unavailable: {s.rebuilt.get('unavailable', 0):,}); nothing resent")
