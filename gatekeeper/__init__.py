@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 
-# Not typing's TYPE_CHECKING: importing typing is 13 M instructions (about 3 ms) of every start, and no module on the
-# way to `plan` or `--version` needs it at run time (README, "Performance"). Type checkers treat the name alike.
+# Not typing's TYPE_CHECKING: importing typing is about 2 ms of every start, and no module on the way to `plan` or
+# `--version` needs it at run time (docs/performance.md, start-up). Type checkers treat the name alike.
 from ._typing import TYPE_CHECKING
 from ._version import __version__
 

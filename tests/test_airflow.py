@@ -25,6 +25,8 @@ from tests.runs import assert_exactly_once, output_ids
 if not os.environ.get("CI"):
     pytest.importorskip("airflow", reason="Airflow is the `airflow` extra: pip install -e '.[airflow]'")
 
+from airflow.sdk.exceptions import AirflowException
+
 # Two workers run them, each in one Airflow home (its database migrated once, 3 s of CPU, not once a test): the kill
 # test (about 20 s) on one, the rest (about 30 s) on the other.
 pytestmark = pytest.mark.xdist_group("airflow")
@@ -347,7 +349,7 @@ def test_a_deadline_on_the_operator_is_resolved_once_and_moves_a_stalled_job_to_
         summary = op.execute({})
     assert summary["lanes"] == {"batch": 0, "realtime": 12} and summary["deadline_met"] is True and summary["ok"]
     assert set(output_ids(Path(summary["state_dir"]) / "results.jsonl")) == ids
-    with pytest.raises(Exception, match="deadline='someday'"):
+    with pytest.raises(AirflowException, match="deadline='someday'"):
         GatekeeperSubmitOperator(task_id="x", input_path=str(path), deadline="someday")._job_spec(
             ApiConfig(workspace_keys=[Secret(WS1)]))
 
@@ -426,8 +428,6 @@ def test_findings_fail_the_task_only_when_asked_and_the_state_base_is_configurab
     """A job that ended with findings (a rejected line) succeeds with them counted, or fails with
     fail_on_findings=True; an error event fails the try with its message. State directories go below the operator's
     argument, else `[gatekeeper] state_dir`, else $AIRFLOW_HOME/gatekeeper."""
-    from airflow.sdk.exceptions import AirflowException
-
     from gatekeeper.airflow import GatekeeperSubmitOperator
     from gatekeeper.airflow._job import state_base
 
@@ -519,7 +519,7 @@ def test_a_trigger_where_the_worker_prepared_nothing_fails_at_once_and_sends_not
     assert "JobMissing" in message and spec.job in message and kwargs["prepared_on"] in message
     assert "shared by workers and triggerers" in message and "PostgreSQL" in message and "\n" not in message
     assert not (tmp_path / "worker-only").exists()
-    with pytest.raises(Exception, match="fix the setting"):
+    with pytest.raises(AirflowException, match="fix the setting"):
         op._complete(event)
 
 
@@ -557,7 +557,7 @@ def test_a_templated_job_name_never_becomes_a_path(tmp_path: Path, airflow_home:
         write_jsonl(tmp_path / "in.jsonl", [req("a")])
         assert "/" not in op._job_spec(config).job
         return
-    with pytest.raises(Exception, match="names the job's state folder"):
+    with pytest.raises(AirflowException, match="names the job's state folder"):
         op._job_spec(config)
 
 
@@ -579,7 +579,7 @@ def test_the_trigger_resolves_the_state_folder_by_its_own_machines_rule(tmp_path
     assert spec.state_dir == str(worker_base / "night-1") and spec.state_base is None
     monkeypatch.setenv("AIRFLOW__GATEKEEPER__STATE_DIR", str(shared))  # (the triggerer's configuration)
     assert JobSpec(**spec.to_kwargs()).here().state_dir == str(shared / "night-1")
-    with pytest.raises(Exception, match="carries a password"):
+    with pytest.raises(AirflowException, match="carries a password"):
         GatekeeperSubmitOperator(task_id="p", input_path="x", job="j", journal="postgresql://u:secret@db/gk")._job_spec(
             ApiConfig(workspace_keys=[Secret(WS1)]))
 
@@ -744,7 +744,6 @@ def test_a_table_job_refused_on_the_worker_in_one_line(tmp_path: Path, airflow_h
     """A table without a template, or a template naming a column the table lacks: one line, nothing sent."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from airflow.sdk.exceptions import AirflowException
 
     from gatekeeper.airflow import GatekeeperSubmitOperator
 
@@ -766,8 +765,6 @@ def test_a_table_job_refused_on_the_worker_in_one_line(tmp_path: Path, airflow_h
 def test_the_operators_priority_and_share_reach_the_run(tmp_path: Path, airflow_home: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """priority= and share= go with the trigger's arguments into the run's settings; a wrong one is one line."""
-    from airflow.sdk.exceptions import AirflowException
-
     from gatekeeper.airflow import GatekeeperSubmitOperator
     from gatekeeper.airflow._job import JobSpec, settings_of
 

@@ -245,3 +245,25 @@ def test_status_names_no_admin_key_and_a_wrong_workspace_is_one_line_naming_its_
         missing = gk(["status", "--platform", "aws"], aws_env(fake.url, tmp_path, ANTHROPIC_AWS_WORKSPACE_ID=""))
         assert missing.returncode == 2 and "ANTHROPIC_AWS_WORKSPACE_ID" in missing.stderr
         assert fake.org.records.creates == 0
+
+
+@pytest.mark.parametrize(("platform", "rpm"), [("anthropic", 300.0), ("aws", 50.0)])
+def test_the_platforms_call_budget_is_the_librarys_default_not_the_clis(tmp_path: Path, platform: str, rpm: float) -> None:
+    """The library, the Airflow operator and the CLI take one default from `ApiConfig`: 300 calls a minute, 50 on
+    Claude Platform on AWS (a workspace's Tier 1); `--max-rpm` and `SubmitSettings(max_rpm=)` default to it."""
+    import anyio
+
+    from gatekeeper import ApiConfig, SubmitSettings
+    from gatekeeper.api._queue import connect
+    from gatekeeper.cli._parser import build_parser
+
+    env = aws_env("http://127.0.0.1:9", tmp_path, ANTHROPIC_AWS_API_KEY="short-term") if platform == "aws" else \
+        {"ANTHROPIC_API_KEY": "sk-test"}
+    config = ApiConfig.from_env(env, platform=platform)
+    assert config.default_rpm == rpm and SubmitSettings().max_rpm is None
+    assert build_parser(["submit", "x"]).parse_args(["submit", "x"]).max_rpm is None
+
+    async def budget() -> float:
+        async with connect(config) as conn:
+            return float(conn.primary.budget.per_minute)
+    assert anyio.run(budget) == rpm

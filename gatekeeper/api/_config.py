@@ -23,6 +23,9 @@ PLATFORM_VARIABLE = "GATEKEEPER_PLATFORM"
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 
+DEFAULT_RPM = 300.0  # calls a minute to the batch endpoints, all keys together (the first-party API)
+TIER1_RPM = 50.0  # on Claude Platform on AWS: a workspace's Tier 1
+
 
 class Secret:
     """An API key. `reveal()` is the one way to the value; it is called only where a header is built."""
@@ -94,6 +97,13 @@ class ApiConfig:
     @property
     def platform(self) -> str:
         return "aws" if self.aws is not None else "anthropic"
+
+    @property
+    def default_rpm(self) -> float:
+        """Calls a minute to the batch endpoints when none is asked for: 300, the organization's limit being shared
+        with its other pipelines; 50 on Claude Platform on AWS, where a workspace starts at Tier 1 (50 RPM) and is
+        not advanced automatically."""
+        return TIER1_RPM if self.aws is not None else DEFAULT_RPM
 
     @property
     def version(self) -> str:

@@ -47,12 +47,13 @@ class Connection:
 
 
 @asynccontextmanager
-async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float = 300.0,
+async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float | None = None,
                   on_retry: RetryNotice | None = None) -> AsyncIterator[Connection]:
-    """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's).
-    `on_retry` hears of every call that is retried (so nobody waits in silence)."""
+    """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's;
+    `max_rpm` None: the platform's default, `ApiConfig.default_rpm`). `on_retry` hears of every call that is retried
+    (so nobody waits in silence)."""
     config.require_workspace_key()
-    budget = CallBudget(per_minute=max_rpm)
+    budget = CallBudget(per_minute=max_rpm or config.default_rpm)
     aws = config.aws
     signer = SigV4Signer(aws) if aws is not None and aws.api_key is None else None  # (before any call: no credentials, one line)
     async with open_http() as http:

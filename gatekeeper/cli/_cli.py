@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from ..watch._exporter import RunFigures
 
 
-DEFAULT_RPM = 300.0  # --max-rpm's default: calls a minute to the batch endpoints, all keys together
-TIER1_RPM = 50.0  # on Claude Platform on AWS: a workspace starts at Tier 1 (50 RPM), with no automatic advancement
 
 # Library settings named in errors -> the flag or variable a CLI user sets.
 FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "--only", "ceiling": "--ceiling",
@@ -160,11 +158,11 @@ def _plan_deadline(args: argparse.Namespace, config: ApiConfig | None, report: P
 
     from ..decide._deadline import forecast
     from ..decide._headroom import format_time
-    from ..decide._pacing import DEFAULT_ITPM, DEFAULT_OTPM, DEFAULT_RPM, Cost, Pace, lane_seconds
+    from ..decide._pacing import FIRST_ITPM, FIRST_OTPM, FIRST_RPM, Cost, Pace, lane_seconds
 
     limits, ceiling = _plan_limits(args, config)
     job = {m: v for m, v in limits.items() if m in report.models} or limits  # (the job's models when the group names them)
-    rpm, itpm, otpm, reads = min(job.values(), default=(DEFAULT_RPM, DEFAULT_ITPM, DEFAULT_OTPM, True))
+    rpm, itpm, otpm, reads = min(job.values(), default=(FIRST_RPM, FIRST_ITPM, FIRST_OTPM, True))
     n = max(1, report.requests)
     per_in, per_out = estimate["input_tokens"] / n, max(report.max_tokens_peak.values(), default=1)
     pace = Pace(0.0)
@@ -308,7 +306,7 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
     from ..watch._watch import min_interval, watch
 
     every = args.interval if args.watch is True else float(args.watch)  # (`--watch 5` is `--watch --interval 5`)
-    interval = max(every, min_interval(config.reads, args.max_rpm))
+    interval = max(every, min_interval(config.reads, args.max_rpm or config.default_rpm))
     tty = sys.stdout.isatty() and not args.json
 
     async def reading() -> dict[str, Any]:
@@ -639,7 +637,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
     snap = RunFigures()
     url, server = serve(snap, args.threshold, args.listen, args.port)
-    interval = max(args.interval, min_interval(config.reads, args.max_rpm))
+    interval = max(args.interval, min_interval(config.reads, args.max_rpm or config.default_rpm))
     read = _status_reader(args, config)
 
     async def readings() -> None:
@@ -696,9 +694,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
         args.argv = argv
-        if getattr(args, "max_rpm", 0) is None:  # (a Claude Platform on AWS workspace starts at Tier 1: 50 RPM)
-            aws = (getattr(args, "platform", None) or os.environ.get("GATEKEEPER_PLATFORM")) == "aws"
-            args.max_rpm = TIER1_RPM if aws else DEFAULT_RPM
         _warn_passwords_in_argv(argv)
         if not args.command:
             parser.print_help(sys.stderr)

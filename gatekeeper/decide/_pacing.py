@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-DEFAULT_RPM, DEFAULT_ITPM, DEFAULT_OTPM = 50, 30_000, 8_000  # the lowest tier's, until a header says otherwise
+FIRST_RPM, FIRST_ITPM, FIRST_OTPM = 50, 30_000, 8_000  # the lowest tier's, until a header says otherwise
 RAMP_START, RAMP_STEP, RAMP_EVERY = 0.3, 1.6, 5.0
 ROUNDING = 500  # token `remaining` values are rounded to the nearest thousand: take the low side
 BACKOFF_BASE, BACKOFF_CAP, OVERLOADED_FACTOR = 0.5, 30.0, 4.0
@@ -98,9 +98,9 @@ class Pace:
     reads_count: bool = False  # the input limit counts cache reads (else, the cache-aware type, it does not)
 
     def __post_init__(self) -> None:
-        self.requests = _bucket(DEFAULT_RPM, self.now, per_second=True)
-        self.input = _bucket(DEFAULT_ITPM, self.now)
-        self.output = _bucket(DEFAULT_OTPM, self.now)
+        self.requests = _bucket(FIRST_RPM, self.now, per_second=True)
+        self.input = _bucket(FIRST_ITPM, self.now)
+        self.output = _bucket(FIRST_OTPM, self.now)
         self.ramp_at = self.now
 
     def seed(self, rpm: int, itpm: int, otpm: int, reads_count: bool = False) -> None:

@@ -1,7 +1,7 @@
 """Prompt caching decisions: which prefix each marked request shares, what caching would cost, how a job is primed
 (which waiting batch may go is `_gate`'s). Pure: plain values in, plain values out.
 
-A batch's requests run concurrently and never see each other's cache writes (api.md section 15), so a cold batch
+A batch's requests run concurrently and never see each other's cache writes (the Message Batches documentation on prompt caching), so a cold batch
 of requests sharing a prefix writes it once per request and reads it never. Priming sends one request per shared
 prefix first, in a primer batch; once that batch has ended, the prefix is in the cache and the group's other
 requests, sent then, read it at a tenth of the input rate.

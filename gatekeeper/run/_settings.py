@@ -38,7 +38,9 @@ class SubmitSettings:
     share: float = 1.0
     results_grace: float = 3600.0  # seconds after a batch's end that 404s or a null results_url are waited out
     retention: float = 29 * 86_400.0  # seconds the API keeps results after a batch is created
-    max_rpm: float = 300.0  # calls a minute to the batch endpoints, at most (the organization's limit is shared)
+    # calls a minute to the batch endpoints, at most (the organization's limit is shared); None: the platform's
+    # default (`ApiConfig.default_rpm`: 300, or 50 on Claude Platform on AWS)
+    max_rpm: float | None = None
     allow_duplicate: bool = False  # run even while a job with the same input and workspace is live elsewhere
     resume_canceled: bool = False  # a job stopped by `cancel` sends what it never sent (else it only collects)
     preflight: bool = True  # judge the input's models against the Models API before the first create

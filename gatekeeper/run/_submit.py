@@ -227,7 +227,7 @@ async def dry_run(
 
 
 async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None = None,
-                    max_rpm: float = 300.0, on_event: EventSink | None = None) -> PlanReport:
+                    max_rpm: float | None = None, on_event: EventSink | None = None) -> PlanReport:
     """`plan` with every line judged against the live Models API and the input tokens measured with count_tokens.
 
     `report.preflight` says whether the models were checked (and, per model, the resolved id, its max_tokens and
@@ -240,7 +240,7 @@ async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None 
                                   limits=dataclasses.replace(limits or Limits(), api_version=config.version))
 
 
-async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float = 300.0,
+async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float | None = None,
                  journal: str | None = None, job: str | None = None, on_event: EventSink | None = None) -> Canceled:
     """Cancel the run's live batches; a rerun of submit then sends nothing new and collects what ended.
 

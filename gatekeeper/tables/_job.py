@@ -23,6 +23,7 @@ import pyarrow as pa
 from .._errors import UsageError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
+from ..input._parallel import auto_workers
 from ..input._planner import PlanReport, plan
 from ..input._sizing import Limits
 from ..run._opening import job_name_of
@@ -192,7 +193,7 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
     try:
         with tempfile.TemporaryDirectory() as tmp:
             pending, counts = _pending(rows, answers, Path(tmp))
-            report = plan(pending, limits=limits) if pending is not None else None
+            report = plan(pending, limits=limits, workers=auto_workers(pending)) if pending is not None else None
     finally:
         if answers is not None:
             answers.close()

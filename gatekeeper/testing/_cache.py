@@ -1,4 +1,4 @@
-"""The fake's prompt cache, as the docs describe it (api.md section 15), never kinder.
+"""The fake's prompt cache, as the Message Batches documentation on prompt caching describes it, never kinder.
 
 Entries are kept per (workspace, prefix), the prefix digest covering the model and every block up to a marker
 (tools, system, messages, in that order). A request processed at simulated time t reads the longest of its marked
