@@ -12,9 +12,12 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError
 from gatekeeper._prices import load_prices
+from gatekeeper.tables._batch import judge_batch
 from gatekeeper.tables._job import submit_table
 from gatekeeper.tables._rows import Judged, TableSpec, custom_id_of, judge, result_columns
 from gatekeeper.tables._template import parse_template
@@ -262,3 +265,77 @@ def test_a_table_job_in_a_shared_postgresql_journal_named_once_for_its_runs(tmp_
     assert runs[0] != runs[1] and all(r.startswith(job_name + ".") for r in runs)
     got = pq.read_table(table.with_name("t.parquet.gatekeeper") / "result.parquet")
     assert got.num_rows == 11 and set(got.column("status").to_pylist()) == {"succeeded"}
+
+
+texts = st.one_of(st.none(), st.text(alphabet=st.characters(codec="utf-8"), max_size=30),
+                  st.sampled_from(['","', '\\",\\"', '"', "\\", "", "\u2028", "é😀", "\x00\x1f", '{"a": 1}']))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(texts, texts, st.one_of(st.none(), st.sampled_from(["a", "b", "JIRA:1", "c-d", "x" * 70]))),
+                min_size=0, max_size=12),
+       st.booleans(), st.booleans())
+def test_a_batch_is_judged_as_its_rows_are(rows: list[tuple[Any, Any, Any]], with_system: bool, with_id: bool) -> None:
+    """The batch path (Arrow's kernels and one escape of the batch) gives every row exactly what `judge` gives it
+    row by row: the same request bytes, key, custom_id, and the same rejection for nulls and duplicate ids."""
+    table = pa.table({"body": [r[0] for r in rows], "note": [r[1] for r in rows], "id": [r[2] for r in rows]},
+                     schema=pa.schema([("body", pa.string()), ("note", pa.large_string()), ("id", pa.string())]))
+    spec = TableSpec.of('Say "{body}" {{not a field}} then {note}', MODEL, 20,
+                        system="You judge {note}." if with_system else None, id_column="id" if with_id else None)
+    seen: dict[Any, list[int]] = {}
+    for n, (_, _, ident) in enumerate(rows, 1):
+        if with_id and ident is not None:
+            seen.setdefault(ident, []).append(n)
+    duplicated = {k: v for k, v in seen.items() if len(v) > 1}
+    for batch in table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]:
+        expect = [judge(spec, row, 6 + i, duplicated) for i, row in enumerate(batch.select(list(spec.columns)).to_pylist(), 1)]
+        assert judge_batch(spec, batch, 6, duplicated) == expect
+
+
+def test_columns_that_are_not_strings_go_row_by_row() -> None:
+    batch = pa.RecordBatch.from_pydict({"n": [1, None, 3], "x": [1.5, 2.0, None]})
+    spec = TableSpec.of("{n} and {x}", MODEL, 5)
+    assert judge_batch(spec, batch, 0, {}) == [judge(spec, r, i, {}) for i, r in enumerate(batch.to_pylist(), 1)]
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_duplicate_ids_are_settled_exactly(monkeypatch: pytest.MonkeyPatch, collide: bool) -> None:
+    """Candidates by hash, settled by the values themselves; two ids that share a hash (forced here) never make a
+    false duplicate, nor hide a true one."""
+    from gatekeeper.tables import _seen
+    from gatekeeper.tables._io import TableSource
+    from gatekeeper.tables._job import _Rows
+
+    if collide:  # (every id hashes alike: each looks seen on the first row)
+        monkeypatch.setattr(_seen.SeenIds, "add_many", lambda self, values, rows: [(r, 1) for r in rows if r != 1])
+    table = pa.table({"id": ["a", "b", "a", None, "c", "b", "a", None], "body": ["x"] * 8})
+    rows = _Rows(TableSource.of(table), TableSpec.of("{body}", MODEL, 5, id_column="id"))
+    assert rows.duplicated == {"a": [1, 3, 7], "b": [2, 6]}
+
+
+def test_seen_keys_tell_requests_apart_in_little_room() -> None:
+    from gatekeeper.tables._rows import key_of
+    from gatekeeper.tables._seen import SeenKeys
+
+    seen = SeenKeys()
+    keys = [key_of(str(i).encode()) for i in range(20_000)]
+    assert all(seen.add(k) for k in keys) and not any(seen.add(k) for k in keys[::7]) and len(seen) == 20_000
+
+
+def test_rows_with_one_request_share_one_answer(tmp_path: Path) -> None:
+    """Without an id column a row is its request: three rows that render alike are sent once and all answered."""
+    from gatekeeper.tables._job import plan_table
+
+    table = pa.table({"body": ["same", "other", "same", "same"]})
+    spec = TableSpec.of("{body}", MODEL, 5)
+    report = plan_table(table, spec, state_dir=tmp_path / "p").report
+    assert report is not None and report.requests == 2 and report.invalid == 0  # (written once, not refused twice)
+    with running_fake(rate=2000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        import anyio
+
+        done = anyio.run(lambda: submit_table(table, spec, config=config, settings=SubmitSettings(
+            state_dir=tmp_path / "s", poll=0.05, token_sample=0)))
+        assert _sent(fake) == 2
+    got = done.table.to_pylist()  # type: ignore[union-attr]
+    assert [r["status"] for r in got] == ["succeeded"] * 4 and got[0]["custom_id"] == got[2]["custom_id"] == got[3]["custom_id"]

@@ -32,8 +32,10 @@ from ..run._settings import SubmitSettings, default_job_name
 from ..run._submit import submit
 from ..run._summary import Summary
 from ..state._answers import Answers
+from ._batch import judge_batch
 from ._io import TableSource, TableWriter
-from ._rows import RESULT_COLUMNS, Judged, TableSpec, hashable, judge, request_key, result_columns
+from ._rows import RESULT_COLUMNS, Judged, TableSpec, hashable, request_key, result_columns
+from ._seen import SeenIds, SeenKeys
 from ._template import check_columns
 
 RESULT_TYPES = {"custom_id": pa.string(), "status": pa.string(), "text": pa.string(), "stop_reason": pa.string(),
@@ -95,30 +97,58 @@ class _Rows:
         self.duplicated = self._duplicates()
 
     def _duplicates(self) -> dict[Any, list[int]]:
-        """Each id on more than one row, with its rows (one pass over the id column)."""
+        """Each id on more than one row, with its rows: candidates by hash in one pass over the id column (memory:
+        `SeenIds`), settled exactly by a second pass over the candidates' rows."""
         col = self.spec.id_column
         if col is None:
             return {}
-        first: dict[Any, int] = {}
+        seen, candidates, number = SeenIds(), {}, 0
+        for batch in self.source.batches():
+            values = batch.column(col).to_pylist()
+            present = [(number + i, hashable(v)) for i, v in enumerate(values, 1) if v is not None]
+            for at, first in seen.add_many([v for _, v in present], [n for n, _ in present]):
+                candidates[at] = first
+            number += len(values)
+        if not candidates:
+            return {}
+        rows = set(candidates) | set(candidates.values())
+        values = {number: hashable(value) for number, value in self._ids(col) if number in rows}
+        first_of: dict[Any, int] = {}
         dup: dict[Any, list[int]] = {}
+        for number in sorted(rows):
+            key = values[number]
+            if key in first_of:
+                dup.setdefault(key, [first_of[key]]).append(number)
+            else:
+                first_of[key] = number
+        if any(values[later] != values[first] for later, first in candidates.items()):
+            return self._duplicates_exactly(col)  # (two ids of one hash: the index may have hidden a duplicate)
+        return dup
+
+    def _ids(self, col: str) -> Iterator[tuple[int, Any]]:
         number = 0
         for batch in self.source.batches():
             for value in batch.column(col).to_pylist():
                 number += 1
-                key = hashable(value)
-                if key in first:
-                    dup.setdefault(key, [first[key]]).append(number)
-                elif value is not None:
-                    first[key] = number
+                yield number, value
+
+    def _duplicates_exactly(self, col: str) -> dict[Any, list[int]]:
+        first: dict[Any, int] = {}
+        dup: dict[Any, list[int]] = {}
+        for number, value in self._ids(col):
+            key = hashable(value)
+            if key in first:
+                dup.setdefault(key, [first[key]]).append(number)
+            elif value is not None:
+                first[key] = number
         return dup
 
     def judged(self) -> Iterator[tuple[pa.RecordBatch, list[Judged]]]:
         number = 0
-        spec, duplicated, columns = self.spec, self.duplicated, list(self.spec.columns)
+        spec, duplicated = self.spec, self.duplicated
         for batch in self.source.batches():
-            rows = batch.select(columns).to_pylist()
-            yield batch, [judge(spec, row, number + i, duplicated) for i, row in enumerate(rows, 1)]
-            number += len(rows)
+            yield batch, judge_batch(spec, batch, number, duplicated)
+            number += batch.num_rows
 
 
 def default_state_dir(source: TableSource) -> Path:
@@ -140,7 +170,7 @@ def _pending(rows: _Rows, answers: Answers | None, runs: Path) -> tuple[Path | N
     named by its content (None: every row is answered or rejected)."""
     runs.mkdir(parents=True, exist_ok=True)
     tmp = runs / "pending.jsonl.tmp"
-    seen: set[str] = set()
+    seen = SeenKeys()
     counts = _Counts()
     digest = hashlib.sha256()
     with open(tmp, "wb") as f:
@@ -148,17 +178,14 @@ def _pending(rows: _Rows, answers: Answers | None, runs: Path) -> tuple[Path | N
             keys = [j.key for j in judged if j.key is not None]
             done = answers.answered_among(keys) if answers is not None else set()
             counts.rows += len(judged)
-            for j in judged:
-                if j.key is None:
-                    counts.rejected.append(j.rejected or "")
-                elif j.key in done:
-                    counts.answered += 1
-                elif j.key not in seen:
-                    seen.add(j.key)
-                    line = j.line()
-                    f.write(line)
-                    digest.update(line)
-    if not seen:
+            fresh = [j for j in judged if j.key is not None and j.key not in done]
+            again = seen.add_many([j.key for j in fresh if j.key is not None])
+            counts.answered += len(keys) - len(fresh)
+            counts.rejected += [j.rejected or "" for j in judged if j.key is None]
+            lines = b"".join(j.line() for at, j in enumerate(fresh) if at not in again)
+            f.write(lines)
+            digest.update(lines)
+    if not len(seen):
         tmp.unlink()
         return None, counts
     path = runs / f"{digest.hexdigest()[:16]}.jsonl"
