@@ -21,7 +21,7 @@ from pyarrow import fs as pafs
 from .._errors import InputError, OutputError, UsageError
 from ._names import FORMATS, SCHEMES
 
-BATCH_ROWS = 65_536
+BATCH_ROWS = 16_384  # rows a record batch holds: a batch of rows judged is about 3 KB a row in Python objects
 
 
 def format_of(where: str, setting: str) -> str:
