@@ -418,8 +418,8 @@ def test_a_first_run_by_hand_ends_in_seconds_and_says_what_it_waits_for(tmp_path
 
 
 @pytest.mark.parametrize(("batches", "in_flight", "shown"), [
-    (["msgbatch_a"], 1, "1 in flight (msgbatch_a)"),
-    (["msgbatch_a", "msgbatch_b", "#4 (create unanswered)"], 5, "5 in flight (msgbatch_a, msgbatch_b, #4 (create unanswered) +2)"),
+    (["msgbatch_a"], 1, "1 in flight ·"),
+    (["msgbatch_a", "msgbatch_b", "#4 (create unanswered)"], 5, "batches msgbatch_a, msgbatch_b, #4 (create unanswered) +2"),
     ([], 0, "0 in flight ·"),
 ])
 def test_the_progress_line_names_the_batches_in_flight_and_the_next_reading(batches: list[str], in_flight: int,
@@ -429,9 +429,9 @@ def test_the_progress_line_names_the_batches_in_flight_and_the_next_reading(batc
     from gatekeeper.cli._progress import Progress
 
     out = io.StringIO()
-    Progress(out, "tty")("progress", {"total": 300, "admitted": 300, "final": 0, "depth": 300, "ceiling": 1000,
+    Progress(out, "tty", columns=lambda: 300)("progress", {"total": 300, "admitted": 300, "final": 0, "depth": 300, "ceiling": 1000,
                                       "in_flight": in_flight, "batches": batches, "elapsed": 1.0, "next_reading_in": 2.0})
-    assert shown in out.getvalue() and out.getvalue().rstrip().endswith("next reading in 2 s")
+    assert shown in out.getvalue() and "next reading in 2 s" in out.getvalue()
 
 
 def test_continue_only_never_starts_a_job(tmp_path: Path) -> None:
@@ -451,3 +451,27 @@ def test_continue_only_never_starts_a_job(tmp_path: Path) -> None:
         done = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05),
                            continue_only=True)
         assert done.succeeded == 5 and fake.org.records.creates == 1
+
+
+@pytest.mark.parametrize("columns", [40, 80, 200])
+def test_the_progress_line_fits_the_terminal_and_says_a_time_left_once_it_can(columns: int) -> None:
+    """Redrawn in place, the line never reaches the terminal's last column (a wrapped line leaves a stale one at
+    each redraw); it keeps the parts people look for first; a time left shows from the first results on."""
+    import io
+
+    from gatekeeper.cli._progress import Progress
+
+    out = io.StringIO()
+    progress = Progress(out, "tty", columns=lambda: columns)
+    base = {"total": 120_000, "admitted": 60_000, "depth": 19_500, "ceiling": 20_000, "in_flight": 4,
+            "batches": ["msgbatch_0123456789abcdefghij", "msgbatch_klmnopqrstuvwxyz0123"], "next_reading_in": 30.0}
+    progress("progress", {**base, "final": 0, "elapsed": 60.0})
+    progress("progress", {**base, "final": 30_000, "elapsed": 120.0})
+    progress("progress", {**base, "final": 60_000, "elapsed": 180.0})
+    lines = [x for x in out.getvalue().split("\r") if x.strip()]
+    assert all(len(x) <= columns - 1 for x in lines), [len(x) for x in lines]
+    assert lines[0].startswith("done 0/120,000") and "left" not in lines[0]
+    assert "~0:06:00 left" in lines[1]  # (the first results: 30,000 in 120 s since the start, 90,000 more in 360 s)
+    assert "~0:02:00 left" in lines[2]  # (30,000 more in 60 s since the first: 60,000 more in 120 s)
+    if columns >= 200:
+        assert "4 in flight" in lines[2] and "next reading in 30 s" in lines[2]

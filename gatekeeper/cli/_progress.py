@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import orjson
@@ -23,12 +25,54 @@ def _human(value: Any) -> Any:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-class Progress:
-    """An EventSink. mode: "json" (one event per line), "tty" (a status line redrawn in place), "quiet"."""
+def progress_parts(f: dict[str, Any], eta: str | None) -> list[str]:
+    """The status line's parts, most wanted first (a narrow terminal keeps the first ones)."""
+    total, final, admitted = f.get("total") or 0, f.get("final") or 0, f.get("admitted") or 0
+    ceiling = f.get("ceiling")
+    occ = f" ({100 * f['depth'] / ceiling:.0f}%)" if ceiling else ""
+    flying = int(f.get("in_flight") or 0)
+    named = list(f.get("batches") or [])
+    which = f"batches {', '.join(named)}{f' +{flying - len(named):,}' if flying > len(named) else ''}" if named else ""
+    after = f.get("next_reading_in")
+    parts = [f"done {final:,}/{total:,}", f"~{eta} left" if eta else "", f"admitted {admitted:,}",
+             f"queue {f.get('depth', 0):,}/{f'{ceiling:,}' if ceiling is not None else '?'}{occ}",
+             f"{flying} in flight", f"{_duration(float(f.get('elapsed') or 0))} elapsed",
+             f"next reading in {after:g} s" if after is not None else "", which]
+    return [p for p in parts if p]
 
-    def __init__(self, stream: TextIO | None = None, mode: str = "json") -> None:
+
+def fit(parts: list[str], width: int, sep: str = " · ") -> str:
+    """As many of `parts`, in order, as fit in `width` characters (the first one always, cut if it must be)."""
+    out = parts[0][:max(width, 1)] if parts else ""
+    for part in parts[1:]:
+        if len(out) + len(sep) + len(part) > width:
+            break
+        out += sep + part
+    return out
+
+
+def _columns(stream: TextIO) -> int:
+    """The width of the terminal `stream` writes to (COLUMNS first, as the shells set it; 100 when unknown)."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 100
+    return columns if columns >= 20 else 100  # (a pseudo-terminal nobody sized says 0)
+
+
+class Progress:
+    """An EventSink. mode: "json" (one event per line), "tty" (a status line redrawn in place, fitted to the
+    terminal's width: `columns`, read at each redraw so a resized window is followed), "quiet"."""
+
+    def __init__(self, stream: TextIO | None = None, mode: str = "json",
+                 columns: Callable[[], int] | None = None) -> None:
         self.stream = stream or sys.stderr
         self.mode = mode
+        self.columns = columns or (lambda: _columns(self.stream))
         self.started = time.monotonic()
         self._last_len = 0
         self._first_final: tuple[float, int] | None = None
@@ -67,28 +111,24 @@ class Progress:
             self._last_len = 0
 
     def _line(self, f: dict[str, Any]) -> None:
-        total, final, admitted = f.get("total") or 0, f.get("final") or 0, f.get("admitted") or 0
-        elapsed = float(f.get("elapsed") or 0)
-        ceiling = f.get("ceiling")
-        occ = f" ({100 * f['depth'] / ceiling:.0f}%)" if ceiling else ""
-        eta = "?"
-        if final and total and final < total:
-            if self._first_final is None:
-                self._first_final = (elapsed, final)
-            t0, n0 = self._first_final
-            if final > n0 and elapsed > t0:
-                eta = _duration((total - final) * (elapsed - t0) / (final - n0))
-        flying = int(f.get("in_flight") or 0)
-        named = list(f.get("batches") or [])
-        which = f" ({', '.join(named)}{f' +{flying - len(named):,}' if flying > len(named) else ''})" if named else ""
-        after = f.get("next_reading_in")
-        text = (f"admitted {admitted:,}/{total:,} · done {final:,} · queue {f.get('depth', 0):,}/"
-                f"{f'{ceiling:,}' if ceiling is not None else '?'}{occ} · {flying} in flight{which} · "
-                f"{_duration(elapsed)} elapsed · ~{eta} left"
-                + (f" · next reading in {after:g} s" if after is not None else ""))
+        text = fit(progress_parts(f, self._eta(f)), self.columns() - 1)  # (the last column: no wrap on any terminal)
         self.stream.write("\r" + text.ljust(self._last_len))
         self.stream.flush()
         self._last_len = len(text)
+
+    def _eta(self, f: dict[str, Any]) -> str | None:
+        """Time left, by the pace at which results became final: since the first seen, once a second reading
+        shows more; before that, since the run began (batches show nothing until they end: the first results
+        are the first figure there is)."""
+        total, final, elapsed = f.get("total") or 0, f.get("final") or 0, float(f.get("elapsed") or 0)
+        if not (final and total and final < total and elapsed > 0):
+            return None
+        if self._first_final is None:
+            self._first_final = (elapsed, final)
+        t0, n0 = self._first_final
+        if final > n0 and elapsed > t0:
+            return _duration((total - final) * (elapsed - t0) / (final - n0))
+        return _duration((total - final) * elapsed / final)
 
     def close(self) -> None:
         if self.mode == "tty" and self._last_len:
