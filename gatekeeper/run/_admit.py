@@ -33,7 +33,7 @@ from ._part import Part, RunContext, Snapshot
 from ._prepare import check_identity
 from ._reprime import reprime
 from ._summary import budget_spent
-from ._turns import Turns
+from ._turns import Turns, wanted
 
 
 class Admitter(Part):
@@ -71,7 +71,7 @@ class Admitter(Part):
             backoff_until=self.backoff_until, canceled=self.user_canceled,
         )
         count = admit_round(q, now)
-        if not await self.turns.turn(self._want(waiting, q)):
+        if not await self.turns.turn(wanted(waiting[0].requests if waiting else 0, q, self.budget_stopped)):
             self.emit("waiting", {"next": waiting[0].requests, "reason": "shares", "ahead": self.turns.ahead})
             return
         if count == 0 and planned and now >= self.backoff_until and not q.canceled:
@@ -96,12 +96,6 @@ class Admitter(Part):
             await self.ledger.confirm(row.idx, outcome)
             self.turns.took(row.requests)
             snap.unseen += row.requests  # ours now, and not yet in any listing we read
-
-    def _want(self, waiting: list[BatchRow], q: QueueState) -> int:
-        """The requests of the batch this job would admit now, for its claim: 0 when it can use no room (nothing
-        waits, or it is canceled, out of budget, or at its own limit of batches in flight)."""
-        full = q.max_in_flight is not None and q.in_flight >= q.max_in_flight
-        return 0 if not waiting or q.canceled or self.budget_stopped or full else waiting[0].requests
 
     def _gated(self, planned: list[BatchRow], bound: int | None) -> tuple[list[BatchRow], list[int], int, int]:
         """The batches that may go now, in order, the room each needs, the room held for rests whose primer is in
@@ -229,7 +223,7 @@ class Admitter(Part):
     def _recut(self, waiting: list[BatchRow], size: int) -> None:
         """Cut every batch not yet created into batches of at most `size` requests (one journal transaction)."""
         limits = Limits(max_requests=size, max_bytes=self.s.limits.max_bytes)
-        ranges = self._recut_ranges([r for r in waiting if r.kind == "plan"], limits)
+        ranges = _recut_ranges([r for r in waiting if r.kind == "plan"], limits, self._requests_of)
         groups: list[Group] = []
         for r in waiting:  # each member-listed batch cut apart, keeping its kind and round (priming depends on both)
             if r.kind != "plan":
@@ -240,23 +234,6 @@ class Admitter(Part):
         self.batch_size = size
         self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
                             "reason": "refusals show the ceiling is below the waiting batches"})
-
-    def _recut_ranges(self, rows: list[BatchRow], limits: Limits) -> list[tuple[Any, ...]]:
-        """New input-range batches over the requests of `rows`, in order, cut by the one packing rule."""
-        packer = Packer(limits)
-        ranges: list[tuple[Any, ...]] = []
-        first = last = (0, 0, "", 0)
-        for row in rows:
-            for line, off, body, _ in self._requests_of(row):
-                item = (line, off, custom_id(body), len(body))
-                if packer.add(len(body)):
-                    if packer.batches > 1:
-                        ranges.append(_range(packer.closed, first, last))
-                    first = item
-                last = item
-        if packer.count:
-            ranges.append(_range((packer.count, packer.size), first, last))
-        return ranges
 
     def _deferred(self, row: BatchRow, exc: RateLimited | TransportError | TokenExpired) -> None:
         self.journal.back_to_planned(row.idx)
@@ -296,6 +273,24 @@ class Admitter(Part):
         reached("body-complete")
         if pending:
             yield b"".join(pending)
+
+
+def _recut_ranges(rows: list[BatchRow], limits: Limits, requests_of: Any) -> list[tuple[Any, ...]]:
+    """New input-range batches over the requests of `rows`, in order, cut by the one packing rule."""
+    packer = Packer(limits)
+    ranges: list[tuple[Any, ...]] = []
+    first = last = (0, 0, "", 0)
+    for row in rows:
+        for line, off, body, _ in requests_of(row):
+            item = (line, off, custom_id(body), len(body))
+            if packer.add(len(body)):
+                if packer.batches > 1:
+                    ranges.append(_range(packer.closed, first, last))
+                first = item
+            last = item
+    if packer.count:
+        ranges.append(_range((packer.count, packer.size), first, last))
+    return ranges
 
 
 def _range(closed: tuple[int, int], first: tuple[int, int, str, int], last: tuple[int, int, str, int]) -> tuple[Any, ...]:

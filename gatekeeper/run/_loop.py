@@ -122,7 +122,7 @@ class Job(Part):
         if rebuilt is None:
             self.out.truncate_to(self.journal.outcomes.committed_output())
         self._committed_before = self.journal.outcomes.committed_output()
-        self._replay(self._committed_before)
+        replay(self.out, self.collector.on_result, self._committed_before)
         for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
             await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
         if self.keeper is not None and self.journal.get_meta("deadline") is None:
@@ -132,16 +132,6 @@ class Job(Part):
         else:
             await beside(self._loop_then_settle, self.lane.run)  # (a rerun without the deadline finishes what moved)
         return await self._finish()
-
-    def _replay(self, committed: int) -> None:
-        """A resumed run hands `on_result` every result an earlier run committed, first: each run of a job hands
-        back every final result once (a rerun of a finished job hands back what the first run did)."""
-        sink = self.collector.on_result
-        if sink is None or committed == 0:
-            return
-        for line in self.out.lines(0, committed):
-            obj = orjson.loads(line)
-            sink(obj["custom_id"], obj["result"])
 
     async def _finish(self) -> Summary:
         await self.ledger.release_all()
@@ -311,3 +301,13 @@ class Job(Part):
 
     def summary(self) -> Summary:
         return summarize(self.journal, self.out.path, refusals=self.admitter.refusals, prices=self.prices, budget=self.s.budget)
+
+
+def replay(out: OutputFile, sink: ResultSink | None, committed: int) -> None:
+    """A resumed run hands `on_result` every result an earlier run committed, first: each run of a job hands back
+    every final result once (a rerun of a finished job hands back what the first run did)."""
+    if sink is None or committed == 0:
+        return
+    for line in out.lines(0, committed):
+        obj = orjson.loads(line)
+        sink(obj["custom_id"], obj["result"])

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import UsageError
+from ..decide._admission import QueueState
 from ..decide._shares import PRIORITIES, Claim, ahead_of, joined_vtime, may_admit
 from ..state._ledger import ClaimPost, Ledger
 
@@ -64,3 +65,10 @@ class Turns:
         waited = self.waited + (self.clock() - self.blocked_since if self.blocked_since is not None else 0.0)
         names = {v: k for k, v in PRIORITIES.items()}
         return {"priority": names[self.priority], "share": self.share, "waited_s": round(waited, 1)}
+
+
+def wanted(next_batch: int, q: QueueState, budget_stopped: bool) -> int:
+    """The requests of the batch a job would admit now, for its claim: 0 when it can use no room (nothing waits,
+    or it is canceled, out of budget, or at its own limit of batches in flight)."""
+    full = q.max_in_flight is not None and q.in_flight >= q.max_in_flight
+    return 0 if q.canceled or budget_stopped or full else next_batch
