@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -113,17 +113,9 @@ class _Rows:
             return {}
         rows = set(candidates) | set(candidates.values())
         values = {number: hashable(value) for number, value in self._ids(col) if number in rows}
-        first_of: dict[Any, int] = {}
-        dup: dict[Any, list[int]] = {}
-        for number in sorted(rows):
-            key = values[number]
-            if key in first_of:
-                dup.setdefault(key, [first_of[key]]).append(number)
-            else:
-                first_of[key] = number
-        if any(values[later] != values[first] for later, first in candidates.items()):
-            return self._duplicates_exactly(col)  # (two ids of one hash: the index may have hidden a duplicate)
-        return dup
+        if any(values[later] != values[first] for later, first in candidates.items()):  # (two ids of one hash: the
+            return _grouped((n, hashable(v)) for n, v in self._ids(col) if v is not None)  # index may hide one)
+        return _grouped(sorted(values.items()))
 
     def _ids(self, col: str) -> Iterator[tuple[int, Any]]:
         number = 0
@@ -132,23 +124,24 @@ class _Rows:
                 number += 1
                 yield number, value
 
-    def _duplicates_exactly(self, col: str) -> dict[Any, list[int]]:
-        first: dict[Any, int] = {}
-        dup: dict[Any, list[int]] = {}
-        for number, value in self._ids(col):
-            key = hashable(value)
-            if key in first:
-                dup.setdefault(key, [first[key]]).append(number)
-            elif value is not None:
-                first[key] = number
-        return dup
-
     def judged(self) -> Iterator[tuple[pa.RecordBatch, list[Judged]]]:
         number = 0
         spec, duplicated = self.spec, self.duplicated
         for batch in self.source.batches():
             yield batch, judge_batch(spec, batch, number, duplicated)
             number += batch.num_rows
+
+
+def _grouped(rows: Iterable[tuple[int, Any]]) -> dict[Any, list[int]]:
+    """Each id on more than one of `rows` (row number, id), with its rows in order."""
+    first: dict[Any, int] = {}
+    dup: dict[Any, list[int]] = {}
+    for number, key in rows:
+        if key in first:
+            dup.setdefault(key, [first[key]]).append(number)
+        else:
+            first[key] = number
+    return dup
 
 
 def default_state_dir(source: TableSource) -> Path:
