@@ -618,6 +618,39 @@ def test_an_aws_connection_without_region_or_workspace_is_named(extra: dict, mis
         api_config("c", None, None, extra)
 
 
+def test_a_dag_with_a_federation_connection_outlives_its_tokens_and_stores_none(dag: dict) -> None:
+    """The connection names workload identity federation (an identity token file, a rule, an organization), the
+    fake refuses keys and mints tokens of 2 s, the file rotates: the deferred job finishes once, and no access token
+    nor identity token is in the task's log, its XCom, or anywhere in Airflow's database (trigger arguments
+    included); the file's path may be."""
+    from gatekeeper.testing import FakeFederation, identity_token
+
+    ids = {f"f-{i:03d}" for i in range(60)}
+    write_jsonl(Path(dag["input"]), [req(c) for c in sorted(ids)])
+    _write_dag(dag)
+    token_file = Path(dag["state"]).parent / "identity-token"
+    first, second = identity_token(jti="first"), identity_token(jti="second")
+    token_file.write_text(first)
+    fed = FakeFederation(token_life=2, keys_refused=True)
+    with running_fake(ceiling=1000, rate=15, speed=1, federation=fed) as fake:
+        env = _env(dag["home"], fake)
+        env["AIRFLOW_CONN_ANTHROPIC_DEFAULT"] = json.dumps({"conn_type": "anthropic", "host": fake.url, "extra": {
+            "identity_token_file": str(token_file), "federation_rule_id": "fdrl_fake_1",
+            "organization_id": "org_fake_1"}})
+        run = _python(dag["home"], env, script=str(dag["file"]), cwd=str(dag["file"].parent), merged=True)
+        fake.org.wait_for(lambda r: r.creates >= 1, "a first create", timeout=60)
+        token_file.write_text(second)  # (rotated while the job runs)
+        log, _ = run.communicate(timeout=80)
+        result = json.loads([x for x in log.splitlines() if x.startswith("RESULT ")][-1][7:])
+        assert result["state"] == "success", log[-4000:]
+        assert_exactly_once(fake, _job_dir(dag) / "results.jsonl", ids)
+    assert fed.refused == [] and len(fed.exchanges) >= 3 and {"first", "second"} <= {e["jti"] for e in fed.exchanges}
+    secrets = [t.encode() for t in fed.issued] + [first.encode(), second.encode()]
+    stored = b"".join(p.read_bytes() for p in dag["home"].rglob("*") if p.is_file() and p.suffix != ".py")
+    for secret in secrets:
+        assert secret not in log.encode() + json.dumps(result["xcom"]).encode() + stored
+
+
 AWS_DAG = """
 import datetime, json
 from airflow.sdk import DAG

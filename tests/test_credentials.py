@@ -433,3 +433,29 @@ def test_a_token_endpoint_that_fails_mid_job_is_ridden_out(tmp_path: Path) -> No
         assert_exactly_once(fake, out, ids)
         assert all(f.times == 0 for f in fake.faults.items), "the job ended before it met every failure"
         assert fake.org.records.requests_seen["token"] >= len(fed.exchanges) + 4  # (the four failures were met)
+
+
+@pytest.mark.parametrize("extra, refused", [("wrkspc_2", False), ("", True)])
+def test_admission_counts_every_workspace_a_federation_acts_on(tmp_path: Path, extra: str, refused: bool) -> None:
+    """Another workspace of the same rule holds 700 of a ceiling of 1,000. With ANTHROPIC_EXTRA_WORKSPACE_IDS naming
+    it, submit reads both depths (an exchange each) and creates only what fits: no refusal, never over the ceiling,
+    and its workspaces event names both. Without it, the job sees a lower bound and is refused (the control)."""
+    path, ids = _job(tmp_path, 600)
+    token_file = tmp_path / "token"
+    token_file.write_text(identity_token())
+    fed = FakeFederation(rules={RULE: FakeRule(workspaces=("wrkspc_1", "wrkspc_2"))}, token_life=3)
+    with running_fake(ceiling=1000, rate=400, speed=1, federation=fed, queue_retry_after=0.2) as fake:
+        fake.org.add_batch("wrkspc_2", 700)
+        env = federation_env(fake.url, token_file, ANTHROPIC_WORKSPACE_ID="wrkspc_1",
+                             ANTHROPIC_EXTRA_WORKSPACE_IDS=extra)
+        out = tmp_path / "out.jsonl"
+        done = gk(["submit", str(path), "--out", str(out), "--ceiling", "1000", "--max-requests", "300", "--json",
+                   *FAST], env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert_exactly_once(fake, out, ids)
+        assert bool(fake.org.records.refusals) is refused
+        assert fake.org.records.max_depth <= 1000
+        read = next(e for e in events(done.stderr) if e["event"] == "workspaces")["read"]
+        assert len(read) == (1 if refused else 2)
+        assert {e["workspace"] for e in fed.exchanges} == ({"wrkspc_1"} if refused else {"wrkspc_1", "wrkspc_2"})
+        _assert_nothing_of_a_token(fed, token_file, Path(str(path) + ".gatekeeper"), out, done.stdout + done.stderr)

@@ -62,3 +62,31 @@ def test_exporter_serves_the_queue_and_a_run(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0 and "Traceback" not in err and "the last values are kept" in err
+
+
+def test_exporter_reads_through_federation_with_tokens_shorter_than_its_life(tmp_path: Path) -> None:
+    """Workload identity federation with tokens of 2 s and a rule over two workspaces: the exporter keeps reading
+    both depths across several exchanges, and no access token nor identity token is in a page or its log."""
+    from gatekeeper.testing import FakeFederation, FakeRule, identity_token
+
+    fed = FakeFederation(rules={"fdrl_fake_1": FakeRule(workspaces=("wrkspc_1", "wrkspc_2"))}, token_life=2,
+                         keys_refused=True)
+    token_file = tmp_path / "token"
+    token_file.write_text(identity_token())
+    with running_fake(ceiling=1000, rate=0.0, federation=fed) as fake:
+        fake.org.add_batch("wrkspc_1", 100)
+        fake.org.add_batch("wrkspc_2", 250)
+        env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_IDENTITY_TOKEN_FILE": str(token_file),
+               "ANTHROPIC_FEDERATION_RULE_ID": "fdrl_fake_1", "ANTHROPIC_ORGANIZATION_ID": "org_fake_1",
+               "ANTHROPIC_WORKSPACE_ID": "wrkspc_1", "ANTHROPIC_EXTRA_WORKSPACE_IDS": "wrkspc_2"}
+        proc = start(["exporter", "--port", "0", "--interval", "1", "--json", "--ceiling", "1000"], env)
+        assert proc.stdout is not None
+        url = orjson.loads(proc.stdout.readline())["url"]
+        m = _wait_for(url, "gatekeeper_readings_total", 4)
+        pages = httpx.get(url, timeout=10).text
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert m[("gatekeeper_queue_depth_requests", ())] == 350 and m[("gatekeeper_reading_errors_total", ())] == 0
+    assert len(fed.exchanges) >= 4 and {e["workspace"] for e in fed.exchanges} == {"wrkspc_1", "wrkspc_2"}
+    secrets = [*fed.issued, token_file.read_text().strip()]
+    assert proc.returncode == 0 and not any(s in pages + err for s in secrets)
