@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "Rejection": "input._reader", "Request": "input._batches", "Limits": "input._sizing",
     # submit and friends
     "submit": "run._submit", "submit_sync": "run._submit", "dry_run": "run._submit", "cancel": "run._submit", "job_summary": "run._submit",
-    "preflight": "run._submit",
+    "preflight": "run._submit", "forecast_deadline": "checks._forecast",
     "SubmitSettings": "run._settings", "Summary": "run._summary", "DryRun": "run._summary", "Canceled": "run._summary",
     "CanceledBatch": "run._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
@@ -96,6 +96,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .api._config import ApiConfig, Secret
     from .api._credentials import BearerToken, Federation, ProfileLogin
     from .api._retry import RetryPolicy
+    from .checks._forecast import forecast_deadline
     from .input._batches import Batch, Request, iter_batches
     from .input._planner import BatchPlan, PlanReport, plan
     from .input._reader import Rejection

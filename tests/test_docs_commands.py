@@ -85,3 +85,43 @@ def test_every_synopsis_lists_every_flag() -> None:
         real = {o for a in commands[cmd]._actions for o in a.option_strings
                 if o.startswith("--") and o != "--help" and a.help != "==SUPPRESS=="}
         assert listed == real, f"{cmd}: missing {sorted(real - listed)}, gone {sorted(listed - real)}"
+
+
+# submit's flags and the SubmitSettings fields they set: the library and the CLI start from the same defaults
+FLAG_FIELDS = {"margin": "margin", "interval": "poll", "max_in_flight": "max_in_flight",
+               "max_attempts": "max_attempts", "reconcile_grace": "reconcile_grace", "ledger_ttl": "ledger_ttl",
+               "priority": "priority", "share": "share", "results_grace": "results_grace", "max_rpm": "max_rpm",
+               "budget": "budget", "token_sample": "token_sample", "lease_ttl": "lease_ttl", "deadline": "deadline",
+               "turnaround": "turnaround", "deadline_slack": "deadline_slack", "ceiling": "ceiling"}
+
+
+@pytest.mark.parametrize("dest, field", sorted(FLAG_FIELDS.items()))
+def test_a_flags_default_is_the_librarys(dest: str, field: str) -> None:
+    from gatekeeper import SubmitSettings
+
+    args = build_parser().parse_args(["submit", "in.jsonl"])
+    assert getattr(args, dest) == getattr(SubmitSettings(), field)
+
+
+def test_every_default_the_help_and_docs_state_is_the_parsers() -> None:
+    """Each '(default N)' in a flag's help, and each "`--flag N`, default N" in docs/commands.md, is what the parser
+    uses."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore[union-attr]
+    checked = 0
+    for name, cmd in sub.items():
+        args = vars(cmd.parse_args([] if name not in {"submit", "plan", "results", "report"} else ["x.jsonl"]))
+        for action in cmd._actions:
+            said = re.search(r"\(default:? ([0-9][0-9,.]*)\)", action.help or "")
+            if said and action.dest in args and isinstance(args[action.dest], (int, float)):
+                assert float(said.group(1).replace(",", "")) == args[action.dest], (name, action.dest)
+                checked += 1
+    docs = (ROOT / "docs" / "commands.md").read_text()
+    for flag, value in re.findall(r"`(--[a-z-]+) [A-Z]+`[^`(]*?\(?default ([0-9][0-9,.]*)", docs):
+        dest = flag[2:].replace("-", "_")
+        found = [c for c in sub.values() if dest in vars(c.parse_args(["x.jsonl"] if "input" in
+                 {a.dest for a in c._actions} else []))]
+        assert found and all(float(value.replace(",", "")) == getattr(c.parse_args(["x.jsonl"]), dest)
+                             for c in found[:1]), flag
+        checked += 1
+    assert checked >= 8

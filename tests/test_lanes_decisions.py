@@ -13,7 +13,7 @@ import pytest
 from gatekeeper.api._messages import _assemble
 from gatekeeper.decide._deadline import (
     Held,
-    LiveBatch,
+    JobBatch,
     batch_alone,
     moves,
     parse_deadline,
@@ -60,13 +60,13 @@ def test_a_deadline_setting_may_be_a_datetime_or_seconds() -> None:
 
 
 @pytest.mark.parametrize(("batch", "turn", "expected"), [
-    (LiveBatch(0, 100, NOW - 600, 50), 3600, NOW + 600),  # half done in 10 minutes: 10 more
-    (LiveBatch(0, 100, NOW - 600, 100), 3600, NOW),  # all done
-    (LiveBatch(0, 100, NOW - 600, 0), 3600, NOW + 3000),  # nothing done yet: the turnaround
-    (LiveBatch(0, 100, NOW - 3000, 0), 1000, NOW + 3000),  # nothing done past it: twice what it has waited
-    (LiveBatch(0, 100, NOW - 100, 1), 60, NOW + 9900),  # crawling: 1% in 100 s
+    (JobBatch(0, 100, NOW - 600, 50), 3600, NOW + 600),  # half done in 10 minutes: 10 more
+    (JobBatch(0, 100, NOW - 600, 100), 3600, NOW),  # all done
+    (JobBatch(0, 100, NOW - 600, 0), 3600, NOW + 3000),  # nothing done yet: the turnaround
+    (JobBatch(0, 100, NOW - 3000, 0), 1000, NOW + 3000),  # nothing done past it: twice what it has waited
+    (JobBatch(0, 100, NOW - 100, 1), 60, NOW + 9900),  # crawling: 1% in 100 s
 ])
-def test_a_live_batch_is_projected_from_its_progress(batch: LiveBatch, turn: float, expected: float) -> None:
+def test_a_live_batch_is_projected_from_its_progress(batch: JobBatch, turn: float, expected: float) -> None:
     assert project(batch, NOW, turn) == pytest.approx(expected)
 
 
@@ -91,12 +91,12 @@ def per_second(rate: float) -> Callable[[float], float]:
     return lambda n: n / rate
 
 
-STALLED = [LiveBatch(0, 1000, NOW - 600, 0)]  # ten minutes old, nothing shown done: projected at NOW + 3000
+STALLED = [JobBatch(0, 1000, NOW - 600, 0)]  # ten minutes old, nothing shown done: projected at NOW + 3000
 
 
 @pytest.mark.parametrize(("live", "held", "turn", "queued", "deadline", "rate", "measured", "expected"), [
     # a healthy lane: everything projected well inside the deadline stays
-    ([LiveBatch(0, 1000, NOW - 60, 500)], [Held(1, 1000)], 120, 0, 3600, 2.0, True, ((), (), False, False)),
+    ([JobBatch(0, 1000, NOW - 60, 500)], [Held(1, 1000)], 120, 0, 3600, 2.0, True, ((), (), False, False)),
     # projected to miss, but not yet its last chance (the lane needs 500 s of the 1,140 left): it waits
     (STALLED, [], 3600, 0, 1200, 2.0, True, ((), (), False, False)),
     # its last chance, and the lane ends it sooner: canceled
@@ -116,9 +116,9 @@ STALLED = [LiveBatch(0, 1000, NOW - 600, 0)]  # ten minutes old, nothing shown d
     ([], [Held(None, 500)], 4000, 0, 300, 2.0, True, ((), (), True, False)),
     # a crawl: 10% in 30 minutes will not make it, nor the batch not yet created (turnaround 10 min): both at their
     # last chance, the lane's time for the crawl's 900 first
-    ([LiveBatch(0, 1000, NOW - 1800, 100)], [Held(1, 100)], 600, 0, 500, 2.0, True, ((0,), (1,), False, False)),
+    ([JobBatch(0, 1000, NOW - 1800, 100)], [Held(1, 100)], 600, 0, 500, 2.0, True, ((0,), (1,), False, False)),
 ])
-def test_what_moves_to_the_real_time_lane(live: list[LiveBatch], held: list[Held], turn: float, queued: int,
+def test_what_moves_to_the_real_time_lane(live: list[JobBatch], held: list[Held], turn: float, queued: int,
                                           deadline: float, rate: float, measured: bool,
                                           expected: tuple[tuple[int, ...], tuple[int, ...], bool, bool]) -> None:
     m = moves(now=NOW, deadline=NOW + deadline, live=live, held=held, turn=turn, lane_time=per_second(rate),
@@ -149,7 +149,7 @@ def test_requests_a_deadline_cancel_gave_back_never_form_a_new_batch(returned: b
 
 
 def test_a_batch_lane_that_will_make_it_is_never_bypassed_even_when_the_rest_moves() -> None:
-    live = [LiveBatch(0, 100, NOW - 60, 90), LiveBatch(1, 100, NOW - 3500, 0)]
+    live = [JobBatch(0, 100, NOW - 60, 90), JobBatch(1, 100, NOW - 3500, 0)]
     m = moves(now=NOW, deadline=NOW + 150, live=live, held=[], turn=3000, lane_time=per_second(1.0), queued=0, slack=60)
     assert m.cancel == (1,) and m.projected[0] < NOW + 60
 

@@ -12,8 +12,8 @@ from typing import Any
 from .._errors import ApiError, AuthenticationError, TransportError
 from ..decide._headroom import (
     Headroom,
-    LiveBatch,
     ModelLimits,
+    QueuedBatch,
     build_headroom,
     enqueued_ceiling,
     live_batches,
@@ -100,7 +100,7 @@ async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[st
         yield batch
 
 
-async def read_live(client: ApiClient, workspace: str, *, now: float | None = None) -> list[LiveBatch]:
+async def read_live(client: ApiClient, workspace: str, *, now: float | None = None) -> list[QueuedBatch]:
     """The live batches one key can see."""
     return live_batches([b async for b in recent_batches(client, time.time() if now is None else now)], workspace)
 
@@ -134,8 +134,8 @@ async def read_model_limits(conn: Connection) -> dict[str, ModelLimits]:
         return {}
 
 
-async def read_depth(conn: Connection) -> list[LiveBatch]:
-    rows: list[LiveBatch] = []
+async def read_depth(conn: Connection) -> list[QueuedBatch]:
+    rows: list[QueuedBatch] = []
     for i, client in enumerate(conn.workspaces):
         rows.extend(await read_live(client, f"ws{i + 1}"))
     return rows

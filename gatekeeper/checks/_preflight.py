@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -138,10 +138,23 @@ async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits,
         report.preflight = NOT_ASKED
         return report
     report = await _off_loop(source, limits=limits, hash_content=hash_content, models={})
+    return await judged(source, api, report, limits=limits, hash_content=hash_content, token_sample=token_sample)
+
+
+async def judged(source: Source, api: ApiClient, report: PlanReport, *, limits: Limits, hash_content: bool,
+                  token_sample: int, on_warning: Callable[[str], None] | None = None) -> PlanReport:
+    """A first pass's report judged: the models asked about, a second pass only when a line can be rejected, the
+    tokens measured by count_tokens on a sample."""
     pf = await check_models(api, report.models)
+    if not pf.checked and on_warning is not None:
+        on_warning(str(pf.reason))
     if needs_second_pass(pf, report.max_tokens_peak):
         report = await _off_loop(source, limits=limits, hash_content=hash_content, models=pf.rules())
     report.preflight = outcome(pf, report.errors)
-    if pf.checked and token_sample > 0 and isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-" and report.model_bytes:
-        report.calibration = await calibrate(api, os.fspath(source), report.model_bytes, token_sample)
+    path = isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-"
+    if pf.checked and token_sample > 0 and path and report.model_bytes:
+        report.calibration = await calibrate(api, os.fspath(source), report.model_bytes, token_sample)  # type: ignore[arg-type]
+        if not report.calibration.get("measured") and on_warning is not None:
+            on_warning(f"{report.calibration.get('reason')}; the estimate is bytes / 4")
     return report
+

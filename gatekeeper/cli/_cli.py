@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from .._prices import PriceTable
     from ..api._config import ApiConfig
-    from ..decide._headroom import Headroom, ModelLimits
+    from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
     from ..input._sizing import Limits
     from ..run._settings import SubmitSettings
@@ -118,25 +118,22 @@ def _print_json(obj: Any) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from .._prices import load_prices
+    from ..checks._plan import plan_with_preflight
     from ..input._parallel import auto_workers
-    from ..input._planner import plan
     from ._render import render_caching, render_deadline
     from ._tables import is_table_job, plan_table_command
 
     if is_table_job(args):
         return plan_table_command(args, _limits(args))
     prices = load_prices(args.prices)
-    workers = args.workers if args.workers is not None else auto_workers(args.input)
     config = _optional_api_config(args)
-    check = config is not None and not args.no_preflight and args.input != "-"  # (stdin cannot be read twice)
-    # (the models' peaks of max_tokens are gathered for a preflight, and for a deadline's real-time forecast)
-    report = plan(args.input, limits=_limits(args), workers=workers,
-                  models={} if check or args.deadline is not None else None)
-    if config is not None and check:
-        report = _preflight_plan(args, config, report, workers)
+    report = plan_with_preflight(
+        args.input, config, limits=_limits(args), preflight=not args.no_preflight, token_sample=args.token_sample,
+        workers=args.workers if args.workers is not None else auto_workers(args.input), peaks=args.deadline is not None,
+        max_rpm=args.max_rpm, on_retry=_retry_notice(args), on_warning=_warn)
     estimate = report.estimate(prices)
     caching = report.caching(prices)
-    deadline = None if args.deadline is None else _plan_deadline(args, config, report, estimate)
+    deadline = None if args.deadline is None else _forecast(args, config, report, estimate)
     if args.json:
         _print_json({**report.to_json(), "estimate": estimate, "caching": caching,
                      **({"deadline": deadline} if deadline is not None else {})})
@@ -151,54 +148,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
 
 
-def _plan_deadline(args: argparse.Namespace, config: ApiConfig | None, report: PlanReport,
-                   estimate: dict[str, Any]) -> dict[str, Any]:
-    """What `--deadline` asks of the plan: the batch lane alone, or what the real-time lane would take and cost."""
+def _forecast(args: argparse.Namespace, config: ApiConfig | None, report: PlanReport, estimate: dict[str, Any]
+              ) -> dict[str, Any]:
     import time
 
-    from ..decide._deadline import forecast
-    from ..decide._headroom import format_time
-    from ..decide._pacing import FIRST_ITPM, FIRST_OTPM, FIRST_RPM, Cost, Pace, lane_seconds
+    from ..checks._forecast import forecast_deadline
 
-    limits, ceiling = _plan_limits(args, config)
-    job = {m: v for m, v in limits.items() if m in report.models} or limits  # (the job's models when the group names them)
-    rpm, itpm, otpm, reads = min(job.values(), default=(FIRST_RPM, FIRST_ITPM, FIRST_OTPM, True))
-    n = max(1, report.requests)
-    per_in, per_out = estimate["input_tokens"] / n, max(report.max_tokens_peak.values(), default=1)
-    pace = Pace(0.0)
-    pace.seed(rpm, itpm, otpm)
-    per_second = pace.per_second(Cost(round(per_in), per_out))
-    rounds = -(-report.requests // ceiling) if ceiling else 1
-    window = args.deadline - time.time()
-    f = forecast(requests=report.requests, rounds=rounds, turn=args.turnaround, window=window,
-                 lane_time=lambda k: lane_seconds(k, per_second), slack=args.deadline_slack)
-    cost = estimate["input_cost_usd"]
-    extra = None if cost is None else round(cost * f["realtime_requests"] / n, 6)  # real time: twice the batch price
-    return {"at": format_time(args.deadline),
-            "window_seconds": round(window), **f, "extra_input_cost_usd": extra,
-            "assumes": {"turnaround_seconds": args.turnaround, "waves": rounds, "ceiling": ceiling,
-                        "rate_limits": {"requests_per_minute": rpm, "input_tokens_per_minute": itpm,
-                                        "output_tokens_per_minute": otpm,
-                                        "input_limit_counts_cache_reads": reads},
-                        "rate_limits_from": "admin-api" if limits else "the lowest tier's (no Admin key read them)",
-                        "rate_limits_of": sorted(job),  # (the slowest of these models is assumed)
-                        "output_per_request": f"max_tokens ({per_out:,}), charged up front"}}
+    return forecast_deadline(report, estimate, deadline=args.deadline, now=time.time(), config=config,
+                             turnaround=args.turnaround, slack=args.deadline_slack, max_rpm=args.max_rpm,
+                             on_retry=_retry_notice(args))
 
 
-def _plan_limits(args: argparse.Namespace, config: ApiConfig | None) -> tuple[dict[str, ModelLimits], int | None]:
-    """The real-time lane's limits and the queue's ceiling, when an Admin key can read them."""
-    if config is None or config.admin_key is None:
-        return {}, None
-    import anyio
-
-    from ..api._queue import connect, read_ceiling, read_model_limits
-
-    async def read() -> tuple[dict[str, ModelLimits], int | None]:
-        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
-            ceiling, _, _ = await read_ceiling(conn, None)
-            return await read_model_limits(conn), ceiling
-
-    return anyio.run(read)
+def _warn(text: str) -> None:
+    print(f"gatekeeper: warning: {text}", file=sys.stderr)
 
 
 def _run_command(args: argparse.Namespace) -> int:
@@ -226,38 +188,6 @@ def _interrupt(signum: int, frame: Any) -> None:
         handler(signal.SIGINT, frame)
     else:
         raise KeyboardInterrupt
-
-
-def _preflight_plan(args: argparse.Namespace, config: ApiConfig, report: PlanReport, workers: int | None) -> PlanReport:
-    """Judge the planned input's models against the Models API; plan again only when some line can fail."""
-    import anyio
-
-    from ..api._queue import connect
-    from ..checks._calibrate import calibrate
-    from ..checks._preflight import check_models, needs_second_pass, outcome
-    from ..input._planner import plan
-
-    async def check() -> Any:
-        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
-            return await check_models(conn.primary, report.models)
-
-    pf = anyio.run(check)
-    if not pf.checked:
-        print(f"gatekeeper: warning: {pf.reason}", file=sys.stderr)
-    if needs_second_pass(pf, report.max_tokens_peak):
-        report = plan(args.input, limits=_limits(args), workers=workers, models=pf.rules())
-    report.preflight = outcome(pf, report.errors)
-
-    async def measure() -> Any:
-        async with connect(config, max_rpm=args.max_rpm, on_retry=_retry_notice(args)) as conn:
-            return await calibrate(conn.primary, args.input, report.model_bytes, args.token_sample)
-
-    if args.token_sample == 0 or not pf.checked:  # (an API that cannot answer about models will not count tokens)
-        return report
-    report.calibration = anyio.run(measure)
-    if not report.calibration.get("measured"):
-        print(f"gatekeeper: warning: {report.calibration.get('reason')}; the estimate is bytes / 4", file=sys.stderr)
-    return report
 
 
 def cmd_status(args: argparse.Namespace) -> int:

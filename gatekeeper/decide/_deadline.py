@@ -77,7 +77,10 @@ def _iso(text: str, now: float) -> float:
 
 
 @dataclass(frozen=True)
-class LiveBatch:
+class JobBatch:
+    """One of this job's live batches, as the deadline keeper projects its end (a reading's `QueuedBatch` is anyone's
+    batch in the queue)."""
+
     idx: int
     requests: int  # in the batch
     created: float  # wall seconds
@@ -116,7 +119,7 @@ def turnaround(ended: Sequence[tuple[float, float]], prior: float = PRIOR_TURNAR
     return max(statistics.median(spans) if spans else prior, waited)
 
 
-def project(b: LiveBatch, now: float, turn: float) -> float:
+def project(b: JobBatch, now: float, turn: float) -> float:
     """When a live batch is expected to end."""
     elapsed = max(0.0, now - b.created)
     if b.done >= b.requests:
@@ -126,7 +129,7 @@ def project(b: LiveBatch, now: float, turn: float) -> float:
     return b.created + max(turn, 2 * elapsed)
 
 
-def stalled_for(b: LiveBatch, now: float) -> float:
+def stalled_for(b: JobBatch, now: float) -> float:
     """How long a batch has gone with nothing done (0 once anything is)."""
     return max(0.0, now - b.created) if b.done == 0 else 0.0
 
@@ -139,7 +142,7 @@ def worth_moving(*, now: float, deadline: float, finish: float, lane: float, sla
     return misses and now >= deadline - slack - lane and now + lane < finish
 
 
-def moves(*, now: float, deadline: float, live: Sequence[LiveBatch], held: Sequence[Held], turn: float,
+def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequence[Held], turn: float,
           lane_time: Callable[[float], float], queued: int, slack: float = SLACK, returned: bool = False,
           measured: bool = True) -> Moves:
     """What moves to the real-time lane now (see the module docstring). `lane_time(n)`: the real-time lane's

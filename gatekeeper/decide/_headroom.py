@@ -98,7 +98,10 @@ def enqueued_ceiling(entries: Iterable[Any]) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class LiveBatch:
+class QueuedBatch:
+    """A live batch in the organization's queue, anyone's, as a reading lists it (this job's own, projected by the
+    deadline keeper, are `JobBatch`es)."""
+
     id: str
     status: str
     processing: int
@@ -108,7 +111,7 @@ class LiveBatch:
         return {"id": self.id, "status": self.status, "processing": self.processing, "workspace": self.workspace}
 
 
-def live_batches(batches: Iterable[dict[str, Any]], workspace: str) -> list[LiveBatch]:
+def live_batches(batches: Iterable[dict[str, Any]], workspace: str) -> list[QueuedBatch]:
     """The batches that hold queue space, and how much each holds."""
     out = []
     for b in batches:
@@ -120,7 +123,7 @@ def live_batches(batches: Iterable[dict[str, Any]], workspace: str) -> list[Live
             processing = int(counts.get("processing") or 0)
         except (TypeError, ValueError):
             processing = 0
-        out.append(LiveBatch(str(b.get("id")), status, processing, workspace))
+        out.append(QueuedBatch(str(b.get("id")), status, processing, workspace))
     return out
 
 
@@ -130,7 +133,7 @@ class Headroom:
 
     ceiling: int | None  # None: unknown
     depth: int
-    batches: Sequence[LiveBatch] = field(default_factory=tuple)  # largest first
+    batches: Sequence[QueuedBatch] = field(default_factory=tuple)  # largest first
     workspaces: int = 1
     ceiling_source: str | None = None  # "admin-api", "--ceiling", or None
     ceiling_error: str | None = None  # why the Admin API reading failed, when it did
@@ -146,7 +149,7 @@ class Headroom:
 
 
 def build_headroom(
-    ceiling: int | None, rows: Iterable[LiveBatch], workspaces: int, *, ceiling_source: str | None = None,
+    ceiling: int | None, rows: Iterable[QueuedBatch], workspaces: int, *, ceiling_source: str | None = None,
     ceiling_error: str | None = None, read: Sequence[str] = (),
 ) -> Headroom:
     ordered = sorted(rows, key=lambda r: (-r.processing, r.id))

@@ -17,7 +17,7 @@ from .._errors import AuthenticationError, UsageError
 from .._prices import BATCH_DISCOUNT
 from ..api._messages import Kind, probe_params, send_message
 from ..decide._budget import body_worst
-from ..decide._deadline import Held, LiveBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
+from ..decide._deadline import Held, JobBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
 from ..decide._headroom import format_time, parse_time
 from ..decide._pacing import Cost
 from ..state._journal import BatchRow, BatchState
@@ -110,7 +110,7 @@ class DeadlineKeeper(Part):
         j = self.journal
         canceled = set(j.get_meta("deadline_canceled") or [])
         # (a batch found by listing is not canceled before its results prove it ours: it may be another job's)
-        live = [LiveBatch(r.idx, r.requests, parse_time(r.created_at) or snap.at, _done(snap.listed.get(r.batch_id or "")))
+        live = [JobBatch(r.idx, r.requests, parse_time(r.created_at) or snap.at, _done(snap.listed.get(r.batch_id or "")))
                 for r in j.batches(BatchState.CREATED) if r.idx not in canceled and _proven(j.adoptions.of(r.idx))]
         # (a create whose outcome is unknown may hold its requests: it is neither moved nor counted as movable)
         held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.groups.pending_count())]

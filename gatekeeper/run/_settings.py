@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..decide._deadline import PRIOR_TURNAROUND, SLACK
 from ..input._sizing import Limits
 
 # What a run tells as it goes: (event, fields), the one shape every part of a run emits in.
@@ -53,8 +54,8 @@ class SubmitSettings:
     # finish by then, the real-time lane taking what the batch lane is projected to miss (see _deadline): a duration
     # ("90m", "6h"), an ISO 8601 time, a datetime or wall seconds; None: the batch lane only, no real-time call
     deadline: str | float | datetime | None = None
-    turnaround: float = 3600.0  # seconds a batch is expected to take until this job has seen one end
-    deadline_slack: float = 60.0  # seconds kept in hand before the deadline
+    turnaround: float = PRIOR_TURNAROUND  # seconds a batch is expected to take until this job has seen one end
+    deadline_slack: float = SLACK  # seconds kept in hand before the deadline
 
 
 def default_state_dir(input_path: str) -> Path:
