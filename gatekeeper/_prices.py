@@ -18,15 +18,22 @@ from ._errors import UsageError
 from ._typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 BATCH_DISCOUNT = 0.5
 DEFAULT_CACHE_MINIMUM = 1024  # tokens, for a model the table does not list (the docs' most common minimum)
 MULTIPLIERS = {"cache_write": 1.25, "cache_write_1h": 2.0, "cache_read": 0.1}  # of the input rate
-# Dry-run token estimate: ~4 bytes of request JSON per input token. For English
-# prose this lands within about +-30%; JSON structure and short prompts push it
-# toward an overestimate, code and non-Latin scripts toward an underestimate.
-BYTES_PER_TOKEN = 4.0
+# Bytes of request JSON per input token, by purpose (the only three; each says which way it errs):
+# - ESTIMATE: the dry-run estimate without count_tokens. For English prose this lands within about +-30%; JSON
+#   structure and short prompts push it toward an overestimate, code and non-Latin scripts toward an underestimate.
+# - PACING: the real-time lane charges a call's input up front at this (more tokens than most requests bill, so a
+#   window is not overrun), corrected by the call's usage when it answers.
+# - WORST: the budget's bound: no request bills more than one input token per 2 bytes of its JSON (see
+#   decide/_budget), so a budget counted at it never fails open.
+BYTES_PER_TOKEN_ESTIMATE = 4.0
+BYTES_PER_TOKEN_PACING = 3.0
+BYTES_PER_TOKEN_WORST = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,4 +147,11 @@ def _price_row(v: dict[str, float], multipliers: dict[str, float]) -> Rates:
 
 
 def estimate_input_tokens(request_bytes: int) -> int:
-    return round(request_bytes / BYTES_PER_TOKEN)
+    return round(request_bytes / BYTES_PER_TOKEN_ESTIMATE)
+
+
+def tokens_per_byte(measured: Mapping[str, Mapping[str, Any]], model: str) -> float:
+    """A model's input tokens per byte: count_tokens' measure on the plan's sample (`measured`, the calibration's
+    "models"), else the estimate's 1 / BYTES_PER_TOKEN_ESTIMATE. Pure."""
+    rate = (measured.get(model) or {}).get("tokens_per_byte")
+    return float(rate) if rate else 1 / BYTES_PER_TOKEN_ESTIMATE

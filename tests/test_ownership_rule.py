@@ -20,9 +20,9 @@ from gatekeeper.decide._ownership import (
     Relation,
     agrees,
     choose,
+    fit_of,
     learn,
     sample_ids,
-    verdict,
 )
 from gatekeeper.decide._reconcile import Action, Decision, compared
 
@@ -73,7 +73,7 @@ def learned(world: str) -> dict[str, Relation]:
 ])
 def test_a_lone_candidate_of_ours_is_never_given_back(world: str, with_learned: bool, expected: Fit) -> None:
     """Whatever the usage, our own batch found by listing is ours; proven only where the evidence proves it."""
-    assert verdict(pairs(world, OURS), sampled=24, learned=learned(world) if with_learned else None) is expected
+    assert fit_of(pairs(world, OURS), sampled=24, learned=learned(world) if with_learned else None) is expected
 
 
 def _after_the_grace(choice: Choice, ids: list[str]) -> Decision:
@@ -89,7 +89,7 @@ def test_a_lone_candidate_of_another_job_is_never_proven_nor_given_back(world: s
     answers kept apart. Only the absence of our custom_ids (exact) sends ours again."""
     got = choose({"c": pairs(world, THEIRS)}, ["c"], sampled=24, learned=learned(world) if with_learned else None)
     assert not got.proven and got.ours in ("c", None)
-    assert verdict(pairs(world, THEIRS), sampled=24, learned=learned(world) if with_learned else None) is Fit.UNCLEAR
+    assert fit_of(pairs(world, THEIRS), sampled=24, learned=learned(world) if with_learned else None) is Fit.UNCLEAR
     d = _after_the_grace(got, ["c"])
     assert (d.action, d.proof, [b["id"] for b in d.candidates]) == (Action.ADOPT, "unproven", ["c"])
     assert _after_the_grace(Choice(None, (), False), []).action is Action.ABANDON
@@ -172,7 +172,7 @@ def test_noise_on_templated_prompts_never_gives_our_batch_back(p: float) -> None
         mine = _noisy(TEMPLATED, p, rng)
         assert not _set_aside_beside_a_rival(mine, None)
         assert not _set_aside_beside_a_rival(mine, _noisy(TEMPLATED * 2, p, rng))
-        assert verdict(mine, sampled=24) is not Fit.FITS or p <= 0.02  # (alike lengths prove little)
+        assert fit_of(mine, sampled=24) is not Fit.FITS or p <= 0.02  # (alike lengths prove little)
 
 
 def test_a_similar_batch_of_another_job_is_never_proven_ours() -> None:
@@ -183,21 +183,21 @@ def test_a_similar_batch_of_another_job_is_never_proven_ours() -> None:
         ours = [600 + rng.randint(-10, 10) for _ in range(24)]
         theirs = [600 + rng.randint(-10, 10) for _ in range(24)]
         rel = learn(Pair(M, c, c - 4) for c in (600 + rng.randint(-10, 10) for _ in range(48)))
-        got = verdict([Pair(M, c, t - 4) for c, t in zip(ours, theirs, strict=True)], sampled=24, learned=rel)
+        got = fit_of([Pair(M, c, t - 4) for c, t in zip(ours, theirs, strict=True)], sampled=24, learned=rel)
         assert got is not Fit.FITS
-        assert verdict([Pair(M, c, t) for c, t in zip(ours, theirs, strict=True)], sampled=24) is not Fit.FITS
+        assert fit_of([Pair(M, c, t) for c, t in zip(ours, theirs, strict=True)], sampled=24) is not Fit.FITS
 
 
 def test_prompts_that_differ_are_still_proven_ours_under_noise() -> None:
     """Where the lengths spread well beyond the estimate's error, the identity still proves our batch (the shifted
     pairing fails it)."""
     rng = random.Random(5)
-    assert sum(verdict(_noisy(OURS, 0.01, rng), sampled=24) is Fit.FITS for _ in range(50)) >= 45
+    assert sum(fit_of(_noisy(OURS, 0.01, rng), sampled=24) is Fit.FITS for _ in range(50)) >= 45
 
 
 def test_a_drift_of_the_apis_billing_mid_job_never_gives_our_batch_back() -> None:
     """Learned as count, our later batch billed count - 20 (its billing still follows our prompts): kept."""
-    assert verdict(pairs("count-20", OURS), sampled=24, learned=learned("count")) is Fit.UNCLEAR
+    assert fit_of(pairs("count-20", OURS), sampled=24, learned=learned("count")) is Fit.UNCLEAR
 
 
 @pytest.mark.parametrize(("n", "expected"), [
@@ -205,8 +205,8 @@ def test_a_drift_of_the_apis_billing_mid_job_never_gives_our_batch_back() -> Non
     (11, Fit.UNCLEAR), (0, Fit.UNCLEAR),  # too little to judge: ours, unproven
 ])
 def test_too_little_evidence_is_never_a_verdict_against(n: int, expected: Fit) -> None:
-    assert verdict(pairs("count", OURS)[:n], sampled=24, learned=learned("count")) is expected
-    assert verdict(pairs("count", THEIRS)[:n], sampled=24, learned=learned("count")) is Fit.UNCLEAR
+    assert fit_of(pairs("count", OURS)[:n], sampled=24, learned=learned("count")) is expected
+    assert fit_of(pairs("count", THEIRS)[:n], sampled=24, learned=learned("count")) is Fit.UNCLEAR
 
 
 @pytest.mark.parametrize(("world", "scale", "offset", "usable"), [

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from gatekeeper.checks._preflight import Preflight, judge, needs_second_pass
-from gatekeeper.testing import DEFAULT_MODELS, FakeModel, count_tokens
+from gatekeeper.testing import DEFAULT_MODELS, FakeModel, fake_token_count
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk
@@ -137,7 +137,7 @@ def test_budget_stops_before_it_and_a_higher_budget_finishes(tmp_path: Path) -> 
         evs = events(proc.stderr)
         assert any(e["event"] == "recut" for e in evs) and any(e["event"] == "budget_reached" for e in evs)
         assert 0 < s["succeeded"] < 1000 and s["budget"]["held_back"] == 1000 - s["succeeded"]
-        tokens = count_tokens(req("b0000", text="Hello")["params"])  # the fake's usage (every prompt alike), haiku prices
+        tokens = fake_token_count(req("b0000", text="Hello")["params"])  # the fake's usage (every prompt alike), haiku prices
         actual = len(fake.org.records.succeeded) * 0.5 * (tokens * 1.0 + 12 * 5.0) / 1e6
         assert s["cost_usd"] == pytest.approx(actual) and actual <= 0.05
         human = gk(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--budget", "0.05"], env_for(fake))
@@ -195,7 +195,7 @@ def test_token_estimate_is_measured_within_5_percent(tmp_path: Path) -> None:
     import random
 
     from gatekeeper.checks._calibrate import count_body
-    from gatekeeper.testing import count_tokens
+    from gatekeeper.testing import fake_token_count
 
     rng = random.Random(7)
     rows = [req(f"t{i}", model=("claude-sonnet-5" if i % 3 else "claude-opus-5"),
@@ -204,7 +204,7 @@ def test_token_estimate_is_measured_within_5_percent(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     truth: dict[str, int] = {}
     for r in rows:
-        truth[r["params"]["model"]] = truth.get(r["params"]["model"], 0) + count_tokens(count_body(r["params"]))
+        truth[r["params"]["model"]] = truth.get(r["params"]["model"], 0) + fake_token_count(count_body(r["params"]))
     with running_fake() as fake:
         out = orjson.loads(gk(["plan", str(path), "--json"], env_for(fake, admin=False)).stdout)
     for model, tokens in truth.items():

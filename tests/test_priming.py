@@ -234,7 +234,7 @@ def test_a_round_ends_when_its_last_primer_ended_by_the_apis_clock(primers: list
     ({"other": {"tokens_per_byte": 0.3}}, "m", 0.25),
 ])
 def test_repriming_sizes_prefixes_as_the_plan_did(measured: dict, model: str, rate: float) -> None:
-    from gatekeeper.run._reprime import tokens_per_byte
+    from gatekeeper._prices import tokens_per_byte
 
     assert tokens_per_byte(measured, model) == rate
 

@@ -42,7 +42,7 @@ def test_all_is_pinned_and_resolves() -> None:
     assert all(hasattr(gatekeeper, name) for name in gatekeeper.__all__)
     assert set(gatekeeper.testing.__all__) == {"DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeModel", "FakeRealtime", "Fault",
                                                "Outcome", "prompt_of", "FakeFederation", "FakeRule", "identity_token",
-                                               "Records", "count_tokens"}
+                                               "Records", "fake_token_count"}
 
 
 ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "tables", "cli"}  # the packages, in the order data flows

@@ -17,7 +17,7 @@ from gatekeeper import ApiConfig, SubmitSettings, submit_sync
 from gatekeeper.api._config import Secret
 from gatekeeper.decide._settle import classify
 from gatekeeper.state._journal import Journal
-from gatekeeper.testing import DEFAULT_MODELS, FakeModel, Outcome, count_tokens
+from gatekeeper.testing import DEFAULT_MODELS, FakeModel, Outcome, fake_token_count
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import events, gk, output_ids
@@ -69,7 +69,7 @@ def test_resubmission_rules_end_to_end(tmp_path: Path) -> None:
     assert (kinds["succeeded"], kinds["errored"]) == (s["succeeded"], s["errored"])  # summary equals the file
     params = {o["custom_id"]: o["params"] for o in map(orjson.loads, path.read_bytes().splitlines())}
     ok = [x["custom_id"] for x in lines if x["result"]["type"] == "succeeded"]
-    assert s["usage"]["input_tokens"] == sum(count_tokens(params[c]) for c in ok)  # usage follows each prompt
+    assert s["usage"]["input_tokens"] == sum(fake_token_count(params[c]) for c in ok)  # usage follows each prompt
     assert s["usage"]["output_tokens"] == 12 * 32
     assert any(e["event"] == "resubmitting" for e in events(proc.stderr))
     db = sqlite3.connect(Path(str(path) + ".gatekeeper") / "journal.sqlite3")
@@ -142,7 +142,7 @@ def test_price_override_and_cost(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "j.jsonl", [req(f"r{i}") for i in range(4)])
     with running_fake(ceiling=1000, rate=5000) as fake:
         s = orjson.loads(gk(["submit", str(path), *FAST, "--prices", str(prices)], env_for(fake)).stdout)
-    tokens = sum(count_tokens(req(f"r{i}")["params"]) for i in range(4))
+    tokens = sum(fake_token_count(req(f"r{i}")["params"]) for i in range(4))
     assert s["cost_usd"] == pytest.approx(0.5 * (tokens * 2.0 + 4 * 12 * 10.0) / 1e6)
     path2 = write_jsonl(tmp_path / "k.jsonl", [req("x", model="mystery-model")])
     with running_fake(ceiling=1000, rate=5000, models=(*DEFAULT_MODELS, FakeModel("mystery-model"))) as fake:

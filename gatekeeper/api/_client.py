@@ -91,7 +91,7 @@ class ApiClient(HttpCalls):
             params["after_id"] = after_id
         return dict(await self.call("GET", "/v1/messages/batches", "list", params=params))
 
-    async def iter_batches(self, *, limit: int = 1000, max_pages: int = 10_000) -> AsyncIterator[dict[str, Any]]:
+    async def list_batches(self, *, limit: int = 1000, max_pages: int = 10_000) -> AsyncIterator[dict[str, Any]]:
         """Every batch this key can see, newest first, across every page."""
         after: str | None = None
         for _ in range(max_pages):

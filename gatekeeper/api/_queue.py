@@ -93,7 +93,7 @@ def _label(config: ApiConfig, i: int) -> str:
 async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[str, Any]]:
     """Every batch one key can see that may still be live: newest first, stopping past the 25-hour horizon."""
     horizon = now - LIVE_HORIZON.total_seconds()
-    async for batch in client.iter_batches(limit=1000):
+    async for batch in client.list_batches(limit=1000):
         created = parse_time(batch.get("created_at"))
         if created is not None and created < horizon:
             return

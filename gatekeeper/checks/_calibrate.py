@@ -118,7 +118,7 @@ class ModelTokens:
                 "spread": [round(self.spread[0], 5), round(self.spread[1], 5)]}
 
 
-def tokens_per_byte(counted: list[tuple[int, int]]) -> ModelTokens | None:
+def measured_tokens(counted: list[tuple[int, int]]) -> ModelTokens | None:
     """(bytes, tokens) pairs -> the model's ratio. Pure."""
     counted = [(b, t) for b, t in counted if b > 0]
     if not counted:
@@ -134,7 +134,7 @@ async def calibrate(api: ApiClient, path: str, models: Iterable[str], per_model:
         # (off the event loop: reading the probes takes a while, and signals and heartbeats must go on meanwhile)
         picked = await anyio.to_thread.run_sync(lambda: pick_samples(path, models, per_model), abandon_on_cancel=True)
         for model, rows in picked.items():
-            result = tokens_per_byte(await _count_all(api, rows))
+            result = measured_tokens(await _count_all(api, rows))
             if result is not None:
                 out[model] = result.to_json()
     except (ApiError, TransportError, Unreachable) as exc:

@@ -6,7 +6,7 @@ A batch's worst case, at batch prices, is
 
     in_rate(m) = max(input(m), cache_write(m), cache_read(m), cache_write_1h(m) if it may write a 1-hour entry)
 
-with `in_bound = bytes x 0.5`: at most one input token per two bytes of the request's JSON (English text runs
+with `in_bound = bytes / BYTES_PER_TOKEN_WORST` (2): at most one input token per two bytes of the request's JSON (English text runs
 near four bytes a token, so this is twice the usual density); every input token priced at the dearest way the
 price table bills input for that model (an input token is billed once, as input, a cache write or a cache read:
 the table's own rates, whatever multipliers it sets); every request producing its full `max_tokens` (output can
@@ -31,9 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .._errors import UsageError
-from .._prices import BATCH_DISCOUNT, PriceTable, Rates
+from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_WORST, PriceTable, Rates
 
-INPUT_TOKENS_PER_BYTE_BOUND = 0.5
 MIN_BATCH = 100  # below this many requests a batch is not worth its create call
 
 
@@ -41,7 +40,7 @@ def request_worst(nbytes: int, max_tokens: int, rates: Iterable[Rates], *, hour_
     """The most one request can cost, in USD at batch prices (see the module docstring), over the rates of every
     model that may answer it: every input token at the dearest rate its model bills input at (the 1-hour write's
     only when the request may write one: `hour_write`)."""
-    tokens_in = nbytes * INPUT_TOKENS_PER_BYTE_BOUND
+    tokens_in = nbytes / BYTES_PER_TOKEN_WORST
     worst = 0.0
     for r in rates:
         per_in = max(r.input, r.cache_write, r.cache_read, r.cache_write_1h if hour_write else 0.0)

@@ -305,7 +305,7 @@ def _basis(proven: bool, learned: bool, others_failed: bool) -> str:
     return "a lone candidate with our custom_ids (its usage cannot prove it)"
 
 
-def verdict(pairs: Sequence[Pair], *, sampled: int, learned: Mapping[str, Relation] | None = None) -> Fit:
+def fit_of(pairs: Sequence[Pair], *, sampled: int, learned: Mapping[str, Relation] | None = None) -> Fit:
     """A lone candidate's verdict: FITS (proven ours) or UNCLEAR (unproven: its answers kept apart). Never
     another's on usage alone: giving it back would send ours again on an estimate."""
     return Fit.FITS if choose({"c": pairs}, ["c"], sampled=sampled, learned=learned).proven else Fit.UNCLEAR

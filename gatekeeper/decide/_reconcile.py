@@ -52,7 +52,7 @@ class Decision:
     proof: str = ""
 
 
-def _grace_over(sent_at: float, listed_at: float, grace: float) -> bool:
+def listing_would_show(sent_at: float, listed_at: float, grace: float) -> bool:
     """Whether a listing read at `listed_at` would show a batch sent at `sent_at` (the listing lags by up to `grace`)."""
     return listed_at - sent_at > grace
 
@@ -92,7 +92,7 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
                             "ledger names for no other submitter (creates go one at a time)", "ledger")
         return Decision(Action.ADOPT, (candidates[0],), "one candidate in the listing", "listing")
     if not candidates:
-        if _grace_over(sent_at, listed_at, grace):
+        if listing_would_show(sent_at, listed_at, grace):
             return Decision(Action.ABANDON, reason="absent from listing")
         return Decision(Action.WAIT, reason="not listed yet")
     if any(b.get("processing_status") != "ended" for b in candidates):
@@ -116,7 +116,7 @@ def compared(choice: Choice, candidates: tuple[dict[str, Any], ...], *, sent_at:
         how = choice.basis or ("its results fit our requests" if choice.proven else "the results cannot tell it from another's")
         return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == choice.ours), how,
                         "results" if choice.proven else "unproven")
-    if not _grace_over(sent_at, listed_at, grace):
+    if not listing_would_show(sent_at, listed_at, grace):
         return Decision(Action.WAIT, candidates, "no candidate's results are ours, and ours may not be listed yet")
     if with_our_ids:
         return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == with_our_ids[0]),

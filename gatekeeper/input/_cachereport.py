@@ -12,7 +12,7 @@ from itertools import chain, repeat
 from operator import mul, sub
 
 from .._arrays import extend
-from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN, PriceTable
+from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_ESTIMATE, PriceTable, tokens_per_byte
 from .._typing import TYPE_CHECKING
 from ..decide._priming import (
     LIFE_SECONDS,
@@ -54,7 +54,7 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
     """The scan's marked lines less the rejected ones, sized in tokens, each with the prefix it shares."""
     scan = report.cache_scan or CacheScan()
     rejected = {e.line for e in report.errors} if report.errors else set()
-    per_byte = [_tokens_per_byte(report, model) for model in scan.marks.models]
+    per_byte = [_rate(report, model) for model in scan.marks.models]
     src, out = scan.marks, Marks()
     out.models = list(src.models)
     if not rejected or not any(line in rejected for line in scan.lines):
@@ -94,9 +94,8 @@ def _sized(src: Marks, out: Marks, per_byte: list[float]) -> None:
     out.psize = extend(array("d"), map(mul, src.psize, chain.from_iterable(map(repeat, rates, counts))))
 
 
-def _tokens_per_byte(report: PlanReport, model: str) -> float:
-    measured = (report.calibration or {}).get("models") or {}
-    return float(measured[model]["tokens_per_byte"]) if model in measured else 1 / BYTES_PER_TOKEN
+def _rate(report: PlanReport, model: str) -> float:
+    return tokens_per_byte((report.calibration or {}).get("models") or {}, model)
 
 
 def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = None,
@@ -121,7 +120,7 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
         "ideal_write_share": ideal_write_share(m.marks, used),
         "unmarked": unmarked,
         "method": ("prefix bytes x tokens per byte measured with count_tokens" if measured else
-                   f"prefix bytes / {BYTES_PER_TOKEN:g} (not measured: no key)")
+                   f"prefix bytes / {BYTES_PER_TOKEN_ESTIMATE:g} (not measured: no key)")
         + f"; minimums as of {prices.minimums_as_of}; batch prices as of {prices.as_of}",
     }
 
@@ -171,7 +170,7 @@ def _unmarked(report: PlanReport, prices: PriceTable) -> list[dict[str, Any]]:
     scan = report.cache_scan
     out: list[dict[str, Any]] = []
     for (model, what, size, _), n in (scan.unmarked.items() if scan else ()):
-        tokens = size * _tokens_per_byte(report, model)
+        tokens = size * _rate(report, model)
         r = rates_of(prices, model)
         if n < 2 or tokens < prices.cache_minimum(model)[0]:
             continue

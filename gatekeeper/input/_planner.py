@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 
 from .._errors import InputError
-from .._prices import BYTES_PER_TOKEN, PriceTable, estimate_input_tokens
+from .._prices import BYTES_PER_TOKEN_ESTIMATE, PriceTable, estimate_input_tokens
 from .._typing import TYPE_CHECKING
 from .._wire import STRICT_VERSION
 from ._caching import CacheScan
@@ -93,12 +93,12 @@ class PlanReport:
             tokens = round(nbytes * m["tokens_per_byte"]) if m else estimate_input_tokens(nbytes)
             cost = prices.cost(model, tokens, 0)
             per_model[model] = {"input_tokens": tokens, "cost_usd": None if cost is None else round(cost, 6),
-                                "method": "count_tokens" if m else f"bytes / {BYTES_PER_TOKEN:g}",
+                                "method": "count_tokens" if m else f"bytes / {BYTES_PER_TOKEN_ESTIMATE:g}",
                                 **({"sample": m["sample"], "spread_tokens_per_byte": m["spread"],
                                     "tokens_per_byte": m["tokens_per_byte"]} if m else {})}
             total = None if cost is None or total is None else total + cost
         how = (f"count_tokens on a sample of up to {(self.calibration or {}).get('per_model')} requests per model"
-               if measured else f"request bytes / {BYTES_PER_TOKEN:g} per token (not measured: no key)")
+               if measured else f"request bytes / {BYTES_PER_TOKEN_ESTIMATE:g} per token (not measured: no key)")
         return {
             "input_tokens": sum(v["input_tokens"] for v in per_model.values()),
             "input_cost_usd": None if total is None else round(total, 6),

@@ -48,10 +48,10 @@ class Admitter(Part):
         self.refusal_streak = 0
         self.creating = False
         self.refusals = 0
-        self.batch_size = ctx.s.limits.max_requests
+        self.batch_size = ctx.settings.limits.max_requests
         self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
         shares = self.journal.get_meta("shares") or {}
-        self.turns = Turns(ctx.ledger, self.journal.job or os.path.basename(ctx.path), ctx.s.priority, ctx.s.share,
+        self.turns = Turns(ctx.ledger, self.journal.job or os.path.basename(ctx.path), ctx.settings.priority, ctx.settings.share,
                            ctx.clock, float(shares.get("waited_s", 0.0)))
 
     async def admit_round(self, snap: Snapshot) -> None:
@@ -66,8 +66,8 @@ class Admitter(Part):
         bound = self.ceiling if self.ceiling is not None else self.estimate.bound(now)
         waiting, sizes, reserve, held = self._gated(planned, bound)
         q = QueueState(
-            waiting=sizes, depth=snap.depth, unseen=snap.unseen + reserve, bound=bound, margin=self.s.margin,
-            in_flight=self.journal.count(BatchState.CREATED, BatchState.INTENT), max_in_flight=self.s.max_in_flight,
+            waiting=sizes, depth=snap.depth, unseen=snap.unseen + reserve, bound=bound, margin=self.settings.margin,
+            in_flight=self.journal.count(BatchState.CREATED, BatchState.INTENT), max_in_flight=self.settings.max_in_flight,
             backoff_until=self.backoff_until, canceled=self.user_canceled,
         )
         count = admit_round(q, now)
@@ -82,7 +82,7 @@ class Admitter(Part):
             self.check_stop()
             if k and not await self.turns.turn(row.requests):  # (each batch of a round takes its turn)
                 return
-            worst = self._worst_case(row) if self.s.budget is not None else None
+            worst = self._worst_case(row) if self.settings.budget is not None else None
             if worst is not None and not self._within_budget(row, worst, planned):
                 return
             if not await self.ledger.reserve(row.idx, row.requests, q.bound, snap.depth + snap.unseen):
@@ -104,7 +104,7 @@ class Admitter(Part):
             return planned, [b.requests for b in planned], 0, 0
         ended = rounds_ended(self.journal.groups.primer_endings())
         g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], ended,
-                 None if bound is None else max(1, bound - self.s.margin))
+                 None if bound is None else max(1, bound - self.settings.margin))
         by_idx = {b.idx: b for b in planned}
         if self._reprimed([by_idx[i] for i in g.order], planned, ended):
             return [], [], 0, g.held  # (the next round sees the new primer)
@@ -121,7 +121,7 @@ class Admitter(Part):
             self.journal.event("primer_lapsed", round=r, life=life)
             rest = [b for b in planned if b.kind == "rest" and b.cache_round == r]
             new = reprime(self.path, self.journal, rest, self.prices,
-                          Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes), life)
+                          Limits(max_requests=self.batch_size, max_bytes=self.settings.limits.max_bytes), life)
             self.emit("primer_lapsed", {"round": r, "life": life, "reprimed_as": new})
         return bool(gone)
 
@@ -131,9 +131,9 @@ class Admitter(Part):
 
     def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:
         """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""
-        assert self.s.budget is not None
+        assert self.settings.budget is not None
         spent = budget_spent(self.journal, self.prices)
-        d = may_spend(budget=self.s.budget, spent=spent, in_flight=self.journal.in_flight_worst(), worst=worst,
+        d = may_spend(budget=self.settings.budget, spent=spent, in_flight=self.journal.in_flight_worst(), worst=worst,
                       requests=row.requests)
         if d.action is Spend.GO:
             return True
@@ -145,7 +145,7 @@ class Admitter(Part):
             return False
         if not self.budget_stopped:
             self.budget_stopped = True
-            self.emit("budget_reached", {"budget": self.s.budget, "spent": round(spent, 6),
+            self.emit("budget_reached", {"budget": self.settings.budget, "spent": round(spent, 6),
                                          "in_flight_worst": round(self.journal.in_flight_worst(), 6),
                                          "held_back": self.journal.held_back()})
         return False
@@ -209,20 +209,20 @@ class Admitter(Part):
         self.refusal_streak += 1
         now = self.clock()
         self.estimate.refused(depth, unseen, row.requests, now)
-        wait = refusal_wait(self.refusal_streak, exc.retry_after, self.s.min_backoff, self.s.max_backoff)
+        wait = refusal_wait(self.refusal_streak, exc.retry_after, self.settings.min_backoff, self.settings.max_backoff)
         self.backoff_until = now + wait
         self.emit("refused", {"batch": row.idx, "requests": row.requests, "depth": depth, "unseen": unseen,
                               "retry_after": exc.retry_after, "wait": round(wait, 3),
                               "learned_bound": self.estimate.upper if self.ceiling is None else None})
         reached("after-refusal")
         waiting = self.journal.batches(BatchState.PLANNED)
-        size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.s.margin)
+        size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.settings.margin)
         if size is not None:
             self._recut(waiting, size)
 
     def _recut(self, waiting: list[BatchRow], size: int) -> None:
         """Cut every batch not yet created into batches of at most `size` requests (one journal transaction)."""
-        limits = Limits(max_requests=size, max_bytes=self.s.limits.max_bytes)
+        limits = Limits(max_requests=size, max_bytes=self.settings.limits.max_bytes)
         ranges = _recut_ranges([r for r in waiting if r.kind == "plan"], limits, self._requests_of)
         groups: list[Group] = []
         for r in waiting:  # each member-listed batch cut apart, keeping its kind and round (priming depends on both)
@@ -237,7 +237,7 @@ class Admitter(Part):
 
     def _deferred(self, row: BatchRow, exc: RateLimited | TransportError | TokenExpired) -> None:
         self.journal.back_to_planned(row.idx)
-        wait = deferral_wait(getattr(exc, "retry_after", None), self.s.min_backoff, self.s.max_backoff)
+        wait = deferral_wait(getattr(exc, "retry_after", None), self.settings.min_backoff, self.settings.max_backoff)
         self.backoff_until = self.clock() + wait
         self.emit("create_deferred", {"batch": row.idx, "reason": str(exc), "wait": wait})
 

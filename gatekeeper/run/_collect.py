@@ -30,8 +30,8 @@ from ..decide._downloads import (
     when_results_missing,
 )
 from ..decide._headroom import parse_time
-from ..decide._ownership import Fit, Relation, verdict
-from ..decide._reconcile import candidates_for, others_in_flight
+from ..decide._ownership import Fit, Relation, fit_of
+from ..decide._reconcile import candidates_for, listing_would_show, others_in_flight
 from ..decide._settle import errored_line, settle, stop_of, usage_of
 from ..state._journal import BatchRow, BatchState, Settlement
 from ._checkpoints import reached
@@ -59,9 +59,9 @@ class _Unproven(Exception):  # (control flow inside the collector, never raised 
     settled again, held)."""
 
 
-def _grace_over(row: BatchRow, snap: Snapshot | None, grace: float) -> bool:
+def _listing_shows(row: BatchRow, snap: Snapshot | None, grace: float) -> bool:
     """Whether the latest listing was read long enough after our send to show our batch, were it another."""
-    return snap is not None and snap.at - (row.intent_at or 0.0) > grace
+    return snap is not None and listing_would_show(row.intent_at or 0.0, snap.at, grace)
 
 
 class _NotYet(Exception):  # (control flow inside the collector, never raised past it)
@@ -93,7 +93,7 @@ class Collector:
 
     def __init__(self, ctx: RunContext, *, on_result: Callable[[str, dict[str, Any]], None] | None) -> None:
         self.ctx = ctx
-        self.journal, self.ledger, self.out, self.s, self.path = ctx.journal, ctx.ledger, ctx.out, ctx.s, ctx.path
+        self.journal, self.ledger, self.out, self.settings, self.path = ctx.journal, ctx.ledger, ctx.out, ctx.settings, ctx.path
         self.api: ApiClient = ctx.conn.primary
         self.emit, self.clock, self.check_stop = ctx.emit, ctx.clock, ctx.check_stop
         self.on_result = on_result
@@ -125,7 +125,7 @@ class Collector:
         (nothing can change before then: no download in between)."""
         n = self.download_failures.get(row.idx, 0) + 1
         self.download_failures[row.idx] = n
-        wait = download_wait(n, self.s.min_backoff, self.s.max_backoff) if until is None else max(0.0, until - self.clock())
+        wait = download_wait(n, self.settings.min_backoff, self.settings.max_backoff) if until is None else max(0.0, until - self.clock())
         self.download_at[row.idx] = self.clock() + wait
         self.emit(event, {"batch": row.idx, "id": row.batch_id, "reason": reason, "attempt": n, "retry_in": wait})
 
@@ -151,11 +151,11 @@ class Collector:
                         # (rolled back: once a listing read the grace after our send shows no other batch that could
                         # be ours, it is weighed once more (this job may have learned how it is billed since) and,
                         # still unproven, its answers are kept apart; an adoption its usage proves is kept as it is)
-                        if _grace_over(row, snap, self.s.reconcile_grace):
+                        if _listing_shows(row, snap, self.settings.reconcile_grace):
                             raise _Unproven()
                         self._unproven.add(row.idx)
                         raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another "
-                                      "candidate", until=(row.intent_at or 0.0) + self.s.reconcile_grace)
+                                      "candidate", until=(row.intent_at or 0.0) + self.settings.reconcile_grace)
         except NotFoundError:
             return self._results_missing(row, None)
         except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
@@ -183,13 +183,13 @@ class Collector:
         if snap is not None:
             theirs, _ = others_in_flight(await self.ledger.reservations(), self.ledger.owner)
             rivals = candidates_for(row.requests, row.intent_at or 0.0, snap.listed.values(),
-                                    self.journal.adoptions.known_batch_ids() | theirs, self.s.clock_skew)
+                                    self.journal.adoptions.known_batch_ids() | theirs, self.settings.clock_skew)
             if rivals:
                 raise _Reopen(f"{len(rivals)} other listed batch(es) of its size since our send could be ours")
         if row.idx in self._unproven:  # weighed unproven: nothing to download again before the grace is over
-            if not _grace_over(row, snap, self.s.reconcile_grace):
+            if not _listing_shows(row, snap, self.settings.reconcile_grace):
                 raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another candidate",
-                              until=(row.intent_at or 0.0) + self.s.reconcile_grace)
+                              until=(row.intent_at or 0.0) + self.settings.reconcile_grace)
             self._unproven.discard(row.idx)
         learned = await learned_relations(self.api, self.journal, self.path)
         if learned is None:
@@ -201,7 +201,7 @@ class Collector:
                billed: dict[str, int], learned: dict[str, Relation]) -> str:
         """A listing adoption's proof from its own results: "results" or "unproven" (never given back on usage, an
         estimate: only custom_ids not ours give a batch back)."""
-        v = verdict(pairs_of(sample, counts or {}, billed), sampled=len(sample), learned=learned)
+        v = fit_of(pairs_of(sample, counts or {}, billed), sampled=len(sample), learned=learned)
         return "results" if v is Fit.FITS else "unproven"
 
     async def _reopen(self, row: BatchRow, why: str) -> None:
@@ -309,7 +309,7 @@ class Collector:
 
     def _results_missing(self, row: BatchRow, batch: dict[str, Any] | None) -> None:
         """A 404 or a null results_url: wait within the grace, else final lines that say so (never resent)."""
-        v = missing_verdict(row, batch, self.s, self.clock())
+        v = missing_verdict(row, batch, self.settings, self.clock())
         if v.action is Missing.WAIT:
             return self._later(row, "results_pending", v.reason)
         start = self.journal.outcomes.committed_output()
@@ -324,7 +324,7 @@ class Collector:
         self.emit("results_unavailable", {"batch": row.idx, "id": row.batch_id, "requests": s.finals, "reason": v.reason})
 
     def _max_attempts(self) -> int:
-        return int((self.journal.get_meta("settings") or {}).get("max_attempts", self.s.max_attempts))
+        return int((self.journal.get_meta("settings") or {}).get("max_attempts", self.settings.max_attempts))
 
 
 class Members:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .._errors import AuthenticationError, UsageError
-from .._prices import BATCH_DISCOUNT
+from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_PACING
 from ..api._messages import Kind, probe_params, send_message
 from ..decide._budget import body_worst
 from ..decide._deadline import Held, JobBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
@@ -23,7 +23,7 @@ from ..decide._pacing import Cost
 from ..state._journal import BatchRow, BatchState
 from ._inputs import read_at
 from ._part import Part, RunContext, Snapshot
-from ._realtime import BYTES_PER_TOKEN_BOUND, RealtimeLane
+from ._realtime import RealtimeLane
 from ._settings import SubmitSettings
 from ._summary import budget_spent
 
@@ -60,7 +60,7 @@ class DeadlineKeeper(Part):
         rows = self.journal.batches()
         costs = []
         for _, _, body, _ in self._requests_of(rows[0]) if rows else ():
-            costs.append(Cost(int(len(body) / BYTES_PER_TOKEN_BOUND), int(orjson.loads(body)["params"]["max_tokens"])))
+            costs.append(Cost(int(len(body) / BYTES_PER_TOKEN_PACING), int(orjson.loads(body)["params"]["max_tokens"])))
             if len(costs) >= n:
                 break
         if costs and not self.lane.sent:
@@ -121,10 +121,10 @@ class DeadlineKeeper(Part):
         now = self.clock()
         self.stalled = max([self.stalled, *(stalled_for(b, now) for b in live)])
         spans = [*self.canceled_spans.values(), *(project(b, now, 0.0) - b.created for b in live if b.done)]
-        turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.s.turnaround, self.stalled,
+        turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.settings.turnaround, self.stalled,
                           spans)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.paces.seconds_for,
-                     queued=j.lane.unanswered(), slack=self.s.deadline_slack, returned=returned,
+                     queued=j.lane.unanswered(), slack=self.settings.deadline_slack, returned=returned,
                      measured=self.lane.paces.measured)
 
     async def _cancel(self, row: BatchRow) -> None:
@@ -170,18 +170,18 @@ class DeadlineKeeper(Part):
     def _worst(self, body: bytes, line: int) -> float:
         """A request's worst case in the real-time lane: at standard prices (the batch price's double); 0 without
         a budget."""
-        return 0.0 if self.s.budget is None else body_worst(body, line, self.prices) / BATCH_DISCOUNT
+        return 0.0 if self.settings.budget is None else body_worst(body, line, self.prices) / BATCH_DISCOUNT
 
     def _refused_by_budget(self, worst: float, requests: int) -> bool:
         """Whether the budget forbids moving work whose real-time worst case is `worst` (said once, and recorded)."""
-        if self.s.budget is None:
+        if self.settings.budget is None:
             return False
         spent = budget_spent(self.journal, self.prices)
-        if spent + self.journal.in_flight_worst() + worst <= self.s.budget:
+        if spent + self.journal.in_flight_worst() + worst <= self.settings.budget:
             return False
         if not self.journal.get_meta("deadline_for_budget"):
             self.journal.set_meta("deadline_for_budget", True, "deadline_for_budget", requests=requests, worst_usd=worst)
-            self.emit("deadline_for_budget", {"requests": requests, "worst_usd": round(worst, 6), "budget": self.s.budget,
+            self.emit("deadline_for_budget", {"requests": requests, "worst_usd": round(worst, 6), "budget": self.settings.budget,
                                               "why": "the real-time lane's worst case would pass the budget: the "
                                                      "deadline may be missed"})
         return True

@@ -75,7 +75,7 @@ class Job(Part):
         prices: PriceTable | None = None,
     ) -> None:
         super().__init__(RunContext(
-            path=input_path, s=settings, conn=conn, journal=journal, out=OutputFile(out_path), emit=emit,
+            path=input_path, settings=settings, conn=conn, journal=journal, out=OutputFile(out_path), emit=emit,
             ledger=ledger or LocalLedger(), clock=clock, prices=prices or load_prices(), check_stop=self._check_stop))
         self.stop = stop
         self.sleep = sleep
@@ -98,9 +98,9 @@ class Job(Part):
         differently is said, not taken."""
         kept = self.journal.get_meta("deadline")
         if kept is None:
-            return deadline_of(self.s, self.clock())
+            return deadline_of(self.settings, self.clock())
         try:
-            again: float | None = deadline_of(self.s, self.clock())
+            again: float | None = deadline_of(self.settings, self.clock())
         except UsageError:
             again = None  # (an absolute time that has passed since: the kept one stands)
         if again is None or abs(again - float(kept)) > 1.0:
@@ -161,7 +161,7 @@ class Job(Part):
             if self.done():
                 break
             self.readings += 1
-            wait = reading_wait(self.readings, self.s.poll)
+            wait = reading_wait(self.readings, self.settings.poll)
             self.progress(snap, wait)
             await self._wait(wait)
 
@@ -260,7 +260,7 @@ class Job(Part):
             return await self.api.retrieve_batch(str(row.batch_id))
         except NotFoundError:
             created = parse_time(row.created_at)
-            if created is not None and self.clock() > created + BATCH_LIFETIME + self.s.results_grace:
+            if created is not None and self.clock() > created + BATCH_LIFETIME + self.settings.results_grace:
                 return {"id": row.batch_id, "processing_status": "ended", "ended_at": None, "request_counts": None}
             self.emit("batch_not_found", {"batch": row.idx, "id": row.batch_id, "policy": "counted as live; asked again"})
             return None
@@ -280,7 +280,7 @@ class Job(Part):
         j = self.journal
         if self.user_canceled or self.admitter.budget_stopped or j.count(BatchState.PLANNED) or not j.groups.pending_count():
             return
-        limits = Limits(max_requests=self.admitter.batch_size, max_bytes=self.s.limits.max_bytes)
+        limits = Limits(max_requests=self.admitter.batch_size, max_bytes=self.settings.limits.max_bytes)
         requests, batches = j.groups.plan_retries(lambda rows: pack_rows(rows, limits),
                                            lambda g: body_size(len(g), sum(r.length for r in g)))
         self.emit("resubmitting", {"requests": requests, "batches": batches})
@@ -300,7 +300,7 @@ class Job(Part):
         })
 
     def summary(self) -> Summary:
-        return summarize(self.journal, self.out.path, refusals=self.admitter.refusals, prices=self.prices, budget=self.s.budget)
+        return summarize(self.journal, self.out.path, refusals=self.admitter.refusals, prices=self.prices, budget=self.settings.budget)
 
 
 def replay(out: OutputFile, sink: ResultSink | None, committed: int) -> None:

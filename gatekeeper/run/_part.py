@@ -33,7 +33,7 @@ class RunContext:
     """The input, its settings, the API, the journal and the output of one run, and where it tells what happens."""
 
     path: str
-    s: SubmitSettings
+    settings: SubmitSettings
     conn: Connection
     journal: Journal
     out: OutputFile
@@ -51,7 +51,7 @@ class Part:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.path, self.s, self.conn, self.journal, self.out = ctx.path, ctx.s, ctx.conn, ctx.journal, ctx.out
+        self.path, self.settings, self.conn, self.journal, self.out = ctx.path, ctx.settings, ctx.conn, ctx.journal, ctx.out
         self.emit, self.ledger, self.clock, self.prices, self.check_stop = ctx.emit, ctx.ledger, ctx.clock, ctx.prices, ctx.check_stop
         self.api: ApiClient = ctx.conn.primary
 

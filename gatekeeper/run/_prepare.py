@@ -31,7 +31,7 @@ class Preparation(Part):
         super().__init__(ctx)
         self.ceiling: int | None = None
         self.realtime_limits: dict[str, ModelLimits] = {}  # model -> its limits, with a deadline
-        self.batch_size = ctx.s.limits.max_requests
+        self.batch_size = ctx.settings.limits.max_requests
 
     async def prepare(self) -> tuple[int | None, int]:
         """Read the ceiling; plan the input into the journal, or check it is the same input on resume. The ceiling
@@ -39,8 +39,8 @@ class Preparation(Part):
         await self.api.list_page(limit=1)  # an unreachable API or a refused key stops us before anything is journaled
         if len(self.conn.workspaces) > 1 or not isinstance(self.api.auth, KeyAuth):  # (what the depth covers)
             self.emit("workspaces", {"read": [f"ws{i + 1}: {c.label}" for i, c in enumerate(self.conn.workspaces)]})
-        self.ceiling, _, error = await read_ceiling(self.conn, self.s.ceiling)
-        if self.s.deadline is not None:
+        self.ceiling, _, error = await read_ceiling(self.conn, self.settings.ceiling)
+        if self.settings.deadline is not None:
             self.realtime_limits = await read_model_limits(self.conn)
         if error and self.ceiling is None:
             self.emit("ceiling_unknown", {"reason": error, "policy": "learn a bound from queue-full refusals"})
@@ -54,7 +54,7 @@ class Preparation(Part):
 
     def _check_prices(self) -> None:
         """With a budget, every model must have a price: a cost that cannot be bounded cannot be kept under one."""
-        if self.s.budget is None:
+        if self.settings.budget is None:
             return
         models = ((self.journal.get_meta("report") or {}).get("models") or {}).keys()
         unpriced = sorted(m for m in models if self.prices.lookup(m) is None)
@@ -70,7 +70,7 @@ class Preparation(Part):
         other = await self.ledger.claim_job(job, info)
         if other is None:
             return
-        if not self.s.allow_duplicate:
+        if not self.settings.allow_duplicate:
             raise DuplicateJob(f"this input is already being submitted to this workspace from {other.get('host')} "
                                f"(state directory {other.get('state_dir')}); a second run would send it twice",
                                setting="allow_duplicate")
@@ -89,14 +89,14 @@ class Preparation(Part):
         self.emit("resumed", {"state_dir": str(j.state_dir), "batches": len(j.batches()),
                               "collected": j.count(BatchState.COLLECTED)})
         j.event("resumed", collected=j.count(BatchState.COLLECTED))
-        if self.user_canceled and self.s.resume_canceled:
+        if self.user_canceled and self.settings.resume_canceled:
             j.set_meta("user_canceled", False, "cancel_lifted", not_sent=j.held_back())
             self.emit("cancel_lifted", {"not_sent": j.held_back()})
 
     async def _start(self) -> None:
-        self.batch_size = batch_size_for(self.ceiling, self.s.margin, self.s.limits.max_requests)
+        self.batch_size = batch_size_for(self.ceiling, self.settings.margin, self.settings.limits.max_requests)
         size, mtime = stat_identity(self.path)
-        report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes,
+        report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.settings.limits.max_bytes,
                                                  api_version=self.api.api_version))
         if stat_identity(self.path) != (size, mtime):
             raise InputError(f"{self.path} changed while it was being read")
@@ -107,9 +107,9 @@ class Preparation(Part):
             self.emit("rejected", err.to_json())
 
     async def _plan_checked(self, limits: Limits) -> PlanReport:
-        report = await plan_checked(self.path, self.api if self.s.preflight else None, limits=limits, hash_content=True,
-                                    token_sample=self.s.token_sample)
-        if self.s.preflight and not (report.preflight or {}).get("checked"):
+        report = await plan_checked(self.path, self.api if self.settings.preflight else None, limits=limits, hash_content=True,
+                                    token_sample=self.settings.token_sample)
+        if self.settings.preflight and not (report.preflight or {}).get("checked"):
             self.emit("preflight_skipped", {"reason": (report.preflight or {}).get("reason")})
         return report
 
@@ -121,8 +121,8 @@ class Preparation(Part):
         claimed = {r.line: r.length for _, _, rows in groups for r in rows}
         return JobPlan(
             input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
-            settings={"batch_size": self.batch_size, "max_bytes": self.s.limits.max_bytes,
-                      "max_attempts": self.s.max_attempts, "ceiling_at_plan": self.ceiling,
+            settings={"batch_size": self.batch_size, "max_bytes": self.settings.limits.max_bytes,
+                      "max_attempts": self.settings.max_attempts, "ceiling_at_plan": self.ceiling,
                       "api_version": self.api.api_version},
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
                     "models": report.models, "preflight": report.preflight,
@@ -137,12 +137,12 @@ class Preparation(Part):
     def _priming(self, m: Marked) -> tuple[list[Group], dict[str, float]]:
         """The primer and rest batches of each round, and each round's shortest life in seconds (by round number);
         none with --no-prime, or when no prefix is shared."""
-        if not self.s.prime:
+        if not self.settings.prime:
             return [], {}
-        limits = Limits(max_requests=self.batch_size, max_bytes=self.s.limits.max_bytes)
+        limits = Limits(max_requests=self.batch_size, max_bytes=self.settings.limits.max_bytes)
         groups: list[Group] = []
         lives: dict[str, float] = {}
-        for k, r in enumerate(priming_rounds(m, round_size(self.ceiling, self.s.margin, self.batch_size))):
+        for k, r in enumerate(priming_rounds(m, round_size(self.ceiling, self.settings.margin, self.batch_size))):
             for kind, rows in (("primer", r.primers), ("rest", r.rest)):
                 groups += [(kind, k, g) for g in pack_rows([PendingRow(*row, 1) for row in rows], limits)]
             lives[str(k)] = r.life

@@ -22,6 +22,7 @@ import anyio
 import orjson
 
 from .._errors import ApiError
+from .._prices import BYTES_PER_TOKEN_PACING
 from ..api._messages import Call, Kind, send_message
 from ..decide._headroom import ModelLimits
 from ..decide._pacing import Cost, Pace, must_stream
@@ -37,7 +38,6 @@ ANSWER_LOST = "gatekeeper_answer_lost"
 MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored
 IN_FLIGHT = 64  # calls out at once at most (the pace decides the rate; this bounds memory and sockets)
 TELL_EVERY = 5.0  # seconds between the lane's progress events
-BYTES_PER_TOKEN_BOUND = 3.0  # a call's input charged up front at one token per 3 bytes, corrected by its usage
 
 
 class RealtimeLane(Part):
@@ -131,7 +131,7 @@ class RealtimeLane(Part):
             return
         params = orjson.loads(read_at(self.path, row.offset, row.length))["params"]
         model, max_tokens = str(params.get("model")), int(params.get("max_tokens") or 1)
-        cost = Cost(int(row.length / BYTES_PER_TOKEN_BOUND), max_tokens)
+        cost = Cost(int(row.length / BYTES_PER_TOKEN_PACING), max_tokens)
         self._costs(cost)
         pace = self.paces.pace(model)
         while (wait := pace.wait(cost, self.clock())) > 0:

@@ -46,7 +46,7 @@ class Rebuilder:
     """Rebuilds one job's output from the API; `run()` returns what it did, or None when the file was whole."""
 
     def __init__(self, ctx: RunContext, *, wait: Callable[[float], Awaitable[None]]) -> None:
-        self.journal, self.out, self.s, self.path = ctx.journal, ctx.out, ctx.s, ctx.path
+        self.journal, self.out, self.settings, self.path = ctx.journal, ctx.out, ctx.settings, ctx.path
         self.api: ApiClient = ctx.conn.primary
         self.emit, self.clock, self.wait, self.check_stop = ctx.emit, ctx.clock, wait, ctx.check_stop
         self.moved: list[tuple[int, int, int]] = []  # (offset, length, line) of rows whose place changed
@@ -137,13 +137,13 @@ class Rebuilder:
                 failures += 1
                 if isinstance(exc, NotFoundError) and self._gone(row, None):
                     return None
-                delay = download_wait(failures, self.s.min_backoff, self.s.max_backoff)
+                delay = download_wait(failures, self.settings.min_backoff, self.settings.max_backoff)
                 self.emit("download_failed", {"batch": row.idx, "id": row.batch_id, "reason": str(exc),
                                               "attempt": failures, "retry_in": delay, "rebuild": True})
                 await self.wait(delay)
 
     def _gone(self, row: BatchRow, batch: dict[str, Any] | None) -> bool:
-        return missing_verdict(row, batch, self.s, self.clock()).action is Missing.UNAVAILABLE
+        return missing_verdict(row, batch, self.settings, self.clock()).action is Missing.UNAVAILABLE
 
     async def _fetch(self, row: BatchRow) -> Spooled | None:
         batch = await self.api.retrieve_batch(str(row.batch_id))

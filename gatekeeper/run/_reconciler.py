@@ -43,9 +43,9 @@ class Reconciler(Part):
         known = self.journal.adoptions.known_batch_ids() | theirs
         for row in intents:
             sent_at = row.intent_at or 0.0
-            candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.s.clock_skew)
+            candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.settings.clock_skew)
             rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests) + unconfirmed[row.requests]
-            d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.s.reconcile_grace,
+            d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.settings.reconcile_grace,
                        body_complete=row.body_complete, named_after=self._named_after(snap.at))
             if d.action is Action.COMPARE:
                 d = await self._compare(row, d, sent_at, snap.at)
@@ -54,7 +54,7 @@ class Reconciler(Part):
     def _named_after(self, now: float) -> float | None:
         """Since when a shared ledger names every other submitter's batch (None: no shared ledger, or a clock skew
         allowed so wide that a dead submitter's lost create could fall among our candidates)."""
-        if not self.ledger.owner or self.s.clock_skew >= self.ledger.ttl:
+        if not self.ledger.owner or self.settings.clock_skew >= self.ledger.ttl:
             return None
         return now - NAMED_FOR / 2
 
@@ -88,7 +88,7 @@ class Reconciler(Part):
         if choice.foreign and choice.ours is not None:  # (set aside only beside the one taken: usage ranks, never more)
             self.journal.adoptions.foreign(choice.foreign)
             self.emit("not_ours", {"batch": row.idx, "ids": list(choice.foreign), "why": "its usage is another's prompts"})
-        return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=self.s.reconcile_grace,
+        return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=self.settings.reconcile_grace,
                         with_our_ids=with_ids)
 
     async def _read(self, batch: dict[str, Any], ours: Ours) -> Results | None:
@@ -97,7 +97,7 @@ class Reconciler(Part):
             return await read_results(self.api, batch, set(ours.sample))
         except NotFoundError:
             pass
-        v = missing_verdict(None, batch, self.s, self.clock())
+        v = missing_verdict(None, batch, self.settings, self.clock())
         return None if v.action is Missing.WAIT else Results(missing=True)
 
     async def _apply(self, row: BatchRow, d: Decision, known: set[str]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import orjson
 
-from .._prices import BYTES_PER_TOKEN, PriceTable
+from .._prices import PriceTable, tokens_per_byte
 from ..decide._priming import NONE, Marks, shared_prefixes
 from ..input._markers import marker_points
 from ..input._sizing import Limits, body_size, pack_rows
@@ -47,12 +47,6 @@ def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTabl
     groups: list[Group] = [("primer", round_, g) for g in pack_rows(primers, limits)]
     groups += [("rest", round_, g) for g in pack_rows(rest, limits)]
     return groups, len(primers)
-
-
-def tokens_per_byte(measured: dict[str, dict[str, float]], model: str) -> float:
-    """The plan's tokens per byte for a model: count_tokens' measure on its sample, else 1 / BYTES_PER_TOKEN. Pure."""
-    rate = (measured.get(model) or {}).get("tokens_per_byte")
-    return float(rate) if rate else 1 / BYTES_PER_TOKEN
 
 
 def reprime(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable, limits: Limits,

@@ -10,7 +10,7 @@
 from ._aws import FakeAws
 from ._model import DEFAULT_MODELS, FakeConfig, FakeModel, FakeRealtime, Outcome, Records
 from ._oauth import FakeFederation, FakeRule, identity_token
-from ._server import FakeAPI, Fault, count_tokens, prompt_of
+from ._server import FakeAPI, Fault, fake_token_count, prompt_of
 
 __all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeFederation", "FakeModel", "FakeRealtime",
-           "FakeRule", "Fault", "Outcome", "Records", "count_tokens", "identity_token", "prompt_of"]
+           "FakeRule", "Fault", "Outcome", "Records", "fake_token_count", "identity_token", "prompt_of"]

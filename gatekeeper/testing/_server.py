@@ -25,9 +25,9 @@ from ._aws import check
 from ._model import FakeConfig, Organization
 from ._oauth import bearer_workspace, token_endpoint
 from ._realtime import Lane, serve_message
-from ._wire import BATCH_ENDPOINTS, Fault, Faults, Wire, count_tokens, prompt_of, version_refusal
+from ._wire import BATCH_ENDPOINTS, Fault, Faults, Wire, fake_token_count, prompt_of, version_refusal
 
-__all__ = ["FakeAPI", "Fault", "count_tokens", "prompt_of"]
+__all__ = ["FakeAPI", "Fault", "fake_token_count", "prompt_of"]
 
 
 class _Handler(Wire):
@@ -179,7 +179,7 @@ def count_tokens_endpoint(h: Wire, workspace: str, _: str | None) -> None:
     refused = version_refusal(h.headers.get("anthropic-version"), body)
     if refused:
         return h.send_api_error(400, refused)
-    h.send_json(200, {"input_tokens": count_tokens(body)})
+    h.send_json(200, {"input_tokens": fake_token_count(body)})
 
 
 def org_rate_limits(h: Wire) -> None:

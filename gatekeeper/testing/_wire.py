@@ -111,7 +111,7 @@ def _prompt(body: dict[str, Any]) -> bytes:
     return orjson.dumps([body.get("system"), body.get("messages"), body.get("tools")])
 
 
-def count_tokens(body: dict[str, Any]) -> int:
+def fake_token_count(body: dict[str, Any]) -> int:
     """The fake's tokenizer: deterministic, about 3.3 bytes a token of the prompt's JSON plus 7 (not bytes/4)."""
     return 7 + math.ceil(len(_prompt(body)) / 3.3)
 
