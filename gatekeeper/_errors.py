@@ -37,7 +37,9 @@ carries it in `setting`, which the CLI turns into its flag.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+from collections.abc import Iterator
 
 
 class ExitCode(enum.IntEnum):
@@ -228,3 +230,16 @@ def os_error(exc: OSError, what: str) -> str:
     reason = exc.strerror or type(exc).__name__
     name = exc.filename if exc.filename is not None else ""
     return f"{what}: {reason}" + (f": {name}" if name and str(name) not in what else "")
+
+
+@contextlib.contextmanager
+def first_of_group() -> Iterator[None]:
+    """A task group's gathered errors raised as the first of them, unwrapped: its one line, with its exit code, is
+    what the CLI, the library and Airflow show (the one place a task group's wrapper is taken off)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import orjson
 
-from .._errors import ApiError, TransportError, Unreachable
+from .._errors import ApiError, TransportError, Unreachable, first_of_group
 from ..api._client import ApiClient
 from ..api._reads import count_tokens
 
@@ -151,10 +151,8 @@ async def _count_all(api: ApiClient, rows: list[tuple[int, dict[str, Any]]]) -> 
         async with limiter:
             counted.append((nbytes, await count_tokens(api, count_body(params))))
 
-    try:
+    with first_of_group():
         async with anyio.create_task_group() as tg:
             for nbytes, params in rows:
                 tg.start_soon(one, nbytes, params)
-    except ExceptionGroup as group:  # (a task group wraps what its tasks raise)
-        raise group.exceptions[0] from None
     return counted

@@ -115,7 +115,7 @@ class Admitter(Part):
         queue) is primed again (`_reprime`), recorded as `primer_lapsed`; whether any was."""
         lives = ((self.journal.get_meta("report") or {}).get("priming") or {}).get("lives") or {}
         rounds = sorted({b.cache_round for b in going if b.kind == "rest" and b.cache_round is not None})
-        gone = [r for r in rounds if lapsed(ended.get(r), lives.get(str(r)), self.journal.now())]
+        gone = [r for r in rounds if lapsed(ended.get(r), lives.get(str(r)), self.clock())]
         for r in gone:
             life = lives.get(str(r))
             self.journal.event("primer_lapsed", round=r, life=life)

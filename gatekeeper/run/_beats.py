@@ -1,9 +1,10 @@
 """What keeps a live run's claims alive while it runs: the shared ledger's reservations and the shared
-journal's lease, each renewed beside the run (`_beside`), and the run's stable identity in the ledger."""
+journal's lease, each renewed beside the run (`_beside`), and the run's stable identity in the ledger.
+
+The beats sleep in real time, not on the run's clock: what they renew lapses on the ledger's and the database's own
+clocks, which a test's simulated time does not move."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import anyio
 
@@ -11,9 +12,6 @@ from .._errors import JournalError, LedgerError
 from ..state._journal import Journal
 from ..state._ledger import Ledger, new_owner
 from ._settings import EventSink
-
-if TYPE_CHECKING:
-    pass
 
 
 async def heartbeat(ledger: Ledger, emit: EventSink) -> None:

@@ -38,10 +38,3 @@ async def beside(body: Callable[[], Awaitable[T]], *helpers: Callable[[], Corout
         raise failure[0]
     return outcome[0]
 
-
-def first_error(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The first error a task group gathered, unwrapped (its one line is what the user sees)."""
-    first: BaseException = group
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first

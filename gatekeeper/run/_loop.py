@@ -8,13 +8,14 @@ rerun of the same command continues: nothing lost, nothing submitted twice.
 The run's parts each own one concern: `_prepare` (before the first reading),
 `_admit` (what goes out, and each create), `_reconciler` (unknown creates),
 `_collect` (results); this module is the loop that turns them. The decisions are
-pure functions in `decide/`. Time comes in as `clock`
-(wall seconds) and `sleep`, so grace periods and backoff are tested without waiting.
+pure functions in `decide/`. Time comes in as `clock` (wall seconds: the journal's
+own, unless a test gives one) and `sleep`, and every part reads and waits on them
+(`Part.wait_for`), the real-time lane included, so grace periods, backoff and pacing
+are tested without waiting. Only the heartbeats sleep in real time (`_beats`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -70,13 +71,14 @@ class Job(Part):
         stop: anyio.Event,
         on_result: ResultSink | None = None,
         ledger: Ledger | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         sleep: Sleep = anyio.sleep,
         prices: PriceTable | None = None,
     ) -> None:
+        clock = clock or journal.now  # (one clock: the one the journal stamps with)
         super().__init__(RunContext(
             path=input_path, settings=settings, conn=conn, journal=journal, out=OutputFile(out_path), emit=emit,
-            ledger=ledger or LocalLedger(), clock=clock, prices=prices or load_prices(), check_stop=self._check_stop))
+            ledger=ledger or LocalLedger(), clock=clock, sleep=sleep, prices=prices or load_prices(), check_stop=self._check_stop))
         self.stop = stop
         self.sleep = sleep
         self.started = clock()

@@ -10,6 +10,7 @@ import anyio
 
 from .._prices import PriceTable
 from ..api._client import ApiClient
+from ..api._http import Sleep
 from ..api._queue import Connection
 from ..state._journal import BatchRow, Journal
 from ..state._ledger import Ledger
@@ -39,7 +40,8 @@ class RunContext:
     out: OutputFile
     emit: EventSink
     ledger: Ledger
-    clock: Callable[[], float]
+    clock: Callable[[], float]  # the run's one clock (wall seconds): decisions read it
+    sleep: Sleep  # and its waits go through this: a test's simulated time drives both
     prices: PriceTable
     check_stop: Callable[[], None]  # raises Interrupted at a safe point once a stop was asked for
     # held while the output and the journal take results: a batch's settlement, or the real-time lane's answers
@@ -54,6 +56,22 @@ class Part:
         self.path, self.settings, self.conn, self.journal, self.out = ctx.path, ctx.settings, ctx.conn, ctx.journal, ctx.out
         self.emit, self.ledger, self.clock, self.prices, self.check_stop = ctx.emit, ctx.ledger, ctx.clock, ctx.prices, ctx.check_stop
         self.api: ApiClient = ctx.conn.primary
+
+    async def wait_for(self, event: anyio.Event, seconds: float) -> bool:
+        """Wait for `event`, at most `seconds` of the run's own time (its `sleep`, not the event loop's timer);
+        whether it was set."""
+        if event.is_set():
+            await anyio.lowlevel.checkpoint()  # (a loop that waits on a set event still lets others run)
+            return True
+        async with anyio.create_task_group() as tg:
+            async def timer() -> None:
+                await self.ctx.sleep(seconds)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(timer)
+            await event.wait()
+            tg.cancel_scope.cancel()
+        return event.is_set()
 
     @property
     def user_canceled(self) -> bool:

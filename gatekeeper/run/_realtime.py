@@ -21,14 +21,13 @@ from typing import Any
 import anyio
 import orjson
 
-from .._errors import ApiError
+from .._errors import ApiError, first_of_group
 from .._prices import BYTES_PER_TOKEN_PACING
 from ..api._messages import Call, Kind, send_message
 from ..decide._headroom import ModelLimits
 from ..decide._pacing import Cost, Pace, must_stream
 from ..decide._settle import errored_line, stop_of, usage_of
 from ..state._realtime import Answer, LaneRow
-from ._beside import first_error
 from ._checkpoints import reached
 from ._inputs import read_at
 from ._paces import Paces
@@ -73,10 +72,10 @@ class RealtimeLane(Part):
         if self.out_now:
             self.emit("realtime_stopping", {"calls_out": len(self.out_now), "wait_at_most": grace,
                                             "why": "each call cut off may be billed twice; Ctrl-C again abandons them"})
-        with anyio.move_on_after(grace):
-            while self.busy():
-                with anyio.move_on_after(0.05):
-                    await self.paced.wait()
+        until = self.clock() + grace
+        while self.busy() and self.clock() < until:
+            await self.wait_for(self.paced, min(0.05, until - self.clock()))
+            self.paced = anyio.Event()  # (nothing is sent while settling: only answers set it)
 
     # -- the lane -------------------------------------------------------------
 
@@ -92,12 +91,10 @@ class RealtimeLane(Part):
                 self.answers = [_kept(row, raw) for row, raw in received]
                 self.commit(held=0)
         self.limiter = anyio.Semaphore(IN_FLIGHT)
-        try:
+        with first_of_group():
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._committer)
                 await self._dispatch(tg)
-        except BaseExceptionGroup as group:
-            raise first_error(group) from None
 
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
         assert self.limiter is not None
@@ -118,8 +115,7 @@ class RealtimeLane(Part):
                 await self._go(tg, limiter, row)
 
     async def _idle(self) -> None:
-        with anyio.move_on_after(0.5):
-            await self.wake.wait()
+        await self.wait_for(self.wake, 0.5)
         self.wake = anyio.Event()
 
     async def _go(self, tg: anyio.abc.TaskGroup, limiter: anyio.Semaphore, row: LaneRow) -> None:
@@ -135,8 +131,7 @@ class RealtimeLane(Part):
         self._costs(cost)
         pace = self.paces.pace(model)
         while (wait := pace.wait(cost, self.clock())) > 0:
-            with anyio.move_on_after(min(wait, 5.0)):  # (an answer gives back what its start over-charged: look again)
-                await self.paced.wait()
+            await self.wait_for(self.paced, min(wait, 5.0))  # (an answer gives back what its start over-charged: again)
             self.paced = anyio.Event()
         await limiter.acquire()
         if self.stop.is_set() or self.refusal is not None:  # (came while this one waited for its pace: not sent)

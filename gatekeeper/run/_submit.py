@@ -140,35 +140,24 @@ async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[An
     a second or two in every phase: planning, sampling, preflight, creating, collecting; and, while `busy()` (a create
     or real-time calls out), up to the lane's wait for them: a create cut off would leave an outcome to reconcile
     (another job's batch to tell from ours), a call cut off a possible double charge."""
-    result: list[Any] = []
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as tg:
-        async def cut() -> None:
-            assert stop is not None
-            await stop.wait()
-            await anyio.sleep(STOP_GRACE)
-            if busy():
-                waiting()
-            with anyio.move_on_after(CALLS_OUT_WAIT):
-                while busy():
-                    await anyio.sleep(0.05)
-            tg.cancel_scope.cancel()
+    async def run_steps() -> Any:
+        last = None
+        for step in steps:
+            last = await step()
+        return last
 
-        if stop is not None:
-            tg.start_soon(cut)
-        try:
-            last = None
-            for step in steps:
-                last = await step()
-            result.append(last)  # (only once every step ran to its end)
-        except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
-            failure.append(exc)
-        tg.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    if not result:
-        raise Interrupted("interrupted")
-    return result[0]
+    async def cut() -> None:
+        assert stop is not None
+        await stop.wait()
+        await anyio.sleep(STOP_GRACE)
+        if busy():
+            waiting()
+        with anyio.move_on_after(CALLS_OUT_WAIT):
+            while busy():
+                await anyio.sleep(0.05)
+        raise Interrupted("interrupted")  # (ends the steps where they are: every await is a safe point)
+
+    return await beside(run_steps, *([cut] if stop is not None else []))
 
 
 def _retry_events(on_event: EventSink | None) -> Callable[[dict[str, Any]], None] | None:
