@@ -265,5 +265,5 @@ def test_the_platforms_call_budget_is_the_librarys_default_not_the_clis(tmp_path
 
     async def budget() -> float:
         async with connect(config) as conn:
-            return float(conn.primary.budget.per_minute)
+            return float(conn.primary.calls.budget.per_minute)
     assert anyio.run(budget) == rpm

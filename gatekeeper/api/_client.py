@@ -1,4 +1,4 @@
-"""Async client for the Message Batches API and the rate-limits Admin API.
+"""Async client for the Message Batches API.
 
 One `httpx.AsyncClient` (see `open_http`) is shared by every `ApiClient`; each
 `ApiClient` holds one key. Reads and cancels are retried by `retry.RetryPolicy`.
@@ -19,6 +19,7 @@ import httpx
 import orjson
 
 from .._errors import ApiError, CreateOutcomeUnknown, NotFoundError, QueueFull
+from ._config import Secret
 from ._http import (
     _CONNECT_FAILURES,
     CREATE_TIMEOUT,
@@ -26,15 +27,26 @@ from ._http import (
     error_from_response,
     map_transport_error,
 )
+from ._tokens import Auth
 
 
-class ApiClient(HttpCalls):
-    """The batch endpoints as one key sees them (the reads beside them, models, token counting and the Admin API's
-    rate limits, are `_reads`'s functions of a client). Example::
+class ApiClient:
+    """The batch endpoints as one key sees them, over its `HttpCalls` (`calls`: headers, budget, retries, errors);
+    the reads beside them, models, token counting and the Admin API's rate limits, are `_reads`'s functions of a
+    client. Example::
 
         async with open_http() as http:
             batch = await ApiClient(http, base_url, Secret(key)).retrieve_batch("msgbatch_...")
     """
+
+    def __init__(self, http: httpx.AsyncClient, base_url: str, key: Secret | Auth, **options: Any) -> None:
+        """`options`: `HttpCalls`'s (label, retry, sleep, clock, budget, on_retry, signer, workspace_id,
+        api_version)."""
+        self.calls = HttpCalls(http, base_url, key, **options)
+
+    @property
+    def label(self) -> str:
+        return self.calls.label  # (how messages name this key; never the key)
 
     async def create_batch(self, body: bytes | AsyncIterable[bytes], size: int | None = None,
                            body_sha256: str | None = None) -> dict[str, Any]:
@@ -45,51 +57,51 @@ class ApiClient(HttpCalls):
         connection never opened (nothing sent), and CreateOutcomeUnknown when
         the body may have arrived (timeouts, resets, 5xx, a dropped answer).
         """
-        url = self.url_of("/v1/messages/batches")
-        generation = await self.authenticated()  # (a token endpoint out of reach: TransportError, nothing sent)
+        url = self.calls.url_of("/v1/messages/batches")
+        generation = await self.calls.authenticated()  # (a token endpoint out of reach: TransportError, nothing sent)
         whole = body if isinstance(body, bytes) else None  # (a streamed body is signed by its digest: `body_sha256`)
-        headers = self.request_headers(url, {"content-type": "application/json"}, method="POST", body=whole,
+        headers = self.calls.request_headers(url, {"content-type": "application/json"}, method="POST", body=whole,
                                 body_sha256=body_sha256)
         if size is not None:
             headers["content-length"] = str(size)
-        await self._spend()
+        await self.calls.spend()
         try:
-            response = await self.http.post(url, content=body, headers=headers, timeout=CREATE_TIMEOUT)
+            response = await self.calls.http.post(url, content=body, headers=headers, timeout=CREATE_TIMEOUT)
         except (*_CONNECT_FAILURES, httpx.PoolTimeout) as exc:  # no byte of the body left us
-            raise map_transport_error(exc, "create", self.base_url, reached=self.reached) from exc
+            raise map_transport_error(exc, "create", self.calls.base_url, reached=self.calls.reached) from exc
         except httpx.TransportError as exc:
             raise CreateOutcomeUnknown(f"create: {type(exc).__name__} after the body was sent: the batch may exist") from exc
-        self.reached = True
+        self.calls.reached = True
         if response.status_code < 300:
-            self.auth.accepted(generation)
+            self.calls.auth.accepted(generation)
         if response.status_code >= 500:
             err = error_from_response(response, "create", creating=True)
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
         if response.status_code >= 300:
-            error = self.error_of(response, "create", generation, creating=True)  # (TokenExpired: nothing made)
+            error = self.calls.error_of(response, "create", generation, creating=True)  # (TokenExpired: nothing made)
             if not isinstance(error, QueueFull):
-                self._slow_down(error)  # a queue-full wait is the caller's: it does not slow reads
+                self.calls.slow_down(error)  # a queue-full wait is the caller's: it does not slow reads
             raise error
         try:
             batch = orjson.loads(response.content)
             batch_id = str(batch["id"])
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise CreateOutcomeUnknown("create: the answer carried no batch id: the batch may exist") from exc
-        self._created[batch_id] = self._clock()
+        self.calls.created(batch_id)
         return dict(batch)
 
     def note_created(self, batch_id: str) -> None:
         """Treat 404s on this batch as transient for a while (an id adopted by reconciliation)."""
-        self._created.setdefault(batch_id, self._clock())
+        self.calls.created(batch_id, adopted=True)
 
     async def retrieve_batch(self, batch_id: str) -> dict[str, Any]:
-        return dict(await self.call("GET", f"/v1/messages/batches/{batch_id}", "retrieve", batch_id=batch_id))
+        return dict(await self.calls.call("GET", f"/v1/messages/batches/{batch_id}", "retrieve", batch_id=batch_id))
 
     async def list_page(self, *, limit: int = 1000, after_id: str | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit}
         if after_id:
             params["after_id"] = after_id
-        return dict(await self.call("GET", "/v1/messages/batches", "list", params=params))
+        return dict(await self.calls.call("GET", "/v1/messages/batches", "list", params=params))
 
     async def list_batches(self, *, limit: int = 1000, max_pages: int = 10_000) -> AsyncIterator[dict[str, Any]]:
         """Every batch this key can see, newest first, across every page."""
@@ -107,7 +119,7 @@ class ApiClient(HttpCalls):
                 return
 
     async def cancel_batch(self, batch_id: str) -> dict[str, Any]:
-        return dict(await self.call("POST", f"/v1/messages/batches/{batch_id}/cancel", "cancel", batch_id=batch_id))
+        return dict(await self.calls.call("POST", f"/v1/messages/batches/{batch_id}/cancel", "cancel", batch_id=batch_id))
 
     async def cancel_if_running(self, batch_id: str) -> str:
         """Cancel a batch; its status after, or "ended" when the API says it is not running (400, 404 or 409:
@@ -130,9 +142,9 @@ class ApiClient(HttpCalls):
         batch_id = str(batch.get("id"))
         if not batch.get("results_url"):
             raise NotFoundError("the batch has no results_url yet", endpoint="results", status=404)
-        url = results_location(str(batch["results_url"]), self.base_url, batch_id)
-        response = await self._retried(lambda: self._answer("GET", url, "results", batch_id=batch_id, stream=True,
-                                                            accept="application/binary"), "results", url, self.retry)
+        url = results_location(str(batch["results_url"]), self.calls.base_url, batch_id)
+        response = await self.calls.retried(lambda: self.calls.answer("GET", url, "results", batch_id=batch_id, stream=True,
+                                                            accept="application/binary"), "results", url, self.calls.retry)
         try:
             async for line in _lines(response):
                 yield line

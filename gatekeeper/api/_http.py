@@ -172,7 +172,7 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
 
 class HttpCalls:
     """One key's calls: headers, the call budget, a read retried per its policy (each retry told), the API's
-    errors mapped. The endpoints are `ApiClient`'s."""
+    errors mapped. The endpoints are `ApiClient`'s, which holds one of these."""
 
     def __init__(
         self,
@@ -205,7 +205,7 @@ class HttpCalls:
         self._clock = clock
         self._rand = rand
         self.budget = budget or CallBudget()  # shared by every client of one connection
-        self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace
+        self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace (`created`)
         self.reached = False  # has anything answered this client at all (any status)?
         self.spoke = False  # has an answer of the API's shape come back (so the base URL is the API)?
 
@@ -240,13 +240,21 @@ class HttpCalls:
     def url_of(self, path: str) -> str:
         return self.base_url + path
 
-    async def _spend(self) -> None:
+    def created(self, batch_id: str, *, adopted: bool = False) -> None:
+        """A batch this client created (or, `adopted`, one reconciliation found ours): 404s on it are taken as the
+        API not showing it yet, for a while."""
+        if adopted:
+            self._created.setdefault(batch_id, self._clock())
+        else:
+            self._created[batch_id] = self._clock()
+
+    async def spend(self) -> None:
         """Wait for the call budget (the batch endpoints' RPM limit, shared by everything we call)."""
         wait = self.budget.delay(self._clock())
         if wait > 0:
             await self._sleep(wait)
 
-    def _slow_down(self, error: ApiError) -> None:
+    def slow_down(self, error: ApiError) -> None:
         """A 429 with retry-after on any call pauses every call until then."""
         if error.status == 429 and error.retry_after:
             self.budget.pause(self._clock() + min(error.retry_after, self.retry.max_retry_after))
@@ -278,12 +286,12 @@ class HttpCalls:
         await self.auth.ready()
         return self.auth.generation
 
-    async def _answer(self, method: str, url: str, endpoint: str, *, batch_id: str | None = None, budgeted: bool = True,
+    async def answer(self, method: str, url: str, endpoint: str, *, batch_id: str | None = None, budgeted: bool = True,
                       stream: bool = False, **kw: Any) -> httpx.Response:
         """One try: a success (a stream left open for the caller), `_Retry` when another try may succeed, or the
         error to raise."""
         if budgeted:
-            await self._spend()
+            await self.spend()
         try:
             generation = await self.authenticated()
         except TransportError as exc:
@@ -306,7 +314,7 @@ class HttpCalls:
         error = self.error_of(response, endpoint, generation)
         if isinstance(error, TokenExpired):
             raise _Retry(error, 0.0, told=True)  # (once more, with a fresh token)
-        self._slow_down(error)
+        self.slow_down(error)
         created = self._created.get(batch_id) if batch_id is not None else None
         if not retryable(error, response, created, self._clock(), self.retry.not_found_grace):
             raise error
@@ -318,7 +326,7 @@ class HttpCalls:
         error = error_from_response(response, endpoint, creating=creating, label=self.label, aws=self.on_aws)
         return as_credential_error(self.auth, error, generation)
 
-    async def _retried(self, attempt_once: Callable[[], Awaitable[httpx.Response]], endpoint: str, url: str,
+    async def retried(self, attempt_once: Callable[[], Awaitable[httpx.Response]], endpoint: str, url: str,
                        policy: RetryPolicy) -> httpx.Response:
         """The one retry loop: `attempt_once` until it answers, per the policy, each retry told (`_notify`)."""
         started = self._clock()
@@ -347,7 +355,7 @@ class HttpCalls:
     ) -> Any:
         """A read or cancel, retried per the policy (`retry`, else the client's); returns the parsed JSON body."""
         url = self.url_of(path)
-        response = await self._retried(lambda: self._answer(method, url, endpoint, batch_id=batch_id, budgeted=budgeted,
+        response = await self.retried(lambda: self.answer(method, url, endpoint, batch_id=batch_id, budgeted=budgeted,
                                                             params=params, json=json), endpoint, url, retry or self.retry)
         try:
             return orjson.loads(response.content)

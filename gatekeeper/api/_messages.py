@@ -49,24 +49,24 @@ class Call:
 
 async def send_message(api: ApiClient, body: bytes, *, stream: bool) -> Call:
     """One call with `body` (a Messages request's params, `stream` already set when it streams)."""
-    url = api.url_of("/v1/messages")
+    url = api.calls.url_of("/v1/messages")
     try:
-        generation = await api.authenticated()
+        generation = await api.calls.authenticated()
     except TransportError as exc:
         return Call(Kind.UNSENT, {}, detail=str(exc))
     except CredentialsError as exc:  # (the account's: every call would be refused alike)
         return Call(Kind.ACCOUNT, {}, error=AuthenticationError(str(exc), endpoint="messages", status=401),
                     detail=str(exc))
     sent = {"content-type": "application/json", **({"accept": "text/event-stream"} if stream else {})}
-    headers = api.request_headers(url, sent, method="POST", body=body)  # (signed as sent: `accept` among them)
+    headers = api.calls.request_headers(url, sent, method="POST", body=body)  # (signed as sent: `accept` among them)
     try:
-        async with api.http.stream("POST", url, content=body, headers=headers, timeout=MESSAGE_TIMEOUT) as response:
-            api.reached = True
+        async with api.calls.http.stream("POST", url, content=body, headers=headers, timeout=MESSAGE_TIMEOUT) as response:
+            api.calls.reached = True
             got = {k.lower(): v for k, v in response.headers.items()}
             if response.status_code >= 300:
                 await response.aread()
                 return _failure(response, got, api, generation)
-            api.auth.accepted(generation)
+            api.calls.auth.accepted(generation)
             message = await (_assemble(response.aiter_lines()) if stream else _whole(response))
     except _CONNECT_FAILURES as exc:
         return Call(Kind.UNSENT, {}, detail=type(exc).__name__)
@@ -81,7 +81,7 @@ def probe_params(model: str) -> dict[str, Any]:
 
 
 def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient, generation: int) -> Call:
-    error = api.error_of(response, "messages", generation)
+    error = api.calls.error_of(response, "messages", generation)
     if isinstance(error, TokenExpired):  # refused before it was read: as if unsent, and a fresh token is coming
         return Call(Kind.UNSENT, headers, detail=str(error))
     status = response.status_code

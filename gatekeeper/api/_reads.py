@@ -13,13 +13,13 @@ from ._http import PREFLIGHT_RETRY
 
 async def get_model(api: ApiClient, name: str) -> dict[str, Any]:
     """GET /v1/models/{name}: the model's info (an alias resolves to its id); NotFoundError when unknown."""
-    return dict(await api.call("GET", f"/v1/models/{quote(name, safe='')}", "models", retry=PREFLIGHT_RETRY, budgeted=False))
+    return dict(await api.calls.call("GET", f"/v1/models/{quote(name, safe='')}", "models", retry=PREFLIGHT_RETRY, budgeted=False))
 
 async def iter_models(api: ApiClient, *, max_pages: int = 100) -> AsyncIterator[dict[str, Any]]:
     """Every model GET /v1/models lists, following its pages."""
     params: dict[str, Any] = {"limit": 1000}
     for _ in range(max_pages):
-        page = await api.call("GET", "/v1/models", "models", params=dict(params), retry=PREFLIGHT_RETRY,
+        page = await api.calls.call("GET", "/v1/models", "models", params=dict(params), retry=PREFLIGHT_RETRY,
                                 budgeted=False)
         data = [m for m in page.get("data") or [] if isinstance(m, dict)]
         for m in data:
@@ -30,7 +30,7 @@ async def iter_models(api: ApiClient, *, max_pages: int = 100) -> AsyncIterator[
 
 async def count_tokens(api: ApiClient, body: dict[str, Any]) -> int:
     """POST /v1/messages/count_tokens: the input tokens of a Messages body (not billed)."""
-    answer = await api.call("POST", "/v1/messages/count_tokens", "count_tokens", json=body, retry=PREFLIGHT_RETRY,
+    answer = await api.calls.call("POST", "/v1/messages/count_tokens", "count_tokens", json=body, retry=PREFLIGHT_RETRY,
                               budgeted=False)
     return int(answer["input_tokens"])
 
@@ -40,7 +40,7 @@ async def rate_limits(api: ApiClient, group_type: str | None = "batch", max_page
     entries: list[dict[str, Any]] = []
     params: dict[str, Any] = {"group_type": group_type} if group_type else {}
     for _ in range(max_pages):
-        page = await api.call("GET", "/v1/organizations/rate_limits", "rate_limits", params=dict(params))
+        page = await api.calls.call("GET", "/v1/organizations/rate_limits", "rate_limits", params=dict(params))
         entries.extend(e for e in (page.get("data") or []) if isinstance(e, dict))
         nxt = page.get("next_page")
         if not nxt:

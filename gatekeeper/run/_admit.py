@@ -163,9 +163,9 @@ class Admitter(Part):
         j = self.journal
         if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
             await check_identity(self.journal, self.path)  # raises if the content changed
-        digest = await self._body_digest(row) if self.api.signs_body else None  # (SigV4 signs the body's digest)
+        digest = await self._body_digest(row) if self.api.calls.signs_body else None  # (SigV4 signs the body's digest)
         try:
-            await self.api.authenticated()  # (a token exchanged before the intent: a refusal leaves none to reconcile)
+            await self.api.calls.authenticated()  # (a token exchanged before the intent: a refusal leaves none to reconcile)
         except TransportError as exc:
             self._deferred(row, exc)
             return None

@@ -37,7 +37,7 @@ class Preparation(Part):
         """Read the ceiling; plan the input into the journal, or check it is the same input on resume. The ceiling
         and the batch size the job runs with."""
         await self.api.list_page(limit=1)  # an unreachable API or a refused key stops us before anything is journaled
-        if len(self.conn.workspaces) > 1 or not isinstance(self.api.auth, KeyAuth):  # (what the depth covers)
+        if len(self.conn.workspaces) > 1 or not isinstance(self.api.calls.auth, KeyAuth):  # (what the depth covers)
             self.emit("workspaces", {"read": [f"ws{i + 1}: {c.label}" for i, c in enumerate(self.conn.workspaces)]})
         self.ceiling, _, error = await read_ceiling(self.conn, self.settings.ceiling)
         if self.settings.deadline is not None:
@@ -65,7 +65,7 @@ class Preparation(Part):
     async def _claim_job(self) -> None:
         """One input, one live job per workspace: refused when the shared ledger knows another live run of it."""
         digest = (self.journal.get_meta("input") or {}).get("sha256", "")
-        job = f"{digest}:{self.api.auth.fingerprint}"
+        job = f"{digest}:{self.api.calls.auth.fingerprint}"
         info = {"host": socket.gethostname(), "state_dir": os.path.abspath(self.journal.state_dir), "pid": os.getpid()}
         other = await self.ledger.claim_job(job, info)
         if other is None:
@@ -97,7 +97,7 @@ class Preparation(Part):
         self.batch_size = batch_size_for(self.ceiling, self.settings.margin, self.settings.limits.max_requests)
         size, mtime = stat_identity(self.path)
         report = await self._plan_checked(Limits(max_requests=self.batch_size, max_bytes=self.settings.limits.max_bytes,
-                                                 api_version=self.api.api_version))
+                                                 api_version=self.api.calls.api_version))
         if stat_identity(self.path) != (size, mtime):
             raise InputError(f"{self.path} changed while it was being read")
         self.journal.start_job(self._job_plan(report, size, mtime), lambda g: body_size(len(g), sum(r.length for r in g)))
@@ -123,7 +123,7 @@ class Preparation(Part):
             input={"path": os.path.abspath(self.path), "size": size, "mtime_ns": mtime, "sha256": report.content_hash},
             settings={"batch_size": self.batch_size, "max_bytes": self.settings.limits.max_bytes,
                       "max_attempts": self.settings.max_attempts, "ceiling_at_plan": self.ceiling,
-                      "api_version": self.api.api_version},
+                      "api_version": self.api.calls.api_version},
             report={"requests": report.requests, "invalid": report.invalid, "lines": report.lines,
                     "models": report.models, "preflight": report.preflight,
                     "estimate": estimate, "caching": caching,
