@@ -184,6 +184,13 @@ class Run:
         self.stderr = None if err is None else open(err, encoding="utf-8")  # noqa: SIM115 (None: merged into stdout)
         self.returncode: int | None = None
 
+    def __del__(self) -> None:
+        # (a run killed and waited for, its streams never read to their end: closed here, as Popen's are, rather than
+        # left to the collector, whose ResourceWarning lands in whichever test runs then)
+        for stream in (self.stdout, self.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+
     def poll(self) -> int | None:
         if self.returncode is None:
             self.returncode = self._server.exit_status(self.pid, 0)

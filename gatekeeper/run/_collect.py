@@ -19,7 +19,6 @@ from typing import Any, BinaryIO
 import orjson
 
 from .._errors import IncompleteDownload, NotFoundError, RateLimited, ServerError, TransportError
-from ..api._client import ApiClient
 from ..decide._downloads import (
     MISSING_RESULT,
     RESULTS_UNAVAILABLE,
@@ -37,8 +36,7 @@ from ..state._journal import BatchRow, BatchState, Settlement
 from ._checkpoints import reached
 from ._download import Download
 from ._evidence import billed_prompt, count_ours, learned_relations, our_side, pairs_of, wanted_ids
-from ._inputs import batch_requests
-from ._part import RunContext, Snapshot
+from ._part import Part, RunContext, Snapshot
 from ._settings import SubmitSettings
 
 
@@ -88,14 +86,11 @@ def missing_verdict(row: BatchRow | None, batch: dict[str, Any] | None, settings
         created_at=parse_time(row.created_at if row else listed.get("created_at")), retention=settings.retention)
 
 
-class Collector:
+class Collector(Part):
     """Collects every ended batch of one job into its output and journal."""
 
     def __init__(self, ctx: RunContext, *, on_result: Callable[[str, dict[str, Any]], None] | None) -> None:
-        self.ctx = ctx
-        self.journal, self.ledger, self.out, self.settings, self.path = ctx.journal, ctx.ledger, ctx.out, ctx.settings, ctx.path
-        self.api: ApiClient = ctx.conn.primary
-        self.emit, self.clock, self.check_stop = ctx.emit, ctx.clock, ctx.check_stop
+        super().__init__(ctx)
         self.on_result = on_result
         self.download_failures: dict[int, int] = {}  # batch -> failed downloads (or 404 waits) in a row
         self.download_at: dict[int, float] = {}  # batch -> when its next download is due
@@ -226,7 +221,7 @@ class Collector:
         """Stream, verify (`Download`) and settle every line; the output's new length. `learned` set: the batch
         was adopted by listing, and what it billed for our sampled ids is weighed before anything commits. `held`:
         the batch could not be proven ours, and each answer is kept apart (`_keep_apart`)."""
-        members = Members(batch_requests(self.path, self.journal, row), sample=learned is not None)
+        members = Members(self._requests_of(row), sample=learned is not None)
         download = Download(self.api, batch, members.ids(), f"batch {row.idx}")
         billed: dict[str, int] = {}
         pos = start
@@ -316,7 +311,7 @@ class Collector:
         with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
             pos = start
             message = f"results unavailable: {v.reason}; not resent (processed, may have been billed)"
-            for line, off, body, attempt in batch_requests(self.path, self.journal, row):
+            for line, off, body, attempt in self._requests_of(row):
                 cid = custom_id(body)
                 pos += self._write_final(out, s, pos, (line, off, len(body), attempt), cid,
                                          errored_line(cid, RESULTS_UNAVAILABLE, message), RESULTS_UNAVAILABLE)

@@ -49,7 +49,8 @@ class RunContext:
 
 
 class Part:
-    """A part of a run (preparation, admission, reconciliation): the run's context under short names."""
+    """A part of a run (preparation, admission, reconciliation, collection, rebuilding, the real-time lane): the run's
+    context under short names."""
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx

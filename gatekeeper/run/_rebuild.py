@@ -24,14 +24,12 @@ from typing import Any, BinaryIO
 import orjson
 
 from .._errors import IncompleteDownload, NotFoundError, OutputError, RateLimited, ServerError, TransportError, os_error
-from ..api._client import ApiClient
 from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait
 from ..decide._settle import errored_line
 from ..state._journal import BatchRow, Journal
 from ._collect import custom_id, missing_verdict
 from ._download import Download
-from ._inputs import batch_requests
-from ._part import RunContext
+from ._part import Part, RunContext
 
 OWN_LINES = (MISSING_RESULT, RESULTS_UNAVAILABLE)  # written by gatekeeper, not downloaded: rebuilt from the journal
 Row = tuple[int, str, int, int]  # line, custom_id, out_offset, out_len
@@ -42,13 +40,12 @@ def kept_spans(ends: list[int], have: int) -> int:
     return bisect.bisect_right(ends, have)
 
 
-class Rebuilder:
+class Rebuilder(Part):
     """Rebuilds one job's output from the API; `run()` returns what it did, or None when the file was whole."""
 
     def __init__(self, ctx: RunContext, *, wait: Callable[[float], Awaitable[None]]) -> None:
-        self.journal, self.out, self.settings, self.path = ctx.journal, ctx.out, ctx.settings, ctx.path
-        self.api: ApiClient = ctx.conn.primary
-        self.emit, self.clock, self.wait, self.check_stop = ctx.emit, ctx.clock, wait, ctx.check_stop
+        super().__init__(ctx)
+        self.wait = wait  # (the loop's stoppable wait)
         self.moved: list[tuple[int, int, int]] = []  # (offset, length, line) of rows whose place changed
         self.unavailable: list[int] = []
         self.counts = {"batches": 0, "results": 0, "unavailable": 0}
@@ -151,7 +148,7 @@ class Rebuilder:
             if self._gone(row, batch):
                 return None
             raise IncompleteDownload(f"batch {row.idx}: results not available yet")  # waited out, as at collection
-        ours = {custom_id(body) for _, _, body, _ in batch_requests(self.path, self.journal, row)}
+        ours = {custom_id(body) for _, _, body, _ in self._requests_of(row)}
         spool = Spooled(self.journal)
         try:
             # (a foreign line, of a wrong adoption settled at collection, is counted by the download, not kept)
