@@ -262,14 +262,16 @@ def test_a_rival_with_prompts_of_random_lengths_never_wins(seed: int, world: str
 
 
 class _Counter:
-    """An ApiClient as count_tokens calls it, answering with the request's length or raising what it is given."""
+    """An ApiClient's HttpCalls as count_tokens calls them, answering with the request's length or raising what it
+    is given; `made` counts the calls."""
 
     def __init__(self, error: Exception | None = None) -> None:
-        self.error, self.calls = error, 0
+        self.error, self.made = error, 0
+        self.calls = self  # (an ApiClient's calls: `api.calls.call(...)`)
 
     async def call(self, method: str, path: str, endpoint: str, *, json: dict, **_: object) -> dict:
         assert (method, path, endpoint) == ("POST", "/v1/messages/count_tokens", "count_tokens")
-        self.calls += 1
+        self.made += 1
         if self.error is not None:
             raise self.error
         return {"input_tokens": len(str(json))}
@@ -307,6 +309,6 @@ async def test_count_ours_answers_or_stops_as_the_error_says(error: str | None, 
             await count_ours(api, sample, ["a", "b"], known)  # type: ignore[arg-type]
     elif outcome == "counts":
         got = await count_ours(api, sample, ["a", "b", "zz"], known)  # type: ignore[arg-type]
-        assert got is known and set(got) == {"a", "b"} and got["b"] == 7 and api.calls == 1
+        assert got is known and set(got) == {"a", "b"} and got["b"] == 7 and api.made == 1
     else:
         assert await count_ours(api, sample, ["a", "b"], known) == outcome  # type: ignore[arg-type]
