@@ -409,3 +409,39 @@ def test_a_walk_that_remembers_the_last_line_answers_as_one_that_does_not(order:
         assert answer == marker_walk(params, model)
         rejected += answer[0] is not None
     assert rejected == 2 * (1 + (order == "each twice"))  # the 2h markers: the memo may not hide a rejection
+
+
+def test_a_memo_a_model_answers_as_no_memo_when_models_interleave() -> None:
+    """Files interleave models (a line each, in turn): the reader keeps one `Memo` a model, so a prefix walked for one
+    model is reused for that model's next line, and each line's answer is the one without a memo."""
+    from gatekeeper.input._markers import Memo, marker_walk
+
+    lines = [(params, m) for params, _ in _walks() for m in ("claude-a", "claude-b", "claude-c")]
+    memos: dict[str, Memo] = {}
+    for params, model in lines:
+        fresh = orjson.loads(orjson.dumps(params))
+        answer = marker_walk(fresh, model, memos.get(model) or memos.setdefault(model, Memo()))
+        assert answer == marker_walk(params, model)
+    assert set(memos) == {"claude-a", "claude-b", "claude-c"}
+
+
+def test_plan_of_interleaved_models_agrees_with_plan_of_the_same_lines_grouped(tmp_path: Path) -> None:
+    """The same marked requests, three models interleaved line by line or grouped by model: the same rejections
+    and the same caching figures per model."""
+    from gatekeeper import plan
+    from gatekeeper._prices import load_prices
+
+    system = [{"type": "text", "text": "Policy. " * 400, "cache_control": {"type": "ephemeral"}}]
+    models = ["claude-haiku-4-5-20251001", "claude-sonnet-4-5-20250929", "claude-opus-4-6"]
+    rows = [{"custom_id": f"r{i}", "params": {"model": models[i % 3], "max_tokens": 16, "system": system,
+                                               "messages": [{"role": "user", "content": f"q{i}"}]}} for i in range(60)]
+    rows[7]["params"]["system"] = [{**system[0], "cache_control": {"type": "ephemeral", "ttl": "2h"}}]
+    mixed = tmp_path / "mixed.jsonl"
+    grouped = tmp_path / "grouped.jsonl"
+    mixed.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    grouped.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in sorted(rows, key=lambda r: r["params"]["model"])))
+    a, b = plan(str(mixed)), plan(str(grouped))
+    assert sorted(e.custom_id for e in a.errors) == sorted(e.custom_id for e in b.errors) == ["r7"]
+    ca, cb = a.caching(load_prices()), b.caching(load_prices())
+    assert ca is not None and cb is not None
+    assert ca["models"] and ca["models"] == cb["models"]

@@ -308,7 +308,7 @@ def validate(
     decode_error = orjson.JSONDecodeError
     lines, offset = _opened(lines, first_line == 1 and (offset == 0 or not from_file), offset, hasher)
     rules = models is not None or peaks is not None
-    memo = Memo()
+    memos: dict[str, Memo] = {}  # one a model: files interleave models, and a prefix is per model
     cols = into or Columns()
     col_lines, col_offsets, col_sizes, col_fps, by_model = cols.lines, cols.offsets, cols.sizes, cols.fps, cols.by_model
     line_no = first_line - 1
@@ -373,6 +373,7 @@ def validate(
         system = params.get("system")
         if (system.__class__ is list or "tools" in params or "cache_control" in params or len(messages) != 1
                 or messages[0].__class__ is not dict or messages[0].get("content").__class__ is not str):
+            memo = memos.get(model) or memos.setdefault(model, Memo())
             reason = _blocks(raw, params, system, model, memo, cache, line_no, start, size, cid)
             if reason is not None:
                 reject(Rejection(line_no, cid, reason))
