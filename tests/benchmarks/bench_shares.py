@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from tests.benchmarks.fake_process import start_fake
 from tests.benchmarks.make_requests import write
 
 CEILING, RATE, BATCH = 20_000, 2_000, 5_000
@@ -34,17 +35,8 @@ ADMIN = "bench-admin"
 
 
 def fake() -> tuple[subprocess.Popen[str], str]:
-    args = [sys.executable, "-m", "gatekeeper", "fake-api", "--simulated-ceiling", str(CEILING), "--rate", str(RATE),
-            "--admin-key", ADMIN, *[a for k in KEYS for a in ("--workspace-key", k)], "--json"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    text = ""
-    while True:  # (one JSON object, over several lines)
-        text += proc.stdout.readline()
-        try:
-            return proc, json.loads(text)["url"]
-        except ValueError:
-            continue
+    return start_fake("--simulated-ceiling", str(CEILING), "--rate", str(RATE), "--admin-key", ADMIN,
+                      *[a for k in KEYS for a in ("--workspace-key", k)])
 
 
 def job(tmp: Path, name: str, n: int, url: str, key: str, ledger: str, *extra: str) -> subprocess.Popen[str]:

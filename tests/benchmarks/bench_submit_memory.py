@@ -24,23 +24,15 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from tests.benchmarks.fake_process import start_fake
 from tests.benchmarks.make_requests import write
 
 KEY, ADMIN = "bench-ws1", "bench-admin"
 
 
 def fake() -> tuple[subprocess.Popen[str], str]:
-    args = [sys.executable, "-m", "gatekeeper", "fake-api", "--simulated-ceiling", "2000000", "--rate", "1000000",
-            "--admin-key", ADMIN, "--workspace-key", KEY, "--json"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    text = ""
-    while True:  # (one JSON object, over several lines)
-        text += proc.stdout.readline()
-        try:
-            return proc, json.loads(text)["url"]
-        except ValueError:
-            continue
+    return start_fake("--simulated-ceiling", "2000000", "--rate", "1000000", "--admin-key", ADMIN,
+                      "--workspace-key", KEY)
 
 
 def measure(tmp: Path, n: int, approx_bytes: int, url: str) -> dict[str, float]:
