@@ -185,10 +185,10 @@ def test_a_kill_9_mid_job_then_the_rerun_buys_nothing_twice(tmp_path: Path) -> N
     assert result.num_rows == 60 and set(result.column("status").to_pylist()) == {"succeeded"}
 
 
-@pytest.mark.parametrize("kind", ["pyarrow", "pandas", "polars"])
+@pytest.mark.parametrize("kind", ["pyarrow", "pandas", "polars", "duckdb"])
 def test_the_library_takes_tables_that_speak_arrow(tmp_path: Path, kind: str) -> None:
-    """The same rows as a pyarrow Table, a pandas or a polars DataFrame: a pyarrow.Table back, one row per row;
-    a rerun of the finished job hands back the same table and sends nothing."""
+    """The same rows as a pyarrow Table, a pandas or a polars DataFrame, or a DuckDB query's relation: a
+    pyarrow.Table back, one row per row; a rerun of the finished job hands back the same table and sends nothing."""
     import anyio
 
     data: Any = _tickets(12)
@@ -198,6 +198,12 @@ def test_the_library_takes_tables_that_speak_arrow(tmp_path: Path, kind: str) ->
         import polars as pl
 
         data = pl.from_arrow(data)
+    elif kind == "duckdb":
+        import duckdb
+
+        con = duckdb.connect()
+        con.register("tickets", data)
+        data = con.sql("SELECT * FROM tickets WHERE body IS NOT NULL")  # (a query's relation, not a table)
     spec = TableSpec(parse_template("Ticket {id}: {body}"), MODEL, 20, id_column="id")
     with running_fake(rate=2000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
@@ -313,13 +319,29 @@ def test_duplicate_ids_are_settled_exactly(monkeypatch: pytest.MonkeyPatch, coll
     assert rows.duplicated == {"a": [1, 3, 7], "b": [2, 6]}
 
 
-def test_seen_keys_tell_requests_apart_in_little_room() -> None:
+@pytest.mark.parametrize("expected", [0, 5_000, 50_000])  # (0 and 5,000 grow the table as it fills)
+def test_seen_keys_tell_requests_apart_in_little_room(expected: int) -> None:
     from gatekeeper.tables._rows import key_of
     from gatekeeper.tables._seen import SeenKeys
 
-    seen = SeenKeys()
+    seen = SeenKeys(expected)
     keys = [key_of(str(i).encode()) for i in range(20_000)]
-    assert all(seen.add(k) for k in keys) and not any(seen.add(k) for k in keys[::7]) and len(seen) == 20_000
+    assert seen.add_many(keys[:7_000]) == set() and seen.add_many(keys[7_000:]) == set()
+    assert seen.add_many(keys[::7]) == set(range(len(keys[::7]))) and len(seen) == 20_000
+    # repeats within one call, and keys that share the 64 bits hashed but not the next 32: apart
+    twin = keys[0][:16] + ("0" if keys[0][16] != "0" else "1") + keys[0][17:]
+    assert seen.add_many([twin, keys[1], twin, "f" * 40]) == {1, 2} and len(seen) == 20_002
+
+
+def test_seen_ids_name_candidates_with_the_row_first_seen() -> None:
+    from gatekeeper.tables._seen import SeenIds
+
+    seen = SeenIds()
+    values = [f"JIRA:SUP-{i}" for i in range(10_000)] + [7, 7.0, "x"]  # (7 == 7.0 in Python: one id)
+    found = seen.add_many(values, list(range(1, len(values) + 1)))
+    assert found == [(10_002, 10_001)]
+    again = seen.add_many(["JIRA:SUP-3", "new", "x"], [20_000, 20_001, 20_002])
+    assert again == [(20_000, 4), (20_002, 10_003)]
 
 
 def test_rows_with_one_request_share_one_answer(tmp_path: Path) -> None:

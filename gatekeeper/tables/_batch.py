@@ -10,6 +10,7 @@ Why one dump splits exactly: in orjson's encoding of a list of strings, a `"` in
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import repeat
 from typing import Any
 
 import orjson
@@ -30,20 +31,27 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     system = _escaped(spec.system, sub) if spec.system is not None else None
     vouched = _vouched(spec, sub, templates, duplicated)
     ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
-    pieces = spec.pieces
-    out: list[Judged] = []
-    for i in range(sub.num_rows):
-        if not vouched[i]:
-            out.append(judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated))
-            continue
-        if system is None:
-            body = b"".join((pieces[0], b'"', user[i], b'"', pieces[1]))
-        else:
-            a, b = (user[i], system[i]) if pieces[3] == b"user-first" else (system[i], user[i])
-            body = b"".join((pieces[0], b'"', a, b'"', pieces[1], b'"', b, b'"', pieces[2]))
-        key = key_of(body)
-        out.append(Judged(first + i + 1, key, custom_id_of(ids[i] if ids is not None else None, key), body))
+    keys, bodies = _keyed(spec.pieces, user, system)
+    cids = list(map(custom_id_of, repeat(None) if ids is None else ids, keys))
+    n = sub.num_rows
+    # (columns zipped into tuples: a NamedTuple's own constructor is a Python call, a third of the batch's time)
+    out = list(map(Judged._make, zip(range(first + 1, first + n + 1), keys, cids, bodies, repeat(None, n))))
+    for i in (i for i, ok in enumerate(vouched) if not ok):
+        out[i] = judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated)
     return out
+
+
+def _keyed(pieces: tuple[bytes, ...], user: list[bytes], system: list[bytes] | None) -> tuple[list[str], list[bytes]]:
+    """Each row's request body (its escaped prompts between the spec's pieces) and its key."""
+    join = b"".join
+    if system is None:
+        head, tail = pieces[0] + b'"', b'"' + pieces[1]
+        bodies = [join((head, u, tail)) for u in user]
+    else:
+        head, mid, tail = pieces[0] + b'"', b'"' + pieces[1] + b'"', b'"' + pieces[2]
+        pairs = zip(user, system) if pieces[3] == b"user-first" else zip(system, user)
+        bodies = [join((head, a, mid, b, tail)) for a, b in pairs]
+    return list(map(key_of, bodies)), bodies
 
 
 def _strings(sub: pa.RecordBatch, template: Template) -> bool:

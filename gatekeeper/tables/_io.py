@@ -21,7 +21,7 @@ from pyarrow import fs as pafs
 from .._errors import InputError, OutputError, UsageError
 from ._names import FORMATS, SCHEMES
 
-BATCH_ROWS = 16_384  # rows a record batch holds: a batch of rows judged is about 3 KB a row in Python objects
+BATCH_ROWS = 4096  # rows a record batch holds: a batch of rows judged is about 3 KB a row in Python objects
 
 
 def format_of(where: str, setting: str) -> str:
@@ -70,6 +70,19 @@ class TableSource:
             return batch.schema
         raise InputError(f"{self.name}: the table is empty")
 
+    def rows_hint(self) -> int:
+        """How many rows the table has, when that costs no pass (an in-memory table, Parquet's footer), else 0."""
+        if self.table is not None:
+            return int(self.table.num_rows)
+        if self.where is None or format_of(self.where, "source") != "parquet":
+            return 0
+        fs, path = _filesystem(self.where, "source")
+        try:
+            with fs.open_input_file(path) as f:
+                return int(pq.ParquetFile(f).metadata.num_rows)
+        except (pa.ArrowException, OSError):
+            return 0  # (the pass that reads it says why)
+
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The rows in order, a record batch at a time (memory: one batch)."""
         if self.table is not None:
@@ -89,7 +102,8 @@ class TableSource:
 
 def _read(kind: str, f: Any) -> Iterator[pa.RecordBatch]:
     if kind == "parquet":
-        yield from pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS)
+        # (pre_buffer keeps every column chunk read until the file is closed: 195 MB more at 6.5M rows)
+        yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(batch_size=BATCH_ROWS)
     elif kind == "csv":
         yield from pacsv.open_csv(f, read_options=pacsv.ReadOptions(block_size=1 << 22),  # (an empty cell is null)
                                   convert_options=pacsv.ConvertOptions(strings_can_be_null=True))

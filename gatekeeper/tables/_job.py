@@ -10,7 +10,6 @@ point renders the same unanswered rows, so it is the same run: it resumes, and b
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -34,7 +33,7 @@ from ..run._summary import Summary
 from ..state._answers import Answers
 from ._batch import judge_batch
 from ._io import TableSource, TableWriter
-from ._rows import RESULT_COLUMNS, Judged, TableSpec, hashable, request_key, result_columns
+from ._rows import RESULT_COLUMNS, Judged, TableSpec, hashable, id_and_key, result_columns
 from ._seen import SeenIds, SeenKeys
 from ._template import check_columns
 
@@ -102,7 +101,7 @@ class _Rows:
         col = self.spec.id_column
         if col is None:
             return {}
-        seen, candidates, number = SeenIds(), {}, 0
+        seen, candidates, number = SeenIds(self.source.rows_hint()), {}, 0
         for batch in self.source.batches():
             values = batch.column(col).to_pylist()
             present = [(number + i, hashable(v)) for i, v in enumerate(values, 1) if v is not None]
@@ -163,7 +162,7 @@ def _pending(rows: _Rows, answers: Answers | None, runs: Path) -> tuple[Path | N
     named by its content (None: every row is answered or rejected)."""
     runs.mkdir(parents=True, exist_ok=True)
     tmp = runs / "pending.jsonl.tmp"
-    seen = SeenKeys()
+    seen = SeenKeys(rows.source.rows_hint())
     counts = _Counts()
     digest = hashlib.sha256()
     with open(tmp, "wb") as f:
@@ -282,17 +281,38 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
 
 
 def _merge(answers: Answers, pending: Path, run_dir: Path, journal: str | None, job: str | None) -> None:
-    """Keep the run's results (and its lines refused before sending) under their requests' keys."""
-    keys = {}
-    with open(pending, "rb") as f:
-        for line in f:
-            obj = orjson.loads(line)
-            keys[obj["custom_id"]] = request_key(obj["params"])
-    buf = io.BytesIO()
-    export(run_dir, buf, only=None, journal=journal, job=job)
-    export(run_dir, buf, only=["rejected"], journal=journal, job=job)
-    found = (orjson.loads(line) for line in buf.getvalue().splitlines() if line)
-    answers.keep((keys[o["custom_id"]], o["result"]) for o in found if o.get("custom_id") in keys)
+    """Keep the run's results (and its lines refused before sending) under their requests' keys (memory: a chunk)."""
+    for only in (None, ["rejected"]):
+        with open(pending, "rb") as requests:
+            keeper = _Keeper(answers, map(id_and_key, requests))
+            export(run_dir, keeper, in_order=True, only=only, journal=journal, job=job)  # type: ignore[arg-type]
+            keeper.flush()
+
+
+class _Keeper:
+    """Where `export` writes a run's result lines: they come in input order, as the run's requests do (`lines`: each
+    one's custom_id and key), so one walk of the requests beside them finds each one's key; kept a chunk at a time."""
+
+    CHUNK = 10_000
+
+    def __init__(self, answers: Answers, lines: Iterator[tuple[str, str]]) -> None:
+        self.answers, self._lines = answers, lines
+        self._kept: list[tuple[str, dict[str, Any]]] = []
+
+    def write(self, line: bytes) -> int:
+        found = orjson.loads(line)
+        cid = found.get("custom_id")
+        for at, key in self._lines:
+            if at == cid:
+                self._kept.append((key, found["result"]))
+                break
+        if len(self._kept) >= self.CHUNK:
+            self.flush()
+        return len(line)
+
+    def flush(self) -> None:
+        self.answers.keep(self._kept)
+        self._kept = []
 
 
 def _write(rows: _Rows, answers: Answers, prices: PriceTable, where: str | None, result: TableResult) -> pa.Table | None:

@@ -85,8 +85,8 @@ class Judged(NamedTuple):  # (a tuple: a million of them are made in a few secon
         return dict(orjson.loads(self.body))
 
     def line(self) -> bytes:
-        """The request as a line of a JSONL job."""
-        return b'{"custom_id":' + orjson.dumps(self.custom_id) + b',"params":' + self.body + b"}\n"
+        """The request as a line of a JSONL job (a custom_id is made of letters, digits, `_` and `-`: no escapes)."""
+        return b"".join((b'{"custom_id":"', (self.custom_id or "").encode(), b'","params":', self.body, b"}\n"))
 
 
 def request_of(spec: TableSpec, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,8 +128,10 @@ def body_of(spec: TableSpec, row: Mapping[str, Any]) -> bytes:
     return pieces[0] + first + pieces[1] + second + pieces[2]
 
 
-def request_key(params: Mapping[str, Any]) -> str:
-    return key_of(orjson.dumps(params, option=orjson.OPT_SORT_KEYS))
+def id_and_key(line: bytes) -> tuple[str, str]:
+    """The custom_id and the request's key of a line `Judged.line` made."""
+    at = line.index(b'","params":')
+    return line[14:at].decode(), key_of(line[at + 11:line.rindex(b"}")])
 
 
 def key_of(body: bytes) -> str:
