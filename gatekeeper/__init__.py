@@ -28,11 +28,11 @@ _EXPORTS: dict[str, str] = {
     # submit and friends
     "submit": "run._submit", "submit_sync": "run._submit", "dry_run": "run._submit", "cancel": "run._submit", "job_summary": "run._submit",
     "preflight": "run._submit", "forecast_deadline": "checks._forecast",
-    "SubmitSettings": "run._settings", "Summary": "run._summary", "DryRun": "run._summary", "Canceled": "run._summary",
-    "CanceledBatch": "run._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
+    "SubmitSettings": "run.job._settings", "Summary": "run.job._summary", "DryRun": "run.job._summary", "Canceled": "run.job._summary",
+    "CanceledBatch": "run.job._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
-    "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run._results",
+    "Ledger": "state._ledger", "open_ledger": "state._ledger", "export": "run.job._results",
     # table jobs (the tables extra: pyarrow)
     "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._job",
     "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._job",
@@ -101,10 +101,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .input._planner import BatchPlan, PlanReport, plan
     from .input._reader import Rejection
     from .input._sizing import Limits
-    from .run._results import export
-    from .run._settings import SubmitSettings
     from .run._submit import cancel, dry_run, job_summary, preflight, submit, submit_sync
-    from .run._summary import Canceled, CanceledBatch, DryRun, Summary
+    from .run.job._results import export
+    from .run.job._settings import SubmitSettings
+    from .run.job._summary import Canceled, CanceledBatch, DryRun, Summary
     from .state._ledger import Ledger, open_ledger
     from .tables._job import TablePlan, TableResult, plan_table, submit_table, submit_table_sync
     from .tables._rows import TableSpec

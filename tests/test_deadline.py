@@ -14,7 +14,7 @@ from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_syn
 from gatekeeper._prices import load_prices
 from gatekeeper.cli._render import render_summary
 from gatekeeper.decide._headroom import format_time, parse_time
-from gatekeeper.run._summary import Summary
+from gatekeeper.run.job._summary import Summary
 from gatekeeper.state._journal import Journal
 from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
 from gatekeeper.watch._exporter import run_figures
@@ -421,7 +421,7 @@ async def test_answers_waiting_for_the_write_lock_never_outnumber_the_calls_allo
     import anyio
 
     from gatekeeper import submit
-    from gatekeeper.run import _realtime
+    from gatekeeper.run.realtime import _realtime
     from tests.fakes import ADMIN
 
     seen: list[int] = []

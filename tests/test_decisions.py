@@ -351,7 +351,7 @@ def test_a_budget_never_cuts_below_the_smallest_batch() -> None:
 ])
 def test_kept_spans(ends: list[int], have: int, kept: int) -> None:
     """A rebuild keeps the batches lying whole in the file, and downloads the rest again."""
-    from gatekeeper.run._rebuild import kept_spans
+    from gatekeeper.run.recovery._rebuild import kept_spans
 
     assert kept_spans(ends, have) == kept
 

@@ -292,7 +292,7 @@ async def test_count_ours_answers_or_stops_as_the_error_says(error: str | None, 
     import orjson
 
     import gatekeeper._errors as errors
-    from gatekeeper.run._evidence import count_ours
+    from gatekeeper.run.batch._evidence import count_ours
 
     exc = None if error is None else _err(getattr(errors, error), {"RateLimited": 429, "ServerError": 500,
                                                                        "BadRequest": 400, "NotFoundError": 404,

@@ -353,7 +353,7 @@ def _rests(tmp_path: Path, docs: list[tuple[str, int, int]]) -> tuple[str, Journ
 ])
 def test_a_lapsed_rest_is_regrouped_into_a_new_round(tmp_path: Path, docs: list, primers: int, groups: list) -> None:
     from gatekeeper.input._sizing import Limits
-    from gatekeeper.run._reprime import regroup
+    from gatekeeper.run.batch._reprime import regroup
 
     path, journal, rows = _rests(tmp_path, docs)
     got, n = regroup(path, journal, rows, load_prices(), Limits())

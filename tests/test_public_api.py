@@ -48,6 +48,9 @@ def test_all_is_pinned_and_resolves() -> None:
 ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "tables", "cli"}  # the packages, in the order data flows
 
 
+RUN_LANES = ("batch", "realtime", "recovery", "job")  # run/'s packages, one a lane (job: what they share)
+
+
 def test_implementation_modules_are_private() -> None:
     """Every module starts with an underscore: at the top, beside the packages of the house, `testing` and `airflow`
     (the integration, the only place Airflow is imported); and in each package, whose own namespace exports nothing
@@ -59,11 +62,13 @@ def test_implementation_modules_are_private() -> None:
     assert all(n.startswith("_") for n in inner), inner
     assert all(n.startswith("_") for n, pkg in top.items() if not pkg), top
     assert len([n for n, pkg in top.items() if not pkg]) <= 12
-    for room in ROOMS:
+    rooms = [*ROOMS, *(f"run.{lane}" for lane in RUN_LANES)]
+    for room in rooms:
         package = importlib.import_module(f"gatekeeper.{room}")
-        inner = [m.name for m in pkgutil.iter_modules(package.__path__)]
-        assert inner and all(n.startswith("_") for n in inner), (room, inner)
-        assert [n for n in vars(package) if not n.startswith("_")] == [], room
+        inner = {m.name: m.ispkg for m in pkgutil.iter_modules(package.__path__)}
+        assert inner and all(n.startswith("_") for n, pkg in inner.items() if not pkg), (room, inner)
+        assert {n for n, pkg in inner.items() if pkg} == (set(RUN_LANES) if room == "run" else set()), room
+        assert [n for n in vars(package) if not n.startswith("_") and n not in RUN_LANES] == [], room
 
 
 def _classes_in(hint: object) -> typing.Iterator[type]:

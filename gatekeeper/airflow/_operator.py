@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowException
 from .._errors import GatekeeperError
 from ..api._config import ApiConfig
 from ..decide._deadline import parse_deadline
-from ..run._opening import job_name_of
+from ..run.job._opening import job_name_of
 from ._job import JobSpec, cancel_job, connection_config, failure, finished, run_job, state_base
 from ._trigger import GatekeeperTrigger
 

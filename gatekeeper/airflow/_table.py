@@ -14,7 +14,7 @@ from typing import Any
 from .._errors import JobMissing
 from .._prices import load_prices
 from ..api._config import ApiConfig
-from ..run._summary import Summary
+from ..run.job._summary import Summary
 from ..tables._job import TableJob, TableResult, open_answers, table_job_name
 from ..tables._rows import TableSpec
 from ._job import JobSpec, settings_of

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
     from ..input._sizing import Limits
-    from ..run._settings import SubmitSettings
+    from ..run.job._settings import SubmitSettings
     from ..state._ledger import LedgerReading
     from ..testing import FakeAws
     from ..watch._exporter import RunFigures
@@ -57,7 +57,7 @@ def _state_dir(args: argparse.Namespace) -> Path:
     if args.state:
         return Path(args.state)
     if getattr(args, "input", None) and args.input != "-":
-        from ..run._settings import default_state_dir
+        from ..run.job._settings import default_state_dir
 
         return default_state_dir(args.input)
     if getattr(args, "journal", None) and getattr(args, "job", None):
@@ -88,7 +88,7 @@ def _job(args: argparse.Namespace) -> dict[str, str | None]:
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
                          "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
-    from ..run._opening import job_name_of
+    from ..run.job._opening import job_name_of
 
     return {"journal": args.journal, "job": job_name_of(args.input, config)}
 
@@ -297,7 +297,7 @@ def _may_have_credentials() -> bool:
 def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
     from pathlib import Path
 
-    from ..run._settings import SubmitSettings
+    from ..run.job._settings import SubmitSettings
 
     return SubmitSettings(
         state_dir=_state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
@@ -390,7 +390,7 @@ async def _with_signals(body: Callable[[Any], Any], on_stop: Callable[[], None])
 
     import anyio
 
-    from ..run._beside import beside
+    from ..run.job._beside import beside
 
     stop = anyio.Event()
 
@@ -408,8 +408,8 @@ async def _with_signals(body: Callable[[Any], Any], on_stop: Callable[[], None])
 
 def cmd_results(args: argparse.Namespace) -> int:
     from .._prices import load_prices
-    from ..run._results import export
     from ..run._submit import job_summary
+    from ..run.job._results import export
     from ..state._output import replacing
 
     ref = _job(args)  # first: without a name, say how to give one

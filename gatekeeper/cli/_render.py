@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
     from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
-    from ..run._summary import Summary
+    from ..run.job._summary import Summary
     from ..state._ledger import LedgerReading
 
 

@@ -3,7 +3,7 @@
 A round's primer goes only when the previous round's rest has all been created and the queue has room for its own
 rest; while it is in flight that room is held (`reserve`), so the rest goes the moment the primer is seen to end,
 well inside a 5-minute life unless other submitters fill the queue meanwhile; then the round has `lapsed` and is
-primed again (run/_reprime.py). Rounds and groups are `_priming`'s.
+primed again (run/batch/_reprime.py). Rounds and groups are `_priming`'s.
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""Running a job: its settings, the submit loop, collection, rebuild, the library entry points, the summary."""
+"""Running a job: the library's entry points (`_submit`) and the submit loop (`_loop`) above the lanes they turn,
+each a package: `batch/`, `realtime/`, `recovery/`, and `job/`, what every lane shares."""

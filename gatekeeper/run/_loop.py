@@ -37,17 +37,17 @@ from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, Journal
 from ..state._ledger import Ledger, LocalLedger
 from ..state._output import OutputFile
-from ._admit import Admitter
-from ._beside import beside
-from ._collect import Collector
-from ._deadline import DeadlineKeeper, deadline_of
-from ._part import Part, RunContext, Snapshot
-from ._prepare import Preparation
-from ._realtime import RealtimeLane
-from ._rebuild import Rebuilder
-from ._reconciler import Reconciler
-from ._settings import EventSink, SubmitSettings
-from ._summary import Summary, summarize
+from .batch._admit import Admitter
+from .batch._collect import Collector
+from .job._beside import beside
+from .job._part import Part, RunContext, Snapshot
+from .job._prepare import Preparation
+from .job._settings import EventSink, SubmitSettings
+from .job._summary import Summary, summarize
+from .realtime._deadline import DeadlineKeeper, deadline_of
+from .realtime._realtime import RealtimeLane
+from .recovery._rebuild import Rebuilder
+from .recovery._reconciler import Reconciler
 
 ResultSink = Callable[[str, dict[str, Any]], None]
 READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still

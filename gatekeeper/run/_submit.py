@@ -25,13 +25,13 @@ from ..input._sizing import Limits
 from ..state._journal import BatchState, Journal, open_job
 from ..state._ledger import Ledger, open_ledger
 from ..state._output import check_writable
-from ._beats import heartbeat, lease_heartbeat, ledger_owner
-from ._beside import beside
 from ._loop import CALLS_OUT_WAIT, Job, ResultSink
-from ._opening import job_journal, out_path
-from ._settings import EventSink, SubmitSettings
-from ._spool import adopt_spool, check_respool, resolve_source, spool
-from ._summary import Canceled, CanceledBatch, DryRun, Summary, summarize
+from .job._beats import heartbeat, lease_heartbeat, ledger_owner
+from .job._beside import beside
+from .job._opening import job_journal, out_path
+from .job._settings import EventSink, SubmitSettings
+from .job._spool import adopt_spool, check_respool, resolve_source, spool
+from .job._summary import Canceled, CanceledBatch, DryRun, Summary, summarize
 
 if TYPE_CHECKING:
     from ..input._reader import Source

@@ -25,11 +25,11 @@ from ..api._config import ApiConfig
 from ..input._parallel import auto_workers
 from ..input._planner import PlanReport, plan
 from ..input._sizing import Limits
-from ..run._opening import job_name_of
-from ..run._results import export
-from ..run._settings import SubmitSettings, default_job_name
 from ..run._submit import submit
-from ..run._summary import Summary
+from ..run.job._opening import job_name_of
+from ..run.job._results import export
+from ..run.job._settings import SubmitSettings, default_job_name
+from ..run.job._summary import Summary
 from ..state._answers import Answers
 from ._batch import judge_batch
 from ._io import TableSource, TableWriter

@@ -1,13 +1,14 @@
 """`submit`'s peak memory against the job's size: the fake as a process of its own, `submit` as another, its peak RSS
 read from the kernel (ru_maxrss of the child) at each size.
 
-Usage: python tests/benchmarks/bench_submit_memory.py [--sizes 120000,1000000,10000000] [--bytes 300]
+Usage: python tests/benchmarks/bench_submit_memory.py [--sizes 120000,1000000,10000000] [--bytes 300] [--table]
 
 Requests are small (about --bytes each) so that what is measured is what grows with the count of requests, not
 their text; batches are the API's largest (100,000 requests); the fake's ceiling is 2,000,000 and it processes
 1,000,000 requests a simulated second, so the job is bound by gatekeeper's own work. Prints, for each size: wall
 time, CPU time, the peak of the summed RSS of `submit` and its worker processes (sampled every 0.2 s), and the
-state folder's size a request.
+state folder's size a request. With `--table`, the job is a table job instead: a Parquet table of tickets (the one
+tests/benchmarks/bench_tables.py plans), one request a row, its result written as Parquet.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from tests.benchmarks.bench_tables import TEMPLATE
+from tests.benchmarks.bench_tables import make as make_table
 from tests.benchmarks.fake_process import start_fake
 from tests.benchmarks.make_requests import write
 
@@ -35,11 +38,17 @@ def fake() -> tuple[subprocess.Popen[str], str]:
                       "--workspace-key", KEY)
 
 
-def measure(tmp: Path, n: int, approx_bytes: int, url: str) -> dict[str, float]:
-    path = tmp / f"in-{n}.jsonl"
-    write(str(path), n, approx_bytes=approx_bytes)
+def measure(tmp: Path, n: int, approx_bytes: int, url: str, table: bool) -> dict[str, float]:
+    if table:
+        path, out = tmp / f"in-{n}.parquet", tmp / f"out-{n}.parquet"
+        make_table(path, n)
+        job = ["--template", TEMPLATE, "--model", "claude-haiku-4-5", "--max-tokens", "50"]
+    else:
+        path, out = tmp / f"in-{n}.jsonl", tmp / f"out-{n}.jsonl"
+        write(str(path), n, approx_bytes=approx_bytes)
+        job = []
     env = {**os.environ, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_ADMIN_KEY": ADMIN}
-    args = [sys.executable, "-m", "gatekeeper", "submit", str(path), "--out", str(tmp / f"out-{n}.jsonl"),
+    args = [sys.executable, "-m", "gatekeeper", "submit", str(path), *job, "--out", str(out),
             "--interval", "0.5", "--poll", "0.5", "--max-rpm", "60000",
             "--json"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -50,17 +59,17 @@ def measure(tmp: Path, n: int, approx_bytes: int, url: str) -> dict[str, float]:
         while proc.poll() is None:  # (the tree's RSS, summed: the planner's workers are processes too)
             peak = max(peak, tree_rss(proc.pid))
             time.sleep(0.2)
-        out = proc.stdout.read() if proc.stdout else ""
+        said = proc.stdout.read() if proc.stdout else ""
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if proc.returncode != 0:
             log.seek(0)
             sys.exit(f"submit exited {proc.returncode}: {log.read()[-3000:]}")
-    summary = json.loads(out)
-    assert summary["succeeded"] == n, summary
+    summary = json.loads(said)
+    assert (summary["by_status"].get("succeeded") if table else summary["succeeded"]) == n, summary
     state = Path(str(path) + ".gatekeeper")
     size = sum(p.stat().st_size for p in state.rglob("*") if p.is_file())
-    for p in (path, tmp / f"out-{n}.jsonl"):
+    for p in (path, out):
         p.unlink()
     return {"wall": wall, "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
             "rss": peak / 2**20, "state": size / n}
@@ -83,12 +92,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="120000,1000000,10000000")
     p.add_argument("--bytes", type=int, default=300)
+    p.add_argument("--table", action="store_true", help="a table job (Parquet in and out) instead of JSONL")
     a = p.parse_args()
     proc, url = fake()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for n in (int(s) for s in a.sizes.split(",")):
-                m = measure(Path(tmp), n, a.bytes, url)
+                m = measure(Path(tmp), n, a.bytes, url, a.table)
                 print(f"{n:>11,} requests: {m['wall']:7.1f} s wall, {m['cpu']:7.1f} s CPU, peak RSS {m['rss']:6.0f} MB,"
                       f" state {m['state']:.0f} B a request", flush=True)
     finally:

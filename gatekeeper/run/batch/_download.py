@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from .._errors import IncompleteDownload
-from ..api._client import ApiClient
-from ..decide._downloads import incomplete_reason
-from ..decide._headroom import total_requests
+from ..._errors import IncompleteDownload
+from ...api._client import ApiClient
+from ...decide._downloads import incomplete_reason
+from ...decide._headroom import total_requests
 
 
 class Download:

@@ -13,19 +13,19 @@ from typing import Any
 
 import orjson
 
-from .._errors import AuthenticationError, UsageError
-from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_PACING
-from ..api._messages import Kind, probe_params, send_message
-from ..decide._budget import body_worst
-from ..decide._deadline import Held, JobBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
-from ..decide._headroom import format_time, parse_time
-from ..decide._pacing import Cost
-from ..state._journal import BatchRow, BatchState
-from ._inputs import read_at
-from ._part import Part, RunContext, Snapshot
+from ..._errors import AuthenticationError, UsageError
+from ..._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_PACING
+from ...api._messages import Kind, probe_params, send_message
+from ...decide._budget import body_worst
+from ...decide._deadline import Held, JobBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
+from ...decide._headroom import format_time, parse_time
+from ...decide._pacing import Cost
+from ...state._journal import BatchRow, BatchState
+from ..job._inputs import read_at
+from ..job._part import Part, RunContext, Snapshot
+from ..job._settings import SubmitSettings
+from ..job._summary import budget_spent
 from ._realtime import RealtimeLane
-from ._settings import SubmitSettings
-from ._summary import budget_spent
 
 DONE_COUNTS = ("succeeded", "errored", "canceled", "expired")
 MAX_PROBES = 3  # limit-reading calls a model at most

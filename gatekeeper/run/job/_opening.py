@@ -13,20 +13,20 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import JournalError, UsageError
-from ..api._config import ApiConfig
-from ..decide._host import run_ended
-from ..state._db import require_postgres
-from ..state._host import machine_id, pid_alive
-from ..state._journal import Journal, private_dir
-from ..state._ledger import new_owner
-from ..state._output import check_writable
+from ..._errors import JournalError, UsageError
+from ...api._config import ApiConfig
+from ...decide._host import run_ended
+from ...state._db import require_postgres
+from ...state._host import machine_id, pid_alive
+from ...state._journal import Journal, private_dir
+from ...state._ledger import new_owner
+from ...state._output import check_writable
 from ._inputs import hash_file
 from ._settings import SubmitSettings, default_job_name
 from ._spool import spool
 
 if TYPE_CHECKING:
-    from ..input._reader import Source
+    from ...input._reader import Source
 
 
 def out_path(settings: SubmitSettings, journal: Journal) -> str:

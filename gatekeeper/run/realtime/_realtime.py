@@ -21,17 +21,17 @@ from typing import Any
 import anyio
 import orjson
 
-from .._errors import ApiError, first_of_group
-from .._prices import BYTES_PER_TOKEN_PACING
-from ..api._messages import Call, Kind, send_message
-from ..decide._headroom import ModelLimits
-from ..decide._pacing import Cost, Pace, must_stream
-from ..decide._settle import errored_line, stop_of, usage_of
-from ..state._realtime import Answer, LaneRow
-from ._checkpoints import reached
-from ._inputs import read_at
+from ..._errors import ApiError, first_of_group
+from ..._prices import BYTES_PER_TOKEN_PACING
+from ...api._messages import Call, Kind, send_message
+from ...decide._headroom import ModelLimits
+from ...decide._pacing import Cost, Pace, must_stream
+from ...decide._settle import errored_line, stop_of, usage_of
+from ...state._realtime import Answer, LaneRow
+from ..job._checkpoints import reached
+from ..job._inputs import read_at
+from ..job._part import Part, RunContext
 from ._paces import Paces
-from ._part import Part, RunContext
 
 ANSWER_LOST = "gatekeeper_answer_lost"
 MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored

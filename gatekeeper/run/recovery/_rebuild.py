@@ -23,13 +23,13 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from .._errors import IncompleteDownload, NotFoundError, OutputError, RateLimited, ServerError, TransportError, os_error
-from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait
-from ..decide._settle import errored_line
-from ..state._journal import BatchRow, Journal
-from ._collect import custom_id, missing_verdict
-from ._download import Download
-from ._part import Part, RunContext
+from ..._errors import IncompleteDownload, NotFoundError, OutputError, RateLimited, ServerError, TransportError, os_error
+from ...decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, Missing, download_wait
+from ...decide._settle import errored_line
+from ...state._journal import BatchRow, Journal
+from ..batch._collect import custom_id, missing_verdict
+from ..batch._download import Download
+from ..job._part import Part, RunContext
 
 OWN_LINES = (MISSING_RESULT, RESULTS_UNAVAILABLE)  # written by gatekeeper, not downloaded: rebuilt from the journal
 Row = tuple[int, str, int, int]  # line, custom_id, out_offset, out_len

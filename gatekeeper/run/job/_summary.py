@@ -6,11 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .._prices import BATCH_DISCOUNT, PriceTable, load_prices
-from ..decide._headroom import format_time
-from ..decide._priming import read_share
-from ..input._planner import PlanReport
-from ..state._journal import Journal
+from ..._prices import BATCH_DISCOUNT, PriceTable, load_prices
+from ...decide._headroom import format_time
+from ...decide._priming import read_share
+from ...input._planner import PlanReport
+from ...state._journal import Journal
 
 
 @dataclass

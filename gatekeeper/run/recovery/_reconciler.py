@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import NotFoundError
-from ..decide._downloads import Missing
-from ..decide._ownership import choose
-from ..decide._reconcile import (
+from ..._errors import NotFoundError
+from ...decide._downloads import Missing
+from ...decide._ownership import choose
+from ...decide._reconcile import (
     Action,
     Decision,
     candidates_for,
@@ -17,11 +17,11 @@ from ..decide._reconcile import (
     nearest_first,
     others_in_flight,
 )
-from ..state._journal import BatchRow, BatchState
-from ..state._ledger import NAMED_FOR
-from ._collect import custom_id, missing_verdict
-from ._evidence import Ours, Results, count_ours, learned_relations, our_side, pairs_of, read_results, wanted_ids
-from ._part import Part, RunContext, Snapshot
+from ...state._journal import BatchRow, BatchState
+from ...state._ledger import NAMED_FOR
+from ..batch._collect import custom_id, missing_verdict
+from ..batch._evidence import Ours, Results, count_ours, learned_relations, our_side, pairs_of, read_results, wanted_ids
+from ..job._part import Part, RunContext, Snapshot
 
 
 class Reconciler(Part):

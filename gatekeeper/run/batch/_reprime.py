@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import orjson
 
-from .._prices import PriceTable, tokens_per_byte
-from ..decide._priming import NONE, Marks, shared_prefixes
-from ..input._markers import marker_points
-from ..input._sizing import Limits, body_size, pack_rows
-from ..state._journal import BatchRow, Journal, PendingRow
-from ..state._records import Group
-from ._inputs import batch_requests
+from ..._prices import PriceTable, tokens_per_byte
+from ...decide._priming import NONE, Marks, shared_prefixes
+from ...input._markers import marker_points
+from ...input._sizing import Limits, body_size, pack_rows
+from ...state._journal import BatchRow, Journal, PendingRow
+from ...state._records import Group
+from ..job._inputs import batch_requests
 
 
 def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable,

@@ -8,8 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..decide._deadline import PRIOR_TURNAROUND, SLACK
-from ..input._sizing import Limits
+from ...decide._deadline import PRIOR_TURNAROUND, SLACK
+from ...input._sizing import Limits
 
 # What a run tells as it goes: (event, fields), the one shape every part of a run emits in.
 EventSink = Callable[[str, dict[str, Any]], None]

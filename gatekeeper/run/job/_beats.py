@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import anyio
 
-from .._errors import JournalError, LedgerError
-from ..state._journal import Journal
-from ..state._ledger import Ledger, new_owner
+from ..._errors import JournalError, LedgerError
+from ...state._journal import Journal
+from ...state._ledger import Ledger, new_owner
 from ._settings import EventSink
 
 

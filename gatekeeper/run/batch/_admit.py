@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from .._errors import (
+from ..._errors import (
     ApiError,
     CreateOutcomeUnknown,
     InputError,
@@ -19,20 +19,20 @@ from .._errors import (
     TokenExpired,
     TransportError,
 )
-from ..api._http import CREATE_ANSWER_WAIT
-from ..decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
-from ..decide._budget import Spend, body_worst, may_spend
-from ..decide._gate import Waiting, gate, lapsed, rounds_ended
-from ..input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
-from ..state._journal import BatchRow, BatchState, PendingRow
-from ..state._records import Group
-from ._checkpoints import reached
+from ...api._http import CREATE_ANSWER_WAIT
+from ...decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
+from ...decide._budget import Spend, body_worst, may_spend
+from ...decide._gate import Waiting, gate, lapsed, rounds_ended
+from ...input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
+from ...state._journal import BatchRow, BatchState, PendingRow
+from ...state._records import Group
+from ..job._checkpoints import reached
+from ..job._inputs import stat_identity
+from ..job._part import Part, RunContext, Snapshot
+from ..job._prepare import check_identity
+from ..job._summary import budget_spent
 from ._collect import custom_id
-from ._inputs import stat_identity
-from ._part import Part, RunContext, Snapshot
-from ._prepare import check_identity
 from ._reprime import reprime
-from ._summary import budget_spent
 from ._turns import Turns, wanted
 
 

@@ -14,10 +14,10 @@ from typing import BinaryIO
 
 import orjson
 
-from .._errors import OutputError, UsageError, os_error
-from ..decide._settle import KNOWN_ERRORS, STOPPED_EARLY
-from ..state._journal import Journal, open_job
-from ..state._output import OutputFile
+from ..._errors import OutputError, UsageError, os_error
+from ...decide._settle import KNOWN_ERRORS, STOPPED_EARLY
+from ...state._journal import Journal, open_job
+from ...state._output import OutputFile
 
 RESULT_TYPES = ("succeeded", "errored", "expired", "canceled")
 REJECTED = "rejected"  # input lines refused before anything was sent: not results, exported on request

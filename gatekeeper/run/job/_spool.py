@@ -8,15 +8,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._errors import JournalError, UsageError
-from ..input._reader import encode_items
-from ..state._journal import Journal
-from ..state._output import replacing
+from ..._errors import JournalError, UsageError
+from ...input._reader import encode_items
+from ...state._journal import Journal
+from ...state._output import replacing
 from ._inputs import hash_file
 from ._settings import SubmitSettings, default_state_dir
 
 if TYPE_CHECKING:
-    from ..input._reader import Source
+    from ...input._reader import Source
 
 
 def resolve_source(source: Source, settings: SubmitSettings) -> tuple[str, Path, bool]:

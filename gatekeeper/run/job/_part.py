@@ -8,13 +8,13 @@ from typing import Any
 
 import anyio
 
-from .._prices import PriceTable
-from ..api._client import ApiClient
-from ..api._http import Sleep
-from ..api._queue import Connection
-from ..state._journal import BatchRow, Journal
-from ..state._ledger import Ledger
-from ..state._output import OutputFile
+from ..._prices import PriceTable
+from ...api._client import ApiClient
+from ...api._http import Sleep
+from ...api._queue import Connection
+from ...state._journal import BatchRow, Journal
+from ...state._ledger import Ledger
+from ...state._output import OutputFile
 from ._inputs import batch_requests
 from ._settings import EventSink, SubmitSettings
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from .._errors import (
+from ..._errors import (
     ApiError,
     AuthenticationError,
     IncompleteDownload,
@@ -26,15 +26,15 @@ from .._errors import (
     TransportError,
     UsageError,
 )
-from ..api._client import ApiClient
-from ..api._reads import count_tokens
-from ..checks._calibrate import count_body
-from ..decide._headroom import total_requests
-from ..decide._ownership import MIN_EVIDENCE, MIN_LEARNED, Pair, Relation, id_rank, learn
-from ..decide._settle import usage_of
-from ..state._journal import BatchState, Journal
+from ...api._client import ApiClient
+from ...api._reads import count_tokens
+from ...checks._calibrate import count_body
+from ...decide._headroom import total_requests
+from ...decide._ownership import MIN_EVIDENCE, MIN_LEARNED, Pair, Relation, id_rank, learn
+from ...decide._settle import usage_of
+from ...state._journal import BatchState, Journal
+from ..job._inputs import batch_requests
 from ._download import Download
-from ._inputs import batch_requests
 
 SAMPLE = 4 * MIN_EVIDENCE  # of our ids kept a batch, so that MIN_EVIDENCE of them likely succeeded
 LEARN_FROM = 2 * MIN_EVIDENCE  # pairs this job's billing relation is learned from

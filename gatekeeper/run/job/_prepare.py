@@ -8,18 +8,18 @@ import socket
 
 import anyio
 
-from .._errors import DuplicateJob, InputError, JournalError, UsageError
-from ..api._queue import read_ceiling, read_model_limits
-from ..api._tokens import KeyAuth
-from ..checks._preflight import plan_checked
-from ..decide._admission import batch_size_for
-from ..decide._headroom import ModelLimits
-from ..decide._priming import round_size
-from ..input._cachereport import Marked, caching_report, marked, priming_rounds, without_lines
-from ..input._planner import PlanReport
-from ..input._sizing import Limits, body_size, pack_rows
-from ..state._journal import BatchState, JobPlan, Journal, PendingRow
-from ..state._records import Group
+from ..._errors import DuplicateJob, InputError, JournalError, UsageError
+from ...api._queue import read_ceiling, read_model_limits
+from ...api._tokens import KeyAuth
+from ...checks._preflight import plan_checked
+from ...decide._admission import batch_size_for
+from ...decide._headroom import ModelLimits
+from ...decide._priming import round_size
+from ...input._cachereport import Marked, caching_report, marked, priming_rounds, without_lines
+from ...input._planner import PlanReport
+from ...input._sizing import Limits, body_size, pack_rows
+from ...state._journal import BatchState, JobPlan, Journal, PendingRow
+from ...state._records import Group
 from ._inputs import hash_file, stat_identity
 from ._part import Part, RunContext
 

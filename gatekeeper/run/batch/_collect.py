@@ -18,8 +18,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from .._errors import IncompleteDownload, NotFoundError, RateLimited, ServerError, TransportError
-from ..decide._downloads import (
+from ..._errors import IncompleteDownload, NotFoundError, RateLimited, ServerError, TransportError
+from ...decide._downloads import (
     MISSING_RESULT,
     RESULTS_UNAVAILABLE,
     UNPROVEN,
@@ -28,16 +28,16 @@ from ..decide._downloads import (
     download_wait,
     when_results_missing,
 )
-from ..decide._headroom import parse_time
-from ..decide._ownership import Fit, Relation, fit_of
-from ..decide._reconcile import candidates_for, listing_would_show, others_in_flight
-from ..decide._settle import errored_line, settle, stop_of, usage_of
-from ..state._journal import BatchRow, BatchState, Settlement
-from ._checkpoints import reached
+from ...decide._headroom import parse_time
+from ...decide._ownership import Fit, Relation, fit_of
+from ...decide._reconcile import candidates_for, listing_would_show, others_in_flight
+from ...decide._settle import errored_line, settle, stop_of, usage_of
+from ...state._journal import BatchRow, BatchState, Settlement
+from ..job._checkpoints import reached
+from ..job._part import Part, RunContext, Snapshot
+from ..job._settings import SubmitSettings
 from ._download import Download
 from ._evidence import billed_prompt, count_ours, learned_relations, our_side, pairs_of, wanted_ids
-from ._part import Part, RunContext, Snapshot
-from ._settings import SubmitSettings
 
 
 class _NotOurs(Exception):  # (control flow inside the collector, never raised past it)

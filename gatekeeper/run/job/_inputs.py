@@ -13,10 +13,10 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .._errors import InputError, os_error
+from ..._errors import InputError, os_error
 
 if TYPE_CHECKING:
-    from ..state._journal import BatchRow, Journal
+    from ...state._journal import BatchRow, Journal
 
 _BOM = b"\xef\xbb\xbf"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..decide._headroom import ModelLimits
-from ..decide._pacing import RAMP_START, Cost, Pace, lane_seconds
+from ...decide._headroom import ModelLimits
+from ...decide._pacing import RAMP_START, Cost, Pace, lane_seconds
 
 
 class Paces:
