@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import subprocess
-import time
 from pathlib import Path
 
 import orjson
@@ -234,6 +233,13 @@ def test_a_kill_right_after_a_create_then_a_rerun_sends_nothing_again(tmp_path: 
     assert kept[ours] == N * len(a["unproven"])  # (an adoption not proven: its answers kept apart, never resent)
 
 
+
+def backdate(fake: FakeAPI, seconds: float) -> None:
+    """The batches created so far, stamped `seconds` earlier: a rival created before our send, by its stamp rather
+    than by a wait."""
+    for b in list(fake.org.batches.values()):
+        b.created_at -= seconds
+
 @pytest.mark.parametrize("world", WORLDS)
 def test_a_rival_beside_ours_is_told_apart_wherever_the_usage_follows_the_prompt(tmp_path: Path, world: str) -> None:
     """Another job's batch of our size and ids is live beside ours when our answer is lost: both end, then the one
@@ -244,7 +250,7 @@ def test_a_rival_beside_ours_is_told_apart_wherever_the_usage_follows_the_prompt
     with running_fake(ceiling=10_000, rate=30, usage=world) as fake:
         other = start(["submit", str(theirs), *FLAGS], env_for(fake))
         fake.org.wait_for(lambda r: r.creates == 1, "the other job's create")
-        time.sleep(1.0)  # (created well before our send, as a rival usually is)
+        backdate(fake, 1.0)  # (created well before our send, as a rival usually is)
         fake.inject(Fault("create", kind="drop_after_commit"))
         proc = gk(["submit", str(ours), *FLAGS], env_for(fake))
         assert other.communicate(timeout=120) and other.returncode == 0
@@ -298,7 +304,7 @@ def test_a_summary_names_an_adoption_the_results_could_not_prove(tmp_path: Path)
     with running_fake(ceiling=10_000, rate=30) as fake:
         other = start(["submit", str(jobs[1]), *FLAGS], env_for(fake))
         fake.org.wait_for(lambda r: r.creates == 1, "the other job's create")
-        time.sleep(1.0)  # (created well before our send, as a rival usually is)
+        backdate(fake, 1.0)  # (created well before our send, as a rival usually is)
         fake.inject(Fault("create", kind="drop_after_commit"))
         ours = gk(["submit", str(jobs[0]), *FLAGS], env_for(fake))
         assert other.communicate(timeout=120) and other.returncode == 0
@@ -346,7 +352,7 @@ def test_a_candidate_whose_results_stay_missing_is_decided_on_the_rest_after_the
         other = start(["submit", str(theirs), *args], env_for(fake))
         fake.org.wait_for(lambda r: r.creates == 1, "the other job's create")
         next(iter(fake.org.batches.values())).results_lost = True
-        time.sleep(1.0)  # (created well before our send)
+        backdate(fake, 1.0)  # (created well before our send)
         fake.inject(Fault("create", kind="drop_after_commit"))
         proc = gk(["submit", str(ours), *args], env_for(fake))
         other.kill()  # (its own results are lost: it would wait out its retries and grace; only ours are judged)
