@@ -32,8 +32,10 @@ from typing import Any
 
 import orjson
 
-PRELOAD = ("gatekeeper.cli._cli", "gatekeeper.run._submit", "gatekeeper.watch._watch", "gatekeeper.watch._exporter", "gatekeeper.watch._report",
-           "anyio._backends._asyncio", "httpcore", "sqlite3", "redis", "psycopg")
+COMMANDS = ("_plan", "_status", "_submit", "_results", "_cancel", "_exporter")  # (cli/'s modules a test runs)
+PRELOAD = ("gatekeeper.cli._cli", *(f"gatekeeper.cli.{m}" for m in COMMANDS), "gatekeeper.run._submit",
+           "gatekeeper.watch._watch", "gatekeeper.watch._exporter", "gatekeeper.watch._report", "anyio._backends._asyncio",
+           "httpcore", "sqlite3", "redis", "psycopg")
 
 
 def serve(fd: int, preload: tuple[str, ...] = PRELOAD) -> None:

@@ -1,0 +1,166 @@
+"""What every command shares: the run a command names, the limits, the API's configuration from the environment,
+and printing (JSON, warnings, retries, errors with the flag that sets their setting).
+
+Imported by every command, `plan` included: what `plan` must start without (the API's configuration, the run's
+modules) is imported here only by the helper that needs it, when called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+import orjson
+
+from .._errors import GatekeeperError, UsageError
+from .._typing import TYPE_CHECKING
+from .._wire import API_VERSION, API_VERSION_VARIABLE, CREDENTIAL_VARIABLES
+from ..input._sizing import Limits
+from ._render import retry_line
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+    from ..api._config import ApiConfig
+
+
+FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "--only", "ceiling": "--ceiling",
+         "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port",
+         "base_url": "ANTHROPIC_BASE_URL", "admin_key": "ANTHROPIC_ADMIN_KEY",
+         "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS",
+         "credentials": "the credentials (docs/credentials.md)", "identity_token": "ANTHROPIC_IDENTITY_TOKEN_FILE",
+         "profile": "ANTHROPIC_PROFILE",
+         "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
+         "lease_ttl": "--lease-ttl", "platform": "--platform (or GATEKEEPER_PLATFORM)",
+         "api_version": "--api-version (or GATEKEEPER_API_VERSION)",
+         "aws_region": "AWS_REGION", "aws_workspace": "ANTHROPIC_AWS_WORKSPACE_ID",
+         "aws_credentials": "AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or "
+                            "ANTHROPIC_AWS_API_KEY"}
+
+
+def state_dir(args: argparse.Namespace) -> Path:
+    from pathlib import Path
+
+    if args.state:
+        return Path(args.state)
+    if getattr(args, "input", None) and args.input != "-":
+        from ..run.job._settings import default_state_dir
+
+        return default_state_dir(args.input)
+    if getattr(args, "journal", None) and getattr(args, "job", None):
+        return Path.cwd()  # a named job in a shared journal needs no local state to be read
+    return _only_run_here()
+
+
+def _only_run_here() -> Path:
+    """Without INPUT or --state: the one run in the current directory (`*.gatekeeper` with a journal), as submit
+    left it beside its input; none or several is a usage error naming them."""
+    from pathlib import Path
+
+    runs = sorted(p for p in Path.cwd().glob("*.gatekeeper") if (p / "journal.sqlite3").is_file())
+    if len(runs) == 1:
+        print(f"gatekeeper: the run in this directory: {runs[0].name}", file=sys.stderr)
+        return runs[0]
+    where = f"this directory holds {len(runs)} runs ({', '.join(p.name for p in runs[:5])})" if runs else \
+        "this directory holds no run (INPUT.gatekeeper)"
+    raise UsageError(f"give the run's INPUT or --state DIR: {where}")
+
+
+def job_ref(args: argparse.Namespace) -> dict[str, str | None]:
+    """The shared journal and job name a reading command (results, report, cancel) was given; the name, when not
+    given, derived as submit derives it: from the INPUT's sha256 and ANTHROPIC_API_KEY."""
+    if not args.journal or args.job:
+        return {"journal": args.journal, "job": args.job}
+    config = optional_api_config(args)
+    if not args.input or args.input == "-" or config is None:
+        raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
+                         "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
+    from ..run.job._opening import job_name_of
+
+    return {"journal": args.journal, "job": job_name_of(args.input, config)}
+
+
+def limits(args: argparse.Namespace) -> Limits:
+    from ..input._sizing import Limits
+
+    version = getattr(args, "api_version", None) or os.environ.get(API_VERSION_VARIABLE, "").strip() or API_VERSION
+    try:
+        return Limits(max_requests=args.max_requests, max_bytes=args.max_bytes, api_version=version)
+    except ValueError as exc:
+        raise UsageError(f"--max-requests/--max-bytes: {exc}") from None
+
+
+def orjson_line(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+
+
+def warn(text: str) -> None:
+    print(f"gatekeeper: warning: {text}", file=sys.stderr)
+
+
+def retry_notice(args: argparse.Namespace) -> Callable[[dict[str, Any]], None]:
+    """A retried call, told on stderr: a JSON event with --json, else one line (nobody waits in silence)."""
+    def notice(fields: dict[str, Any]) -> None:
+        if getattr(args, "json", False):
+            print(orjson_line({"event": "retrying", **fields}), file=sys.stderr, flush=True)
+        else:
+            print(f"gatekeeper: {retry_line(fields)}", file=sys.stderr, flush=True)
+
+    return notice
+
+
+def api_config(args: argparse.Namespace) -> ApiConfig:
+    """The API's URL and keys, from the environment (the one place the CLI reads them): the first-party API's, or
+    Claude Platform on AWS's with `--platform aws` (or GATEKEEPER_PLATFORM=aws)."""
+    from ..api._config import ApiConfig
+
+    config = ApiConfig.from_env(os.environ, getattr(args, "platform", None), getattr(args, "api_version", None))
+    if not config.has_credentials:
+        raise UsageError("no credentials: set ANTHROPIC_API_KEY to a workspace API key (ANTHROPIC_EXTRA_WORKSPACE_KEYS "
+                         "for the others), or ANTHROPIC_AUTH_TOKEN, ANTHROPIC_PROFILE, or workload identity federation "
+                         "(ANTHROPIC_IDENTITY_TOKEN_FILE, ANTHROPIC_FEDERATION_RULE_ID, ANTHROPIC_ORGANIZATION_ID): "
+                         "see docs/credentials.md", setting="credentials")
+    return config
+
+
+def optional_api_config(args: argparse.Namespace) -> ApiConfig | None:
+    """As `_api_config`, or None when no workspace key is set (`plan` and `status` work without one)."""
+    platform = getattr(args, "platform", None) or os.environ.get("GATEKEEPER_PLATFORM")
+    if platform in (None, "", "anthropic") and not _may_have_credentials():
+        return None  # (without importing the configuration, 33 M instructions of `plan`'s start)
+    from ..api._config import ApiConfig
+
+    config = ApiConfig.from_env(os.environ, platform, getattr(args, "api_version", None))
+    return config if config.has_credentials else None
+
+
+def _may_have_credentials() -> bool:
+    """Whether the environment may hold a credential, known without reading one: a variable of the SDK's chain, or
+    a profile in the default config directory."""
+    if any(os.environ.get(v) for v in CREDENTIAL_VARIABLES):
+        return True
+    return os.path.isdir(os.path.join(os.environ.get("HOME") or os.path.expanduser("~"), ".config/anthropic/configs"))
+
+
+def masked(arg: str) -> str:
+    """An argument with the password of any URL in it masked."""
+    if "://" not in arg:
+        return arg
+    from ..state._db import safe_url
+
+    return safe_url(arg)  # (also --journal=URL)
+
+
+def for_cli(exc: GatekeeperError) -> str:
+    """The library's message, with the flag that sets the setting it names."""
+    flag = FLAGS.get(getattr(exc, "setting", None) or "")
+    text = str(exc).replace("\n", " ")
+    return f"{text} ({flag})" if flag and flag not in text else text

@@ -1,0 +1,82 @@
+"""`gatekeeper fake-api`: the fake Batches API served on loopback, with the environment that points gatekeeper at it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from typing import Any
+
+from .._errors import ExitCode
+from ..testing import FakeAPI, FakeAws, FakeConfig, FakeFederation, FakeRealtime, Outcome, identity_token
+from ._common import print_json
+
+
+def cmd_fake_api(args: argparse.Namespace) -> int:
+    keys = args.workspace_key or ["test-key-ws1"]
+    bad_model = args.error_model
+    aws = FakeAws() if args.aws else None
+    federation, federated_env = _fake_federation(args.federation)
+    config = FakeConfig(
+        ceiling=args.simulated_ceiling, rate=args.rate, speed=args.speed,
+        workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key}, usage=args.usage,
+        outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
+                 if model == bad_model else None) if bad_model else None,
+        realtime=FakeRealtime(rpm=args.realtime_rpm, itpm=args.realtime_itpm, otpm=args.realtime_otpm,
+                              latency=args.realtime_latency), aws=aws, federation=federation,
+    )
+    with FakeAPI(config, port=args.port) as fake:
+        # (made-up keys the fake accepts: printing them is what lets a newcomer paste them)
+        env = _fake_env(fake.url, keys, args.admin_key, aws)
+        if federated_env:
+            env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_ADMIN_KEY": args.admin_key, **federated_env}
+        info = {"url": fake.url, "ceiling": args.simulated_ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
+                "env": env}
+        try:  # (from the line that says it serves: a stop once it is said ends it as a stop, with the summary)
+            if args.json:
+                print_json(info)
+            else:
+                where = "Claude Platform on AWS (fake)" if aws else f"{len(keys):,} workspace key(s)"
+                print(f"fake Batches API on {fake.url} (ceiling {args.simulated_ceiling:,}, {args.rate:,.0f} requests/s, "
+                      f"speed x{args.speed:g}; real-time lane {args.realtime_rpm:,} RPM); {where}; Ctrl-C stops it. "
+                      "In another shell:\n"
+                      f"export {' '.join(f'{k}={v}' for k, v in env.items())}", flush=True)
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        seen = fake.org.records.summary()
+        if args.json:
+            print_json({"received": seen})
+        else:
+            print(f"\nthe fake received {seen['creates']:,} creates ({seen['refusals']:,} refused for a full queue) and "
+                  f"{seen['requests']:,} requests; {seen['succeeded']:,} succeeded, {seen['answered_twice']:,} answered "
+                  f"twice; deepest queue {seen['deepest_queue']:,}", flush=True)
+        return ExitCode.OK
+
+
+def _fake_env(url: str, keys: list[str], admin_key: str, aws: FakeAws | None) -> dict[str, str]:
+    """The environment that points gatekeeper at the fake: its made-up keys (first-party), or the AWS platform's."""
+    if aws is not None:
+        key_id, secret = next(iter(aws.credentials.items()))
+        return {"AWS_REGION": aws.region, "ANTHROPIC_AWS_WORKSPACE_ID": aws.workspace_id, "ANTHROPIC_AWS_BASE_URL": url,
+                "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "GATEKEEPER_PLATFORM": "aws"}
+    env = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": keys[0], "ANTHROPIC_ADMIN_KEY": admin_key}
+    if len(keys) > 1:
+        env["ANTHROPIC_EXTRA_WORKSPACE_KEYS"] = ",".join(keys[1:])
+    return env
+
+
+def _fake_federation(life: float | None) -> tuple[Any, dict[str, str]]:
+    """With --federation: the fake's token endpoint (keys refused) and the environment that uses it, an identity
+    token written to a file of its own (made up, for the fake only)."""
+    if life is None:
+        return None, {}
+    fed = FakeFederation(token_life=life, keys_refused=True)
+    rule_id, rule = next(iter(fed.rules.items()))
+    fd, path = tempfile.mkstemp(prefix="gatekeeper-fake-identity-", suffix=".jwt")
+    os.write(fd, identity_token(issuer=rule.issuer, life=7 * 86_400).encode())
+    os.close(fd)
+    return fed, {"ANTHROPIC_IDENTITY_TOKEN_FILE": path, "ANTHROPIC_FEDERATION_RULE_ID": rule_id,
+                 "ANTHROPIC_ORGANIZATION_ID": rule.organization_id}
