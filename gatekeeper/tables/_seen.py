@@ -114,10 +114,11 @@ class SeenIds:
         """Note each of `values`, on its row of `rows`; (row, the row it looked seen on) for each that looks seen
         before."""
         # (a tuple's hash mixes an int's bits: small ints would share a slot; values equal in Python repeat here)
-        distinct, again = _firsts([hash((v,)) for v in values])
+        hashes = [hash((v,)) for v in values]
+        distinct, again = _firsts(hashes)
         out = [(rows[at], rows[first]) for at, first in again.items()]
         if distinct:
-            h = np.array([hash((values[at],)) for at in distinct], np.int64).view(np.uint64) | np.uint64(1)
+            h = np.array([hashes[at] for at in distinct], np.int64).view(np.uint64) | np.uint64(1)
             found, word = self._slots.put(h, np.array([rows[at] for at in distinct], np.uint32), match_word=False)
             out += [(rows[distinct[i]], int(word[i])) for i in np.flatnonzero(found)]
         return sorted(out)
