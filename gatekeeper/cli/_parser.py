@@ -188,7 +188,7 @@ def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_max_rpm(p)
     _add_platform(p)
     p.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
-                   help="processes that validate a file in parallel (default: 2 on two or more cores for files over 64 MB; 0: one process)")
+                   help="processes that validate a file in parallel (default: 2 on two or more cores for files over 8 MB; 0: one process)")
     _add_deadline(p)
     _add_json(p)
 
