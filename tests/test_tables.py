@@ -361,3 +361,37 @@ def test_rows_with_one_request_share_one_answer(tmp_path: Path) -> None:
         assert _sent(fake) == 2
     got = done.table.to_pylist()  # type: ignore[union-attr]
     assert [r["status"] for r in got] == ["succeeded"] * 4 and got[0]["custom_id"] == got[2]["custom_id"] == got[3]["custom_id"]
+
+
+def test_a_runs_answers_are_kept_by_one_walk_of_its_requests_and_never_out_of_order() -> None:
+    """Results in the requests' order each find their key (a result the run never got is passed over); one out of
+    that order is an error, not every later answer silently unkept."""
+    from gatekeeper import JournalError
+    from gatekeeper.tables._job import _Keeper
+    from gatekeeper.tables._rows import id_and_key
+
+    spec = TableSpec.of("{body}", MODEL, 5)
+    judged = [judge(spec, {"body": f"text {i}"}, i, {}) for i in range(1, 5)]
+    lines = [j.line() for j in judged]
+    assert [id_and_key(line) for line in lines] == [(j.custom_id, j.key) for j in judged]
+
+    class Kept:
+        def __init__(self) -> None:
+            self.rows: list[tuple[str, dict]] = []
+
+        def keep(self, rows: list[tuple[str, dict]]) -> None:
+            self.rows += rows
+
+    def result(j: Any) -> bytes:
+        return orjson.dumps({"custom_id": j.custom_id, "result": {"type": "succeeded", "n": j.row}})
+
+    kept = Kept()
+    keeper = _Keeper(kept, map(id_and_key, lines))  # type: ignore[arg-type]
+    for j in (judged[0], judged[2], judged[3]):
+        keeper.write(result(j))
+    keeper.flush()
+    assert kept.rows == [(j.key, {"type": "succeeded", "n": j.row}) for j in (judged[0], judged[2], judged[3])]
+    late = _Keeper(Kept(), map(id_and_key, lines))  # type: ignore[arg-type]
+    late.write(result(judged[2]))
+    with pytest.raises(JournalError, match="order"):
+        late.write(result(judged[1]))

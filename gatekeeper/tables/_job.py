@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from .._errors import UsageError
+from .._errors import JournalError, UsageError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..input._parallel import auto_workers
@@ -101,7 +101,7 @@ class _Rows:
         col = self.spec.id_column
         if col is None:
             return {}
-        seen, candidates, number = SeenIds(self.source.rows_hint()), {}, 0
+        seen, candidates, number = SeenIds(self.source.rows_hint), {}, 0
         for batch in self.source.batches():
             values = batch.column(col).to_pylist()
             present = [(number + i, hashable(v)) for i, v in enumerate(values, 1) if v is not None]
@@ -162,7 +162,7 @@ def _pending(rows: _Rows, answers: Answers | None, runs: Path) -> tuple[Path | N
     named by its content (None: every row is answered or rejected)."""
     runs.mkdir(parents=True, exist_ok=True)
     tmp = runs / "pending.jsonl.tmp"
-    seen = SeenKeys(rows.source.rows_hint())
+    seen = SeenKeys(rows.source.rows_hint)
     counts = _Counts()
     digest = hashlib.sha256()
     with open(tmp, "wb") as f:
@@ -306,6 +306,8 @@ class _Keeper:
             if at == cid:
                 self._kept.append((key, found["result"]))
                 break
+        else:  # (a result out of the requests' order would leave every later one unkept: never silently)
+            raise JournalError(f"the run's result for {cid!r} is not in its requests' order: nothing after it was kept")
         if len(self._kept) >= self.CHUNK:
             self.flush()
         return len(line)

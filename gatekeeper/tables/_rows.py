@@ -73,6 +73,9 @@ class TableSpec:
         return tuple(dict.fromkeys(cols + ((self.id_column,) if self.id_column else ())))
 
 
+_HEAD, _MID = b'{"custom_id":"', b'","params":'  # (a line of a table job's JSONL, around its custom_id)
+
+
 class Judged(NamedTuple):  # (a tuple: a million of them are made in a few seconds)
     row: int  # 1-based, in input order
     key: str | None = None  # None: rejected
@@ -86,7 +89,7 @@ class Judged(NamedTuple):  # (a tuple: a million of them are made in a few secon
 
     def line(self) -> bytes:
         """The request as a line of a JSONL job (a custom_id is made of letters, digits, `_` and `-`: no escapes)."""
-        return b"".join((b'{"custom_id":"', (self.custom_id or "").encode(), b'","params":', self.body, b"}\n"))
+        return b"".join((_HEAD, (self.custom_id or "").encode(), _MID, self.body, b"}\n"))
 
 
 def request_of(spec: TableSpec, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,8 +133,8 @@ def body_of(spec: TableSpec, row: Mapping[str, Any]) -> bytes:
 
 def id_and_key(line: bytes) -> tuple[str, str]:
     """The custom_id and the request's key of a line `Judged.line` made."""
-    at = line.index(b'","params":')
-    return line[14:at].decode(), key_of(line[at + 11:line.rindex(b"}")])
+    at = line.index(_MID)
+    return line[len(_HEAD):at].decode(), key_of(line[at + len(_MID):line.rindex(b"}")])
 
 
 def key_of(body: bytes) -> str:
