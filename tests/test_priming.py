@@ -21,7 +21,9 @@ from gatekeeper.decide._priming import (
     groups,
     ideal_write_share,
     input_costs,
+    lives,
     read_share,
+    requests_of,
     round_size,
     rounds,
     shared_prefixes,
@@ -96,6 +98,22 @@ def test_the_shared_prefix_whole_arrays_choose_as_the_rule(rows: list, minimum: 
     assert list(chosen) == expected
     assert list(used_points(chosen)) == [p for p in expected if p != NONE]
     assert list(used_points(chosen, [0])) == [p for p in expected[:1] if p != NONE]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.lists(st.sampled_from([TOOLS, DOC_A, DOC_B, QUESTION]),
+                                                            min_size=1, max_size=3, unique=True)), min_size=1, max_size=9))
+def test_each_models_requests_and_lives_counted_over_whole_arrays_as_one_at_a_time(rows: list) -> None:
+    """`requests_of` and `lives` (whole arrays, C loops) count as a request-by-request walk does, one point a
+    request or several, one model or three."""
+    marks = marks_of(*[(model, 4000, tuple(sorted(points))) for model, points in rows])
+    points, hours = lives(marks)
+    for m in range(len(marks.models)):
+        mine = [k for k in range(len(marks)) if marks.model[k] == m]
+        assert list(requests_of(marks, m)) == mine
+        mine_points = [p for k in mine for p in range(marks.first[k], marks.first[k + 1])]
+        assert points[m] == len(mine_points)
+        assert hours[m] == sum(marks.hour[p] for p in mine_points)
 
 
 def test_groups_and_rounds() -> None:

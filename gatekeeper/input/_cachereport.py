@@ -21,6 +21,7 @@ from ..decide._priming import (
     groups,
     ideal_write_share,
     input_costs,
+    lives,
     requests_of,
     rounds,
     shared_prefixes,
@@ -57,7 +58,7 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
     per_byte = [_rate(report, model) for model in scan.marks.models]
     src, out = scan.marks, Marks()
     out.models = list(src.models)
-    if not rejected or not any(line in rejected for line in scan.lines):
+    if rejected.isdisjoint(scan.lines):
         _sized(src, out, per_byte)
         minimum = [float(prices.cache_minimum(model)[0]) for model in out.models]
         return Marked(scan, range(len(scan)), out, shared_prefixes(out, minimum))
@@ -112,7 +113,8 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
     used = used_points(m.chosen)  # (once: a pass over every request)
     one = len(m.marks.models) == 1
     present = ({0} if len(m.marks) else set()) if one else set(m.marks.model)
-    models = {name: _model_figures(prices, m, i, whole.get(name, {}).get("cost_usd"), used if one else None)
+    counted = lives(m.marks)
+    models = {name: _model_figures(prices, m, i, whole.get(name, {}).get("cost_usd"), counted, used if one else None)
               for i, name in enumerate(m.marks.models) if i in present}
     measured = bool((report.calibration or {}).get("models"))
     return {
@@ -126,9 +128,10 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
 
 
 def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | None,
-                   used: Sequence[int] | None = None) -> dict[str, Any]:
-    """One model's figures; `whole`: the estimated cost of all its input, marked or not; `used`: the shared
-    prefixes its requests use, when the caller has them."""
+                   counted: tuple[list[int], list[int]], used: Sequence[int] | None = None) -> dict[str, Any]:
+    """One model's figures; `whole`: the estimated cost of all its input, marked or not; `counted`: every model's
+    prefixes and 1-hour prefixes (`lives`); `used`: the shared prefixes its requests use, when the caller has
+    them."""
     marks, name = m.marks, m.marks.models[model]
     mine = requests_of(marks, model)
     used = used_points(m.chosen, mine) if used is None else used
@@ -136,11 +139,7 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     distinct = dict(zip(map(marks.digest.__getitem__, used), map(marks.psize.__getitem__, used)))
     shared = [n for n in sharing(marks, used).values() if n > 1]
     sizes, per = sorted(distinct.values()), marks.scale or 1.0
-    if len(marks.models) <= 1:  # (every marked line one model, the common case: whole arrays at once)
-        hours, points = len(marks.hour) - marks.hour.count(0), marks.first[-1]
-    else:
-        hours = sum(marks.hour[p] for k in mine for p in range(marks.first[k], marks.first[k + 1]))
-        points = sum(marks.first[k + 1] - marks.first[k] for k in mine)
+    points, hours = counted[0][model], counted[1][model]
     costs = input_costs(marks, m.chosen, [rates_of(prices, x) for x in marks.models], only=model, used=used)
     plain = costs["none"]
     return {
