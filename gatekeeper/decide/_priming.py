@@ -131,15 +131,21 @@ def _per(marks: Marks) -> float:
     return marks.scale
 
 
-def requests_of(marks: Marks, model: int) -> Sequence[int]:
-    """The indexes of model `model`'s requests (all of them, as a range, when every request is of one model)."""
+def model_mask(marks: Marks, model: int) -> bytes | None:
+    """A byte a request, 1 where it is of model `model` (None: every request is of one model), made in C loops from
+    the model numbers' low bytes: `compress` then picks a model's values without a Python step a request."""
     if len(marks.models) <= 1:
-        return range(len(marks))
-    if len(marks.models) <= 256 and sys.byteorder == "little":  # (the model numbers' low bytes, picked in C loops)
+        return None
+    if len(marks.models) <= 256 and sys.byteorder == "little":
         pick = bytearray(256)
         pick[model] = 1
-        return list(compress(range(len(marks)), marks.model.tobytes()[0::2].translate(pick)))
-    return list(compress(range(len(marks)), map(model.__eq__, marks.model)))
+        return marks.model.tobytes()[0::2].translate(pick)
+    return bytes(map(model.__eq__, marks.model))
+
+
+def masked(values: Sequence[Any], mask: bytes | None) -> Sequence[Any]:
+    """A per-request array's values where `mask` (`model_mask`) says (all of them for None)."""
+    return values if mask is None else list(compress(values, mask))
 
 
 def lives(marks: Marks) -> tuple[list[int], list[int]]:
@@ -148,6 +154,9 @@ def lives(marks: Marks) -> tuple[list[int], list[int]]:
     n = len(marks.models)
     if marks.first.__class__ is range:  # one point a request: a point's model is its request's
         point_model: Iterable[int] = marks.model
+        if n <= 256 and sys.byteorder == "little" and marks.hour.count(0) == len(marks.hour):  # (counted in C)
+            low = marks.model.tobytes()[0::2]
+            return [low.count(m) for m in range(n)], [0] * n
     else:
         counts = map(sub, marks.first[1:], marks.first[:-1])
         point_model = array("H", chain.from_iterable(map(repeat, marks.model, counts)))
@@ -156,21 +165,15 @@ def lives(marks: Marks) -> tuple[list[int], list[int]]:
     return [points[m] for m in range(n)], [hours[m] for m in range(n)]
 
 
-def used_points(chosen: Sequence[int], requests: Sequence[int] | None = None) -> Sequence[int]:
-    """The shared prefixes (points) the `requests` (default: all) use, in order; NONE left out. A `range` of points
-    holds no NONE: it is returned as it is; an array of NONE alone (no prefix reaches the minimum) is told by a C
-    count, a seventh of the filter's time."""
-    if chosen.__class__ is array and chosen.count(NONE) == len(chosen):  # (nothing reaches a minimum: told in C)
+def used_points(chosen: Sequence[int]) -> Sequence[int]:
+    """The shared prefixes (points) the requests use, in order (`chosen`, or a model's share of it: `masked`); NONE
+    left out. A `range` of points holds no NONE: it is returned as it is; an array of NONE alone (no prefix reaches
+    the minimum) is told by a C count, a seventh of the filter's time."""
+    if chosen.__class__ is range:
+        return chosen
+    if chosen.__class__ is array and chosen.count(NONE) == len(chosen):
         return []
-    values = _of(chosen, requests)
-    if values.__class__ is range:
-        return values
-    return list(filter(NONE.__ne__, values))
-
-
-def _of(values: Sequence[Any], requests: Sequence[int] | None) -> Iterable[Any]:
-    """A per-request array's values for `requests` (the array itself when they are all of them)."""
-    return values if requests is None or len(requests) == len(values) else map(values.__getitem__, requests)
+    return list(filter(NONE.__ne__, chosen))
 
 
 def sharing(marks: Marks, used: Sequence[int]) -> Counter[int]:
@@ -228,13 +231,13 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
     none = cold = primed = 0.0
     for m in range(len(marks.models)) if only is None else (only,):
         r = rates[m]
-        mine = requests_of(marks, m)
-        if not mine:
+        mask = model_mask(marks, m)
+        if not (len(marks) if mask is None else mask.count(1)):
             continue
         if r is None:
             return {"none": None, "cold": None, "primed": None}
-        uses = used if used is not None and only is not None else used_points(chosen, mine)
-        plain = sum(_of(marks.size, mine)) * _per(marks) * r.input
+        uses = used if used is not None and only is not None else used_points(masked(chosen, mask))
+        plain = sum(marks.size if mask is None else compress(marks.size, mask)) * _per(marks) * r.input
         none += plain
         cold += plain + _write_extra(marks, uses, r)
         firsts = list(dict(zip(map(marks.digest.__getitem__, uses), uses)).values())  # one use a prefix: its write

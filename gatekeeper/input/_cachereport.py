@@ -22,7 +22,8 @@ from ..decide._priming import (
     ideal_write_share,
     input_costs,
     lives,
-    requests_of,
+    masked,
+    model_mask,
     rounds,
     shared_prefixes,
     sharing,
@@ -58,7 +59,7 @@ def marked(report: PlanReport, prices: PriceTable) -> Marked:
     per_byte = [_rate(report, model) for model in scan.marks.models]
     src, out = scan.marks, Marks()
     out.models = list(src.models)
-    if rejected.isdisjoint(scan.lines):
+    if not scan.any_line_in(rejected):
         _sized(src, out, per_byte)
         minimum = [float(prices.cache_minimum(model)[0]) for model in out.models]
         return Marked(scan, range(len(scan)), out, shared_prefixes(out, minimum))
@@ -112,9 +113,10 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
     whole = (estimate or report.estimate(prices))["models"]
     used = used_points(m.chosen)  # (once: a pass over every request)
     one = len(m.marks.models) == 1
-    present = ({0} if len(m.marks) else set()) if one else set(m.marks.model)
     counted = lives(m.marks)
-    models = {name: _model_figures(prices, m, i, whole.get(name, {}).get("cost_usd"), counted, used if one else None)
+    present = {i for i, points in enumerate(counted[0]) if points}  # (a marked request has a point at least)
+    models = {name: _model_figures(prices, m, i, whole.get(name, {}).get("cost_usd"), counted,
+                                 used if one or not used else None)
               for i, name in enumerate(m.marks.models) if i in present}
     measured = bool((report.calibration or {}).get("models"))
     return {
@@ -133,8 +135,9 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     prefixes and 1-hour prefixes (`lives`); `used`: the shared prefixes its requests use, when the caller has
     them."""
     marks, name = m.marks, m.marks.models[model]
-    mine = requests_of(marks, model)
-    used = used_points(m.chosen, mine) if used is None else used
+    mask = model_mask(marks, model)
+    requests = len(marks) if mask is None else mask.count(1)
+    used = used_points(masked(m.chosen, mask)) if used is None else used
     minimum, known = prices.cache_minimum(name)
     distinct = dict(zip(map(marks.digest.__getitem__, used), map(marks.psize.__getitem__, used)))
     shared = [n for n in sharing(marks, used).values() if n > 1]
@@ -143,13 +146,13 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     costs = input_costs(marks, m.chosen, [rates_of(prices, x) for x in marks.models], only=model, used=used)
     plain = costs["none"]
     return {
-        "requests_marked": len(mine),
+        "requests_marked": requests,
         "prefixes": len(distinct),
         "shared_prefixes": len(shared),
         "requests_sharing": sum(shared),
         "prefix_tokens": {"median": round(sizes[len(sizes) // 2] * per) if sizes else 0,
                           "max": round(sizes[-1] * per) if sizes else 0},
-        "below_minimum": len(mine) - len(used),
+        "below_minimum": requests - len(used),
         "minimum_tokens": minimum,
         "minimum_known": known,
         "lives": {k: v for k, v in (("1h", hours), ("5m", points - hours)) if v},

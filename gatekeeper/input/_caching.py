@@ -68,6 +68,16 @@ class CacheScan:
             self._number()
         return self._lines
 
+    def any_line_in(self, lines: set[int]) -> bool:
+        """Whether a marked line is one of `lines`, told without numbering the merged pieces' lines (`_number`)."""
+        self.settle()
+        if not lines:
+            return False
+        for base, piece in self._later:  # (the few lines asked about shifted to the piece's numbering, not its lines)
+            if not {line - base for line in lines}.isdisjoint(piece):
+                return True
+        return not lines.isdisjoint(self._lines)
+
     def _number(self) -> None:
         """The merged pieces' line numbers counted from their bases (a pass `plan` skips: only a report with
         rejected lines, and priming, read them)."""
