@@ -295,13 +295,13 @@ def test_a_batch_is_judged_as_its_rows_are(rows: list[tuple[Any, Any, Any]], wit
     duplicated = {k: v for k, v in seen.items() if len(v) > 1}
     for batch in table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]:
         expect = [judge(spec, row, 6 + i, duplicated) for i, row in enumerate(batch.select(list(spec.columns)).to_pylist(), 1)]
-        assert judge_batch(spec, batch, 6, duplicated) == expect
+        assert list(judge_batch(spec, batch, 6, duplicated)) == expect
 
 
 def test_columns_that_are_not_strings_go_row_by_row() -> None:
     batch = pa.RecordBatch.from_pydict({"n": [1, None, 3], "x": [1.5, 2.0, None]})
     spec = TableSpec.of("{n} and {x}", MODEL, 5)
-    assert judge_batch(spec, batch, 0, {}) == [judge(spec, r, i, {}) for i, r in enumerate(batch.to_pylist(), 1)]
+    assert list(judge_batch(spec, batch, 0, {})) == [judge(spec, r, i, {}) for i, r in enumerate(batch.to_pylist(), 1)]
 
 
 @pytest.mark.parametrize("collide", [False, True])
@@ -395,3 +395,36 @@ def test_a_runs_answers_are_kept_by_one_walk_of_its_requests_and_never_out_of_or
     late.write(result(judged[2]))
     with pytest.raises(JournalError, match="order"):
         late.write(result(judged[1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "a much longer ticket body " * 4, "é\"\\", "x" * 1500])),
+                min_size=1, max_size=40),
+       st.integers(1, 7), st.integers(400, 1400), st.sampled_from([{}, {"temperature": 0.5}, {"stream": True}]),
+       st.booleans(), st.booleans())
+def test_a_plain_spec_is_planned_as_written_exactly_as_plan_reads_the_run(
+        tmp_path_factory: pytest.TempPathFactory, bodies: list[str | None], max_requests: int, max_bytes: int,
+        params: dict, strict: bool, templated_system: bool) -> None:
+    """`plan_table` plans the run's requests from their sizes as it writes them (`WrittenPlan`) when the spec's
+    probe is plain, and through `plan` otherwise: either way, the report `plan` gives of the run's file, field for
+    field (batches cut by the limits, offsets, the largest request, requests too large to batch, rejections)."""
+    from gatekeeper.input._planner import WrittenPlan, plan
+    from gatekeeper.input._sizing import Limits
+    from gatekeeper.tables._io import TableSource
+    from gatekeeper.tables._job import _pending, _plain, _Rows
+
+    tmp = tmp_path_factory.mktemp("written")
+    limits = Limits(max_requests=max_requests, max_bytes=max_bytes,
+                    api_version="2026-10-21" if strict else "2023-06-01")
+    table = pa.table({"body": bodies, "n": list(range(len(bodies)))})
+    spec = TableSpec.of("Classify: {body}", MODEL, 20, params=params,
+                        system="About {n}" if templated_system else "Be brief.")
+    written = WrittenPlan(limits, MODEL)
+    refused = "stream" in params or ("temperature" in params and strict)  # (temperature: by 2026-10-21 only)
+    assert _plain(spec, limits) == (not refused and not templated_system)
+    pending, _ = _pending(_Rows(TableSource.of(table), spec), None, tmp, written)
+    if pending is None or refused or templated_system:  # (planned through `plan` itself)
+        return
+    got, want = written.finish(), plan(pending, limits=limits)
+    assert (got.to_json(), got.batches, got.model_bytes, got.request_bytes) == \
+        (want.to_json(), want.batches, want.model_bytes, want.request_bytes)

@@ -15,13 +15,14 @@ from .._typing import TYPE_CHECKING
 from .._wire import STRICT_VERSION
 from ._caching import CacheScan
 from ._parallel import Segment, parallel_scan, use_parallel
-from ._reader import ScanStats, request_reader, scan
+from ._reader import Rejection, ScanStats, request_reader, scan, too_large, validate
 from ._sizing import Limits, Packer, max_item_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
-    from ._reader import ModelRules, Rejection, Source
+    from ._reader import ModelRules, Source
 
 
 @dataclass(slots=True)
@@ -249,6 +250,75 @@ def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRule
         os.close(fd)
     report.lines = stats.lines
     report.request_bytes = total
+
+
+class WrittenPlan:
+    """`plan` of a file its writer knows to hold valid, unique requests of one model with no caching facts (the
+    probe of `plain_request` says so), fed as the writer writes it: each call's request sizes and custom_ids, in
+    order, cut by the same `Packer`, so the report is the one `plan` of the file gives without reading it again. A
+    request over the batch limit is rejected here, as the reader rejects it."""
+
+    def __init__(self, limits: Limits, model: str) -> None:
+        self.report = PlanReport(limits=limits)
+        self.report.cache_scan = CacheScan()
+        self.model, self.packer = model, Packer(limits)
+        self.item_limit = max_item_bytes(limits.max_bytes)
+        self.lines = self.offset = 0  # lines and bytes written before the next call's
+        self.first = self.last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's ends
+
+    def add(self, sizes: list[int], cids: list[str]) -> None:
+        at = self._edges(sizes, cids)
+        if max(sizes, default=0) > self.item_limit:
+            for k in [k for k, n in enumerate(sizes) if n > self.item_limit]:
+                self.report.errors.append(Rejection(self.lines + 1 + k, cids[k], too_large(sizes[k], self.item_limit)))
+            kept = [k for k, n in enumerate(sizes) if n <= self.item_limit]
+            self._pack([sizes[k] for k in kept], lambda i: at(kept[i]))
+        else:
+            self._pack(sizes, at)
+        self.lines += len(sizes)
+        self.offset += sum(sizes) + len(sizes)
+
+    def _edges(self, sizes: list[int], cids: list[str]) -> Callable[[int], tuple[int, int, str, int]]:
+        def at(k: int) -> tuple[int, int, str, int]:  # (offsets summed only for the few requests at batch edges)
+            return self.lines + 1 + k, self.offset + sum(sizes[:k]) + k, cids[k], sizes[k]
+
+        return at
+
+    def _pack(self, sizes: list[int], at: Callable[[int], tuple[int, int, str, int]]) -> None:
+        if not sizes:
+            return
+        r, total = self.report, sum(sizes)
+        for k, closed_count, closed_size in self.packer.add_many(sizes, total):
+            if closed_count:
+                r.batches.append(_batch_plan(len(r.batches), closed_count, closed_size, self.first,
+                                             at(k - 1) if k else self.last))
+            self.first = at(k)
+        self.last = at(len(sizes) - 1)
+        top = max(sizes)
+        if top > r.largest_bytes:
+            r.largest_line, _, r.largest_custom_id, r.largest_bytes = at(sizes.index(top))
+        r.request_bytes += total
+        r.models[self.model] = r.models.get(self.model, 0) + len(sizes)
+        r.model_bytes[self.model] = r.model_bytes.get(self.model, 0) + total
+
+    def finish(self) -> PlanReport:
+        r = self.report
+        if self.packer.count:
+            r.batches.append(_batch_plan(len(r.batches), self.packer.count, self.packer.size, self.first, self.last))
+        r.lines, r.requests = self.lines, sum(r.models.values())
+        return r
+
+
+def plain_request(line: bytes, limits: Limits) -> bool:
+    """Whether `plan` takes this request line with nothing to note: valid (under `limits`' API version), and with no
+    cache marker, tool list or long system prompt (the caching report's facts). A file of requests that differ
+    from it only in their prompts' text can be planned from their sizes (`WrittenPlan`)."""
+    scan_ = CacheScan()
+    refused: list[Rejection] = []
+    for _ in validate([line + b"\n"], refused.append, item_limit=max_item_bytes(limits.max_bytes), from_file=False,
+                      cache=scan_, strict=limits.api_version == STRICT_VERSION):
+        pass
+    return not refused and not len(scan_) and not scan_.unmarked
 
 
 def _batch_plan(

@@ -367,7 +367,7 @@ def validate(
             if start >= 0 and body[0] != raw[0]:
                 start += len(raw) - len(raw.lstrip())
         if size > item_limit:
-            reject(Rejection(line_no, cid, f"request is {size} bytes: no batch can hold it (at most {item_limit} bytes a request)"))
+            reject(Rejection(line_no, cid, too_large(size, item_limit)))
             continue
         # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched.
         system = params.get("system")
@@ -402,6 +402,10 @@ def validate(
     if stats is not None:
         stats.lines = line_no
         stats.end_offset = offset
+
+
+def too_large(size: int, item_limit: int) -> str:
+    return f"request is {size} bytes: no batch can hold it (at most {item_limit} bytes a request)"
 
 
 def _blocks(raw: bytes, params: dict[str, Any], system: Any, model: str, memo: Memo, cache: CacheScan | None,

@@ -9,60 +9,108 @@ Why one dump splits exactly: in orjson's encoding of a list of strings, a `"` in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from itertools import repeat
+import hashlib
+from collections.abc import Iterator, Mapping
+from itertools import compress
+from operator import add, itemgetter, methodcaller
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._rows import Judged, TableSpec, custom_id_of, hashable, judge, key_of
+from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, frame_lines, hashable, judge
 from ._template import Template
 
+_hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
+_SEP = b'","'  # between two texts in orjson's encoding of a list of strings (see the module's docstring)
 
-def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: Mapping[Any, list[int]]) -> list[Judged]:
+
+class Judgements:
+    """A record batch's rows judged, as columns (a million rows in objects of their own were a third of a plan):
+    row `first + 1 + i` has `keys[i]`, `cids[i]` and `bodies[i]`, or, when `keys[i]` is None, was rejected for
+    `rejected[i]`. Iterated, the rows as `Judged`, as `_rows.judge` gives them."""
+
+    __slots__ = ("first", "keys", "cids", "bodies", "rejected")
+
+    def __init__(self, first: int, keys: list[str | None], cids: list[str | None], bodies: list[bytes],
+                 rejected: dict[int, str]) -> None:
+        self.first, self.keys, self.cids, self.bodies, self.rejected = first, keys, cids, bodies, rejected
+
+    @classmethod
+    def of_rows(cls, first: int, rows: list[Judged]) -> Judgements:
+        keys, cids, bodies = ([j.key for j in rows], [j.custom_id for j in rows], [j.body for j in rows])
+        return cls(first, keys, cids, bodies, {i: j.rejected for i, j in enumerate(rows) if j.rejected is not None})
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self) -> Iterator[Judged]:
+        for i, (key, cid, body) in enumerate(zip(self.keys, self.cids, self.bodies)):
+            yield Judged(self.first + 1 + i, key, cid, body, self.rejected.get(i))
+
+    def put(self, i: int, row: Judged) -> None:
+        self.keys[i], self.cids[i], self.bodies[i] = row.key, row.custom_id, row.body
+        if row.rejected is not None:
+            self.rejected[i] = row.rejected
+
+    def lines(self, keep: list[bool] | None = None) -> tuple[bytes, list[int], list[str]]:
+        """The rows `keep` says (default: every row not rejected) as lines of a JSONL job (`Judged.line` each),
+        joined at once; each one's request bytes (its line without the newline) and custom_id."""
+        cids: list[str]
+        if keep is None and not self.rejected:
+            cids, bodies = self.cids, self.bodies  # type: ignore[assignment]  # (no row rejected: every one has an id)
+        else:
+            keep = keep if keep is not None else [k is not None for k in self.keys]
+            cids, bodies = list(compress(self.cids, keep)), list(compress(self.bodies, keep))  # type: ignore[arg-type]
+        encoded = list(map(str.encode, cids))
+        sizes = list(map(LINE_FRAME.__add__, map(add, map(len, encoded), map(len, bodies))))
+        return frame_lines(encoded, bodies), sizes, cids
+
+
+def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: Mapping[Any, list[int]]) -> Judgements:
     """The rows of `batch` judged; `first` is the number of the row before it (rows count from 1)."""
     sub = batch.select(list(spec.columns))
     templates = [t for t in (spec.template, spec.system) if t is not None]
     if not all(_strings(sub, t) for t in templates):
-        return [judge(spec, row, first + i, duplicated) for i, row in enumerate(sub.to_pylist(), 1)]
+        return Judgements.of_rows(first, [judge(spec, row, first + i, duplicated) for i, row in enumerate(sub.to_pylist(), 1)])
     user = _escaped(spec.template, sub)
     system = _escaped(spec.system, sub) if spec.system is not None else None
     vouched = _vouched(spec, sub, templates, duplicated)
     ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
-    keys, bodies = _keyed(spec.pieces, user, system)
-    cids = list(map(custom_id_of, repeat(None) if ids is None else ids, keys))
-    n = sub.num_rows
-    # (columns zipped into tuples: a NamedTuple's own constructor is a Python call, a third of the batch's time)
-    out = list(map(Judged._make, zip(range(first + 1, first + n + 1), keys, cids, bodies, repeat(None, n))))
+    bodies = _bodies(spec.pieces, user, system) if sub.num_rows else []
+    keys: list[str | None] = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies))))  # (`key_of`, in C loops)
+    cids: list[str | None] = list(map("r-".__add__, keys) if ids is None else map(custom_id_of, ids, keys))  # type: ignore[arg-type]
+    out = Judgements(first, keys, cids, bodies, {})
     for i in (i for i, ok in enumerate(vouched) if not ok):
-        out[i] = judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated)
+        out.put(i, judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated))
     return out
 
 
-def _keyed(pieces: tuple[bytes, ...], user: list[bytes], system: list[bytes] | None) -> tuple[list[str], list[bytes]]:
-    """Each row's request body (its escaped prompts between the spec's pieces) and its key."""
-    join = b"".join
+def _bodies(pieces: tuple[bytes, ...], user: bytes, system: bytes | None) -> list[bytes]:
+    """Each row's request body: its escaped prompts (`_escaped`) between the spec's pieces. With the user prompt
+    alone, every row's is made at once: the separators replaced by one body's end, a newline and the next one's
+    start (an escaped text holds no newline), then split."""
     if system is None:
         head, tail = pieces[0] + b'"', b'"' + pieces[1]
-        bodies = [join((head, u, tail)) for u in user]
-    else:
-        head, mid, tail = pieces[0] + b'"', b'"' + pieces[1] + b'"', b'"' + pieces[2]
-        pairs = zip(user, system) if pieces[3] == b"user-first" else zip(system, user)
-        bodies = [join((head, a, mid, b, tail)) for a, b in pairs]
-    return list(map(key_of, bodies)), bodies
+        return (head + user.replace(_SEP, tail + b"\n" + head) + tail).split(b"\n")
+    join = b"".join
+    head, mid, tail = pieces[0] + b'"', b'"' + pieces[1] + b'"', b'"' + pieces[2]
+    users, systems = user.split(_SEP), system.split(_SEP)
+    pairs = zip(users, systems) if pieces[3] == b"user-first" else zip(systems, users)
+    return [join((head, a, mid, b, tail)) for a, b in pairs]
 
 
 def _strings(sub: pa.RecordBatch, template: Template) -> bool:
     return all(pa.types.is_string(t) or pa.types.is_large_string(t) for t in (sub.schema.field(c).type for c in template.columns))
 
 
-def _escaped(template: Template, sub: pa.RecordBatch) -> list[bytes]:
-    """Each row's rendered text, JSON-escaped, without its quotes (a null row's is empty: it goes row by row)."""
+def _escaped(template: Template, sub: pa.RecordBatch) -> bytes:
+    """The rows' rendered texts, JSON-escaped, without their quotes, between `_SEP`s (a null row's is empty: it
+    goes row by row); no rows, none."""
     n = sub.num_rows
     if n == 0:
-        return []
+        return b""
     args: list[Any] = []
     for lit, col in template.parts:
         if lit:
@@ -74,7 +122,7 @@ def _escaped(template: Template, sub: pa.RecordBatch) -> list[bytes]:
     else:
         args.append(pa.scalar("", pa.string()))  # (the separator: none)
         texts = pc.fill_null(pc.binary_join_element_wise(*args), "").to_pylist()
-    return orjson.dumps(texts)[2:-2].split(b'","')
+    return orjson.dumps(texts)[2:-2]
 
 
 def _vouched(spec: TableSpec, sub: pa.RecordBatch, templates: list[Template], duplicated: Mapping[Any, list[int]]) -> list[bool]:

@@ -23,7 +23,7 @@ from .._errors import JournalError, UsageError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..input._parallel import auto_workers
-from ..input._planner import PlanReport, plan
+from ..input._planner import PlanReport, WrittenPlan, plain_request, plan
 from ..input._sizing import Limits
 from ..run._submit import submit
 from ..run.job._opening import job_name_of
@@ -31,9 +31,9 @@ from ..run.job._results import export
 from ..run.job._settings import SubmitSettings, default_job_name
 from ..run.job._summary import Summary
 from ..state._answers import Answers
-from ._batch import judge_batch
-from ._io import TableSource, TableWriter
-from ._rows import RESULT_COLUMNS, Judged, TableSpec, hashable, id_and_key, result_columns
+from ._batch import Judgements, judge_batch
+from ._io import HashedFile, TableSource, TableWriter
+from ._rows import RESULT_COLUMNS, Judged, TableSpec, body_of, hashable, id_and_key, result_columns
 from ._seen import SeenIds, SeenKeys
 from ._template import check_columns
 
@@ -123,7 +123,7 @@ class _Rows:
                 number += 1
                 yield number, value
 
-    def judged(self) -> Iterator[tuple[pa.RecordBatch, list[Judged]]]:
+    def judged(self) -> Iterator[tuple[pa.RecordBatch, Judgements]]:
         number = 0
         spec, duplicated = self.spec, self.duplicated
         for batch in self.source.batches():
@@ -157,32 +157,48 @@ class _Counts:
     rejected: list[str] = field(default_factory=list)
 
 
-def _pending(rows: _Rows, answers: Answers | None, runs: Path) -> tuple[Path | None, _Counts]:
+def _pending(rows: _Rows, answers: Answers | None, runs: Path, plan: WrittenPlan | None = None
+             ) -> tuple[Path | None, _Counts]:
     """The requests not answered yet, one per request (rows with the same request share it), written to a file
-    named by its content (None: every row is answered or rejected)."""
+    named by its content (None: every row is answered or rejected); `plan` is fed each batch's lines as written."""
     runs.mkdir(parents=True, exist_ok=True)
     tmp = runs / "pending.jsonl.tmp"
     seen = SeenKeys(rows.source.rows_hint)
     counts = _Counts()
-    digest = hashlib.sha256()
-    with open(tmp, "wb") as f:
+    with HashedFile(tmp) as f:
         for _, judged in rows.judged():
-            keys = [j.key for j in judged if j.key is not None]
-            done = answers.answered_among(keys) if answers is not None else set()
             counts.rows += len(judged)
-            fresh = [j for j in judged if j.key is not None and j.key not in done]
-            again = seen.add_many([j.key for j in fresh if j.key is not None])
-            counts.answered += len(keys) - len(fresh)
-            counts.rejected += [j.rejected or "" for j in judged if j.key is None]
-            lines = b"".join(j.line() for at, j in enumerate(fresh) if at not in again)
+            counts.rejected += [judged.rejected[i] for i in sorted(judged.rejected)]
+            keep = _unsent(judged, answers, seen, counts)
+            lines, sizes, cids = judged.lines(keep)
             f.write(lines)
-            digest.update(lines)
+            if plan is not None and sizes:
+                plan.add(sizes, cids)
+        digest = f.close()
     if not len(seen):
         tmp.unlink()
         return None, counts
-    path = runs / f"{digest.hexdigest()[:16]}.jsonl"
+    path = runs / f"{digest[:16]}.jsonl"
     os.replace(tmp, path)
     return path, counts
+
+
+def _unsent(judged: Judgements, answers: Answers | None, seen: SeenKeys, counts: _Counts) -> list[bool] | None:
+    """Which of a batch's rows go in the run: neither rejected nor answered, and the first row of their request
+    (None: every row, the common case, told without a step a row). Answered rows are counted here."""
+    keys = judged.keys
+    valid = [k for k in keys if k is not None] if judged.rejected else keys
+    done = answers.answered_among(valid) if answers is not None and valid else set()  # type: ignore[arg-type]
+    counts.answered += sum(k in done for k in valid) if done else 0
+    places = None if not judged.rejected and not done else [i for i, k in enumerate(keys) if k is not None and k not in done]
+    fresh: list[Any] = keys if places is None else [keys[i] for i in places]  # (none of them None)
+    again = seen.add_many(fresh)  # (positions among `fresh`)
+    if places is None and not again:
+        return None
+    keep = [False] * len(keys)
+    for j, i in enumerate(range(len(keys)) if places is None else places):
+        keep[i] = j not in again
+    return keep
 
 
 def open_answers(root: Path, journal: str | None, job: str | None) -> Answers:
@@ -209,14 +225,27 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
     answers = Answers.local(root / "answers.sqlite3") if (root / "answers.sqlite3").exists() else None
     import tempfile
 
+    limits = limits or Limits()
+    written = WrittenPlan(limits, spec.model) if _plain(spec, limits) else None
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            pending, counts = _pending(rows, answers, Path(tmp))
-            report = plan(pending, limits=limits, workers=auto_workers(pending)) if pending is not None else None
+            pending, counts = _pending(rows, answers, Path(tmp), written)
+            report = None if pending is None else written.finish() if written is not None else \
+                plan(pending, limits=limits, workers=auto_workers(pending))
     finally:
         if answers is not None:
             answers.close()
     return TablePlan(counts.rows, counts.rejected, counts.answered, report)
+
+
+def _plain(spec: TableSpec, limits: Limits) -> bool:
+    """Whether the spec's requests can be planned from their sizes as they are written (`WrittenPlan`): its request
+    with a stand-in prompt (and system, when that has no fields) is one `plan` takes with nothing to note. A system
+    rendered per row may be long, which the caching report notes: those go through `plan`."""
+    if spec.system is not None and spec.system.columns:
+        return False
+    body = body_of(spec, dict.fromkeys(spec.template.columns, "x"))
+    return plain_request(Judged(1, "", "r-probe", body).line().rstrip(b"\n"), limits)
 
 
 class TableJob:

@@ -14,6 +14,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import orjson
@@ -73,7 +74,15 @@ class TableSpec:
         return tuple(dict.fromkeys(cols + ((self.id_column,) if self.id_column else ())))
 
 
-_HEAD, _MID = b'{"custom_id":"', b'","params":'  # (a line of a table job's JSONL, around its custom_id)
+_HEAD, _MID, _TAIL = b'{"custom_id":"', b'","params":', b"}\n"  # (a line of a table job's JSONL, around its parts)
+LINE_FRAME = len(_HEAD) + len(_MID) + len(_TAIL) - 1  # a line's bytes besides its custom_id and body (no newline)
+KEY_HEX = 40  # a key's hex digits: 160 bits of the sha256
+
+
+def frame_lines(cids: list[bytes], bodies: list[bytes]) -> bytes:
+    """The lines of a table job's JSONL (`Judged.line` each), joined in one call with no Python step a line."""
+    n = len(bodies)
+    return b"".join(chain.from_iterable(zip(repeat(_HEAD, n), cids, repeat(_MID, n), bodies, repeat(_TAIL, n))))
 
 
 class Judged(NamedTuple):  # (a tuple: a million of them are made in a few seconds)
@@ -89,7 +98,7 @@ class Judged(NamedTuple):  # (a tuple: a million of them are made in a few secon
 
     def line(self) -> bytes:
         """The request as a line of a JSONL job (a custom_id is made of letters, digits, `_` and `-`: no escapes)."""
-        return b"".join((_HEAD, (self.custom_id or "").encode(), _MID, self.body, b"}\n"))
+        return frame_lines([(self.custom_id or "").encode()], [self.body])
 
 
 def request_of(spec: TableSpec, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -138,7 +147,7 @@ def id_and_key(line: bytes) -> tuple[str, str]:
 
 
 def key_of(body: bytes) -> str:
-    return hashlib.sha256(body).hexdigest()[:40]
+    return hashlib.sha256(body).hexdigest()[:KEY_HEX]
 
 
 def custom_id_of(value: Any, key: str) -> str:

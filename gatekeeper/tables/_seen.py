@@ -97,7 +97,8 @@ class SeenKeys:
         distinct, again = _firsts(keys)
         if not distinct:
             return set()
-        digests = np.frombuffer(bytes.fromhex("".join(keys[at] for at in distinct)), _DIGEST)
+        joined = "".join(keys if len(distinct) == len(keys) else [keys[at] for at in distinct])
+        digests = np.frombuffer(bytes.fromhex(joined), _DIGEST)
         h = digests["h"] | np.uint64(1)  # (0 marks a free slot: the hash keeps 63 bits and the word 32)
         found, _ = self._slots.put(h, digests["w"].copy(), match_word=True)
         return set(again) | {distinct[i] for i in np.flatnonzero(found)}
