@@ -252,6 +252,20 @@ def test_a_jsonl_job_never_imports_the_table_libraries(tmp_path: Path) -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_planning_a_table_never_imports_the_run_nor_http(tmp_path: Path) -> None:
+    """`plan_table` sends nothing: the run's modules and httpx (a fifth of a second) stay unimported."""
+    import subprocess
+    import sys
+
+    pq.write_table(pa.table({"body": ["a", "b"]}), tmp_path / "t.parquet")
+    code = ("import sys, gatekeeper; spec = gatekeeper.TableSpec.of('Say {body}', 'claude-haiku-4-5', 5); "
+            "plan = gatekeeper.plan_table(sys.argv[1], spec, state_dir=sys.argv[2]); "
+            "print(plan.report.requests, sorted(m for m in ('httpx', 'anyio', 'gatekeeper.run._submit') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.parquet"), str(tmp_path / "state")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "2 []"
+
+
 
 def test_a_table_job_in_a_shared_postgresql_journal_named_once_for_its_runs(tmp_path: Path, pg_url: str,
                                                                               job_name: str) -> None:

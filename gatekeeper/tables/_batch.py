@@ -1,29 +1,25 @@
-"""A record batch of rows judged at once: the same `Judged` as `_rows.judge` row by row, with the prompts rendered by
-Arrow's string kernels and JSON-escaped by one `orjson.dumps` of the batch's texts. Rows the batch path cannot
-vouch for (a null templated column, a null or duplicated id) and templates over columns that are not strings go
-row by row, through `judge` itself: one definition of a row's request, two speeds.
-
-Why one dump splits exactly: in orjson's encoding of a list of strings, a `"` inside an element is always written
-`\\"`, so the three bytes `","` occur only between elements.
+"""A record batch of rows judged at once: the same `Judged` as `_rows.judge` row by row, with the prompts rendered
+and escaped by C-level maps over the batch's columns (no Python step a row). Rows the batch path cannot vouch for (a
+null templated column, a null or duplicated id) and templates over columns that are not strings go row by row,
+through `judge` itself: one definition of a row's request, two speeds.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Mapping
-from itertools import compress
-from operator import add, itemgetter, methodcaller
+from itertools import compress, repeat
+from operator import itemgetter, methodcaller
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, frame_lines, hashable, judge
+from ._rows import KEY_HEX, Judged, TableSpec, custom_id_of, framed, hashable, judge
 from ._template import Template
 
-_hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
-_SEP = b'","'  # between two texts in orjson's encoding of a list of strings (see the module's docstring)
+_hex, _key_part, _LESS_ONE = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX)), (-1).__add__
 
 
 class Judgements:
@@ -63,9 +59,8 @@ class Judgements:
         else:
             keep = keep if keep is not None else [k is not None for k in self.keys]
             cids, bodies = list(compress(self.cids, keep)), list(compress(self.bodies, keep))  # type: ignore[arg-type]
-        encoded = list(map(str.encode, cids))
-        sizes = list(map(LINE_FRAME.__add__, map(add, map(len, encoded), map(len, bodies))))
-        return frame_lines(encoded, bodies), sizes, cids
+        lines = framed(list(map(str.encode, cids)), bodies)
+        return b"".join(lines), list(map(_LESS_ONE, map(len, lines))), cids  # (a request is its line less the newline)
 
 
 def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: Mapping[Any, list[int]]) -> Judgements:
@@ -74,11 +69,11 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     templates = [t for t in (spec.template, spec.system) if t is not None]
     if not all(_strings(sub, t) for t in templates):
         return Judgements.of_rows(first, [judge(spec, row, first + i, duplicated) for i, row in enumerate(sub.to_pylist(), 1)])
-    user = _escaped(spec.template, sub)
-    system = _escaped(spec.system, sub) if spec.system is not None else None
+    user = _rendered(spec.template, sub)
+    system = _rendered(spec.system, sub) if spec.system is not None else None
     vouched = _vouched(spec, sub, templates, duplicated)
     ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
-    bodies = _bodies(spec.pieces, user, system) if sub.num_rows else []
+    bodies = _bodies(spec.pieces, user, system)
     keys: list[str | None] = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies))))  # (`key_of`, in C loops)
     cids: list[str | None] = list(map("r-".__add__, keys) if ids is None else map(custom_id_of, ids, keys))  # type: ignore[arg-type]
     out = Judgements(first, keys, cids, bodies, {})
@@ -87,42 +82,42 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     return out
 
 
-def _bodies(pieces: tuple[bytes, ...], user: bytes, system: bytes | None) -> list[bytes]:
-    """Each row's request body: its escaped prompts (`_escaped`) between the spec's pieces. With the user prompt
-    alone, every row's is made at once: the separators replaced by one body's end, a newline and the next one's
-    start (an escaped text holds no newline), then split."""
+def _bodies(pieces: tuple[bytes, ...], user: list[str], system: list[str] | None) -> list[bytes]:
+    """Each row's request body (`_rows.body_of`): its prompts, JSON-encoded, between the spec's pieces. (One join a
+    row: the batch's texts encoded at once and split, or joined whole and split, took twice as long.)"""
+    dumps, n = orjson.dumps, len(user)
     if system is None:
-        head, tail = pieces[0] + b'"', b'"' + pieces[1]
-        return (head + user.replace(_SEP, tail + b"\n" + head) + tail).split(b"\n")
-    join = b"".join
-    head, mid, tail = pieces[0] + b'"', b'"' + pieces[1] + b'"', b'"' + pieces[2]
-    users, systems = user.split(_SEP), system.split(_SEP)
-    pairs = zip(users, systems) if pieces[3] == b"user-first" else zip(systems, users)
-    return [join((head, a, mid, b, tail)) for a, b in pairs]
+        return list(map(b"".join, zip(repeat(pieces[0], n), map(dumps, user), repeat(pieces[1], n))))
+    a, b = (user, system) if pieces[3] == b"user-first" else (system, user)
+    return list(map(b"".join, zip(repeat(pieces[0], n), map(dumps, a), repeat(pieces[1], n), map(dumps, b),
+                                  repeat(pieces[2], n))))
 
 
 def _strings(sub: pa.RecordBatch, template: Template) -> bool:
     return all(pa.types.is_string(t) or pa.types.is_large_string(t) for t in (sub.schema.field(c).type for c in template.columns))
 
 
-def _escaped(template: Template, sub: pa.RecordBatch) -> bytes:
-    """The rows' rendered texts, JSON-escaped, without their quotes, between `_SEP`s (a null row's is empty: it
-    goes row by row); no rows, none."""
+def _rendered(template: Template, sub: pa.RecordBatch) -> list[str]:
+    """Each row's rendered text (a null field renders empty: that row goes row by row)."""
     n = sub.num_rows
-    if n == 0:
-        return b""
-    args: list[Any] = []
+    values = {c: _texts(sub.column(c)) for c in template.columns}
+    parts: list[Any] = []
     for lit, col in template.parts:
         if lit:
-            args.append(pa.scalar(lit, pa.string()))
+            parts.append(repeat(lit, n))
         if col is not None:
-            args.append(sub.column(col).cast(pa.string()))
-    if not any(isinstance(a, pa.Array) for a in args):
-        texts = ["".join(lit for lit, _ in template.parts)] * n
-    else:
-        args.append(pa.scalar("", pa.string()))  # (the separator: none)
-        texts = pc.fill_null(pc.binary_join_element_wise(*args), "").to_pylist()
-    return orjson.dumps(texts)[2:-2]
+            parts.append(values[col])
+    if len(parts) <= 1:
+        return list(parts[0]) if parts else [""] * n
+    if len(parts) == 2:
+        lit = template.parts[0][0]
+        return list(map(lit.__add__, parts[1]) if lit else map(str.__add__, *parts))
+    return list(map("".join, zip(*parts)))
+
+
+def _texts(column: pa.Array) -> list[str]:
+    """A string column's values, a null as empty (filled only where there is one: a copy of the column)."""
+    return (pc.fill_null(column, "") if column.null_count else column).to_pylist()  # type: ignore[no-any-return]
 
 
 def _vouched(spec: TableSpec, sub: pa.RecordBatch, templates: list[Template], duplicated: Mapping[Any, list[int]]) -> list[bool]:

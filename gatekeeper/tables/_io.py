@@ -88,39 +88,46 @@ class TableSource:
         except (pa.ArrowException, OSError):
             return 0  # (the pass that reads it says why)
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """The rows in order, a record batch at a time (memory: one batch)."""
+    def batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """The rows in order, a record batch at a time (memory: one batch); of `columns` only, when given (Parquet
+        and CSV then decode no other)."""
         if self.table is not None:
-            yield from self.table.to_batches(max_chunksize=BATCH_ROWS)
+            yield from (self.table if columns is None else self.table.select(columns)).to_batches(max_chunksize=BATCH_ROWS)
             return
         assert self.where is not None
         kind = format_of(self.where, "source")
         fs, path = _filesystem(self.where, "source")
         try:
             with fs.open_input_file(path) as f:
-                yield from _read(kind, f)
+                yield from _read(kind, f, columns)
         except FileNotFoundError:
             raise InputError(f"{self.where}: no such table") from None
         except (pa.ArrowException, OSError) as exc:
             raise InputError(f"{self.where}: cannot be read as {kind} ({str(exc).splitlines()[0]})") from None
 
 
-def _read(kind: str, f: Any) -> Iterator[pa.RecordBatch]:
+def _read(kind: str, f: Any, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
     if kind == "parquet":
         # (pre_buffer keeps every column chunk read until the file is closed: 195 MB more at 6.5M rows; a buffered
         # stream reads a column chunk 1 MB at a time, not whole: 51 MB less on a row group of 1M rows)
-        yield from pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20).iter_batches(batch_size=BATCH_ROWS)
+        yield from pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 20).iter_batches(batch_size=BATCH_ROWS,
+                                                                                         columns=columns)
     elif kind == "csv":
         yield from pacsv.open_csv(f, read_options=pacsv.ReadOptions(block_size=1 << 22),  # (an empty cell is null)
-                                  convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+                                  convert_options=pacsv.ConvertOptions(strings_can_be_null=True,
+                                                                       include_columns=columns or []))
     else:
-        try:
-            reader: Any = pa.ipc.open_file(f)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-        except pa.ArrowInvalid:
-            f.seek(0)
-            yield from pa.ipc.open_stream(f)
+        yield from (b if columns is None else b.select(columns) for b in _ipc(f))
+
+
+def _ipc(f: Any) -> Iterator[pa.RecordBatch]:
+    try:
+        reader: Any = pa.ipc.open_file(f)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    except pa.ArrowInvalid:
+        f.seek(0)
+        yield from pa.ipc.open_stream(f)
 
 
 class TableWriter:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
@@ -25,17 +25,16 @@ from ..api._config import ApiConfig
 from ..input._parallel import auto_workers
 from ..input._planner import PlanReport, WrittenPlan, plain_request, plan
 from ..input._sizing import Limits
-from ..run._submit import submit
-from ..run.job._opening import job_name_of
-from ..run.job._results import export
 from ..run.job._settings import SubmitSettings, default_job_name
-from ..run.job._summary import Summary
 from ..state._answers import Answers
 from ._batch import Judgements, judge_batch
 from ._io import HashedFile, TableSource, TableWriter
 from ._rows import RESULT_COLUMNS, Judged, TableSpec, body_of, hashable, id_and_key, result_columns
 from ._seen import SeenIds, SeenKeys
 from ._template import check_columns
+
+if TYPE_CHECKING:
+    from ..run.job._summary import Summary
 
 RESULT_TYPES = {"custom_id": pa.string(), "status": pa.string(), "text": pa.string(), "stop_reason": pa.string(),
                 "model": pa.string(), "input_tokens": pa.int64(), "output_tokens": pa.int64(),
@@ -102,7 +101,7 @@ class _Rows:
         if col is None:
             return {}
         seen, candidates, number = SeenIds(self.source.rows_hint), {}, 0
-        for batch in self.source.batches():
+        for batch in self.source.batches([col]):
             values = batch.column(col).to_pylist()
             present = [(number + i, hashable(v)) for i, v in enumerate(values, 1) if v is not None]
             for at, first in seen.add_many([v for _, v in present], [n for n, _ in present]):
@@ -118,15 +117,16 @@ class _Rows:
 
     def _ids(self, col: str) -> Iterator[tuple[int, Any]]:
         number = 0
-        for batch in self.source.batches():
+        for batch in self.source.batches([col]):
             for value in batch.column(col).to_pylist():
                 number += 1
                 yield number, value
 
-    def judged(self) -> Iterator[tuple[pa.RecordBatch, Judgements]]:
+    def judged(self, every_column: bool = True) -> Iterator[tuple[pa.RecordBatch, Judgements]]:
+        """Each record batch (of every column, or of the spec's alone) and its rows judged."""
         number = 0
         spec, duplicated = self.spec, self.duplicated
-        for batch in self.source.batches():
+        for batch in self.source.batches(None if every_column else list(spec.columns)):
             yield batch, judge_batch(spec, batch, number, duplicated)
             number += batch.num_rows
 
@@ -166,7 +166,7 @@ def _pending(rows: _Rows, answers: Answers | None, runs: Path, plan: WrittenPlan
     seen = SeenKeys(rows.source.rows_hint)
     counts = _Counts()
     with HashedFile(tmp) as f:
-        for _, judged in rows.judged():
+        for _, judged in rows.judged(every_column=False):
             counts.rows += len(judged)
             counts.rejected += [judged.rejected[i] for i in sorted(judged.rejected)]
             keep = _unsent(judged, answers, seen, counts)
@@ -279,6 +279,8 @@ def run_dir(pending: Path) -> Path:
 def run_name(pending: Path, job: str | None, config: ApiConfig) -> str:
     """A run's name in a shared journal: the table job's name and the run's content, or, unnamed, the name a JSONL
     job of the same requests gets (the run's file is named by the digest that name starts with)."""
+    from ..run.job._opening import job_name_of  # (the run's modules: not imported by `plan_table`, a second of a 1M-row plan)
+
     return f"{job}.{pending.stem}" if job else job_name_of(str(pending), config)
 
 
@@ -288,6 +290,8 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     """Send the table's unanswered rows as one job (any option of `submit` applies), keep their answers, and
     return the result table, one row per input row in input order (or write it to `out`: Parquet, CSV or Arrow
     IPC, local or object storage, whole or not at all)."""
+    from ..run._submit import submit  # (as `run_name`'s)
+
     settings = settings or SubmitSettings()
     src = TableSource.of(source)
     root = Path(settings.state_dir) if settings.state_dir is not None else default_state_dir(src)
@@ -311,6 +315,8 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
 
 def _merge(answers: Answers, pending: Path, run_dir: Path, journal: str | None, job: str | None) -> None:
     """Keep the run's results (and its lines refused before sending) under their requests' keys (memory: a chunk)."""
+    from ..run.job._results import export  # (as `run_name`'s)
+
     for only in (None, ["rejected"]):
         with open(pending, "rb") as requests:
             keeper = _Keeper(answers, map(id_and_key, requests))
