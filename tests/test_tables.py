@@ -318,8 +318,9 @@ def test_columns_that_are_not_strings_go_row_by_row() -> None:
     assert list(judge_batch(spec, batch, 0, {})) == [judge(spec, r, i, {}) for i, r in enumerate(batch.to_pylist(), 1)]
 
 
+@pytest.mark.parametrize("nulls", [True, False])  # (a string column without nulls is taken whole)
 @pytest.mark.parametrize("collide", [False, True])
-def test_duplicate_ids_are_settled_exactly(monkeypatch: pytest.MonkeyPatch, collide: bool) -> None:
+def test_duplicate_ids_are_settled_exactly(monkeypatch: pytest.MonkeyPatch, collide: bool, nulls: bool) -> None:
     """Candidates by hash, settled by the values themselves; two ids that share a hash (forced here) never make a
     false duplicate, nor hide a true one."""
     from gatekeeper.tables import _seen
@@ -328,7 +329,8 @@ def test_duplicate_ids_are_settled_exactly(monkeypatch: pytest.MonkeyPatch, coll
 
     if collide:  # (every id hashes alike: each looks seen on the first row)
         monkeypatch.setattr(_seen.SeenIds, "add_many", lambda self, values, rows: [(r, 1) for r in rows if r != 1])
-    table = pa.table({"id": ["a", "b", "a", None, "c", "b", "a", None], "body": ["x"] * 8})
+    ids = ["a", "b", "a", None, "c", "b", "a", None] if nulls else ["a", "b", "a", "d", "c", "b", "a", "e"]
+    table = pa.table({"id": ids, "body": ["x"] * 8})
     rows = _Rows(TableSource.of(table), TableSpec.of("{body}", MODEL, 5, id_column="id"))
     assert rows.duplicated == {"a": [1, 3, 7], "b": [2, 6]}
 
@@ -419,13 +421,13 @@ def test_a_runs_answers_are_kept_by_one_walk_of_its_requests_and_never_out_of_or
 def test_a_plain_spec_is_planned_as_written_exactly_as_plan_reads_the_run(
         tmp_path_factory: pytest.TempPathFactory, bodies: list[str | None], max_requests: int, max_bytes: int,
         params: dict, strict: bool, templated_system: bool) -> None:
-    """`plan_table` plans the run's requests from their sizes as it writes them (`WrittenPlan`) when the spec's
-    probe is plain, and through `plan` otherwise: either way, the report `plan` gives of the run's file, field for
-    field (batches cut by the limits, offsets, the largest request, requests too large to batch, rejections)."""
-    from gatekeeper.input._planner import WrittenPlan, plan
+    """`plan_table` plans the run's requests from their sizes, writing nothing (`SizedPlan`), when the spec's probe
+    is plain, and through `plan` otherwise: either way, the report `plan` gives of the file the run would send, field
+    for field (batches cut by the limits, offsets, the largest request, requests too large to batch, rejections)."""
+    from gatekeeper.input._planner import SizedPlan, plan
     from gatekeeper.input._sizing import Limits
     from gatekeeper.tables._io import TableSource
-    from gatekeeper.tables._job import _pending, _plain, _Rows
+    from gatekeeper.tables._job import _pending, _plain, _Rows, _sized
 
     tmp = tmp_path_factory.mktemp("written")
     limits = Limits(max_requests=max_requests, max_bytes=max_bytes,
@@ -433,12 +435,14 @@ def test_a_plain_spec_is_planned_as_written_exactly_as_plan_reads_the_run(
     table = pa.table({"body": bodies, "n": list(range(len(bodies)))})
     spec = TableSpec.of("Classify: {body}", MODEL, 20, params=params,
                         system="About {n}" if templated_system else "Be brief.")
-    written = WrittenPlan(limits, MODEL)
     refused = "stream" in params or ("temperature" in params and strict)  # (temperature: by 2026-10-21 only)
     assert _plain(spec, limits) == (not refused and not templated_system)
-    pending, _ = _pending(_Rows(TableSource.of(table), spec), None, tmp, written)
+    pending, counts = _pending(_Rows(TableSource.of(table), spec), None, tmp)
     if pending is None or refused or templated_system:  # (planned through `plan` itself)
         return
+    sized = _sized(_Rows(TableSource.of(table), spec), None, written := SizedPlan(limits, MODEL))
+    assert (sized.rows, sized.rejected, sized.unsent) == (counts.rows, counts.rejected, counts.unsent)
     got, want = written.finish(), plan(pending, limits=limits)
     assert (got.to_json(), got.batches, got.model_bytes, got.request_bytes) == \
         (want.to_json(), want.batches, want.model_bytes, want.request_bytes)
+

@@ -252,11 +252,11 @@ def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRule
     report.request_bytes = total
 
 
-class WrittenPlan:
-    """`plan` of a file its writer knows to hold valid, unique requests of one model with no caching facts (the
-    probe of `plain_request` says so), fed as the writer writes it: each call's request sizes and custom_ids, in
-    order, cut by the same `Packer`, so the report is the one `plan` of the file gives without reading it again. A
-    request over the batch limit is rejected here, as the reader rejects it."""
+class SizedPlan:
+    """`plan` of a file of valid, unique requests of one model with no caching facts (the probe of `plain_request`
+    says so), from each request's size and custom_id, in order, as the caller makes them: cut by the same `Packer`,
+    it is the report `plan` gives of that file, without the file being written or read. A request over the batch
+    limit is rejected here, as the reader rejects it."""
 
     def __init__(self, limits: Limits, model: str) -> None:
         self.report = PlanReport(limits=limits)
@@ -312,7 +312,7 @@ class WrittenPlan:
 def plain_request(line: bytes, limits: Limits) -> bool:
     """Whether `plan` takes this request line with nothing to note: valid (under `limits`' API version), and with no
     cache marker, tool list or long system prompt (the caching report's facts). A file of requests that differ
-    from it only in their prompts' text can be planned from their sizes (`WrittenPlan`)."""
+    from it only in their prompts' text can be planned from their sizes (`SizedPlan`)."""
     scan_ = CacheScan()
     refused: list[Rejection] = []
     for _ in validate([line + b"\n"], refused.append, item_limit=max_item_bytes(limits.max_bytes), from_file=False,

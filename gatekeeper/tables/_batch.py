@@ -9,17 +9,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping
 from itertools import compress, repeat
-from operator import itemgetter, methodcaller
+from operator import add, itemgetter, methodcaller
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._rows import KEY_HEX, Judged, TableSpec, custom_id_of, framed, hashable, judge
+from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, framed, hashable, judge
 from ._template import Template
 
-_hex, _key_part, _LESS_ONE = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX)), (-1).__add__
+_hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
 
 
 class Judgements:
@@ -50,17 +50,23 @@ class Judgements:
         if row.rejected is not None:
             self.rejected[i] = row.rejected
 
-    def lines(self, keep: list[bool] | None = None) -> tuple[bytes, list[int], list[str]]:
-        """The rows `keep` says (default: every row not rejected) as lines of a JSONL job (`Judged.line` each),
-        joined at once; each one's request bytes (its line without the newline) and custom_id."""
-        cids: list[str]
+    def kept(self, keep: list[bool] | None = None) -> tuple[list[str], list[bytes]]:
+        """The custom_ids and bodies of the rows `keep` says (default: every row not rejected)."""
         if keep is None and not self.rejected:
-            cids, bodies = self.cids, self.bodies  # type: ignore[assignment]  # (no row rejected: every one has an id)
-        else:
-            keep = keep if keep is not None else [k is not None for k in self.keys]
-            cids, bodies = list(compress(self.cids, keep)), list(compress(self.bodies, keep))  # type: ignore[arg-type]
-        lines = framed(list(map(str.encode, cids)), bodies)
-        return b"".join(lines), list(map(_LESS_ONE, map(len, lines))), cids  # (a request is its line less the newline)
+            return self.cids, self.bodies  # type: ignore[return-value]  # (no row rejected: every one has an id)
+        keep = keep if keep is not None else [k is not None for k in self.keys]
+        return list(compress(self.cids, keep)), list(compress(self.bodies, keep))  # type: ignore[arg-type]
+
+    def lines(self, keep: list[bool] | None = None) -> bytes:
+        """The rows `keep` says as lines of a JSONL job (`Judged.line` each), joined at once."""
+        cids, bodies = self.kept(keep)
+        return b"".join(framed(list(map(str.encode, cids)), bodies))
+
+    def sizes(self, keep: list[bool] | None = None) -> tuple[list[int], list[str]]:
+        """What `lines` would write, sized without writing it: each request's bytes (its line less the newline: a
+        custom_id is ASCII) and custom_id."""
+        cids, bodies = self.kept(keep)
+        return list(map(LINE_FRAME.__add__, map(add, map(len, cids), map(len, bodies)))), cids
 
 
 def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: Mapping[Any, list[int]]) -> Judgements:
@@ -71,13 +77,13 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
         return Judgements.of_rows(first, [judge(spec, row, first + i, duplicated) for i, row in enumerate(sub.to_pylist(), 1)])
     user = _rendered(spec.template, sub)
     system = _rendered(spec.system, sub) if spec.system is not None else None
-    vouched = _vouched(spec, sub, templates, duplicated)
-    ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
+    unvouched = _unvouched(spec, sub, templates, duplicated)
     bodies = _bodies(spec.pieces, user, system)
     keys: list[str | None] = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies))))  # (`key_of`, in C loops)
+    ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
     cids: list[str | None] = list(map("r-".__add__, keys) if ids is None else map(custom_id_of, ids, keys))  # type: ignore[arg-type]
     out = Judgements(first, keys, cids, bodies, {})
-    for i in (i for i, ok in enumerate(vouched) if not ok):
+    for i in unvouched:
         out.put(i, judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated))
     return out
 
@@ -120,16 +126,15 @@ def _texts(column: pa.Array) -> list[str]:
     return (pc.fill_null(column, "") if column.null_count else column).to_pylist()  # type: ignore[no-any-return]
 
 
-def _vouched(spec: TableSpec, sub: pa.RecordBatch, templates: list[Template], duplicated: Mapping[Any, list[int]]) -> list[bool]:
-    """Rows with every templated column and the id present, and the id not duplicated."""
-    ok = [True] * sub.num_rows
+def _unvouched(spec: TableSpec, sub: pa.RecordBatch, templates: list[Template],
+               duplicated: Mapping[Any, list[int]]) -> list[int]:
+    """The rows, in order, with a templated column or the id null, or the id duplicated (none: a batch of sound rows,
+    told from the columns' null counts)."""
+    bad: set[int] = set()
     for col in {c for t in templates for c in t.columns} | ({spec.id_column} if spec.id_column else set()):
         if sub.column(col).null_count:
-            for i, null in enumerate(sub.column(col).is_null().to_pylist()):
-                if null:
-                    ok[i] = False
+            bad.update(compress(range(sub.num_rows), sub.column(col).is_null().to_pylist()))
     if spec.id_column and duplicated:
-        for i, value in enumerate(sub.column(spec.id_column).to_pylist()):
-            if value is not None and hashable(value) in duplicated:
-                ok[i] = False
-    return ok
+        bad.update(i for i, value in enumerate(sub.column(spec.id_column).to_pylist())
+                   if value is not None and hashable(value) in duplicated)
+    return sorted(bad)

@@ -6,12 +6,10 @@ or uploaded (object storage, whose object appears only once the upload completes
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import hashlib
 import os
-import queue
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +68,10 @@ class TableSource:
     def schema(self) -> pa.Schema:
         if self.table is not None:
             return self.table.schema
+        if self.where is not None and format_of(self.where, "source") == "parquet":  # (its footer: no batch read)
+            fs, path = _filesystem(self.where, "source")
+            with contextlib.suppress(pa.ArrowException, OSError), fs.open_input_file(path) as f:  # (else read below)
+                return pq.ParquetFile(f).schema_arrow
         for batch in self.batches():
             return batch.schema
         raise InputError(f"{self.name}: the table is empty")
@@ -104,6 +106,7 @@ class TableSource:
             raise InputError(f"{self.where}: no such table") from None
         except (pa.ArrowException, OSError) as exc:
             raise InputError(f"{self.where}: cannot be read as {kind} ({str(exc).splitlines()[0]})") from None
+
 
 
 def _read(kind: str, f: Any, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
@@ -173,50 +176,3 @@ class TableWriter:
         except OSError:
             pass
 
-
-class HashedFile:
-    """A file written and hashed (sha256) by a thread of its own while the caller judges the next rows: both release
-    the GIL on a large buffer (a third of a second of a million rows' plan). At most a few chunks wait (bounded
-    memory); the thread's error is raised by the caller's next call, as the write's own would be."""
-
-    def __init__(self, path: Path) -> None:
-        self._f = open(path, "wb")  # noqa: SIM115 -- closed by `close`
-        self._digest = hashlib.sha256()
-        self._chunks: queue.Queue[bytes | None] = queue.Queue(4)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._drain, name="gatekeeper-pending", daemon=True)
-        self._thread.start()
-
-    def _drain(self) -> None:
-        while (chunk := self._chunks.get()) is not None:
-            if self._error is None:
-                try:
-                    self._f.write(chunk)
-                    self._digest.update(chunk)
-                except BaseException as exc:  # (raised in the caller's thread)
-                    self._error = exc
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def write(self, chunk: bytes) -> None:
-        self._raise()
-        self._chunks.put(chunk)
-
-    def close(self) -> str:
-        """Everything written and the file closed: its sha256, in hex."""
-        self._chunks.put(None)
-        self._thread.join()
-        self._f.close()
-        self._raise()
-        return self._digest.hexdigest()
-
-    def __enter__(self) -> HashedFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._thread.is_alive():
-            self._chunks.put(None)
-            self._thread.join()
-            self._f.close()

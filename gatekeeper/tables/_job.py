@@ -23,12 +23,12 @@ from .._errors import JournalError, UsageError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..input._parallel import auto_workers
-from ..input._planner import PlanReport, WrittenPlan, plain_request, plan
+from ..input._planner import PlanReport, SizedPlan, plain_request, plan
 from ..input._sizing import Limits
 from ..run.job._settings import SubmitSettings, default_job_name
 from ..state._answers import Answers
 from ._batch import Judgements, judge_batch
-from ._io import HashedFile, TableSource, TableWriter
+from ._io import TableSource, TableWriter
 from ._rows import RESULT_COLUMNS, Judged, TableSpec, body_of, hashable, id_and_key, result_columns
 from ._seen import SeenIds, SeenKeys
 from ._template import check_columns
@@ -98,22 +98,28 @@ class _Rows:
         """Each id on more than one row, with its rows: candidates by hash in one pass over the id column (memory:
         `SeenIds`), settled exactly by a second pass over the candidates' rows."""
         col = self.spec.id_column
-        if col is None:
-            return {}
-        seen, candidates, number = SeenIds(self.source.rows_hint), {}, 0
-        for batch in self.source.batches([col]):
-            values = batch.column(col).to_pylist()
-            present = [(number + i, hashable(v)) for i, v in enumerate(values, 1) if v is not None]
-            for at, first in seen.add_many([v for _, v in present], [n for n, _ in present]):
-                candidates[at] = first
-            number += len(values)
-        if not candidates:
+        candidates = self._candidates(col) if col is not None else {}
+        if col is None or not candidates:
             return {}
         rows = set(candidates) | set(candidates.values())
         values = {number: hashable(value) for number, value in self._ids(col) if number in rows}
         if any(values[later] != values[first] for later, first in candidates.items()):  # (two ids of one hash: the
             return _grouped((n, hashable(v)) for n, v in self._ids(col) if v is not None)  # index may hide one)
         return _grouped(sorted(values.items()))
+
+    def _candidates(self, col: str) -> dict[int, int]:
+        """Each row whose id looks seen before (by hash), with the row it looks seen on."""
+        seen, number = SeenIds(self.source.rows_hint), 0
+        candidates: dict[int, int] = {}
+        for batch in self.source.batches([col]):
+            column = batch.column(col)
+            values, rows = column.to_pylist(), range(number + 1, number + len(column) + 1)
+            if column.null_count or not pa.types.is_string(column.type):  # (else each value as it is: no step a row)
+                present = [(n, hashable(v)) for n, v in zip(rows, values) if v is not None]
+                values, rows = [v for _, v in present], [n for n, _ in present]  # type: ignore[assignment]
+            candidates.update(seen.add_many(values, rows))
+            number += len(column)
+        return candidates
 
     def _ids(self, col: str) -> Iterator[tuple[int, Any]]:
         number = 0
@@ -155,32 +161,45 @@ class _Counts:
     rows: int = 0
     answered: int = 0
     rejected: list[str] = field(default_factory=list)
+    unsent: int = 0  # distinct requests not answered yet
 
 
-def _pending(rows: _Rows, answers: Answers | None, runs: Path, plan: WrittenPlan | None = None
-             ) -> tuple[Path | None, _Counts]:
+def _pending(rows: _Rows, answers: Answers | None, runs: Path) -> tuple[Path | None, _Counts]:
     """The requests not answered yet, one per request (rows with the same request share it), written to a file
-    named by its content (None: every row is answered or rejected); `plan` is fed each batch's lines as written."""
+    named by its content (None: every row is answered or rejected)."""
     runs.mkdir(parents=True, exist_ok=True)
     tmp = runs / "pending.jsonl.tmp"
-    seen = SeenKeys(rows.source.rows_hint)
-    counts = _Counts()
-    with HashedFile(tmp) as f:
-        for _, judged in rows.judged(every_column=False):
-            counts.rows += len(judged)
-            counts.rejected += [judged.rejected[i] for i in sorted(judged.rejected)]
-            keep = _unsent(judged, answers, seen, counts)
-            lines, sizes, cids = judged.lines(keep)
+    digest = hashlib.sha256()
+    with open(tmp, "wb") as f:
+        for judged, keep in _unsent_rows(rows, answers, counts := _Counts()):
+            lines = judged.lines(keep)
             f.write(lines)
-            if plan is not None and sizes:
-                plan.add(sizes, cids)
-        digest = f.close()
-    if not len(seen):
+            digest.update(lines)
+    if not counts.unsent:
         tmp.unlink()
         return None, counts
-    path = runs / f"{digest[:16]}.jsonl"
+    path = runs / f"{digest.hexdigest()[:16]}.jsonl"
     os.replace(tmp, path)
     return path, counts
+
+
+def _sized(rows: _Rows, answers: Answers | None, plan: SizedPlan) -> _Counts:
+    """`_pending`'s requests fed to `plan` as sizes: nothing written (a third of a plan's time went to the file)."""
+    for judged, keep in _unsent_rows(rows, answers, counts := _Counts()):
+        sizes, cids = judged.sizes(keep)
+        if sizes:
+            plan.add(sizes, cids)
+    return counts
+
+
+def _unsent_rows(rows: _Rows, answers: Answers | None, counts: _Counts) -> Iterator[tuple[Judgements, list[bool] | None]]:
+    """Each batch's rows judged, and which of them go in the run (`_unsent`), counted in `counts`."""
+    seen = SeenKeys(rows.source.rows_hint)
+    for _, judged in rows.judged(every_column=False):
+        counts.rows += len(judged)
+        counts.rejected += [judged.rejected[i] for i in sorted(judged.rejected)]
+        yield judged, _unsent(judged, answers, seen, counts)
+    counts.unsent = len(seen)
 
 
 def _unsent(judged: Judgements, answers: Answers | None, seen: SeenKeys, counts: _Counts) -> list[bool] | None:
@@ -226,12 +245,14 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
     import tempfile
 
     limits = limits or Limits()
-    written = WrittenPlan(limits, spec.model) if _plain(spec, limits) else None
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            pending, counts = _pending(rows, answers, Path(tmp), written)
-            report = None if pending is None else written.finish() if written is not None else \
-                plan(pending, limits=limits, workers=auto_workers(pending))
+        if _plain(spec, limits):
+            counts = _sized(rows, answers, written := SizedPlan(limits, spec.model))
+            report = written.finish() if counts.unsent else None
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                pending, counts = _pending(rows, answers, Path(tmp))
+                report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending))
     finally:
         if answers is not None:
             answers.close()
@@ -239,7 +260,7 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
 
 
 def _plain(spec: TableSpec, limits: Limits) -> bool:
-    """Whether the spec's requests can be planned from their sizes as they are written (`WrittenPlan`): its request
+    """Whether the spec's requests can be planned from their sizes as they are written (`SizedPlan`): its request
     with a stand-in prompt (and system, when that has no fields) is one `plan` takes with nothing to note. A system
     rendered per row may be long, which the caching report notes: those go through `plan`."""
     if spec.system is not None and spec.system.columns:

@@ -75,6 +75,7 @@ class TableSpec:
 
 
 _HEAD, _MID, _TAIL = b'{"custom_id":"', b'","params":', b"}\n"  # (a line of a table job's JSONL, around its parts)
+LINE_FRAME = len(_HEAD) + len(_MID) + len(_TAIL) - 1  # a line's bytes besides its custom_id and body, newline aside
 KEY_HEX = 40  # a key's hex digits: 160 bits of the sha256
 
 

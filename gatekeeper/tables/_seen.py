@@ -10,6 +10,7 @@ only a *candidate* duplicate, settled exactly by the caller (`_job._Rows._duplic
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -111,15 +112,18 @@ class SeenIds:
     def __init__(self, expected: int = 0) -> None:
         self._slots = _Slots(expected)
 
-    def add_many(self, values: list[Any], rows: list[int]) -> list[tuple[int, int]]:
+    def add_many(self, values: list[Any], rows: Sequence[int]) -> list[tuple[int, int]]:
         """Note each of `values`, on its row of `rows`; (row, the row it looked seen on) for each that looks seen
         before."""
-        # (a tuple's hash mixes an int's bits: small ints would share a slot; values equal in Python repeat here)
-        hashes = [hash((v,)) for v in values]
+        # (a tuple's hash mixes an int's bits: small ints would share a slot; values equal in Python repeat here.
+        # `zip` of one list makes the 1-tuples without a Python step a value)
+        hashes = list(map(hash, zip(values)))
         distinct, again = _firsts(hashes)
         out = [(rows[at], rows[first]) for at, first in again.items()]
         if distinct:
-            h = np.array([hashes[at] for at in distinct], np.int64).view(np.uint64) | np.uint64(1)
-            found, word = self._slots.put(h, np.array([rows[at] for at in distinct], np.uint32), match_word=False)
+            every = len(distinct) == len(hashes)
+            h = np.array(hashes if every else [hashes[at] for at in distinct], np.int64).view(np.uint64) | np.uint64(1)
+            words = np.array(rows if every else [rows[at] for at in distinct], np.uint32)
+            found, word = self._slots.put(h, words, match_word=False)
             out += [(rows[distinct[i]], int(word[i])) for i in np.flatnonzero(found)]
         return sorted(out)
