@@ -135,6 +135,8 @@ def test_a_csv_table_through_the_cli_then_a_rerun_a_grown_table_and_a_changed_ro
         grown = pa.concat_tables([_tickets(20), _tickets(5, 20)]).to_pylist()
         grown[3]["body"] = "the printer is fine now"
         pacsv.write_csv(pa.Table.from_pylist(grown), table)
+        planned = orjson.loads(gk(["plan", str(table), *OPTS[:6], "--id-column", "id", "--json"], env).stdout)
+        assert (planned["rows"], planned["answered"], planned["to_send"]) == (25, 19, 6)  # (looked up by key)
         third = gk(args + ["--json"], env)
         assert third.returncode == 0 and orjson.loads(third.stdout)["sent"] == 6 and _sent(fake) == 26
         final = pq.read_table(out)
@@ -336,17 +338,21 @@ def test_duplicate_ids_are_settled_exactly(monkeypatch: pytest.MonkeyPatch, coll
 
 
 @pytest.mark.parametrize("expected", [0, 5_000, 50_000])  # (0 and 5,000 grow the table as it fills)
-def test_seen_keys_tell_requests_apart_in_little_room(expected: int) -> None:
-    from gatekeeper.tables._rows import key_of
-    from gatekeeper.tables._seen import SeenKeys
+def test_seen_requests_tell_requests_apart_in_little_room(expected: int) -> None:
+    import numpy as np
 
-    seen = SeenKeys(expected)
-    keys = [key_of(str(i).encode()) for i in range(20_000)]
-    assert seen.add_many(keys[:7_000]) == set() and seen.add_many(keys[7_000:]) == set()
-    assert seen.add_many(keys[::7]) == set(range(len(keys[::7]))) and len(seen) == 20_000
-    # repeats within one call, and keys that share the 64 bits hashed but not the next 32: apart
-    twin = keys[0][:16] + ("0" if keys[0][16] != "0" else "1") + keys[0][17:]
-    assert seen.add_many([twin, keys[1], twin, "f" * 40]) == {1, 2} and len(seen) == 20_002
+    from gatekeeper.tables._seen import SeenRequests, _Slots
+
+    seen = SeenRequests(expected)
+    bodies = [b'{"n":%d}' % i for i in range(20_000)]
+    assert seen.add_many(bodies[:7_000]) == set() and seen.add_many(bodies[7_000:]) == set()
+    assert seen.add_many(bodies[::7]) == set(range(len(bodies[::7]))) and len(seen) == 20_002 - 2
+    assert seen.add_many([b"x", bodies[1], b"x", b"y"]) == {1, 2} and len(seen) == 20_002  # (repeats within a call)
+    # two fingerprints alike in their 64-bit hash but not in their word are apart; alike in both, one
+    slots = _Slots(expected)
+    h, w = np.array([5, 5, 5], np.uint64), np.array([1, 2, 1], np.uint32)
+    found, _ = slots.put(h[:2], w[:2], match_word=True)
+    assert list(found) == [False, False] and list(slots.put(h[2:], w[2:], match_word=True)[0]) == [True]
 
 
 def test_seen_ids_name_candidates_with_the_row_first_seen() -> None:

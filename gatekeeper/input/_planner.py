@@ -19,7 +19,7 @@ from ._reader import Rejection, ScanStats, request_reader, scan, too_large, vali
 from ._sizing import Limits, Packer, max_item_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from typing import Any
 
     from ._reader import ModelRules, Source
@@ -266,7 +266,7 @@ class SizedPlan:
         self.lines = self.offset = 0  # lines and bytes written before the next call's
         self.first = self.last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's ends
 
-    def add(self, sizes: list[int], cids: list[str]) -> None:
+    def add(self, sizes: list[int], cids: Sequence[str]) -> None:
         at = self._edges(sizes, cids)
         if max(sizes, default=0) > self.item_limit:
             for k in [k for k, n in enumerate(sizes) if n > self.item_limit]:
@@ -278,7 +278,7 @@ class SizedPlan:
         self.lines += len(sizes)
         self.offset += sum(sizes) + len(sizes)
 
-    def _edges(self, sizes: list[int], cids: list[str]) -> Callable[[int], tuple[int, int, str, int]]:
+    def _edges(self, sizes: list[int], cids: Sequence[str]) -> Callable[[int], tuple[int, int, str, int]]:
         def at(k: int) -> tuple[int, int, str, int]:  # (offsets summed only for the few requests at batch edges)
             return self.lines + 1 + k, self.offset + sum(sizes[:k]) + k, cids[k], sizes[k]
 

@@ -7,7 +7,7 @@ through `judge` itself: one definition of a row's request, two speeds.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import compress, repeat
 from operator import add, itemgetter, methodcaller
 from typing import Any
@@ -16,7 +16,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, framed, hashable, judge
+from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, framed, hashable, judge, key_of
 from ._template import Template
 
 _hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
@@ -24,12 +24,13 @@ _hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
 
 class Judgements:
     """A record batch's rows judged, as columns (a million rows in objects of their own were a third of a plan):
-    row `first + 1 + i` has `keys[i]`, `cids[i]` and `bodies[i]`, or, when `keys[i]` is None, was rejected for
-    `rejected[i]`. Iterated, the rows as `Judged`, as `_rows.judge` gives them."""
+    row `first + 1 + i` has `bodies[i]`, `keys[i]` and `cids[i]`, unless it was rejected for `rejected[i]`. Iterated,
+    the rows as `Judged`, as `_rows.judge` gives them. Judged without keys (`judge_batch`'s `keyed`), `keys` is
+    None, and so is `cids` without an id column: a custom_id is then made only where asked for (`_KeyIds`)."""
 
     __slots__ = ("first", "keys", "cids", "bodies", "rejected")
 
-    def __init__(self, first: int, keys: list[str | None], cids: list[str | None], bodies: list[bytes],
+    def __init__(self, first: int, keys: list[str | None] | None, cids: list[str | None] | None, bodies: list[bytes],
                  rejected: dict[int, str]) -> None:
         self.first, self.keys, self.cids, self.bodies, self.rejected = first, keys, cids, bodies, rejected
 
@@ -39,38 +40,67 @@ class Judgements:
         return cls(first, keys, cids, bodies, {i: j.rejected for i, j in enumerate(rows) if j.rejected is not None})
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.bodies)
 
     def __iter__(self) -> Iterator[Judged]:
+        assert self.keys is not None and self.cids is not None, "judged without keys"
         for i, (key, cid, body) in enumerate(zip(self.keys, self.cids, self.bodies)):
             yield Judged(self.first + 1 + i, key, cid, body, self.rejected.get(i))
 
     def put(self, i: int, row: Judged) -> None:
-        self.keys[i], self.cids[i], self.bodies[i] = row.key, row.custom_id, row.body
+        self.bodies[i] = row.body
+        if self.keys is not None:
+            self.keys[i] = row.key
+        if self.cids is not None:
+            self.cids[i] = row.custom_id
         if row.rejected is not None:
             self.rejected[i] = row.rejected
 
-    def kept(self, keep: list[bool] | None = None) -> tuple[list[str], list[bytes]]:
+    def kept(self, keep: list[bool] | None = None) -> tuple[Sequence[str], list[bytes]]:
         """The custom_ids and bodies of the rows `keep` says (default: every row not rejected)."""
         if keep is None and not self.rejected:
-            return self.cids, self.bodies  # type: ignore[return-value]  # (no row rejected: every one has an id)
-        keep = keep if keep is not None else [k is not None for k in self.keys]
-        return list(compress(self.cids, keep)), list(compress(self.bodies, keep))  # type: ignore[arg-type]
+            cids, bodies = self.cids, self.bodies
+        else:
+            keep = keep if keep is not None else [i not in self.rejected for i in range(len(self))]
+            cids = None if self.cids is None else list(compress(self.cids, keep))
+            bodies = list(compress(self.bodies, keep))
+        return (_KeyIds(bodies) if cids is None else cids), bodies  # type: ignore[return-value]  # (kept: an id each)
 
     def lines(self, keep: list[bool] | None = None) -> bytes:
         """The rows `keep` says as lines of a JSONL job (`Judged.line` each), joined at once."""
         cids, bodies = self.kept(keep)
         return b"".join(framed(list(map(str.encode, cids)), bodies))
 
-    def sizes(self, keep: list[bool] | None = None) -> tuple[list[int], list[str]]:
+    def sizes(self, keep: list[bool] | None = None) -> tuple[list[int], Sequence[str]]:
         """What `lines` would write, sized without writing it: each request's bytes (its line less the newline: a
         custom_id is ASCII) and custom_id."""
         cids, bodies = self.kept(keep)
-        return list(map(LINE_FRAME.__add__, map(add, map(len, cids), map(len, bodies)))), cids
+        lengths = repeat(_KeyIds.LENGTH) if isinstance(cids, _KeyIds) else map(len, cids)
+        return list(map(LINE_FRAME.__add__, map(add, lengths, map(len, bodies)))), cids
 
 
-def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: Mapping[Any, list[int]]) -> Judgements:
-    """The rows of `batch` judged; `first` is the number of the row before it (rows count from 1)."""
+class _KeyIds(Sequence[str]):
+    """The custom_ids of rows without an id column ("r-" and the key), each made when asked for: a plan asks for
+    its batches' edges and its largest request alone."""
+
+    LENGTH = len(custom_id_of(None, "")) + KEY_HEX
+
+    def __init__(self, bodies: list[bytes]) -> None:
+        self.bodies = bodies
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        return custom_id_of(None, key_of(self.bodies[k]))
+
+
+def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: Mapping[Any, list[int]], *,
+                keyed: bool = True) -> Judgements:
+    """The rows of `batch` judged; `first` is the number of the row before it (rows count from 1). Not `keyed`: no
+    row's key is computed (a sha256 each, most of a batch's time), for a plan with no answers to look them up in."""
     sub = batch.select(list(spec.columns))
     templates = [t for t in (spec.template, spec.system) if t is not None]
     if not all(_strings(sub, t) for t in templates):
@@ -79,13 +109,19 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     system = _rendered(spec.system, sub) if spec.system is not None else None
     unvouched = _unvouched(spec, sub, templates, duplicated)
     bodies = _bodies(spec.pieces, user, system)
-    keys: list[str | None] = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies))))  # (`key_of`, in C loops)
+    keys: list[str | None] | None = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies)))) if keyed else None
     ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
-    cids: list[str | None] = list(map("r-".__add__, keys) if ids is None else map(custom_id_of, ids, keys))  # type: ignore[arg-type]
-    out = Judgements(first, keys, cids, bodies, {})
+    out = Judgements(first, keys, _custom_ids(ids, keys), bodies, {})
     for i in unvouched:
         out.put(i, judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated))
     return out
+
+
+def _custom_ids(ids: list[Any] | None, keys: list[str | None] | None) -> list[str | None] | None:
+    """The rows' custom_ids (`custom_id_of`): from the id column, else from the keys (None: no keys, none yet)."""
+    if ids is not None:  # (a null id, the one that needs a key, goes row by row)
+        return list(map(custom_id_of, ids, repeat("") if keys is None else keys))  # type: ignore[arg-type]
+    return None if keys is None else list(map("r-".__add__, keys))  # type: ignore[arg-type]
 
 
 def _bodies(pieces: tuple[bytes, ...], user: list[str], system: list[str] | None) -> list[bytes]:

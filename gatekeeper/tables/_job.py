@@ -30,7 +30,7 @@ from ..state._answers import Answers
 from ._batch import Judgements, judge_batch
 from ._io import TableSource, TableWriter
 from ._rows import RESULT_COLUMNS, Judged, TableSpec, body_of, hashable, id_and_key, result_columns
-from ._seen import SeenIds, SeenKeys
+from ._seen import SeenIds, SeenRequests
 from ._template import check_columns
 
 if TYPE_CHECKING:
@@ -128,12 +128,12 @@ class _Rows:
                 number += 1
                 yield number, value
 
-    def judged(self, every_column: bool = True) -> Iterator[tuple[pa.RecordBatch, Judgements]]:
-        """Each record batch (of every column, or of the spec's alone) and its rows judged."""
+    def judged(self, every_column: bool = True, keyed: bool = True) -> Iterator[tuple[pa.RecordBatch, Judgements]]:
+        """Each record batch (of every column, or of the spec's alone) and its rows judged (`judge_batch`)."""
         number = 0
         spec, duplicated = self.spec, self.duplicated
         for batch in self.source.batches(None if every_column else list(spec.columns)):
-            yield batch, judge_batch(spec, batch, number, duplicated)
+            yield batch, judge_batch(spec, batch, number, duplicated, keyed=keyed)
             number += batch.num_rows
 
 
@@ -184,38 +184,45 @@ def _pending(rows: _Rows, answers: Answers | None, runs: Path) -> tuple[Path | N
 
 
 def _sized(rows: _Rows, answers: Answers | None, plan: SizedPlan) -> _Counts:
-    """`_pending`'s requests fed to `plan` as sizes: nothing written (a third of a plan's time went to the file)."""
-    for judged, keep in _unsent_rows(rows, answers, counts := _Counts()):
+    """`_pending`'s requests fed to `plan` as sizes: nothing written (a third of a plan's time went to the file), and
+    without answers to look up, no key computed."""
+    for judged, keep in _unsent_rows(rows, answers, counts := _Counts(), keyed=answers is not None):
         sizes, cids = judged.sizes(keep)
         if sizes:
             plan.add(sizes, cids)
     return counts
 
 
-def _unsent_rows(rows: _Rows, answers: Answers | None, counts: _Counts) -> Iterator[tuple[Judgements, list[bool] | None]]:
+def _unsent_rows(rows: _Rows, answers: Answers | None, counts: _Counts, keyed: bool = True
+                 ) -> Iterator[tuple[Judgements, list[bool] | None]]:
     """Each batch's rows judged, and which of them go in the run (`_unsent`), counted in `counts`."""
-    seen = SeenKeys(rows.source.rows_hint)
-    for _, judged in rows.judged(every_column=False):
+    seen = SeenRequests(rows.source.rows_hint)
+    for _, judged in rows.judged(every_column=False, keyed=keyed):
         counts.rows += len(judged)
         counts.rejected += [judged.rejected[i] for i in sorted(judged.rejected)]
         yield judged, _unsent(judged, answers, seen, counts)
     counts.unsent = len(seen)
 
 
-def _unsent(judged: Judgements, answers: Answers | None, seen: SeenKeys, counts: _Counts) -> list[bool] | None:
+def _unsent(judged: Judgements, answers: Answers | None, seen: SeenRequests, counts: _Counts) -> list[bool] | None:
     """Which of a batch's rows go in the run: neither rejected nor answered, and the first row of their request
     (None: every row, the common case, told without a step a row). Answered rows are counted here."""
-    keys = judged.keys
-    valid = [k for k in keys if k is not None] if judged.rejected else keys
-    done = answers.answered_among(valid) if answers is not None and valid else set()  # type: ignore[arg-type]
-    counts.answered += sum(k in done for k in valid) if done else 0
-    places = None if not judged.rejected and not done else [i for i, k in enumerate(keys) if k is not None and k not in done]
-    fresh: list[Any] = keys if places is None else [keys[i] for i in places]  # (none of them None)
-    again = seen.add_many(fresh)  # (positions among `fresh`)
+    n, rejected = len(judged), judged.rejected
+    places = None if not rejected else [i for i in range(n) if i not in rejected]
+    if answers is not None:
+        keys = judged.keys
+        assert keys is not None, "answers are looked up by key"
+        valid = keys if places is None else [keys[i] for i in places]
+        done = answers.answered_among(valid) if valid else set()  # type: ignore[arg-type]
+        if done:
+            counts.answered += sum(k in done for k in valid)
+            places = [i for i in (range(n) if places is None else places) if keys[i] not in done]
+    bodies = judged.bodies
+    again = seen.add_many(bodies if places is None else [bodies[i] for i in places])  # (positions among those)
     if places is None and not again:
         return None
-    keep = [False] * len(keys)
-    for j, i in enumerate(range(len(keys)) if places is None else places):
+    keep = [False] * n
+    for j, i in enumerate(range(n) if places is None else places):
         keep[i] = j not in again
     return keep
 

@@ -2,21 +2,22 @@
 slot, 12 bytes; at a load of at most 0.7, about 17 bytes an entry where a Python set of strings takes about 100),
 probed a record batch at a time by array operations instead of a Python step a row.
 
-`SeenKeys`: request keys (sha256 hex digests), told apart by 95 bits of their digest (63 of the hash, and the word: the next 32):
-a false match needs two different requests among ten million to agree on 95 bits of sha256 (about 1e-15).
+`SeenRequests`: requests by their bodies, told apart by 95 bits (63 of Python's keyed hash, siphash, and a crc32 as the
+word): a false match needs two different requests among ten million to agree on both (about 1e-15). (Their keys,
+sha256, would do as well at seven times the cost: a plan of a table that has no answers yet computes none.)
 `SeenIds`: an id column's values by their hash (the word is the row first seen on); an id that looks seen before is
 only a *candidate* duplicate, settled exactly by the caller (`_job._Rows._duplicates`).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 MAX_LOAD = 0.7
-_DIGEST = np.dtype([("h", "<u8"), ("w", "<u4"), ("rest", "V8")])  # a key's 20 bytes (its 40 hex digits)
 
 
 class _Slots:
@@ -85,27 +86,27 @@ def _firsts(values: list[Any]) -> tuple[list[int], dict[int, int]]:
     return list(first.values()), again
 
 
-class SeenKeys:
+class SeenRequests:
     def __init__(self, expected: int = 0) -> None:
         self._slots = _Slots(expected)
 
-    def add(self, key: str) -> bool:
-        """Whether `key` is new (and now seen)."""
-        return not self.add_many([key])
-
-    def add_many(self, keys: list[str]) -> set[int]:
-        """Note `keys` in order; the positions of those seen before (earlier in `keys` included)."""
-        distinct, again = _firsts(keys)
+    def add_many(self, bodies: list[bytes]) -> set[int]:
+        """Note the requests' `bodies` in order; the positions of those seen before (earlier in `bodies` included)."""
+        distinct, again = _firsts(bodies)
         if not distinct:
             return set()
-        joined = "".join(keys if len(distinct) == len(keys) else [keys[at] for at in distinct])
-        digests = np.frombuffer(bytes.fromhex(joined), _DIGEST)
-        h = digests["h"] | np.uint64(1)  # (0 marks a free slot: the hash keeps 63 bits and the word 32)
-        found, _ = self._slots.put(h, digests["w"].copy(), match_word=True)
+        h, w = fingerprints(bodies if len(distinct) == len(bodies) else [bodies[at] for at in distinct])
+        found, _ = self._slots.put(h, w, match_word=True)
         return set(again) | {distinct[i] for i in np.flatnonzero(found)}
 
     def __len__(self) -> int:
         return self._slots.used
+
+
+def fingerprints(bodies: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Each body's hash, nonzero (0 marks a free slot: it keeps 63 bits), and its crc32 as the word."""
+    h = np.array(list(map(hash, bodies)), np.int64).view(np.uint64) | np.uint64(1)
+    return h, np.array(list(map(zlib.crc32, bodies)), np.uint32)
 
 
 class SeenIds:
