@@ -314,6 +314,16 @@ def test_a_batch_is_judged_as_its_rows_are(rows: list[tuple[Any, Any, Any]], wit
         assert list(judge_batch(spec, batch, 6, duplicated)) == expect
 
 
+@pytest.mark.parametrize("text", ["Say {a}", "{a} then", "{a}{b}", "{a}", "no fields", "x {a} y {b} z", "{{a}} {b}"])
+def test_a_batch_renders_each_template_shape_as_a_row_does(text: str) -> None:
+    from gatekeeper.tables._batch import _rendered
+
+    batch = pa.record_batch({"a": ["1", None, "é"], "b": pa.array(["x", "y", None], pa.large_string())})
+    template = parse_template(text)
+    rows = [{k: (v or "") for k, v in row.items()} for row in batch.to_pylist()]  # (a null field renders empty)
+    assert _rendered(template, batch) == [template.render(row) for row in rows]
+
+
 def test_columns_that_are_not_strings_go_row_by_row() -> None:
     batch = pa.RecordBatch.from_pydict({"n": [1, None, 3], "x": [1.5, 2.0, None]})
     spec = TableSpec.of("{n} and {x}", MODEL, 5)
