@@ -10,11 +10,11 @@ the longest row name it starts with ("claude-sonnet-4-5-20250929" -> "claude-son
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import orjson
 
 from ._errors import UsageError
+from ._record import Record
 from ._typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -36,23 +36,26 @@ BYTES_PER_TOKEN_PACING = 3.0
 BYTES_PER_TOKEN_WORST = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """One model's standard USD per million tokens, by kind."""
+class Rates(Record):
+    """One model's standard USD per million tokens, by kind (`cache_write`: a write with the 5-minute life)."""
 
-    input: float
-    output: float
-    cache_write: float  # a write with the 5-minute life
-    cache_read: float
-    cache_write_1h: float
+    __slots__ = ("input", "output", "cache_write", "cache_read", "cache_write_1h")
+
+    def __init__(self, input: float, output: float, cache_write: float, cache_read: float,  # noqa: A002
+                 cache_write_1h: float) -> None:
+        self.input, self.output, self.cache_write, self.cache_read = input, output, cache_write, cache_read
+        self.cache_write_1h = cache_write_1h
 
 
-@dataclass(frozen=True)
 class PriceTable:
-    rows: dict[str, Rates]  # model prefix -> its standard USD per million tokens
-    as_of: str = ""
-    minimums: dict[str, int] | None = None  # model prefix -> the shortest prefix it caches, in tokens
-    minimums_as_of: str = ""
+    """The price table: `rows` maps a model prefix to its standard USD per million tokens (`Rates`), `minimums` a
+    model prefix to the shortest prefix it caches, in tokens; each with the date it is as of."""
+
+    __slots__ = ("rows", "as_of", "minimums", "minimums_as_of")
+
+    def __init__(self, rows: dict[str, Rates], as_of: str = "", minimums: dict[str, int] | None = None,
+                 minimums_as_of: str = "") -> None:
+        self.rows, self.as_of, self.minimums, self.minimums_as_of = rows, as_of, minimums, minimums_as_of
 
     def _row(self, model: str | None) -> Rates | None:
         row: Rates | None = _longest(self.rows, model)

@@ -15,12 +15,12 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from itertools import chain
 
 import orjson
 
 from .._errors import InputError, os_error
+from .._record import Record
 from .._typing import TYPE_CHECKING
 from .._wire import STRICT_VERSION
 from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
@@ -67,11 +67,13 @@ if TYPE_CHECKING:  # what `plan`/`submit` accept as input: a path ("-" for stdin
     Source: TypeAlias = str | os.PathLike[str] | Iterable[dict[str, Any] | bytes | str]
 
 
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    line: int
-    custom_id: str | None
-    reason: str
+class Rejection(Record):
+    """A line refused before anything is sent: its number (from 1), its custom_id when it has one, and why."""
+
+    __slots__ = ("line", "custom_id", "reason")
+
+    def __init__(self, line: int, custom_id: str | None, reason: str) -> None:
+        self.line, self.custom_id, self.reason = line, custom_id, reason
 
     def to_json(self) -> dict[str, Any]:
         return {"line": self.line, "custom_id": self.custom_id, "reason": self.reason}

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import accumulate, repeat
 from operator import add
 
 from .._errors import UsageError
+from .._record import Record
 from .._typing import TYPE_CHECKING
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION, API_VERSIONS
 
@@ -49,24 +49,27 @@ def max_item_bytes(max_bytes: int) -> int:
     return max_bytes - ENVELOPE_BYTES
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(Record):
     """Per-batch limits (both can only be lowered below the API's), and the API version whose rules each request is
     judged by (`api_version`: under 2026-10-21 some parameters and blocks are refused)."""
 
-    max_requests: int = API_MAX_REQUESTS
-    max_bytes: int = API_MAX_BYTES
-    api_version: str = API_VERSION
+    __slots__ = ("max_requests", "max_bytes", "api_version")
 
-    def __post_init__(self) -> None:
-        if not 1 <= self.max_requests <= API_MAX_REQUESTS:
-            raise UsageError(f"max_requests must be between 1 and {API_MAX_REQUESTS}, got {self.max_requests}",
+    def __init__(self, max_requests: int = API_MAX_REQUESTS, max_bytes: int = API_MAX_BYTES,
+                 api_version: str = API_VERSION) -> None:
+        if not 1 <= max_requests <= API_MAX_REQUESTS:
+            raise UsageError(f"max_requests must be between 1 and {API_MAX_REQUESTS}, got {max_requests}",
                              setting="max_requests")
-        if not ENVELOPE_BYTES + 2 <= self.max_bytes <= API_MAX_BYTES:
-            raise UsageError(f"max_bytes must be between {ENVELOPE_BYTES + 2} and {API_MAX_BYTES}, got {self.max_bytes}",
+        if not ENVELOPE_BYTES + 2 <= max_bytes <= API_MAX_BYTES:
+            raise UsageError(f"max_bytes must be between {ENVELOPE_BYTES + 2} and {API_MAX_BYTES}, got {max_bytes}",
                              setting="max_bytes")
-        if self.api_version not in API_VERSIONS:
-            raise UsageError(f"API version {self.api_version!r}: use {' or '.join(API_VERSIONS)}", setting="api_version")
+        if api_version not in API_VERSIONS:
+            raise UsageError(f"API version {api_version!r}: use {' or '.join(API_VERSIONS)}", setting="api_version")
+        self.max_requests, self.max_bytes, self.api_version = max_requests, max_bytes, api_version
+
+    def under(self, api_version: str) -> Limits:
+        """These limits, judged by another API version."""
+        return Limits(self.max_requests, self.max_bytes, api_version)
 
 
 class Packer:

@@ -226,7 +226,7 @@ async def preflight(source: Source, *, config: ApiConfig, limits: Limits | None 
     async with connect(config, max_rpm=max_rpm, on_retry=_retry_events(on_event)) as conn:
         # (judged by the rules of the version it will be sent with)
         return await plan_checked(source, conn.primary,
-                                  limits=dataclasses.replace(limits or Limits(), api_version=config.version))
+                                  limits=(limits or Limits()).under(config.version))
 
 
 async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rpm: float | None = None,
