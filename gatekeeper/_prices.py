@@ -47,7 +47,7 @@ class Rates(Record):
         self.cache_write_1h = cache_write_1h
 
 
-class PriceTable:
+class PriceTable(Record):
     """The price table: `rows` maps a model prefix to its standard USD per million tokens (`Rates`), `minimums` a
     model prefix to the shortest prefix it caches, in tokens; each with the date it is as of."""
 

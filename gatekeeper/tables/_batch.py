@@ -91,9 +91,7 @@ class _KeyIds(Sequence[str]):
     def __len__(self) -> int:
         return len(self.bodies)
 
-    def __getitem__(self, k: Any) -> Any:
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
+    def __getitem__(self, k: Any) -> Any:  # (an index: a plan asks for no slice)
         return custom_id_of(None, key_of(self.bodies[k]))
 
 
@@ -107,10 +105,10 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
         return Judgements.of_rows(first, [judge(spec, row, first + i, duplicated) for i, row in enumerate(sub.to_pylist(), 1)])
     user = _rendered(spec.template, sub)
     system = _rendered(spec.system, sub) if spec.system is not None else None
-    unvouched = _unvouched(spec, sub, templates, duplicated)
+    ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
+    unvouched = _unvouched(sub, templates, ids, duplicated)
     bodies = _bodies(spec.pieces, user, system)
     keys: list[str | None] | None = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies)))) if keyed else None
-    ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
     out = Judgements(first, keys, _custom_ids(ids, keys), bodies, {})
     for i in unvouched:
         out.put(i, judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated))
@@ -151,10 +149,7 @@ def _rendered(template: Template, sub: pa.RecordBatch) -> list[str]:
             parts.append(values[col])
     if len(parts) <= 1:
         return list(parts[0]) if parts else [""] * n
-    if len(parts) == 2:
-        lit = template.parts[0][0]
-        return list(map(lit.__add__, parts[1]) if lit else map(str.__add__, *parts))
-    return list(map("".join, zip(*parts)))
+    return list(map(str.__add__, *parts) if len(parts) == 2 else map("".join, zip(*parts)))
 
 
 def _texts(column: pa.Array) -> list[str]:
@@ -162,15 +157,14 @@ def _texts(column: pa.Array) -> list[str]:
     return (pc.fill_null(column, "") if column.null_count else column).to_pylist()  # type: ignore[no-any-return]
 
 
-def _unvouched(spec: TableSpec, sub: pa.RecordBatch, templates: list[Template],
+def _unvouched(sub: pa.RecordBatch, templates: list[Template], ids: list[Any] | None,
                duplicated: Mapping[Any, list[int]]) -> list[int]:
-    """The rows, in order, with a templated column or the id null, or the id duplicated (none: a batch of sound rows,
-    told from the columns' null counts)."""
+    """The rows, in order, with a templated column or the id (`ids`: the id column's values) null, or the id
+    duplicated (none: a batch of sound rows, told from the columns' null counts)."""
     bad: set[int] = set()
-    for col in {c for t in templates for c in t.columns} | ({spec.id_column} if spec.id_column else set()):
+    for col in {c for t in templates for c in t.columns}:
         if sub.column(col).null_count:
             bad.update(compress(range(sub.num_rows), sub.column(col).is_null().to_pylist()))
-    if spec.id_column and duplicated:
-        bad.update(i for i, value in enumerate(sub.column(spec.id_column).to_pylist())
-                   if value is not None and hashable(value) in duplicated)
+    if ids is not None and (duplicated or None in ids):
+        bad.update(i for i, value in enumerate(ids) if value is None or hashable(value) in duplicated)
     return sorted(bad)

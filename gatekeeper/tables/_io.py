@@ -6,7 +6,6 @@ or uploaded (object storage, whose object appears only once the upload completes
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import tempfile
@@ -68,27 +67,30 @@ class TableSource:
     def schema(self) -> pa.Schema:
         if self.table is not None:
             return self.table.schema
-        if self.where is not None and format_of(self.where, "source") == "parquet":  # (its footer: no batch read)
-            fs, path = _filesystem(self.where, "source")
-            with contextlib.suppress(pa.ArrowException, OSError), fs.open_input_file(path) as f:  # (else read below)
-                return pq.ParquetFile(f).schema_arrow
+        if self._footer is not None:  # (Parquet: no batch read)
+            return self._footer.schema.to_arrow_schema()
         for batch in self.batches():
             return batch.schema
         raise InputError(f"{self.name}: the table is empty")
 
-    @functools.cached_property
+    @property
     def rows_hint(self) -> int:
         """How many rows the table has, when that costs no pass (an in-memory table, Parquet's footer), else 0."""
         if self.table is not None:
             return int(self.table.num_rows)
+        return 0 if self._footer is None else int(self._footer.num_rows)
+
+    @functools.cached_property
+    def _footer(self) -> pq.FileMetaData | None:
+        """A Parquet file's footer, read once (None: not Parquet, or unreadable: the pass that reads it says why)."""
         if self.where is None or format_of(self.where, "source") != "parquet":
-            return 0
+            return None
         fs, path = _filesystem(self.where, "source")
         try:
             with fs.open_input_file(path) as f:
-                return int(pq.ParquetFile(f).metadata.num_rows)
+                return pq.ParquetFile(f).metadata
         except (pa.ArrowException, OSError):
-            return 0  # (the pass that reads it says why)
+            return None
 
     def batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
         """The rows in order, a record batch at a time (memory: one batch); of `columns` only, when given (Parquet
@@ -106,7 +108,6 @@ class TableSource:
             raise InputError(f"{self.where}: no such table") from None
         except (pa.ArrowException, OSError) as exc:
             raise InputError(f"{self.where}: cannot be read as {kind} ({str(exc).splitlines()[0]})") from None
-
 
 
 def _read(kind: str, f: Any, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
@@ -175,4 +176,3 @@ class TableWriter:
             os.unlink(self._tmp)
         except OSError:
             pass
-

@@ -254,8 +254,8 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
     limits = limits or Limits()
     try:
         if _plain(spec, limits):
-            counts = _sized(rows, answers, written := SizedPlan(limits, spec.model))
-            report = written.finish() if counts.unsent else None
+            counts = _sized(rows, answers, sized := SizedPlan(limits, spec.model))
+            report = sized.finish() if counts.unsent else None
         else:
             with tempfile.TemporaryDirectory() as tmp:
                 pending, counts = _pending(rows, answers, Path(tmp))
@@ -267,8 +267,8 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
 
 
 def _plain(spec: TableSpec, limits: Limits) -> bool:
-    """Whether the spec's requests can be planned from their sizes as they are written (`SizedPlan`): its request
-    with a stand-in prompt (and system, when that has no fields) is one `plan` takes with nothing to note. A system
+    """Whether the spec's requests can be planned from their sizes, nothing written (`SizedPlan`): its request with a
+    stand-in prompt (and system, when that has no fields) is one `plan` takes with nothing to note. A system
     rendered per row may be long, which the caching report notes: those go through `plan`."""
     if spec.system is not None and spec.system.columns:
         return False
