@@ -121,3 +121,89 @@ def test_pieces_come_back_in_order_whichever_worker_ends_first(monkeypatch: pyte
     got = list(forked_map(_slow_every_fifth, 40, 2, "in.jsonl"))  # type: ignore[arg-type]
     assert [i for i, _ in got] == list(range(40))
     assert len({pid for _, pid in got}) == 2  # both workers took pieces
+
+
+@pytest.mark.parametrize("workers", [None, 2])
+@pytest.mark.parametrize("limit", [1, 40, 1500])
+def test_ids_spilled_past_the_limit_give_the_same_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          workers: int | None, limit: int) -> None:
+    """Past `ids_in_memory` the ids go to disk and repeats are told at the end, then the file is read again told them:
+    the report is the one an index in memory gives, duplicates (first lines included) and batch edges alike."""
+    import gatekeeper.input._duplicates as dupes
+
+    monkeypatch.setattr(gatekeeper.input._parallel, "PIECE_BYTES", 8192)
+    monkeypatch.setattr(dupes, "FLUSH", 64)  # many blocks a part
+    lates: list[dict[int, int]] = []
+    late = dupes.DuplicateCheck.late
+    monkeypatch.setattr(dupes.DuplicateCheck, "late", lambda self: lates.append(late(self)) or lates[-1])
+    path = _messy_file(tmp_path / "in.jsonl", 3000, 7)
+    limits = Limits(max_requests=170, max_bytes=40_000)
+    kept = plan(path, limits=limits, workers=workers).to_json()
+    assert lates == [{}]  # (under the default limit: nothing spilled, read once)
+    lates.clear()
+    spilled = plan(path, limits=limits, workers=workers, ids_in_memory=limit).to_json()
+    assert spilled == kept
+    told = {e["line"] for e in kept["errors"] if "duplicate" in e["reason"]}
+    assert len(lates) == 1 and set(lates[0]) == told  # the second reading knew them all
+
+
+@pytest.mark.parametrize(("ids", "requests", "repeats"), [
+    ([f"id{i}" for i in range(500)], 500, 0),  # no repeat at all
+    ([f"id{i % 30 if i < 40 else i}" for i in range(300)], 290, 10),  # every repeat told in memory, before the spill
+])
+def test_a_file_with_no_repeat_past_the_limit_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           ids: list[str], requests: int, repeats: int) -> None:
+    import gatekeeper.input._planner as planner
+
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(req(cid)) + b"\n" for cid in ids))
+    reads = []
+    scan = planner.scan
+    monkeypatch.setattr(planner, "scan", lambda *a, **k: reads.append(k["repeats"]) or scan(*a, **k))
+    report = plan(path, ids_in_memory=100)
+    assert reads == [None] and report.requests == requests and len(report.errors) == repeats
+
+
+def test_no_room_to_spill_is_one_line_naming_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk (here, a folder that cannot be written) under TMPDIR: a UsageError naming TMPDIR, no traceback."""
+    import tempfile
+
+    from gatekeeper import UsageError
+
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(req(f"id{i}")) + b"\n" for i in range(50)))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing" / "folder"))
+    with pytest.raises(UsageError, match="cannot set custom_ids aside in .*missing/folder.*TMPDIR") as caught:
+        plan(path, ids_in_memory=10)
+    assert caught.value.setting == "TMPDIR"
+
+
+def test_a_pipe_keeps_its_ids_in_memory(tmp_path: Path) -> None:
+    """Standard input cannot be read again: no limit, the repeats told as they come."""
+    import subprocess
+    import sys
+
+    lines = b"".join(orjson.dumps(req(f"id{i % 40}")) + b"\n" for i in range(60))
+    code = ("import json, gatekeeper; r = gatekeeper.plan('-', ids_in_memory=5); "
+            "print(json.dumps([r.requests, len(r.errors)]))")
+    out = subprocess.run([sys.executable, "-c", code], input=lines, capture_output=True, check=True, timeout=60)
+    assert orjson.loads(out.stdout) == [40, 20]
+
+
+@pytest.mark.parametrize(("known", "lines", "base", "found"), [
+    ({}, [1, 2, 3], 0, []),
+    ({5: 1}, [1, 2, 3], 0, []),  # after the run
+    ({5: 1}, [1, 2, 3], 2, [(2, 1)]),  # base 2: relative line 3 is line 5
+    ({4: 2}, [1, 3, 5], 0, []),  # between two lines of the run (a rejected line, not a request)
+    ({1: 0, 9: 3, 12: 9}, [1, 4, 9, 12], 0, [(0, 0), (2, 3), (3, 9)]),
+    ({7: 2}, [], 0, []),
+])
+def test_known_repeats_name_their_positions_in_a_run(known: dict[int, int], lines: list[int], base: int,
+                                                    found: list[tuple[int, int]]) -> None:
+    from array import array
+
+    from gatekeeper.input._duplicates import KnownRepeats
+
+    rel = array("I", lines)
+    assert KnownRepeats(known).add_many(rel, array("q", [0] * len(rel)), array("i", [0] * len(rel)), base) == found
+

@@ -475,3 +475,22 @@ def test_the_progress_line_fits_the_terminal_and_says_a_time_left_once_it_can(co
     assert "~0:02:00 left" in lines[2]  # (30,000 more in 60 s since the first: 60,000 more in 120 s)
     if columns >= 200:
         assert "4 in flight" in lines[2] and "next reading in 30 s" in lines[2]
+
+
+def test_ids_set_aside_on_disk_are_sent_once_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job past the ids kept in memory (here 10; a million by default): repeats found only at the end of the first
+    reading are rejected as they are in memory, and every other request is created once, over real HTTP."""
+    import gatekeeper.input._duplicates as dupes
+    from gatekeeper import ApiConfig, Secret, SubmitSettings, submit_sync
+
+    monkeypatch.setattr(dupes, "IDS_IN_MEMORY", 10)
+    items = [req(f"q{i:03d}") for i in range(80)] + [req(f"q{i:03d}", text="again") for i in (3, 41, 79)]
+    path = write_jsonl(tmp_path / "in.jsonl", items)
+    with running_fake(ceiling=100, rate=4000) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
+        s = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "s", poll=0.05, max_rpm=60000))
+        assert (s.requests, s.succeeded, s.invalid) == (80, 80, 3)
+        created = [cid for b in fake.org.batches.values() for cid, _ in b.requests]
+        assert sorted(created) == [f"q{i:03d}" for i in range(80)]
+        bodies = [body for b in fake.org.batches.values() for _, body in b.requests]
+        assert not any("again" in orjson.dumps(body).decode() for body in bodies)  # the first line is the one sent

@@ -137,6 +137,14 @@ class IdIndex:
         chunk = bisect_right(self.bases, (k, _NO_BASE)) - 1
         return self.lines[k] + (self.bases[chunk][1] if chunk >= 0 else 0)
 
+    def absolute_lines(self) -> array[int]:
+        """Every entry's line, in order of arrival."""
+        lines = self.lines[:self.count]
+        for k, (start, base) in enumerate(self.bases):
+            end = self.bases[k + 1][0] if k + 1 < len(self.bases) else self.count
+            lines[start:end] = array("I", [line + base for line in lines[start:end]])
+        return lines
+
     def add(self, custom_id: str, line: int, offset: int = -1) -> int:
         """Record and insert one id; 0, or the earlier line when seen before."""
         h = hash(custom_id)

@@ -27,7 +27,7 @@ from .._arrays import packed
 from .._errors import InputError
 from .._typing import TYPE_CHECKING
 from ._caching import CacheScan
-from ._idindex import IdIndex
+from ._duplicates import duplicate_check
 from ._reader import Columns, Rejection, ScanStats, duplicate, expected_ids, request_reader, validate
 
 if TYPE_CHECKING:
@@ -331,30 +331,34 @@ def parallel_scan(
     peaks: dict[str, int] | None = None,
     cache: CacheScan | None = None,
     strict: bool = False,
+    ids_in_memory: int | None = None,
+    repeats: dict[int, int] | None = None,
 ) -> Iterator[Segment]:
     """Yield a `Segment` per piece of the file, in input order; rejections go to `reject` in line order.
 
     Requests per model and their bytes are added to `models` and `model_bytes` (duplicates excluded).
     The parent does no Python step per request beyond the duplicate probe: everything else is array work.
+    Past `ids_in_memory` ids, repeats are told at the end, in `stats.repeats` (see `scan`).
     """
     size = os.path.getsize(path)
     bounds = piece_bounds(path, size, max(piece_bytes or PIECE_BYTES, -(-size // MAX_CLAIMS)), workers)
     fd = os.open(path, os.O_RDONLY)
     request_at = request_reader(fd)
-    index = IdIndex(confirm=lambda offset: request_at(offset)[0])
+    check = duplicate_check(0, lambda offset: request_at(offset)[0], rereadable=True, limit=ids_in_memory,
+                            known=repeats)
     base = 0  # lines before the current piece
     if cache is not None:
         cache.read_ids = _id_reader(path)
     try:
         for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules, strict), len(bounds), workers, path):
             if not base:  # sized once the workers run: they need not map the parent's index, nor wait for the estimate
-                index.reserve(expected_ids(fd, size))
+                check.reserve(expected_ids(fd, size))
             count, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks, facts, largest = piece
             if cache is not None:
                 cache.merge(CacheScan.from_marshal(facts), base)
             rel, offs, lens, fps = array("I", rel_b), array("q", offs_b), array("I", lens_b), array("i", fps_b)
             _merge_peaks(peaks, piece_peaks)
-            dups = index.add_many(rel, offs, fps, base)
+            dups = check.add_many(rel, offs, fps, base)
             named, (rel, offs, lens) = _drop_duplicates(dups, base, (rel, offs, lens), names, counts, sizes, request_at)
             _merge_models(models, model_bytes, names, counts, sizes)
             yield Segment(base, rel, offs, lens, sum(sizes), _largest(lens) if dups else (largest[0], largest[1]))
@@ -362,7 +366,9 @@ def parallel_scan(
                               key=lambda e: e.line):
                 reject(rej)
             base += count
+        stats.repeats = check.late()
     finally:
+        check.close()
         os.close(fd)
     stats.lines = base
     stats.end_offset = size

@@ -145,24 +145,34 @@ def plan(
     hash_content: bool = False,
     workers: int | None = None,
     models: ModelRules | None = None,
+    ids_in_memory: int | None = None,
 ) -> PlanReport:
     """Validate and size `source` in one pass; nothing is sent.
 
     `source` is a path ("-" for stdin) or an iterable of requests (dicts or
     encoded JSON lines). With `workers` (a file only), that many forked processes
     validate it in parallel: do not ask for it from a process that runs threads.
+    A file of more than `ids_in_memory` custom_ids (default 1,048,576) sets them
+    aside on disk (TMPDIR) to tell repeats, and is read a second time if it has any.
     Example::
 
         report = gatekeeper.plan("requests.jsonl", limits=Limits(max_requests=50_000))
         print(report.requests, len(report.batches), report.invalid)
     """
     limits = limits or Limits()
-    report = PlanReport(limits=limits)
-    report.cache_scan = CacheScan()
-    if use_parallel(source, hash_content, workers):
-        _plan_segments(os.fspath(source), report, workers or 2, models)  # type: ignore[arg-type]
-    else:
-        _plan_rows(source, report, hash_content, models)
+    repeats = None
+    while True:  # twice only for a file whose repeated ids were told at the end (`_duplicates`)
+        report = PlanReport(limits=limits)
+        report.cache_scan = CacheScan()
+        stats = ScanStats()
+        if use_parallel(source, hash_content, workers):
+            _plan_segments(os.fspath(source), report, workers or 2, models, stats,  # type: ignore[arg-type]
+                           ids_in_memory, repeats)
+        else:
+            _plan_rows(source, report, hash_content, models, stats, ids_in_memory, repeats)
+        if not stats.repeats:
+            break
+        repeats = stats.repeats
     report.models = {m: c for m, c in report.models.items() if c}
     report.model_bytes = {m: b for m, b in report.model_bytes.items() if m in report.models}
     report.requests = sum(report.models.values())
@@ -173,9 +183,9 @@ def plan(
     return report
 
 
-def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: ModelRules | None) -> None:
+def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: ModelRules | None, stats: ScanStats,
+               ids_in_memory: int | None, repeats: dict[int, int] | None) -> None:
     """One process, one Python step a request, cut by `Packer` (the one packing rule)."""
-    stats = ScanStats()
     hasher = None
     if hash_content:
         import hashlib  # (only a submit hashes its input: plan starts without it)
@@ -188,7 +198,7 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: Mo
     for line, offset, cid, model, n, _ in scan(
         source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
         models=rules, peaks=report.max_tokens_peak if rules is not None else None, cache=report.cache_scan,
-        strict=report.limits.api_version == STRICT_VERSION,
+        strict=report.limits.api_version == STRICT_VERSION, ids_in_memory=ids_in_memory, repeats=repeats,
     ):
         if packer.add(n):
             if packer.batches > 1:
@@ -209,12 +219,12 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: Mo
         report.content_hash = hasher.hexdigest()
 
 
-def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRules | None) -> None:
+def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRules | None, stats: ScanStats,
+                   ids_in_memory: int | None, repeats: dict[int, int] | None) -> None:
     """Several processes: the reader hands over arrays a piece at a time and `Packer.add_many` cuts them.
 
     custom_ids are read back from the file only for batch edges and the largest request.
     """
-    stats = ScanStats()
     packer = Packer(report.limits)
     batches = report.batches
     fd = os.open(path, os.O_RDONLY)
@@ -232,7 +242,8 @@ def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRule
         for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
                                  stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers,
                                  rules=rules, peaks=report.max_tokens_peak, cache=report.cache_scan,
-                                 strict=report.limits.api_version == STRICT_VERSION):
+                                 strict=report.limits.api_version == STRICT_VERSION, ids_in_memory=ids_in_memory,
+                                 repeats=repeats):
             lengths = seg.lengths
             if not lengths:
                 continue

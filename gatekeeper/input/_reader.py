@@ -24,7 +24,8 @@ from .._record import Record
 from .._typing import TYPE_CHECKING
 from .._wire import STRICT_VERSION
 from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
-from ._idindex import FP_SHIFT, IdIndex
+from ._duplicates import duplicate_check
+from ._idindex import FP_SHIFT
 from ._markers import Memo, marker_walk, system_walk
 
 if TYPE_CHECKING:
@@ -41,11 +42,12 @@ READ_BUFFER = 1 << 20
 class ScanStats:
     """What a scan read. (A plain class: a dataclass costs 2-4 M instructions, about 1 ms, of every start.)"""
 
-    __slots__ = ("lines", "end_offset")
+    __slots__ = ("lines", "end_offset", "repeats")
 
     def __init__(self) -> None:
         self.lines = 0  # lines read, blank ones included
         self.end_offset = 0  # bytes read
+        self.repeats: dict[int, int] = {}  # line -> first line of the repeated ids told only at the end (spilled)
 
 
 class Columns:
@@ -493,21 +495,27 @@ def scan(
     peaks: dict[str, int] | None = None,
     cache: CacheScan | None = None,
     strict: bool = False,
+    ids_in_memory: int | None = None,
+    repeats: dict[int, int] | None = None,
 ) -> Iterator[tuple[int, int, str, str, int, bytes]]:
     """Yield (line, offset, custom_id, model, size, raw) for every valid, unique request, in order (as `validate`).
 
     Every bad line goes to `reject`. `item_limit` is the largest request (bytes) a
     batch can hold: a larger one is rejected rather than breaking the splitter.
     `stats` receives the line count and end offset; `hasher` (a hashlib object)
-    sees every byte of a file source.
+    sees every byte of a file source. A file of more than `ids_in_memory` ids may
+    yield a repeated id: `stats.repeats` then names it, for a second reading told
+    the `repeats` (see `_duplicates`).
     """
     stream, items, size = open_source(source)
+    check = None
     try:
         from_file = stream is not None
         lines: Iterable[Any] = stream if stream is not None else encode_items(items or ())
-        confirm = _confirmer(stream) if from_file else None
-        index = IdIndex(expected_ids(stream, size), confirm=confirm)  # sized once, not by rehashing
-        add = index.add
+        check = duplicate_check(expected_ids(stream, size), _confirmer(stream) if from_file else None,
+                                rereadable=stats is not None and _rereadable(source), limit=ids_in_memory,
+                                known=repeats)
+        add = check.add
         for line_no, start, cid, model, n, raw in validate(
             lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats, models=models, peaks=peaks,
             cache=cache, strict=strict
@@ -517,9 +525,18 @@ def scan(
                 reject(Rejection(line_no, cid, duplicate(cid, first)))
                 continue
             yield line_no, start, cid, model, n, raw
+        if stats is not None:
+            stats.repeats = check.late()
     finally:
+        if check is not None:
+            check.close()
         if stream is not None and stream is not sys.stdin.buffer:
             stream.close()
+
+
+def _rereadable(source: Source) -> bool:
+    """A path that can be opened again (not standard input, even redirected from a file)."""
+    return isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-"
 
 
 def _confirmer(stream: BinaryIO | None) -> Callable[[int], str | None] | None:
