@@ -81,7 +81,10 @@ class DuplicateCheck:
         index, self.index = self.index, None
         assert index is not None
         self.spill = _Spill()
-        self.spill.put(index.fps[1:index.count + 1], index.absolute_lines(), index.proofs[:index.count])
+        lines = index.absolute_lines()
+        for k in range(0, index.count, FLUSH):  # (a flush at a time: no second copy of the index in buffers)
+            end = min(k + FLUSH, index.count)
+            self.spill.put(index.fps[k + 1:end + 1], lines[k:end], index.proofs[k:end])
 
     def late(self) -> dict[int, int]:
         """Line -> first line of every repeat in the file (the spilled entries are all of its ids), when some was
