@@ -440,3 +440,20 @@ def test_a_lease_connection_that_fails_at_start_is_one_error_not_a_group(tmp_pat
         with pytest.raises(JournalError, match="second connection"):
             submit_sync(path, config=config, settings=SubmitSettings(journal=pg_database, job="lease-fails", poll=0.05,
                                                                       ceiling=1000))
+
+
+def test_no_room_to_set_ids_aside_is_one_line_naming_tmpdir(small_disk: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the ids kept in memory, `plan` sets them aside under TMPDIR: on a disk that fills, one UsageError naming
+    the folder and TMPDIR (exit 2), and nothing is left behind on that disk."""
+    import tempfile
+
+    from gatekeeper import plan
+
+    path = write_jsonl(small_disk.parent / "in.jsonl", [req(f"t-{i:05d}") for i in range(6000)])  # 96 KB set aside
+    monkeypatch.setattr(tempfile, "tempdir", str(small_disk))
+    with pytest.raises(UsageError) as caught:
+        plan(path, ids_in_memory=100)
+    message = str(caught.value)
+    assert f"cannot set custom_ids aside in {small_disk}" in message and "No space left on device" in message
+    assert caught.value.setting == "TMPDIR" and caught.value.exit_code == ExitCode.USAGE
+    assert list(small_disk.iterdir()) == []
