@@ -207,3 +207,14 @@ def test_known_repeats_name_their_positions_in_a_run(known: dict[int, int], line
     rel = array("I", lines)
     assert KnownRepeats(known).add_many(rel, array("q", [0] * len(rel)), array("i", [0] * len(rel)), base) == found
 
+
+
+@pytest.mark.parametrize(("expected", "parts"), [
+    (0, 64), (1_000_000, 64), (64 << 17, 64), ((64 << 17) + 1, 128), (10_000_000, 128), (100_000_000, 1024),
+    (10**12, 4096),
+])
+def test_a_spill_has_parts_of_about_131072_ids(expected: int, parts: int) -> None:
+    """Parts grow in number with the file, not in size (up to 4,096: their bits stay above the home slots)."""
+    from gatekeeper.input._duplicates import parts_for
+
+    assert parts_for(expected) == parts

@@ -2,10 +2,10 @@
 
 Up to `IDS_IN_MEMORY` ids are checked as they are read, in an `IdIndex` (22-28 bytes an id). Past that, a file
 that can be read again spills: the ids seen so far and every later one go to disk as (fingerprint, line, offset),
-into one of `PARTS` files by the fingerprint's bits, and at the end each part is checked alone (an id and its
-repeats share a part, in input order, so the first line is known). A repeat found only then was planned as a
-request, so the planner reads the file once more, told which lines repeat (`KnownRepeats`). A file with no repeat
-past the limit (nearly every file) is read once.
+into part files by the fingerprint's top bits (`parts_for`: about 131,072 ids a part), and at the end each part is
+checked alone (an id and its repeats share a part, in input order, so the first line is known). A repeat found only
+then was planned as a request, so the planner reads the file once more, told which lines repeat (`KnownRepeats`).
+A file with no repeat past the limit (nearly every file) is read once.
 
 A pipe, standard input or an iterable cannot be read again: its index stays in memory.
 """
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from tempfile import TemporaryDirectory
 
 IDS_IN_MEMORY = 1 << 20  # ids checked in memory before a re-readable file spills them (28 MB at most)
-PARTS = 64  # spill files: a part of ten million ids is about 160,000 (4 MB to check)
-PART_SHIFT = 24  # a part is the fingerprint's bits 24-29, above any home slot a part's index uses
+PART_IDS = 1 << 17  # ids a part is sized for: 3-4 MB to check, in an index of 2**18 slots (bits 0-17)
+MIN_PARTS, MAX_PARTS = 64, 1 << 12  # (a part is the fingerprint's top bits, 18-29 at most: above the home slots)
 FLUSH = 1 << 18  # entries buffered across the parts before they are written (5 MB)
 
 Confirm = Callable[[int], "str | None"]
@@ -35,7 +35,7 @@ Confirm = Callable[[int], "str | None"]
 class DuplicateCheck:
     """Tells a repeated custom_id as it is read, until `limit` ids; then sets them aside for `late`."""
 
-    __slots__ = ("index", "limit", "confirm", "spill", "told")
+    __slots__ = ("index", "limit", "confirm", "spill", "told", "expected")
 
     def __init__(self, expected: int, confirm: Confirm | None, *, rereadable: bool, limit: int | None = None) -> None:
         """`confirm(offset)` reads back the custom_id at an offset; without one, or for a file that cannot be read
@@ -45,6 +45,7 @@ class DuplicateCheck:
         self.confirm = confirm
         self.spill: _Spill | None = None
         self.told: set[int] = set()  # lines of the repeats told as they were read
+        self.expected = expected  # the file's ids, as estimated: how many parts a spill cuts
 
     def add(self, custom_id: str, line: int, offset: int) -> int:
         """The earlier line of a repeated id, else 0 (also for every id once spilled: `late` tells those)."""
@@ -74,13 +75,14 @@ class DuplicateCheck:
         return []
 
     def reserve(self, expected: int) -> None:
+        self.expected = expected
         if self.index is not None:
             self.index.reserve(min(expected, self.limit))
 
     def _start_spill(self) -> None:
         index, self.index = self.index, None
         assert index is not None
-        self.spill = _Spill()
+        self.spill = _Spill(parts_for(self.expected))
         lines = index.absolute_lines()
         for k in range(0, index.count, FLUSH):  # (a flush at a time: no second copy of the index in buffers)
             end = min(k + FLUSH, index.count)
@@ -93,7 +95,7 @@ class DuplicateCheck:
             return {}
         found: dict[int, int] = {}
         try:
-            for fps, lines, offsets in self.spill.parts():
+            for fps, lines, offsets in self.spill.each_part():
                 index = IdIndex(len(fps), self.confirm)
                 for k, first in index.add_many(lines, offsets, fps):
                     found[lines[k]] = first
@@ -146,25 +148,35 @@ def duplicate_check(expected: int, confirm: Confirm | None, *, rereadable: bool,
                                                                          limit=limit)
 
 
+def parts_for(expected: int) -> int:
+    """A power of two, so that a part holds about `PART_IDS` of the `expected` ids (past 537 million ids, more)."""
+    parts = MIN_PARTS
+    while parts * PART_IDS < expected and parts < MAX_PARTS:
+        parts *= 2
+    return parts
+
+
 class _Spill:
-    """(fingerprint, line, offset) entries in `PARTS` files of a temporary folder, by the fingerprint's bits."""
+    """(fingerprint, line, offset) entries in `parts` files of a temporary folder, by the fingerprint's top bits
+    (below its sign: a 31-bit fingerprint is signed), above any home slot a part's index uses."""
 
-    __slots__ = ("folder", "buffers", "buffered")
+    __slots__ = ("folder", "parts", "shift", "buffers", "buffered")
 
-    def __init__(self) -> None:
+    def __init__(self, parts: int) -> None:
         import tempfile  # (only a file of over a million ids spills: plan starts without it)
 
         try:
             self.folder: TemporaryDirectory[str] | None = tempfile.TemporaryDirectory(prefix="gatekeeper-ids-")
         except OSError as exc:
             raise _no_room(tempfile.gettempdir(), exc) from exc
-        self.buffers = [(array("i"), array("I"), array("q")) for _ in range(PARTS)]
+        self.parts, self.shift = parts, 30 - (parts.bit_length() - 1)
+        self.buffers = [(array("i"), array("I"), array("q")) for _ in range(parts)]
         self.buffered = 0
 
     def put(self, fps: array[int], lines: array[int], offsets: array[int]) -> None:
-        buffers, mask = self.buffers, PARTS - 1
+        buffers, shift, mask = self.buffers, self.shift, self.parts - 1
         for fp, line, offset in zip(fps, lines, offsets):
-            part = buffers[(fp >> PART_SHIFT) & mask]
+            part = buffers[(fp >> shift) & mask]
             part[0].append(fp)
             part[1].append(line)
             part[2].append(offset)
@@ -173,7 +185,7 @@ class _Spill:
             self._flush()
 
     def put_one(self, fp: int, line: int, offset: int) -> None:
-        part = self.buffers[(fp >> PART_SHIFT) & (PARTS - 1)]
+        part = self.buffers[(fp >> self.shift) & (self.parts - 1)]
         part[0].append(fp)
         part[1].append(line)
         part[2].append(offset)
@@ -192,14 +204,14 @@ class _Spill:
                             column.tofile(f)
         except OSError as exc:
             raise _no_room(self.folder.name, exc) from exc
-        self.buffers = [(array("i"), array("I"), array("q")) for _ in range(PARTS)]
+        self.buffers = [(array("i"), array("I"), array("q")) for _ in range(self.parts)]
         self.buffered = 0
 
-    def parts(self) -> Iterator[tuple[array[int], array[int], array[int]]]:
+    def each_part(self) -> Iterator[tuple[array[int], array[int], array[int]]]:
         """Each part's entries in the order they were put."""
         self._flush()
         assert self.folder is not None
-        for k in range(PARTS):
+        for k in range(self.parts):
             path = os.path.join(self.folder.name, str(k))
             if os.path.exists(path):
                 yield _read_part(path)
