@@ -136,11 +136,20 @@ def model_mask(marks: Marks, model: int) -> bytes | None:
     the model numbers' low bytes: `compress` then picks a model's values without a Python step a request."""
     if len(marks.models) <= 1:
         return None
-    if len(marks.models) <= 256 and sys.byteorder == "little":
+    low = _low_bytes(marks)
+    if low is not None:
         pick = bytearray(256)
         pick[model] = 1
-        return marks.model.tobytes()[0::2].translate(pick)
+        return low.translate(pick)
     return bytes(map(model.__eq__, marks.model))
+
+
+def _low_bytes(marks: Marks) -> bytes | None:
+    """Each request's model number as one byte (the 16-bit numbers' low bytes, in C), when every number fits one;
+    None otherwise."""
+    if len(marks.models) <= 256 and sys.byteorder == "little":
+        return marks.model.tobytes()[0::2]
+    return None
 
 
 def masked(values: Sequence[Any], mask: bytes | None) -> Sequence[Any]:
@@ -154,8 +163,8 @@ def lives(marks: Marks) -> tuple[list[int], list[int]]:
     n = len(marks.models)
     if marks.first.__class__ is range:  # one point a request: a point's model is its request's
         point_model: Iterable[int] = marks.model
-        if n <= 256 and sys.byteorder == "little" and marks.hour.count(0) == len(marks.hour):  # (counted in C)
-            low = marks.model.tobytes()[0::2]
+        low = _low_bytes(marks) if marks.hour.count(0) == len(marks.hour) else None
+        if low is not None:  # (counted in C)
             return [low.count(m) for m in range(n)], [0] * n
     else:
         counts = map(sub, marks.first[1:], marks.first[:-1])

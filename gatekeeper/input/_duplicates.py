@@ -185,6 +185,8 @@ class _Spill:
             self._flush()
 
     def put_one(self, fp: int, line: int, offset: int) -> None:
+        """`put` of one entry, for the one-process reader: half the cost of `put` over one-item tuples (343 ns
+        against 635 an id), paid on every id past the limit."""
         part = self.buffers[(fp >> self.shift) & (self.parts - 1)]
         part[0].append(fp)
         part[1].append(line)
