@@ -304,11 +304,35 @@ def test_validate_into_columns_keeps_what_it_would_yield() -> None:
     cols, rejections = Columns(), []
     assert list(validate(iter(lines), rejections.append, item_limit=1 << 20, into=cols)) == []
     assert rejections == yielded_rejections and [r.line for r in rejections] == [4]
-    assert cols.lines == [row[0] for row in rows] == [1, 3, 5, 6]
+    assert cols.lines(6) == [row[0] for row in rows] == [1, 3, 5, 6] and cols.skipped == [2, 4]
     assert cols.offsets == [row[1] for row in rows]
     assert cols.sizes == [row[4] for row in rows] == [len(line.strip()) for k, line in enumerate(lines) if k in (0, 2, 4, 5)]
     assert cols.fps == [hash(row[2]) >> FP_SHIFT for row in rows]
     assert cols.by_model == {"m1": [rows[0][4], rows[2][4]], "m2": [rows[1][4], rows[3][4]]}
+
+
+@pytest.mark.parametrize(("count", "skipped", "requests", "lines"), [
+    (0, [], 0, []),
+    (4, [], 4, [1, 2, 3, 4]),
+    (5, [1, 5], 3, [2, 3, 4]),  # blank or rejected at either end
+    (6, [2, 3, 4], 3, [1, 5, 6]),
+    (3, [1, 2, 3], 0, []),
+])
+def test_columns_derive_the_requests_lines_from_the_skipped_ones(count: int, skipped: list[int], requests: int,
+                                                                lines: list[int]) -> None:
+    cols = Columns()
+    cols.skipped, cols.sizes = skipped, [10] * requests
+    assert cols.lines(count) == lines
+
+
+def test_columns_refuse_lines_that_do_not_match_their_requests() -> None:
+    """A line neither skipped nor a request (or both) is a bug: it raises, rather than join a line to another's request."""
+    cols = Columns()
+    cols.skipped, cols.sizes = [2], [10, 10]
+    with pytest.raises(RuntimeError, match="3 request lines for 2 requests"):
+        cols.lines(4)
+    with pytest.raises(ValueError, match="from 1"):
+        next(validate(iter([b"{}\n"]), print, item_limit=1 << 20, into=Columns(), first_line=5), None)
 
 
 def test_id_index_fills_its_reserved_arrays_in_place() -> None:

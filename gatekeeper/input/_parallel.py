@@ -81,7 +81,7 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
         next(validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
                       peaks=peaks, into=cols, cache=cache, strict=strict), None)
     by_model = cols.by_model
-    return (stats.lines, packed("I", cols.lines), packed("q", cols.offsets), packed("I", cols.sizes),
+    return (stats.lines, packed("I", cols.lines(stats.lines)), packed("q", cols.offsets), packed("I", cols.sizes),
             packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
             [sum(sizes) for sizes in by_model.values()], [(r.line, r.custom_id, r.reason) for r in rejections],
             peaks or {}, cache.to_marshal(), _largest(cols.sizes))
