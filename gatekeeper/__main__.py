@@ -1,6 +1,6 @@
 import sys
 
-from .cli._cli import main
+from .cli._cli import run
 
 if __name__ == "__main__":  # guarded: the parallel reader's spawned workers import this module
-    sys.exit(main())
+    sys.exit(run())

@@ -65,3 +65,27 @@ def test_directory_is_unreadable(tmp_path: Path, capsys: pytest.CaptureFixture[s
     """A directory given as input is a clear usage error."""
     assert main(["plan", str(tmp_path)]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_command_exits_with_main_s_code_and_output_and_without_the_collector_s_last_walk() -> None:
+    """The installed script and `python -m gatekeeper` run `run()`: main's exit code and its whole output, then the
+    objects left frozen out of the collector (the interpreter's final collections were 7 ms of a short `plan`);
+    `main()` alone, for a program that goes on, leaves the collector as it was."""
+    import tomllib
+
+    scripts = tomllib.loads((EXAMPLES.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["gatekeeper"] == "gatekeeper.cli._cli:run"
+    done = subprocess.run([sys.executable, "-m", "gatekeeper", "plan", str(EXAMPLES / "defective.jsonl"), "--json"],
+                          capture_output=True)
+    assert done.returncode == 1 and orjson.loads(done.stdout)["invalid"] == 16
+    probe = ("import contextlib, gc, io, sys\n"
+             "from gatekeeper.cli._cli import main, run\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    alone = main(['plan', sys.argv[1]])\n"
+             "    frozen_by_main = gc.get_freeze_count()\n"
+             "    sys.argv = ['gatekeeper', 'plan', sys.argv[1]]\n"
+             "    code = run()\n"
+             "print(alone, frozen_by_main, code, gc.get_freeze_count() > 1000)\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(EXAMPLES / "defective.jsonl")], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split() == ["1", "0", "1", "True"], out.stderr

@@ -10,6 +10,7 @@ command starts as fast as Python does.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -60,6 +61,16 @@ def _interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
 
+def run() -> int:
+    """The `gatekeeper` command itself (the installed script and `python -m gatekeeper`): `main()`, then every object
+    left is frozen out of the garbage collector, so that the interpreter's exit does not walk them all in its final
+    collections (7 ms of a 45 ms `plan`). Each object is still freed as its module is cleared (a file closed, its
+    buffer written); only what sits in a reference cycle is not collected, and its memory goes with the process. (Every
+    command has closed what it opened by then: its files, journal and connections.) A program that calls `main()` and
+    goes on keeps its collector as it was."""
+    code = main()
+    gc.freeze()
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
