@@ -63,9 +63,9 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def run() -> int:
     """The `gatekeeper` command itself (the installed script and `python -m gatekeeper`): `main()`, then every object
-    left is frozen out of the garbage collector, so that the interpreter's exit does not walk them all in its final
-    collections (7 ms of a 45 ms `plan`). Each object is still freed as its module is cleared (a file closed, its
-    buffer written); only what sits in a reference cycle is not collected, and its memory goes with the process. (Every
+    left is frozen out of the garbage collector, so that the interpreter's exit does not collect and free, one by one,
+    the cycles every import leaves (modules, classes, functions: 7 ms of a 45 ms `plan`); their memory goes with the
+    process. What is not in a cycle is still freed as its module is cleared (a file closed, its buffer written). (Every
     command has closed what it opened by then: its files, journal and connections.) A program that calls `main()` and
     goes on keeps its collector as it was."""
     code = main()
