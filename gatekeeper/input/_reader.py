@@ -71,7 +71,7 @@ class Columns:
         for line in self.skipped:
             keep[line - 1] = 0
         lines = list(compress(range(1, count + 1), keep))
-        if len(lines) != len(self.sizes):  # (every line is a request, skipped, or both: a bug, never a wrong join)
+        if len(lines) != len(self.sizes):  # (each line is a request or skipped: else a bug, raised, never a wrong join)
             raise RuntimeError(f"{len(lines)} request lines for {len(self.sizes)} requests")
         return lines
 
