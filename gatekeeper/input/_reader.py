@@ -316,13 +316,14 @@ def validate(
 
     This loop is the hot path of `plan`, and it stays one function over 60 lines on purpose: each Python call
     added a line costs about 35 ns (timeit) of the 2.5-3.7 us a line takes here, 1-1.5% per call, and splitting the
-    checks out would add three (docs/performance.md). Only lines with blocks pay one, `_blocks` (about 1,000
-    instructions of a marked line's 39,243).
+    checks out would add three (docs/performance.md). Only the lines that need more pay a call: a line with blocks
+    (`_blocks`, about 1,000 instructions of a marked line's 39,243), one orjson refused (`_unparsed`), and every
+    line when a preflight or API version 2026-10-21 adds its rules (`_later_reason`).
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     lines, offset = _opened(lines, first_line == 1 and (offset == 0 or not from_file), offset, hasher)
-    rules = models is not None or peaks is not None
+    later = strict or models is not None or peaks is not None  # (the checks a plain `plan` skips)
     memos: dict[str, Memo] = {}  # one a model: files interleave models, and a prefix is per model
     cols = into or Columns()
     col_offsets, col_sizes, col_fps, by_model = cols.offsets, cols.sizes, cols.fps, cols.by_model
@@ -341,10 +342,7 @@ def validate(
         try:
             obj = loads(raw)
         except decode_error as exc:
-            if raw.strip():
-                reject(Rejection(line_no, None, _json_reason(raw.strip(), exc)))
-            elif into is not None:
-                into.skipped.append(line_no)  # (blank: no request, no rejection)
+            _unparsed(raw, exc, line_no, reject, into)
             continue
         # The common shape, read by subscript (cheaper than .get; a missing key or a non-object raises, at no
         # cost when nothing is raised) and checked with as few operations as possible; anything else goes to
@@ -401,13 +399,8 @@ def validate(
                 continue
         elif cache is not None and system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES:
             note_unmarked(cache, model, system, None)
-        if strict:
-            reason = version_reason(params)
-            if reason is not None:
-                reject(Rejection(line_no, cid, reason))
-                continue
-        if rules:
-            reason = _model_reason(params, models, peaks)
+        if later:
+            reason = _later_reason(params, strict, models, peaks)
             if reason is not None:
                 reject(Rejection(line_no, cid, reason))
                 continue
@@ -422,6 +415,24 @@ def validate(
     if stats is not None:
         stats.lines = line_no
         stats.end_offset = offset
+
+
+def _unparsed(raw: bytes, exc: Exception, line: int, reject: Callable[[Rejection], None], into: Columns | None) -> None:
+    """A line orjson refused: rejected, or skipped when blank (no request, no rejection)."""
+    if raw.strip():
+        reject(Rejection(line, None, _json_reason(raw.strip(), exc)))
+    elif into is not None:
+        into.skipped.append(line)
+
+
+def _later_reason(params: dict[str, Any], strict: bool, models: ModelRules | None, peaks: dict[str, int] | None
+                  ) -> str | None:
+    """Why API version 2026-10-21 (`strict`) or the Models API's rules refuse a line that passed the rest, or None;
+    `peaks` takes its max_tokens."""
+    reason = version_reason(params) if strict else None
+    if reason is None and (models is not None or peaks is not None):
+        reason = _model_reason(params, models, peaks)
+    return reason
 
 
 def _noting(reject: Callable[[Rejection], None], skipped: list[int]) -> Callable[[Rejection], None]:
