@@ -27,7 +27,7 @@
 
 Foreign exceptions are mapped once, where their kind of I/O happens, with the
 cause chained: httpx in `api/_http`, sqlite3 and psycopg in `_db` (for the journal and the
-shared ledgers), redis in `_ledger`, file OSErrors through `os_error` below, sockets of
+shared ledgers), redis in `state/ledger/_redis`, file OSErrors through `os_error` below, sockets of
 the fake in `testing`. The CLI catches GatekeeperError, prints one line and
 exits with `exit_code`; anything else is a bug and shows its traceback.
 

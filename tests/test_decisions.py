@@ -392,7 +392,7 @@ def test_this_process_is_alive_and_a_reaped_child_is_not() -> None:
 def test_others_in_flight_are_their_ids_and_unconfirmed_sizes() -> None:
     """Another submitter's confirmed batch is never our candidate; its unconfirmed creates are rivals by size."""
     from gatekeeper.decide._reconcile import others_in_flight
-    from gatekeeper.state._ledger import Reservation
+    from gatekeeper.state.ledger._base import Reservation
 
     rs = [Reservation("me", 0, 40, None, 10), Reservation("me", 1, 40, "b-mine", 10),
           Reservation("them", 0, 40, "b-theirs", 10), Reservation("them", 1, 40, None, 10),

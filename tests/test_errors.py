@@ -20,8 +20,9 @@ from gatekeeper.api._http import map_transport_error
 from gatekeeper.cli._cli import main
 from gatekeeper.state._journal import Journal
 from gatekeeper.state._lease import Lease
-from gatekeeper.state._ledger import RedisLedger, open_ledger
 from gatekeeper.state._output import OutputFile, check_writable
+from gatekeeper.state.ledger._open import open_ledger
+from gatekeeper.state.ledger._redis import RedisLedger
 from gatekeeper.testing import FakeAPI
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl

@@ -11,7 +11,12 @@ import anyio
 import pytest
 
 from gatekeeper._errors import UsageError
-from gatekeeper.state._ledger import LocalLedger, PgLedger, RedisLedger, SqliteLedger, grant, open_ledger
+from gatekeeper.state.ledger._base import grant
+from gatekeeper.state.ledger._local import LocalLedger
+from gatekeeper.state.ledger._open import open_ledger
+from gatekeeper.state.ledger._postgres import PgLedger
+from gatekeeper.state.ledger._redis import RedisLedger
+from gatekeeper.state.ledger._sqlite import SqliteLedger
 from tests.fakes import running_fake
 from tests.runs import gk
 from tests.scenarios import three_submitters, write_job
@@ -260,7 +265,7 @@ def test_a_platforms_queue_is_kept_apart_in_a_shared_ledger(tmp_path: Path) -> N
     """First-party and Claude Platform on AWS jobs given one ledger URL never share a ceiling: the AWS workspace's
     reservations live in its own namespace (`ApiConfig.scope`), invisible to the first-party one and back."""
     from gatekeeper import ApiConfig
-    from gatekeeper.state._ledger import open_ledger
+    from gatekeeper.state.ledger._open import open_ledger
 
     aws = ApiConfig.from_env({"AWS_REGION": "eu-west-1", "ANTHROPIC_AWS_WORKSPACE_ID": "wrkspc_X1",
                               "ANTHROPIC_AWS_API_KEY": "k"}, "aws")

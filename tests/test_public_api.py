@@ -49,6 +49,7 @@ ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "tables", 
 
 
 RUN_LANES = ("batch", "realtime", "recovery", "job")  # run/'s packages, one a lane (job: what they share)
+SUBPACKAGES = {"run": set(RUN_LANES), "state": {"ledger"}}  # packages inside a package: run/'s lanes, the ledger's backends
 
 
 def test_implementation_modules_are_private() -> None:
@@ -62,13 +63,13 @@ def test_implementation_modules_are_private() -> None:
     assert all(n.startswith("_") for n in inner), inner
     assert all(n.startswith("_") for n, pkg in top.items() if not pkg), top
     assert len([n for n, pkg in top.items() if not pkg]) <= 12
-    rooms = [*ROOMS, *(f"run.{lane}" for lane in RUN_LANES)]
+    rooms = [*ROOMS, *(f"run.{lane}" for lane in RUN_LANES), "state.ledger"]
     for room in rooms:
         package = importlib.import_module(f"gatekeeper.{room}")
         inner = {m.name: m.ispkg for m in pkgutil.iter_modules(package.__path__)}
         assert inner and all(n.startswith("_") for n, pkg in inner.items() if not pkg), (room, inner)
-        assert {n for n, pkg in inner.items() if pkg} == (set(RUN_LANES) if room == "run" else set()), room
-        assert [n for n in vars(package) if not n.startswith("_") and n not in RUN_LANES] == [], room
+        assert {n for n, pkg in inner.items() if pkg} == SUBPACKAGES.get(room, set()), room
+        assert [n for n in vars(package) if not n.startswith("_") and n not in SUBPACKAGES.get(room, ())] == [], room
 
 
 def _classes_in(hint: object) -> typing.Iterator[type]:

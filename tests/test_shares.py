@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gatekeeper.decide._shares import Claim, joined_vtime, may_admit, next_up
-from gatekeeper.state._ledger import ClaimPost
+from gatekeeper.state.ledger._base import ClaimPost
 from tests.fakes import running_fake
 from tests.runs import events, gk, start, wait_until
 from tests.scenarios import write_job
@@ -142,7 +142,7 @@ def _env(fake, key: str) -> dict[str, str]:
 
 
 def _claims(url: str) -> list[Claim]:
-    from gatekeeper.state._ledger import open_ledger
+    from gatekeeper.state.ledger._open import open_ledger
 
     async def read() -> list[Claim]:
         led = open_ledger(url, owner="probe")
@@ -228,7 +228,7 @@ def test_a_high_job_killed_while_it_waits_blocks_no_one_past_its_lease(tmp_path:
 
 def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:
     """`status --ledger` names every job with its priority, share, queued requests and wait; the exporter the same."""
-    from gatekeeper.state._ledger import SqliteLedger
+    from gatekeeper.state.ledger._sqlite import SqliteLedger
 
     path = tmp_path / "ledger.db"
 
@@ -246,7 +246,7 @@ def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:
     assert job["job"] == "nightly-dashboard" and job["priority"] == "high" and job["share"] == 2.0
     assert job["queued"] == 120 and job["want"] == 100 and job["admitted"] == 400
     assert "nightly-dashboard" in human.stdout and "high" in human.stdout and "waiting" in human.stdout
-    from gatekeeper.state._ledger import LedgerReading, Reservation
+    from gatekeeper.state.ledger._base import LedgerReading, Reservation
     from gatekeeper.watch._exporter import MetricsCollector, RunFigures
 
     reading = LedgerReading([Reservation("pipeline-7", 0, 120, None, 60.0)],

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
     from ..run.job._summary import Summary
-    from ..state._ledger import LedgerReading
+    from ..state.ledger._base import LedgerReading
 
 
 def render_plan(report: PlanReport, name: str) -> str:

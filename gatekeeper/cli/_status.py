@@ -13,7 +13,8 @@ from .._errors import ExitCode
 from ..api._config import ApiConfig
 from ..api._queue import connect, read_headroom
 from ..decide._headroom import FINDINGS, Headroom
-from ..state._ledger import LedgerReading, open_ledger
+from ..state.ledger._base import LedgerReading
+from ..state.ledger._open import open_ledger
 from ..watch._watch import min_interval, watch
 from ._common import api_config, print_json, retry_notice
 from ._render import render_status, status_report

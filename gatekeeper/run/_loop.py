@@ -35,8 +35,9 @@ from ..decide._downloads import BATCH_LIFETIME
 from ..decide._headroom import LIVE_STATES, format_time, live_batches, parse_time
 from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchRow, BatchState, Journal
-from ..state._ledger import Ledger, LocalLedger
 from ..state._output import OutputFile
+from ..state.ledger._base import Ledger
+from ..state.ledger._local import LocalLedger
 from .batch._admit import Admitter
 from .batch._collect import Collector
 from .job._beside import beside

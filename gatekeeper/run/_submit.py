@@ -23,8 +23,9 @@ from ..input._planner import PlanReport
 from ..input._reader import open_source
 from ..input._sizing import Limits
 from ..state._journal import BatchState, Journal, open_job
-from ..state._ledger import Ledger, open_ledger
 from ..state._output import check_writable
+from ..state.ledger._base import Ledger
+from ..state.ledger._open import open_ledger
 from ._loop import CALLS_OUT_WAIT, Job, ResultSink
 from .job._beats import heartbeat, lease_heartbeat, ledger_owner
 from .job._beside import beside

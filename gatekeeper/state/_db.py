@@ -1,6 +1,6 @@
 """One database connection for the journal and the shared ledger: SQLite or PostgreSQL behind the same calls.
 
-The SQL is written once, by its owners (`_journal`, `_ledger`), in the subset both
+The SQL is written once, by its owners (`_journal`, `ledger/`), in the subset both
 servers speak, with `?` marks; for PostgreSQL the marks become `%s` here, and the few
 type names of a migration that differ are translated (`pg_ddl`). The drivers' errors
 become the caller's error class here, once, naming the place without its password.

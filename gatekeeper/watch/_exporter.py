@@ -24,7 +24,7 @@ from .._prices import PriceTable
 from ..decide._headroom import Headroom, verdict
 from ..run.job._summary import summarize
 from ..state._journal import BatchState, open_job
-from ..state._ledger import LedgerReading
+from ..state.ledger._base import LedgerReading
 
 VERDICTS = ("queue-clear", "queue-near-limit", "queue-exhausted", "queue-limit-unknown")
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..._errors import UsageError
 from ...decide._admission import QueueState
 from ...decide._shares import PRIORITIES, Claim, ahead_of, joined_vtime, may_admit
-from ...state._ledger import ClaimPost, Ledger
+from ...state.ledger._base import ClaimPost, Ledger
 
 
 class Turns:

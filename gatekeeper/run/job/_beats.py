@@ -10,7 +10,7 @@ import anyio
 
 from ..._errors import JournalError, LedgerError
 from ...state._journal import Journal
-from ...state._ledger import Ledger, new_owner
+from ...state.ledger._base import Ledger, new_owner
 from ._settings import EventSink
 
 

@@ -19,8 +19,8 @@ from ...decide._host import run_ended
 from ...state._db import require_postgres
 from ...state._host import machine_id, pid_alive
 from ...state._journal import Journal, private_dir
-from ...state._ledger import new_owner
 from ...state._output import check_writable
+from ...state.ledger._base import new_owner
 from ._inputs import hash_file
 from ._settings import SubmitSettings, default_job_name
 from ._spool import spool

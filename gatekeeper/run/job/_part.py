@@ -13,8 +13,8 @@ from ...api._client import ApiClient
 from ...api._http import Sleep
 from ...api._queue import Connection
 from ...state._journal import BatchRow, Journal
-from ...state._ledger import Ledger
 from ...state._output import OutputFile
+from ...state.ledger._base import Ledger
 from ._inputs import batch_requests
 from ._settings import EventSink, SubmitSettings
 

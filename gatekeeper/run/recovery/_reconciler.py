@@ -18,7 +18,7 @@ from ...decide._reconcile import (
     others_in_flight,
 )
 from ...state._journal import BatchRow, BatchState
-from ...state._ledger import NAMED_FOR
+from ...state.ledger._base import NAMED_FOR
 from ..batch._collect import custom_id, missing_verdict
 from ..batch._evidence import Ours, Results, count_ours, learned_relations, our_side, pairs_of, read_results, wanted_ids
 from ..job._part import Part, RunContext, Snapshot

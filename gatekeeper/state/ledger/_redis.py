@@ -1,0 +1,271 @@
+"""Submitters on many hosts: the ledger in a Redis hash, every step an atomic Lua script on the server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from typing import Any
+
+from ..._errors import LedgerError
+from .._claims import Claim
+from .._db import safe_url
+from ._base import DEFAULT_TTL, NAMED_FOR, ClaimPost, Reservation, claim_of
+
+# One Lua script a step: Redis runs each atomically, on the server's clock (no skew between hosts).
+_LUA_RESERVE = """
+local key, owner, batch = KEYS[1], ARGV[1], ARGV[2]
+local n, ceiling, seen, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+local reserved, mine, creating = 0, 0, 0
+local me = owner .. '|' .. batch
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
+  count, expires = tonumber(count), tonumber(expires)
+  if expires < now then
+    redis.call('HDEL', key, field)
+  elseif field ~= me then
+    reserved = reserved + count
+    if string.sub(field, 1, #owner + 1) == owner .. '|' then mine = mine + count
+    elseif bid == '' and count > 0 then creating = creating + 1 end
+  end
+end
+if creating > 0 then return 0 end
+if ceiling >= 0 and reserved + math.max(0, seen - mine) + n > ceiling then return 0 end
+redis.call('HSET', key, me, n .. ':' .. (now + ttl) .. ':')
+return 1
+"""
+
+_LUA_SET = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. (now + tonumber(ARGV[3])) .. ':' .. ARGV[4])
+return 1
+"""
+
+_LUA_CONFIRM = """
+local value = redis.call('HGET', KEYS[1], ARGV[1])
+if not value then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local count = string.match(value, '^(%d+):')
+redis.call('HSET', KEYS[1], ARGV[1], count .. ':' .. (now + tonumber(ARGV[2])) .. ':' .. ARGV[3])
+return 1
+"""
+
+_LUA_HEARTBEAT = """
+local key, owner, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  if string.sub(field, 1, #owner + 1) == owner .. '|' then
+    local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
+    if tonumber(count) > 0 then redis.call('HSET', key, field, count .. ':' .. (now + ttl) .. ':' .. bid) end
+  end
+end
+return 1
+"""
+
+_LUA_RELEASE = """
+local key, prefix, only, named = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  if (only ~= '' and field == only) or (only == '' and string.sub(field, 1, #prefix) == prefix) then
+    local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
+    if bid == '' then redis.call('HDEL', key, field)
+    elseif tonumber(count) > 0 then redis.call('HSET', key, field, '0:' .. (now + named) .. ':' .. bid) end
+  end
+end
+return 1
+"""
+
+_LUA_CLAIM = """
+local key, job, owner, info, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local value = redis.call('HGET', key, job)
+if value then
+  local holder, expires, held = string.match(value, '^([^|]*)|([^|]*)|(.*)$')
+  if holder ~= owner and tonumber(expires) >= now then return held end
+end
+redis.call('HSET', key, job, owner .. '|' .. (now + ttl) .. '|' .. info)
+return false
+"""
+
+_LUA_JOBS_BEAT = """
+local key, owner, ttl, drop = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local holder, expires, info = string.match(all[i + 1], '^([^|]*)|([^|]*)|(.*)$')
+  if holder == owner then
+    if drop == '1' then redis.call('HDEL', key, all[i])
+    else redis.call('HSET', key, all[i], owner .. '|' .. (now + ttl) .. '|' .. info) end
+  end
+end
+return 1
+"""
+
+_LUA_LIST = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+return {tostring(now), redis.call('HGETALL', KEYS[1])}
+"""
+
+
+# A claim: one hash field per submitter, its value JSON; waits and expiry on the server's clock.
+_LUA_PUT_CLAIM = """
+local key, owner, ttl, reset = KEYS[1], ARGV[1], tonumber(ARGV[3]), ARGV[4]
+local rec = cjson.decode(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local old = redis.call('HGET', key, owner)
+local prev = old and cjson.decode(old) or {}
+rec.claimed_at = prev.claimed_at or now
+if rec.want > 0 then
+  if reset ~= '1' and prev.waiting_since and prev.waiting_since ~= cjson.null then rec.waiting_since = prev.waiting_since
+  else rec.waiting_since = now end
+end
+rec.expires_at = now + ttl
+redis.call('HSET', key, owner, cjson.encode(rec))
+local all = redis.call('HGETALL', key)
+local live = {}
+for i = 1, #all, 2 do
+  if cjson.decode(all[i + 1]).expires_at < now then redis.call('HDEL', key, all[i])
+  else table.insert(live, all[i]); table.insert(live, all[i + 1]) end
+end
+return {tostring(now), live}
+"""
+
+_LUA_CLAIM_BEAT = """
+local key, owner, ttl, drop = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local value = redis.call('HGET', key, owner)
+if not value then return 0 end
+if drop == '1' then redis.call('HDEL', key, owner) return 1 end
+local t = redis.call('TIME')
+local rec = cjson.decode(value)
+rec.expires_at = tonumber(t[1]) + tonumber(t[2]) / 1000000 + ttl
+redis.call('HSET', key, owner, cjson.encode(rec))
+return 1
+"""
+
+
+class RedisLedger:
+    """Submitters on many hosts: a Redis hash, every step an atomic Lua script on the server."""
+
+    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "default") -> None:
+        try:
+            import redis.asyncio as aioredis
+        except ImportError:
+            raise LedgerError("a redis:// ledger needs the redis package: pip install 'gatekeeper-batches[redis]'",
+                              setting="ledger") from None
+        self.url = safe_url(url)
+        # Timeouts: an unreachable host is reported within seconds, not after the OS gives up.
+        self.client = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=15)
+        self.owner = owner
+        self.ttl = ttl
+        self.margin = margin
+        self.key = f"gatekeeper:{namespace}:reservations"
+        self._reserve = self.client.register_script(_LUA_RESERVE)
+        self._set = self.client.register_script(_LUA_SET)
+        self._confirm = self.client.register_script(_LUA_CONFIRM)
+        self._heartbeat = self.client.register_script(_LUA_HEARTBEAT)
+        self._release = self.client.register_script(_LUA_RELEASE)
+        self._list = self.client.register_script(_LUA_LIST)
+        self._claim = self.client.register_script(_LUA_CLAIM)
+        self._jobs_beat = self.client.register_script(_LUA_JOBS_BEAT)
+        self._put_claim = self.client.register_script(_LUA_PUT_CLAIM)
+        self._claim_beat = self.client.register_script(_LUA_CLAIM_BEAT)
+        self.jobs_key = f"gatekeeper:{namespace}:jobs"
+        self.claims_key = f"gatekeeper:{namespace}:claims"
+
+    def _field(self, batch: int) -> str:
+        return f"{self.owner}|{batch}"
+
+    async def _guard(self, call: Awaitable[Any]) -> Any:
+        """The one place redis errors become ours: `LedgerError`, naming the URL without its password."""
+        from redis.exceptions import RedisError
+
+        try:
+            return await call
+        except RedisError as exc:
+            raise LedgerError(f"ledger {self.url} cannot be reached: {type(exc).__name__}: {exc}",
+                              setting="ledger") from exc
+
+    async def ping(self) -> None:
+        await self._guard(self.client.ping())
+
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+        limit = -1 if ceiling is None else ceiling - self.margin
+        return bool(await self._guard(self._reserve(keys=[self.key], args=[self.owner, batch, n, limit, seen, self.ttl])))
+
+    async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
+        await self._guard(self._set(keys=[self.key], args=[self._field(batch), n, self.ttl, batch_id or ""]))
+
+    async def confirm(self, batch: int, batch_id: str) -> None:
+        await self._guard(self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id]))
+
+    async def release(self, batch: int) -> None:
+        await self._guard(self._release(keys=[self.key], args=[self.owner + "|", self._field(batch), NAMED_FOR]))
+
+    async def release_all(self) -> None:
+        await self._guard(self._release(keys=[self.key], args=[self.owner + "|", "", NAMED_FOR]))
+        await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "1"]))
+        await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "1"]))
+
+    async def heartbeat(self) -> None:
+        await self._guard(self._heartbeat(keys=[self.key], args=[self.owner, self.ttl]))
+        await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "0"]))
+        await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "0"]))
+
+    async def put_claim(self, mine: ClaimPost) -> list[Claim]:
+        rec = {"job": mine.job, "priority": mine.priority, "share": mine.share, "want": mine.want, "vtime": mine.vtime,
+               "admitted": mine.admitted}
+        now_text, flat = await self._guard(self._put_claim(
+            keys=[self.claims_key], args=[self.owner, json.dumps(rec), self.ttl, "1" if mine.reset_wait else "0"]))
+        return _redis_claims(float(now_text), flat)
+
+    async def claims(self) -> list[Claim]:
+        now_text, flat = await self._guard(self._list(keys=[self.claims_key]))
+        now = float(now_text)
+        return [c for c, exp in _redis_claims_expiring(now, flat) if exp >= now]
+
+    async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        held = await self._guard(self._claim(keys=[self.jobs_key], args=[job, self.owner, json.dumps(info), self.ttl]))
+        return None if not held else dict(json.loads(held))
+
+    async def reservations(self) -> list[Reservation]:
+        now_text, flat = await self._guard(self._list(keys=[self.key]))
+        now = float(now_text)
+        out = []
+        for field, value in zip(flat[::2], flat[1::2]):
+            owner, _, batch = field.decode().rpartition("|")
+            count, expires, bid = value.decode().split(":", 2)
+            if float(expires) >= now:
+                out.append(Reservation(owner, int(batch), int(count), bid or None, float(expires) - now))
+        return sorted(out, key=lambda r: (r.owner, r.batch))
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+def _redis_claims_expiring(now: float, flat: list[Any]) -> list[tuple[Claim, float]]:
+    out = []
+    for field, value in zip(flat[::2], flat[1::2]):
+        r = json.loads(value)
+        since = r.get("waiting_since")
+        out.append((claim_of((field.decode(), r["job"], r["priority"], r["share"], r["want"], since, r["vtime"],
+                            r["admitted"], r["claimed_at"]), now), float(r["expires_at"])))
+    return sorted(out, key=lambda p: p[0].owner)
+
+
+def _redis_claims(now: float, flat: list[Any]) -> list[Claim]:
+    return [c for c, _ in _redis_claims_expiring(now, flat)]
