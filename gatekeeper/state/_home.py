@@ -1,0 +1,47 @@
+"""The user's state folder: where gatekeeper keeps what belongs to this user on this machine rather than to one
+input (the host's ledger, a table job's state keyed by its input's identity).
+
+`GATEKEEPER_HOME` names it outright; otherwise the platform's per-user state folder: `$XDG_STATE_HOME/gatekeeper`
+(default `~/.local/state/gatekeeper`) on Linux and the BSDs, `~/Library/Application Support/gatekeeper` on macOS,
+`%LOCALAPPDATA%\\gatekeeper` on Windows. The environment is passed in, never read here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from .._errors import UsageError, os_error
+
+HOME_VARIABLE = "GATEKEEPER_HOME"
+
+
+def state_home(environ: Mapping[str, str], *, platform: str = sys.platform) -> Path:
+    """The user's state folder as the environment and the platform name it (not created here)."""
+    named = environ.get(HOME_VARIABLE)
+    if named:
+        return Path(named).expanduser()
+    if platform == "darwin":
+        return Path(environ.get("HOME") or Path.home()) / "Library" / "Application Support" / "gatekeeper"
+    if platform.startswith("win"):
+        base = environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "gatekeeper"
+    xdg = environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path(environ.get("HOME") or Path.home()) / ".local" / "state"
+    return base / "gatekeeper"
+
+
+def ensure_home(environ: Mapping[str, str], *sub: str) -> Path:
+    """The state folder (or a folder under it), created for this user only; one line naming it when it cannot be."""
+    folder = state_home(environ).joinpath(*sub)
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = folder / ".gatekeeper-probe"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(os_error(exc, f"the state folder {folder} cannot be written (set {HOME_VARIABLE} to another)"),
+                         setting=HOME_VARIABLE) from exc
+    return folder

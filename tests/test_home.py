@@ -1,0 +1,38 @@
+"""The user's state folder: named by GATEKEEPER_HOME or the platform's convention; an unwritable one is one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gatekeeper._errors import UsageError
+from gatekeeper.state._home import ensure_home, state_home
+
+
+@pytest.mark.parametrize(("environ", "platform", "expected"), [
+    ({"GATEKEEPER_HOME": "/srv/gk", "HOME": "/h"}, "linux", "/srv/gk"),
+    ({"HOME": "/h"}, "linux", "/h/.local/state/gatekeeper"),
+    ({"HOME": "/h", "XDG_STATE_HOME": "/x"}, "linux", "/x/gatekeeper"),
+    ({"HOME": "/h", "XDG_STATE_HOME": "relative"}, "linux", "/h/.local/state/gatekeeper"),  # (XDG: relative is ignored)
+    ({"HOME": "/h"}, "darwin", "/h/Library/Application Support/gatekeeper"),
+    ({"HOME": "/h", "LOCALAPPDATA": "C:/Users/u/AppData/Local"}, "win32", "C:/Users/u/AppData/Local/gatekeeper"),
+])
+def test_the_state_folder_follows_the_setting_then_the_platform(environ: dict[str, str], platform: str, expected: str) -> None:
+    """GATEKEEPER_HOME wins; otherwise each platform's per-user state folder."""
+    assert state_home(environ, platform=platform) == Path(expected)
+
+
+def test_the_state_folder_is_made_for_this_user_only(tmp_path: Path) -> None:
+    """The folder (and one under it) is created, mode 0700."""
+    folder = ensure_home({"GATEKEEPER_HOME": str(tmp_path / "gk")}, "ledger")
+    assert folder == tmp_path / "gk" / "ledger" and folder.is_dir()
+    assert (folder.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_file_where_the_folder_should_be_is_one_line(tmp_path: Path) -> None:
+    """A file in the way (any user, root included) is a UsageError naming the folder."""
+    (tmp_path / "gk").write_text("not a folder")
+    with pytest.raises(UsageError) as e:
+        ensure_home({"GATEKEEPER_HOME": str(tmp_path / "gk")}, "ledger")
+    assert str(tmp_path / "gk" / "ledger") in str(e.value)
