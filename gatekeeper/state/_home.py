@@ -28,8 +28,8 @@ def state_home(environ: Mapping[str, str], *, platform: str = sys.platform) -> P
     if platform.startswith("win"):
         base = environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
         return Path(base) / "gatekeeper"
-    xdg = environ.get("XDG_STATE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path(environ.get("HOME") or Path.home()) / ".local" / "state"
+    xdg = environ.get("XDG_STATE_HOME") or ""
+    base = Path(xdg) if os.path.isabs(xdg) else Path(environ.get("HOME") or Path.home()) / ".local" / "state"
     return base / "gatekeeper"
 
 
