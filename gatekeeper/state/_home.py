@@ -26,11 +26,10 @@ def state_home(environ: Mapping[str, str], *, platform: str = sys.platform) -> P
     if platform == "darwin":
         return Path(environ.get("HOME") or Path.home()) / "Library" / "Application Support" / "gatekeeper"
     if platform.startswith("win"):
-        base = environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "gatekeeper"
+        return Path(environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "gatekeeper"
     xdg = environ.get("XDG_STATE_HOME") or ""
-    base = Path(xdg) if os.path.isabs(xdg) else Path(environ.get("HOME") or Path.home()) / ".local" / "state"
-    return base / "gatekeeper"
+    state = Path(xdg) if os.path.isabs(xdg) else Path(environ.get("HOME") or Path.home()) / ".local" / "state"
+    return state / "gatekeeper"
 
 
 def ensure_home(environ: Mapping[str, str], *sub: str) -> Path:
