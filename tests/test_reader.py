@@ -10,7 +10,7 @@ import pytest
 
 from gatekeeper import Limits, plan
 from gatekeeper.input._idindex import FP_SHIFT, IdIndex
-from gatekeeper.input._reader import Columns, Rejection, estimate_lines, scan, validate
+from gatekeeper.input._reader import Columns, LineReader, Rejection, estimate_lines, scan, validate
 from tests.helpers import req, write_jsonl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -293,46 +293,41 @@ def test_a_length_sorted_file_does_not_oversize_the_index(tmp_path: Path, monkey
     assert 15_000 < sizes[0] < 30_000 and 15_000 < max(reserved) < 30_000, (sizes, reserved)
 
 
-def test_validate_into_columns_keeps_what_it_would_yield() -> None:
-    """The parallel reader's form (`into=`) holds the same requests as the yielded one: lines, offsets, sizes,
-    fingerprints, and each model's sizes; with the same rejections, whitespace and blank lines included."""
+def test_the_columns_hold_what_the_generator_yields() -> None:
+    """The parallel reader's form (`LineReader.read` into `Columns`) holds the same requests as the yielded one
+    (`validate`): lines, offsets, sizes, fingerprints, and each model's sizes; with the same rejections, whitespace
+    and blank lines included."""
     lines = [orjson.dumps(req("a", model="m1")) + b"\n", b"\n", b"  " + orjson.dumps(req("b", model="m2")) + b" \r\n",
              b'{"custom_id": "bad id", "params": {}}\n', orjson.dumps(req("c", model="m1", text="longer text")) + b"\n",
              orjson.dumps(req("d", model="m2"))]
     yielded_rejections: list[Rejection] = []
     rows = list(validate(iter(lines), yielded_rejections.append, item_limit=1 << 20))
     cols, rejections = Columns(), []
-    assert list(validate(iter(lines), rejections.append, item_limit=1 << 20, into=cols)) == []
+    LineReader(rejections.append, item_limit=1 << 20).read(iter(lines), cols.add)
     assert rejections == yielded_rejections and [r.line for r in rejections] == [4]
-    assert cols.lines(6) == [row[0] for row in rows] == [1, 3, 5, 6] and cols.skipped == [2, 4]
+    assert cols.lines == [row[0] for row in rows] == [1, 3, 5, 6]
     assert cols.offsets == [row[1] for row in rows]
     assert cols.sizes == [row[4] for row in rows] == [len(line.strip()) for k, line in enumerate(lines) if k in (0, 2, 4, 5)]
     assert cols.fps == [hash(row[2]) >> FP_SHIFT for row in rows]
     assert cols.by_model == {"m1": [rows[0][4], rows[2][4]], "m2": [rows[1][4], rows[3][4]]}
 
 
-@pytest.mark.parametrize(("count", "skipped", "requests", "lines"), [
-    (0, [], 0, []),
-    (4, [], 4, [1, 2, 3, 4]),
-    (5, [1, 5], 3, [2, 3, 4]),  # blank or rejected at either end
-    (6, [2, 3, 4], 3, [1, 5, 6]),
-    (3, [1, 2, 3], 0, []),
-])
-def test_columns_derive_the_requests_lines_from_the_skipped_ones(count: int, skipped: list[int], requests: int,
-                                                                lines: list[int]) -> None:
-    cols = Columns()
-    cols.skipped, cols.sizes = skipped, [10] * requests
-    assert cols.lines(count) == lines
-
-
-def test_columns_refuse_lines_that_do_not_match_their_requests() -> None:
-    """A line neither skipped nor a request (or both) is a bug: it raises, rather than join a line to another's request."""
-    cols = Columns()
-    cols.skipped, cols.sizes = [2], [10, 10]
-    with pytest.raises(RuntimeError, match="3 request lines for 2 requests"):
-        cols.lines(4)
-    with pytest.raises(ValueError, match="from 1"):
-        next(validate(iter([b"{}\n"]), print, item_limit=1 << 20, into=Columns(), first_line=5), None)
+@pytest.mark.parametrize("cuts", [[], [1], [2, 3], [1, 2, 3, 4, 5]])
+def test_a_reader_read_in_parts_numbers_lines_as_one_read(cuts: list[int]) -> None:
+    """`validate` reads a chunk of lines at a time: the same reader given its input in parts numbers every line and
+    offset as it does given the whole, and keeps one marker memo across them."""
+    lines = [orjson.dumps(req(f"r{i}", text=f"prompt {i}" * i)) + b"\n" for i in range(5)] + [b"\n", b"{bad\n"]
+    whole: list[tuple[object, ...]] = []
+    whole_rejections: list[Rejection] = []
+    LineReader(whole_rejections.append, item_limit=1 << 20, offset=7).read(lines, lambda *row: whole.append(row))
+    parts: list[tuple[object, ...]] = []
+    part_rejections: list[Rejection] = []
+    reader = LineReader(part_rejections.append, item_limit=1 << 20, offset=7)
+    for a, b in zip([0, *cuts], [*cuts, len(lines)]):
+        reader.read(lines[a:b], lambda *row: parts.append(row))
+    assert parts == whole and [r[0] for r in whole] == [1, 2, 3, 4, 5] and whole[0][1] == 7
+    assert part_rejections == whole_rejections and [r.line for r in whole_rejections] == [7]
+    assert reader.line == 7 and reader.offset == 7 + sum(map(len, lines))
 
 
 def test_id_index_fills_its_reserved_arrays_in_place() -> None:

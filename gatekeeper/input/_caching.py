@@ -12,6 +12,8 @@ from array import array
 from itertools import chain
 from operator import sub
 
+import msgspec
+
 from .._arrays import extend
 from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
@@ -212,15 +214,13 @@ class CacheScan:
 
 def note_unmarked(scan: CacheScan, model: str, system: Any, tools: Any) -> None:
     """Count a line's long system prompt and tool list (no marker on the line): shared ones could be cached."""
-    import orjson
-
     for what, part in (("tools", tools), ("system", system)):
         if part is None:
             continue
         if part.__class__ is str:  # (length and both ends: cheap, and near enough for a suggestion)
             key: tuple[str, str, int, Any] = (model, what, len(part.encode()), (part[:64], part[-64:]))
         else:
-            data = orjson.dumps(part)
+            data = msgspec.json.encode(part)
             key = (model, what, len(data), hash(data))
         if key[2] >= UNMARKED_MIN_BYTES and (key in scan.unmarked or len(scan.unmarked) < UNMARKED_KEYS):
             scan.unmarked[key] = scan.unmarked.get(key, 0) + 1
