@@ -9,14 +9,11 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from .._errors import UsageError
-from .._typing import TYPE_CHECKING
 from .._version import __version__
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION, API_VERSIONS, STRICT_VERSION
-
-if TYPE_CHECKING:
-    from typing import NoReturn
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:

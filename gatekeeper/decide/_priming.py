@@ -21,13 +21,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import le, mul, sub
+from typing import Any
 
 from .._arrays import extend
 from .._prices import BATCH_DISCOUNT
-from .._typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from typing import Any
 
 LIFE_SECONDS = {"5m": 300.0, "1h": 3600.0}
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from itertools import chain, repeat
 from operator import mul, sub
+from typing import TYPE_CHECKING, Any
 
 from .._arrays import extend
 from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_ESTIMATE, PriceTable, tokens_per_byte
-from .._typing import TYPE_CHECKING
 from ..decide._priming import (
     LIFE_SECONDS,
     InputRates,
@@ -33,9 +34,6 @@ from ._caching import CacheScan
 from ._sizing import BODY_SEP
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
-
     from ._planner import BatchPlan, PlanReport
 
 UNMARKED_SHOWN = 5

@@ -9,19 +9,17 @@ it with `marshal`.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from itertools import chain
 from operator import sub
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .._arrays import extend
-from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
-
     from ._markers import Point
 
 UNMARKED_MIN_BYTES = 2048  # a shorter unmarked prefix is below every model's minimum (512 tokens at ~4 bytes each)

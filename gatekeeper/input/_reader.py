@@ -13,13 +13,13 @@ custom_id when it has a valid one, and why (`_reasons`).
 from __future__ import annotations
 
 import io
-import json
 import os
 import sys
-from collections import defaultdict
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
-from itertools import chain, islice
-from typing import TYPE_CHECKING, Any, BinaryIO
+from itertools import accumulate, compress, islice
+from operator import add, sub
+from typing import Any, BinaryIO, TypeAlias
 
 import msgspec
 
@@ -27,8 +27,7 @@ from .._errors import InputError, os_error
 from .._wire import API_VERSION, STRICT_VERSION
 from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
 from ._duplicates import duplicate_check
-from ._idindex import FP_SHIFT
-from ._markers import Memo, marker_walk, system_walk
+from ._markers import Memo, Point, marker_walk, system_walk
 from ._reasons import (
     custom_id_reason,
     duplicate,
@@ -40,11 +39,8 @@ from ._reasons import (
 )
 from ._schema import Params, Request, decoder
 
-if TYPE_CHECKING:
-    from typing import TypeAlias
-
-    Source: TypeAlias = str | os.PathLike[str] | Iterable[dict[str, Any] | bytes | str]
-    """What `plan`/`submit` accept as input: a path ("-" for stdin), or requests as dicts / lines."""
+Source: TypeAlias = str | os.PathLike[str] | Iterable[dict[str, Any] | bytes | str]
+"""What `plan`/`submit` accept as input: a path ("-" for stdin), or requests as dicts / lines."""
 
 _ID_CHARS = bytes(range(256)).replace(b"-", b"a").replace(b"_", b"a")  # for bytes.translate
 _BOM = b"\xef\xbb\xbf"
@@ -52,10 +48,6 @@ READ_BUFFER = 1 << 20
 
 ModelRules = dict[str, tuple[str | None, int | None]]
 """model name as written -> (why every line naming it is rejected, or None; its max_tokens limit, or None)."""
-
-Accept = Callable[[int, int, str, str, int, bytes], object]
-"""Takes a valid line: (line, offset, custom_id, model, size, raw); the offset is -1 for an iterable's line."""
-
 
 class ScanStats(msgspec.Struct):
     """What a scan read."""
@@ -66,20 +58,28 @@ class ScanStats(msgspec.Struct):
 
 
 class Columns(msgspec.Struct):
-    """The valid requests of a piece, as the parallel reader keeps them (`add` is its `Accept`)."""
+    """The valid requests of a chunk or a piece, in input order, as columns; `bodies` (each request's line, its
+    body `line.strip()`) only when asked for."""
 
     lines: list[int] = []
-    offsets: list[int] = []
+    offsets: list[int] = []  # -1 for an iterable's
     sizes: list[int] = []
-    fps: list[int] = []  # the custom_ids' fingerprints, `hash >> FP_SHIFT`, for the duplicate index
-    by_model: defaultdict[str, list[int]] = msgspec.field(default_factory=lambda: defaultdict(list))
+    cids: list[str] = []
+    models: list[str] = []
+    bodies: list[bytes] | None = None
 
     def add(self, line: int, offset: int, cid: str, model: str, size: int, raw: bytes) -> None:
         self.lines.append(line)
         self.offsets.append(offset)
         self.sizes.append(size)
-        self.fps.append(hash(cid) >> FP_SHIFT)
-        self.by_model[model].append(size)
+        self.cids.append(cid)
+        self.models.append(model)
+        if self.bodies is not None:
+            self.bodies.append(raw)
+
+    def clear(self) -> None:
+        for column in (self.lines, self.offsets, self.sizes, self.cids, self.models, self.bodies or []):
+            column.clear()
 
 
 class Rejection(msgspec.Struct, frozen=True):
@@ -94,7 +94,12 @@ class Rejection(msgspec.Struct, frozen=True):
 
 
 class LineReader:
-    """Judges the lines of one input in order, numbering them from 1.
+    """Judges the lines of one input in order, a chunk of whole lines at a time, numbering them from 1.
+
+    A chunk whose lines are all valid requests is judged at once (`_at_once`): decoded by one call, and checked by
+    passes over whole columns (C loops), with a step in Python only for a line that names `cache_control` or is
+    long enough to hold a part worth caching. A chunk with a line that needs words (refused, or blank) is read a
+    line at a time (`_each`), to the same verdicts.
 
     `item_limit` is the largest request (bytes) a batch can hold: a larger one is rejected rather than breaking the
     splitter. `api_version` picks the decoder (`_schema`). `models` (from the Models API preflight) rejects a line
@@ -109,19 +114,103 @@ class LineReader:
                  offset: int = 0, from_file: bool = True) -> None:
         self.reject, self.item_limit = reject, item_limit
         self.strict = api_version == STRICT_VERSION
-        self.decode = decoder(api_version).decode
+        self.decoder = decoder(api_version)
         self.models, self.peaks, self.cache = models, peaks, cache
         self.line = 0  # lines read so far
         self.offset = offset if from_file else -1  # where the next line starts
         self.memos: dict[str, Memo] = {}  # one a model: files interleave models, and a prefix is per model
 
-    def read(self, lines: Iterable[bytes], accept: Accept) -> None:
-        """Judge the next lines of the input: each valid one to `accept`, each bad one to `reject`."""
-        decode, item_limit, cache = self.decode, self.item_limit, self.cache
-        later = self.models is not None or self.peaks is not None  # (the Models API's verdicts, when asked for)
-        line, offset = self.line, self.offset
-        for raw in lines:
-            line += 1
+    def read(self, chunk: bytes, into: Columns) -> None:
+        """Judge the next lines of the input, `chunk` (whole lines; the input's last may lack its newline): each
+        valid request into `into` (its body `raw.strip()`), each bad line to `reject`."""
+        raws = io.BytesIO(chunk).readlines()  # (found with memchr: bytes.split steps through every byte)
+        if raws and not self._at_once(chunk, raws, into):
+            self._each(raws, into)
+        self.line += len(raws)
+        if self.offset >= 0:
+            self.offset += len(chunk)
+
+    def _at_once(self, chunk: bytes, raws: list[bytes], into: Columns) -> bool:
+        """Judge a chunk whose every line is a valid request by passes over whole columns; False, with nothing
+        done, when a line needs the reading of `_each` (its words: a refused line; a blank one)."""
+        try:
+            requests = self.decoder.decode_lines(chunk)
+        except msgspec.DecodeError:
+            return False
+        sizes = list(map(len, map(bytes.strip, raws)))
+        # decode_lines skips a blank line and gives two values for a line that holds two: with no blank line,
+        # one request a line is proven by their counts.
+        if len(requests) != len(raws) or min(sizes) == 0 or max(sizes) > self.item_limit:
+            return False
+        cids = [r.custom_id for r in requests]
+        # '-' joins valid ids into a valid string: one pass checks them all (their lengths are the schema's), and
+        # bytes.isalnum is ASCII-only, so with '-' and '_' mapped to 'a' it is the custom_id pattern. A chunk with
+        # other than ASCII is decoded whole once: the decoder does not read the parts it skips.
+        if not ("-".join(cids).encode().translate(_ID_CHARS).isalnum() and (chunk.isascii() or _utf8(chunk))):
+            return False
+        offsets = self._offsets(chunk, raws, sizes)
+        models = [r.params.model for r in requests]
+        refused = self._prompts(chunk, raws, requests, offsets, sizes)
+        lines = range(self.line + 1, self.line + 1 + len(raws))
+        if refused:
+            keep = [k not in refused for k in range(len(raws))]
+            lines, offsets, sizes = compress(lines, keep), compress(offsets, keep), compress(sizes, keep)  # type: ignore[assignment]
+            cids, models, raws = list(compress(cids, keep)), list(compress(models, keep)), list(compress(raws, keep))
+        into.lines.extend(lines)
+        into.offsets.extend(offsets)
+        into.sizes.extend(sizes)
+        into.cids += cids
+        into.models += models
+        if into.bodies is not None:
+            into.bodies += raws
+        return True
+
+    def _offsets(self, chunk: bytes, raws: list[bytes], sizes: list[int]) -> list[int]:
+        """Where each line's body starts: the line's start, past any whitespace before the body (-1 for an
+        iterable's lines)."""
+        if self.offset < 0:
+            return [-1] * len(raws)
+        starts = list(accumulate(map(len, raws), initial=self.offset))[:-1]
+        if len(chunk) - sum(sizes) == len(raws) - (not chunk.endswith(b"\n")):  # (no line but its newline stripped)
+            return starts
+        lead = map(sub, map(len, raws), map(len, map(bytes.lstrip, raws)))
+        return list(map(add, starts, lead))
+
+    def _prompts(self, chunk: bytes, raws: list[bytes], requests: list[Request], offsets: list[int],
+                 sizes: list[int]) -> set[int]:
+        """The steps a chunk's lines need one by one: the lines that name `cache_control` (their markers checked,
+        their prefixes noted), those long enough to hold a part worth caching, and, with the Models API's rules,
+        every line. The indices of the lines refused, each told to `reject`."""
+        at: set[int] = set()
+        if b"cache_control" in chunk:
+            ends = list(accumulate(map(len, raws)))
+            found = chunk.find(b"cache_control")
+            while found >= 0:
+                k = bisect_right(ends, found)
+                at.add(k)
+                found = chunk.find(b"cache_control", ends[k])
+        if self.cache is not None and max(sizes) >= UNMARKED_MIN_BYTES:
+            at.update(k for k, n in enumerate(sizes) if n >= UNMARKED_MIN_BYTES)
+        reasons: dict[int, str] = {}
+        for k in sorted(at):
+            r = requests[k]
+            reason = self._prompt(raws[k], r.params, self.line + 1 + k, offsets[k], sizes[k], r.custom_id)
+            if reason is not None:
+                reasons[k] = reason
+        if self.models is not None or self.peaks is not None:
+            for k, r in enumerate(requests):
+                if k not in reasons and (reason := self._model_reason(r.params)) is not None:
+                    reasons[k] = reason
+        for k in sorted(reasons):
+            self.reject(Rejection(self.line + 1 + k, requests[k].custom_id, reasons[k]))
+        return set(reasons)
+
+    def _each(self, raws: list[bytes], into: Columns) -> None:
+        """Judge a chunk's lines one at a time (a chunk that holds a line to refuse, or a blank one)."""
+        decode, item_limit = self.decoder.decode, self.item_limit
+        later = self.models is not None or self.peaks is not None
+        offset = self.offset
+        for line, raw in enumerate(raws, self.line + 1):
             start = offset
             if offset >= 0:
                 offset += len(raw)
@@ -131,31 +220,19 @@ class LineReader:
                 self._refused(raw, exc, line, start)
                 continue
             cid = request.custom_id
-            size = len(raw) - 1
-            if raw[0] != 123 or raw[size] != 10 or raw[size - 1] != 125:  # not b'{...}\n': measure what strip() keeps
-                size, start = _stripped(raw, start)
-            # bytes.isalnum is ASCII-only, so with '-' and '_' mapped to 'a' this is the custom_id's pattern (its
-            # length is the schema's), at a tenth of the regex's cost. A line with other than ASCII is decoded
-            # whole once: the decoder does not read the parts it skips.
-            if not (cid.encode().translate(_ID_CHARS).isalnum() and size <= item_limit
-                    and (raw.isascii() or utf8_reason(raw) is None)):
+            size, start = _stripped(raw, start)
+            if not (cid.encode().translate(_ID_CHARS).isalnum() and size <= item_limit and _utf8(raw)):
                 self.reject(Rejection(line, *self._why(raw, cid, size)))
                 continue
             params = request.params
-            system, messages = params.system, params.messages
-            if (system.__class__ is list or params.tools is not None or params.cache_control is not None
-                    or len(messages) != 1 or messages[0].content.__class__ is not str):
-                reason = self._blocks(raw, params, line, start, size, cid)
-                if reason is not None:
-                    self.reject(Rejection(line, cid, reason))
-                    continue
-            elif cache is not None and system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES:
-                note_unmarked(cache, params.model, system, None)
+            if (b"cache_control" in raw or size >= UNMARKED_MIN_BYTES) and (
+                    reason := self._prompt(raw, params, line, start, size, cid)) is not None:
+                self.reject(Rejection(line, cid, reason))
+                continue
             if later and (reason := self._model_reason(params)) is not None:
                 self.reject(Rejection(line, cid, reason))
                 continue
-            accept(line, start, cid, params.model, size, raw)
-        self.line, self.offset = line, offset
+            into.add(line, start, cid, params.model, size, raw)
 
     def _refused(self, raw: bytes, exc: Exception, line: int, start: int) -> None:
         """A line the decoder refused: blank (skipped: no request, no rejection), not JSON, of the wrong shape, or
@@ -172,19 +249,19 @@ class LineReader:
             except msgspec.ValidationError as base:
                 exc = base
             else:  # the base rules take it: its own checks first, then the version's refusal
-                self.read_as(raw, request, line, start, refused_by_version(exc))
+                self._refused_by_version(raw, request, line, start, refused_by_version(exc))
                 return
         cid, reason = shape_reason(body, exc)
         self.reject(Rejection(line, cid, reason))
 
-    def read_as(self, raw: bytes, request: Request, line: int, start: int, version: str) -> None:
+    def _refused_by_version(self, raw: bytes, request: Request, line: int, start: int, version: str) -> None:
         """A line the version alone refuses: rejected for the first of its other checks that fails, else `version`."""
         cid = request.custom_id
         size, start = _stripped(raw, start)
-        if not cid.encode().translate(_ID_CHARS).isalnum() or size > self.item_limit or utf8_reason(raw) is not None:
+        if not (cid.encode().translate(_ID_CHARS).isalnum() and size <= self.item_limit and _utf8(raw)):
             self.reject(Rejection(line, *self._why(raw, cid, size)))
             return
-        self.reject(Rejection(line, cid, self._blocks(raw, request.params, line, start, size, cid) or version))
+        self.reject(Rejection(line, cid, self._prompt(raw, request.params, line, start, size, cid) or version))
 
     def _why(self, raw: bytes, cid: str, size: int) -> tuple[str | None, str]:
         """(custom_id, reason) of the first check after decoding that a line fails, in the reader's order: its
@@ -197,19 +274,20 @@ class LineReader:
             return None, custom_id_reason(cid)
         return cid, too_large(size, self.item_limit)
 
-    def _blocks(self, raw: bytes, params: Params, line: int, offset: int, size: int, cid: str) -> str | None:
-        """A line with blocks (or a top-level marker): why the API would refuse its markers, or None, its prefixes or
-        its long unmarked parts noted in `cache`. A line whose only blocks are its system's is walked over them with
-        no search; another only if its bytes name `cache_control`."""
+    def _prompt(self, raw: bytes, params: Params, line: int, offset: int, size: int, cid: str) -> str | None:
+        """Why the API would refuse the line's cache markers, or None, its marked prefixes or its long unmarked
+        system prompt or tool list noted in `cache`. Only a line whose bytes name `cache_control` is walked (a key
+        written with escapes is not seen); one whose only blocks are its system's, over those alone."""
         model, system, messages = params.model, params.system, params.messages
-        memo = self.memos.get(model) or self.memos.setdefault(model, Memo())
-        if (system.__class__ is list and params.tools is None and params.cache_control is None and len(messages) == 1
-                and messages[0].content.__class__ is str):
-            reason, points = system_walk(system, model, memo)
-        elif b"cache_control" in raw:
-            reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
-        else:
-            reason, points = None, ()
+        reason: str | None = None
+        points: tuple[Point, ...] = ()
+        if b"cache_control" in raw:
+            memo = self.memos.get(model) or self.memos.setdefault(model, Memo())
+            if (system.__class__ is list and params.tools is None and params.cache_control is None
+                    and len(messages) == 1 and messages[0].content.__class__ is str):
+                reason, points = system_walk(system, model, memo)
+            else:
+                reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
         cache = self.cache
         if reason is not None or cache is None:
             return reason
@@ -218,10 +296,9 @@ class LineReader:
             rows.append((line, offset, size, cid, model, points))
             if len(rows) >= SETTLE_ROWS:
                 cache.settle()
-        elif (system is not None or params.tools is not None) and len(raw) >= UNMARKED_MIN_BYTES:
+        elif (system is not None or params.tools is not None) and size >= UNMARKED_MIN_BYTES:
             note_unmarked(cache, model, system, params.tools)  # (a shorter line holds no part that long)
         return None
-
     def _model_reason(self, params: Params) -> str | None:
         """The Models API's verdict on the line's model and max_tokens, or None; `peaks` takes its max_tokens."""
         model, max_tokens, peaks = params.model, params.max_tokens, self.peaks
@@ -238,6 +315,10 @@ class LineReader:
         return None
 
 
+def _utf8(data: bytes) -> bool:
+    return data.isascii() or utf8_reason(data) is None
+
+
 def _stripped(raw: bytes, start: int) -> tuple[int, int]:
     """The size of the line's body (`raw.strip()`), and its offset (-1 stays -1)."""
     body = raw.strip()
@@ -249,35 +330,84 @@ def _stripped(raw: bytes, start: int) -> tuple[int, int]:
 Row = tuple[int, int, str, str, int, bytes]
 """A valid request: (line, offset, custom_id, model, size, raw); its body is `raw.strip()` (`size` bytes)."""
 
+CHUNK_BYTES = 1 << 20  # lines judged at once: about as many bytes (a longer line whole)
 
-def validate(lines: Iterable[bytes], reject: Callable[[Rejection], None], *, item_limit: int, from_file: bool = True,
-             offset: int = 0, stats: ScanStats | None = None, chunk: int = 1024, **rules: Any) -> Iterator[Row]:
-    """Judge every line (`LineReader`, given `rules`); yield each valid one, read a chunk of lines at a time.
-    Rejections reach `reject` in line order with the rows (a caller's own rejection of a row, a duplicate, comes
-    after those of the lines before it). `stats` receives the line count and end offset. Uniqueness is not checked
-    here."""
-    rows: list[Row] = []
+
+def read_chunks(chunks: Iterable[bytes], reject: Callable[[Rejection], None], *, item_limit: int,
+                stats: ScanStats | None = None, **rules: Any) -> Iterator[Row]:
+    """Judge the input's lines, given as chunks of whole lines (`LineReader`, given `rules`); yield each valid
+    request. Rejections reach `reject` in line order with the rows (a caller's own rejection of a row, a duplicate,
+    comes after those of the lines before it). `stats` receives the line count and end offset. Uniqueness is not
+    checked here."""
     refused: list[Rejection] = []
-    reader = LineReader(refused.append, item_limit=item_limit, offset=offset, from_file=from_file, **rules)
-
-    def accept(*row: Any) -> None:
-        rows.append(row)
-
-    it = iter(lines)
-    while part := list(islice(it, chunk)):
-        reader.read(part, accept)
+    reader = LineReader(refused.append, item_limit=item_limit, **rules)
+    cols = Columns(bodies=[])
+    for chunk in chunks:
+        reader.read(chunk, cols)
         told = 0
-        for row in rows:
+        for row in zip(cols.lines, cols.offsets, cols.cids, cols.models, cols.sizes, cols.bodies or ()):
             while told < len(refused) and refused[told].line < row[0]:
                 reject(refused[told])
                 told += 1
             yield row
         for rejection in refused[told:]:
             reject(rejection)
-        rows.clear()
         refused.clear()
+        cols.clear()
     if stats is not None:
         stats.lines, stats.end_offset = reader.line, max(reader.offset, 0)
+
+
+def validate(lines: Iterable[bytes], reject: Callable[[Rejection], None], *, item_limit: int,
+             **rules: Any) -> Iterator[Row]:
+    """`read_chunks` of lines as a file gives them (each with its newline, the last perhaps without)."""
+    it = iter(lines)
+    chunks = (b"".join(part) for part in iter(lambda: list(islice(it, 4096)), []))
+    return read_chunks(chunks, reject, item_limit=item_limit, **rules)
+
+
+def file_chunks(stream: BinaryIO, hasher: Any = None) -> tuple[Iterator[bytes], int]:
+    """A binary stream's whole lines in chunks of about `CHUNK_BYTES` (a longer line whole), a UTF-8 BOM at its
+    start peeled off (`hasher`, if given, sees every byte, the BOM included); and the first line's offset."""
+    first = stream.read(CHUNK_BYTES)
+    bom = first.startswith(_BOM)
+    return _chunks(stream, first, hasher, 3 if bom else 0), 3 if bom else 0
+
+
+def _chunks(stream: BinaryIO, block: bytes, hasher: Any, skip: int) -> Iterator[bytes]:
+    carried: list[bytes] = []
+    while block:
+        if hasher is not None:
+            hasher.update(block)
+        cut = block.rfind(b"\n") + 1
+        if cut:
+            yield b"".join([*carried, block[skip:cut] if not carried else block[:cut]])
+            carried = [block[cut:]]
+        else:
+            carried.append(block[skip:] if not carried else block)
+        skip = 0
+        block = stream.read(CHUNK_BYTES)
+    tail = b"".join(carried)
+    if tail:
+        yield tail
+
+
+def item_chunks(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[bytes]:
+    """An iterable's requests as chunks of lines (`encode_items`), a BOM on the first one peeled off."""
+    lines = encode_items(items)
+    first = next(lines, None)
+    if first is None:
+        return
+    if first.startswith(_BOM):
+        first = first[3:]
+    group = [first]
+    for line in lines:
+        group.append(line)
+        if len(group) >= 4096:
+            yield b"\n".join(group) + b"\n"
+            group = []
+    if group:
+        yield b"\n".join(group) + b"\n"
 
 
 def version_reason(params: dict[str, Any]) -> str | None:
@@ -310,6 +440,8 @@ def encode_items(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[byte
                 line = msgspec.json.encode(item)
             except (msgspec.EncodeError, UnicodeEncodeError, TypeError):
                 # Lone surrogates and unknown types: the stdlib keeps them, so the line is rejected for its bytes.
+                import json
+
                 line = json.dumps(item, ensure_ascii=False, default=repr).encode("utf-8", "surrogatepass")
         elif isinstance(item, str):
             line = item.encode("utf-8", "surrogatepass")
@@ -434,7 +566,7 @@ def scan(
     repeats: dict[int, int] | None = None,
     **rules: Any,
 ) -> Iterator[Row]:
-    """Yield every valid, unique request, in order (as `validate`, given the `LineReader`'s `rules`).
+    """Yield every valid, unique request, in order (as `read_chunks`, given the `LineReader`'s `rules`).
 
     Every bad line goes to `reject`. `stats` receives the line count and end offset; `hasher` (a hashlib object)
     sees every byte of a file source. A file of more than `ids_in_memory` ids may yield a repeated id: `stats.repeats`
@@ -444,16 +576,16 @@ def scan(
     check = None
     try:
         from_file = stream is not None
-        lines: Iterable[Any] = stream if stream is not None else encode_items(items or ())
+        if stream is not None:
+            chunks, offset = file_chunks(stream, hasher)
+        else:
+            chunks, offset = item_chunks(items or ()), 0
         check = duplicate_check(expected_ids(stream, size), _confirmer(stream) if from_file else None,
                                 rereadable=stats is not None and _rereadable(source), limit=ids_in_memory,
                                 known=repeats)
         add = check.add
-        lines, offset = peel_bom(lines, hasher)
-        if hasher is not None:
-            lines = _hashed(lines, hasher.update)
-        for row in validate(lines, reject, item_limit=item_limit, from_file=from_file, offset=offset, stats=stats,
-                            **rules):
+        for row in read_chunks(chunks, reject, item_limit=item_limit, from_file=from_file, offset=offset,
+                               stats=stats, **rules):
             line, start, cid = row[0], row[1], row[2]
             first = add(cid, line, start)
             if first:
@@ -467,25 +599,6 @@ def scan(
             check.close()
         if stream is not None and stream is not sys.stdin.buffer:
             stream.close()
-
-
-def peel_bom(lines: Iterable[bytes], hasher: Any = None) -> tuple[Iterator[bytes], int]:
-    """An input's lines with a UTF-8 BOM peeled off the first (`hasher`, if given, sees it), and the offset of the
-    first line's first byte after it."""
-    lines = iter(lines)
-    head = next(lines, None)
-    if head is None or not head.startswith(_BOM):
-        return chain(() if head is None else (head,), lines), 0
-    if hasher is not None:
-        hasher.update(_BOM)
-    return chain((head[3:],), lines), 3
-
-
-def _hashed(lines: Iterator[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
-    """The lines, each fed to the hash on its way (only a submit hashes: `plan`'s loop skips this step)."""
-    for raw in lines:
-        update(raw)
-        yield raw
 
 
 def _rereadable(source: Source) -> bool:
