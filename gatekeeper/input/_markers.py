@@ -140,6 +140,27 @@ def _digest(head: list[Part], top: CacheControl | None, model: str, before: list
     return None, tuple(points)
 
 
+def holds_marker(params: Params) -> bool:
+    """Whether a request holds a cache marker: at the top, or on a system block, a tool or a turn's block."""
+    if params.cache_control is not None:
+        return True
+    system = params.system
+    if system.__class__ is list:
+        for block in system:
+            if block.cache_control is not None:
+                return True
+    for tool in params.tools or ():
+        if tool.cache_control is not None:
+            return True
+    for message in params.messages:
+        content = message.content
+        if content.__class__ is list:
+            for part in content:
+                if part.cache_control is not None:
+                    return True
+    return False
+
+
 def marker_reason(params: Params | Prompt | dict[str, Any]) -> str | None:
     """Why the API would refuse this request's cache markers, or None (`marker_walk`'s first answer)."""
     return marker_walk(params, "")[0]

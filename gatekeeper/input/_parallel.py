@@ -19,10 +19,11 @@ import os
 import select
 import signal
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from itertools import compress, repeat
-from operator import eq, rshift
+from operator import rshift
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -104,13 +105,16 @@ def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRul
 
 
 def _count_models(models: list[str], sizes: list[int], counts: dict[str, int], sums: dict[str, int]) -> None:
-    """Add the requests and bytes of each model (a pass per model a chunk names: a few)."""
-    names = set(models)
-    picked = {model: sizes if len(names) == 1 else list(compress(sizes, map(eq, models, repeat(model))))
-              for model in names}
-    for model, its in picked.items():
-        counts[model] = counts.get(model, 0) + len(its)
-        sums[model] = sums.get(model, 0) + sum(its)
+    """Add the requests and bytes of each model."""
+    chunk = Counter(models)  # (a C loop)
+    for model, n in chunk.items():
+        counts[model] = counts.get(model, 0) + n
+    if len(chunk) == 1:
+        sums[models[0]] = sums.get(models[0], 0) + sum(sizes)
+        return
+    get = sums.get
+    for model, size in zip(models, sizes):
+        sums[model] = get(model, 0) + size
 
 
 def _largest(sizes: list[int] | array[int]) -> tuple[int, int]:

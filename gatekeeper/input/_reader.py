@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 import os
 import sys
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate, compress, islice
 from operator import add, sub
@@ -27,7 +26,7 @@ from .._errors import InputError, os_error
 from .._wire import API_VERSION, STRICT_VERSION
 from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
 from ._duplicates import duplicate_check
-from ._markers import Memo, Point, marker_walk, system_walk
+from ._markers import Memo, Point, holds_marker, marker_walk, system_walk
 from ._reasons import (
     custom_id_reason,
     duplicate,
@@ -37,7 +36,7 @@ from ._reasons import (
     too_large,
     utf8_reason,
 )
-from ._schema import Params, Request, decoder
+from ._schema import Params, Request, decoder, markers_decoded
 
 Source: TypeAlias = str | os.PathLike[str] | Iterable[dict[str, Any] | bytes | str]
 """What `plan`/`submit` accept as input: a path ("-" for stdin), or requests as dicts / lines."""
@@ -133,10 +132,12 @@ class LineReader:
     def _at_once(self, chunk: bytes, raws: list[bytes], into: Columns) -> bool:
         """Judge a chunk whose every line is a valid request by passes over whole columns; False, with nothing
         done, when a line needs the reading of `_each` (its words: a refused line; a blank one)."""
+        markers = markers_decoded()
         try:
             requests = self.decoder.decode_lines(chunk)
         except msgspec.DecodeError:
             return False
+        marked = markers_decoded() != markers  # (a chunk without a marker is not searched for one)
         sizes = list(map(len, map(bytes.strip, raws)))
         # decode_lines skips a blank line and gives two values for a line that holds two: with no blank line,
         # one request a line is proven by their counts.
@@ -150,7 +151,7 @@ class LineReader:
             return False
         offsets = self._offsets(chunk, raws, sizes)
         models = [r.params.model for r in requests]
-        refused = self._prompts(chunk, raws, requests, offsets, sizes)
+        refused = self._prompts(marked, requests, offsets, sizes)
         lines = range(self.line + 1, self.line + 1 + len(raws))
         if refused:
             keep = [k not in refused for k in range(len(raws))]
@@ -176,25 +177,19 @@ class LineReader:
         lead = map(sub, map(len, raws), map(len, map(bytes.lstrip, raws)))
         return list(map(add, starts, lead))
 
-    def _prompts(self, chunk: bytes, raws: list[bytes], requests: list[Request], offsets: list[int],
-                 sizes: list[int]) -> set[int]:
-        """The steps a chunk's lines need one by one: the lines that name `cache_control` (their markers checked,
-        their prefixes noted), those long enough to hold a part worth caching, and, with the Models API's rules,
-        every line. The indices of the lines refused, each told to `reject`."""
-        at: set[int] = set()
-        if b"cache_control" in chunk:
-            ends = list(accumulate(map(len, raws)))
-            found = chunk.find(b"cache_control")
-            while found >= 0:
-                k = bisect_right(ends, found)
-                at.add(k)
-                found = chunk.find(b"cache_control", ends[k])
+    def _prompts(self, any_marked: bool, requests: list[Request], offsets: list[int], sizes: list[int]) -> set[int]:
+        """The steps a chunk's lines need one by one: the lines that hold a cache marker (`any_marked`: the chunk
+        does; their markers checked, their prefixes noted), those long enough to hold a part worth caching, and,
+        with the Models API's rules, every line. The indices of the lines refused, each told to `reject`."""
+        marked = {k for k, r in enumerate(requests) if holds_marker(r.params)} if any_marked else set()
+        at = set(marked)
         if self.cache is not None and max(sizes) >= UNMARKED_MIN_BYTES:
             at.update(k for k, n in enumerate(sizes) if n >= UNMARKED_MIN_BYTES)
         reasons: dict[int, str] = {}
+        prompt, first = self._prompt, self.line + 1
         for k in sorted(at):
             r = requests[k]
-            reason = self._prompt(raws[k], r.params, self.line + 1 + k, offsets[k], sizes[k], r.custom_id)
+            reason = prompt(r.params, k in marked, first + k, offsets[k], sizes[k], r.custom_id)
             if reason is not None:
                 reasons[k] = reason
         if self.models is not None or self.peaks is not None:
@@ -225,8 +220,9 @@ class LineReader:
                 self.reject(Rejection(line, *self._why(raw, cid, size)))
                 continue
             params = request.params
-            if (b"cache_control" in raw or size >= UNMARKED_MIN_BYTES) and (
-                    reason := self._prompt(raw, params, line, start, size, cid)) is not None:
+            marked = holds_marker(params)
+            if (marked or size >= UNMARKED_MIN_BYTES) and (
+                    reason := self._prompt(params, marked, line, start, size, cid)) is not None:
                 self.reject(Rejection(line, cid, reason))
                 continue
             if later and (reason := self._model_reason(params)) is not None:
@@ -261,7 +257,8 @@ class LineReader:
         if not (cid.encode().translate(_ID_CHARS).isalnum() and size <= self.item_limit and _utf8(raw)):
             self.reject(Rejection(line, *self._why(raw, cid, size)))
             return
-        self.reject(Rejection(line, cid, self._prompt(raw, request.params, line, start, size, cid) or version))
+        marked = holds_marker(request.params)
+        self.reject(Rejection(line, cid, self._prompt(request.params, marked, line, start, size, cid) or version))
 
     def _why(self, raw: bytes, cid: str, size: int) -> tuple[str | None, str]:
         """(custom_id, reason) of the first check after decoding that a line fails, in the reader's order: its
@@ -274,14 +271,14 @@ class LineReader:
             return None, custom_id_reason(cid)
         return cid, too_large(size, self.item_limit)
 
-    def _prompt(self, raw: bytes, params: Params, line: int, offset: int, size: int, cid: str) -> str | None:
+    def _prompt(self, params: Params, marked: bool, line: int, offset: int, size: int, cid: str) -> str | None:
         """Why the API would refuse the line's cache markers, or None, its marked prefixes or its long unmarked
-        system prompt or tool list noted in `cache`. Only a line whose bytes name `cache_control` is walked (a key
-        written with escapes is not seen); one whose only blocks are its system's, over those alone."""
+        system prompt or tool list noted in `cache`. Only a `marked` line (`holds_marker`) is walked; one whose only
+        blocks are its system's, over those alone."""
         model, system, messages = params.model, params.system, params.messages
         reason: str | None = None
         points: tuple[Point, ...] = ()
-        if b"cache_control" in raw:
+        if marked:
             memo = self.memos.get(model) or self.memos.setdefault(model, Memo())
             if (system.__class__ is list and params.tools is None and params.cache_control is None
                     and len(messages) == 1 and messages[0].content.__class__ is str):

@@ -34,10 +34,22 @@ Refused = UnsetType
 
 
 class CacheControl(Struct, gc=False, omit_defaults=True):
-    """A cache marker. Its life is checked with the others of its request (`_markers`): the rules span markers."""
+    """A cache marker. Its life is checked with the others of its request (`_markers`): the rules span markers.
+    Each one decoded is counted (`markers_decoded`), so that a reader knows a chunk of lines with none at once."""
 
     type: str = "ephemeral"
     ttl: str = "5m"
+
+    def __post_init__(self) -> None:
+        _markers[0] += 1
+
+
+_markers = [0]
+
+
+def markers_decoded() -> int:
+    """How many cache markers were decoded so far (in this process)."""
+    return _markers[0]
 
 
 class _Block(Struct, tag_field="type", kw_only=True, gc=False, omit_defaults=True):
