@@ -13,6 +13,8 @@ from itertools import chain, repeat
 from operator import mul, sub
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from .._arrays import extend
 from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_ESTIMATE, PriceTable, tokens_per_byte
 from ..decide._priming import (
@@ -39,15 +41,14 @@ if TYPE_CHECKING:
 UNMARKED_SHOWN = 5
 
 
-class Marked:
+class Marked(msgspec.Struct):
     """The valid marked requests of a plan in tokens (`marks`), where each is in the input (`rows[k]`: the marked
-    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or `NONE`). (Plain classes
-    here: a dataclass costs about 1 ms of every start of `plan`.)"""
+    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or `NONE`)."""
 
-    __slots__ = ("scan", "rows", "marks", "chosen")
-
-    def __init__(self, scan: CacheScan, rows: Sequence[int], marks: Marks, chosen: Sequence[int]) -> None:
-        self.scan, self.rows, self.marks, self.chosen = scan, rows, marks, chosen
+    scan: CacheScan
+    rows: Sequence[int]
+    marks: Marks
+    chosen: Sequence[int]
 
 
 def marked(report: PlanReport, prices: PriceTable) -> Marked:
@@ -195,16 +196,14 @@ def without_lines(batches: list[BatchPlan], claimed: dict[int, int]) -> list[tup
     return out
 
 
-class Round:
+class Round(msgspec.Struct):
     """One round of priming: the first request of each group (`primers`: (line, offset, bytes, custom_id), in line
     order), then the groups' other requests (`rest`); `life`: seconds the shortest-lived of its prefixes lives after
     its last use."""
 
-    __slots__ = ("primers", "rest", "life")
-
-    def __init__(self, primers: list[tuple[int, int, int, str]], rest: list[tuple[int, int, int, str]],
-                 life: float) -> None:
-        self.primers, self.rest, self.life = primers, rest, life
+    primers: list[tuple[int, int, int, str]]
+    rest: list[tuple[int, int, int, str]]
+    life: float
 
 
 def priming_rounds(m: Marked, round_size: int) -> list[Round]:

@@ -36,9 +36,9 @@ class CacheScan:
     """The caching facts of a file's valid lines (duplicates included: the report drops rejected lines). Marked line
     k is `lines[k]` at byte `offsets[k]`, its custom_id `cids[k]`; `marks` holds its model, size and prefixes.
 
-    The reader appends a marked line's `Row` to `rows` (one C call a line: nine array appends were a fifth of a
-    marked line's instructions) and calls `settle()` once `SETTLE_ROWS` are pending; `settle()` moves them into the
-    arrays in whole-column passes, and every reader of the arrays (the properties) settles first."""
+    The reader appends a marked line's `Row` to `rows` (one append a line, not one an array) and calls `settle()`
+    once `SETTLE_ROWS` are pending; `settle()` moves them into the arrays in whole-column passes, and every reader of
+    the arrays (the properties) settles first."""
 
     __slots__ = ("rows", "_marks", "_lines", "_later", "_pieces", "_offsets", "_cids", "read_ids", "unmarked",
                  "_model_index")

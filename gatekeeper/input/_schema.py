@@ -10,7 +10,8 @@ may only be false and `speed` only "standard" (a batch neither streams nor runs 
 bytes, unparsed: they are sent as given, and weighed only when a cache marker's prefix holds them.
 
 API version 2026-10-21 refuses `temperature`, `top_p` and `top_k` at any value, a document block in an assistant
-turn, and non-empty citations on a user turn's blocks (api.md, "API version 2026-10-21"): `Params2026` says so.
+turn, and non-empty citations on a user turn's blocks (the API's migration guide to that version): `Params2026`
+says so.
 
 What types cannot say is checked after decoding, over these values (`_reader`): the custom_id's characters (a
 pattern here would call Python's `re` for every line: a third of the decode's cost), the batch's byte limit,
