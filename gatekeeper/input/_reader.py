@@ -327,7 +327,8 @@ def _stripped(raw: bytes, start: int) -> tuple[int, int]:
 Row = tuple[int, int, str, str, int, bytes]
 """A valid request: (line, offset, custom_id, model, size, raw); its body is `raw.strip()` (`size` bytes)."""
 
-CHUNK_BYTES = 1 << 20  # lines judged at once: about as many bytes (a longer line whole)
+CHUNK_BYTES = 1 << 18  # lines judged at once: about as many bytes (a longer line whole); a chunk's objects stay in the
+# cache and their memory is reused (1 MB chunks took a third more page faults, and more time)
 
 
 def read_chunks(chunks: Iterable[bytes], reject: Callable[[Rejection], None], *, item_limit: int,
