@@ -33,11 +33,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's real keys or base URL."""
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No test sees the developer's real keys or base URL, nor writes to their state folder (a table job's default
+    state is there): each test has a user state folder of its own, inherited by the CLI it starts."""
     for name in list(os.environ):
         if name.startswith("ANTHROPIC_") or name.startswith("GATEKEEPER_"):
             monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "
          "credentials": "the credentials (docs/credentials.md)", "identity_token": "ANTHROPIC_IDENTITY_TOKEN_FILE",
          "profile": "ANTHROPIC_PROFILE",
          "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
-         "lease_ttl": "--lease-ttl", "platform": "--platform (or GATEKEEPER_PLATFORM)",
+         "lease_ttl": "--lease-ttl", "encoding": "--encoding", "infer_types": "--infer-types", "platform": "--platform (or GATEKEEPER_PLATFORM)",
          "api_version": "--api-version (or GATEKEEPER_API_VERSION)",
          "aws_region": "AWS_REGION", "aws_workspace": "ANTHROPIC_AWS_WORKSPACE_ID",
          "aws_credentials": "AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or "

@@ -183,6 +183,9 @@ def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_table(p)
     _add_state(p)
     _add_limits(p)
+    _add_ceiling(p)
+    _add_margin(p)
+    _add_journal(p, lease=False)
     _add_prices(p)
     _add_no_preflight(p)
     _add_max_rpm(p)
@@ -228,8 +231,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the job's results "
                    "(default STATE/results.jsonl; for a table job STATE/result.parquet, or .csv, .arrow, s3://...)")
     _add_ceiling(p)
-    p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
-                   help="requests of queue headroom to leave for others (default 0)")
+    _add_margin(p)
     _add_interval(p, "between queue readings")
     p.add_argument("--poll", type=_positive_float, dest="interval", help=argparse.SUPPRESS)  # (its old name)
     p.add_argument("--max-in-flight", type=_positive_int, default=None, metavar="N",
@@ -460,6 +462,12 @@ def _add_table(p: argparse.ArgumentParser) -> None:
                    help="the column that names each row (unique; any value); default: a row is its rendered request")
     g.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="another request parameter (VALUE as JSON, else text), e.g. --param temperature=0")
+    g.add_argument("--encoding", default=None, metavar="NAME",
+                   help="a CSV's encoding (default UTF-8; a CSV that is not is refused, naming what it looks like), "
+                   "e.g. --encoding cp1252")
+    g.add_argument("--infer-types", action="store_true",
+                   help="read a CSV's column types as pyarrow infers them from its first 4 MB (default: every "
+                   "column as text, as written: 02134 stays 02134)")
 
 
 def _add_state(p: argparse.ArgumentParser) -> None:
@@ -470,6 +478,11 @@ def _add_interval(p: argparse.ArgumentParser, what: str) -> None:
     """The one flag for the time between readings, in every command that reads again and again."""
     p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
                    help=f"seconds {what} (default 30; never faster than --max-rpm allows)")
+
+
+def _add_margin(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
+                   help="requests of queue headroom to leave for others (default 0)")
 
 
 def _add_ceiling(p: argparse.ArgumentParser) -> None:
