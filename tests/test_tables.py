@@ -419,9 +419,9 @@ def test_a_runs_answers_are_kept_by_one_walk_of_its_requests_and_never_out_of_or
 
     class Kept:
         def __init__(self) -> None:
-            self.rows: list[tuple[str, dict]] = []
+            self.rows: list[tuple[str, dict, bool]] = []
 
-        def keep(self, rows: list[tuple[str, dict]]) -> None:
+        def keep(self, rows: list[tuple[str, dict, bool]]) -> None:
             self.rows += rows
 
     def result(j: Any) -> bytes:
@@ -432,7 +432,7 @@ def test_a_runs_answers_are_kept_by_one_walk_of_its_requests_and_never_out_of_or
     for j in (judged[0], judged[2], judged[3]):
         keeper.write(result(j))
     keeper.flush()
-    assert kept.rows == [(j.key, {"type": "succeeded", "n": j.row}) for j in (judged[0], judged[2], judged[3])]
+    assert kept.rows == [(j.key, {"type": "succeeded", "n": j.row}, True) for j in (judged[0], judged[2], judged[3])]
     late = _Keeper(Kept(), map(id_and_key, lines))  # type: ignore[arg-type]
     late.write(result(judged[2]))
     with pytest.raises(JournalError, match="order"):

@@ -3,7 +3,9 @@ again, whatever run or machine asks; a changed row is another request.
 
 Kept in SQLite beside the table job's runs, or, when the job's journal is PostgreSQL, in that database under the
 table job's name (so every worker and triggerer sees the same answers). A result is the final result object a
-request last got; only `succeeded` answers it for good (anything else is sent again by the next run). Reads go a
+request last got; a *final* one answers it for good (the column is named `succeeded`, as it first was): one that
+succeeded, or one the run will not send again because it may have been billed already (an answer kept apart as
+unproven, results the API no longer has); anything else is sent again by the next run. Reads go a
 record batch of keys at a time, never a row at a time; they may consult the names a job had before (`also`: an
 earlier version named a job otherwise), writes go under its name.
 
@@ -67,11 +69,11 @@ class Answers:
                                         f"{extra}", (*self._jobs, *chunk)).fetchall()
 
     def answered_among(self, keys: Sequence[str]) -> set[str]:
-        """Those of `keys` answered for good."""
+        """Those of `keys` answered for good (final)."""
         return {key for (key,) in self._rows("key", keys, " AND succeeded = 1")}
 
     def results_of(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The result each of `keys` last got, where it got one (a succeeded one before any other a name has)."""
+        """The result each of `keys` last got, where it got one (a final one before any other a name has)."""
         out: dict[str, dict[str, Any]] = {}
         for key, result, succeeded in self._rows("key, result, succeeded", keys):
             if succeeded or key not in out:
@@ -91,9 +93,9 @@ class Answers:
         self._db.execute(f"INSERT INTO {self._runs} (job, run) VALUES (?, ?) ON CONFLICT (job, run) DO NOTHING",
                          (self._job, run))
 
-    def keep(self, results: Iterable[tuple[str, dict[str, Any]]]) -> None:
-        """Keep each (key, result) in one transaction; a succeeded answer is never replaced by a lesser one."""
-        rows = [(self._job, key, orjson.dumps(result), int(result.get("type") == "succeeded")) for key, result in results]
+    def keep(self, results: Iterable[tuple[str, dict[str, Any], bool]]) -> None:
+        """Keep each (key, result, final) in one transaction; a final answer is never replaced."""
+        rows = [(self._job, key, orjson.dumps(result), int(final)) for key, result, final in results]
         self._db.begin()
         ok = False
         try:

@@ -29,7 +29,7 @@ from ..state._answers import Answers
 from ._io import TableSource, TableWriter, check_destination, writable_schema
 from ._judged import TableRows
 from ._pending import Counts, pending_file
-from ._rows import NOT_SENT, RESULT_COLUMNS, TableSpec, id_and_key, result_columns
+from ._rows import NOT_SENT, RESULT_COLUMNS, TableSpec, id_and_key, is_final, result_columns
 from ._runs import discard, fresh_name, hold, let_go, quiet, run_dir, run_name, unfinished_runs
 from ._where import default_state_dir, identity, shown
 
@@ -276,14 +276,14 @@ class _Keeper:
 
     def __init__(self, answers: Answers, lines: Iterator[tuple[str, str]]) -> None:
         self.answers, self._lines = answers, lines
-        self._kept: list[tuple[str, dict[str, Any]]] = []
+        self._kept: list[tuple[str, dict[str, Any], bool]] = []
 
     def write(self, line: bytes) -> int:
         found = orjson.loads(line)
         cid = found.get("custom_id")
         for at, key in self._lines:
             if at == cid:
-                self._kept.append((key, found["result"]))
+                self._kept.append((key, found["result"], is_final(found["result"])))
                 break
         else:  # (a result out of the requests' order would leave every later one unkept: never silently)
             raise JournalError(f"the run's result for {cid!r} is not in its requests' order: nothing after it was kept")

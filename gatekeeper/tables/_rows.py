@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from .._prices import PriceTable
+from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, UNPROVEN
 from ._template import Template
 
 _VALID_ID = re.compile(r"[A-Za-z0-9_-]{1,64}").fullmatch
@@ -195,6 +196,17 @@ def hashable(value: Any) -> Any:
 
 
 NOT_SENT = "not sent: the run did not send it"
+NEVER_AGAIN = (UNPROVEN, RESULTS_UNAVAILABLE, MISSING_RESULT)  # errors of requests processed and maybe billed
+
+
+def is_final(result: Mapping[str, Any]) -> bool:
+    """Whether a result answers its request for good: it succeeded, or it is one a run never sends again because it
+    may have been billed already (an answer kept apart as unproven, results the API no longer has). Anything else
+    (errored, expired, canceled) is sent again by the next run."""
+    if result.get("type") == "succeeded":
+        return True
+    err = (result.get("error") or {}).get("error") or result.get("error") or {}
+    return result.get("type") == "errored" and isinstance(err, Mapping) and err.get("type") in NEVER_AGAIN
 
 
 def result_columns(judged: Judged, result: Mapping[str, Any] | None, prices: PriceTable,
