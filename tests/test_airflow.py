@@ -809,3 +809,60 @@ def test_the_operators_priority_and_share_reach_the_run(tmp_path: Path, airflow_
     assert (settings_of(spec).priority, settings_of(spec).share) == ("high", 3.0)
     with pytest.raises(AirflowException, match="must be high, normal or low"):
         GatekeeperSubmitOperator(task_id="u", input_path="x", priority="urgent")
+
+
+def test_a_table_job_shares_its_answers_with_the_cli_on_one_host_and_collects_a_killed_run(
+        tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI is killed right after its first batch was created; the table grows; the operator on the same host
+    (no state_dir set) finds the CLI's state (the table's folder in the user's state folder), collects the killed
+    run, and sends only the rows still unanswered: each row is created once. The CLI's plan then finds every row
+    answered."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+    from tests.fakes import env_for
+    from tests.runs import gk
+
+    table = tmp_path / "t.parquet"
+
+    def write(n: int) -> None:
+        pq.write_table(pa.table({"ticket": [f"T-{i}" for i in range(n)],
+                                 "body": [f"printer {i} is on fire" + " again" * (i % 9) for i in range(n)]}), table)
+
+    write(60)
+    cli = ["--template", "Classify: {body}", "--model", "claude-haiku-4-5-20251001", "--max-tokens", "20",
+           "--id-column", "ticket"]
+    with running_fake(rate=2000) as fake:
+        killed = gk(["submit", str(table), *cli, "--max-requests", "20", "--interval", "0.05"], env_for(fake),
+                    crash_at="after-create:1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        write(70)
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        op = GatekeeperSubmitOperator(task_id="t", input_path=str(table), template="Classify: {body}",
+                                      model="claude-haiku-4-5-20251001", max_tokens=20, id_column="ticket",
+                                      deferrable=False, poll_interval=0.1)
+        summary = op.execute({})
+        created = [cid for b in fake.org.batches.values() for cid, _ in b.requests]
+        assert len(created) == len(set(created)) == 70 and fake.org.records.succeeded_twice == 0
+        plan = gk(["plan", str(table), *cli, "--json"], {})
+    assert summary["rows"] == summary["succeeded"] == 70
+    assert json.loads(plan.stdout)["answered"] == 70
+
+
+def test_a_table_uri_with_a_credential_is_refused_before_it_is_stored(tmp_path: Path, airflow_home: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+
+    with running_fake() as fake:
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        for where in ({"input_path": "s3://AKIAEXAMPLE:SuperSecret123@lake/t.parquet"},
+                      {"input_path": str(tmp_path / "t.parquet"),
+                       "results_path": "gs://lake/r.parquet?access_token=SuperSecret123"}):
+            op = GatekeeperSubmitOperator(task_id="t", template="{body}", model="m", max_tokens=5, **where)
+            with pytest.raises(AirflowException, match="carries a credential") as refused:
+                op.execute({})
+            assert "SuperSecret123" not in str(refused.value) and "\n" not in str(refused.value)
+        assert fake.org.records.creates == 0

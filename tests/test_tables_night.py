@@ -222,6 +222,7 @@ def test_an_output_format_that_cannot_hold_a_column_is_refused_before_anything_i
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
         assert "csv cannot hold the column 'tags' (list<" in refused.stderr
         assert fake.org.records.creates == 0 and not (tmp_path / "r.csv").exists()
+        assert not _state(table).exists()  # (refused before its state folder was made)
         import polars as pl
 
         frame = pl.DataFrame({"body": ["a", "b"], "note": ["n1", None]})
@@ -463,3 +464,90 @@ def test_a_duckdb_query_is_streamed_once_and_spooled_on_disk(tmp_path: Path) -> 
         assert len(_created(fake)) == 50
     assert done.table is not None and done.table.column("qty").to_pylist() == list(range(50))
     assert not [p for p in (tmp_path / "s").iterdir() if p.name.startswith(".gatekeeper-table-")]
+
+
+# -- pure parts -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, text", [
+    (7, "7"), (7.0, "7"), (-0.0, "0"), (2.5, "2.5"), (1e-7, "1e-07"), (math.inf, "inf"), ("02134", "02134"),
+    (b"caf\xc3\xa9", "café"), (["x", "y"], '["x","y"]'), ({"n": 1, "w": 2.0}, '{"n":1,"w":2}'),
+    ([[1.0, 2.5], []], "[[1,2.5],[]]"), ([("k", 1)], '[["k",1]]'), (True, "True"),
+])
+def test_a_value_renders_as_its_text_whatever_its_columns_type(value: Any, text: str) -> None:
+    """An integral float renders as its integer (int64 drifting to double leaves every request as it was); lists,
+    structs and maps as JSON, their integral floats too; bytes as UTF-8."""
+    from gatekeeper.tables._template import parse_template
+
+    assert parse_template("{v}").render({"v": value}) == text
+
+
+@pytest.mark.parametrize("value, why", [
+    (None, "null"), (math.nan, "null (NaN)"), (b"caf\xe9", "not UTF-8 text (byte 0xe9 at 3)"), ("", None), (0.0, None),
+])
+def test_a_value_that_cannot_be_rendered_says_why(value: Any, why: str | None) -> None:
+    from gatekeeper.tables._template import parse_template
+
+    assert parse_template("{v}").unfit({"v": value}) == (None if why is None else f"column 'v' is {why}")
+
+
+@pytest.mark.parametrize("where, ident, shown, secret", [
+    ("t.parquet", None, "t.parquet", False),
+    ("s3://lake/t.parquet", "s3://lake/t.parquet", "s3://lake/t.parquet", False),
+    ("s3://AKIA:Se%2Fcret@lake/t.parquet", "s3://lake/t.parquet", "s3://***@lake/t.parquet", True),
+    ("s3://AKIA@lake/t.parquet", "s3://lake/t.parquet", "s3://***@lake/t.parquet", False),
+    ("s3://lake/t.parquet?region=eu&endpoint_override=x", "s3://lake/t.parquet?endpoint_override=x&region=eu",
+     "s3://lake/t.parquet?region=eu&endpoint_override=x", False),
+    ("gs://lake/t.csv?access_token=abc&x=1", "gs://lake/t.csv?x=1", "gs://lake/t.csv?access_token=***&x=1", True),
+    ("abfs://acct:KEY==@c.dfs.core.windows.net/t.arrow", "abfs://c.dfs.core.windows.net/t.arrow",
+     "abfs://***@c.dfs.core.windows.net/t.arrow", True),
+])
+def test_a_tables_identity_and_shown_form_carry_no_secret(where: str, ident: str | None, shown: str,
+                                                         secret: bool) -> None:
+    from gatekeeper.tables._where import folder_name, has_secret, identity, scrub
+    from gatekeeper.tables._where import shown as shown_as
+
+    assert identity(where) == (os.path.abspath(where) if ident is None else ident)
+    assert shown_as(where) == shown and has_secret(where) == secret
+    if "Se%2Fcret" in where:  # (quoted as given, or as the URI parser decoded it)
+        said = scrub(f"failed to open {where}: user AKIA, password Se/cret (Se%2Fcret)", where)
+        assert "cret" not in said and "s3://***@lake/t.parquet" in said
+    assert folder_name(where) == folder_name(where.replace("AKIA:Se%2Fcret@", "")) and "Se" not in folder_name(where)
+
+
+@pytest.mark.parametrize("sizes, ceiling, margin, rounds", [
+    ([250] * 8, 1000, 0, 2), ([250] * 9, 1000, 0, 3), ([250] * 8, 1000, 250, 3), ([], 1000, 0, 0),
+    ([1500, 10], 1000, 0, 2), ([400, 400, 400], 1000, 0, 2), ([1] * 5, 1, 0, 5),
+])
+def test_waves_are_rounds_of_creates_into_an_empty_queue(sizes: list[int], ceiling: int, margin: int,
+                                                         rounds: int) -> None:
+    from gatekeeper.decide._admission import waves
+
+    assert waves(sizes, ceiling, margin) == rounds
+
+
+def test_a_file_that_is_not_utf8_is_named_by_what_it_looks_like(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from gatekeeper.tables import _encoding
+
+    assert "UTF-16 byte-order mark" in _encoding.not_utf8(io.BytesIO("a,b\n".encode("utf-16")))
+    monkeypatch.setattr(_encoding, "CHUNK", 7)  # (characters and lines cut across chunks)
+    utf8 = "naïve,é\n日本,x\n".encode() * 3
+    assert _encoding.not_utf8(io.BytesIO(utf8 + "café\n".encode("cp1252"))).startswith(
+        "is not UTF-8: line 7 has the byte 0xe9, which reads as Windows-1252 (Latin-1) 'café'")
+
+
+@pytest.mark.parametrize("result, final", [
+    ({"type": "succeeded"}, True), ({"type": "expired"}, False), ({"type": "canceled"}, False),
+    ({"type": "errored", "error": {"type": "error", "error": {"type": "api_error"}}}, False),
+    ({"type": "errored", "error": {"type": "error", "error": {"type": "gatekeeper_unproven"}}}, True),
+    ({"type": "errored", "error": {"type": "error", "error": {"type": "gatekeeper_results_unavailable"}}}, True),
+    ({"type": "errored", "error": {"type": "gatekeeper_missing_result"}}, True),
+])
+def test_an_answer_that_may_have_been_billed_is_never_sent_again(result: dict, final: bool) -> None:
+    """A request whose answer was kept apart (its batch not proven ours) or whose results the API no longer has
+    was processed, maybe billed: the next run does not send it again (the JSONL job's rule), while an error the
+    API answered with is sent again."""
+    from gatekeeper.tables._rows import is_final
+
+    assert is_final(result) == final

@@ -18,7 +18,7 @@ from .._errors import JobMissing
 from .._prices import load_prices
 from ..api._config import ApiConfig
 from ..run.job._summary import Summary
-from ..tables._job import TableJob, TableResult, collect_earlier, open_answers, table_job_name
+from ..tables._job import TableJob, TableResult, check_out, collect_earlier, open_answers, table_job, table_job_name
 from ..tables._rows import TableSpec
 from ..tables._where import default_state_dir, identity
 from ._job import JobSpec, configured_state_dir, settings_of, state_base
@@ -54,8 +54,8 @@ def _job(spec: JobSpec) -> TableJob:
     """The table job; its answers beside its runs, or in its PostgreSQL journal (seen from every machine)."""
     assert spec.table is not None
     root = Path(spec.state_dir)
-    return TableJob(spec.input_path, TableSpec.from_json(spec.table), root,
-                    open_answers(root, settings_of(spec).journal, spec.job))
+    return table_job(spec.input_path, TableSpec.from_json(spec.table), root,
+                     open_answers(root, settings_of(spec).journal, spec.job))
 
 
 def prepare_table(spec: JobSpec, config: ApiConfig) -> tuple[JobSpec, dict[str, Any] | None]:
@@ -69,7 +69,7 @@ def prepare_table(spec: JobSpec, config: ApiConfig) -> tuple[JobSpec, dict[str, 
 
             asked = dataclasses.replace(config, api_version=spec.api_version) if spec.api_version else config
             anyio.run(lambda: collect_earlier(job, asked, settings_of(spec), load_prices(), TableResult(), {}))
-        job.check_out(_result_path(spec))
+        check_out(job.rows, _result_path(spec), job.root)
         pending, _ = job.pending()
         if pending is None:
             return spec, _written(job, spec, None)

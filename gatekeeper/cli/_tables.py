@@ -149,9 +149,10 @@ async def submit_table_run(args: argparse.Namespace, config: Any, settings: Any,
     from ..tables._where import default_state_dir
 
     spec, source = table_spec(args), _source(args)
-    state = Path(args.state) if args.state else default_state_dir(source.where, os.environ)
+    state = Path(args.state) if args.state else default_state_dir(source.where, os.environ, create=False)
     out = args.out or str(state / "result.parquet")
-    return await submit_table(source, spec, config=config, settings=replace(settings, state_dir=state, out=None),
+    return await submit_table(source, spec, config=config,  # (no --state: the library's default, made there)
+                              settings=replace(settings, state_dir=state if args.state else None, out=None),
                               out=out, prices=prices, on_event=progress, stop=stop)
 
 

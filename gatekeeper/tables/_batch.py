@@ -120,8 +120,27 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     bodies = _bodies(spec.pieces, user, system)
     keys: list[str | None] | None = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies)))) if keyed else None
     out = Judgements(first, keys, _custom_ids(ids, keys), bodies, {})
-    for i in unvouched:
-        out.put(i, judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated))
+    nulls = _nulls(sub, templates, unvouched)
+    for i, column in nulls.items():  # (what `judge` says of them, without a row's values made a dict each)
+        out.put(i, Judged(first + i + 1, rejected=f"row {first + i + 1}: column {column!r} is null"))
+    rest = [i for i in unvouched if i not in nulls]
+    if rest:  # (their values taken at once: a slice a row was most of a plan of a sparse column)
+        for i, row in zip(rest, sub.take(pa.array(rest, pa.int64())).to_pylist()):
+            out.put(i, judge(spec, row, first + i + 1, duplicated))
+    return out
+
+
+def _nulls(sub: pa.RecordBatch, templates: list[Template], rows: list[int]) -> dict[int, str]:
+    """Of `rows`, those null in a templated column (strings: never NaN nor bytes), each with its first such column
+    in the order `judge` looks at them."""
+    if not rows:
+        return {}
+    out: dict[int, str] = {}
+    for col in dict.fromkeys(c for t in templates for c in t.columns):
+        column = sub.column(col)
+        if column.null_count:
+            for i in compress(range(sub.num_rows), column.is_null().to_pylist()):
+                out.setdefault(i, col)
     return out
 
 

@@ -9,7 +9,7 @@ from typing import Any
 _BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
          (codecs.BOM_UTF16_BE, "UTF-16"))
 CHUNK = 1 << 20
-_FIX = "name its encoding, or convert it to UTF-8"
+_FIX = "name its encoding{}, or convert it to UTF-8"
 
 
 def not_utf8(f: Any) -> str:
@@ -18,14 +18,14 @@ def not_utf8(f: Any) -> str:
     head = f.read(4)
     for bom, name in _BOMS:
         if head.startswith(bom):
-            return f"is not UTF-8: it starts with a {name} byte-order mark; {_FIX} ({name.lower()})"
+            return f"is not UTF-8: it starts with a {name} byte-order mark; {_FIX.format(f' ({name.lower()})')}"
     f.seek(0)
     carry, lines = b"", 0
     while True:
         chunk = f.read(CHUNK)
         data = carry + chunk
         if not data:
-            return f"is not UTF-8; {_FIX}"
+            return f"is not UTF-8; {_FIX.format('')}"
         try:
             data.decode("utf-8")
             carry = b""
@@ -45,5 +45,6 @@ def _first_bad(data: bytes, at: int, lines: int) -> str:
         guess, text = "Windows-1252 (Latin-1)", shown.decode("cp1252")
     except UnicodeDecodeError:
         guess, text = "Latin-1", shown.decode("latin-1")
-    return (f"is not UTF-8: line {number} has the byte {data[at]:#04x}, which reads as {guess} {text!r}; {_FIX} "
-            f"({'cp1252' if guess.startswith('Windows') else 'latin-1'}, if that is it)")
+    name = "cp1252" if guess.startswith("Windows") else "latin-1"
+    return f"is not UTF-8: line {number} has the byte {data[at]:#04x}, which reads as {guess} {text!r}; " + \
+        _FIX.format(f" ({name}, if that is it)")

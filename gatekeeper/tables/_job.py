@@ -102,6 +102,24 @@ def job_names(where: str | None, root: Path, spec: TableSpec, config: ApiConfig)
     return name, (before,) if before != name else ()
 
 
+def check_out(rows: TableRows, where: str | None, root: Path) -> None:
+    """Said before anything is sent: the result's format can hold the table's columns, its folder is there (or is
+    the job's state folder, made before it is written)."""
+    if where is not None:
+        writable_schema(where, result_schema(rows.source.schema()))
+        if os.path.dirname(os.path.abspath(where)) != os.path.abspath(root):
+            check_destination(where)
+
+
+def table_job(source: Any, spec: TableSpec, root: Path, answers: Answers) -> TableJob:
+    """A table job over `source` (a path, a URI or a table in memory, whose stream is spooled beside the job)."""
+    src = TableSource.of(source)
+    if src.stream is not None and src.spool_dir is None:
+        root.mkdir(parents=True, exist_ok=True)
+        src.spool_dir = str(root)  # (on disk beside the job, not in a temporary folder that may be memory)
+    return TableJob(TableRows(src, spec), root, answers)
+
+
 def result_schema(schema: pa.Schema) -> pa.Schema:
     """The result table's columns: the input's, then the result columns."""
     return pa.schema([pa.field(f.name, f.type) for f in schema] + [pa.field(n, t) for n, t in RESULT_TYPES.items()])
@@ -110,14 +128,8 @@ def result_schema(schema: pa.Schema) -> pa.Schema:
 class TableJob:
     """One table job's files under `root`: the answers kept across runs, and its runs (`_runs`)."""
 
-    def __init__(self, source: Any, spec: TableSpec, root: Path, answers: Answers) -> None:
-        src = TableSource.of(source)
-        if src.spool_dir is None and src.where is None:
-            root.mkdir(parents=True, exist_ok=True)
-            src.spool_dir = str(root)  # (a stream given is spooled on disk beside the job, not in a tmpfs)
-        self.rows = TableRows(src, spec)
-        self.root = root
-        self.answers = answers
+    def __init__(self, rows: TableRows, root: Path, answers: Answers) -> None:
+        self.rows, self.root, self.answers = rows, root, answers
         self._held: list[int] = []  # the runs this process holds (`_runs.hold`), let go on `close`
 
     def unfinished(self) -> list[Path]:
@@ -142,12 +154,6 @@ class TableJob:
         _merge(self.answers, pending, run_dir(pending), journal, job)
         self.answers.settle(pending.stem)
 
-    def check_out(self, where: str | None) -> None:
-        """Said before anything is sent: the result's format can hold the table's columns, its folder is there."""
-        if where is not None:
-            writable_schema(where, result_schema(self.rows.source.schema()))
-            check_destination(where)
-
     def write(self, where: str | None, prices: PriceTable, result: TableResult) -> None:
         result.table = _write(self.rows, self.answers, prices, where, result)
         result.out = None if where is None else shown(where)
@@ -171,15 +177,23 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     the process's, names it). A CSV is read as text in UTF-8 unless `encoding` or `infer_types` say otherwise."""
     settings = settings or SubmitSettings()
     src = TableSource.of(source, encoding=encoding, infer_types=infer_types)
+    environ = environ if environ is not None else os.environ
     root = Path(settings.state_dir) if settings.state_dir is not None else \
-        default_state_dir(src.where, environ if environ is not None else os.environ)
-    name, also = job_names(src.where, root, spec, config) if settings.journal and not settings.job else (settings.job, ())
-    job = TableJob(src, spec, root, open_answers(root, settings.journal, name, also))
+        default_state_dir(src.where, environ, create=False)
     where = None if out is None else os.fspath(out)
+    if src.stream is not None:  # (a stream given is spooled on disk beside the job, not in a folder that may be memory)
+        root = root if settings.state_dir is not None else default_state_dir(src.where, environ)
+        root.mkdir(parents=True, exist_ok=True)
+        src.spool_dir = str(root)
+    rows = TableRows(src, spec)
+    check_out(rows, where, root)  # (a table refused leaves no state folder behind)
+    if settings.state_dir is None:
+        root = default_state_dir(src.where, environ)
+    name, also = job_names(src.where, root, spec, config) if settings.journal and not settings.job else (settings.job, ())
+    job = TableJob(rows, root, open_answers(root, settings.journal, name, also))
     prices = prices or load_prices()
     result = TableResult(state_dir=str(root))
     try:
-        job.check_out(where)
         spent = await collect_earlier(job, config, replace(settings, job=name), prices, result, submit_options)
         pending, _ = job.pending()
         budget = None if settings.budget is None else settings.budget - spent

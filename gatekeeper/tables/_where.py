@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, unquote, urlencode
 
 from ..state._home import ensure_home, state_home
 from ._names import SCHEMES
@@ -77,7 +77,8 @@ def scrub(text: str, where: str) -> str:
     text = text.replace(where, shown(where))
     head, user, _, query = _split(where)
     secrets = [p for p in user.split(":") if p] + [v for k, v in parse_qsl(query) if _SECRET_PARAM.search(k) and v]
-    for secret in sorted(secrets, key=len, reverse=True):
+    secrets += [unquote(s) for s in secrets]  # (as a URI parser decodes them, in its messages)
+    for secret in sorted(set(secrets), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
