@@ -469,7 +469,7 @@ def test_a_plain_spec_is_planned_as_written_exactly_as_plan_reads_the_run(
     pending, counts = _pending(_Rows(TableSource.of(table), spec), None, tmp)
     if pending is None or refused or templated_system:  # (planned through `plan` itself)
         return
-    sized, _ = _sized(_Rows(TableSource.of(table), spec), None, written := SizedPlan(limits, MODEL))
+    sized = _sized(_Rows(TableSource.of(table), spec), None, written := SizedPlan(limits, MODEL))
     assert (sized.rows, sized.rejected, sized.first_rejected, sized.unsent) == \
         (counts.rows, counts.rejected, counts.first_rejected, counts.unsent)
     got, want = written.finish(), plan(pending, limits=limits)

@@ -347,7 +347,8 @@ def test_plan_reports_rejections_as_records_with_flat_memory(tmp_path: Path) -> 
     }).decode() + "\n")
     lines = orjson.loads(gk(["plan", str(jsonl), "--json"], {}).stdout)
     assert set(lines["errors"][0]) - {"line"} == set(j["rejected"][0]) - {"row"}
-    assert set(lines["batches"][0]) == set(j["batches"][0])
+    assert set(lines["batches"][0]) - {"first_line", "last_line"} == set(j["batches"][0]) - {"first_row", "last_row"}
+    assert (j["batches"][0]["first_row"], j["batches"][0]["last_row"]) == (1, 1498)  # (rows, not the run's lines)
     for key in ("requests", "invalid", "errors", "batches", "largest_request", "models", "request_bytes", "limits"):
         assert key in j, key
 
@@ -551,3 +552,14 @@ def test_an_answer_that_may_have_been_billed_is_never_sent_again(result: dict, f
     from gatekeeper.tables._rows import is_final
 
     assert is_final(result) == final
+
+
+def test_a_jsonl_plan_at_a_ceiling_cuts_batches_as_submit_does(tmp_path: Path) -> None:
+    """--ceiling means the same to a JSONL plan: batches of a quarter of it (less --margin), and their rounds."""
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"custom_id": f"r{i}", "params": {
+        "model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": f"hi {i}"}]}}) + b"\n"
+        for i in range(2000)))
+    j = orjson.loads(gk(["plan", str(path), "--ceiling", "1000", "--margin", "200", "--json"], {}).stdout)
+    assert [b["requests"] for b in j["batches"]] == [200] * 10 and j["waves"] == 3
+    assert "waves" not in orjson.loads(gk(["plan", str(path), "--json"], {}).stdout)

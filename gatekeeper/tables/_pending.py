@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..input._planner import SizedPlan
 from ..state._answers import Answers
@@ -73,20 +73,17 @@ def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbe
     return path, counts
 
 
-def sized(rows: TableRows, answers: Answers | None, plan: SizedPlan) -> tuple[Counts, list[tuple[int, int]]]:
+def sized(rows: TableRows, answers: Answers | None, plan: SizedPlan, row_numbers: BinaryIO | None = None) -> Counts:
     """`pending_file`'s requests fed to `plan` as sizes: nothing written (a third of a plan's time went to the file),
-    and without answers to look up, no key computed. With the counts, each request `plan` refused: (its line in
-    the run that would be sent, its row)."""
-    refused: list[tuple[int, int]] = []
+    and without answers to look up, no key computed; with `row_numbers`, each request's row written there (4 bytes
+    a request), as `pending_file` writes them."""
     for judged, keep in _unsent_rows(rows, answers, counts := Counts(), keyed=answers is not None):
         sizes, cids = judged.sizes(keep)
         if sizes:
-            errors, first = len(plan.report.errors), plan.lines
             plan.add(sizes, cids)
-            if len(plan.report.errors) > errors:  # (rare: a request over the batch limit)
-                numbers = judged.row_numbers(keep)
-                refused += [(e.line, int(numbers[e.line - first - 1])) for e in plan.report.errors[errors:]]
-    return counts, refused
+            if row_numbers is not None:
+                row_numbers.write(judged.row_numbers(keep).tobytes())
+    return counts
 
 
 def _unsent_rows(rows: TableRows, answers: Answers | None, counts: Counts, keyed: bool = True

@@ -37,6 +37,7 @@ class TablePlan:
     rejected_count: int = 0
     answered: int = 0
     report: PlanReport | None = None
+    batches: list[dict[str, Any]] = field(default_factory=list)  # `report`'s, by the rows each runs from and to
     errors: list[dict[str, Any]] = field(default_factory=list)  # requests `plan`'s rules refuse, with their rows
     ceiling: int | None = None
     batch_size: int = 0
@@ -53,7 +54,7 @@ class TablePlan:
         return {"rows": self.rows, "answered": self.answered, "rejected": self.rejected,
                 "rejected_count": self.rejected_count, "requests": self.to_send, "to_send": self.to_send,
                 "invalid": 0 if r is None else r.invalid, "errors": self.errors,
-                "batches": [] if r is None else [b.to_json() for b in r.batches], "batch_size": self.batch_size,
+                "batches": self.batches, "batch_size": self.batch_size,
                 "waves": self.waves, "ceiling": self.ceiling, "estimate": self.estimate,
                 "largest_request": None if r is None else r.to_json()["largest_request"],
                 "models": {} if r is None else r.to_json()["models"], "request_bytes": 0 if r is None else r.request_bytes,
@@ -78,12 +79,12 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
     cut = Limits(max_requests=size, max_bytes=limits.max_bytes, api_version=limits.api_version)
     try:
         unfinished = unfinished_runs(root, answers) if answers is not None else []
-        counts, report, errors = _planned(rows, answers, cut, spec)
+        counts, report, batches, errors = _planned(rows, answers, cut, spec)
     finally:
         if answers is not None:
             answers.close()
-    out = TablePlan(counts.rows, counts.first_rejected, counts.rejected, counts.answered, report, errors, ceiling, size,
-                    unfinished=[{"run": p.stem, "requests": _lines(p)} for p in unfinished])
+    out = TablePlan(counts.rows, counts.first_rejected, counts.rejected, counts.answered, report, batches, errors,
+                    ceiling, size, unfinished=[{"run": p.stem, "requests": _lines(p)} for p in unfinished])
     if report is not None:
         out.estimate = report.estimate(prices or load_prices())
         if ceiling is not None:
@@ -99,27 +100,38 @@ def _answers(root: Path, journal: str | None, job: str | None) -> Answers | None
 
 
 def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec
-             ) -> tuple[Counts, PlanReport | None, list[dict[str, Any]]]:
-    """The counts, the report and the refused requests (with their rows): planned from the requests' sizes when the
-    spec is plain, else through `plan` over the run's file, written to a temporary folder."""
-    if _plain(spec, limits):
-        counts, refused = sized(rows, answers, planned := SizedPlan(limits, spec.model))
-        report = planned.finish() if counts.unsent else None
-        at = dict(refused)
-        return counts, report, [] if report is None else _refusals(report, at.get)
+             ) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The counts, the report, its batches and the requests it refused, by rows: planned from the requests' sizes
+    when the spec is plain, else through `plan` over the run's file, written to a temporary folder. Each request's
+    row is written beside them (4 bytes a request), for the few lines a report names."""
     with tempfile.TemporaryDirectory() as tmp:
         numbers = Path(tmp) / "rows.u32"
-        pending, counts = pending_file(rows, answers, Path(tmp), numbers)
-        if pending is None:
-            return counts, None, []
-        report = plan(pending, limits=limits, workers=auto_workers(pending))
+        if _plain(spec, limits):
+            with open(numbers, "wb") as f:
+                counts = sized(rows, answers, planned := SizedPlan(limits, spec.model), f)
+            report = planned.finish() if counts.unsent else None
+        else:
+            pending, counts = pending_file(rows, answers, Path(tmp), numbers)
+            report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending))
+        if report is None:
+            return counts, None, [], []
         with open(numbers, "rb") as f:
-            return counts, report, _refusals(report, lambda line: _row_at(f, line))
+            return counts, report, _batches(report, f), _refusals(report, f)
 
 
-def _refusals(report: PlanReport, row_of: Any) -> list[dict[str, Any]]:
+def _batches(report: PlanReport, f: Any) -> list[dict[str, Any]]:
+    """The report's batches as `plan` gives a JSONL file's, each by the rows it runs from and to."""
+    out = []
+    for b in report.batches:
+        j = b.to_json()
+        first, last = j.pop("first_line"), j.pop("last_line")
+        out.append({**j, "first_row": _row_at(f, first), "last_row": _row_at(f, last)})
+    return out
+
+
+def _refusals(report: PlanReport, f: Any) -> list[dict[str, Any]]:
     """The first `KEPT` requests `plan` refused, as records naming their rows."""
-    return [{"row": row_of(e.line), "custom_id": e.custom_id, "reason": e.reason} for e in report.errors[:KEPT]]
+    return [{"row": _row_at(f, e.line), "custom_id": e.custom_id, "reason": e.reason} for e in report.errors[:KEPT]]
 
 
 def _row_at(f: Any, line: int) -> int:
