@@ -125,9 +125,20 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
         out.put(i, Judged(first + i + 1, rejected=f"row {first + i + 1}: column {column!r} is null"))
     rest = [i for i in unvouched if i not in nulls]
     if rest:  # (their values taken at once: a slice a row was most of a plan of a sparse column)
-        for i, row in zip(rest, sub.take(pa.array(rest, pa.int64())).to_pylist()):
+        for i, row in zip(rest, _taken(sub, rest)):
             out.put(i, judge(spec, row, first + i + 1, duplicated))
     return out
+
+
+def _taken(sub: pa.RecordBatch, rows: list[int]) -> list[dict[str, Any]]:
+    """The values of `rows` (no kernel takes from a view column: those are read as plain strings for it)."""
+    at = pa.array(rows, pa.int64())
+    try:
+        return sub.take(at).to_pylist()  # type: ignore[no-any-return]
+    except pa.ArrowNotImplementedError:
+        plain = [c.cast(pa.string()) if pa.types.is_string_view(c.type) else
+                 c.cast(pa.binary()) if pa.types.is_binary_view(c.type) else c for c in sub.columns]
+        return pa.record_batch(plain, names=sub.schema.names).take(at).to_pylist()  # type: ignore[no-any-return]
 
 
 def _nulls(sub: pa.RecordBatch, templates: list[Template], rows: list[int]) -> dict[int, str]:

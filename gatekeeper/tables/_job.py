@@ -26,8 +26,9 @@ from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..run.job._settings import SubmitSettings, default_job_name
 from ..state._answers import Answers
-from ._io import TableSource, TableWriter, check_destination, writable_schema
+from ._io import TableSource
 from ._judged import TableRows
+from ._out import TableWriter, check_destination, writable_schema
 from ._pending import Counts, pending_file
 from ._rows import NOT_SENT, RESULT_COLUMNS, TableSpec, id_and_key, is_final, result_columns
 from ._runs import discard, fresh_name, hold, let_go, quiet, run_dir, run_name, unfinished_runs
