@@ -17,8 +17,8 @@ from airflow.sdk.exceptions import AirflowException
 from .._errors import GatekeeperError
 from ..api._config import ApiConfig
 from ..decide._deadline import parse_deadline
-from ..run.job._opening import job_name_of
-from ._job import JobSpec, cancel_job, connection_config, failure, finished, run_job, state_base
+from ..run.job._opening import job_name_of, recorded_in
+from ._job import JobSpec, _url, cancel_job, connection_config, failure, finished, run_job, state_base
 from ._trigger import GatekeeperTrigger
 
 ON_KILL_WAIT = 60.0  # seconds `on_kill` waits for the cancel calls
@@ -148,11 +148,13 @@ class GatekeeperSubmitOperator(BaseOperator):
     def _job_spec(self, config: ApiConfig) -> JobSpec:
         table, where = self._table(), os.fspath(self.input_path)
         if table is None:
-            name, where = self.job or job_name_of(where, config), os.path.abspath(where)
+            found = recorded_in(_url(self.journal), state_base(self.state_dir))  # (a job named the old way goes on)
+            name, where = self.job or job_name_of(where, config, recorded=found), os.path.abspath(where)
         else:
             from ._table import table_name
 
-            name, where = self.job or table_name(where, table, config), _table_where(where)
+            name = self.job or table_name(where, table, config, _url(self.journal), state_base(self.state_dir))
+            where = _table_where(where)
         for setting, value in (("journal", self.journal), ("ledger", self.ledger)):
             if value and "://" in value and urlsplit(value).password:  # (the trigger's arguments are stored in the database)
                 raise AirflowException(f"gatekeeper: {setting}= carries a password, which would be stored with the "

@@ -63,9 +63,10 @@ class Preparation(Part):
                              "(give a price table that has them)", setting="prices")
 
     async def _claim_job(self) -> None:
-        """One input, one live job per workspace: refused when the shared ledger knows another live run of it."""
+        """One input, one live job per account: refused when the shared ledger knows another live run of it (keyed by
+        the account, never a secret: a run with a rotated key or token is the same job)."""
         digest = (self.journal.get_meta("input") or {}).get("sha256", "")
-        job = f"{digest}:{self.api.calls.auth.fingerprint}"
+        job = f"{digest}:{self.conn.account}"
         info = {"host": socket.gethostname(), "state_dir": os.path.abspath(self.journal.state_dir), "pid": os.getpid()}
         other = await self.ledger.claim_job(job, info)
         if other is None:
