@@ -39,6 +39,7 @@ HELD = {  # -> what it means and what lifts it; AccountRefused
 STOPS = {**SPEND, **HELD}
 RETRIED = frozenset({"cmek_key_unreachable"})
 MAX_URL = 300  # characters of an appeal URL shown
+LIFTED = "nothing more is sent until it is lifted, then the same command goes on"
 
 
 def code_of(status: int, raw: dict[str, Any] | None) -> str | None:
@@ -59,4 +60,4 @@ def stop_line(code: str, message: str, details: dict[str, Any]) -> str:
     url = details.get("appeal_url")
     if isinstance(url, str) and url.strip():
         said += f"; appeal at {''.join(c for c in url.strip() if c.isprintable())[:MAX_URL]}"
-    return said + "; nothing more is sent until it is lifted, then the same command goes on"
+    return f"{said}; {LIFTED}"

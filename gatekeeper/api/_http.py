@@ -36,7 +36,7 @@ from .._errors import (
 )
 from .._wire import API_VERSION
 from ._aws import ACTIONS, SERVICE, WORKSPACE_HEADER, SigV4Signer
-from ._codes import SHED, SPEND, STOPS, WAIT, code_of, stop_line
+from ._codes import LIFTED, SHED, SPEND, STOPS, WAIT, code_of, stop_line
 from ._config import Secret, origin
 from ._retry import CallBudget, RetryPolicy, is_per_minute_limit, next_delay, parse_retry_after, status_is_retryable
 from ._tokens import Auth, KeyAuth
@@ -147,7 +147,7 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
         return RateLimited(message or "rate limited", **kw)
     lowered = message.lower()
     if status == 402 or (status in (400, 429) and any(w in lowered for w in _SPEND_WORDS)):
-        return SpendLimitReached(message, **kw)
+        return SpendLimitReached(f"{message or 'billing refused'}; {LIFTED}", **kw)
     if aws and status in (400, 403, 404) and "workspace" in lowered:  # (the workspace, not the request)
         err = AuthenticationError(f"the workspace in ANTHROPIC_AWS_WORKSPACE_ID was refused ({message}): set it to "
                                   "the workspace id of this region's Claude Platform on AWS", **kw)

@@ -84,10 +84,18 @@ def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient, 
     error = api.calls.error_of(response, "messages", generation)
     if isinstance(error, TokenExpired):  # refused before it was read: as if unsent, and a fresh token is coming
         return Call(Kind.UNSENT, headers, detail=str(error))
-    status = response.status_code
-    kind = Kind.ACCOUNT if isinstance(error, AuthenticationError | AccountRefused) else Kind.LIMITED \
-        if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 else Kind.REFUSED
-    return Call(kind, headers, error=error, retry_after=parse_retry_after(headers, time.time()), detail=str(error))
+    return Call(kind_of(error), headers, error=error, retry_after=parse_retry_after(headers, time.time()),
+                detail=str(error))
+
+
+def kind_of(error: ApiError) -> Kind:
+    """What an error answer is to the lane: the account's refusal (a stop), a wait, a failure, or the request's
+    refusal. Pure."""
+    if isinstance(error, AuthenticationError | AccountRefused):
+        return Kind.ACCOUNT
+    status = error.status
+    return Kind.LIMITED if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 \
+        else Kind.REFUSED
 
 
 async def _whole(response: httpx.Response) -> dict[str, Any]:
