@@ -137,6 +137,11 @@ class TokenAuth:
         self.exchanges = 0
         self.reached = False  # has the token endpoint (or the credential's file) ever given a token
 
+    @property
+    def refreshing(self) -> bool:
+        """Whether an exchange is in flight."""
+        return self._refresh is not None
+
     def _due(self) -> Due:
         if self._token is None or self._stale:
             return Due.MANDATORY

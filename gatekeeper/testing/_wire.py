@@ -44,7 +44,8 @@ class Fault:
     x-should-retry, after `delay` real seconds when given: a slow failure), "drop_after_commit" (create only: the
     batch is created, the connection closed without an answer), "drop" (close without doing anything),
     "delay" (sleep `delay` real seconds, then serve normally), "delay_after_commit"
-    (create only: the batch is created, the answer held back `delay` seconds).
+    (create only: the batch is created, the answer held back `delay` seconds), "echo" (answer `status` with a
+    plain-text body that repeats the request, headers and body, as a misconfigured proxy does: what was sent).
 
     `code`: one of the API's typed error codes (`CODED`), answered as the API answers it (its status, type,
     message and `error.details`); what else is given (a status, a message, a retry-after) overrides the code's.
@@ -225,7 +226,8 @@ class Wire(BaseHTTPRequestHandler):
     def send_body(self, status: int, body: bytes, headers: dict[str, str] | None = None, rid: str | None = None) -> None:
         self.send_response(status)
         self.send_header("request-id", rid or self.request_id())
-        self.send_header("content-type", "application/json")
+        if "content-type" not in (headers or {}):
+            self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -309,6 +311,11 @@ class Wire(BaseHTTPRequestHandler):
             if self.command in ("POST", "PUT"):
                 self.read_body()
             self.drop()
+            return True
+        if fault.kind == "echo":
+            sent = self.read_body() or b"" if self.command in ("POST", "PUT") else b""
+            head = f"{self.requestline}\n{self.headers}".encode()
+            self.send_body(fault.status, b"upstream refused the request: " + sent + b"\n" + head, {"content-type": "text/plain"})
             return True
         headers = {}
         if fault.retry_after is not None:
