@@ -4,8 +4,14 @@ and kept fresh for as long as the job runs.
 When to exchange again (`refresh_due`, pure) follows the SDK's token cache: 120 s before expiry a new token is
 asked for and a failure keeps the old one (advisory); 30 s before, it must be had (mandatory). A token that lives
 less than four minutes is asked for again at half and a quarter of its life instead, so a token of seconds is not
-exchanged before every call and still never goes out expired. A 401 drops the token that was sent, once: the call
-is made again with a fresh one, and a 401 for that one too is a refusal. Tokens are `Secret`s, held in memory only.
+exchanged before every call and still never goes out expired. How the exchange is made follows the SDK's
+`TokenCache` too (`TokenAuth.ready`): one at a time, in the advisory window without holding any call up, a failure
+there backed off. A 401 drops the token that was sent, once: the call is made again with a fresh one, and a 401 for
+that one too is a refusal. Tokens are `Secret`s, held in memory only; what a token endpoint says is redacted before
+it is shown (`redacted`).
+
+Every scheme is one object with the same face (`Auth`: `ready`, `headers`, `rejected`, `accepted`, `redact`,
+`generation`), so a scheme can be added (a platform's own tokens) without touching the calls that use it.
 """
 
 from __future__ import annotations
