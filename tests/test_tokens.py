@@ -141,6 +141,9 @@ async def test_a_create_makes_its_headers_after_the_budget_wait() -> None:
     class Auth:
         refreshable, generation = True, 0
 
+        def rejected(self, generation: int) -> bool:
+            return False
+
         def __init__(self) -> None:
             self.readied_at: list[float] = []
 
@@ -168,7 +171,7 @@ async def test_a_create_makes_its_headers_after_the_budget_wait() -> None:
     with running_fake() as fake:
         async with open_http() as http:
             auth = Auth()
-            api = ApiClient(http, fake.url, auth, sleep=sleep, clock=lambda: clock[0], budget=budget)  # type: ignore[arg-type]
+            api = ApiClient(http, fake.url, auth, sleep=sleep, clock=lambda: clock[0], budget=budget)
             body = orjson.dumps({"requests": [{"custom_id": "a", "params": {
                 "model": "claude-haiku-4-5-20251001", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}}]})
             await api.create_batch(body)

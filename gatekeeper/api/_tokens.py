@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -83,6 +83,25 @@ Spawn = Callable[[Callable[["_Refresh"], Coroutine[Any, Any, None]], "_Refresh"]
 class Minted:
     token: Secret
     expires_in: float | None  # seconds from when it was asked for; None: no expiry known
+
+
+class Auth(Protocol):
+    """How one scheme authenticates a call (as httpx's `Auth` does, minus the flow): what a call awaits before it
+    leaves, the headers it carries, what a 401 or an acceptance says of the credential sent, and how a text is rid of
+    the secret. `generation` names the credential a call was sent with."""
+
+    refreshable: bool
+    generation: int
+
+    async def ready(self) -> None: ...
+
+    def headers(self, beta: str | None) -> dict[str, str]: ...
+
+    def rejected(self, generation: int) -> bool: ...
+
+    def accepted(self, generation: int) -> None: ...
+
+    def redact(self, text: str) -> str: ...
 
 
 class KeyAuth:
@@ -431,4 +450,3 @@ def _write_login(path: Path, data: dict[str, Any]) -> None:
         raise CredentialsError(f"the refreshed login cannot be written back to {path}: {exc.strerror or exc}",
                                setting="profile") from None
 
-Auth = KeyAuth | TokenAuth
