@@ -153,8 +153,7 @@ class GatekeeperSubmitOperator(BaseOperator):
         else:
             from ._table import table_name
 
-            name = self.job or table_name(where, table, config, _url(self.journal), state_base(self.state_dir))
-            where = _table_where(where)
+            name, where = self.job or table_name(where, table, config), _table_where(where)
         for setting, value in (("journal", self.journal), ("ledger", self.ledger)):
             if value and "://" in value and urlsplit(value).password:  # (the trigger's arguments are stored in the database)
                 raise AirflowException(f"gatekeeper: {setting}= carries a password, which would be stored with the "

@@ -15,7 +15,7 @@ from .._errors import JobMissing
 from .._prices import load_prices
 from ..api._config import ApiConfig
 from ..run.job._summary import Summary
-from ..tables._job import TableJob, TableResult, answers_recorded, open_answers, table_job_name
+from ..tables._job import TableJob, TableResult, open_answers, table_job_name
 from ..tables._rows import TableSpec
 from ._job import JobSpec, settings_of
 
@@ -30,8 +30,8 @@ def table_json(template: str, model: str | None, max_tokens: int | None, *, syst
     return TableSpec.of(template, model, int(max_tokens), system=system, id_column=id_column, params=params).to_json()
 
 
-def table_name(where: str, table: dict[str, Any], config: ApiConfig, journal: str | None, state_base: Path) -> str:
-    return table_job_name(where, TableSpec.from_json(table), config, answers_recorded(journal, state_base))
+def table_name(where: str, table: dict[str, Any], config: ApiConfig) -> str:
+    return table_job_name(where, TableSpec.from_json(table), config)
 
 
 def _job(spec: JobSpec) -> TableJob:

@@ -48,16 +48,6 @@ class Answers:
         db.execute(pg_ddl(SCHEMA.format(table="gatekeeper.table_answers")))
         return cls(db, "gatekeeper.table_answers", job)
 
-    @classmethod
-    def recorded(cls, url: str, job: str) -> bool:
-        """Whether the shared journal at `url` keeps any answer of table job `job`."""
-        answers = cls.shared(url, job)
-        try:
-            return answers._db.execute("SELECT 1 FROM gatekeeper.table_answers WHERE job = ? LIMIT 1",
-                                       (job,)).fetchone() is not None
-        finally:
-            answers.close()
-
     def _rows(self, what: str, keys: Sequence[str], extra: str = "") -> Iterator[tuple[Any, ...]]:
         for i in range(0, len(keys), CHUNK):
             chunk = keys[i:i + CHUNK]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -235,24 +235,12 @@ def open_answers(root: Path, journal: str | None, job: str | None) -> Answers:
     return Answers.local(root / "answers.sqlite3")
 
 
-def table_job_name(where: str, spec: TableSpec, config: ApiConfig,
-                   recorded: Callable[[str], bool] | None = None) -> str:
-    """A table job's default name in a shared journal: its table's path or URI and its spec, with the account (never
-    a secret); with `recorded` (are a name's answers kept), a job kept under its name from before (the key's) goes
-    on under it (`answers_recorded`)."""
-    from ..run.job._opening import chosen_name
-
+def table_job_name(where: str, spec: TableSpec, config: ApiConfig) -> str:
+    """A table job's default name in a shared journal: its table's path or URI and its spec, with the credential.
+    (Still the key's digest, `legacy_fingerprint`: a table job's answers are kept under its name, and a new name
+    without a lookup of the old one would send answered rows again. JSONL jobs are named by the account.)"""
     digest = hashlib.sha256(orjson.dumps([where, spec.to_json()], option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return chosen_name(default_job_name(digest, config.fingerprint()),
-                       default_job_name(digest, config.legacy_fingerprint()), recorded)
-
-
-def answers_recorded(journal: str | None, state_base: Path | None = None) -> Callable[[str], bool]:
-    """Whether a table job of a name keeps answers: in the shared journal, else in a state folder of that name."""
-    if journal:
-        return lambda name: Answers.recorded(journal, name)
-    assert state_base is not None
-    return lambda name: (state_base / name / "answers.sqlite3").is_file()
+    return default_job_name(digest, config.legacy_fingerprint())
 
 
 def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
@@ -337,8 +325,7 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     settings = settings or SubmitSettings()
     src = TableSource.of(source)
     root = Path(settings.state_dir) if settings.state_dir is not None else default_state_dir(src)
-    name = settings.job or table_job_name(src.where or str(root.resolve()), spec, config,
-                                          answers_recorded(settings.journal)) if settings.journal else None
+    name = settings.job or table_job_name(src.where or str(root.resolve()), spec, config) if settings.journal else None
     job = TableJob(src, spec, root, open_answers(root, settings.journal, name))
     prices = prices or load_prices()
     try:
