@@ -336,6 +336,26 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_json(p)
 
 
+FAULT_ROUTES = ("create", "list", "retrieve", "results", "cancel", "delete", "messages", "count_tokens", "models",
+                "model", "rate_limits", "token", "*")
+
+
+def _fault(text: str) -> tuple[str, str, int, int]:
+    """ROUTE:CODE[:TIMES[:AFTER]] -> (route, code, times, after); the code one the fake knows (`CODED`)."""
+    from ..testing._wire import CODED
+
+    parts = text.split(":")
+    try:
+        route, code = parts[0], parts[1]
+        times, after = int(parts[2]) if len(parts) > 2 else 1, int(parts[3]) if len(parts) > 3 else 0
+    except (IndexError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r}: use ROUTE:CODE[:TIMES[:AFTER]], e.g. create:organization_on_hold:1") from None
+    if route not in FAULT_ROUTES or code not in CODED or len(parts) > 4 or times < 1 or after < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: ROUTE one of {', '.join(FAULT_ROUTES)}; CODE one of "
+                                         f"{', '.join(sorted(CODED))}; TIMES >= 1, AFTER >= 0")
+    return route, code, times, after
+
+
 def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _command(sub, "fake-api", help=HELP["fake-api"],
                  description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
@@ -383,25 +403,6 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "claude_code_key_creator_not_member or cmek_key_unreachable")
     _add_json(p)
 
-
-FAULT_ROUTES = ("create", "list", "retrieve", "results", "cancel", "delete", "messages", "count_tokens", "models",
-                "model", "rate_limits", "token", "*")
-
-
-def _fault(text: str) -> tuple[str, str, int, int]:
-    """ROUTE:CODE[:TIMES[:AFTER]] -> (route, code, times, after); the code one the fake knows (`CODED`)."""
-    from ..testing._wire import CODED
-
-    parts = text.split(":")
-    try:
-        route, code = parts[0], parts[1]
-        times, after = int(parts[2]) if len(parts) > 2 else 1, int(parts[3]) if len(parts) > 3 else 0
-    except (IndexError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r}: use ROUTE:CODE[:TIMES[:AFTER]], e.g. create:organization_on_hold:1") from None
-    if route not in FAULT_ROUTES or code not in CODED or len(parts) > 4 or times < 1 or after < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: ROUTE one of {', '.join(FAULT_ROUTES)}; CODE one of "
-                                         f"{', '.join(sorted(CODED))}; TIMES >= 1, AFTER >= 0")
-    return route, code, times, after
 
 
 def _usage_mode(text: str) -> str:
