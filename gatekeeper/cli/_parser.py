@@ -404,7 +404,6 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_json(p)
 
 
-
 def _usage_mode(text: str) -> str:
     kind, _, arg = text.replace("count-", "count:", 1).partition(":")
     try:
