@@ -8,7 +8,7 @@ import socket
 
 import anyio
 
-from ..._errors import DuplicateJob, InputError, JournalError, NotFoundError, UsageError
+from ..._errors import ApiError, DuplicateJob, InputError, JournalError, NotFoundError, TransportError, UsageError
 from ...api._queue import read_ceiling, read_model_limits
 from ...api._tokens import KeyAuth
 from ...checks._preflight import plan_checked
@@ -109,6 +109,8 @@ class Preparation(Part):
                 return
             except NotFoundError:
                 continue
+            except (ApiError, TransportError):
+                return  # (only a 404 says a batch is not this workspace's: anything else tells nothing)
         if live:
             raise JournalError(f"job {self.journal.job or self.journal.state_dir}: its batches ({live[0].batch_id}"
                                f"{' and others' if len(live) > 1 else ''}) are not found with these credentials: they "
