@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "InputError": "_errors", "OutputError": "_errors", "JournalError": "_errors",
     "Interrupted": "_errors", "TransportError": "_errors", "ApiError": "_errors", "AuthenticationError": "_errors",
     "NotFoundError": "_errors", "RequestTooLarge": "_errors", "SpendLimitReached": "_errors", "RateLimited": "_errors",
+    "AccountRefused": "_errors",
     "QueueFull": "_errors", "ServerError": "_errors", "BadRequest": "_errors", "CreateOutcomeUnknown": "_errors",
     "IncompleteDownload": "_errors", "DuplicateJob": "_errors", "JobLive": "_errors", "JobMissing": "_errors",
 }
@@ -64,6 +65,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` loads each on first use
     from ._errors import (
+        AccountRefused,
         ApiError,
         AuthenticationError,
         BadRequest,

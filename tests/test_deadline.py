@@ -361,6 +361,8 @@ USAGE_LIMIT = ("You have reached your specified API usage limits. You will regai
     (402, "billing_error", "Billing error", None),
     (400, "invalid_request_error", USAGE_LIMIT, None),
     (429, "rate_limit_error", "Spend cap reached", {"error_code": "enforced_spend_limit_reached"}),
+    (400, "invalid_request_error", "This organization has been disabled.",
+     {"error_code": "organization_on_hold", "appeal_url": "https://appeal.example.test/o"}),
 ])
 def test_a_refusal_of_the_account_stops_the_lane_with_its_requests_still_queued(
         tmp_path: Path, status: int, error_type: str, message: str, details: dict[str, str] | None) -> None:

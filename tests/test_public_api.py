@@ -31,7 +31,7 @@ EXPECTED = {
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
     "JournalError", "CredentialsError", "TokenExpired", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",
-    "RequestTooLarge", "SpendLimitReached", "RateLimited", "QueueFull", "ServerError", "BadRequest",
+    "RequestTooLarge", "AccountRefused", "SpendLimitReached", "RateLimited", "QueueFull", "ServerError", "BadRequest",
     "CreateOutcomeUnknown", "IncompleteDownload", "DuplicateJob", "JobLive", "JobMissing",
 }
 

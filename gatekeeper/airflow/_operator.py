@@ -18,8 +18,8 @@ from airflow.sdk.exceptions import AirflowException
 from .._errors import GatekeeperError
 from ..api._config import ApiConfig
 from ..decide._deadline import parse_deadline
-from ..run.job._opening import job_name_of
-from ._job import JobSpec, cancel_job, connection_config, failure, finished, run_job, state_base
+from ..run.job._opening import job_name_of, recorded_in
+from ._job import JobSpec, _url, cancel_job, connection_config, failure, finished, run_job, state_base
 from ._trigger import GatekeeperTrigger
 
 ON_KILL_WAIT = 60.0  # seconds `on_kill` waits for the cancel calls
@@ -150,7 +150,8 @@ class GatekeeperSubmitOperator(BaseOperator):
         table, where = self._table(), os.fspath(self.input_path)
         self._no_secrets(table is not None)
         if table is None:
-            name, where = self.job or job_name_of(where, config), os.path.abspath(where)
+            found = recorded_in(_url(self.journal), state_base(self.state_dir))  # (a job named the old way goes on)
+            name, where = self.job or job_name_of(where, config, recorded=found), os.path.abspath(where)
         else:
             from ._table import table_name
 

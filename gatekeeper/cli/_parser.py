@@ -338,6 +338,26 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_json(p)
 
 
+FAULT_ROUTES = ("create", "list", "retrieve", "results", "cancel", "delete", "messages", "count_tokens", "models",
+                "model", "rate_limits", "token", "*")
+
+
+def _fault(text: str) -> tuple[str, str, int, int]:
+    """ROUTE:CODE[:TIMES[:AFTER]] -> (route, code, times, after); the code one the fake knows (`CODED`)."""
+    from ..testing._wire import CODED
+
+    parts = text.split(":")
+    try:
+        route, code = parts[0], parts[1]
+        times, after = int(parts[2]) if len(parts) > 2 else 1, int(parts[3]) if len(parts) > 3 else 0
+    except (IndexError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r}: use ROUTE:CODE[:TIMES[:AFTER]], e.g. create:organization_on_hold:1") from None
+    if route not in FAULT_ROUTES or code not in CODED or len(parts) > 4 or times < 1 or after < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: ROUTE one of {', '.join(FAULT_ROUTES)}; CODE one of "
+                                         f"{', '.join(sorted(CODED))}; TIMES >= 1, AFTER >= 0")
+    return route, code, times, after
+
+
 def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _command(sub, "fake-api", help=HELP["fake-api"],
                  description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
@@ -375,6 +395,14 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--federation", type=_positive_float, default=None, metavar="SECONDS",
                    help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
                    "the line to paste names an identity token file it writes, a rule and an organization")
+    p.add_argument("--fault", action="append", type=_fault, default=[], metavar="ROUTE:CODE[:TIMES[:AFTER]]",
+                   help="answer the next TIMES calls (default 1) to ROUTE (create, list, retrieve, results, cancel, "
+                   "messages, count_tokens, models, token or *), after AFTER that pass, with the API's typed error "
+                   "CODE as the API sends it (repeatable): ramp_limit_exceeded, load_shedding (a 429 whose details "
+                   "are null), enforced_spend_limit_reached, contract_spend_limit_reached, "
+                   "linked_organization_spend_limit_reached, linked_organization_billing_unavailable, "
+                   "organization_on_hold, workspace_human_review_disabled, cmek_key_disabled, "
+                   "claude_code_key_creator_not_member or cmek_key_unreachable")
     _add_json(p)
 
 

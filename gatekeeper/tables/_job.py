@@ -90,9 +90,11 @@ def open_answers(root: Path, journal: str | None, job: str | None, also: tuple[s
 
 
 def table_job_name(where: str, spec: TableSpec, config: ApiConfig) -> str:
-    """A table job's default name in a shared journal: its table's path or URI and its spec, with the credential."""
+    """A table job's default name in a shared journal: its table's path or URI and its spec, with the credential.
+    (Still the key's digest, `legacy_fingerprint`: a table job's answers are kept under its name, and a new name
+    without a lookup of the old one would send answered rows again. JSONL jobs are named by the account.)"""
     digest = hashlib.sha256(orjson.dumps([where, spec.to_json()], option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return default_job_name(digest, config.fingerprint())
+    return default_job_name(digest, config.legacy_fingerprint())
 
 
 def job_names(where: str | None, root: Path, spec: TableSpec, config: ApiConfig) -> tuple[str, tuple[str, ...]]:
