@@ -91,8 +91,8 @@ def test_a_kill_then_a_grown_and_changed_table_pays_for_each_row_once(tmp_path: 
         assert _prompts(fake)[_digest("Order o-50: 50 x widget 1 again again again again again")] == 0  # (never bought)
         assert _prompts(fake)[_digest("Order o-50: 50 x a gadget now")] == 1
     j = orjson.loads(done.stdout)
-    assert [(e["requests"], e["sent"], e["batches"]) for e in j["earlier"]] == [(60, 20, 1)]
-    assert j["sent"] == 70 and j["by_status"] == {"succeeded": 70}
+    assert [(e["requests"], e["answered"], e["batches"]) for e in j["earlier"]] == [(60, 20, 1)]
+    assert j["sent"] == 50 and j["by_status"] == {"succeeded": 70}  # (what this run sent: the rest, and the new)
     result = pq.read_table(_state(table) / "result.parquet")
     assert result.column("id").to_pylist() == [f"o-{i}" for i in range(70)]
 
@@ -578,3 +578,22 @@ def test_string_view_columns_take_the_batch_path_and_judge_as_rows_do() -> None:
     rows = [judge(spec, r, i, {"x": [1, 3]}) for i, r in enumerate(batch.to_pylist(), 1)]
     assert list(judge_batch(spec, batch, 0, {"x": [1, 3]})) == rows
     assert [r.rejected is None for r in rows] == [False, False, False, True]
+
+
+def test_answers_an_earlier_version_kept_in_a_journal_under_the_old_name_are_found(
+        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier version named a table job in a shared journal by the table as written (a relative path) and the
+    key's digest; its answers are read under that name, and its run that did not finish is found under it."""
+    from gatekeeper.tables._job import table_job_name
+
+    table = tmp_path / "t.parquet"
+    pq.write_table(_orders(8, start=int.from_bytes(os.urandom(3), "big")), table)  # (rows of this test's own)
+    monkeypatch.chdir(tmp_path)
+    spec = TableSpec.of("Order {id}: {qty} x {item}", MODEL, 20, id_column="id")
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        old = table_job_name("t.parquet", spec, _config(fake), legacy=True)
+        args = ["submit", "t.parquet", *_opts(), "--id-column", "id", "--journal", pg_url]
+        assert gk(args + ["--job", old], env).returncode == 0  # (as the earlier version named it)
+        again = gk(args + ["--json"], env)
+        assert again.returncode == 0 and orjson.loads(again.stdout)["sent"] == 0 and len(_created(fake)) == 8, again.stderr

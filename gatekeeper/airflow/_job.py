@@ -9,7 +9,7 @@ import os
 import shutil
 import socket
 import threading
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class JobSpec:
     api_version: str | None = None  # the anthropic-version asked for (None: the job's, else 2023-06-01)
     table: dict[str, Any] | None = None  # a table job: its `TableSpec` as plain data (`input_path` is the table)
     run: str | None = None  # a table job's run: the name of the file of its unanswered requests, by their content
+    aliases: list[str] = field(default_factory=list)  # a table job's names before (its answers kept under them too)
     priority: str = "normal"  # on a shared ledger (see decide._shares)
     share: float = 1.0
 

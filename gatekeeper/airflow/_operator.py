@@ -152,10 +152,12 @@ class GatekeeperSubmitOperator(BaseOperator):
         if table is None:
             found = recorded_in(_url(self.journal), state_base(self.state_dir))  # (a job named the old way goes on)
             name, where = self.job or job_name_of(where, config, recorded=found), os.path.abspath(where)
+            aliases: tuple[str, ...] = ()
         else:
-            from ._table import table_name
+            from ._table import table_names
 
-            name, where = self.job or table_name(where, table, config), _table_where(where)
+            name, aliases = (self.job, ()) if self.job else table_names(where, table, config, self.state_dir)
+            where = _table_where(where)
         if not JOB_NAME.fullmatch(name) or name in (".", ".."):  # (it names a folder: never a path of its own)
             raise AirflowException(f"gatekeeper: job {name!r} must be 1-128 letters, digits, '.', '_' or '-' "
                                    "(it names the job's state folder)")
@@ -165,7 +167,8 @@ class GatekeeperSubmitOperator(BaseOperator):
                        journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
                        max_attempts=self.max_attempts, poll_interval=float(self.poll_interval),
                        prepared_on=socket.gethostname(), state_base=self.state_dir, deadline=self._deadline(),
-                       api_version=self.api_version, priority=self.priority, share=self.share)
+                       api_version=self.api_version, priority=self.priority, share=self.share,
+                       aliases=list(aliases))
 
     def _no_secrets(self, table: bool) -> None:
         """No password goes into the trigger's arguments, which are stored in Airflow's database: not a journal's

@@ -18,9 +18,9 @@ from .._errors import JobMissing
 from .._prices import load_prices
 from ..api._config import ApiConfig
 from ..run.job._summary import Summary
-from ..tables._job import TableJob, TableResult, check_out, collect_earlier, open_answers, table_job, table_job_name
+from ..tables._job import TableJob, TableResult, check_out, collect_earlier, job_names, open_answers, table_job
 from ..tables._rows import TableSpec
-from ..tables._where import default_state_dir, identity
+from ..tables._where import default_state_dir
 from ._job import JobSpec, configured_state_dir, settings_of, state_base
 
 
@@ -34,9 +34,18 @@ def table_json(template: str, model: str | None, max_tokens: int | None, *, syst
     return TableSpec.of(template, model, int(max_tokens), system=system, id_column=id_column, params=params).to_json()
 
 
-def table_name(where: str, table: dict[str, Any], config: ApiConfig) -> str:
-    """A table job's default name: its table's identity (as the CLI's and the library's), its spec, the key."""
-    return table_job_name(identity(where), TableSpec.from_json(table), config)
+def table_names(where: str, table: dict[str, Any], config: ApiConfig, given: str | None) -> tuple[str, tuple[str, ...]]:
+    """A table job's default name: its table's identity (as the CLI's and the library's), its spec, its account;
+    and the names it had before (their answers are read too). A job whose folder an earlier version made under its
+    key-named name (below `state_dir=` or `[gatekeeper] state_dir`, else $AIRFLOW_HOME/gatekeeper) goes on under
+    that name."""
+    spec = TableSpec.from_json(table)
+    name, also = job_names(where, Path("."), spec, config)
+    base = state_base(given)
+    for before in also:
+        if (base / before).is_dir() and not (base / name).is_dir():
+            return before, (name, *(a for a in also if a != before))
+    return name, also
 
 
 def table_folder(given: str | None, job: str, where: str) -> Path:
@@ -55,7 +64,7 @@ def _job(spec: JobSpec) -> TableJob:
     assert spec.table is not None
     root = Path(spec.state_dir)
     return table_job(spec.input_path, TableSpec.from_json(spec.table), root,
-                     open_answers(root, settings_of(spec).journal, spec.job))
+                     open_answers(root, settings_of(spec).journal, spec.job, tuple(spec.aliases)))
 
 
 def prepare_table(spec: JobSpec, config: ApiConfig) -> tuple[JobSpec, dict[str, Any] | None]:
@@ -68,7 +77,8 @@ def prepare_table(spec: JobSpec, config: ApiConfig) -> tuple[JobSpec, dict[str, 
             import anyio
 
             asked = dataclasses.replace(config, api_version=spec.api_version) if spec.api_version else config
-            anyio.run(lambda: collect_earlier(job, asked, settings_of(spec), load_prices(), TableResult(), {}))
+            anyio.run(lambda: collect_earlier(job, asked, settings_of(spec), load_prices(), TableResult(), {},
+                                              tuple(spec.aliases)))
         check_out(job.rows, _result_path(spec), job.root)
         pending, _ = job.pending()
         if pending is None:

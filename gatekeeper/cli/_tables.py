@@ -171,8 +171,8 @@ def render_table_result(j: dict[str, Any]) -> str:
     statuses = ", ".join(f"{k} {v:,}" for k, v in sorted(j["by_status"].items()))
     out = [f"rows      {j['rows']:,}" + (f"   ({statuses})" if statuses else "")]
     for run in j["earlier"]:
-        out.append(f"collected an earlier run that had not finished ({run['run']}): {run['sent']:,} of its "
-                   f"{run['requests']:,} request(s) answered")
+        out.append(f"collected an earlier run that had not finished ({run['run']}): {run['answered']:,} of its "
+                   f"{run['requests']:,} request(s) answered, in {run['batches']:,} batch(es)")
     unsent = j["by_status"].get("unsent", 0)
     out.append(f"sent      {j['sent']:,} request(s) in {j['batches']:,} batch(es)"
                + (f"; {unsent:,} row(s) not sent" if unsent else "")

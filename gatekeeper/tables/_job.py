@@ -31,7 +31,7 @@ from ._judged import TableRows
 from ._out import TableWriter, check_destination, writable_schema
 from ._pending import Counts, pending_file
 from ._rows import NOT_SENT, RESULT_COLUMNS, TableSpec, id_and_key, is_final, result_columns
-from ._runs import discard, fresh_name, hold, let_go, quiet, run_dir, run_name, unfinished_runs
+from ._runs import discard, fresh_name, hold, let_go, quiet, recorded_run, run_dir, run_name, unfinished_runs
 from ._where import default_state_dir, identity, shown
 
 if TYPE_CHECKING:
@@ -45,11 +45,11 @@ RESULT_TYPES = {"custom_id": pa.string(), "status": pa.string(), "text": pa.stri
 
 @dataclass
 class TableResult:
-    """How a table job ended: rows by status; what its runs sent (`sent`: requests with an answer from the API, in
-    `batches` batches) and the last run's summary (None: every row was answered already); the runs that had not
-    finished and were collected first (`earlier`); the result table (when no `out` was asked for) or where it was
-    written (`out`, credentials masked); `grew`: the table had more rows than when it was judged (they wait for
-    the next run)."""
+    """How a table job ended: rows by status; what its run sent (`sent`: requests answered by the API, in `batches`
+    batches) and its summary (None: every row was answered already); the runs that had not finished and were
+    collected first (`earlier`: each one's requests, those answered, its batches, all made by an earlier call); the
+    result table (when no `out` was asked for) or where it was written (`out`, credentials masked); `grew`: the
+    table had more rows than when it was judged (they wait for the next run)."""
 
     rows: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
@@ -89,20 +89,21 @@ def open_answers(root: Path, journal: str | None, job: str | None, also: tuple[s
     return Answers.local(root / "answers.sqlite3")
 
 
-def table_job_name(where: str, spec: TableSpec, config: ApiConfig) -> str:
-    """A table job's default name in a shared journal: its table's path or URI and its spec, with the credential.
-    (Still the key's digest, `legacy_fingerprint`: a table job's answers are kept under its name, and a new name
-    without a lookup of the old one would send answered rows again. JSONL jobs are named by the account.)"""
+def table_job_name(where: str, spec: TableSpec, config: ApiConfig, *, legacy: bool = False) -> str:
+    """A table job's default name in a shared journal: its table's identity and its spec, with the account it goes
+    to (never a secret); `legacy`: with the key's digest instead, as an earlier version named it."""
     digest = hashlib.sha256(orjson.dumps([where, spec.to_json()], option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return default_job_name(digest, config.legacy_fingerprint())
+    return default_job_name(digest, config.legacy_fingerprint() if legacy else config.fingerprint())
 
 
 def job_names(where: str | None, root: Path, spec: TableSpec, config: ApiConfig) -> tuple[str, tuple[str, ...]]:
     """A table job's default name in a shared journal, by its table's identity (so the CLI from any folder, the
-    library and the operator name it alike), and the name an earlier version gave it (its answers are read too)."""
-    name = table_job_name(str(root.resolve()) if where is None else identity(where), spec, config)
-    before = table_job_name(where or str(root.resolve()), spec, config)
-    return name, (before,) if before != name else ()
+    library and the operator name it alike) and its account, and the names earlier versions gave it (by the key's
+    digest, and by the table as it was written): their answers are read too, and their runs found."""
+    ident = str(root.resolve()) if where is None else identity(where)
+    name = table_job_name(ident, spec, config)
+    before = [table_job_name(w, spec, config, legacy=True) for w in dict.fromkeys([ident, where or ident])]
+    return name, tuple(b for b in dict.fromkeys(before) if b != name)
 
 
 def check_out(rows: TableRows, where: str | None, root: Path) -> None:
@@ -197,7 +198,7 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     prices = prices or load_prices()
     result = TableResult(state_dir=str(root))
     try:
-        spent = await collect_earlier(job, config, replace(settings, job=name), prices, result, submit_options)
+        spent = await collect_earlier(job, config, replace(settings, job=name), prices, result, submit_options, also)
         pending, _ = job.pending()
         budget = None if settings.budget is None else settings.budget - spent
         if pending is not None and (budget is None or budget > 0):
@@ -220,17 +221,17 @@ async def _submit(pending: Path, config: ApiConfig, settings: SubmitSettings, pr
 
 
 async def collect_earlier(job: TableJob, config: ApiConfig, settings: SubmitSettings, prices: PriceTable,
-                          result: TableResult, options: dict[str, Any]) -> float:
+                          result: TableResult, options: dict[str, Any], aliases: tuple[str, ...] = ()) -> float:
     """Finish every run of the job that did not (one live in another process is left to it), each counted in
     `result`; what they spent (USD, for the budget of the run that follows). `settings.job`: the table job's name
-    in a shared journal."""
+    in a shared journal (`aliases`: the names it had before, under which a run may have been recorded)."""
     spent = 0.0
     for pending in job.unfinished():
         fd = hold(pending)
         if fd is None:
             continue
         try:
-            summary = await _collect(job, pending, config, settings, prices, options)
+            summary = await _collect(job, pending, config, settings, prices, options, aliases)
         except (JobLive, JournalError) as exc:
             if isinstance(exc, JobLive) or "another gatekeeper is running" in str(exc):
                 continue  # (its journal is held: the run is live elsewhere)
@@ -238,21 +239,20 @@ async def collect_earlier(job: TableJob, config: ApiConfig, settings: SubmitSett
         finally:
             let_go(fd)
         if summary is not None:
-            result.count(summary)
             result.earlier.append({"run": pending.stem, "requests": summary.requests,
-                                   "sent": summary.requests - summary.pending, "batches": summary.batches})
+                                   "answered": summary.requests - summary.pending, "batches": summary.batches})
             spent += float((summary.budget or {}).get("spent") or summary.cost_usd or 0.0)
     return spent
 
 
 async def _collect(job: TableJob, pending: Path, config: ApiConfig, settings: SubmitSettings, prices: PriceTable,
-                   options: dict[str, Any]) -> Summary | None:
+                   options: dict[str, Any], aliases: tuple[str, ...] = ()) -> Summary | None:
     """Finish a run that did not: its answers kept from its journal when nothing of it is in flight (a local
     journal), else the run continued sending nothing new until what it created has ended; its file discarded when
     no job was recorded for it (nothing was sent: None)."""
     from ..run._submit import job_summary
 
-    runs = run_name(pending, settings.job, config) if settings.journal else None
+    runs = recorded_run(pending, settings.journal, (settings.job, *aliases), config) if settings.journal else None
     state = quiet(pending, settings.journal, runs)
     if state is None:
         discard(pending)

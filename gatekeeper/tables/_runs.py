@@ -34,6 +34,16 @@ def run_name(pending: Path, job: str | None, config: ApiConfig) -> str:
     return f"{job}.{pending.stem}" if job else job_name_of(str(pending), config)
 
 
+def recorded_run(pending: Path, journal: str, jobs: tuple[str | None, ...], config: ApiConfig) -> str:
+    """A run's name in a shared journal, under the first of the table job's names (its own, then those it had
+    before) that has it recorded (none: its own)."""
+    from ..run.job._opening import recorded_in  # (as `run_name`'s)
+
+    names = [run_name(pending, job, config) for job in dict.fromkeys(jobs)]
+    recorded = recorded_in(journal)
+    return next((n for n in names[1:] if not recorded(names[0]) and recorded(n)), names[0])
+
+
 def unfinished_runs(root: Path, answers: Answers) -> list[Path]:
     """The runs under `root` whose answers were not kept, oldest first."""
     folder = root / "runs"

@@ -3,10 +3,10 @@
 and formats the template per row. Each runs in a process of its own; prints wall time, the ratio, and each one's
 peak RSS (ru_maxrss).
 
-Usage: python tests/benchmarks/bench_tables.py [--rows 1000000] [--id-column] [--nulls] [--repeat 3]
+Usage: python tests/benchmarks/bench_tables.py [--rows 1000000] [--id-column] [--nulls] [--repeat 3] [--write PATH]
 
 `--nulls`: every row's templated column null, so the plan rejects every row (its memory must not grow with them: a
-count and the first 100 reasons are kept).
+count and the first 100 reasons are kept). `--write PATH`: only write the table there (to time a command on it).
 
 The two run in turns --repeat times; the ratio printed is the median of each back-to-back pair's (on a shared, noisy
 machine the steadier figure), beside the ratio of the best times.
@@ -72,7 +72,11 @@ def main() -> None:
     ap.add_argument("--id-column", action="store_true")
     ap.add_argument("--nulls", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--write", default=None, metavar="PATH")
     a = ap.parse_args()
+    if a.write:
+        make(Path(a.write), a.rows, a.nulls)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "tickets.parquet"
         make(table, a.rows, a.nulls)
