@@ -18,7 +18,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from gatekeeper import ApiConfig, Secret, SubmitSettings, TableSpec
+from gatekeeper import ApiConfig, Secret, SubmitSettings, TableSpec, UsageError
 from gatekeeper.tables._job import submit_table_sync
 from gatekeeper.tables._plan import plan_table
 from gatekeeper.tables._where import default_state_dir
@@ -199,6 +199,14 @@ def test_a_csv_that_is_not_utf8_is_refused_naming_its_encoding_or_read_in_the_on
         done = gk(args + ["--encoding", "cp1252"], env)
         assert done.returncode == 0, done.stderr[-2000:]
         assert _prompts(fake)[_digest("Translate: café crème")] == 1
+        spec = TableSpec.of("Translate: {dish}", MODEL, 20)
+        with pytest.raises(UsageError, match="is not UTF-8: line 2"):
+            submit_table_sync(str(table), spec, config=_config(fake), settings=_settings(tmp_path / "lib"))
+        again = submit_table_sync(str(table), spec, config=_config(fake), encoding="latin-1",
+                                  settings=_settings(tmp_path / "lib"))
+        assert again.by_status == {"succeeded": 1} and len(_created(fake)) == 2  # (its own state: sent once more)
+        with pytest.raises(UsageError, match="only a CSV is read with an encoding"):
+            plan_table(str(tmp_path / "x.parquet"), spec, encoding="latin-1")
 
 
 def test_a_byte_that_is_not_utf8_after_the_first_block_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
