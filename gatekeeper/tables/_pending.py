@@ -50,7 +50,7 @@ def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbe
     name; None: every row is answered or rejected); with `row_numbers`, beside it each line's row (4 bytes a
     line), for a plan to name the rows of the requests it refuses."""
     runs.mkdir(parents=True, exist_ok=True)
-    tmp = runs / "pending.jsonl.tmp"
+    tmp = runs / f"pending-{os.getpid()}-{os.urandom(4).hex()}.jsonl.tmp"  # (two jobs of one table may plan at once)
     digest = hashlib.sha256()
     numbers = open(row_numbers, "wb") if row_numbers is not None else None  # noqa: SIM115  # (closed below)
     try:
@@ -61,16 +61,16 @@ def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbe
                 digest.update(lines)
                 if numbers is not None:
                     numbers.write(judged.row_numbers(keep).tobytes())
+        if not counts.unsent:
+            return None, counts
+        path = runs / f"{digest.hexdigest()[:16]}.jsonl"
+        path = name(path) if name is not None else path
+        os.replace(tmp, path)
+        return path, counts
     finally:
+        tmp.unlink(missing_ok=True)  # (a table refused halfway, or nothing to send: no file left behind)
         if numbers is not None:
             numbers.close()
-    if not counts.unsent:
-        tmp.unlink()
-        return None, counts
-    path = runs / f"{digest.hexdigest()[:16]}.jsonl"
-    path = name(path) if name is not None else path
-    os.replace(tmp, path)
-    return path, counts
 
 
 def sized(rows: TableRows, answers: Answers | None, plan: SizedPlan, row_numbers: BinaryIO | None = None) -> Counts:
