@@ -98,7 +98,8 @@ class DeadlineKeeper(Part):
             worst = self._worst_pending()
             if worst is not None:
                 n = self.journal.lane.move_pending(worst)
-                self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline)})
+                self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline),
+                                          "lane_needs_s": self._lane_needs()})
         self.lane.wake.set()
 
     async def _probe(self) -> bool:
@@ -202,7 +203,12 @@ class DeadlineKeeper(Part):
         if self._refused_by_budget(sum(worst), len(rows)):
             return
         n = self.journal.lane.move_planned(row.idx, rows, worst)
-        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": format_time(self.deadline)})
+        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": format_time(self.deadline),
+                                  "lane_needs_s": self._lane_needs()})
+
+    def _lane_needs(self) -> float:
+        """Seconds the lane is projected to need for all it holds, at the pace it keeps."""
+        return round(self.lane.paces.seconds_for(self.journal.lane.unanswered()), 1)
 
     def _worst_pending(self) -> dict[int, float] | None:
         pending = self.journal.groups.pending_rows()
