@@ -573,3 +573,42 @@ def test_an_error_of_the_batch_lane_settles_the_calls_out_before_the_run_stops(
         assert s["succeeded"] == 40 and s["lanes"]["realtime"]["possible_double_charges"] == 0
         assert fake.realtime.records.calls == 40
         assert_one_lane_each(fake, _out(path), expected)
+
+
+@pytest.mark.anyio
+async def test_a_full_disk_in_the_batch_lane_settles_the_calls_out_too(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch lane's own step fails with no API error at all (its output's disk full) while the real-time lane has
+    calls out, each answer taking 2 s: the run waits for them (`realtime_stopping`, the error its reason), journals
+    each answer, and then stops with the error; nothing is out, and nothing is lost."""
+    import time as _time
+
+    from gatekeeper import submit
+    from gatekeeper._errors import OutputError
+    from gatekeeper.run import _loop
+    from tests.fakes import ADMIN
+
+    path, _ = _input(tmp_path, 30)
+    seen: list[tuple[str, dict]] = []
+
+    def full_once_calls_are_out(job: _loop.Job) -> None:
+        if job.lane.out_now:
+            raise OutputError("writing results.jsonl: [Errno 28] No space left on device")
+
+    slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=2.0)
+    with running_fake(rate=0.0, realtime=slow) as fake:
+        monkeypatch.setattr(_loop.Job, "form_retry_batches", full_once_calls_are_out)  # (a step of the batch lane's)
+        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=_time.time() + 40,
+                                  deadline_slack=38)
+        with pytest.raises(OutputError, match="No space left"):
+            await submit(path, config=config, settings=settings, on_event=lambda e, f: seen.append((e, f)))
+        calls, answered = fake.realtime.records.calls, fake.realtime.records.answered
+    stopping = [f for e, f in seen if e == "realtime_stopping"]
+    assert len(stopping) == 1 and stopping[0]["calls_out"] > 0 and "No space left" in stopping[0]["reason"]
+    journal = Journal.open(tmp_path / "s")
+    try:
+        assert journal.lane.out() == 0 and journal.lane.stats()["possible_double_charges"] == 0
+        assert calls == answered > 0 and journal.outcomes.final_count() == answered
+    finally:
+        journal.close()

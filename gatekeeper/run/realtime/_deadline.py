@@ -59,7 +59,7 @@ class DeadlineKeeper(Part):
                                                  (self.journal.get_meta("deadline_canceled_spans") or {}).items()}
         self.sampled = False
         self.probes: dict[str, int] = {}  # model -> calls made only to read its limits
-        self.read: set[str] = set()  # models probed whose answer did not tell their limits (a gateway without them)
+        self.answered: set[str] = set()  # models whose probe was answered (with their limits, or without: a gateway)
         self.closed: str | None = None  # why the lane may not be used this run (the credentials may not call it)
 
     def _sample(self, n: int = 50) -> None:
@@ -113,13 +113,13 @@ class DeadlineKeeper(Part):
             self.probes[model] = self.probes.get(model, 0) + 1
             call = await send_message(self.api, orjson.dumps(probe_params(model)), stream=False)
             if call.kind is Kind.ACCOUNT and call.error is not None:
-                if getattr(call.error, "status", None) != 403:
+                if not (isinstance(call.error, AuthenticationError) and call.error.status == 403):
                     raise call.error  # (a key revoked, billing, a usage limit: the batch lane is refused alike)
                 self._close(call.detail)
                 return False
             lane.paces.pace(model).observe(call.headers, self.clock())
             if call.kind is Kind.ANSWERED:
-                self.read.add(model)
+                self.answered.add(model)
             usage = call.message.get("usage") if call.message else None
             self.journal.lane.probed(model, usage if isinstance(usage, dict) else None)
             self.emit("realtime_probe", {"model": model, "measured": lane.paces.pace(model).learned,
@@ -135,12 +135,11 @@ class DeadlineKeeper(Part):
                                       "goes on, and the deadline may be missed; grant the Messages API's invoke "
                                       "action (InvokeModel on Claude Platform on AWS) for the deadline to use it"})
 
-    @property
-    def _read(self) -> bool:
+    def _limits_read(self) -> bool:
         """Whether each of the job's models the lane has not measured was probed: answered without its limits, or
         tried `MAX_PROBES` times."""
         paces = self.lane.paces
-        return bool(paces.models) and all(m in paces.limits or paces.pace(m).learned or m in self.read
+        return bool(paces.models) and all(m in paces.limits or paces.pace(m).learned or m in self.answered
                                           or self.probes.get(m, 0) >= MAX_PROBES for m in paces.models)
 
     def decide(self, snap: Snapshot) -> Moves:
@@ -164,7 +163,7 @@ class DeadlineKeeper(Part):
         coming = sum(r.requests for r in j.batches(BatchState.CREATED, BatchState.ENDED) if r.idx in canceled)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.paces.seconds_for,
                      queued=j.lane.unanswered() + coming, slack=self.settings.deadline_slack, evidence=evidence,
-                     measured=self.lane.paces.measured, read=self._read)
+                     measured=self.lane.paces.measured, read=self._limits_read())
 
     async def _cancel(self, row: BatchRow, span: float) -> None:
         """Cancel a live batch for the deadline; `span`: what it was projected to take (the job's turnaround counts it:
