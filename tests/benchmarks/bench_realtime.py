@@ -9,8 +9,9 @@ limits wide unless `--itpm`/`--otpm` are given, so requests are the binding limi
 next), each answer taking `--latency` seconds, and the Admin API gives those limits. `gatekeeper submit --deadline`
 runs as a subprocess against it: its batches are created, wait with nothing done, and are canceled at their last
 chance. Prints when the batches were canceled, the real-time lane's time from the first move to the last answer
-against the ideal and against what the deadline keeper projected when it moved them, the whole run's time, and the
-share of real-time calls answered 429. The ideal is the time a client would need that spent every bucket's capacity
+against the ideal and against what the deadline keeper projected when it moved them, the same from the first call
+the fake let through to the last (the pace alone, without the lane's start and its last commit), the whole run's
+time, and the share of real-time calls answered 429. The ideal is the time a client would need that spent every bucket's capacity
 at once and then every limit to the full: for each limit, what the job was charged on it less the bucket's
 capacity, at the limit's rate; the longest of the three.
 """
@@ -52,6 +53,7 @@ def main() -> None:
         lane = FakeRealtime(rpm=args.rpm, itpm=args.itpm or 100 * args.rpm * 100,
                             otpm=args.otpm or 100 * args.rpm * args.max_tokens, latency=args.latency)
         with FakeAPI(FakeConfig(rate=0.0, realtime=lane)) as fake:
+            admitted = _timed(fake)
             env = {**{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
                    "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "test-key-ws1",
                    "ANTHROPIC_ADMIN_KEY": "test-admin-key"}
@@ -67,6 +69,25 @@ def main() -> None:
             tokens_in = sum(c[0] + c[2] + c[3] for c in billed)  # (input and cache writes: what the input limit counts)
             tokens_out = sum(c[1] for c in billed)
     report(args, lane, events, summary, r, tokens_in, tokens_out, total, run.returncode)
+    if len(admitted) > 1:
+        ideal = (args.requests - lane.rpm / 60) / lane.rpm * 60
+        took = admitted[-1] - admitted[0]
+        print(f"the fake let the first call through to the last in {took:.1f} s: {took / ideal:.2f}x the ideal")
+
+
+def _timed(fake: FakeAPI) -> list[float]:
+    """When the fake's real-time lane let each call through (its own clock)."""
+    times: list[float] = []
+    admit = fake.realtime.admit
+
+    def timed(model: str, tokens: int, max_tokens: int) -> tuple[str | None, float, dict[str, str]]:
+        why, wait, headers = admit(model, tokens, max_tokens)
+        if why is None:
+            times.append(time.monotonic())
+        return why, wait, headers
+
+    fake.realtime.admit = timed  # type: ignore[method-assign]
+    return times
 
 
 def report(args: argparse.Namespace, lane: FakeRealtime, events: list[dict], summary: dict, r: object, tokens_in: int,
