@@ -457,3 +457,26 @@ def test_a_call_a_429_refused_leaves_the_ramps_windows() -> None:
     assert p.window_wait(4.0) > 0  # (4 in the window: a cold one holds no more)
     p.refused({}, 0.5, 4.0, at[3])
     assert p.sends == at[:3] and p.window_wait(4.0) == 0
+
+
+def test_the_keeper_projects_the_pace_the_lane_keeps_not_the_limits() -> None:
+    """A lane whose limits allow 10 a second but which keeps 5 (calls that take long, 64 out at most; other traffic's
+    429s) is projected at 5, once it has had work waiting past its ramp; a lane idle or cold keeps its last measure.
+    Before any measure, the limits (and the ramp from cold)."""
+    from gatekeeper.run.realtime._paces import Paces
+
+    now = [0.0]
+    paces = Paces(lambda: now[0], {"m": (600, 10_000_000, 10_000_000, False)})
+    paces.models = {"m"}
+    paces.mean_cost = Cost(10, 10)
+    assert paces.seconds_for(1000) == pytest.approx(lane_seconds(1000, 10.0))  # (cold: the limits, ramp included)
+    paces.busy(0.0)
+    while now[0] < 40.0:  # (work waiting throughout; a call every 0.2 s)
+        paces.went(now[0])
+        now[0] += 0.2
+    assert paces.kept(now[0]) == pytest.approx(0.5, abs=0.02)
+    warm = paces.seconds_for(1000)
+    assert warm == pytest.approx(1000 / 5.0, rel=0.03)  # (past its ramp: 1,000 at the 5 a second it keeps)
+    paces.idle()
+    now[0] += 3600.0  # an hour idle: cold again, at the pace last measured
+    assert paces.seconds_for(1000) == pytest.approx(lane_seconds(1000, 5.0, 0), rel=0.03)
