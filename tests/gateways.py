@@ -94,7 +94,16 @@ def serve_process(fake: FakeAPI, state: Path, port: int, *args: str, env: dict[s
     full.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": WS1, "ANTHROPIC_ADMIN_KEY": ADMIN, **(env or {})})
     cmd = [sys.executable, "-m", "gatekeeper", "serve", "--port", str(port), "--state", str(state), "--interval", "0.3",
            "--lease-ttl", "3", *args]
-    return subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = state.parent / f"serve-{port}-{time.monotonic_ns()}.log"  # (a file, not a pipe: a pipe nobody reads fills up)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=full, stdout=out, stderr=subprocess.STDOUT, text=True)
+    proc.log_path = log  # type: ignore[attr-defined]
+    return proc
+
+
+def output(proc: subprocess.Popen[str]) -> str:
+    """What a `serve_process` printed and logged so far."""
+    return str(proc.log_path.read_text())  # type: ignore[attr-defined]
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[str] | None = None, timeout: float = 30.0) -> None:
@@ -106,7 +115,7 @@ def wait_healthy(url: str, proc: subprocess.Popen[str] | None = None, timeout: f
         except httpx.TransportError:
             pass
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the gateway exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(f"the gateway exited {proc.returncode}: {output(proc)}")
         assert time.monotonic() < deadline, f"{url} not healthy after {timeout} s"
         time.sleep(0.1)
 
