@@ -317,3 +317,50 @@ def test_logs_are_json_lines(tmp_path: Path, sdk) -> None:
     assert {"started", "request", "batch_created", "job_started", "batch_ended", "stopping"} <= events
     create = next(x for x in lines if x["event"] == "request" and x["route"] == "/v1/messages/batches" and x["method"] == "POST")
     assert create["status"] == 200 and create["tenant"] == "acme" and create["request_id"].startswith("req_")
+
+
+def test_a_create_past_the_apis_limits_is_one_batch(tmp_path: Path, sdk) -> None:
+    """100,001 requests in one create (the API takes 100,000 at most), to `gatekeeper serve` as a process of its
+    own: one batch for the client, two upstream, 100,001 result lines streamed."""
+    from tests.gateways import add_key, free_port, output, serve_process, wait_healthy
+
+    with running_fake(rate=1e6, speed=100.0) as fake:
+        key = add_key(tmp_path, "acme")
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = serve_process(fake, tmp_path, port)
+        try:
+            wait_healthy(url, proc)
+            body = orjson.dumps({"requests": [request(f"q{i}", "x") for i in range(100_001)]})
+            r = httpx.post(url + "/v1/messages/batches", content=body, timeout=120,
+                           headers={"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"})
+            assert r.status_code == 200 and r.json()["request_counts"]["processing"] == 100_001
+            client = sdk(url, key)
+            done = ended(client, r.json()["id"], timeout=80)
+            assert done.request_counts.succeeded == 100_001
+            seen = set()
+            with httpx.stream("GET", done.results_url, headers={"x-api-key": key, "anthropic-version": "2023-06-01"}) as res:
+                for line in res.iter_lines():
+                    seen.add(orjson.loads(line)["custom_id"])
+        finally:
+            proc.terminate()
+            proc.wait(60)
+        assert len(seen) == 100_001, output(proc)[-2000:]
+    assert fake.org.records.creates >= 2 and len(fake.org.records.succeeded) == 100_001
+
+
+def test_a_tenants_priority_and_share_go_with_its_jobs(tmp_path: Path, sdk) -> None:
+    """Each job admits on the gateway's one ledger with its tenant's priority and share (docs/shared.md)."""
+    import gatekeeper
+    from tests.gateways import add_key
+
+    with running_fake(rate=1e6, speed=100.0) as fake, gateway(fake, tmp_path) as gw:
+        high = sdk(gw.url, add_key(tmp_path, "nightly", priority="high", share=3.0))
+        low = sdk(gw.url, add_key(tmp_path, "backfill", priority="low"))
+        a = high.messages.batches.create(requests=requests(50))
+        b = low.messages.batches.create(requests=requests(50))
+        ended(high, a.id)
+        ended(low, b.id)
+    shares = {batch: gatekeeper.job_summary(tmp_path / "batches" / batch / "job").shares for batch in (a.id, b.id)}
+    assert shares[a.id]["priority"] == "high" and shares[a.id]["share"] == 3.0  # type: ignore[index]
+    assert shares[b.id]["priority"] == "low" and shares[b.id]["share"] == 1.0  # type: ignore[index]

@@ -59,6 +59,7 @@ def _state_dir(args: argparse.Namespace) -> Path:
 
 def _listen(host: str, port: int) -> socket.socket:
     """The server's socket, bound here (so a port in use is one line, and --port 0 is known before it serves)."""
+    sock = None
     try:
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(info[0], socket.SOCK_STREAM)
@@ -66,8 +67,9 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.bind(info[4])
         sock.listen(2048)
     except OSError as exc:
+        if sock is not None:
+            sock.close()
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", setting="port") from None
-    sock.set_inheritable(True)
     return sock
 
 
