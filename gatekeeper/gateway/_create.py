@@ -5,11 +5,15 @@ same Idempotency-Key, or the same requests within the window: the SDK's retries 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import multiprocessing
 import os
 import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -59,8 +63,8 @@ class _Spool:
             self.sha.update(lines)
             self.bytes += len(lines)
 
-    def feed(self, data: bytes) -> None:
-        self.write(self.cutter.feed(data))
+    def cut(self) -> None:
+        self.write(self.cutter.cut())
 
     def finish(self) -> Received:
         self.write(self.cutter.finish())
@@ -75,18 +79,14 @@ class _Spool:
 
 
 async def receive(chunks: AsyncIterator[bytes], folder: Path) -> Received:
-    """Spool a create's body into `folder` as it arrives, cut into requests in slices off the event loop; a
-    refused body leaves nothing behind."""
+    """Spool a create's body into `folder` as it arrives: each chunk taken on the event loop, the requests cut and
+    written a few megabytes at a time in a worker thread; a refused body leaves nothing behind."""
     spool = _Spool(folder)
     try:
-        pending = bytearray()
         async for chunk in chunks:
-            pending += chunk
-            if len(pending) >= SLICE:
-                data = bytes(pending)
-                pending.clear()
-                await anyio.to_thread.run_sync(spool.feed, data)
-        await anyio.to_thread.run_sync(spool.feed, bytes(pending))
+            spool.cutter.append(chunk)
+            if spool.cutter.pending() >= SLICE:
+                await anyio.to_thread.run_sync(spool.cut)
         received = await anyio.to_thread.run_sync(spool.finish)
     except BaseException:
         spool.discard()
@@ -97,18 +97,60 @@ async def receive(chunks: AsyncIterator[bytes], folder: Path) -> Received:
     return received
 
 
-def judge(received: Received, api_version: str) -> None:
-    """Every request judged as `plan` judges a line of an input file, by the rules of the create's API version;
-    the first one refused is the API's 400, named by its place in the body (`requests.3: ...`)."""
+def judge(path: str, api_version: str, workers: int | None = None) -> tuple[int, int, str, str | None] | None:
+    """Every request judged as `plan` judges a line of an input file, by the rules of the create's API version:
+    None when all pass, else (line, refused lines, reason, custom_id) of the first refused. Plain values in and
+    out: it runs in a process of its own for a large create (`Judge`)."""
     try:
-        report = plan(str(received.path), limits=Limits(api_version=api_version))
+        report = plan(path, limits=Limits(api_version=api_version), workers=workers)
     except InputError as exc:
-        raise GatewayRefusal(400, f"requests: {exc}") from None
-    if report.errors:
-        first = report.errors[0]
-        reason = _LINE.sub(lambda m: f"requests.{int(m.group(1)) - 1}", first.reason)
-        more = f" (and {len(report.errors) - 1} more invalid requests)" if len(report.errors) > 1 else ""
-        raise GatewayRefusal(400, f"requests.{first.line - 1}: {reason}{more}")
+        return 0, 1, str(exc), None
+    if not report.errors:
+        return None
+    first = report.errors[0]
+    return first.line, len(report.errors), first.reason, first.custom_id
+
+
+class Judge:
+    """Where creates are judged: a small one in a worker thread; a large one (`BIG` bytes or more) in a process of
+    its own that reads it with two forked readers, as `gatekeeper plan` does (a process that runs threads, as the
+    server does, must not fork them itself). The process is started on the first large create, and again if it
+    dies."""
+
+    BIG = 8_000_000  # bytes: `plan`'s own threshold for its parallel readers
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def __call__(self, received: Received, api_version: str) -> None:
+        """The API's 400 naming the first refused request (`requests.3: ...`), when any is refused."""
+        if received.bytes < self.BIG or (os.cpu_count() or 1) < 2:
+            verdict = await anyio.to_thread.run_sync(judge, str(received.path), api_version)
+        else:
+            verdict = await self._in_process(str(received.path), api_version)
+        if verdict is None:
+            return
+        line, count, reason, _ = verdict
+        where = f"requests.{line - 1}: " if line else ""
+        more = f" (and {count - 1} more invalid requests)" if count > 1 else ""
+        raise GatewayRefusal(400, where + _LINE.sub(lambda m: f"requests.{int(m.group(1)) - 1}", reason) + more)
+
+    async def _in_process(self, path: str, api_version: str) -> tuple[int, int, str, str | None] | None:
+        loop = asyncio.get_running_loop()
+        for attempt in (1, 2):
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            try:
+                return await loop.run_in_executor(self._pool, judge, path, api_version, 2)
+            except BrokenProcessPool:
+                self._pool = None  # (it died: start another)
+                if attempt == 2:
+                    raise
+        return None  # (never reached)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def version_of(header: str | None) -> str:
@@ -120,13 +162,13 @@ def version_of(header: str | None) -> str:
 
 
 async def create(chunks: AsyncIterator[bytes], *, tenant: str, api_version: str, idem_key: str | None, now: float,
-                 settings: GatewaySettings, book: BookCall[tuple[BatchRecord, bool]]) -> tuple[BatchRecord, bool]:
+                 settings: GatewaySettings, book: BookCall[tuple[BatchRecord, bool]], judged: Judge) -> tuple[BatchRecord, bool]:
     """Receive, judge and record a create; (the batch, whether it is new). The batch's requests are in its folder
     (fsynced) before its row is committed: a replica that takes the job over finds them there."""
     received = await receive(chunks, settings.incoming)
     batch_id = new_id("msgbatch_")
     try:
-        await anyio.to_thread.run_sync(judge, received, api_version)
+        await judged(received, api_version)
         folder = settings.batch_dir(batch_id)
         folder.mkdir(parents=True, mode=0o700)
         os.replace(received.path, settings.input_path(batch_id))

@@ -21,7 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from .._errors import GatewayRefusal
 from ..api._queue import Connection
 from ..state._gateway import BatchRecord
-from ._create import BookCall, create, version_of
+from ._create import BookCall, Judge, create, version_of
 from ._jobs import Runner
 from ._keys import KeyFile, Tenant
 from ._logs import JsonLog
@@ -48,6 +48,7 @@ class Gateway:
         self.log = log
         self.clock = clock
         self.conn: Connection | None = None  # the upstream, opened by the server's lifespan
+        self.judge = Judge()
 
     # -- around every route ----------------------------------------------------------
 
@@ -116,7 +117,7 @@ class Gateway:
         try:
             record, new = await create(request.stream(), tenant=tenant.name, api_version=version,
                                        idem_key=request.headers.get("idempotency-key"), now=self.clock(),
-                                       settings=self.settings, book=self.book)
+                                       settings=self.settings, book=self.book, judged=self.judge)
         except GatewayRefusal:
             self.metrics.creates.labels("refused").inc()
             raise

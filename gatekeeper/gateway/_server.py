@@ -97,6 +97,7 @@ def build(settings: GatewaySettings, config: ApiConfig, *, log: JsonLog | None =
                     log("stopping", jobs=len(runner.jobs))
                     stop.set()
         finally:
+            gw.judge.close()
             calls.close()
             if lock is not None:
                 os.close(lock)

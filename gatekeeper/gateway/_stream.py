@@ -56,14 +56,28 @@ class RequestCutter:
         self._exact_until = 0  # the exact way reads up to here (a guess that did not decode)
         self.count = 0  # requests cut so far
 
-    def feed(self, chunk: bytes) -> bytes:
-        shift = self._pos
-        if shift:
-            del self._buf[:shift]
+    def feed(self, chunk: bytes | bytearray) -> bytes:
+        """Take `chunk`, then cut what is whole (`append` then `cut`)."""
+        self.append(chunk)
+        return self.cut()
+
+    def append(self, chunk: bytes | bytearray) -> None:
+        """Take `chunk` without cutting (cheap: the server's event loop appends, a worker thread cuts)."""
         self._buf += chunk
-        self._pos = 0
-        self._item_start = self._item_start - shift if self._item_start >= 0 else -1
-        self._scan, self._wait_for, self._exact_until = self._scan - shift, self._wait_for - shift, self._exact_until - shift
+
+    def pending(self) -> int:
+        """Bytes taken and not yet cut."""
+        return len(self._buf) - self._pos
+
+    def cut(self) -> bytes:
+        """The requests whole in what was taken so far."""
+        shift = self._pos
+        if shift > 1:  # (one byte kept before the next request: `_decoded` writes its "[" there)
+            del self._buf[:shift - 1]
+            shift -= 1
+            self._pos = 1
+            self._item_start = self._item_start - shift if self._item_start >= 0 else -1
+            self._scan, self._wait_for, self._exact_until = self._scan - shift, self._wait_for - shift, self._exact_until - shift
         if len(self._buf) < self._wait_for:
             return b""
         return self._run(final=False)
@@ -143,18 +157,47 @@ class RequestCutter:
 
     def _decoded(self, i: int, end: int) -> bytes | None:
         """The requests from `i` to the guessed boundary `end`, decoded at once; None when the guess was wrong (the
-        exact way then reads up to it)."""
+        exact way then reads up to it). Decoded in place: the bytes just before and after the stretch become "["
+        and "]" for the decode and are put back, so the stretch is never copied (a copy is a third of the time)."""
+        buf = self._buf
+        if i == 0 or end + 1 >= len(buf):
+            return self._decoded_copy(i, end)
+        before, after = buf[i - 1], buf[end + 1]
+        buf[i - 1], buf[end + 1] = 0x5B, 0x5D
+        view = memoryview(buf)[i - 1:end + 2]
+        try:
+            raws = _RAWS.decode(view)
+            across = buf.find(b"\n", i, end + 1) >= 0 or buf.find(b"\r", i, end + 1) >= 0
+            lines = self._lines(raws, across)
+            del raws
+        except msgspec.DecodeError:
+            self._exact_until = end + 1
+            return None
+        finally:
+            view.release()
+            buf[i - 1], buf[end + 1] = before, after
+        self._pos, self._state = end + 1, "sep"
+        return lines
+
+    def _decoded_copy(self, i: int, end: int) -> bytes | None:
+        """`_decoded` where the stretch has no byte free on either side (it starts the buffer)."""
         block = bytes(self._buf[i:end + 1])
         try:
             raws = _RAWS.decode(b"[" + block + b"]")
         except msgspec.DecodeError:
             self._exact_until = end + 1
             return None
-        self.count += len(raws)
+        lines = self._lines(raws, b"\n" in block or b"\r" in block)
         self._pos, self._state = end + 1, "sep"
-        if b"\n" in block or b"\r" in block:  # (written across lines: each request compacted to one)
-            return b"".join(_one_line(bytes(r), self.count - len(raws) + k) + b"\n" for k, r in enumerate(raws))
-        return b"\n".join(raws) + b"\n"
+        return lines
+
+    def _lines(self, raws: list[msgspec.Raw], across: bool) -> bytes:
+        """The decoded requests as JSONL (each compacted to one line when any was written across lines)."""
+        first = self.count
+        self.count += len(raws)
+        if across:
+            return b"".join(_one_line(bytes(r), first + k) + b"\n" for k, r in enumerate(raws))
+        return b"\n".join([*raws, b""])
 
     def _close_item(self) -> bytes | None:
         """The exact way: brackets counted from `_scan` to the request's closing brace; the request once whole."""
