@@ -364,3 +364,24 @@ def test_a_tenants_priority_and_share_go_with_its_jobs(tmp_path: Path, sdk) -> N
     shares = {batch: gatekeeper.job_summary(tmp_path / "batches" / batch / "job").shares for batch in (a.id, b.id)}
     assert shares[a.id]["priority"] == "high" and shares[a.id]["share"] == 3.0  # type: ignore[index]
     assert shares[b.id]["priority"] == "low" and shares[b.id]["share"] == 1.0  # type: ignore[index]
+
+
+def test_an_upload_cut_off_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A client that dies in the middle of its create's body: no batch, no spool, nothing sent upstream."""
+    import socket
+
+    with running_fake() as fake, gateway(fake, tmp_path) as gw:
+        host, port = gw.url.removeprefix("http://").split(":")
+        body = orjson.dumps({"requests": requests(20_000)})
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(b"POST /v1/messages/batches HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                      b"anthropic-version: 2023-06-01\r\nx-api-key: " + gw.key("acme").encode() +
+                      b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:len(body) // 2])
+        deadline = time.monotonic() + 20
+        while "client disconnected" not in gw.log.getvalue():
+            assert time.monotonic() < deadline, gw.log.getvalue()[-2000:]
+            time.sleep(0.05)
+        assert list((tmp_path / "incoming").iterdir()) == []
+        assert httpx.get(gw.url + "/v1/messages/batches", headers={"x-api-key": gw.key("acme"), "anthropic-version":
+                                                                    "2023-06-01"}).json()["data"] == []
+    assert fake.org.records.creates == 0

@@ -9,16 +9,17 @@ batch (or none) 404, an invalid create 400 naming the request. A tenant sees onl
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
-from .._errors import GatewayRefusal
+from .._errors import GatekeeperError, GatewayRefusal
 from ..api._queue import Connection
 from ..state._gateway import BatchRecord
 from ._create import BookCall, Judge, create, version_of
@@ -63,6 +64,14 @@ class Gateway:
             except GatewayRefusal as exc:
                 response = self.refusal(exc.status, str(exc), rid, exc.error_type)
                 refused["error"] = str(exc)
+            except ClientDisconnect:  # (an upload cut off: its spool is gone, nobody reads this answer)
+                response = self.refusal(400, "the client disconnected before the body was whole", rid)
+                refused["error"] = "client disconnected"
+            except Exception as exc:  # the book's database away, or a bug: the API's 500 (the SDK retries it), said in the log
+                response = self.refusal(500, "Internal server error", rid)
+                refused["error"] = f"{type(exc).__name__}: {exc}"
+                if not isinstance(exc, GatekeeperError):
+                    self.log("bug", request_id=rid, traceback=traceback.format_exc())
             response.headers["request-id"] = response.headers.get("request-id") or rid
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(route, str(response.status_code)).inc()
