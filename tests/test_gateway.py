@@ -385,3 +385,21 @@ def test_an_upload_cut_off_leaves_nothing_behind(tmp_path: Path) -> None:
         assert httpx.get(gw.url + "/v1/messages/batches", headers={"x-api-key": gw.key("acme"), "anthropic-version":
                                                                     "2023-06-01"}).json()["data"] == []
     assert fake.org.records.creates == 0
+
+
+def test_behind_the_gateway_the_job_recovers_lost_answers_and_resends_what_can_succeed(tmp_path: Path, sdk) -> None:
+    """Upstream, a create's answer is lost (the batch made) and a request errors with api_error on its first try:
+    the job reconciles the lost create instead of sending it again, resends the one request, and the client sees
+    one batch whose every request succeeded, each answered once."""
+    from gatekeeper.testing import Fault, Outcome
+
+    rule = lambda cid, model, attempt: Outcome("errored", "api_error") if cid == "r3" and attempt == 1 else None  # noqa: E731
+    with running_fake(rate=1e6, speed=100.0, outcome=rule) as fake, gateway(fake, tmp_path) as gw:
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        client = sdk(gw.url, gw.key("acme"))
+        b = client.messages.batches.create(requests=requests(40))
+        done = ended(client, b.id)
+        assert done.request_counts.succeeded == 40
+        assert {x.result.type for x in client.messages.batches.results(b.id)} == {"succeeded"}
+    assert fake.org.records.attempts["r3"] == 2 and fake.org.records.creates == 2  # (the lost one, adopted; the resend)
+    answered_once(fake, {f"r{i}" for i in range(40)})
