@@ -14,7 +14,9 @@ import pytest
 from tests.fakes import running_fake
 from tests.gateways import add_key, free_port, kill9, output, requests, serve_process, wait_healthy
 
-pytestmark = pytest.mark.xdist_group("gateway")
+# (processes started, killed and started again, each job run to its end: 15-25 s alone, several times that on two
+# cores that a whole suite keeps busy)
+pytestmark = [pytest.mark.xdist_group("gateway"), pytest.mark.timeout(240)]
 V = {"anthropic-version": "2023-06-01"}
 
 

@@ -62,6 +62,14 @@ def hwm(pid: int) -> int:
     return 0
 
 
+def children(pid: int) -> list[int]:
+    """The processes a process started (its judge)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
 def start_gateway(fake_url: str, state: Path, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
     env.update({"ANTHROPIC_BASE_URL": fake_url, "ANTHROPIC_API_KEY": FAKE_KEY, "ANTHROPIC_ADMIN_KEY": "test-admin-key"})
@@ -175,10 +183,12 @@ def big_create(gw: str, key: str, pid: int, gb: float, state: Path) -> None:
     while b'"job_planned"' not in log.read_bytes() and time.monotonic() < deadline:
         time.sleep(0.5)
     planned = hwm(pid)
+    judges = [hwm(c) for c in children(pid)]
     httpx.post(f"{gw}/v1/messages/batches/{batch['id']}/cancel", headers={"x-api-key": key, **V})
     print(f"2 GB create: {size / 1e9:.2f} GB, {batch['request_counts']['processing']:,} requests, answered in {elapsed:.1f} s "
           f"({size / 1e6 / elapsed:.0f} MB/s, the client making the body included); gateway peak RSS {before / 2**20:.0f} MiB "
-          f"before, {at_answer / 2**20:.0f} MiB at the answer, {planned / 2**20:.0f} MiB once its job had planned it")
+          f"before, {at_answer / 2**20:.0f} MiB at the answer, {planned / 2**20:.0f} MiB once its job had planned it; "
+          f"its judge process {', '.join(f'{j / 2**20:.0f} MiB' for j in judges) or 'none'} (its two readers forked from it)")
 
 
 def main() -> None:
