@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import re
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -161,11 +162,24 @@ def version_of(header: str | None) -> str:
     return str(header)
 
 
+@dataclass(frozen=True)
+class Created:
+    """A create answered: the batch (new, or the one its key or its requests made before), and the seconds spent
+    receiving and judging it (logged: where a large create's time goes)."""
+
+    batch: BatchRecord
+    new: bool
+    received_s: float
+    judged_s: float
+
+
 async def create(chunks: AsyncIterator[bytes], *, tenant: str, api_version: str, idem_key: str | None, now: float,
-                 settings: GatewaySettings, book: BookCall[tuple[BatchRecord, bool]], judged: Judge) -> tuple[BatchRecord, bool]:
-    """Receive, judge and record a create; (the batch, whether it is new). The batch's requests are in its folder
-    (fsynced) before its row is committed: a replica that takes the job over finds them there."""
+                 settings: GatewaySettings, book: BookCall[tuple[BatchRecord, bool]], judged: Judge) -> Created:
+    """Receive, judge and record a create. The batch's requests are in its folder (fsynced) before its row is
+    committed: a replica that takes the job over finds them there."""
+    started = time.monotonic()
     received = await receive(chunks, settings.incoming)
+    at_received = time.monotonic()
     batch_id = new_id("msgbatch_")
     try:
         await judged(received, api_version)
@@ -177,6 +191,7 @@ async def create(chunks: AsyncIterator[bytes], *, tenant: str, api_version: str,
     except BaseException:
         received.path.unlink(missing_ok=True)
         raise
+    at_judged = time.monotonic()
     record = BatchRecord(id=batch_id, tenant=tenant, status="in_progress", requests=received.requests,
                          bytes=received.bytes, digest=received.digest, idem_key=idem_key, api_version=api_version,
                          created_at=now)
@@ -187,7 +202,7 @@ async def create(chunks: AsyncIterator[bytes], *, tenant: str, api_version: str,
         raise
     if not new:
         await anyio.to_thread.run_sync(_remove, settings.batch_dir(batch_id))
-    return batch, new
+    return Created(batch, new, round(at_received - started, 3), round(at_judged - at_received, 3))
 
 
 def _fsync_dir(path: Path) -> None:

@@ -124,19 +124,21 @@ class Gateway:
         tenant = self.tenant(request)
         version = version_of(request.headers.get("anthropic-version"))
         try:
-            record, new = await create(request.stream(), tenant=tenant.name, api_version=version,
-                                       idem_key=request.headers.get("idempotency-key"), now=self.clock(),
-                                       settings=self.settings, book=self.book, judged=self.judge)
+            done = await create(request.stream(), tenant=tenant.name, api_version=version,
+                                idem_key=request.headers.get("idempotency-key"), now=self.clock(),
+                                settings=self.settings, book=self.book, judged=self.judge)
         except GatewayRefusal:
             self.metrics.creates.labels("refused").inc()
             raise
-        self.metrics.creates.labels("created" if new else "repeated").inc()
-        if new:
+        record = done.batch
+        self.metrics.creates.labels("created" if done.new else "repeated").inc()
+        if done.new:
             self.metrics.received.inc(record.requests)
             self.metrics.received_bytes.inc(record.bytes)
             self.runner.wake()
-        self.log("batch_created" if new else "batch_repeated", batch=record.id, tenant=tenant.name,
-                 requests=record.requests, bytes=record.bytes, request_id=rid)
+        self.log("batch_created" if done.new else "batch_repeated", batch=record.id, tenant=tenant.name,
+                 requests=record.requests, bytes=record.bytes, received_s=done.received_s, judged_s=done.judged_s,
+                 request_id=rid)
         return self.json(batch_json(record, self.base_url(request)))
 
     async def retrieve(self, request: Request, rid: str) -> Response:

@@ -79,7 +79,7 @@ def start_gateway(fake_url: str, state: Path, port: int) -> subprocess.Popen[byt
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
-            if httpx.get(url + "/healthz").status_code == 200:
+            if httpx.get(url + "/healthz", timeout=30).status_code == 200:
                 return proc
         except httpx.TransportError:
             time.sleep(0.1)
@@ -88,7 +88,7 @@ def start_gateway(fake_url: str, state: Path, port: int) -> subprocess.Popen[byt
 
 def wait_ended(url: str, key: str, batch_id: str) -> dict:
     while True:
-        b = httpx.get(f"{url}/v1/messages/batches/{batch_id}", headers={"x-api-key": key, **V}).json()
+        b = httpx.get(f"{url}/v1/messages/batches/{batch_id}", headers={"x-api-key": key, **V}, timeout=120).json()
         if b["processing_status"] == "ended":
             return dict(b)
         time.sleep(0.2)
@@ -104,7 +104,13 @@ def download(url: str, key: str) -> tuple[int, float]:
     return n, time.perf_counter() - started
 
 
-def sdk_end_to_end(gw: str, key: str, n: int) -> None:
+def served_seconds(state: Path) -> list[float]:
+    """The gateway's own seconds for each create it answered (from its log), in order."""
+    return [orjson.loads(line)["seconds"] for line in (state / "serve.log").read_bytes().splitlines()
+            if b'"route":"/v1/messages/batches"' in line and b'"method":"POST"' in line]
+
+
+def sdk_end_to_end(gw: str, key: str, n: int, state: Path) -> None:
     import anthropic
 
     client = anthropic.Anthropic(base_url=gw, api_key=key, timeout=600)
@@ -121,7 +127,9 @@ def sdk_end_to_end(gw: str, key: str, n: int) -> None:
         joined[line.custom_id] = line.result.type
     t3 = time.perf_counter()
     ok = len(joined) == n and set(joined.values()) == {"succeeded"}
-    print(f"SDK end to end, {n:,} requests ({size / 1e6:.0f} MB): create {t1 - t0:.1f} s ({size / 1e6 / (t1 - t0):.0f} MB/s), "
+    served = served_seconds(state)[-1]
+    print(f"SDK end to end, {n:,} requests ({size / 1e6:.0f} MB): create {t1 - t0:.1f} s in the SDK, of which {served:.1f} s "
+          f"in the gateway ({size / 1e6 / served:.0f} MB/s), "
           f"job {t2 - t1:.1f} s, results streamed and joined {t3 - t2:.1f} s; {len(joined):,} lines joined, "
           f"{'every request once' if ok else 'MISSING OR FAILED LINES'}")
 
@@ -184,11 +192,14 @@ def big_create(gw: str, key: str, pid: int, gb: float, state: Path) -> None:
         time.sleep(0.5)
     planned = hwm(pid)
     judges = [hwm(c) for c in children(pid)]
-    httpx.post(f"{gw}/v1/messages/batches/{batch['id']}/cancel", headers={"x-api-key": key, **V})
+    made = [orjson.loads(line) for line in log.read_bytes().splitlines() if b'"event":"batch_created"' in line][-1]
+    httpx.post(f"{gw}/v1/messages/batches/{batch['id']}/cancel", headers={"x-api-key": key, **V}, timeout=120)
     print(f"2 GB create: {size / 1e9:.2f} GB, {batch['request_counts']['processing']:,} requests, answered in {elapsed:.1f} s "
           f"({size / 1e6 / elapsed:.0f} MB/s, the client making the body included); gateway peak RSS {before / 2**20:.0f} MiB "
           f"before, {at_answer / 2**20:.0f} MiB at the answer, {planned / 2**20:.0f} MiB once its job had planned it; "
-          f"its judge process {', '.join(f'{j / 2**20:.0f} MiB' for j in judges) or 'none'} (its two readers forked from it)")
+          f"its judge process {', '.join(f'{j / 2**20:.0f} MiB' for j in judges) or 'none'} (its two readers forked from it); "
+          f"in the gateway: received and cut {made['received_s']:.1f} s ({size / 1e6 / made['received_s']:.0f} MB/s), "
+          f"judged {made['judged_s']:.1f} s ({size / 1e6 / made['judged_s']:.0f} MB/s)")
 
 
 def main() -> None:
@@ -207,7 +218,7 @@ def main() -> None:
         gw = f"http://127.0.0.1:{port}"
         try:
             if a.requests:
-                sdk_end_to_end(gw, key, a.requests)
+                sdk_end_to_end(gw, key, a.requests, state)
             if a.compare:
                 compare(gw, fake, key, min(a.compare, 100_000), a.repeat)
             if a.big_gb:
