@@ -226,8 +226,8 @@ def test_an_invalid_request_is_a_400_naming_it_and_nothing_is_created(tmp_path: 
                               headers={"x-api-key": gw.key("acme"), "anthropic-version": "2023-06-01"})
                 assert r.status_code == 400 and said in r.json()["error"]["message"], r.text
     assert fake.org.records.creates == 0
-    assert not list((tmp_path / "incoming").iterdir()) and not (tmp_path / "batches").exists() or \
-        not list((tmp_path / "batches").iterdir())
+    assert list((tmp_path / "incoming").iterdir()) == []
+    assert not (tmp_path / "batches").exists() or list((tmp_path / "batches").iterdir()) == []
 
 
 def test_cancel_ends_the_batch_with_a_line_for_every_request(tmp_path: Path, sdk, anthropic) -> None:

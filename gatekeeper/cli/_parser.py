@@ -410,8 +410,9 @@ def _serve_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="requests of queue headroom to leave for others (default 0)")
     p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
                    help="attempts per request, the first included (default 3)")
-    p.add_argument("--max-jobs", type=_positive_int, default=32, metavar="N",
-                   help="jobs this replica runs at once; more wait their turn (default 32)")
+    p.add_argument("--max-jobs", type=_positive_int, default=16, metavar="N",
+                   help="jobs this replica runs at once; more wait their turn (default 16; with --journal each holds "
+                   "about three PostgreSQL connections: its journal, its lease's heartbeat, the ledger)")
     _add_max_rpm(p)
     _add_platform(p)
     _add_json(p)

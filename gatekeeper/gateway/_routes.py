@@ -32,6 +32,7 @@ from ._settings import GatewaySettings
 from ._wire import NOT_FOUND, batch_json, error_body, new_id, page_json
 
 READ_SIZE = 1 << 20  # bytes a results stream reads from its files at a time
+QUIET = ("/metrics", "/healthz")  # routes a scraper or a probe calls every few seconds: logged only when they fail
 Handler = Callable[[Request, str], Awaitable[Response]]
 
 
@@ -76,8 +77,9 @@ class Gateway:
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(route, str(response.status_code)).inc()
             self.metrics.seconds.labels(route).observe(elapsed)
-            self.log("request", method=request.method, route=route, status=response.status_code,
-                     tenant=getattr(request.state, "tenant", None), seconds=round(elapsed, 4), request_id=rid, **refused)
+            if route not in QUIET or response.status_code >= 400:
+                self.log("request", method=request.method, route=route, status=response.status_code,
+                         tenant=getattr(request.state, "tenant", None), seconds=round(elapsed, 4), request_id=rid, **refused)
             return response
 
         return serve

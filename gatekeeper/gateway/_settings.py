@@ -36,7 +36,7 @@ class GatewaySettings:
     margin: int = 0  # requests of queue headroom left to others
     max_attempts: int = 3  # attempts per request, the first included
     max_rpm: float | None = None  # calls a minute to the batch endpoints by each job; None: the platform's default
-    max_jobs: int = 32  # jobs this replica runs at once (more wait their turn)
+    max_jobs: int = 16  # jobs this replica runs at once (more wait their turn; each holds a few database connections)
     scan: float = 5.0  # seconds between looks for jobs nobody runs
     ledger_ttl: float = 900.0  # seconds a dead replica's reservations outlive its heartbeat
 
