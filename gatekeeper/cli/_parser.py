@@ -414,7 +414,9 @@ def _serve_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="jobs this replica runs at once; more wait their turn (default 16; with --journal each holds "
                    "about three PostgreSQL connections: its journal, its lease's heartbeat, the ledger)")
     _add_max_rpm(p)
-    _add_platform(p)
+    p.add_argument("--platform", choices=("anthropic", "aws"), default=None,
+                   help="the upstream: anthropic (the default; or GATEKEEPER_PLATFORM) or aws, Claude Platform on AWS "
+                   "(the `aws` extra). Each job keeps the anthropic-version of the create that made it")
     _add_json(p)
     keys = p.add_subparsers(dest="serve_command", metavar="keys", parser_class=_Parser)
     k = keys.add_parser("keys", help="the clients' keys: add, list, remove", formatter_class=_Wrapped)
