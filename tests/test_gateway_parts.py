@@ -49,7 +49,7 @@ def test_the_cutter_finds_every_request_whatever_the_chunks_and_the_strings(item
     if "\n" in seps[0]:
         body = body.replace(b"[{", b"[\n  {", 1)
     lines = cut(body, sizes).splitlines()
-    assert [orjson.loads(x) for x in lines] == items
+    assert [json.loads(x) for x in lines] == items  # (json, not orjson: integers past 64 bits stay integers)
     assert all(b"\n" not in x for x in lines)
 
 

@@ -26,6 +26,7 @@ from .._errors import GatewayRefusal
 # A whole JSON string (escapes skipped), a bracket, or a quote that opens a string not yet complete in the buffer.
 _TOKEN = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[{}\[\]]|"')  # (possessive: an open string fails in one pass)
 _SPACE = b" \t\r\n"
+_SPACING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[ \t\r\n]+')  # a string (kept whole) or spacing between tokens
 _HEAD = re.compile(rb'\s*\{\s*"requests"\s*:\s*\[')
 _KEY = re.compile(rb'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:')
 _EMPTY = re.compile(rb"\s*\{\s*\}\s*$")
@@ -167,15 +168,16 @@ class RequestCutter:
         view = memoryview(buf)[i - 1:end + 2]
         try:
             raws = _RAWS.decode(view)
-            across = buf.find(b"\n", i, end + 1) >= 0 or buf.find(b"\r", i, end + 1) >= 0
-            lines = self._lines(raws, across)
-            del raws
         except msgspec.DecodeError:
-            self._exact_until = end + 1
-            return None
-        finally:
             view.release()
             buf[i - 1], buf[end + 1] = before, after
+            self._exact_until = end + 1
+            return None
+        across = buf.find(b"\n", i, end + 1) >= 0 or buf.find(b"\r", i, end + 1) >= 0
+        lines = self._lines(raws, across)  # (a refusal here ends the body: the buffer is not used again)
+        del raws  # (the raw values point into the buffer: gone before it is released, and resized later)
+        view.release()
+        buf[i - 1], buf[end + 1] = before, after
         self._pos, self._state = end + 1, "sep"
         return lines
 
@@ -259,14 +261,15 @@ def _refused(message: str) -> GatewayRefusal:
 
 
 def _one_line(item: bytes, index: int) -> bytes:
-    """A request as one line of JSONL: as sent, or, written across lines, compacted (outside strings a raw newline is
-    only spacing; inside one it is invalid JSON, which the API refuses)."""
+    """A request as one line of JSONL: as sent, or, written across lines, with the spacing between its tokens taken
+    out (never re-encoded: a number or an escape stays as the client wrote it). A raw newline left inside a string
+    is invalid JSON, which the API refuses."""
     if b"\n" not in item and b"\r" not in item:
         return item
-    try:
-        return orjson.dumps(orjson.loads(item))
-    except orjson.JSONDecodeError as exc:
-        raise _refused(f"requests.{index}: Invalid JSON: {exc}") from None
+    line = _SPACING.sub(lambda m: m.group(0) if m.group(0)[:1] == b'"' else b"", item)
+    if b"\n" in line or b"\r" in line:
+        raise _refused(f"requests.{index}: Invalid JSON: a control character inside a string")
+    return line
 
 
 def _head_error(buf: bytes | bytearray) -> str:
