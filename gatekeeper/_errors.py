@@ -24,7 +24,8 @@
     │   │   └── QueueFull       429 on create: the batch queue cannot take this batch
     │   ├── ServerError         5xx and 529
     │   └── BadRequest          other 4xx
-    └── CreateOutcomeUnknown    a create body may have reached the server; reconcile first
+    ├── CreateOutcomeUnknown    a create body may have reached the server; reconcile first
+    └── GatewayRefusal          the gateway refuses a client's request as the API would (its status and type)
 
 Foreign exceptions are mapped once, where their kind of I/O happens, with the
 cause chained: httpx in `api/_http`, sqlite3 and psycopg in `_db` (for the journal and the
@@ -231,6 +232,16 @@ class CreateOutcomeUnknown(GatekeeperError):
     """
 
     exit_code = ExitCode.FINDINGS
+
+
+class GatewayRefusal(GatekeeperError):
+    """A request to `gatekeeper serve` refused as the API refuses it: the status, the error type and the message
+    become the API's error envelope (a 400 naming `requests.3`, a 401, a 404)."""
+
+    def __init__(self, status: int, message: str, *, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
 
 
 def os_error(exc: OSError, what: str) -> str:

@@ -303,6 +303,54 @@ def test_on_kill_cancels_the_live_batches_as_cancel_does(tmp_path: Path, airflow
         assert fake.org.records.creates == len(live)
 
 
+def test_a_stopped_trigger_waits_for_the_real_time_calls_out_as_long_as_the_run_promises(
+        tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The triggerer stops while the deadline's real-time lane has calls out, each answer taking 3 s: the trigger waits
+    for the run's stop, which waits for them (its wait is the run's own bound: a moment to reach a safe point, then
+    the 60 s the lane promises, not a shorter one of its own), so every answer is committed; the next trigger
+    finishes the job buying none again."""
+    from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger, _trigger
+    from gatekeeper.airflow._job import connection_config
+    from gatekeeper.run._loop import CALLS_OUT_WAIT
+    from gatekeeper.run._submit import STOP_GRACE
+    from gatekeeper.state._journal import Journal
+    from gatekeeper.testing import FakeRealtime
+
+    assert _trigger.STOP_WAIT >= STOP_GRACE + CALLS_OUT_WAIT
+    ids = {f"d-{i}" for i in range(30)}
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c) for c in sorted(ids)])
+    slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=3.0)
+    with running_fake(rate=0.0, realtime=slow) as fake:  # (nothing ends in the batch lane: the deadline moves it all)
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        # (the default slack, 60 s, leaves 2 s before the last chance: the batch is canceled once it has waited)
+        op = GatekeeperSubmitOperator(task_id="t", input_path=str(path), poll_interval=0.1, state_dir=str(tmp_path / "s"),
+                                      deadline="62s")
+        spec = op._job_spec(connection_config("anthropic_default"))
+        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+        submit_sync(path, config=config, settings=SubmitSettings(state_dir=Path(spec.state_dir), poll=0.1), prepare_only=True)
+
+        async def stopped_with_calls_out() -> dict:
+            run = asyncio.ensure_future(GatekeeperTrigger(**spec.to_kwargs()).run().__anext__())
+            while fake.realtime.records.calls < 30:
+                await asyncio.sleep(0.05)
+            run.cancel()  # the triggerer stops: the loop stops at a safe point, the calls out answer first
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            journal = Journal.open(Path(spec.state_dir))
+            try:
+                assert journal.lane.out() == 0 and journal.lane.stats()["possible_double_charges"] == 0
+            finally:
+                journal.close()
+            assert fake.realtime.records.answered == 30
+            return (await GatekeeperTrigger(**spec.to_kwargs()).run().__anext__()).payload
+
+        event = asyncio.run(stopped_with_calls_out())
+        assert event["status"] == "success" and event["summary"]["succeeded"] == 30, event
+        assert fake.realtime.records.calls == 30 and all(n == 1 for n in fake.org.records.realtime.values())
+        assert set(output_ids(Path(event["summary"]["output"]))) == ids
+
+
 def test_not_deferrable_runs_the_same_loop_on_the_worker_and_delivers_to_object_storage(
         tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """deferrable=False: `execute` runs the whole job where it is, and the results go to an ObjectStoragePath (its
