@@ -80,9 +80,16 @@ def not_the_api(response: httpx.Response, endpoint: str) -> bool:
 
 
 @asynccontextmanager
-async def open_http(timeout: httpx.Timeout | None = None) -> AsyncIterator[httpx.AsyncClient]:
+async def open_http(timeout: httpx.Timeout | None = None, *,
+                    transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[httpx.AsyncClient]:
     """The shared HTTP client: no redirects followed automatically; proxies from HTTPS_PROXY, HTTP_PROXY, ALL_PROXY
-    and NO_PROXY as httpx reads them (NO_PROXY=* turns them off); TLS verified against certifi's bundle alone."""
+    and NO_PROXY as httpx reads them (NO_PROXY=* turns them off); TLS verified against certifi's bundle alone.
+    `transport` replaces the network (a simulation's world in process: no proxies, no TLS then)."""
+    if transport is not None:
+        async with httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, follow_redirects=False, trust_env=False,
+                                     transport=transport) as http:
+            yield http
+        return
     async with httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, follow_redirects=False, trust_env=True,
                                  verify=tls_context()) as http:
         yield http
@@ -128,12 +135,13 @@ _SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
 
 
 def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False, label: str = "key",
-                        aws: bool = False) -> ApiError:
-    """Map an error response to the exception hierarchy. Status decides first; text only to split 429/400 kinds."""
+                        aws: bool = False, now: float | None = None) -> ApiError:
+    """Map an error response to the exception hierarchy. Status decides first; text only to split 429/400 kinds.
+    `now` (wall seconds, the caller's clock) reads a retry-after given as a date."""
     status = response.status_code
     error_type, message, details = _error_fields(response)
     request_id = response.headers.get("request-id")
-    retry_after = parse_retry_after(response.headers, time.time())
+    retry_after = parse_retry_after(response.headers, time.time() if now is None else now)
     kw: dict[str, Any] = {
         "endpoint": endpoint, "status": status, "error_type": error_type, "request_id": request_id, "retry_after": retry_after,
     }
@@ -184,6 +192,7 @@ class HttpCalls:
         retry: RetryPolicy | None = None,
         sleep: Sleep = anyio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         budget: CallBudget | None = None,
         on_retry: RetryNotice | None = None,
@@ -203,6 +212,7 @@ class HttpCalls:
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._clock = clock
+        self._wall = wall  # (wall seconds: a retry-after given as a date, the API's times)
         self._rand = rand
         self.budget = budget or CallBudget()  # shared by every client of one connection
         self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace (`created`)
@@ -236,6 +246,10 @@ class HttpCalls:
             headers.update(self.auth.headers(headers.get("anthropic-beta")))
             return headers
         return self._signer.headers(method, url, headers, body, body_sha256)
+
+    def now(self) -> float:
+        """Wall seconds on this client's clock (the connection's: a simulation's, or the real one)."""
+        return self._wall()
 
     def url_of(self, path: str) -> str:
         return self.base_url + path
@@ -323,7 +337,8 @@ class HttpCalls:
 
     def error_of(self, response: httpx.Response, endpoint: str, generation: int, *, creating: bool = False) -> ApiError:
         """An error answer mapped (`error_from_response`, then `as_credential_error`)."""
-        error = error_from_response(response, endpoint, creating=creating, label=self.label, aws=self.on_aws)
+        error = error_from_response(response, endpoint, creating=creating, label=self.label, aws=self.on_aws,
+                                    now=self._wall())
         return as_credential_error(self.auth, error, generation)
 
     async def retried(self, attempt_once: Callable[[], Awaitable[httpx.Response]], endpoint: str, url: str,

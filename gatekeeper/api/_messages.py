@@ -10,7 +10,6 @@ assembled into the same Message a plain call returns.
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +86,7 @@ def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient, 
     status = response.status_code
     kind = Kind.ACCOUNT if isinstance(error, AuthenticationError | SpendLimitReached) else Kind.LIMITED \
         if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 else Kind.REFUSED
-    return Call(kind, headers, error=error, retry_after=parse_retry_after(headers, time.time()), detail=str(error))
+    return Call(kind, headers, error=error, retry_after=parse_retry_after(headers, api.calls.now()), detail=str(error))
 
 
 async def _whole(response: httpx.Response) -> dict[str, Any]:
