@@ -64,6 +64,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` loads each on first use
+    from ._clock import Clock, WallClock
     from ._errors import (
         ApiError,
         AuthenticationError,
@@ -92,7 +93,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
         Unreachable,
         UsageError,
     )
-    from ._clock import Clock, WallClock
     from ._prices import PriceTable, Rates, load_prices
     from .api._aws import AwsPlatform
     from .api._config import ApiConfig, Secret

@@ -229,6 +229,10 @@ class Wire(BaseHTTPRequestHandler):
         auth = self.headers.get("authorization") or ""
         return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
+    def pause(self, seconds: float) -> None:
+        """The fake taking its time over an answer (served in process, the wait is on the simulation's clock)."""
+        time.sleep(seconds)
+
     def drop(self) -> None:
         self.close_connection = True
         try:
@@ -243,7 +247,7 @@ class Wire(BaseHTTPRequestHandler):
         if fault is None:
             return False
         if fault.kind == "delay":
-            time.sleep(fault.delay)
+            self.pause(fault.delay)
             return False
         if fault.kind == "drop_after_commit":
             self.pending_drop = True
