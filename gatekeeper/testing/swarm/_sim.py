@@ -3,18 +3,20 @@
 a moment), blocking steps inline, one seeded generator for every draw, the journals and the ledger as SQLite files in
 a temporary folder.
 
-A kill is a kill -9: from that moment the run's I/O refuses every effect (its SQLite connections are denied every
-write and commit, an open transaction rolled back at close; its files cannot be opened for writing, removed or
-renamed; its transport sends nothing), then its task is cancelled. A cancel alone would run `finally:` blocks that a
-killed process never runs; with its handles dead, what they try has no effect, as after the real thing. An audit
-hook (`sys.addaudithook`) sees the run's SQLite connections and file opens: the process a call belongs to is the
-task's context (`_PROCESS`), inherited by every task the run starts.
+A kill is a kill -9: from that moment the run's I/O refuses every effect (its SQLite connections are closed, an
+open transaction rolled back, and it can open no other; its file locks are let go; its
+files cannot be opened for writing, removed or renamed; its transport sends nothing), then its task is cancelled.
+A cancel alone would run `finally:` blocks that a killed process never runs; with its handles dead, what they try
+has no effect, as after the real thing. An audit hook (`sys.addaudithook`) sees the run's SQLite connections, file
+locks and file opens: the process a call belongs to is the task's context (`_PROCESS`), inherited by every task the
+run starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import math
 import os
@@ -54,6 +56,7 @@ from ._world import EPOCH, HEAL, JobSpec, Kill, World
 KEY, ADMIN = "test-key-ws1", "test-admin-key"
 MAX_TOKENS = 16
 MAX_RUNS = 40  # runs of one job at most (a job that needs more never finishes)
+TIMER_GRAIN = 0.001  # seconds: the shortest wait a simulated sleep takes
 
 
 class SimClock:
@@ -66,7 +69,9 @@ class SimClock:
         return trio.current_time()
 
     async def sleep(self, seconds: float) -> None:
-        await trio.sleep(max(0.0, seconds))
+        # (never shorter than a real timer's grain: a wait of 1e-13 s would leave the clock where it is, and a loop
+        # waiting out a remainder that small would spin at one moment for ever; the real clock moves on regardless)
+        await trio.sleep(0.0 if seconds <= 0 else max(seconds, TIMER_GRAIN))
 
 
 # -- processes ----------------------------------------------------------------------------------------------------
@@ -85,6 +90,7 @@ class Process:
         self.reached = 0
         self.dead = False
         self.connections: list[sqlite3.Connection] = []
+        self.locks: list[tuple[int, int, int]] = []  # (fd, device, inode) of each file lock it took
         self.scope: anyio.CancelScope | None = None
 
     def kill(self) -> None:
@@ -92,17 +98,27 @@ class Process:
         if self.dead:
             return
         self.dead = True
-        for conn in self.connections:
-            with contextlib.suppress(sqlite3.ProgrammingError):  # (closed already)
-                conn.set_authorizer(_read_only)
+        for conn in self.connections:  # (as the system closes a dead process's files: its transaction rolls back)
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
         self.connections.clear()
+        for fd, _, _ in self.locks:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
         if self.scope is not None:
             self.scope.cancel()
 
+    def bury(self) -> None:
+        """After a killed run has unwound: the lock files its `finally:` blocks could not close (their files are
+        still the ones it locked) are closed, as the system closes a dead process's files."""
+        for fd, dev, ino in self.locks:
+            with contextlib.suppress(OSError):
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == (dev, ino):
+                    os.close(fd)
+        self.locks.clear()
+
     def keep(self, conn: sqlite3.Connection) -> None:
-        if self.dead:
-            conn.set_authorizer(_read_only)
-            return
         if len(self.connections) > 64:  # (the ledger opens one a step: forget the closed ones)
             self.connections = [c for c in self.connections if _open(c)]
         self.connections.append(conn)
@@ -116,17 +132,6 @@ def _open(conn: sqlite3.Connection) -> bool:
     return True
 
 
-def _read_only(action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None) -> int:
-    """A dead process's SQLite: it may read and roll back; no write, no commit."""
-    if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE):
-        return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_TRANSACTION and arg1 != "COMMIT":
-        return sqlite3.SQLITE_OK
-    if action == sqlite3.SQLITE_PRAGMA and arg2 is None:
-        return sqlite3.SQLITE_OK
-    return sqlite3.SQLITE_DENY
-
-
 def _writes(mode: Any, flags: Any) -> bool:
     if isinstance(mode, str):
         return any(c in mode for c in "wax+")
@@ -137,6 +142,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     proc = _PROCESS.get()
     if proc is None:
         return
+    if event == "sqlite3.connect" and proc.dead:
+        raise sqlite3.OperationalError("unable to open database file (the process was killed)")
     if event == "sqlite3.connect/handle":
         proc.keep(args[0])
     elif event == "open" and _writes(args[1], args[2] if len(args) > 2 else None):
@@ -144,6 +151,9 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             raise PermissionError(errno.EACCES, "killed", args[0])
         if proc.world.disk_full and str(args[0]).startswith(proc.world.root):
             raise OSError(errno.ENOSPC, "No space left on device", args[0])
+    elif event == "fcntl.flock" and not proc.dead and args[1] & (fcntl.LOCK_EX | fcntl.LOCK_SH):
+        st = os.fstat(args[0])
+        proc.locks.append((args[0], st.st_dev, st.st_ino))
     elif event in _EFFECTS and proc.dead:
         raise PermissionError(errno.EACCES, "killed", args[0] if args else "")
 
@@ -374,6 +384,7 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
                 raise  # (whatever a killed run raised on its way down had no effect: its handles were dead)
     if proc.dead:
         record.how, record.summary = "killed", None
+        proc.bury()
     record.ended = w.clock.now() - EPOCH
     w.log.append(f"{w.clock_text()} {job.name} run ends: {record.how[:200]}")
     return record

@@ -107,7 +107,8 @@ def draw(seed: int, hours: float = 8.0, jobs: int | None = None) -> World:
     night = hours * 3600.0
     n = jobs if jobs is not None else rng.choice((1, 2, 2, 3, 3, 4))
     lo = rng.choice((60.0, 300.0, 900.0))
-    hi = rng.choice((1800.0, 3 * 3600.0, 12 * 3600.0, 30 * 3600.0))  # (past 24 hours: some batches expire)
+    # turnarounds on the night's scale; one world in eight past a batch's 24-hour life (some batches expire)
+    hi = 30 * 3600.0 if rng.random() < 0.125 else rng.choice((0.5, 1.0, 3.0)) * night
     world = World(
         seed=seed, hours=hours, ceiling=rng.choice((60, 150, 400, 2000)), turnaround=(lo, max(lo * 2, hi)),
         listing_lag=rng.choice((0.0, 0.0, 30.0, 240.0)), not_found_after_create=rng.choice((0.0, 0.0, 20.0)),
@@ -131,17 +132,18 @@ def _window(rng: random.Random, night: float, p: float) -> tuple[float, float] |
 
 
 def _job(rng: random.Random, i: int, night: float) -> JobSpec:
-    requests = rng.choice((5, 20, 60, 150))
-    deadline = rng.choice((None, None, None, 1800.0, 3 * 3600.0, 8 * 3600.0))
+    requests = rng.choice((3, 10, 10, 40, 40, 150))
+    deadline = rng.choice((None, None, None, 0.25, 1.0, 2.0))
+    deadline = None if deadline is None else max(900.0, deadline * night)
     job = JobSpec(
         name=f"j{i + 1}", requests=requests, model=MODELS[i % len(MODELS)],
         priority=rng.choice(("normal", "normal", "high", "low")), share=rng.choice((1.0, 1.0, 2.0, 0.5)),
-        batch_size=rng.choice((5, 20, 50, 100)), poll=rng.choice((30.0, 60.0, 300.0)),
+        batch_size=rng.choice((5, 20, 50, 100)), poll=rng.choice((30.0, 60.0, 300.0, 900.0)),
         start=0.0 if i == 0 else rng.uniform(0, night / 2), budget_share=rng.choice((None, None, None, 0.5, 1.5)),
         deadline=deadline, cached=rng.random() < 0.25, max_in_flight=rng.choice((None, None, 1, 3)),
         rerun_after=rng.choice((60.0, 600.0, 3600.0)))
     for _ in range(rng.choice((0, 0, 1, 1, 2, 3))):
-        after = math.exp(rng.uniform(math.log(5.0), math.log(night)))
+        after = math.exp(rng.uniform(math.log(5.0), math.log(max(night, 60.0))))
         point = rng.choice((None, None, *POINTS))
         job.kills.append(Kill(after, point, rng.randrange(1, 4)))
     if rng.random() < 0.15:
