@@ -39,7 +39,7 @@ def books(w: Weather) -> list[JobBooks]:
     for spec in w.world.jobs:
         here = Path(w.root) / spec.name
         digests = {}
-        for raw in (here / "in.jsonl").read_bytes().splitlines():
+        for raw in (here / f"{spec.name}.jsonl").read_bytes().splitlines():
             obj = orjson.loads(raw)
             digests[obj["custom_id"]] = prompt_of(obj["params"])[1]
         lines: Counter[str] = Counter()

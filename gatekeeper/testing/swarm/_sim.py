@@ -15,6 +15,7 @@ run starts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -51,11 +52,12 @@ from .._model import FakeConfig, FakeRealtime, Outcome
 from .._oauth import FakeFederation, identity_token
 from .._server import FakeAPI
 from .._wire import Fault
-from ._world import EPOCH, HEAL, JobSpec, Kill, World
+from ._world import EPOCH, JobSpec, Kill, World
 
 KEY, ADMIN = "test-key-ws1", "test-admin-key"
 MAX_TOKENS = 16
 MAX_RUNS = 40  # runs of one job at most (a job that needs more never finishes)
+RERUN_AT_MOST = 4 * 3600.0  # seconds an operator waits at most before running a failing job again
 TIMER_GRAIN = 0.001  # seconds: the shortest wait a simulated sleep takes
 
 
@@ -301,30 +303,37 @@ def _date(t: float) -> str:
 
 
 async def drive(w: Weather, job: JobSpec, config: ApiConfig, ledger_path: str) -> None:
-    """One job, run again after every stop, kill or failure, until it finishes or the healthy world's time is up."""
+    """One job, run again after every stop, kill or failure, until it finishes or the healthy world's time is up: as an
+    operator would, the wait before a rerun doubling while runs fail, and a deadline that passed before the job
+    could keep it dropped from the command (a deadline already past is a usage error for a job that never began)."""
     here = Path(w.root) / job.name
     here.mkdir()
-    lines = write_input(job, here / "in.jsonl")
+    lines = write_input(job, here / f"{job.name}.jsonl")
     budget = budget_of(job, lines)
     settings = settings_of(job, here, budget, w.world)
     events = w.events.setdefault(job.name, [])
     kills, stops = list(job.kills), list(job.stops)
     await w.clock.sleep(job.start)
+    failures = 0
     for _ in range(MAX_RUNS):
-        if w.clock.now() - EPOCH > w.world.night + HEAL:
+        if w.clock.now() - EPOCH > w.world.end:
             break
+        if settings.deadline is not None and w.clock.now() >= float(settings.deadline):  # type: ignore[arg-type]
+            settings = dataclasses.replace(settings, deadline=None)
         proc = Process(w, kills.pop(0) if kills else None)
-        record = await one_run(w, job, proc, stops.pop(0) if stops else None, settings, config, ledger_path, events)
+        started = w.clock.now() - EPOCH
+        record = RunRecord(job.name, started, started, "still running when the world ended")
         w.runs.append(record)
+        await one_run(w, job, proc, stops.pop(0) if stops else None, settings, config, ledger_path, events, record)
         if record.how == "finished":
             return
-        await w.clock.sleep(job.rerun_after)
+        failures = failures + 1 if record.how.startswith(("error", "bug", "unfinished")) else 0
+        await w.clock.sleep(min(job.rerun_after * 2 ** failures, RERUN_AT_MOST))
 
 
 async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | None, settings: SubmitSettings,
-                  config: ApiConfig, ledger_path: str, events: list[tuple[float, str, dict[str, Any]]]) -> RunRecord:
-    started = w.clock.now() - EPOCH
-    record = RunRecord(job.name, started, started, "killed")
+                  config: ApiConfig, ledger_path: str, events: list[tuple[float, str, dict[str, Any]]],
+                  record: RunRecord) -> None:
     stop = anyio.Event()
 
     def gate(request: httpx.Request) -> None:
@@ -345,7 +354,7 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
     async def submitted() -> None:
         ledger = SqliteLedger(ledger_path, f"{job.name}", ttl=900.0, clock=w.clock.now)
         try:
-            summary = await submit(str(Path(w.root) / job.name / "in.jsonl"), config=config, settings=settings,
+            summary = await submit(str(Path(w.root) / job.name / f"{job.name}.jsonl"), config=config, settings=settings,
                                    on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
                                    transport=InProcess(w.fake, w.clock.sleep, gate))
             record.how, record.summary = "finished", summary.to_json()
@@ -387,7 +396,6 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
         proc.bury()
     record.ended = w.clock.now() - EPOCH
     w.log.append(f"{w.clock_text()} {job.name} run ends: {record.how[:200]}")
-    return record
 
 
 async def simulate(world: World, root: str) -> Weather:
@@ -404,9 +412,10 @@ async def simulate(world: World, root: str) -> Weather:
     ledger_path = str(Path(root) / "ledger.db")
     async with anyio.create_task_group() as tg:
         tg.start_soon(weather, w)
-        async with anyio.create_task_group() as jobs:
-            for job in world.jobs:
-                jobs.start_soon(drive, w, job, config, ledger_path)
+        with anyio.move_on_after(world.end):  # (the world's end: a run still going then never finishes)
+            async with anyio.create_task_group() as jobs:
+                for job in world.jobs:
+                    jobs.start_soon(drive, w, job, config, ledger_path)
         tg.cancel_scope.cancel()
     return w
 

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EPOCH = 1_799_020_800.0  # 2027-01-04T00:00:00Z: where every simulated night starts (after the price table's date)
-HEAL = 3 * 86_400.0  # seconds after the night's end the world stays healthy, so every job can finish
+# seconds after the night's end the world stays healthy, so every job can finish: its batches' longest turnaround
+# (a batch made at the night's end expires within a day), an hour's wait for results, four before a failing job is
+# run again, and an hour in hand
+HEAL = 6 * 3600.0
 # the models jobs are given, one each (the fake bills by model: a job's bill is its model's)
 MODELS = ("claude-sonnet-5", "claude-opus-5", "claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-4-5-20251001",
           "claude-sonnet-4-5-20250929", "claude-opus-4-6")
@@ -80,6 +83,11 @@ class World:
     def night(self) -> float:
         return self.hours * 3600.0
 
+    @property
+    def end(self) -> float:
+        """Seconds after the night's start when the world ends: every job should have finished by then."""
+        return self.night + min(self.turnaround[1], 86_400.0) + HEAL
+
     def describe(self) -> list[str]:
         lo, hi = self.turnaround
         head = (f"seed {self.seed}: {self.hours:g}h, ceiling {self.ceiling}, turnaround {lo / 60:.0f}m-{hi / 3600:.1f}h, "
@@ -107,8 +115,9 @@ def draw(seed: int, hours: float = 8.0, jobs: int | None = None) -> World:
     night = hours * 3600.0
     n = jobs if jobs is not None else rng.choice((1, 2, 2, 3, 3, 4))
     lo = rng.choice((60.0, 300.0, 900.0))
-    # turnarounds on the night's scale; one world in eight past a batch's 24-hour life (some batches expire)
-    hi = 30 * 3600.0 if rng.random() < 0.125 else rng.choice((0.5, 1.0, 3.0)) * night
+    # turnarounds on the night's scale; one world in eight past a batch's 24-hour life (some batches expire), fewer
+    # in a short night (a day of readings is most of what a world costs)
+    hi = 30 * 3600.0 if rng.random() < 0.125 * min(1.0, hours / 8) else rng.choice((0.5, 1.0, 3.0)) * night
     world = World(
         seed=seed, hours=hours, ceiling=rng.choice((60, 150, 400, 2000)), turnaround=(lo, max(lo * 2, hi)),
         listing_lag=rng.choice((0.0, 0.0, 30.0, 240.0)), not_found_after_create=rng.choice((0.0, 0.0, 20.0)),
@@ -120,7 +129,7 @@ def draw(seed: int, hours: float = 8.0, jobs: int | None = None) -> World:
         faults=[(rng.choice(("list", "retrieve", "results", "create", "messages")), rng.choice((500, 529, 429, 503)),
                  rng.randrange(0, 20), rng.choice((1, 2, 5))) for _ in range(rng.choice((0, 1, 3)))],
         refusal=_window(rng, night, 0.15), disk_full=_window(rng, night, 0.1), jobs=[])
-    world.jobs = [_job(rng, i, night) for i in range(n)]
+    world.jobs = [_job(rng, i, night, hours >= 4) for i in range(n)]
     return world
 
 
@@ -131,8 +140,9 @@ def _window(rng: random.Random, night: float, p: float) -> tuple[float, float] |
     return start, start + rng.choice((300.0, 1800.0, 3 * 3600.0))
 
 
-def _job(rng: random.Random, i: int, night: float) -> JobSpec:
-    requests = rng.choice((3, 10, 10, 40, 40, 150))
+def _job(rng: random.Random, i: int, night: float, long: bool) -> JobSpec:
+    # (a long night's jobs may be larger: 150 requests in batches of 5 one at a time are 30 turnarounds in a row)
+    requests = rng.choice((3, 10, 10, 40, 40, 150) if long else (3, 5, 10, 20, 40))
     deadline = rng.choice((None, None, None, 0.25, 1.0, 2.0))
     deadline = None if deadline is None else max(900.0, deadline * night)
     job = JobSpec(
