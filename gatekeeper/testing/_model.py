@@ -411,8 +411,16 @@ class Organization:
         b.results = [(cid, o) for (cid, _), o in zip(b.requests, b.outcomes + rest, strict=True)]
         b.status = "ended"
         b.ended_at = at
-        b.ended_wall = self.clock()
+        b.ended_wall = self._clock_at(at)
         self.records.last_end_at = max(self.records.last_end_at or 0.0, at)
+
+    def _clock_at(self, t: float) -> float:
+        """The clock's reading when simulated time reached `t` (processing is caught up lazily, at the next request:
+        a batch that ended an hour before anyone asked ended an hour ago). After a jump (`advance`), now."""
+        now = self.clock()
+        if self._offset or self.config.speed <= 0:
+            return now
+        return min(now, self._mono0 + t / self.config.speed)
 
     def sync(self) -> None:
         with self.lock:
