@@ -229,6 +229,7 @@ class Records:
     attempts: dict[str, int] = field(default_factory=dict)  # custom_id -> times it was processed
     tries: dict[tuple[str, str], int] = field(default_factory=dict)  # (custom_id, prompt digest) -> times processed
     realtime: dict[str, int] = field(default_factory=dict)  # prompt digest -> times answered by POST /v1/messages
+    realtime_lost: dict[str, int] = field(default_factory=dict)  # prompt digest -> of those, answers lost on the wire
     wrong_origin_keys: int = 0  # requests that reached the signed results origin carrying a key
     bypass_calls: int = 0  # requests that went around the gateway to the API's own host
     rpm_refusals: int = 0  # 429s for the RPM limit

@@ -197,6 +197,8 @@ def serve_message(h: Wire, workspace: str) -> None:
     h.pause(lane.config.latency)
     if lane.roll("lost", lane.config.lost):
         lane.records.lost += 1
+        with fake.org.lock:
+            fake.org.records.realtime_lost[digest] = fake.org.records.realtime_lost.get(digest, 0) + 1
         return h.drop()  # processed and billed; the answer never arrives
     lane.records.answered += 1
     message = _message(model, digest, usage, out_tokens, max_tokens, fake.config.answer_bytes)

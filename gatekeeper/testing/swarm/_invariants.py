@@ -31,6 +31,7 @@ class JobBooks:
     runs: int
     batch_paid: dict[str, int] = field(default_factory=dict)  # custom_id -> answers billed in the batch lane
     realtime_paid: dict[str, int] = field(default_factory=dict)  # custom_id -> answers billed in the real-time lane
+    realtime_lost: dict[str, int] = field(default_factory=dict)  # custom_id -> of those, lost on the wire
 
 
 def books(w: Weather) -> list[JobBooks]:
@@ -54,6 +55,7 @@ def books(w: Weather) -> list[JobBooks]:
                        runs[-1].how if runs else "never ran", len(runs))
         job.batch_paid = {cid: records.answered.get((cid, d), 0) for cid, d in digests.items()}
         job.realtime_paid = {cid: records.realtime.get(d, 0) for cid, d in digests.items()}
+        job.realtime_lost = {cid: records.realtime_lost.get(d, 0) for cid, d in digests.items()}
         out.append(job)
     return out
 
@@ -97,12 +99,14 @@ def never_crossed(job: JobBooks) -> list[str]:
 
 
 def paid_answers_kept(job: JobBooks) -> list[str]:
-    """An answer paid for reaches the output once the job has finished (never kept apart, never thrown away)."""
+    """An answer paid for and delivered reaches the output once the job has finished (never kept apart, never thrown
+    away; a real-time answer lost on the wire never reached the job)."""
     if not _finished(job):
         return []
     return [f"{cid} paid ({job.batch_paid[cid]} batch, {job.realtime_paid[cid]} real time) but "
             f"{(job.results.get(cid) or {}).get('type', 'absent')} in the output"
-            for cid in job.digests if job.batch_paid[cid] + job.realtime_paid[cid] > 0
+            for cid in job.digests
+            if job.batch_paid[cid] + job.realtime_paid[cid] - job.realtime_lost.get(cid, 0) > 0
             and (job.results.get(cid) or {}).get("type") != "succeeded"]
 
 
