@@ -396,6 +396,7 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
     if proc.dead:
         record.how, record.summary = "killed", None
         proc.bury()
+    record.how = record.how.replace(w.root, "ROOT")  # (the temporary folder's name: not part of a replay)
     record.ended = w.clock.now() - EPOCH
     w.log.append(f"{w.clock_text()} {job.name} run ends: {record.how[:200]}")
 
