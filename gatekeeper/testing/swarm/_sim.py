@@ -59,7 +59,7 @@ from ._world import EPOCH, JobSpec, Kill, World
 KEY, ADMIN = "test-key-ws1", "test-admin-key"
 MAX_TOKENS = 16
 MAX_RUNS = 40  # runs of one job at most (a job that needs more never finishes)
-RERUN_AT_MOST = 4 * 3600.0  # seconds an operator waits at most before running a failing job again
+RERUN_AT_MOST = 2 * 3600.0  # seconds an operator waits at most before running a failing job again
 TIMER_GRAIN = 0.001  # seconds: the shortest wait a simulated sleep takes
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 EPOCH = 1_799_020_800.0  # 2027-01-04T00:00:00Z: where every simulated night starts (after the price table's date)
 # seconds after the night's end the world stays healthy, so every job can finish: its batches' longest turnaround
-# (a batch made at the night's end expires within a day), an hour's wait for results, four before a failing job is
+# (a batch made at the night's end expires within a day), an hour's wait for results, two before a failing job is
 # run again, and an hour in hand
 HEAL = 6 * 3600.0
 # the models jobs are given, one each (the fake bills by model: a job's bill is its model's)
