@@ -2,7 +2,7 @@
 after each; a seed replays exactly; a kill is a kill -9; the fake served in process is as rough as over a socket.
 
 CI runs `SEEDS` worlds of a one-hour night (`HOURS`); a failure names its seed: `python -m gatekeeper.testing.swarm
---seeds 1 --first SEED --hours 1 --verbose` replays it. A seed that breaks a promise today for a bug being fixed
+--seeds 1 --first SEED --hours 0.5 --verbose` replays it. A seed that breaks a promise today for a bug being fixed
 elsewhere is listed in `KNOWN` with the finding, as a strict expected failure: once fixed it passes, and must leave
 the list."""
 
@@ -28,7 +28,11 @@ HOURS = 0.5
 SEEDS = 200
 CHUNK = 25  # seeds a test: the workers share them out
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
-KNOWN: dict[int, str] = {}
+SHARES = "issue 59: jobs on one ledger stop admitting ('waiting', reason shares, to the world's end: run/batch/_turns.py)"
+KNOWN: dict[int, str] = {
+    18: "issue 58: real-time calls at the first reading though every batch was to end 20 minutes before the deadline",
+    **{seed: SHARES for seed in (23, 24, 26, 56, 68, 69, 84, 96, 173, 177)},
+}
 
 
 @pytest.mark.parametrize("first", range(0, SEEDS, CHUNK))
