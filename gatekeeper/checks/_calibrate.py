@@ -22,7 +22,7 @@ import anyio
 import orjson
 
 from .._clock import run_sync
-from .._errors import ApiError, TransportError, Unreachable, first_of_group
+from .._errors import AccountRefused, ApiError, TransportError, Unreachable, first_of_group
 from ..api._client import ApiClient
 from ..api._reads import count_tokens
 
@@ -138,6 +138,8 @@ async def calibrate(api: ApiClient, path: str, models: Iterable[str], per_model:
             result = measured_tokens(await _count_all(api, rows))
             if result is not None:
                 out[model] = result.to_json()
+    except AccountRefused:
+        raise  # (the account's state: `plan` stops on it as every command does)
     except (ApiError, TransportError, Unreachable) as exc:
         return {"measured": False, "reason": f"count_tokens could not be used ({exc})"}
     return {"measured": True, "per_model": per_model, "models": out}

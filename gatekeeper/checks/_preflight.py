@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._clock import run_sync
-from .._errors import ApiError, AuthenticationError, NotFoundError, TransportError, Unreachable
+from .._errors import AccountRefused, ApiError, AuthenticationError, NotFoundError, TransportError, Unreachable
 from ..api._client import ApiClient
 from ..api._reads import get_model, iter_models
 from ..input._planner import PlanReport, plan
@@ -92,6 +92,8 @@ async def check_models(api: ApiClient, names: Iterable[str]) -> Preflight:
         if exc.status == 401:  # a refused key is the user's to fix, not an API that lacks the endpoint (exit 2)
             raise
         return Preflight(False, f"the Models API could not be used ({exc}): the models were not checked")
+    except AccountRefused:
+        raise  # (the account's state, a usage limit say: every command stops on it, naming it, exit 2)
     except (ApiError, TransportError, Unreachable) as exc:
         return Preflight(False, f"the Models API could not be used ({exc}): the models were not checked")
     return Preflight(True, None, {name: judge(name, info, known) for name, info in answers.items()})

@@ -169,12 +169,16 @@ class Job(Part):
             await self._wait(wait)
 
     async def _loop_then_settle(self) -> None:
-        """The loop; on a stop, the real-time calls out are given a moment to answer and be committed first (each
-        one cut off is a possible double charge on the rerun)."""
+        """The loop; on any stop (a user's, or an error of the batch lane: a refusal on a listing, a connection lost
+        past its retries, a full disk), the real-time calls out are given a bounded moment to answer and be committed
+        first (each one cut off is a possible double charge on the rerun), and nothing new is sent meanwhile."""
         try:
             await self._loop()
         except Interrupted:
             await self.lane.settle(CALLS_OUT_WAIT)
+            raise
+        except Exception as exc:
+            await self.lane.settle(CALLS_OUT_WAIT, reason=f"{type(exc).__name__}: {exc}")
             raise
 
     async def _steer(self, snap: Snapshot) -> None:

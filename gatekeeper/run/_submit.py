@@ -124,12 +124,16 @@ def _spool_for(source: Source, path: str, journal: Journal) -> None:
         check_respool(source, path, journal)  # type: ignore[arg-type]
 
 
+UNRECORDED_VERSION = "2023-06-01"  # what a job recorded before versions were kept ran under (the only version then)
+
+
 def kept_version(config: ApiConfig, journal: Journal) -> ApiConfig:
     """The API version a job keeps: the one it started with (its journal's), whatever the environment says when no
-    version is asked; a rerun that asks for another is refused (its lines were judged by the first one's rules)."""
-    started = (journal.get_meta("settings") or {}).get("api_version") if journal.initialized else None
-    if started is None:
+    version is asked; a rerun that asks for another is refused (its lines were judged by the first one's rules). A
+    job recorded before versions were kept ran under 2023-06-01, the only one there was."""
+    if not journal.initialized:
         return config
+    started = (journal.get_meta("settings") or {}).get("api_version") or UNRECORDED_VERSION
     if config.api_version is not None and config.api_version != started:
         raise UsageError(f"this job started with API version {started} and keeps it (its lines were judged by that "
                          f"version's rules): rerun without --api-version/GATEKEEPER_API_VERSION, or with {started}",

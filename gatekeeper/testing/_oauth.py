@@ -7,9 +7,11 @@ the rule names one, subject match the rule and which has not expired; the worksp
 enables (none asked: the rule's only one). It answers an access token of `token_life` seconds, for that workspace
 only. It takes the refresh_token grant of a login too. Refusals are OAuth's `{"error", "error_description"}`.
 
-A call with `Authorization: Bearer` is accepted for a token issued here (or a static one, `bearer_tokens`) that has
-not expired, with `anthropic-beta: oauth-2025-04-20`; a federation token acts on its own workspace only, a static
-one on the workspace `anthropic-workspace-id` names (its first by default).
+A call with `Authorization: Bearer` is accepted for a token issued here that has not expired, with
+`anthropic-beta: oauth-2025-04-20`, or for a static one (`bearer_tokens`: a gateway's token, a key sent as Bearer),
+which needs no beta (the SDK sends `ANTHROPIC_AUTH_TOKEN` as a plain Bearer); a federation token acts on its own
+workspace only, a static one on the workspace `anthropic-workspace-id` names (its first by default). Every bearer
+call's beta header is counted (`betas`), so a test can tell what was sent.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class FakeFederation:
     refused: list[str] = field(default_factory=list)  # why each refused exchange or call was refused
     expired_calls: int = 0  # calls refused because their token had expired
     calls_by_workspace: dict[str, int] = field(default_factory=dict)  # bearer calls accepted, by workspace
+    betas: dict[str, int] = field(default_factory=dict)  # bearer calls by their anthropic-beta header ("": none)
 
 
 def token_endpoint(h: Wire) -> None:
@@ -151,12 +154,15 @@ def _flags(h: Wire) -> list[str]:
 def bearer_workspace(h: Wire, fed: FakeFederation, token: str) -> str | tuple[int, str]:
     """The workspace a bearer call acts on, or (status, why) it is refused."""
     with h.server.fake.org.lock:
+        beta = h.headers.get("anthropic-beta") or ""
+        fed.betas[beta] = fed.betas.get(beta, 0) + 1
         issued = fed.issued.get(token)
+        minted = issued is not None
         if issued is None and token in fed.bearer_tokens:
             issued = Issued(fed.bearer_tokens[token], None, False)
         if issued is None or fed.tokens_revoked:
             return 401, "invalid bearer token"
-        if OAUTH_BETA not in _flags(h):
+        if minted and OAUTH_BETA not in _flags(h):
             return 401, "OAuth authentication is currently not supported."
         if issued.expires_at is not None and h.server.fake.org.clock() >= issued.expires_at:
             fed.expired_calls += 1

@@ -63,10 +63,31 @@ async def locked_journal(state_dir: Path, clock: Callable[[], float] = time.time
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def job_name_of(path: str, config: ApiConfig) -> str:
-    """A job's default name: the input's content (any path) sent with the first workspace key."""
+def job_name_of(path: str, config: ApiConfig, *, recorded: Callable[[str], bool] | None = None) -> str:
+    """A job's default name: the input's content (any path) and the account it goes to (`ApiConfig.fingerprint`,
+    never a secret). With `recorded` (does a job of that name exist where jobs are kept), a job started under the
+    name it had before names stopped following the credential's secret is found under that one."""
     config.require_workspace_key()
-    return default_job_name(hash_file(path), config.fingerprint())
+    digest = hash_file(path)
+    return chosen_name(default_job_name(digest, config.fingerprint()),
+                       default_job_name(digest, config.legacy_fingerprint()), recorded)
+
+
+def chosen_name(name: str, legacy: str, recorded: Callable[[str], bool] | None) -> str:
+    """`name`, unless only `legacy` names a job already recorded (one started before names stopped following a
+    secret: it goes on under its own name, never started again under the new one)."""
+    if recorded is None or legacy == name or recorded(name) or not recorded(legacy):
+        return name
+    return legacy
+
+
+def recorded_in(journal: str | None, state_base: Path | None = None) -> Callable[[str], bool]:
+    """Whether a job of a name is recorded: in the shared journal `journal`, else (`state_base`) in a state folder
+    of that name under it."""
+    if journal:
+        return lambda name: Journal.recorded(journal, name)
+    assert state_base is not None
+    return lambda name: (state_base / name / Journal.FILE).is_file()
 
 
 @asynccontextmanager
@@ -118,5 +139,6 @@ def job_journal(source: Source, path: str, spooled: bool, state_dir: Path, setti
     if spooled:  # beside, not over, the input: a live run of the job may be reading it (see adopt_spool)
         private_dir(state_dir)
         spool(source, path + ".incoming")  # type: ignore[arg-type]
-    name = settings.job or job_name_of(path + ".incoming" if spooled else path, config)
+    name = settings.job or job_name_of(path + ".incoming" if spooled else path, config,
+                                       recorded=recorded_in(settings.journal))
     return leased_journal(settings, state_dir, name, created, clock)
