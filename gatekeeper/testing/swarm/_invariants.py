@@ -138,8 +138,13 @@ def finishes(job: JobBooks) -> list[str]:
 
 
 def deadline_kept(job: JobBooks, w: Weather) -> list[str]:
-    """No real-time call where the batch lane met the deadline: every batch the job made would have ended in time."""
+    """No real-time call where the batch lane met the deadline: every batch the job made would have ended in time.
+    Judged only where the batch lane's first attempts were all it needed (no errored first attempt to send again, no
+    damaged download to fetch again, no lost create to reconcile): there its batches' turnarounds say it all."""
     if job.spec.deadline is None or not any(job.realtime_paid.values()):
+        return []
+    world = w.world
+    if world.errored_share or world.damaged_downloads or world.lost_creates or (job.last or {}).get("resubmitted"):
         return []
     deadline = job.spec.start + job.spec.deadline
     mine = set(job.digests.values())
