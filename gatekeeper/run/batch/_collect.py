@@ -22,7 +22,7 @@ from ..._errors import IncompleteDownload, NotFoundError, RateLimited, ServerErr
 from ...decide._downloads import (
     MISSING_RESULT,
     RESULTS_UNAVAILABLE,
-    UNPROVEN,
+    UNPROVEN_ERROR,
     Missing,
     MissingVerdict,
     download_wait,
@@ -285,12 +285,12 @@ class Collector(Part):
         line, _, _, attempt = member
         s.keep_apart(line, cid, str(row.batch_id), raw)
         result: Any = obj.get("result")
-        mark = errored_line(cid, UNPROVEN, f"answered in batch {row.batch_id}, found by listing after its create's "
+        mark = errored_line(cid, UNPROVEN_ERROR, f"answered in batch {row.batch_id}, found by listing after its create's "
                             "answer was lost, which could not be proven this job's (another job may use the same "
                             "custom_ids): kept apart, not joined, not resent; `gatekeeper results --only unproven` lists it")
         usage = usage_of(result) if isinstance(result, dict) and result.get("type") == "succeeded" else (None, 0, 0, 0, 0, 0)
         out.write(mark + b"\n")
-        s.final(line, cid, "errored", UNPROVEN, attempt, pos, len(mark) + 1, usage)
+        s.final(line, cid, "errored", UNPROVEN_ERROR, attempt, pos, len(mark) + 1, usage)
         return len(mark) + 1
 
     @staticmethod
