@@ -102,6 +102,22 @@ def test_the_keys_file_keeps_only_hashes(tmp_path: Path) -> None:
         keys.add("not ok")
 
 
+def test_keys_added_at_once_all_land(tmp_path: Path) -> None:
+    """Twelve `keys add` at once, from processes of their own (two shells, two replicas' operators): every key
+    opens its tenant afterwards, none overwritten by another's read-modify-write."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(6) as pool:
+        keys = pool.starmap(_add_key, [(str(tmp_path / FILE), f"t{i}") for i in range(12)])
+    book = KeyFile(tmp_path / FILE)
+    assert [book.tenant_of(k).name for k in keys] == [f"t{i}" for i in range(12)]  # type: ignore[union-attr]
+    assert len(book.listing()) == 12
+
+
+def _add_key(path: str, tenant: str) -> str:
+    return KeyFile(Path(path)).add(tenant)
+
+
 def _record(n: int, tenant: str = "acme", **kw: object) -> BatchRecord:
     return BatchRecord(**{"id": f"msgbatch_{n:024d}", "tenant": tenant, "status": "in_progress", "requests": 1, "bytes": 1,
                           "digest": f"d{n}", "idem_key": None, "api_version": "2023-06-01", "created_at": 1000.0 + n, **kw})  # type: ignore[arg-type]

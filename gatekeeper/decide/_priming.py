@@ -151,7 +151,7 @@ def _low_bytes(marks: Marks) -> bytes | None:
     return None
 
 
-def masked(values: Sequence[Any], mask: bytes | None) -> Sequence[Any]:
+def under_mask(values: Sequence[Any], mask: bytes | None) -> Sequence[Any]:
     """A per-request array's values where `mask` (`model_mask`) says (all of them for None)."""
     return values if mask is None else list(compress(values, mask))
 
@@ -174,7 +174,7 @@ def lives(marks: Marks) -> tuple[list[int], list[int]]:
 
 
 def used_points(chosen: Sequence[int]) -> Sequence[int]:
-    """The shared prefixes (points) the requests use, in order (`chosen`, or a model's share of it: `masked`); NONE
+    """The shared prefixes (points) the requests use, in order (`chosen`, or a model's share of it: `under_mask`); NONE
     left out. A `range` of points holds no NONE: it is returned as it is; an array of NONE alone (no prefix reaches
     the minimum) is told by a C count, a seventh of the filter's time."""
     if chosen.__class__ is range:
@@ -243,7 +243,7 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
             continue
         if r is None:
             return {"none": None, "cold": None, "primed": None}
-        uses = used if used is not None and only is not None else used_points(masked(chosen, mask))
+        uses = used if used is not None and only is not None else used_points(under_mask(chosen, mask))
         plain = sum(marks.size if mask is None else compress(marks.size, mask)) * _per(marks) * r.input
         none += plain
         cold += plain + _write_extra(marks, uses, r)

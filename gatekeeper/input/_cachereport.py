@@ -25,11 +25,11 @@ from ..decide._priming import (
     ideal_write_share,
     input_costs,
     lives,
-    masked,
     model_mask,
     rounds,
     shared_prefixes,
     sharing,
+    under_mask,
     used_points,
 )
 from ._caching import CacheScan
@@ -136,7 +136,7 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     marks, name = m.marks, m.marks.models[model]
     mask = model_mask(marks, model)
     requests = len(marks) if mask is None else mask.count(1)
-    used = used_points(masked(m.chosen, mask)) if used is None else used
+    used = used_points(under_mask(m.chosen, mask)) if used is None else used
     minimum, known = prices.cache_minimum(name)
     distinct = dict(zip(map(marks.digest.__getitem__, used), map(marks.psize.__getitem__, used)))
     shared = [n for n in sharing(marks, used).values() if n > 1]
