@@ -82,7 +82,7 @@ def _old_version_reason(params: dict[str, Any]) -> str | None:
 
 
 _ANY = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False),
-                 st.text(max_size=5), st.just([]), st.just({}))
+                 st.text(max_size=5), st.builds(list), st.builds(dict))  # (new each draw: a change may fill one)
 _IDS = st.one_of(st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True), st.text(max_size=70), _ANY)
 _TEXT = st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=8)},
                               optional={"citations": st.sampled_from([[], [{"type": "char_location"}]])})
