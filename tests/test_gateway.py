@@ -139,9 +139,9 @@ def test_sdk_retries_of_a_create_whose_answer_was_lost_make_one_batch(tmp_path: 
 
 
 def test_an_idempotency_key_names_one_batch(tmp_path: Path, sdk, anthropic) -> None:
-    """The same Idempotency-Key returns the same batch (also past the window); with other requests it is a 400;
-    without a key, the same requests from the same tenant within the window return the same batch, and from
-    another tenant make another."""
+    """The same Idempotency-Key returns the same batch (also past the window); with other requests it is a 400; a
+    new key is a new batch, even for the same requests (a client's deliberate rerun); without a key, the same
+    requests from the same tenant within the window return the same batch, and from another tenant make another."""
     with running_fake(rate=0.0) as fake, gateway(fake, tmp_path, dedup_window=3600.0) as gw:
         a = sdk(gw.url, gw.key("acme"))
         first = a.messages.batches.create(requests=requests(3), extra_headers={"Idempotency-Key": "k-1"})
@@ -149,8 +149,10 @@ def test_an_idempotency_key_names_one_batch(tmp_path: Path, sdk, anthropic) -> N
         assert again.id == first.id
         with pytest.raises(anthropic.BadRequestError, match="Idempotency-Key"):
             a.messages.batches.create(requests=requests(4), extra_headers={"Idempotency-Key": "k-1"})
+        rerun = a.messages.batches.create(requests=requests(3), extra_headers={"Idempotency-Key": "k-2"})
+        assert rerun.id != first.id
         same = a.messages.batches.create(requests=requests(3))
-        assert same.id == first.id
+        assert same.id in (first.id, rerun.id)
         other = a.messages.batches.create(requests=requests(3, prefix="s"))
         assert other.id != first.id
         theirs = sdk(gw.url, gw.key("globex")).messages.batches.create(requests=requests(3))
