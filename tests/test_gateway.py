@@ -13,6 +13,7 @@ import httpx
 import orjson
 import pytest
 
+from gatekeeper.testing import Fault
 from tests.fakes import ADMIN, WS1, running_fake
 from tests.gateways import Relay, gateway, request, requests
 
@@ -256,6 +257,35 @@ def test_cancel_ends_the_batch_with_a_line_for_every_request(tmp_path: Path, sdk
             client.messages.batches.retrieve(b.id)
         assert not (tmp_path / "batches" / b.id).exists()
     assert fake.org.records.creates < 3  # (nothing new went out after the cancel)
+
+
+def test_an_account_refused_upstream_is_the_clients_refusal_until_it_is_lifted(tmp_path: Path, sdk, anthropic,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The organization on hold upstream: the batch already taken waits with its requests kept, /healthz says
+    `degraded` naming the refusal, and a new create is the API's own 400 with its typed code (the client learns at
+    once, as from the API, instead of polling a batch that cannot move). Lifted: the job moves on, a create is
+    taken again, every request answered once."""
+    monkeypatch.setattr("gatekeeper.gateway._jobs.RETRY_FIRST", 0.3)  # (the job tries again within the test)
+    with running_fake(rate=1e6, speed=100.0) as fake, gateway(fake, tmp_path) as gw:
+        fake.inject(Fault("create", code="organization_on_hold", times=10_000))
+        client = sdk(gw.url, gw.key("acme"), max_retries=0)
+        first = client.messages.batches.create(requests=requests(3))
+        deadline = time.monotonic() + 30
+        while (health := httpx.get(gw.url + "/healthz").json())["status"] == "ok":
+            assert time.monotonic() < deadline, "the refusal never reached /healthz"
+            time.sleep(0.05)
+        assert health["status"] == "degraded" and "organization_on_hold" in health["upstream_error"]
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.messages.batches.create(requests=requests(3, prefix="s"))
+        assert refused.value.body["error"]["details"]["error_code"] == "organization_on_hold", refused.value.body  # type: ignore[index]
+        assert client.messages.batches.retrieve(first.id).processing_status == "in_progress"
+        with fake.faults.lock:
+            fake.faults.items.clear()  # (lifted)
+        assert ended(client, first.id).request_counts.succeeded == 3
+        second = client.messages.batches.create(requests=requests(3, prefix="t"))
+        assert ended(client, second.id).request_counts.succeeded == 3
+        assert httpx.get(gw.url + "/healthz").json()["status"] == "ok"
+    answered_once(fake, {f"{p}{i}" for p in "rt" for i in range(3)})
 
 
 def test_the_listing_pages_as_the_api_pages(tmp_path: Path, sdk) -> None:
