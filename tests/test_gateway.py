@@ -337,6 +337,7 @@ def test_metrics_are_prometheus_text(tmp_path: Path, sdk) -> None:
     assert samples[("gatekeeper_gateway_received_requests_total", ())] == 7
     assert samples[("gatekeeper_gateway_batches", (("status", "in_progress"),))] == 1
     assert all("msgbatch_" not in str(labels) for _, labels in samples)
+    assert not [name for name, _ in samples if name.endswith("_created")]  # (no series named as if it counted creates)
 
 
 def test_logs_are_json_lines(tmp_path: Path, sdk) -> None:
