@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 
 FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "--only", "ceiling": "--ceiling",
-         "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port",
+         "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port", "host": "--host",
          "base_url": "ANTHROPIC_BASE_URL", "admin_key": "ANTHROPIC_ADMIN_KEY",
          "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS",
-         "credentials": "the credentials (docs/credentials.md)", "identity_token": "ANTHROPIC_IDENTITY_TOKEN_FILE",
+         "credentials": "docs/credentials.md", "identity_token": "ANTHROPIC_IDENTITY_TOKEN_FILE",
          "profile": "ANTHROPIC_PROFILE",
          "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
          "lease_ttl": "--lease-ttl", "encoding": "--encoding", "infer_types": "--infer-types", "platform": "--platform (or GATEKEEPER_PLATFORM)",

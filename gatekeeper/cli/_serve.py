@@ -4,6 +4,7 @@ clients' keys."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import os
 import socket
@@ -69,7 +70,9 @@ def _listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         if sock is not None:
             sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", setting="port") from None
+        # (in use or refused: the port's; an address not of this machine, or no such name: the host's)
+        setting = "port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "host"
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", setting=setting) from None
     return sock
 
 
