@@ -6,6 +6,7 @@ import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -38,6 +39,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("ANTHROPIC_") or name.startswith("GATEKEEPER_"):
             monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _own_home(_clean_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test its own user state folder (GATEKEEPER_HOME), so its own host ledger: no two tests, nor two xdist
+    workers, share one (the CLI's subprocesses see it too: `tests.runs` keeps it in their environment)."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("GATEKEEPER_HOME", str(home))
+    return home
 
 
 @pytest.fixture

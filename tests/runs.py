@@ -48,13 +48,15 @@ def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: 
     out, err = io.BytesIO(), io.StringIO()
     stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)  # with .buffer, as main() writes bytes too
     saved = dict(os.environ)
+    # (in this process the run sees `env` alone, and the test's own state folder)
+    environ = {k: v for k, v in saved.items() if k == "GATEKEEPER_HOME"} | env
     # The timeout holds here too: when it is up, the run is sent a Ctrl-C (it stops as a user's would) and the test
     # fails with TimeoutExpired, whatever the run then returned.
     fired = threading.Event()
     alarm = threading.Timer(timeout, lambda: (fired.set(), _thread.interrupt_main()))
     try:
         os.environ.clear()
-        os.environ.update(_environ(env))
+        os.environ.update(environ)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
             alarm.start()
             code = main(args)
@@ -70,7 +72,9 @@ def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: 
 
 
 def _environ(env: dict[str, str]) -> dict[str, str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+    """This process's environment without its ANTHROPIC_/GATEKEEPER_ variables (but the test's own state folder,
+    GATEKEEPER_HOME: its host ledger is the test's own), and `env`."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_")) or k == "GATEKEEPER_HOME"}
     full.update(env)
     return full
 

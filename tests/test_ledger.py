@@ -166,7 +166,7 @@ def test_three_workspaces_with_redis_ledger_no_refusals(tmp_path: Path, redis_ur
 
 def test_three_workspaces_without_ledger_are_refused(tmp_path: Path) -> None:
     """The same scenario without a ledger: submitters that cannot see each other get refused (and still finish)."""
-    out = three_submitters(tmp_path, ledger=None, hold_until_refused=True)
+    out = three_submitters(tmp_path, ledger="none", hold_until_refused=True)
     assert out.refusals > 0
     assert out.codes == [0, 0, 0] and [s["succeeded"] for s in out.summaries] == [300, 300, 300]
 

@@ -27,7 +27,7 @@ EXPECTED = {
     "ApiConfig", "AwsPlatform",
     "DryRun", "Canceled", "CanceledBatch",
     "submit_table", "submit_table_sync", "plan_table", "TableSpec", "Template", "TableResult", "TablePlan",
-    "Secret", "BearerToken", "Federation", "ProfileLogin", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",
+    "Secret", "BearerToken", "Federation", "ProfileLogin", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "Liveness", "open_ledger",
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
     "JournalError", "CredentialsError", "TokenExpired", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",

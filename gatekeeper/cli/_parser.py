@@ -244,7 +244,8 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_ledger(p)
     _add_journal(p)
     p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
-                   help="how long a dead submitter's reservations outlive its last heartbeat (default 900)")
+                   help="how long a dead submitter's reservations outlive its last heartbeat in the ledger (default 900; "
+                   "one of this machine is known dead at once)")
     p.add_argument("--priority", choices=["high", "normal", "low"], default="normal",
                    help="on a shared --ledger: while a job of higher priority waits for room, lower ones admit "
                    "nothing new (what they queued drains); a job that waited 30 min goes first (default normal)")
@@ -358,6 +359,12 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="what a succeeded request bills against count_tokens: count (default), count-K (K tokens fewer), "
                    "scale:F, const:N (a gateway's own figure), noisy:P (count x (1 ± P), drawn per prompt: an estimate's "
                    "error) or none (no usage reported)")
+    p.add_argument("--lose-creates", type=_share, default=0.0, metavar="P",
+                   help="the share of creates whose answer is lost once the batch exists (default 0; 0.25: a quarter, "
+                   "drawn per create)")
+    p.add_argument("--listing-lag", type=_non_negative_float, default=0.0, metavar="SECONDS",
+                   help="how long a new batch is missing from the listing, and answers 404 (default 0)")
+    p.add_argument("--seed", type=int, default=1, help="the seed of the fake's draws (default 1)")
     lane = p.add_argument_group("the real-time lane (POST /v1/messages), the same limits for every model")
     lane.add_argument("--realtime-rpm", type=_positive_int, default=4_000, metavar="N", help="requests a minute (default 4,000)")
     lane.add_argument("--realtime-itpm", type=_positive_int, default=2_000_000, metavar="N",
@@ -374,6 +381,16 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
                    "the line to paste names an identity token file it writes, a rule and an organization")
     _add_json(p)
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share from 0 up to (not including) 1")
+    return value
 
 
 def _usage_mode(text: str) -> str:
@@ -415,9 +432,10 @@ def _add_max_rpm(p: argparse.ArgumentParser) -> None:
 
 def _add_ledger(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ledger", default=os.environ.get("GATEKEEPER_LEDGER"), metavar="URL",
-                   help="shared admission ledger for several submitters: sqlite:///PATH (one host), "
-                   "redis://HOST:PORT/DB or postgresql://USER@HOST:PORT/DB (many hosts); default: in-process "
-                   "(or GATEKEEPER_LEDGER)")
+                   help="the admission ledger creates go through: host (the default: this user's on this machine, in "
+                   "the state folder, GATEKEEPER_HOME), a URL several hosts share (redis://HOST:PORT/DB, "
+                   "postgresql://USER@HOST:PORT/DB, sqlite:///PATH; or GATEKEEPER_LEDGER), or none (ownership after "
+                   "a lost create answer then rests on usage alone)")
 
 
 def _add_journal(p: argparse.ArgumentParser, *, lease: bool = True) -> None:

@@ -66,8 +66,8 @@ def status_report(h: Headroom, ledger: LedgerReading | None, threshold: int,
         "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
                     f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
         "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h, platform),
-        "ledger": None if ledger is None else {
-            "reserved": sum(r.requests for r in ledger.reservations),
+        "ledger": {"kind": "none", "url": None, "reserved": 0, "reservations": [], "jobs": []} if ledger is None else {
+            **(ledger.in_use or {"kind": "shared", "url": None}), "reserved": sum(r.requests for r in ledger.reservations),
             "reservations": [r.to_json() for r in ledger.reservations], "jobs": ledger.jobs()},
     }
 
@@ -84,9 +84,12 @@ def render_status(r: dict[str, Any]) -> str:
         out.append(f"    ... and {len(batches) - 5} more")
     out += [f"  measured: {r['measured']}", f"  inferred: {r['inferred']}"] + [f"  repair: {line}" for line in r["repair"]]
     ledger = r["ledger"]
-    if ledger is not None:
+    if ledger["kind"] == "none":
+        out.append("  ledger    none (--ledger none): after a lost create answer, ownership rests on usage alone")
+    else:
         owners = {x["owner"] for x in ledger["reservations"]}
-        out.append(f"  ledger    {ledger['reserved']:,} requests reserved by {len(owners)} submitter(s), "
+        where = f"this host's, {ledger['url']}" if ledger["kind"] == "host" else ledger["url"] or "shared"
+        out.append(f"  ledger    {where}: {ledger['reserved']:,} requests reserved by {len(owners)} submitter(s), "
                    f"beside the observed depth {r['depth']:,}")
         out += [f"    {x['owner']:<36} batch {x['batch']:<5} {x['requests']:>9,}  {x['batch_id'] or '(creating)'}  "
                 f"expires in {x['expires_in']:,.0f} s" for x in ledger["reservations"][:10]]

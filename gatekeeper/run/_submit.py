@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +25,9 @@ from ..input._sizing import Limits
 from ..state._journal import BatchState, Journal, open_job
 from ..state._output import check_writable
 from ..state.ledger._base import Ledger
-from ..state.ledger._open import open_ledger
+from ..state.ledger._open import choose_ledger, open_ledger
 from ._loop import CALLS_OUT_WAIT, Job, ResultSink
-from .job._beats import heartbeat, lease_heartbeat, ledger_owner
+from .job._beats import heartbeat, lease_heartbeat, ledger_owner, liveness
 from .job._beside import beside
 from .job._opening import job_journal, out_path
 from .job._settings import EventSink, SubmitSettings
@@ -51,6 +51,7 @@ async def submit(
     prices: PriceTable | None = None,
     prepare_only: bool = False,
     continue_only: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Summary:
     """Run a whole batch job: validate, size, admit against headroom, collect, resubmit, until every request is final.
 
@@ -63,8 +64,14 @@ async def submit(
     `continue_only` (that second step), it only continues a job already recorded: where the journal holds none (a
     state directory not shared with the machine that prepared it), `JobMissing` is raised before anything is
     created or sent.
+
+    Creates go through a ledger (`settings.ledger`): by default this user's on this machine, in the state folder
+    that `environ` names (`GATEKEEPER_HOME`, else the platform's; `GATEKEEPER_LEDGER` there names a shared one
+    instead); `environ` None reads this process's environment, here and nowhere deeper. `ledger` given: that one.
     """
     settings = settings or SubmitSettings()
+    # (before anything is recorded: an unwritable state folder is said, and leaves nothing behind)
+    chosen = None if ledger is not None else choose_ledger(settings.ledger, os.environ if environ is None else environ)
     path, state_dir, spooled = resolve_source(source, settings)
     if continue_only and not settings.journal and not (state_dir / Journal.FILE).is_file():
         raise JobMissing(f"no job was prepared in {state_dir} on this machine", where=str(state_dir))
@@ -81,9 +88,10 @@ async def submit(
         if spooled:
             _spool_for(source, path, journal)
         config = kept_version(config, journal)
-        if ledger is None:
-            ledger = open_ledger(settings.ledger, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
-                                 namespace=config.scope)
+        if chosen is not None:
+            ledger = open_ledger(chosen.url, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
+                                 namespace=config.scope, liveness=liveness(registered=True))
+        assert ledger is not None
         emit = on_event or (lambda e, f: None)
         try:
             async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event)) as conn:
@@ -180,11 +188,12 @@ def submit_sync(
     prices: PriceTable | None = None,
     prepare_only: bool = False,
     continue_only: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Summary:
     """`submit` for code that is not async: the same job, the same arguments (a stop is a KeyboardInterrupt)."""
     return anyio.run(lambda: submit(source, config=config, settings=settings, on_event=on_event, on_result=on_result,
                                     ledger=ledger, retry=retry, prices=prices, prepare_only=prepare_only,
-                                    continue_only=continue_only))
+                                    continue_only=continue_only, environ=environ))
 
 
 async def dry_run(
