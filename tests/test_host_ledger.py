@@ -313,3 +313,30 @@ def test_the_fake_loses_a_share_of_create_answers_from_its_command_line() -> Non
     bad = subprocess.run([sys.executable, "-m", "gatekeeper", "fake-api", "--lose-creates", "1"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "--lose-creates" in bad.stderr
+
+
+def test_a_journal_from_before_keeps_its_answers_apart_and_takes_one_a_candidate(tmp_path: Path) -> None:
+    """Migration 0011: the answers a journal kept apart before it (one a request) are kept, and a request now keeps
+    one answer a candidate batch."""
+    import sqlite3
+
+    from gatekeeper.state._journal import MIGRATIONS, Journal
+
+    path = tmp_path / Journal.FILE
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    before = [(name, sql) for name, sql in MIGRATIONS if name < "0011"]
+    for name, sql in before:
+        for statement in sql.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (name,))
+    conn.execute("INSERT INTO unproven VALUES (7, 'r7', 'msgbatch_a', X'7b7d')")
+    conn.close()
+    j = Journal.open(tmp_path)
+    try:
+        with j.transaction() as db:
+            db.execute("INSERT INTO unproven VALUES (7, 'r7', 'msgbatch_b', X'5b5d')")
+        assert sorted(j.outcomes.unproven()) == [("r7", "msgbatch_a", b"{}"), ("r7", "msgbatch_b", b"[]")]
+    finally:
+        j.close()

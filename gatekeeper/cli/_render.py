@@ -246,11 +246,12 @@ def render_summary(s: Summary) -> str:
 def _adoptions(a: dict[str, Any]) -> str:
     """Batches found by listing after lost create answers, and what their results proved."""
     unproven = a["unproven"]
-    line = f"adopted     {a['proven']:,} batch(es) found after a lost create answer, proven ours by their results"
+    line = f"adopted     {a['proven']:,} batch(es) found after a lost create answer, proven ours (by the ledger or their results)"
     if unproven:
         line += (f"; {len(unproven):,} the results could not tell from another submitter's (the same prompts and "
                  f"custom_ids: {', '.join(unproven)}): their answers are kept apart, not joined and not resent "
-                 "(`gatekeeper results --only unproven` lists them; a shared --ledger proves ownership next time)")
+                 "(`gatekeeper results --only unproven` lists them; a ledger, this host's unless --ledger none, or "
+                 "one shared with the other submitters, proves ownership next time)")
     if a["not_ours"]:
         line += f"; {len(a['not_ours']):,} another submitter's, set aside (never joined)"
     return line
