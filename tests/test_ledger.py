@@ -239,6 +239,30 @@ async def test_a_rerun_of_a_dead_submitter_takes_its_place_back(make_ledger) -> 
     assert [(r.batch, r.live) for r in await judge.reservations() if r.owner == "job-1"] == [(0, False)]
 
 
+async def test_a_record_not_renewed_for_a_week_is_dropped_whatever_its_machine(tmp_path: Path) -> None:
+    """A submitter of another machine that never came back leaves no record for ever: not renewed for NAMED_FOR
+    (its heartbeat renews it every ttl/3), it is dropped, its names kept; one renewed stays."""
+    clock = [1_000_000.0]
+    path = str(tmp_path / "ledger.db")
+    month = 30 * 86_400.0  # (a TTL longer than the week: only the record's age can drop it)
+    gone = SqliteLedger(path, "gone", ttl=month, clock=lambda: clock[0], liveness=_process(machine="another-boot/1", started="1"))
+    kept = SqliteLedger(path, "kept", ttl=month, clock=lambda: clock[0], liveness=_process(machine="another-boot/1", started="1"))
+    judge = SqliteLedger(path, "judge", clock=lambda: clock[0], liveness=_process())
+    for k, led in enumerate((gone, kept)):
+        await led.ping()
+        assert await led.reserve(k, 10, 1000, 0)
+        await led.confirm(k, f"msgbatch_{k}")
+    clock[0] += 3 * 86_400.0
+    await kept.heartbeat()
+    assert {r.owner for r in await judge.reservations() if r.live} == {"gone", "kept"}
+    clock[0] += 5 * 86_400.0
+    await kept.heartbeat()
+    await judge.ping()
+    rows = {r.owner: r for r in await judge.reservations()}
+    assert rows["kept"].live and not rows["gone"].live and rows["gone"].batch_id == "msgbatch_0"
+    assert await judge.claim_job("j", {}) is None
+
+
 def test_open_ledger_urls(tmp_path: Path) -> None:
     assert isinstance(open_ledger(None), LocalLedger) and isinstance(open_ledger("local"), LocalLedger)
     assert isinstance(open_ledger(f"sqlite://{tmp_path}/l.db", owner="x"), SqliteLedger)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable
 from typing import Any
 
@@ -268,15 +269,18 @@ class RedisLedger:
             return
         records = await self._guard(self.client.hgetall(self.procs_key))
         for field, value in records.items():
-            owner = field.decode()
-            if owner != self.owner and (rec := json.loads(value)).get("machine") == live.machine and live.ended(rec):
+            owner, rec = field.decode(), json.loads(value)
+            # (a record not renewed for NAMED_FOR, on any machine, is long dead: its heartbeat renews it every ttl/3)
+            stale = float(rec.get("seen") or 0.0) < time.time() - NAMED_FOR
+            if owner != self.owner and (stale or rec.get("machine") == live.machine and live.ended(rec)):
                 await self._guard(self._drop(keys=[self.key, self.jobs_key, self.claims_key, self.procs_key,
                                                    self.orphans_key], args=[owner, value, NAMED_FOR]))
 
     async def _register(self) -> None:
         me = self.liveness.me if self.liveness is not None else None
         if me is not None and me.get("machine"):
-            await self._guard(self.client.hset(self.procs_key, self.owner, json.dumps(me, sort_keys=True)))
+            record = json.dumps({**me, "seen": round(time.time(), 1)}, sort_keys=True)
+            await self._guard(self.client.hset(self.procs_key, self.owner, record))
 
     async def ping(self) -> None:
         """Reach the ledger, and record this submitter's process there (before any step of its own)."""

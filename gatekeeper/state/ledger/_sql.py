@@ -70,10 +70,11 @@ class SqlLedger(abc.ABC):
         live = self.liveness
         if live is None or live.machine is None:
             return
-        rows = db.execute("SELECT owner, pid, started FROM processes WHERE machine = ? AND owner <> ?",
-                          (live.machine, self.owner)).fetchall()
-        for owner, pid, started in rows:
-            if live.ended({"machine": live.machine, "pid": int(pid), "started": started}):
+        rows = db.execute("SELECT owner, machine, pid, started, seen_at FROM processes WHERE owner <> ? AND "
+                          "(machine = ? OR seen_at < ?)", (self.owner, live.machine, now - NAMED_FOR)).fetchall()
+        for owner, machine, pid, started, seen in rows:
+            # (a record not renewed for NAMED_FOR, on any machine, is long dead: its heartbeat renews it every ttl/3)
+            if seen < now - NAMED_FOR or live.ended({"machine": machine, "pid": int(pid), "started": started}):
                 db.execute(_ORPHAN, (now, now + NAMED_FOR, owner))
                 self._release(db, now, "", (), owner=owner)
                 for table in ("jobs", "claims", "processes"):
