@@ -227,7 +227,7 @@ def render_summary(s: Summary) -> str:
         lines.append(f"deadline    {d['at']}: {verdict}; finished {d['finished_at']}")
     if s.shares is not None:
         x = s.shares
-        lines.append(f"shares      priority {x['priority']}, share {x['share']:g} on the shared ledger; waited "
+        lines.append(f"shares      priority {x['priority']}, share {x['share']:g} on the ledger; waited "
                      f"{x['waited_s']:,.1f} s for other jobs' turns")
     if s.rebuilt:
         lines.append(f"rebuilt     {s.rebuilt['results']:,} results of {s.rebuilt['batches']:,} batches downloaded again into the "
