@@ -25,7 +25,7 @@ from ..input._sizing import Limits
 from ..state._journal import BatchState, Journal, open_job
 from ..state._output import check_writable
 from ..state.ledger._base import Ledger
-from ..state.ledger._open import choose_ledger, open_ledger
+from ..state.ledger._open import LedgerChoice, choose_ledger, open_ledger
 from ._loop import CALLS_OUT_WAIT, Job, ResultSink
 from .job._beats import heartbeat, lease_heartbeat, ledger_owner, liveness
 from .job._beside import beside
@@ -63,11 +63,8 @@ async def submit(
     it stands: an orchestrator's first step on a worker, before the loop runs elsewhere (gatekeeper.airflow). With
     `continue_only` (that second step), it only continues a job already recorded: where the journal holds none (a
     state directory not shared with the machine that prepared it), `JobMissing` is raised before anything is
-    created or sent.
-
-    Creates go through a ledger (`settings.ledger`): by default this user's on this machine, in the state folder
-    that `environ` names (`GATEKEEPER_HOME`, else the platform's; `GATEKEEPER_LEDGER` there names a shared one
-    instead); `environ` None reads this process's environment, here and nowhere deeper. `ledger` given: that one.
+    created or sent. Creates go through `ledger`, else `settings.ledger`: by default this host's, in the state folder
+    `environ` names (`choose_ledger`; None: this process's environment, read here and nowhere deeper).
     """
     settings = settings or SubmitSettings()
     # (before anything is recorded: an unwritable state folder is said, and leaves nothing behind)
@@ -88,10 +85,7 @@ async def submit(
         if spooled:
             _spool_for(source, path, journal)
         config = kept_version(config, journal)
-        if chosen is not None:
-            ledger = open_ledger(chosen.url, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
-                                 namespace=config.scope, liveness=liveness(registered=True))
-        assert ledger is not None
+        ledger = ledger or _ledger_of(chosen, journal, settings, config)
         emit = on_event or (lambda e, f: None)
         try:
             async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event)) as conn:
@@ -104,6 +98,13 @@ async def submit(
                 return await beside(lambda: _steps(job, ledger, stop, prepare_only), *beats)
         finally:
             await ledger.close()
+
+
+def _ledger_of(chosen: LedgerChoice | None, journal: Journal, settings: SubmitSettings, config: ApiConfig) -> Ledger:
+    """The ledger chosen, opened for this job: its owner stable across reruns, this process recorded there."""
+    assert chosen is not None
+    return open_ledger(chosen.url, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
+                       namespace=config.scope, liveness=liveness(registered=True))
 
 
 async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool) -> Summary:
