@@ -1,7 +1,8 @@
 """One job on one machine, as most users run it, through the lost create answers of issue 58: judged and timed.
 
 Usage: python tests/benchmarks/single_host.py [--scenario lost|gateway|const3|noisy|all] [--runs N]
-                                              [--requests N] [--kills N] [--ledger host|none|URL] [--seed S]
+                                              [--requests N] [--kills N] [--lose P] [--ledger host|none|URL]
+                                              [--seed S]
 
 `gatekeeper submit` runs as a process of its own (rerun after each kill, as a user reruns the same command)
 against the project's fake over HTTP, in a state folder of its own (GATEKEEPER_HOME: its own host ledger). The
@@ -52,6 +53,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=None, help="runs a scenario (default: the issue's)")
     ap.add_argument("--requests", type=int, default=None, help="requests a job (default: the issue's)")
     ap.add_argument("--kills", type=int, default=None, help="kills a run (default: the issue's)")
+    ap.add_argument("--lose", type=float, default=None, help="the share of create answers lost (default: the issue's)")
     ap.add_argument("--ledger", default=None, help="submit's --ledger (default: none given, the host's)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
@@ -59,12 +61,14 @@ def main() -> None:
     for name in SCENARIOS if a.scenario == "all" else [a.scenario]:
         n, share, count, usage, kills, runs = SCENARIOS[name]
         n, kills, runs = a.requests or n, kills if a.kills is None else a.kills, a.runs or runs
+        share = share if a.lose is None else a.lose
         results = [run(name, n, share, count, usage, kills, a.seed + k, a.ledger) for k in range(runs)]
         good = [r for r in results if r["ok"]]
         failed += len(results) - len(good)
         spans = [r["seconds"] for r in results]
         print(f"{name}: {len(good)} of {runs} runs exit 0 with every answer in place and nothing twice "
-              f"({n:,} requests, usage {usage}, {kills} kills a run, ledger {a.ledger or 'host (default)'}); "
+              f"({n:,} requests, usage {usage}, {share:.0%} of create answers lost, {kills} kills a run, ledger "
+              f"{a.ledger or 'host (default)'}); "
               f"wall time median {statistics.median(spans):.1f} s, max {max(spans):.1f} s; lost create answers "
               f"{sum(r['lost'] for r in results)}, answers kept apart {sum(r['apart'] for r in results):,}", flush=True)
     sys.exit(1 if failed else 0)
