@@ -223,8 +223,9 @@ def test_two_jobs_on_one_host_with_the_same_ids_never_cross_without_a_ledger_nam
 @pytest.mark.parametrize("point", ["body-complete:1", "after-create:1"])
 def test_a_job_killed_on_this_host_never_holds_another_back(tmp_path: Path, point: str) -> None:
     """Job A is killed with its create out (its reservation unconfirmed: the host's turn) and a TTL of 10 minutes;
-    job B on the same host then finishes at once (A's process is gone: its reservation freed, its create kept as a
-    rival of its size), and A's rerun finishes too: every line once, nothing created or answered twice."""
+    job B on the same host, its batches of another size, then finishes at once (A's process is gone: its requests
+    freed, its create kept as a rival of its size only), and A's rerun finishes too: every line once, nothing
+    created or answered twice."""
     a, b = tmp_path / "a" / "in.jsonl", tmp_path / "b" / "in.jsonl"
     da, db = _spread_job(a, 200, seed=1), _spread_job(b, 300, seed=2)
     ttl = ["--ledger-ttl", "600"]
@@ -240,6 +241,27 @@ def test_a_job_killed_on_this_host_never_holds_another_back(tmp_path: Path, poin
         assert _answers(a, da, fake) == (200, 0) and _answers(b, db, fake) == (300, 0)
     assert took < 30, f"job B took {took:.1f} s behind a killed job"  # (a TTL of 600 s was not waited out)
     assert not [e for e in events(other.stderr) if e["event"] == "waiting" and e.get("reason") == "ledger"]
+
+
+def test_a_killed_jobs_create_keeps_the_turn_for_its_own_size_only_until_its_ttl(tmp_path: Path) -> None:
+    """The one thing a killed job's create that was out still holds: creates of its very size (its batch, if the
+    server made it, could be taken for theirs after a lost answer), a TTL (here 8 s) after its process was found
+    gone at most; then job B, of that size, goes and finishes, and A's rerun settles its own: nothing twice."""
+    a, b = tmp_path / "a" / "in.jsonl", tmp_path / "b" / "in.jsonl"
+    da, db = _spread_job(a, 200, seed=1), _spread_job(b, 200, seed=2)
+    ttl = ["--ledger-ttl", "8"]
+    with running_fake(ceiling=100_000, rate=20_000, listing_lag=0.3) as fake:
+        killed = gk(["submit", str(a), *FAST, *ttl], env_for(fake), crash_at="body-complete:1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        started = time.monotonic()
+        other = gk(["submit", str(b), *FAST, *ttl], env_for(fake), timeout=60)
+        took = time.monotonic() - started
+        assert other.returncode == 0, other.stderr[-2000:]
+        rerun = gk(["submit", str(a), *FAST, *ttl], env_for(fake))
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert _answers(a, da, fake) == (200, 0) and _answers(b, db, fake) == (200, 0)
+    assert 5 < took < 40, f"job B took {took:.1f} s"
+    assert [e for e in events(other.stderr) if e["event"] == "waiting" and e.get("reason") == "ledger"]
 
 
 # -- what status says -----------------------------------------------------------------------------------------------

@@ -168,7 +168,8 @@ def _sleeper() -> subprocess.Popen[bytes]:
 async def test_a_submitter_dead_on_this_machine_is_dropped_at_once(make_ledger) -> None:
     """kill -9 on a submitter of this machine: the next step of any submitter here drops it, not its TTL (600 s)
     later: its confirmed batch stays named, its create that was out becomes an orphan of its size (never live,
-    its requests free, so another submitter reserves at once), its claim and its job registration go."""
+    its requests free, so another submitter reserves at once), its claim and its job registration go. The orphan
+    keeps the turn for creates of its own size alone (its batch could be taken for theirs), a TTL at most."""
     child = _sleeper()
     dead, other = make_ledger("dead", ttl=600, liveness=_process(child.pid)), make_ledger("other", ttl=600, liveness=_process())
     await dead.ping()
@@ -191,6 +192,12 @@ async def test_a_submitter_dead_on_this_machine_is_dropped_at_once(make_ledger) 
     assert await other.claim_job("input-x", {"host": "h2"}) is None  # its registration gone
     assert [c.owner for c in await other.claims()] == []
     assert sum(r.requests for r in await other.reservations() if r.live) == 10
+    await other.release(0)
+    assert not await other.reserve(1, 40, 1000, 0)  # (its size: held, as a create of the dead one's may exist)
+    brief = make_ledger("brief", ttl=0.5, liveness=_process())
+    assert not await brief.reserve(0, 40, 1000, 0)
+    await make_ledger.elapse(0.6)
+    assert await brief.reserve(0, 40, 1000, 0)  # (a TTL after it was found dead: its size goes too)
 
 
 async def test_a_pid_reused_by_a_later_process_is_not_taken_for_the_submitter(make_ledger) -> None:

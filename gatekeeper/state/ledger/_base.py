@@ -30,9 +30,12 @@ A submitter that dies on this very machine never holds the others back for a TTL
 process (machine, pid, start time) in the ledger, and every step first drops the submitters of this machine whose
 process has ended (`Liveness`; a reused pid is told apart by its start time): their confirmed batches stay named,
 their claims and job registrations go, and an unconfirmed reservation (a create that may have reached the server)
-frees its requests but stays an *orphan* of its size for `NAMED_FOR`: a rival of our lost creates of that size
-sent within the TTL after its owner was found dead (`decide._reconcile.dead_rivals`), so the lone-candidate proof
-still holds. Submitters of other machines lapse after the TTL, as before.
+frees its requests at once but stays an *orphan* of its size for `NAMED_FOR`. The orphan keeps the turn for creates
+of its size alone (the only ones its batch could be taken for), until its owner's rerun takes it back and settles
+it, or a TTL after its owner was found dead: so no two unknown creates of one size ever overlap, and the
+lone-candidate proof still holds; creates of every other size go at once. It stays a rival of our lost creates of
+its size sent within the TTL after (`decide._reconcile.dead_rivals`). Submitters of other machines lapse after the
+TTL, as before.
 
 `LocalLedger` (`--ledger none`) serves one submitter: its journal already counts its
 own creates, so it grants everything.

@@ -33,6 +33,14 @@ for i = 1, #all, 2 do
     elseif bid == '' and count > 0 then creating = creating + 1 end
   end
 end
+-- (a dead submitter's unknown create of this size keeps the turn for this size alone, a TTL at most)
+local orphans = redis.call('HGETALL', KEYS[2])
+for i = 1, #orphans, 2 do
+  local count, since = string.match(orphans[i + 1], '^(%d+):([^:]+):')
+  if string.sub(orphans[i], 1, #owner + 1) ~= owner .. '|' and tonumber(count) == n and tonumber(since) >= now - ttl then
+    creating = creating + 1
+  end
+end
 if creating > 0 then return 0 end
 if ceiling >= 0 and reserved + math.max(0, seen - mine) + n > ceiling then return 0 end
 redis.call('HSET', key, me, n .. ':' .. (now + ttl) .. ':')
@@ -291,7 +299,8 @@ class RedisLedger:
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         await self._sweep()
         limit = -1 if ceiling is None else ceiling - self.margin
-        granted = bool(await self._guard(self._reserve(keys=[self.key], args=[self.owner, batch, n, limit, seen, self.ttl])))
+        granted = bool(await self._guard(self._reserve(keys=[self.key, self.orphans_key],
+                                                       args=[self.owner, batch, n, limit, seen, self.ttl])))
         if granted:
             await self._guard(self.client.hdel(self.orphans_key, self._field(batch)))
         return granted

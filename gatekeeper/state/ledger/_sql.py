@@ -99,6 +99,9 @@ class SqlLedger(abc.ABC):
                 "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0), "
                 "COUNT(CASE WHEN owner <> ? AND batch_id IS NULL AND requests > 0 THEN 1 END) "
                 "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, self.owner, batch)).fetchone()
+            # (a dead submitter's unknown create of this size keeps the turn for this size alone, a TTL at most)
+            creating += db.execute("SELECT COUNT(*) FROM orphans WHERE owner <> ? AND requests = ? AND since >= ?",
+                                   (self.owner, n, now - self.ttl)).fetchone()[0]
             limit = ceiling - self.margin if ceiling is not None else reserved + max(0, seen - mine) + n
             if not grant(int(reserved), seen, int(mine), n, limit, int(creating)):
                 return False
