@@ -194,10 +194,28 @@ async def test_a_submitter_dead_on_this_machine_is_dropped_at_once(make_ledger) 
     assert sum(r.requests for r in await other.reservations() if r.live) == 10
     await other.release(0)
     assert not await other.reserve(1, 40, 1000, 0)  # (its size: held, as a create of the dead one's may exist)
-    brief = make_ledger("brief", ttl=0.5, liveness=_process())
-    assert not await brief.reserve(0, 40, 1000, 0)
-    await make_ledger.elapse(0.6)
-    assert await brief.reserve(0, 40, 1000, 0)  # (a TTL after it was found dead: its size goes too)
+
+
+async def test_a_dead_submitters_create_holds_its_size_no_longer_than_its_ttl(make_ledger) -> None:
+    """The turn a dead submitter's create keeps for its size lasts no longer than its reservation would have (its
+    TTL after its last heartbeat, here 2 s); a reservation already lapsed leaves no orphan at all."""
+    child, lapsed = _sleeper(), _sleeper()
+    dead = make_ledger("dead", ttl=2.0, liveness=_process(child.pid))
+    gone = make_ledger("gone", ttl=0.2, liveness=_process(lapsed.pid))
+    other = make_ledger("other", liveness=_process())
+    await gone.ping()
+    assert await gone.reserve(0, 30, 1000, 0)
+    await make_ledger.elapse(0.5)  # ("gone"'s reservation lapses: 0.2 s)
+    await dead.ping()
+    assert await dead.reserve(0, 40, 1000, 0)
+    for proc in (child, lapsed):
+        proc.kill()
+        proc.wait()
+    assert not await other.reserve(0, 40, 1000, 0)  # (held for its size)
+    assert await other.reserve(1, 30, 1000, 0)  # (lapsed before its owner was found dead: nothing held)
+    assert [r.owner for r in await other.reservations() if r.dead_for is not None] == ["dead"]
+    await make_ledger.elapse(2.1)
+    assert await other.reserve(0, 40, 1000, 0)
 
 
 async def test_a_pid_reused_by_a_later_process_is_not_taken_for_the_submitter(make_ledger) -> None:

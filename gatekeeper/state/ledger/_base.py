@@ -32,7 +32,7 @@ process has ended (`Liveness`; a reused pid is told apart by its start time): th
 their claims and job registrations go, and an unconfirmed reservation (a create that may have reached the server)
 frees its requests at once but stays an *orphan* of its size for `NAMED_FOR`. The orphan keeps the turn for creates
 of its size alone (the only ones its batch could be taken for), until its owner's rerun takes it back and settles
-it, or a TTL after its owner was found dead: so no two unknown creates of one size ever overlap, and the
+it, no longer than the reservation would have lasted (its TTL after the last heartbeat): so no two unknown creates of one size ever overlap, and the
 lone-candidate proof still holds; creates of every other size go at once. It stays a rival of our lost creates of
 its size sent within the TTL after (`decide._reconcile.dead_rivals`). Submitters of other machines lapse after the
 TTL, as before.

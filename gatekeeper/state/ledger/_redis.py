@@ -36,8 +36,9 @@ end
 -- (a dead submitter's unknown create of this size keeps the turn for this size alone, a TTL at most)
 local orphans = redis.call('HGETALL', KEYS[2])
 for i = 1, #orphans, 2 do
-  local count, since = string.match(orphans[i + 1], '^(%d+):([^:]+):')
-  if string.sub(orphans[i], 1, #owner + 1) ~= owner .. '|' and tonumber(count) == n and tonumber(since) >= now - ttl then
+  local count, holds = string.match(orphans[i + 1], '^(%d+):[^:]+:[^:]+:(.*)$')
+  if count and string.sub(orphans[i], 1, #owner + 1) ~= owner .. '|' and tonumber(count) == n
+      and tonumber(holds) >= now then
     creating = creating + 1
   end
 end
@@ -168,7 +169,8 @@ return 1
 
 # A submitter whose process ended on this machine (judged by the caller), dropped in one step, unless it was
 # registered again since (`expected`: the record judged): its confirmed batches stay named, its unconfirmed creates
-# become orphans (count:since:expires), its job registrations, claim and record go.
+# not yet expired become orphans (count:since:expires:holds, holding the turn for their size until the reservation
+# would have expired), its job registrations, claim and record go.
 _LUA_DROP = """
 local res, jobs, claims, procs, orphans = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, expected, named = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -183,7 +185,9 @@ for i = 1, #all, 2 do
     local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
     if bid == '' then
       redis.call('HDEL', res, field)
-      if tonumber(count) > 0 then redis.call('HSET', orphans, field, count .. ':' .. now .. ':' .. (now + named)) end
+      if tonumber(count) > 0 and tonumber(expires) >= now then
+        redis.call('HSET', orphans, field, count .. ':' .. now .. ':' .. (now + named) .. ':' .. expires)
+      end
     elseif tonumber(count) > 0 then redis.call('HSET', res, field, '0:' .. (now + named) .. ':' .. bid) end
   end
 end
@@ -203,8 +207,8 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local all = redis.call('HGETALL', KEYS[1])
 local live = {}
 for i = 1, #all, 2 do
-  local expires = string.match(all[i + 1], '^%d+:[^:]+:(.*)$')
-  if tonumber(expires) < now then redis.call('HDEL', KEYS[1], all[i])
+  local expires = tonumber(string.match(all[i + 1], '^%d+:[^:]+:([^:]+):') or 0)
+  if expires < now then redis.call('HDEL', KEYS[1], all[i])
   else table.insert(live, all[i]); table.insert(live, all[i + 1]) end
 end
 return {tostring(now), live}
@@ -362,7 +366,7 @@ class RedisLedger:
         now = float(now_text)
         for field, value in zip(flat[::2], flat[1::2]):
             owner, _, batch = field.decode().rpartition("|")
-            count, since, expires = value.decode().split(":", 2)
+            count, since, expires, _ = value.decode().split(":", 3)
             out.append(Reservation(owner, int(batch), int(count), None, float(expires) - now, max(0.0, now - float(since))))
         return sorted(out, key=lambda r: (r.owner, r.batch))
 

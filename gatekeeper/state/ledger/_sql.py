@@ -23,9 +23,10 @@ SQL_SCHEMA = (
     # each submitter's process, so that one that died on its machine is known at once (`Liveness`)
     "CREATE TABLE IF NOT EXISTS processes (owner TEXT PRIMARY KEY, machine TEXT NOT NULL, pid INTEGER NOT NULL, "
     "started TEXT NOT NULL, seen_at REAL NOT NULL)",
-    # a dead submitter's unconfirmed creates: requests freed, the size kept as a rival's (`Reservation.dead_for`)
+    # a dead submitter's unconfirmed creates: requests freed, the size kept as a rival's (`Reservation.dead_for`),
+    # the turn for that size held until its reservation would have expired (`holds_until`)
     "CREATE TABLE IF NOT EXISTS orphans (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
-    "since REAL NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (owner, batch))",
+    "since REAL NOT NULL, expires_at REAL NOT NULL, holds_until REAL NOT NULL, PRIMARY KEY (owner, batch))",
 )
 _CLAIM_UPSERT = (
     "INSERT INTO claims (owner, job, priority, share, want, vtime, admitted, waiting_since, claimed_at, expires_at) "
@@ -39,9 +40,9 @@ _UPSERT = ("INSERT INTO reservations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, 
            "requests = excluded.requests, batch_id = excluded.batch_id, expires_at = excluded.expires_at")
 _REGISTER = ("INSERT INTO processes VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET machine = excluded.machine, "
              "pid = excluded.pid, started = excluded.started, seen_at = excluded.seen_at")
-_ORPHAN = ("INSERT INTO orphans SELECT owner, batch, requests, ?, ? FROM reservations WHERE owner = ? AND batch_id IS NULL "
-           "AND requests > 0 ON CONFLICT (owner, batch) DO UPDATE SET requests = excluded.requests, since = excluded.since, "
-           "expires_at = excluded.expires_at")
+_ORPHAN = ("INSERT INTO orphans SELECT owner, batch, requests, ?, ?, expires_at FROM reservations WHERE owner = ? AND "
+           "batch_id IS NULL AND requests > 0 AND expires_at >= ? ON CONFLICT (owner, batch) DO UPDATE SET requests = "
+           "excluded.requests, since = excluded.since, expires_at = excluded.expires_at, holds_until = excluded.holds_until")
 
 
 class SqlLedger(abc.ABC):
@@ -75,7 +76,7 @@ class SqlLedger(abc.ABC):
         for owner, machine, pid, started, seen in rows:
             # (a record not renewed for NAMED_FOR, on any machine, is long dead: its heartbeat renews it every ttl/3)
             if seen < now - NAMED_FOR or live.ended({"machine": machine, "pid": int(pid), "started": started}):
-                db.execute(_ORPHAN, (now, now + NAMED_FOR, owner))
+                db.execute(_ORPHAN, (now, now + NAMED_FOR, owner, now))
                 self._release(db, now, "", (), owner=owner)
                 for table in ("jobs", "claims", "processes"):
                     db.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))
@@ -99,9 +100,10 @@ class SqlLedger(abc.ABC):
                 "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0), "
                 "COUNT(CASE WHEN owner <> ? AND batch_id IS NULL AND requests > 0 THEN 1 END) "
                 "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, self.owner, batch)).fetchone()
-            # (a dead submitter's unknown create of this size keeps the turn for this size alone, a TTL at most)
-            creating += db.execute("SELECT COUNT(*) FROM orphans WHERE owner <> ? AND requests = ? AND since >= ?",
-                                   (self.owner, n, now - self.ttl)).fetchone()[0]
+            # (a dead submitter's unknown create of this size keeps the turn for this size alone, no longer than its
+            # reservation would have: its TTL after its last heartbeat)
+            creating += db.execute("SELECT COUNT(*) FROM orphans WHERE owner <> ? AND requests = ? AND holds_until >= ?",
+                                   (self.owner, n, now)).fetchone()[0]
             limit = ceiling - self.margin if ceiling is not None else reserved + max(0, seen - mine) + n
             if not grant(int(reserved), seen, int(mine), n, limit, int(creating)):
                 return False
