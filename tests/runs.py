@@ -48,15 +48,14 @@ def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: 
     out, err = io.BytesIO(), io.StringIO()
     stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)  # with .buffer, as main() writes bytes too
     saved = dict(os.environ)
-    # (in this process the run sees `env` alone, and the test's own state folder)
-    environ = {k: v for k, v in saved.items() if k == "GATEKEEPER_HOME"} | env
     # The timeout holds here too: when it is up, the run is sent a Ctrl-C (it stops as a user's would) and the test
     # fails with TimeoutExpired, whatever the run then returned.
     fired = threading.Event()
     alarm = threading.Timer(timeout, lambda: (fired.set(), _thread.interrupt_main()))
+    full = _environ(env)  # (read before it is cleared: the run inherits the rest of the environment, as a process would)
     try:
         os.environ.clear()
-        os.environ.update(environ)
+        os.environ.update(full)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
             alarm.start()
             code = main(args)

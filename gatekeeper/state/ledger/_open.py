@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlsplit
@@ -62,18 +63,19 @@ def choose_ledger(setting: str | None, environ: Mapping[str, str], *, create: bo
 
 
 def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAULT_TTL, margin: int = 0,
-                namespace: str = "", liveness: Liveness | None = None) -> Ledger:
+                namespace: str = "", liveness: Liveness | None = None, clock: Callable[[], float] = time.time) -> Ledger:
     """`None`, "none" or "local": in-process; "sqlite:///path/to/ledger.db"; "redis://host:port/db";
     "postgresql://...". `namespace` keeps the state of another queue apart (`ApiConfig.scope`: an AWS workspace in
     its region): a PostgreSQL schema, Redis keys, or a SQLite file beside the given one (`ledger.db.NAMESPACE`); ""
     is the first-party organization's, as before. `liveness`: this process, and how to tell one of this machine
-    that has ended (its submitters are then dropped at once, not after the TTL)."""
+    that has ended (its submitters are then dropped at once, not after the TTL). A SQLite ledger's expiry is on
+    `clock` (the run's: its host's); a server's own clock times the others."""
     if not url or url in NONE:
         return LocalLedger()
     owner = owner or new_owner()
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
-        return SqliteLedger(sqlite_file(url, namespace), owner, ttl=ttl, margin=margin, liveness=liveness)
+        return SqliteLedger(sqlite_file(url, namespace), owner, ttl=ttl, margin=margin, liveness=liveness, clock=clock)
     if parts.scheme in ("redis", "rediss", "unix"):
         return RedisLedger(url, owner, ttl=ttl, margin=margin, namespace=namespace or "default", liveness=liveness)
     if is_postgres(url):

@@ -7,8 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-
+from ..._clock import run_sync
 from .._claims import Claim
 from .._db import Db
 from ._base import NAMED_FOR, ClaimPost, Liveness, Reservation, claim_of, grant
@@ -63,7 +62,7 @@ class SqlLedger(abc.ABC):
             self._sweep(db, now)
             return fn(db, now)
 
-        return await anyio.to_thread.run_sync(self._tx, step)
+        return await run_sync(lambda: self._tx(step))
 
     def _sweep(self, db: Db, now: float) -> None:
         """Drop every other submitter of this machine whose process has ended (`Liveness`): its confirmed batches
