@@ -33,6 +33,16 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(os.path.dirname(gatekeeper.__file__), quiet=1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A fixture of a wider scope (a run made once for a module) is set up before any test's own state folder:
+    it gets the session's, never the developer's (whose host ledger other runs on the machine share)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GATEKEEPER_HOME", str(tmp_path_factory.mktemp("session-home")))
+        mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("session-state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """No test sees the developer's real keys or base URL, nor writes to their state folder (a table job's default
