@@ -32,6 +32,9 @@ CHUNK = 10  # seeds a test: the workers share them out (each under a minute of C
 SHARES = "issue 59: jobs on one ledger stop admitting ('waiting', reason shares, to the world's end: run/batch/_turns.py)"
 KNOWN: dict[int, str] = {
     **{seed: SHARES for seed in (23, 24, 56, 69, 84, 96, 173, 177)},
+    38: "issue 58 (h-ledger, open): a job killed twice on the world's host ledger reconciles its lost create with a "
+        "rival counted (an orphan of the same size), so the lone candidate is compared, not proven by the ledger, "
+        "and under noisy usage its one answer is kept apart (paid_answers_kept)",
 }
 
 
