@@ -31,13 +31,16 @@ CHUNK = 10  # seeds a test: the workers share them out (each under a minute of C
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
 SHARES = "issue 59: jobs on one ledger stop admitting ('waiting', reason shares, to the world's end: run/batch/_turns.py)"
 KNOWN: dict[int, str] = {
-    **{seed: SHARES for seed in (23, 24, 56, 69, 84, 96, 173, 177)},
+    **{seed: SHARES for seed in (23, 56, 69, 84, 96, 173, 177)},
     38: "issue 58 (h-ledger, open): a job killed twice on the world's host ledger reconciles its lost create with a "
         "rival counted (an orphan of the same size), so the lone candidate is compared, not proven by the ledger, "
         "and under noisy usage its one answer is kept apart (paid_answers_kept)",
 }
 
 
+# (CPU-bound worlds in simulated time, 1-16 s of CPU a seed: at load 8 on 2 cores a chunk takes minutes of wall
+# time; a world that hangs is cut at its simulated end, so this bound only guards against a hang of the harness)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("first", range(0, SEEDS, CHUNK))
 def test_every_promise_holds_over_the_seeds(first: int) -> None:
     """`CHUNK` worlds each (jobs on one ledger, kills, faults, a night of turnarounds): no promise broken."""
