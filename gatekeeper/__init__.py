@@ -30,8 +30,8 @@ _EXPORTS: dict[str, str] = {
     "CanceledBatch": "run.job._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
-    "Ledger": "state.ledger._base", "open_ledger": "state.ledger._open", "export": "run.job._results",
-    "Clock": "_clock", "WallClock": "_clock",
+    "Ledger": "state.ledger._base", "Liveness": "state.ledger._base", "open_ledger": "state.ledger._open",
+    "export": "run.job._results", "Clock": "_clock", "WallClock": "_clock",
     # table jobs (the tables extra: pyarrow)
     "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._plan",
     "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._plan",
@@ -107,7 +107,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .run.job._results import export
     from .run.job._settings import SubmitSettings
     from .run.job._summary import Canceled, CanceledBatch, DryRun, Summary
-    from .state.ledger._base import Ledger
+    from .state.ledger._base import Ledger, Liveness
     from .state.ledger._open import open_ledger
     from .tables._job import TableResult, submit_table, submit_table_sync
     from .tables._plan import TablePlan, plan_table

@@ -6,6 +6,7 @@ import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -32,6 +33,16 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(os.path.dirname(gatekeeper.__file__), quiet=1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A fixture of a wider scope (a run made once for a module) is set up before any test's own state folder:
+    it gets the session's, never the developer's (whose host ledger other runs on the machine share)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GATEKEEPER_HOME", str(tmp_path_factory.mktemp("session-home")))
+        mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("session-state")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """No test sees the developer's real keys or base URL, nor writes to their state folder (a table job's default
@@ -40,6 +51,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
         if name.startswith("ANTHROPIC_") or name.startswith("GATEKEEPER_"):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture(autouse=True)
+def _own_home(_clean_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test its own user state folder (GATEKEEPER_HOME), so its own host ledger: no two tests, nor two xdist
+    workers, share one (the CLI's subprocesses see it too: `tests.runs` keeps it in their environment)."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("GATEKEEPER_HOME", str(home))
+    return home
 
 
 @pytest.fixture

@@ -74,7 +74,9 @@ def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: 
 
 
 def _environ(env: dict[str, str]) -> dict[str, str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+    """This process's environment without its ANTHROPIC_/GATEKEEPER_ variables (but the test's own state folder,
+    GATEKEEPER_HOME: its host ledger is the test's own), and `env`."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_")) or k == "GATEKEEPER_HOME"}
     full.update(env)
     return full
 

@@ -45,7 +45,7 @@ def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_j
         procs = []
         for i, key in enumerate(KEYS):
             job = write_job(tmp / f"job{i}.jsonl", f"j{i}", per_job)
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_")) or k == "GATEKEEPER_HOME"}
             env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": key})
             args = ["submit", str(job), "--json", "--poll", "0.05", "--max-rpm", "60000",
                     "--ceiling", str(ceiling), "--reconcile-grace", "2", "--no-preflight"]

@@ -362,6 +362,11 @@ HERE = "boot-1/4026531836"
 @pytest.mark.parametrize(("holder", "here", "ended"), [
     ({"host": "a", "pid": 41, "machine": HERE}, HERE, True),        # died on this machine: free at once
     ({"host": "a", "pid": 42, "machine": HERE}, HERE, False),       # its pid is in use (by it, or by another program)
+    ({"pid": 42, "machine": HERE, "started": "900"}, HERE, False),  # in use by the process recorded: alive
+    ({"pid": 42, "machine": HERE, "started": "800"}, HERE, True),   # reused by a process started since: it ended
+    ({"pid": 43, "machine": HERE, "started": "800"}, HERE, False),  # in use, the system not saying since when
+    ({"pid": 41, "machine": HERE, "started": "800"}, HERE, True),   # gone, whatever it recorded
+    ({"pid": 42, "machine": "boot-2/4026531836", "started": "800"}, HERE, False),  # another machine's pid 42
     ({"host": "b", "pid": 41, "machine": "boot-2/4026531836"}, HERE, False),  # another machine, or this one rebooted
     ({"host": "a", "pid": 41, "machine": "boot-1/4026532999"}, HERE, False),  # another container: its own pids
     ({"host": "a", "pid": 41}, HERE, False),                        # recorded no identity (an older gatekeeper)
@@ -371,20 +376,34 @@ HERE = "boot-1/4026531836"
     ({}, HERE, False),
 ])
 def test_run_ended(holder: dict[str, Any], here: str | None, ended: bool) -> None:
-    """A lease's holder has certainly ended only on this machine (same boot and pid namespace), its pid gone."""
+    """A lease's holder (or a ledger's submitter) has certainly ended only on this machine (same boot and pid
+    namespace), its pid gone or reused by a process started at another time than the one recorded."""
     from gatekeeper.decide._host import run_ended
 
-    assert run_ended(holder, here, alive=lambda pid: pid != 41) is ended
+    assert run_ended(holder, here, started=lambda pid: {41: None, 42: "900", 43: ""}[pid]) is ended
 
 
 def test_this_process_is_alive_and_a_reaped_child_is_not() -> None:
     import subprocess
     import sys
 
-    from gatekeeper.state._host import machine_id, pid_alive
+    from gatekeeper.state._host import machine_id, pid_alive, process_started, this_process
 
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     assert pid_alive(os.getpid()) and not pid_alive(int(child.stdout))
+    assert process_started(int(child.stdout)) is None
+    me = this_process()
+    assert me["pid"] == os.getpid() and process_started(os.getpid()) == me["started"]
+    if sys.platform == "linux":  # (its start in clock ticks since boot: a later process started later)
+        import time
+
+        zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+        deadline = time.monotonic() + 20
+        while process_started(zombie.pid) is not None and time.monotonic() < deadline:
+            time.sleep(0.01)  # (exited, not yet reaped: a zombie has ended, it holds nothing)
+        assert process_started(zombie.pid) is None and pid_alive(zombie.pid)
+        zombie.wait()
+        assert int(me["started"]) > 0
     here = machine_id()  # boot id and pid namespace: what tells this machine (and this container) from another
     assert here is None or (here.count("/") == 1 and all(here.split("/")))
 

@@ -13,10 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gatekeeper._errors import GatewayRefusal
-from gatekeeper.gateway._keys import FILE, KeyFile
+from gatekeeper.gateway._job import job_settings
+from gatekeeper.gateway._jobs import Runner
+from gatekeeper.gateway._keys import FILE, KeyFile, Tenant
+from gatekeeper.gateway._settings import GatewaySettings
 from gatekeeper.gateway._stream import EXACT_AFTER, RequestCutter
 from gatekeeper.gateway._wire import batch_json, error_body
 from gatekeeper.state._gateway import BatchRecord, open_book
+from gatekeeper.state._host import machine_id, process_started
 from tests.runs import gk
 
 
@@ -143,6 +147,31 @@ def test_the_books_pages_are_the_fakes_pages(tmp_path: Path) -> None:
     with pytest.raises(GatewayRefusal, match="after_id: unknown batch"):
         book.page("acme", 5, after_id=_record(99).id)  # (another tenant's)
     book.close()
+
+
+def test_a_replica_is_told_by_its_pid_and_its_start(tmp_path: Path) -> None:
+    """A replica records its process as the host's ledger and a lease do (machine, pid, start time): with several
+    replicas, a claim whose pid was reused by a later process is taken at once, one of a live replica never."""
+    runner = Runner(settings=GatewaySettings(tmp_path), config=None, book=None, keys=None, log=print,  # type: ignore[arg-type]
+                    single=False)
+    assert runner.info["pid"] == os.getpid() and runner.info["started"] == process_started(os.getpid())
+    assert runner.info["machine"] == machine_id()
+    assert not runner.ended(dict(runner.info))
+    assert runner.ended({**runner.info, "started": runner.info["started"] + "0"})  # (the pid reused since)
+
+
+@pytest.mark.parametrize(("ledger", "journal", "expected"), [
+    (None, None, "sqlite://{state}/ledger.sqlite3"),  # one for all its jobs, in the state folder (outlives a restart)
+    (None, "postgresql://u@db/g", "postgresql://u@db/g"),
+    ("host", None, "host"),  # (submit opens this user's host ledger)
+    ("none", None, "none"),  # (opted out, as in submit)
+])
+def test_the_gateways_jobs_go_through_its_ledger(tmp_path: Path, ledger: str | None, journal: str | None,
+                                                 expected: str) -> None:
+    record = _record(1)
+    settings = GatewaySettings(tmp_path, ledger=ledger, journal=journal)
+    tenant = Tenant("acme", "normal", 1.0)
+    assert job_settings(record, settings, tenant).ledger == expected.format(state=tmp_path.resolve())
 
 
 def test_a_claim_is_taken_once_and_lapses(tmp_path: Path) -> None:

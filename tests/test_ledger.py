@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,9 @@ import anyio
 import pytest
 
 from gatekeeper._errors import UsageError
-from gatekeeper.state.ledger._base import grant
+from gatekeeper.run.job._beats import liveness
+from gatekeeper.state._host import process_started
+from gatekeeper.state.ledger._base import ClaimPost, Liveness, grant
 from gatekeeper.state.ledger._local import LocalLedger
 from gatekeeper.state.ledger._open import open_ledger
 from gatekeeper.state.ledger._postgres import PgLedger
@@ -32,15 +36,16 @@ async def make_ledger(request: pytest.FixtureRequest, tmp_path: Path):
     clock = [1_000_000.0]  # SQLite's expiries are on this host's clock: simulated here; Redis and PostgreSQL use their own
     if request.param == "redis":
         url = request.getfixturevalue("redis_url")
-        open_one = lambda owner, ttl: RedisLedger(url, owner, ttl=ttl, namespace=ns)  # noqa: E731
+        open_one = lambda owner, ttl, live: RedisLedger(url, owner, ttl=ttl, namespace=ns, liveness=live)  # noqa: E731
     elif request.param == "postgres":
         url = request.getfixturevalue("pg_url")
-        open_one = lambda owner, ttl: PgLedger(url, owner, ttl=ttl, namespace=ns)  # noqa: E731
+        open_one = lambda owner, ttl, live: PgLedger(url, owner, ttl=ttl, namespace=ns, liveness=live)  # noqa: E731
     else:
-        open_one = lambda owner, ttl: SqliteLedger(str(tmp_path / "ledger.db"), owner, ttl=ttl, clock=lambda: clock[0])  # noqa: E731
+        open_one = lambda owner, ttl, live: SqliteLedger(str(tmp_path / "ledger.db"), owner, ttl=ttl,  # noqa: E731
+                                                         clock=lambda: clock[0], liveness=live)
 
-    def make(owner: str, ttl: float = 60.0):
-        made.append(open_one(owner, ttl))
+    def make(owner: str, ttl: float = 60.0, liveness: Liveness | None = None):
+        made.append(open_one(owner, ttl, liveness))
         return made[-1]
 
     async def elapse(seconds: float) -> None:
@@ -147,6 +152,142 @@ async def test_hold_takes_a_reservation_back(make_ledger) -> None:
     assert not await make_ledger("B").reserve(0, 30, 100, 0)
 
 
+def _process(pid: int | None = None, *, started: str | None = None, machine: str | None = None) -> Liveness:
+    """This process's liveness, recording another pid (a child, gone later), start time or machine as its own."""
+    here = liveness(registered=True)
+    assert here.me is not None
+    me = {**here.me, **({"pid": pid, "started": process_started(pid) or ""} if pid else {}),
+          **({"started": started} if started is not None else {}), **({"machine": machine} if machine else {})}
+    return Liveness(me, machine or here.machine, here.ended)
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+async def test_a_submitter_dead_on_this_machine_is_dropped_at_once(make_ledger) -> None:
+    """kill -9 on a submitter of this machine: the next step of any submitter here drops it, not its TTL (600 s)
+    later: its confirmed batch stays named, its create that was out becomes an orphan of its size (never live,
+    its requests free, so another submitter reserves at once), its claim and its job registration go. The orphan
+    keeps the turn for creates of its own size alone (its batch could be taken for theirs), a TTL at most."""
+    child = _sleeper()
+    dead, other = make_ledger("dead", ttl=600, liveness=_process(child.pid)), make_ledger("other", ttl=600, liveness=_process())
+    await dead.ping()
+    await other.ping()
+    assert await dead.reserve(0, 50, 1000, 0)
+    await dead.confirm(0, "msgbatch_d0")
+    assert await dead.reserve(1, 40, 1000, 0)  # its create out
+    assert await dead.claim_job("input-x", {"host": "h", "pid": child.pid}) is None
+    await dead.put_claim(ClaimPost("job-x", 1, 1.0, 40, 0.0, 50))
+    assert not await other.reserve(0, 10, 1000, 0)  # alive: its create holds the turn
+    assert await other.claim_job("input-x", {"host": "h2"}) is not None
+    child.kill()
+    child.wait()
+    assert await other.reserve(0, 10, 1000, 0)  # dead: at once
+    rows = {(r.owner, r.batch): r for r in await other.reservations()}
+    assert (rows["dead", 0].requests, rows["dead", 0].batch_id, rows["dead", 0].live) == (0, "msgbatch_d0", False)
+    assert rows["dead", 0].expires_in > 86_400  # (named as a released batch is, for NAMED_FOR)
+    orphan = rows["dead", 1]
+    assert (orphan.requests, orphan.batch_id, orphan.live) == (40, None, False) and orphan.dead_for is not None
+    assert await other.claim_job("input-x", {"host": "h2"}) is None  # its registration gone
+    assert [c.owner for c in await other.claims()] == []
+    assert sum(r.requests for r in await other.reservations() if r.live) == 10
+    await other.release(0)
+    assert not await other.reserve(1, 40, 1000, 0)  # (its size: held, as a create of the dead one's may exist)
+
+
+async def test_a_dead_submitters_create_holds_its_size_no_longer_than_its_ttl(make_ledger) -> None:
+    """The turn a dead submitter's create keeps for its size lasts no longer than its reservation would have (its
+    TTL after its last heartbeat, here 2 s); a reservation already lapsed leaves no orphan at all."""
+    child, lapsed = _sleeper(), _sleeper()
+    dead = make_ledger("dead", ttl=2.0, liveness=_process(child.pid))
+    gone = make_ledger("gone", ttl=0.2, liveness=_process(lapsed.pid))
+    other = make_ledger("other", liveness=_process())
+    await gone.ping()
+    assert await gone.reserve(0, 30, 1000, 0)
+    await make_ledger.elapse(0.5)  # ("gone"'s reservation lapses: 0.2 s)
+    await dead.ping()
+    assert await dead.reserve(0, 40, 1000, 0)
+    for proc in (child, lapsed):
+        proc.kill()
+        proc.wait()
+    assert not await other.reserve(0, 40, 1000, 0)  # (held for its size)
+    assert await other.reserve(1, 30, 1000, 0)  # (lapsed before its owner was found dead: nothing held)
+    assert [r.owner for r in await other.reservations() if r.dead_for is not None] == ["dead"]
+    await make_ledger.elapse(2.1)
+    assert await other.reserve(0, 40, 1000, 0)
+
+
+async def test_a_pid_reused_by_a_later_process_is_not_taken_for_the_submitter(make_ledger) -> None:
+    """A record whose pid is in use by a process started at another time (a reused pid) has ended; one whose pid
+    and start time are the live process's has not; one of another machine, or where the system does not say
+    which machine this is, is left to its TTL."""
+    here = _process()
+    assert here.me is not None and here.machine is not None
+    reused = make_ledger("reused", liveness=_process(started=str(int(here.me["started"] or 2) - 1)))
+    live = make_ledger("live", liveness=here)
+    remote = make_ledger("remote", liveness=_process(machine="another-boot/4026531836", started="1"))
+    blind = make_ledger("blind", liveness=Liveness(None, None, here.ended))  # (reads only, judges nothing)
+    for k, led in enumerate((reused, remote)):
+        await led.ping()
+        assert await led.reserve(k, 10, 1000, 0)
+        await led.confirm(k, f"msgbatch_{k}")
+    assert {r.owner for r in await blind.reservations() if r.live} == {"reused", "remote"}
+    await live.ping()  # (a step of a submitter of this machine: it judges the others here)
+    assert await live.reserve(2, 10, 1000, 0)
+    assert {r.owner for r in await blind.reservations() if r.live} == {"live", "remote"}
+
+
+async def test_a_rerun_of_a_dead_submitter_takes_its_place_back(make_ledger) -> None:
+    """A dead submitter's rerun (the same owner, the job's own) records its own process before anything else: a
+    sweep after that leaves it alone. It holds its unknown create again (no longer an orphan), and once finished
+    leaves neither orphan nor record."""
+    child = _sleeper()
+    first = make_ledger("job-1", liveness=_process(child.pid))
+    await first.ping()
+    assert await first.reserve(0, 30, 1000, 0)
+    await first.confirm(0, "msgbatch_j0")
+    assert await first.reserve(1, 30, 1000, 0)
+    child.kill()
+    child.wait()
+    judge = make_ledger("judge", liveness=_process())
+    assert [r.dead_for is not None for r in await judge.reservations() if r.batch == 1] == [True]  # (an orphan)
+    rerun = make_ledger("job-1", liveness=_process())
+    await rerun.ping()
+    await rerun.hold(0, 30, "msgbatch_j0")
+    await rerun.hold(1, 30, None)
+    rows = [(r.batch, r.requests, r.live) for r in await judge.reservations() if r.owner == "job-1"]
+    assert sorted(rows) == [(0, 30, True), (1, 30, True)]  # (held again, live: not swept, no orphan left)
+    assert not await judge.reserve(0, 10, 1000, 0)  # (its create is out again: creates go one at a time)
+    await rerun.release(1)
+    await rerun.release_all()
+    assert [(r.batch, r.live) for r in await judge.reservations() if r.owner == "job-1"] == [(0, False)]
+
+
+async def test_a_record_not_renewed_for_a_week_is_dropped_whatever_its_machine(tmp_path: Path) -> None:
+    """A submitter of another machine that never came back leaves no record for ever: not renewed for NAMED_FOR
+    (its heartbeat renews it every ttl/3), it is dropped, its names kept; one renewed stays."""
+    clock = [1_000_000.0]
+    path = str(tmp_path / "ledger.db")
+    month = 30 * 86_400.0  # (a TTL longer than the week: only the record's age can drop it)
+    gone = SqliteLedger(path, "gone", ttl=month, clock=lambda: clock[0], liveness=_process(machine="another-boot/1", started="1"))
+    kept = SqliteLedger(path, "kept", ttl=month, clock=lambda: clock[0], liveness=_process(machine="another-boot/1", started="1"))
+    judge = SqliteLedger(path, "judge", clock=lambda: clock[0], liveness=_process())
+    for k, led in enumerate((gone, kept)):
+        await led.ping()
+        assert await led.reserve(k, 10, 1000, 0)
+        await led.confirm(k, f"msgbatch_{k}")
+    clock[0] += 3 * 86_400.0
+    await kept.heartbeat()
+    assert {r.owner for r in await judge.reservations() if r.live} == {"gone", "kept"}
+    clock[0] += 5 * 86_400.0
+    await kept.heartbeat()
+    await judge.ping()
+    rows = {r.owner: r for r in await judge.reservations()}
+    assert rows["kept"].live and not rows["gone"].live and rows["gone"].batch_id == "msgbatch_0"
+    assert await judge.claim_job("j", {}) is None
+
+
 def test_open_ledger_urls(tmp_path: Path) -> None:
     assert isinstance(open_ledger(None), LocalLedger) and isinstance(open_ledger("local"), LocalLedger)
     assert isinstance(open_ledger(f"sqlite://{tmp_path}/l.db", owner="x"), SqliteLedger)
@@ -166,7 +307,7 @@ def test_three_workspaces_with_redis_ledger_no_refusals(tmp_path: Path, redis_ur
 
 def test_three_workspaces_without_ledger_are_refused(tmp_path: Path) -> None:
     """The same scenario without a ledger: submitters that cannot see each other get refused (and still finish)."""
-    out = three_submitters(tmp_path, ledger=None, hold_until_refused=True)
+    out = three_submitters(tmp_path, ledger="none", hold_until_refused=True)
     assert out.refusals > 0
     assert out.codes == [0, 0, 0] and [s["succeeded"] for s in out.summaries] == [300, 300, 300]
 

@@ -26,8 +26,10 @@ from tests.runs import events, gk, start
 N = 60  # requests a job: one batch each
 # (the grace must outlast a create's latency under load plus the listing's lag: shorter ones abandoned creates that
 # had reached the server on a loaded CI machine, and sent them again)
+# These tests weigh what the results and their usage say: the path that remains without a ledger (`--ledger none`;
+# by default creates go one at a time through the host's). A test with a ledger names it after these flags.
 FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "5",
-         "--token-sample", "2"]
+         "--token-sample", "2", "--ledger", "none"]
 
 
 WORLDS = ["count", "count-20", "scale:0.85", "const:10", "none"]  # what the API bills against count_tokens
@@ -99,16 +101,17 @@ def _run_both(fake: FakeAPI, jobs: list[Path], extra: list[str]) -> list[dict]:
     return [{**ended((r.returncode, out, err)), "events": events(err)} for r, (out, err) in zip(runs, outs, strict=True)]
 
 
-def listed_unproven(path: Path) -> list[dict]:
-    """`results --only unproven`: the answers kept apart, each with its batch; checked to answer its own request
-    (in these tests the batch kept apart is, in truth, this job's)."""
+def listed_unproven(path: Path, truly_ours: set[str] | None = None) -> list[dict]:
+    """`results --only unproven`: the answers kept apart, each with its batch; those of `truly_ours` (default:
+    every batch listed) checked to answer their own request (the batch kept apart is, in truth, this job's)."""
     proc = gk(["results", str(path), "--only", "unproven"], {})
     assert proc.returncode == 0, proc.stderr
     params = {o["custom_id"]: o["params"] for o in map(orjson.loads, path.read_bytes().splitlines())}
     kept = [orjson.loads(x) for x in proc.stdout.splitlines()]
     for x in kept:
         assert x["batch_id"].startswith("msgbatch_")
-        assert x["result"]["message"]["id"] == "msg_" + prompt_of(params[x["custom_id"]])[1]
+        if truly_ours is None or x["batch_id"] in truly_ours:
+            assert x["result"]["message"]["id"] == "msg_" + prompt_of(params[x["custom_id"]])[1]
     return kept
 
 
@@ -188,9 +191,11 @@ def test_a_lone_candidate_of_another_job_is_never_kept_when_ours_can_be_found(tm
     a = ended(proc)["adoptions"]
     if world in TELLING:
         assert a["not_ours"] == [their_id] and a["unproven"] == [] and kept[ours] == 0
-    else:  # the usage cannot tell: the nearest to our send, its answers kept apart (exit 1), listed on request
-        assert a["not_ours"] == [] and a["unproven"] == [mine] and kept[ours] == N
-        assert {x["batch_id"] for x in listed_unproven(ours)} == {mine}
+    else:  # the usage cannot tell: the nearest to our send is taken, and every candidate it cannot be told from is
+        # collected too (issue 58): each one's answers kept apart (exit 1), listed on request, none joined
+        assert a["not_ours"] == [] and a["unproven"] == sorted([mine, their_id]) and kept[ours] == N
+        listed = listed_unproven(ours, truly_ours={mine})
+        assert {x["batch_id"] for x in listed} == {mine, their_id} and len(listed) == 2 * N
 
 
 @pytest.mark.parametrize("ledger", [False, True])
@@ -260,8 +265,9 @@ def test_a_rival_beside_ours_is_told_apart_wherever_the_usage_follows_the_prompt
     a = ended(proc)["adoptions"]
     if world in TELLING:
         assert a == {"proven": 1, "unproven": [], "unchecked": 0, "not_ours": [their_id]}
-    else:  # (the nearest to our send, kept apart: exit 1)
-        assert a == {"proven": 0, "unproven": [mine], "unchecked": 0, "not_ours": []} and kept[ours] == N
+    else:  # (the nearest to our send taken, the other collected beside it: both kept apart, exit 1)
+        assert a == {"proven": 0, "unproven": sorted([mine, their_id]), "unchecked": 0, "not_ours": []}
+        assert kept[ours] == N and len(listed_unproven(ours, truly_ours={mine})) == 2 * N
 
 
 @pytest.mark.parametrize("ledger", [False, True])
@@ -311,13 +317,16 @@ def test_a_summary_names_an_adoption_the_results_could_not_prove(tmp_path: Path)
         answered = fake.org.records.answered
         assert fake.org.records.creates == 2 and len(answered) == N and set(answered.values()) == {2}
         mine = next(b.id for b in fake.org.batches.values() if b.seq == 2)
+        theirs = next(b.id for b in fake.org.batches.values() if b.seq == 1)
     s = ended(ours)
-    assert s["adoptions"] == {"proven": 0, "unproven": [mine], "unchecked": 0, "not_ours": []}
+    assert s["adoptions"] == {"proven": 0, "unproven": sorted([mine, theirs]), "unchecked": 0, "not_ours": []}
     text = render_summary(Summary(**{**s, "adoptions": s["adoptions"]}))
     assert "could not tell from another submitter's" in text and "results --only unproven" in text
     lines = [orjson.loads(x) for x in (Path(str(jobs[0]) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines()]
     assert len(lines) == N and all(kept_apart(x) for x in lines)
-    assert {x["batch_id"] for x in listed_unproven(jobs[0])} == {mine}
+    # (both candidates collected, each answer kept apart with its batch: if the nearest was not ours, ours is there)
+    listed = listed_unproven(jobs[0])
+    assert {x["batch_id"] for x in listed} == {mine, theirs} and len(listed) == 2 * N
 
 
 def test_an_authentication_error_while_counting_our_requests_stops_the_run(tmp_path: Path) -> None:
@@ -362,8 +371,11 @@ def test_a_candidate_whose_results_stay_missing_is_decided_on_the_rest_after_the
         assert sorted(x["custom_id"] for x in lines) == sorted(params) and all(kept_apart(x) for x in lines)
         assert fake.org.records.creates == 2 and set(fake.org.records.answered.values()) == {1}
         mine = next(b.id for b in fake.org.batches.values() if b.seq == 2)
-    assert ended(proc)["adoptions"] == {"proven": 0, "unproven": [mine], "unchecked": 0, "not_ours": []}
+        theirs_id = next(b.id for b in fake.org.batches.values() if b.seq == 1)
+    # (the other, unreadable, is kept apart beside ours, named, never joined; its answers are not there to list)
+    assert ended(proc)["adoptions"] == {"proven": 0, "unproven": sorted([mine, theirs_id]), "unchecked": 0, "not_ours": []}
     assert len(listed_unproven(ours)) == N
+    assert [e["id"] for e in events(proc.stderr) if e["event"] == "kept_apart_unavailable"] == [theirs_id]
 
 
 @pytest.mark.parametrize("world", ["count", "scale:0.85"])

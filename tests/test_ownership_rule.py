@@ -129,9 +129,10 @@ def test_two_candidates_with_our_ids(world: str, with_learned: bool, ours_first:
 
 @pytest.mark.parametrize("world", list(WORLDS))
 def test_two_candidates_with_our_prompts_cannot_be_told_apart(world: str) -> None:
-    """Another job with our prompts and our ids: the nearest is taken, and nothing claims proof."""
+    """Another job with our prompts and our ids: the nearest is taken, nothing claims proof, and the other one,
+    which the evidence cannot tell from it, is kept apart beside it (never set aside as another's)."""
     got = choose({"a": pairs(world, OURS), "b": pairs(world, OURS)}, ["b", "a"], sampled=24, learned=learned(world))
-    assert got == Choice("b", (), False, got.basis)
+    assert got == Choice("b", (), False, got.basis, ("a",))
 
 
 def _set_aside_beside_a_rival(mine: list[Pair], learned_from: list[Pair] | None) -> bool:

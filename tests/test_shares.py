@@ -204,11 +204,12 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_a_high_job_killed_while_it_waits_blocks_no_one_past_its_lease(tmp_path: Path, ledger_url: str) -> None:
-    """kill -9 on a high job waiting for room: its claim lapses with its lease (--ledger-ttl) and the low job, which
-    held back for it, goes on and finishes within the lease time; on each of the three ledgers."""
+    """kill -9 on a high job waiting for room: the low job, which held back for it, goes on and finishes within the
+    lease time (--ledger-ttl), on each of the three ledgers; and since the dead job ran on this machine, at once:
+    its claim is dropped as soon as its process is gone, not a lease of 30 s later (issue 58)."""
     ledger = ledger_url
     low, high = write_job(tmp_path / "low.jsonl", "low", 500), write_job(tmp_path / "high.jsonl", "high", 300)
-    ttl = ["--ledger-ttl", "2"]
+    ttl = ["--ledger-ttl", "30"]
     with running_fake(ceiling=300, rate=0.0, workspaces=dict(KEYS)) as fake:
         backfill = start(["submit", str(low), *FLAGS, *ttl, "--ledger", ledger, "--priority", "low"], _env(fake, "k-low"))
         wait_until(lambda: _full(fake), "the low job to fill the queue")
@@ -222,8 +223,9 @@ def test_a_high_job_killed_while_it_waits_blocks_no_one_past_its_lease(tmp_path:
         took = time.monotonic() - killed
     assert backfill.returncode == 0, err[-2000:]
     assert _by_workspace(fake).count("wrkspc_high") == 0 and orjson.loads(out)["succeeded"] == 500
-    assert took < 2 + 5, f"the low job took {took:.1f} s after the kill"  # (its lease, and the queue's own time)
-    assert 0 < orjson.loads(out)["shares"]["waited_s"] < 2 + 1
+    # (no lease waited out: the queue's own time, and the margin a loaded machine needs)
+    assert took < 2 + 5, f"the low job took {took:.1f} s after the kill"
+    assert orjson.loads(out)["shares"]["waited_s"] < 2 + 1
 
 
 def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:

@@ -285,7 +285,7 @@ def test_progress_line_on_a_terminal(tmp_path: Path) -> None:
     path, _ = _input(tmp_path, 30)
     with running_fake(ceiling=1000, rate=100) as fake:
         master, slave = pty.openpty()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_")) or k == "GATEKEEPER_HOME"}
         env.update(env_for(fake))
         proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), "--poll", "0.05", "--max-rpm", "60000"],
                                 env=env, stdout=subprocess.PIPE, stderr=slave, text=True)

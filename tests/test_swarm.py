@@ -17,23 +17,30 @@ import anyio
 import httpx
 import pytest
 
+from gatekeeper.state.ledger._sqlite import SqliteLedger
 from gatekeeper.testing import FakeAPI, FakeConfig, Fault
 from gatekeeper.testing._inprocess import InProcess
 from gatekeeper.testing.swarm import main, run_seed
 from gatekeeper.testing.swarm._invariants import JobBooks, answered_once, batch_once, never_crossed, paid_answers_kept
-from gatekeeper.testing.swarm._sim import _PROCESS, Process, _install
+from gatekeeper.testing.swarm._sim import _PROCESS, Process, Weather, _install
 from gatekeeper.testing.swarm._world import JobSpec, draw
 
 HOURS = 0.5
 SEEDS = 200
-CHUNK = 25  # seeds a test: the workers share them out
+CHUNK = 10  # seeds a test: the workers share them out (each under a minute of CPU-bound work at load 8 on 2 cores)
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
 SHARES = "issue 59: jobs on one ledger stop admitting ('waiting', reason shares, to the world's end: run/batch/_turns.py)"
 KNOWN: dict[int, str] = {
-    **{seed: SHARES for seed in (23, 24, 26, 56, 69, 84, 96, 173, 177)},
+    **{seed: SHARES for seed in (23, 56, 69, 84, 96, 173, 177)},
+    38: "issue 58 (h-ledger, open): a job killed twice on the world's host ledger reconciles its lost create with a "
+        "rival counted (an orphan of the same size), so the lone candidate is compared, not proven by the ledger, "
+        "and under noisy usage its one answer is kept apart (paid_answers_kept)",
 }
 
 
+# (CPU-bound worlds in simulated time, 1-16 s of CPU a seed: at load 8 on 2 cores a chunk takes minutes of wall
+# time; a world that hangs is cut at its simulated end, so this bound only guards against a hang of the harness)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("first", range(0, SEEDS, CHUNK))
 def test_every_promise_holds_over_the_seeds(first: int) -> None:
     """`CHUNK` worlds each (jobs on one ledger, kills, faults, a night of turnarounds): no promise broken."""
@@ -122,6 +129,43 @@ def test_a_killed_process_has_no_effect(tmp_path: Path) -> None:
     setup.execute("INSERT INTO t VALUES (3)")  # (outside any process: as ever)
     assert setup.execute("SELECT COUNT(*) FROM t").fetchone() == (1,)  # (the killed one's insert rolled back)
     (tmp_path / "out.jsonl").write_text("ok")
+
+
+@pytest.mark.anyio
+async def test_a_run_killed_in_a_world_leaves_the_host_ledger_at_once(tmp_path: Path) -> None:
+    """The world's ledger is a host ledger as `submit` opens one by default: each run a process of one machine
+    (`Weather.spawn`, `Weather.liveness`), so a run killed (or one whose run returned) is dropped by the next step of
+    any other, not its TTL (900 s) later; its create that was out keeps the turn for its own size only."""
+    class Now:
+        def now(self) -> float:
+            return 1_799_020_800.0
+
+    w = Weather(draw(0, HOURS), str(tmp_path), None, Now())  # type: ignore[arg-type]
+    path = str(tmp_path / "ledger.db")
+    dying, living, ending = w.spawn(None), w.spawn(None), w.spawn(None)
+    assert len({dying.pid, living.pid, ending.pid}) == 3
+    a = SqliteLedger(path, "a", ttl=900.0, clock=Now().now, liveness=w.liveness(dying))
+    b = SqliteLedger(path, "b", ttl=900.0, clock=Now().now, liveness=w.liveness(living))
+    c = SqliteLedger(path, "c", ttl=900.0, clock=Now().now, liveness=w.liveness(ending))
+    for led in (a, b, c):
+        await led.ping()
+    assert await c.reserve(0, 40, 100, 0)
+    await c.confirm(0, "msgbatch_c")  # (its batch made: its 40 live until released)
+    assert await a.reserve(0, 50, 100, 0)  # its create out
+    assert not await b.reserve(0, 5, 100, 0)  # a alive: its create holds the turn
+    dying.kill()
+    assert await b.reserve(0, 5, 100, 0)  # dropped at once, not 900 s later
+    await b.confirm(0, "msgbatch_b0")
+    assert not await b.reserve(1, 60, 100, 0)  # (c alive: 40 + 5 + 60 over the ceiling)
+    ending.ended = True  # (its run returned: the process is gone)
+    assert await b.reserve(1, 60, 100, 0)  # c dropped at once too
+    await b.confirm(1, "msgbatch_b1")
+    left = {r.owner: r for r in await b.reservations()}
+    assert left["a"].dead_for is not None and not left["a"].live and left["a"].requests == 50  # an orphan of its size
+    assert not left["c"].live and left["c"].batch_id == "msgbatch_c"  # (its batch stays named)
+    await b.release(0)
+    await b.release(1)
+    assert not await b.reserve(2, 50, 100, 0) and await b.reserve(2, 49, 100, 0)  # (a's size alone waits its turn)
 
 
 def test_the_fake_in_process_is_as_rough_as_over_a_socket() -> None:

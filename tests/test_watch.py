@@ -21,7 +21,7 @@ from tests.runs import start
 
 
 def _environ(env: dict[str, str]) -> dict[str, str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_"))}
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_")) or k == "GATEKEEPER_HOME"}
     full.update(env)
     return full
 

@@ -84,8 +84,8 @@ def connection_config(conn_id: str) -> ApiConfig:
 
 
 def _url(value: str | None) -> str | None:
-    """A URL as given, or the URL of the Airflow connection named so."""
-    if not value or "://" in value:
+    """A URL as given (or a ledger's "host" or "none"), or the URL of the Airflow connection named so."""
+    if not value or "://" in value or value in ("host", "none", "local"):
         return value
     from airflow.sdk import BaseHook
 

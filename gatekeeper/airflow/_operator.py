@@ -60,7 +60,9 @@ class GatekeeperSubmitOperator(BaseOperator):
         URL or the id of an Airflow Postgres connection (several workers and triggerers).
     :param job: the job's name (templated); default, as the CLI names it, from the input's content and the key.
     :param ledger: a shared ledger (``redis://``, ``postgresql://``, ``sqlite:///`` URL, or a connection id) when
-        several pipelines share one queue ceiling.
+        several pipelines on several machines share one queue ceiling; default: ``GATEKEEPER_LEDGER`` where the job
+        runs, else that machine's own (``"host"``); ``"none"`` opts out (ownership after a lost create answer then
+        rests on usage alone).
     :param ceiling: the queue ceiling to keep under, when no Admin key can read it.
     :param budget: USD at most, at batch prices, worst case counted (both lanes, with a deadline).
     :param api_version: the anthropic-version sent on every call: ``"2023-06-01"`` (the default) or

@@ -21,6 +21,8 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
     config = FakeConfig(
         ceiling=args.simulated_ceiling, rate=args.rate, speed=args.speed,
         workspaces={k: f"wrkspc_{i + 1}" for i, k in enumerate(keys)}, admin_keys={args.admin_key}, usage=args.usage,
+        lost_creates=args.lose_creates, listing_lag=args.listing_lag, not_found_after_create=args.listing_lag,
+        seed=args.seed,
         outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
                  if model == bad_model else None) if bad_model else None,
         realtime=FakeRealtime(rpm=args.realtime_rpm, itpm=args.realtime_itpm, otpm=args.realtime_otpm,

@@ -244,7 +244,8 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_ledger(p)
     _add_journal(p)
     p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
-                   help="how long a dead submitter's reservations outlive its last heartbeat (default 900)")
+                   help="how long a dead submitter's reservations outlive its last heartbeat in the ledger (default 900; "
+                   "one of this machine is known dead at once)")
     p.add_argument("--priority", choices=["high", "normal", "low"], default="normal",
                    help="on a shared --ledger: while a job of higher priority waits for room, lower ones admit "
                    "nothing new (what they queued drains); a job that waited 30 min goes first (default normal)")
@@ -381,6 +382,12 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="what a succeeded request bills against count_tokens: count (default), count-K (K tokens fewer), "
                    "scale:F, const:N (a gateway's own figure), noisy:P (count x (1 ± P), drawn per prompt: an estimate's "
                    "error) or none (no usage reported)")
+    p.add_argument("--lose-creates", type=_share, default=0.0, metavar="P",
+                   help="the share of creates whose answer is lost once the batch exists (default 0; 0.25: a quarter, "
+                   "drawn per create)")
+    p.add_argument("--listing-lag", type=_non_negative_float, default=0.0, metavar="SECONDS",
+                   help="how long a new batch is missing from the listing, and answers 404 (default 0)")
+    p.add_argument("--seed", type=int, default=1, help="the seed of the fake's draws (default 1)")
     lane = p.add_argument_group("the real-time lane (POST /v1/messages), the same limits for every model")
     lane.add_argument("--realtime-rpm", type=_positive_int, default=4_000, metavar="N", help="requests a minute (default 4,000)")
     lane.add_argument("--realtime-itpm", type=_positive_int, default=2_000_000, metavar="N",
@@ -408,6 +415,16 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_json(p)
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share from 0 up to (not including) 1")
+    return value
+
+
 def _serve_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _command(sub, "serve", help=HELP["serve"],
                  description="Serve the Message Batches API (create, retrieve, list, cancel, delete, results; the "
@@ -425,7 +442,7 @@ def _serve_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="keep the book of batches and every job's journal in PostgreSQL (postgresql://USER@HOST:PORT/DB, "
                    "or GATEKEEPER_JOURNAL), for several replicas behind a load balancer sharing one --state volume; "
                    "default: SQLite in the state folder, one replica")
-    _add_ledger(p)
+    _add_ledger(p, default="one for all its jobs: SQLite in the --state folder, or the --journal database")
     p.add_argument("--public-url", default=os.environ.get("GATEKEEPER_PUBLIC_URL"), metavar="URL",
                    help="the base of results_url (default: the URL the client called, or GATEKEEPER_PUBLIC_URL)")
     p.add_argument("--dedup-window", type=_non_negative_float, default=3600.0, metavar="SECONDS",
@@ -510,11 +527,12 @@ def _add_max_rpm(p: argparse.ArgumentParser) -> None:
                    "--platform aws, a workspace's Tier 1; the organization's limit is shared with its other pipelines)")
 
 
-def _add_ledger(p: argparse.ArgumentParser) -> None:
+def _add_ledger(p: argparse.ArgumentParser, *, default: str = "host") -> None:
     p.add_argument("--ledger", default=os.environ.get("GATEKEEPER_LEDGER"), metavar="URL",
-                   help="shared admission ledger for several submitters: sqlite:///PATH (one host), "
-                   "redis://HOST:PORT/DB or postgresql://USER@HOST:PORT/DB (many hosts); default: in-process "
-                   "(or GATEKEEPER_LEDGER)")
+                   help=f"the admission ledger creates go through (default: {default}; or GATEKEEPER_LEDGER): host "
+                   "(this user's on this machine, in the state folder, GATEKEEPER_HOME), a URL several hosts share "
+                   "(redis://HOST:PORT/DB, postgresql://USER@HOST:PORT/DB, sqlite:///PATH), or none (ownership after "
+                   "a lost create answer then rests on usage alone)")
 
 
 def _add_journal(p: argparse.ArgumentParser, *, lease: bool = True) -> None:

@@ -64,8 +64,8 @@ def status_report(h: Headroom, ledger: LedgerReading | None, threshold: int,
         "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
                     f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
         "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h, platform),
-        "ledger": None if ledger is None else {
-            "reserved": sum(r.requests for r in ledger.reservations),
+        "ledger": {"kind": "none", "url": None, "reserved": 0, "reservations": [], "jobs": []} if ledger is None else {
+            **(ledger.in_use or {"kind": "shared", "url": None}), "reserved": sum(r.requests for r in ledger.reservations),
             "reservations": [r.to_json() for r in ledger.reservations], "jobs": ledger.jobs()},
     }
 
@@ -82,9 +82,12 @@ def render_status(r: dict[str, Any]) -> str:
         out.append(f"    ... and {len(batches) - 5} more")
     out += [f"  measured: {r['measured']}", f"  inferred: {r['inferred']}"] + [f"  repair: {line}" for line in r["repair"]]
     ledger = r["ledger"]
-    if ledger is not None:
+    if ledger["kind"] == "none":
+        out.append("  ledger    none (--ledger none): after a lost create answer, ownership rests on usage alone")
+    else:
         owners = {x["owner"] for x in ledger["reservations"]}
-        out.append(f"  ledger    {ledger['reserved']:,} requests reserved by {len(owners)} submitter(s), "
+        where = f"this host's, {ledger['url']}" if ledger["kind"] == "host" else ledger["url"] or "shared"
+        out.append(f"  ledger    {where}: {ledger['reserved']:,} requests reserved by {len(owners)} submitter(s), "
                    f"beside the observed depth {r['depth']:,}")
         out += [f"    {x['owner']:<36} batch {x['batch']:<5} {x['requests']:>9,}  {x['batch_id'] or '(creating)'}  "
                 f"expires in {x['expires_in']:,.0f} s" for x in ledger["reservations"][:10]]
@@ -222,7 +225,7 @@ def render_summary(s: Summary) -> str:
         lines.append(f"deadline    {d['at']}: {verdict}; finished {d['finished_at']}")
     if s.shares is not None:
         x = s.shares
-        lines.append(f"shares      priority {x['priority']}, share {x['share']:g} on the shared ledger; waited "
+        lines.append(f"shares      priority {x['priority']}, share {x['share']:g} on the ledger; waited "
                      f"{x['waited_s']:,.1f} s for other jobs' turns")
     if s.rebuilt:
         lines.append(f"rebuilt     {s.rebuilt['results']:,} results of {s.rebuilt['batches']:,} batches downloaded again into the "
@@ -241,11 +244,12 @@ def render_summary(s: Summary) -> str:
 def _adoptions(a: dict[str, Any]) -> str:
     """Batches found by listing after lost create answers, and what their results proved."""
     unproven = a["unproven"]
-    line = f"adopted     {a['proven']:,} batch(es) found after a lost create answer, proven ours by their results"
+    line = f"adopted     {a['proven']:,} batch(es) found after a lost create answer, proven ours (by the ledger or their results)"
     if unproven:
         line += (f"; {len(unproven):,} the results could not tell from another submitter's (the same prompts and "
                  f"custom_ids: {', '.join(unproven)}): their answers are kept apart, not joined and not resent "
-                 "(`gatekeeper results --only unproven` lists them; a shared --ledger proves ownership next time)")
+                 "(`gatekeeper results --only unproven` lists them; a ledger, this host's unless --ledger none, or "
+                 "one shared with the other submitters, proves ownership next time)")
     if a["not_ours"]:
         line += f"; {len(a['not_ours']):,} another submitter's, set aside (never joined)"
     return line

@@ -1,8 +1,10 @@
-"""`gatekeeper status`: the queue's depth against its ceiling (and, with --ledger, the ledger's), once or watched."""
+"""`gatekeeper status`: the queue's depth against its ceiling, and the ledger in use (this host's by default), once or
+watched."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -13,8 +15,9 @@ from .._errors import ExitCode
 from ..api._config import ApiConfig
 from ..api._queue import connect, read_headroom
 from ..decide._headroom import FINDINGS, Headroom
+from ..run.job._beats import liveness
 from ..state.ledger._base import LedgerReading
-from ..state.ledger._open import open_ledger
+from ..state.ledger._open import HOST, choose_ledger, open_ledger, sqlite_file
 from ..watch._watch import min_interval, watch
 from ._common import api_config, print_json, retry_notice
 from ._render import render_status, status_report
@@ -35,17 +38,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], Any]:
-    """One reading of the queue (and, with --ledger, the ledger's reservations and jobs), as an async function."""
+    """One reading of the queue and of the ledger in use (its reservations and jobs; None with `--ledger none`),
+    as an async function. This host's ledger is read where it is, never created by a reading."""
+    chosen = choose_ledger(args.ledger, os.environ, create=False)
+
     async def read() -> tuple[Headroom, LedgerReading | None]:
         async with connect(config, max_rpm=args.max_rpm, on_retry=retry_notice(args)) as conn:
             h = await read_headroom(conn, ceiling=args.ceiling)
-        if not args.ledger:
+        if chosen.url is None:
             return h, None
-        ledger = open_ledger(args.ledger, owner="status", namespace=config.scope)
+        if chosen.kind == HOST and not os.path.exists(sqlite_file(chosen.url, config.scope)):
+            return h, LedgerReading([], [], chosen.to_json())  # (no job has run on this host yet)
+        ledger = open_ledger(chosen.url, owner="status", namespace=config.scope, liveness=liveness(registered=False))
         try:
             await ledger.ping()
-            live = [r for r in await ledger.reservations() if r.live]  # (not the names of released batches)
-            return h, LedgerReading(live, await ledger.claims())
+            live = [r for r in await ledger.reservations() if r.live]  # (not the names of released batches, nor orphans)
+            return h, LedgerReading(live, await ledger.claims(), chosen.to_json())
         finally:
             await ledger.close()
 

@@ -39,7 +39,8 @@ common offset of `MAX_OFFSET` tokens or 5%), and only when the evidence *tells*:
 ids of the sample (shifted by half the sample) must fail, else prompts so alike would prove any batch with our ids
 ours. Otherwise it is adopted *unproven* (its answers kept apart, never joined as ours). Among several that the
 evidence cannot tell apart (the same prompts, a constant or absent usage), the one created nearest our send is
-taken, unproven.
+taken, unproven, and every other one of them is collected beside it, its answers kept apart too (`alike`): if
+the one taken is not ours, ours is among the others, paid for, and its answers are kept rather than never read.
 
 Error rates, with `MIN_EVIDENCE` = 24 ids compared. Another job's prompts, unrelated in length to ours id by id (the
 soak's vary by a few hundred characters), agree with a relation on about one id in six by chance: reaching
@@ -118,6 +119,7 @@ class Choice:
     foreign: tuple[str, ...]  # candidates proven another submitter's
     proven: bool  # whether the evidence proved `ours` (else: it could not tell it from another's)
     basis: str = ""  # what decided, for the events and the summary
+    alike: tuple[str, ...] = ()  # unproven: the other candidates the evidence cannot tell from `ours` (kept apart too)
 
 
 def slack(expected: float) -> int:
@@ -218,7 +220,8 @@ def choose(evidence: Mapping[str, Sequence[Pair]], nearest_first: Sequence[str],
                                    or not usable and billed_as_counted(weighed[c]))
         return Choice(c, tuple(foreign), proven, _basis(proven, bool(usable), bool(foreign)))
     pick = ([c for c in consistent if c in left] or [c for c in left if fitted.get(c)] or left)[0]
-    return Choice(pick, tuple(foreign), False, "the evidence cannot tell the candidates apart")
+    return Choice(pick, tuple(foreign), False, "the evidence cannot tell the candidates apart",
+                  tuple(c for c in left if c != pick))
 
 
 def unrelated(pairs: Sequence[Pair]) -> bool:

@@ -6,12 +6,14 @@ intent (size, send time) is matched against the listing: a batch we do not know
 already, of exactly that size, created no earlier than the send time minus the
 clock skew.
 
-- one candidate and no other unknown create of the same size (ours, or another submitter's that a shared
-  ledger shows unconfirmed): adopt it. With a shared ledger this is proof (`named_after`): creates go one at a time
-  through it and every other submitter's batch is named there, so a lone unnamed batch of our size is ours (the
-  candidates are those created after our send less the clock skew, which is shorter than the ledger's TTL: a dead
-  submitter's lost create, whose turn ended a TTL before ours began, is never among them). Without one it is
-  adopted on size and time alone, its results weighed when collected;
+- one candidate and no other unknown create of the same size (ours, or another submitter's that a ledger shows
+  unconfirmed, or left unconfirmed by a submitter found dead: `dead_rivals`): adopt it. With a ledger (this host's,
+  by default, or a shared one) this is proof (`named_after`): creates go one at a time through it and every other
+  submitter's batch is named there, so a lone unnamed batch of our size is ours (the candidates are those created
+  after our send less the clock skew, which is shorter than the ledger's TTL: a submitter of another machine whose
+  reservation lapsed did so a TTL after its turn, and one found dead on its machine stays a rival of its size for
+  a TTL after). Without one (`--ledger none`) it is adopted on size and time alone, its results weighed when
+  collected;
 - no candidate in a listing read `grace` after the send: it was not created;
 - several candidates (or a rival of the same size): wait until they end, then
   compare their results with our requests: custom_ids first, then whose prompts
@@ -50,6 +52,9 @@ class Decision:
     # (a lone unnamed candidate while creates go one at a time through a shared ledger), "results" (they proved it
     # ours) or "unproven" (they could not tell it from another submitter's: its answers are kept apart)
     proof: str = ""
+    # an unproven adoption: the other candidates with our custom_ids the evidence cannot tell from it, collected
+    # beside it and their answers kept apart too (never joined, never resent)
+    apart: tuple[str, ...] = ()
 
 
 def listing_would_show(sent_at: float, listed_at: float, grace: float) -> bool:
@@ -58,11 +63,21 @@ def listing_would_show(sent_at: float, listed_at: float, grace: float) -> bool:
 
 
 def others_in_flight(reservations: Iterable[Any], owner: str) -> tuple[set[str], Counter[int]]:
-    """From a shared ledger's live reservations (`Reservation`s): the batch ids other submitters hold, never a
+    """From a ledger's live reservations (`Reservation`s): the batch ids other submitters hold, never a
     candidate for our create, and how many of their creates of each size are not confirmed yet, rivals of ours
-    (the lone candidate of that size may be theirs)."""
+    (the lone candidate of that size may be theirs). A dead submitter's orphans are weighed by `dead_rivals`."""
     theirs = [r for r in reservations if r.owner != owner]
-    return {r.batch_id for r in theirs if r.batch_id}, Counter(r.requests for r in theirs if not r.batch_id)
+    return ({r.batch_id for r in theirs if r.batch_id},
+            Counter(r.requests for r in theirs if not r.batch_id and r.dead_for is None))
+
+
+def dead_rivals(reservations: Iterable[Any], owner: str, requests: int, since: float, now: float, lag: float) -> int:
+    """How many creates of dead submitters (`Reservation.dead_for`: found dead on their machine with the create
+    unconfirmed) may be a candidate of our size created `since` or later (our send less the clock skew): a dead
+    submitter's batch, if any, was created before it was found dead, or within `lag` after (the server finishing a
+    create whose body was in). Later sends never meet it: a dead submitter holds no one back for long."""
+    return sum(1 for r in reservations if r.owner != owner and r.dead_for is not None and r.requests == requests
+               and now - r.dead_for + lag >= since)
 
 
 def candidates_for(requests: int, sent_at: float, listed: Iterable[dict[str, Any]], known: set[str],
@@ -111,15 +126,16 @@ def compared(choice: Choice, candidates: tuple[dict[str, Any], ...], *, sent_at:
     When none can be ours, wait until a listing read `grace` after the send (ours may not have been listed yet).
     Then, if no candidate carries our custom_ids, ours was not created (exact evidence): abandon, to send it again.
     If some do but their usage bills unlike our requests, that is an estimate's word, never a reason to send ours
-    again: the nearest of them (`with_our_ids`, nearest first) is kept, unproven (its answers kept apart)."""
+    again: the nearest of them (`with_our_ids`, nearest first) is taken, unproven, and each of them is kept apart
+    (`apart`: every candidate the evidence cannot tell from the one taken is collected, none joined)."""
     if choice.ours is not None:
         how = choice.basis or ("its results fit our requests" if choice.proven else "the results cannot tell it from another's")
         return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == choice.ours), how,
-                        "results" if choice.proven else "unproven")
+                        "results" if choice.proven else "unproven", () if choice.proven else choice.alike)
     if not listing_would_show(sent_at, listed_at, grace):
         return Decision(Action.WAIT, candidates, "no candidate's results are ours, and ours may not be listed yet")
     if with_our_ids:
         return Decision(Action.ADOPT, tuple(b for b in candidates if str(b.get("id")) == with_our_ids[0]),
-                        "none bills as our requests, but usage is an estimate: the nearest with our custom_ids is "
-                        "kept apart, nothing sent again", "unproven")
+                        "none bills as our requests, but usage is an estimate: each with our custom_ids is kept "
+                        "apart, nothing sent again", "unproven", tuple(with_our_ids[1:]))
     return Decision(Action.ABANDON, reason="no candidate carries our custom_ids")

@@ -17,7 +17,6 @@ is the account's (on hold, a spend limit) a create is refused as the API would r
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import traceback
@@ -31,7 +30,7 @@ from .._errors import AccountRefused, GatekeeperError, Interrupted, JobLive
 from ..api._config import ApiConfig
 from ..decide._host import run_ended
 from ..state._gateway import BatchRecord
-from ..state._host import machine_id, pid_alive
+from ..state._host import process_started, this_process
 from ..state.ledger._base import new_owner
 from ._create import BookCall
 from ._job import run_job
@@ -80,11 +79,12 @@ class Runner:
         self.log = log
         self.clock = clock
         self.owner = new_owner()
-        here = machine_id()
-        self.info: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "machine": here}
+        # (its pid's start time too: a pid reused by a later process is not taken for this replica)
+        self.info: dict[str, Any] = {"host": socket.gethostname(), **this_process()}
+        here = self.info["machine"]
         # (a SQLite book is held by this one replica: every earlier claim in it is a dead process's)
         self.ended: Callable[[dict[str, Any]], bool] = (lambda _: True) if single else (
-            lambda info: run_ended(info, here, pid_alive))
+            lambda info: run_ended(info, here, process_started))
         self.jobs: dict[str, _Running] = {}
         self._wake = anyio.Event()
         self.stopping = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +28,9 @@ from ..input._sizing import Limits
 from ..state._journal import BatchState, Journal, open_job
 from ..state._output import check_writable
 from ..state.ledger._base import Ledger
-from ..state.ledger._open import open_ledger
+from ..state.ledger._open import LedgerChoice, choose_ledger, open_ledger
 from ._loop import CALLS_OUT_WAIT, Job, ResultSink
-from .job._beats import heartbeat, lease_heartbeat, ledger_owner
+from .job._beats import heartbeat, lease_heartbeat, ledger_owner, liveness
 from .job._beside import beside
 from .job._opening import job_journal, out_path
 from .job._settings import EventSink, SubmitSettings
@@ -54,6 +54,7 @@ async def submit(
     prices: PriceTable | None = None,
     prepare_only: bool = False,
     continue_only: bool = False,
+    environ: Mapping[str, str] | None = None,
     clock: Clock = WALL,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> Summary:
@@ -67,10 +68,14 @@ async def submit(
     it stands: an orchestrator's first step on a worker, before the loop runs elsewhere (gatekeeper.airflow). With
     `continue_only` (that second step), it only continues a job already recorded: where the journal holds none (a
     state directory not shared with the machine that prepared it), `JobMissing` is raised before anything is
-    created or sent. Every reading of time and every wait of the run is on `clock` (the real one by default; a
-    simulation hands down its own); `transport` replaces the network under the API's client.
+    created or sent. Creates go through `ledger`, else `settings.ledger`: by default this host's, in the state folder
+    `environ` names (`choose_ledger`; None: this process's environment, read here and nowhere deeper). Every reading
+    of time and every wait of the run is on `clock` (the real one by default; a simulation hands down its own);
+    `transport` replaces the network under the API's client.
     """
     settings = settings or SubmitSettings()
+    # (before anything is recorded: an unwritable state folder is said, and leaves nothing behind)
+    chosen = None if ledger is not None else choose_ledger(settings.ledger, os.environ if environ is None else environ)
     path, state_dir, spooled = resolve_source(source, settings)
     if continue_only and not settings.journal and not (state_dir / Journal.FILE).is_file():
         raise JobMissing(f"no job was prepared in {state_dir} on this machine", where=str(state_dir))
@@ -87,9 +92,7 @@ async def submit(
         if spooled:
             _spool_for(source, path, journal)
         config = kept_version(config, journal)
-        if ledger is None:
-            ledger = open_ledger(settings.ledger, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
-                                 namespace=config.scope, clock=clock.now)
+        ledger = ledger or _ledger_of(chosen, journal, settings, config, clock)
         emit = on_event or (lambda e, f: None)
         try:
             async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event),
@@ -103,6 +106,14 @@ async def submit(
                 return await beside(lambda: _steps(job, ledger, stop, prepare_only, clock.sleep), *beats)
         finally:
             await ledger.close()
+
+
+def _ledger_of(chosen: LedgerChoice | None, journal: Journal, settings: SubmitSettings, config: ApiConfig,
+               clock: Clock) -> Ledger:
+    """The ledger chosen, opened for this job: its owner stable across reruns, this process recorded there."""
+    assert chosen is not None
+    return open_ledger(chosen.url, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
+                       namespace=config.scope, liveness=liveness(registered=True), clock=clock.now)
 
 
 async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool, sleep: Sleep) -> Summary:
@@ -193,11 +204,12 @@ def submit_sync(
     prices: PriceTable | None = None,
     prepare_only: bool = False,
     continue_only: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> Summary:
     """`submit` for code that is not async: the same job, the same arguments (a stop is a KeyboardInterrupt)."""
     return anyio.run(lambda: submit(source, config=config, settings=settings, on_event=on_event, on_result=on_result,
                                     ledger=ledger, retry=retry, prices=prices, prepare_only=prepare_only,
-                                    continue_only=continue_only))
+                                    continue_only=continue_only, environ=environ))
 
 
 async def dry_run(

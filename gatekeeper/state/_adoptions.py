@@ -19,9 +19,30 @@ class Adoptions:
         self.db = core.db
 
     def known_batch_ids(self) -> set[str]:
-        """Batches that are not a candidate for an unknown create: ours, and those found not to be (`not_ours`)."""
+        """Batches that are not a candidate for an unknown create: ours, those found not to be (`not_ours`), and
+        those kept apart beside an unproven adoption (`apart`)."""
         ours = {r[0] for r in self.db.execute("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")}
-        return ours | set(self.core.get_meta("not_ours") or [])
+        apart = {b for ids in (self.core.get_meta("kept_apart") or {}).values() for b in ids}
+        return ours | set(self.core.get_meta("not_ours") or []) | apart
+
+    def keep_apart(self, db: Db, idx: int, batch_ids: Iterable[str]) -> None:
+        """Candidates the evidence could not tell from batch `idx`'s unproven adoption: collected with it, each
+        answer kept apart (never joined, never resent)."""
+        ids = sorted(batch_ids)
+        self.core.put_meta(db, "kept_apart", {**(self.core.get_meta("kept_apart") or {}), str(idx): ids})
+        self.core.note(db, "kept_apart", idx, ids=ids)
+
+    def apart(self, idx: int) -> list[str]:
+        """The candidates kept apart beside batch `idx`'s adoption (`keep_apart`)."""
+        return list((self.core.get_meta("kept_apart") or {}).get(str(idx)) or [])
+
+    def all_apart(self) -> list[str]:
+        return sorted(b for ids in (self.core.get_meta("kept_apart") or {}).values() for b in ids)
+
+    def _unkeep(self, db: Db, idx: int) -> None:
+        kept = self.core.get_meta("kept_apart") or {}
+        if str(idx) in kept:
+            self.core.put_meta(db, "kept_apart", {k: v for k, v in kept.items() if k != str(idx)})
 
     def not_ours(self, idx: int, batch_id: str, why: str = "foreign custom_ids") -> None:
         """A batch adopted from the listing whose results prove it another job's: the create's outcome is
@@ -30,6 +51,7 @@ class Adoptions:
             self.core.put_meta(db, "not_ours", sorted({*(self.core.get_meta("not_ours") or []), batch_id}))  # (same connection)
             adopted = {k: v for k, v in (self.core.get_meta("adopted") or {}).items() if k != str(idx)}
             self.core.put_meta(db, "adopted", adopted)
+            self._unkeep(db, idx)
             self.core.set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
             self.core.note(db, "adoption_undone", idx, id=batch_id, why=why)
 
@@ -39,6 +61,7 @@ class Adoptions:
         with self.core.transaction() as db:
             adopted = {k: v for k, v in (self.core.get_meta("adopted") or {}).items() if k != str(idx)}
             self.core.put_meta(db, "adopted", adopted)
+            self._unkeep(db, idx)
             self.core.set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
             self.core.note(db, "adoption_reopened", idx, id=batch_id, why=why)
 

@@ -128,6 +128,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE unproven (line INTEGER PRIMARY KEY, custom_id TEXT NOT NULL, batch_id TEXT NOT NULL,
             raw BLOB NOT NULL)
     """),
+    ("0011_unproven_each_candidate", """
+        -- every candidate the evidence cannot tell apart is collected and kept apart, not only the one adopted:
+        -- one answer a request and candidate batch
+        CREATE TABLE unproven_each (line INTEGER NOT NULL, custom_id TEXT NOT NULL, batch_id TEXT NOT NULL,
+            raw BLOB NOT NULL, PRIMARY KEY (line, batch_id));
+        INSERT INTO unproven_each SELECT line, custom_id, batch_id, raw FROM unproven;
+        DROP TABLE unproven;
+        ALTER TABLE unproven_each RENAME TO unproven
+    """),
 ]
 # The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
 REGISTRY = """
@@ -310,13 +319,17 @@ class Journal(JournalBase):
     def record_refusal(self, idx: int, depth: int, requests: int) -> None:
         self.back_to_planned(idx, "queue_full", depth=depth, requests=requests)
 
-    def mark_created(self, idx: int, batch_id: str, created_at: str | None, adopted: str | None = None) -> None:
+    def mark_created(self, idx: int, batch_id: str, created_at: str | None, adopted: str | None = None,
+                     apart: tuple[str, ...] = ()) -> None:
         """The batch exists; `adopted` (its proof, see `adoption`) when it was found by listing, recorded in the same
-        transaction (a kill between the two would leave a listing adoption unchecked)."""
+        transaction (a kill between the two would leave a listing adoption unchecked), with the other candidates
+        the evidence could not tell from it (`apart`: collected with it, their answers kept apart)."""
         with self.transaction() as db:
             self.set_state(db, idx, BatchState.CREATED, batch_id=batch_id, created_at=created_at)
             if adopted:
                 self.adoptions.record(db, idx, batch_id, adopted)
+            if apart:
+                self.adoptions.keep_apart(db, idx, apart)
 
     def mark_ended(self, idx: int, ended_at: str | None, counts: Any) -> None:
         with self.transaction() as db:
@@ -429,8 +442,8 @@ class Settlement:
         self._db.executemany("INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (line, attempt) DO UPDATE SET "
                              "batch = excluded.batch, type = excluded.type, error_type = excluded.error_type, raw = excluded.raw",
                              self._history)
-        self._db.executemany("INSERT INTO unproven VALUES (?, ?, ?, ?) ON CONFLICT (line) DO UPDATE SET "
-                             "custom_id = excluded.custom_id, batch_id = excluded.batch_id, raw = excluded.raw", self._kept)
+        self._db.executemany("INSERT INTO unproven VALUES (?, ?, ?, ?) ON CONFLICT (line, batch_id) DO UPDATE SET "
+                             "custom_id = excluded.custom_id, raw = excluded.raw", self._kept)
         self._kept.clear()
         self.finals += len(self._finals)
         self.retries += len(self._retries)

@@ -59,7 +59,7 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
     if isinstance(result, dict):
         return _queue_full(h, result["limit"])
     fake.org.records.versions[result.id] = version or ""
-    if h.pending_drop:
+    if h.pending_drop or fake.org.answer_lost():
         return h.drop()  # committed, but the answer is lost
     if h.pending_delay:
         h.pause(h.pending_delay)  # committed; the answer is late (a client may die waiting)

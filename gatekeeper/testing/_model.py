@@ -150,6 +150,7 @@ class FakeConfig:
     # "count", "count-K", "scale:F", "const:N", "noisy:P" (count x (1 ± P) per prompt) or "none" (no usage
     # reported); count_tokens is an estimate
     seed: int = 1
+    lost_creates: float = 0.0  # the share of creates whose answer is lost once the batch exists (drawn per create)
     ids_seed: int | None = None  # batch ids drawn from this seed (a simulation replays them); None: unique across fakes
     # simulated seconds a new batch waits before it is processed, drawn for each batch from the fake's seeded
     # generator (the real API's turnaround, minutes to 24 hours: past its expiry a batch ends expired); None: at once
@@ -241,6 +242,7 @@ class Records:
     billed_realtime: dict[str, list[int]] = field(default_factory=dict)  # the part of `billed` the real-time lane's
     first_create_at: float | None = None
     last_end_at: float | None = None
+    lost_answers: int = 0  # creates committed whose answer was dropped (`lost_creates`)
 
     def bill(self, model: str, usage: Usage, *, realtime: bool = False) -> None:
         """Add one succeeded request's tokens to what its model was billed (`realtime`: at standard prices)."""
@@ -253,7 +255,7 @@ class Records:
         """What the fake received and answered, as `gatekeeper fake-api` prints it on exit."""
         return {"creates": self.creates, "requests": sum(self.tries.values()),
                 "succeeded": sum(self.answered.values()), "answered_twice": sum(1 for n in self.answered.values() if n > 1),
-                "refusals": len(self.refusals), "deepest_queue": self.max_depth,
+                "refusals": len(self.refusals), "deepest_queue": self.max_depth, "lost_create_answers": self.lost_answers,
                 "realtime_answered": sum(self.realtime.values()),
                 "answered_in_both_lanes": len({d for _, d in self.answered} & set(self.realtime))}
 
@@ -273,6 +275,7 @@ class Organization:
         self.rng = random.Random(config.seed)
         # batch ids are unique across fakes, as the API's are (a shared ledger outlives one), unless a seed is given
         self.id_rng = random.Random() if config.ids_seed is None else random.Random(config.ids_seed)
+        self.loss_rng = random.Random(f"{config.seed}:lost-creates")  # (its own draws: the others' stay as they were)
         self.batches: dict[str, FakeBatch] = {}
         self.deleted: set[str] = set()
         self.records = Records()
@@ -283,6 +286,13 @@ class Organization:
         self._mono0 = clock()
         self._offset = 0.0
         self._tick = 0.0  # simulated time processing has reached
+
+    def answer_lost(self) -> bool:
+        """Whether this committed create's answer is lost (`FakeConfig.lost_creates`), counted when it is."""
+        with self.lock:
+            lost = self.config.lost_creates > 0 and self.loss_rng.random() < self.config.lost_creates
+            self.records.lost_answers += lost
+            return lost
 
     # -- clock --------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from .._prices import PriceTable
 from ..decide._headroom import parse_time
 from ..decide._host import run_ended
 from ..run.job._summary import summarize
-from ..state._host import machine_id, pid_alive
+from ..state._host import machine_id, process_started
 from ..state._journal import BatchRow, Journal, open_job
 
 MAX_BARS = 1000  # batches drawn; a run with more shows the first ones and says so
@@ -57,7 +57,7 @@ def _status(j: Journal, state_dir: Path, complete: bool) -> str:
         return "finished"
     if j.job:  # a shared journal's job is running while its lease is live, and its run not known to have ended
         lease = j.lease.holder()
-        return "running" if lease and not run_ended(lease, machine_id(), pid_alive) else "interrupted"
+        return "running" if lease and not run_ended(lease, machine_id(), process_started) else "interrupted"
     try:  # a live submit holds the state directory's lock
         fd = os.open(state_dir / "lock", os.O_RDONLY)
     except OSError:

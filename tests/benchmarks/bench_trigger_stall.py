@@ -83,7 +83,8 @@ def run(n: int, how: str) -> float:
             settings = SubmitSettings(state_dir=state, poll=0.1)
             submit_sync(path, config=config, settings=settings, prepare_only=True)
             spec = JobSpec(conn_id="anthropic_default", input_path=str(path), state_dir=str(state), results_path=None,
-                           journal=None, job=None, ledger=None, ceiling=None, budget=None, max_attempts=3, poll_interval=0.1)
+                           journal=None, job=None, ledger=None, ceiling=None, budget=None, max_attempts=3, poll_interval=0.1,
+                           state_base=tmp)  # (the trigger finds the job's folder by the operator's rule: under this one)
 
             async def main() -> float:
                 conn = await get_async_connection("anthropic_default")  # (a running triggerer's warm state)

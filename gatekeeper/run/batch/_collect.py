@@ -247,6 +247,8 @@ class Collector(Part):
                     reached("mid-results")
         if download.foreign:  # a batch adopted by listing that was not ours; ours may exist (not listed then): never resend
             raise _NotOurs(f"{download.foreign} results of another job's custom_ids")
+        if held:
+            await self._keep_alike_apart(row, s)
         if learned is not None:
             s.adopted = (str(row.batch_id), await self._weighed(row, members.sample, billed, learned))
         for cid, (line, off, length, attempt) in members.left():
@@ -276,6 +278,33 @@ class Collector(Part):
         usage = usage_of(result) if succeeded else (None, 0, 0, 0, 0, 0)
         s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage, stop_of(result) if succeeded else None)
         return len(raw) + 1
+
+    async def _keep_alike_apart(self, row: BatchRow, s: Settlement) -> None:
+        """The other candidates the evidence could not tell from this unproven adoption (`Adoptions.apart`): each
+        collected in the same transaction, its answers kept apart beside ours (never joined, never resent; the
+        budget counts the one adopted, whose billing is theirs alike). One whose results are not there yet waits
+        (`_NotYet`, everything rolled back) within the results grace; past it, or archived, it is said and left."""
+        alike = self.journal.adoptions.apart(row.idx)
+        if not alike:
+            return
+        lines = {custom_id(body): line for line, _, body, _ in self._requests_of(row)}
+        for batch_id in alike:
+            try:
+                batch: dict[str, Any] | None = await self.api.retrieve_batch(batch_id)
+            except NotFoundError:
+                batch = None
+            if batch is not None and batch.get("results_url") and not batch.get("archived_at"):
+                try:
+                    async for cid, raw, _ in Download(self.api, batch, set(lines), f"batch {row.idx}, kept apart ({batch_id})"):
+                        s.keep_apart(lines[cid], cid, batch_id, raw)
+                    self.emit("kept_apart", {"batch": row.idx, "id": batch_id, "requests": len(lines)})
+                    continue
+                except NotFoundError:
+                    pass
+            v = missing_verdict(None, batch, self.settings, self.clock())
+            if v.action is Missing.WAIT and batch is not None:
+                raise _NotYet(f"the results of {batch_id}, kept apart beside it, are not there yet")
+            self.emit("kept_apart_unavailable", {"batch": row.idx, "id": batch_id, "reason": v.reason})
 
     @staticmethod
     def _keep_apart(out: BinaryIO, row: BatchRow, cid: str, raw: bytes, result: Result,

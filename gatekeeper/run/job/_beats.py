@@ -13,8 +13,10 @@ import anyio
 
 from ..._clock import run_sync
 from ..._errors import JournalError, LedgerError
+from ...decide._host import run_ended
+from ...state._host import process_started, this_process
 from ...state._journal import Journal
-from ...state.ledger._base import Ledger, new_owner
+from ...state.ledger._base import Ledger, Liveness, new_owner
 from ._settings import EventSink
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -58,3 +60,12 @@ def ledger_owner(journal: Journal) -> str:
         owner = new_owner()
         journal.set_meta("ledger_owner", owner)
     return str(owner)
+
+
+def liveness(*, registered: bool) -> Liveness:
+    """What a ledger opened here knows of this machine's processes: a submitter of this machine whose process has
+    ended (its pid gone, or reused by a later process) is dropped at once (`decide._host.run_ended`).
+    `registered`: this process is recorded there too (a submitter; not a reader such as `status`)."""
+    me = this_process()
+    here = me["machine"]
+    return Liveness(me if registered else None, here, lambda record: run_ended(record, here, process_started))

@@ -18,7 +18,7 @@ from ..._errors import JournalError, UsageError
 from ...api._config import ApiConfig
 from ...decide._host import run_ended
 from ...state._db import require_postgres
-from ...state._host import machine_id, pid_alive
+from ...state._host import process_started, this_process
 from ...state._journal import Journal, private_dir
 from ...state._output import check_writable
 from ...state.ledger._base import new_owner
@@ -102,11 +102,12 @@ async def leased_journal(settings: SubmitSettings, state_dir: Path, name: str, c
         if created:
             shutil.rmtree(state_dir, ignore_errors=True)
         raise
-    here = machine_id()
-    info = {"host": socket.gethostname(), "pid": os.getpid(), "machine": here, "state_dir": os.path.abspath(state_dir)}
+    me = this_process()
+    here = me["machine"]
+    info = {"host": socket.gethostname(), **me, "state_dir": os.path.abspath(state_dir)}
     try:
         # A run that died on this machine (a crash, kill -9) leaves its lease to expire: a rerun here need not wait.
-        journal.lease.take(new_owner(), info, settings.lease_ttl, ended=lambda holder: run_ended(holder, here, pid_alive))
+        journal.lease.take(new_owner(), info, settings.lease_ttl, ended=lambda holder: run_ended(holder, here, process_started))
         yield journal
     finally:
         with contextlib.suppress(JournalError):  # unreachable now: the lease expires on its own after lease_ttl

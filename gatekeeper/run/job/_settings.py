@@ -31,8 +31,11 @@ class SubmitSettings:
     clock_skew: float = 300.0  # tolerance between our clock and created_at
     min_backoff: float = 5.0  # shortest wait after a queue-full refusal
     max_backoff: float = 600.0
-    ledger: str | None = None  # None/"local", "sqlite:///path", "redis://host:port/db"
-    ledger_ttl: float = 900.0  # seconds a dead submitter's reservations outlive its last heartbeat
+    # the admission ledger creates go through: None, the default: GATEKEEPER_LEDGER in the environment `submit` is
+    # given, else "host" (this user's on this machine, in the state folder); "none" (no ledger: ownership after a
+    # lost create rests on usage alone); or a URL to share: "sqlite:///path", "redis://host:port/db", "postgresql://..."
+    ledger: str | None = None
+    ledger_ttl: float = 900.0  # seconds a dead submitter of another machine outlives its last heartbeat in the ledger
     # on a shared ledger: while a job of higher priority waits for room, lower ones admit nothing new; jobs of one
     # priority share freed room in proportion to `share` (see decide._shares)
     priority: str = "normal"  # "high", "normal" or "low"

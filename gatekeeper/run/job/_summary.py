@@ -156,7 +156,7 @@ def adoptions(j: Journal) -> dict[str, Any] | None:
     if not adopted and not not_ours:
         return None
     return {"proven": sum(1 for a in adopted if a["proof"] in ("results", "ledger")),
-            "unproven": sorted(a["id"] for a in adopted if a["proof"] == "unproven"),
+            "unproven": sorted([*(a["id"] for a in adopted if a["proof"] == "unproven"), *j.adoptions.all_apart()]),
             "unchecked": sum(1 for a in adopted if a["proof"] == "listing"), "not_ours": list(not_ours)}
 
 

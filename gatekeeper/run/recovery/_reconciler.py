@@ -13,6 +13,7 @@ from ...decide._reconcile import (
     Decision,
     candidates_for,
     compared,
+    dead_rivals,
     decide,
     nearest_first,
     others_in_flight,
@@ -39,12 +40,16 @@ class Reconciler(Part):
         intents = self.journal.batches(BatchState.INTENT)
         if not intents:
             return
-        theirs, unconfirmed = others_in_flight(await self.ledger.reservations(), self.ledger.owner)
+        reservations = await self.ledger.reservations()
+        theirs, unconfirmed = others_in_flight(reservations, self.ledger.owner)
         known = self.journal.adoptions.known_batch_ids() | theirs
+        now = self.clock()
         for row in intents:
             sent_at = row.intent_at or 0.0
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.settings.clock_skew)
-            rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests) + unconfirmed[row.requests]
+            rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests) + unconfirmed[row.requests] \
+                + dead_rivals(reservations, self.ledger.owner, row.requests, sent_at - self.settings.clock_skew, now,
+                              self.ledger.ttl)
             d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.settings.reconcile_grace,
                        body_complete=row.body_complete, named_after=self._named_after(snap.at))
             if d.action is Action.COMPARE:
@@ -107,10 +112,11 @@ class Reconciler(Part):
             batch = d.candidates[0]
             batch_id = str(batch.get("id"))
             self.api.note_created(batch_id)
-            self.journal.mark_created(row.idx, batch_id, batch.get("created_at"), adopted=d.proof)
+            self.journal.mark_created(row.idx, batch_id, batch.get("created_at"), adopted=d.proof, apart=d.apart)
             await self.ledger.confirm(row.idx, batch_id)
-            known.add(batch_id)
-            self.emit("reconciled", {"batch": row.idx, "outcome": "created", "id": batch_id, "how": d.reason})
+            known.update((batch_id, *d.apart))
+            self.emit("reconciled", {"batch": row.idx, "outcome": "created", "id": batch_id, "how": d.reason,
+                                     **({"kept_apart": list(d.apart)} if d.apart else {})})
         elif d.action is Action.ABANDON:
             self.journal.back_to_planned(row.idx)
             await self.ledger.release(row.idx)

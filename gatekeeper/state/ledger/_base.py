@@ -26,7 +26,18 @@ unnamed batch of our size and custom_ids, created after our send, is ours whatev
 (`decide._reconcile`). A released reservation whose batch was created stays as a *name* (no requests) for
 `NAMED_FOR` seconds, so batches that ended are still told apart.
 
-`LocalLedger` (the default) serves one submitter: its journal already counts its
+A submitter that dies on this very machine never holds the others back for a TTL: each one records its
+process (machine, pid, start time) in the ledger, and every step first drops the submitters of this machine whose
+process has ended (`Liveness`; a reused pid is told apart by its start time): their confirmed batches stay named,
+their claims and job registrations go, and an unconfirmed reservation (a create that may have reached the server)
+frees its requests at once but stays an *orphan* of its size for `NAMED_FOR`. The orphan keeps the turn for creates
+of its size alone (the only ones its batch could be taken for), until its owner's rerun takes it back and settles
+it, no longer than the reservation would have lasted (its TTL after the last heartbeat): so no two unknown creates of one size ever overlap, and the
+lone-candidate proof still holds; creates of every other size go at once. It stays a rival of our lost creates of
+its size sent within the TTL after (`decide._reconcile.dead_rivals`). Submitters of other machines lapse after the
+TTL, as before.
+
+`LocalLedger` (`--ledger none`) serves one submitter: its journal already counts its
 own creates, so it grants everything.
 """
 
@@ -35,6 +46,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -51,6 +63,9 @@ class Reservation:
     requests: int
     batch_id: str | None
     expires_in: float
+    # an orphan: seconds since its owner was found dead on its machine with this create unconfirmed (its requests
+    # are free; `requests` is the size of the batch it may have created); None for a reservation of a live owner
+    dead_for: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "batch": self.batch, "requests": self.requests, "batch_id": self.batch_id,
@@ -58,8 +73,20 @@ class Reservation:
 
     @property
     def live(self) -> bool:
-        """A reservation of requests (not a released batch's name)."""
-        return self.requests > 0
+        """A reservation of requests (not a released batch's name, nor a dead owner's orphan)."""
+        return self.requests > 0 and self.dead_for is None
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What a ledger knows of processes on this machine: this submitter's own (`me`: machine, pid and start time,
+    recorded for its owner; None for a reader such as `status`), this machine (None where the system does not say:
+    then nothing is judged, TTLs only), and `ended(record)`, whether a recorded process has certainly ended
+    (`decide._host.run_ended`, passed in from above)."""
+
+    me: dict[str, Any] | None
+    machine: str | None
+    ended: Callable[[dict[str, Any]], bool]
 
 
 class Ledger(Protocol):
@@ -84,10 +111,12 @@ class Ledger(Protocol):
 
 
 class LedgerReading(NamedTuple):
-    """What `status` and the exporter read of a shared ledger: live reservations, and the jobs' claims."""
+    """What `status` and the exporter read of a ledger: live reservations, the jobs' claims, and which ledger it is
+    (`in_use`: `LedgerChoice.to_json()`)."""
 
     reservations: list[Reservation]
     claims: list[Claim]
+    in_use: dict[str, Any] | None = None
 
     def jobs(self) -> list[dict[str, Any]]:
         """Each job on the ledger: name, priority, share, queued (its live reservations), waiting, admitted."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..._errors import LedgerError
 from .._db import Db, PgDb, pg_ddl, safe_url
-from ._base import DEFAULT_TTL
+from ._base import DEFAULT_TTL, Liveness
 from ._sql import SQL_SCHEMA, SqlLedger
 
 LOCK_LEDGER = 7_046_913_202  # PostgreSQL: the advisory lock every grant takes (one grant at a time, all hosts)
@@ -18,8 +18,10 @@ class PgLedger(SqlLedger):
     """Submitters on many hosts: PostgreSQL. Each grant holds one advisory lock for its transaction, and every
     expiry is on the server's clock (no skew between hosts)."""
 
-    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "") -> None:
+    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "",
+                 liveness: Liveness | None = None) -> None:
         self.owner = owner
+        self.liveness = liveness
         self.ttl = ttl
         self.margin = margin
         self.url = safe_url(url)

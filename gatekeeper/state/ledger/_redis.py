@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable
 from typing import Any
 
 from ..._errors import LedgerError
 from .._claims import Claim
 from .._db import safe_url
-from ._base import DEFAULT_TTL, NAMED_FOR, ClaimPost, Reservation, claim_of
+from ._base import DEFAULT_TTL, NAMED_FOR, ClaimPost, Liveness, Reservation, claim_of
 
 # One Lua script a step: Redis runs each atomically, on the server's clock (no skew between hosts).
 _LUA_RESERVE = """
@@ -30,6 +31,15 @@ for i = 1, #all, 2 do
     reserved = reserved + count
     if string.sub(field, 1, #owner + 1) == owner .. '|' then mine = mine + count
     elseif bid == '' and count > 0 then creating = creating + 1 end
+  end
+end
+-- (a dead submitter's unknown create of this size keeps the turn for this size alone, a TTL at most)
+local orphans = redis.call('HGETALL', KEYS[2])
+for i = 1, #orphans, 2 do
+  local count, holds = string.match(orphans[i + 1], '^(%d+):[^:]+:[^:]+:(.*)$')
+  if count and string.sub(orphans[i], 1, #owner + 1) ~= owner .. '|' and tonumber(count) == n
+      and tonumber(holds) >= now then
+    creating = creating + 1
   end
 end
 if creating > 0 then return 0 end
@@ -157,11 +167,69 @@ redis.call('HSET', key, owner, cjson.encode(rec))
 return 1
 """
 
+# A submitter whose process ended on this machine (judged by the caller), dropped in one step, unless it was
+# registered again since (`expected`: the record judged): its confirmed batches stay named, its unconfirmed creates
+# not yet expired become orphans (count:since:expires:holds, holding the turn for their size until the reservation
+# would have expired), its job registrations, claim and record go.
+_LUA_DROP = """
+local res, jobs, claims, procs, orphans = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, expected, named = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if redis.call('HGET', procs, owner) ~= expected then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local prefix = owner .. '|'
+local all = redis.call('HGETALL', res)
+for i = 1, #all, 2 do
+  local field, value = all[i], all[i + 1]
+  if string.sub(field, 1, #prefix) == prefix then
+    local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
+    if bid == '' then
+      redis.call('HDEL', res, field)
+      if tonumber(count) > 0 and tonumber(expires) >= now then
+        redis.call('HSET', orphans, field, count .. ':' .. now .. ':' .. (now + named) .. ':' .. expires)
+      end
+    elseif tonumber(count) > 0 then redis.call('HSET', res, field, '0:' .. (now + named) .. ':' .. bid) end
+  end
+end
+local held = redis.call('HGETALL', jobs)
+for i = 1, #held, 2 do
+  if string.match(held[i + 1], '^([^|]*)|') == owner then redis.call('HDEL', jobs, held[i]) end
+end
+redis.call('HDEL', claims, owner)
+redis.call('HDEL', procs, owner)
+return 1
+"""
+
+# The live orphans (count:since:expires), the expired ones deleted; the server's time.
+_LUA_ORPHANS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local all = redis.call('HGETALL', KEYS[1])
+local live = {}
+for i = 1, #all, 2 do
+  local expires = tonumber(string.match(all[i + 1], '^%d+:[^:]+:([^:]+):') or 0)
+  if expires < now then redis.call('HDEL', KEYS[1], all[i])
+  else table.insert(live, all[i]); table.insert(live, all[i + 1]) end
+end
+return {tostring(now), live}
+"""
+
+# This submitter done: its orphans and its process record go.
+_LUA_FORGET = """
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, #ARGV[1]) == ARGV[1] then redis.call('HDEL', KEYS[1], all[i]) end
+end
+redis.call('HDEL', KEYS[2], ARGV[2])
+return 1
+"""
+
 
 class RedisLedger:
     """Submitters on many hosts: a Redis hash, every step an atomic Lua script on the server."""
 
-    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "default") -> None:
+    def __init__(self, url: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0, namespace: str = "default",
+                 liveness: Liveness | None = None) -> None:
         try:
             import redis.asyncio as aioredis
         except ImportError:
@@ -186,6 +254,12 @@ class RedisLedger:
         self._claim_beat = self.client.register_script(_LUA_CLAIM_BEAT)
         self.jobs_key = f"gatekeeper:{namespace}:jobs"
         self.claims_key = f"gatekeeper:{namespace}:claims"
+        self.liveness = liveness
+        self.procs_key = f"gatekeeper:{namespace}:processes"
+        self.orphans_key = f"gatekeeper:{namespace}:orphans"
+        self._drop = self.client.register_script(_LUA_DROP)
+        self._orphans = self.client.register_script(_LUA_ORPHANS)
+        self._forget = self.client.register_script(_LUA_FORGET)
 
     def _field(self, batch: int) -> str:
         return f"{self.owner}|{batch}"
@@ -200,33 +274,67 @@ class RedisLedger:
             raise LedgerError(f"ledger {self.url} cannot be reached: {type(exc).__name__}: {exc}",
                               setting="ledger") from exc
 
+    async def _sweep(self) -> None:
+        """Drop every other submitter of this machine whose process has ended (`Liveness`), each in one script."""
+        live = self.liveness
+        if live is None or live.machine is None:
+            return
+        records = await self._guard(self.client.hgetall(self.procs_key))
+        for field, value in records.items():
+            owner, rec = field.decode(), json.loads(value)
+            # (a record not renewed for NAMED_FOR, on any machine, is long dead: its heartbeat renews it every ttl/3)
+            stale = float(rec.get("seen") or 0.0) < time.time() - NAMED_FOR
+            if owner != self.owner and (stale or rec.get("machine") == live.machine and live.ended(rec)):
+                await self._guard(self._drop(keys=[self.key, self.jobs_key, self.claims_key, self.procs_key,
+                                                   self.orphans_key], args=[owner, value, NAMED_FOR]))
+
+    async def _register(self) -> None:
+        me = self.liveness.me if self.liveness is not None else None
+        if me is not None and me.get("machine"):
+            record = json.dumps({**me, "seen": round(time.time(), 1)}, sort_keys=True)
+            await self._guard(self.client.hset(self.procs_key, self.owner, record))
+
     async def ping(self) -> None:
+        """Reach the ledger, and record this submitter's process there (before any step of its own)."""
         await self._guard(self.client.ping())
+        await self._sweep()
+        await self._register()
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+        await self._sweep()
         limit = -1 if ceiling is None else ceiling - self.margin
-        return bool(await self._guard(self._reserve(keys=[self.key], args=[self.owner, batch, n, limit, seen, self.ttl])))
+        granted = bool(await self._guard(self._reserve(keys=[self.key, self.orphans_key],
+                                                       args=[self.owner, batch, n, limit, seen, self.ttl])))
+        if granted:
+            await self._guard(self.client.hdel(self.orphans_key, self._field(batch)))
+        return granted
 
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
         await self._guard(self._set(keys=[self.key], args=[self._field(batch), n, self.ttl, batch_id or ""]))
+        await self._guard(self.client.hdel(self.orphans_key, self._field(batch)))
 
     async def confirm(self, batch: int, batch_id: str) -> None:
         await self._guard(self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id]))
 
     async def release(self, batch: int) -> None:
         await self._guard(self._release(keys=[self.key], args=[self.owner + "|", self._field(batch), NAMED_FOR]))
+        await self._guard(self.client.hdel(self.orphans_key, self._field(batch)))
 
     async def release_all(self) -> None:
         await self._guard(self._release(keys=[self.key], args=[self.owner + "|", "", NAMED_FOR]))
         await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "1"]))
         await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "1"]))
+        await self._guard(self._forget(keys=[self.orphans_key, self.procs_key], args=[self.owner + "|", self.owner]))
 
     async def heartbeat(self) -> None:
+        await self._sweep()
+        await self._register()
         await self._guard(self._heartbeat(keys=[self.key], args=[self.owner, self.ttl]))
         await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "0"]))
         await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "0"]))
 
     async def put_claim(self, mine: ClaimPost) -> list[Claim]:
+        await self._sweep()
         rec = {"job": mine.job, "priority": mine.priority, "share": mine.share, "want": mine.want, "vtime": mine.vtime,
                "admitted": mine.admitted}
         now_text, flat = await self._guard(self._put_claim(
@@ -234,15 +342,18 @@ class RedisLedger:
         return _redis_claims(float(now_text), flat)
 
     async def claims(self) -> list[Claim]:
+        await self._sweep()
         now_text, flat = await self._guard(self._list(keys=[self.claims_key]))
         now = float(now_text)
         return [c for c, exp in _redis_claims_expiring(now, flat) if exp >= now]
 
     async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None:
+        await self._sweep()
         held = await self._guard(self._claim(keys=[self.jobs_key], args=[job, self.owner, json.dumps(info), self.ttl]))
         return None if not held else dict(json.loads(held))
 
     async def reservations(self) -> list[Reservation]:
+        await self._sweep()
         now_text, flat = await self._guard(self._list(keys=[self.key]))
         now = float(now_text)
         out = []
@@ -251,6 +362,12 @@ class RedisLedger:
             count, expires, bid = value.decode().split(":", 2)
             if float(expires) >= now:
                 out.append(Reservation(owner, int(batch), int(count), bid or None, float(expires) - now))
+        now_text, flat = await self._guard(self._orphans(keys=[self.orphans_key]))
+        now = float(now_text)
+        for field, value in zip(flat[::2], flat[1::2]):
+            owner, _, batch = field.decode().rpartition("|")
+            count, since, expires, _ = value.decode().split(":", 3)
+            out.append(Reservation(owner, int(batch), int(count), None, float(expires) - now, max(0.0, now - float(since))))
         return sorted(out, key=lambda r: (r.owner, r.batch))
 
     async def close(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from ..._clock import run_sync
 from .._claims import Claim
 from .._db import Db
-from ._base import NAMED_FOR, ClaimPost, Reservation, claim_of, grant
+from ._base import NAMED_FOR, ClaimPost, Liveness, Reservation, claim_of, grant
 
 SQL_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
@@ -19,6 +19,13 @@ SQL_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS claims (owner TEXT PRIMARY KEY, job TEXT NOT NULL, priority INTEGER NOT NULL, "
     "share REAL NOT NULL, want INTEGER NOT NULL, vtime REAL NOT NULL, admitted INTEGER NOT NULL, waiting_since REAL, "
     "claimed_at REAL NOT NULL, expires_at REAL NOT NULL)",
+    # each submitter's process, so that one that died on its machine is known at once (`Liveness`)
+    "CREATE TABLE IF NOT EXISTS processes (owner TEXT PRIMARY KEY, machine TEXT NOT NULL, pid INTEGER NOT NULL, "
+    "started TEXT NOT NULL, seen_at REAL NOT NULL)",
+    # a dead submitter's unconfirmed creates: requests freed, the size kept as a rival's (`Reservation.dead_for`),
+    # the turn for that size held until its reservation would have expired (`holds_until`)
+    "CREATE TABLE IF NOT EXISTS orphans (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
+    "since REAL NOT NULL, expires_at REAL NOT NULL, holds_until REAL NOT NULL, PRIMARY KEY (owner, batch))",
 )
 _CLAIM_UPSERT = (
     "INSERT INTO claims (owner, job, priority, share, want, vtime, admitted, waiting_since, claimed_at, expires_at) "
@@ -30,6 +37,11 @@ _CLAIM_COLUMNS = "owner, job, priority, share, want, waiting_since, vtime, admit
 
 _UPSERT = ("INSERT INTO reservations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, batch) DO UPDATE SET "
            "requests = excluded.requests, batch_id = excluded.batch_id, expires_at = excluded.expires_at")
+_REGISTER = ("INSERT INTO processes VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET machine = excluded.machine, "
+             "pid = excluded.pid, started = excluded.started, seen_at = excluded.seen_at")
+_ORPHAN = ("INSERT INTO orphans SELECT owner, batch, requests, ?, ?, expires_at FROM reservations WHERE owner = ? AND "
+           "batch_id IS NULL AND requests > 0 AND expires_at >= ? ON CONFLICT (owner, batch) DO UPDATE SET requests = "
+           "excluded.requests, since = excluded.since, expires_at = excluded.expires_at, holds_until = excluded.holds_until")
 
 
 class SqlLedger(abc.ABC):
@@ -38,13 +50,47 @@ class SqlLedger(abc.ABC):
     ttl: float
     owner: str
     margin: int
+    liveness: Liveness | None = None
 
     @abc.abstractmethod
     def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
         """Run `fn(db, now)` as one atomic step; its result."""
 
     async def _run(self, fn: Callable[[Db, float], Any]) -> Any:
-        return await run_sync(lambda: self._tx(fn))
+        """One step, after the submitters that died on this machine are dropped (in the same transaction)."""
+        def step(db: Db, now: float) -> Any:
+            self._sweep(db, now)
+            return fn(db, now)
+
+        return await run_sync(lambda: self._tx(step))
+
+    def _sweep(self, db: Db, now: float) -> None:
+        """Drop every other submitter of this machine whose process has ended (`Liveness`): its confirmed batches
+        stay named, its unconfirmed creates become orphans, its claims and job registrations go."""
+        live = self.liveness
+        if live is None or live.machine is None:
+            return
+        rows = db.execute("SELECT owner, machine, pid, started, seen_at FROM processes WHERE owner <> ? AND "
+                          "(machine = ? OR seen_at < ?)", (self.owner, live.machine, now - NAMED_FOR)).fetchall()
+        for owner, machine, pid, started, seen in rows:
+            # (a record not renewed for NAMED_FOR, on any machine, is long dead: its heartbeat renews it every ttl/3)
+            if seen < now - NAMED_FOR or live.ended({"machine": machine, "pid": int(pid), "started": started}):
+                db.execute(_ORPHAN, (now, now + NAMED_FOR, owner, now))
+                self._release(db, now, "", (), owner=owner)
+                for table in ("jobs", "claims", "processes"):
+                    db.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))
+        db.execute("DELETE FROM orphans WHERE expires_at < ?", (now,))
+
+    def _register(self, db: Db, now: float) -> None:
+        """Record this submitter's process (see `_sweep`)."""
+        me = self.liveness.me if self.liveness is not None else None
+        if me is not None and me.get("machine"):
+            db.execute(_REGISTER, (self.owner, me["machine"], int(me["pid"]), str(me.get("started") or ""), now))
+
+    def _unorphan(self, db: Db, batch: int | None = None) -> None:
+        """This submitter's orphans (of one batch, or all): it holds, reserves or releases them itself now."""
+        db.execute("DELETE FROM orphans WHERE owner = ?" + ("" if batch is None else " AND batch = ?"),
+                   (self.owner,) if batch is None else (self.owner, batch))
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         def step(db: Db, now: float) -> bool:
@@ -53,16 +99,25 @@ class SqlLedger(abc.ABC):
                 "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0), "
                 "COUNT(CASE WHEN owner <> ? AND batch_id IS NULL AND requests > 0 THEN 1 END) "
                 "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, self.owner, batch)).fetchone()
+            # (a dead submitter's unknown create of this size keeps the turn for this size alone, no longer than its
+            # reservation would have: its TTL after its last heartbeat)
+            creating += db.execute("SELECT COUNT(*) FROM orphans WHERE owner <> ? AND requests = ? AND holds_until >= ?",
+                                   (self.owner, n, now)).fetchone()[0]
             limit = ceiling - self.margin if ceiling is not None else reserved + max(0, seen - mine) + n
             if not grant(int(reserved), seen, int(mine), n, limit, int(creating)):
                 return False
             db.execute(_UPSERT, (self.owner, batch, n, None, now + self.ttl))
+            self._unorphan(db, batch)
             return True
 
         return bool(await self._run(step))
 
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
-        await self._run(lambda db, now: db.execute(_UPSERT, (self.owner, batch, n, batch_id, now + self.ttl)))
+        def step(db: Db, now: float) -> None:
+            db.execute(_UPSERT, (self.owner, batch, n, batch_id, now + self.ttl))
+            self._unorphan(db, batch)
+
+        await self._run(step)
 
     async def confirm(self, batch: int, batch_id: str) -> None:
         await self._run(lambda db, now: db.execute(
@@ -70,24 +125,32 @@ class SqlLedger(abc.ABC):
             (batch_id, now + self.ttl, self.owner, batch)))
 
     async def release(self, batch: int) -> None:
-        await self._run(lambda db, now: self._release(db, now, "AND batch = ?", (batch,)))
+        def step(db: Db, now: float) -> None:
+            self._release(db, now, "AND batch = ?", (batch,))
+            self._unorphan(db, batch)
 
-    def _release(self, db: Db, now: float, which: str, args: tuple[Any, ...]) -> None:
-        """Free the requests; a created batch stays named (`NAMED_FOR`)."""
+        await self._run(step)
+
+    def _release(self, db: Db, now: float, which: str, args: tuple[Any, ...], owner: str | None = None) -> None:
+        """Free the requests (this submitter's, or `owner`'s); a created batch stays named (`NAMED_FOR`)."""
+        owner = self.owner if owner is None else owner
         db.execute(f"UPDATE reservations SET requests = 0, expires_at = ? WHERE owner = ? {which} AND batch_id IS NOT NULL "
-                   "AND requests > 0", (now + NAMED_FOR, self.owner, *args))
-        db.execute(f"DELETE FROM reservations WHERE owner = ? {which} AND batch_id IS NULL", (self.owner, *args))
+                   "AND requests > 0", (now + NAMED_FOR, owner, *args))
+        db.execute(f"DELETE FROM reservations WHERE owner = ? {which} AND batch_id IS NULL", (owner, *args))
 
     async def release_all(self) -> None:
         def step(db: Db, now: float) -> None:
             self._release(db, now, "", ())
+            self._unorphan(db)
             db.execute("DELETE FROM jobs WHERE owner = ?", (self.owner,))
             db.execute("DELETE FROM claims WHERE owner = ?", (self.owner,))
+            db.execute("DELETE FROM processes WHERE owner = ?", (self.owner,))
 
         await self._run(step)
 
     async def heartbeat(self) -> None:
         def step(db: Db, now: float) -> None:
+            self._register(db, now)
             db.execute("UPDATE reservations SET expires_at = ? WHERE owner = ? AND requests > 0", (now + self.ttl, self.owner))
             db.execute("UPDATE jobs SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
             db.execute("UPDATE claims SET expires_at = ? WHERE owner = ?", (now + self.ttl, self.owner))
@@ -112,7 +175,10 @@ class SqlLedger(abc.ABC):
         def step(db: Db, now: float) -> list[Reservation]:
             rows = db.execute("SELECT owner, batch, requests, batch_id, expires_at FROM reservations "
                               "WHERE expires_at >= ? ORDER BY owner, batch", (now,)).fetchall()
-            return [Reservation(o, b, n, bid, exp - now) for o, b, n, bid, exp in rows]
+            orphans = db.execute("SELECT owner, batch, requests, since, expires_at FROM orphans WHERE expires_at >= ? "
+                                 "ORDER BY owner, batch", (now,)).fetchall()
+            return [*(Reservation(o, b, n, bid, exp - now) for o, b, n, bid, exp in rows),
+                    *(Reservation(o, b, n, None, exp - now, max(0.0, now - since)) for o, b, n, since, exp in orphans)]
 
         return list(await self._run(step))
 
@@ -135,7 +201,8 @@ class SqlLedger(abc.ABC):
         return list(await self._run(step))
 
     async def ping(self) -> None:
-        await self._run(lambda db, now: None)
+        """Reach the ledger, and record this submitter's process there (before any step of its own)."""
+        await self._run(self._register)
 
     async def close(self) -> None:
         return None

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..._errors import LedgerError
 from .._db import Db, SqliteDb
-from ._base import DEFAULT_TTL
+from ._base import DEFAULT_TTL, Liveness
 from ._sql import SQL_SCHEMA, SqlLedger
 
 
@@ -17,8 +17,9 @@ class SqliteLedger(SqlLedger):
     """Several submitters on one host: a SQLite file; BEGIN IMMEDIATE makes each grant atomic across processes."""
 
     def __init__(self, path: str, owner: str, *, ttl: float = DEFAULT_TTL, margin: int = 0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, liveness: Liveness | None = None) -> None:
         self.path = path
+        self.liveness = liveness
         self.clock = clock  # this host's clock: every expiry is on it (the submitters share the host)
         self.owner = owner
         self.ttl = ttl

@@ -44,10 +44,12 @@ from ..._errors import GatekeeperError, Interrupted
 from ..._prices import BYTES_PER_TOKEN_WORST, load_prices
 from ...api._config import ApiConfig, Secret
 from ...api._credentials import Federation
+from ...decide._host import run_ended
 from ...input._sizing import Limits
 from ...run._submit import submit
 from ...run.job import _checkpoints
 from ...run.job._settings import SubmitSettings
+from ...state.ledger._base import Liveness
 from ...state.ledger._sqlite import SqliteLedger
 from .._inprocess import InProcess
 from .._model import FakeConfig, FakeRealtime, Outcome
@@ -61,6 +63,7 @@ MAX_TOKENS = 16
 MAX_RUNS = 40  # runs of one job at most (a job that needs more never finishes)
 RERUN_AT_MOST = 2 * 3600.0  # seconds an operator waits at most before running a failing job again
 TIMER_GRAIN = 0.001  # seconds: the shortest wait a simulated sleep takes
+MACHINE = "swarm-host"  # every run of a world is a process of one machine, on one host ledger
 
 
 class SimClock:
@@ -91,6 +94,8 @@ class Process:
     def __init__(self, world: Weather, kill: Kill | None) -> None:
         self.world = world
         self.kill_at = kill
+        self.pid, self.started = 0, ""  # (as the host's ledger records a process: `Weather.spawn` numbers it)
+        self.ended = False  # its run returned: the process is gone (as it is once killed)
         self.reached = 0
         self.dead = False
         self.connections: list[sqlite3.Connection] = []
@@ -208,8 +213,28 @@ class Weather:
     runs: list[RunRecord] = field(default_factory=list)
     events: dict[str, list[tuple[float, str, dict[str, Any]]]] = field(default_factory=dict)
 
+    processes: dict[int, Process] = field(default_factory=dict)
+
     def clock_text(self) -> str:
         return f"{(self.clock.now() - EPOCH) / 60:7.1f}m"
+
+    def spawn(self, kill: Kill | None) -> Process:
+        """A new run's process: a pid of its own, its start on the world's clock."""
+        proc = Process(self, kill)
+        proc.pid, proc.started = 1000 + len(self.processes), f"{self.clock.now():.3f}"
+        self.processes[proc.pid] = proc
+        return proc
+
+    def liveness(self, proc: Process) -> Liveness:
+        """The host ledger's knowledge of this world's processes, as `run.job._beats.liveness` has it of a real
+        machine's: a run killed or ended is dropped from the ledger by the next step of any other (not after its
+        TTL); the rule is the real one (`decide._host.run_ended`), only the process table is the world's."""
+        def started(pid: int) -> str | None:
+            other = self.processes.get(pid)
+            return None if other is None or other.ended or other.dead else other.started
+
+        me = {"machine": MACHINE, "pid": proc.pid, "started": proc.started}
+        return Liveness(me, MACHINE, lambda record: run_ended(record, MACHINE, started))
 
 
 def fake_config(world: World) -> FakeConfig:
@@ -322,7 +347,7 @@ async def drive(w: Weather, job: JobSpec, config: ApiConfig, ledger_path: str) -
             break
         if settings.deadline is not None and w.clock.now() >= float(settings.deadline):  # type: ignore[arg-type]
             settings = dataclasses.replace(settings, deadline=None)
-        proc = Process(w, kills.pop(0) if kills else None)
+        proc = w.spawn(kills.pop(0) if kills else None)
         started = w.clock.now() - EPOCH
         record = RunRecord(job.name, started, started, "still running when the world ended")
         w.runs.append(record)
@@ -354,7 +379,7 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
             _PROCESS.reset(token)
 
     async def submitted() -> None:
-        ledger = SqliteLedger(ledger_path, f"{job.name}", ttl=900.0, clock=w.clock.now)
+        ledger = SqliteLedger(ledger_path, f"{job.name}", ttl=900.0, clock=w.clock.now, liveness=w.liveness(proc))
         try:
             summary = await submit(str(Path(w.root) / job.name / f"{job.name}.jsonl"), config=config, settings=settings,
                                    on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
@@ -393,6 +418,7 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
         except BaseException:
             if not proc.dead:
                 raise  # (whatever a killed run raised on its way down had no effect: its handles were dead)
+    proc.ended = True
     if proc.dead:
         record.how, record.summary = "killed", None
         proc.bury()

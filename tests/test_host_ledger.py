@@ -1,0 +1,364 @@
+"""A ledger on every host by default (issue 58): creates one at a time through this user's SQLite ledger on this
+machine, so a lost create's lone candidate is proven ours whatever its usage; a submitter killed here never holds
+the others back; `status` names the ledger; `--ledger none` keeps the path where usage is the only evidence, and
+there every candidate it cannot tell apart is collected and kept apart.
+
+The jobs are the CLI as real processes (killed with `crash_at`) and the library, against the fake over HTTP; each
+test has its own state folder (GATEKEEPER_HOME, set by conftest), so its own host ledger."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from gatekeeper._errors import UsageError
+from gatekeeper.decide._ownership import Pair, choose
+from gatekeeper.decide._reconcile import Action, compared, dead_rivals
+from gatekeeper.state.ledger._base import Reservation
+from gatekeeper.state.ledger._open import choose_ledger, host_ledger_file
+from gatekeeper.testing import FakeAPI, prompt_of
+from tests.fakes import env_for, running_fake
+from tests.runs import events, gk, start
+from tests.test_ownership import FLAGS as OWNERSHIP_FLAGS
+from tests.test_ownership import N, ended, judge, write_templated
+
+# (--ledger none stands first in the ownership tests' flags; "host" after it is the default named)
+HOST = [*OWNERSHIP_FLAGS, "--ledger", "host"]
+FAST = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "5", "--token-sample", "2"]
+
+
+# -- the choice, the rivals, the candidates kept apart: pure ------------------------------------------------------
+
+@pytest.mark.parametrize(("setting", "environ", "kind", "url"), [
+    (None, {}, "host", "host"),                                               # nothing said: this host's
+    (None, {"GATEKEEPER_LEDGER": "redis://r:6379/0"}, "shared", "redis://r:6379/0"),
+    (None, {"GATEKEEPER_LEDGER": "none"}, "none", None),
+    (None, {"GATEKEEPER_LEDGER": " "}, "host", "host"),                        # (blank is unset)
+    ("none", {"GATEKEEPER_LEDGER": "redis://r:6379/0"}, "none", None),         # the flag wins
+    ("local", {}, "none", None),                                               # (its earlier name)
+    ("host", {"GATEKEEPER_LEDGER": "redis://r:6379/0"}, "host", "host"),
+    ("postgresql://gk:secret@db/gk", {}, "shared", "postgresql://gk:***@db/gk"),
+])
+def test_the_ledger_a_run_uses(tmp_path: Path, setting: str | None, environ: dict[str, str], kind: str,
+                               url: str | None) -> None:
+    """Without --ledger, GATEKEEPER_LEDGER, else this host's (in the state folder the environment names, one file a
+    host); `none` opts out. What `status` prints of it hides a password."""
+    env = {"GATEKEEPER_HOME": str(tmp_path / "home"), **environ}
+    chosen = choose_ledger(setting, env)
+    assert chosen.kind == kind
+    expected = f"sqlite://{host_ledger_file(tmp_path / 'home')}" if url == "host" else url
+    assert chosen.to_json()["url"] == expected
+    assert (tmp_path / "home" / "ledger").is_dir() is (kind == "host")
+
+
+def test_one_host_ledger_a_machine_and_an_unwritable_folder_is_one_line(tmp_path: Path) -> None:
+    """A home folder shared by machines keeps one ledger a host (SQLite's WAL needs a host of its own); a state
+    folder that cannot be made is a usage error naming it."""
+    assert host_ledger_file(tmp_path, "node-1.example") != host_ledger_file(tmp_path, "node-2.example")
+    assert host_ledger_file(tmp_path, "a/b c").name == "a_b_c.db"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=str(tmp_path / "file")):
+        choose_ledger(None, {"GATEKEEPER_HOME": str(tmp_path / "file" / "gk")})
+
+
+def _r(owner: str, requests: int, dead_for: float | None, batch_id: str | None = None) -> Reservation:
+    return Reservation(owner, 0, requests, batch_id, 600.0, dead_for)
+
+
+@pytest.mark.parametrize(("reservations", "since", "rivals"), [
+    ([_r("them", 100, 5.0)], 990.0, 1),        # found dead 5 s ago (at 995), our send after: it may be its batch
+    ([_r("them", 100, 5.0)], 995.0 + 600, 1),   # ... until the lag (the TTL) after it was found dead
+    ([_r("them", 100, 5.0)], 995.0 + 601, 0),   # later sends never meet it: it holds no one back for long
+    ([_r("them", 90, 5.0)], 990.0, 0),          # another size: never our candidate
+    ([_r("me", 100, 5.0)], 990.0, 0),           # our own (a rerun weighs its own intents)
+    ([_r("them", 100, None)], 990.0, 0),        # a live submitter's unconfirmed create: counted by others_in_flight
+    ([_r("them", 100, 5.0), _r("also", 100, 1.0)], 990.0, 2),
+])
+def test_a_dead_submitters_unknown_create_is_a_rival_for_a_while(reservations: list[Reservation], since: float,
+                                                                  rivals: int) -> None:
+    """An orphan (a dead submitter's create that may have reached the server) is a rival of our lost creates of its
+    size whose candidates could include its batch: created before it was found dead, or within the lag after."""
+    assert dead_rivals(reservations, "me", 100, since, now=1000.0, lag=600.0) == rivals
+
+
+def test_every_candidate_the_usage_cannot_tell_apart_is_kept_apart() -> None:
+    """Three candidates with our ids under a constant usage: the nearest is taken, unproven, and the other two
+    are collected beside it (`apart`), none set aside as another's, none joined."""
+    pairs = [Pair("m", 100 + 7 * i, 10) for i in range(24)]
+    choice = choose({"a": pairs, "b": pairs, "c": pairs}, ["b", "a", "c"], sampled=24)
+    assert (choice.ours, choice.proven, choice.foreign, set(choice.alike)) == ("b", False, (), {"a", "c"})
+    batches = tuple({"id": k, "created_at": "2026-01-01T00:00:00Z", "processing_status": "ended"} for k in "abc")
+    d = compared(choice, batches, sent_at=0.0, listed_at=1e12, grace=5.0, with_our_ids=["b", "a", "c"])
+    assert (d.action, [b["id"] for b in d.candidates], d.proof, set(d.apart)) == (Action.ADOPT, ["b"], "unproven", {"a", "c"})
+    proven = choose({"a": [Pair("m", p.counted, p.counted) for p in pairs]}, ["a"], sampled=24)
+    assert proven.proven and proven.alike == ()
+    none_bill = compared(choose({}, [], sampled=24), batches, sent_at=0.0, listed_at=1e12, grace=5.0,
+                         with_our_ids=["c", "a"])
+    assert (none_bill.action, [b["id"] for b in none_bill.candidates], none_bill.apart) == (Action.ADOPT, ["c"], ("a",))
+
+
+# -- one job on one machine: the issue's scenarios, scaled down ----------------------------------------------------
+
+def _spread_job(path: Path, n: int, seed: int = 1) -> dict[str, str]:
+    """n requests with prompts of widely spread length, their ids prefixed by the folder's name; each id's prompt
+    digest."""
+    rng = random.Random(seed)
+    digests = {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        for i in range(n):
+            params = {"model": "claude-haiku-4-5", "max_tokens": 16,
+                      "messages": [{"role": "user", "content": f"{path.parent.name} {i}: " + "x" * rng.randint(5, 300)}]}
+            digests[f"{path.parent.name}{i}"] = prompt_of(params)[1]
+            f.write(orjson.dumps({"custom_id": f"{path.parent.name}{i}", "params": params}) + b"\n")
+    return digests
+
+
+def _answers(path: Path, digests: dict[str, str], fake: FakeAPI) -> tuple[int, int]:
+    """(answers in place: each request's own succeeded answer, once; lines kept apart); nothing answered or
+    created twice (the fake's records)."""
+    lines = [orjson.loads(x) for x in (Path(str(path) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines()]
+    assert sorted(x["custom_id"] for x in lines) == sorted(digests), "not one line per request"
+    mine = sum(1 for x in lines if x["result"]["type"] == "succeeded"
+               and x["result"]["message"]["id"] == "msg_" + digests[x["custom_id"]])
+    apart = sum(1 for x in lines if x["result"]["type"] == "errored"
+                and x["result"]["error"]["error"]["type"] == "gatekeeper_unproven")
+    assert set(fake.org.records.answered.values()) <= {1}, "a request was answered twice"
+    created = [cid for b in fake.org.batches.values() for cid, _ in b.requests]
+    assert len(created) == len(set(created)), "a request was created in two batches"
+    return mine, apart
+
+
+KILLS = ["after-create:2", "body-complete:3", "after-intent:2", "mid-results:1"]
+
+
+@pytest.mark.parametrize(("usage", "kills"), [("count", KILLS), ("const:10", KILLS), ("noisy:0.04", [])])
+def test_one_job_on_one_host_finishes_through_lost_answers_and_kills(tmp_path: Path, usage: str,
+                                                                     kills: list[str]) -> None:
+    """The issue's single-host scenarios scaled down: 3,000 requests in batches of 250, a quarter of create answers
+    lost, kill -9 at staggered points and the same command rerun; under a usage that follows the prompt, a
+    gateway's constant, and count x (1 +- 4%) per prompt. With no --ledger given (this host's), the last run exits
+    0 with every request's own answer in place, none kept apart, nothing created or answered twice."""
+    path = tmp_path / "job" / "in.jsonl"
+    digests = _spread_job(path, 3000)
+    args = ["submit", str(path), *FAST, "--max-requests", "250"]
+    with running_fake(ceiling=100_000, rate=20_000, usage=usage, lost_creates=0.25, seed=3, listing_lag=0.3) as fake:
+        for point in kills:
+            killed = gk(args, env_for(fake), crash_at=point)
+            assert killed.returncode == -9, (point, killed.stderr[-2000:])
+        done = gk(args, env_for(fake), timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        mine, apart = _answers(path, digests, fake)
+        lost = fake.org.records.lost_answers
+    summary = orjson.loads(done.stdout)
+    assert (mine, apart) == (3000, 0) and summary["succeeded"] == 3000
+    assert lost >= 2, "the scenario lost too few answers to say anything"
+    a = summary["adoptions"]
+    assert a["unproven"] == [] and a["proven"] >= 1 and a["not_ours"] == []
+
+
+def test_without_a_ledger_the_same_job_keeps_answers_apart(tmp_path: Path) -> None:
+    """The control: the same job behind a gateway's constant usage with --ledger none ends with findings (exit 1),
+    the batches found after a lost answer kept apart (never joined, never resent): what the host's ledger ends."""
+    path = tmp_path / "job" / "in.jsonl"
+    digests = _spread_job(path, 1000)
+    args = ["submit", str(path), *FAST, "--max-requests", "250", "--ledger", "none"]
+    with running_fake(ceiling=100_000, rate=20_000, usage="const:10", lost_creates=0.5, seed=3, listing_lag=0.3) as fake:
+        done = gk(args, env_for(fake), timeout=240)
+        mine, apart = _answers(path, digests, fake)
+    assert done.returncode == 1 and apart > 0 and mine + apart == 1000, done.stderr[-2000:]
+    assert orjson.loads(done.stdout)["adoptions"]["unproven"]
+
+
+def test_the_library_uses_the_host_ledger_of_the_environment_it_is_given(tmp_path: Path) -> None:
+    """`submit_sync` with default settings: the host ledger in the state folder of the `environ` passed (nowhere
+    else), so lost create answers behind a constant usage are proven ours; with `ledger="none"` they are not."""
+    import gatekeeper
+
+    home = tmp_path / "elsewhere"
+    path = tmp_path / "job" / "in.jsonl"
+    digests = _spread_job(path, 600)
+    with running_fake(ceiling=100_000, rate=20_000, usage="const:10", lost_creates=0.5, seed=5, listing_lag=0.3) as fake:
+        config = gatekeeper.ApiConfig.from_env(env_for(fake))
+        settings = gatekeeper.SubmitSettings(poll=0.05, reconcile_grace=5, max_rpm=60_000, token_sample=2,
+                                             limits=gatekeeper.Limits(max_requests=100))
+        summary = gatekeeper.submit_sync(str(path), config=config, settings=settings,
+                                         environ={"GATEKEEPER_HOME": str(home)})
+        mine, apart = _answers(path, digests, fake)
+        lost = fake.org.records.lost_answers
+    assert summary.ok and (mine, apart) == (600, 0) and lost >= 1
+    assert summary.adoptions is not None and summary.adoptions["unproven"] == [] and summary.adoptions["proven"] >= 1
+    assert host_ledger_file(home).is_file()
+    assert not (Path(os.environ["GATEKEEPER_HOME"]) / "ledger").exists()  # (the environment given, not this one)
+
+
+def test_two_jobs_on_one_host_with_the_same_ids_never_cross_without_a_ledger_named(tmp_path: Path) -> None:
+    """Two jobs on this host, the same custom_ids and one template, usage = count x (1 +- 3%), create answers
+    lost, no ledger named: both go through the host's, so every lost create's lone candidate is its own; every line
+    answers its own request, every adoption proven, both exit 0."""
+    jobs = [write_templated(tmp_path / "a" / "in.jsonl", "alpha", 2 * N),
+            write_templated(tmp_path / "b" / "in.jsonl", "omega", 2 * N)]
+    with running_fake(ceiling=10_000, rate=400, usage="noisy:0.03", listing_lag=0.5, lost_creates=0.5, seed=2) as fake:
+        runs = [start(["submit", str(p), *HOST], env_for(fake)) for p in jobs]
+        outs = [r.communicate(timeout=120) for r in runs]
+        summaries = [ended((r.returncode, out, err)) for r, (out, err) in zip(runs, outs, strict=True)]
+        kept = judge(fake, jobs, creates=4)
+        lost = fake.org.records.lost_answers
+    assert kept == {jobs[0]: 0, jobs[1]: 0} and lost >= 1
+    adoptions = [s["adoptions"] for s in summaries if s["adoptions"]]
+    assert sum(a["proven"] for a in adoptions) == lost and all(a["unproven"] == [] for a in adoptions)
+
+
+# -- a job killed on the host holds no one back --------------------------------------------------------------------
+
+@pytest.mark.parametrize("point", ["body-complete:1", "after-create:1"])
+def test_a_job_killed_on_this_host_never_holds_another_back(tmp_path: Path, point: str) -> None:
+    """Job A is killed with its create out (its reservation unconfirmed: the host's turn) and a TTL of 10 minutes;
+    job B on the same host, its batches of another size, then finishes at once (A's process is gone: its requests
+    freed, its create kept as a rival of its size only), and A's rerun finishes too: every line once, nothing
+    created or answered twice."""
+    a, b = tmp_path / "a" / "in.jsonl", tmp_path / "b" / "in.jsonl"
+    da, db = _spread_job(a, 200, seed=1), _spread_job(b, 300, seed=2)
+    ttl = ["--ledger-ttl", "600"]
+    with running_fake(ceiling=100_000, rate=20_000, listing_lag=0.3) as fake:
+        killed = gk(["submit", str(a), *FAST, *ttl], env_for(fake), crash_at=point)
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        started = time.monotonic()
+        other = gk(["submit", str(b), *FAST, *ttl], env_for(fake), timeout=60)
+        took = time.monotonic() - started
+        assert other.returncode == 0, other.stderr[-2000:]
+        rerun = gk(["submit", str(a), *FAST, *ttl], env_for(fake))
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert _answers(a, da, fake) == (200, 0) and _answers(b, db, fake) == (300, 0)
+    assert took < 30, f"job B took {took:.1f} s behind a killed job"  # (a TTL of 600 s was not waited out)
+    assert not [e for e in events(other.stderr) if e["event"] == "waiting" and e.get("reason") == "ledger"]
+
+
+def test_a_killed_jobs_create_keeps_the_turn_for_its_own_size_only_until_its_ttl(tmp_path: Path) -> None:
+    """The one thing a killed job's create that was out still holds: creates of its very size (its batch, if the
+    server made it, could be taken for theirs after a lost answer), a TTL (here 8 s) after its process was found
+    gone at most; then job B, of that size, goes and finishes, and A's rerun settles its own: nothing twice."""
+    a, b = tmp_path / "a" / "in.jsonl", tmp_path / "b" / "in.jsonl"
+    da, db = _spread_job(a, 200, seed=1), _spread_job(b, 200, seed=2)
+    ttl = ["--ledger-ttl", "8"]
+    with running_fake(ceiling=100_000, rate=20_000, listing_lag=0.3) as fake:
+        killed = gk(["submit", str(a), *FAST, *ttl], env_for(fake), crash_at="body-complete:1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        started = time.monotonic()
+        other = gk(["submit", str(b), *FAST, *ttl], env_for(fake), timeout=60)
+        took = time.monotonic() - started
+        assert other.returncode == 0, other.stderr[-2000:]
+        rerun = gk(["submit", str(a), *FAST, *ttl], env_for(fake))
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert _answers(a, da, fake) == (200, 0) and _answers(b, db, fake) == (200, 0)
+    assert 5 < took < 40, f"job B took {took:.1f} s"
+    assert [e for e in events(other.stderr) if e["event"] == "waiting" and e.get("reason") == "ledger"]
+
+
+# -- what status says -----------------------------------------------------------------------------------------------
+
+def test_status_names_the_ledger_in_use(tmp_path: Path) -> None:
+    """`status` names the ledger (JSON and human): this host's by default, with its file in the state folder;
+    `--ledger none` and GATEKEEPER_LEDGER=none say there is none. A reading never creates the state folder."""
+    home = Path(os.environ["GATEKEEPER_HOME"])
+    with running_fake(ceiling=1000, rate=0.0) as fake:
+        js = gk(["status", "--json"], env_for(fake))
+        human = gk(["status"], env_for(fake))
+        none = gk(["status", "--json", "--ledger", "none"], env_for(fake))
+        by_env = gk(["status"], env_for(fake, GATEKEEPER_LEDGER="none"))
+    assert js.returncode == 0, js.stderr
+    ledger = orjson.loads(js.stdout)["ledger"]
+    assert ledger["kind"] == "host" and ledger["url"] == f"sqlite://{host_ledger_file(home, socket.gethostname())}"
+    assert ledger["reserved"] == 0 and not home.joinpath("ledger").exists()
+    assert f"ledger    this host's, {ledger['url']}" in human.stdout
+    assert orjson.loads(none.stdout)["ledger"] == {"kind": "none", "url": None, "reserved": 0, "reservations": [],
+                                                    "jobs": []}
+    assert "ledger    none (--ledger none)" in by_env.stdout
+
+
+def test_an_unwritable_state_folder_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """The host's ledger cannot be made (the state folder is under a file): submit exits 2 with one line naming
+    the folder and GATEKEEPER_HOME, before any state directory is made or anything sent."""
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "job" / "in.jsonl"
+    _spread_job(path, 10)
+    with running_fake() as fake:
+        proc = gk(["submit", str(path), *FAST], env_for(fake, GATEKEEPER_HOME=str(tmp_path / "file" / "gk")))
+        creates = fake.org.records.creates
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()
+    assert len(last) == 1 and str(tmp_path / "file" / "gk") in last[0] and "GATEKEEPER_HOME" in last[0]
+    assert creates == 0 and not Path(str(path) + ".gatekeeper").exists()
+
+
+# -- the fake ------------------------------------------------------------------------------------------------------
+
+def test_the_fake_loses_a_share_of_create_answers_from_its_command_line() -> None:
+    """`fake-api --lose-creates 0.5 --seed 3`: about half of the creates are committed and their answers lost (the
+    connection closed), every batch listed, the count said on exit."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", "--json",
+                            "--lose-creates", "0.5", "--seed", "3"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None
+        text = ""
+        while True:  # (one JSON object, over several lines)
+            text += run.stdout.readline()
+            try:
+                url = orjson.loads(text)["url"]
+                break
+            except orjson.JSONDecodeError:
+                continue
+        headers = {"x-api-key": "test-key-ws1", "anthropic-version": "2023-06-01"}
+        body = {"requests": [{"custom_id": "a", "params": {"model": "claude-haiku-4-5", "max_tokens": 8,
+                                                               "messages": [{"role": "user", "content": "hi"}]}}]}
+        lost = 0
+        with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+            for _ in range(20):
+                try:
+                    client.post("/v1/messages/batches", json=body).raise_for_status()
+                except httpx.TransportError:
+                    lost += 1
+            listed = client.get("/v1/messages/batches", params={"limit": 100}).json()["data"]
+        assert 3 <= lost <= 17 and len(listed) == 20
+    finally:
+        run.terminate()
+        run.communicate(timeout=30)
+    bad = subprocess.run([sys.executable, "-m", "gatekeeper", "fake-api", "--lose-creates", "1"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--lose-creates" in bad.stderr
+
+
+def test_a_journal_from_before_keeps_its_answers_apart_and_takes_one_a_candidate(tmp_path: Path) -> None:
+    """Migration 0011: the answers a journal kept apart before it (one a request) are kept, and a request now keeps
+    one answer a candidate batch."""
+    import sqlite3
+
+    from gatekeeper.state._journal import MIGRATIONS, Journal
+
+    path = tmp_path / Journal.FILE
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    before = [(name, sql) for name, sql in MIGRATIONS if name < "0011"]
+    for name, sql in before:
+        for statement in sql.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (name,))
+    conn.execute("INSERT INTO unproven VALUES (7, 'r7', 'msgbatch_a', X'7b7d')")
+    conn.close()
+    j = Journal.open(tmp_path)
+    try:
+        with j.transaction() as db:
+            db.execute("INSERT INTO unproven VALUES (7, 'r7', 'msgbatch_b', X'5b5d')")
+        assert sorted(j.outcomes.unproven()) == [("r7", "msgbatch_a", b"{}"), ("r7", "msgbatch_b", b"[]")]
+    finally:
+        j.close()
