@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gatekeeper.decide._shares import Claim, joined_vtime, may_admit, next_up
-from gatekeeper.state.ledger._base import ClaimPost
+from gatekeeper.decide._shares import Claim, may_admit, next_up, overtaken_by
+from gatekeeper.state._claims import ClaimPost, ClaimRow, behind, posted, tier_after
 from tests.fakes import running_fake
 from tests.runs import events, gk, start, wait_until
 from tests.scenarios import write_job
@@ -25,39 +25,106 @@ from tests.test_ledger import make_ledger  # noqa: F401 -- the three ledgers, pa
 H, N, L = 0, 1, 2
 
 
-def c(owner: str, priority: int = N, share: float = 1.0, want: int = 100, waited: float = 0.0, vtime: float = 0.0) -> Claim:
-    return Claim(owner, f"job-{owner}", priority, share, want, waited, vtime)
+def c(owner: str, priority: int = N, share: float = 1.0, want: int = 100, waited: float = 0.0, vtime: float = 0.0,
+      limit: int | None = None, overtaken: int = 0) -> Claim:
+    return Claim(owner, f"job-{owner}", priority, share, want, waited, vtime, limit=limit, overtaken=overtaken)
 
 
 # -- the decision ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("claims", "up", "why"), [
-    ([], None, "no claims: nobody's turn, anyone may"),
-    ([c("a", want=0)], None, "wanting nothing holds no turn"),
-    ([c("a", L), c("b", H)], "b", "precedence: the high job first"),
-    ([c("a", L), c("b", H, want=0)], "a", "work conservation: a high job that wants nothing lets the low one go"),
-    ([c("a", N, vtime=300), c("b", N, vtime=100)], "b", "the least virtual time after its next batch"),
-    ([c("a", N, share=3, vtime=100), c("b", N, share=1, vtime=100)], "a", "a bigger share: its next batch weighs less"),
-    ([c("a", L, waited=1801), c("b", H)], "a", "a low job waiting past the bound goes first"),
-    ([c("a", L, waited=1900), c("b", L, waited=2000), c("c", H)], "b", "the longest starving wait first"),
-    ([c("a", N, vtime=100), c("b", N, vtime=100)], "a", "ties: by owner, so every submitter agrees"),
+@pytest.mark.parametrize(("claims", "reserved", "up", "why"), [
+    ([], 0, None, "no claims: nobody's turn, anyone may"),
+    ([c("a", want=0)], 0, None, "wanting nothing holds no turn"),
+    ([c("a", L), c("b", H)], 0, "b", "precedence: the high job first"),
+    ([c("a", L), c("b", H, want=0)], 0, "a", "a high job that wants nothing lets the low one go"),
+    ([c("a", N, vtime=300), c("b", N, vtime=100)], 0, "b", "the least virtual time after its next batch"),
+    ([c("a", N, share=3, vtime=100), c("b", N, share=1, vtime=100)], 0, "a", "a bigger share: its next batch weighs less"),
+    ([c("a", L, waited=1801), c("b", H)], 0, "a", "a low job waiting past the bound goes first"),
+    ([c("a", L, waited=1900), c("b", L, waited=2000), c("c", H)], 0, "b", "the longest starving wait first"),
+    ([c("a", N, vtime=100), c("b", N, vtime=100)], 0, "a", "ties: by owner, so every submitter agrees"),
+    ([c("a", H, want=500, limit=1000), c("b", L, want=100, limit=1000)], 600, "b",
+     "work conservation: a high batch larger than the room does not keep a low one that fits from it"),
+    ([c("a", N, want=500, limit=1000), c("b", N, want=100, limit=1000, vtime=900)], 600, "b", "the same within a priority"),
+    ([c("a", H, want=100, limit=500), c("b", L, want=100, limit=1000)], 450, "b", "a margin (a lower limit) the same"),
+    ([c("a", H, want=500, limit=1000, overtaken=500), c("b", L, want=100, limit=1000)], 600, "a",
+     "a job that let others by for a batch of its own keeps the turn while the room builds up"),
+    ([c("a", H, want=500, limit=1000, overtaken=499), c("b", L, want=100, limit=1000)], 600, "b", "not before"),
+    ([c("a", L, want=500, limit=1000, waited=1800), c("b", H, want=100, limit=1000)], 600, "a",
+     "a starving job keeps the turn while the room builds up for it"),
+    ([c("a", H, want=500, limit=1000), c("b", L, want=600, limit=1000)], 600, None, "nobody fits: nobody's turn"),
+    ([c("a", H, want=500), c("b", L, want=100)], 10**9, "a", "no ceiling known: every batch fits"),
 ])
-def test_whose_turn(claims: list[Claim], up: str | None, why: str) -> None:
-    got = next_up(claims)
+def test_whose_turn(claims: list[Claim], reserved: int, up: str | None, why: str) -> None:
+    got = next_up(claims, reserved)
     assert (None if got is None else got.owner) == up, why
     for claim in claims:
-        assert may_admit(claim.owner, claims) == (up is None or claim.owner == up), why
+        assert may_admit(claim.owner, claims, reserved) == (up is None or claim.owner == up), why
 
 
-@pytest.mark.parametrize(("own", "others", "expect"), [
-    (0.0, [], 0.0),
-    (0.0, [c("a", vtime=500), c("b", vtime=800)], 500.0),  # a newcomer starts where its tier stands
-    (900.0, [c("a", vtime=500)], 900.0),  # never set back
-    (0.0, [c("a", H, vtime=500)], 0.0),  # another tier's time is not its own
-    (0.0, [c("a", vtime=500, want=0)], 0.0),  # nor that of a job waiting for nothing
+@pytest.mark.parametrize(("claims", "reserved", "owner", "overtook"), [
+    ([c("a", H, want=500, limit=1000), c("b", N, want=100, limit=1000), c("c", L, want=100, limit=1000)], 600, "b", ("a",)),
+    ([c("a", H, want=500, limit=1000), c("b", H, want=900, limit=1000, vtime=5), c("c", L, want=100, limit=1000)], 600,
+     "c", ("a", "b")),
+    ([c("a", H, want=100, limit=1000), c("b", L, want=100, limit=1000)], 0, "a", ()),
+    ([c("a", H, want=500, limit=1000), c("b", L, want=100, limit=1000, waited=1800)], 0, "b", ()),  # (starving: first)
 ])
-def test_a_joining_job_takes_its_tiers_virtual_time(own: float, others: list[Claim], expect: float) -> None:
-    assert joined_vtime(own, N, others) == expect
+def test_a_batch_that_goes_before_ones_that_do_not_fit_names_them(claims: list[Claim], reserved: int, owner: str,
+                                                                  overtook: tuple[str, ...]) -> None:
+    assert may_admit(owner, claims, reserved) and overtaken_by(owner, claims, reserved) == overtook
+
+
+# -- what a post does to the claims (the ledgers' step, pure) -------------------------------------------------------
+
+def row(owner: str = "me", priority: int = N, want: int = 100, vtime: float = 0.0, aged: float = 0.0,
+        behind_at: float | None = None, overtaken: int = 0) -> ClaimRow:
+    return ClaimRow(owner, f"job-{owner}", priority, 1.0, want, vtime, 0, None, aged, behind_at, overtaken, None, 0.0, 60.0)
+
+
+def post(want: int = 100, vtime: float = 0.0, priority: int = N, took: int = 0, started: float = 0.0,
+         overtook: tuple[str, ...] = ()) -> ClaimPost:
+    return ClaimPost("job", priority, 1.0, want, vtime, 0, 20_000, 0, took, started, overtook)
+
+
+@pytest.mark.parametrize(("prev", "mine", "tier", "vtime", "why"), [
+    (None, post(vtime=0.0), 500.0, 500.0, "a new job starts where its tier stands"),
+    (row(want=0, vtime=100.0), post(vtime=100.0), 500.0, 500.0, "so does one that wanted nothing (at its limit of batches)"),
+    (row(want=0, vtime=900.0), post(vtime=900.0), 500.0, 900.0, "never set back"),
+    (row(want=100, vtime=100.0), post(vtime=100.0), 500.0, 100.0, "one that went on wanting keeps its own"),
+    (None, post(want=0), 500.0, 0.0, "one that wants nothing has not joined"),
+])
+def test_a_joining_claim_takes_its_tiers_virtual_time(prev: ClaimRow | None, mine: ClaimPost, tier: float, vtime: float,
+                                                      why: str) -> None:
+    assert posted(prev, "me", mine, tier=tier, mine=0, now=10.0, ttl=60.0).vtime == vtime, why
+
+
+@pytest.mark.parametrize(("other", "mine", "aged", "behind_at", "overtaken", "why"), [
+    (row("o", L), post(priority=H, took=100), 0.0, 10.0, 0, "the first admission ahead of it marks the start"),
+    (row("o", L, aged=5.0, behind_at=4.0), post(priority=H, took=100), 11.0, 10.0, 0, "the next one ages it by the time between"),
+    (row("o", L, want=0), post(priority=H, took=100), None, None, None, "a job that wants nothing is not behind anyone"),
+    (row("o", N, aged=5.0, behind_at=4.0), post(priority=N, took=100), None, None, None,
+     "turns within its own priority are its share, not a wait"),
+    (row("o", H), post(priority=L, took=100), None, None, None, "nor is a lower priority's admission"),
+    (row("o", L, aged=5.0, behind_at=4.0), post(priority=H), None, None, None, "a post without an admission: nothing"),
+    (row("o", H, overtaken=50), post(priority=L, took=100, overtook=("o",)), 0.0, None, 150,
+     "a job it went before because that one's batch did not fit counts the batch"),
+])
+def test_an_admission_ages_the_claims_behind_it(other: ClaimRow, mine: ClaimPost, aged: float | None,
+                                                behind_at: float | None, overtaken: int | None, why: str) -> None:
+    got = behind(other, mine, "me", 10.0)
+    assert (None if got is None else (got.aged, got.behind_at, got.overtaken)) == (
+        None if aged is None else (aged, behind_at, overtaken)), why
+
+
+@pytest.mark.parametrize(("prev", "mine", "aged", "overtaken", "why"), [
+    (row(aged=700.0, behind_at=3.0, overtaken=300), post(), 700.0, 300, "waiting on: its age and what overtook it kept"),
+    (row(aged=700.0, behind_at=3.0, overtaken=300), post(took=100), 0.0, 200, "it admitted: its age is 0, a batch less owed"),
+    (row(aged=700.0, behind_at=3.0, overtaken=300), post(want=0), 0.0, 0, "it wants nothing: it starts again"),
+])
+def test_a_claim_that_admits_or_stops_wanting_starts_again(prev: ClaimRow, mine: ClaimPost, aged: float, overtaken: int,
+                                                           why: str) -> None:
+    got = posted(prev, "me", mine, tier=0.0, mine=0, now=10.0, ttl=60.0)
+    assert (got.aged, got.overtaken) == (aged, overtaken), why
+    assert tier_after(40.0, post(took=100, started=55.0)) == 55.0 and tier_after(60.0, post(took=100, started=55.0)) == 60.0
 
 
 jobs = st.lists(st.tuples(st.sampled_from([H, N, L]), st.sampled_from([1.0, 2.0, 3.0]),
@@ -68,8 +135,9 @@ jobs = st.lists(st.tuples(st.sampled_from([H, N, L]), st.sampled_from([1.0, 2.0,
 @given(jobs, st.integers(min_value=30, max_value=120))
 def test_turns_keep_precedence_shares_work_and_no_starvation(spec: list[tuple[int, float, bool]], rounds: int) -> None:
     """Rounds of admission, a batch of 100 a round, some jobs wanting nothing: the turn always goes to a job that
-    wants room (work conservation); to the highest priority that waits unless someone starves (precedence); nobody
-    waits past the bound plus a round for each job ahead (no starvation)."""
+    wants room (work conservation); to the highest priority that waits unless someone starves (precedence); a job
+    ages only behind higher priorities' admissions, and none waits past the bound plus a round for each job ahead
+    (no starvation)."""
     bound, step = 50.0, 1.0
     claims = [Claim(f"o{i}", f"j{i}", p, s, 100 if wants else 0) for i, (p, s, wants) in enumerate(spec)]
     for _ in range(rounds):
@@ -83,7 +151,7 @@ def test_turns_keep_precedence_shares_work_and_no_starvation(spec: list[tuple[in
             assert up.priority == min(x.priority for x in waiting)
         assert max(x.waited for x in waiting) <= bound + step * len(claims)
         claims = [Claim(x.owner, x.job, x.priority, x.share, x.want,
-                        0.0 if x.owner == up.owner or not x.want else x.waited + step,
+                        0.0 if x.owner == up.owner or not x.want else x.waited + (step if x.priority > up.priority else 0),
                         x.vtime + (100 / x.share if x.owner == up.owner else 0)) for x in claims]
 
 
@@ -113,21 +181,36 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_claims_are_posted_read_and_lapse_with_their_lease(make_ledger) -> None:  # noqa: F811
-    """Each submitter posts its claim and reads everyone's; a wait runs on the ledger's clock until the job admits;
-    a dead submitter's claim lapses after its TTL; `release_all` drops it at once."""
-    high, low = make_ledger("high", ttl=0.5), make_ledger("low", ttl=60.0)
-    seen = await high.put_claim(ClaimPost("nightly", H, 1.0, 5000, 0.0, 0))
-    assert [(x.owner, x.want, x.priority) for x in seen] == [("high", 5000, H)]
+    """On each of the three ledgers, the post's step as `state._claims` says: a claim's limit from the reservations
+    (its own subtracted from what it sees), everyone's claims and the reservations read back; no age while nobody
+    admits; age behind a higher priority's admissions only, on the ledger's clock; a joiner at its tier's virtual
+    time; a batch that went first counted against the claim it overtook; a job that admits starts again; a stopped
+    job's claim gone at once (`drop_claim`), a dead one's after its TTL, `release_all` dropping it too."""
+    high, low, late = make_ledger("high", ttl=60.0), make_ledger("low", ttl=1.5), make_ledger("late", ttl=60.0)
+    assert await high.reserve(0, 3000, 20_000, 0)
+    first = await high.put_claim(ClaimPost("nightly", H, 1.0, 5000, 0.0, 0, ceiling=20_000, seen=3000 + 500))
+    assert [(x.owner, x.want, x.priority, x.limit) for x in first.claims] == [("high", 5000, H, 20_000 - 500)]
+    assert first.reserved == 3000
+    await low.put_claim(ClaimPost("backfill", L, 2.0, 2000, 0.0, 0, ceiling=20_000))
     await make_ledger.elapse(0.3)
-    both = {x.owner: x for x in await low.put_claim(ClaimPost("backfill", L, 2.0, 5000, 10.0, 20000))}
-    assert both["high"].waited >= 0.25 and both["low"].waited < 0.25 and both["low"].admitted == 20000
-    assert not may_admit("low", list(both.values()))
-    again = {x.owner: x for x in await low.put_claim(ClaimPost("backfill", L, 2.0, 5000, 12.5, 25000, reset_wait=True))}
-    assert again["low"].waited < 0.1 and again["low"].vtime == 12.5
-    await make_ledger.elapse(0.6)  # the high job died: no heartbeat, no post
-    assert [x.owner for x in await low.claims()] == ["low"]
-    await low.release_all()
-    assert await low.claims() == []
+    board = {x.owner: x for x in (await low.put_claim(ClaimPost("backfill", L, 2.0, 2000, 0.0, 0, ceiling=20_000))).claims}
+    assert board["low"].waited == 0.0  # (nobody admitted: the queue full is not a wait behind anyone)
+    await high.put_claim(ClaimPost("nightly", H, 1.0, 5000, 5.0, 5000, 20_000, 3500, took=5000, started=0.0))
+    await make_ledger.elapse(0.3)
+    await high.put_claim(ClaimPost("nightly", H, 1.0, 5000, 10.0, 10000, 20_000, 3500, took=5000, started=5.0))
+    board = {x.owner: x for x in (await late.put_claim(ClaimPost("later", H, 1.0, 100, 0.0, 0, ceiling=20_000))).claims}
+    assert 0.25 <= board["low"].waited < 1.0 and board["high"].waited == 0.0
+    assert board["late"].vtime == pytest.approx(5.0)  # (the start of the last batch its tier admitted)
+    await low.put_claim(ClaimPost("backfill", L, 2.0, 2000, 1000.0, 2000, 20_000, 0, took=2000, started=0.0,
+                                  overtook=("high",)))
+    board = {x.owner: x for x in (await high.put_claim(ClaimPost("nightly", H, 1.0, 5000, 10.0, 10000, 20_000))).claims}
+    assert board["high"].overtaken == 2000 and board["low"].waited == 0.0 and board["low"].vtime == 1000.0
+    await late.drop_claim()
+    assert sorted(x.owner for x in await high.claims()) == ["high", "low"]
+    await make_ledger.elapse(1.6)  # the low job died: no heartbeat, no post
+    assert [x.owner for x in await high.claims()] == ["high"]
+    await high.release_all()
+    assert await high.claims() == []
 
 
 # -- jobs through the CLI, against the fake --------------------------------------------------------
