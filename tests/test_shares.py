@@ -5,9 +5,11 @@ against the fake: precedence, shares, a high job killed while it waits, `status`
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 
 from gatekeeper.decide._shares import Claim, may_admit, next_up, overtaken_by
 from gatekeeper.state._claims import ClaimPost, ClaimRow, behind, posted, tier_after
+from gatekeeper.state._db import pg_ddl
 from tests.fakes import running_fake
 from tests.runs import events, gk, start, wait_until
 from tests.scenarios import write_job
@@ -213,6 +216,83 @@ async def test_claims_are_posted_read_and_lapse_with_their_lease(make_ledger) ->
     assert await high.claims() == []
 
 
+async def test_every_ledger_keeps_the_claims_as_the_pure_step_says(make_ledger) -> None:  # noqa: F811
+    """Eighty posts of four jobs (joining, wanting, admitting, overtaking, wanting nothing) on each ledger, and the
+    same posts through `state._claims` alone: after each one the ledger reads back what the pure step says (its
+    Lua script on Redis included), ages and all, on the ledger's own clock."""
+    rng = random.Random(59)
+    owners = {"h": H, "n": N, "m": N, "l": L}
+    ledgers = {o: make_ledger(o) for o in owners}
+    local = {o: 0.0 for o in owners}  # each job's own virtual time, as `Turns` keeps it
+    rows: dict[str, ClaimRow] = {}
+    tiers: dict[int, float] = {}
+    seen = set()
+    for step in range(80):
+        o = rng.choice(list(owners))
+        want, took = rng.choice([0, 100, 500]), rng.choice([0, 0, 100])
+        overtook = tuple(x for x in owners if x != o and rng.random() < 0.3) if took else ()
+        mine = ClaimPost(f"job-{o}", owners[o], 2.0, want, local[o] + took / 2.0, step, 20_000, 0, took, local[o], overtook)
+        await make_ledger.elapse(0.002)  # (the model's clock is the step: only which ages are above 0 is compared)
+        got = {c.owner: c for c in (await ledgers[o].put_claim(mine)).claims}
+        when = float(step)
+        rows[o] = posted(rows.get(o), o, mine, tier=tiers.get(owners[o], 0.0), mine=0, now=when, ttl=60.0)
+        for other in list(rows.values()):
+            moved = behind(other, mine, o, when)
+            if moved is not None:
+                rows[other.owner] = moved
+        tiers[owners[o]] = tier_after(tiers.get(owners[o], 0.0), mine)
+        seen |= {"joined"} if rows[o].vtime > mine.vtime else set()
+        local[o] = got[o].vtime
+        for name, r in rows.items():
+            c = got[name]
+            assert (c.want, c.admitted, c.limit, c.overtaken) == (r.want, r.admitted, r.limit, r.overtaken), (step, name)
+            assert c.vtime == pytest.approx(r.vtime) and (c.waited > 0) == (r.aged > 0), (step, name, c, r)
+            seen |= {"aged"} if r.aged else set()
+            seen |= {"overtaken"} if r.overtaken else set()
+    assert seen == {"aged", "overtaken", "joined"}  # (the sequence went through each)
+
+
+OLD_CLAIMS = ("CREATE TABLE claims (owner TEXT PRIMARY KEY, job TEXT NOT NULL, priority INTEGER NOT NULL, share REAL NOT "
+              "NULL, want INTEGER NOT NULL, vtime REAL NOT NULL, admitted INTEGER NOT NULL, waiting_since REAL, claimed_at "
+              "REAL NOT NULL, expires_at REAL NOT NULL)")
+OLD_ROW = ("INSERT INTO claims VALUES ('old-submitter', 'backfill', 2, 1.0, 500, 7.0, 3500, 1.0, 1.0, 9999999999.0)")
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+async def test_a_ledger_made_by_an_earlier_version_gets_the_new_columns(tmp_path: Path, store: str,
+                                                                        request: pytest.FixtureRequest) -> None:
+    """A ledger whose claims table an earlier version made (a claim of one of its submitters in it) opens: the new
+    columns are added, the old claim is read (no age, no limit: every batch fits it), and posts work beside it."""
+    from gatekeeper.state.ledger._postgres import PgLedger
+    from gatekeeper.state.ledger._sqlite import SqliteLedger
+
+    if store == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(tmp_path / "ledger.db") as conn:
+            conn.execute(OLD_CLAIMS)
+            conn.execute(OLD_ROW)
+        led: Any = SqliteLedger(str(tmp_path / "ledger.db"), "new-submitter", clock=lambda: 1000.0)
+    else:
+        import psycopg
+
+        url, ns = request.getfixturevalue("pg_url"), f"old{os.urandom(4).hex()}"
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "gatekeeper_ledger_{ns}"')
+            conn.execute(f'SET search_path TO "gatekeeper_ledger_{ns}"')
+            conn.execute(pg_ddl(OLD_CLAIMS))
+            conn.execute(OLD_ROW)
+        led = PgLedger(url, "new-submitter", namespace=ns)
+    try:
+        board = await led.put_claim(ClaimPost("nightly", H, 1.0, 100, 0.0, 0, ceiling=20_000))
+        old = {c.owner: c for c in board.claims}["old-submitter"]
+        assert (old.job, old.priority, old.want, old.vtime, old.admitted) == ("backfill", L, 500, 7.0, 3500)
+        assert (old.waited, old.limit, old.overtaken) == (0.0, None, 0)
+        assert next_up(board.claims, board.reserved).owner == "new-submitter"
+    finally:
+        await led.close()
+
+
 # -- jobs through the CLI, against the fake --------------------------------------------------------
 
 KEYS = {"k-low": "wrkspc_low", "k-high": "wrkspc_high"}  # (each job in a workspace of its own: only the ledger sees both)
@@ -307,6 +387,32 @@ def test_a_high_job_killed_while_it_waits_blocks_no_one_past_its_lease(tmp_path:
     assert _by_workspace(fake).count("wrkspc_high") == 0 and orjson.loads(out)["succeeded"] == 500
     assert took < 2 + 5, f"the low job took {took:.1f} s after the kill"  # (its lease, and the queue's own time)
     assert 0 < orjson.loads(out)["shares"]["waited_s"] < 2 + 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_high_job_stopped_while_it_waits_gives_its_claim_up_at_once(tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM (an orchestrator's stop) or Ctrl-C on a high job waiting for room: it exits 130, its claim is gone
+    from the ledger as it exits (its lease, --ledger-ttl 60, is not waited out), and the low job that held back for
+    it goes on at once."""
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    low, high = write_job(tmp_path / "low.jsonl", "low", 500), write_job(tmp_path / "high.jsonl", "high", 300)
+    ttl = ["--ledger-ttl", "60"]
+    with running_fake(ceiling=300, rate=0.0, workspaces=dict(KEYS)) as fake:
+        backfill = start(["submit", str(low), *FLAGS, *ttl, "--ledger", ledger, "--priority", "low"], _env(fake, "k-low"))
+        wait_until(lambda: _full(fake), "the low job to fill the queue")
+        nightly = start(["submit", str(high), *FLAGS, *ttl, "--ledger", ledger, "--priority", "high"], _env(fake, "k-high"))
+        wait_until(lambda: any(c.priority == H and c.want for c in _claims(ledger)), "the high job to wait for room")
+        os.kill(nightly.pid, sig)
+        nightly.communicate(timeout=30)
+        assert nightly.returncode == 130
+        assert [c.priority for c in _claims(ledger)] == [L]  # (gone as it exited, not 60 s later)
+        stopped = time.monotonic()
+        fake.org.config.rate = 600.0
+        out, err = backfill.communicate(timeout=60)
+        took = time.monotonic() - stopped
+    assert backfill.returncode == 0, err[-2000:]
+    assert orjson.loads(out)["succeeded"] == 500 and _by_workspace(fake).count("wrkspc_high") == 0
+    assert took < 15, f"the low job took {took:.1f} s after the high one stopped"  # (its lease is 60 s)
 
 
 def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:

@@ -341,3 +341,26 @@ async def test_shares_hold_over_every_20_batches_of_a_night(tmp_path: Path, jobs
     off wants no room for a while, and a stretch in which one does is not one of contention among the same jobs.)"""
     night = await _night(tmp_path, [*jobs, *([visitor] if high else [])], seed, 0.0, hours=3)
     assert len(night.share_windows()) > 10
+
+
+async def test_a_job_that_cannot_admit_holds_no_turn_from_one_that_can(tmp_path: Path) -> None:
+    """The review's M7: a high job whose next batch is larger than the room, or held by its margin, or backing off
+    after a refusal, does not keep the turn from a low job whose batch fits; a high job that let the low one by for
+    a batch of its own size then keeps the turn while the room builds up for it."""
+    clock = Clock()
+    high, low = _turns(tmp_path, clock, "high", "high"), _turns(tmp_path, clock, "low", "low")
+    assert await high.ledger.reserve(0, 17_000, CEILING, 0)
+    await high.ledger.confirm(0, "msgbatch_0")
+    await high.turn(1000, CEILING - 2500, 17_000)  # (3,000 free, less its margin of 2,500: its batch does not fit)
+    assert await low.turn(1000, CEILING, 0) and low.overtaking == ("high",)
+    assert not await high.turn(1000, CEILING - 2500, 17_000) and high.ahead == "low"
+    await high.turn(0)  # (backing off after a refusal: it wants no room for now)
+    assert await low.turn(1000, CEILING, 0) and low.overtaking == ()
+    await high.turn(5000, CEILING, 17_000)  # (a batch larger than the room)
+    assert await low.turn(2000, CEILING, 0) and low.overtaking == ("high",)
+    await low.took(2000, 2000, 2000)
+    assert await low.turn(2000, CEILING, 2000)  # (4,000 of the 5,000 it may take ahead of it)
+    await low.took(2000, 4000, 2000)
+    await low.took(2000, 6000, 2000)  # (and a third, in the same round)
+    assert await high.turn(5000, CEILING, 17_000)  # (let by for 6,000: now it waits for its room, and keeps the turn)
+    assert not await low.turn(1000, CEILING, 6000) and low.ahead == "high"

@@ -85,4 +85,3 @@ def wanted(next_batch: int, q: QueueState, budget_stopped: bool, now: float) -> 
     refusal), so that it never holds the turn from a job that could admit."""
     full = q.max_in_flight is not None and q.in_flight >= q.max_in_flight
     return 0 if q.canceled or budget_stopped or full or now < q.backoff_until else next_batch
-
