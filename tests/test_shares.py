@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gatekeeper.decide._shares import Claim, may_admit, next_up, overtaken_by
+from gatekeeper.decide._shares import STARVE_AFTER, Claim, may_admit, next_up, overtaken_by
 from gatekeeper.state._claims import ClaimPost, ClaimRow, behind, posted, tier_after
 from gatekeeper.state._db import pg_ddl
 from tests.fakes import running_fake
 from tests.runs import events, gk, start, wait_until
-from tests.scenarios import write_job
+from tests.scenarios import two_jobs_a_night, write_job
 from tests.test_ledger import make_ledger  # noqa: F401 -- the three ledgers, parametrized
 
 H, N, L = 0, 1, 2
@@ -47,7 +47,10 @@ def c(owner: str, priority: int = N, share: float = 1.0, want: int = 100, waited
     ([c("a", N, vtime=100), c("b", N, vtime=100)], 0, "a", "ties: by owner, so every submitter agrees"),
     ([c("a", H, want=500, limit=1000), c("b", L, want=100, limit=1000)], 600, "b",
      "work conservation: a high batch larger than the room does not keep a low one that fits from it"),
-    ([c("a", N, want=500, limit=1000), c("b", N, want=100, limit=1000, vtime=900)], 600, "b", "the same within a priority"),
+    ([c("a", N, want=500, limit=1000), c("b", N, want=100, limit=1000, vtime=900)], 600, "b",
+     "the same within a priority, while the other's virtual time after its batch stays within a batch of its own"),
+    ([c("a", N, want=500, limit=1000), c("b", N, want=100, limit=1000, vtime=901)], 600, "a",
+     "one beyond: it keeps the turn while the room builds up (the shares hold within a batch)"),
     ([c("a", H, want=100, limit=500), c("b", L, want=100, limit=1000)], 450, "b", "a margin (a lower limit) the same"),
     ([c("a", H, want=500, limit=1000, overtaken=500), c("b", L, want=100, limit=1000)], 600, "a",
      "a job that let others by for a batch of its own keeps the turn while the room builds up"),
@@ -69,6 +72,7 @@ def test_whose_turn(claims: list[Claim], reserved: int, up: str | None, why: str
     ([c("a", H, want=500, limit=1000), c("b", H, want=900, limit=1000, vtime=5), c("c", L, want=100, limit=1000)], 600,
      "c", ("a", "b")),
     ([c("a", H, want=100, limit=1000), c("b", L, want=100, limit=1000)], 0, "a", ()),
+    ([c("a", N, want=500, limit=1000), c("b", N, want=100, limit=1000)], 600, "b", ()),  # (its own priority: by shares)
     ([c("a", H, want=500, limit=1000), c("b", L, want=100, limit=1000, waited=1800)], 0, "b", ()),  # (starving: first)
 ])
 def test_a_batch_that_goes_before_ones_that_do_not_fit_names_them(claims: list[Claim], reserved: int, owner: str,
@@ -413,6 +417,22 @@ def test_a_high_job_stopped_while_it_waits_gives_its_claim_up_at_once(tmp_path: 
     assert backfill.returncode == 0, err[-2000:]
     assert orjson.loads(out)["succeeded"] == 500 and _by_workspace(fake).count("wrkspc_high") == 0
     assert took < 15, f"the low job took {took:.1f} s after the high one stopped"  # (its lease is 60 s)
+
+
+async def test_two_jobs_through_40_minutes_of_a_full_queue_never_stall(tmp_path: Path) -> None:
+    """The review's night, end to end: a low backfill of 3,000 and, a minute later, a high job of 9,000 (40 minutes of
+    the queue's work), each in its own workspace on one SQLite ledger, through the library over real HTTP against
+    the fake, the whole world's clock (the fake's, the ledger's, both jobs') run 120 times faster. Before the fix the
+    low job's wait reached the bound at minute 30 and neither admitted again. Now: the high job goes first, both
+    finish, the queue never sits with room for a waiting batch longer than a few polls (60 s each), and the span is
+    within 15% of the ideal."""
+    night = await two_jobs_a_night(tmp_path, speed=120, low=3000, high=9000)
+    assert {k: v["succeeded"] for k, v in night.summaries.items()} == {"low": 3000, "high": 9000}
+    highs = [at for at, who in night.creates if who == "high"]
+    between = [at for at, who in night.creates if who == "low" and highs[0] < at < highs[-1]]
+    assert all(at - highs[0] >= STARVE_AFTER for at in between), night.creates  # (precedence, but for the bound)
+    assert night.stall < 300, (night.stall, night.stall_at, night.creates)
+    assert night.span / night.ideal < 1.15, (night.span, night.ideal)
 
 
 def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:

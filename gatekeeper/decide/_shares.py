@@ -15,9 +15,12 @@ for every submitter that reads them):
 3. **Shares**: among jobs of one priority, the one whose virtual time after its next batch is least goes next; so
    room freed goes to jobs in proportion to their shares, batch by batch.
 4. **Work conservation**: a job whose batch does not fit the room now (a batch larger than what is free, or its
-   margin) does not keep the turn from the next one whose batch fits; it lets such jobs by until they have taken
-   as much room as its own next batch (`overtaken`), and then keeps the turn while the room builds up for it, so
-   that smaller batches taking every room that frees never starve it.
+   margin) does not keep the turn from the next one whose batch fits, up to a point, after which it keeps the turn
+   while the room builds up for it (so that smaller batches taking every room that frees never starve it):
+   - a job of its own priority goes before it while that job's virtual time after its batch stays within one batch
+     of its own beyond its own (the shares still hold, within a batch);
+   - a job of a lower priority goes before it until such jobs have taken, while it waited for room, as much as its
+     own next batch (`overtaken`, less what it admits itself).
 """
 
 from __future__ import annotations
@@ -46,25 +49,37 @@ def _ranked(claims: Sequence[Claim]) -> list[Claim]:
     return sorted((c for c in claims if c.want > 0), key=lambda c: (c.priority, c.vtime + c.want / c.share, c.owner))
 
 
+def _holds(ahead: Claim, c: Claim) -> bool:
+    """Whether `ahead`, ranked before `c` and with a batch that does not fit, keeps the turn from `c` (rule 4)."""
+    if ahead.priority < c.priority:
+        return ahead.overtaken >= ahead.want
+    return c.vtime + c.want / c.share > ahead.vtime + 2 * ahead.want / ahead.share
+
+
 def next_up(claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> Claim | None:
-    """The claim whose turn it is to admit; None when no one can use the room there is."""
+    """The claim whose turn it is to admit (one whose batch does not fit yet, when the room builds up for it); None
+    when no one can use the room there is."""
     starving = _starving(claims, starve_after)
     if starving is not None:
         return starving
-    return next((c for c in _ranked(claims) if fits(c, reserved) or c.overtaken >= c.want), None)
+    ranked = _ranked(claims)
+    for i, c in enumerate(ranked):
+        holder = next((a for a in ranked[:i] if _holds(a, c)), None)  # (all of them ranked before c do not fit)
+        if holder is not None:
+            return holder
+        if fits(c, reserved):
+            return c
+    return None
 
 
 def overtaken_by(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> tuple[str, ...]:
-    """The claims ranked before `owner`'s that its batch goes ahead of because theirs do not fit (when it is
-    `owner`'s turn by work conservation)."""
+    """The claims of higher priorities that `owner`'s batch goes before because theirs do not fit (when it is
+    `owner`'s turn): what they count as `overtaken`."""
     if _starving(claims, starve_after) is not None:
         return ()
-    ahead: list[str] = []
-    for c in _ranked(claims):
-        if c.owner == owner:
-            return tuple(ahead)
-        ahead.append(c.owner)
-    return ()
+    ranked = _ranked(claims)
+    me = next((c for c in ranked if c.owner == owner), None)
+    return () if me is None else tuple(c.owner for c in ranked[:ranked.index(me)] if c.priority < me.priority)
 
 
 def may_admit(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> bool:

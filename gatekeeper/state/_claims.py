@@ -11,9 +11,9 @@ What a post does, besides storing the claim:
   only marks the start). Time in which nobody ahead of it admits (the queue full, every job waiting for room) does
   not count; nor do turns within its own priority, where its share is its guarantee. Its age goes back to 0 when
   it admits or stops wanting.
-- **Overtaking.** A claim whose turn it was but whose batch did not fit counts the requests admitted ahead of it
-  meanwhile (`overtaken`, named by the job that admitted them), less what it admits itself; back to 0 when it stops
-  wanting. So a job whose batch fits less often is never behind by more than one batch of its own in the long run.
+- **Overtaking.** A claim whose turn it was but whose batch did not fit counts the requests lower priorities
+  admitted ahead of it meanwhile (`overtaken`, named by the job that admitted them), less what it admits itself;
+  back to 0 when it stops wanting.
 - **Limit.** How full the ledger's reservations may be with its next batch still fitting: its ceiling (less its
   margin) less the depth it sees that no reservation covers, the grant formula's terms (`ledger._base.grant`).
   Every submitter judges every claim's fit against the same reservations with it.
@@ -42,7 +42,7 @@ class Claim:
     admitted: int = 0  # requests it has admitted since it claimed
     age: float = 0.0  # seconds since it claimed
     limit: int | None = None  # reservations (all submitters') under which its next batch fits; None: no ceiling known
-    overtaken: int = 0  # requests admitted ahead of it while it was next but its batch did not fit
+    overtaken: int = 0  # requests lower priorities admitted ahead of it while its batch did not fit
 
     @property
     def priority_name(self) -> str:
@@ -116,15 +116,15 @@ def posted(prev: ClaimRow | None, owner: str, post: ClaimPost, *, tier: float, m
            ttl: float) -> ClaimRow:
     """The submitter's claim after its post (`tier`: its priority's virtual time; `mine`: its reservations)."""
     joining = post.want > 0 and (prev is None or prev.want == 0)
-    fresh = joining or post.took > 0 or post.want == 0 or prev is None
-    since = prev.waiting_since if prev is not None and not fresh else (now if post.want > 0 else None)
-    return ClaimRow(owner, post.job, post.priority, post.share, post.want,
-                    max(post.vtime, tier) if joining else post.vtime, post.admitted,
-                    limit_of(post.ceiling, post.seen, mine),
-                    0.0 if fresh else prev.aged if prev is not None else 0.0,
-                    None if fresh else prev.behind_at if prev is not None else None,
-                    0 if prev is None or joining or post.want == 0 else max(0, prev.overtaken - post.took),
-                    since, prev.claimed_at if prev is not None else now, now + ttl)
+    row = ClaimRow(owner, post.job, post.priority, post.share, post.want, max(post.vtime, tier) if joining else post.vtime,
+                   post.admitted, limit_of(post.ceiling, post.seen, mine), 0.0, None, 0, now if post.want > 0 else None,
+                   now if prev is None else prev.claimed_at, now + ttl)
+    if prev is None or joining or post.want == 0:
+        return row  # (it starts again: no age, nothing owed)
+    if post.took:  # (it admitted: its age starts again, and it owes a batch less)
+        return dataclasses.replace(row, overtaken=max(0, prev.overtaken - post.took))
+    return dataclasses.replace(row, aged=prev.aged, behind_at=prev.behind_at, overtaken=prev.overtaken,
+                               waiting_since=prev.waiting_since)
 
 
 def tier_after(tier: float, post: ClaimPost) -> float:

@@ -40,8 +40,8 @@ class Turns:
         if not self.ledger.owner:
             return True
         self.want, self.ceiling = want, ceiling
-        board = await self._post(ClaimPost(self.job, self.priority, self.share, want, self.vtime, self.admitted,
-                                           ceiling, seen))
+        board = await self.ledger.put_claim(ClaimPost(self.job, self.priority, self.share, want, self.vtime,
+                                                      self.admitted, ceiling, seen))
         mine = next((c for c in board.claims if c.owner == self.ledger.owner), None)
         if mine is not None:
             self.vtime = mine.vtime  # (as its tier stood, when it has just joined)
@@ -59,11 +59,9 @@ class Turns:
         self.vtime += requests / self.share
         self.want = want
         if self.ledger.owner:
-            await self._post(ClaimPost(self.job, self.priority, self.share, self.want, self.vtime, self.admitted,
-                                       self.ceiling, seen, took=requests, started=started, overtook=self.overtaking))
-
-    async def _post(self, post: ClaimPost) -> Board:
-        return await self.ledger.put_claim(post)
+            await self.ledger.put_claim(ClaimPost(self.job, self.priority, self.share, self.want, self.vtime,
+                                                  self.admitted, self.ceiling, seen, took=requests, started=started,
+                                                  overtook=self.overtaking))
 
     def _account(self, fitted: bool, ok: bool, board: Board) -> None:
         """Time its batch fitted but the turn was another's counts as waited for other jobs' turns."""
