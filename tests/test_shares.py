@@ -58,6 +58,9 @@ def c(owner: str, priority: int = N, share: float = 1.0, want: int = 100, waited
     ([c("a", L, want=500, limit=1000, waited=1800), c("b", H, want=100, limit=1000)], 600, "a",
      "a starving job keeps the turn while the room builds up for it"),
     ([c("a", H, want=500, limit=1000), c("b", L, want=600, limit=1000)], 600, None, "nobody fits: nobody's turn"),
+    ([c("a", H, want=500, limit=400, overtaken=500), c("b", L, want=100, limit=1000)], 600, "b",
+     "a batch that would not fit however the reservations drain (load outside the ledger) keeps no turn"),
+    ([c("a", L, want=500, limit=400, waited=1900), c("b", H, want=100, limit=1000)], 600, "b", "starving or not"),
     ([c("a", H, want=500), c("b", L, want=100)], 10**9, "a", "no ceiling known: every batch fits"),
 ])
 def test_whose_turn(claims: list[Claim], reserved: int, up: str | None, why: str) -> None:

@@ -17,8 +17,8 @@ for every submitter that reads them):
 4. **Work conservation**: a job whose batch does not fit the room now (a batch larger than what is free, or its
    margin) does not keep the turn from the next one whose batch fits, up to a point, after which it keeps the turn
    while the room builds up for it (so that smaller batches taking every room that frees never starve it):
-   - a job of its own priority goes before it while that job's virtual time after its batch stays within one batch
-     of its own beyond its own (the shares still hold, within a batch);
+   - a job of its own priority goes before it while that job's virtual time after its batch stays within where its
+     own would be after its next two batches (so the shares still hold, within a batch);
    - a job of a lower priority goes before it until such jobs have taken, while it waited for room, as much as its
      own next batch (`overtaken`, less what it admits itself).
 """
@@ -38,8 +38,14 @@ def fits(claim: Claim, reserved: int) -> bool:
     return claim.want > 0 and (claim.limit is None or reserved + claim.want <= claim.limit)
 
 
+def _room_can_build(claim: Claim) -> bool:
+    """Whether its batch fits once the reservations drain (not when only load outside the ledger is in its way):
+    only then may it keep the turn while the room builds up for it."""
+    return claim.limit is None or claim.want <= claim.limit
+
+
 def _starving(claims: Sequence[Claim], starve_after: float) -> Claim | None:
-    starving = [c for c in claims if c.want > 0 and c.waited >= starve_after]
+    starving = [c for c in claims if c.want > 0 and c.waited >= starve_after and _room_can_build(c)]
     return max(starving, key=lambda c: (c.waited, c.owner)) if starving else None
 
 
@@ -51,6 +57,8 @@ def _ranked(claims: Sequence[Claim]) -> list[Claim]:
 
 def _holds(ahead: Claim, c: Claim) -> bool:
     """Whether `ahead`, ranked before `c` and with a batch that does not fit, keeps the turn from `c` (rule 4)."""
+    if not _room_can_build(ahead):
+        return False
     if ahead.priority < c.priority:
         return ahead.overtaken >= ahead.want
     return c.vtime + c.want / c.share > ahead.vtime + 2 * ahead.want / ahead.share
