@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from ..state._claims import PRIORITIES, Claim
 
-__all__ = ["PRIORITIES", "STARVE_AFTER", "Claim", "ahead_of", "fits", "may_admit", "next_up", "overtaken_by"]
+__all__ = ["PRIORITIES", "STARVE_AFTER", "Claim", "ahead_of", "fits", "may_admit", "next_up", "overtaken_by", "turn_of"]
 STARVE_AFTER = 1800.0  # seconds behind higher priorities' turns a job waits at most before it goes first
 
 
@@ -90,13 +90,21 @@ def overtaken_by(owner: str, claims: Sequence[Claim], reserved: int = 0, *, star
     return () if me is None else tuple(c.owner for c in ranked[:ranked.index(me)] if c.priority < me.priority)
 
 
-def may_admit(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> bool:
-    """Whether `owner` may admit its next batch now (alone, or when no one's batch fits, always: the room decides)."""
+def turn_of(claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> Claim | None:
+    """The claim whose turn it is: `next_up`, or, when no one's batch fits, the first in order (room another job
+    frees between this reading and a reservation goes by precedence and shares, not to whoever reserves first)."""
     up = next_up(claims, reserved, starve_after=starve_after)
+    ranked = _ranked(claims)
+    return up if up is not None or not ranked else ranked[0]
+
+
+def may_admit(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> bool:
+    """Whether `owner` may admit its next batch now (alone, or when no one wants room, always)."""
+    up = turn_of(claims, reserved, starve_after=starve_after)
     return up is None or up.owner == owner
 
 
 def ahead_of(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> str | None:
     """The job whose turn it is, when it is not `owner`'s (for the report)."""
-    up = next_up(claims, reserved, starve_after=starve_after)
+    up = turn_of(claims, reserved, starve_after=starve_after)
     return None if up is None or up.owner == owner else up.job
