@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gatekeeper.decide._shares import STARVE_AFTER, Claim, may_admit, next_up, overtaken_by
+from gatekeeper.decide._shares import STARVE_AFTER, Claim, may_admit, next_up, overtaken_by, starved
 from gatekeeper.state._claims import ClaimPost, ClaimRow, behind, posted, tier_after
 from gatekeeper.state._db import pg_ddl
 from tests.fakes import running_fake
@@ -72,6 +72,8 @@ def test_whose_turn(claims: list[Claim], reserved: int, up: str | None, why: str
     turn = up if up is not None else None if first is None else first.owner  # (nobody fits: the first in order)
     for claim in claims:
         assert may_admit(claim.owner, claims, reserved) == (turn is None or claim.owner == turn), why
+        by_bound = claim.owner == up and claim.waited >= STARVE_AFTER and (claim.limit is None or claim.want <= claim.limit)
+        assert starved(claim.owner, claims) == by_bound, why  # (its batch then moves no virtual time in its tier)
 
 
 @pytest.mark.parametrize(("claims", "reserved", "owner", "overtook"), [

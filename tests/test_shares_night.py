@@ -364,3 +364,22 @@ async def test_a_job_that_cannot_admit_holds_no_turn_from_one_that_can(tmp_path:
     await low.took(2000, 0, 2000)  # (and a third, in the same round)
     assert await high.turn(5000, CEILING, 17_000)  # (let by for 6,000: now it waits for its room, and keeps the turn)
     assert not await low.turn(1000, CEILING, 0) and low.ahead == "high"
+
+
+async def test_a_job_past_the_bound_goes_first_and_its_batch_costs_its_share_nothing(tmp_path: Path) -> None:
+    """A low job wanting room while a high one admits for 30 minutes (its own batches fitting all along) is then
+    first, whatever its priority; that batch came out of the high job's room, so its virtual time does not move (the
+    jobs of its own priority owe it nothing and it owes them nothing). The full queue before the first of the high
+    job's admissions counted for nothing."""
+    clock = Clock()
+    high, low = _turns(tmp_path, clock, "high", "high"), _turns(tmp_path, clock, "low", "low")
+    assert await low.turn(100) and await high.turn(100)
+    clock.now += 3600  # (an hour of a full queue: nobody admits, nobody ages)
+    for _ in range(31):
+        assert await high.turn(100) and not await low.turn(100)
+        await high.took(100, 0, 100)
+        clock.now += 60
+    assert not await high.turn(100) and high.ahead == "low"
+    assert await low.turn(100) and low.starving
+    await low.took(100, 0, 100)
+    assert low.vtime == 0.0 and await high.turn(100) and not await low.turn(100)

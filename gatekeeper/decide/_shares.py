@@ -29,7 +29,8 @@ from collections.abc import Sequence
 
 from ..state._claims import PRIORITIES, Claim
 
-__all__ = ["PRIORITIES", "STARVE_AFTER", "Claim", "ahead_of", "fits", "may_admit", "next_up", "overtaken_by", "turn_of"]
+__all__ = ["PRIORITIES", "STARVE_AFTER", "Claim", "ahead_of", "fits", "may_admit", "next_up", "overtaken_by", "starved",
+           "turn_of"]
 STARVE_AFTER = 1800.0  # seconds behind higher priorities' turns a job waits at most before it goes first
 
 
@@ -47,6 +48,13 @@ def _room_can_build(claim: Claim) -> bool:
 def _starving(claims: Sequence[Claim], starve_after: float) -> Claim | None:
     starving = [c for c in claims if c.want > 0 and c.waited >= starve_after and _room_can_build(c)]
     return max(starving, key=lambda c: (c.waited, c.owner)) if starving else None
+
+
+def starved(owner: str, claims: Sequence[Claim], *, starve_after: float = STARVE_AFTER) -> bool:
+    """Whether the turn is `owner`'s by the starvation rule (its batch then comes out of higher priorities' room,
+    not its own priority's)."""
+    up = _starving(claims, starve_after)
+    return up is not None and up.owner == owner
 
 
 def _ranked(claims: Sequence[Claim]) -> list[Claim]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..._errors import UsageError
 from ...decide._admission import QueueState
-from ...decide._shares import PRIORITIES, ahead_of, fits, may_admit, overtaken_by
+from ...decide._shares import PRIORITIES, ahead_of, fits, may_admit, overtaken_by, starved
 from ...state._claims import Board, ClaimPost
 from ...state.ledger._base import Ledger
 
@@ -29,6 +29,7 @@ class Turns:
         self.want = 0  # requests of the batch it last said it would admit now
         self.ceiling: int | None = None
         self.overtaking: tuple[str, ...] = ()  # the jobs next before it whose batches did not fit, when it was its turn
+        self.starving = False  # its turn is the starvation rule's (its batch comes out of higher priorities' room)
         self.waited = waited_before  # seconds its batch fitted but the turn was another's (this job's runs, together)
         self.blocked_since: float | None = None
         self.ahead: str | None = None  # the job whose turn it was, when it was not ours
@@ -47,16 +48,18 @@ class Turns:
             self.vtime = mine.vtime  # (as its tier stood, when it has just joined)
         ok = may_admit(self.ledger.owner, board.claims, board.reserved)
         self.overtaking = overtaken_by(self.ledger.owner, board.claims, board.reserved) if ok else ()
+        self.starving = ok and starved(self.ledger.owner, board.claims)
         self._account(mine is not None and fits(mine, board.reserved), ok, board)
         return ok or want == 0
 
     async def took(self, requests: int, seen: int, want: int) -> None:
         """A batch of `requests` admitted (`seen`: the depth it sees now, the batch included; `want`: its next
-        batch, as `turn` takes it): its virtual time moves on, and the ledger ages the claims of lower priorities
-        that waited behind it and counts it against those it overtook."""
+        batch, as `turn` takes it): its virtual time moves on (but for a batch the starvation rule let through: that
+        room was higher priorities', not its own priority's, so its shares owe nothing for it), and the ledger ages
+        the claims of lower priorities that waited behind it and counts it against those it overtook."""
         started = self.vtime
         self.admitted += requests
-        self.vtime += requests / self.share
+        self.vtime += 0.0 if self.starving else requests / self.share
         self.want = want
         if self.ledger.owner:
             await self.ledger.put_claim(ClaimPost(self.job, self.priority, self.share, self.want, self.vtime,
