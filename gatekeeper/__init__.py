@@ -33,15 +33,17 @@ _EXPORTS: dict[str, str] = {
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state.ledger._base", "open_ledger": "state.ledger._open", "export": "run.job._results",
+    "Clock": "_clock", "WallClock": "_clock",
     # table jobs (the tables extra: pyarrow)
-    "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._job",
-    "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._job",
+    "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._plan",
+    "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._plan",
     # errors
     "GatekeeperError": "_errors", "ExitCode": "_errors", "UsageError": "_errors", "Unreachable": "_errors",
     "LedgerError": "_errors", "CredentialsError": "_errors", "TokenExpired": "_errors",
     "InputError": "_errors", "OutputError": "_errors", "JournalError": "_errors",
     "Interrupted": "_errors", "TransportError": "_errors", "ApiError": "_errors", "AuthenticationError": "_errors",
     "NotFoundError": "_errors", "RequestTooLarge": "_errors", "SpendLimitReached": "_errors", "RateLimited": "_errors",
+    "AccountRefused": "_errors",
     "QueueFull": "_errors", "ServerError": "_errors", "BadRequest": "_errors", "CreateOutcomeUnknown": "_errors",
     "IncompleteDownload": "_errors", "DuplicateJob": "_errors", "JobLive": "_errors", "JobMissing": "_errors",
 }
@@ -63,7 +65,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` loads each on first use
+    from ._clock import Clock, WallClock
     from ._errors import (
+        AccountRefused,
         ApiError,
         AuthenticationError,
         BadRequest,
@@ -107,6 +111,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .run.job._summary import Canceled, CanceledBatch, DryRun, Summary
     from .state.ledger._base import Ledger
     from .state.ledger._open import open_ledger
-    from .tables._job import TablePlan, TableResult, plan_table, submit_table, submit_table_sync
+    from .tables._job import TableResult, submit_table, submit_table_sync
+    from .tables._plan import TablePlan, plan_table
     from .tables._rows import TableSpec
     from .tables._template import Template

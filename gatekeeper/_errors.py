@@ -13,17 +13,19 @@
     ├── Interrupted             stopped on request; the journal is consistent (exit 130)
     ├── TransportError          no HTTP answer after the retries allowed
     ├── IncompleteDownload      a results download failed verification; retried, nothing used
-    ├── ApiError                the API answered with an error status
+    ├── ApiError                the API answered with an error status (`code`: its typed error code, if any)
     │   ├── AuthenticationError 401/403: the key is wrong or lacks permission
     │   │   └── TokenExpired    401 for an access token now dropped: sent again with a fresh one, nothing was made
     │   ├── NotFoundError       404
     │   ├── RequestTooLarge     413 from the edge
-    │   ├── SpendLimitReached   402, spend cap 429, usage limit 400: the account's, retrying cannot help (exit 2)
-    │   ├── RateLimited         429 of the per-minute kind: wait retry-after
+    │   ├── AccountRefused      the account's state refuses every request (on hold, CMEK key disabled, ...) (exit 2)
+    │   │   └── SpendLimitReached   402, spend caps, usage limit 400: retrying cannot help until it is lifted
+    │   ├── RateLimited         429 a wait of retry-after cures: per-minute, ramp limit, load shedding
     │   │   └── QueueFull       429 on create: the batch queue cannot take this batch
     │   ├── ServerError         5xx and 529
     │   └── BadRequest          other 4xx
-    └── CreateOutcomeUnknown    a create body may have reached the server; reconcile first
+    ├── CreateOutcomeUnknown    a create body may have reached the server; reconcile first
+    └── GatewayRefusal          the gateway refuses a client's request as the API would (its status and type)
 
 Foreign exceptions are mapped once, where their kind of I/O happens, with the
 cause chained: httpx in `api/_http`, sqlite3 and psycopg in `_db` (for the journal and the
@@ -127,6 +129,7 @@ class ApiError(GatekeeperError):
         error_type: str | None = None,
         request_id: str | None = None,
         retry_after: float | None = None,
+        code: str | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.status = status
@@ -134,9 +137,10 @@ class ApiError(GatekeeperError):
         self.api_message = message
         self.request_id = request_id
         self.retry_after = retry_after
+        self.code = code  # the API's typed error code (`error.details.error_code`), when it gave one
         detail = f"{endpoint}: HTTP {status}"
-        if error_type:
-            detail += f" {error_type}"
+        if code or error_type:
+            detail += f" {code or error_type}"  # (the code says more than the type, which the status implies)
         if message:
             detail += f": {message}"
         if request_id:
@@ -165,11 +169,16 @@ class RequestTooLarge(ApiError):
     """413: the body exceeded the endpoint's size limit."""
 
 
-class SpendLimitReached(ApiError):
-    """A spend cap, a usage limit or a 402: the account's state, not a request's. No retry can succeed until it is
-    lifted (the API's message says when), so the run stops with its requests still to send."""
+class AccountRefused(ApiError):
+    """The account's state, not the request's: every request would get the same answer until it is lifted (an
+    organization on hold, a workspace's encryption key disabled, Human Review off, a key whose creator left). The
+    run stops with its requests still to send, its line naming the code; the same command continues it."""
 
     exit_code = ExitCode.USAGE
+
+
+class SpendLimitReached(AccountRefused):
+    """A spend cap, a usage limit or a 402: no retry can succeed until it is lifted (the API's message says when)."""
 
 
 class RateLimited(ApiError):
@@ -223,6 +232,16 @@ class CreateOutcomeUnknown(GatekeeperError):
     """
 
     exit_code = ExitCode.FINDINGS
+
+
+class GatewayRefusal(GatekeeperError):
+    """A request to `gatekeeper serve` refused as the API refuses it: the status, the error type and the message
+    become the API's error envelope (a 400 naming `requests.3`, a 401, a 404)."""
+
+    def __init__(self, status: int, message: str, *, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
 
 
 def os_error(exc: OSError, what: str) -> str:

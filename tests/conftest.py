@@ -33,11 +33,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's real keys or base URL."""
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No test sees the developer's real keys or base URL, nor writes to their state folder (a table job's default
+    state is there): each test has a user state folder of its own, inherited by the CLI it starts."""
     for name in list(os.environ):
         if name.startswith("ANTHROPIC_") or name.startswith("GATEKEEPER_"):
             monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
 
 
 @pytest.fixture
@@ -98,7 +100,8 @@ ASYNC_TEST_LIMIT = 60.0  # seconds: an async test that hangs fails instead of st
 
 # Files whose tests run the CLI, kill it or restart servers: started first, so that the last seconds of the suite
 # are spent on short tests on every worker rather than on one long test while the other cores idle.
-LONG_FIRST = ("test_airflow.py", "test_caching.py", "test_waits_signals_and_proxies.py", "test_ownership.py",
+LONG_FIRST = ("test_gateway_processes.py", "test_gateway.py",
+              "test_airflow.py", "test_caching.py", "test_waits_signals_and_proxies.py", "test_ownership.py",
               "test_ledger.py", "test_shared_journal.py", "test_rough_api.py", "test_submit.py", "test_report.py",
               "test_errors.py", "test_exporter.py", "test_preflight.py", "test_fake_sdk.py", "test_watch.py")
 

@@ -52,9 +52,10 @@ def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: 
     # fails with TimeoutExpired, whatever the run then returned.
     fired = threading.Event()
     alarm = threading.Timer(timeout, lambda: (fired.set(), _thread.interrupt_main()))
+    full = _environ(env)  # (read before it is cleared: the run inherits the rest of the environment, as a process would)
     try:
         os.environ.clear()
-        os.environ.update(_environ(env))
+        os.environ.update(full)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(err):
             alarm.start()
             code = main(args)

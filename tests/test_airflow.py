@@ -29,7 +29,9 @@ from airflow.sdk.exceptions import AirflowException
 
 # Two workers run them, each in one Airflow home (its database migrated once, 3 s of CPU, not once a test): the kill
 # test (about 20 s) on one, the rest (about 30 s) on the other.
-pytestmark = pytest.mark.xdist_group("airflow")
+# The first test of a worker also waits for its Airflow home (the imports and `db migrate`: 5 s of CPU, a minute and
+# more on a loaded machine): a longer limit than the suite's 90 s, which still ends a hang.
+pytestmark = [pytest.mark.xdist_group("airflow"), pytest.mark.timeout(300)]
 
 # One Dag run's output on stdout, after dag.test() returns: its state, the task's tries and XCom.
 DAG_FILE = """
@@ -301,6 +303,54 @@ def test_on_kill_cancels_the_live_batches_as_cancel_does(tmp_path: Path, airflow
             journal.close()
         op.on_kill()  # (nothing is live any more: it records the cancel again and touches no batch)
         assert fake.org.records.creates == len(live)
+
+
+def test_a_stopped_trigger_waits_for_the_real_time_calls_out_as_long_as_the_run_promises(
+        tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The triggerer stops while the deadline's real-time lane has calls out, each answer taking 3 s: the trigger waits
+    for the run's stop, which waits for them (its wait is the run's own bound: a moment to reach a safe point, then
+    the 60 s the lane promises, not a shorter one of its own), so every answer is committed; the next trigger
+    finishes the job buying none again."""
+    from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger, _trigger
+    from gatekeeper.airflow._job import connection_config
+    from gatekeeper.run._loop import CALLS_OUT_WAIT
+    from gatekeeper.run._submit import STOP_GRACE
+    from gatekeeper.state._journal import Journal
+    from gatekeeper.testing import FakeRealtime
+
+    assert _trigger.STOP_WAIT >= STOP_GRACE + CALLS_OUT_WAIT
+    ids = {f"d-{i}" for i in range(30)}
+    path = write_jsonl(tmp_path / "in.jsonl", [req(c) for c in sorted(ids)])
+    slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=3.0)
+    with running_fake(rate=0.0, realtime=slow) as fake:  # (nothing ends in the batch lane: the deadline moves it all)
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        # (the default slack, 60 s, leaves 2 s before the last chance: the batch is canceled once it has waited)
+        op = GatekeeperSubmitOperator(task_id="t", input_path=str(path), poll_interval=0.1, state_dir=str(tmp_path / "s"),
+                                      deadline="62s")
+        spec = op._job_spec(connection_config("anthropic_default"))
+        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+        submit_sync(path, config=config, settings=SubmitSettings(state_dir=Path(spec.state_dir), poll=0.1), prepare_only=True)
+
+        async def stopped_with_calls_out() -> dict:
+            run = asyncio.ensure_future(GatekeeperTrigger(**spec.to_kwargs()).run().__anext__())
+            while fake.realtime.records.calls < 30:
+                await asyncio.sleep(0.05)
+            run.cancel()  # the triggerer stops: the loop stops at a safe point, the calls out answer first
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            journal = Journal.open(Path(spec.state_dir))
+            try:
+                assert journal.lane.out() == 0 and journal.lane.stats()["possible_double_charges"] == 0
+            finally:
+                journal.close()
+            assert fake.realtime.records.answered == 30
+            return (await GatekeeperTrigger(**spec.to_kwargs()).run().__anext__()).payload
+
+        event = asyncio.run(stopped_with_calls_out())
+        assert event["status"] == "success" and event["summary"]["succeeded"] == 30, event
+        assert fake.realtime.records.calls == 30 and all(n == 1 for n in fake.org.records.realtime.values())
+        assert set(output_ids(Path(event["summary"]["output"]))) == ids
 
 
 def test_not_deferrable_runs_the_same_loop_on_the_worker_and_delivers_to_object_storage(
@@ -809,3 +859,60 @@ def test_the_operators_priority_and_share_reach_the_run(tmp_path: Path, airflow_
     assert (settings_of(spec).priority, settings_of(spec).share) == ("high", 3.0)
     with pytest.raises(AirflowException, match="must be high, normal or low"):
         GatekeeperSubmitOperator(task_id="u", input_path="x", priority="urgent")
+
+
+def test_a_table_job_shares_its_answers_with_the_cli_on_one_host_and_collects_a_killed_run(
+        tmp_path: Path, airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI is killed right after its first batch was created; the table grows; the operator on the same host
+    (no state_dir set) finds the CLI's state (the table's folder in the user's state folder), collects the killed
+    run, and sends only the rows still unanswered: each row is created once. The CLI's plan then finds every row
+    answered."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+    from tests.fakes import env_for
+    from tests.runs import gk
+
+    table = tmp_path / "t.parquet"
+
+    def write(n: int) -> None:
+        pq.write_table(pa.table({"ticket": [f"T-{i}" for i in range(n)],
+                                 "body": [f"printer {i} is on fire" + " again" * (i % 9) for i in range(n)]}), table)
+
+    write(60)
+    cli = ["--template", "Classify: {body}", "--model", "claude-haiku-4-5-20251001", "--max-tokens", "20",
+           "--id-column", "ticket"]
+    with running_fake(rate=2000) as fake:
+        killed = gk(["submit", str(table), *cli, "--max-requests", "20", "--interval", "0.05"], env_for(fake),
+                    crash_at="after-create:1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        write(70)
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        op = GatekeeperSubmitOperator(task_id="t", input_path=str(table), template="Classify: {body}",
+                                      model="claude-haiku-4-5-20251001", max_tokens=20, id_column="ticket",
+                                      deferrable=False, poll_interval=0.1)
+        summary = op.execute({})
+        created = [cid for b in fake.org.batches.values() for cid, _ in b.requests]
+        assert len(created) == len(set(created)) == 70 and fake.org.records.succeeded_twice == 0
+        plan = gk(["plan", str(table), *cli, "--json"], {})
+    assert summary["rows"] == summary["succeeded"] == 70
+    assert json.loads(plan.stdout)["answered"] == 70
+
+
+def test_a_table_uri_with_a_credential_is_refused_before_it_is_stored(tmp_path: Path, airflow_home: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from gatekeeper.airflow import GatekeeperSubmitOperator
+
+    with running_fake() as fake:
+        for k, v in _env(airflow_home, fake).items():
+            monkeypatch.setenv(k, v)
+        for where in ({"input_path": "s3://AKIAEXAMPLE:SuperSecret123@lake/t.parquet"},
+                      {"input_path": str(tmp_path / "t.parquet"),
+                       "results_path": "gs://lake/r.parquet?access_token=SuperSecret123"}):
+            op = GatekeeperSubmitOperator(task_id="t", template="{body}", model="m", max_tokens=5, **where)
+            with pytest.raises(AirflowException, match="carries a credential") as refused:
+                op.execute({})
+            assert "SuperSecret123" not in str(refused.value) and "\n" not in str(refused.value)
+        assert fake.org.records.creates == 0

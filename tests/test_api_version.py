@@ -116,3 +116,57 @@ def test_the_usage_limit_stops_any_command_with_one_line_naming_the_date(tmp_pat
         done = gk(["submit", str(path), *FAST], env_for(fake))  # (2023-06-01: every line is taken)
         assert done.returncode == 0 and orjson.loads(done.stdout)["succeeded"] == 9, done.stderr
         assert set(fake.org.records.succeeded.values()) == {1}
+
+
+@pytest.mark.parametrize("endpoint", ["models", "count_tokens"])
+def test_plan_under_the_usage_limit_stops_naming_the_date(tmp_path: Path, endpoint: str) -> None:
+    """`plan` asks the Models API and count_tokens: the account's usage limit on either stops it as it stops submit
+    and status (exit 2, one line naming the date), not a warning and an estimate said to be unmeasured for want of
+    a key that was given."""
+    from gatekeeper.testing import Fault
+
+    path, _ = _input(tmp_path)
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        fake.inject(Fault(endpoint, status=400, error_type="invalid_request_error", message=USAGE_LIMIT, times=50))
+        done = gk(["plan", str(path)], env_for(fake))
+        lines = [x for x in done.stderr.splitlines() if x.strip()]
+        assert done.returncode == 2 and len(lines) == 1 and "2027-01-01" in lines[0], done.stderr
+        assert "Traceback" not in done.stderr and "estimate" not in done.stdout
+
+
+def test_an_unmeasured_estimate_says_why(tmp_path: Path) -> None:
+    """With a key whose count_tokens fails (a gateway without it), the estimate says why it is bytes / 4, not "no
+    key"; without a key it says count_tokens was not asked."""
+    from gatekeeper.testing import Fault
+
+    path, _ = _input(tmp_path)
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        fake.inject(Fault("count_tokens", status=404, message="Not Found", times=50))
+        keyed = gk(["plan", str(path), "--json"], env_for(fake))
+    method = orjson.loads(keyed.stdout)["estimate"]["method"]
+    assert keyed.returncode == 0 and "no key" not in method and "count_tokens could not be used" in method, method
+    keyless = gk(["plan", str(path), "--json"], {})
+    assert "count_tokens not asked" in orjson.loads(keyless.stdout)["estimate"]["method"]
+
+
+def test_a_job_recorded_before_versions_were_kept_keeps_2023_06_01(tmp_path: Path) -> None:
+    """A journal from before the version was recorded (its settings without one): the rerun keeps 2023-06-01, the
+    only version then, whatever the environment asks by default; asking 2026-10-21 for it is refused in one line."""
+    from gatekeeper.state._journal import Journal
+
+    path, ok = _input(tmp_path)
+    state = Path(str(path) + ".gatekeeper")
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        killed = gk(["submit", str(path), *FAST, "--max-requests", "3"], env_for(fake), crash_at="after-create:1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        journal = Journal.open(state)
+        settings = dict(journal.get_meta("settings"))
+        del settings["api_version"]  # (as a journal of before the change has them)
+        journal.set_meta("settings", settings)
+        journal.close()
+        refused = gk(["submit", str(path), *FAST], env_for(fake, GATEKEEPER_API_VERSION=NEW))
+        assert refused.returncode == 2 and "started with API version 2023-06-01" in refused.stderr, refused.stderr
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert orjson.loads(done.stdout)["succeeded"] == 9  # (under 2023-06-01 every line is taken)
+        assert set(fake.org.records.versions.values()) == {"2023-06-01"}

@@ -43,7 +43,8 @@ def test_a_deadline_on_the_platform_signs_every_real_time_call(tmp_path: Path) -
     signed like the batch calls, and the job finishes by its deadline."""
     path, ids = _job(tmp_path, 12)
     with running_fake(ceiling=1000, rate=0.0, aws=FakeAws()) as fake:
-        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--deadline", "8s", "--deadline-slack", "4"],
+        # (the last chance 4 s in, as soon as the batch has waited long enough to show it late; met by half a minute)
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--deadline", "40s", "--deadline-slack", "36"],
                   aws_env(fake.url, tmp_path))
         assert done.returncode == 0, done.stderr[-3000:]
         s = orjson.loads(done.stdout)
@@ -63,7 +64,7 @@ def test_a_streamed_real_time_call_on_the_platform_is_signed_as_it_is_sent(tmp_p
     ids = {f"s{i:02d}" for i in range(4)}
     path = write_jsonl(tmp_path / "in.jsonl", [req(c, text=f"a long answer {c}", max_tokens=30_000) for c in sorted(ids)])
     with running_fake(ceiling=1000, rate=0.0, aws=FakeAws()) as fake:
-        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--deadline", "8s", "--deadline-slack", "6"],
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--deadline", "40s", "--deadline-slack", "38"],
                   aws_env(fake.url, tmp_path))
         assert done.returncode == 0, done.stderr[-3000:]
         aws = fake.config.aws

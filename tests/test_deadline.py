@@ -24,13 +24,17 @@ from tests.runs import events, gk, output_ids, start
 
 FAST = ["--interval", "0.1", "--max-rpm", "60000", "--reconcile-grace", "1", "--max-requests", "20", "--json"]
 TIGHT = ["--turnaround", "2", "--deadline-slack", "2"]
+ONE_BATCH = [a for a in FAST if a not in ("--max-requests", "20")]  # (a job in one batch)
 RT = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000)
 # For the tests of the real-time lane itself: a stalled batch lane and a deadline whose last chance comes at once
-# (the slack and the lane's own time fill the window), so every batch is canceled or moved within a second or two.
-AT_ONCE = ["--deadline", "8s", "--deadline-slack", "6"]
-# For a crawling batch lane split between the lanes: the slack covers the cancel's delay (a second in the fake), the
-# real-time calls and a loaded machine's start, so the deadline is met by seconds, not by a hair.
-SPLIT = ["--deadline", "14s", "--turnaround", "2", "--deadline-slack", "4"]
+# (the slack fills all but the first 2 s of the window): the batches are created (nothing moves on the prior
+# turnaround alone), and canceled once they have waited longer than the lane needs for them, a second or two in.
+# The deadline itself is far: met by half a minute, on a machine as loaded as it may be.
+AT_ONCE = ["--deadline", "40s", "--deadline-slack", "38"]
+# For a crawling batch lane split between the lanes: the last chance comes 12 s in (the batches have crawled for
+# that long), and the slack covers the cancel's delay (a second in the fake), the real-time calls and a loaded
+# machine's readings, so the deadline is met by half a minute, not by a hair.
+SPLIT = ["--deadline", "40s", "--turnaround", "2", "--deadline-slack", "28"]
 
 
 def _input(tmp_path: Path, n: int = 40, **params: object) -> tuple[Path, set[str]]:
@@ -55,9 +59,13 @@ def assert_one_lane_each(fake: FakeAPI, out: Path, expected: set[str], *, double
 
 
 def test_a_stalled_batch_lane_finishes_in_real_time_by_the_deadline(tmp_path: Path) -> None:
+    """The batch lane processes nothing: its batches wait, and at their last chance (the deadline less the slack
+    less the lane's time: about 10 s in) they are canceled and their requests finish in real time, by the deadline.
+    The slack (20 s) is what a loaded machine's readings, the fake's one-second cancel and the calls take at most."""
     path, expected = _input(tmp_path)
     with running_fake(rate=0.0, realtime=RT) as fake:
-        done = gk(["submit", str(path), "--deadline", "15s", *TIGHT, *FAST], env_for(fake))
+        done = gk(["submit", str(path), "--deadline", "30s", "--turnaround", "2", "--deadline-slack", "20", *FAST],
+                  env_for(fake))
         assert done.returncode == 0, done.stderr
         s = orjson.loads(done.stdout)
         assert s["succeeded"] == 40 and s["deadline"]["met"] is True
@@ -210,8 +218,8 @@ def test_a_429_storm_is_ridden_out_on_retry_after(tmp_path: Path) -> None:
 def test_overloaded_and_lost_answers_are_retried_and_lost_ones_counted(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 30)
     rough = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, overloaded=0.1, lost=0.1)
-    with running_fake(rate=0.0, realtime=rough) as fake:  # (backoffs take seconds: a window of 15 s, 2 s before moving)
-        done = gk(["submit", str(path), "--deadline", "15s", "--deadline-slack", "13", *FAST], env_for(fake))
+    with running_fake(rate=0.0, realtime=rough) as fake:  # (backoffs take seconds: a window of 40 s, 2 s before moving)
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
         assert done.stdout, done.stderr[-3000:]
         s = orjson.loads(done.stdout)
         lane = fake.realtime.records
@@ -239,7 +247,7 @@ def test_the_library_takes_a_deadline(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 20)
     with running_fake(rate=0.0, realtime=RT) as fake:
         config = ApiConfig(base_url=fake.url, workspace_keys=[Secret(WS1)], admin_key=Secret("test-admin-key"))
-        summary = submit_sync(str(path), config=config, settings=SubmitSettings(deadline="8s", deadline_slack=6, poll=0.1,
+        summary = submit_sync(str(path), config=config, settings=SubmitSettings(deadline="40s", deadline_slack=38, poll=0.1,
                                                                                    max_rpm=60000))
         assert summary.ok and summary.deadline is not None and summary.deadline["met"]
         assert summary.lanes["realtime"]["requests"] == 20
@@ -281,8 +289,8 @@ def test_a_cancel_stops_the_real_time_lane_too(tmp_path: Path) -> None:
     and what was never called is counted as not sent."""
     path, expected = _input(tmp_path, 40)
     slow = FakeRealtime(rpm=120, itpm=2_000_000, otpm=400_000)  # (2 a second: the lane is still busy when canceled)
-    with running_fake(rate=0.0, realtime=slow) as fake:
-        run = start(["submit", str(path), "--deadline", "15s", *TIGHT, *FAST], env_for(fake))
+    with running_fake(rate=0.0, realtime=slow) as fake:  # (one batch, canceled whole: all 40 go to the lane)
+        run = start(["submit", str(path), *AT_ONCE, *ONE_BATCH], env_for(fake))
         fake.org.wait_for(lambda _: fake.realtime.records.answered >= 3, "the lane's first answers", timeout=40)
         canceled = gk(["cancel", str(path), "--json"], env_for(fake))
         assert canceled.returncode == 0, canceled.stderr
@@ -361,6 +369,8 @@ USAGE_LIMIT = ("You have reached your specified API usage limits. You will regai
     (402, "billing_error", "Billing error", None),
     (400, "invalid_request_error", USAGE_LIMIT, None),
     (429, "rate_limit_error", "Spend cap reached", {"error_code": "enforced_spend_limit_reached"}),
+    (400, "invalid_request_error", "This organization has been disabled.",
+     {"error_code": "organization_on_hold", "appeal_url": "https://appeal.example.test/o"}),
 ])
 def test_a_refusal_of_the_account_stops_the_lane_with_its_requests_still_queued(
         tmp_path: Path, status: int, error_type: str, message: str, details: dict[str, str] | None) -> None:
@@ -445,8 +455,8 @@ async def test_answers_waiting_for_the_write_lock_never_outnumber_the_calls_allo
     path, _ = _input(tmp_path, 150)
     with running_fake(rate=0.0, realtime=FakeRealtime(rpm=60_000, itpm=50_000_000, otpm=10_000_000, latency=0.0)) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=_time.time() + 30,
-                                  deadline_slack=28)
+        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=_time.time() + 40,
+                                  deadline_slack=38)
         summary = await submit(path, config=config, settings=settings)
     assert summary.succeeded == 150 and summary.lanes["realtime"]["requests"] == 150
     assert seen and max(seen) > 0, "no call was out while the lock was held: the test proves nothing"
@@ -458,9 +468,9 @@ def test_a_cancel_the_credentials_may_not_make_leaves_the_batch_live_and_the_run
     event, never asked again, and the run goes on with the batch live (not stopped at the same decision on every
     rerun); it finishes in the batch lane, the deadline missed (exit 1), every request once."""
     path, expected = _input(tmp_path, 20)
-    with running_fake(rate=2.0, realtime=RT) as fake:
+    with running_fake(rate=2.0, realtime=RT) as fake:  # (the batch ends 10 s in: past the 8 s deadline, however loaded)
         fake.inject(Fault("cancel", status=403, error_type="permission_error", message="not allowed to cancel", times=10))
-        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        done = gk(["submit", str(path), "--deadline", "8s", "--deadline-slack", "6", *FAST], env_for(fake))
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
         refused = [e for e in events(done.stderr) if e["event"] == "deadline_cancel_refused"]
         assert len(refused) == 1 and "permission_error" in refused[0]["reason"]
@@ -468,3 +478,139 @@ def test_a_cancel_the_credentials_may_not_make_leaves_the_batch_live_and_the_run
         s = orjson.loads(done.stdout)
         assert s["succeeded"] == 20 and s["lanes"]["batch"]["requests"] == 20 and s["deadline"]["met"] is False
         assert_one_lane_each(fake, _out(path), expected)
+
+
+LANE_90 = FakeRealtime(rpm=90, itpm=2_000_000, otpm=400_000)  # the review's lane: 90 requests a minute
+
+
+@pytest.mark.parametrize(("n", "deadline", "slack"), [(80, "45s", "5"), (600, "2m", "60")])
+def test_a_batch_lane_that_ends_at_once_is_tried_first_when_the_lane_cannot_make_the_window_either(
+        tmp_path: Path, n: int, deadline: str, slack: str) -> None:
+    """The review's S2: a batch lane that ends in under a second, a real-time lane of 90 requests a minute, measured
+    through the Admin API, that needs longer than the window (80 in 53 s of 40; 600 in 400 s of 60). The first
+    reading moves nothing on the prior turnaround: the batches are created, end, and the deadline is met, with not
+    one real-time call (it moved every request, at twice the price, and missed by 102 s)."""
+    path, expected = _input(tmp_path, n)
+    with running_fake(rate=4000.0, realtime=LANE_90) as fake:  # (one batch of them all, as the review's)
+        done = gk(["submit", str(path), "--deadline", deadline, "--deadline-slack", slack, *ONE_BATCH], env_for(fake))
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = orjson.loads(done.stdout)
+        assert s["deadline"]["met"] is True and s["lanes"]["batch"]["requests"] == n and "realtime" not in s["lanes"]
+        assert fake.org.records.requests_seen.get("messages", 0) == 0 and fake.realtime.records.calls == 0
+        assert not [e for e in events(done.stderr) if e["event"] in ("to_realtime", "deadline_cancel", "realtime_probe")]
+        assert set(output_ids(_out(path))) == expected
+
+
+@pytest.mark.parametrize("invoke", ["allowed", "refused"])
+def test_no_call_is_paid_for_while_the_batch_lane_is_not_known_to_be_late(tmp_path: Path, invoke: str) -> None:
+    """The review's S3: no Admin key (as on Claude Platform on AWS), a batch lane that ends in half a second, a ten
+    minute deadline shorter than the prior hour: no probe is made (one was, and with credentials lacking the invoke
+    permission it stopped the job with exit 2 before any batch existed): the batch lane finishes, exit 0."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(rate=80.0, realtime=RT) as fake:  # (40 requests in half a second)
+        if invoke == "refused":
+            fake.inject(Fault("messages", status=403, error_type="permission_error", times=1000,
+                              message="User is not authorized to perform: bedrock:InvokeModel"))
+        done = gk(["submit", str(path), "--deadline", "10m", *FAST], env_for(fake, admin=False))
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = orjson.loads(done.stdout)
+        assert s["deadline"]["met"] is True and s["lanes"]["batch"]["requests"] == 40
+        assert fake.org.records.requests_seen.get("messages", 0) == 0 and s["lanes"].get("realtime") is None
+        assert set(output_ids(_out(path))) == expected
+
+
+def test_a_probe_refused_the_invoke_permission_warns_once_and_the_batch_lane_runs_on(tmp_path: Path) -> None:
+    """No Admin key and a batch lane known late (its batches wait with nothing done past the deadline's last chance):
+    the lane's limits are read with one probe; a 403 to it (a policy without the invoke action) is said once
+    (`realtime_closed`), nothing moves, no other call is made, and the run goes on in the batch lane: when that
+    recovers the job finishes, with the exit code its finish earns (not 2)."""
+    path, expected = _input(tmp_path, 40)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        fake.inject(Fault("messages", status=403, error_type="permission_error", times=1000,
+                          message="User is not authorized to perform: bedrock:InvokeModel"))
+        run = start(["submit", str(path), *AT_ONCE, *FAST], env_for(fake, admin=False))
+        fake.org.wait_for(lambda r: r.requests_seen.get("messages", 0) >= 1, "the probe", timeout=40)
+        fake.config.rate = 4000.0  # (the batch lane recovers)
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 0, err[-3000:]
+        closed = [e for e in events(err) if e["event"] == "realtime_closed"]
+        assert len(closed) == 1 and "InvokeModel" in closed[0]["reason"] and "Traceback" not in err
+        assert fake.org.records.requests_seen.get("messages", 0) == 1
+        s = orjson.loads(out)
+        assert s["lanes"]["batch"]["requests"] == 40 and s["lanes"].get("realtime") is None and s["deadline"]["met"]
+        assert not [e for e in events(err) if e["event"] in ("to_realtime", "deadline_cancel")]
+        assert set(output_ids(_out(path))) == expected
+
+
+USAGE_LIMIT_ON_LIST = ("You have reached your specified API usage limits. You will regain access on 2027-01-01 at "
+                       "00:00 UTC.")
+
+
+@pytest.mark.parametrize(("status", "error_type", "message"), [
+    (401, "authentication_error", "invalid x-api-key"),
+    (400, "invalid_request_error", USAGE_LIMIT_ON_LIST),
+])
+def test_an_error_of_the_batch_lane_settles_the_calls_out_before_the_run_stops(
+        tmp_path: Path, status: int, error_type: str, message: str) -> None:
+    """The review's S7: 40 requests in the real-time lane, each answer taking 3 s, when a listing of the batch lane is
+    refused (a key revoked, the usage limit). The run stops with the error's line (exit 2), but first says it waits
+    for the calls out (`realtime_stopping`, with the reason), keeps their answers and commits them; the rerun buys
+    none again: the fake answered no request twice (it answered all 40 twice)."""
+    path, expected = _input(tmp_path, 40)
+    slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=3.0)
+    with running_fake(rate=0.0, realtime=slow) as fake:
+        run = start(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        fake.org.wait_for(lambda _: fake.realtime.records.calls >= 40, "the 40 calls out", timeout=40)
+        fake.inject(Fault("list", status=status, error_type=error_type, message=message, times=1000))
+        _, err = run.communicate(timeout=90)
+        assert run.returncode == 2, err[-3000:]
+        assert message.split(".")[0] in err.strip().splitlines()[-1] and "Traceback" not in err
+        stopping = [e for e in events(err) if e["event"] == "realtime_stopping"]
+        assert len(stopping) == 1 and stopping[0]["calls_out"] > 0 and message.split(".")[0] in stopping[0]["reason"]
+        assert fake.realtime.records.answered == 40
+        fake.faults.items.clear()  # (the key replaced, the limit lifted)
+        done = gk(["submit", str(path), *AT_ONCE, *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = orjson.loads(done.stdout)
+        assert s["succeeded"] == 40 and s["lanes"]["realtime"]["possible_double_charges"] == 0
+        assert fake.realtime.records.calls == 40
+        assert_one_lane_each(fake, _out(path), expected)
+
+
+@pytest.mark.anyio
+async def test_a_full_disk_in_the_batch_lane_settles_the_calls_out_too(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch lane's own step fails with no API error at all (its output's disk full) while the real-time lane has
+    calls out, each answer taking 2 s: the run waits for them (`realtime_stopping`, the error its reason), journals
+    each answer, and then stops with the error; nothing is out, and nothing is lost."""
+    import time as _time
+
+    from gatekeeper import submit
+    from gatekeeper._errors import OutputError
+    from gatekeeper.run import _loop
+    from tests.fakes import ADMIN
+
+    path, _ = _input(tmp_path, 30)
+    seen: list[tuple[str, dict]] = []
+
+    def full_once_calls_are_out(job: _loop.Job) -> None:
+        if job.lane.out_now:
+            raise OutputError("writing results.jsonl: [Errno 28] No space left on device")
+
+    slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=2.0)
+    with running_fake(rate=0.0, realtime=slow) as fake:
+        monkeypatch.setattr(_loop.Job, "form_retry_batches", full_once_calls_are_out)  # (a step of the batch lane's)
+        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=_time.time() + 40,
+                                  deadline_slack=38)
+        with pytest.raises(OutputError, match="No space left"):
+            await submit(path, config=config, settings=settings, on_event=lambda e, f: seen.append((e, f)))
+        calls, answered = fake.realtime.records.calls, fake.realtime.records.answered
+    stopping = [f for e, f in seen if e == "realtime_stopping"]
+    assert len(stopping) == 1 and stopping[0]["calls_out"] > 0 and "No space left" in stopping[0]["reason"]
+    journal = Journal.open(tmp_path / "s")
+    try:
+        assert journal.lane.out() == 0 and journal.lane.stats()["possible_double_charges"] == 0
+        assert calls == answered > 0 and journal.outcomes.final_count() == answered
+    finally:
+        journal.close()

@@ -46,7 +46,7 @@ def test_the_docs_show_commands() -> None:
 # Placeholders the docs write for a value, and a value of the kind the flag takes.
 PLACEHOLDERS = {"MODE": "count-20", "N": "5", "SECONDS": "30", "FILE": "out.jsonl", "INPUT": "in.jsonl", "DIR": "state",
                 "URL": "postgresql://db.example/gk", "PCT": "80", "NAME": "night-1", "KEY": "k", "TYPES": "errored"}
-COMMAND_NAMES = {"plan", "status", "submit", "results", "cancel", "report", "exporter", "fake-api"}
+COMMAND_NAMES = {"plan", "status", "submit", "results", "cancel", "report", "exporter", "fake-api", "serve"}
 
 
 @pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[w for w, _ in COMMANDS])

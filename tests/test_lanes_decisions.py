@@ -23,7 +23,8 @@ from gatekeeper.decide._deadline import (
     worth_moving,
 )
 from gatekeeper.decide._headroom import model_limits
-from gatekeeper.decide._pacing import RAMP_START, Cost, Pace, lane_seconds, must_stream
+from gatekeeper.decide._pacing import Cost, Pace, lane_seconds, must_stream, window_allows
+from tests.pacing import against_the_fake
 
 NOW = 1_790_000_000.0
 
@@ -94,35 +95,42 @@ def per_second(rate: float) -> Callable[[float], float]:
 STALLED = [JobBatch(0, 1000, NOW - 600, 0)]  # ten minutes old, nothing shown done: projected at NOW + 3000
 
 
-@pytest.mark.parametrize(("live", "held", "turn", "queued", "deadline", "rate", "measured", "expected"), [
+@pytest.mark.parametrize(("live", "held", "turn", "queued", "deadline", "rate", "speed", "expected"), [
     # a healthy lane: everything projected well inside the deadline stays
-    ([JobBatch(0, 1000, NOW - 60, 500)], [Held(1, 1000)], 120, 0, 3600, 2.0, True, ((), (), False, False)),
+    ([JobBatch(0, 1000, NOW - 60, 500)], [Held(1, 1000)], 120, 0, 3600, 2.0, "measured", ((), (), False, False)),
     # projected to miss, but not yet its last chance (the lane needs 500 s of the 1,140 left): it waits
-    (STALLED, [], 3600, 0, 1200, 2.0, True, ((), (), False, False)),
+    (STALLED, [], 3600, 0, 1200, 2.0, "measured", ((), (), False, False)),
     # its last chance, and the lane ends it sooner: canceled
-    (STALLED, [], 3600, 0, 500, 2.0, True, ((0,), (), False, False)),
+    (STALLED, [], 3600, 0, 500, 2.0, "measured", ((0,), (), False, False)),
     # its last chance, but the lane would end it later than the batch lane (10,000 s against 3,000): stays
-    (STALLED, [], 3600, 0, 500, 0.1, True, ((), (), False, False)),
+    (STALLED, [], 3600, 0, 500, 0.1, "measured", ((), (), False, False)),
     # past the deadline: moved only to a lane that ends it sooner
-    (STALLED, [], 3600, 0, -100, 2.0, True, ((0,), (), False, False)),
-    (STALLED, [], 3600, 0, -100, 0.1, True, ((), (), False, False)),
-    # the lane's speed not known: nothing live is canceled, a probe is asked for; a batch not created still moves
-    (STALLED, [], 3600, 0, 500, 2.0, False, ((), (), False, True)),
-    ([], [Held(1, 100)], 4000, 0, 100, 2.0, False, ((), (1,), False, True)),
+    (STALLED, [], 3600, 0, -100, 2.0, "measured", ((0,), (), False, False)),
+    (STALLED, [], 3600, 0, -100, 0.1, "measured", ((), (), False, False)),
+    # the lane's speed not known: nothing moves, a probe is asked for (the batch lane is known to miss, and its last
+    # chance by the lowest tier's figures has come)
+    (STALLED, [], 3600, 0, 500, 2.0, "assumed", ((), (), False, True)),
+    ([], [Held(1, 100)], 4000, 0, 100, 2.0, "assumed", ((), (), False, True)),
+    # ... not yet its last chance by them: no probe, no call paid for
+    (STALLED, [], 3600, 0, 1200, 2.0, "assumed", ((), (), False, False)),
+    # probed, and still not told (a gateway without the headers): a batch not created moves on the lowest tier's
+    # figures, nothing live is canceled on them
+    ([], [Held(1, 100)], 4000, 0, 100, 2.0, "read", ((), (1,), False, False)),
+    (STALLED, [], 3600, 0, 500, 2.0, "read", ((), (), False, False)),
     # a batch the batch lane would miss with, at its last chance only once 7,000 are queued in the lane before it
-    ([], [Held(1, 100)], 4000, 0, 3600, 2.0, True, ((), (), False, False)),
-    ([], [Held(1, 100)], 4000, 7000, 3600, 2.0, True, ((), (1,), False, False)),
+    ([], [Held(1, 100)], 4000, 0, 3600, 2.0, "measured", ((), (), False, False)),
+    ([], [Held(1, 100)], 4000, 7000, 3600, 2.0, "measured", ((), (1,), False, False)),
     # requests waiting for another attempt at their last chance move instead of forming a batch
-    ([], [Held(None, 500)], 4000, 0, 300, 2.0, True, ((), (), True, False)),
+    ([], [Held(None, 500)], 4000, 0, 300, 2.0, "measured", ((), (), True, False)),
     # a crawl: 10% in 30 minutes will not make it, nor the batch not yet created (turnaround 10 min): both at their
     # last chance, the lane's time for the crawl's 900 first
-    ([JobBatch(0, 1000, NOW - 1800, 100)], [Held(1, 100)], 600, 0, 500, 2.0, True, ((0,), (1,), False, False)),
+    ([JobBatch(0, 1000, NOW - 1800, 100)], [Held(1, 100)], 600, 0, 500, 2.0, "measured", ((0,), (1,), False, False)),
 ])
 def test_what_moves_to_the_real_time_lane(live: list[JobBatch], held: list[Held], turn: float, queued: int,
-                                          deadline: float, rate: float, measured: bool,
+                                          deadline: float, rate: float, speed: str,
                                           expected: tuple[tuple[int, ...], tuple[int, ...], bool, bool]) -> None:
     m = moves(now=NOW, deadline=NOW + deadline, live=live, held=held, turn=turn, lane_time=per_second(rate),
-              queued=queued, slack=60, measured=measured)
+              queued=queued, slack=60, measured=speed == "measured", read=speed == "read")
     assert (m.cancel, m.move, m.move_pending, m.probe) == expected
 
 
@@ -139,13 +147,58 @@ def test_work_moves_only_at_its_last_chance_and_only_to_a_sooner_end(finish: flo
     assert worth_moving(now=NOW, deadline=deadline, finish=finish, lane=lane, slack=60) is expected
 
 
-@pytest.mark.parametrize(("returned", "pending", "moves_them"), [(True, 50, True), (False, 50, False), (True, 0, False)])
-def test_requests_a_deadline_cancel_gave_back_never_form_a_new_batch(returned: bool, pending: int, moves_them: bool) -> None:
-    """With time enough by the projection, retries stay in the batch lane, unless a batch canceled for the deadline
-    gave them back."""
-    m = moves(now=NOW, deadline=NOW + 3600, live=[], held=[Held(None, pending)], turn=60, lane_time=per_second(10.0),
-              queued=0, slack=60, returned=returned)
+@pytest.mark.parametrize(("turn", "deadline", "moves_them"), [
+    (600, 4 * 3600, False),  # four hours left, a ten-minute turnaround: a new batch makes it
+    # the job's turnaround counts the span a deadline's cancel projected (three hours): at their last chance, they move
+    (3 * 3600, 100, True),
+    (3 * 3600, 3600, False),  # ... not yet their last chance (the lane needs 50 s for them): they wait
+])
+def test_a_retry_moves_only_on_its_own_projection(turn: float, deadline: float, moves_them: bool) -> None:
+    """Requests waiting for another attempt (another batch's expired or errored ones, or a deadline-canceled batch's
+    given back) are projected as a new batch of theirs would be: at the job's turnaround, which counts the span a
+    canceled batch was projected to take. One cancel collected never sends every later retry real time."""
+    m = moves(now=NOW, deadline=NOW + deadline, live=[], held=[Held(None, 500)], turn=turn, lane_time=per_second(10.0),
+              queued=0, slack=60)
     assert m.move_pending is moves_them
+
+
+FIRST = [Held(0, 80)]  # a batch not yet created, at the first reading
+
+
+@pytest.mark.parametrize(("live", "held", "evidence", "deadline", "rate", "speed", "expected"), [
+    # the first reading: 80 requests, 40 s left of a 45 s deadline, a lane of 90 a minute (53 s for them, it cannot
+    # make the window either): nothing moves, no probe; the batch lane is tried
+    ([], FIRST, 0.0, 45, 1.5, "measured", ((), (), False, False)),
+    # ... nor with a lane that could make the window: nothing shows the batch lane late
+    ([], FIRST, 0.0, 45, 100.0, "measured", ((), (), False, False)),
+    ([], FIRST, 0.0, 45, 100.0, "assumed", ((), (), False, False)),  # (and no call is paid for to read its limits)
+    # a batch just created: half a second old, it is not shown late (twice its wait is a second)
+    ([JobBatch(0, 80, NOW - 0.5, 0)], [], 0.5, 45, 100.0, "measured", ((), (), False, False)),
+    # it has gone 30 s with nothing done: twice that misses the 40 s left, and its last chance has come for a lane of
+    # 90 a minute: canceled (the lane ends it sooner than the prior hour)
+    ([JobBatch(0, 80, NOW - 30, 0)], [], 30.0, 15, 1.5, "measured", ((0,), (), False, False)),
+    # ... the lane's speed not known: a probe first
+    ([JobBatch(0, 80, NOW - 30, 0)], [], 30.0, 15, 1.5, "assumed", ((), (), False, True)),
+    # a batch stalled 30 s shows the next one late too: it is not created, at its last chance
+    ([JobBatch(0, 80, NOW - 30, 0)], [Held(1, 80)], 30.0, 15, 1.5, "measured", ((0,), (1,), False, False)),
+    # ... which a fast lane's has not yet come to (it needs 2 s of the 10 left)
+    ([JobBatch(0, 80, NOW - 30, 0)], [Held(1, 80)], 30.0, 15, 100.0, "measured", ((), (), False, False)),
+])
+def test_until_a_batch_has_ended_work_moves_only_on_what_the_jobs_batches_show(
+        live: list[JobBatch], held: list[Held], evidence: float, deadline: float, rate: float, speed: str,
+        expected: tuple[tuple[int, ...], tuple[int, ...], bool, bool]) -> None:
+    """The prior turnaround (an hour) alone never moves work: until one of the job's batches has ended, work moves
+    only when what its batches show (how long they have gone with nothing done) says the batch lane misses too."""
+    m = moves(now=NOW, deadline=NOW + deadline, live=live, held=held, turn=3600, lane_time=per_second(rate),
+              queued=0, slack=5, evidence=evidence, measured=speed == "measured", read=speed == "read")
+    assert (m.cancel, m.move, m.move_pending, m.probe) == expected
+
+
+def test_the_first_reading_moved_everything_on_the_prior_alone() -> None:
+    """(The review's first finding, as the rule stood: the same first reading with the prior as the job's own
+    turnaround moves the batch not yet created, at twice the price, to a lane that misses the deadline too.)"""
+    m = moves(now=NOW, deadline=NOW + 45, live=[], held=FIRST, turn=3600, lane_time=per_second(1.5), queued=0, slack=5)
+    assert m.move == (0,)
 
 
 def test_a_batch_lane_that_will_make_it_is_never_bypassed_even_when_the_rest_moves() -> None:
@@ -154,39 +207,55 @@ def test_a_batch_lane_that_will_make_it_is_never_bypassed_even_when_the_rest_mov
     assert m.cancel == (1,) and m.projected[0] < NOW + 60
 
 
-K = math.log(1.6) / 5  # the ramp grows as e^(K t): by 1.6 every 5 s
-
-
-@pytest.mark.parametrize(("n", "rate", "ramp", "expected"), [
-    (0, 10, RAMP_START, 0.0), (100, 10, 1.0, 10.0),
-    (10, 10, 0.25, math.log(1 + 10 * K / 2.5) / K),  # still ramping: the integral of 2.5 e^(K t) reaches 10
-    (100, 10, 0.25, math.log(4) / K + (100 - 2.5 * 3 / K) / 10),  # full pace at ln(4)/K s, then 10 a second
+@pytest.mark.parametrize(("n", "rate", "sent", "expected"), [
+    (0, 10, 0, 0.0),
+    # 10 a second, 50 a window: 25 in the first window (half of it), then 47 (1.9 times 25), then full pace
+    (25, 10, 0, 2.5), (26, 10, 0, 5.1), (72, 10, 0, 9.7), (100, 10, 0, 12.8),
+    (100, 10, 1000, 10.0),  # a lane past its ramp: the rate alone
+    (10, 10, 20, 3.5),  # mid-ramp: the 21st to 25th in the first window, the other five at the second's start
+    # 1.5 a second (90 RPM): 4 (3.75 rounded up), 7, then full pace
+    (40, 1.5, 0, 10 + 29 / 1.5),
+    # under 24 a minute a cold window holds one call (at 18, 1.5 a window): the next is at full pace
+    (3, 0.3, 0, 5 + 2 / 0.3),
 ])
-def test_the_lane_needs_time_to_ramp(n: float, rate: float, ramp: float, expected: float) -> None:
-    assert lane_seconds(n, rate, ramp) == pytest.approx(expected)
+def test_the_lane_needs_time_to_ramp(n: float, rate: float, sent: float, expected: float) -> None:
+    assert lane_seconds(n, rate, sent) == pytest.approx(expected)
 
 
-def test_the_ramp_never_sends_a_window_more_than_1_9_times_the_one_before_nor_half_the_limit_cold() -> None:
-    """Sending as fast as the pace allows from cold (600 RPM seeded, the Admin API's): in every rolling 5 s window,
-    at most 1.9 times the window before (past the cold start's half of the limit): the acceleration rule the API
-    may apply is never crossed. Full pace is reached within 15 s."""
-    p = Pace(0.0)
-    p.seed(600, 10_000_000, 10_000_000)
-    sent: list[float] = []
-    t = 0.0
-    while t < 30.0:
-        w = p.wait(Cost(1, 1), t)
-        if w > 0:
-            t += max(w, 1e-6)
-            continue
-        p.sent(Cost(1, 1), t)
-        sent.append(t)
-    for end in [x / 10 for x in range(1, 300)]:
-        recent = sum(1 for x in sent if end - 5 < x <= end)
-        before = sum(1 for x in sent if end - 10 < x <= end - 5)
-        assert recent <= max(0.5 * 600 * 5 / 60, 1.9 * before) + 2, (end, recent, before)
-    assert sum(1 for x in sent if 20 < x <= 30) >= 0.97 * 100  # (full pace: 10 a second)
-    assert p.ramp == 1.0
+@pytest.mark.parametrize(("before", "per_window", "allows"), [
+    (0, 7.5, 4), (0, 4.17, 3), (0, 500, 250), (0, 1.67, 1), (0, 0.4, 1),
+    (1, 1.67, 2), (2, 1.67, 3),  # (one more than the window before where 1.9 times it rounds down to no more)
+    (4, 7.5, 7), (3, 7.5, 5), (7, 7.5, 13), (100, 500, 250), (200, 500, 380),
+])
+def test_a_window_holds_half_a_windows_worth_from_cold_then_under_twice_the_one_before(
+        before: int, per_window: float, allows: int) -> None:
+    assert window_allows(before, per_window) == allows
+    if before:  # never what a rule of "twice the window before, past half the limit" refuses
+        assert allows <= max(2 * before, math.ceil(0.5 * per_window))
+
+
+@pytest.mark.parametrize(("rpm", "jitter"), [(rpm, jitter) for rpm in (20, 50, 90, 600) for jitter in (0.0, 0.02, 0.08)]
+                         + [(4000, 0.08)])
+def test_the_ramp_never_trips_the_fakes_acceleration_rule_and_keeps_within_1_2x_the_ideal(rpm: int, jitter: float) -> None:
+    """The fake counts whole requests (`recent >= max(half a window's worth, 2 x before)` refuses), as an acceleration
+    rule would: the pace never draws one of its 429s, at 20 to 4,000 requests a minute, with calls reaching it up to
+    80 ms unevenly late; and it sends 20 windows' worth (100 s at full pace) within 1.2 times the ideal (every limit
+    spent from the first second: the first second's worth at once, then the rate)."""
+    n = max(40, int(rpm / 60 * 100))
+    admitted, records = against_the_fake(rpm, n, jitter=jitter)
+    assert records.accelerated == 0 and records.limited == 0
+    ideal = (n - rpm / 60) / (rpm / 60)
+    assert admitted[-1] - admitted[0] <= 1.2 * ideal, (admitted[-1] - admitted[0], ideal)
+
+
+@pytest.mark.parametrize(("rpm", "n"), [(50, 30), (90, 40)])
+def test_a_short_job_at_the_lowest_limits_runs_within_1_2x_its_ideal(rpm: int, n: int) -> None:
+    """The review's jobs: 30 requests at 50 a minute, 40 at 90 (the ramp is most of their time), and the lane's
+    projection of them within 5% of what they took."""
+    admitted, records = against_the_fake(rpm, n, jitter=0.02)
+    took = admitted[-1] - admitted[0]
+    assert records.accelerated == 0 and took <= 1.2 * (n - rpm / 60) / (rpm / 60), took
+    assert lane_seconds(n, rpm / 60) == pytest.approx(took, rel=0.05)
 
 
 def test_batch_alone_counts_waves_of_the_turnaround() -> None:
@@ -207,17 +276,19 @@ def test_the_pace_is_spread_and_ramps() -> None:
     p = Pace(0.0)
     p.observe(headers(600, 600, 1_000_000, 1_000_000, 100_000, 100_000), 0.0)
     cost = Cost(100, 100)
-    # 600 RPM held as 10 a second; at the ramp's 0.3 each request takes 1/0.3 of them: 3 a second, growing by
-    # 1.6 every 5 s: about 14 in the first 4 s (the integral of 3 e^(K t), and the full bucket's first three)
-    sent, t = 0, 0.0
-    while t < 4.0:
-        w = p.wait(cost, t)
-        if w == 0:
+    # 600 RPM held as 10 a second: never more than a second's worth at once (nor, in any second, more than a full
+    # bucket and what it refills); from cold, half a window's worth (25) in the first 5 s
+    sent: list[float] = []
+    t = 0.0
+    while t < 30.0:
+        if p.wait(cost, t) == 0:
             p.sent(cost, t)
-            sent += 1
+            sent.append(t)
         t += 0.01
-    assert 11 <= sent <= 17
-    assert p.wait(cost, 20.0) == 0 and p.ramp > RAMP_START  # grown with time without a 429
+    assert sum(1 for x in sent if x < 5.1) == 25
+    assert max(sum(1 for x in sent if a <= x < a + 0.1) for a in [y / 100 for y in range(2990)]) <= 11
+    assert max(sum(1 for x in sent if a <= x < a + 1) for a in [y / 100 for y in range(2900)]) <= 20
+    assert sum(1 for x in sent if 20 <= x < 30) >= 98  # (full pace after the ramp: 10 a second)
 
 
 def test_headers_never_raise_the_level_and_tokens_are_taken_at_the_rounding_low_side() -> None:
@@ -258,7 +329,7 @@ def test_a_429_is_obeyed_whatever_its_length(retry_after: float | None, reset_in
     if reset_in is not None:
         h["anthropic-ratelimit-requests-reset"] = dt.datetime.fromtimestamp(now + reset_in, dt.UTC).isoformat()
     p = Pace(now)
-    p.ramp = 0.5
+    p.ramp = p.ramp_from = 0.5
     p.refused(h, retry_after, now)
     assert p.paused_until - now == pytest.approx(expected, abs=1)
     assert p.ramp == 0.25 and p.limited == 1
@@ -365,12 +436,47 @@ async def test_a_stream_cut_short_is_a_lost_answer(tail: list[dict[str, object]]
 
 
 def test_the_ramp_starts_at_the_first_request_not_when_the_pace_was_made() -> None:
-    """A pace made for a projection an hour before its lane sends anything starts at the ramp's first share, as a cold
-    lane must (a burst at the full rate draws acceleration 429s)."""
+    """A pace made for a projection an hour before its lane sends anything starts cold, as a cold lane must (a burst
+    at the full rate draws acceleration 429s): half a window's worth in its first window, however full its buckets."""
     p = Pace(0.0)
     p.seed(600, 1_000_000, 100_000)
-    assert p.wait(Cost(1, 1), 3600.0) == 0.0 and p.ramp == RAMP_START
-    p.sent(Cost(1, 1), 3600.0)
-    assert p.ramp == RAMP_START
-    p.wait(Cost(1, 1), 3605.0)
-    assert p.ramp == pytest.approx(RAMP_START * 1.6)
+    t, sent = 3600.0, 0
+    while t < 3605.0:
+        if p.wait(Cost(1, 1), t) == 0:
+            p.sent(Cost(1, 1), t)
+            sent += 1
+        t += 0.01
+    assert sent == 25 and p.wait(Cost(1, 1), 3605.0) > 0
+
+
+def test_a_call_a_429_refused_leaves_the_ramps_windows() -> None:
+    """The call refused was not let through: counting it would let the next window grow on a call the API never saw."""
+    p = Pace(0.0)
+    p.seed(90, 1_000_000, 100_000)
+    at = [p.sent(Cost(1, 1), float(t)) for t in range(4)]
+    assert p.window_wait(4.0) > 0  # (4 in the window: a cold one holds no more)
+    p.refused({}, 0.5, 4.0, at[3])
+    assert p.sends == at[:3] and p.window_wait(4.0) == 0
+
+
+def test_the_keeper_projects_the_pace_the_lane_keeps_not_the_limits() -> None:
+    """A lane whose limits allow 10 a second but which keeps 5 (calls that take long, 64 out at most; other traffic's
+    429s) is projected at 5, once it has had work waiting past its ramp; a lane idle or cold keeps its last measure.
+    Before any measure, the limits (and the ramp from cold)."""
+    from gatekeeper.run.realtime._paces import Paces
+
+    now = [0.0]
+    paces = Paces(lambda: now[0], {"m": (600, 10_000_000, 10_000_000, False)})
+    paces.models = {"m"}
+    paces.mean_cost = Cost(10, 10)
+    assert paces.seconds_for(1000) == pytest.approx(lane_seconds(1000, 10.0))  # (cold: the limits, ramp included)
+    paces.busy(0.0)
+    while now[0] < 40.0:  # (work waiting throughout; a call every 0.2 s)
+        paces.went(now[0])
+        now[0] += 0.2
+    assert paces.kept(now[0]) == pytest.approx(0.5, abs=0.02)
+    warm = paces.seconds_for(1000)
+    assert warm == pytest.approx(1000 / 5.0, rel=0.03)  # (past its ramp: 1,000 at the 5 a second it keeps)
+    paces.idle()
+    now[0] += 3600.0  # an hour idle: cold again, at the pace last measured
+    assert paces.seconds_for(1000) == pytest.approx(lane_seconds(1000, 5.0, 0), rel=0.03)

@@ -28,10 +28,11 @@ EXPECTED = {
     "DryRun", "Canceled", "CanceledBatch",
     "submit_table", "submit_table_sync", "plan_table", "TableSpec", "Template", "TableResult", "TablePlan",
     "Secret", "BearerToken", "Federation", "ProfileLogin", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",
+    "Clock", "WallClock",  # the one clock a run reads and waits on (a simulation hands down its own)
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
     "JournalError", "CredentialsError", "TokenExpired", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",
-    "RequestTooLarge", "SpendLimitReached", "RateLimited", "QueueFull", "ServerError", "BadRequest",
+    "RequestTooLarge", "AccountRefused", "SpendLimitReached", "RateLimited", "QueueFull", "ServerError", "BadRequest",
     "CreateOutcomeUnknown", "IncompleteDownload", "DuplicateJob", "JobLive", "JobMissing",
 }
 
@@ -45,7 +46,7 @@ def test_all_is_pinned_and_resolves() -> None:
                                                "Records", "fake_token_count"}
 
 
-ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "tables", "cli"}  # the packages, in the order data flows
+ROOMS = {"decide", "input", "api", "state", "checks", "run", "watch", "tables", "cli", "gateway"}  # the packages, in the order data flows
 
 
 RUN_LANES = ("batch", "realtime", "recovery", "job")  # run/'s packages, one a lane (job: what they share)

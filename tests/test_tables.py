@@ -94,7 +94,7 @@ def test_a_rows_request_is_exactly_its_params_with_sorted_keys(system: str | Non
      "errored", "invalid_request_error: bad"),
     ({"type": "expired"}, "expired", "expired"),
     ({"type": "rejected", "reason": "line 1: too big"}, "rejected", "row 2: line 1: too big"),
-    (None, "rejected", "no answer: the job did not finish"),
+    (None, "unsent", "not sent: the run did not send it"),  # (a sound row with no answer is not a rejected one)
 ])
 def test_an_answer_becomes_result_columns(result: dict | None, status: str, error: str | None) -> None:
     cols = result_columns(Judged(2, "k", "c"), result, load_prices())
@@ -115,6 +115,15 @@ def _sent(fake: Any) -> int:
     return sum(b.total for b in fake.org.batches.values())
 
 
+def _state(table: Any) -> Path:
+    """A table job's default state folder: the table's, in the user's state folder (the test's own)."""
+    import os
+
+    from gatekeeper.tables._where import default_state_dir
+
+    return default_state_dir(str(table), os.environ, create=False)
+
+
 def test_a_csv_table_through_the_cli_then_a_rerun_a_grown_table_and_a_changed_row(tmp_path: Path) -> None:
     """One result row per input row in input order, every input column unchanged; the rerun sends nothing; a grown
     table and one changed row send only the 5 new and the 1 changed; nothing is ever answered twice."""
@@ -128,7 +137,8 @@ def test_a_csv_table_through_the_cli_then_a_rerun_a_grown_table_and_a_changed_ro
         assert first.returncode == 0, first.stderr[-2000:]
         got = pq.read_table(out)
         assert got.column("id").to_pylist() == _tickets(20).column("id").to_pylist()
-        assert got.column("n").to_pylist() == list(range(20)) and set(got.column("status").to_pylist()) == {"succeeded"}
+        assert got.column("n").to_pylist() == [str(i) for i in range(20)]  # (a CSV is read as written: text)
+        assert set(got.column("status").to_pylist()) == {"succeeded"}
         assert _sent(fake) == 20 and orjson.loads(first.stdout)["sent"] == 20
         again = gk(args + ["--json"], env)
         assert again.returncode == 0 and orjson.loads(again.stdout)["sent"] == 0 and _sent(fake) == 20
@@ -153,7 +163,7 @@ def test_bad_rows_are_rejected_by_row_and_the_rest_go_on(tmp_path: Path) -> None
                    "--id-column", "id", "--interval", "0.05", "--json"], env_for(fake))  # (over the model's most)
         plan = gk(["plan", str(table), "--template", "{body}", "--model", MODEL, "--max-tokens", "5", "--id-column",
                    "id", "--json"], env_for(fake))
-    result = pq.read_table(table.with_name("t.parquet.gatekeeper") / "result.parquet").to_pylist()
+    result = pq.read_table(_state(table) / "result.parquet").to_pylist()
     assert done.returncode == 1, done.stderr[-2000:]
     assert [r["status"] for r in result] == ["rejected", "rejected", "rejected", "rejected", "rejected"]
     assert "is on rows 1, 3" in result[0]["error"] and "is on rows 1, 3" in result[2]["error"]
@@ -183,7 +193,7 @@ def test_a_kill_9_mid_job_then_the_rerun_buys_nothing_twice(tmp_path: Path) -> N
         done = gk(args + ["--json"], env)
         assert done.returncode == 0, done.stderr[-2000:]
         assert fake.org.records.creates == 3 and fake.org.records.succeeded_twice == 0 and _sent(fake) == 60
-    result = pq.read_table(tmp_path / "t.parquet.gatekeeper" / "result.parquet")
+    result = pq.read_table(_state(table) / "result.parquet")
     assert result.num_rows == 60 and set(result.column("status").to_pylist()) == {"succeeded"}
 
 
@@ -285,7 +295,7 @@ def test_a_table_job_in_a_shared_postgresql_journal_named_once_for_its_runs(tmp_
         assert orjson.loads(second.stdout)["sent"] == 3 and _sent(fake) == 11
         runs = [orjson.loads(r.stdout)["run"]["job"] for r in (first, second)]
     assert runs[0] != runs[1] and all(r.startswith(job_name + ".") for r in runs)
-    got = pq.read_table(table.with_name("t.parquet.gatekeeper") / "result.parquet")
+    got = pq.read_table(_state(table) / "result.parquet")
     assert got.num_rows == 11 and set(got.column("status").to_pylist()) == {"succeeded"}
 
 
@@ -337,7 +347,7 @@ def test_duplicate_ids_are_settled_exactly(monkeypatch: pytest.MonkeyPatch, coll
     false duplicate, nor hide a true one."""
     from gatekeeper.tables import _seen
     from gatekeeper.tables._io import TableSource
-    from gatekeeper.tables._job import _Rows
+    from gatekeeper.tables._judged import TableRows as _Rows
 
     if collide:  # (every id hashes alike: each looks seen on the first row)
         monkeypatch.setattr(_seen.SeenIds, "add_many", lambda self, values, rows: [(r, 1) for r in rows if r != 1])
@@ -378,7 +388,7 @@ def test_seen_ids_name_candidates_with_the_row_first_seen() -> None:
 
 def test_rows_with_one_request_share_one_answer(tmp_path: Path) -> None:
     """Without an id column a row is its request: three rows that render alike are sent once and all answered."""
-    from gatekeeper.tables._job import plan_table
+    from gatekeeper.tables._plan import plan_table
 
     table = pa.table({"body": ["same", "other", "same", "same"]})
     spec = TableSpec.of("{body}", MODEL, 5)
@@ -409,9 +419,9 @@ def test_a_runs_answers_are_kept_by_one_walk_of_its_requests_and_never_out_of_or
 
     class Kept:
         def __init__(self) -> None:
-            self.rows: list[tuple[str, dict]] = []
+            self.rows: list[tuple[str, dict, bool]] = []
 
-        def keep(self, rows: list[tuple[str, dict]]) -> None:
+        def keep(self, rows: list[tuple[str, dict, bool]]) -> None:
             self.rows += rows
 
     def result(j: Any) -> bytes:
@@ -422,7 +432,7 @@ def test_a_runs_answers_are_kept_by_one_walk_of_its_requests_and_never_out_of_or
     for j in (judged[0], judged[2], judged[3]):
         keeper.write(result(j))
     keeper.flush()
-    assert kept.rows == [(j.key, {"type": "succeeded", "n": j.row}) for j in (judged[0], judged[2], judged[3])]
+    assert kept.rows == [(j.key, {"type": "succeeded", "n": j.row}, True) for j in (judged[0], judged[2], judged[3])]
     late = _Keeper(Kept(), map(id_and_key, lines))  # type: ignore[arg-type]
     late.write(result(judged[2]))
     with pytest.raises(JournalError, match="order"):
@@ -443,7 +453,10 @@ def test_a_plain_spec_is_planned_as_written_exactly_as_plan_reads_the_run(
     from gatekeeper.input._planner import SizedPlan, plan
     from gatekeeper.input._sizing import Limits
     from gatekeeper.tables._io import TableSource
-    from gatekeeper.tables._job import _pending, _plain, _Rows, _sized
+    from gatekeeper.tables._judged import TableRows as _Rows
+    from gatekeeper.tables._pending import pending_file as _pending
+    from gatekeeper.tables._pending import sized as _sized
+    from gatekeeper.tables._plan import _plain
 
     tmp = tmp_path_factory.mktemp("written")
     limits = Limits(max_requests=max_requests, max_bytes=max_bytes,
@@ -457,7 +470,8 @@ def test_a_plain_spec_is_planned_as_written_exactly_as_plan_reads_the_run(
     if pending is None or refused or templated_system:  # (planned through `plan` itself)
         return
     sized = _sized(_Rows(TableSource.of(table), spec), None, written := SizedPlan(limits, MODEL))
-    assert (sized.rows, sized.rejected, sized.unsent) == (counts.rows, counts.rejected, counts.unsent)
+    assert (sized.rows, sized.rejected, sized.first_rejected, sized.unsent) == \
+        (counts.rows, counts.rejected, counts.first_rejected, counts.unsent)
     got, want = written.finish(), plan(pending, limits=limits)
     assert (got.to_json(), got.batches, got.model_bytes, got.request_bytes) == \
         (want.to_json(), want.batches, want.model_bytes, want.request_bytes)

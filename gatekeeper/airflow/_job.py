@@ -9,7 +9,7 @@ import os
 import shutil
 import socket
 import threading
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,20 @@ class JobSpec:
     api_version: str | None = None  # the anthropic-version asked for (None: the job's, else 2023-06-01)
     table: dict[str, Any] | None = None  # a table job: its `TableSpec` as plain data (`input_path` is the table)
     run: str | None = None  # a table job's run: the name of the file of its unanswered requests, by their content
+    aliases: list[str] = field(default_factory=list)  # a table job's names before (its answers kept under them too)
     priority: str = "normal"  # on a shared ledger (see decide._shares)
     share: float = 1.0
 
     def here(self) -> JobSpec:
         """This job as this machine sees it: its state folder resolved by the same rule as on the worker (the
-        operator's argument, else this machine's `[gatekeeper] state_dir`, else its $AIRFLOW_HOME)."""
-        return replace(self, state_dir=str(state_base(self.state_base) / (self.job or os.path.basename(self.state_dir))))
+        operator's argument, else this machine's `[gatekeeper] state_dir`, else its $AIRFLOW_HOME; a table job's,
+        else the table's folder in this machine's user state folder)."""
+        name = self.job or os.path.basename(self.state_dir)
+        if self.table is not None:
+            from ._table import table_folder
+
+            return replace(self, state_dir=str(table_folder(self.state_base, name, self.input_path)))
+        return replace(self, state_dir=str(state_base(self.state_base) / name))
 
     def for_run(self) -> JobSpec:
         """The JSONL job a table job's run is: its requests, its state directory, its name in a shared journal."""
@@ -90,11 +97,16 @@ def state_base(given: str | None) -> Path:
     $AIRFLOW_HOME/gatekeeper."""
     if given:
         return Path(given)
-    from airflow.sdk import conf
-
-    configured = conf.get("gatekeeper", "state_dir", fallback=None)
+    configured = configured_state_dir()
     home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
     return Path(configured) if configured else Path(home) / "gatekeeper"
+
+
+def configured_state_dir() -> str | None:
+    """`[gatekeeper] state_dir`, when this machine's Airflow configuration sets it."""
+    from airflow.sdk import conf
+
+    return conf.get("gatekeeper", "state_dir", fallback=None) or None
 
 
 def settings_of(spec: JobSpec) -> SubmitSettings:

@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,8 +18,8 @@ from airflow.sdk.exceptions import AirflowException
 from .._errors import GatekeeperError
 from ..api._config import ApiConfig
 from ..decide._deadline import parse_deadline
-from ..run.job._opening import job_name_of
-from ._job import JobSpec, cancel_job, connection_config, failure, finished, run_job, state_base
+from ..run.job._opening import job_name_of, recorded_in
+from ._job import JobSpec, _url, cancel_job, connection_config, failure, finished, run_job, state_base
 from ._trigger import GatekeeperTrigger
 
 ON_KILL_WAIT = 60.0  # seconds `on_kill` waits for the cancel calls
@@ -147,27 +148,52 @@ class GatekeeperSubmitOperator(BaseOperator):
 
     def _job_spec(self, config: ApiConfig) -> JobSpec:
         table, where = self._table(), os.fspath(self.input_path)
+        self._no_secrets(table is not None)
         if table is None:
-            name, where = self.job or job_name_of(where, config), os.path.abspath(where)
+            found = recorded_in(_url(self.journal), state_base(self.state_dir))  # (a job named the old way goes on)
+            name, where = self.job or job_name_of(where, config, recorded=found), os.path.abspath(where)
+            aliases: tuple[str, ...] = ()
         else:
-            from ._table import table_name
+            from ._table import table_names
 
-            name, where = self.job or table_name(where, table, config), _table_where(where)
-        for setting, value in (("journal", self.journal), ("ledger", self.ledger)):
-            if value and "://" in value and urlsplit(value).password:  # (the trigger's arguments are stored in the database)
-                raise AirflowException(f"gatekeeper: {setting}= carries a password, which would be stored with the "
-                                       "trigger: give an Airflow connection id instead (or a URL without the password, "
-                                       "with PGPASSWORD set on workers and triggerers)")
+            name, aliases = (self.job, ()) if self.job else table_names(where, table, config, self.state_dir)
+            where = _table_where(where)
         if not JOB_NAME.fullmatch(name) or name in (".", ".."):  # (it names a folder: never a path of its own)
             raise AirflowException(f"gatekeeper: job {name!r} must be 1-128 letters, digits, '.', '_' or '-' "
                                    "(it names the job's state folder)")
         return JobSpec(conn_id=self.conn_id, input_path=where, table=table,
-                       state_dir=str(state_base(self.state_dir) / name),
+                       state_dir=str(self._folder(name, where, table is not None)),
                        results_path=None if self.results_path is None else str(self.results_path),
                        journal=self.journal, job=name, ledger=self.ledger, ceiling=self.ceiling, budget=self.budget,
                        max_attempts=self.max_attempts, poll_interval=float(self.poll_interval),
                        prepared_on=socket.gethostname(), state_base=self.state_dir, deadline=self._deadline(),
-                       api_version=self.api_version, priority=self.priority, share=self.share)
+                       api_version=self.api_version, priority=self.priority, share=self.share,
+                       aliases=list(aliases))
+
+    def _no_secrets(self, table: bool) -> None:
+        """No password goes into the trigger's arguments, which are stored in Airflow's database: not a journal's
+        or a ledger's, nor one in a table's URI or its result's."""
+        for setting, value in (("journal", self.journal), ("ledger", self.ledger)):
+            if value and "://" in value and urlsplit(value).password:
+                raise AirflowException(f"gatekeeper: {setting}= carries a password, which would be stored with the "
+                                       "trigger: give an Airflow connection id instead (or a URL without the password, "
+                                       "with PGPASSWORD set on workers and triggerers)")
+        if not table:
+            return
+        from ..tables._where import has_secret
+
+        for setting, value in (("input_path", self.input_path), ("results_path", self.results_path)):
+            if value and has_secret(os.fspath(value)):
+                raise AirflowException(f"gatekeeper: {setting}= carries a credential, which would be stored with the "
+                                       "trigger: give the cloud's standard credentials on workers and triggerers "
+                                       "instead (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a role, ...)")
+
+    def _folder(self, name: str, where: str, table: bool) -> Path:
+        if not table:
+            return state_base(self.state_dir) / name
+        from ._table import table_folder
+
+        return table_folder(self.state_dir, name, where)
 
     def _deadline(self) -> float | None:
         if not self.deadline:
@@ -184,7 +210,7 @@ class GatekeeperSubmitOperator(BaseOperator):
             if spec.table is not None:
                 from ._table import prepare_table
 
-                spec, answered = prepare_table(spec)
+                spec, answered = prepare_table(spec, config)
                 self._spec = spec
                 if answered is not None:  # (every row answered already: the result table is written; nothing to run)
                     return self._complete({"status": "success", "summary": answered})

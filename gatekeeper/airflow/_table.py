@@ -3,10 +3,13 @@ content) on the worker; the trigger continues that run. Where the trigger's mach
 renders the rows again from the table's URI (object storage reads the same from any machine) and checks that it
 made the same run. When the run has ended its answers are kept and the result table is written: to `results_path`
 (Parquet, CSV or Arrow IPC by suffix, local or object storage through pyarrow), else `result.parquet` in the job's
-folder. Imported only for a table job: a JSONL job never imports pyarrow."""
+folder. A run of the job that did not finish (a killed worker or triggerer) is collected on the worker first, as
+the CLI does. Imported only for a table job: a JSONL job never imports pyarrow."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -15,9 +18,10 @@ from .._errors import JobMissing
 from .._prices import load_prices
 from ..api._config import ApiConfig
 from ..run.job._summary import Summary
-from ..tables._job import TableJob, TableResult, open_answers, table_job_name
+from ..tables._job import TableJob, TableResult, check_out, collect_earlier, job_names, open_answers, table_job
 from ..tables._rows import TableSpec
-from ._job import JobSpec, settings_of
+from ..tables._where import default_state_dir
+from ._job import JobSpec, configured_state_dir, settings_of, state_base
 
 
 def table_json(template: str, model: str | None, max_tokens: int | None, *, system: str | None,
@@ -30,23 +34,52 @@ def table_json(template: str, model: str | None, max_tokens: int | None, *, syst
     return TableSpec.of(template, model, int(max_tokens), system=system, id_column=id_column, params=params).to_json()
 
 
-def table_name(where: str, table: dict[str, Any], config: ApiConfig) -> str:
-    return table_job_name(where, TableSpec.from_json(table), config)
+def table_names(where: str, table: dict[str, Any], config: ApiConfig, given: str | None) -> tuple[str, tuple[str, ...]]:
+    """A table job's default name: its table's identity (as the CLI's and the library's), its spec, its account;
+    and the names it had before (their answers are read too). A job whose folder an earlier version made under its
+    key-named name (below `state_dir=` or `[gatekeeper] state_dir`, else $AIRFLOW_HOME/gatekeeper) goes on under
+    that name."""
+    spec = TableSpec.from_json(table)
+    name, also = job_names(where, Path("."), spec, config)
+    base = state_base(given)
+    for before in also:
+        if (base / before).is_dir() and not (base / name).is_dir():
+            return before, (name, *(a for a in also if a != before))
+    return name, also
+
+
+def table_folder(given: str | None, job: str, where: str) -> Path:
+    """A table job's folder: the job's under the operator's `state_dir` or `[gatekeeper] state_dir`, when one is
+    set; else the table's folder in the user's state folder, where the CLI and the library on this host keep the
+    same table's answers (the job's folder under $AIRFLOW_HOME/gatekeeper, where an earlier version kept it, is
+    used where it exists)."""
+    if given or configured_state_dir():
+        return state_base(given) / job
+    before = state_base(None) / job
+    return before if before.is_dir() else default_state_dir(where, os.environ)
 
 
 def _job(spec: JobSpec) -> TableJob:
     """The table job; its answers beside its runs, or in its PostgreSQL journal (seen from every machine)."""
     assert spec.table is not None
     root = Path(spec.state_dir)
-    return TableJob(spec.input_path, TableSpec.from_json(spec.table), root,
-                    open_answers(root, settings_of(spec).journal, spec.job))
+    return table_job(spec.input_path, TableSpec.from_json(spec.table), root,
+                     open_answers(root, settings_of(spec).journal, spec.job, tuple(spec.aliases)))
 
 
-def prepare_table(spec: JobSpec) -> tuple[JobSpec, dict[str, Any] | None]:
+def prepare_table(spec: JobSpec, config: ApiConfig) -> tuple[JobSpec, dict[str, Any] | None]:
     """The job with its run named (the rows not answered yet, written on this machine), or, when every row is
-    answered or rejected, the small summary of the result table written at once."""
+    answered or rejected, the small summary of the result table written at once. A run that did not finish is
+    collected here first (sending nothing new)."""
     job = _job(spec)
     try:
+        if job.unfinished():
+            import anyio
+
+            asked = dataclasses.replace(config, api_version=spec.api_version) if spec.api_version else config
+            anyio.run(lambda: collect_earlier(job, asked, settings_of(spec), load_prices(), TableResult(), {},
+                                              tuple(spec.aliases)))
+        check_out(job.rows, _result_path(spec), job.root)
         pending, _ = job.pending()
         if pending is None:
             return spec, _written(job, spec, None)
@@ -81,10 +114,15 @@ def finish_table(spec: JobSpec, summary: Summary) -> dict[str, Any]:
         job.close()
 
 
+def _result_path(spec: JobSpec) -> str:
+    return spec.results_path or str(Path(spec.state_dir) / "result.parquet")
+
+
 def _written(job: TableJob, spec: JobSpec, summary: Summary | None) -> dict[str, Any]:
-    where = spec.results_path or str(Path(spec.state_dir) / "result.parquet")
     result = TableResult(state_dir=spec.state_dir, summary=summary)
-    job.write(where, load_prices(), result)
+    if summary is not None:
+        result.count(summary)
+    job.write(_result_path(spec), load_prices(), result)
     return small_table_summary(spec, result)
 
 
@@ -93,9 +131,9 @@ def small_table_summary(spec: JobSpec, result: TableResult) -> dict[str, Any]:
     by, run = result.by_status, result.summary
     rows = sum(by.values())
     return {"job": spec.job, "output": result.out, "rows": rows, "by_status": dict(by), "requests": rows,
-            "sent": 0 if run is None else run.requests, "succeeded": by.get("succeeded", 0),
+            "sent": result.sent, "succeeded": by.get("succeeded", 0),
             "errored": by.get("errored", 0), "expired": by.get("expired", 0), "canceled": by.get("canceled", 0),
-            "invalid": by.get("rejected", 0), "batches": 0 if run is None else run.batches,
+            "invalid": by.get("rejected", 0), "unsent": by.get("unsent", 0), "batches": result.batches,
             "resubmitted": 0 if run is None else run.resubmitted, "cost_usd": 0.0 if run is None else run.cost_usd,
             "complete": run is None or run.complete, "ok": by.get("succeeded", 0) == rows, "state_dir": spec.state_dir,
             "lanes": {} if run is None else {k: v["requests"] for k, v in run.lanes.items()},

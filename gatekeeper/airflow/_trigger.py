@@ -17,10 +17,14 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ..run._loop import CALLS_OUT_WAIT
+from ..run._submit import STOP_GRACE
 from ._connection import api_config
 from ._job import JobSpec, cancel_job, connection_config, failure, finished, run_job
 
-STOP_WAIT = 30.0  # seconds a cancelled trigger waits for its loop to reach a safe point
+# seconds a cancelled trigger waits for its loop: as long as a stop promises to take at most (a moment to reach a safe
+# point, then the calls out, a create's or the real-time lane's, answered and committed), and a moment to hand back
+STOP_WAIT = STOP_GRACE + CALLS_OUT_WAIT + 5.0
 
 
 def _settle(done: asyncio.Future[dict[str, Any]], result: dict[str, Any]) -> None:

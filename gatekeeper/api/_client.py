@@ -58,13 +58,13 @@ class ApiClient:
         the body may have arrived (timeouts, resets, 5xx, a dropped answer).
         """
         url = self.calls.url_of("/v1/messages/batches")
+        await self.calls.spend()  # (first: the token and the signature are made after any wait, never before it)
         generation = await self.calls.authenticated()  # (a token endpoint out of reach: TransportError, nothing sent)
         whole = body if isinstance(body, bytes) else None  # (a streamed body is signed by its digest: `body_sha256`)
         headers = self.calls.request_headers(url, {"content-type": "application/json"}, method="POST", body=whole,
                                 body_sha256=body_sha256)
         if size is not None:
             headers["content-length"] = str(size)
-        await self.calls.spend()
         try:
             response = await self.calls.http.post(url, content=body, headers=headers, timeout=CREATE_TIMEOUT)
         except (*_CONNECT_FAILURES, httpx.PoolTimeout) as exc:  # no byte of the body left us
@@ -75,7 +75,7 @@ class ApiClient:
         if response.status_code < 300:
             self.calls.auth.accepted(generation)
         if response.status_code >= 500:
-            err = error_from_response(response, "create", creating=True)
+            err = error_from_response(response, "create", creating=True, redact=self.calls.auth.redact)
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
         if response.status_code >= 300:
             error = self.calls.error_of(response, "create", generation, creating=True)  # (TokenExpired: nothing made)

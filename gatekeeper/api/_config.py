@@ -22,6 +22,7 @@ PLATFORMS = ("anthropic", "aws")
 PLATFORM_VARIABLE = "GATEKEEPER_PLATFORM"
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+MIN_REDACTED = 8  # characters a secret has before `Secret.redact` cuts it out of a text
 
 DEFAULT_RPM = 300.0  # calls a minute to the batch endpoints, all keys together (the first-party API)
 TIER1_RPM = 50.0  # on Claude Platform on AWS: a workspace's Tier 1
@@ -43,6 +44,11 @@ class Secret:
         import hashlib
 
         return hashlib.sha256(b"gatekeeper-key:" + self._value.encode()).hexdigest()[:16]
+
+    def redact(self, text: str) -> str:
+        """`text` with this secret cut out (an answer's body may echo what was sent). A value too short to be a
+        secret (a test's "k") is left alone: replacing it would garble every message."""
+        return text.replace(self._value, "***") if len(self._value) >= MIN_REDACTED else text
 
     def __repr__(self) -> str:
         return "Secret('***')"
@@ -174,14 +180,32 @@ class ApiConfig:
         ids = [own] + [w for w in self.workspace_ids if w != own]
         return [(w, f"{describe(self.credential)} for {'workspace ' + w if w else 'its workspace'}") for w in ids]
 
+    def account(self) -> str:
+        """Whose queue and batches a job's requests go to, named without any secret: the platform and its scope (an
+        AWS workspace in its region), the base URL, and the organization when the credential names one. Keys, bearer
+        tokens and federation rules rotate; none of these does. A workspace a credential leaves implicit (a key's, a
+        rule's only one) is not named either, so naming it later changes nothing."""
+        scheme, host, port = origin(self.base_url)
+        path = urlsplit(self.base_url).path.rstrip("/")
+        org = getattr(self.credential, "organization_id", None) or ""
+        return f"{self.platform}|{self.scope}|{scheme}://{host}:{port}{path}|{org}"
+
     def fingerprint(self) -> str:
-        """What names the job's credential, stable across token rotations (a job's default name has it)."""
+        """A short digest of `account()`: a job's default name and its duplicate-job guard carry it, so rotating a
+        key, a token or a rule resumes the same job."""
+        import hashlib
+
+        return hashlib.sha256(b"gatekeeper-account:" + self.account().encode()).hexdigest()[:16]
+
+    def legacy_fingerprint(self) -> str:
+        """What named a job before names stopped following secrets: the first key's digest, or the credential's
+        (with a bearer token's own). Kept only to find the jobs started under those names (`job_name_of`)."""
         if self.workspace_keys:
             return self.workspace_keys[0].fingerprint()
-        from ._credentials import identity_fingerprint
+        from ._credentials import legacy_fingerprint
 
         assert self.credential is not None, "no credential"
-        return identity_fingerprint(self.credential, getattr(self.credential, "workspace_id", None))
+        return legacy_fingerprint(self.credential, getattr(self.credential, "workspace_id", None))
 
     @property
     def reads(self) -> int:

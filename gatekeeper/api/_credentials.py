@@ -44,7 +44,7 @@ class BearerToken:
     token: Secret
     source: str = AUTH_TOKEN
 
-    def identity(self) -> str:
+    def legacy_identity(self) -> str:
         return "bearer:" + self.token.fingerprint()
 
 
@@ -61,7 +61,7 @@ class Federation:
     workspace_id: str | None = None  # None: the one the server picks (the rule's only workspace, else the default)
     source: str = "the environment"
 
-    def identity(self) -> str:
+    def legacy_identity(self) -> str:
         return f"federation:{self.organization_id}:{self.rule_id}:{self.service_account_id or ''}"
 
 
@@ -81,7 +81,7 @@ class ProfileLogin:
     def source(self) -> str:
         return f"profile {self.profile!r}"
 
-    def identity(self) -> str:
+    def legacy_identity(self) -> str:
         return f"profile:{self.organization_id or ''}:{self.profile}"
 
 
@@ -122,9 +122,10 @@ def extra_workspaces(environ: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def identity_fingerprint(credential: Credential, workspace: str | None) -> str:
-    """What names a job's credential across token rotations: its kind, organization, rule or profile, workspace."""
-    text = f"gatekeeper-credential:{credential.identity()}:{workspace or ''}"
+def legacy_fingerprint(credential: Credential, workspace: str | None) -> str:
+    """What named a job's credential before names stopped following secrets (a bearer token's value, a rule, a
+    workspace set or not): only to find jobs started under those names (`ApiConfig.legacy_fingerprint`)."""
+    text = f"gatekeeper-credential:{credential.legacy_identity()}:{workspace or ''}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -218,4 +219,4 @@ def describe(credential: Credential) -> str:
 
 
 __all__ = ["BearerToken", "Credential", "Federation", "Found", "ProfileLogin", "config_dir", "describe",
-           "extra_workspaces", "find_credentials", "identity_fingerprint"]
+           "extra_workspaces", "find_credentials", "legacy_fingerprint"]

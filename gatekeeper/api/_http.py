@@ -18,6 +18,7 @@ import httpx
 import orjson
 
 from .._errors import (
+    AccountRefused,
     ApiError,
     AuthenticationError,
     BadRequest,
@@ -35,6 +36,7 @@ from .._errors import (
 )
 from .._wire import API_VERSION
 from ._aws import ACTIONS, SERVICE, WORKSPACE_HEADER, SigV4Signer
+from ._codes import LIFTED, SHED, SPEND, STOPS, WAIT, code_of, stop_line
 from ._config import Secret, origin
 from ._retry import CallBudget, RetryPolicy, is_per_minute_limit, next_delay, parse_retry_after, status_is_retryable
 from ._tokens import Auth, KeyAuth
@@ -56,6 +58,7 @@ MAX_REDIRECTS = 5
 PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total=10.0)
 
 Sleep = Callable[[float], Awaitable[None]]
+Redact = Callable[[str], str]  # a text with any secret a body may echo cut out
 RetryNotice = Callable[[dict[str, Any]], None]  # told of every retry: endpoint, url, attempt, reason, retry_in
 
 
@@ -80,9 +83,16 @@ def not_the_api(response: httpx.Response, endpoint: str) -> bool:
 
 
 @asynccontextmanager
-async def open_http(timeout: httpx.Timeout | None = None) -> AsyncIterator[httpx.AsyncClient]:
+async def open_http(timeout: httpx.Timeout | None = None, *,
+                    transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[httpx.AsyncClient]:
     """The shared HTTP client: no redirects followed automatically; proxies from HTTPS_PROXY, HTTP_PROXY, ALL_PROXY
-    and NO_PROXY as httpx reads them (NO_PROXY=* turns them off); TLS verified against certifi's bundle alone."""
+    and NO_PROXY as httpx reads them (NO_PROXY=* turns them off); TLS verified against certifi's bundle alone.
+    `transport` replaces the network (a simulation's world in process: no proxies, no TLS then)."""
+    if transport is not None:
+        async with httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, follow_redirects=False, trust_env=False,
+                                     transport=transport) as http:
+            yield http
+        return
     async with httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, follow_redirects=False, trust_env=True,
                                  verify=tls_context()) as http:
         yield http
@@ -95,19 +105,18 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
 
 
-def _error_fields(response: httpx.Response) -> tuple[str | None, str, dict[str, Any]]:
-    """(error.type, message, details) from any body: the envelope, the bare 413 body, HTML, nothing."""
+def _error_fields(response: httpx.Response, redact: Redact = str) -> tuple[str | None, str, dict[str, Any] | None]:
+    """(error.type, message, the error object) from any body: the envelope, the bare 413 body, HTML, nothing. What
+    the body says passes through `redact` (a body may echo what was sent)."""
     try:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError:
-        text = response.text.strip().replace("\n", " ")
-        return None, (text[:160] or response.reason_phrase or "no body"), {}
+        text = redact(response.text.strip().replace("\n", " "))
+        return None, (text[:160] or response.reason_phrase or "no body"), None
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict):
-        raw = err.get("details")
-        details: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        return (str(err["type"]) if err.get("type") else None), str(err.get("message") or ""), details
-    return None, str(body)[:160], {}
+        return (str(err["type"]) if err.get("type") else None), redact(str(err.get("message") or "")), err
+    return None, redact(str(body))[:160], None
 
 
 def map_transport_error(exc: httpx.TransportError, endpoint: str, url: str, *, reached: bool) -> GatekeeperError:
@@ -128,35 +137,32 @@ _SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
 
 
 def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False, label: str = "key",
-                        aws: bool = False) -> ApiError:
-    """Map an error response to the exception hierarchy. Status decides first; text only to split 429/400 kinds."""
+                        aws: bool = False, redact: Redact = str, now: float | None = None) -> ApiError:
+    """Map an error response to the exception hierarchy: the typed code first (`_codes`), then the status; text
+    only to split 429/400 kinds the API gives no code for. `now` (wall seconds, the caller's clock) reads a
+    retry-after given as a date."""
     status = response.status_code
-    error_type, message, details = _error_fields(response)
-    request_id = response.headers.get("request-id")
-    retry_after = parse_retry_after(response.headers, time.time())
+    error_type, message, raw = _error_fields(response, redact)
+    code = code_of(status, raw)
+    details: dict[str, Any] = raw["details"] if raw is not None and isinstance(raw.get("details"), dict) else {}
     kw: dict[str, Any] = {
-        "endpoint": endpoint, "status": status, "error_type": error_type, "request_id": request_id, "retry_after": retry_after,
+        "endpoint": endpoint, "status": status, "error_type": error_type, "request_id": response.headers.get("request-id"),
+        "retry_after": parse_retry_after(response.headers, time.time() if now is None else now), "code": None if code == SHED else code,
     }
+    if code in STOPS:
+        return (SpendLimitReached if code in SPEND else AccountRefused)(stop_line(code, message, details), **kw)
+    if code in WAIT:  # (a ramp limit, or load shedding: a wait, never a full queue)
+        return RateLimited(message or "rate limited", **kw)
     lowered = message.lower()
-    if details.get("error_code") == "enforced_spend_limit_reached" or status == 402 or (
-        status in (400, 429) and any(w in lowered for w in _SPEND_WORDS)
-    ):
-        return SpendLimitReached(message, **kw)
+    if status == 402 or (status in (400, 429) and any(w in lowered for w in _SPEND_WORDS)):
+        return SpendLimitReached(f"{message or 'billing refused'}; {LIFTED}", **kw)
     if aws and status in (400, 403, 404) and "workspace" in lowered:  # (the workspace, not the request)
         err = AuthenticationError(f"the workspace in ANTHROPIC_AWS_WORKSPACE_ID was refused ({message}): set it to "
                                   "the workspace id of this region's Claude Platform on AWS", **kw)
         err.setting = "aws_workspace"
         return err
     if status in (401, 403):
-        if aws:  # (Claude Platform on AWS: the credentials, and the IAM action the call needs)
-            action = ACTIONS.get(endpoint, f"the {endpoint} action")
-            err = AuthenticationError(f"the {label} were refused for {action} on {SERVICE} "
-                                      f"({message or 'no reason given'})", **kw)
-            err.setting = "aws_credentials"
-            return err
-        err = AuthenticationError(f"the {label} was refused ({message or 'no reason given'})", **kw)
-        err.setting = "admin_key" if label == "admin key" else "api_key"
-        return err
+        return _refused(message, endpoint, label, aws, kw)
     if status == 404:
         return NotFoundError(message, **kw)
     if status == 413:
@@ -168,6 +174,19 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
     if status >= 500:
         return ServerError(message, **kw)
     return BadRequest(message, **kw)
+
+
+def _refused(message: str, endpoint: str, label: str, aws: bool, kw: dict[str, Any]) -> AuthenticationError:
+    """A 401 or 403: the credentials named (on Claude Platform on AWS, with the IAM action the call needs)."""
+    if aws:
+        action = ACTIONS.get(endpoint, f"the {endpoint} action")
+        err = AuthenticationError(f"the {label} were refused for {action} on {SERVICE} "
+                                  f"({message or 'no reason given'})", **kw)
+        err.setting = "aws_credentials"
+        return err
+    err = AuthenticationError(f"the {label} was refused ({message or 'no reason given'})", **kw)
+    err.setting = "admin_key" if label == "admin key" else "api_key"
+    return err
 
 
 class HttpCalls:
@@ -184,6 +203,7 @@ class HttpCalls:
         retry: RetryPolicy | None = None,
         sleep: Sleep = anyio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         budget: CallBudget | None = None,
         on_retry: RetryNotice | None = None,
@@ -203,6 +223,7 @@ class HttpCalls:
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._clock = clock
+        self._wall = wall  # (wall seconds: a retry-after given as a date, the API's times)
         self._rand = rand
         self.budget = budget or CallBudget()  # shared by every client of one connection
         self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace (`created`)
@@ -236,6 +257,10 @@ class HttpCalls:
             headers.update(self.auth.headers(headers.get("anthropic-beta")))
             return headers
         return self._signer.headers(method, url, headers, body, body_sha256)
+
+    def now(self) -> float:
+        """Wall seconds on this client's clock (the connection's: a simulation's, or the real one)."""
+        return self._wall()
 
     def url_of(self, path: str) -> str:
         return self.base_url + path
@@ -323,7 +348,8 @@ class HttpCalls:
 
     def error_of(self, response: httpx.Response, endpoint: str, generation: int, *, creating: bool = False) -> ApiError:
         """An error answer mapped (`error_from_response`, then `as_credential_error`)."""
-        error = error_from_response(response, endpoint, creating=creating, label=self.label, aws=self.on_aws)
+        error = error_from_response(response, endpoint, creating=creating, label=self.label, aws=self.on_aws,
+                                    redact=self.auth.redact, now=self._wall())
         return as_credential_error(self.auth, error, generation)
 
     async def retried(self, attempt_once: Callable[[], Awaitable[httpx.Response]], endpoint: str, url: str,
@@ -368,9 +394,9 @@ class HttpCalls:
                            "reason": str(failure), "retry_in": round(delay, 1)})
 
 def retryable(error: ApiError, response: httpx.Response, created: float | None, now: float, grace: float) -> bool:
-    """Whether a read's error may pass with another try: never a spend limit; a 404 only within `grace` of our
-    create (`created`: when it was made, for a read of a batch); else as the status and headers say. Pure."""
-    if isinstance(error, SpendLimitReached):
+    """Whether a read's error may pass with another try: never the account's refusal; a 404 only within `grace` of
+    our create (`created`: when it was made, for a read of a batch); else as the status and headers say. Pure."""
+    if isinstance(error, AccountRefused):
         return False
     if isinstance(error, NotFoundError) and created is not None:
         return now - created < grace

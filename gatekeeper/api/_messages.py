@@ -10,7 +10,6 @@ assembled into the same Message a plain call returns.
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
-from .._errors import ApiError, AuthenticationError, CredentialsError, SpendLimitReached, TokenExpired, TransportError
+from .._errors import AccountRefused, ApiError, AuthenticationError, CredentialsError, TokenExpired, TransportError
 from ._client import ApiClient
 from ._http import _CONNECT_FAILURES
 from ._retry import parse_retry_after
@@ -32,7 +31,7 @@ class Kind(str, enum.Enum):
     OVERLOADED = "overloaded"  # 529
     SERVER = "server"  # another 5xx
     REFUSED = "refused"  # another 4xx: the request itself is refused (final)
-    ACCOUNT = "account"  # 401, 403, 402, a usage limit or spend cap: the account refused, the request never tried
+    ACCOUNT = "account"  # 401, 403, 402, a usage limit, a spend cap, an account on hold...: never tried
     UNSENT = "unsent"  # the connection never opened: nothing left us
     LOST = "lost"  # the body left us and no whole answer came back: it may have been processed
 
@@ -84,10 +83,18 @@ def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient, 
     error = api.calls.error_of(response, "messages", generation)
     if isinstance(error, TokenExpired):  # refused before it was read: as if unsent, and a fresh token is coming
         return Call(Kind.UNSENT, headers, detail=str(error))
-    status = response.status_code
-    kind = Kind.ACCOUNT if isinstance(error, AuthenticationError | SpendLimitReached) else Kind.LIMITED \
-        if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 else Kind.REFUSED
-    return Call(kind, headers, error=error, retry_after=parse_retry_after(headers, time.time()), detail=str(error))
+    return Call(kind_of(error), headers, error=error, retry_after=parse_retry_after(headers, api.calls.now()),
+                detail=str(error))
+
+
+def kind_of(error: ApiError) -> Kind:
+    """What an error answer is to the lane: the account's refusal (a stop), a wait, a failure, or the request's
+    refusal. Pure."""
+    if isinstance(error, AuthenticationError | AccountRefused):
+        return Kind.ACCOUNT
+    status = error.status
+    return Kind.LIMITED if status == 429 else Kind.OVERLOADED if status == 529 else Kind.SERVER if status >= 500 \
+        else Kind.REFUSED
 
 
 async def _whole(response: httpx.Response) -> dict[str, Any]:

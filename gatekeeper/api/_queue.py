@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import httpx
+
+from .._clock import WALL, Clock
 from .._errors import ApiError, AuthenticationError, TransportError
 from ..decide._headroom import (
     Headroom,
@@ -23,11 +26,10 @@ from ..decide._headroom import (
 from ._aws import SigV4Signer
 from ._client import ApiClient
 from ._config import ApiConfig
-from ._credentials import identity_fingerprint
 from ._http import RetryNotice, open_http
 from ._reads import rate_limits
 from ._retry import CallBudget, RetryPolicy
-from ._tokens import TokenAuth
+from ._tokens import Spawn, TokenAuth
 
 # A batch expires 24 h after creation, so one created longer ago than this has
 # ended: listing (newest first) can stop there instead of reading all history.
@@ -36,10 +38,12 @@ LIVE_HORIZON = dt.timedelta(hours=25)
 
 @dataclass
 class Connection:
-    """One client per workspace key (labelled by position), plus the Admin client when a key was given."""
+    """One client per workspace key (labelled by position), plus the Admin client when a key was given; `account`
+    names whose queue and batches these are without a secret (`ApiConfig.fingerprint`)."""
 
     workspaces: Sequence[ApiClient]
     admin: ApiClient | None
+    account: str = ""
 
     @property
     def primary(self) -> ApiClient:
@@ -48,39 +52,61 @@ class Connection:
 
 @asynccontextmanager
 async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float | None = None,
-                  on_retry: RetryNotice | None = None) -> AsyncIterator[Connection]:
+                  on_retry: RetryNotice | None = None, clock: Clock = WALL,
+                  transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[Connection]:
     """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's;
     `max_rpm` None: the platform's default, `ApiConfig.default_rpm`). `on_retry` hears of every call that is retried
-    (so nobody waits in silence)."""
+    (so nobody waits in silence). A credential's tokens are exchanged ahead of expiry in the background, for as long
+    as the connection is open. Every wait and reading of time (retries, retry-after, the call budget, token expiry)
+    is on `clock`; `transport` replaces the network (`open_http`)."""
     config.require_workspace_key()
     budget = CallBudget(per_minute=max_rpm or config.default_rpm)
     aws = config.aws
     signer = SigV4Signer(aws) if aws is not None and aws.api_key is None else None  # (before any call: no credentials, one line)
-    async with open_http() as http:
+    timed = {"sleep": clock.sleep, "clock": clock.monotonic, "wall": clock.now}
+    async with open_http(transport=transport) as http, _background() as spawn:
         ws = [
             ApiClient(http, config.base_url, key, label=_label(config, i), retry=retry, budget=budget,
                       on_retry=on_retry, signer=signer, workspace_id=aws.workspace_id if aws else None,
-                      api_version=config.version)
+                      api_version=config.version, **timed)
             for i, key in enumerate(config.workspace_keys)
         ] + [
             ApiClient(http, config.base_url, auth, label=label, retry=retry, budget=budget, on_retry=on_retry,
-                      api_version=config.version)
-            for auth, label in token_auths(config, http)
+                      api_version=config.version, **timed)
+            for auth, label in token_auths(config, http, spawn, clock)
         ]
         # (the Admin API keeps the version its fields were written for: gatekeeper reads 2023-06-01's names there)
-        admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry, on_retry=on_retry)
-                 if config.admin_key else None)  # the Admin API has its own limits
-        yield Connection(ws, admin)
+        admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry, on_retry=on_retry,
+                           **timed) if config.admin_key else None)  # the Admin API has its own limits
+        yield Connection(ws, admin, config.fingerprint())
 
 
-def token_auths(config: ApiConfig, http: Any) -> list[tuple[TokenAuth, str]]:
+@asynccontextmanager
+async def _background() -> AsyncIterator[Spawn]:
+    """A task group for background exchanges, cancelled when the body ends; the body's own error raised as it is
+    (never wrapped in the group's ExceptionGroup: callers catch our errors by class). A background exchange
+    records its failures for the callers that wait on it and never raises."""
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+        try:
+            yield tg.start_soon
+        except Exception as exc:
+            failure.append(exc)
+        finally:
+            tg.cancel_scope.cancel()
+    if failure:
+        raise failure[0]
+
+
+def token_auths(config: ApiConfig, http: Any, spawn: Spawn | None = None,
+                clock: Clock = WALL) -> list[tuple[TokenAuth, str]]:
     """A credential's tokens for each workspace it is read for (a federation token is one workspace's: one
-    exchange each), with how messages name them."""
+    exchange each), with how messages name them; their expiry on `clock`."""
     cred = config.credential
     if cred is None:
         return []
-    return [(TokenAuth(cred, ws, http=http, base_url=config.base_url, fingerprint=identity_fingerprint(cred, ws)),
-             label) for ws, label in config.workspaces()]
+    return [(TokenAuth(cred, ws, http=http, base_url=config.base_url, spawn=spawn, clock=clock.monotonic,
+                       wall=clock.now), label) for ws, label in config.workspaces()]
 
 
 def _label(config: ApiConfig, i: int) -> str:
@@ -102,7 +128,7 @@ async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[st
 
 async def read_live(client: ApiClient, workspace: str, *, now: float | None = None) -> list[QueuedBatch]:
     """The live batches one key can see."""
-    return live_batches([b async for b in recent_batches(client, time.time() if now is None else now)], workspace)
+    return live_batches([b async for b in recent_batches(client, client.calls.now() if now is None else now)], workspace)
 
 
 async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | None, str | None, str | None]:

@@ -4,21 +4,29 @@ and kept fresh for as long as the job runs.
 When to exchange again (`refresh_due`, pure) follows the SDK's token cache: 120 s before expiry a new token is
 asked for and a failure keeps the old one (advisory); 30 s before, it must be had (mandatory). A token that lives
 less than four minutes is asked for again at half and a quarter of its life instead, so a token of seconds is not
-exchanged before every call and still never goes out expired. A 401 drops the token that was sent, once: the call
-is made again with a fresh one, and a 401 for that one too is a refusal. Tokens are `Secret`s, held in memory only.
+exchanged before every call and still never goes out expired. How the exchange is made follows the SDK's
+`TokenCache` too (`TokenAuth.ready`): one at a time, in the advisory window without holding any call up, a failure
+there backed off. A 401 drops the token that was sent, once: the call is made again with a fresh one, and a 401 for
+that one too is a refusal. Tokens are `Secret`s, held in memory only; what a token endpoint says is redacted before
+it is shown (`redacted`).
+
+Every scheme is one object with the same face (`Auth`: `ready`, `headers`, `rejected`, `accepted`, `redact`,
+`generation`), so a scheme can be added (a platform's own tokens) without touching the calls that use it.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import enum
 import os
+import re
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -33,6 +41,7 @@ FEDERATION_BETA = "oidc-federation-2026-04-01"  # on jwt-bearer exchanges only
 TOKEN_PATH = "/v1/oauth/token"  # noqa: S105 (a path)
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 ADVISORY, MANDATORY = 120.0, 30.0
+ADVISORY_BACKOFF = 5.0  # seconds without an advisory exchange after one failed (the SDK's, fixed, no jitter)
 EXCHANGE_TIMEOUT = httpx.Timeout(30.0)
 MAX_ASSERTION = 16 * 1024  # a JWT from a real issuer is under 4 KiB: more is a key or a certificate named by mistake
 MAX_SHOWN = 256  # characters of a token endpoint's error kept: its bodies can echo what was sent
@@ -67,10 +76,32 @@ def jwt_expiry(token: str) -> float | None:
         return None
 
 
+Spawn = Callable[[Callable[["_Refresh"], Coroutine[Any, Any, None]], "_Refresh"], object]  # a task group's start_soon
+
+
 @dataclass(frozen=True)
 class Minted:
     token: Secret
     expires_in: float | None  # seconds from when it was asked for; None: no expiry known
+
+
+class Auth(Protocol):
+    """How one scheme authenticates a call (as httpx's `Auth` does, minus the flow): what a call awaits before it
+    leaves, the headers it carries, what a 401 or an acceptance says of the credential sent, and how a text is rid of
+    the secret. `generation` names the credential a call was sent with."""
+
+    refreshable: bool
+    generation: int
+
+    async def ready(self) -> None: ...
+
+    def headers(self, beta: str | None) -> dict[str, str]: ...
+
+    def rejected(self, generation: int) -> bool: ...
+
+    def accepted(self, generation: int) -> None: ...
+
+    def redact(self, text: str) -> str: ...
 
 
 class KeyAuth:
@@ -80,7 +111,6 @@ class KeyAuth:
 
     def __init__(self, key: Secret) -> None:
         self.key = key
-        self.fingerprint = key.fingerprint()
         self.generation = 0
 
     async def ready(self) -> None:
@@ -95,28 +125,47 @@ class KeyAuth:
     def accepted(self, generation: int) -> None:
         return None
 
+    def redact(self, text: str) -> str:
+        return self.key.redact(text)
+
+
+@dataclass
+class _Refresh:
+    """One exchange in flight: callers that must have a new token wait on `done`, then read `failure`."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    failure: Exception | None = None
+
 
 class TokenAuth:
-    """One credential's access token for one workspace: minted when first needed, exchanged again ahead of expiry
-    (one exchange at a time), dropped once on a 401. `clock` measures expiry; `wall` reads a profile's `expires_at`."""
+    """One credential's access token for one workspace, kept as the SDK's `TokenCache` keeps it: minted when first
+    needed; in the advisory window exchanged again by one caller while every call goes on with the valid token (in
+    the background when `spawn` is given: then no call waits), a failure there backed off `ADVISORY_BACKOFF`
+    seconds; past the mandatory window, one exchange that every caller waits for and whose failure each is told;
+    dropped once on a 401. `clock` measures expiry; `wall` reads a profile's `expires_at`."""
 
     def __init__(self, credential: Credential, workspace: str | None, *, http: httpx.AsyncClient, base_url: str,
-                 fingerprint: str, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 spawn: Spawn | None = None) -> None:
         self.credential, self.workspace = credential, workspace
         self.refreshable = not isinstance(credential, BearerToken)
-        self.fingerprint = fingerprint
         self._http, self._base = http, base_url.rstrip("/")
-        self._clock, self._wall = clock, wall
+        self._clock, self._wall, self._spawn = clock, wall, spawn
         self._token: Secret | None = None
         self._expires_at: float | None = None
         self._life: float | None = None
         self._stale = False  # dropped after a 401: the next call waits for a new one
         self._after_rejection = False  # the current token was minted because a 401 dropped the last
-        self._lock = anyio.Lock()
+        self._refresh: _Refresh | None = None  # the exchange in flight
+        self._failed_at = -ADVISORY_BACKOFF  # when an advisory exchange last failed (`clock`)
         self.generation = 0  # which token a call was sent with (a 401 names it)
         self.exchanges = 0
         self.reached = False  # has the token endpoint (or the credential's file) ever given a token
+
+    @property
+    def refreshing(self) -> bool:
+        """Whether an exchange is in flight."""
+        return self._refresh is not None
 
     def _due(self) -> Due:
         if self._token is None or self._stale:
@@ -124,21 +173,46 @@ class TokenAuth:
         return refresh_due(self._clock(), self._expires_at, self._life)
 
     async def ready(self) -> None:
-        """A token fit to send: exchanged now when due (a failure in the advisory window keeps the current one)."""
-        if self._due() is Due.KEEP:
-            return
-        async with self._lock:
+        """A token fit to send. Only a caller whose token is missing, dropped or past the mandatory window waits."""
+        while True:
             due = self._due()
             if due is Due.KEEP:
                 return
-            try:
-                asked = self._clock()
-                minted = await self._mint()
-            except (CredentialsError, TransportError):
+            refresh = self._refresh
+            if refresh is not None:  # (one exchange at a time)
                 if due is Due.ADVISORY:
                     return
-                raise
+                await refresh.done.wait()
+                if refresh.failure is not None:
+                    raise copy.copy(refresh.failure)  # (each waiter is told; none exchanges again on its own)
+                continue
+            if due is Due.ADVISORY and self._clock() - self._failed_at < ADVISORY_BACKOFF:
+                return
+            refresh = self._refresh = _Refresh()
+            if due is Due.ADVISORY and self._spawn is not None:
+                self._spawn(self._exchange_now, refresh)
+                return
+            await self._exchange_now(refresh)
+            if refresh.failure is not None and due is Due.MANDATORY:
+                raise refresh.failure
+
+    async def _exchange_now(self, refresh: _Refresh) -> None:
+        """The exchange of `refresh`: a new token kept, or its failure recorded (in the advisory window, the valid
+        token goes on serving, and no exchange is tried for `ADVISORY_BACKOFF` seconds)."""
+        asked = self._clock()
+        try:
+            minted = await self._mint()
+        except (CredentialsError, TransportError) as exc:
+            refresh.failure = exc
+            if self._due() is Due.ADVISORY:
+                self._failed_at = self._clock()
+        except Exception as exc:  # (a background exchange must not take the run down: waiters are told)
+            refresh.failure = exc
+        else:
             self._keep(minted, asked)
+        finally:  # (a cancelled exchange tells waiters nothing: the next of them exchanges)
+            self._refresh = None
+            refresh.done.set()
 
     def _keep(self, minted: Minted, asked: float) -> None:
         self._after_rejection = self._stale
@@ -150,10 +224,15 @@ class TokenAuth:
         self.reached = True
 
     def headers(self, beta: str | None) -> dict[str, str]:
+        """The token as the SDK sends it: `ANTHROPIC_AUTH_TOKEN` as a plain Bearer (its `_bearer_auth`); a minted
+        token (a profile's login, federation) with the oauth beta added (its `AccessTokenAuth`)."""
         assert self._token is not None, "ready() first"
+        out = {"authorization": f"Bearer {self._token.reveal()}"}
         flags = [f.strip() for f in (beta or "").split(",") if f.strip()]
-        out = {"authorization": f"Bearer {self._token.reveal()}",
-               "anthropic-beta": ",".join(flags + ([OAUTH_BETA] if OAUTH_BETA not in flags else []))}
+        if self.refreshable and OAUTH_BETA not in flags:
+            flags.append(OAUTH_BETA)
+        if flags:
+            out["anthropic-beta"] = ",".join(flags)
         if self.workspace is not None and not isinstance(self.credential, Federation):
             out["anthropic-workspace-id"] = self.workspace  # (a federation token is its workspace's: no header)
         return out
@@ -174,6 +253,9 @@ class TokenAuth:
         """A call with the token of `generation` was accepted: a later 401 for it is an expiry again, not a refusal."""
         if generation == self.generation:
             self._after_rejection = False
+
+    def redact(self, text: str) -> str:
+        return text if self._token is None else self._token.redact(text)
 
     async def _mint(self) -> Minted:
         c = self.credential
@@ -248,7 +330,7 @@ class TokenAuth:
             raise TransportError(f"token exchange ({self._url}): HTTP {response.status_code}", endpoint="token")
         if response.status_code >= 300:
             raise CredentialsError(f"the token endpoint refused the exchange (HTTP {response.status_code}: "
-                                   f"{_shown(response)}){hint}", setting="identity_token")
+                                   f"{_shown(response, body)}){hint}", setting="identity_token")
         try:
             answer = orjson.loads(response.content)
         except orjson.JSONDecodeError:
@@ -298,18 +380,34 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def _shown(response: httpx.Response) -> str:
-    """What a refusal says, cut: only OAuth's error fields of a JSON body (the rest may echo the assertion)."""
+_SECRET_FIELD = re.compile(r"""(?i)((?:refresh_token|access_token|id_token|assertion|client_secret|password)["']?"""
+                           r"""\s*[:=]\s*["']?)[^\s"'&,;}<]+""")
+_JWT = re.compile(r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
+SENT_SECRETS = ("assertion", "refresh_token")  # the fields of a grant that are credentials
+
+
+def redacted(text: str, sent: dict[str, Any]) -> str:
+    """`text` with every credential of the grant `sent` cut out, and anything that looks like one (a secret field's
+    value, a JWT): a token endpoint, or a proxy before it, may echo the grant. Pure."""
+    for key in SENT_SECRETS:
+        value = sent.get(key)
+        if isinstance(value, str) and value:
+            text = text.replace(value, "***")
+    return _JWT.sub("***", _SECRET_FIELD.sub(r"\1***", text))
+
+
+def _shown(response: httpx.Response, sent: dict[str, Any]) -> str:
+    """What a refusal says, redacted (`redacted`), then cut: of a JSON body only OAuth's error fields."""
     try:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError:
-        return response.text.strip()[:MAX_SHOWN] or "no body"
+        return redacted(response.text.strip().replace("\n", " "), sent)[:MAX_SHOWN] or "no body"
     if isinstance(body, dict) and isinstance(body.get("error"), dict):  # (the API's envelope)
         body = {"error": body["error"].get("type"), "error_description": body["error"].get("message")}
     if not isinstance(body, dict):
         return "an answer that is not an object"
     said = " ".join(str(body[k]) for k in ("error", "error_description") if body.get(k))
-    return said[:MAX_SHOWN] or "no reason given"
+    return redacted(said, sent)[:MAX_SHOWN] or "no reason given"
 
 
 def _rule_hint(c: Federation, workspace: str | None) -> str:
@@ -352,4 +450,3 @@ def _write_login(path: Path, data: dict[str, Any]) -> None:
         raise CredentialsError(f"the refreshed login cannot be written back to {path}: {exc.strerror or exc}",
                                setting="profile") from None
 
-Auth = KeyAuth | TokenAuth

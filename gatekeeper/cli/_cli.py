@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 COMMANDS = {"plan": ("_plan", "cmd_plan"), "status": ("_status", "cmd_status"), "submit": ("_submit", "cmd_submit"),
             "results": ("_results", "cmd_results"), "cancel": ("_cancel", "cmd_cancel"),
             "report": ("_results", "cmd_report"), "exporter": ("_exporter", "cmd_exporter"),
-            "fake-api": ("_fake", "cmd_fake_api")}
+            "fake-api": ("_fake", "cmd_fake_api"), "serve": ("_serve", "cmd_serve")}
 
 
 def _run_command(args: argparse.Namespace) -> int:

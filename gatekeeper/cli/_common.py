@@ -34,7 +34,7 @@ FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "
          "credentials": "the credentials (docs/credentials.md)", "identity_token": "ANTHROPIC_IDENTITY_TOKEN_FILE",
          "profile": "ANTHROPIC_PROFILE",
          "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
-         "lease_ttl": "--lease-ttl", "platform": "--platform (or GATEKEEPER_PLATFORM)",
+         "lease_ttl": "--lease-ttl", "encoding": "--encoding", "infer_types": "--infer-types", "platform": "--platform (or GATEKEEPER_PLATFORM)",
          "api_version": "--api-version (or GATEKEEPER_API_VERSION)",
          "aws_region": "AWS_REGION", "aws_workspace": "ANTHROPIC_AWS_WORKSPACE_ID",
          "aws_credentials": "AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or "
@@ -71,16 +71,16 @@ def _only_run_here() -> Path:
 
 def job_ref(args: argparse.Namespace) -> dict[str, str | None]:
     """The shared journal and job name a reading command (results, report, cancel) was given; the name, when not
-    given, derived as submit derives it: from the INPUT's sha256 and ANTHROPIC_API_KEY."""
+    given, derived as submit derives it: from the INPUT's sha256 and the account it went to (never a secret)."""
     if not args.journal or args.job:
         return {"journal": args.journal, "job": args.job}
     config = optional_api_config(args)
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
-                         "shows it), or the INPUT with the ANTHROPIC_API_KEY it was submitted with")
-    from ..run.job._opening import job_name_of
+                         "shows it), or the INPUT with credentials of the account it was submitted to")
+    from ..run.job._opening import job_name_of, recorded_in
 
-    return {"journal": args.journal, "job": job_name_of(args.input, config)}
+    return {"journal": args.journal, "job": job_name_of(args.input, config, recorded=recorded_in(args.journal))}
 
 
 def limits(args: argparse.Namespace) -> Limits:

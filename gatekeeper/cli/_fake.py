@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from .._errors import ExitCode
-from ..testing import FakeAPI, FakeAws, FakeConfig, FakeFederation, FakeRealtime, Outcome, identity_token
+from ..testing import FakeAPI, FakeAws, FakeConfig, FakeFederation, FakeRealtime, Fault, Outcome, identity_token
 from ._common import print_json
 
 
@@ -27,6 +27,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
                               latency=args.realtime_latency), aws=aws, federation=federation,
     )
     with FakeAPI(config, port=args.port) as fake:
+        fake.inject(*(Fault(route, code=code, times=times, after=after) for route, code, times, after in args.fault))
         # (made-up keys the fake accepts: printing them is what lets a newcomer paste them)
         env = _fake_env(fake.url, keys, args.admin_key, aws)
         if federated_env:

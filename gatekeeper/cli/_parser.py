@@ -146,6 +146,7 @@ HELP = {  # one line a command, for the top-level --help (the other commands' fl
     "report": "one self-contained HTML page of a run: the queue over time, every batch, outcomes",
     "exporter": "serve Prometheus metrics of the queue and of runs",
     "fake-api": "run the fake Batches API on loopback for offline rehearsal",
+    "serve": "a gateway that speaks the Message Batches API: any SDK's batches get gatekeeper's guarantees",
 }
 
 
@@ -159,7 +160,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     wanted = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for name, add in (("plan", _plan_parser), ("status", _status_parser), ("submit", _submit_parser),
                       ("results", _results_parser), ("cancel", _cancel_parser), ("report", _report_parser),
-                      ("exporter", _exporter_parser), ("fake-api", _fake_api_parser)):
+                      ("exporter", _exporter_parser), ("fake-api", _fake_api_parser), ("serve", _serve_parser)):
         if wanted is None or wanted == name:
             add(sub)
         elif wanted not in HELP:
@@ -183,6 +184,9 @@ def _plan_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_table(p)
     _add_state(p)
     _add_limits(p)
+    _add_ceiling(p)
+    _add_margin(p)
+    _add_journal(p, lease=False)
     _add_prices(p)
     _add_no_preflight(p)
     _add_max_rpm(p)
@@ -228,8 +232,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the job's results "
                    "(default STATE/results.jsonl; for a table job STATE/result.parquet, or .csv, .arrow, s3://...)")
     _add_ceiling(p)
-    p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
-                   help="requests of queue headroom to leave for others (default 0)")
+    _add_margin(p)
     _add_interval(p, "between queue readings")
     p.add_argument("--poll", type=_positive_float, dest="interval", help=argparse.SUPPRESS)  # (its old name)
     p.add_argument("--max-in-flight", type=_positive_int, default=None, metavar="N",
@@ -336,6 +339,26 @@ def _exporter_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_json(p)
 
 
+FAULT_ROUTES = ("create", "list", "retrieve", "results", "cancel", "delete", "messages", "count_tokens", "models",
+                "model", "rate_limits", "token", "*")
+
+
+def _fault(text: str) -> tuple[str, str, int, int]:
+    """ROUTE:CODE[:TIMES[:AFTER]] -> (route, code, times, after); the code one the fake knows (`CODED`)."""
+    from ..testing._wire import CODED
+
+    parts = text.split(":")
+    try:
+        route, code = parts[0], parts[1]
+        times, after = int(parts[2]) if len(parts) > 2 else 1, int(parts[3]) if len(parts) > 3 else 0
+    except (IndexError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r}: use ROUTE:CODE[:TIMES[:AFTER]], e.g. create:organization_on_hold:1") from None
+    if route not in FAULT_ROUTES or code not in CODED or len(parts) > 4 or times < 1 or after < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: ROUTE one of {', '.join(FAULT_ROUTES)}; CODE one of "
+                                         f"{', '.join(sorted(CODED))}; TIMES >= 1, AFTER >= 0")
+    return route, code, times, after
+
+
 def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = _command(sub, "fake-api", help=HELP["fake-api"],
                  description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
@@ -373,7 +396,80 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--federation", type=_positive_float, default=None, metavar="SECONDS",
                    help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
                    "the line to paste names an identity token file it writes, a rule and an organization")
+    p.add_argument("--fault", action="append", type=_fault, default=[], metavar="ROUTE:CODE[:TIMES[:AFTER]]",
+                   help="answer the next TIMES calls (default 1) to ROUTE (create, list, retrieve, results, cancel, "
+                   "messages, count_tokens, models, token or *), after AFTER that pass, with the API's typed error "
+                   "CODE as the API sends it (repeatable): ramp_limit_exceeded, load_shedding (a 429 whose details "
+                   "are null), enforced_spend_limit_reached, contract_spend_limit_reached, "
+                   "linked_organization_spend_limit_reached, linked_organization_billing_unavailable, "
+                   "organization_on_hold, workspace_human_review_disabled, cmek_key_disabled, "
+                   "claude_code_key_creator_not_member or cmek_key_unreachable")
     _add_json(p)
+
+
+def _serve_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    p = _command(sub, "serve", help=HELP["serve"],
+                 description="Serve the Message Batches API (create, retrieve, list, cancel, delete, results; the "
+                 "Models API and count_tokens passed through) to clients that take a base URL: each create, of any "
+                 "size, becomes a gatekeeper job. Clients use keys from `serve keys add`; the upstream's credentials "
+                 "are read as submit reads them. Needs pip install 'gatekeeper-batches[gateway]'.\n\n"
+                 "Example usage:\n  gatekeeper serve keys add team-a\n  gatekeeper serve --host 0.0.0.0 --port 8080 "
+                 "--state /data/gateway\n  ANTHROPIC_BASE_URL=http://gateway:8080 ANTHROPIC_API_KEY=sk-gk-... python etl.py")
+    _add_serve_state(p)
+    p.add_argument("--host", default=os.environ.get("GATEKEEPER_HOST", "127.0.0.1"), metavar="ADDR",
+                   help="address to serve on (default 127.0.0.1, or GATEKEEPER_HOST; 0.0.0.0 in a container)")
+    p.add_argument("--port", type=_port, default=os.environ.get("GATEKEEPER_PORT") or "8080",
+                   help="port to serve on (default 8080, or GATEKEEPER_PORT; 0: any free port)")
+    p.add_argument("--journal", default=os.environ.get("GATEKEEPER_JOURNAL"), metavar="URL",
+                   help="keep the book of batches and every job's journal in PostgreSQL (postgresql://USER@HOST:PORT/DB, "
+                   "or GATEKEEPER_JOURNAL), for several replicas behind a load balancer sharing one --state volume; "
+                   "default: SQLite in the state folder, one replica")
+    _add_ledger(p)
+    p.add_argument("--public-url", default=os.environ.get("GATEKEEPER_PUBLIC_URL"), metavar="URL",
+                   help="the base of results_url (default: the URL the client called, or GATEKEEPER_PUBLIC_URL)")
+    p.add_argument("--dedup-window", type=_non_negative_float, default=3600.0, metavar="SECONDS",
+                   help="a tenant's create of the same requests within SECONDS returns the same batch (default 3600; "
+                   "0: only an Idempotency-Key does)")
+    _add_interval(p, "between a job's queue readings")
+    p.add_argument("--lease-ttl", type=_positive_float, default=60.0, metavar="SECONDS",
+                   help="a replica that stops heartbeating loses its jobs to another after SECONDS (default 60)")
+    p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
+                   help="how long a dead replica's reservations outlive its last heartbeat (default 900)")
+    _add_ceiling(p)
+    p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
+                   help="requests of queue headroom to leave for others (default 0)")
+    p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
+                   help="attempts per request, the first included (default 3)")
+    p.add_argument("--max-jobs", type=_positive_int, default=16, metavar="N",
+                   help="jobs this replica runs at once; more wait their turn (default 16; with --journal each holds "
+                   "about three PostgreSQL connections: its journal, its lease's heartbeat, the ledger)")
+    _add_max_rpm(p)
+    p.add_argument("--platform", choices=("anthropic", "aws"), default=None,
+                   help="the upstream: anthropic (the default; or GATEKEEPER_PLATFORM) or aws, Claude Platform on AWS "
+                   "(the `aws` extra). Each job keeps the anthropic-version of the create that made it")
+    _add_json(p)
+    keys = p.add_subparsers(dest="serve_command", metavar="keys", parser_class=_Parser)
+    k = keys.add_parser("keys", help="the clients' keys: add, list, remove", formatter_class=_Wrapped)
+    kinds = k.add_subparsers(dest="keys_command", metavar="add|list|remove", parser_class=_Parser, required=True)
+    add = kinds.add_parser("add", help="a new key for TENANT, printed once (the file keeps only its hash)",
+                           formatter_class=_Wrapped)
+    add.add_argument("tenant", help="who the key speaks for (1-64 of A-Z a-z 0-9 _ - .)")
+    add.add_argument("--priority", choices=["high", "normal", "low"], default=None,
+                     help="the tenant's jobs' priority on the shared ledger (default: as before, else normal)")
+    add.add_argument("--share", type=_positive_float, default=None, metavar="N",
+                     help="the tenant's jobs' share of freed room (default: as before, else 1)")
+    remove = kinds.add_parser("remove", help="remove a key (by its id) or every key of a tenant", formatter_class=_Wrapped)
+    remove.add_argument("ref", metavar="KEY_ID|TENANT")
+    listed = kinds.add_parser("list", help="the keys: id, tenant, first characters, priority, share", formatter_class=_Wrapped)
+    for q in (add, remove, listed):
+        _add_serve_state(q)
+        _add_json(q)
+
+
+def _add_serve_state(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state", default=os.environ.get("GATEKEEPER_STATE"), metavar="DIR",
+                   help="the gateway's state folder: keys, batches' requests and results, the SQLite book (default "
+                   "GATEKEEPER_STATE, else the user's state folder's gateway/); one volume every replica mounts")
 
 
 def _usage_mode(text: str) -> str:
@@ -460,6 +556,12 @@ def _add_table(p: argparse.ArgumentParser) -> None:
                    help="the column that names each row (unique; any value); default: a row is its rendered request")
     g.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="another request parameter (VALUE as JSON, else text), e.g. --param temperature=0")
+    g.add_argument("--encoding", default=None, metavar="NAME",
+                   help="a CSV's encoding (default UTF-8; a CSV that is not is refused, naming what it looks like), "
+                   "e.g. --encoding cp1252")
+    g.add_argument("--infer-types", action="store_true",
+                   help="read a CSV's column types as pyarrow infers them from its first 4 MB (default: every "
+                   "column as text, as written: 02134 stays 02134)")
 
 
 def _add_state(p: argparse.ArgumentParser) -> None:
@@ -470,6 +572,11 @@ def _add_interval(p: argparse.ArgumentParser, what: str) -> None:
     """The one flag for the time between readings, in every command that reads again and again."""
     p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
                    help=f"seconds {what} (default 30; never faster than --max-rpm allows)")
+
+
+def _add_margin(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--margin", type=_non_negative_int, default=0, metavar="N",
+                   help="requests of queue headroom to leave for others (default 0)")
 
 
 def _add_ceiling(p: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from ..api._config import ApiConfig
     from ..input._planner import PlanReport
+    from ..input._sizing import Limits
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -27,17 +28,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
     config = optional_api_config(args)
     report = plan_with_preflight(
-        args.input, config, limits=limits(args), preflight=not args.no_preflight, token_sample=args.token_sample,
+        args.input, config, limits=_at_ceiling(args), preflight=not args.no_preflight, token_sample=args.token_sample,
         workers=args.workers if args.workers is not None else auto_workers(args.input), peaks=args.deadline is not None,
         max_rpm=args.max_rpm, on_retry=retry_notice(args), on_warning=warn)
     estimate = report.estimate(prices)
     caching = report.caching(prices)
     deadline = None if args.deadline is None else _forecast(args, config, report, estimate)
+    rounds = None if args.ceiling is None else _waves(report, args)
     if args.json:
         print_json({**report.to_json(), "estimate": estimate, "caching": caching,
-                     **({"deadline": deadline} if deadline is not None else {})})
+                    **({"waves": rounds} if rounds is not None else {}),
+                    **({"deadline": deadline} if deadline is not None else {})})
     else:
         print(render_plan(report, args.input))
+        if rounds is not None:
+            print(f"waves           {rounds:,} round(s) of creates at the ceiling {args.ceiling:,} (--ceiling)")
         cost = "unknown (a model has no price)" if estimate["input_cost_usd"] is None else f"~${estimate['input_cost_usd']:,.2f}"
         print(f"estimate        ~{estimate['input_tokens']:,} input tokens, {cost} at batch prices ({estimate['method']})")
         if caching is not None:
@@ -45,6 +50,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if deadline is not None:
             print(render_deadline(deadline))
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
+
+
+def _at_ceiling(args: argparse.Namespace) -> Limits:
+    """The limits, with batches cut as `submit` cuts them under --ceiling (less --margin): a quarter of it."""
+    given = limits(args)
+    if args.ceiling is None:
+        return given
+    from ..decide._admission import batch_size_for  # (with --ceiling only: it imports typing)
+    from ..input._sizing import Limits
+
+    size = batch_size_for(args.ceiling, args.margin, given.max_requests)
+    return Limits(max_requests=size, max_bytes=given.max_bytes, api_version=given.api_version)
+
+
+def _waves(report: PlanReport, args: argparse.Namespace) -> int:
+    from ..decide._admission import waves
+
+    return waves([b.requests for b in report.batches], args.ceiling, args.margin)
 
 
 def _forecast(args: argparse.Namespace, config: ApiConfig | None, report: PlanReport, estimate: dict[str, Any]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import orjson
 
 from .._errors import ExitCode, UsageError
@@ -53,20 +55,89 @@ def _params(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def plan_table_command(args: argparse.Namespace, limits: Any) -> int:
-    from ..tables._job import plan_table
+def _source(args: argparse.Namespace) -> Any:
+    from ..tables._io import TableSource
 
-    result = plan_table(args.input, table_spec(args), limits=limits, state_dir=args.state)
+    return TableSource.of(args.input, encoding=args.encoding, infer_types=args.infer_types)
+
+
+def plan_table_command(args: argparse.Namespace, limits: Any) -> int:
+    from .._prices import load_prices
+    from ..tables._plan import plan_table
+
+    spec, source = table_spec(args), _source(args)
+    ceiling, _ = _ceiling(args)
+    job = _job_name(args, source, spec) if args.journal else None
+    result = plan_table(source, spec, limits=limits, state_dir=args.state, ceiling=ceiling, margin=args.margin,
+                        journal=args.journal, job=job, prices=load_prices(args.prices))
     j = result.to_json()
     if args.json:
         print(orjson.dumps(j).decode())
     else:
-        print(f"rows            {j['rows']:,}   (answered already: {j['answered']:,}; rejected: {j['rejected_count']:,})")
-        print(f"to send         {j['to_send']:,} request(s) in {j['batches']:,} batch(es)"
-              + (f"; {j['invalid']:,} refused by plan's rules" if j["invalid"] else ""))
-        for reason in j["rejected"][:10] + [f"row of {e['custom_id']}: {e['reason']}" for e in j["errors"][:10]]:
-            print(f"  rejected: {reason}")
+        print(render_table_plan(j))
     return ExitCode.OK if not j["rejected_count"] and not j["invalid"] else ExitCode.FINDINGS
+
+
+def render_table_plan(j: dict[str, Any]) -> str:
+    """`plan TABLE` for people: rows, what goes out in how many batches and rounds, the cost, the rejected rows."""
+    out = [f"rows            {j['rows']:,}   (answered already: {j['answered']:,}; rejected: {j['rejected_count']:,})"]
+    for run in j["unfinished"]:
+        out.append(f"unfinished run  {run['run']} ({run['requests']:,} request(s)): submit collects it first")
+    batches, size = len(j["batches"]), j["batch_size"]
+    at = (f"; {j['waves']:,} round(s) of creates at the ceiling {j['ceiling']:,}" if j["waves"] is not None else
+          "; the ceiling is unknown (give --ceiling, or an Admin key): submit cuts batches to a quarter of it")
+    out.append(f"to send         {j['to_send']:,} request(s) in {batches:,} batch(es) of at most {size:,}"
+               + (at if batches else "") + (f"; {j['invalid']:,} refused by plan's rules" if j["invalid"] else ""))
+    e = j["estimate"]
+    if e is not None:
+        cost = "unknown (a model has no price)" if e["input_cost_usd"] is None else f"~${e['input_cost_usd']:,.2f}"
+        out.append(f"estimate        ~{e['input_tokens']:,} input tokens, {cost} at batch prices (output not included)")
+    for r in j["rejected"][:10] + j["errors"][:10]:
+        out.append(f"  rejected: row {r['row']}: {r['reason']}")
+    shown = min(10, len(j["rejected"])) + min(10, len(j["errors"]))
+    if j["rejected_count"] + j["invalid"] > shown:
+        out.append(f"  ... and {j['rejected_count'] + j['invalid'] - shown:,} more (--json lists the first 100)")
+    return "\n".join(out)
+
+
+def _ceiling(args: argparse.Namespace) -> tuple[int | None, str | None]:
+    """The queue ceiling a plan sizes batches at: --ceiling, else the Admin API's (with a key), else unknown."""
+    if args.ceiling is not None:
+        return args.ceiling, "--ceiling"
+    from ._common import optional_api_config
+
+    config = optional_api_config(args)
+    if config is None or config.admin_key is None:
+        return None, None
+    import anyio
+
+    from ..api._queue import connect, read_ceiling
+
+    async def read() -> tuple[int | None, str | None]:
+        async with connect(config, max_rpm=args.max_rpm) as conn:
+            ceiling, source, _ = await read_ceiling(conn, None)
+            return ceiling, source
+
+    return anyio.run(read)
+
+
+def _job_name(args: argparse.Namespace, source: Any, spec: Any) -> str:
+    """A table job's name in a --journal: --job, else from the table's identity, the spec and the key."""
+    if args.job:
+        return str(args.job)
+    from ._common import optional_api_config
+
+    config = optional_api_config(args)
+    if config is None:
+        raise UsageError("a table job's answers in a --journal are found by its name: give --job NAME, or the "
+                         "ANTHROPIC_API_KEY it was submitted with", setting="job")
+    from pathlib import Path
+
+    from ..tables._job import job_names
+    from ..tables._where import default_state_dir
+
+    root = Path(args.state) if args.state else default_state_dir(source.where, os.environ, create=False)
+    return job_names(source.where, root, spec, config)[0]
 
 
 async def submit_table_run(args: argparse.Namespace, config: Any, settings: Any, progress: Any, stop: Any,
@@ -74,13 +145,14 @@ async def submit_table_run(args: argparse.Namespace, config: Any, settings: Any,
     from dataclasses import replace
     from pathlib import Path
 
-    from ..tables._io import TableSource
-    from ..tables._job import default_state_dir, submit_table
+    from ..tables._job import submit_table
+    from ..tables._where import default_state_dir
 
-    spec = table_spec(args)
-    state = Path(args.state) if args.state else default_state_dir(TableSource(args.input))
+    spec, source = table_spec(args), _source(args)
+    state = Path(args.state) if args.state else default_state_dir(source.where, os.environ, create=False)
     out = args.out or str(state / "result.parquet")
-    return await submit_table(args.input, spec, config=config, settings=replace(settings, state_dir=state, out=None),
+    return await submit_table(source, spec, config=config,  # (no --state: the library's default, made there)
+                              settings=replace(settings, state_dir=state if args.state else None, out=None),
                               out=out, prices=prices, on_event=progress, stop=stop)
 
 
@@ -89,10 +161,23 @@ def report_table(args: argparse.Namespace, result: Any) -> int:
     if args.json:
         print(orjson.dumps(j).decode())
     else:
-        statuses = ", ".join(f"{k} {v:,}" for k, v in sorted(j["by_status"].items()))
-        print(f"rows      {j['rows']:,}   ({statuses})")
-        print(f"sent      {j['sent']:,} request(s) this run; every other row answered before, rejected, or sharing "
-              "a request")
-        print(f"result    {j['out']}")
+        print(render_table_result(j))
     ok = set(j["by_status"]) <= {"succeeded"}
     return ExitCode.OK if ok else ExitCode.FINDINGS
+
+
+def render_table_result(j: dict[str, Any]) -> str:
+    """`submit TABLE` for people: the rows by status, what was sent and collected, where the result is."""
+    statuses = ", ".join(f"{k} {v:,}" for k, v in sorted(j["by_status"].items()))
+    out = [f"rows      {j['rows']:,}" + (f"   ({statuses})" if statuses else "")]
+    for run in j["earlier"]:
+        out.append(f"collected an earlier run that had not finished ({run['run']}): {run['answered']:,} of its "
+                   f"{run['requests']:,} request(s) answered, in {run['batches']:,} batch(es)")
+    unsent = j["by_status"].get("unsent", 0)
+    out.append(f"sent      {j['sent']:,} request(s) in {j['batches']:,} batch(es)"
+               + (f"; {unsent:,} row(s) not sent" if unsent else "")
+               + ("" if j["sent"] or unsent else "; every row was answered before or rejected"))
+    if j["grew"]:
+        out.append("grew      the table has more rows than when it was judged: they wait for the next run")
+    out.append(f"result    {j['out']}")
+    return "\n".join(out)

@@ -63,6 +63,17 @@ def admit(sizes: list[int], free: int | None, *, in_flight: int, max_in_flight: 
     return count
 
 
+def waves(sizes: Sequence[int], ceiling: int, margin: int, max_in_flight: int | None = None) -> int:
+    """How many rounds of creates a job of these batches (sizes, in order) takes on a queue it has to itself: each
+    round admits what `admit` takes into the empty queue, and waits for it to drain (a batch larger than the room
+    goes alone: the queue refuses it, and its refusals are the job's to weather)."""
+    count, at = 0, 0
+    while at < len(sizes):
+        at += max(1, admit(list(sizes[at:]), max(0, ceiling - margin), in_flight=0, max_in_flight=max_in_flight))
+        count += 1
+    return count
+
+
 @dataclass
 class CeilingEstimate:
     """What refusals taught us about an unknown ceiling."""

@@ -1,10 +1,10 @@
 """A deadline: when the batch lane is projected to miss it, which work moves to the real-time lane. Pure.
 
 A live batch's finish is projected from its progress: `elapsed / done share` after its creation once any request
-is done; before that (always, on the real API: a batch shows no progress until it ends), the job's observed
-turnaround (the median of its ended batches' creation-to-end times, or `prior` before any ended), and never sooner
-than twice the time it has already waited. Work not yet in a batch (batches not created, requests waiting for
-another attempt) is projected at now plus the turnaround.
+is done; before that (always, on the real API: a batch shows no progress until it ends), the job's turnaround (the
+median of its ended batches' creation-to-end times, or `prior` before any ended), and never sooner than twice the
+time it has already waited. Work not yet in a batch (batches not created, requests waiting for another attempt) is
+projected at now plus the turnaround.
 
 Work moves only when all three hold (`worth_moving`): the batch lane is projected to miss the deadline with it
 (later than the deadline less `SLACK`); this is its last chance (the deadline less the slack less the real-time
@@ -12,14 +12,23 @@ lane's own time for it, the requests already queued there first); and the real-t
 the batch lane. So a batch lane that ends in time is never bypassed, nothing moves on an assumed turnaround while
 it can still wait, and past the deadline nothing moves to a lane that would end it later. The latest-projected work
 is weighed first, and each move counts against the lane's time for the next. A live batch that moves is canceled;
-its requests reach the real-time lane only once it has ended (its succeeded results are kept). A live batch is
-never canceled on the lane's assumed speed: while the lane is not `measured` (no limits from the Admin API, no
-answer's headers yet), work the batch lane is projected to miss asks for a `probe` instead.
+its requests reach the real-time lane only once it has ended (its succeeded results are kept).
+
+Nothing moves on an assumption. Until one of the job's batches has ended, the turnaround is the prior, not the
+job's: work then moves only when it misses on what the job's own batches show too (`evidence`: the longest any has
+gone with nothing done, twice a live batch's own wait, the spans projected from progress or for a deadline's
+cancel), so at the first reading, before any batch has waited, nothing moves (the batch lane is tried; a batch
+that then stalls is canceled at its last chance). And the lane's speed must be known: measured (the Admin API's
+limits, an answer's headers) to cancel a live batch, measured or at least read (probes answered without the
+headers) to move work not yet sent. While it is not, work the batch lane is known to miss with, at its last chance
+by the lowest tier's figures (slower than any lane measured: the earliest it could be), asks for a `probe` instead:
+no call is paid for while the batch lane is not known to be late.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import statistics
 from collections.abc import Callable, Sequence
@@ -102,7 +111,7 @@ class Moves:
     move: tuple[int, ...] = ()  # batches not yet created whose requests move now
     move_pending: bool = False  # requests waiting for another attempt move instead of a new batch
     projected: dict[int, float] = field(default_factory=dict)  # each live batch's projected finish
-    probe: bool = False  # the batch lane is projected to miss, and the lane's speed is not known: measure it
+    probe: bool = False  # the batch lane is known to miss, and the lane's speed is not: measure it
 
     @property
     def any(self) -> bool:
@@ -112,9 +121,9 @@ class Moves:
 def turnaround(ended: Sequence[tuple[float, float]], prior: float = PRIOR_TURNAROUND, waited: float = 0.0,
                projected: Sequence[float] = ()) -> float:
     """The job's batch turnaround: the median span of its batches, ended ones as they took and `projected` ones (live
-    with progress, or canceled for the deadline) as they were projected to take; `prior` before there is any; and
-    never less than `waited`, the longest any of its batches has gone with nothing done: a lane that crawls or has
-    stalled is not expected to turn a new batch around sooner."""
+    with progress, or canceled for the deadline) as they were projected to take; `prior` before there is any (0: what
+    the job's batches show alone); and never less than `waited`, the longest any of its batches has gone with nothing
+    done: a lane that crawls or has stalled is not expected to turn a new batch around sooner."""
     spans = [e - c for c, e in ended if e >= c] + [p for p in projected if p > 0]
     return max(statistics.median(spans) if spans else prior, waited)
 
@@ -143,22 +152,31 @@ def worth_moving(*, now: float, deadline: float, finish: float, lane: float, sla
 
 
 def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequence[Held], turn: float,
-          lane_time: Callable[[float], float], queued: int, slack: float = SLACK, returned: bool = False,
-          measured: bool = True) -> Moves:
+          lane_time: Callable[[float], float], queued: int, slack: float = SLACK, evidence: float | None = None,
+          measured: bool = True, read: bool = False) -> Moves:
     """What moves to the real-time lane now (see the module docstring). `lane_time(n)`: the real-time lane's
-    seconds for n of this job's requests; `queued`: requests already waiting in it; `returned`: a batch canceled for
-    the deadline has given its requests back, so those waiting for another attempt move whatever the projection (the
-    batch lane was just judged unable to answer them in time: a new batch would only be canceled again);
-    `measured`: whether `lane_time` rests on known limits (else no live batch is canceled)."""
-    items: list[tuple[float, int, str, int | None]] = [(project(b, now, turn), b.requests - b.done, "live", b.idx)
-                                                       for b in live]
-    items += [(now + turn, h.requests, "held", h.idx) for h in held if h.requests > 0]
+    seconds for n of this job's requests; `queued`: requests already waiting in it; `turn`: the turnaround the
+    projections take; `evidence`: until one of the job's batches has ended, the turnaround its batches show alone
+    (`turnaround(..., prior=0)`), and work moves only when it misses on that too (None once one has: `turn` is then
+    the job's own); `measured`: whether `lane_time` rests on known limits (else no live batch is canceled); `read`:
+    the lane was probed and its limits still not told (work not yet sent may then move on the lowest tier's)."""
+    items: list[tuple[float, float, int, str, int | None]] = [
+        (project(b, now, turn), project(b, now, turn if evidence is None else evidence), b.requests - b.done, "live", b.idx)
+        for b in live]
+    # (work not yet in a batch, before any batch of the job has waited: nothing shows it late)
+    items += [(now + turn, now + (turn if evidence is None else evidence if evidence > 0 else -math.inf), h.requests,
+               "held", h.idx) for h in held if h.requests > 0]
     backlog = float(queued)
     cancel: list[int] = []
     move: list[int] = []
     pending = False
-    probe = not measured and any(finish > deadline - slack for finish, *_ in items)
-    for finish, n, kind, idx in sorted(items, key=lambda i: -i[0]):
+    probe = False
+    for finish, known, n, kind, idx in sorted(items, key=lambda i: -i[0]):
+        if known <= deadline - slack:
+            continue  # (not known to miss: projected to on the prior alone, the batch lane is tried)
+        if not (measured or read) and now >= deadline - slack - lane_time(backlog + n):
+            probe = True  # (known late, and its last chance by the lowest tier's figures has come: read the limits)
+            continue
         if not worth_moving(now=now, deadline=deadline, finish=finish, lane=lane_time(backlog + n), slack=slack):
             continue
         if kind == "live" and not measured:
@@ -170,7 +188,6 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
             cancel.append(idx)
         else:
             move.append(idx)
-    pending = pending or (returned and any(h.idx is None and h.requests > 0 for h in held))
     return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live}, probe)
 
 

@@ -11,25 +11,36 @@ when it ends, and cache reads do not count against input tokens. `Pace` mirrors 
   over-charged (output under `max_tokens`, input read from the cache);
 - the requests bucket holds one second's worth: a 60 RPM limit may be enforced as one a second, so sending is
   spread evenly and never bursts;
-- traffic ramps: the share of the request limit in use starts at `RAMP_START` and grows continuously, by
-  `RAMP_STEP` every `RAMP_EVERY` seconds, without a 429; a 429 halves it. A judgement (the API's acceleration
-  limits are real and their size unknown): a cold start at under half the limit, and never more in any window
-  than 1.9 times the window before, so a rule of "twice the window before, past half the limit" is never
-  crossed (stepped growth crossed it at each step, and each 429 halved the ramp). Full pace comes about 13 s
-  after the first request: about 5 s lost to the ramp, whatever the job's size (docs/performance.md);
+- traffic ramps in whole requests, as an acceleration rule counts them: in any window of `WINDOW` seconds, a lane
+  with nothing in the window before sends at most `COLD_SHARE` of a window's worth of the request limit (rounded
+  up), and otherwise at most `GROWTH` times the window before (rounded down; one more than it where that is
+  more). A judgement: the API's acceleration limits are real and their size unknown; this never crosses a rule of
+  "twice the window before, past half the limit", counted in whole requests, even at 2 or 3 requests a window
+  (a continuous ramp crossed it there, every few seconds, at 50-90 requests a minute). The windows are counted on
+  our own sends, their common edge moved by `EDGE` each way (a call reaches the API some milliseconds after we
+  count it, and not always the same); a call refused with a 429 is taken out (it was not let through). Full pace
+  comes in the third window: about half a window lost, whatever the job's size (docs/performance.md);
+- a 429 halves the share of the request limit in use, which then grows back by `RAMP_STEP` every `RAMP_EVERY`
+  seconds;
 - a 429's `retry-after` is obeyed whatever its length; 5xx and dropped connections back off exponentially, a
   529 (load across all users) four times harder.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 FIRST_RPM, FIRST_ITPM, FIRST_OTPM = 50, 30_000, 8_000  # the lowest tier's, until a header says otherwise
-RAMP_START, RAMP_STEP, RAMP_EVERY = 0.3, 1.6, 5.0
+WINDOW = 5.0  # seconds: the span an acceleration rule is taken to compare with the span before it
+COLD_SHARE = 0.5  # of a window's worth of the request limit, at most, in a window with nothing before it
+GROWTH = 1.9  # times the window before, at most, in any later window
+EDGE = 0.1  # seconds the two windows' common edge is moved by, each way (calls reach the API unevenly late)
+RAMP_STEP, RAMP_EVERY = 1.6, 5.0  # after a 429 halved it, the share in use grows back by 1.6 every 5 s
+RAMP_FLOOR = 0.075  # the least share a run of 429s leaves
 ROUNDING = 500  # token `remaining` values are rounded to the nearest thousand: take the low side
 BACKOFF_BASE, BACKOFF_CAP, OVERLOADED_FACTOR = 0.5, 30.0, 4.0
 # The SDKs refuse a non-streaming call they expect to run past ten minutes: 60 minutes for 128,000 output tokens.
@@ -87,14 +98,14 @@ class Pace:
     requests: Bucket = field(init=False)
     input: Bucket = field(init=False)
     output: Bucket = field(init=False)
-    ramp: float = RAMP_START
-    ramp_from: float = RAMP_START  # the ramp at `ramp_at`, from which it grows
+    ramp: float = 1.0  # the share of the request limit in use: halved by a 429, grown back after
+    ramp_from: float = 1.0  # the ramp at `ramp_at`, from which it grows
     ramp_at: float = field(init=False)
+    sends: list[float] = field(default_factory=list)  # when the calls of the last two windows went, in order
     paused_until: float = 0.0
     failures: int = 0  # failed calls in a row (5xx, 529, dropped): the exponent of the backoff
     limited: int = 0  # 429s seen
     learned: bool = False  # a header has told the limits
-    sending: bool = False  # a request has gone: the ramp grows from the first one, not from when the pace was made
     reads_count: bool = False  # the input limit counts cache reads (else, the cache-aware type, it does not)
 
     def __post_init__(self) -> None:
@@ -116,18 +127,44 @@ class Pace:
         """Seconds before a request of this cost may go (0: now)."""
         self._grow(now)
         pace = self.requests.wait(1 / self.ramp, now) if self.ramp < 1 else self.requests.wait(1, now)
-        return max(self.paused_until - now, pace, self.input.wait(cost.input, now), self.output.wait(cost.output, now), 0.0)
+        return max(self.paused_until - now, pace, self.input.wait(cost.input, now), self.output.wait(cost.output, now),
+                   self.window_wait(now), 0.0)
 
-    def sent(self, cost: Cost, now: float) -> None:
-        """A request went: its cost taken (at the ramp's share, a request takes more of the request bucket)."""
-        if not self.sending:
-            self.sending, self.ramp_at, self.ramp_from = True, now, self.ramp
+    def window_wait(self, now: float) -> float:
+        """Seconds before the ramp's windows let one more request go (0: now): the first moment the window ending
+        then holds fewer than `window_allows` the window before it."""
+        per_window = self.requests.limit * WINDOW / 60.0
+        at = now
+        for _ in range(64):  # (each step moves one call from the recent window into the one before: few are needed)
+            recent, before, first = self._windows(at)
+            if recent < window_allows(before, per_window):
+                return at - now
+            if first is None:
+                break
+            at = first + WINDOW + EDGE + 1e-6  # (when the oldest call of the recent window leaves it)
+        return max(at - now, 1e-3)
+
+    def _windows(self, at: float) -> tuple[int, int, float | None]:
+        """Our calls in the window ending at `at` (its edge moved back by EDGE: a call we count as older may reach the
+        API later than one we count as newer), in the window before it (narrowed by EDGE at both ends), and the
+        oldest call in the recent one."""
+        edge = bisect.bisect_right(self.sends, at - WINDOW - EDGE)
+        start = bisect.bisect_right(self.sends, at - 2 * WINDOW + EDGE)
+        return len(self.sends) - edge, edge - start, self.sends[edge] if edge < len(self.sends) else None
+
+    def sent(self, cost: Cost, now: float) -> float:
+        """A request went: its cost taken (at a share under 1, a request takes more of the request bucket), and it
+        counts in the ramp's windows. The moment it counts from (to take it out again if a 429 refuses it)."""
         self.requests.refill(now)
         self.requests.level -= 1 / self.ramp if self.ramp < 1 else 1
         self.input.refill(now)
         self.input.level -= cost.input
         self.output.refill(now)
         self.output.level -= cost.output
+        at = max(now, self.sends[-1]) if self.sends else now
+        del self.sends[:bisect.bisect_left(self.sends, at - 2 * WINDOW - 1.0)]
+        self.sends.append(at)
+        return at
 
     def answered(self, headers: Mapping[str, str], cost: Cost, billed: tuple[int, int] | None, now: float) -> None:
         """An answer: the headers correct the buckets; `billed` (input tokens counted by the limit, output tokens)
@@ -148,15 +185,20 @@ class Pace:
             bucket.observe(limit, max(0.0, remaining - slack), now, per_second=axis == "requests")
             self.learned = True
 
-    def refused(self, headers: Mapping[str, str], retry_after: float | None, now: float) -> None:
+    def refused(self, headers: Mapping[str, str], retry_after: float | None, now: float,
+                sent_at: float | None = None) -> None:
         """A 429: wait what it says (whatever its length; a missing one waits for the reset it names, else a
-        second), and halve the ramp."""
+        second), and halve the share in use. The call (sent at `sent_at`) was not let through: it leaves the
+        ramp's windows."""
         self.limited += 1
         self.observe(headers, now)
+        if sent_at is not None and (i := bisect.bisect_left(self.sends, sent_at)) < len(self.sends) \
+                and self.sends[i] == sent_at:
+            del self.sends[i]
         wait = retry_after if retry_after is not None else _until_reset(headers, now)
         self.paused_until = max(self.paused_until, now + (wait if wait is not None else 1.0))
         self._grow(now)
-        self.ramp = self.ramp_from = max(RAMP_START / 4, self.ramp / 2)
+        self.ramp = self.ramp_from = max(RAMP_FLOOR, self.ramp / 2)
         self.ramp_at = now
 
     def failed(self, now: float, rand: float, *, overloaded: bool = False) -> float:
@@ -177,22 +219,34 @@ class Pace:
         return float(min(rates))
 
     def _grow(self, now: float) -> None:
-        if self.sending and self.ramp < 1:
+        if self.ramp < 1:
             self.ramp = min(1.0, self.ramp_from * RAMP_STEP ** (max(0.0, now - self.ramp_at) / RAMP_EVERY))
 
 
-def lane_seconds(n: float, per_second: float, ramp: float = RAMP_START) -> float:
-    """Seconds to send `n` requests at `per_second` (what the limits sustain) when the ramp stands at `ramp` and
-    grows continuously (a cold lane reaches full pace in about 13 s)."""
+def window_allows(before: int, per_window: float) -> int:
+    """Requests a window of `WINDOW` seconds may hold when the window before it held `before`, at a request limit
+    of `per_window` a window: `COLD_SHARE` of it from cold (rounded up: a cold lane sends at least one), else
+    `GROWTH` times the window before (rounded down), or one more than it where that is more."""
+    cold = max(1, math.ceil(COLD_SHARE * per_window))
+    return max(cold, math.floor(GROWTH * before), before + 1 if before else 0)
+
+
+def lane_seconds(n: float, per_second: float, sent: float = 0) -> float:
+    """Seconds to send `n` more requests at `per_second` (what the limits sustain) by a lane that has sent `sent`
+    since it was last cold: the ramp's windows (`window_allows`: half a window's worth, then 1.9 times the one
+    before, up to full pace), each sending at `per_second` from its start."""
+    return max(0.0, _send_time(sent + max(0.0, n), per_second) - _send_time(sent, per_second))
+
+
+def _send_time(m: float, per_second: float) -> float:
+    """When a cold lane has sent `m` requests."""
     rate = max(per_second, 1e-9)
-    if ramp >= 1:
-        return max(0.0, n) / rate
-    k = math.log(RAMP_STEP) / RAMP_EVERY  # the ramp is ramp * e^(k t)
-    full = math.log(1 / ramp) / k  # when it reaches 1
-    sent_by_full = rate * ramp * (math.exp(k * full) - 1) / k
-    if n <= sent_by_full:
-        return math.log(1 + n * k / (rate * ramp)) / k
-    return full + (n - sent_by_full) / rate
+    full = rate * WINDOW
+    count, start, done = min(full, window_allows(0, full)), 0.0, 0.0
+    while count < full and m > done + count:
+        done, start = done + count, start + WINDOW
+        count = min(full, window_allows(int(count), full))
+    return start + (m - done) / rate
 
 
 def _number(raw: str | None) -> float | None:

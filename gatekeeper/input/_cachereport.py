@@ -124,7 +124,7 @@ def caching_report(report: PlanReport, prices: PriceTable, m: Marked | None = No
         "ideal_write_share": ideal_write_share(m.marks, used),
         "unmarked": unmarked,
         "method": ("prefix bytes x tokens per byte measured with count_tokens" if measured else
-                   f"prefix bytes / {BYTES_PER_TOKEN_ESTIMATE:g} (not measured: no key)")
+                   f"prefix bytes / {BYTES_PER_TOKEN_ESTIMATE:g} ({report.unmeasured()})")
         + f"; minimums as of {prices.minimums_as_of}; batch prices as of {prices.as_of}",
     }
 

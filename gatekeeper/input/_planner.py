@@ -105,13 +105,18 @@ class PlanReport:
                                     "tokens_per_byte": m["tokens_per_byte"]} if m else {})}
             total = None if cost is None or total is None else total + cost
         how = (f"count_tokens on a sample of up to {(self.calibration or {}).get('per_model')} requests per model"
-               if measured else f"request bytes / {BYTES_PER_TOKEN_ESTIMATE:g} per token (not measured: no key)")
+               if measured else f"request bytes / {BYTES_PER_TOKEN_ESTIMATE:g} per token ({self.unmeasured()})")
         return {
             "input_tokens": sum(v["input_tokens"] for v in per_model.values()),
             "input_cost_usd": None if total is None else round(total, 6),
             "models": per_model,
             "method": f"{how}; batch prices as of {prices.as_of}; output not included",
         }
+
+    def unmeasured(self) -> str:
+        """Why the tokens were not measured: count_tokens's failure, else the models not checked, else not asked."""
+        why = (self.calibration or {}).get("reason") or (self.preflight or {}).get("reason")
+        return f"not measured: {why}" if why else "not measured: count_tokens not asked (no key, or preflight off)"
 
     def caching(self, prices: PriceTable) -> dict[str, Any] | None:
         """The caching report (`_cachereport.caching_report`): None when no line marks or shares a long prefix."""

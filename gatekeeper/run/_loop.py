@@ -11,7 +11,7 @@ The run's parts each own one concern: `_prepare` (before the first reading),
 pure functions in `decide/`. Time comes in as `clock` (wall seconds: the journal's
 own, unless a test gives one) and `sleep`, and every part reads and waits on them
 (`Part.wait_for`), the real-time lane included, so grace periods, backoff and pacing
-are tested without waiting. Only the heartbeats sleep in real time (`_beats`).
+are tested without waiting. `submit` hands down one `Clock` for all of them, the API's and the heartbeats' too.
 """
 
 from __future__ import annotations
@@ -169,12 +169,16 @@ class Job(Part):
             await self._wait(wait)
 
     async def _loop_then_settle(self) -> None:
-        """The loop; on a stop, the real-time calls out are given a moment to answer and be committed first (each
-        one cut off is a possible double charge on the rerun)."""
+        """The loop; on any stop (a user's, or an error of the batch lane: a refusal on a listing, a connection lost
+        past its retries, a full disk), the real-time calls out are given a bounded moment to answer and be committed
+        first (each one cut off is a possible double charge on the rerun), and nothing new is sent meanwhile."""
         try:
             await self._loop()
         except Interrupted:
             await self.lane.settle(CALLS_OUT_WAIT)
+            raise
+        except Exception as exc:
+            await self.lane.settle(CALLS_OUT_WAIT, reason=f"{type(exc).__name__}: {exc}")
             raise
 
     async def _steer(self, snap: Snapshot) -> None:

@@ -222,6 +222,18 @@ class Journal(JournalBase):
         return _open_shared(cls, url, job, Path(state_dir), clock, readonly=readonly, ride_out=ride_out)
 
     @classmethod
+    def recorded(cls, url: str, job: str) -> bool:
+        """Whether the shared journal at `url` has a job `job` recorded (looked at read-only; nothing created)."""
+        try:
+            journal = cls.open_shared(url, job, ".", readonly=True)
+        except UsageError:
+            return False
+        try:
+            return journal.initialized
+        finally:
+            journal.close()
+
+    @classmethod
     def open_readonly(cls, state_dir: str | os.PathLike[str]) -> Journal:
         """A read-only view, for reading a job that may be running: it never blocks or disturbs the writer."""
         path = Path(state_dir) / cls.FILE

@@ -1,8 +1,12 @@
 """Table jobs: a table and a prompt template in, one result row per input row out (the `tables` extra: pyarrow).
 
 In the order data flows: `_template` renders a row's request (pure), `_rows` judges every row and gives each its
-identity, `_io` reads and writes tables on local disk or object storage, `_answers` keeps what each rendered request
-was answered across runs, `_job` runs the unanswered rows as an ordinary JSONL job and joins the answers back.
+identity (`_batch` a record batch at once), `_where` says where a table job keeps its state and how a table may be
+shown, `_io` reads tables on local disk or object storage (`_encoding` names a CSV's that is not UTF-8), `_judged`
+makes the passes over a table, `_pending` the requests not answered yet, `_plan` sizes them without sending, `_runs`
+keeps track of each run (one that did not finish is collected before the next), `_job` runs the unanswered rows as
+an ordinary JSONL job and joins the answers back (`state._answers` keeps them across runs), and `_out` writes the
+result.
 """
 
 

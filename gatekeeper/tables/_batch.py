@@ -12,11 +12,12 @@ from itertools import compress, repeat
 from operator import add, itemgetter, methodcaller
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, framed, hashable, judge, key_of
+from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, framed, hashable, judge, key_of, no_id
 from ._template import Template
 
 _hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
@@ -66,6 +67,14 @@ class Judgements:
             bodies = list(compress(self.bodies, keep))
         return (_KeyIds(bodies) if cids is None else cids), bodies  # type: ignore[return-value]  # (kept: an id each)
 
+    def row_numbers(self, keep: list[bool] | None = None) -> np.ndarray:
+        """The numbers of the rows `kept` gives (rows count from 1), as 32-bit words."""
+        rows = np.arange(self.first + 1, self.first + 1 + len(self), dtype="<u4")
+        if keep is None and not self.rejected:
+            return rows
+        keep = keep if keep is not None else [i not in self.rejected for i in range(len(self))]
+        return rows[np.array(keep, bool)]  # type: ignore[no-any-return]
+
     def lines(self, keep: list[bool] | None = None) -> bytes:
         """The rows `keep` says as lines of a JSONL job (`Judged.line` each), joined at once."""
         cids, bodies = self.kept(keep)
@@ -106,12 +115,43 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     user = _rendered(spec.template, sub)
     system = _rendered(spec.system, sub) if spec.system is not None else None
     ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
-    unvouched = _unvouched(sub, templates, ids, duplicated)
+    floats = spec.id_column is not None and pa.types.is_floating(sub.schema.field(spec.id_column).type)
+    unvouched = _unvouched(sub, templates, ids, duplicated, floats)
     bodies = _bodies(spec.pieces, user, system)
     keys: list[str | None] | None = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies)))) if keyed else None
     out = Judgements(first, keys, _custom_ids(ids, keys), bodies, {})
-    for i in unvouched:
-        out.put(i, judge(spec, sub.slice(i, 1).to_pylist()[0], first + i + 1, duplicated))
+    nulls = _nulls(sub, templates, unvouched)
+    for i, column in nulls.items():  # (what `judge` says of them, without a row's values made a dict each)
+        out.put(i, Judged(first + i + 1, rejected=f"row {first + i + 1}: column {column!r} is null"))
+    rest = [i for i in unvouched if i not in nulls]
+    if rest:  # (their values taken at once: a slice a row was most of a plan of a sparse column)
+        for i, row in zip(rest, _taken(sub, rest)):
+            out.put(i, judge(spec, row, first + i + 1, duplicated))
+    return out
+
+
+def _taken(sub: pa.RecordBatch, rows: list[int]) -> list[dict[str, Any]]:
+    """The values of `rows` (no kernel takes from a view column: those are read as plain strings for it)."""
+    at = pa.array(rows, pa.int64())
+    try:
+        return sub.take(at).to_pylist()  # type: ignore[no-any-return]
+    except pa.ArrowNotImplementedError:
+        plain = [c.cast(pa.string()) if pa.types.is_string_view(c.type) else
+                 c.cast(pa.binary()) if pa.types.is_binary_view(c.type) else c for c in sub.columns]
+        return pa.record_batch(plain, names=sub.schema.names).take(at).to_pylist()  # type: ignore[no-any-return]
+
+
+def _nulls(sub: pa.RecordBatch, templates: list[Template], rows: list[int]) -> dict[int, str]:
+    """Of `rows`, those null in a templated column (strings: never NaN nor bytes), each with its first such column
+    in the order `judge` looks at them."""
+    if not rows:
+        return {}
+    out: dict[int, str] = {}
+    for col in dict.fromkeys(c for t in templates for c in t.columns):
+        column = sub.column(col)
+        if column.null_count:
+            for i in compress(range(sub.num_rows), column.is_null().to_pylist()):
+                out.setdefault(i, col)
     return out
 
 
@@ -133,8 +173,13 @@ def _bodies(pieces: tuple[bytes, ...], user: list[str], system: list[str] | None
                                   repeat(pieces[2], n))))
 
 
+def is_text(t: pa.DataType) -> bool:
+    """A string type the batch path takes: string, large_string, or string_view (polars' strings)."""
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
 def _strings(sub: pa.RecordBatch, template: Template) -> bool:
-    return all(pa.types.is_string(t) or pa.types.is_large_string(t) for t in (sub.schema.field(c).type for c in template.columns))
+    return all(is_text(sub.schema.field(c).type) for c in template.columns)
 
 
 def _rendered(template: Template, sub: pa.RecordBatch) -> list[str]:
@@ -154,17 +199,20 @@ def _rendered(template: Template, sub: pa.RecordBatch) -> list[str]:
 
 def _texts(column: pa.Array) -> list[str]:
     """A string column's values, a null as empty (filled only where there is one: a copy of the column)."""
+    if column.null_count and pa.types.is_string_view(column.type):
+        column = column.cast(pa.string())  # (no kernel fills a string_view's nulls)
     return (pc.fill_null(column, "") if column.null_count else column).to_pylist()  # type: ignore[no-any-return]
 
 
 def _unvouched(sub: pa.RecordBatch, templates: list[Template], ids: list[Any] | None,
-               duplicated: Mapping[Any, list[int]]) -> list[int]:
-    """The rows, in order, with a templated column or the id (`ids`: the id column's values) null, or the id
-    duplicated (none: a batch of sound rows, told from the columns' null counts)."""
+               duplicated: Mapping[Any, list[int]], floats: bool = False) -> list[int]:
+    """The rows, in order, with a templated column or the id (`ids`: the id column's values) null or NaN, or the id
+    duplicated (none: a batch of sound rows, told from the columns' null counts; `floats`: the ids are floats, which
+    may be NaN)."""
     bad: set[int] = set()
     for col in {c for t in templates for c in t.columns}:
         if sub.column(col).null_count:
             bad.update(compress(range(sub.num_rows), sub.column(col).is_null().to_pylist()))
-    if ids is not None and (duplicated or None in ids):
-        bad.update(i for i, value in enumerate(ids) if value is None or hashable(value) in duplicated)
+    if ids is not None and (duplicated or None in ids or (floats and any(map(no_id, ids)))):
+        bad.update(i for i, value in enumerate(ids) if no_id(value) or hashable(value) in duplicated)
     return sorted(bad)

@@ -20,10 +20,11 @@ from typing import Any, NamedTuple
 import orjson
 
 from .._prices import PriceTable
+from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, UNPROVEN
 from ._template import Template
 
 _VALID_ID = re.compile(r"[A-Za-z0-9_-]{1,64}").fullmatch
-STATUSES = ("succeeded", "errored", "expired", "canceled", "rejected")
+STATUSES = ("succeeded", "errored", "expired", "canceled", "rejected", "unsent")
 RESULT_COLUMNS = ("custom_id", "status", "text", "stop_reason", "model", "input_tokens", "output_tokens",
                   "cache_read_input_tokens", "cache_creation_input_tokens", "cost_usd", "error")
 
@@ -156,20 +157,22 @@ def custom_id_of(value: Any, key: str) -> str:
         return "r-" + key
     if isinstance(value, str) and _VALID_ID(value):
         return value
+    value = hashable(value) if isinstance(value, float) else value  # (7.0 is the id 7, as `hashable` has it)
     text = f"{type(value).__name__}:{value!r}"
     return "id-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
 def judge(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: Mapping[Any, list[int]]) -> Judged:
-    """One row: its request and identity, or why it is rejected (a null templated column, a null or duplicated
-    id); `duplicated` maps each id that occurs more than once to the rows it is on."""
+    """One row: its request and identity, or why it is rejected (a templated column null, NaN or not UTF-8; a null,
+    NaN or duplicated id); `duplicated` maps each id that occurs more than once to the rows it is on."""
     for template in (spec.template, spec.system):
-        col = template.missing(row) if template is not None else None
-        if col is not None:
-            return Judged(number, rejected=f"row {number}: column {col!r} is null")
+        why = template.unfit(row) if template is not None else None
+        if why is not None:
+            return Judged(number, rejected=f"row {number}: {why}")
     ident = row.get(spec.id_column) if spec.id_column else None
-    if spec.id_column and ident is None:
-        return Judged(number, rejected=f"row {number}: the id column {spec.id_column!r} is null")
+    if spec.id_column and no_id(ident):
+        return Judged(number, rejected=f"row {number}: the id column {spec.id_column!r} is "
+                                       f"{'null' if ident is None else 'null (NaN)'}")
     if spec.id_column and hashable(ident) in duplicated:
         rows = ", ".join(str(r) for r in duplicated[hashable(ident)][:10])
         return Judged(number, rejected=f"row {number}: id {ident!r} is on rows {rows} (ids must be unique)")
@@ -178,16 +181,46 @@ def judge(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: Mapp
     return Judged(number, key, custom_id_of(ident if spec.id_column else None, key), body)
 
 
+def no_id(value: Any) -> bool:
+    """Whether an id names no row: null, or NaN (which equals nothing, itself included: two NaN ids would pass for
+    two ids)."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
 def hashable(value: Any) -> Any:
+    """An id as a dict key, compared as written: `"007"` and `"7"` differ; a float that is integral is its integer
+    (the id column's type drifting from int64 to double leaves it the same id)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value if isinstance(value, (str, int, float, bytes, bool)) else repr(value)
 
 
-def result_columns(judged: Judged, result: Mapping[str, Any] | None, prices: PriceTable) -> dict[str, Any]:
-    """A row's result columns from its answer (`result`: the result object of a results line, None: none yet)."""
+NOT_SENT = "not sent: the run did not send it"
+NEVER_AGAIN = (UNPROVEN, RESULTS_UNAVAILABLE, MISSING_RESULT)  # errors of requests processed and maybe billed
+
+
+def is_final(result: Mapping[str, Any]) -> bool:
+    """Whether a result answers its request for good: it succeeded, or it is one a run never sends again because it
+    may have been billed already (an answer kept apart as unproven, results the API no longer has). Anything else
+    (errored, expired, canceled) is sent again by the next run."""
+    if result.get("type") == "succeeded":
+        return True
+    err = (result.get("error") or {}).get("error") or result.get("error") or {}
+    return result.get("type") == "errored" and isinstance(err, Mapping) and err.get("type") in NEVER_AGAIN
+
+
+def result_columns(judged: Judged, result: Mapping[str, Any] | None, prices: PriceTable,
+                   unsent: str = NOT_SENT) -> dict[str, Any]:
+    """A row's result columns from its answer (`result`: the result object of a results line, None: none yet). A
+    row judged and refused before anything was sent is `rejected`; a sound row with no answer is `unsent`, for
+    `unsent` (why: the budget was reached, the job was canceled, ...)."""
     out: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
     out["custom_id"] = judged.custom_id
-    if judged.rejected is not None or result is None:
-        out["status"], out["error"] = "rejected", judged.rejected or "no answer: the job did not finish"
+    if judged.rejected is not None:
+        out["status"], out["error"] = "rejected", judged.rejected
+        return out
+    if result is None:
+        out["status"], out["error"] = "unsent", unsent
         return out
     kind = str(result.get("type"))
     out["status"] = kind if kind in STATUSES else "errored"

@@ -1,4 +1,10 @@
-"""A prompt template: text with `{column}` fields (`{{` and `}}` for braces), rendered per row. Pure."""
+"""A prompt template: text with `{column}` fields (`{{` and `}}` for braces), rendered per row. Pure.
+
+A value renders as its text, the same whatever type the column happens to have tonight: a request's key is the
+digest of its text, so `1` stored as int64 one night and as double the next (pandas' way once a NaN appears) must
+render alike, or every row is bought again. Integral floats render as integers, lists and structs as JSON, bytes
+as UTF-8 text; a null, a NaN or bytes that are not UTF-8 are the row's fault (`unfit`), never rendered.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from .._errors import UsageError
 
@@ -29,11 +37,13 @@ class Template:
         """The text for one row; a null field is the caller's to judge first (`missing`)."""
         return "".join(lit + ("" if col is None else _text(row[col])) for lit, col in self.parts)
 
-    def missing(self, row: Mapping[str, Any]) -> str | None:
-        """The first templated column that is null in this row, if any."""
+    def unfit(self, row: Mapping[str, Any]) -> str | None:
+        """Why this row cannot be rendered (its first templated column that is null, NaN or bytes that are not
+        UTF-8), if it cannot."""
         for c in self.columns:
-            if row[c] is None:
-                return c
+            why = unfit_value(row[c])
+            if why is not None:
+                return f"column {c!r} is {why}"
         return None
 
 
@@ -68,7 +78,39 @@ def check_columns(template: Template, columns: list[str]) -> None:
                              f"columns: {shown}", setting=template.setting)
 
 
-def _text(value: Any) -> str:
+def unfit_value(value: Any) -> str | None:
+    """Why a value cannot be rendered (None: it can)."""
+    if value is None:
+        return "null"
+    if isinstance(value, float) and value != value:
+        return "null (NaN)"
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"not UTF-8 text (byte {value[exc.start]:#04x} at {exc.start})"
+    return None
+
+
+def _text(value: Any) -> str:
+    """A value's text (`unfit_value` judged it first)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, (list, tuple, dict)):
+        return orjson.dumps(_plain(value), default=str).decode()
     return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """A nested value with its integral floats as integers (as `_text` renders one at the top)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value

@@ -7,9 +7,11 @@ the rule names one, subject match the rule and which has not expired; the worksp
 enables (none asked: the rule's only one). It answers an access token of `token_life` seconds, for that workspace
 only. It takes the refresh_token grant of a login too. Refusals are OAuth's `{"error", "error_description"}`.
 
-A call with `Authorization: Bearer` is accepted for a token issued here (or a static one, `bearer_tokens`) that has
-not expired, with `anthropic-beta: oauth-2025-04-20`; a federation token acts on its own workspace only, a static
-one on the workspace `anthropic-workspace-id` names (its first by default).
+A call with `Authorization: Bearer` is accepted for a token issued here that has not expired, with
+`anthropic-beta: oauth-2025-04-20`, or for a static one (`bearer_tokens`: a gateway's token, a key sent as Bearer),
+which needs no beta (the SDK sends `ANTHROPIC_AUTH_TOKEN` as a plain Bearer); a federation token acts on its own
+workspace only, a static one on the workspace `anthropic-workspace-id` names (its first by default). Every bearer
+call's beta header is counted (`betas`), so a test can tell what was sent.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class FakeFederation:
     refused: list[str] = field(default_factory=list)  # why each refused exchange or call was refused
     expired_calls: int = 0  # calls refused because their token had expired
     calls_by_workspace: dict[str, int] = field(default_factory=dict)  # bearer calls accepted, by workspace
+    betas: dict[str, int] = field(default_factory=dict)  # bearer calls by their anthropic-beta header ("": none)
 
 
 def token_endpoint(h: Wire) -> None:
@@ -97,7 +100,7 @@ def _federate(h: Wire, fed: FakeFederation, asked: dict[str, Any]) -> None:
         return _refuse(h, fed, 401, "invalid_grant", "the identity token's issuer does not match the federation rule")
     if rule.subject is not None and claims.get("sub") != rule.subject:
         return _refuse(h, fed, 401, "invalid_grant", "the identity token's subject does not match the federation rule")
-    if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] <= time.time():
+    if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] <= h.server.fake.org.wall():
         return _refuse(h, fed, 401, "invalid_grant", "the identity token has expired")
     workspace = asked.get("workspace_id")
     if workspace is None:
@@ -151,12 +154,15 @@ def _flags(h: Wire) -> list[str]:
 def bearer_workspace(h: Wire, fed: FakeFederation, token: str) -> str | tuple[int, str]:
     """The workspace a bearer call acts on, or (status, why) it is refused."""
     with h.server.fake.org.lock:
+        beta = h.headers.get("anthropic-beta") or ""
+        fed.betas[beta] = fed.betas.get(beta, 0) + 1
         issued = fed.issued.get(token)
+        minted = issued is not None
         if issued is None and token in fed.bearer_tokens:
             issued = Issued(fed.bearer_tokens[token], None, False)
         if issued is None or fed.tokens_revoked:
             return 401, "invalid bearer token"
-        if OAUTH_BETA not in _flags(h):
+        if minted and OAUTH_BETA not in _flags(h):
             return 401, "OAuth authentication is currently not supported."
         if issued.expires_at is not None and h.server.fake.org.clock() >= issued.expires_at:
             fed.expired_calls += 1
@@ -172,11 +178,13 @@ def bearer_workspace(h: Wire, fed: FakeFederation, token: str) -> str | tuple[in
 
 
 def identity_token(issuer: str = "https://issuer.example.test", subject: str = "system:serviceaccount:etl:gatekeeper",
-                   life: float = 3600.0, jti: str = "1") -> str:
-    """An identity token as an issuer would write it (unsigned: the fake checks claims, not signatures)."""
+                   life: float = 3600.0, jti: str = "1", now: float | None = None) -> str:
+    """An identity token as an issuer would write it (unsigned: the fake checks claims, not signatures), issued at
+    `now` (wall seconds; the real time by default)."""
+    issued = time.time() if now is None else now
     def part(obj: dict[str, Any]) -> str:
         return base64.urlsafe_b64encode(orjson.dumps(obj)).rstrip(b"=").decode()
 
-    claims = {"iss": issuer, "sub": subject, "aud": "https://api.anthropic.com", "exp": int(time.time() + life),
-              "iat": int(time.time()), "jti": jti}
+    claims = {"iss": issuer, "sub": subject, "aud": "https://api.anthropic.com", "exp": int(issued + life),
+              "iat": int(issued), "jti": jti}
     return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.c2lnbmF0dXJl"

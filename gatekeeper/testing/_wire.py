@@ -41,10 +41,14 @@ class Fault:
     """One injected fault. `endpoint`: create, retrieve, list, results, cancel, delete, rate_limits or "*".
 
     kind: "status" (answer `status` with an error body and optional retry-after /
-    x-should-retry), "drop_after_commit" (create only: the batch is created, the
-    connection closed without an answer), "drop" (close without doing anything),
+    x-should-retry, after `delay` real seconds when given: a slow failure), "drop_after_commit" (create only: the
+    batch is created, the connection closed without an answer), "drop" (close without doing anything),
     "delay" (sleep `delay` real seconds, then serve normally), "delay_after_commit"
-    (create only: the batch is created, the answer held back `delay` seconds).
+    (create only: the batch is created, the answer held back `delay` seconds), "echo" (answer `status` with a
+    plain-text body that repeats the request, headers and body, as a misconfigured proxy does: what was sent).
+
+    `code`: one of the API's typed error codes (`CODED`), answered as the API answers it (its status, type,
+    message and `error.details`); what else is given (a status, a message, a retry-after) overrides the code's.
     """
 
     endpoint: str
@@ -58,6 +62,55 @@ class Fault:
     delay: float = 0.0
     times: int = 1
     after: int = 0  # calls to this endpoint that pass before it strikes (1: the second create's answer is lost)
+    code: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.code is None:
+            return
+        if self.code not in CODED:
+            raise ValueError(f"no error code {self.code!r}: use one of {', '.join(sorted(CODED))}")
+        status, error_type, message, details, retry_after = CODED[self.code]
+        self.status = status if self.status == 500 else self.status  # (500: Fault's default, not a choice)
+        self.error_type = self.error_type or error_type
+        self.message = self.message or message
+        self.details = self.details if self.details is not None else details
+        self.retry_after = self.retry_after if self.retry_after is not None else retry_after
+
+
+# The API's typed error codes (api.md §25) as the fake answers them: status, error.type, message (the API's where it
+# was seen, else the SDK's description of the code), details (None: `"details": null`), retry-after.
+_ON = "You will regain access on 2027-01-01 at 00:00 UTC."
+CODED: dict[str, tuple[int, str, str, dict[str, Any] | None, str | None]] = {
+    "ramp_limit_exceeded": (429, "rate_limit_error", "This request would exceed a ramp limit, which caps how fast "
+                            "usage can grow. Retry after the time in the retry-after header.",
+                            {"error_code": "ramp_limit_exceeded"}, "1"),
+    "load_shedding": (429, "rate_limit_error", "Server is temporarily limiting requests (not your usage limit)",
+                      None, "1"),
+    "enforced_spend_limit_reached": (429, "rate_limit_error", "You have reached your API usage limits: your "
+                                     "organization has crossed its monthly API usage threshold, set based on your "
+                                     f"organization's API tier. {_ON}",
+                                     {"error_code": "enforced_spend_limit_reached"}, None),
+    "contract_spend_limit_reached": (429, "rate_limit_error", f"Your organization has reached its contract's spend "
+                                     f"limit. {_ON}", {"error_code": "contract_spend_limit_reached"}, None),
+    "linked_organization_spend_limit_reached": (402, "billing_error", "The organization linked to your user profile "
+                                                "has reached a spend limit it set, or lacks credit for the request.",
+                                                {"error_code": "linked_organization_spend_limit_reached"}, None),
+    "linked_organization_billing_unavailable": (402, "billing_error", "The organization linked to your user profile "
+                                                "cannot be billed at this time.",
+                                                {"error_code": "linked_organization_billing_unavailable"}, None),
+    "organization_on_hold": (400, "invalid_request_error", "This organization has been disabled.",
+                             {"error_code": "organization_on_hold",
+                              "appeal_url": "https://appeals.example.test/organization"}, None),
+    "workspace_human_review_disabled": (400, "invalid_request_error", "Human Review is turned off for this "
+                                        "workspace.", {"error_code": "workspace_human_review_disabled"}, None),
+    "cmek_key_disabled": (400, "invalid_request_error", "The workspace's encryption key is disabled.",
+                          {"error_code": "cmek_key_disabled"}, None),
+    "claude_code_key_creator_not_member": (400, "invalid_request_error", "The creator of this API key is no longer a "
+                                           "member of this organization.",
+                                           {"error_code": "claude_code_key_creator_not_member"}, None),
+    "cmek_key_unreachable": (503, "api_error", "The workspace's encryption key could not be reached.",
+                             {"error_code": "cmek_key_unreachable"}, None),
+}
 
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error", 403: "permission_error",
@@ -173,7 +226,8 @@ class Wire(BaseHTTPRequestHandler):
     def send_body(self, status: int, body: bytes, headers: dict[str, str] | None = None, rid: str | None = None) -> None:
         self.send_response(status)
         self.send_header("request-id", rid or self.request_id())
-        self.send_header("content-type", "application/json")
+        if "content-type" not in (headers or {}):
+            self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -184,11 +238,13 @@ class Wire(BaseHTTPRequestHandler):
         self.send_body(status, orjson.dumps(obj), headers)
 
     def send_api_error(self, status: int, message: str, error_type: str | None = None, headers: dict[str, str] | None = None,
-               details: dict[str, Any] | None = None) -> None:
+               details: dict[str, Any] | None = None, details_null: bool = False) -> None:
         rid = self.request_id()
         err: dict[str, Any] = {"type": error_type or _TYPES.get(status, "api_error"), "message": message}
         if details:
             err["details"] = details
+        elif details_null:
+            err["details"] = None
         self.send_body(status, orjson.dumps({"type": "error", "error": err, "request_id": rid}), headers, rid)
 
     def read_body(self, limit: int | None = None) -> bytes | None:
@@ -229,6 +285,10 @@ class Wire(BaseHTTPRequestHandler):
         auth = self.headers.get("authorization") or ""
         return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
+    def pause(self, seconds: float) -> None:
+        """The fake taking its time over an answer (served in process, the wait is on the simulation's clock)."""
+        time.sleep(seconds)
+
     def drop(self) -> None:
         self.close_connection = True
         try:
@@ -243,7 +303,7 @@ class Wire(BaseHTTPRequestHandler):
         if fault is None:
             return False
         if fault.kind == "delay":
-            time.sleep(fault.delay)
+            self.pause(fault.delay)
             return False
         if fault.kind == "drop_after_commit":
             self.pending_drop = True
@@ -256,6 +316,11 @@ class Wire(BaseHTTPRequestHandler):
                 self.read_body()
             self.drop()
             return True
+        if fault.kind == "echo":
+            sent = self.read_body() or b"" if self.command in ("POST", "PUT") else b""
+            head = f"{self.requestline}\n{self.headers}".encode()
+            self.send_body(fault.status, b"upstream refused the request: " + sent + b"\n" + head, {"content-type": "text/plain"})
+            return True
         headers = {}
         if fault.retry_after is not None:
             headers["retry-after"] = fault.retry_after
@@ -263,7 +328,10 @@ class Wire(BaseHTTPRequestHandler):
             headers["x-should-retry"] = fault.should_retry
         if self.command in ("POST", "PUT"):
             self.read_body()
-        self.send_api_error(fault.status, fault.message or "injected fault", fault.error_type, headers, fault.details)
+        if fault.delay:
+            self.pause(fault.delay)  # (a slow failure)
+        self.send_api_error(fault.status, fault.message or "injected fault", fault.error_type, headers, fault.details,
+                            details_null=fault.code is not None and fault.details is None)
         return True
 
     def rpm_refused(self) -> bool:

@@ -3,7 +3,10 @@
 and formats the template per row. Each runs in a process of its own; prints wall time, the ratio, and each one's
 peak RSS (ru_maxrss).
 
-Usage: python tests/benchmarks/bench_tables.py [--rows 1000000] [--id-column] [--repeat 3]
+Usage: python tests/benchmarks/bench_tables.py [--rows 1000000] [--id-column] [--nulls] [--repeat 3] [--write PATH]
+
+`--nulls`: every row's templated column null, so the plan rejects every row (its memory must not grow with them: a
+count and the first 100 reasons are kept). `--write PATH`: only write the table there (to time a command on it).
 
 The two run in turns --repeat times; the ratio printed is the median of each back-to-back pair's (on a shared, noisy
 machine the steadier figure), beside the ratio of the best times.
@@ -36,11 +39,11 @@ import sys, gatekeeper
 spec = gatekeeper.TableSpec.of("Classify this support ticket in one word: {body}", "claude-haiku-4-5", 50,
                                id_column="id" if sys.argv[3] == "1" else None)
 plan = gatekeeper.plan_table(sys.argv[1], spec, state_dir=sys.argv[2])
-print(plan.rows, plan.report.requests if plan.report else 0)
+print(plan.rows, plan.report.requests if plan.report else 0, plan.rejected_count)
 """
 
 
-def make(path: Path, rows: int) -> None:
+def make(path: Path, rows: int, nulls: bool = False) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -50,7 +53,8 @@ def make(path: Path, rows: int) -> None:
             idx = range(start, min(rows, start + 100_000))
             w.write_table(pa.table({
                 "id": [f"JIRA:SUP-{i}" for i in idx],
-                "body": [f"Ticket {i}: {words[i % 8]} does not work. " + "It worked yesterday. " * (i % 13) for i in idx],
+                "body": pa.array([None] * len(idx), pa.string()) if nulls else
+                [f"Ticket {i}: {words[i % 8]} does not work. " + "It worked yesterday. " * (i % 13) for i in idx],
                 "n": list(idx)}))
 
 
@@ -66,11 +70,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--id-column", action="store_true")
+    ap.add_argument("--nulls", action="store_true")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--write", default=None, metavar="PATH")
     a = ap.parse_args()
+    if a.write:
+        make(Path(a.write), a.rows, a.nulls)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "tickets.parquet"
-        make(table, a.rows)
+        make(table, a.rows, a.nulls)
         print(f"table: {a.rows:,} rows, {table.stat().st_size / 1e6:,.1f} MB of Parquet")
         bare, ours, said = [], [], ""
         for k in range(a.repeat):

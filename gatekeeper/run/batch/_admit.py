@@ -50,13 +50,16 @@ class Admitter(Part):
         self.creating = False
         self.refusals = 0
         self.batch_size = ctx.settings.limits.max_requests
-        self.budget_stopped = False  # the budget allows no more: finish what is in flight, send nothing new
+        # the budget allows no more (or the run only collects): finish what is in flight, send nothing new
+        self.budget_stopped = ctx.settings.collect_only
         self._worst: tuple[tuple[int, int, int], float] | None = None  # (batch, requests, bytes), its worst cost
         shares = self.journal.get_meta("shares") or {}
         self.turns = Turns(ctx.ledger, self.journal.job or os.path.basename(ctx.path), ctx.settings.priority, ctx.settings.share,
                            ctx.clock, float(shares.get("waited_s", 0.0)))
 
     async def admit_round(self, snap: Snapshot) -> None:
+        if self.settings.collect_only:
+            return
         planned = self.journal.batches(BatchState.PLANNED)
         if planned and self.ledger.owner and self.journal.count(BatchState.INTENT):
             # With a shared ledger, one unknown create at a time: the turn stays ours until it is reconciled (a lone

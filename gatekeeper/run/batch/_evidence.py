@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 import orjson
 
 from ..._errors import (
+    AccountRefused,
     ApiError,
     AuthenticationError,
     IncompleteDownload,
     RateLimited,
     ServerError,
-    SpendLimitReached,
     TransportError,
     UsageError,
 )
@@ -138,7 +138,7 @@ async def count_ours(api: ApiClient, sample: Mapping[str, tuple[str, bytes]], wa
             if exc.status == 403:
                 return {}
             raise
-        except SpendLimitReached as exc:
+        except AccountRefused as exc:
             raise UsageError(f"counting our requests to tell our batch from another's: {exc}",
                              setting="api_key") from None
         except ApiError:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 import socket
 
-import anyio
-
-from ..._errors import DuplicateJob, InputError, JournalError, UsageError
+from ..._clock import run_sync
+from ..._errors import ApiError, DuplicateJob, InputError, JournalError, NotFoundError, TransportError, UsageError
 from ...api._queue import read_ceiling, read_model_limits
 from ...api._tokens import KeyAuth
 from ...checks._preflight import plan_checked
@@ -63,9 +62,10 @@ class Preparation(Part):
                              "(give a price table that has them)", setting="prices")
 
     async def _claim_job(self) -> None:
-        """One input, one live job per workspace: refused when the shared ledger knows another live run of it."""
+        """One input, one live job per account: refused when the shared ledger knows another live run of it (keyed by
+        the account, never a secret: a run with a rotated key or token is the same job)."""
         digest = (self.journal.get_meta("input") or {}).get("sha256", "")
-        job = f"{digest}:{self.api.calls.auth.fingerprint}"
+        job = f"{digest}:{self.conn.account}"
         info = {"host": socket.gethostname(), "state_dir": os.path.abspath(self.journal.state_dir), "pid": os.getpid()}
         other = await self.ledger.claim_job(job, info)
         if other is None:
@@ -92,6 +92,29 @@ class Preparation(Part):
         if self.user_canceled and self.settings.resume_canceled:
             j.set_meta("user_canceled", False, "cancel_lifted", not_sent=j.held_back())
             self.emit("cancel_lifted", {"not_sent": j.held_back()})
+        await self._check_visible()
+
+    async def _check_visible(self, most: int = 3) -> None:
+        """A job is named by its account, not its key (`ApiConfig.fingerprint`), so a rerun may come with another
+        key, of the same workspace (rotated: fine) or of another (which would count the job's batches live for a
+        day, then look for their results in vain). When none of (at most `most` of) its live batches is visible,
+        each a 404 past the API's lag after a create, the run is refused before anything is sent."""
+        grace, now = self.api.calls.retry.not_found_grace, self.clock()
+        live = [r for state in (BatchState.CREATED, BatchState.ENDED) for r in self.journal.batches(state)
+                if r.batch_id and r.intent_at is not None and now - r.intent_at > grace][:most]
+        for row in live:
+            try:
+                await self.api.retrieve_batch(str(row.batch_id))
+                return
+            except NotFoundError:
+                continue
+            except (ApiError, TransportError):
+                return  # (only a 404 says a batch is not this workspace's: anything else tells nothing)
+        if live:
+            raise JournalError(f"job {self.journal.job or self.journal.state_dir}: its batches ({live[0].batch_id}"
+                               f"{' and others' if len(live) > 1 else ''}) are not found with these credentials: they "
+                               "are another workspace's (or were deleted). Use the credentials of the workspace it "
+                               "was submitted to, or name another job (--job, or another --state-dir)", setting="job")
 
     async def _start(self) -> None:
         self.batch_size = batch_size_for(self.ceiling, self.settings.margin, self.settings.limits.max_requests)
@@ -156,7 +179,7 @@ async def check_identity(j: Journal, path: str) -> None:
     if (size, mtime) == (known["size"], known["mtime_ns"]):
         return
     # (in a thread: hashing gigabytes must not stop the heartbeats of the lease and the reservations)
-    digest = await anyio.to_thread.run_sync(hash_file, path) if size == known["size"] else ""
+    digest = await run_sync(lambda: hash_file(path)) if size == known["size"] else ""
     if digest != known["sha256"]:
         raise JournalError(
             f"state directory {j.state_dir} belongs to {known['path']} as it was when the job started "

@@ -56,6 +56,9 @@ class SubmitSettings:
     deadline: str | float | datetime | None = None
     turnaround: float = PRIOR_TURNAROUND  # seconds a batch is expected to take until this job has seen one end
     deadline_slack: float = SLACK  # seconds kept in hand before the deadline
+    # send nothing new: collect what is in flight, then end (a table job's earlier run that did not finish, whose
+    # unsent requests are planned again from the table as it is now)
+    collect_only: bool = False
 
 
 def default_state_dir(input_path: str) -> Path:

@@ -1,6 +1,12 @@
 """Keeping a deadline: each reading, what the batch lane is projected not to finish in time moves to the real-time
 lane (`decide._deadline` decides; this part acts, and journals each step).
 
+Until one of the job's batches has ended, what its batches show (how long they have gone with nothing done) must
+say the batch lane misses, not the prior turnaround alone; and the lane's limits must be known (the Admin API's, an
+answer's headers) or read by a probe, made only once the batch lane is known to be late. Credentials that may not
+call the Messages API (a 403 to the probe: on Claude Platform on AWS, a policy without the invoke action) close the
+lane for the run, said once: the batch lane goes on, and the deadline may be missed.
+
 A batch not yet created moves whole; a live batch is canceled, and its unfinished requests come back (once it has
 ended and its results are collected) as requests waiting for another attempt; those move instead of forming a new
 batch. With a budget, a move is made only when the real-time lane's worst case (the standard price, twice the
@@ -48,9 +54,13 @@ class DeadlineKeeper(Part):
         self.deadline = deadline
         self.lane = lane
         self.stalled = 0.0  # the longest any of this run's batches has gone with nothing done (seconds)
-        self.canceled_spans: dict[int, float] = {}  # batch -> the span it was projected to take when canceled
+        # batch -> the span it was projected to take when canceled (kept in the journal: a rerun projects with them)
+        self.canceled_spans: dict[int, float] = {int(k): float(v) for k, v in
+                                                 (self.journal.get_meta("deadline_canceled_spans") or {}).items()}
         self.sampled = False
         self.probes: dict[str, int] = {}  # model -> calls made only to read its limits
+        self.answered: set[str] = set()  # models whose probe was answered (with their limits, or without: a gateway)
+        self.closed: str | None = None  # why the lane may not be used this run (the credentials may not call it)
 
     def _sample(self, n: int = 50) -> None:
         """The lane's projections start from this job's own requests: their models, and the mean cost of the first
@@ -67,30 +77,35 @@ class DeadlineKeeper(Part):
             self.lane.paces.mean_cost = Cost(sum(c.input for c in costs) // len(costs), sum(c.output for c in costs) // len(costs))
 
     async def steer(self, snap: Snapshot) -> None:
+        if self.closed is not None:
+            return
         if not self.sampled:
             self._sample()
         m = self.decide(snap)
-        if m.probe:  # (then decided again on what it measured: an assumed lane moves nothing early)
-            await self._probe()
+        if m.probe:  # (then decided again on what it measured: an assumed lane moves nothing)
+            if not await self._probe():
+                return
             m = self.decide(snap)
         if not m.any:
             return
         refused = set(self.journal.get_meta("deadline_cancel_refused") or [])
         for idx in (i for i in m.cancel if i not in refused):
-            self.canceled_spans[idx] = m.projected[idx] - (parse_time(self.journal.batch(idx).created_at) or snap.at)
-            await self._cancel(self.journal.batch(idx))
+            span = m.projected[idx] - (parse_time(self.journal.batch(idx).created_at) or snap.at)
+            await self._cancel(self.journal.batch(idx), span)
         for idx in m.move:
             self._move_planned(self.journal.batch(idx))
         if m.move_pending and self.journal.groups.pending_count():
             worst = self._worst_pending()
             if worst is not None:
                 n = self.journal.lane.move_pending(worst)
-                self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline)})
+                self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline),
+                                          "lane_needs_s": self._lane_needs()})
         self.lane.wake.set()
 
-    async def _probe(self) -> None:
+    async def _probe(self) -> bool:
         """Read the limits of each of the job's models the lane has not measured, with the smallest call there is
-        (one output token); at most `MAX_PROBES` a model. Its cost is journaled with the lane's."""
+        (one output token); at most `MAX_PROBES` a model. Its cost is journaled with the lane's. Whether the lane
+        may be used (not when the credentials may not call it)."""
         lane = self.lane
         for model in sorted(m for m in lane.paces.models if m not in lane.paces.limits and not lane.paces.pace(m).learned):
             if self.probes.get(model, 0) >= MAX_PROBES:
@@ -98,13 +113,34 @@ class DeadlineKeeper(Part):
             self.probes[model] = self.probes.get(model, 0) + 1
             call = await send_message(self.api, orjson.dumps(probe_params(model)), stream=False)
             if call.kind is Kind.ACCOUNT and call.error is not None:
-                raise call.error
+                if not (isinstance(call.error, AuthenticationError) and call.error.status == 403):
+                    raise call.error  # (a key revoked, billing, a usage limit: the batch lane is refused alike)
+                self._close(call.detail)
+                return False
             lane.paces.pace(model).observe(call.headers, self.clock())
+            if call.kind is Kind.ANSWERED:
+                self.answered.add(model)
             usage = call.message.get("usage") if call.message else None
             self.journal.lane.probed(model, usage if isinstance(usage, dict) else None)
             self.emit("realtime_probe", {"model": model, "measured": lane.paces.pace(model).learned,
-                                         "why": "the batch lane is projected to miss the deadline; the lane's limits "
-                                                "are read before anything live is canceled"})
+                                         "why": "the batch lane is known to miss the deadline; the lane's limits are "
+                                                "read before anything moves to it"})
+        return True
+
+    def _close(self, why: str) -> None:
+        """The credentials may not call the Messages API: the lane is not used this run (said once); the batch lane
+        goes on, rather than the run stopping before any batch exists, at the same point on every rerun."""
+        self.closed = why
+        self.emit("realtime_closed", {"reason": why, "policy": "the real-time lane is not used this run; the batch lane "
+                                      "goes on, and the deadline may be missed; grant the Messages API's invoke "
+                                      "action (InvokeModel on Claude Platform on AWS) for the deadline to use it"})
+
+    def _limits_read(self) -> bool:
+        """Whether each of the job's models the lane has not measured was probed: answered without its limits, or
+        tried `MAX_PROBES` times."""
+        paces = self.lane.paces
+        return bool(paces.models) and all(m in paces.limits or paces.pace(m).learned or m in self.answered
+                                          or self.probes.get(m, 0) >= MAX_PROBES for m in paces.models)
 
     def decide(self, snap: Snapshot) -> Moves:
         j = self.journal
@@ -115,27 +151,33 @@ class DeadlineKeeper(Part):
         # (a create whose outcome is unknown may hold its requests: it is neither moved nor counted as movable)
         held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.groups.pending_count())]
         finished = j.batches(BatchState.ENDED, BatchState.COLLECTED)
-        ended = [(parse_time(r.created_at), parse_time(r.ended_at)) for r in finished if r.idx not in canceled]
-        # (a batch canceled for the deadline and collected has given its requests back)
-        returned = any(r.idx in canceled and r.state is BatchState.COLLECTED for r in finished)
+        ended = [(c, e) for c, e in ((parse_time(r.created_at), parse_time(r.ended_at)) for r in finished
+                                     if r.idx not in canceled) if c is not None and e is not None]
         now = self.clock()
         self.stalled = max([self.stalled, *(stalled_for(b, now) for b in live)])
         spans = [*self.canceled_spans.values(), *(project(b, now, 0.0) - b.created for b in live if b.done)]
-        turn = turnaround([(c, e) for c, e in ended if c is not None and e is not None], self.settings.turnaround, self.stalled,
-                          spans)
+        turn = turnaround(ended, self.settings.turnaround, self.stalled, spans)
+        # (until one of its batches has ended, the job's own turnaround is unknown: what its batches show decides)
+        evidence = None if any(r.idx not in canceled for r in finished) else turnaround([], 0.0, self.stalled, spans)
+        # (a batch canceled for the deadline gives its requests to the lane once it has ended: they are ahead in it)
+        coming = sum(r.requests for r in j.batches(BatchState.CREATED, BatchState.ENDED) if r.idx in canceled)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.paces.seconds_for,
-                     queued=j.lane.unanswered(), slack=self.settings.deadline_slack, returned=returned,
-                     measured=self.lane.paces.measured)
+                     queued=j.lane.unanswered() + coming, slack=self.settings.deadline_slack, evidence=evidence,
+                     measured=self.lane.paces.measured, read=self._limits_read())
 
-    async def _cancel(self, row: BatchRow) -> None:
+    async def _cancel(self, row: BatchRow, span: float) -> None:
+        """Cancel a live batch for the deadline; `span`: what it was projected to take (the job's turnaround counts it:
+        the requests it gives back are projected as a new batch of the same stalled lane would be)."""
         if self._refused_by_budget(sum(self._worst(body, line) for line, _, body, _ in self._requests_of(row)), row.requests):
             return
+        self.canceled_spans[row.idx] = span
         try:
             status = await self.api.cancel_if_running(str(row.batch_id))
         except AuthenticationError as exc:
             if exc.status != 403:
                 raise
             return self._cancel_refused(row, exc)
+        self.journal.set_meta("deadline_canceled_spans", {str(k): v for k, v in self.canceled_spans.items()})
         self.journal.set_meta("deadline_canceled", sorted({*(self.journal.get_meta("deadline_canceled") or []), row.idx}),
                               "deadline_cancel", batch=row.idx, id=row.batch_id)
         self.emit("deadline_cancel", {"batch": row.idx, "id": row.batch_id, "status": status,
@@ -160,7 +202,12 @@ class DeadlineKeeper(Part):
         if self._refused_by_budget(sum(worst), len(rows)):
             return
         n = self.journal.lane.move_planned(row.idx, rows, worst)
-        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": format_time(self.deadline)})
+        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": format_time(self.deadline),
+                                  "lane_needs_s": self._lane_needs()})
+
+    def _lane_needs(self) -> float:
+        """Seconds the lane is projected to need for all it holds, at the pace it keeps."""
+        return round(self.lane.paces.seconds_for(self.journal.lane.unanswered()), 1)
 
     def _worst_pending(self) -> dict[int, float] | None:
         pending = self.journal.groups.pending_rows()

@@ -37,6 +37,9 @@ ANSWER_LOST = "gatekeeper_answer_lost"
 MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored
 IN_FLIGHT = 64  # calls out at once at most (the pace decides the rate; this bounds memory and sockets)
 TELL_EVERY = 5.0  # seconds between the lane's progress events
+# seconds an idle lane waits before looking at its queue again: what it waits for (work moved to it, an answer) wakes
+# it at once; the look is only a safety net (at 0.5 s, four journal queries a second for a deadline job's whole life)
+IDLE_LOOK = 5.0
 
 
 class RealtimeLane(Part):
@@ -60,17 +63,20 @@ class RealtimeLane(Part):
         self.stop = stop  # the run's stop: from the moment it is asked for, nothing new is sent
         self.answered = 0  # answers committed by this run
         self.refusal: ApiError | None = None  # the account was refused: nothing more is sent, the run stops on it
+        self.halted = False  # the run is stopping on an error of its own: nothing new is sent, the calls out settle
         self.told_at = 0.0
 
     def busy(self) -> bool:
         """Whether calls are out or answers wait to be committed (a stop waits for them)."""
         return bool(self.out_now or self.answers)
 
-    async def settle(self, grace: float) -> None:
-        """Once the run is stopping (nothing new has been sent since the stop was asked for): wait up to `grace`
-        seconds for the calls out to answer and their answers to be committed."""
+    async def settle(self, grace: float, reason: str | None = None) -> None:
+        """The run is stopping (a user's stop, or `reason`, an error of the batch lane): nothing new is sent; wait up
+        to `grace` seconds for the calls out to answer and their answers to be committed."""
+        self.halted = True
         if self.out_now:
             self.emit("realtime_stopping", {"calls_out": len(self.out_now), "wait_at_most": grace,
+                                            **({"reason": reason} if reason else {}),
                                             "why": "each call cut off may be billed twice; Ctrl-C again abandons them"})
         until = self.clock() + grace
         while self.busy() and self.clock() < until:
@@ -102,20 +108,25 @@ class RealtimeLane(Part):
         while True:
             if self.refusal is not None and not self.busy():
                 raise self.refusal  # (once the calls out have answered and been committed)
-            held = self.stop.is_set() or self.user_canceled or self.refusal is not None
-            rows = [] if held else [r for r in self.journal.lane.rows(IN_FLIGHT) if r.line not in self.out_now]
+            rows = [] if self._holding() else [r for r in self.journal.lane.rows(IN_FLIGHT) if r.line not in self.out_now]
             if not rows:
+                self.paces.idle()
                 if not self.busy():
                     self.drained.set()
                 await self._idle()
                 continue
+            self.paces.busy(self.clock())
             for row in rows:
                 if self.refusal is not None:
                     break
                 await self._go(tg, limiter, row)
 
+    def _holding(self) -> bool:
+        """Whether nothing new may be sent: a stop, a user's cancel, a refusal of the account, the run halting."""
+        return self.stop.is_set() or self.halted or self.user_canceled or self.refusal is not None
+
     async def _idle(self) -> None:
-        await self.wait_for(self.wake, 0.5)
+        await self.wait_for(self.wake, IDLE_LOOK)
         self.wake = anyio.Event()
 
     async def _go(self, tg: anyio.abc.TaskGroup, limiter: anyio.Semaphore, row: LaneRow) -> None:
@@ -130,20 +141,31 @@ class RealtimeLane(Part):
         cost = Cost(int(row.length / BYTES_PER_TOKEN_PACING), max_tokens)
         self._costs(cost)
         pace = self.paces.pace(model)
-        while (wait := pace.wait(cost, self.clock())) > 0:
-            await self.wait_for(self.paced, min(wait, 5.0))  # (an answer gives back what its start over-charged: again)
-            self.paced = anyio.Event()
+        await self._paced(pace, cost)
         await limiter.acquire()
-        if self.stop.is_set() or self.refusal is not None:  # (came while this one waited for its pace: not sent)
-            limiter.release()
-            return
-        pace.sent(cost, self.clock())  # (at once: a wait for the lock below must not bunch calls the pace spread)
-        async with self.write_lock:  # (every journal write of the lane waits out a settlement's transaction)
-            self.journal.lane.sending(row.line)
+        while True:
+            if self._holding():  # (came while this one waited: not sent)
+                limiter.release()
+                return
+            async with self.write_lock:  # (every journal write of the lane waits out a settlement's transaction)
+                # (judged and counted at the moment it goes, under the lock: a wait for it never bunches calls)
+                if pace.wait(cost, self.clock()) <= 0:
+                    self.journal.lane.sending(row.line)
+                    at = pace.sent(cost, self.clock())
+                    break
+            await self._paced(pace, cost)
+        self.paces.went(at)
         self.out_now.add(row.line)
         stream = must_stream(max_tokens, str(params.get("model") or ""))
         body = orjson.dumps({**params, "stream": True} if stream else params)
-        tg.start_soon(self._call, row, body, stream, pace, cost, limiter)
+        tg.start_soon(self._call, row, body, stream, pace, cost, limiter, at)
+
+    async def _paced(self, pace: Pace, cost: Cost) -> None:
+        """Wait until `pace` lets a request of `cost` go (an answer gives back what its start over-charged, or
+        lowers a level: it is asked again then)."""
+        while (wait := pace.wait(cost, self.clock())) > 0:
+            await self.wait_for(self.paced, min(wait, 5.0))
+            self.paced = anyio.Event()
 
     def _costs(self, cost: Cost) -> None:
         """The mean cost of the requests sent, for the lane's projections (a running mean)."""
@@ -152,19 +174,20 @@ class RealtimeLane(Part):
         self.paces.mean_cost = Cost(m.input + (cost.input - m.input) // self.sent, m.output + (cost.output - m.output) // self.sent)
 
     async def _call(self, row: LaneRow, body: bytes, stream: bool, pace: Pace, cost: Cost,
-                    limiter: anyio.Semaphore) -> None:
+                    limiter: anyio.Semaphore, at: float) -> None:
         final = False
         try:
             call = await send_message(self.api, body, stream=stream)
             reached("realtime-answered")
             async with self.write_lock:
-                final = self._weigh(row, call, pace, cost)
+                final = self._weigh(row, call, pace, cost, at)
         finally:
             if not final:  # (a final answer keeps its slot until committed)
                 limiter.release()
 
-    def _weigh(self, row: LaneRow, call: Call, pace: Pace, cost: Cost) -> bool:
-        """What one call's outcome means: an answer to commit (True), or the request waits for another call."""
+    def _weigh(self, row: LaneRow, call: Call, pace: Pace, cost: Cost, at: float) -> bool:
+        """What one call's outcome means: an answer to commit (True), or the request waits for another call. `at`:
+        when the call went, by the pace's count."""
         now = self.clock()
         self.paced.set()
         if call.kind is Kind.ANSWERED:
@@ -177,7 +200,7 @@ class RealtimeLane(Part):
                 self.paces.answered(billed[0])
             return self._final(row, result, "succeeded", None, usage, stop_of(result))
         if call.kind is Kind.LIMITED:
-            pace.refused(call.headers, call.retry_after, now)
+            pace.refused(call.headers, call.retry_after, now, at)
             self.emit("realtime_limited", {"custom_id": row.custom_id, "retry_after": call.retry_after, "why": call.detail})
         elif call.kind is Kind.ACCOUNT:  # (not the request's failure: it goes back to the queue, the run stops)
             pace.observe(call.headers, now)

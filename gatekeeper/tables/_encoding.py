@@ -1,0 +1,50 @@
+"""What a CSV that is not UTF-8 looks like, for the one line that refuses it: a byte-order mark's encoding, or its
+first line that is not UTF-8 as Windows-1252 (Latin-1's superset, the usual culprit) reads it."""
+
+from __future__ import annotations
+
+import codecs
+from typing import Any
+
+_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+         (codecs.BOM_UTF16_BE, "UTF-16"))
+CHUNK = 1 << 20
+_FIX = "name its encoding{}, or convert it to UTF-8"
+
+
+def not_utf8(f: Any) -> str:
+    """"is not UTF-8: ..." for the file `f` (read from its start, a chunk at a time, up to its first byte that is
+    not UTF-8)."""
+    head = f.read(4)
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return f"is not UTF-8: it starts with a {name} byte-order mark; {_FIX.format(f' ({name.lower()})')}"
+    f.seek(0)
+    carry, lines = b"", 0
+    while True:
+        chunk = f.read(CHUNK)
+        data = carry + chunk
+        if not data:
+            return f"is not UTF-8; {_FIX.format('')}"
+        try:
+            data.decode("utf-8")
+            carry = b""
+        except UnicodeDecodeError as exc:
+            if exc.reason != "unexpected end of data" or not chunk:
+                return _first_bad(data, exc.start, lines)
+            carry = data[exc.start:]  # (a character cut by the chunk's end: decoded with the next)
+        lines += data.count(b"\n", 0, len(data) - len(carry))
+
+
+def _first_bad(data: bytes, at: int, lines: int) -> str:
+    start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+    line = data[start:end if end >= 0 else len(data)].rstrip(b"\r")
+    number = lines + data.count(b"\n", 0, at) + 1
+    shown = line if len(line) <= 60 else line[max(0, at - start - 30):at - start + 30]
+    try:
+        guess, text = "Windows-1252 (Latin-1)", shown.decode("cp1252")
+    except UnicodeDecodeError:
+        guess, text = "Latin-1", shown.decode("latin-1")
+    name = "cp1252" if guess.startswith("Windows") else "latin-1"
+    return f"is not UTF-8: line {number} has the byte {data[at]:#04x}, which reads as {guess} {text!r}; " + \
+        _FIX.format(f" ({name}, if that is it)")

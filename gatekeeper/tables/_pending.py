@@ -1,0 +1,120 @@
+"""The requests of a table not answered yet, one per request (rows with the same request share it): written as a
+run's JSONL file named by its content (`pending_file`), or fed to a plan as sizes, nothing written (`sized`). Rows
+are counted as they go by; the rejected ones are counted, and the first `KEPT` of them kept (memory stays flat
+however many rows are rejected)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..input._planner import SizedPlan
+from ..state._answers import Answers
+from ._batch import Judgements
+from ._judged import TableRows
+from ._seen import SeenRequests
+
+KEPT = 100  # rejected rows kept with their reasons (the rest are counted)
+
+
+def rejection(text: str) -> dict[str, Any]:
+    """A judged row's rejection ("row N: why") as a record, with the keys `plan`'s rejections have."""
+    head, _, reason = text.partition(": ")
+    return {"row": int(head.removeprefix("row ")), "custom_id": None, "reason": reason}
+
+
+@dataclass
+class Counts:
+    rows: int = 0
+    answered: int = 0
+    rejected: int = 0
+    first_rejected: list[dict[str, Any]] = field(default_factory=list)  # the first `KEPT`, as records
+    unsent: int = 0  # distinct requests not answered yet
+
+    def reject(self, judged: Judgements) -> None:
+        if not judged.rejected:
+            return
+        self.rejected += len(judged.rejected)
+        room = KEPT - len(self.first_rejected)
+        if room > 0:
+            self.first_rejected += [rejection(judged.rejected[i]) for i in sorted(judged.rejected)[:room]]
+
+
+def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbers: Path | None = None, *,
+                 name: Callable[[Path], Path] | None = None) -> tuple[Path | None, Counts]:
+    """The requests not answered yet, written to a file named by its content (or by what `name` makes of that
+    name; None: every row is answered or rejected); with `row_numbers`, beside it each line's row (4 bytes a
+    line), for a plan to name the rows of the requests it refuses."""
+    runs.mkdir(parents=True, exist_ok=True)
+    tmp = runs / f"pending-{os.getpid()}-{os.urandom(4).hex()}.jsonl.tmp"  # (two jobs of one table may plan at once)
+    digest = hashlib.sha256()
+    numbers = open(row_numbers, "wb") if row_numbers is not None else None  # noqa: SIM115  # (closed below)
+    try:
+        with open(tmp, "wb") as f:
+            for judged, keep in _unsent_rows(rows, answers, counts := Counts()):
+                lines = judged.lines(keep)
+                f.write(lines)
+                digest.update(lines)
+                if numbers is not None:
+                    numbers.write(judged.row_numbers(keep).tobytes())
+        if not counts.unsent:
+            return None, counts
+        path = runs / f"{digest.hexdigest()[:16]}.jsonl"
+        path = name(path) if name is not None else path
+        os.replace(tmp, path)
+        return path, counts
+    finally:
+        tmp.unlink(missing_ok=True)  # (a table refused halfway, or nothing to send: no file left behind)
+        if numbers is not None:
+            numbers.close()
+
+
+def sized(rows: TableRows, answers: Answers | None, plan: SizedPlan, row_numbers: BinaryIO | None = None) -> Counts:
+    """`pending_file`'s requests fed to `plan` as sizes: nothing written (a third of a plan's time went to the file),
+    and without answers to look up, no key computed; with `row_numbers`, each request's row written there (4 bytes
+    a request), as `pending_file` writes them."""
+    for judged, keep in _unsent_rows(rows, answers, counts := Counts(), keyed=answers is not None):
+        sizes, cids = judged.sizes(keep)
+        if sizes:
+            plan.add(sizes, cids)
+            if row_numbers is not None:
+                row_numbers.write(judged.row_numbers(keep).tobytes())
+    return counts
+
+
+def _unsent_rows(rows: TableRows, answers: Answers | None, counts: Counts, keyed: bool = True
+                 ) -> Iterator[tuple[Judgements, list[bool] | None]]:
+    """Each batch's rows judged, and which of them go in the run (`_unsent`), counted in `counts`."""
+    seen = SeenRequests(rows.source.rows_hint)
+    for _, judged in rows.judged(every_column=False, keyed=keyed):
+        counts.rows += len(judged)
+        counts.reject(judged)
+        yield judged, _unsent(judged, answers, seen, counts)
+    counts.unsent = len(seen)
+
+
+def _unsent(judged: Judgements, answers: Answers | None, seen: SeenRequests, counts: Counts) -> list[bool] | None:
+    """Which of a batch's rows go in the run: neither rejected nor answered, and the first row of their request
+    (None: every row, the common case, told without a step a row). Answered rows are counted here."""
+    n, rejected = len(judged), judged.rejected
+    places = None if not rejected else [i for i in range(n) if i not in rejected]
+    if answers is not None:
+        keys = judged.keys
+        assert keys is not None, "answers are looked up by key"
+        valid = keys if places is None else [keys[i] for i in places]
+        done = answers.answered_among(valid) if valid else set()  # type: ignore[arg-type]
+        if done:
+            counts.answered += sum(k in done for k in valid)
+            places = [i for i in (range(n) if places is None else places) if keys[i] not in done]
+    bodies = judged.bodies
+    again = seen.add_many(bodies if places is None else [bodies[i] for i in places])  # (positions among those)
+    if places is None and not again:
+        return None
+    keep = [False] * n
+    for j, i in enumerate(range(n) if places is None else places):
+        keep[i] = j not in again
+    return keep

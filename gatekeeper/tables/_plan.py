@@ -1,0 +1,154 @@
+"""`plan` of a table: a sizing report of what `submit` would do, nothing sent. Every row judged; the requests not
+answered yet planned as a JSONL job's are, cut as `submit` cuts them at the known queue ceiling (a quarter of it a
+batch), with the rounds of creates that takes, the cost estimate at batch prices, and each rejected row by number
+and reason (a count and the first `KEPT`: memory stays flat whatever is rejected)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._prices import PriceTable, load_prices
+from ..decide._admission import batch_size_for, waves
+from ..input._parallel import auto_workers
+from ..input._planner import PlanReport, SizedPlan, plain_request, plan
+from ..input._sizing import Limits
+from ..state._answers import Answers
+from ._io import TableSource
+from ._judged import TableRows
+from ._pending import KEPT, Counts, pending_file, sized
+from ._rows import Judged, TableSpec, body_of
+from ._runs import unfinished_runs
+from ._where import default_state_dir
+
+
+@dataclass
+class TablePlan:
+    """What `plan_table` found: rows judged, rejected (the first `KEPT` as records with their row number), answered
+    already; the requests to send planned (`report`, None when there are none) at `batch_size` a batch, in `waves`
+    rounds at the ceiling (None: unknown); the runs that did not finish, which `submit` finishes first."""
+
+    rows: int = 0
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    rejected_count: int = 0
+    answered: int = 0
+    report: PlanReport | None = None
+    batches: list[dict[str, Any]] = field(default_factory=list)  # `report`'s, by the rows each runs from and to
+    errors: list[dict[str, Any]] = field(default_factory=list)  # requests `plan`'s rules refuse, with their rows
+    ceiling: int | None = None
+    batch_size: int = 0
+    waves: int | None = None
+    estimate: dict[str, Any] | None = None
+    unfinished: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def to_send(self) -> int:
+        return 0 if self.report is None else self.report.requests
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.report
+        return {"rows": self.rows, "answered": self.answered, "rejected": self.rejected,
+                "rejected_count": self.rejected_count, "requests": self.to_send, "to_send": self.to_send,
+                "invalid": 0 if r is None else r.invalid, "errors": self.errors,
+                "batches": self.batches, "batch_size": self.batch_size,
+                "waves": self.waves, "ceiling": self.ceiling, "estimate": self.estimate,
+                "largest_request": None if r is None else r.to_json()["largest_request"],
+                "models": {} if r is None else r.to_json()["models"], "request_bytes": 0 if r is None else r.request_bytes,
+                "limits": None if r is None else r.to_json()["limits"], "unfinished": self.unfinished}
+
+
+def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
+               state_dir: str | os.PathLike[str] | None = None, ceiling: int | None = None, margin: int = 0,
+               journal: str | None = None, job: str | None = None, prices: PriceTable | None = None,
+               encoding: str | None = None, infer_types: bool = False,
+               environ: Mapping[str, str] | None = None) -> TablePlan:
+    """Judge every row and plan the requests still to send, as `plan` plans a JSONL file, at the batch size `submit`
+    uses under `ceiling` (with `margin` left free); nothing is sent or written. The answers read are those kept in
+    the job's state (`state_dir`, default the table's folder in the user's state folder, `environ` naming it), or,
+    with a PostgreSQL `journal`, those kept there under the job's name `job`."""
+    src = TableSource.of(source, encoding=encoding, infer_types=infer_types)
+    rows = TableRows(src, spec)
+    root = Path(state_dir) if state_dir is not None else default_state_dir(src.where, environ or os.environ, create=False)
+    answers = _answers(root, journal, job)
+    limits = limits or Limits()
+    size = batch_size_for(ceiling, margin, limits.max_requests)
+    cut = Limits(max_requests=size, max_bytes=limits.max_bytes, api_version=limits.api_version)
+    try:
+        unfinished = unfinished_runs(root, answers) if answers is not None else []
+        counts, report, batches, errors = _planned(rows, answers, cut, spec)
+    finally:
+        if answers is not None:
+            answers.close()
+    out = TablePlan(counts.rows, counts.first_rejected, counts.rejected, counts.answered, report, batches, errors,
+                    ceiling, size, unfinished=[{"run": p.stem, "requests": _lines(p)} for p in unfinished])
+    if report is not None:
+        out.estimate = report.estimate(prices or load_prices())
+        if ceiling is not None:
+            out.waves = waves([b.requests for b in report.batches], ceiling, margin)
+    return out
+
+
+def _answers(root: Path, journal: str | None, job: str | None) -> Answers | None:
+    if journal:
+        assert job is not None, "a table job's answers in a journal are found by its name"
+        return Answers.shared(journal, job)
+    return Answers.local(root / "answers.sqlite3") if (root / "answers.sqlite3").exists() else None
+
+
+def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec
+             ) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The counts, the report, its batches and the requests it refused, by rows: planned from the requests' sizes
+    when the spec is plain, else through `plan` over the run's file, written to a temporary folder. Each request's
+    row is written beside them (4 bytes a request), for the few lines a report names."""
+    with tempfile.TemporaryDirectory() as tmp:
+        numbers = Path(tmp) / "rows.u32"
+        if _plain(spec, limits):
+            with open(numbers, "wb") as f:
+                counts = sized(rows, answers, planned := SizedPlan(limits, spec.model), f)
+            report = planned.finish() if counts.unsent else None
+        else:
+            pending, counts = pending_file(rows, answers, Path(tmp), numbers)
+            report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending))
+        if report is None:
+            return counts, None, [], []
+        with open(numbers, "rb") as f:
+            return counts, report, _batches(report, f), _refusals(report, f)
+
+
+def _batches(report: PlanReport, f: Any) -> list[dict[str, Any]]:
+    """The report's batches as `plan` gives a JSONL file's, each by the rows it runs from and to."""
+    out = []
+    for b in report.batches:
+        j = b.to_json()
+        first, last = j.pop("first_line"), j.pop("last_line")
+        out.append({**j, "first_row": _row_at(f, first), "last_row": _row_at(f, last)})
+    return out
+
+
+def _refusals(report: PlanReport, f: Any) -> list[dict[str, Any]]:
+    """The first `KEPT` requests `plan` refused, as records naming their rows."""
+    return [{"row": _row_at(f, e.line), "custom_id": e.custom_id, "reason": e.reason} for e in report.errors[:KEPT]]
+
+
+def _row_at(f: Any, line: int) -> int:
+    f.seek((line - 1) * 4)
+    return int.from_bytes(f.read(4), "little")
+
+
+def _lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def _plain(spec: TableSpec, limits: Limits) -> bool:
+    """Whether the spec's requests can be planned from their sizes, nothing written (`SizedPlan`): its request with a
+    stand-in prompt (and system, when that has no fields) is one `plan` takes with nothing to note. A system
+    rendered per row may be long, which the caching report notes: those go through `plan`."""
+    if spec.system is not None and spec.system.columns:
+        return False
+    body = body_of(spec, dict.fromkeys(spec.template.columns, "x"))
+    return plain_request(Judged(1, "", "r-probe", body).line().rstrip(b"\n"), limits)
