@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from gatekeeper.decide._shares import STARVE_AFTER, Claim, may_admit, next_up, overtaken_by, starved
 from gatekeeper.state._claims import ClaimPost, ClaimRow, behind, posted, tier_after
 from gatekeeper.state._db import pg_ddl
+from gatekeeper.testing import Fault
 from tests.fakes import running_fake
 from tests.runs import events, gk, start, wait_until
 from tests.scenarios import two_jobs_a_night, write_job
@@ -477,3 +478,40 @@ def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:
     [queued] = families["gatekeeper_ledger_job_queued_requests"].samples
     assert queued.labels == {"job": "nightly-dashboard", "priority": "high"} and queued.value == 120
     assert families["gatekeeper_ledger_job_waiting_seconds"].samples[0].value == 5.0
+
+
+def _unconfirmed(path: Path) -> list[tuple[str, int]]:
+    """The live reservations on a SQLite ledger that name no batch: each counts as a create out, holding every other
+    job's creates."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT owner, batch FROM reservations WHERE batch_id IS NULL AND requests > 0").fetchall()
+
+
+def test_a_reservation_no_batch_came_of_holds_no_one_back(tmp_path: Path) -> None:
+    """A create refused outright (a 400: nothing made) frees its reservation as the run stops; and a rerun frees one
+    an earlier run left unconfirmed (reserved, then killed before its intent was journaled). Otherwise, on a shared
+    ledger, a `low` job resumed beside a `high` one deadlocks with it: the high job may not create while the low one's
+    reservation says a create is out, and the low job waits for the high one's turn (the swarm's seed 24)."""
+    path = tmp_path / "ledger.db"
+    ledger = f"sqlite:///{path}"
+    low, high = write_job(tmp_path / "low.jsonl", "low", 100), write_job(tmp_path / "high.jsonl", "high", 100)
+    with running_fake(ceiling=300, workspaces=dict(KEYS)) as fake:
+        fake.inject(Fault("create", status=400, error_type="invalid_request_error", message="refused"))
+        r = gk(["submit", str(low), *FLAGS, "--ledger", ledger, "--priority", "low"], _env(fake, "k-low"))
+        assert r.returncode != 0 and fake.org.records.creates == 0, r.stderr[-2000:]
+        assert _unconfirmed(path) == []
+        import sqlite3
+
+        with sqlite3.connect(path) as db:  # (as a run killed between its reservation and its intent leaves it)
+            owner = db.execute("SELECT owner FROM jobs").fetchone()[0]
+            db.execute("INSERT INTO reservations (owner, batch, requests, batch_id, expires_at) VALUES (?, 0, 100, NULL, ?)",
+                       (owner, time.time() + 900))
+        nightly = start(["submit", str(high), *FLAGS, "--ledger", ledger, "--priority", "high"], _env(fake, "k-high"))
+        wait_until(lambda: any(c.priority == H and c.want for c in _claims(ledger)), "the high job to want room")
+        backfill = start(["submit", str(low), *FLAGS, "--ledger", ledger, "--priority", "low"], _env(fake, "k-low"))
+        n_out, n_err = nightly.communicate(timeout=60)
+        b_out, b_err = backfill.communicate(timeout=60)
+    assert nightly.returncode == 0 and backfill.returncode == 0, (n_err[-2000:], b_err[-2000:])
+    assert _unconfirmed(path) == []

@@ -177,6 +177,11 @@ class Admitter(Part):
         self.creating = True
         try:
             return await self._create(row, depth, unseen, worst)
+        except ApiError:
+            if self.journal.batch(row.idx).state is BatchState.PLANNED:  # (refused outright: nothing was made)
+                with anyio.CancelScope(shield=True):
+                    await self.ledger.release(row.idx)  # (an unconfirmed reservation holds every other job's creates)
+            raise
         finally:
             self.creating = False
 
