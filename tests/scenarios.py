@@ -1,13 +1,22 @@
-"""Shared multi-submitter scenario: used by tests/test_ledger.py and tests/benchmarks/bench_ledger.py."""
+"""Shared multi-submitter scenarios: three submitters on one ceiling (tests/test_ledger.py, bench_ledger.py); two
+jobs through a night with the world's clock sped up (tests/test_shares.py, bench_shares.py)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import anyio
 import orjson
 
+from gatekeeper import ApiConfig, Secret, SubmitSettings
+from gatekeeper.api._queue import connect
+from gatekeeper.run._loop import Job
+from gatekeeper.state._journal import BatchState, Journal
+from gatekeeper.state.ledger._sqlite import SqliteLedger
 from gatekeeper.testing import FakeAPI, FakeConfig
 from tests.forkserver import spawn
 
@@ -62,3 +71,101 @@ def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_j
             codes=[p.returncode for p in procs],
             summaries=[orjson.loads(out) if out.strip() else {"stderr": err[-500:]} for out, err in results],
         )
+
+
+# -- two pipelines through a night, the whole world's clock sped up ----------------------------------------------------
+
+@dataclass
+class World:
+    """One clock for the fake, the ledger and both jobs, running `speed` times faster than the wall: a batch, a poll
+    interval, a lease and the starvation bound all pass `speed` times faster, and keep their proportions."""
+
+    speed: float
+    t0: float = field(default_factory=time.time)
+    m0: float = field(default_factory=time.monotonic)
+
+    def now(self) -> float:
+        return self.t0 + (time.monotonic() - self.m0) * self.speed
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(max(0.0, seconds) / self.speed)
+
+
+@dataclass
+class Night:
+    """What a night of two jobs showed, in simulated seconds."""
+
+    span: float  # from the first job's start to the last one's end
+    ideal: float  # every request at the queue's rate
+    stall: float  # the longest stretch with room in the queue for a batch that waited, and no create
+    stall_at: float  # when it began, from the start
+    creates: list[tuple[float, str]]  # (when, which job) of every create
+    summaries: dict[str, Any]  # each job's summary (a job stopped at `give_up_after` has none)
+
+
+async def two_jobs_a_night(tmp: Path, *, speed: float, low: int, high: int, high_after: float = 60.0,
+                           ceiling: int = 2000, rate: float = 5.0, poll: float = 60.0, give_up_after: float = 3.0) -> Night:
+    """A `low` backfill of `low` requests, and `high_after` simulated seconds later a `high` job of `high`, each in a
+    workspace of its own on one SQLite ledger (only the ledger sees both), against the fake over real HTTP: its queue
+    holds `ceiling` requests and processes `rate` a simulated second. Batches of a quarter of the ceiling. Both are
+    stopped `give_up_after` times the ideal span after the start, if they have not finished by then."""
+    world = World(speed)
+    keys = {"k-low": "wrkspc_low", "k-high": "wrkspc_high"}
+    cfg = FakeConfig(ceiling=ceiling, rate=rate, speed=speed, workspaces=keys, queue_retry_after=1)
+    ledger_path = str(tmp / "ledger.db")
+    creates: list[tuple[float, str]] = []
+    jobs: dict[str, Any] = {}
+    stall = [0.0, 0.0, 0.0]  # (the current stretch's start, the longest, when the longest began)
+    with FakeAPI(cfg) as fake:
+        async def one(name: str, n: int, key: str, priority: str, after: float) -> None:
+            await world.sleep(after)
+            path = write_job(tmp / f"{name}.jsonl", name, n)
+            settings = SubmitSettings(ceiling=ceiling, poll=poll, priority=priority, preflight=False, token_sample=0,
+                                      ledger_ttl=900.0, state_dir=tmp / f"{name}.state")
+            journal = Journal.open(tmp / f"{name}.state", clock=world.now)
+            ledger = SqliteLedger(ledger_path, f"{name}-owner", clock=world.now)
+            config = ApiConfig(workspace_keys=[Secret(key)], base_url=fake.url)
+            try:
+                async with connect(config, max_rpm=60_000) as conn:
+                    emit = lambda e, f: creates.append((world.now(), name)) if e == "admitted" else None  # noqa: E731
+                    job = Job(str(path), settings, conn, journal, out_path=str(tmp / f"{name}.out.jsonl"), emit=emit,
+                              stop=anyio.Event(), ledger=ledger, clock=world.now, sleep=world.sleep)
+                    jobs[name] = job
+                    await job.prepare()
+                    summaries[name] = (await job.run()).to_json()
+            finally:
+                jobs.pop(name, None)
+                journal.close()
+
+        async def beat() -> None:  # (the ledger's heartbeat, on the world's clock)
+            while True:
+                await world.sleep(300.0)
+                for job in list(jobs.values()):
+                    await job.ledger.heartbeat()
+
+        async def watch() -> None:  # (room: the ceiling less the batches not ended, as the listings show them)
+            while True:
+                await anyio.sleep(0.02)
+                waiting = [b.requests for j in jobs.values() for b in j.journal.batches(BatchState.PLANNED)[:1]]
+                now, creates_seen = world.now(), len(creates)
+                fake.org.sync()
+                with fake.org.lock:
+                    live = sum(b.total for b in fake.org.batches.values() if b.status != "ended")
+                if waiting and live + min(waiting) <= ceiling and creates_seen == watch_creates[0]:
+                    if now - stall[0] > stall[1]:
+                        stall[1:] = [now - stall[0], stall[0]]
+                else:
+                    stall[0], watch_creates[0] = now, creates_seen
+
+        summaries: dict[str, Any] = {}
+        watch_creates = [0]
+        start = world.now()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(beat)
+            tg.start_soon(watch)
+            with anyio.move_on_after(give_up_after * (low + high) / rate / speed):
+                async with anyio.create_task_group() as both:
+                    both.start_soon(one, "low", low, "k-low", "low", 0.0)
+                    both.start_soon(one, "high", high, "k-high", "high", high_after)
+            tg.cancel_scope.cancel()
+        return Night(world.now() - start, (low + high) / rate, stall[1], stall[2] - start, creates, summaries)

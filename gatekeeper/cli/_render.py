@@ -101,7 +101,8 @@ def _jobs_lines(jobs: list[dict[str, Any]]) -> list[str]:
         return []
     out = [f"  jobs      {len(jobs)} on the ledger (priority, share, queued, waiting, admitted this run)"]
     for x in jobs[:20]:
-        waiting = f"waiting {x['waiting_s']:,.0f} s for {x['want']:,}" if x["want"] else "not waiting"
+        waiting = (f"waiting for {x['want']:,} ({x['waiting_s']:,.0f} s behind higher priorities)" if x["want"]
+                   else "not waiting")
         out.append(f"    {x['job'][:36]:<36} {x['priority']:<6} x{x['share']:<4g} queued {x['queued']:>9,}  {waiting}; "
                    f"admitted {x['admitted']:,}")
     return out

@@ -1,19 +1,26 @@
 """Whose turn it is to admit, when pipelines share one queue ceiling through the ledger. Pure.
 
-Each running job keeps a *claim* on the ledger: its priority, its share, the requests of the batch it would admit
-now (`want`, 0 when it waits for nothing), how long it has waited for room (on the ledger's clock), and its
-*virtual time*: the requests it has admitted divided by its share (start-time fair queuing).
+Each running job keeps a *claim* on the ledger (`state._claims`): its priority, its share, the requests of the batch
+it would admit now but for the room (`want`, 0 when it can use no room: nothing waits, or it is held by its own
+limits, a refusal's backoff or its budget), the reservations under which that batch fits (`limit`), how long it
+has waited behind higher priorities' turns (`waited`), and its *virtual time*: the requests it has admitted divided
+by its share (fair queuing), from where its tier stood when it joined.
 
-The rules, in order:
-1. **No starvation**: a job that has waited `starve_after` seconds or more goes first (the longest wait first),
-   whatever its priority.
-2. **Precedence**: only jobs of the highest priority that is waiting may admit.
-3. **Shares**: among those, the one whose virtual time after its next batch is least goes next; so room freed goes
-   to jobs in proportion to their shares, batch by batch.
-4. **Work conservation**: a job that wants nothing never holds a turn; the turn goes to one that does.
-
-A job that joins (or starts wanting again after a pause) takes the least virtual time of those already waiting in
-its tier, when that is more than its own: it is not owed the room it did not ask for (`joined_vtime`).
+The rules, in order, over the claims that want room (`reserved`: the requests reserved on the ledger now, the same
+for every submitter that reads them):
+1. **No starvation**: a job that has waited `starve_after` seconds behind higher priorities' turns goes first (the
+   longest wait first), whatever its priority; it keeps the turn while its batch does not fit yet, so that the room
+   builds up for it rather than going, batch by batch, to the jobs it waited behind.
+2. **Precedence**: the jobs of the highest priority that want room go before the others.
+3. **Shares**: among jobs of one priority, the one whose virtual time after its next batch is least goes next; so
+   room freed goes to jobs in proportion to their shares, batch by batch.
+4. **Work conservation**: a job whose batch does not fit the room now (a batch larger than what is free, or its
+   margin) does not keep the turn from the next one whose batch fits, up to a point, after which it keeps the turn
+   while the room builds up for it (so that smaller batches taking every room that frees never starve it):
+   - a job of its own priority goes before it while that job's virtual time after its batch stays within where its
+     own would be after its next two batches (so the shares still hold, within a batch);
+   - a job of a lower priority goes before it until such jobs have taken, while it waited for room, as much as its
+     own next batch (`overtaken`, less what it admits itself).
 """
 
 from __future__ import annotations
@@ -22,35 +29,90 @@ from collections.abc import Sequence
 
 from ..state._claims import PRIORITIES, Claim
 
-__all__ = ["PRIORITIES", "STARVE_AFTER", "Claim", "ahead_of", "joined_vtime", "may_admit", "next_up"]
-STARVE_AFTER = 1800.0  # seconds a waiting job waits at most before it goes first, whatever its priority
+__all__ = ["PRIORITIES", "STARVE_AFTER", "Claim", "ahead_of", "fits", "may_admit", "next_up", "overtaken_by", "starved",
+           "turn_of"]
+STARVE_AFTER = 1800.0  # seconds behind higher priorities' turns a job waits at most before it goes first
 
 
-def next_up(claims: Sequence[Claim], *, starve_after: float = STARVE_AFTER) -> Claim | None:
-    """The claim whose turn it is to admit; None when no one wants room."""
-    waiting = [c for c in claims if c.want > 0]
-    if not waiting:
-        return None
-    starving = [c for c in waiting if c.waited >= starve_after]
-    if starving:
-        return max(starving, key=lambda c: (c.waited, c.owner))
-    top = min(c.priority for c in waiting)
-    return min((c for c in waiting if c.priority == top), key=lambda c: (c.vtime + c.want / c.share, c.owner))
+def fits(claim: Claim, reserved: int) -> bool:
+    """Whether the claim's next batch fits under its limit with what the ledger holds reserved now."""
+    return claim.want > 0 and (claim.limit is None or reserved + claim.want <= claim.limit)
 
 
-def may_admit(owner: str, claims: Sequence[Claim], *, starve_after: float = STARVE_AFTER) -> bool:
-    """Whether `owner` may admit its next batch now (alone, or with no claims at all, always)."""
-    up = next_up(claims, starve_after=starve_after)
+def _room_can_build(claim: Claim) -> bool:
+    """Whether its batch fits once the reservations drain (not when only load outside the ledger is in its way):
+    only then may it keep the turn while the room builds up for it."""
+    return claim.limit is None or claim.want <= claim.limit
+
+
+def _starving(claims: Sequence[Claim], starve_after: float) -> Claim | None:
+    starving = [c for c in claims if c.want > 0 and c.waited >= starve_after and _room_can_build(c)]
+    return max(starving, key=lambda c: (c.waited, c.owner)) if starving else None
+
+
+def starved(owner: str, claims: Sequence[Claim], *, starve_after: float = STARVE_AFTER) -> bool:
+    """Whether the turn is `owner`'s by the starvation rule (its batch then comes out of higher priorities' room,
+    not its own priority's)."""
+    up = _starving(claims, starve_after)
+    return up is not None and up.owner == owner
+
+
+def _ranked(claims: Sequence[Claim]) -> list[Claim]:
+    """The claims that want room, in the order of precedence and then of shares (ties by owner: every submitter
+    ranks alike)."""
+    return sorted((c for c in claims if c.want > 0), key=lambda c: (c.priority, c.vtime + c.want / c.share, c.owner))
+
+
+def _holds(ahead: Claim, c: Claim) -> bool:
+    """Whether `ahead`, ranked before `c` and with a batch that does not fit, keeps the turn from `c` (rule 4)."""
+    if not _room_can_build(ahead):
+        return False
+    if ahead.priority < c.priority:
+        return ahead.overtaken >= ahead.want
+    return c.vtime + c.want / c.share > ahead.vtime + 2 * ahead.want / ahead.share
+
+
+def next_up(claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> Claim | None:
+    """The claim whose turn it is to admit (one whose batch does not fit yet, when the room builds up for it); None
+    when no one can use the room there is."""
+    starving = _starving(claims, starve_after)
+    if starving is not None:
+        return starving
+    ranked = _ranked(claims)
+    for i, c in enumerate(ranked):
+        holder = next((a for a in ranked[:i] if _holds(a, c)), None)  # (all of them ranked before c do not fit)
+        if holder is not None:
+            return holder
+        if fits(c, reserved):
+            return c
+    return None
+
+
+def overtaken_by(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> tuple[str, ...]:
+    """The claims of higher priorities that `owner`'s batch goes before because theirs do not fit (when it is
+    `owner`'s turn): what they count as `overtaken`."""
+    if _starving(claims, starve_after) is not None:
+        return ()
+    ranked = _ranked(claims)
+    me = next((c for c in ranked if c.owner == owner), None)
+    return () if me is None else tuple(c.owner for c in ranked[:ranked.index(me)] if c.priority < me.priority)
+
+
+def turn_of(claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> Claim | None:
+    """The claim whose turn it is: `next_up`, or, when no one's batch fits, the first in order (room another job
+    frees between this reading and a reservation goes by precedence and shares, not to whoever reserves first)."""
+    up = next_up(claims, reserved, starve_after=starve_after)
+    ranked = _ranked(claims)
+    return up if up is not None or not ranked else ranked[0]
+
+
+def may_admit(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> bool:
+    """Whether `owner` may admit its next batch now (alone, or when no one wants room, always)."""
+    up = turn_of(claims, reserved, starve_after=starve_after)
     return up is None or up.owner == owner
 
 
-def joined_vtime(own: float, priority: int, others: Sequence[Claim]) -> float:
-    """A job's virtual time as it starts wanting: at least the least of those already waiting in its tier."""
-    tier = [c.vtime for c in others if c.want > 0 and c.priority == priority]
-    return max(own, min(tier)) if tier else own
-
-
-def ahead_of(owner: str, claims: Sequence[Claim], *, starve_after: float = STARVE_AFTER) -> str | None:
+def ahead_of(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> str | None:
     """The job whose turn it is, when it is not `owner`'s (for the report)."""
-    up = next_up(claims, starve_after=starve_after)
+    up = turn_of(claims, reserved, starve_after=starve_after)
     return None if up is None or up.owner == owner else up.job

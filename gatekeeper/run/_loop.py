@@ -126,8 +126,7 @@ class Job(Part):
             self.out.truncate_to(self.journal.outcomes.committed_output())
         self._committed_before = self.journal.outcomes.committed_output()
         replay(self.out, self.collector.on_result, self._committed_before)
-        for row in self.journal.batches(BatchState.INTENT, BatchState.CREATED):
-            await self.ledger.hold(row.idx, row.requests, row.batch_id)  # a resumed run takes its reservations back
+        await self._take_reservations_back()
         if self.keeper is not None and self.journal.get_meta("deadline") is None:
             self.journal.set_meta("deadline", self.keeper.deadline, "deadline", at=self.keeper.deadline)
         if self.keeper is None and not self.journal.lane.unanswered():
@@ -135,6 +134,20 @@ class Job(Part):
         else:
             await beside(self._loop_then_settle, self.lane.run)  # (a rerun without the deadline finishes what moved)
         return await self._finish()
+
+    async def _take_reservations_back(self) -> None:
+        """A resumed run takes back the reservations of its batches in the queue or whose create is unknown, and
+        frees any other an earlier run left unconfirmed (reserved, then killed before its intent was journaled, or
+        refused outright): on a shared ledger such a reservation counts as a create out, which holds every other
+        job's creates, and this run's heartbeats would keep it alive for as long as it runs."""
+        held = self.journal.batches(BatchState.INTENT, BatchState.CREATED)
+        for row in held:
+            await self.ledger.hold(row.idx, row.requests, row.batch_id)
+        if self.ledger.owner:
+            ours = {row.idx for row in held}
+            for r in await self.ledger.reservations():
+                if r.owner == self.ledger.owner and r.live and r.batch_id is None and r.batch not in ours:
+                    await self.ledger.release(r.batch)
 
     async def _finish(self) -> Summary:
         await self.ledger.release_all()

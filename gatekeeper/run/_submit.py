@@ -30,7 +30,7 @@ from ..state._output import check_writable
 from ..state.ledger._base import Ledger
 from ..state.ledger._open import LedgerChoice, choose_ledger, open_ledger
 from ._loop import CALLS_OUT_WAIT, Job, ResultSink
-from .job._beats import heartbeat, lease_heartbeat, ledger_owner, liveness
+from .job._beats import give_up_claim, heartbeat, lease_heartbeat, ledger_owner, liveness
 from .job._beside import beside
 from .job._opening import job_journal, out_path
 from .job._settings import EventSink, SubmitSettings
@@ -105,6 +105,7 @@ async def submit(
                     beats.append(lambda: lease_heartbeat(journal, settings.lease_ttl, emit))  # (the server's clock)
                 return await beside(lambda: _steps(job, ledger, stop, prepare_only, clock.sleep), *beats)
         finally:
+            await give_up_claim(ledger)
             await ledger.close()
 
 

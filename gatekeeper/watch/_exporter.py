@@ -96,7 +96,7 @@ def _job_families(jobs: list[dict[str, Any]], gauge: Any) -> Iterator[Any]:
     """Each job on the shared ledger, as `status` lists them: labels job and priority."""
     spec = [("gatekeeper_ledger_job_queued_requests", "Requests the job has reserved in the queue.", "queued"),
             ("gatekeeper_ledger_job_share", "The job's share among the jobs of its priority.", "share"),
-            ("gatekeeper_ledger_job_waiting_seconds", "Seconds the job has waited for room (0: not waiting).", "waiting_s"),
+            ("gatekeeper_ledger_job_waiting_seconds", "Seconds the job has waited behind higher priorities' turns.", "waiting_s"),
             ("gatekeeper_ledger_job_admitted_requests", "Requests the job has admitted since it claimed.", "admitted")]
     for name, text, key in spec:
         fam = gauge(name, text, labels=["job", "priority"])

@@ -1,7 +1,7 @@
 """Pipelines sharing one queue ceiling through one ledger: priorities and shares, against the fake as a process.
 
 Usage: python tests/benchmarks/bench_shares.py [--ledger sqlite:///PATH | redis://... | postgresql://...]
-                                               [--scenario alone|precedence|shares|all]
+                                               [--scenario alone|precedence|shares|night|all] [--speed N]
 
 The fake's ceiling is 20,000 requests, its queue processed at 2,000 requests a second; batches of at most 5,000;
 each pipeline in a workspace of its own (so none sees another's batches: only the ledger does). Prints each job's
@@ -10,7 +10,11 @@ span and the figures the issue asks for:
 - precedence: a 120,000-request backfill (--priority low) and, 6 s later, a 20,000-request nightly job
   (--priority high): the nightly's span against its span alone, and both against the ideal (all requests at the
   queue's rate);
-- shares: two jobs of 60,000 started together with --share 3 and --share 1: the first's span over the second's.
+- shares: two jobs of 60,000 started together with --share 3 and --share 1: the first's span over the second's;
+- night: 40 minutes of a full queue (`tests/scenarios.py`, `two_jobs_a_night`): a low backfill of 3,000 and a minute
+  later a high job of 9,000, a queue of 2,000 processed at 5 a second, one SQLite ledger, the whole world's clock (the
+  fake's, the ledger's, the jobs') run `--speed` times faster (30): the span against the ideal, and the longest stretch
+  with room for a waiting batch and no create. (Its own fake and ledger; `--ledger` does not apply.)
 """
 
 from __future__ import annotations
@@ -92,11 +96,29 @@ def shares(tmp: Path, url: str, ledger: str) -> None:
           f"{120_000 / RATE:.0f} s)")
 
 
+def night(tmp: Path, speed: float) -> None:
+    import anyio
+
+    from tests.scenarios import two_jobs_a_night
+
+    t0 = time.monotonic()
+    n = anyio.run(lambda: two_jobs_a_night(tmp, speed=speed, low=3000, high=9000))
+    done = "both finished" if len(n.summaries) == 2 else "stopped at 3x the ideal, unfinished"
+    print(f"night: {done} in {n.span / 60:.1f} simulated min = {n.span / n.ideal:.2f}x the ideal {n.ideal / 60:.0f} min; "
+          f"longest stretch with room for a waiting batch and no create {n.stall / 60:.1f} min "
+          f"(at minute {n.stall_at / 60:.0f}); {time.monotonic() - t0:.0f} s of wall time at {speed:g}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ledger", default=None)
-    ap.add_argument("--scenario", default="all", choices=["alone", "precedence", "shares", "all"])
+    ap.add_argument("--scenario", default="all", choices=["alone", "precedence", "shares", "night", "all"])
+    ap.add_argument("--speed", type=float, default=30.0, help="night: how much faster the world's clock runs")
     a = ap.parse_args()
+    if a.scenario == "night":
+        with tempfile.TemporaryDirectory() as tmp_s:
+            night(Path(tmp_s), a.speed)
+        return
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         ledger = a.ledger or f"sqlite:///{tmp / 'ledger.db'}"
@@ -109,6 +131,8 @@ def main() -> None:
                 shares(tmp, url, ledger)
         finally:
             proc.terminate()
+        if a.scenario == "all":
+            night(tmp, a.speed)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ journaled before its first byte leaves (its outcome unknown until answered or re
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import AsyncIterator
@@ -51,6 +52,7 @@ class Admitter(Part):
         self.batch_size = ctx.settings.limits.max_requests
         # the budget allows no more (or the run only collects): finish what is in flight, send nothing new
         self.budget_stopped = ctx.settings.collect_only
+        self._worst: tuple[tuple[int, int, int], float] | None = None  # (batch, requests, bytes), its worst cost
         shares = self.journal.get_meta("shares") or {}
         self.turns = Turns(ctx.ledger, self.journal.job or os.path.basename(ctx.path), ctx.settings.priority, ctx.settings.share,
                            ctx.clock, float(shares.get("waited_s", 0.0)))
@@ -74,7 +76,13 @@ class Admitter(Part):
             backoff_until=self.backoff_until, canceled=self.user_canceled,
         )
         count = admit_round(q, now)
-        if not await self.turns.turn(wanted(waiting[0].requests if waiting else 0, q, self.budget_stopped)):
+        worst = self._worst_case(waiting[0]) if count and self.settings.budget is not None else None
+        if worst is not None and not self._within_budget(waiting[0], worst, planned):
+            await self.turns.turn(0)  # (held by its budget: it holds no turn meanwhile)
+            return
+        ceiling = None if q.bound is None else q.bound - q.margin - reserve
+        want = wanted(waiting[0].requests if waiting else 0, q, self.budget_stopped, now)
+        if not await self.turns.turn(want, ceiling, snap.depth + snap.unseen):
             self.emit("waiting", {"next": waiting[0].requests, "reason": "shares", "ahead": self.turns.ahead})
             return
         if count == 0 and planned and now >= self.backoff_until and not q.canceled:
@@ -83,11 +91,13 @@ class Admitter(Part):
                       {"reason": "primer", "held": held, "depth": q.depth, "in_flight": q.in_flight})
         for k, row in enumerate(waiting[:count]):
             self.check_stop()
-            if k and not await self.turns.turn(row.requests):  # (each batch of a round takes its turn)
-                return
-            worst = self._worst_case(row) if self.settings.budget is not None else None
-            if worst is not None and not self._within_budget(row, worst, planned):
-                return
+            if k and not await self.turns.turn(row.requests, ceiling, snap.depth + snap.unseen):
+                return  # (each batch of a round takes its turn)
+            if k and self.settings.budget is not None:
+                worst = self._worst_case(row)
+                if not self._within_budget(row, worst, planned):
+                    await self.turns.turn(0)
+                    return
             if not await self.ledger.reserve(row.idx, row.requests, q.bound, snap.depth + snap.unseen):
                 self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
                 return
@@ -95,10 +105,14 @@ class Admitter(Part):
             if outcome is None:
                 if self.journal.batch(row.idx).state is BatchState.PLANNED:
                     await self.ledger.release(row.idx)  # definitely not created
-                return  # an unknown outcome keeps its reservation until reconciled
+                    await self.turns.turn(0)  # (backing off: it holds no turn meanwhile)
+                return  # an unknown outcome keeps its reservation (and the turn) until reconciled
             await self.ledger.confirm(row.idx, outcome)
-            self.turns.took(row.requests)
             snap.unseen += row.requests  # ours now, and not yet in any listing we read
+            rest = waiting[k + 1:]  # (its claim says at once what it wants next: the others need not wait a round)
+            after = dataclasses.replace(q, in_flight=q.in_flight + k + 1)
+            await self.turns.took(row.requests, snap.depth + snap.unseen,
+                                  wanted(rest[0].requests if rest else 0, after, self.budget_stopped, now))
 
     def _gated(self, planned: list[BatchRow], bound: int | None) -> tuple[list[BatchRow], list[int], int, int]:
         """The batches that may go now, in order, the room each needs, the room held for rests whose primer is in
@@ -129,8 +143,12 @@ class Admitter(Part):
         return bool(gone)
 
     def _worst_case(self, row: BatchRow) -> float:
-        """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens."""
-        return sum(body_worst(body, line, self.prices) for line, _, body, _ in self._requests_of(row))
+        """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens
+        (kept for the batch that waits: it is weighed every round until it goes)."""
+        if self._worst is None or self._worst[0] != (row.idx, row.requests, row.bytes):
+            self._worst = ((row.idx, row.requests, row.bytes), sum(body_worst(body, line, self.prices)
+                                                        for line, _, body, _ in self._requests_of(row)))
+        return self._worst[1]
 
     def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:
         """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""
@@ -159,6 +177,11 @@ class Admitter(Part):
         self.creating = True
         try:
             return await self._create(row, depth, unseen, worst)
+        except ApiError:
+            if self.journal.batch(row.idx).state is BatchState.PLANNED:  # (refused outright: nothing was made)
+                with anyio.CancelScope(shield=True):
+                    await self.ledger.release(row.idx)  # (an unconfirmed reservation holds every other job's creates)
+            raise
         finally:
             self.creating = False
 

@@ -1,5 +1,7 @@
 """This job's claim on a shared ledger, and its turn to admit among the organization's pipelines
-(`decide._shares`): posted every admission round, so the others see what it wants and how long it has waited.
+(`decide._shares`): posted every admission round and after every batch it admits, so the others see what it wants,
+how long it has waited behind higher priorities, and where its share stands. The turn is decided on the claims as
+the ledger holds them, this job's own included (its wait and virtual time are the ledger's, not a copy of its own).
 Alone on a ledger, or without one, it is always this job's turn."""
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from typing import Any
 
 from ..._errors import UsageError
 from ...decide._admission import QueueState
-from ...decide._shares import PRIORITIES, Claim, ahead_of, joined_vtime, may_admit
-from ...state.ledger._base import ClaimPost, Ledger
+from ...decide._shares import PRIORITIES, ahead_of, fits, may_admit, overtaken_by, starved
+from ...state._claims import Board, ClaimPost
+from ...state.ledger._base import Ledger
 
 
 class Turns:
@@ -21,45 +24,55 @@ class Turns:
                              setting="priority" if priority not in PRIORITIES else "share")
         self.ledger, self.job, self.clock = ledger, job, clock
         self.priority, self.share = PRIORITIES[priority], share
-        self.vtime = 0.0
+        self.vtime = 0.0  # (the ledger raises it to its tier's as the job starts wanting)
         self.admitted = 0
-        self.wanting = False
-        self.reset = False  # it has just admitted: its wait starts again
-        self.waited = waited_before  # seconds it waited for other jobs' turns (this job's runs, together)
+        self.want = 0  # requests of the batch it last said it would admit now
+        self.ceiling: int | None = None
+        self.overtaking: tuple[str, ...] = ()  # the jobs next before it whose batches did not fit, when it was its turn
+        self.starving = False  # its turn is the starvation rule's (its batch comes out of higher priorities' room)
+        self.waited = waited_before  # seconds its batch fitted but the turn was another's (this job's runs, together)
         self.blocked_since: float | None = None
         self.ahead: str | None = None  # the job whose turn it was, when it was not ours
 
-    async def turn(self, want: int) -> bool:
-        """Post the claim (`want`: the requests of the batch it would admit now, 0 for none); whether it may."""
+    async def turn(self, want: int, ceiling: int | None = None, seen: int = 0) -> bool:
+        """Post the claim and say whether this job may admit now. `want`: the requests of the batch it would admit
+        now but for the room (0 for none); `ceiling`: its ceiling less its margin (None: unknown); `seen`: the depth
+        it sees, its own creates the listing misses included."""
         if not self.ledger.owner:
             return True
-        claims = await self.ledger.put_claim(ClaimPost(self.job, self.priority, self.share, want, self.vtime,
-                                                       self.admitted, self.reset))
-        self.reset = False
-        others = [c for c in claims if c.owner != self.ledger.owner]
-        if want > 0 and not self.wanting:
-            self.vtime = joined_vtime(self.vtime, self.priority, others)
-        self.wanting = want > 0
-        mine = Claim(self.ledger.owner, self.job, self.priority, self.share, want, 0.0, self.vtime, self.admitted)
-        ok = want == 0 or may_admit(self.ledger.owner, [*others, mine])
-        self._account(ok, [*others, mine])
-        return ok
+        self.want, self.ceiling = want, ceiling
+        board = await self.ledger.put_claim(ClaimPost(self.job, self.priority, self.share, want, self.vtime,
+                                                      self.admitted, ceiling, seen))
+        mine = next((c for c in board.claims if c.owner == self.ledger.owner), None)
+        if mine is not None:
+            self.vtime = mine.vtime  # (as its tier stood, when it has just joined)
+        ok = may_admit(self.ledger.owner, board.claims, board.reserved)
+        self.overtaking = overtaken_by(self.ledger.owner, board.claims, board.reserved) if ok else ()
+        self.starving = ok and starved(self.ledger.owner, board.claims)
+        self._account(mine is not None and fits(mine, board.reserved), ok, board)
+        return ok or want == 0
 
-    def _account(self, free: bool, claims: list[Claim]) -> None:
-        now = self.clock()
-        if free:
-            if self.blocked_since is not None:
-                self.waited += now - self.blocked_since
-            self.blocked_since, self.ahead = None, None
-        else:
-            self.blocked_since = self.blocked_since if self.blocked_since is not None else now
-            self.ahead = ahead_of(self.ledger.owner, claims)
-
-    def took(self, requests: int) -> None:
-        """A batch of `requests` admitted."""
+    async def took(self, requests: int, seen: int, want: int) -> None:
+        """A batch of `requests` admitted (`seen`: the depth it sees now, the batch included; `want`: its next
+        batch, as `turn` takes it): its virtual time moves on (but for a batch the starvation rule let through: that
+        room was higher priorities', not its own priority's, so its shares owe nothing for it), and the ledger ages
+        the claims of lower priorities that waited behind it and counts it against those it overtook."""
+        started = self.vtime
         self.admitted += requests
-        self.vtime += requests / self.share
-        self.reset = True
+        self.vtime += 0.0 if self.starving else requests / self.share
+        self.want = want
+        if self.ledger.owner:
+            await self.ledger.put_claim(ClaimPost(self.job, self.priority, self.share, self.want, self.vtime,
+                                                  self.admitted, self.ceiling, seen, took=requests, started=started,
+                                                  overtook=self.overtaking))
+
+    def _account(self, fitted: bool, ok: bool, board: Board) -> None:
+        """Time its batch fitted but the turn was another's counts as waited for other jobs' turns."""
+        now = self.clock()
+        if self.blocked_since is not None:
+            self.waited += now - self.blocked_since
+        self.blocked_since = now if fitted and not ok else None
+        self.ahead = ahead_of(self.ledger.owner, board.claims, board.reserved) if not ok else None
 
     def to_json(self) -> dict[str, Any]:
         waited = self.waited + (self.clock() - self.blocked_since if self.blocked_since is not None else 0.0)
@@ -67,8 +80,9 @@ class Turns:
         return {"priority": names[self.priority], "share": self.share, "waited_s": round(waited, 1)}
 
 
-def wanted(next_batch: int, q: QueueState, budget_stopped: bool) -> int:
-    """The requests of the batch a job would admit now, for its claim: 0 when it can use no room (nothing waits,
-    or it is canceled, out of budget, or at its own limit of batches in flight)."""
+def wanted(next_batch: int, q: QueueState, budget_stopped: bool, now: float) -> int:
+    """The requests of the batch a job would admit now but for the room, for its claim: 0 when it can use no room
+    (nothing waits, or it is canceled, out of budget, at its own limit of batches in flight, or backing off after a
+    refusal), so that it never holds the turn from a job that could admit."""
     full = q.max_in_flight is not None and q.in_flight >= q.max_in_flight
-    return 0 if q.canceled or budget_stopped or full else next_batch
+    return 0 if q.canceled or budget_stopped or full or now < q.backoff_until else next_batch

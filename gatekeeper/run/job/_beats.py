@@ -53,6 +53,20 @@ async def lease_heartbeat(journal: Journal, ttl: float, emit: EventSink, sleep: 
         db.close()
 
 
+CLAIM_DROP_WAIT = 5.0  # seconds a run that stops gives the ledger to drop its claim (an unreachable one: its lease)
+
+
+async def give_up_claim(ledger: Ledger) -> None:
+    """A run that ends, however it ends (finished, stopped, Ctrl-C or SIGTERM, an error), gives up its claim on the
+    ledger at once: it wants no room any more, so no job holds back for it until its lease runs out. Its reservations
+    stay (its batches are still in the queue; a resumed run takes them back)."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CLAIM_DROP_WAIT):
+        try:
+            await ledger.drop_claim()
+        except LedgerError:
+            pass  # (its claim lapses with its lease)
+
+
 def ledger_owner(journal: Journal) -> str:
     """The job's ledger identity, stable across resumes (so a rerun's reservations replace, not add to, its own)."""
     owner = journal.get_meta("ledger_owner")

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from .._claims import Claim
+from .._claims import Board, Claim, ClaimPost
 
 DEFAULT_TTL = 900.0
 NAMED_FOR = 7 * 86_400.0  # seconds a released batch stays named in the ledger (reconciliations within it can tell)
@@ -104,7 +104,8 @@ class Ledger(Protocol):
     async def heartbeat(self) -> None: ...
     async def claim_job(self, job: str, info: dict[str, Any]) -> dict[str, Any] | None: ...
     async def reservations(self) -> list[Reservation]: ...
-    async def put_claim(self, mine: ClaimPost) -> list[Claim]: ...
+    async def put_claim(self, mine: ClaimPost) -> Board: ...
+    async def drop_claim(self) -> None: ...
     async def claims(self) -> list[Claim]: ...
     async def ping(self) -> None: ...
     async def close(self) -> None: ...
@@ -126,20 +127,6 @@ class LedgerReading(NamedTuple):
         return [{**c.to_json(), "queued": queued.get(c.owner, 0)} for c in self.claims]
 
 
-@dataclass(frozen=True)
-class ClaimPost:
-    """This submitter's claim as it posts it (`decide._shares` reads everyone's back). `reset_wait`: it has just
-    admitted, so its wait starts again."""
-
-    job: str
-    priority: int
-    share: float
-    want: int
-    vtime: float
-    admitted: int
-    reset_wait: bool = False
-
-
 def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int, others_creating: int = 0) -> bool:
     """The admission formula (pure; the shared ledgers evaluate the same inside their atomic step): room under the
     ceiling, and no other submitter's create out or unreconciled (`others_creating`)."""
@@ -148,10 +135,3 @@ def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int, others_crea
 
 def new_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-def claim_of(row: Any, now: float) -> Claim:
-    """A claim from its stored row (owner, job, priority, share, want, waiting_since, vtime, admitted, claimed_at)."""
-    owner, job, priority, share, want, since, vtime, admitted, claimed = row
-    return Claim(owner, job, int(priority), float(share), int(want), 0.0 if since is None else max(0.0, now - since),
-                 float(vtime), int(admitted), max(0.0, now - claimed))

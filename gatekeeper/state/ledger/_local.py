@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._claims import Claim
-from ._base import DEFAULT_TTL, ClaimPost, Reservation
+from .._claims import Board, Claim, ClaimPost
+from ._base import DEFAULT_TTL, Reservation
 
 
 class LocalLedger:
@@ -38,8 +38,11 @@ class LocalLedger:
     async def reservations(self) -> list[Reservation]:
         return []
 
-    async def put_claim(self, mine: ClaimPost) -> list[Claim]:
-        return []  # (alone: its turn always)
+    async def put_claim(self, mine: ClaimPost) -> Board:
+        return Board([], 0)  # (alone: its turn always)
+
+    async def drop_claim(self) -> None:
+        return None
 
     async def claims(self) -> list[Claim]:
         return []

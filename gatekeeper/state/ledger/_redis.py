@@ -8,9 +8,9 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ..._errors import LedgerError
-from .._claims import Claim
+from .._claims import Board, Claim, ClaimPost, ClaimRow
 from .._db import safe_url
-from ._base import DEFAULT_TTL, NAMED_FOR, ClaimPost, Liveness, Reservation, claim_of
+from ._base import DEFAULT_TTL, NAMED_FOR, Liveness, Reservation
 
 # One Lua script a step: Redis runs each atomically, on the server's clock (no skew between hosts).
 _LUA_RESERVE = """
@@ -131,28 +131,66 @@ return {tostring(now), redis.call('HGETALL', KEYS[1])}
 """
 
 
-# A claim: one hash field per submitter, its value JSON; waits and expiry on the server's clock.
+# A claim: one hash field per submitter, its value JSON; waits and expiry on the server's clock. The post follows
+# `state._claims` (`posted`, `behind`, `tier_after`) line for line; a test holds the two to the same answers.
 _LUA_PUT_CLAIM = """
-local key, owner, ttl, reset = KEYS[1], ARGV[1], tonumber(ARGV[3]), ARGV[4]
-local rec = cjson.decode(ARGV[2])
+local ckey, tkey, rkey = KEYS[1], KEYS[2], KEYS[3]
+local owner, post, ttl = ARGV[1], cjson.decode(ARGV[2]), tonumber(ARGV[3])
+local function val(x) if x == cjson.null then return nil end return x end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local old = redis.call('HGET', key, owner)
-local prev = old and cjson.decode(old) or {}
-rec.claimed_at = prev.claimed_at or now
-if rec.want > 0 then
-  if reset ~= '1' and prev.waiting_since and prev.waiting_since ~= cjson.null then rec.waiting_since = prev.waiting_since
-  else rec.waiting_since = now end
+local reserved, held = 0, 0
+local res = redis.call('HGETALL', rkey)
+for i = 1, #res, 2 do
+  local count, expires = string.match(res[i + 1], '^(%d+):([^:]+):')
+  if tonumber(expires) >= now then
+    reserved = reserved + tonumber(count)
+    if string.sub(res[i], 1, #owner + 1) == owner .. '|' then held = held + tonumber(count) end
+  end
 end
-rec.expires_at = now + ttl
-redis.call('HSET', key, owner, cjson.encode(rec))
-local all = redis.call('HGETALL', key)
+local tier = tonumber(redis.call('HGET', tkey, tostring(post.priority)) or '0')
+local old = redis.call('HGET', ckey, owner)
+local prev = old and cjson.decode(old) or nil
+local joining = post.want > 0 and (prev == nil or prev.want == 0)
+local fresh = joining or post.took > 0 or post.want == 0 or prev == nil
+local rec = {job = post.job, priority = post.priority, share = post.share, want = post.want, admitted = post.admitted,
+             vtime = post.vtime, limit = cjson.null, aged = 0, behind_at = cjson.null, overtaken = 0,
+             waiting_since = cjson.null, claimed_at = now, expires_at = now + ttl}
+if joining then rec.vtime = math.max(post.vtime, tier) end
+if val(post.ceiling) then rec.limit = post.ceiling - math.max(0, post.seen - held) end
+if fresh then
+  if post.want > 0 then rec.waiting_since = now end
+else
+  rec.aged = val(prev.aged) or 0
+  rec.behind_at = prev.behind_at or cjson.null
+  rec.waiting_since = prev.waiting_since or cjson.null
+end
+if prev then rec.claimed_at = prev.claimed_at end
+if prev and not joining and post.want > 0 then rec.overtaken = math.max(0, (val(prev.overtaken) or 0) - post.took) end
+redis.call('HSET', ckey, owner, cjson.encode(rec))
+local overtook = {}
+for _, o in ipairs(post.overtook) do overtook[o] = true end
+local all = redis.call('HGETALL', ckey)
 local live = {}
 for i = 1, #all, 2 do
-  if cjson.decode(all[i + 1]).expires_at < now then redis.call('HDEL', key, all[i])
-  else table.insert(live, all[i]); table.insert(live, all[i + 1]) end
+  local r = cjson.decode(all[i + 1])
+  if r.expires_at < now then redis.call('HDEL', ckey, all[i])
+  else
+    if post.took > 0 and all[i] ~= owner and r.want > 0 and (overtook[all[i]] or r.priority > post.priority) then
+      if overtook[all[i]] then r.overtaken = (val(r.overtaken) or 0) + post.took end
+      if r.priority > post.priority then
+        local behind = val(r.behind_at)
+        r.aged = (val(r.aged) or 0) + (behind and now - behind or 0)
+        r.behind_at = now
+      end
+      all[i + 1] = cjson.encode(r)
+      redis.call('HSET', ckey, all[i], all[i + 1])
+    end
+    table.insert(live, all[i]); table.insert(live, all[i + 1])
+  end
 end
-return {tostring(now), live}
+if post.took > 0 and post.started > tier then redis.call('HSET', tkey, tostring(post.priority), tostring(post.started)) end
+return {tostring(now), tostring(reserved), live}
 """
 
 _LUA_CLAIM_BEAT = """
@@ -260,6 +298,7 @@ class RedisLedger:
         self._drop = self.client.register_script(_LUA_DROP)
         self._orphans = self.client.register_script(_LUA_ORPHANS)
         self._forget = self.client.register_script(_LUA_FORGET)
+        self.tiers_key = f"gatekeeper:{namespace}:tiers"
 
     def _field(self, batch: int) -> str:
         return f"{self.owner}|{batch}"
@@ -333,13 +372,17 @@ class RedisLedger:
         await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "0"]))
         await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "0"]))
 
-    async def put_claim(self, mine: ClaimPost) -> list[Claim]:
+    async def put_claim(self, mine: ClaimPost) -> Board:
         await self._sweep()
-        rec = {"job": mine.job, "priority": mine.priority, "share": mine.share, "want": mine.want, "vtime": mine.vtime,
-               "admitted": mine.admitted}
-        now_text, flat = await self._guard(self._put_claim(
-            keys=[self.claims_key], args=[self.owner, json.dumps(rec), self.ttl, "1" if mine.reset_wait else "0"]))
-        return _redis_claims(float(now_text), flat)
+        post = {"job": mine.job, "priority": mine.priority, "share": mine.share, "want": mine.want, "vtime": mine.vtime,
+                "admitted": mine.admitted, "ceiling": mine.ceiling, "seen": mine.seen, "took": mine.took,
+                "started": mine.started, "overtook": list(mine.overtook)}
+        now_text, reserved, flat = await self._guard(self._put_claim(
+            keys=[self.claims_key, self.tiers_key, self.key], args=[self.owner, json.dumps(post), self.ttl]))
+        return Board(_redis_claims(float(now_text), flat), int(float(reserved)))
+
+    async def drop_claim(self) -> None:
+        await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "1"]))
 
     async def claims(self) -> list[Claim]:
         await self._sweep()
@@ -378,9 +421,11 @@ def _redis_claims_expiring(now: float, flat: list[Any]) -> list[tuple[Claim, flo
     out = []
     for field, value in zip(flat[::2], flat[1::2]):
         r = json.loads(value)
-        since = r.get("waiting_since")
-        out.append((claim_of((field.decode(), r["job"], r["priority"], r["share"], r["want"], since, r["vtime"],
-                            r["admitted"], r["claimed_at"]), now), float(r["expires_at"])))
+        limit = r.get("limit")
+        row = ClaimRow(field.decode(), r["job"], int(r["priority"]), float(r["share"]), int(r["want"]), float(r["vtime"]),
+                       int(r["admitted"]), None if limit is None else int(limit), float(r.get("aged") or 0.0), None,
+                       int(r.get("overtaken") or 0), None, float(r["claimed_at"]), float(r["expires_at"]))
+        out.append((row.claim(now), row.expires_at))
     return sorted(out, key=lambda p: p[0].owner)
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
 
 from ..._clock import run_sync
-from .._claims import Claim
+from .._claims import Board, Claim, ClaimPost, ClaimRow, behind, posted, tier_after
 from .._db import Db
-from ._base import NAMED_FOR, ClaimPost, Liveness, Reservation, claim_of, grant
+from ._base import NAMED_FOR, Liveness, Reservation, grant
 
 SQL_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS reservations (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
@@ -26,14 +27,35 @@ SQL_SCHEMA = (
     # the turn for that size held until its reservation would have expired (`holds_until`)
     "CREATE TABLE IF NOT EXISTS orphans (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
     "since REAL NOT NULL, expires_at REAL NOT NULL, holds_until REAL NOT NULL, PRIMARY KEY (owner, batch))",
+    "CREATE TABLE IF NOT EXISTS tiers (priority INTEGER PRIMARY KEY, vtime REAL NOT NULL)",
 )
+# Columns of `claims` added since it was first made (a ledger made by an earlier version gets them on opening).
+CLAIM_COLUMNS_ADDED = ("fit_limit INTEGER", "aged REAL NOT NULL DEFAULT 0", "behind_at REAL",
+                       "overtaken INTEGER NOT NULL DEFAULT 0")
+_CLAIM_COLUMNS = ("owner, job, priority, share, want, vtime, admitted, fit_limit, aged, behind_at, overtaken, "
+                  "waiting_since, claimed_at, expires_at")
 _CLAIM_UPSERT = (
-    "INSERT INTO claims (owner, job, priority, share, want, vtime, admitted, waiting_since, claimed_at, expires_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET job = excluded.job, priority = "
-    "excluded.priority, share = excluded.share, want = excluded.want, vtime = excluded.vtime, admitted = "
-    "excluded.admitted, waiting_since = CASE WHEN excluded.want > 0 AND ? = 0 THEN COALESCE(claims.waiting_since, "
-    "excluded.waiting_since) ELSE excluded.waiting_since END, expires_at = excluded.expires_at")
-_CLAIM_COLUMNS = "owner, job, priority, share, want, waiting_since, vtime, admitted, claimed_at"
+    f"INSERT INTO claims ({_CLAIM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner) DO "
+    "UPDATE SET job = excluded.job, priority = excluded.priority, share = excluded.share, want = excluded.want, vtime = "
+    "excluded.vtime, admitted = excluded.admitted, fit_limit = excluded.fit_limit, aged = excluded.aged, behind_at = "
+    "excluded.behind_at, overtaken = excluded.overtaken, waiting_since = excluded.waiting_since, claimed_at = "
+    "excluded.claimed_at, expires_at = excluded.expires_at")
+
+
+def migrate_claims(db: Db, ddl: Callable[[str], str]) -> list[Any]:
+    """Add the claims' newer columns to a ledger made by an earlier version (whose submitters go on working)."""
+    empty: Any = db.execute("SELECT * FROM claims WHERE 1 = 0")  # (its description names the columns, on both)
+    have = {d[0] for d in empty.description}
+    return [db.execute(ddl(f"ALTER TABLE claims ADD COLUMN {column}")) for column in CLAIM_COLUMNS_ADDED
+            if column.split()[0] not in have]
+
+
+def _claim_row(r: Any) -> ClaimRow:
+    owner, job, priority, share, want, vtime, admitted, limit, aged, behind_at, overtaken, since, claimed, expires = r
+    return ClaimRow(owner, job, int(priority), float(share), int(want), float(vtime), int(admitted),
+                    None if limit is None else int(limit), float(aged), None if behind_at is None else float(behind_at),
+                    int(overtaken), None if since is None else float(since), float(claimed), float(expires))
+
 
 _UPSERT = ("INSERT INTO reservations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, batch) DO UPDATE SET "
            "requests = excluded.requests, batch_id = excluded.batch_id, expires_at = excluded.expires_at")
@@ -182,21 +204,41 @@ class SqlLedger(abc.ABC):
 
         return list(await self._run(step))
 
-    async def put_claim(self, mine: ClaimPost) -> list[Claim]:
-        """Post this submitter's claim; everyone's live claims (its own included), waits on the ledger's clock."""
-        def step(db: Db, now: float) -> list[Claim]:
+    async def put_claim(self, mine: ClaimPost) -> Board:
+        """Post this submitter's claim (`state._claims.posted`: joining its tier; `behind`: the claims a batch it
+        admitted went before); everyone's live claims, its own included, and the requests reserved, on the ledger's clock."""
+        def step(db: Db, now: float) -> Board:
             db.execute("DELETE FROM claims WHERE expires_at < ?", (now,))
-            db.execute(_CLAIM_UPSERT, (self.owner, mine.job, mine.priority, mine.share, mine.want, mine.vtime,
-                                       mine.admitted, now if mine.want > 0 else None, now, now + self.ttl,
-                                       int(mine.reset_wait)))
-            return [claim_of(r, now) for r in db.execute(f"SELECT {_CLAIM_COLUMNS} FROM claims ORDER BY owner").fetchall()]
+            rows = {r.owner: r for r in map(_claim_row, db.execute(f"SELECT {_CLAIM_COLUMNS} FROM claims").fetchall())}
+            reserved, held = db.execute(
+                "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0) "
+                "FROM reservations WHERE expires_at >= ?", (self.owner, now)).fetchone()
+            tier_row = db.execute("SELECT vtime FROM tiers WHERE priority = ?", (mine.priority,)).fetchone()
+            tier = 0.0 if tier_row is None else float(tier_row[0])
+            row = rows[self.owner] = posted(rows.get(self.owner), self.owner, mine, tier=tier, mine=int(held), now=now,
+                                            ttl=self.ttl)
+            db.execute(_CLAIM_UPSERT, dataclasses.astuple(row))
+            for other in list(rows.values()):
+                moved = behind(other, mine, self.owner, now)
+                if moved is not None:
+                    rows[moved.owner] = moved
+                    db.execute("UPDATE claims SET aged = ?, behind_at = ?, overtaken = ? WHERE owner = ?",
+                               (moved.aged, moved.behind_at, moved.overtaken, moved.owner))
+            if tier_after(tier, mine) != tier:
+                db.execute("INSERT INTO tiers VALUES (?, ?) ON CONFLICT (priority) DO UPDATE SET vtime = excluded.vtime",
+                           (mine.priority, tier_after(tier, mine)))
+            return Board([r.claim(now) for _, r in sorted(rows.items())], int(reserved))
 
-        return list(await self._run(step))
+        result: Board = await self._run(step)
+        return result
+
+    async def drop_claim(self) -> None:
+        await self._run(lambda db, now: db.execute("DELETE FROM claims WHERE owner = ?", (self.owner,)))
 
     async def claims(self) -> list[Claim]:
         def step(db: Db, now: float) -> list[Claim]:
             rows = db.execute(f"SELECT {_CLAIM_COLUMNS} FROM claims WHERE expires_at >= ? ORDER BY owner", (now,))
-            return [claim_of(r, now) for r in rows.fetchall()]
+            return [_claim_row(r).claim(now) for r in rows.fetchall()]
 
         return list(await self._run(step))
 

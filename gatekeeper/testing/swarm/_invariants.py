@@ -3,6 +3,7 @@ outputs and summaries), named after the promise it keeps. A broken one says whic
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ import orjson
 
 from ..._prices import load_prices
 from .._wire import prompt_of
-from ._sim import Weather
+from ._sim import LEASE, Weather
 from ._world import JobSpec
 
 SLACK = 600.0  # seconds a batch lane that ends in time still needs: its last reading, the download, the commit
@@ -156,8 +157,35 @@ def deadline_kept(job: JobBooks, w: Weather) -> list[str]:
     return []
 
 
+def longest_stall(name: str, w: Weather) -> tuple[float, float]:
+    """The job's longest wait for its turn (`waiting`, reason `shares`) with the queue empty as it read it (depth 0,
+    nothing of its own in flight) and no job on the ledger creating a batch meanwhile: (seconds, when it began). One
+    pass over the job's events, a bisection over every job's admissions."""
+    admits = sorted(t for evs in w.events.values() for t, e, _ in evs if e == "admitted")
+    longest, began, start = 0.0, 0.0, None
+    for t, e, f in w.events.get(name, []):
+        if e == "waiting" and f.get("reason") == "shares":
+            if start is None or bisect_right(admits, start) != bisect_right(admits, t):
+                start = t  # (a batch admitted since: the stall, if any, begins again here)
+            if t - start > longest:
+                longest, began = t - start, start
+        elif not (e == "progress" and f.get("depth") == 0 and not f.get("in_flight")):
+            start = None  # (room taken, its own batches out, or anything else that run did)
+    return longest, began
+
+
+def never_stalls(job: JobBooks, w: Weather) -> list[str]:
+    """No job waits for its turn with the queue empty while nobody admits for longer than a turn can take: a dead
+    job's claim lapsing with its lease, and the longest interval between readings on the ledger, and `SLACK` (issue
+    59: jobs on one ledger that stopped admitting for good)."""
+    longest, began = longest_stall(job.spec.name, w)
+    bound = LEASE + max(j.poll for j in w.world.jobs) + SLACK
+    return [f"waited {longest / 60:.0f} min for its turn from {began / 60:.0f}m with the queue empty and no job admitting "
+            f"(a turn takes at most {bound / 60:.0f} min)"] if longest > bound else []
+
+
 CHECKS = ("answered_once", "batch_once", "paid_at_most_twice", "never_crossed", "paid_answers_kept", "within_budget",
-          "deadline_kept", "finishes")
+          "deadline_kept", "never_stalls", "finishes")
 
 
 def check(w: Weather) -> tuple[list[JobBooks], dict[str, list[str]]]:
@@ -168,7 +196,7 @@ def check(w: Weather) -> tuple[list[JobBooks], dict[str, list[str]]]:
         found = {"answered_once": answered_once(job), "batch_once": batch_once(job),
                  "paid_at_most_twice": paid_at_most_twice(job), "never_crossed": never_crossed(job),
                  "paid_answers_kept": paid_answers_kept(job), "within_budget": within_budget(job, w),
-                 "deadline_kept": deadline_kept(job, w), "finishes": finishes(job)}
+                 "deadline_kept": deadline_kept(job, w), "never_stalls": never_stalls(job, w), "finishes": finishes(job)}
         for name, what in found.items():
             if what:
                 broken.setdefault(name, []).extend(f"{job.spec.name}: {x}" for x in what)

@@ -64,6 +64,7 @@ MAX_RUNS = 40  # runs of one job at most (a job that needs more never finishes)
 RERUN_AT_MOST = 2 * 3600.0  # seconds an operator waits at most before running a failing job again
 TIMER_GRAIN = 0.001  # seconds: the shortest wait a simulated sleep takes
 MACHINE = "swarm-host"  # every run of a world is a process of one machine, on one host ledger
+LEASE = 900.0  # seconds the ledger keeps a run's reservations and claim after its last heartbeat (`--ledger-ttl`)
 
 
 class SimClock:
@@ -379,7 +380,7 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
             _PROCESS.reset(token)
 
     async def submitted() -> None:
-        ledger = SqliteLedger(ledger_path, f"{job.name}", ttl=900.0, clock=w.clock.now, liveness=w.liveness(proc))
+        ledger = SqliteLedger(ledger_path, f"{job.name}", ttl=LEASE, clock=w.clock.now, liveness=w.liveness(proc))
         try:
             summary = await submit(str(Path(w.root) / job.name / f"{job.name}.jsonl"), config=config, settings=settings,
                                    on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
