@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "preflight": "run._submit", "forecast_deadline": "checks._forecast",
     "SubmitSettings": "run.job._settings", "Summary": "run.job._summary", "DryRun": "run.job._summary", "Canceled": "run.job._summary",
     "CanceledBatch": "run.job._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
+    "Platform": "api._platform", "GooglePlatform": "api._google",
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state.ledger._base", "open_ledger": "state.ledger._open", "export": "run.job._results",
@@ -97,6 +98,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .api._aws import AwsPlatform
     from .api._config import ApiConfig, Secret
     from .api._credentials import BearerToken, Federation, ProfileLogin
+    from .api._google import GooglePlatform
+    from .api._platform import Platform
     from .api._retry import RetryPolicy
     from .checks._forecast import forecast_deadline
     from .input._batches import Batch, Request, iter_batches

@@ -646,14 +646,15 @@ def test_the_trigger_resolves_the_state_folder_by_its_own_machines_rule(tmp_path
 ])
 def test_a_connection_becomes_an_api_config(password: str | None, host: str | None, extra: dict, login: str | None,
                                             conn_type: str, expect: tuple) -> None:
+    from gatekeeper import AwsPlatform
     from gatekeeper.airflow._connection import api_config
 
     c = api_config("c", password, host, extra, login=login, conn_type=conn_type)
-    assert (c.platform, c.base_url, len(c.workspace_keys), c.admin_key.reveal() if c.admin_key else None) == expect
-    if c.aws is not None:
-        assert c.aws.workspace_id in ("ws_9", "ws_1") and c.admin_key is None
-        assert (c.aws.access_key is not None) is (conn_type == "aws")
-        assert (c.aws.api_key is not None) is (password == "short-key")
+    assert (c.platform.name, c.base_url, c.reads, c.admin_key.reveal() if c.admin_key else None) == expect
+    if isinstance(c.platform, AwsPlatform):
+        assert c.platform.workspace_id in ("ws_9", "ws_1") and c.admin_key is None
+        assert (c.platform.access_key is not None) is (conn_type == "aws")
+        assert (c.platform.api_key is not None) is (password == "short-key")
 
 
 @pytest.mark.parametrize(("extra", "missing"), [({"platform": "aws", "workspace_id": "w"}, "region_name"),

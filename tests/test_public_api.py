@@ -24,7 +24,7 @@ EXPECTED = {
     "plan", "iter_batches", "PlanReport", "BatchPlan", "Batch", "Rejection", "Request", "Limits",
     # submitting
     "submit", "submit_sync", "dry_run", "cancel", "job_summary", "export", "preflight", "forecast_deadline", "SubmitSettings", "Summary",
-    "ApiConfig", "AwsPlatform",
+    "ApiConfig", "Platform", "AwsPlatform", "GooglePlatform",
     "DryRun", "Canceled", "CanceledBatch",
     "submit_table", "submit_table_sync", "plan_table", "TableSpec", "Template", "TableResult", "TablePlan",
     "Secret", "BearerToken", "Federation", "ProfileLogin", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",

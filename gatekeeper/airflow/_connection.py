@@ -83,7 +83,7 @@ def _aws_config(conn_id: str, password: str | None, host: str | None, extra: dic
     aws = AwsPlatform(region, workspace, base, api_key=Secret(secret) if secret and not aws_type else None,
                       profile=str(extra.get("profile") or extra.get("profile_name") or "") or None,
                       session_token=Secret(token) if token and keys else None, **keys)
-    return ApiConfig(workspace_keys=[aws.api_key or Secret(f"sigv4:{aws.scope}")], base_url=base, aws=aws)
+    return ApiConfig(platform=aws)
 
 
 def connection_url(conn: Any) -> str:

@@ -7,7 +7,7 @@ from .._typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Any
 
-    from ..decide._headroom import Headroom
+    from ..decide._headroom import Headroom, Repairs
     from ..input._planner import PlanReport
     from ..run.job._summary import Summary
     from ..state.ledger._base import LedgerReading
@@ -52,7 +52,7 @@ def render_plan(report: PlanReport, name: str) -> str:
 
 
 def status_report(h: Headroom, ledger: LedgerReading | None, threshold: int,
-                  platform: str = "anthropic") -> dict[str, Any]:
+                  platform: Repairs | None = None) -> dict[str, Any]:
     """One reading as the JSON `status --json` prints (and the human report is drawn from)."""
     from ..decide._headroom import SCOPE_CAVEAT, repair_lines, verdict
 

@@ -132,8 +132,8 @@ class DeadlineKeeper(Part):
         goes on, rather than the run stopping before any batch exists, at the same point on every rerun."""
         self.closed = why
         self.emit("realtime_closed", {"reason": why, "policy": "the real-time lane is not used this run; the batch lane "
-                                      "goes on, and the deadline may be missed; grant the Messages API's invoke "
-                                      "action (InvokeModel on Claude Platform on AWS) for the deadline to use it"})
+                                      "goes on, and the deadline may be missed; grant the credentials "
+                                      f"{self.api.calls.platform.permission('messages')} for the deadline to use it"})
 
     def _limits_read(self) -> bool:
         """Whether each of the job's models the lane has not measured was probed: answered without its limits, or
@@ -191,8 +191,9 @@ class DeadlineKeeper(Part):
         refused = sorted({*(self.journal.get_meta("deadline_cancel_refused") or []), row.idx})
         self.journal.set_meta("deadline_cancel_refused", refused, "deadline_cancel_refused", batch=row.idx, id=row.batch_id)
         self.emit("deadline_cancel_refused", {"batch": row.idx, "id": row.batch_id, "reason": str(exc),
-                                              "policy": "left live, not asked again; grant the cancel action "
-                                                        "(CancelBatchInference on AWS) for the deadline to move it"})
+                                              "policy": "left live, not asked again; grant the credentials "
+                                                        f"{self.api.calls.platform.permission('cancel')} for the "
+                                                        "deadline to move it"})
 
     def _move_planned(self, row: BatchRow) -> None:
         rows, worst = [], []
