@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state.ledger._base", "open_ledger": "state.ledger._open", "export": "run.job._results",
+    "Clock": "_clock", "WallClock": "_clock",
     # table jobs (the tables extra: pyarrow)
     "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._plan",
     "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._plan",
@@ -65,6 +66,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` loads each on first use
+    from ._clock import Clock, WallClock
     from ._errors import (
         AccountRefused,
         ApiError,

@@ -38,6 +38,10 @@ PRELOAD = ("gatekeeper.cli._cli", *(f"gatekeeper.cli.{m}" for m in COMMANDS), "g
            "httpcore", "sqlite3", "redis", "psycopg")
 
 
+PRELOAD_WAIT = 600.0  # seconds the server may take over its imports (Airflow's: 2 s of CPU, a minute at load 20)
+FORK_WAIT = 60.0  # seconds a fork may take to be reported, once the imports are done
+
+
 def serve(fd: int, preload: tuple[str, ...] = PRELOAD) -> None:
     """The server: fork a run per request; report each run's pid, then its exit status."""
     import importlib
@@ -49,6 +53,7 @@ def serve(fd: int, preload: tuple[str, ...] = PRELOAD) -> None:
 
     tls_context()  # loaded once, as one process running job after job loads it: a quarter of a run's CPU otherwise
     control = socket.socket(fileno=fd)
+    control.sendall(orjson.dumps(["ready", 0]) + b"\n")  # (the imports done: from here a fork answers at once)
     watch = selectors.DefaultSelector()
     watch.register(control, selectors.EVENT_READ)
     while True:
@@ -129,6 +134,7 @@ class ForkServer:
         self._control = ours
         self._send = threading.Lock()
         self._started: list[int] = []
+        self._ready = False
         self._exits: dict[int, int] = {}
         self._changed = threading.Condition()
         threading.Thread(target=self._listen, name="forkserver", daemon=True).start()
@@ -138,7 +144,9 @@ class ForkServer:
             for line in lines:
                 kind, pid, *rest = orjson.loads(line)
                 with self._changed:
-                    if kind == "started":
+                    if kind == "ready":
+                        self._ready = True
+                    elif kind == "started":
                         self._started.append(pid)
                     else:
                         self._exits[pid] = rest[0]
@@ -154,6 +162,8 @@ class ForkServer:
         out_r, out_w = os.pipe()
         err_r, err_w = (None, out_w) if merged else os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
+        with self._changed:  # (the imports take seconds of CPU: minutes on a loaded machine, which a fork never does)
+            assert self._changed.wait_for(lambda: self._ready or -1 in self._exits, PRELOAD_WAIT), "fork server never ready"
         request = {"args": args, "env": env, "cwd": cwd or os.getcwd(),
                    **({"script": script} if script else {}), **({"module": module} if module else {})}
         with self._send:
@@ -161,7 +171,7 @@ class ForkServer:
             for fd in {null, out_w, err_w}:
                 os.close(fd)
             with self._changed:
-                assert self._changed.wait_for(lambda: self._started or -1 in self._exits, 30), "fork server silent"
+                assert self._changed.wait_for(lambda: self._started or -1 in self._exits, FORK_WAIT), "fork server silent"
                 assert self._started, "the fork server died"
                 pid = self._started.pop(0)
         return Run(self, pid, [script or module or "gatekeeper", *args], out_r, err_r)

@@ -29,7 +29,9 @@ from airflow.sdk.exceptions import AirflowException
 
 # Two workers run them, each in one Airflow home (its database migrated once, 3 s of CPU, not once a test): the kill
 # test (about 20 s) on one, the rest (about 30 s) on the other.
-pytestmark = pytest.mark.xdist_group("airflow")
+# The first test of a worker also waits for its Airflow home (the imports and `db migrate`: 5 s of CPU, a minute and
+# more on a loaded machine): a longer limit than the suite's 90 s, which still ends a hang.
+pytestmark = [pytest.mark.xdist_group("airflow"), pytest.mark.timeout(300)]
 
 # One Dag run's output on stdout, after dag.test() returns: its state, the task's tries and XCom.
 DAG_FILE = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -107,17 +108,28 @@ def test_a_file_that_shrank_under_the_plan_is_one_clear_error(tmp_path: Path, mo
         plan(path, workers=2)
 
 
+_MET = ""  # a file piece 1 makes: piece 0 holds its worker until then, so the other worker must take a piece
+
+
 def _slow_every_fifth(i: int) -> tuple[int, int]:
+    if i == 1:
+        Path(_MET).touch()
+    if i == 0:  # (on a loaded machine one worker could otherwise take all 40 before the other is scheduled)
+        until = time.monotonic() + 60
+        while not os.path.exists(_MET) and time.monotonic() < until:
+            time.sleep(0.005)
     if i % 5 == 0:
         time.sleep(0.02)  # (slow work, not a wait: the later pieces are made first and must be held back)
     return i, os.getpid()
 
 
 @pytest.mark.parametrize("ahead", [1, 8])
-def test_pieces_come_back_in_order_whichever_worker_ends_first(monkeypatch: pytest.MonkeyPatch, ahead: int) -> None:
+def test_pieces_come_back_in_order_whichever_worker_ends_first(monkeypatch: pytest.MonkeyPatch, ahead: int,
+                                                               tmp_path: Path) -> None:
     """Workers claim pieces as they free up; the parent yields them in input order, holding at most `MAX_AHEAD`
     out of order (1: it then listens only for the worker that has the piece it needs)."""
     monkeypatch.setattr(gatekeeper.input._parallel, "MAX_AHEAD", ahead)
+    monkeypatch.setattr(sys.modules[__name__], "_MET", str(tmp_path / "met"))
     got = list(forked_map(_slow_every_fifth, 40, 2, "in.jsonl"))  # type: ignore[arg-type]
     assert [i for i, _ in got] == list(range(40))
     assert len({pid for _, pid in got}) == 2  # both workers took pieces

@@ -28,6 +28,7 @@ EXPECTED = {
     "DryRun", "Canceled", "CanceledBatch",
     "submit_table", "submit_table_sync", "plan_table", "TableSpec", "Template", "TableResult", "TablePlan",
     "Secret", "BearerToken", "Federation", "ProfileLogin", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "open_ledger",
+    "Clock", "WallClock",  # the one clock a run reads and waits on (a simulation hands down its own)
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
     "JournalError", "CredentialsError", "TokenExpired", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from .._clock import WALL, Clock
 from .._typing import TYPE_CHECKING
 from .._wire import EXTRA_KEYS_VARIABLE
 from ._config import DEFAULT_BASE_URL, ApiConfig, Secret, workspace_keys
@@ -30,7 +31,8 @@ class Anthropic(Platform):
     def reads(self, config: ApiConfig) -> int:
         return len(config.workspace_keys) + len(config.workspaces())
 
-    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None) -> list[tuple[Auth, str]]:
+    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None,
+              clock: Clock = WALL) -> list[tuple[Auth, str]]:
         """Each workspace key (labelled by position), then a credential's tokens for each workspace it is read for
         (a federation token is one workspace's: one exchange each)."""
         from ._tokens import KeyAuth, TokenAuth
@@ -39,7 +41,8 @@ class Anthropic(Platform):
         cred = config.credential
         if cred is None:
             return keys
-        return keys + [(TokenAuth(cred, ws, http=http, base_url=config.base_url, spawn=spawn), label)
+        return keys + [(TokenAuth(cred, ws, http=http, base_url=config.base_url, spawn=spawn,
+                                          clock=clock.monotonic, wall=clock.now), label)
                        for ws, label in config.workspaces()]
 
     def admin(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None,

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .._clock import WALL, Clock
 from .._errors import AuthenticationError, UsageError
 from .._typing import TYPE_CHECKING
 from ._config import ApiConfig, Secret
@@ -69,7 +70,8 @@ class AwsPlatform(Platform):
     def url(self) -> str:
         return self.base_url
 
-    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None) -> list[tuple[Auth, str]]:
+    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None,
+              clock: Clock = WALL) -> list[tuple[Auth, str]]:
         """The short-term key, else SigV4 (its credentials found now: none is one line, before any call)."""
         if self.api_key is not None:
             return [(AwsAuth(self.workspace_id, key=self.api_key), "AWS short-term key (ANTHROPIC_AWS_API_KEY)")]

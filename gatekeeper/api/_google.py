@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .._clock import WALL, Clock
 from .._errors import AuthenticationError, CredentialsError, TransportError, UsageError
 from .._typing import TYPE_CHECKING
 from ._config import ApiConfig, Secret, origin
@@ -130,8 +131,9 @@ class GooglePlatform(Platform):
         """The workspace as IAM names it."""
         return f"projects/{self.project}/locations/{self.location}/workspaces/{self.workspace_id}"
 
-    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None) -> list[tuple[Auth, str]]:
-        auth = GoogleAuth(self, spawn=spawn)
+    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None,
+              clock: Clock = WALL) -> list[tuple[Auth, str]]:
+        auth = GoogleAuth(self, spawn=spawn, clock=clock)
         return [(auth, auth.label)]
 
     def admin(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None,
@@ -222,8 +224,8 @@ class GoogleAuth(TokenCache):
     """A Google access token, sent as `Authorization: Bearer` (nothing else: no beta flag, no workspace header), had
     from the platform's source and kept by `TokenCache`'s rules."""
 
-    def __init__(self, platform: GooglePlatform, *, spawn: Spawn | None = None) -> None:
-        super().__init__(spawn=spawn)
+    def __init__(self, platform: GooglePlatform, *, spawn: Spawn | None = None, clock: Clock = WALL) -> None:
+        super().__init__(spawn=spawn, clock=clock.monotonic, wall=clock.now)
         self.platform = platform
         self.label = platform.source()
         self._credentials: Any = None  # google-auth's, loaded at the first token (blocking: in a worker thread)

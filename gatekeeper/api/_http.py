@@ -86,9 +86,16 @@ def not_the_api(response: httpx.Response, endpoint: str, platform: Platform = FI
 
 
 @asynccontextmanager
-async def open_http(timeout: httpx.Timeout | None = None) -> AsyncIterator[httpx.AsyncClient]:
+async def open_http(timeout: httpx.Timeout | None = None, *,
+                    transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[httpx.AsyncClient]:
     """The shared HTTP client: no redirects followed automatically; proxies from HTTPS_PROXY, HTTP_PROXY, ALL_PROXY
-    and NO_PROXY as httpx reads them (NO_PROXY=* turns them off); TLS verified against certifi's bundle alone."""
+    and NO_PROXY as httpx reads them (NO_PROXY=* turns them off); TLS verified against certifi's bundle alone.
+    `transport` replaces the network (a simulation's world in process: no proxies, no TLS then)."""
+    if transport is not None:
+        async with httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, follow_redirects=False, trust_env=False,
+                                     transport=transport) as http:
+            yield http
+        return
     async with httpx.AsyncClient(timeout=timeout or DEFAULT_TIMEOUT, follow_redirects=False, trust_env=True,
                                  verify=tls_context()) as http:
         yield http
@@ -134,17 +141,17 @@ _SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
 
 
 def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False, label: str = "key",
-                        platform: Platform = FIRST_PARTY, redact: Redact = str) -> ApiError:
+                        platform: Platform = FIRST_PARTY, redact: Redact = str, now: float | None = None) -> ApiError:
     """Map an error response to the exception hierarchy: the typed code first (`_codes`), then a refusal of the
     credentials as the platform reads it (`Platform.refusal`), then the status; text only to split 429/400 kinds the
-    API gives no code for."""
+    API gives no code for. `now` (wall seconds, the caller's clock) reads a retry-after given as a date."""
     status = response.status_code
     error_type, message, raw = _error_fields(response, redact, platform)
     code = code_of(status, raw)
     details: dict[str, Any] = raw["details"] if raw is not None and isinstance(raw.get("details"), dict) else {}
     kw: dict[str, Any] = {
         "endpoint": endpoint, "status": status, "error_type": error_type, "request_id": response.headers.get("request-id"),
-        "retry_after": parse_retry_after(response.headers, time.time()), "code": None if code == SHED else code,
+        "retry_after": parse_retry_after(response.headers, time.time() if now is None else now), "code": None if code == SHED else code,
     }
     if code in STOPS:
         return (SpendLimitReached if code in SPEND else AccountRefused)(stop_line(code, message, details), **kw)
@@ -183,6 +190,7 @@ class HttpCalls:
         retry: RetryPolicy | None = None,
         sleep: Sleep = anyio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         budget: CallBudget | None = None,
         on_retry: RetryNotice | None = None,
@@ -200,6 +208,7 @@ class HttpCalls:
         self.retry = retry or RetryPolicy()
         self._sleep = sleep
         self._clock = clock
+        self._wall = wall  # (wall seconds: a retry-after given as a date, the API's times)
         self._rand = rand
         self.budget = budget or CallBudget()  # shared by every client of one connection
         self._created: dict[str, float] = {}  # batch id -> when we created it, for the 404 grace (`created`)
@@ -223,6 +232,10 @@ class HttpCalls:
         if origin(url) != self._origin:
             return headers
         return self.auth.sign(Outgoing(method, url, headers, body, body_sha256))
+
+    def now(self) -> float:
+        """Wall seconds on this client's clock (the connection's: a simulation's, or the real one)."""
+        return self._wall()
 
     def url_of(self, path: str) -> str:
         return self.base_url + path
@@ -311,7 +324,7 @@ class HttpCalls:
     def error_of(self, response: httpx.Response, endpoint: str, generation: int, *, creating: bool = False) -> ApiError:
         """An error answer mapped (`error_from_response`, then `as_credential_error`)."""
         error = error_from_response(response, endpoint, creating=creating, label=self.label, platform=self.platform,
-                                    redact=self.auth.redact)
+                                    redact=self.auth.redact, now=self._wall())
         return as_credential_error(self.auth, error, generation)
 
     async def retried(self, attempt_once: Callable[[], Awaitable[httpx.Response]], endpoint: str, url: str,

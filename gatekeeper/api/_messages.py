@@ -10,7 +10,6 @@ assembled into the same Message a plain call returns.
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +83,7 @@ def _failure(response: httpx.Response, headers: dict[str, str], api: ApiClient, 
     error = api.calls.error_of(response, "messages", generation)
     if isinstance(error, TokenExpired):  # refused before it was read: as if unsent, and a fresh token is coming
         return Call(Kind.UNSENT, headers, detail=str(error))
-    return Call(kind_of(error), headers, error=error, retry_after=parse_retry_after(headers, time.time()),
+    return Call(kind_of(error), headers, error=error, retry_after=parse_retry_after(headers, api.calls.now()),
                 detail=str(error))
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # (the CLI's parser reads PLATFORMS at start: typing is not l
 
     import httpx
 
+    from .._clock import Clock
     from ._config import ApiConfig
     from ._tokens import Auth, Spawn
 
@@ -63,7 +64,8 @@ class Platform:
         """How many workspaces the queue's depth is read over (each reading costs that many listings)."""
         return 1
 
-    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None) -> list[tuple[Auth, str]]:
+    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None,
+              clock: Clock) -> list[tuple[Auth, str]]:
         """How each workspace read is authenticated, with how messages name it (never the secret). Raised here, before
         any call: credentials that cannot be found."""
         raise NotImplementedError

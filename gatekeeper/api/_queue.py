@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import httpx
 
+from .._clock import WALL, Clock
 from .._errors import ApiError, AuthenticationError, TransportError
 from ..decide._headroom import (
     Headroom,
@@ -53,18 +54,22 @@ class Connection:
 
 @asynccontextmanager
 async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float | None = None,
-                  on_retry: RetryNotice | None = None) -> AsyncIterator[Connection]:
+                  on_retry: RetryNotice | None = None, clock: Clock = WALL,
+                  transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[Connection]:
     """Clients for every workspace the platform reads (`Platform.auths`), over one HTTP client and one call budget
     (the batch RPM limit is the organization's; `max_rpm` None: the platform's default, `ApiConfig.default_rpm`), and
     for its organization's routes when it has them (`Platform.admin`). `on_retry` hears of every call that is
     retried (so nobody waits in silence). A credential's tokens are exchanged ahead of expiry in the background, for
-    as long as the connection is open. A platform that serves no batches is refused here, before any call."""
+    as long as the connection is open. Every wait and reading of time (retries, retry-after, the call budget, token
+    expiry) is on `clock`; `transport` replaces the network (`open_http`). A platform that serves no batches is
+    refused here, before any call."""
     config.require_workspace_key()  # (a platform without batches is refused here, before any call)
     platform = config.platform
     budget = CallBudget(per_minute=max_rpm or config.default_rpm)
-    async with open_http() as http, _background() as spawn:
-        common: dict[str, Any] = {"retry": retry, "on_retry": on_retry, "platform": platform}
-        auths = platform.auths(config, http, spawn)
+    timed = {"sleep": clock.sleep, "clock": clock.monotonic, "wall": clock.now}
+    async with open_http(transport=transport) as http, _background() as spawn:
+        common: dict[str, Any] = {"retry": retry, "on_retry": on_retry, "platform": platform, **timed}
+        auths = platform.auths(config, http, spawn, clock)
         ws = [ApiClient(http, config.base_url, auth, label=label, budget=budget, api_version=config.version, **common)
               for auth, label in auths]
         # (the Admin API keeps the version its fields were written for: gatekeeper reads 2023-06-01's names there;
@@ -103,7 +108,7 @@ async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[st
 
 async def read_live(client: ApiClient, workspace: str, *, now: float | None = None) -> list[QueuedBatch]:
     """The live batches one key can see."""
-    return live_batches([b async for b in recent_batches(client, time.time() if now is None else now)], workspace)
+    return live_batches([b async for b in recent_batches(client, client.calls.now() if now is None else now)], workspace)
 
 
 async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | None, str | None, str | None]:

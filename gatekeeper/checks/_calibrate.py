@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import orjson
 
+from .._clock import run_sync
 from .._errors import AccountRefused, ApiError, TransportError, Unreachable, first_of_group
 from ..api._client import ApiClient
 from ..api._reads import count_tokens
@@ -132,7 +133,7 @@ async def calibrate(api: ApiClient, path: str, models: Iterable[str], per_model:
     out: dict[str, Any] = {}
     try:
         # (off the event loop: reading the probes takes a while, and signals and heartbeats must go on meanwhile)
-        picked = await anyio.to_thread.run_sync(lambda: pick_samples(path, models, per_model), abandon_on_cancel=True)
+        picked = await run_sync(lambda: pick_samples(path, models, per_model), abandon_on_cancel=True)
         for model, rows in picked.items():
             result = measured_tokens(await _count_all(api, rows))
             if result is not None:

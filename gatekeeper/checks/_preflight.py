@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
+from .._clock import run_sync
 from .._errors import AccountRefused, ApiError, AuthenticationError, NotFoundError, TransportError, Unreachable
 from ..api._client import ApiClient
 from ..api._reads import get_model, iter_models
@@ -128,7 +127,7 @@ async def _off_loop(source: Source, **kwargs: Any) -> PlanReport:
     """`plan` in a worker thread: reading gigabytes takes minutes, and the heartbeats that keep a run's lease and
     reservations alive must go on meanwhile, and a stop must not wait for it (abandoned, it ends with the process).
     (This `plan` is one process: a thread never forks workers here.)"""
-    return await anyio.to_thread.run_sync(functools.partial(plan, source, **kwargs), abandon_on_cancel=True)
+    return await run_sync(functools.partial(plan, source, **kwargs), abandon_on_cancel=True)
 
 
 async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits, hash_content: bool = False,

@@ -11,7 +11,7 @@ The run's parts each own one concern: `_prepare` (before the first reading),
 pure functions in `decide/`. Time comes in as `clock` (wall seconds: the journal's
 own, unless a test gives one) and `sleep`, and every part reads and waits on them
 (`Part.wait_for`), the real-time lane included, so grace periods, backoff and pacing
-are tested without waiting. Only the heartbeats sleep in real time (`_beats`).
+are tested without waiting. `submit` hands down one `Clock` for all of them, the API's and the heartbeats' too.
 """
 
 from __future__ import annotations

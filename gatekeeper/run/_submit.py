@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import httpx
 
+from .._clock import WALL, Clock
 from .._errors import Interrupted, JobMissing, UsageError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
+from ..api._http import Sleep
 from ..api._queue import connect, read_headroom
 from ..api._retry import RetryPolicy
 from ..checks._preflight import plan_checked
@@ -51,6 +54,8 @@ async def submit(
     prices: PriceTable | None = None,
     prepare_only: bool = False,
     continue_only: bool = False,
+    clock: Clock = WALL,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Summary:
     """Run a whole batch job: validate, size, admit against headroom, collect, resubmit, until every request is final.
 
@@ -62,7 +67,8 @@ async def submit(
     it stands: an orchestrator's first step on a worker, before the loop runs elsewhere (gatekeeper.airflow). With
     `continue_only` (that second step), it only continues a job already recorded: where the journal holds none (a
     state directory not shared with the machine that prepared it), `JobMissing` is raised before anything is
-    created or sent.
+    created or sent. Every reading of time and every wait of the run is on `clock` (the real one by default; a
+    simulation hands down its own); `transport` replaces the network under the API's client.
     """
     settings = settings or SubmitSettings()
     path, state_dir, spooled = resolve_source(source, settings)
@@ -74,7 +80,7 @@ async def submit(
             stream.close()
     if settings.out is not None:
         check_writable(os.fspath(settings.out))  # before the state directory exists: a bad path is never journaled
-    async with job_journal(source, path, spooled, state_dir, settings, config) as journal:
+    async with job_journal(source, path, spooled, state_dir, settings, config, clock.now) as journal:
         if continue_only and not journal.initialized:
             raise JobMissing(f"no job {journal.job!r} was prepared in {journal.where}", where=journal.where)
         results_at = out_path(settings, journal)
@@ -83,26 +89,27 @@ async def submit(
         config = kept_version(config, journal)
         if ledger is None:
             ledger = open_ledger(settings.ledger, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
-                                 namespace=config.scope)
+                                 namespace=config.scope, clock=clock.now)
         emit = on_event or (lambda e, f: None)
         try:
-            async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event)) as conn:
+            async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event),
+                               clock=clock, transport=transport) as conn:
                 job = Job(path, settings, conn, journal, out_path=results_at, emit=emit, stop=stop or anyio.Event(),
-                          on_result=on_result, ledger=ledger, prices=prices)
+                          on_result=on_result, ledger=ledger, prices=prices, clock=clock.now, sleep=clock.sleep)
                 await ledger.ping()  # an unreachable ledger is reported before anything is sent
-                beats = [lambda: heartbeat(ledger, emit)]
+                beats = [lambda: heartbeat(ledger, emit, clock.sleep)]
                 if journal.job:
-                    beats.append(lambda: lease_heartbeat(journal, settings.lease_ttl, emit))
-                return await beside(lambda: _steps(job, ledger, stop, prepare_only), *beats)
+                    beats.append(lambda: lease_heartbeat(journal, settings.lease_ttl, emit))  # (the server's clock)
+                return await beside(lambda: _steps(job, ledger, stop, prepare_only, clock.sleep), *beats)
         finally:
             await ledger.close()
 
 
-async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool) -> Summary:
+async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool, sleep: Sleep) -> Summary:
     """The job run to its end; or, `prepare_only`, prepared and its summary as it stands."""
     if not prepare_only:
-        return await _stoppable(stop, job.prepare, job.run, busy=job.busy, waiting=job.say_waiting)  # type: ignore[no-any-return]
-    await _stoppable(stop, job.prepare)
+        return await _stoppable(stop, job.prepare, job.run, busy=job.busy, waiting=job.say_waiting, sleep=sleep)  # type: ignore[no-any-return]
+    await _stoppable(stop, job.prepare, sleep=sleep)
     await ledger.release_all()  # (the run that continues the job claims it again)
     return job.summary()
 
@@ -138,7 +145,8 @@ STOP_GRACE = 1.0  # seconds a stopped run has to reach a safe point of its own b
 
 
 async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[Any]],
-                     busy: Callable[[], bool] = lambda: False, waiting: Callable[[], None] = lambda: None) -> Any:
+                     busy: Callable[[], bool] = lambda: False, waiting: Callable[[], None] = lambda: None,
+                     sleep: Sleep = anyio.sleep) -> Any:
     """Run `steps` in turn (the last one's result), cut short `STOP_GRACE` seconds after `stop` is set when they have
     not stopped by then. Every await of a run is a safe point: a transaction or a results file being written rolls
     back, an intent is reconciled on resume, planning is abandoned before anything is recorded. So a stop lands in
@@ -154,12 +162,13 @@ async def _stoppable(stop: anyio.Event | None, *steps: Callable[[], Awaitable[An
     async def cut() -> None:
         assert stop is not None
         await stop.wait()
-        await anyio.sleep(STOP_GRACE)
+        await sleep(STOP_GRACE)
         if busy():
             waiting()
-        with anyio.move_on_after(CALLS_OUT_WAIT):
-            while busy():
-                await anyio.sleep(0.05)
+        waited = 0.0
+        while busy() and waited < CALLS_OUT_WAIT:  # (on the run's clock, as every wait)
+            await sleep(0.05)
+            waited += 0.05
         raise Interrupted("interrupted")  # (ends the steps where they are: every await is a safe point)
 
     return await beside(run_steps, *([cut] if stop is not None else []))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -63,7 +62,7 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
     if h.pending_drop:
         return h.drop()  # committed, but the answer is lost
     if h.pending_delay:
-        time.sleep(h.pending_delay)  # committed; the answer is late (a client may die waiting)
+        h.pause(h.pending_delay)  # committed; the answer is late (a client may die waiting)
     h.send_json(200, batch_json(fake.org, result, fake.results_base))
 
 
@@ -261,7 +260,7 @@ def _send_lines(h: Wire, lines: list[bytes]) -> None:
             _chunk(h, b"".join(buf))
             buf, size = [], 0
             if h.server.fake.config.results_chunk_delay:
-                time.sleep(h.server.fake.config.results_chunk_delay)
+                h.pause(h.server.fake.config.results_chunk_delay)
     if buf:
         _chunk(h, b"".join(buf))
     h.wfile.write(b"0\r\n\r\n")

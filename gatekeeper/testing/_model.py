@@ -150,6 +150,10 @@ class FakeConfig:
     # "count", "count-K", "scale:F", "const:N", "noisy:P" (count x (1 ± P) per prompt) or "none" (no usage
     # reported); count_tokens is an estimate
     seed: int = 1
+    ids_seed: int | None = None  # batch ids drawn from this seed (a simulation replays them); None: unique across fakes
+    # simulated seconds a new batch waits before it is processed, drawn for each batch from the fake's seeded
+    # generator (the real API's turnaround, minutes to 24 hours: past its expiry a batch ends expired); None: at once
+    turnaround: Callable[[random.Random], float] | None = None
 
     def model(self, name: str) -> FakeModel | None:
         """A model of the catalogue, by id or alias."""
@@ -196,6 +200,7 @@ class FakeBatch:
     bad: frozenset[int] = frozenset()  # indexes errored for disallowed params (per-request mode)
     doomed: dict[int, str] = field(default_factory=dict)  # index -> why the model refuses it (errored at processing)
     created_wall: float = 0.0
+    ready_at: float = 0.0  # simulated time its processing may start (`FakeConfig.turnaround`)
     processed: float = 0.0
     status: str = "in_progress"
     ended_at: float | None = None
@@ -224,6 +229,7 @@ class Records:
     attempts: dict[str, int] = field(default_factory=dict)  # custom_id -> times it was processed
     tries: dict[tuple[str, str], int] = field(default_factory=dict)  # (custom_id, prompt digest) -> times processed
     realtime: dict[str, int] = field(default_factory=dict)  # prompt digest -> times answered by POST /v1/messages
+    realtime_lost: dict[str, int] = field(default_factory=dict)  # prompt digest -> of those, answers lost on the wire
     wrong_origin_keys: int = 0  # requests that reached the signed results origin carrying a key
     bypass_calls: int = 0  # requests that went around the gateway to the API's own host
     rpm_refusals: int = 0  # 429s for the RPM limit
@@ -232,14 +238,16 @@ class Records:
     requests_seen: dict[str, int] = field(default_factory=dict)  # endpoint -> count
     # model -> tokens billed for the requests that succeeded: [input, output, 5m cache write, 1h cache write, read]
     billed: dict[str, list[int]] = field(default_factory=dict)
+    billed_realtime: dict[str, list[int]] = field(default_factory=dict)  # the part of `billed` the real-time lane's
     first_create_at: float | None = None
     last_end_at: float | None = None
 
-    def bill(self, model: str, usage: Usage) -> None:
-        """Add one succeeded request's tokens to what its model was billed."""
-        row = self.billed.setdefault(model, [0, 0, 0, 0, 0])
-        for k, v in enumerate((usage.input, OUTPUT_TOKENS, usage.write_5m, usage.write_1h, usage.read)):
-            row[k] += v
+    def bill(self, model: str, usage: Usage, *, realtime: bool = False) -> None:
+        """Add one succeeded request's tokens to what its model was billed (`realtime`: at standard prices)."""
+        for billed in (self.billed, self.billed_realtime) if realtime else (self.billed,):
+            row = billed.setdefault(model, [0, 0, 0, 0, 0])
+            for k, v in enumerate((usage.input, OUTPUT_TOKENS, usage.write_5m, usage.write_1h, usage.read)):
+                row[k] += v
 
     def summary(self) -> dict[str, Any]:
         """What the fake received and answered, as `gatekeeper fake-api` prints it on exit."""
@@ -257,20 +265,21 @@ class Records:
 class Organization:
     """The fake's state. Every method takes the lock; HTTP handlers call these."""
 
-    def __init__(self, config: FakeConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: FakeConfig, clock: Callable[[], float] = time.monotonic, *, epoch: float | None = None) -> None:
         self.config = config
         self.clock = clock  # the fake's real seconds: every wall reading goes through it (a test may drive it)
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified whenever a request reaches the fake or it changes
         self.rng = random.Random(config.seed)
-        self.id_rng = random.Random()  # batch ids are unique across fakes, as the API's are (a shared ledger outlives one)
+        # batch ids are unique across fakes, as the API's are (a shared ledger outlives one), unless a seed is given
+        self.id_rng = random.Random() if config.ids_seed is None else random.Random(config.ids_seed)
         self.batches: dict[str, FakeBatch] = {}
         self.deleted: set[str] = set()
         self.records = Records()
         self.cache = PromptCache()
         self._seq = 0
         self.realtime_calls = 0  # calls processed by POST /v1/messages (each its own writer in the prompt cache)
-        self._epoch = time.time()
+        self._epoch = time.time() if epoch is None else epoch  # the wall time the fake's clock started at
         self._mono0 = clock()
         self._offset = 0.0
         self._tick = 0.0  # simulated time processing has reached
@@ -280,6 +289,10 @@ class Organization:
     def now(self) -> float:
         """Simulated seconds since the fake started."""
         return (self.clock() - self._mono0) * self.config.speed + self._offset
+
+    def wall(self) -> float:
+        """The wall time the fake shows the world now (`stamp`'s clock, as a number)."""
+        return self._epoch + (self.clock() - self._mono0) + self._offset
 
     def wait_for(self, holds: Callable[[Records], bool], what: str, timeout: float = 20.0) -> None:
         """Block until `holds(records)`: it is asked again whenever a request reaches the fake (and every 0.1 s, for
@@ -333,10 +346,12 @@ class Organization:
             active = [b for b in active if b.status == "in_progress"]
             if not active or t >= now or self.config.rate <= 0:
                 break
-            served = active[:1] if self.config.fifo else active
-            share = self.config.rate / len(served)
+            ready = [b for b in active if b.ready_at <= t]
+            served = ready[:1] if self.config.fifo else ready
+            share = self.config.rate / max(1, len(served))
             step = min(now - t, min(b.expires_at for b in active) - t,
-                       min((b.total - b.processed) / share for b in served))
+                       min(((b.total - b.processed) / share for b in served), default=float("inf")),
+                       min((b.ready_at - t for b in active if b.ready_at > t), default=float("inf")))
             for b in served:
                 b.processed = min(float(b.total), b.processed + share * step)
                 self._settle_processed(b, t + step)
@@ -397,8 +412,16 @@ class Organization:
         b.results = [(cid, o) for (cid, _), o in zip(b.requests, b.outcomes + rest, strict=True)]
         b.status = "ended"
         b.ended_at = at
-        b.ended_wall = self.clock()
+        b.ended_wall = self._clock_at(at)
         self.records.last_end_at = max(self.records.last_end_at or 0.0, at)
+
+    def _clock_at(self, t: float) -> float:
+        """The clock's reading when simulated time reached `t` (processing is caught up lazily, at the next request:
+        a batch that ended an hour before anyone asked ended an hour ago). After a jump (`advance`), now."""
+        now = self.clock()
+        if self._offset or self.config.speed <= 0:
+            return now
+        return min(now, self._mono0 + t / self.config.speed)
 
     def sync(self) -> None:
         with self.lock:
@@ -427,10 +450,12 @@ class Organization:
             if self._tick < now and not self._live():
                 self._tick = now  # an idle queue does not bank capacity
             self._seq += 1
+            turnaround = self.config.turnaround
             b = FakeBatch(
                 id=new_id("msgbatch_", self.id_rng), workspace=workspace, seq=self._seq, created_at=now,
                 expires_at=now + DAY, requests=requests, bad=bad, created_wall=self.clock(), doomed=doomed or {},
                 prompts=prompts, points=points if points and any(points) else None,
+                ready_at=now + turnaround(self.rng) if turnaround is not None else 0.0,
             )
             self.batches[b.id] = b
             self.records.creates += 1

@@ -100,7 +100,7 @@ def _federate(h: Wire, fed: FakeFederation, asked: dict[str, Any]) -> None:
         return _refuse(h, fed, 401, "invalid_grant", "the identity token's issuer does not match the federation rule")
     if rule.subject is not None and claims.get("sub") != rule.subject:
         return _refuse(h, fed, 401, "invalid_grant", "the identity token's subject does not match the federation rule")
-    if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] <= time.time():
+    if not isinstance(claims.get("exp"), (int, float)) or claims["exp"] <= h.server.fake.org.wall():
         return _refuse(h, fed, 401, "invalid_grant", "the identity token has expired")
     workspace = asked.get("workspace_id")
     if workspace is None:
@@ -178,11 +178,13 @@ def bearer_workspace(h: Wire, fed: FakeFederation, token: str) -> str | tuple[in
 
 
 def identity_token(issuer: str = "https://issuer.example.test", subject: str = "system:serviceaccount:etl:gatekeeper",
-                   life: float = 3600.0, jti: str = "1") -> str:
-    """An identity token as an issuer would write it (unsigned: the fake checks claims, not signatures)."""
+                   life: float = 3600.0, jti: str = "1", now: float | None = None) -> str:
+    """An identity token as an issuer would write it (unsigned: the fake checks claims, not signatures), issued at
+    `now` (wall seconds; the real time by default)."""
+    issued = time.time() if now is None else now
     def part(obj: dict[str, Any]) -> str:
         return base64.urlsafe_b64encode(orjson.dumps(obj)).rstrip(b"=").decode()
 
-    claims = {"iss": issuer, "sub": subject, "aud": "https://api.anthropic.com", "exp": int(time.time() + life),
-              "iat": int(time.time()), "jti": jti}
+    claims = {"iss": issuer, "sub": subject, "aud": "https://api.anthropic.com", "exp": int(issued + life),
+              "iat": int(issued), "jti": jti}
     return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.c2lnbmF0dXJl"

@@ -77,9 +77,10 @@ class LaneRecords:
 class Lane:
     """The real-time lane's state, shared by the handler threads."""
 
-    def __init__(self, config: FakeRealtime, clock: Any = time.monotonic) -> None:
+    def __init__(self, config: FakeRealtime, clock: Any = time.monotonic, wall: Any = time.time) -> None:
         self.config = config
         self.clock = clock
+        self.wall = wall  # the wall time its headers' resets are told in (the fake's)
         self.lock = threading.Lock()
         self.models: dict[str, _ModelLane] = {}
         self.records = LaneRecords()
@@ -112,7 +113,7 @@ class Lane:
                 self.records.accelerated += 1
             else:
                 self.records.limited += 1
-            return why, wait if why else 0.0, self.headers(lane, c)
+            return why, wait if why else 0.0, self.headers(lane, c, self.wall())
 
     def _over(self, lane: _ModelLane, now: float, tokens: int, max_tokens: int) -> tuple[str | None, float]:
         c = self.config
@@ -138,7 +139,7 @@ class Lane:
             lane = self._lane(model, self.clock())
             lane.input.level = min(lane.input.capacity, lane.input.level + max(0, charged - billed_input))
             lane.output.level = min(lane.output.capacity, lane.output.level + max(0, max_tokens - output))
-            return self.headers(lane, self.config)
+            return self.headers(lane, self.config, self.wall())
 
     def roll(self, kind: str, share: float) -> bool:
         """Every 1/share-th call of this kind of fault (deterministic, counted apart for each kind: tests count on
@@ -150,9 +151,8 @@ class Lane:
             return (n * share) % 1.0 < share
 
     @staticmethod
-    def headers(lane: _ModelLane, c: FakeRealtime) -> dict[str, str]:
+    def headers(lane: _ModelLane, c: FakeRealtime, wall: float) -> dict[str, str]:
         out: dict[str, str] = {}
-        wall = time.time()
         for axis, bucket, limit in (("requests", lane.requests, c.rpm), ("input-tokens", lane.input, c.itpm),
                                     ("output-tokens", lane.output, c.otpm)):
             level = max(0.0, bucket.level)
@@ -194,9 +194,11 @@ def serve_message(h: Wire, workspace: str) -> None:
     usage, out_tokens = _process(fake, workspace, model, tokens, digest, points, max_tokens)
     counted = usage.input + usage.write_5m + usage.write_1h + (0 if lane.config.cache_aware else usage.read)
     headers = lane.settle(model, max_tokens, tokens, counted, out_tokens)
-    time.sleep(lane.config.latency)
+    h.pause(lane.config.latency)
     if lane.roll("lost", lane.config.lost):
         lane.records.lost += 1
+        with fake.org.lock:
+            fake.org.records.realtime_lost[digest] = fake.org.records.realtime_lost.get(digest, 0) + 1
         return h.drop()  # processed and billed; the answer never arrives
     lane.records.answered += 1
     message = _message(model, digest, usage, out_tokens, max_tokens, fake.config.answer_bytes)
@@ -218,7 +220,7 @@ def _process(fake: Any, workspace: str, model: str, tokens: int, digest: str, po
         usage = org.cache.serve(workspace, points, tokens, m.cache_min if m else 1024, org.now(),
                                 f"realtime-{org.realtime_calls}", 0) if points else Usage(tokens, 0, 0, 0)
         usage = billed_as(usage, fake.config.usage, digest)
-        org.records.bill(model, usage)
+        org.records.bill(model, usage, realtime=True)
         org.records.realtime[digest] = org.records.realtime.get(digest, 0) + 1  # (by prompt: the lane has no custom_id)
     return usage, min(OUTPUT_TOKENS, max_tokens)
 

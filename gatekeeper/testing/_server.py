@@ -29,6 +29,8 @@ from ._wire import BATCH_ENDPOINTS, Fault, Faults, Wire, fake_token_count, promp
 
 __all__ = ["FakeAPI", "Fault", "fake_token_count", "prompt_of"]
 
+IN_PROCESS_URL = "http://localhost"  # a fake served in process (no socket behind it: its transport answers)
+
 
 class _Handler(Wire):
     """Dispatch: every request checked as the API checks it (route, faults, the RPM limit, version, key or
@@ -262,26 +264,30 @@ class FakeAPI:
 
     `fake.org.records` holds what a test judges a client by; `fake.faults`
     takes `Fault`s; `fake.org.advance(seconds)` jumps the clock; `clock` (real seconds, monotonic by default) is
-    the one every time of the fake is read from, so a test can drive it (listing lag, 404 windows, the RPM window).
+    the one every time of the fake is read from, so a test can drive it (listing lag, 404 windows, the RPM window,
+    the real-time lane's buckets). `epoch`: the wall time its clock starts at (now, by default). With `listen`
+    False no socket is opened: the fake is served in process (`InProcess`, an httpx transport) at `IN_PROCESS_URL`.
     """
 
     def __init__(self, config: FakeConfig | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, epoch: float | None = None, listen: bool = True) -> None:
         self.config = config or FakeConfig()
-        self.org = Organization(self.config, clock)
+        self.org = Organization(self.config, clock, epoch=epoch)
         self.faults = Faults()
         self.id_rng = random.Random(self.config.seed + 1)
         self.cut_results_after: int | None = None  # reset the next results stream midway (any value)
         self.rpm_calls: deque[float] = deque()
-        self.realtime = Lane(self.config.realtime)
-        self._server = _listen(host, port, self)
+        self.realtime = Lane(self.config.realtime, clock, self.org.wall)
+        self._server = _listen(host, port, self) if listen else None
         self._other: _Server | None = None
-        if self.config.results_origin != "self" or self.config.results_redirect:
+        if listen and (self.config.results_origin != "self" or self.config.results_redirect):
             self._other = _listen(host, 0, self, results_only=True)
         self._threads: list[threading.Thread] = []
 
     @property
     def url(self) -> str:
+        if self._server is None:
+            return IN_PROCESS_URL
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 

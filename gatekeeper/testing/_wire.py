@@ -285,6 +285,10 @@ class Wire(BaseHTTPRequestHandler):
         auth = self.headers.get("authorization") or ""
         return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
+    def pause(self, seconds: float) -> None:
+        """The fake taking its time over an answer (served in process, the wait is on the simulation's clock)."""
+        time.sleep(seconds)
+
     def drop(self) -> None:
         self.close_connection = True
         try:
@@ -299,7 +303,7 @@ class Wire(BaseHTTPRequestHandler):
         if fault is None:
             return False
         if fault.kind == "delay":
-            time.sleep(fault.delay)
+            self.pause(fault.delay)
             return False
         if fault.kind == "drop_after_commit":
             self.pending_drop = True
@@ -325,7 +329,7 @@ class Wire(BaseHTTPRequestHandler):
         if self.command in ("POST", "PUT"):
             self.read_body()
         if fault.delay:
-            time.sleep(fault.delay)  # (a slow failure)
+            self.pause(fault.delay)  # (a slow failure)
         self.send_api_error(fault.status, fault.message or "injected fault", fault.error_type, headers, fault.details,
                             details_null=fault.code is not None and fault.details is None)
         return True

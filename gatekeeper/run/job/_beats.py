@@ -1,43 +1,49 @@
 """What keeps a live run's claims alive while it runs: the shared ledger's reservations and the shared
 journal's lease, each renewed beside the run (`_beside`), and the run's stable identity in the ledger.
 
-The beats sleep in real time, not on the run's clock: what they renew lapses on the ledger's and the database's own
-clocks, which a test's simulated time does not move."""
+The beats wait on the run's clock (`sleep`: the real one unless the caller hands down another, as a simulation
+does with its SQLite ledger, whose expiry is on that clock too); what a server's clock expires (a PostgreSQL or
+Redis ledger, a shared journal's lease) lapses in real time, so only the real clock is fit to renew those."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 
+from ..._clock import run_sync
 from ..._errors import JournalError, LedgerError
 from ...state._journal import Journal
 from ...state.ledger._base import Ledger, new_owner
 from ._settings import EventSink
 
+Sleep = Callable[[float], Awaitable[None]]
 
-async def heartbeat(ledger: Ledger, emit: EventSink) -> None:
+
+async def heartbeat(ledger: Ledger, emit: EventSink, sleep: Sleep = anyio.sleep) -> None:
     """Keep this submitter's reservations alive while it runs; they expire `ttl` after it dies.
 
     A beat that fails is ridden out (the next one may pass, and a third of the TTL is left
     before anything expires); the loop's own ledger calls stop the run if the outage lasts.
     """
     while True:
-        await anyio.sleep(max(0.05, ledger.ttl / 3))
+        await sleep(max(0.05, ledger.ttl / 3))
         try:
             await ledger.heartbeat()
         except LedgerError as exc:
             emit("ledger_unavailable", {"reason": str(exc)})
 
 
-async def lease_heartbeat(journal: Journal, ttl: float, emit: EventSink) -> None:
+async def lease_heartbeat(journal: Journal, ttl: float, emit: EventSink, sleep: Sleep = anyio.sleep) -> None:
     """Keep the shared journal's lease on this run, on a connection of its own (a thread: psycopg is blocking).
 
     A lost lease is only reported here: the journal's next write checks it and stops the run."""
-    db = await anyio.to_thread.run_sync(journal.lease.second_connection)
+    db = await run_sync(journal.lease.second_connection)
     try:
         while True:
-            await anyio.sleep(max(0.05, ttl / 3))
+            await sleep(max(0.05, ttl / 3))
             try:
-                if not await anyio.to_thread.run_sync(journal.lease.renew, db):
+                if not await run_sync(lambda: journal.lease.renew(db)):
                     emit("lease_lost", {"job": journal.job})
             except JournalError as exc:
                 emit("journal_unavailable", {"reason": str(exc)})

@@ -8,6 +8,7 @@ import fcntl
 import os
 import shutil
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -41,12 +42,12 @@ def out_path(settings: SubmitSettings, journal: Journal) -> str:
 
 
 @asynccontextmanager
-async def locked_journal(state_dir: Path) -> AsyncIterator[Journal]:
+async def locked_journal(state_dir: Path, clock: Callable[[], float] = time.time) -> AsyncIterator[Journal]:
     """The state directory's journal, locked for this run. A directory this run created is removed again when the
     run ends before any job was recorded in it (a missing or empty input, an unreachable API or ledger, a stop
-    while planning): errors leave nothing behind."""
+    while planning): errors leave nothing behind. Its stamps are on `clock` (wall seconds)."""
     created = not state_dir.exists()
-    journal = Journal.open(state_dir)
+    journal = Journal.open(state_dir, clock=clock)
     lock = os.open(state_dir / "lock", os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         try:
@@ -90,12 +91,13 @@ def recorded_in(journal: str | None, state_base: Path | None = None) -> Callable
 
 
 @asynccontextmanager
-async def leased_journal(settings: SubmitSettings, state_dir: Path, name: str, created: bool) -> AsyncIterator[Journal]:
+async def leased_journal(settings: SubmitSettings, state_dir: Path, name: str, created: bool,
+                         clock: Callable[[], float] = time.time) -> AsyncIterator[Journal]:
     """The named job in a shared journal, held by this run's lease for as long as it runs (the local state
     directory, when this run `created` it and no job was recorded, removed again as `locked_journal` does)."""
     assert settings.journal is not None
     try:
-        journal = Journal.open_shared(settings.journal, name, state_dir)
+        journal = Journal.open_shared(settings.journal, name, state_dir, clock=clock)
     except JournalError:
         if created:
             shutil.rmtree(state_dir, ignore_errors=True)
@@ -124,13 +126,14 @@ def _initialized(journal: Journal) -> bool:
 
 
 def job_journal(source: Source, path: str, spooled: bool, state_dir: Path, settings: SubmitSettings,
-                 config: ApiConfig) -> AbstractAsyncContextManager[Journal]:
-    """The job's journal: SQLite in the state directory (locked), or the named job in a shared journal (leased)."""
+                 config: ApiConfig, clock: Callable[[], float] = time.time) -> AbstractAsyncContextManager[Journal]:
+    """The job's journal: SQLite in the state directory (locked), or the named job in a shared journal (leased);
+    its stamps on `clock`."""
     if not settings.journal:
         if settings.job:
             raise UsageError("a job name needs a postgresql:// journal; a local job is named by "
                              "its state directory", setting="job")
-        return locked_journal(state_dir)
+        return locked_journal(state_dir, clock)
     require_postgres(settings.journal)
     created = not state_dir.exists()
     if spooled:  # beside, not over, the input: a live run of the job may be reading it (see adopt_spool)
@@ -138,4 +141,4 @@ def job_journal(source: Source, path: str, spooled: bool, state_dir: Path, setti
         spool(source, path + ".incoming")  # type: ignore[arg-type]
     name = settings.job or job_name_of(path + ".incoming" if spooled else path, config,
                                        recorded=recorded_in(settings.journal))
-    return leased_journal(settings, state_dir, name, created)
+    return leased_journal(settings, state_dir, name, created, clock)

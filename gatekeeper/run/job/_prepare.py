@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
-import anyio
-
+from ..._clock import run_sync
 from ..._errors import ApiError, DuplicateJob, InputError, JournalError, NotFoundError, TransportError, UsageError
 from ...api._queue import read_ceiling, read_model_limits
 from ...api._tokens import KeyAuth
@@ -180,7 +179,7 @@ async def check_identity(j: Journal, path: str) -> None:
     if (size, mtime) == (known["size"], known["mtime_ns"]):
         return
     # (in a thread: hashing gigabytes must not stop the heartbeats of the lease and the reservations)
-    digest = await anyio.to_thread.run_sync(hash_file, path) if size == known["size"] else ""
+    digest = await run_sync(lambda: hash_file(path)) if size == known["size"] else ""
     if digest != known["sha256"]:
         raise JournalError(
             f"state directory {j.state_dir} belongs to {known['path']} as it was when the job started "

@@ -37,6 +37,9 @@ ANSWER_LOST = "gatekeeper_answer_lost"
 MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored
 IN_FLIGHT = 64  # calls out at once at most (the pace decides the rate; this bounds memory and sockets)
 TELL_EVERY = 5.0  # seconds between the lane's progress events
+# seconds an idle lane waits before looking at its queue again: what it waits for (work moved to it, an answer) wakes
+# it at once; the look is only a safety net (at 0.5 s, four journal queries a second for a deadline job's whole life)
+IDLE_LOOK = 5.0
 
 
 class RealtimeLane(Part):
@@ -123,7 +126,7 @@ class RealtimeLane(Part):
         return self.stop.is_set() or self.halted or self.user_canceled or self.refusal is not None
 
     async def _idle(self) -> None:
-        await self.wait_for(self.wake, 0.5)
+        await self.wait_for(self.wake, IDLE_LOOK)
         self.wake = anyio.Event()
 
     async def _go(self, tg: anyio.abc.TaskGroup, limiter: anyio.Semaphore, row: LaneRow) -> None:

@@ -7,8 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import anyio
-
+from ..._clock import run_sync
 from .._claims import Claim
 from .._db import Db
 from ._base import NAMED_FOR, ClaimPost, Reservation, claim_of, grant
@@ -45,7 +44,7 @@ class SqlLedger(abc.ABC):
         """Run `fn(db, now)` as one atomic step; its result."""
 
     async def _run(self, fn: Callable[[Db, float], Any]) -> Any:
-        return await anyio.to_thread.run_sync(self._tx, fn)
+        return await run_sync(lambda: self._tx(fn))
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
         def step(db: Db, now: float) -> bool:
