@@ -394,6 +394,13 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="serve as Claude Platform on AWS: SigV4 with the access key it prints (or its short-term API key), "
                    "the workspace header, no Admin API; the line to paste sets AWS_REGION, ANTHROPIC_AWS_WORKSPACE_ID, "
                    "ANTHROPIC_AWS_BASE_URL and the keys (use --platform aws)")
+    p.add_argument("--google", type=_positive_float, nargs="?", const=3600.0, default=None, metavar="SECONDS",
+                   help="serve as Claude on Google Cloud: path-style routes, Google access tokens of SECONDS (default "
+                   "3600) minted at its own token endpoint for the service-account key file it writes, IAM per route; "
+                   "the line to paste sets GOOGLE_APPLICATION_CREDENTIALS, ANTHROPIC_GOOGLE_CLOUD_BASE_URL and "
+                   "GATEKEEPER_PLATFORM=google")
+    p.add_argument("--deny", action="append", default=[], metavar="PERMISSION",
+                   help="with --google: refuse this IAM permission (batches.create, batches.list, messages.create, ...)")
     p.add_argument("--federation", type=_positive_float, default=None, metavar="SECONDS",
                    help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
                    "the line to paste names an identity token file it writes, a rule and an organization")

@@ -22,6 +22,7 @@ import orjson
 from .._errors import UsageError
 from . import _endpoints as batches
 from ._aws import check
+from ._google import TOKEN_PATH, FakeGoogle, google_error, refused, token_grant
 from ._model import FakeConfig, Organization
 from ._oauth import bearer_workspace, token_endpoint
 from ._realtime import Lane, serve_message
@@ -54,6 +55,8 @@ class _Handler(Wire):
         self.pending_drop = False
         self.pending_delay = 0.0
         self.early_body = None
+        if fake.config.google is not None and not self.server.results_only and self._unprefixed(fake.config.google):
+            return
         endpoint, arg = self.route()
         with fake.org.lock:
             fake.org.records.requests_seen[endpoint] = fake.org.records.requests_seen.get(endpoint, 0) + 1
@@ -86,6 +89,8 @@ class _Handler(Wire):
         cfg = fake.config
         if cfg.aws is not None:
             return self._serve_aws(endpoint, arg, admin)
+        if cfg.google is not None:
+            return self._serve_google(cfg.google, endpoint, arg, admin)
         if admin:
             if key not in cfg.admin_keys:
                 return self.send_api_error(401, "invalid x-api-key")
@@ -108,6 +113,35 @@ class _Handler(Wire):
         if fed is not None and key and self.headers.get("x-api-key") is None:
             return bearer_workspace(self, fed, key)
         return 401, "invalid x-api-key"
+
+    def _unprefixed(self, g: FakeGoogle) -> bool:
+        """Claude on Google Cloud: the token endpoint, or the path-style route taken off (True: answered here)."""
+        split = urlsplit(self.path)
+        if split.path == TOKEN_PATH and self.command == "POST":
+            token_grant(self, g)
+            return True
+        found = g.unprefix(split.path)
+        if found is None:
+            if self.command == "POST":
+                self.read_body()
+            google_error(self, 404, f"Requested entity was not found: {split.path}", "NOT_FOUND")
+            return True
+        self.path = found[0] + (f"?{split.query}" if split.query else "")
+        self.google_scope = found[1]
+        return False
+
+    def _serve_google(self, g: FakeGoogle, endpoint: str, arg: str | None, admin: bool) -> None:
+        """Claude on Google Cloud: a Google token and the route's IAM permission, the workspace from the path."""
+        if refused(self, g, endpoint, self.google_scope):
+            if self.command == "POST":
+                self.read_body()
+            return None
+        if admin:
+            return workspace_rate_limits(self, arg) if endpoint == "workspace_rate_limits" else org_rate_limits(self)
+        if self.google_scope == "organization":
+            return google_error(self, 404, f"Requested entity was not found: {self.path}", "NOT_FOUND")
+        ROUTES[endpoint](self, g.workspace, arg)
+        return None
 
     def _serve_aws(self, endpoint: str, arg: str | None, admin: bool) -> None:
         """Claude Platform on AWS: the signature (or a short-term key) and the workspace checked, no Admin API."""
@@ -280,7 +314,8 @@ class FakeAPI:
         self.realtime = Lane(self.config.realtime, clock, self.org.wall)
         self._server = _listen(host, port, self) if listen else None
         self._other: _Server | None = None
-        if listen and (self.config.results_origin != "self" or self.config.results_redirect):
+        if listen and (self.config.results_origin != "self" or self.config.results_redirect
+                       or self.config.google is not None):  # (Google's: results_url names Anthropic's host)
             self._other = _listen(host, 0, self, results_only=True)
         self._threads: list[threading.Thread] = []
 
