@@ -7,10 +7,8 @@ from .._typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Any
 
-    from ..decide._headroom import Headroom, Repairs
     from ..input._planner import PlanReport
     from ..run.job._summary import Summary
-    from ..state.ledger._base import LedgerReading
 
 
 def render_plan(report: PlanReport, name: str) -> str:
@@ -49,27 +47,6 @@ def render_plan(report: PlanReport, name: str) -> str:
         for model, n in sorted(report.models.items(), key=lambda kv: (-kv[1], kv[0])):
             out.append(f"  {n:>9,}  {model}")
     return "\n".join(out)
-
-
-def status_report(h: Headroom, ledger: LedgerReading | None, threshold: int,
-                  platform: Repairs | None = None) -> dict[str, Any]:
-    """One reading as the JSON `status --json` prints (and the human report is drawn from)."""
-    from ..decide._headroom import SCOPE_CAVEAT, repair_lines, verdict
-
-    state, detail = verdict(h, threshold)
-    source = "the Rate Limits API" if h.ceiling_source == "admin-api" else h.ceiling_source or "nowhere"
-    return {
-        "verdict": state, "detail": detail, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
-        "ceiling_error": h.ceiling_error, "depth": h.depth, "remaining": h.remaining,
-        "occupancy": None if h.occupancy is None else round(h.occupancy, 4), "threshold": threshold,
-        "workspaces": h.workspaces, "read": list(h.read), "batches": [b.to_json() for b in h.batches],
-        "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
-                    f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
-        "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h, platform),
-        "ledger": None if ledger is None else {
-            "reserved": sum(r.requests for r in ledger.reservations),
-            "reservations": [r.to_json() for r in ledger.reservations], "jobs": ledger.jobs()},
-    }
 
 
 def render_status(r: dict[str, Any]) -> str:

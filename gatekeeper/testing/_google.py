@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from ._model import new_id
 
@@ -99,8 +99,39 @@ def google_error(h: Wire, status: int, message: str, state: str, permission: str
     h.send_json(status, {"error": error})
 
 
-def refused(h: Wire, g: FakeGoogle, endpoint: str, scope: str) -> bool:
-    """Refuse the call as Google's gateway would (True: answered): its token, then the permission its route needs."""
+def unprefixed(h: Wire, g: FakeGoogle) -> bool:
+    """The token endpoint, or the path-style route taken off the request's path (True: answered here)."""
+    split = urlsplit(h.path)
+    if split.path == TOKEN_PATH and h.command == "POST":
+        token_grant(h, g)
+        return True
+    found = g.unprefix(split.path)
+    if found is None:
+        if h.command == "POST":
+            h.read_body()
+        google_error(h, 404, f"Requested entity was not found: {split.path}", "NOT_FOUND")
+        return True
+    h.path = found[0] + (f"?{split.query}" if split.query else "")
+    h.google_scope = found[1]
+    return False
+
+
+def refused(h: Wire, g: FakeGoogle, endpoint: str, admin: bool) -> bool:
+    """Refuse the call as Google's gateway would (True: answered): its token, then the permission its route needs,
+    then a workspace route asked on the organization's prefix."""
+    if _refused(h, g, endpoint, h.google_scope):
+        if h.command == "POST":
+            h.read_body()
+        return True
+    if h.google_scope == "organization" and not admin:
+        if h.command == "POST":
+            h.read_body()
+        google_error(h, 404, f"Requested entity was not found: {h.path}", "NOT_FOUND")
+        return True
+    return False
+
+
+def _refused(h: Wire, g: FakeGoogle, endpoint: str, scope: str) -> bool:
     auth = h.headers.get("authorization") or ""
     token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
     expires = g.issued.get(token)

@@ -22,7 +22,8 @@ import orjson
 from .._errors import UsageError
 from . import _endpoints as batches
 from ._aws import check
-from ._google import TOKEN_PATH, FakeGoogle, google_error, refused, token_grant
+from ._google import refused as google_refused
+from ._google import unprefixed
 from ._model import FakeConfig, Organization
 from ._oauth import bearer_workspace, token_endpoint
 from ._realtime import Lane, serve_message
@@ -55,7 +56,7 @@ class _Handler(Wire):
         self.pending_drop = False
         self.pending_delay = 0.0
         self.early_body = None
-        if fake.config.google is not None and not self.server.results_only and self._unprefixed(fake.config.google):
+        if fake.config.google is not None and not self.server.results_only and unprefixed(self, fake.config.google):
             return
         endpoint, arg = self.route()
         with fake.org.lock:
@@ -89,8 +90,8 @@ class _Handler(Wire):
         cfg = fake.config
         if cfg.aws is not None:
             return self._serve_aws(endpoint, arg, admin)
-        if cfg.google is not None:
-            return self._serve_google(cfg.google, endpoint, arg, admin)
+        if cfg.google is not None:  # (a Google token and the route's permission: the workspace is the path's)
+            return None if google_refused(self, cfg.google, endpoint, admin) else _google(self, endpoint, arg, admin)
         if admin:
             if key not in cfg.admin_keys:
                 return self.send_api_error(401, "invalid x-api-key")
@@ -114,35 +115,6 @@ class _Handler(Wire):
             return bearer_workspace(self, fed, key)
         return 401, "invalid x-api-key"
 
-    def _unprefixed(self, g: FakeGoogle) -> bool:
-        """Claude on Google Cloud: the token endpoint, or the path-style route taken off (True: answered here)."""
-        split = urlsplit(self.path)
-        if split.path == TOKEN_PATH and self.command == "POST":
-            token_grant(self, g)
-            return True
-        found = g.unprefix(split.path)
-        if found is None:
-            if self.command == "POST":
-                self.read_body()
-            google_error(self, 404, f"Requested entity was not found: {split.path}", "NOT_FOUND")
-            return True
-        self.path = found[0] + (f"?{split.query}" if split.query else "")
-        self.google_scope = found[1]
-        return False
-
-    def _serve_google(self, g: FakeGoogle, endpoint: str, arg: str | None, admin: bool) -> None:
-        """Claude on Google Cloud: a Google token and the route's IAM permission, the workspace from the path."""
-        if refused(self, g, endpoint, self.google_scope):
-            if self.command == "POST":
-                self.read_body()
-            return None
-        if admin:
-            return workspace_rate_limits(self, arg) if endpoint == "workspace_rate_limits" else org_rate_limits(self)
-        if self.google_scope == "organization":
-            return google_error(self, 404, f"Requested entity was not found: {self.path}", "NOT_FOUND")
-        ROUTES[endpoint](self, g.workspace, arg)
-        return None
-
     def _serve_aws(self, endpoint: str, arg: str | None, admin: bool) -> None:
         """Claude Platform on AWS: the signature (or a short-term key) and the workspace checked, no Admin API."""
         aws = self.server.fake.config.aws
@@ -159,6 +131,15 @@ class _Handler(Wire):
             status = 400 if why.startswith("anthropic-workspace-id") else 403
             return self.send_api_error(status, why, error_type="invalid_request_error" if status == 400 else "permission_error")
         ROUTES[endpoint](self, aws.workspace, arg)
+
+
+def _google(h: _Handler, endpoint: str, arg: str | None, admin: bool) -> None:
+    """Claude on Google Cloud, the call accepted: the organization's rate limits, or the workspace's route."""
+    google = h.server.fake.config.google
+    assert google is not None
+    if admin:
+        return workspace_rate_limits(h, arg) if endpoint == "workspace_rate_limits" else org_rate_limits(h)
+    return ROUTES[endpoint](h, google.workspace, arg)
 
 
 # -- models, token counting, messages, admin -------------------------------------
