@@ -178,3 +178,38 @@ def test_foundry_refuses_batches_in_one_line(tmp_path: Path) -> None:
         assert proc.returncode == 2, proc.stderr
         [line] = [x for x in proc.stderr.splitlines() if x.strip()]
         assert "Microsoft Foundry" in line and "no Message Batches" in line
+
+
+def test_the_fake_speaks_google_cloud_from_its_command_line(tmp_path: Path) -> None:
+    """`fake-api --google 60 --deny models.list`: with the exports it prints (a service-account key file of its own,
+    the workspace's route), a job finishes; plan's preflight goes on without the Models API, its one warning naming
+    the refused permission."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", "--google", "60",
+                            "--deny", "models.list", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    env: dict[str, str] = {}
+    try:
+        assert run.stdout is not None
+        lines = [run.stdout.readline()]
+        while lines[-1].rstrip() != "}":
+            lines.append(run.stdout.readline())
+        env = orjson.loads("".join(lines))["env"]
+        assert env["GATEKEEPER_PLATFORM"] == "google" and Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).is_file()
+        path, ids = _job(tmp_path, 8)
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--no-preflight"], env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert orjson.loads(done.stdout)["succeeded"] == len(ids)
+        listed = gk(["plan", str(path), "--platform", "google"], env)
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        [warning] = [x for x in listed.stderr.splitlines() if "models.list" in x]
+        assert "lack the IAM permission models.list" in warning and "Traceback" not in listed.stderr
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=10)
+        if env:
+            Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).unlink(missing_ok=True)
