@@ -13,10 +13,8 @@ costs no more than the names a program touches: `plan` never imports httpx or an
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-# Not typing's TYPE_CHECKING: importing typing is about 2 ms of every start, and no module on the way to `plan` or
-# `--version` needs it at run time (docs/performance.md, start-up). Type checkers treat the name alike.
-from ._typing import TYPE_CHECKING
 from ._version import __version__
 
 # public name -> private module that defines it

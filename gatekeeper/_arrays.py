@@ -8,12 +8,8 @@ more. `array(code, values)` and `array.extend` iterate item by item."""
 from __future__ import annotations
 
 from array import array
-
-from ._typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Any
+from collections.abc import Iterable
+from typing import Any
 
 
 def packed(code: str, values: list[Any]) -> bytes:

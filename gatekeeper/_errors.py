@@ -238,10 +238,11 @@ class GatewayRefusal(GatekeeperError):
     """A request to `gatekeeper serve` refused as the API refuses it: the status, the error type and the message
     become the API's error envelope (a 400 naming `requests.3`, a 401, a 404)."""
 
-    def __init__(self, status: int, message: str, *, error_type: str | None = None) -> None:
+    def __init__(self, status: int, message: str, *, error_type: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.error_type = error_type
+        self.code = code  # the API's typed error code, passed on as `error.details.error_code`
 
 
 def os_error(exc: OSError, what: str) -> str:

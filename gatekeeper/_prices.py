@@ -10,16 +10,12 @@ the longest row name it starts with ("claude-sonnet-4-5-20250929" -> "claude-son
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
-import orjson
+import msgspec
 
 from ._errors import UsageError
-from ._record import Record
-from ._typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Any
 
 BATCH_DISCOUNT = 0.5
 DEFAULT_CACHE_MINIMUM = 1024  # tokens, for a model the table does not list (the docs' most common minimum)
@@ -36,26 +32,24 @@ BYTES_PER_TOKEN_PACING = 3.0
 BYTES_PER_TOKEN_WORST = 2.0
 
 
-class Rates(Record):
+class Rates(msgspec.Struct, frozen=True):
     """One model's standard USD per million tokens, by kind (`cache_write`: a write with the 5-minute life)."""
 
-    __slots__ = ("input", "output", "cache_write", "cache_read", "cache_write_1h")
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+    cache_write_1h: float
 
-    def __init__(self, input: float, output: float, cache_write: float, cache_read: float,  # noqa: A002
-                 cache_write_1h: float) -> None:
-        self.input, self.output, self.cache_write, self.cache_read = input, output, cache_write, cache_read
-        self.cache_write_1h = cache_write_1h
 
-
-class PriceTable(Record):
+class PriceTable(msgspec.Struct, frozen=True):
     """The price table: `rows` maps a model prefix to its standard USD per million tokens (`Rates`), `minimums` a
     model prefix to the shortest prefix it caches, in tokens; each with the date it is as of."""
 
-    __slots__ = ("rows", "as_of", "minimums", "minimums_as_of")
-
-    def __init__(self, rows: dict[str, Rates], as_of: str = "", minimums: dict[str, int] | None = None,
-                 minimums_as_of: str = "") -> None:
-        self.rows, self.as_of, self.minimums, self.minimums_as_of = rows, as_of, minimums, minimums_as_of
+    rows: dict[str, Rates]
+    as_of: str = ""
+    minimums: dict[str, int] | None = None
+    minimums_as_of: str = ""
 
     def _row(self, model: str | None) -> Rates | None:
         row: Rates | None = _longest(self.rows, model)
@@ -114,12 +108,13 @@ def _longest(rows: dict[str, Any], model: str | None) -> Any:
 def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
     """The price table at `path` (JSON, the shape of gatekeeper/prices.json), or the bundled, dated one."""
     try:
-        data = orjson.loads(_builtin_table() if path is None else _read(path))
+        data = msgspec.json.decode(_builtin_table() if path is None else _read(path))
         multipliers = {**MULTIPLIERS, **{k: float(v) for k, v in data.get("cache_multipliers", {}).items()
                                          if k in MULTIPLIERS}}
         rows = {str(k): _price_row(v, multipliers) for k, v in data["models"].items()}
         if "cache_minimums" not in data:  # (a user's table without them: the bundled ones)
-            data = {**data, **{k: v for k, v in orjson.loads(_builtin_table()).items() if k.startswith("cache_minimums")}}
+            data = {**data, **{k: v for k, v in msgspec.json.decode(_builtin_table()).items()
+                               if k.startswith("cache_minimums")}}
         minimums = {str(k): int(v) for k, v in data["cache_minimums"].items()}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"price table {path}: not a price table ({exc})", setting="prices") from None

@@ -1,7 +1,7 @@
 """Facts of the API's wire that several modules need, with no imports of their own (the CLI reads them at start)."""
 
 API_VERSION = "2023-06-01"  # the anthropic-version header, by default
-STRICT_VERSION = "2026-10-21"  # refuses temperature, top_p, top_k, assistant documents, user citations (api.md §20)
+STRICT_VERSION = "2026-10-21"  # refuses temperature, top_p, top_k, assistant documents, user citations (input/_schema)
 API_VERSIONS = (API_VERSION, STRICT_VERSION)
 API_VERSION_VARIABLE = "GATEKEEPER_API_VERSION"
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -49,9 +49,12 @@ def gk(args: list[str], env: dict[str, str], *, timeout: float = 120, crash_at: 
     stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)  # with .buffer, as main() writes bytes too
     saved = dict(os.environ)
     # The timeout holds here too: when it is up, the run is sent a Ctrl-C (it stops as a user's would) and the test
-    # fails with TimeoutExpired, whatever the run then returned.
+    # fails with TimeoutExpired, whatever the run then returned. A real SIGINT to the main thread, not
+    # `interrupt_main`: only a real signal wakes an event loop asleep in its selector (through its wakeup fd).
     fired = threading.Event()
-    alarm = threading.Timer(timeout, lambda: (fired.set(), _thread.interrupt_main()))
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    alarm = threading.Timer(timeout, lambda: (fired.set(), signal.pthread_kill(main_thread, signal.SIGINT)))
     full = _environ(env)  # (read before it is cleared: the run inherits the rest of the environment, as a process would)
     try:
         os.environ.clear()

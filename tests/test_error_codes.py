@@ -221,6 +221,33 @@ def test_the_fake_answers_a_code_from_its_command_line(tmp_path: Path) -> None:
         run.communicate(timeout=10)
 
 
+def test_the_fake_loses_a_create_and_answers_a_status_from_its_command_line(tmp_path: Path) -> None:
+    """`fake-api --fault create:lose --fault create:529:2:1`: the first create's answer dropped (the batch made), the
+    next two creates overloaded; the submit finishes with every request answered once, and the fake's summary counts
+    what it received. A status outside 400-599, or `lose` on another route, is refused in one line."""
+    for wrong in ("create:200", "list:lose"):
+        bad = subprocess.run([sys.executable, "-m", "gatekeeper", "fake-api", "--fault", wrong], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+        assert bad.returncode == 2 and "HTTP status" in bad.stderr and "Traceback" not in bad.stderr
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--fault", "create:lose", "--fault",
+                            "create:529:2:1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert run.stdout is not None
+        lines = [run.stdout.readline()]
+        while lines[-1].rstrip() != "}":
+            lines.append(run.stdout.readline())
+        env = orjson.loads("".join(lines))["env"]
+        path, _ = _input(tmp_path, 6)
+        done = gk(["submit", str(path), *FAST, "--max-requests", "3"], env)
+        assert done.returncode == 0 and orjson.loads(done.stdout)["succeeded"] == 6, done.stderr[-2000:]
+    finally:
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=10)
+    received = orjson.loads(out)["received"]
+    assert received["answered_twice"] == 0 and received["requests"] == 6 and received["creates"] == 2, received
+
+
 def test_every_stop_is_an_account_refusal_and_an_api_error() -> None:
     assert issubclass(SpendLimitReached, AccountRefused) and issubclass(AccountRefused, ApiError)
     assert AccountRefused.exit_code == ExitCode.USAGE

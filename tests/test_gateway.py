@@ -13,6 +13,7 @@ import httpx
 import orjson
 import pytest
 
+from gatekeeper.testing import Fault
 from tests.fakes import ADMIN, WS1, running_fake
 from tests.gateways import Relay, gateway, request, requests
 
@@ -139,9 +140,9 @@ def test_sdk_retries_of_a_create_whose_answer_was_lost_make_one_batch(tmp_path: 
 
 
 def test_an_idempotency_key_names_one_batch(tmp_path: Path, sdk, anthropic) -> None:
-    """The same Idempotency-Key returns the same batch (also past the window); with other requests it is a 400;
-    without a key, the same requests from the same tenant within the window return the same batch, and from
-    another tenant make another."""
+    """The same Idempotency-Key returns the same batch (also past the window); with other requests it is a 400; a
+    new key is a new batch, even for the same requests (a client's deliberate rerun); without a key, the same
+    requests from the same tenant within the window return the same batch, and from another tenant make another."""
     with running_fake(rate=0.0) as fake, gateway(fake, tmp_path, dedup_window=3600.0) as gw:
         a = sdk(gw.url, gw.key("acme"))
         first = a.messages.batches.create(requests=requests(3), extra_headers={"Idempotency-Key": "k-1"})
@@ -149,8 +150,10 @@ def test_an_idempotency_key_names_one_batch(tmp_path: Path, sdk, anthropic) -> N
         assert again.id == first.id
         with pytest.raises(anthropic.BadRequestError, match="Idempotency-Key"):
             a.messages.batches.create(requests=requests(4), extra_headers={"Idempotency-Key": "k-1"})
+        rerun = a.messages.batches.create(requests=requests(3), extra_headers={"Idempotency-Key": "k-2"})
+        assert rerun.id != first.id
         same = a.messages.batches.create(requests=requests(3))
-        assert same.id == first.id
+        assert same.id in (first.id, rerun.id)
         other = a.messages.batches.create(requests=requests(3, prefix="s"))
         assert other.id != first.id
         theirs = sdk(gw.url, gw.key("globex")).messages.batches.create(requests=requests(3))
@@ -256,6 +259,35 @@ def test_cancel_ends_the_batch_with_a_line_for_every_request(tmp_path: Path, sdk
     assert fake.org.records.creates < 3  # (nothing new went out after the cancel)
 
 
+def test_an_account_refused_upstream_is_the_clients_refusal_until_it_is_lifted(tmp_path: Path, sdk, anthropic,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The organization on hold upstream: the batch already taken waits with its requests kept, /healthz says
+    `degraded` naming the refusal, and a new create is the API's own 400 with its typed code (the client learns at
+    once, as from the API, instead of polling a batch that cannot move). Lifted: the job moves on, a create is
+    taken again, every request answered once."""
+    monkeypatch.setattr("gatekeeper.gateway._jobs.RETRY_FIRST", 0.3)  # (the job tries again within the test)
+    with running_fake(rate=1e6, speed=100.0) as fake, gateway(fake, tmp_path) as gw:
+        fake.inject(Fault("create", code="organization_on_hold", times=10_000))
+        client = sdk(gw.url, gw.key("acme"), max_retries=0)
+        first = client.messages.batches.create(requests=requests(3))
+        deadline = time.monotonic() + 30
+        while (health := httpx.get(gw.url + "/healthz").json())["status"] == "ok":
+            assert time.monotonic() < deadline, "the refusal never reached /healthz"
+            time.sleep(0.05)
+        assert health["status"] == "degraded" and "organization_on_hold" in health["upstream_error"]
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.messages.batches.create(requests=requests(3, prefix="s"))
+        assert refused.value.body["error"]["details"]["error_code"] == "organization_on_hold", refused.value.body  # type: ignore[index]
+        assert client.messages.batches.retrieve(first.id).processing_status == "in_progress"
+        with fake.faults.lock:
+            fake.faults.items.clear()  # (lifted)
+        assert ended(client, first.id).request_counts.succeeded == 3
+        second = client.messages.batches.create(requests=requests(3, prefix="t"))
+        assert ended(client, second.id).request_counts.succeeded == 3
+        assert httpx.get(gw.url + "/healthz").json()["status"] == "ok"
+    answered_once(fake, {f"{p}{i}" for p in "rt" for i in range(3)})
+
+
 def test_the_listing_pages_as_the_api_pages(tmp_path: Path, sdk) -> None:
     """Newest first; the SDK follows after_id across pages; before_id pages back; first_id/last_id null on an empty
     page; limit outside 1-1000 and an unknown cursor are 400s."""
@@ -305,6 +337,7 @@ def test_metrics_are_prometheus_text(tmp_path: Path, sdk) -> None:
     assert samples[("gatekeeper_gateway_received_requests_total", ())] == 7
     assert samples[("gatekeeper_gateway_batches", (("status", "in_progress"),))] == 1
     assert all("msgbatch_" not in str(labels) for _, labels in samples)
+    assert not [name for name, _ in samples if name.endswith("_created")]  # (no series named as if it counted creates)
 
 
 def test_logs_are_json_lines(tmp_path: Path, sdk) -> None:

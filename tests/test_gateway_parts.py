@@ -102,6 +102,22 @@ def test_the_keys_file_keeps_only_hashes(tmp_path: Path) -> None:
         keys.add("not ok")
 
 
+def test_keys_added_at_once_all_land(tmp_path: Path) -> None:
+    """Twelve `keys add` at once, from processes of their own (two shells, two replicas' operators): every key
+    opens its tenant afterwards, none overwritten by another's read-modify-write."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(6) as pool:
+        keys = pool.starmap(_add_key, [(str(tmp_path / FILE), f"t{i}") for i in range(12)])
+    book = KeyFile(tmp_path / FILE)
+    assert [book.tenant_of(k).name for k in keys] == [f"t{i}" for i in range(12)]  # type: ignore[union-attr]
+    assert len(book.listing()) == 12
+
+
+def _add_key(path: str, tenant: str) -> str:
+    return KeyFile(Path(path)).add(tenant)
+
+
 def _record(n: int, tenant: str = "acme", **kw: object) -> BatchRecord:
     return BatchRecord(**{"id": f"msgbatch_{n:024d}", "tenant": tenant, "status": "in_progress", "requests": 1, "bytes": 1,
                           "digest": f"d{n}", "idem_key": None, "api_version": "2023-06-01", "created_at": 1000.0 + n, **kw})  # type: ignore[arg-type]
@@ -206,3 +222,24 @@ def test_serve_says_in_one_line_what_stops_it(tmp_path: Path, monkeypatch: pytes
     assert taken.returncode == 2 and "cannot listen on 127.0.0.1" in taken.stderr and taken.stderr.count("\n") == 1
     env = gk(["serve", "--state", str(tmp_path)], {"ANTHROPIC_API_KEY": "k", "GATEKEEPER_PORT": "http"})
     assert env.returncode == 2 and "port" in env.stderr
+
+
+@pytest.mark.parametrize(("params", "said"), [
+    ({"messages": [{"role": "system", "content": "hi"}]}, "params.messages[0]"),
+    ({"messages": [{"role": "user", "content": [{"type": "video", "url": "x"}]}]}, "block type 'video' is not one the API documents"),
+    ({"messages": [{"role": "assistant", "content": [{"type": "document", "source": {"type": "text", "data": "d"}}]}]},
+     "a document block in an assistant message is refused by API version 2026-10-21"),
+])
+def test_a_creates_requests_are_judged_by_the_readers_schema(tmp_path: Path, params: dict, said: str) -> None:
+    """The gateway judges a create's lines through `plan`, so by the one schema: rules the hand-written checks never
+    had (a turn's role, a block's type) and a version's rules refuse a create's request as they refuse a file's line."""
+    from gatekeeper.gateway._create import judge
+
+    body = {"model": "claude-haiku-4-5", "max_tokens": 5, **params}
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(orjson.dumps({"custom_id": "ok", "params": {**body, "messages": [{"role": "user", "content": "hi"}]}})
+                     + b"\n" + orjson.dumps({"custom_id": "bad", "params": body}) + b"\n")
+    verdict = judge(str(path), "2026-10-21")
+    assert verdict is not None and verdict[:2] == (2, 1) and verdict[3] == "bad" and said in verdict[2], verdict
+    older = judge(str(path), "2023-06-01")  # (a document in an assistant turn is 2026-10-21's refusal only)
+    assert (older is None) is ("2026-10-21" in said), older

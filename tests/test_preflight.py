@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gatekeeper.checks._preflight import Preflight, judge, needs_second_pass
+from gatekeeper.checks._preflight import Preflight, judge_model, needs_second_pass
 from gatekeeper.testing import DEFAULT_MODELS, FakeModel, fake_token_count
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
@@ -109,17 +109,17 @@ def test_resume_does_not_ask_again(tmp_path: Path) -> None:
 ])
 def test_judge(info: dict | None, refused: str | None, limit: int | None) -> None:
     """A model is refused when unknown or without batch support; its max_tokens limit is kept when given."""
-    m = judge("m", info, ["m-1", "m-2"])
+    m = judge_model("m", info, ["m-1", "m-2"])
     assert (m.refused is None) is (refused is None) and (refused is None or refused in m.refused)
     assert m.max_tokens == limit
 
 
 def test_second_pass_only_when_a_line_can_fail() -> None:
     """No second reading of the file unless a model is refused or a max_tokens seen is above a limit."""
-    ok = Preflight(True, None, {"m": judge("m", {"id": "m", "max_tokens": 100}, [])})
+    ok = Preflight(True, None, {"m": judge_model("m", {"id": "m", "max_tokens": 100}, [])})
     assert not needs_second_pass(ok, {"m": 100})
     assert needs_second_pass(ok, {"m": 101})
-    assert needs_second_pass(Preflight(True, None, {"x": judge("x", None, [])}), {"x": 1})
+    assert needs_second_pass(Preflight(True, None, {"x": judge_model("x", None, [])}), {"x": 1})
     assert not needs_second_pass(Preflight(False, "down"), {"m": 10**6})
 
 

@@ -22,12 +22,12 @@ from gatekeeper.decide._priming import (
     ideal_write_share,
     input_costs,
     lives,
-    masked,
     model_mask,
     read_share,
     round_size,
     rounds,
     shared_prefixes,
+    under_mask,
     used_points,
 )
 from gatekeeper.decide._settle import usage_of
@@ -98,7 +98,7 @@ def test_the_shared_prefix_whole_arrays_choose_as_the_rule(rows: list, minimum: 
     chosen, expected = shared_prefixes(marks, minimum), _rule(marks, minimum)
     assert list(chosen) == expected
     assert list(used_points(chosen)) == [p for p in expected if p != NONE]
-    assert list(used_points(masked(chosen, bytes([1]) + bytes(len(marks) - 1)))) == [p for p in expected[:1] if p != NONE]
+    assert list(used_points(under_mask(chosen, bytes([1]) + bytes(len(marks) - 1)))) == [p for p in expected[:1] if p != NONE]
 
 
 @settings(max_examples=100, deadline=None)
@@ -111,7 +111,7 @@ def test_each_models_requests_and_lives_counted_over_whole_arrays_as_one_at_a_ti
     points, hours = lives(marks)
     for m in range(len(marks.models)):
         mine = [k for k in range(len(marks)) if marks.model[k] == m]
-        assert list(masked(range(len(marks)), model_mask(marks, m))) == mine
+        assert list(under_mask(range(len(marks)), model_mask(marks, m))) == mine
         mine_points = [p for k in mine for p in range(marks.first[k], marks.first[k + 1])]
         assert points[m] == len(mine_points)
         assert hours[m] == sum(marks.hour[p] for p in mine_points)

@@ -141,8 +141,8 @@ def test_airflow_is_imported_only_by_gatekeeper_airflow() -> None:
 
 def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     """--version, --help and plan load neither httpx nor anyio (the CLI starts as fast as Python), nor what
-    `plan` without a key never needs: pickle (the readers' pieces travel by marshal), shutil (argparse's), typing
-    (annotations only, behind TYPE_CHECKING), the API configuration."""
+    `plan` without a key never needs: pickle (the readers' pieces travel by marshal), shutil (argparse's), orjson
+    (msgspec decodes the lines and writes the JSON), the API configuration (docs/development.md, start-up)."""
     data = tmp_path / "in.jsonl"
     data.write_text('{"custom_id": "a", "params": {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}}\n')
     probe = (
@@ -154,13 +154,25 @@ def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "            main(argv)\n"
         "        except SystemExit:\n"
         "            pass\n"
-        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper.run._loop', 'pickle', 'shutil', 'typing',"
+        "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper.run._loop', 'pickle', 'shutil', 'orjson',"
         " 'gatekeeper.api._config')"
         " if m in sys.modules))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     out = subprocess.run([sys.executable, "-c", probe, str(data)], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_version_is_answered_before_the_parser_is_built() -> None:
+    """`gatekeeper --version` prints what argparse's version action printed, and loads neither argparse nor the
+    CLI's other modules (its start is Python's own, docs/development.md)."""
+    probe = ("import sys\nfrom gatekeeper.cli._cli import main\ncode = main(['--version'])\n"
+             "print(code, sorted(m for m in ('argparse', 'gatekeeper.cli._parser', 'gatekeeper.cli._common', 'msgspec')"
+             " if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    from gatekeeper import __version__
+
+    assert out.stdout.splitlines() == [f"gatekeeper {__version__}", "0 []"], out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("columns", ["50", "120", "", "wide", "-3", None])

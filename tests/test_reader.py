@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from gatekeeper import Limits, plan
 from gatekeeper.input._idindex import FP_SHIFT, IdIndex
-from gatekeeper.input._reader import Columns, Rejection, estimate_lines, scan, validate
+from gatekeeper.input._reader import Columns, LineReader, Rejection, estimate_lines, scan, validate
 from tests.helpers import req, write_jsonl
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -293,46 +294,85 @@ def test_a_length_sorted_file_does_not_oversize_the_index(tmp_path: Path, monkey
     assert 15_000 < sizes[0] < 30_000 and 15_000 < max(reserved) < 30_000, (sizes, reserved)
 
 
-def test_validate_into_columns_keeps_what_it_would_yield() -> None:
-    """The parallel reader's form (`into=`) holds the same requests as the yielded one: lines, offsets, sizes,
-    fingerprints, and each model's sizes; with the same rejections, whitespace and blank lines included."""
+def test_the_columns_hold_what_the_generator_yields() -> None:
+    """The parallel reader's form (`LineReader.read` into `Columns`) holds the same requests as the yielded one
+    (`validate`): lines, offsets, sizes, custom_ids and models; with the same rejections, whitespace and blank lines
+    included."""
     lines = [orjson.dumps(req("a", model="m1")) + b"\n", b"\n", b"  " + orjson.dumps(req("b", model="m2")) + b" \r\n",
              b'{"custom_id": "bad id", "params": {}}\n', orjson.dumps(req("c", model="m1", text="longer text")) + b"\n",
              orjson.dumps(req("d", model="m2"))]
     yielded_rejections: list[Rejection] = []
     rows = list(validate(iter(lines), yielded_rejections.append, item_limit=1 << 20))
     cols, rejections = Columns(), []
-    assert list(validate(iter(lines), rejections.append, item_limit=1 << 20, into=cols)) == []
+    LineReader(rejections.append, item_limit=1 << 20).read(b"".join(lines), cols)
     assert rejections == yielded_rejections and [r.line for r in rejections] == [4]
-    assert cols.lines(6) == [row[0] for row in rows] == [1, 3, 5, 6] and cols.skipped == [2, 4]
-    assert cols.offsets == [row[1] for row in rows]
+    assert cols.lines == [row[0] for row in rows] == [1, 3, 5, 6]
+    assert cols.offsets == [row[1] for row in rows] == [0, len(b"".join(lines[:2])) + 2, len(b"".join(lines[:4])),
+                                                         len(b"".join(lines[:5]))]
     assert cols.sizes == [row[4] for row in rows] == [len(line.strip()) for k, line in enumerate(lines) if k in (0, 2, 4, 5)]
-    assert cols.fps == [hash(row[2]) >> FP_SHIFT for row in rows]
-    assert cols.by_model == {"m1": [rows[0][4], rows[2][4]], "m2": [rows[1][4], rows[3][4]]}
+    assert cols.cids == [row[2] for row in rows] == ["a", "b", "c", "d"]
+    assert cols.models == [row[3] for row in rows] == ["m1", "m2", "m1", "m2"]
 
 
-@pytest.mark.parametrize(("count", "skipped", "requests", "lines"), [
-    (0, [], 0, []),
-    (4, [], 4, [1, 2, 3, 4]),
-    (5, [1, 5], 3, [2, 3, 4]),  # blank or rejected at either end
-    (6, [2, 3, 4], 3, [1, 5, 6]),
-    (3, [1, 2, 3], 0, []),
-])
-def test_columns_derive_the_requests_lines_from_the_skipped_ones(count: int, skipped: list[int], requests: int,
-                                                                lines: list[int]) -> None:
-    cols = Columns()
-    cols.skipped, cols.sizes = skipped, [10] * requests
-    assert cols.lines(count) == lines
+@pytest.mark.parametrize("cuts", [[], [1], [2, 3], [1, 2, 3, 4, 5]])
+def test_a_reader_read_in_parts_numbers_lines_as_one_read(cuts: list[int]) -> None:
+    """The reader judges a chunk of lines at a time: given its input in parts it numbers every line and offset as
+    it does given the whole, and keeps one marker memo across them."""
+    lines = [orjson.dumps(req(f"r{i}", text=f"prompt {i}" * i)) + b"\n" for i in range(5)] + [b"\n", b"{bad\n"]
+    whole, whole_rejections = Columns(), []
+    LineReader(whole_rejections.append, item_limit=1 << 20, offset=7).read(b"".join(lines), whole)
+    parts, part_rejections = Columns(), []
+    reader = LineReader(part_rejections.append, item_limit=1 << 20, offset=7)
+    for a, b in zip([0, *cuts], [*cuts, len(lines)]):
+        reader.read(b"".join(lines[a:b]), parts)
+    assert parts == whole and whole.lines == [1, 2, 3, 4, 5] and whole.offsets[0] == 7
+    assert part_rejections == whole_rejections and [r.line for r in whole_rejections] == [7]
+    assert reader.line == 7 and reader.offset == 7 + sum(map(len, lines))
 
 
-def test_columns_refuse_lines_that_do_not_match_their_requests() -> None:
-    """A line neither skipped nor a request (or both) is a bug: it raises, rather than join a line to another's request."""
-    cols = Columns()
-    cols.skipped, cols.sizes = [2], [10, 10]
-    with pytest.raises(RuntimeError, match="3 request lines for 2 requests"):
-        cols.lines(4)
-    with pytest.raises(ValueError, match="from 1"):
-        next(validate(iter([b"{}\n"]), print, item_limit=1 << 20, into=Columns(), first_line=5), None)
+def _varied_lines() -> list[bytes]:
+    """Valid requests of every kind the reader tells apart: spacing, CRLF, leading blanks, a line without its
+    newline, non-ASCII, markers (a memo's hit and a miss), long system prompts and tool lists, blocks of every
+    common type, two models."""
+    doc = {"type": "text", "text": "Shared policy. " * 200, "cache_control": {"type": "ephemeral"}}
+    tools = [{"name": f"t{i}", "description": "d" * 900, "input_schema": {"type": "object"}} for i in range(3)]
+    media = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+             {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "doc"}},
+             {"type": "text", "text": "compare"}]
+    turns = [{"role": "user", "content": "q"},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "t0", "input": {"a": 1}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
+    objs = [req("plain"), req("sys", system=[doc]), req("sys-again", system=[doc]), req("sys-m2", model="m2", system=[doc]),
+            req("long-system", system="S" * 3000), req("tools", tools=tools), req("top", cache_control={"type": "ephemeral"}),
+            req("media", text=None) | {"params": {**req("x")["params"], "messages": [{"role": "user", "content": media}]}},
+            {"custom_id": "agent", "params": {**req("x")["params"], "messages": turns, "tools": tools[:1]}},
+            req("uni", text="Größe 請求書")]
+    lines = [orjson.dumps(o) for o in objs]
+    lines[1] = json.dumps(objs[1]).encode()  # spaced
+    return [lines[0] + b"\r\n", b"  " + lines[1] + b"\n", *[x + b"\n" for x in lines[2:-1]], lines[-1]]
+
+
+def test_a_chunk_read_at_once_gets_the_verdicts_of_one_read_a_line_at_a_time() -> None:
+    """A chunk of valid lines is judged by passes over whole columns; one that also holds a blank line is read a
+    line at a time. Both give the same requests (lines, offsets, sizes, ids, models), the same caching facts and the
+    same refusals (a marker the API refuses, a model the Models API refuses)."""
+    from gatekeeper.input._caching import CacheScan
+
+    lines = _varied_lines()
+    bad_marker = orjson.dumps(req("bad-ttl", system=[{"type": "text", "text": "x", "cache_control": {"ttl": "2h"}}])) + b"\n"
+    chunk = b"".join(lines[:-1]) + bad_marker + lines[-1]
+    got = []
+    for tail in (b"", b"\n\n"):  # (a blank line: the chunk is read a line at a time)
+        cols, refused, cache = Columns(), [], CacheScan()
+        reader = LineReader(refused.append, item_limit=1 << 20, cache=cache,
+                            models={"m2": ("model 'm2' is retired", None)}, peaks={})
+        reader.read(chunk.rstrip(b"\n") + b"\n" + tail if tail else chunk, cols)
+        got.append((cols, refused, cache.rows, cache.unmarked, reader.peaks))
+    assert got[0] == got[1]
+    cols, refused = got[0][0], got[0][1]
+    assert [r.custom_id for r in refused] == ["sys-m2", "bad-ttl"] and "2h" in refused[1].reason
+    assert cols.cids == ["plain", "sys", "sys-again", "long-system", "tools", "top", "media", "agent", "uni"]
+    assert got[0][2] and got[0][3]  # (marked prefixes noted; long unmarked parts counted)
 
 
 def test_id_index_fills_its_reserved_arrays_in_place() -> None:

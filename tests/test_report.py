@@ -55,7 +55,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         fake.org.add_batch("wrkspc_2", 60)  # another workspace's load: our first creates are refused
         crashed = gk(["submit", str(path), *FAST, "--ceiling", "60"], env_for(fake), crash_at="after-refusal:2")
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
-        fake.org.config.rate = 100.0  # slow enough that the queue is seen holding our batches
+        fake.org.config.rate = 25.0  # slow enough that the queue is seen holding our batches (a second a batch: at load too)
         done = gk(["submit", str(path), *FAST, "--ceiling", "60"], env_for(fake))
         assert done.returncode == 0, done.stderr[-2000:]
     return path

@@ -174,6 +174,58 @@ def test_classify(result: object, retry: bool, etype: str | None) -> None:
     assert (v.retry, v.error_type) == (retry, etype)
 
 
+_USAGE = {"input_tokens": 11, "output_tokens": 36, "cache_creation_input_tokens": 30, "cache_read_input_tokens": 40,
+          "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20}, "service_tier": "batch"}
+
+
+@pytest.mark.parametrize("result", [
+    {"type": "succeeded", "message": {"id": "msg_1", "model": "m", "content": [{"type": "text", "text": "x" * 5000}],
+                                      "stop_reason": "refusal", "usage": _USAGE}},
+    {"type": "succeeded", "message": {"model": "m", "content": [], "usage": {"input_tokens": "7", "output_tokens": None}}},
+    {"type": "succeeded", "message": {"model": "m", "stop_reason": 5}},  # (no usage: a gateway's)
+    {"type": "succeeded", "message": "not an object"}, {"type": "succeeded", "message": None}, {"type": "succeeded"},
+    {"type": "errored", "error": {"type": "error", "error": {"type": "overloaded_error", "message": "m"}}},
+    {"type": "errored", "error": {"type": "invalid_request_error", "message": "flat"}},
+    {"type": "expired"}, {"type": "canceled"}, {"type": "mystery"}, {}, "garbage", None, [1],
+])
+def test_a_result_line_read_by_its_types_gets_the_verdicts_of_its_values(result: object) -> None:
+    """A downloaded line is decoded by types that skip the answer's text (`read_line`): its verdict, usage, stop
+    reason and billed prompt are the ones its plain values give, whatever shape a gateway sends."""
+    from gatekeeper.decide._settle import read_line, stop_of, usage_of
+    from gatekeeper.run.batch._evidence import billed_prompt
+
+    raw = orjson.dumps({"custom_id": "c1", "result": result})
+    cid, typed = read_line(raw)
+    assert cid == "c1"
+    assert classify(typed) == classify(result)
+    if isinstance(result, dict):
+        assert usage_of(typed) == usage_of(result) and stop_of(typed) == stop_of(result)
+        assert billed_prompt(typed) == billed_prompt(result)
+    assert read_line(b'["not", "an", "object"]')[0] is None
+
+
+@pytest.mark.parametrize("cut", [1, 7, 64, 1000])
+def test_streamed_results_are_cut_into_lines_across_chunks(cut: int) -> None:
+    """The results stream's lines, however its chunks fall: each non-blank line once, stripped (CRLF, blanks), a
+    line longer than many chunks whole, and a last line without its newline."""
+    import anyio
+
+    from gatekeeper.api._client import _lines
+
+    lines = [b'{"a":1}', b"", b'  {"b":2}\r', b'{"c":"' + b"x" * 3000 + b'"}', b"\r", b'{"d":4}']
+    body = b"\n".join(lines)
+
+    class Chunked:
+        async def aiter_bytes(self):  # type: ignore[no-untyped-def]
+            for k in range(0, len(body), cut):
+                yield body[k:k + cut]
+
+    async def read() -> list[bytes]:
+        return [line async for line in _lines(Chunked())]  # type: ignore[arg-type]
+
+    assert anyio.run(read) == [line.strip() for line in lines if line.strip()]
+
+
 def test_user_canceled_is_not_retried() -> None:
     assert classify({"type": "canceled"}, user_canceled=True).retry is False
 

@@ -113,12 +113,12 @@ def test_add_many_refuses_an_item_no_batch_holds() -> None:
 
 
 def test_limits_are_values_and_another_api_versions_are_the_same_sizes() -> None:
-    """`Limits` (a `Record`, not a dataclass: start-up) compares, hashes and prints by its fields, and `under` keeps
-    its sizes for another API version."""
-    from gatekeeper._record import Record
+    """`Limits` (a frozen msgspec Struct) compares, hashes and prints by its fields, and `under` keeps its sizes for
+    another API version."""
+    import msgspec
 
     a, b = Limits(max_requests=5, max_bytes=10_000), Limits(5, 10_000)
-    assert isinstance(a, Record) and a == b and hash(a) == hash(b) and a != Limits(6, 10_000) and a != (5, 10_000, "2023-06-01")
+    assert isinstance(a, msgspec.Struct) and a == b and hash(a) == hash(b) and a != Limits(6, 10_000) and a != (5, 10_000, "2023-06-01")
     assert repr(a) == "Limits(max_requests=5, max_bytes=10000, api_version='2023-06-01')"
     strict = a.under("2026-10-21")
     assert (strict.max_requests, strict.max_bytes, strict.api_version) == (5, 10_000, "2026-10-21")

@@ -19,7 +19,7 @@ from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError
 from gatekeeper._prices import load_prices
 from gatekeeper.tables._batch import judge_batch
 from gatekeeper.tables._job import submit_table
-from gatekeeper.tables._rows import Judged, TableSpec, custom_id_of, judge, result_columns
+from gatekeeper.tables._rows import Judged, TableSpec, custom_id_of, judge_row, result_columns
 from gatekeeper.tables._template import parse_template
 from tests.fakes import WS1, env_for, running_fake
 from tests.runs import gk
@@ -61,11 +61,11 @@ def test_an_id_is_kept_when_it_is_a_custom_id_else_mapped(value: Any, expected: 
 
 def test_rows_are_judged_null_duplicate_and_sound() -> None:
     spec = TableSpec(parse_template("{body}"), MODEL, 10, id_column="id")
-    assert judge(spec, {"id": 1, "body": None}, 3, {}).rejected == "row 3: column 'body' is null"
-    assert "is on rows 1, 4" in (judge(spec, {"id": 7, "body": "x"}, 4, {7: [1, 4]}).rejected or "")
-    ok = judge(spec, {"id": 7, "body": "x"}, 5, {})
+    assert judge_row(spec, {"id": 1, "body": None}, 3, {}).rejected == "row 3: column 'body' is null"
+    assert "is on rows 1, 4" in (judge_row(spec, {"id": 7, "body": "x"}, 4, {7: [1, 4]}).rejected or "")
+    ok = judge_row(spec, {"id": 7, "body": "x"}, 5, {})
     assert ok.key and ok.params == {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
-    same = judge(TableSpec(parse_template("{body}"), MODEL, 10), {"body": "x"}, 9, {})
+    same = judge_row(TableSpec(parse_template("{body}"), MODEL, 10), {"body": "x"}, 9, {})
     assert same.key == ok.key and same.custom_id == "r-" + ok.key  # without an id column: the request names it
 
 
@@ -320,7 +320,7 @@ def test_a_batch_is_judged_as_its_rows_are(rows: list[tuple[Any, Any, Any]], wit
             seen.setdefault(ident, []).append(n)
     duplicated = {k: v for k, v in seen.items() if len(v) > 1}
     for batch in table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]:
-        expect = [judge(spec, row, 6 + i, duplicated) for i, row in enumerate(batch.select(list(spec.columns)).to_pylist(), 1)]
+        expect = [judge_row(spec, row, 6 + i, duplicated) for i, row in enumerate(batch.select(list(spec.columns)).to_pylist(), 1)]
         assert list(judge_batch(spec, batch, 6, duplicated)) == expect
 
 
@@ -337,7 +337,7 @@ def test_a_batch_renders_each_template_shape_as_a_row_does(text: str) -> None:
 def test_columns_that_are_not_strings_go_row_by_row() -> None:
     batch = pa.RecordBatch.from_pydict({"n": [1, None, 3], "x": [1.5, 2.0, None]})
     spec = TableSpec.of("{n} and {x}", MODEL, 5)
-    assert list(judge_batch(spec, batch, 0, {})) == [judge(spec, r, i, {}) for i, r in enumerate(batch.to_pylist(), 1)]
+    assert list(judge_batch(spec, batch, 0, {})) == [judge_row(spec, r, i, {}) for i, r in enumerate(batch.to_pylist(), 1)]
 
 
 @pytest.mark.parametrize("nulls", [True, False])  # (a string column without nulls is taken whole)
@@ -413,7 +413,7 @@ def test_a_runs_answers_are_kept_by_one_walk_of_its_requests_and_never_out_of_or
     from gatekeeper.tables._rows import id_and_key
 
     spec = TableSpec.of("{body}", MODEL, 5)
-    judged = [judge(spec, {"body": f"text {i}"}, i, {}) for i in range(1, 5)]
+    judged = [judge_row(spec, {"body": f"text {i}"}, i, {}) for i in range(1, 5)]
     lines = [j.line() for j in judged]
     assert [id_and_key(line) for line in lines] == [(j.custom_id, j.key) for j in judged]
 

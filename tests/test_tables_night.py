@@ -575,15 +575,15 @@ def test_a_jsonl_plan_at_a_ceiling_cuts_batches_as_submit_does(tmp_path: Path) -
 
 def test_string_view_columns_take_the_batch_path_and_judge_as_rows_do() -> None:
     """polars' strings (string_view) are rendered by the batch path's C-level maps, nulls included, with the very
-    requests `judge` makes row by row."""
+    requests `judge_row` makes row by row."""
     from gatekeeper.tables._batch import _strings, judge_batch
-    from gatekeeper.tables._rows import judge
+    from gatekeeper.tables._rows import judge_row
 
     batch = pa.record_batch({"body": pa.array(["a", None, "é \"q\"", ""], pa.string_view()),
                              "id": pa.array(["x", "y", "x", "z"], pa.string_view())})
     spec = TableSpec.of("Say {body}", MODEL, 5, id_column="id")
     assert _strings(batch, spec.template)
-    rows = [judge(spec, r, i, {"x": [1, 3]}) for i, r in enumerate(batch.to_pylist(), 1)]
+    rows = [judge_row(spec, r, i, {"x": [1, 3]}) for i, r in enumerate(batch.to_pylist(), 1)]
     assert list(judge_batch(spec, batch, 0, {"x": [1, 3]})) == rows
     assert [r.rejected is None for r in rows] == [False, False, False, True]
 

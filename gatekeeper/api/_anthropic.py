@@ -5,10 +5,9 @@ ceiling read with an Admin key from the Admin API. Its settings are `ApiConfig`'
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._clock import WALL, Clock
-from .._typing import TYPE_CHECKING
 from .._wire import EXTRA_KEYS_VARIABLE
 from ._config import DEFAULT_BASE_URL, ApiConfig, Secret, workspace_keys
 from ._platform import Platform

@@ -16,11 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._clock import WALL, Clock
 from .._errors import AuthenticationError, UsageError
-from .._typing import TYPE_CHECKING
 from ._config import ApiConfig, Secret
 from ._platform import Platform
 

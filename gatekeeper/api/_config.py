@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .._errors import UsageError
-from .._typing import TYPE_CHECKING
 from .._wire import API_VERSION, API_VERSION_VARIABLE, API_VERSIONS
 
 if TYPE_CHECKING:

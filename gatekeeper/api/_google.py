@@ -27,11 +27,10 @@ import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._clock import WALL, Clock
 from .._errors import AuthenticationError, CredentialsError, TransportError, UsageError
-from .._typing import TYPE_CHECKING
 from ._config import ApiConfig, Secret, origin
 from ._platform import Platform
 from ._tokens import MAX_SHOWN, Minted, Outgoing, TokenCache, redacted

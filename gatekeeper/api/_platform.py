@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import import_module
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 from .._errors import AuthenticationError, UsageError
-from .._typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # (the CLI's parser reads PLATFORMS at start: typing is not loaded for it)
+if TYPE_CHECKING:
     from typing import Any, ClassVar
 
     import httpx

@@ -27,7 +27,7 @@ from ..api._client import ApiClient
 from ..api._reads import count_tokens
 
 SAMPLE_PER_MODEL = 50
-MAX_PROBES = 20_000  # random lines read at most, all models together
+MAX_SAMPLE_LINES = 20_000  # random lines read at most, all models together
 MAX_PROBE_BYTES = 64 << 20  # bytes those probes read at most: a file of few, huge lines cannot stall sampling
 WHOLE_FILE_BYTES = 4 << 20  # a file this small is read whole (a few ms) rather than probed
 CONCURRENCY = 8  # count_tokens calls in flight at once
@@ -41,7 +41,7 @@ def count_body(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_MODEL, seed: int = 0,
-                 max_probes: int = MAX_PROBES, max_bytes: int = MAX_PROBE_BYTES) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+                 max_probes: int = MAX_SAMPLE_LINES, max_bytes: int = MAX_PROBE_BYTES) -> dict[str, list[tuple[int, dict[str, Any]]]]:
     """Up to `per_model` requests of each model, as (bytes, params), from lines at seeded random offsets; at most
     `max_probes` lines, and never more bytes than `max_bytes` or one read of the file (a probe inside a
     multi-megabyte line reads to its end)."""

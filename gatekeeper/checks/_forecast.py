@@ -4,15 +4,14 @@ lane would take and cost. `deadline_forecast` is pure (the limits and the ceilin
 
 from __future__ import annotations
 
-from .._typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
 from ..decide._deadline import PRIOR_TURNAROUND, SLACK, forecast
 from ..decide._headroom import ModelLimits, format_time
 from ..decide._pacing import FIRST_ITPM, FIRST_OTPM, FIRST_RPM, Cost, Pace, lane_seconds
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any
-
     from ..api._config import ApiConfig
     from ..input._planner import PlanReport
 

@@ -5,14 +5,12 @@ heavy is imported until it is needed: `plan` without a key starts as fast as Pyt
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from .._typing import TYPE_CHECKING
 from ..input._planner import PlanReport, plan
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
-
     from ..api._config import ApiConfig
     from ..input._reader import Source
     from ..input._sizing import Limits

@@ -5,7 +5,7 @@ without batch support, or a `max_tokens` above the model's limit, and reports
 each as `errored` when the batch ends, hours later. A file of millions of lines
 names a handful of models, so each is asked about once (`GET /v1/models/{name}`,
 which also resolves aliases) and every line is judged against the answers while
-it is read. The judging is pure (`judge`, `needs_second_pass`); `check_models` is
+it is read. The judging is pure (`judge_model`, `needs_second_pass`); `check_models` is
 the I/O. When the Models API cannot be reached or does not exist (a proxy
 without it), nothing is judged and the run goes on, saying so: preflight never
 blocks a job by itself.
@@ -61,7 +61,7 @@ class Preflight:
         return {"checked": self.checked, "reason": self.reason, "models": {n: m.to_json() for n, m in self.models.items()}}
 
 
-def judge(name: str, info: dict[str, Any] | None, known_ids: Iterable[str]) -> ModelCheck:
+def judge_model(name: str, info: dict[str, Any] | None, known_ids: Iterable[str]) -> ModelCheck:
     """One model name against the API's answer (None: 404, not a model it knows)."""
     if info is None:
         close = difflib.get_close_matches(name, list(known_ids), n=3, cutoff=0.5)
@@ -96,7 +96,7 @@ async def check_models(api: ApiClient, names: Iterable[str]) -> Preflight:
         raise  # (the account's state, a usage limit say: every command stops on it, naming it, exit 2)
     except (ApiError, TransportError, Unreachable) as exc:
         return Preflight(False, f"the Models API could not be used ({exc}): the models were not checked")
-    return Preflight(True, None, {name: judge(name, info, known) for name, info in answers.items()})
+    return Preflight(True, None, {name: judge_model(name, info, known) for name, info in answers.items()})
 
 
 async def _model_or_none(api: ApiClient, name: str) -> dict[str, Any] | None:

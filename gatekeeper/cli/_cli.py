@@ -5,7 +5,8 @@ Exit codes mean the same in every command: 0 all good, 1 finished with findings,
 130 interrupted.
 
 A command's module is imported when it runs: `--version`, `--help` and `plan` never load httpx or anyio, so the
-command starts as fast as Python does.
+command starts as fast as Python does; `--version` alone is answered before the parser is built (the start-up
+rules: docs/development.md).
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ExitCode, GatekeeperError
-from .._typing import TYPE_CHECKING
-from ._common import for_cli, masked
-from ._parser import build_parser
 
 if TYPE_CHECKING:
     import argparse
-    from typing import Any
 
 # each command: its module in this package and its function
 COMMANDS = {"plan": ("_plan", "cmd_plan"), "status": ("_status", "cmd_status"), "submit": ("_submit", "cmd_submit"),
@@ -74,8 +72,16 @@ def run() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # (what argparse's version action prints, without building the parser)
+        from .._version import __version__
+
+        print(f"gatekeeper {__version__}")
+        return ExitCode.OK
+    from ._common import for_cli
+    from ._parser import build_parser
+
     try:
-        argv = list(sys.argv[1:] if argv is None else argv)
         parser = build_parser(argv)
         args = parser.parse_args(argv)
         args.argv = argv
@@ -99,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _warn_passwords_in_argv(argv: list[str]) -> None:
     """A password written in a URL on the command line can be read by every user of the host (ps)."""
+    from ._common import masked
+
     if any(masked(a) != a for a in argv):
         print("gatekeeper: warning: a URL on the command line holds a password, which other users can read with ps; "
               "give it in PGPASSWORD or ~/.pgpass (PostgreSQL), or the whole URL in GATEKEEPER_JOURNAL or "

@@ -11,27 +11,24 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-
-import orjson
+from typing import TYPE_CHECKING, Any
 
 from .._errors import GatekeeperError, UsageError
-from .._typing import TYPE_CHECKING
 from .._wire import API_VERSION, API_VERSION_VARIABLE, CREDENTIAL_VARIABLES
-from ..input._sizing import Limits
 from ._render import retry_line
 
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Any
 
     from ..api._config import ApiConfig
+    from ..input._sizing import Limits
 
 
 FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "--only", "ceiling": "--ceiling",
-         "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port",
+         "max_requests": "--max-requests", "max_bytes": "--max-bytes", "prices": "--prices", "port": "--port", "host": "--host",
          "base_url": "ANTHROPIC_BASE_URL", "admin_key": "ANTHROPIC_ADMIN_KEY",
          "api_key": "ANTHROPIC_API_KEY or ANTHROPIC_EXTRA_WORKSPACE_KEYS",
-         "credentials": "the credentials (docs/credentials.md)", "identity_token": "ANTHROPIC_IDENTITY_TOKEN_FILE",
+         "credentials": "docs/credentials.md", "identity_token": "ANTHROPIC_IDENTITY_TOKEN_FILE",
          "profile": "ANTHROPIC_PROFILE",
          "allow_duplicate": "--allow-duplicate to run it anyway", "journal": "--journal", "job": "--job",
          "lease_ttl": "--lease-ttl", "encoding": "--encoding", "infer_types": "--infer-types", "platform": "--platform (or GATEKEEPER_PLATFORM)",
@@ -93,12 +90,17 @@ def limits(args: argparse.Namespace) -> Limits:
         raise UsageError(f"--max-requests/--max-bytes: {exc}") from None
 
 
-def orjson_line(obj: Any) -> str:
-    return orjson.dumps(obj).decode()
+def json_line(obj: Any) -> str:
+    """`obj` as one line of JSON (msgspec: `plan`, which decodes with it, then starts without orjson)."""
+    import msgspec
+
+    return msgspec.json.encode(obj).decode()
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    import msgspec
+
+    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(obj), indent=2) + b"\n")
     sys.stdout.flush()
 
 
@@ -110,7 +112,7 @@ def retry_notice(args: argparse.Namespace) -> Callable[[dict[str, Any]], None]:
     """A retried call, told on stderr: a JSON event with --json, else one line (nobody waits in silence)."""
     def notice(fields: dict[str, Any]) -> None:
         if getattr(args, "json", False):
-            print(orjson_line({"event": "retrying", **fields}), file=sys.stderr, flush=True)
+            print(json_line({"event": "retrying", **fields}), file=sys.stderr, flush=True)
         else:
             print(f"gatekeeper: {retry_line(fields)}", file=sys.stderr, flush=True)
 

@@ -15,7 +15,7 @@ from .._errors import ExitCode, GatekeeperError, UsageError
 from .._prices import PriceTable, load_prices
 from ..watch._exporter import RunFigures, run_figures, serve
 from ..watch._watch import min_interval
-from ._common import api_config, for_cli, orjson_line
+from ._common import api_config, for_cli, json_line
 from ._status import status_reader
 
 
@@ -34,7 +34,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         # first reading before the line that says it serves: its metrics are there once it is said.)
         await _export_reading(args, read, prices, snap)
         if args.json:  # one line: a long-running command's output is read line by line
-            print(orjson_line({"url": url, "interval": interval}), flush=True)
+            print(json_line({"url": url, "interval": interval}), flush=True)
         else:
             print(f"serving Prometheus metrics on {url}, reading the queue every {interval:g} s; Ctrl-C stops it",
                   flush=True)

@@ -30,7 +30,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
                               latency=args.realtime_latency), aws=aws, federation=federation, google=google,
     )
     with FakeAPI(config, port=args.port) as fake:
-        fake.inject(*(Fault(route, code=code, times=times, after=after) for route, code, times, after in args.fault))
+        fake.inject(*(_fault(*spec) for spec in args.fault))
         # (made-up keys the fake accepts: printing them is what lets a newcomer paste them)
         env = _fake_env(fake.url, keys, args.admin_key, aws)
         if google is not None:
@@ -99,3 +99,12 @@ def _fake_federation(life: float | None) -> tuple[Any, dict[str, str]]:
     os.close(fd)
     return fed, {"ANTHROPIC_IDENTITY_TOKEN_FILE": path, "ANTHROPIC_FEDERATION_RULE_ID": rule_id,
                  "ANTHROPIC_ORGANIZATION_ID": rule.organization_id}
+
+
+def _fault(route: str, code: str, times: int, after: int) -> Fault:
+    """`--fault`'s fault: a status number, `lose` (the create made, its answer dropped) or a typed code."""
+    if code == "lose":
+        return Fault(route, kind="drop_after_commit", times=times, after=after)
+    if code.isdigit():
+        return Fault(route, status=int(code), times=times, after=after)
+    return Fault(route, code=code, times=times, after=after)

@@ -9,15 +9,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from .._errors import UsageError
-from .._typing import TYPE_CHECKING
 from .._version import __version__
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION, API_VERSIONS, STRICT_VERSION
 from ..api._platform import PLATFORMS
-
-if TYPE_CHECKING:
-    from typing import NoReturn
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -345,7 +342,8 @@ FAULT_ROUTES = ("create", "list", "retrieve", "results", "cancel", "delete", "me
 
 
 def _fault(text: str) -> tuple[str, str, int, int]:
-    """ROUTE:CODE[:TIMES[:AFTER]] -> (route, code, times, after); the code one the fake knows (`CODED`)."""
+    """ROUTE:WHAT[:TIMES[:AFTER]] -> (route, what, times, after): WHAT a typed code the fake knows (`CODED`), an HTTP
+    status (500, 529, 429 ...), or `lose` (a create made, its answer dropped)."""
     from ..testing._wire import CODED
 
     parts = text.split(":")
@@ -354,9 +352,11 @@ def _fault(text: str) -> tuple[str, str, int, int]:
         times, after = int(parts[2]) if len(parts) > 2 else 1, int(parts[3]) if len(parts) > 3 else 0
     except (IndexError, ValueError):
         raise argparse.ArgumentTypeError(f"{text!r}: use ROUTE:CODE[:TIMES[:AFTER]], e.g. create:organization_on_hold:1") from None
-    if route not in FAULT_ROUTES or code not in CODED or len(parts) > 4 or times < 1 or after < 0:
+    known = code in CODED or (code == "lose" and route == "create") or (code.isdigit() and 400 <= int(code) <= 599)
+    if route not in FAULT_ROUTES or not known or len(parts) > 4 or times < 1 or after < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: ROUTE one of {', '.join(FAULT_ROUTES)}; CODE one of "
-                                         f"{', '.join(sorted(CODED))}; TIMES >= 1, AFTER >= 0")
+                                         f"{', '.join(sorted(CODED))}, an HTTP status 400-599, or lose (create "
+                                         "only); TIMES >= 1, AFTER >= 0")
     return route, code, times, after
 
 
@@ -406,8 +406,9 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "the line to paste names an identity token file it writes, a rule and an organization")
     p.add_argument("--fault", action="append", type=_fault, default=[], metavar="ROUTE:CODE[:TIMES[:AFTER]]",
                    help="answer the next TIMES calls (default 1) to ROUTE (create, list, retrieve, results, cancel, "
-                   "messages, count_tokens, models, token or *), after AFTER that pass, with the API's typed error "
-                   "CODE as the API sends it (repeatable): ramp_limit_exceeded, load_shedding (a 429 whose details "
+                   "messages, count_tokens, models, token or *), after AFTER that pass, with CODE (repeatable): an "
+                   "HTTP status (500, 529, 429 ...), lose (create only: the batch is made, its answer dropped), or "
+                   "the API's typed error code as the API sends it: ramp_limit_exceeded, load_shedding (a 429 whose details "
                    "are null), enforced_spend_limit_reached, contract_spend_limit_reached, "
                    "linked_organization_spend_limit_reached, linked_organization_billing_unavailable, "
                    "organization_on_hold, workspace_human_review_disabled, cmek_key_disabled, "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ExitCode
 from .._prices import load_prices
-from .._typing import TYPE_CHECKING
 from ..checks._plan import plan_with_preflight
 from ..input._parallel import auto_workers
 from ._common import limits, optional_api_config, print_json, retry_notice, warn
@@ -15,8 +15,6 @@ from ._render import render_caching, render_deadline, render_plan
 from ._tables import is_table_job, plan_table_command
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from ..api._config import ApiConfig
     from ..input._planner import PlanReport
     from ..input._sizing import Limits

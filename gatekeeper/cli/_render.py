@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from .._typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from ..input._planner import PlanReport
     from ..run.job._summary import Summary
 

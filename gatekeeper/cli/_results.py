@@ -11,7 +11,7 @@ from ..run._submit import job_summary
 from ..run.job._results import export
 from ..state._output import replacing
 from ..watch._report import render_html, run_report
-from ._common import job_ref, orjson_line, print_json, state_dir
+from ._common import job_ref, json_line, print_json, state_dir
 from ._render import render_summary
 
 
@@ -31,7 +31,7 @@ def cmd_results(args: argparse.Namespace) -> int:
         if args.out:
             print_json(report)
         else:
-            print(orjson_line(report), file=sys.stderr)
+            print(json_line(report), file=sys.stderr)
     elif args.out:
         print(render_summary(summary))
         print(f"wrote {count:,} line(s) to {args.out}")

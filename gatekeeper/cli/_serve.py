@@ -4,6 +4,7 @@ clients' keys."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import os
 import socket
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .._errors import ExitCode, UsageError
-from ._common import api_config, orjson_line, print_json
+from ._common import api_config, json_line, print_json
 
 EXTRA = ("starlette", "uvicorn", "msgspec", "prometheus_client")
 
@@ -37,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     if args.json:
-        print(orjson_line({"url": url, "state_dir": str(settings.state_dir)}), flush=True)
+        print(json_line({"url": url, "state_dir": str(settings.state_dir)}), flush=True)
     else:
         print(f"serving the Message Batches API on {url} (state {settings.state_dir}); SIGTERM or Ctrl-C stops it",
               flush=True)
@@ -69,7 +70,9 @@ def _listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         if sock is not None:
             sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", setting="port") from None
+        # (in use or refused: the port's; an address not of this machine, or no such name: the host's)
+        setting = "port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "host"
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", setting=setting) from None
     return sock
 
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import os
-
-import orjson
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ExitCode, UsageError
-from .._typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (typing is not imported at run time: `plan`'s start)
     import argparse
-    from typing import Any
 
 
 def is_table_job(args: argparse.Namespace) -> bool:
@@ -41,6 +38,8 @@ def table_spec(args: argparse.Namespace) -> Any:
 
 
 def _params(pairs: list[str]) -> dict[str, Any]:
+    import orjson  # (here, as in the table commands below: `plan` of a JSONL file starts without it)
+
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -62,6 +61,8 @@ def _source(args: argparse.Namespace) -> Any:
 
 
 def plan_table_command(args: argparse.Namespace, limits: Any) -> int:
+    import orjson
+
     from .._prices import load_prices
     from ..tables._plan import plan_table
 
@@ -157,6 +158,8 @@ async def submit_table_run(args: argparse.Namespace, config: Any, settings: Any,
 
 
 def report_table(args: argparse.Namespace, result: Any) -> int:
+    import orjson
+
     j = result.to_json()
     if args.json:
         print(orjson.dumps(j).decode())

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 RESULTS_UNAVAILABLE = "gatekeeper_results_unavailable"
 MISSING_RESULT = "gatekeeper_missing_result"
-UNPROVEN = "gatekeeper_unproven"  # an answer from a batch that could not be proven ours: kept apart, never joined
+UNPROVEN_ERROR = "gatekeeper_unproven"  # an answer from a batch that could not be proven ours: kept apart, never joined
 BATCH_LIFETIME = 86_400.0  # a batch ends (expires) at most 24 hours after it was created
 
 

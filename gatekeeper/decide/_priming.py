@@ -21,13 +21,12 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import le, mul, sub
+from typing import Any
+
+import msgspec
 
 from .._arrays import extend
 from .._prices import BATCH_DISCOUNT
-from .._typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from typing import Any
 
 LIFE_SECONDS = {"5m": 300.0, "1h": 3600.0}
 
@@ -152,7 +151,7 @@ def _low_bytes(marks: Marks) -> bytes | None:
     return None
 
 
-def masked(values: Sequence[Any], mask: bytes | None) -> Sequence[Any]:
+def under_mask(values: Sequence[Any], mask: bytes | None) -> Sequence[Any]:
     """A per-request array's values where `mask` (`model_mask`) says (all of them for None)."""
     return values if mask is None else list(compress(values, mask))
 
@@ -175,7 +174,7 @@ def lives(marks: Marks) -> tuple[list[int], list[int]]:
 
 
 def used_points(chosen: Sequence[int]) -> Sequence[int]:
-    """The shared prefixes (points) the requests use, in order (`chosen`, or a model's share of it: `masked`); NONE
+    """The shared prefixes (points) the requests use, in order (`chosen`, or a model's share of it: `under_mask`); NONE
     left out. A `range` of points holds no NONE: it is returned as it is; an array of NONE alone (no prefix reaches
     the minimum) is told by a C count, a seventh of the filter's time."""
     if chosen.__class__ is range:
@@ -218,14 +217,13 @@ def rounds(group_sizes: list[int], round_size: int) -> list[list[int]]:
     return out
 
 
-class InputRates:
-    """Standard USD per million input tokens: plain, a 5-minute write, a 1-hour write, a read. (A plain class: a
-    dataclass costs about 1 ms of every start, and `plan` starts with this module.)"""
+class InputRates(msgspec.Struct, frozen=True):
+    """Standard USD per million input tokens: plain, a 5-minute write, a 1-hour write, a read."""
 
-    __slots__ = ("input", "write_5m", "write_1h", "read")
-
-    def __init__(self, input: float, write_5m: float, write_1h: float, read: float) -> None:  # noqa: A002
-        self.input, self.write_5m, self.write_1h, self.read = input, write_5m, write_1h, read
+    input: float
+    write_5m: float
+    write_1h: float
+    read: float
 
 
 def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | None],
@@ -245,7 +243,7 @@ def input_costs(marks: Marks, chosen: Sequence[int], rates: list[InputRates | No
             continue
         if r is None:
             return {"none": None, "cold": None, "primed": None}
-        uses = used if used is not None and only is not None else used_points(masked(chosen, mask))
+        uses = used if used is not None and only is not None else used_points(under_mask(chosen, mask))
         plain = sum(marks.size if mask is None else compress(marks.size, mask)) * _per(marks) * r.input
         none += plain
         cold += plain + _write_extra(marks, uses, r)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import orjson
+import msgspec
 
 TRANSIENT_ERRORS = frozenset({"api_error", "overloaded_error", "timeout_error", "rate_limit_error"})
 # Every error type a result line can carry that we know of: the API's, and the ones gatekeeper writes itself.
@@ -21,15 +21,75 @@ KNOWN_ERRORS = TRANSIENT_ERRORS | {
 }
 
 
+class Usage(msgspec.Struct, gc=False):
+    """What a succeeded answer was billed (any value a gateway puts there is taken, and read as `usage_of` reads
+    it: a count that is not an int counts 0)."""
+
+    input_tokens: Any = 0
+    output_tokens: Any = 0
+    cache_creation_input_tokens: Any = 0
+    cache_read_input_tokens: Any = 0
+    cache_creation: Any = None
+
+
+class Message(msgspec.Struct, gc=False):
+    """Of an answer, what a job reads: its model, why it stopped, its usage (the content is skipped, not decoded)."""
+
+    model: Any = None
+    stop_reason: Any = None
+    usage: Usage | None = None
+
+
+class Result(msgspec.Struct, gc=False):
+    """A result line's `result`: its type, and the answer's message or the error envelope."""
+
+    type: Any = None
+    message: Message | None = None
+    error: Any = None
+
+
+class ResultLine(msgspec.Struct, gc=False):
+    custom_id: Any = None
+    result: Result | None = None
+
+
+_line = msgspec.json.Decoder(ResultLine)
+
+
+def read_line(raw: bytes) -> tuple[Any, Result]:
+    """(custom_id, result) of a result line, decoding no more than a job reads (the answer's text is skipped). A
+    shape the types do not take (a result or message that is not an object) is read as values (`result_of`).
+    `msgspec.DecodeError` for a line that is not JSON."""
+    try:
+        line = _line.decode(raw)
+    except msgspec.ValidationError:
+        obj = msgspec.json.decode(raw)
+        return (obj.get("custom_id"), result_of(obj.get("result"))) if isinstance(obj, dict) else (None, Result())
+    return line.custom_id, line.result or Result()
+
+
+def result_of(result: Any) -> Result:
+    """Any value given as a result (a line's, or a real-time answer's as plain values) as a `Result`: a shape the
+    types do not take keeps its type and error, and has no message."""
+    if result.__class__ is Result:
+        return result
+    if not isinstance(result, dict):
+        return Result()
+    try:
+        return msgspec.convert(result, Result)
+    except msgspec.ValidationError:
+        return Result(type=result.get("type"), error=result.get("error"))
+
+
 class Verdict(NamedTuple):
     type: str  # succeeded, errored, canceled, expired (or unknown)
     error_type: str | None
     retry: bool  # worth another attempt
 
 
-def error_type_of(result: dict[str, Any]) -> str | None:
+def error_type_of(result: Result | dict[str, Any]) -> str | None:
     """result.error.error.type (documented), or result.error.type (the flattened shape some proxies send)."""
-    err = result.get("error")
+    err = result_of(result).error
     if not isinstance(err, dict):
         return None
     inner = err.get("error")
@@ -40,9 +100,8 @@ def error_type_of(result: dict[str, Any]) -> str | None:
 
 
 def classify(result: Any, *, user_canceled: bool = False) -> Verdict:
-    if not isinstance(result, dict):
-        return Verdict("unknown", None, False)
-    kind = str(result.get("type") or "unknown")
+    result = result_of(result)
+    kind = str(result.type or "unknown")
     if kind == "succeeded":
         return Verdict(kind, None, False)
     if kind == "errored":
@@ -63,7 +122,7 @@ def settle(result: Any, *, attempt: int, max_attempts: int, user_canceled: bool 
 
 def errored_line(custom_id: str, error_type: str, message: str) -> bytes:
     """A final result line gatekeeper writes itself, in the API's errored shape, for a request the API gave none."""
-    return orjson.dumps({"custom_id": custom_id, "result": {"type": "errored", "error": {
+    return msgspec.json.encode({"custom_id": custom_id, "result": {"type": "errored", "error": {
         "type": "error", "error": {"type": error_type, "message": message}, "request_id": None}}})
 
 
@@ -71,29 +130,31 @@ STOPPED_EARLY = {"refused": ("refusal",), "truncated": ("max_tokens", "model_con
 """`results --only` names for succeeded answers that stopped early (billed, but not a whole answer)."""
 
 
-def stop_of(result: dict[str, Any]) -> str | None:
+def stop_of(result: Result | dict[str, Any]) -> str | None:
     """The stop_reason of a succeeded result's message (end_turn, max_tokens, refusal, ...), or None."""
-    msg = result.get("message") if isinstance(result, dict) else None
-    reason = msg.get("stop_reason") if isinstance(msg, dict) else None
+    msg = result_of(result).message
+    reason = msg.stop_reason if msg is not None else None
     return reason if isinstance(reason, str) else None
 
 
-def usage_of(result: dict[str, Any]) -> tuple[str | None, int, int, int, int, int]:
+def usage_of(result: Result | dict[str, Any]) -> tuple[str | None, int, int, int, int, int]:
     """(model, input, output, cache creation, cache read, the cache creation with a 1h life) tokens of a succeeded
     result. A usage without the `cache_creation` breakdown (older answers, some proxies) counts every write at the
     default 5-minute life."""
-    msg = result.get("message") if isinstance(result, dict) else None
-    if not isinstance(msg, dict):
+    msg = result_of(result).message
+    if msg is None:
         return None, 0, 0, 0, 0, 0
-    usage = msg.get("usage")
-    u: dict[str, Any] = usage if isinstance(usage, dict) else {}
-
-    def n(key: str) -> int:
-        v = u.get(key)
-        return v if isinstance(v, int) else 0
-
-    lives = u.get("cache_creation")
+    u = msg.usage or _NO_USAGE
+    lives = u.cache_creation
     hour = lives.get("ephemeral_1h_input_tokens") if isinstance(lives, dict) else None
-    created = n("cache_creation_input_tokens")
+    created = _count(u.cache_creation_input_tokens)
     hour = min(hour, created) if isinstance(hour, int) and hour > 0 else 0
-    return msg.get("model"), n("input_tokens"), n("output_tokens"), created, n("cache_read_input_tokens"), hour
+    return (msg.model, _count(u.input_tokens), _count(u.output_tokens), created, _count(u.cache_read_input_tokens),
+            hour)
+
+
+_NO_USAGE = Usage()
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) else 0

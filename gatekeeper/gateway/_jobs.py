@@ -10,7 +10,9 @@ its journal: nothing lost, nothing sent twice.
 A cancel reaches the replica that runs the job at its next heartbeat (at once on this one): the run stops at a
 safe point, the cancel is recorded in its journal, and the job is run again to collect what ended. A run that
 fails (the upstream down for long, its credentials refused) lets go of the batch and is tried again later, waiting
-longer each time; its requests stay where they are.
+longer each time (at most five minutes: the job resumes soon after the upstream does); its requests stay where
+they are. The latest failure is the replica's `trouble` until a job moves again: `/healthz` says it, and while it
+is the account's (on hold, a spend limit) a create is refused as the API would refuse it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from .._errors import GatekeeperError, Interrupted, JobLive
+from .._errors import AccountRefused, GatekeeperError, Interrupted, JobLive
 from ..api._config import ApiConfig
 from ..decide._host import run_ended
 from ..state._gateway import BatchRecord
@@ -37,8 +39,24 @@ from ._keys import KeyFile
 from ._settings import GatewaySettings
 
 STOP_WAIT = 75.0  # seconds a stopping replica gives its jobs to reach a safe point (a create out may take 60)
-RETRY_FIRST, RETRY_MOST = 30.0, 1800.0  # seconds before a failed job is tried again: doubling, at most
+RETRY_FIRST, RETRY_MOST = 30.0, 300.0  # seconds before a failed job is tried again: doubling, at most
+MOVING = frozenset({"admitted", "ended", "finished"})  # a job's events that say the upstream serves it
 Log = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class Trouble:
+    """The latest failure of a job here, until a job moves again: what it said, when, and the account's refusal
+    when it was one (every create would get the same answer from the API until it is lifted)."""
+
+    error: str
+    at: float
+    refusal: AccountRefused | None = None
+
+    def refuses(self, now: float) -> AccountRefused | None:
+        """The account's refusal a create gets now: only while it is fresh (a job tries again within RETRY_MOST, and
+        renews it if the refusal stands), so a lifted refusal with no job left to notice it refuses nothing for long."""
+        return self.refusal if now - self.at < 2 * RETRY_MOST else None
 
 
 @dataclass
@@ -71,6 +89,7 @@ class Runner:
         self._wake = anyio.Event()
         self.stopping = False
         self.failures = 0  # job runs that stopped on an error (for /metrics)
+        self.trouble: Trouble | None = None
 
     def wake(self) -> None:
         """Look for jobs now (a create was recorded)."""
@@ -141,6 +160,7 @@ class Runner:
             error, retry_in = str(exc), self.settings.lease_ttl / 2  # (another run still holds its journal's lease)
         except GatekeeperError as exc:
             error, retry_in = str(exc), min(RETRY_FIRST * 2 ** record.failures, RETRY_MOST)
+            self.trouble = Trouble(error, self.clock(), exc if isinstance(exc, AccountRefused) else None)
         except Exception as exc:  # a bug: said with its traceback, the batch tried again later, never lost
             error, retry_in = f"{type(exc).__name__}: {exc}", RETRY_MOST
             self.log("job_bug", batch=record.id, traceback=traceback.format_exc())
@@ -173,6 +193,8 @@ class Runner:
             self.log("release_failed", batch=record.id, error=str(exc))
 
     def _emit(self, event: str, fields: dict[str, Any]) -> None:
+        if event in MOVING:
+            self.trouble = None
         if event not in ("progress", "rejected"):  # (a line every reading of every job says nothing new)
             self.log(f"job_{event}", **fields)
 

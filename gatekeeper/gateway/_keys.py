@@ -11,12 +11,15 @@ A tenant carries its priority and share on a shared ledger (docs/shared.md): its
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import os
 import re
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,7 @@ class KeyFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._seen: tuple[int, int] | None = None  # (mtime_ns, size) of the file as last read
+        self._seen: tuple[int, int, int] | None = None  # (inode, mtime_ns, size) of the file as last read
         self._data: dict[str, Any] = {"tenants": {}, "keys": []}
 
     def _load(self) -> dict[str, Any]:
@@ -62,17 +65,32 @@ class KeyFile:
             return self._data
         except OSError as exc:
             raise UsageError(os_error(exc, "cannot read the gateway's keys"), setting="state_dir") from exc
-        if self._seen != (st.st_mtime_ns, st.st_size):
+        if self._seen != (st.st_ino, st.st_mtime_ns, st.st_size):  # (each save is a new file: a new inode)
             try:
                 data = orjson.loads(self.path.read_bytes())
             except (OSError, orjson.JSONDecodeError) as exc:
                 raise UsageError(f"the gateway's keys file {self.path} cannot be read: {exc}", setting="state_dir") from exc
             self._data = {"tenants": dict(data.get("tenants") or {}), "keys": list(data.get("keys") or [])}
-            self._seen = (st.st_mtime_ns, st.st_size)
+            self._seen = (st.st_ino, st.st_mtime_ns, st.st_size)
         return self._data
 
+    @contextmanager
+    def _changing(self) -> Iterator[dict[str, Any]]:
+        """The file's content, read under an exclusive lock held until the change is saved: two `keys add` at once
+        (two shells, two replicas' operators) both land, neither overwrites the other's key."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise UsageError(os_error(exc, "cannot change the gateway's keys"), setting="state_dir") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._seen = None  # (read afresh under the lock)
+            yield self._load()
+        finally:
+            os.close(fd)  # (releases the lock)
+
     def _save(self, data: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with replacing(str(self.path), "the gateway's keys", UsageError) as f:
             f.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
         self._seen = None
@@ -83,22 +101,22 @@ class KeyFile:
             raise UsageError(f"tenant {tenant!r}: use 1-64 letters, digits, '_', '-' or '.'", setting="tenant")
         if priority is not None and priority not in PRIORITIES:
             raise UsageError(f"priority {priority!r}: use high, normal or low", setting="priority")
-        data = self._load()
-        settings = dict(data["tenants"].get(tenant) or {"priority": "normal", "share": 1.0})
-        settings.update({k: v for k, v in (("priority", priority), ("share", share)) if v is not None})
-        key = PREFIX + secrets.token_urlsafe(32)
-        entry = {"id": "key_" + secrets.token_hex(6), "tenant": tenant, "sha256": _digest(key),
-                 "hint": key[:len(PREFIX) + 4] + "...", "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        self._save({"tenants": {**data["tenants"], tenant: settings}, "keys": [*data["keys"], entry]})
+        with self._changing() as data:
+            settings = dict(data["tenants"].get(tenant) or {"priority": "normal", "share": 1.0})
+            settings.update({k: v for k, v in (("priority", priority), ("share", share)) if v is not None})
+            key = PREFIX + secrets.token_urlsafe(32)
+            entry = {"id": "key_" + secrets.token_hex(6), "tenant": tenant, "sha256": _digest(key), "hint":
+                     key[:len(PREFIX) + 4] + "...", "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            self._save({"tenants": {**data["tenants"], tenant: settings}, "keys": [*data["keys"], entry]})
         return key
 
     def remove(self, ref: str) -> int:
         """Remove the keys a reference names (a key id, or a tenant: all its keys); how many."""
-        data = self._load()
-        kept = [k for k in data["keys"] if ref not in (k.get("id"), k.get("tenant"))]
-        removed = len(data["keys"]) - len(kept)
-        if removed:
-            self._save({"tenants": data["tenants"], "keys": kept})
+        with self._changing() as data:
+            kept = [k for k in data["keys"] if ref not in (k.get("id"), k.get("tenant"))]
+            removed = len(data["keys"]) - len(kept)
+            if removed:
+                self._save({"tenants": data["tenants"], "keys": kept})
         return removed
 
     def listing(self) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from ._logs import JsonLog
 from ._metrics import CONTENT_TYPE, Metrics
 from ._proxy import forward, read_body
 from ._settings import GatewaySettings
-from ._wire import NOT_FOUND, batch_json, error_body, new_id, page_json
+from ._wire import NOT_FOUND, batch_json, error_body, new_id, page_json, stamp
 
 READ_SIZE = 1 << 20  # bytes a results stream reads from its files at a time
 QUIET = ("/metrics", "/healthz")  # routes a scraper or a probe calls every few seconds: logged only when they fail
@@ -63,7 +63,7 @@ class Gateway:
             try:
                 response = await handler(request, rid)
             except GatewayRefusal as exc:
-                response = self.refusal(exc.status, str(exc), rid, exc.error_type)
+                response = self.refusal(exc.status, str(exc), rid, exc.error_type, exc.code)
                 refused["error"] = str(exc)
             except ClientDisconnect:  # (an upload cut off: its spool is gone, nobody reads this answer)
                 response = self.refusal(400, "the client disconnected before the body was whole", rid)
@@ -85,8 +85,8 @@ class Gateway:
         return serve
 
     @staticmethod
-    def refusal(status: int, message: str, rid: str, error_type: str | None = None) -> Response:
-        return Response(error_body(status, message, rid, error_type), status, media_type="application/json",
+    def refusal(status: int, message: str, rid: str, error_type: str | None = None, code: str | None = None) -> Response:
+        return Response(error_body(status, message, rid, error_type, code), status, media_type="application/json",
                         headers={"request-id": rid})
 
     def tenant(self, request: Request) -> Tenant:
@@ -124,6 +124,7 @@ class Gateway:
 
     async def create(self, request: Request, rid: str) -> Response:
         tenant = self.tenant(request)
+        self._refused_account()
         version = version_of(request.headers.get("anthropic-version"))
         try:
             done = await create(request.stream(), tenant=tenant.name, api_version=version,
@@ -214,9 +215,23 @@ class Gateway:
         page = self.metrics.page(statuses, len(self.runner.jobs), self.runner.failures)
         return Response(page, media_type=CONTENT_TYPE)
 
+    def _refused_account(self) -> None:
+        """While the upstream refuses the account (on hold, a spend limit, billing), a create gets the API's own
+        refusal: the client learns it at once, as from the API, instead of polling a batch that cannot move."""
+        trouble = self.runner.trouble
+        refusal = trouble.refuses(self.clock()) if trouble is not None else None
+        if refusal is not None:
+            raise GatewayRefusal(refusal.status, refusal.api_message, error_type=refusal.error_type, code=refusal.code)
+
     async def health(self, request: Request, rid: str) -> Response:
+        """200 while the book answers (a probe restarts nothing for an upstream outage every replica shares);
+        `degraded` with the latest job failure while no job has moved since."""
         await self.book(lambda b: b.statuses())  # (the book answers: the database is reachable)
-        return self.json({"status": "ok", "jobs_running": len(self.runner.jobs)})
+        trouble = self.runner.trouble
+        if trouble is None:
+            return self.json({"status": "ok", "jobs_running": len(self.runner.jobs)})
+        return self.json({"status": "degraded", "jobs_running": len(self.runner.jobs), "upstream_error": trouble.error,
+                          "since": stamp(trouble.at)})
 
     async def unknown(self, request: Request, rid: str) -> Response:
         raise GatewayRefusal(404, f"no route for {request.method} {request.url.path}")

@@ -34,12 +34,17 @@ def stamp(seconds: float | None) -> str | None:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def error_body(status: int, message: str, request_id: str, error_type: str | None = None) -> bytes:
-    """The API's error envelope (a 413 as the API's edge sends it: no top-level type, no request id)."""
+def error_body(status: int, message: str, request_id: str, error_type: str | None = None,
+               code: str | None = None) -> bytes:
+    """The API's error envelope (a 413 as the API's edge sends it: no top-level type, no request id), with its typed
+    code in `details` when there is one."""
     kind = error_type or ERROR_TYPES.get(status, "api_error")
     if status == 413:
         return orjson.dumps({"error": {"type": kind, "message": message}})
-    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}, "request_id": request_id})
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if code is not None:
+        error["details"] = {"error_code": code}
+    return orjson.dumps({"type": "error", "error": error, "request_id": request_id})
 
 
 def counts_of(record: BatchRecord) -> dict[str, int]:

@@ -54,7 +54,8 @@ def iter_batches(
     packer = Packer(limits)
     pending: list[Request] = []
     index = 0
-    for line, offset, cid, model, _, raw in scan(source, reject or (lambda r: None), item_limit=max_item_bytes(limits.max_bytes)):
+    for line, offset, cid, model, _, raw in scan(source, reject or (lambda r: None), item_limit=max_item_bytes(limits.max_bytes),
+                                                 api_version=limits.api_version):
         req = Request(line, offset, cid, model, raw.strip())
         if packer.add(len(req.body)) and pending:
             yield _batch(index, pending)

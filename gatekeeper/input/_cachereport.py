@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from itertools import chain, repeat
 from operator import mul, sub
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from .._arrays import extend
 from .._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_ESTIMATE, PriceTable, tokens_per_byte
-from .._typing import TYPE_CHECKING
 from ..decide._priming import (
     LIFE_SECONDS,
     InputRates,
@@ -22,34 +25,30 @@ from ..decide._priming import (
     ideal_write_share,
     input_costs,
     lives,
-    masked,
     model_mask,
     rounds,
     shared_prefixes,
     sharing,
+    under_mask,
     used_points,
 )
 from ._caching import CacheScan
 from ._sizing import BODY_SEP
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
-
     from ._planner import BatchPlan, PlanReport
 
 UNMARKED_SHOWN = 5
 
 
-class Marked:
+class Marked(msgspec.Struct):
     """The valid marked requests of a plan in tokens (`marks`), where each is in the input (`rows[k]`: the marked
-    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or `NONE`). (Plain classes
-    here: a dataclass costs about 1 ms of every start of `plan`.)"""
+    line's index in the scan), and the prefix each shares (`chosen`: a point of `marks`, or `NONE`)."""
 
-    __slots__ = ("scan", "rows", "marks", "chosen")
-
-    def __init__(self, scan: CacheScan, rows: Sequence[int], marks: Marks, chosen: Sequence[int]) -> None:
-        self.scan, self.rows, self.marks, self.chosen = scan, rows, marks, chosen
+    scan: CacheScan
+    rows: Sequence[int]
+    marks: Marks
+    chosen: Sequence[int]
 
 
 def marked(report: PlanReport, prices: PriceTable) -> Marked:
@@ -137,7 +136,7 @@ def _model_figures(prices: PriceTable, m: Marked, model: int, whole: float | Non
     marks, name = m.marks, m.marks.models[model]
     mask = model_mask(marks, model)
     requests = len(marks) if mask is None else mask.count(1)
-    used = used_points(masked(m.chosen, mask)) if used is None else used
+    used = used_points(under_mask(m.chosen, mask)) if used is None else used
     minimum, known = prices.cache_minimum(name)
     distinct = dict(zip(map(marks.digest.__getitem__, used), map(marks.psize.__getitem__, used)))
     shared = [n for n in sharing(marks, used).values() if n > 1]
@@ -197,16 +196,14 @@ def without_lines(batches: list[BatchPlan], claimed: dict[int, int]) -> list[tup
     return out
 
 
-class Round:
+class Round(msgspec.Struct):
     """One round of priming: the first request of each group (`primers`: (line, offset, bytes, custom_id), in line
     order), then the groups' other requests (`rest`); `life`: seconds the shortest-lived of its prefixes lives after
     its last use."""
 
-    __slots__ = ("primers", "rest", "life")
-
-    def __init__(self, primers: list[tuple[int, int, int, str]], rest: list[tuple[int, int, int, str]],
-                 life: float) -> None:
-        self.primers, self.rest, self.life = primers, rest, life
+    primers: list[tuple[int, int, int, str]]
+    rest: list[tuple[int, int, int, str]]
+    life: float
 
 
 def priming_rounds(m: Marked, round_size: int) -> list[Round]:

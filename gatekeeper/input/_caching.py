@@ -9,17 +9,17 @@ it with `marshal`.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from itertools import chain
 from operator import sub
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from .._arrays import extend
-from .._typing import TYPE_CHECKING
 from ..decide._priming import Marks
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import Any
-
     from ._markers import Point
 
 UNMARKED_MIN_BYTES = 2048  # a shorter unmarked prefix is below every model's minimum (512 tokens at ~4 bytes each)
@@ -36,9 +36,9 @@ class CacheScan:
     """The caching facts of a file's valid lines (duplicates included: the report drops rejected lines). Marked line
     k is `lines[k]` at byte `offsets[k]`, its custom_id `cids[k]`; `marks` holds its model, size and prefixes.
 
-    The reader appends a marked line's `Row` to `rows` (one C call a line: nine array appends were a fifth of a
-    marked line's instructions) and calls `settle()` once `SETTLE_ROWS` are pending; `settle()` moves them into the
-    arrays in whole-column passes, and every reader of the arrays (the properties) settles first."""
+    The reader appends a marked line's `Row` to `rows` (one append a line, not one an array) and calls `settle()`
+    once `SETTLE_ROWS` are pending; `settle()` moves them into the arrays in whole-column passes, and every reader of
+    the arrays (the properties) settles first."""
 
     __slots__ = ("rows", "_marks", "_lines", "_later", "_pieces", "_offsets", "_cids", "read_ids", "unmarked",
                  "_model_index")
@@ -212,15 +212,13 @@ class CacheScan:
 
 def note_unmarked(scan: CacheScan, model: str, system: Any, tools: Any) -> None:
     """Count a line's long system prompt and tool list (no marker on the line): shared ones could be cached."""
-    import orjson
-
     for what, part in (("tools", tools), ("system", system)):
         if part is None:
             continue
         if part.__class__ is str:  # (length and both ends: cheap, and near enough for a suggestion)
             key: tuple[str, str, int, Any] = (model, what, len(part.encode()), (part[:64], part[-64:]))
         else:
-            data = orjson.dumps(part)
+            data = msgspec.json.encode(part)
             key = (model, what, len(data), hash(data))
         if key[2] >= UNMARKED_MIN_BYTES and (key in scan.unmarked or len(scan.unmarked) < UNMARKED_KEYS):
             scan.unmarked[key] = scan.unmarked.get(key, 0) + 1

@@ -16,9 +16,9 @@ import os
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from .._errors import UsageError
-from .._typing import TYPE_CHECKING
 from ._idindex import FP_SHIFT, IdIndex
 
 if TYPE_CHECKING:

@@ -7,11 +7,9 @@ SipHash), the line, and a proof. Sized up front at a load of at most 0.7, an
 id costs 22 to 28 bytes.
 
 A slot holds only the ordinal, so the common probe (an empty home slot) reads
-and writes one-digit Python ints and allocates nothing: the parallel reader's
-probe went from 2,900 to 1,700 instructions an id (callgrind, 100,000 ids)
-against a table of `fingerprint << 32 | ordinal` words, whose 64-bit ints
-were allocated on every read and write. A taken slot costs a second read, of
-its fingerprint. The fingerprint also gives the home slot, so the table can
+and writes one-digit Python ints and allocates nothing (a table of
+`fingerprint << 32 | ordinal` words allocated a 64-bit int on every read and
+write). A taken slot costs a second read, of its fingerprint. The fingerprint also gives the home slot, so the table can
 grow without the full hash, and it is 31 bits so that it too is a one-digit
 int. An equal fingerprint is settled by the proof.
 For a file the proof is the byte offset of the earlier line, whose custom_id is

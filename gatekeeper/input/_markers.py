@@ -9,12 +9,11 @@ checked for its `ttl` only.
 
 from __future__ import annotations
 
-import orjson
+from typing import Any
 
-from .._typing import TYPE_CHECKING
+import msgspec
 
-if TYPE_CHECKING:
-    from typing import Any
+from ._schema import CacheControl, Params, Part, Prompt, Text
 
 MAX_MARKERS = 4
 LIVES = ("5m", "1h")
@@ -22,36 +21,42 @@ LIVES = ("5m", "1h")
 Point = tuple[int, int, str]  # a marked prefix: (its bytes, its digest, its life "5m" or "1h")
 
 
-def marker_walk(params: dict[str, Any], model: str, memo: Memo | None = None) -> tuple[str | None, tuple[Point, ...]]:
+def marker_walk(params: Params | Prompt | dict[str, Any], model: str, memo: Memo | None = None
+                ) -> tuple[str | None, tuple[Point, ...]]:
     """One walk over the request's parts (tools, the system as a string or its blocks, then each message's content):
     why the API would refuse its markers (None when it would not), and its marked prefixes. Only the parts up to
     the last marker are serialized and digested (the rest of the prompt is in no prefix, unless the top-level
-    marker marks the whole of it)."""
-    parts: list[Any] = []
-    tools, system, messages = params.get("tools"), params.get("system"), params.get("messages")
-    if tools.__class__ is list:
-        parts += tools
+    marker marks the whole of it). `params` as values (a dict) is read as the reader reads a line (`Prompt`)."""
+    if isinstance(params, dict):
+        params = _prompt.decode(msgspec.json.encode(params))
+    parts: list[Part] = []
+    if params.tools is not None:
+        parts += params.tools
+    system = params.system
     if system.__class__ is list:
         parts += system
     elif system is not None:
-        parts.append(system)
-    for message in messages if messages.__class__ is list else ():
-        content = message.get("content") if message.__class__ is dict else None
+        parts.append(system)  # type: ignore[arg-type]
+    for message in params.messages:
+        content = message.content
         if content.__class__ is list:
             parts += content
         else:
-            parts.append(content)
-    return _walk(parts, params.get("cache_control"), model, memo)
+            parts.append(content)  # type: ignore[arg-type]
+    return _walk(parts, params.cache_control, model, memo)
 
 
-def system_walk(system: list[Any], model: str, memo: Memo | None = None) -> tuple[str | None, tuple[Point, ...]]:
+def system_walk(system: list[Text] | list[dict[str, Any]], model: str, memo: Memo | None = None
+                ) -> tuple[str | None, tuple[Point, ...]]:
     """`marker_walk` of a request whose only blocks are its system's: no tools, no top-level marker, every message
     plain text (the shape `plan`'s reader tells apart, the common one of a shared document). Its markers can stand
     only in the system's blocks, so those are the parts, as they are: nothing gathered. A system equal to the last
     line's, of the same model, gets the last answer at once."""
+    if system and isinstance(system[0], dict):
+        system = _blocks.decode(msgspec.json.encode(system))
     if memo is not None and model == memo.model and system == memo.parts:
         return memo.answer
-    return _walk(system, None, model, memo)
+    return _walk(system, None, model, memo)  # type: ignore[arg-type]
 
 
 class Memo:
@@ -66,17 +71,18 @@ class Memo:
 
     def __init__(self) -> None:
         self.model: str | None = None
-        self.parts: list[Any] | None = None  # all the parts, where no top-level marker was
-        self.head: list[Any] | None = None
-        self.walked: list[tuple[Any, int, int]] = []
+        self.parts: list[Part] | None = None  # all the parts, where no top-level marker was
+        self.head: list[Part] | None = None
+        self.walked: list[tuple[Part, int, int]] = []
         self.answer: tuple[str | None, tuple[Point, ...]] = (None, ())
 
 
-def _walk(parts: list[Any], top: Any, model: str, memo: Memo | None) -> tuple[str | None, tuple[Point, ...]]:
+def _walk(parts: list[Part], top: CacheControl | None, model: str, memo: Memo | None
+          ) -> tuple[str | None, tuple[Point, ...]]:
     """The walk of `marker_walk` over the prompt's parts in the API's order; `top`: the top-level marker, if any."""
     last = len(parts)
     if top is None:
-        while last and not (parts[last - 1].__class__ is dict and "cache_control" in parts[last - 1]):
+        while last and _marker(parts[last - 1]) is None:
             last -= 1
     head = parts if last == len(parts) else parts[:last]
     if memo is None:
@@ -84,19 +90,20 @@ def _walk(parts: list[Any], top: Any, model: str, memo: Memo | None) -> tuple[st
     same = model == memo.model
     if same and top is None and head == memo.head:
         return memo.answer
-    walked: list[tuple[Any, int, int]] = []
+    walked: list[tuple[Part, int, int]] = []
     answer = _digest(head, top, model, memo.walked if same else [], walked)
     memo.model, memo.walked, memo.answer = model, walked, answer
     memo.parts, memo.head = (parts, head) if top is None else (None, None)
     return answer
 
 
-def _digest(head: list[Any], top: Any, model: str, before: list[tuple[Any, int, int]],
-            walked: list[tuple[Any, int, int]]) -> tuple[str | None, tuple[Point, ...]]:
+def _digest(head: list[Part], top: CacheControl | None, model: str, before: list[tuple[Part, int, int]],
+            walked: list[tuple[Part, int, int]]) -> tuple[str | None, tuple[Point, ...]]:
     """The check and the points of the parts up to the last marker (`head`). `plan`'s hot path on marked lines: a
-    prefix's digest is chained over its parts' serialized bytes, the size and digest up to each part appended to
-    `walked`; the first parts' come from `before` (the last walk's) while the head is the last one's part for part."""
-    dumps = orjson.dumps
+    prefix's digest is chained over its parts' serialized bytes (as the schema encodes them: payloads as given), the
+    size and digest up to each part appended to `walked`; the first parts' come from `before` (the last walk's)
+    while the head is the last one's part for part."""
+    dumps = msgspec.json.encode
     points: list[Point] = []
     size, digest = 0, hash(model)
     seen_5m = late_1h = False
@@ -110,9 +117,9 @@ def _digest(head: list[Any], top: Any, model: str, before: list[tuple[Any, int, 
             size += len(data)
             digest = hash((digest, data))
         walked.append((part, size, digest))
-        marker = part.get("cache_control") if part.__class__ is dict else None
+        marker = _marker(part)
         if marker is not None:
-            life = marker.get("ttl", "5m") if marker.__class__ is dict else marker
+            life = marker.ttl
             if life == "5m":
                 seen_5m = True
             elif life == "1h":
@@ -125,7 +132,7 @@ def _digest(head: list[Any], top: Any, model: str, before: list[tuple[Any, int, 
     if late_1h:
         return "a 1h cache_control marker after a 5m one: the API wants the 1h markers first (tools, system, messages)", ()
     if top is not None:
-        life = _life(top)
+        life = top.ttl
         if life not in LIVES:
             return f"cache_control ttl {life!r}: the API takes 5m or 1h", ()
         if size and (not points or points[-1][0] < size):
@@ -133,12 +140,33 @@ def _digest(head: list[Any], top: Any, model: str, before: list[tuple[Any, int, 
     return None, tuple(points)
 
 
-def marker_reason(params: dict[str, Any]) -> str | None:
+def holds_marker(params: Params) -> bool:
+    """Whether a request holds a cache marker: at the top, or on a system block, a tool or a turn's block."""
+    if params.cache_control is not None:
+        return True
+    system = params.system
+    if system.__class__ is list:
+        for block in system:
+            if block.cache_control is not None:
+                return True
+    for tool in params.tools or ():
+        if tool.cache_control is not None:
+            return True
+    for message in params.messages:
+        content = message.content
+        if content.__class__ is list:
+            for part in content:
+                if part.cache_control is not None:
+                    return True
+    return False
+
+
+def marker_reason(params: Params | Prompt | dict[str, Any]) -> str | None:
     """Why the API would refuse this request's cache markers, or None (`marker_walk`'s first answer)."""
     return marker_walk(params, "")[0]
 
 
-def marker_points(params: dict[str, Any], model: str) -> tuple[Point, ...]:
+def marker_points(params: Params | Prompt | dict[str, Any], model: str) -> tuple[Point, ...]:
     """The marked prefixes of a request whose markers the API takes, shortest first (`marker_walk`'s second
     answer): what the API may cache for it. A prefix is the model and every part of the prompt up to and including
     a marked block, in the order the API reads it (tools, system, messages); its digest is chained over those parts
@@ -147,5 +175,9 @@ def marker_points(params: dict[str, Any], model: str) -> tuple[Point, ...]:
     return marker_walk(params, model)[1]
 
 
-def _life(marker: Any) -> Any:
-    return marker.get("ttl", "5m") if isinstance(marker, dict) else marker
+def _marker(part: Part) -> CacheControl | None:
+    return None if part.__class__ is str else part.cache_control  # type: ignore[union-attr]
+
+
+_prompt = msgspec.json.Decoder(Prompt)
+_blocks = msgspec.json.Decoder(list[Text])

@@ -19,20 +19,25 @@ import os
 import select
 import signal
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from itertools import compress
+from itertools import compress, repeat
+from operator import rshift
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from .._arrays import packed
 from .._errors import InputError
-from .._typing import TYPE_CHECKING
+from .._wire import API_VERSION
 from ._caching import CacheScan
 from ._duplicates import duplicate_check
-from ._reader import Columns, Rejection, ScanStats, duplicate, expected_ids, request_reader, validate
+from ._idindex import FP_SHIFT
+from ._reader import CHUNK_BYTES, Columns, LineReader, Rejection, ScanStats, expected_ids, request_reader
+from ._reasons import duplicate
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from ._reader import ModelRules
 
 PIECE_BYTES = 8 << 20  # measured: 4 MB pieces cost more per piece; 16 MB was a little faster but holds more memory
@@ -47,11 +52,10 @@ Piece = tuple[int, bytes, bytes, bytes, bytes, list[str], list[int], list[int], 
 
 
 @contextmanager
-def _range_lines(path: str, start: int, end: int) -> Iterator[Iterator[bytes]]:
-    """The lines of [start, end), read from a read-only mapping of just that range.
-
-    Measured on 1.4 KB lines: readline on the default 8 KB buffer costs 0.9 us a line, a read() of the
-    range 0.5 us (half of it the kernel's copy), the mapping 0.3 us, with no copy of the piece held.
+def _range_chunks(path: str, start: int, end: int) -> Iterator[tuple[Iterator[bytes], int]]:
+    """The whole lines of [start, end) in chunks of about `CHUNK_BYTES`, read from a read-only mapping of just that
+    range (a UTF-8 BOM at the file's start peeled off); and the first line's offset. (Measured on 1.4 KB lines: a
+    mapping costs 0.3 us a line against 0.9 for readline on the default 8 KB buffer, and no copy of the piece is held.)
     """
     base = start - start % mmap.ALLOCATIONGRANULARITY
     with open(path, "rb") as f:
@@ -60,31 +64,57 @@ def _range_lines(path: str, start: int, end: int) -> Iterator[Iterator[bytes]]:
         except ValueError:  # the range is past the end: the file shrank since it was cut into pieces
             raise InputError(f"cannot read {path}: it changed while being read") from None
         with mapped:
-            mapped.seek(start - base)
-            yield iter(mapped.readline, b"")
+            at = start - base
+            if start == 0 and mapped[:3] == b"\xef\xbb\xbf":
+                at = 3
+            yield _cut(mapped, at, end - base), base + at
+
+
+def _cut(mapped: mmap.mmap, at: int, end: int) -> Iterator[bytes]:
+    while at < end:
+        cut = mapped.find(b"\n", min(at + CHUNK_BYTES, end) - 1, end) + 1 or end
+        yield mapped[at:cut]
+        at = cut
 
 
 def scan_piece(path: str, start: int, end: int, item_limit: int, rules: ModelRules | None = None,
-               strict: bool = False) -> Piece:
-    """Worker: validate lines [start, end) of `path`; line numbers relative to the range (first = 1)."""
+               api_version: str = API_VERSION) -> Piece:
+    """Worker: judge lines [start, end) of `path`; line numbers relative to the range (first = 1)."""
     cols = Columns()
     rejections: list[Rejection] = []
-    stats = ScanStats()
     peaks: dict[str, int] | None = {} if rules is not None else None  # only a preflight needs them
     cache = CacheScan()
-    # One Python step a request, each body dropped at once: collecting the rows and transposing them at C speed
-    # measured slower (a piece of bodies held instead of one, reused), and so did C-level passes over a chunk of
-    # parsed lines (about 100 instructions an item a pass, as much as the bytecode they replace). Lists, packed
-    # once at the end: an array's append converts each int through argument parsing, 800 instructions more.
-    with _range_lines(path, start, end) as lines:
-        # Given `into`, validate yields nothing: next() runs it to the end.
-        next(validate(lines, rejections.append, item_limit=item_limit, offset=start, stats=stats, models=rules,
-                      peaks=peaks, into=cols, cache=cache, strict=strict), None)
-    by_model = cols.by_model
-    return (stats.lines, packed("I", cols.lines(stats.lines)), packed("q", cols.offsets), packed("I", cols.sizes),
-            packed("i", cols.fps), list(by_model), [len(sizes) for sizes in by_model.values()],
-            [sum(sizes) for sizes in by_model.values()], [(r.line, r.custom_id, r.reason) for r in rejections],
-            peaks or {}, cache.to_marshal(), _largest(cols.sizes))
+    fps: list[int] = []
+    counts: dict[str, int] = {}
+    sums: dict[str, int] = {}
+    with _range_chunks(path, start, end) as (chunks, offset):
+        reader = LineReader(rejections.append, item_limit=item_limit, api_version=api_version, models=rules,
+                            peaks=peaks, cache=cache, offset=offset)
+        for chunk in chunks:
+            before = len(cols.sizes)
+            reader.read(chunk, cols)
+            # (each chunk's ids and models summed up at once, by C loops, then let go)
+            fps += map(rshift, map(hash, cols.cids), repeat(FP_SHIFT))
+            _count_models(cols.models, cols.sizes[before:], counts, sums)
+            cols.cids.clear()
+            cols.models.clear()
+    return (reader.line, packed("I", cols.lines), packed("q", cols.offsets), packed("I", cols.sizes),
+            packed("i", fps), list(counts), list(counts.values()), [sums[m] for m in counts],
+            [(r.line, r.custom_id, r.reason) for r in rejections], peaks or {}, cache.to_marshal(),
+            _largest(cols.sizes))
+
+
+def _count_models(models: list[str], sizes: list[int], counts: dict[str, int], sums: dict[str, int]) -> None:
+    """Add the requests and bytes of each model."""
+    chunk = Counter(models)  # (a C loop)
+    for model, n in chunk.items():
+        counts[model] = counts.get(model, 0) + n
+    if len(chunk) == 1:
+        sums[models[0]] = sums.get(models[0], 0) + sum(sizes)
+        return
+    get = sums.get
+    for model, size in zip(models, sizes):
+        sums[model] = get(model, 0) + size
 
 
 def _largest(sizes: list[int] | array[int]) -> tuple[int, int]:
@@ -211,7 +241,7 @@ def forked_map(task: Callable[[int], Piece], count: int, workers: int, path: str
                 code = 0
                 try:
                     os.close(r)
-                    gc.disable()  # parsed requests are trees, never cycles: the collector was 1.2% of the instructions
+                    gc.disable()  # decoded requests are trees, never cycles: nothing for the collector to find
                     _work(task, claims, w)
                 except BaseException:
                     code = 1
@@ -302,19 +332,15 @@ def _drop_duplicates(dups: list[tuple[int, int]], base: int, columns: tuple[arra
     return named, tuple(array(a.typecode, compress(a, keep)) for a in columns)
 
 
-class Segment:
-    """The valid, unique requests of one piece, in input order, as flat arrays. (A plain class, as `ScanStats`.)"""
+class Segment(msgspec.Struct):
+    """The valid, unique requests of one piece, in input order, as flat arrays."""
 
-    __slots__ = ("base", "lines", "offsets", "lengths", "total", "largest")
-
-    def __init__(self, base: int, lines: array[int], offsets: array[int], lengths: array[int], total: int,
-                 largest: tuple[int, int]) -> None:
-        self.base = base  # lines before the piece: a request's line number is base + lines[k]
-        self.lines = lines  # 'I', line numbers relative to the piece (first = 1)
-        self.offsets = offsets  # 'q', byte offsets of the requests
-        self.lengths = lengths  # 'I', the requests' bytes
-        self.total = total  # their sum
-        self.largest = largest  # the largest request's bytes and its index, (0, -1) for none
+    base: int  # lines before the piece: a request's line number is base + lines[k]
+    lines: array[int]  # 'I', line numbers relative to the piece (first = 1)
+    offsets: array[int]  # 'q', byte offsets of the requests
+    lengths: array[int]  # 'I', the requests' bytes
+    total: int  # their sum
+    largest: tuple[int, int]  # the largest request's bytes and its index, (0, -1) for none
 
 
 def parallel_scan(
@@ -330,7 +356,7 @@ def parallel_scan(
     rules: ModelRules | None = None,
     peaks: dict[str, int] | None = None,
     cache: CacheScan | None = None,
-    strict: bool = False,
+    api_version: str = API_VERSION,
     ids_in_memory: int | None = None,
     repeats: dict[int, int] | None = None,
 ) -> Iterator[Segment]:
@@ -350,7 +376,7 @@ def parallel_scan(
     if cache is not None:
         cache.read_ids = _id_reader(path)
     try:
-        for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules, strict), len(bounds), workers, path):
+        for piece in forked_map(lambda i: scan_piece(path, *bounds[i], item_limit, rules, api_version), len(bounds), workers, path):
             if not base:  # sized once the workers run: they need not map the parent's index, nor wait for the estimate
                 check.reserve(expected_ids(fd, size))
             count, rel_b, offs_b, lens_b, fps_b, names, counts, sizes, rejected, piece_peaks, facts, largest = piece

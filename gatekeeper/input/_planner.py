@@ -7,38 +7,37 @@ the batches `plan` reports are the batches `submit` sends.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from .._errors import InputError
 from .._prices import BYTES_PER_TOKEN_ESTIMATE, PriceTable, estimate_input_tokens
-from .._record import Record
-from .._typing import TYPE_CHECKING
-from .._wire import STRICT_VERSION
 from ._caching import CacheScan
 from ._parallel import Segment, parallel_scan, use_parallel
-from ._reader import Rejection, ScanStats, request_reader, scan, too_large, validate
+from ._reader import Rejection, ScanStats, request_reader, scan, validate
+from ._reasons import too_large
 from ._sizing import Limits, Packer, max_item_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from typing import Any
-
     from ._reader import ModelRules, Source
 
 
-class BatchPlan(Record):
+class BatchPlan(msgspec.Struct, frozen=True):
     """One batch as the splitter cut it: where its lines are and how big its body is. `index` counts from 0 in input
     order; `bytes` is the exact length of the create body; `start_offset` is the byte offset of the first line and
     `end_offset` the one just past the last (-1 for an iterable source)."""
 
-    __slots__ = ("index", "requests", "bytes", "first_line", "last_line", "start_offset", "end_offset",
-                 "first_custom_id", "last_custom_id")
-
-    def __init__(self, index: int, requests: int = 0, bytes: int = 0, first_line: int = 0,  # noqa: A002
-                 last_line: int = 0, start_offset: int = -1, end_offset: int = -1, first_custom_id: str = "",
-                 last_custom_id: str = "") -> None:
-        self.index, self.requests, self.bytes, self.first_line, self.last_line = index, requests, bytes, first_line, last_line
-        self.start_offset, self.end_offset = start_offset, end_offset
-        self.first_custom_id, self.last_custom_id = first_custom_id, last_custom_id
+    index: int
+    requests: int = 0
+    bytes: int = 0
+    first_line: int = 0
+    last_line: int = 0
+    start_offset: int = -1
+    end_offset: int = -1
+    first_custom_id: str = ""
+    last_custom_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,32 +51,25 @@ class BatchPlan(Record):
         }
 
 
-class PlanReport:
-    """What `plan` found: counts, every rejection, and the batches. (A plain class: a dataclass costs about 1.3 ms of
-    every start of `plan`.)"""
+class PlanReport(msgspec.Struct, kw_only=True):
+    """What `plan` found: counts, every rejection, and the batches."""
 
-    __slots__ = ("limits", "lines", "requests", "errors", "batches", "largest_bytes", "largest_line",
-                 "largest_custom_id", "models", "model_bytes", "request_bytes", "content_hash", "max_tokens_peak",
-                 "preflight", "calibration", "cache_scan")
-
-    def __init__(self, limits: Limits, *, lines: int = 0, requests: int = 0, models: dict[str, int] | None = None,
-                 max_tokens_peak: dict[str, int] | None = None) -> None:
-        self.limits = limits
-        self.lines = lines  # lines read, blank ones included
-        self.requests = requests  # valid requests
-        self.errors: list[Rejection] = []
-        self.batches: list[BatchPlan] = []
-        self.largest_bytes = self.largest_line = 0
-        self.largest_custom_id = ""
-        self.models: dict[str, int] = dict(models or {})
-        self.model_bytes: dict[str, int] = {}  # request bytes per model
-        self.request_bytes = 0  # sum of the valid requests' bytes
-        self.content_hash = ""  # sha256 of a file source's bytes, when asked for
-        self.max_tokens_peak: dict[str, int] = dict(max_tokens_peak or {})  # the largest max_tokens per model
-        self.preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not asked)
-        self.calibration: dict[str, Any] | None = None  # tokens per byte measured with count_tokens (None: not measured)
-        # what the reader noted about prompt caching (`caching` reports it): internal, not an argument
-        self.cache_scan: CacheScan | None = None
+    limits: Limits
+    lines: int = 0  # lines read, blank ones included
+    requests: int = 0  # valid requests
+    errors: list[Rejection] = []
+    batches: list[BatchPlan] = []
+    largest_bytes: int = 0
+    largest_line: int = 0
+    largest_custom_id: str = ""
+    models: dict[str, int] = {}  # valid requests per model
+    model_bytes: dict[str, int] = {}  # request bytes per model
+    request_bytes: int = 0  # sum of the valid requests' bytes
+    content_hash: str = ""  # sha256 of a file source's bytes, when asked for
+    max_tokens_peak: dict[str, int] = {}  # the largest max_tokens per model
+    preflight: dict[str, Any] | None = None  # what the Models API said of the input's models (None: not asked)
+    calibration: dict[str, Any] | None = None  # tokens per byte measured with count_tokens (None: not measured)
+    cache_scan: CacheScan | None = None  # what the reader noted about prompt caching (`caching` reports it)
 
     @property
     def invalid(self) -> int:
@@ -202,8 +194,9 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: Mo
     first = last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's first and last requests
     for line, offset, cid, model, n, _ in scan(
         source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
-        models=rules, peaks=report.max_tokens_peak if rules is not None else None, cache=report.cache_scan,
-        strict=report.limits.api_version == STRICT_VERSION, ids_in_memory=ids_in_memory, repeats=repeats,
+        ids_in_memory=ids_in_memory, repeats=repeats, models=rules,
+        peaks=report.max_tokens_peak if rules is not None else None, cache=report.cache_scan,
+        api_version=report.limits.api_version,
     ):
         if packer.add(n):
             if packer.batches > 1:
@@ -247,7 +240,7 @@ def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRule
         for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
                                  stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers,
                                  rules=rules, peaks=report.max_tokens_peak, cache=report.cache_scan,
-                                 strict=report.limits.api_version == STRICT_VERSION, ids_in_memory=ids_in_memory,
+                                 api_version=report.limits.api_version, ids_in_memory=ids_in_memory,
                                  repeats=repeats):
             lengths = seg.lengths
             if not lengths:
@@ -338,7 +331,7 @@ def plain_request(line: bytes, limits: Limits) -> bool:
     scan_ = CacheScan()
     refused: list[Rejection] = []
     for _ in validate([line + b"\n"], refused.append, item_limit=max_item_bytes(limits.max_bytes), from_file=False,
-                      cache=scan_, strict=limits.api_version == STRICT_VERSION):
+                      cache=scan_, api_version=limits.api_version):
         pass
     return not refused and not len(scan_) and not scan_.unmarked
 

@@ -1,178 +1,432 @@
-"""Read a JSONL of batch requests in one pass and validate every line.
+"""Read a JSONL of batch requests in one pass and judge every line.
 
-A valid line's body is its own bytes (only surrounding whitespace, the CR of
-CRLF and a leading BOM removed): it is sent exactly as given, never
-re-serialized. Each bad line becomes a `Rejection`
-naming its 1-based line number.
+A line is decoded by the schema (`_schema`: its shape and the API version's rules, checked in compiled code while
+it parses). What types cannot say is a short pass over the decoded values here: the custom_id's characters, UTF-8 in
+the parts the decoder skips, the batch's byte limit, the cache markers (`_markers`, noted for the caching report in
+`_caching`) and the Models API's verdicts. Uniqueness is the caller's (`scan` here, the parent in `_parallel`).
+
+A valid line's body is its own bytes (only surrounding whitespace, the CR of CRLF and a leading BOM removed): it is
+sent exactly as given, never re-serialized. Each bad line becomes a `Rejection` naming its 1-based line number, its
+custom_id when it has a valid one, and why (`_reasons`).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
-import re
 import sys
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from itertools import chain, compress
+from itertools import accumulate, compress, islice
+from operator import add, sub
+from typing import Any, BinaryIO, TypeAlias
 
-import orjson
+import msgspec
 
 from .._errors import InputError, os_error
-from .._record import Record
-from .._typing import TYPE_CHECKING
-from .._wire import STRICT_VERSION
+from .._wire import API_VERSION, STRICT_VERSION
 from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
 from ._duplicates import duplicate_check
-from ._idindex import FP_SHIFT
-from ._markers import Memo, marker_walk, system_walk
+from ._markers import Memo, Point, holds_marker, marker_walk, system_walk
+from ._reasons import (
+    custom_id_reason,
+    duplicate,
+    json_reason,
+    refused_by_version,
+    shape_reason,
+    too_large,
+    utf8_reason,
+)
+from ._schema import Params, Request, decoder, markers_decoded
 
-if TYPE_CHECKING:
-    from typing import Any, BinaryIO, TypeAlias
-
-CUSTOM_ID_PATTERN = "[A-Za-z0-9_-]{1,64}"
-_custom_id_ok = re.compile(CUSTOM_ID_PATTERN).fullmatch  # fullmatch: a trailing "\n" must not pass
+Source: TypeAlias = str | os.PathLike[str] | Iterable[dict[str, Any] | bytes | str]
+"""What `plan`/`submit` accept as input: a path ("-" for stdin), or requests as dicts / lines."""
 
 _ID_CHARS = bytes(range(256)).replace(b"-", b"a").replace(b"_", b"a")  # for bytes.translate
 _BOM = b"\xef\xbb\xbf"
 READ_BUFFER = 1 << 20
 
+ModelRules = dict[str, tuple[str | None, int | None]]
+"""model name as written -> (why every line naming it is rejected, or None; its max_tokens limit, or None)."""
 
-class ScanStats:
-    """What a scan read. (A plain class: a dataclass costs 2-4 M instructions, about 1 ms, of every start.)"""
+class ScanStats(msgspec.Struct):
+    """What a scan read."""
 
-    __slots__ = ("lines", "end_offset", "repeats")
-
-    def __init__(self) -> None:
-        self.lines = 0  # lines read, blank ones included
-        self.end_offset = 0  # bytes read
-        self.repeats: dict[int, int] = {}  # line -> first line of the repeated ids told only at the end (spilled)
-
-
-class Columns:
-    """The valid requests of a piece, as the parallel reader keeps them: what `validate(into=...)` appends each to
-    instead of yielding it. (In a worker, the generator's yield and its caller's unpacking and appends were 1,300
-    instructions of the 25,400 a request.) A request's line number is not stored as it is read, but the lines that
-    hold none (`skipped`, rare), and `lines` derives the rest: the append was 3.5% of a worker's time."""
-
-    __slots__ = ("skipped", "offsets", "sizes", "fps", "by_model")
-
-    def __init__(self) -> None:
-        self.skipped: list[int] = []  # the lines that hold no request (blank or rejected), in order
-        self.offsets: list[int] = []
-        self.sizes: list[int] = []
-        self.fps: list[int] = []  # the custom_ids' fingerprints, `hash >> FP_SHIFT`, for the duplicate index
-        self.by_model: defaultdict[str, list[int]] = defaultdict(list)  # model -> its requests' sizes
-
-    def lines(self, count: int) -> list[int]:
-        """The requests' line numbers, of the `count` lines read from line 1: every line not skipped."""
-        keep = bytearray(b"\x01") * count
-        for line in self.skipped:
-            keep[line - 1] = 0
-        lines = list(compress(range(1, count + 1), keep))
-        if len(lines) != len(self.sizes):  # (each line is a request or skipped: else a bug, raised, never a wrong join)
-            raise RuntimeError(f"{len(lines)} request lines for {len(self.sizes)} requests")
-        return lines
+    lines: int = 0  # lines read, blank ones included
+    end_offset: int = 0  # bytes read
+    repeats: dict[int, int] = {}  # line -> first line of the repeated ids told only at the end (spilled)
 
 
-if TYPE_CHECKING:  # what `plan`/`submit` accept as input: a path ("-" for stdin), or requests as dicts / lines
-    Source: TypeAlias = str | os.PathLike[str] | Iterable[dict[str, Any] | bytes | str]
+class Columns(msgspec.Struct):
+    """The valid requests of a chunk or a piece, in input order, as columns; `bodies` (each request's line, its
+    body `line.strip()`) only when asked for."""
+
+    lines: list[int] = []
+    offsets: list[int] = []  # -1 for an iterable's
+    sizes: list[int] = []
+    cids: list[str] = []
+    models: list[str] = []
+    bodies: list[bytes] | None = None
+
+    def add(self, line: int, offset: int, cid: str, model: str, size: int, raw: bytes) -> None:
+        self.lines.append(line)
+        self.offsets.append(offset)
+        self.sizes.append(size)
+        self.cids.append(cid)
+        self.models.append(model)
+        if self.bodies is not None:
+            self.bodies.append(raw)
+
+    def clear(self) -> None:
+        for column in (self.lines, self.offsets, self.sizes, self.cids, self.models, self.bodies or []):
+            column.clear()
 
 
-class Rejection(Record):
+class Rejection(msgspec.Struct, frozen=True):
     """A line refused before anything is sent: its number (from 1), its custom_id when it has one, and why."""
 
-    __slots__ = ("line", "custom_id", "reason")
-
-    def __init__(self, line: int, custom_id: str | None, reason: str) -> None:
-        self.line, self.custom_id, self.reason = line, custom_id, reason
+    line: int
+    custom_id: str | None
+    reason: str
 
     def to_json(self) -> dict[str, Any]:
         return {"line": self.line, "custom_id": self.custom_id, "reason": self.reason}
 
 
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+class LineReader:
+    """Judges the lines of one input in order, a chunk of whole lines at a time, numbering them from 1.
+
+    A chunk whose lines are all valid requests is judged at once (`_at_once`): decoded by one call, and checked by
+    passes over whole columns (C loops), with a step in Python only for a line that names `cache_control` or is
+    long enough to hold a part worth caching. A chunk with a line that needs words (refused, or blank) is read a
+    line at a time (`_each`), to the same verdicts.
+
+    `item_limit` is the largest request (bytes) a batch can hold: a larger one is rejected rather than breaking the
+    splitter. `api_version` picks the decoder (`_schema`). `models` (from the Models API preflight) rejects a line
+    whose model is refused or whose max_tokens is over the model's limit; `peaks` receives the largest max_tokens
+    seen per model (so a second pass is needed only when some line can be over a limit). Given `cache`, a marked
+    line's prefixes and a long unmarked system prompt or tool list are noted there (`_caching`). `offset` is the
+    first line's byte offset in its file; an iterable's lines (`from_file` False) have none (-1).
+    """
+
+    def __init__(self, reject: Callable[[Rejection], None], *, item_limit: int, api_version: str = API_VERSION,
+                 models: ModelRules | None = None, peaks: dict[str, int] | None = None, cache: CacheScan | None = None,
+                 offset: int = 0, from_file: bool = True) -> None:
+        self.reject, self.item_limit = reject, item_limit
+        self.strict = api_version == STRICT_VERSION
+        self.decoder = decoder(api_version)
+        self.models, self.peaks, self.cache = models, peaks, cache
+        self.line = 0  # lines read so far
+        self.offset = offset if from_file else -1  # where the next line starts
+        self.memos: dict[str, Memo] = {}  # one a model: files interleave models, and a prefix is per model
+
+    def read(self, chunk: bytes, into: Columns) -> None:
+        """Judge the next lines of the input, `chunk` (whole lines; the input's last may lack its newline): each
+        valid request into `into` (its body `raw.strip()`), each bad line to `reject`."""
+        raws = io.BytesIO(chunk).readlines()  # (found with memchr: bytes.split steps through every byte)
+        if raws and not self._at_once(chunk, raws, into):
+            self._each(raws, into)
+        self.line += len(raws)
+        if self.offset >= 0:
+            self.offset += len(chunk)
+
+    def _at_once(self, chunk: bytes, raws: list[bytes], into: Columns) -> bool:
+        """Judge a chunk whose every line is a valid request by passes over whole columns; False, with nothing
+        done, when a line needs the reading of `_each` (its words: a refused line; a blank one)."""
+        markers = markers_decoded()
+        try:
+            requests = self.decoder.decode_lines(chunk)
+        except msgspec.DecodeError:
+            return False
+        marked = markers_decoded() != markers  # (a chunk without a marker is not searched for one)
+        sizes = list(map(len, map(bytes.strip, raws)))
+        # decode_lines skips a blank line and gives two values for a line that holds two: with no blank line,
+        # one request a line is proven by their counts.
+        if len(requests) != len(raws) or min(sizes) == 0 or max(sizes) > self.item_limit:
+            return False
+        cids = [r.custom_id for r in requests]
+        # '-' joins valid ids into a valid string: one pass checks them all (their lengths are the schema's), and
+        # bytes.isalnum is ASCII-only, so with '-' and '_' mapped to 'a' it is the custom_id pattern. A chunk with
+        # other than ASCII is decoded whole once: the decoder does not read the parts it skips.
+        if not ("-".join(cids).encode().translate(_ID_CHARS).isalnum() and (chunk.isascii() or _utf8(chunk))):
+            return False
+        offsets = self._offsets(chunk, raws, sizes)
+        models = [r.params.model for r in requests]
+        refused = self._prompts(marked, requests, offsets, sizes)
+        lines = range(self.line + 1, self.line + 1 + len(raws))
+        if refused:
+            keep = [k not in refused for k in range(len(raws))]
+            lines, offsets, sizes = compress(lines, keep), compress(offsets, keep), compress(sizes, keep)  # type: ignore[assignment]
+            cids, models, raws = list(compress(cids, keep)), list(compress(models, keep)), list(compress(raws, keep))
+        into.lines.extend(lines)
+        into.offsets.extend(offsets)
+        into.sizes.extend(sizes)
+        into.cids += cids
+        into.models += models
+        if into.bodies is not None:
+            into.bodies += raws
+        return True
+
+    def _offsets(self, chunk: bytes, raws: list[bytes], sizes: list[int]) -> list[int]:
+        """Where each line's body starts: the line's start, past any whitespace before the body (-1 for an
+        iterable's lines)."""
+        if self.offset < 0:
+            return [-1] * len(raws)
+        starts = list(accumulate(map(len, raws), initial=self.offset))[:-1]
+        if len(chunk) - sum(sizes) == len(raws) - (not chunk.endswith(b"\n")):  # (no line but its newline stripped)
+            return starts
+        lead = map(sub, map(len, raws), map(len, map(bytes.lstrip, raws)))
+        return list(map(add, starts, lead))
+
+    def _prompts(self, any_marked: bool, requests: list[Request], offsets: list[int], sizes: list[int]) -> set[int]:
+        """The steps a chunk's lines need one by one: the lines that hold a cache marker (`any_marked`: the chunk
+        does; their markers checked, their prefixes noted), those long enough to hold a part worth caching, and,
+        with the Models API's rules, every line. The indices of the lines refused, each told to `reject`."""
+        marked = {k for k, r in enumerate(requests) if holds_marker(r.params)} if any_marked else set()
+        at = set(marked)
+        if self.cache is not None and max(sizes) >= UNMARKED_MIN_BYTES:
+            at.update(k for k, n in enumerate(sizes) if n >= UNMARKED_MIN_BYTES)
+        reasons: dict[int, str] = {}
+        prompt, first = self._prompt, self.line + 1
+        for k in sorted(at):
+            r = requests[k]
+            reason = prompt(r.params, k in marked, first + k, offsets[k], sizes[k], r.custom_id)
+            if reason is not None:
+                reasons[k] = reason
+        if self.models is not None or self.peaks is not None:
+            for k, r in enumerate(requests):
+                if k not in reasons and (reason := self._model_reason(r.params)) is not None:
+                    reasons[k] = reason
+        for k in sorted(reasons):
+            self.reject(Rejection(self.line + 1 + k, requests[k].custom_id, reasons[k]))
+        return set(reasons)
+
+    def _each(self, raws: list[bytes], into: Columns) -> None:
+        """Judge a chunk's lines one at a time (a chunk that holds a line to refuse, or a blank one)."""
+        decode, item_limit = self.decoder.decode, self.item_limit
+        later = self.models is not None or self.peaks is not None
+        offset = self.offset
+        for line, raw in enumerate(raws, self.line + 1):
+            start = offset
+            if offset >= 0:
+                offset += len(raw)
+            try:
+                request = decode(raw)
+            except msgspec.DecodeError as exc:  # (its subclass ValidationError too; a blank line too)
+                self._refused(raw, exc, line, start)
+                continue
+            cid = request.custom_id
+            size, start = _stripped(raw, start)
+            if not (cid.encode().translate(_ID_CHARS).isalnum() and size <= item_limit and _utf8(raw)):
+                self.reject(Rejection(line, *self._why(raw, cid, size)))
+                continue
+            params = request.params
+            marked = holds_marker(params)
+            if (marked or size >= UNMARKED_MIN_BYTES) and (
+                    reason := self._prompt(params, marked, line, start, size, cid)) is not None:
+                self.reject(Rejection(line, cid, reason))
+                continue
+            if later and (reason := self._model_reason(params)) is not None:
+                self.reject(Rejection(line, cid, reason))
+                continue
+            into.add(line, start, cid, params.model, size, raw)
+
+    def _refused(self, raw: bytes, exc: Exception, line: int, start: int) -> None:
+        """A line the decoder refused: blank (skipped: no request, no rejection), not JSON, of the wrong shape, or
+        refused by the API version only, which is said after the rest of its checks (as a line that passes them)."""
+        body = raw.strip()
+        if not body:
+            return
+        if not isinstance(exc, msgspec.ValidationError):  # (a DecodeError that is not also a ValidationError)
+            self.reject(Rejection(line, None, json_reason(body, exc)))
+            return
+        if self.strict:
+            try:
+                request = decoder(API_VERSION).decode(raw)
+            except msgspec.ValidationError as base:
+                exc = base
+            else:  # the base rules take it: its own checks first, then the version's refusal
+                self._refused_by_version(raw, request, line, start, refused_by_version(exc))
+                return
+        cid, reason = shape_reason(body, exc)
+        self.reject(Rejection(line, cid, reason))
+
+    def _refused_by_version(self, raw: bytes, request: Request, line: int, start: int, version: str) -> None:
+        """A line the version alone refuses: rejected for the first of its other checks that fails, else `version`."""
+        cid = request.custom_id
+        size, start = _stripped(raw, start)
+        if not (cid.encode().translate(_ID_CHARS).isalnum() and size <= self.item_limit and _utf8(raw)):
+            self.reject(Rejection(line, *self._why(raw, cid, size)))
+            return
+        marked = holds_marker(request.params)
+        self.reject(Rejection(line, cid, self._prompt(request.params, marked, line, start, size, cid) or version))
+
+    def _why(self, raw: bytes, cid: str, size: int) -> tuple[str | None, str]:
+        """(custom_id, reason) of the first check after decoding that a line fails, in the reader's order: its
+        UTF-8 (a rejected line's custom_id is given only once its bytes and its id are valid), the custom_id's
+        characters, its size."""
+        reason = utf8_reason(raw.strip())
+        if reason is not None:
+            return None, reason
+        if not cid.encode().translate(_ID_CHARS).isalnum():
+            return None, custom_id_reason(cid)
+        return cid, too_large(size, self.item_limit)
+
+    def _prompt(self, params: Params, marked: bool, line: int, offset: int, size: int, cid: str) -> str | None:
+        """Why the API would refuse the line's cache markers, or None, its marked prefixes or its long unmarked
+        system prompt or tool list noted in `cache`. Only a `marked` line (`holds_marker`) is walked; one whose only
+        blocks are its system's, over those alone."""
+        model, system, messages = params.model, params.system, params.messages
+        reason: str | None = None
+        points: tuple[Point, ...] = ()
+        if marked:
+            memo = self.memos.get(model) or self.memos.setdefault(model, Memo())
+            if (system.__class__ is list and params.tools is None and params.cache_control is None
+                    and len(messages) == 1 and messages[0].content.__class__ is str):
+                reason, points = system_walk(system, model, memo)
+            else:
+                reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
+        cache = self.cache
+        if reason is not None or cache is None:
+            return reason
+        if points:
+            rows = cache.rows
+            rows.append((line, offset, size, cid, model, points))
+            if len(rows) >= SETTLE_ROWS:
+                cache.settle()
+        elif (system is not None or params.tools is not None) and size >= UNMARKED_MIN_BYTES:
+            note_unmarked(cache, model, system, params.tools)  # (a shorter line holds no part that long)
+        return None
+    def _model_reason(self, params: Params) -> str | None:
+        """The Models API's verdict on the line's model and max_tokens, or None; `peaks` takes its max_tokens."""
+        model, max_tokens, peaks = params.model, params.max_tokens, self.peaks
+        if peaks is not None and max_tokens > peaks.get(model, 0):
+            peaks[model] = max_tokens
+        rule = self.models.get(model) if self.models is not None else None
+        if rule is None:
+            return None
+        refused, limit = rule
+        if refused is not None:
+            return refused
+        if limit is not None and max_tokens > limit:
+            return f"model {model!r}: params.max_tokens {max_tokens:,} is above the model's limit of {limit:,}"
+        return None
 
 
-def check_request(obj: Any) -> tuple[str | None, str | None, str | None]:
-    """Validate one parsed line. Returns (custom_id, model, reason); reason is None when valid."""
-    if type(obj) is not dict:
-        return None, None, "not a JSON object"
-    cid = obj.get("custom_id")
-    if cid is None and "custom_id" not in obj:
-        return None, None, "missing key 'custom_id'"
-    if type(cid) is not str:
-        return None, None, f"custom_id must be a string, got {_short(cid)}"
-    if not _custom_id_ok(cid):
-        return None, None, f"custom_id {_short(cid)} does not match {CUSTOM_ID_PATTERN}"
-    if len(obj) != 2 or "params" not in obj:
-        extra = sorted(k for k in obj if k not in ("custom_id", "params"))
-        if extra:
-            return cid, None, f"unexpected key {_short(extra[0])}: a request has exactly 'custom_id' and 'params'"
-        return cid, None, "missing key 'params'"
-    params = obj["params"]
-    if type(params) is not dict:
-        return cid, None, "params must be an object"
-    model = params.get("model")
-    if type(model) is not str or not model:
-        return cid, None, "params.model must be a non-empty string"
-    max_tokens = params.get("max_tokens")
-    if type(max_tokens) is not int or max_tokens < 1:
-        return cid, model, f"params.max_tokens must be an integer >= 1, got {_short(max_tokens)}"
-    messages = params.get("messages")
-    if type(messages) is not list or not messages:
-        return cid, model, "params.messages must be a non-empty list"
-    if params.get("stream", False) is not False:
-        return cid, model, "params.stream must be absent or false: batch requests do not stream"
-    if params.get("speed", "standard") != "standard":  # (fast mode; the SDK's own "standard" is not)
-        return cid, model, f"params.speed {_short(params['speed'])} is not allowed in a batch (fast mode is not offered there)"
-    return cid, model, None
+def _utf8(data: bytes) -> bool:
+    return data.isascii() or utf8_reason(data) is None
 
 
-VERSION_REFUSES = ("temperature", "top_p", "top_k")  # refused by 2026-10-21 "even if the value is the default"
+def _stripped(raw: bytes, start: int) -> tuple[int, int]:
+    """The size of the line's body (`raw.strip()`), and its offset (-1 stays -1)."""
+    body = raw.strip()
+    if start >= 0 and body[:1] != raw[:1]:
+        start += len(raw) - len(raw.lstrip())
+    return len(body), start
+
+
+Row = tuple[int, int, str, str, int, bytes]
+"""A valid request: (line, offset, custom_id, model, size, raw); its body is `raw.strip()` (`size` bytes)."""
+
+CHUNK_BYTES = 1 << 18  # lines judged at once: about as many bytes (a longer line whole); a chunk's objects stay in the
+# cache and their memory is reused (1 MB chunks took a third more page faults, and more time)
+
+
+def read_chunks(chunks: Iterable[bytes], reject: Callable[[Rejection], None], *, item_limit: int,
+                stats: ScanStats | None = None, **rules: Any) -> Iterator[Row]:
+    """Judge the input's lines, given as chunks of whole lines (`LineReader`, given `rules`); yield each valid
+    request. Rejections reach `reject` in line order with the rows (a caller's own rejection of a row, a duplicate,
+    comes after those of the lines before it). `stats` receives the line count and end offset. Uniqueness is not
+    checked here."""
+    refused: list[Rejection] = []
+    reader = LineReader(refused.append, item_limit=item_limit, **rules)
+    cols = Columns(bodies=[])
+    for chunk in chunks:
+        reader.read(chunk, cols)
+        told = 0
+        for row in zip(cols.lines, cols.offsets, cols.cids, cols.models, cols.sizes, cols.bodies or ()):
+            while told < len(refused) and refused[told].line < row[0]:
+                reject(refused[told])
+                told += 1
+            yield row
+        for rejection in refused[told:]:
+            reject(rejection)
+        refused.clear()
+        cols.clear()
+    if stats is not None:
+        stats.lines, stats.end_offset = reader.line, max(reader.offset, 0)
+
+
+def validate(lines: Iterable[bytes], reject: Callable[[Rejection], None], *, item_limit: int,
+             **rules: Any) -> Iterator[Row]:
+    """`read_chunks` of lines as a file gives them (each with its newline, the last perhaps without)."""
+    it = iter(lines)
+    chunks = (b"".join(part) for part in iter(lambda: list(islice(it, 4096)), []))
+    return read_chunks(chunks, reject, item_limit=item_limit, **rules)
+
+
+def file_chunks(stream: BinaryIO, hasher: Any = None) -> tuple[Iterator[bytes], int]:
+    """A binary stream's whole lines in chunks of about `CHUNK_BYTES` (a longer line whole), a UTF-8 BOM at its
+    start peeled off (`hasher`, if given, sees every byte, the BOM included); and the first line's offset."""
+    first = stream.read(CHUNK_BYTES)
+    bom = first.startswith(_BOM)
+    return _chunks(stream, first, hasher, 3 if bom else 0), 3 if bom else 0
+
+
+def _chunks(stream: BinaryIO, block: bytes, hasher: Any, skip: int) -> Iterator[bytes]:
+    carried: list[bytes] = []
+    while block:
+        if hasher is not None:
+            hasher.update(block)
+        cut = block.rfind(b"\n") + 1
+        if cut:
+            yield b"".join([*carried, block[skip:cut] if not carried else block[:cut]])
+            carried = [block[cut:]]
+        else:
+            carried.append(block[skip:] if not carried else block)
+        skip = 0
+        block = stream.read(CHUNK_BYTES)
+    tail = b"".join(carried)
+    if tail:
+        yield tail
+
+
+def item_chunks(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[bytes]:
+    """An iterable's requests as chunks of lines (`encode_items`), a BOM on the first one peeled off."""
+    lines = encode_items(items)
+    first = next(lines, None)
+    if first is None:
+        return
+    if first.startswith(_BOM):
+        first = first[3:]
+    group = [first]
+    for line in lines:
+        group.append(line)
+        if len(group) >= 4096:
+            yield b"\n".join(group) + b"\n"
+            group = []
+    if group:
+        yield b"\n".join(group) + b"\n"
 
 
 def version_reason(params: dict[str, Any]) -> str | None:
-    """Why API version 2026-10-21 refuses these params (api.md §20), or None: temperature, top_p or top_k at any
-    value, a document block in an assistant message, citations on a user message's text block."""
-    for key in VERSION_REFUSES:
-        if key in params:
-            return f"params.{key} is refused by API version {STRICT_VERSION} (even at its default): remove it, or use 2023-06-01"
-    for i, message in enumerate(params.get("messages") or ()):
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
-        role = message.get("role")
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            if role == "assistant" and block.get("type") == "document":
-                return f"params.messages[{i}]: a document block in an assistant message is refused by API version {STRICT_VERSION}"
-            if role == "user" and block.get("type") == "text" and block.get("citations"):
-                return f"params.messages[{i}]: citations on a user text block are refused by API version {STRICT_VERSION}"
+    """Why API version 2026-10-21 refuses these params (given as values), or None: they are judged as a line of
+    them is, by the strict decoder (`_schema.Params2026`), when the base rules take them."""
+    line = msgspec.json.encode({"custom_id": "x", "params": params})
+    try:
+        decoder(STRICT_VERSION).decode(line)
+    except msgspec.ValidationError as exc:
+        try:
+            decoder(API_VERSION).decode(line)
+        except msgspec.ValidationError:
+            return None  # (refused by the base rules: not the version's doing)
+        return refused_by_version(exc)
     return None
-
-
-def _json_reason(raw: bytes, exc: Exception) -> str:
-    """The reason for a line that failed to parse; `raw` stripped, so positions do not depend on the line ending."""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        return f"not valid UTF-8 (byte {err.start + 1})"
-    try:
-        orjson.loads(raw)
-    except orjson.JSONDecodeError as stripped:
-        exc = stripped
-    return f"not valid JSON: {exc}"
 
 
 def encode_items(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[bytes]:
     """Each request of an iterable as one line of bytes: the one encoding `plan()` and `submit()` share.
 
-    A dict is serialized by orjson; a str is encoded keeping lone surrogates (so the
+    A dict is serialized compactly (msgspec); a str is encoded keeping lone surrogates (so the
     line is rejected as invalid UTF-8, not raised); bytes are taken as given. A line
     break inside an item would split it in the spooled file: a parsable item is
     re-serialized without it, an unparsable one has it replaced by a control byte so
@@ -181,9 +435,11 @@ def encode_items(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[byte
     for item in items:
         if isinstance(item, dict):
             try:
-                line = orjson.dumps(item)
-            except orjson.JSONEncodeError:
-                # orjson refuses lone surrogates; the stdlib keeps them, so the line is rejected for its bytes.
+                line = msgspec.json.encode(item)
+            except (msgspec.EncodeError, UnicodeEncodeError, TypeError):
+                # Lone surrogates and unknown types: the stdlib keeps them, so the line is rejected for its bytes.
+                import json
+
                 line = json.dumps(item, ensure_ascii=False, default=repr).encode("utf-8", "surrogatepass")
         elif isinstance(item, str):
             line = item.encode("utf-8", "surrogatepass")
@@ -199,8 +455,8 @@ def encode_items(items: Iterable[dict[str, Any] | bytes | str]) -> Iterator[byte
 
 def _one_line(line: bytes) -> bytes:
     try:
-        return orjson.dumps(orjson.loads(line))
-    except orjson.JSONDecodeError:
+        return msgspec.json.encode(msgspec.json.decode(line))
+    except msgspec.DecodeError:
         return line.replace(b"\r", b"\x01").replace(b"\n", b"\x01")
 
 
@@ -272,252 +528,29 @@ def expected_ids(source: BinaryIO | int | None, size: int) -> int:
         return 0
 
 
+class _Ids(msgspec.Struct):
+    """What `request_reader` reads back of a line: its custom_id and model (the rest is skipped)."""
+
+    class _Model(msgspec.Struct):
+        model: str
+
+    custom_id: str
+    params: _Model
+
+
+_ids = msgspec.json.Decoder(_Ids)
+
+
 def request_reader(fd: int) -> Callable[[int], tuple[str, str]]:
     """Reads back (custom_id, model) of the valid request at an offset: for the rare line whose fields are needed again."""
     def request_at(offset: int) -> tuple[str, str]:
         try:
-            obj = orjson.loads(_line_at(fd, offset))
-            return obj["custom_id"], obj["params"]["model"]
-        except (orjson.JSONDecodeError, OSError, KeyError, TypeError):
+            ids = _ids.decode(_line_at(fd, offset))
+        except (msgspec.DecodeError, OSError):
             return "", ""  # (the file changed under us: an empty id matches nothing)
+        return ids.custom_id, ids.params.model
 
     return request_at
-
-
-def validate(
-    lines: Iterable[bytes],
-    reject: Callable[[Rejection], None],
-    *,
-    item_limit: int,
-    first_line: int = 1,
-    offset: int = 0,
-    from_file: bool = True,
-    hasher: Any = None,
-    stats: ScanStats | None = None,
-    models: ModelRules | None = None,
-    peaks: dict[str, int] | None = None,
-    into: Columns | None = None,
-    cache: CacheScan | None = None,
-    strict: bool = False,
-) -> Iterator[tuple[int, int, str, str, int, bytes]]:
-    """Check every line; yield (line, offset, custom_id, model, size, raw) for the valid ones, where the request's
-    body is `raw.strip()` (`size` bytes; made only by a caller that sends it), or, given `into`, append them to
-    those columns and yield nothing. Uniqueness is not checked here.
-
-    `models` (from the Models API preflight) rejects a line whose model is refused or whose max_tokens is over
-    the model's limit; `peaks` receives the largest max_tokens seen per model (so a second pass is needed only
-    when some line can be over a limit).
-
-    `strict`: the requests go under API version 2026-10-21, whose refusals (`version_reason`) reject a line too.
-
-    A line whose prompt has blocks is also checked for markers the API refuses (`_blocks`, `_markers`); a plain
-    line is told apart by its shape, without a search or a call. Given `cache`, a marked line's prefixes and a long
-    unmarked system prompt or tool list are noted there (`_caching`).
-
-    This loop is the hot path of `plan`, and it stays one function over 60 lines on purpose: each Python call
-    added a line costs about 35 ns (timeit) of the 2.5-3.7 us a line takes here, 1-1.5% per call, and splitting the
-    checks out would add three (docs/performance.md). Only the lines that need more pay a call: a line with blocks
-    (`_blocks`, about 1,000 instructions of a marked line's 39,243), one orjson refused (`_unparsed`), and every
-    line when a preflight or API version 2026-10-21 adds its rules (`_later_reason`).
-    """
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
-    lines, offset = _opened(lines, first_line == 1 and (offset == 0 or not from_file), offset, hasher)
-    later = strict or models is not None or peaks is not None  # (the checks a plain `plan` skips)
-    memos: dict[str, Memo] = {}  # one a model: files interleave models, and a prefix is per model
-    cols = into or Columns()
-    col_offsets, col_sizes, col_fps, by_model = cols.offsets, cols.sizes, cols.fps, cols.by_model
-    if into is not None:
-        if first_line != 1:
-            raise ValueError("validate(into=...) numbers a piece's lines from 1")
-        reject = _noting(reject, into.skipped)
-    line_no = first_line - 1
-    for raw in lines:
-        line_no += 1
-        start = offset
-        if from_file:
-            offset += len(raw)
-        else:
-            start = -1
-        try:
-            obj = loads(raw)
-        except decode_error as exc:
-            _unparsed(raw, exc, line_no, reject, into)
-            continue
-        # The common shape, read by subscript (cheaper than .get; a missing key or a non-object raises, at no
-        # cost when nothing is raised) and checked with as few operations as possible; anything else goes to
-        # check_request, which names the reason.
-        try:
-            cid = obj["custom_id"]
-            params = obj["params"]
-            model = params["model"]
-            max_tokens = params["max_tokens"]
-            messages = params["messages"]
-            # (params is a dict: orjson gives no other type that a str subscripts. A custom_id of another type
-            # fails len() or has no encode(): TypeError or AttributeError.)
-            common = (
-                len(obj) == 2  # (both keys found: exactly these two)
-                and len(cid) <= 64  # (an empty one fails the next test: b''.isalnum() is False)
-                # bytes.isalnum is ASCII-only, so with '-' and '_' mapped to 'a' this is the custom_id pattern,
-                # at half the cost of a regex or str.strip(chars). (orjson never gives a lone surrogate.)
-                and cid.encode().translate(_ID_CHARS).isalnum()
-                and "stream" not in params
-                and "speed" not in params
-                and model.__class__ is str
-                and model
-                and max_tokens.__class__ is int
-                and max_tokens >= 1
-                and messages.__class__ is list
-                and messages
-            )
-        except (KeyError, TypeError, AttributeError):
-            common = False
-        if not common:
-            cid, model, reason = check_request(obj)
-            if reason is not None:
-                reject(Rejection(line_no, cid, reason))
-                continue
-            params = obj["params"]  # (what the shortcut read may be partial: read again, off the common path)
-            messages = params["messages"]
-        size = len(raw) - 1
-        if raw[0] != 123 or raw[size] != 10 or raw[size - 1] != 125:  # not b'{...}\n': measure what strip() keeps
-            body = raw.strip()  # (a copy: 2.5% of a worker's instructions, paid only here)
-            size = len(body)
-            if start >= 0 and body[0] != raw[0]:
-                start += len(raw) - len(raw.lstrip())
-        if size > item_limit:
-            reject(Rejection(line_no, cid, too_large(size, item_limit)))
-            continue
-        # Markers only stand in blocks (list system, tools, block content) or at the top: a plain line is not searched.
-        system = params.get("system")
-        if (system.__class__ is list or "tools" in params or "cache_control" in params or len(messages) != 1
-                or messages[0].__class__ is not dict or messages[0].get("content").__class__ is not str):
-            memo = memos.get(model) or memos.setdefault(model, Memo())
-            reason = _blocks(raw, params, system, model, memo, cache, line_no, start, size, cid)
-            if reason is not None:
-                reject(Rejection(line_no, cid, reason))
-                continue
-        elif cache is not None and system.__class__ is str and len(system) >= UNMARKED_MIN_BYTES:
-            note_unmarked(cache, model, system, None)
-        if later:
-            reason = _later_reason(params, strict, models, peaks)
-            if reason is not None:
-                reject(Rejection(line_no, cid, reason))
-                continue
-        # cid and model are set: check_request gave no reason (no runtime check here: the hot path).
-        if into is None:
-            yield line_no, start, cid, model, size, raw
-            continue
-        col_offsets.append(start)
-        col_sizes.append(size)
-        col_fps.append(hash(cid) >> FP_SHIFT)
-        by_model[model].append(size)
-    if stats is not None:
-        stats.lines = line_no
-        stats.end_offset = offset
-
-
-def _unparsed(raw: bytes, exc: Exception, line: int, reject: Callable[[Rejection], None], into: Columns | None) -> None:
-    """A line orjson refused: rejected, or skipped when blank (no request, no rejection)."""
-    if raw.strip():
-        reject(Rejection(line, None, _json_reason(raw.strip(), exc)))
-    elif into is not None:
-        into.skipped.append(line)
-
-
-def _later_reason(params: dict[str, Any], strict: bool, models: ModelRules | None, peaks: dict[str, int] | None
-                  ) -> str | None:
-    """Why API version 2026-10-21 (`strict`) or the Models API's rules refuse a line that passed the rest, or None;
-    `peaks` takes its max_tokens."""
-    reason = version_reason(params) if strict else None
-    if reason is None and (models is not None or peaks is not None):
-        reason = _model_reason(params, models, peaks)
-    return reason
-
-
-def _noting(reject: Callable[[Rejection], None], skipped: list[int]) -> Callable[[Rejection], None]:
-    """`reject`, noting each rejected line in `skipped` first (for `Columns.lines`)."""
-    def note(rejection: Rejection) -> None:
-        skipped.append(rejection.line)
-        reject(rejection)
-
-    return note
-
-
-def too_large(size: int, item_limit: int) -> str:
-    return f"request is {size} bytes: no batch can hold it (at most {item_limit} bytes a request)"
-
-
-def _blocks(raw: bytes, params: dict[str, Any], system: Any, model: str, memo: Memo, cache: CacheScan | None,
-            line: int, offset: int, size: int, cid: str) -> str | None:
-    """A line with blocks (or a top-level marker): why the API would refuse its markers, or None, its prefixes or
-    its long unmarked parts noted in `cache`. A line whose only blocks are its system's is walked over them with
-    no search; another only if its bytes name `cache_control`.
-    (Out of `validate`'s loop: a plain line never pays this call.)"""
-    messages = params["messages"]
-    if (system.__class__ is list and "tools" not in params and "cache_control" not in params and len(messages) == 1
-            and messages[0].__class__ is dict and messages[0].get("content").__class__ is str):
-        reason, points = system_walk(system, model, memo)
-    elif b"cache_control" in raw:
-        reason, points = marker_walk(params, model, memo)  # (one walk: the check and the prefixes)
-    else:
-        reason, points = None, ()
-    if reason is not None or cache is None:
-        return reason
-    if points:
-        rows = cache.rows
-        rows.append((line, offset, size, cid, model, points))
-        if len(rows) >= SETTLE_ROWS:
-            cache.settle()
-    elif system is not None or "tools" in params:
-        note_unmarked(cache, model, system, params.get("tools"))
-    return None
-
-
-def _opened(lines: Iterable[bytes], at_start: bool, offset: int, hasher: Any) -> tuple[Iterator[bytes], int]:
-    """The lines with a BOM peeled off the first (when `at_start`: the file's or the iterable's first line), each
-    fed to `hasher` if given; and the offset of the first line's first byte after the BOM."""
-    lines = iter(lines)
-    if at_start:
-        head = next(lines, None)
-        if head is not None and head.startswith(_BOM):
-            if hasher is not None:
-                hasher.update(_BOM)
-            head, offset = head[3:], offset + 3
-        lines = chain(() if head is None else (head,), lines)
-    if hasher is not None:
-        lines = _hashed(lines, hasher.update)
-    return lines, offset
-
-
-def _hashed(lines: Iterator[bytes], update: Callable[[bytes], object]) -> Iterator[bytes]:
-    """The lines, each fed to the hash on its way (only a submit hashes: `plan`'s loop skips this step)."""
-    for raw in lines:
-        update(raw)
-        yield raw
-
-
-ModelRules = dict[str, tuple[str | None, int | None]]
-"""model name as written -> (why every line naming it is rejected, or None; its max_tokens limit, or None)."""
-
-
-def _model_reason(params: dict[str, Any], models: ModelRules | None, peaks: dict[str, int] | None) -> str | None:
-    model, max_tokens = params["model"], params["max_tokens"]
-    if peaks is not None and max_tokens > peaks.get(model, 0):
-        peaks[model] = max_tokens
-    rule = models.get(model) if models is not None else None
-    if rule is None:
-        return None
-    refused, limit = rule
-    if refused is not None:
-        return refused
-    if limit is not None and max_tokens > limit:
-        return f"model {model!r}: params.max_tokens {max_tokens:,} is above the model's limit of {limit:,}"
-    return None
-
-
-def duplicate(cid: str, first: int) -> str:
-    return f"duplicate custom_id {cid!r} (first on line {first})"
 
 
 def scan(
@@ -527,40 +560,36 @@ def scan(
     item_limit: int,
     stats: ScanStats | None = None,
     hasher: Any = None,
-    models: ModelRules | None = None,
-    peaks: dict[str, int] | None = None,
-    cache: CacheScan | None = None,
-    strict: bool = False,
     ids_in_memory: int | None = None,
     repeats: dict[int, int] | None = None,
-) -> Iterator[tuple[int, int, str, str, int, bytes]]:
-    """Yield (line, offset, custom_id, model, size, raw) for every valid, unique request, in order (as `validate`).
+    **rules: Any,
+) -> Iterator[Row]:
+    """Yield every valid, unique request, in order (as `read_chunks`, given the `LineReader`'s `rules`).
 
-    Every bad line goes to `reject`. `item_limit` is the largest request (bytes) a
-    batch can hold: a larger one is rejected rather than breaking the splitter.
-    `stats` receives the line count and end offset; `hasher` (a hashlib object)
-    sees every byte of a file source. A file of more than `ids_in_memory` ids may
-    yield a repeated id: `stats.repeats` then names it, for a second reading told
-    the `repeats` (see `_duplicates`).
+    Every bad line goes to `reject`. `stats` receives the line count and end offset; `hasher` (a hashlib object)
+    sees every byte of a file source. A file of more than `ids_in_memory` ids may yield a repeated id: `stats.repeats`
+    then names it, for a second reading told the `repeats` (see `_duplicates`).
     """
     stream, items, size = open_source(source)
     check = None
     try:
         from_file = stream is not None
-        lines: Iterable[Any] = stream if stream is not None else encode_items(items or ())
+        if stream is not None:
+            chunks, offset = file_chunks(stream, hasher)
+        else:
+            chunks, offset = item_chunks(items or ()), 0
         check = duplicate_check(expected_ids(stream, size), _confirmer(stream) if from_file else None,
                                 rereadable=stats is not None and _rereadable(source), limit=ids_in_memory,
                                 known=repeats)
         add = check.add
-        for line_no, start, cid, model, n, raw in validate(
-            lines, reject, item_limit=item_limit, from_file=from_file, hasher=hasher, stats=stats, models=models, peaks=peaks,
-            cache=cache, strict=strict
-        ):
-            first = add(cid, line_no, start)
+        for row in read_chunks(chunks, reject, item_limit=item_limit, from_file=from_file, offset=offset,
+                               stats=stats, **rules):
+            line, start, cid = row[0], row[1], row[2]
+            first = add(cid, line, start)
             if first:
-                reject(Rejection(line_no, cid, duplicate(cid, first)))
+                reject(Rejection(line, cid, duplicate(cid, first)))
                 continue
-            yield line_no, start, cid, model, n, raw
+            yield row
         if stats is not None:
             stats.repeats = check.late()
     finally:

@@ -11,10 +11,11 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, repeat
 from operator import add
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from .._errors import UsageError
-from .._record import Record
-from .._typing import TYPE_CHECKING
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION, API_VERSIONS
 
 if TYPE_CHECKING:
@@ -49,23 +50,24 @@ def max_item_bytes(max_bytes: int) -> int:
     return max_bytes - ENVELOPE_BYTES
 
 
-class Limits(Record):
+class Limits(msgspec.Struct, frozen=True):
     """Per-batch limits (both can only be lowered below the API's), and the API version whose rules each request is
     judged by (`api_version`: under 2026-10-21 some parameters and blocks are refused)."""
 
-    __slots__ = ("max_requests", "max_bytes", "api_version")
+    max_requests: int = API_MAX_REQUESTS
+    max_bytes: int = API_MAX_BYTES
+    api_version: str = API_VERSION
 
-    def __init__(self, max_requests: int = API_MAX_REQUESTS, max_bytes: int = API_MAX_BYTES,
-                 api_version: str = API_VERSION) -> None:
-        if not 1 <= max_requests <= API_MAX_REQUESTS:
-            raise UsageError(f"max_requests must be between 1 and {API_MAX_REQUESTS}, got {max_requests}",
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_requests <= API_MAX_REQUESTS:
+            raise UsageError(f"max_requests must be between 1 and {API_MAX_REQUESTS}, got {self.max_requests}",
                              setting="max_requests")
-        if not ENVELOPE_BYTES + 2 <= max_bytes <= API_MAX_BYTES:
-            raise UsageError(f"max_bytes must be between {ENVELOPE_BYTES + 2} and {API_MAX_BYTES}, got {max_bytes}",
-                             setting="max_bytes")
-        if api_version not in API_VERSIONS:
-            raise UsageError(f"API version {api_version!r}: use {' or '.join(API_VERSIONS)}", setting="api_version")
-        self.max_requests, self.max_bytes, self.api_version = max_requests, max_bytes, api_version
+        if not ENVELOPE_BYTES + 2 <= self.max_bytes <= API_MAX_BYTES:
+            raise UsageError(f"max_bytes must be between {ENVELOPE_BYTES + 2} and {API_MAX_BYTES}, got "
+                             f"{self.max_bytes}", setting="max_bytes")
+        if self.api_version not in API_VERSIONS:
+            raise UsageError(f"API version {self.api_version!r}: use {' or '.join(API_VERSIONS)}",
+                             setting="api_version")
 
     def under(self, api_version: str) -> Limits:
         """These limits, judged by another API version."""

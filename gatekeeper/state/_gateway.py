@@ -143,11 +143,12 @@ class GatewayBook:
         return record, True
 
     def _same(self, db: Db, record: BatchRecord, window: float) -> BatchRecord | None:
+        """The batch a keyed create names (a new key is a new batch, whatever its requests: the client said so), else
+        one of the same request set within the window (the SDK sends no key: its retries are told by their content)."""
         if record.idem_key is not None:
             row = db.execute(f"SELECT {_COLUMNS} FROM gateway_batches WHERE tenant = ? AND idem_key = ? AND "
                              "deleted_at IS NULL ORDER BY seq DESC LIMIT 1", (record.tenant, record.idem_key)).fetchone()
-            if row is not None:
-                return _record(row)
+            return None if row is None else _record(row)
         if window <= 0:
             return None
         row = db.execute(f"SELECT {_COLUMNS} FROM gateway_batches WHERE tenant = ? AND digest = ? AND created_at >= ? "

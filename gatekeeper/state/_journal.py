@@ -40,7 +40,7 @@ from ._lease import Lease
 from ._outcomes import Outcomes
 from ._realtime import MIGRATION as REALTIME_MIGRATION
 from ._realtime import LaneRecords
-from ._records import RESULT_COLUMNS, BatchRow, BatchState, JobPlan, PendingRow, Totals
+from ._records import RESULTS_SQL_COLUMNS, BatchRow, BatchState, JobPlan, PendingRow, Totals
 
 __all__ = ["BatchRow", "BatchState", "JobPlan", "Journal", "PendingRow", "Settlement", "Totals", "open_job"]
 
@@ -422,8 +422,8 @@ class Settlement:
             self.flush()
 
     def flush(self) -> None:
-        self._db.load(f"INSERT INTO results ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                      f"COPY results ({RESULT_COLUMNS}) FROM STDIN", self._finals)
+        self._db.load(f"INSERT INTO results ({RESULTS_SQL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      f"COPY results ({RESULTS_SQL_COLUMNS}) FROM STDIN", self._finals)
         self._db.executemany("INSERT INTO pending VALUES (?, ?, ?, ?, ?) ON CONFLICT (line) DO UPDATE SET \"offset\" = excluded.\"offset\", "
                              "length = excluded.length, custom_id = excluded.custom_id, attempt = excluded.attempt", self._retries)
         self._db.executemany("INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (line, attempt) DO UPDATE SET "

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
-RESULT_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
+RESULTS_SQL_COLUMNS = ("line, custom_id, type, error_type, attempts, out_offset, out_len, model, input_tokens, output_tokens, "
                   "cache_creation_tokens, cache_read_tokens, batch, cache_write_1h_tokens, stop_reason")
 TIMELINE_ROWS = 4000  # readings kept: a 24-hour run polled every 30 s takes 2,880
 

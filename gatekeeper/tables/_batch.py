@@ -1,7 +1,7 @@
-"""A record batch of rows judged at once: the same `Judged` as `_rows.judge` row by row, with the prompts rendered
+"""A record batch of rows judged at once: the same `Judged` as `_rows.judge_row` row by row, with the prompts rendered
 and escaped by C-level maps over the batch's columns (no Python step a row). Rows the batch path cannot vouch for (a
 null templated column, a null or duplicated id) and templates over columns that are not strings go row by row,
-through `judge` itself: one definition of a row's request, two speeds.
+through `judge_row` itself: one definition of a row's request, two speeds.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, framed, hashable, judge, key_of, no_id
+from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, framed, hashable, judge_row, key_of, no_id
 from ._template import Template
 
 _hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
@@ -26,7 +26,7 @@ _hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
 class Judgements:
     """A record batch's rows judged, as columns (a million rows in objects of their own were a third of a plan):
     row `first + 1 + i` has `bodies[i]`, `keys[i]` and `cids[i]`, unless it was rejected for `rejected[i]`. Iterated,
-    the rows as `Judged`, as `_rows.judge` gives them. Judged without keys (`judge_batch`'s `keyed`), `keys` is
+    the rows as `Judged`, as `_rows.judge_row` gives them. Judged without keys (`judge_batch`'s `keyed`), `keys` is
     None, and so is `cids` without an id column: a custom_id is then made only where asked for (`_KeyIds`)."""
 
     __slots__ = ("first", "keys", "cids", "bodies", "rejected")
@@ -111,7 +111,7 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     sub = batch.select(list(spec.columns))
     templates = [t for t in (spec.template, spec.system) if t is not None]
     if not all(_strings(sub, t) for t in templates):
-        return Judgements.of_rows(first, [judge(spec, row, first + i, duplicated) for i, row in enumerate(sub.to_pylist(), 1)])
+        return Judgements.of_rows(first, [judge_row(spec, row, first + i, duplicated) for i, row in enumerate(sub.to_pylist(), 1)])
     user = _rendered(spec.template, sub)
     system = _rendered(spec.system, sub) if spec.system is not None else None
     ids = sub.column(spec.id_column).to_pylist() if spec.id_column else None
@@ -121,12 +121,12 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     keys: list[str | None] | None = list(map(_key_part, map(_hex, map(hashlib.sha256, bodies)))) if keyed else None
     out = Judgements(first, keys, _custom_ids(ids, keys), bodies, {})
     nulls = _nulls(sub, templates, unvouched)
-    for i, column in nulls.items():  # (what `judge` says of them, without a row's values made a dict each)
+    for i, column in nulls.items():  # (what `judge_row` says of them, without a row's values made a dict each)
         out.put(i, Judged(first + i + 1, rejected=f"row {first + i + 1}: column {column!r} is null"))
     rest = [i for i in unvouched if i not in nulls]
     if rest:  # (their values taken at once: a slice a row was most of a plan of a sparse column)
         for i, row in zip(rest, _taken(sub, rest)):
-            out.put(i, judge(spec, row, first + i + 1, duplicated))
+            out.put(i, judge_row(spec, row, first + i + 1, duplicated))
     return out
 
 
@@ -143,7 +143,7 @@ def _taken(sub: pa.RecordBatch, rows: list[int]) -> list[dict[str, Any]]:
 
 def _nulls(sub: pa.RecordBatch, templates: list[Template], rows: list[int]) -> dict[int, str]:
     """Of `rows`, those null in a templated column (strings: never NaN nor bytes), each with its first such column
-    in the order `judge` looks at them."""
+    in the order `judge_row` looks at them."""
     if not rows:
         return {}
     out: dict[int, str] = {}

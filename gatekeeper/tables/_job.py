@@ -37,7 +37,7 @@ from ._where import default_state_dir, identity, shown
 if TYPE_CHECKING:
     from ..run.job._summary import Summary
 
-RESULT_TYPES = {"custom_id": pa.string(), "status": pa.string(), "text": pa.string(), "stop_reason": pa.string(),
+RESULT_ARROW_TYPES = {"custom_id": pa.string(), "status": pa.string(), "text": pa.string(), "stop_reason": pa.string(),
                 "model": pa.string(), "input_tokens": pa.int64(), "output_tokens": pa.int64(),
                 "cache_read_input_tokens": pa.int64(), "cache_creation_input_tokens": pa.int64(),
                 "cost_usd": pa.float64(), "error": pa.string()}
@@ -126,7 +126,7 @@ def table_job(source: Any, spec: TableSpec, root: Path, answers: Answers) -> Tab
 
 def result_schema(schema: pa.Schema) -> pa.Schema:
     """The result table's columns: the input's, then the result columns."""
-    return pa.schema([pa.field(f.name, f.type) for f in schema] + [pa.field(n, t) for n, t in RESULT_TYPES.items()])
+    return pa.schema([pa.field(f.name, f.type) for f in schema] + [pa.field(n, t) for n, t in RESULT_ARROW_TYPES.items()])
 
 
 class TableJob:
@@ -324,7 +324,7 @@ def _write(rows: TableRows, answers: Answers, prices: PriceTable, where: str | N
         cols = [result_columns(j, got.get(j.key) if j.key else None, prices, unsent) for j in judged]
         for c in cols:
             result.by_status[c["status"]] = result.by_status.get(c["status"], 0) + 1
-        extra = [pa.array([c[name] for c in cols], type=RESULT_TYPES[name]) for name in RESULT_COLUMNS]
+        extra = [pa.array([c[name] for c in cols], type=RESULT_ARROW_TYPES[name]) for name in RESULT_COLUMNS]
         out = pa.RecordBatch.from_arrays(batch.columns + extra, names=batch.schema.names + list(RESULT_COLUMNS))
         if where is None:
             kept.append(out)

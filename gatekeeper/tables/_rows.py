@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from .._prices import PriceTable
-from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, UNPROVEN
+from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, UNPROVEN_ERROR
 from ._template import Template
 
 _VALID_ID = re.compile(r"[A-Za-z0-9_-]{1,64}").fullmatch
@@ -162,7 +162,7 @@ def custom_id_of(value: Any, key: str) -> str:
     return "id-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def judge(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: Mapping[Any, list[int]]) -> Judged:
+def judge_row(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: Mapping[Any, list[int]]) -> Judged:
     """One row: its request and identity, or why it is rejected (a templated column null, NaN or not UTF-8; a null,
     NaN or duplicated id); `duplicated` maps each id that occurs more than once to the rows it is on."""
     for template in (spec.template, spec.system):
@@ -196,7 +196,7 @@ def hashable(value: Any) -> Any:
 
 
 NOT_SENT = "not sent: the run did not send it"
-NEVER_AGAIN = (UNPROVEN, RESULTS_UNAVAILABLE, MISSING_RESULT)  # errors of requests processed and maybe billed
+NEVER_AGAIN = (UNPROVEN_ERROR, RESULTS_UNAVAILABLE, MISSING_RESULT)  # errors of requests processed and maybe billed
 
 
 def is_final(result: Mapping[str, Any]) -> bool:

@@ -17,12 +17,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
 
-from .._typing import TYPE_CHECKING
 from ._cache import CachePoint, Usage, cache_points
 from ._model import OUTPUT_TOKENS, Outcome, new_id
 

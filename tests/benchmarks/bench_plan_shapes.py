@@ -1,39 +1,46 @@
 """`gatekeeper plan` against a bare orjson loop on several input shapes, each a whole process (start-up included).
 
-Usage: python tests/benchmarks/bench_plan_shapes.py [--requests 100000] [--repeat 3] [--shapes rough,plain,...]
+Usage: python tests/benchmarks/bench_plan_shapes.py [--requests 100000] [--repeat 9] [--shapes example,marked,...]
 
-Shapes (each --requests lines of about 1.5 KB):
-- rough: every line carries a cache_control marker on a short system block (below every model's minimum cacheable
-  length), compact and spaced JSON mixed, CRLF endings, a blank line every 1,000, 5% of lines with non-ASCII text,
-  14 defective lines;
+Shapes (--requests lines each; the first five by default, the issue's):
+- example: the bundled examples/requests.jsonl (short lines, some with a system prompt), repeated with fresh
+  custom_ids;
+- marked: a short system block marked for caching on every line (below every model's minimum cacheable length),
+  compact and spaced JSON alternating, CRLF endings (about 1.5 KB);
+- agent: two tools, and turns of text, tool_use and tool_result blocks (about 1.9 KB);
+- media: an image (base64) and a document (a text source) beside a question (about 1.4 KB);
+- oneline: one-line prompts, nothing else (about 140 bytes);
+- rough: as marked, with a blank line every 1,000, 5% of lines with non-ASCII text, and 14 defective lines;
 - plain: compact JSON, LF, ASCII, no markers (make_requests.py);
-- marked: a long shared system prompt marked for caching (above the minimum), as a caching job writes it;
-- spaced: every line as `json.dumps` writes it (", " and ": "), LF;
-- example: the bundled examples/requests.jsonl, repeated with fresh custom_ids.
+- cached: a long shared system prompt marked for caching (above the minimum), as a caching job writes it;
+- spaced: every line as `json.dumps` writes it (", " and ": "), LF.
 
 The bare loop is `python -c` reading the file line by line with `orjson.loads`; `plan` is `python -m gatekeeper plan
-FILE --json` with its default workers, run in turns --repeat times, with gatekeeper's bytecode compiled first (as
-`pip install` compiles it: where PYTHONDONTWRITEBYTECODE is set, as on this project's machines, a module edited since
-a test last ran was compiled from source on every run, 3-6 ms a module). Prints each shape's best times, their ratio, and
-the median of the ratios of the pairs run back to back (on a shared, noisy machine the steadier figure).
+FILE --json` with its default workers (two, for a file over 8 MB on two cores); both are whole processes, start-up
+included, run in turns --repeat times, with gatekeeper's bytecode compiled first (as `pip install` compiles it: where
+PYTHONDONTWRITEBYTECODE is set, as on this project's machines, a module edited since a test last ran was compiled from
+source on every run, 3-6 ms a module). Prints each shape's best times, their ratio, and the median of the ratios of
+the pairs run back to back (on a shared, noisy machine the steadier figure).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
 import subprocess
 import sys
 import time
+from typing import Any
 
 import orjson
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from make_requests import request  # noqa: E402
+from make_requests import MODELS, WORDS, request  # noqa: E402
 
 BARE = """
 import orjson, sys
@@ -60,10 +67,57 @@ def _rough(i: int, rng: random.Random) -> bytes:
     return line + b"\r\n" + (b"\r\n" if i % 1000 == 999 else b"")
 
 
-def _marked(i: int, rng: random.Random) -> bytes:
+def _cached(i: int, rng: random.Random) -> bytes:
     obj = orjson.loads(request(i, rng))
     obj["params"]["system"] = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
     return orjson.dumps(obj) + b"\n"
+
+
+def _marked(i: int, rng: random.Random) -> bytes:
+    obj = orjson.loads(request(i, rng))
+    obj["params"]["system"] = [{"type": "text", "text": "Answer briefly.", "cache_control": {"type": "ephemeral"}}]
+    return (json.dumps(obj, ensure_ascii=False).encode() if i % 2 else orjson.dumps(obj)) + b"\r\n"
+
+
+TOOLS = [
+    {"name": "get_order", "description": "Look up an order by its number and return its status, items and totals.",
+     "input_schema": {"type": "object", "properties": {"order_id": {"type": "string", "description": "The order"}},
+                      "required": ["order_id"]}},
+    {"name": "refund", "description": "Refund an order in whole or in part.",
+     "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}},
+                      "required": ["order_id", "amount"]}},
+]
+IMAGE = base64.b64encode(bytes(range(256)) * 2).decode()
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _agent(i: int, rng: random.Random) -> bytes:
+    turns: list[dict[str, Any]] = [{"role": "user", "content": "Customer writes: " + _words(rng, 25)}]
+    for t in range(2):
+        tool = f"toolu_{i:08d}{t}"
+        turns.append({"role": "assistant", "content": [
+            {"type": "text", "text": "Let me check " + _words(rng, 6)},
+            {"type": "tool_use", "id": tool, "name": "get_order", "input": {"order_id": f"A{i}-{t}"}}]})
+        turns.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool, "content": _words(rng, 30)}]})
+    return orjson.dumps({"custom_id": f"agent-{i:09d}", "params": {
+        "model": MODELS[i % 3], "max_tokens": 1024, "tools": TOOLS, "tool_choice": {"type": "auto"}, "messages": turns}}) + b"\n"
+
+
+def _media(i: int, rng: random.Random) -> bytes:
+    content = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": IMAGE}},
+               {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": _words(rng, 40)},
+                "title": f"Doc {i}"},
+               {"type": "text", "text": "Compare the image with the document: " + _words(rng, 8)}]
+    return orjson.dumps({"custom_id": f"media-{i:09d}", "params": {
+        "model": MODELS[i % 3], "max_tokens": 512, "messages": [{"role": "user", "content": content}]}}) + b"\n"
+
+
+def _oneline(i: int, rng: random.Random) -> bytes:
+    return orjson.dumps({"custom_id": f"q{i}", "params": {
+        "model": MODELS[i % 3], "max_tokens": 64, "messages": [{"role": "user", "content": "Name a " + rng.choice(WORDS)}]}}) + b"\n"
 
 
 def _spaced(i: int, rng: random.Random) -> bytes:
@@ -80,16 +134,14 @@ def write(shape: str, path: str, n: int) -> None:
     examples = _example_lines() if shape == "example" else []
     with open(path, "wb") as f:
         for i in range(n):
-            if shape == "rough":
-                f.write(_rough(i, rng))
-            elif shape == "marked":
-                f.write(_marked(i, rng))
-            elif shape == "spaced":
-                f.write(_spaced(i, rng))
-            elif shape == "example":
+            if shape == "example":
                 f.write(orjson.dumps({**examples[i % len(examples)], "custom_id": f"ex-{i:09d}"}) + b"\n")
             else:
-                f.write(request(i, rng) + b"\n")
+                f.write(SHAPES[shape](i, rng))
+
+
+SHAPES = {"marked": _marked, "agent": _agent, "media": _media, "oneline": _oneline, "rough": _rough,
+          "plain": lambda i, rng: request(i, rng) + b"\n", "cached": _cached, "spaced": _spaced}
 
 
 def timed(args: list[str]) -> float:
@@ -104,15 +156,15 @@ def timed(args: list[str]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=100_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--shapes", default="rough,plain,marked,spaced,example")
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--shapes", default="example,marked,agent,media,oneline")
     ap.add_argument("--dir", default="/tmp")
     a = ap.parse_args()
     import gatekeeper
 
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(gatekeeper.__file__)], check=True)
     for shape in a.shapes.split(","):
-        path = os.path.join(a.dir, f"gk-shape-{shape}-{a.requests}.jsonl")
+        path = os.path.join(a.dir, f"gk-plan-shape-{shape}-{a.requests}.jsonl")
         if not os.path.exists(path):
             write(shape, path, a.requests)
         bare, plan = [], []

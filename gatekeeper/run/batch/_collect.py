@@ -22,7 +22,7 @@ from ..._errors import IncompleteDownload, NotFoundError, RateLimited, ServerErr
 from ...decide._downloads import (
     MISSING_RESULT,
     RESULTS_UNAVAILABLE,
-    UNPROVEN,
+    UNPROVEN_ERROR,
     Missing,
     MissingVerdict,
     download_wait,
@@ -31,7 +31,7 @@ from ...decide._downloads import (
 from ...decide._headroom import parse_time
 from ...decide._ownership import Fit, Relation, fit_of
 from ...decide._reconcile import candidates_for, listing_would_show, others_in_flight
-from ...decide._settle import errored_line, settle, stop_of, usage_of
+from ...decide._settle import Result, errored_line, settle, stop_of, usage_of
 from ...state._journal import BatchRow, BatchState, Settlement
 from ..job._checkpoints import reached
 from ..job._part import Part, RunContext, Snapshot
@@ -229,18 +229,19 @@ class Collector(Part):
         canceled = bool(self.journal.get_meta("user_canceled")) or row.idx in (self.journal.get_meta("canceled_batches") or [])
         # (a batch canceled for the deadline: its canceled requests go real time, their attempt not spent)
         policy = (self._max_attempts() + (row.idx in (self.journal.get_meta("deadline_canceled") or [])), canceled)
-        async for cid, raw, obj in download:
+        async for cid, raw, result in download:
             if download.lines % 2048 == 0:
                 self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
-            if cid in members.sample and (tokens := billed_prompt(obj.get("result"))) is not None:
+            if cid in members.sample and (tokens := billed_prompt(result)) is not None:
                 billed[cid] = tokens
             member = members.pop(cid)
             if held:
-                pos += self._keep_apart(out, row, cid, raw, obj, member, s, pos)
+                pos += self._keep_apart(out, row, cid, raw, result, member, s, pos)
                 continue
-            placed = self._settle_line(row, cid, raw, obj, member, s, pos, policy)
+            placed = self._settle_line(row, cid, raw, result, member, s, pos, policy)
             if placed:
-                out.write(raw + b"\n")
+                out.write(raw)
+                out.write(b"\n")  # (not `raw + b"\n"`: a copy of every answer)
                 pos += placed
                 if pos - start == placed:
                     reached("mid-results")
@@ -263,11 +264,10 @@ class Collector(Part):
             raise _NotYet("our requests could not be counted yet")
         return self._judge(sample, counts, billed, learned)
 
-    def _settle_line(self, row: BatchRow, cid: str, raw: bytes, obj: dict[str, Any], member: tuple[int, int, int, int],
+    def _settle_line(self, row: BatchRow, cid: str, raw: bytes, result: Result, member: tuple[int, int, int, int],
                      s: Settlement, pos: int, policy: tuple[int, bool]) -> int:
         """Settle one verified result line: the bytes it adds to the output (0 when it goes to a retry)."""
         line, off, length, attempt = member
-        result: Any = obj.get("result")
         v = settle(result, attempt=attempt, max_attempts=policy[0], user_canceled=policy[1])
         if v.retry:
             s.retry(line, off, length, cid, attempt, row.idx, v.type, v.error_type, raw)
@@ -278,19 +278,18 @@ class Collector(Part):
         return len(raw) + 1
 
     @staticmethod
-    def _keep_apart(out: BinaryIO, row: BatchRow, cid: str, raw: bytes, obj: dict[str, Any],
+    def _keep_apart(out: BinaryIO, row: BatchRow, cid: str, raw: bytes, result: Result,
                     member: tuple[int, int, int, int], s: Settlement, pos: int) -> int:
         """An answer of a batch never proven ours: kept in the journal as it came, and a final errored line of
         gatekeeper's own in its place (what it billed counts toward the budget: it may be ours). Never resent."""
         line, _, _, attempt = member
         s.keep_apart(line, cid, str(row.batch_id), raw)
-        result: Any = obj.get("result")
-        mark = errored_line(cid, UNPROVEN, f"answered in batch {row.batch_id}, found by listing after its create's "
+        mark = errored_line(cid, UNPROVEN_ERROR, f"answered in batch {row.batch_id}, found by listing after its create's "
                             "answer was lost, which could not be proven this job's (another job may use the same "
                             "custom_ids): kept apart, not joined, not resent; `gatekeeper results --only unproven` lists it")
-        usage = usage_of(result) if isinstance(result, dict) and result.get("type") == "succeeded" else (None, 0, 0, 0, 0, 0)
+        usage = usage_of(result) if result.type == "succeeded" else (None, 0, 0, 0, 0, 0)
         out.write(mark + b"\n")
-        s.final(line, cid, "errored", UNPROVEN, attempt, pos, len(mark) + 1, usage)
+        s.final(line, cid, "errored", UNPROVEN_ERROR, attempt, pos, len(mark) + 1, usage)
         return len(mark) + 1
 
     @staticmethod

@@ -12,45 +12,45 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
+import msgspec
 
 from ..._errors import IncompleteDownload
 from ...api._client import ApiClient
 from ...decide._downloads import incomplete_reason
 from ...decide._headroom import total_requests
+from ...decide._settle import Result, read_line
 
 
 class Download:
-    """`async for cid, raw, obj in Download(...)`: our lines, each once; at the end, the whole was verified.
-    `foreign` then counts the lines of other requests. `ours` None: every request is read (a candidate's)."""
+    """`async for cid, raw, result in Download(...)`: our lines, each once, read no further than a job reads
+    (`read_line`: the answer's text is skipped); at the end, the whole was verified. `foreign` then counts the lines
+    of other requests. `ours` None: every request is read (a candidate's)."""
 
     def __init__(self, api: ApiClient, batch: dict[str, Any], ours: set[str] | None, label: str) -> None:
         self.api, self.batch, self.ours, self.label = api, batch, ours, label
         self.lines = 0
         self.foreign = 0
 
-    async def __aiter__(self) -> AsyncIterator[tuple[str, bytes, dict[str, Any]]]:
+    async def __aiter__(self) -> AsyncIterator[tuple[str, bytes, Result]]:
         seen: set[str] = set()
         async for raw in self.api.iter_results(self.batch):
             self.lines += 1
-            obj = _parsed(raw, self.label)
-            cid = obj.get("custom_id")
+            cid, result = _parsed(raw, self.label)
             if not isinstance(cid, str) or (self.ours is not None and cid not in self.ours):
                 self.foreign += 1
                 continue
             if cid in seen:
                 raise IncompleteDownload(f"{self.label}: the result line for {cid!r} came twice")
             seen.add(cid)
-            yield cid, raw, obj
+            yield cid, raw, result
         left = 0 if self.ours is None else len(self.ours) - len(seen)
         reason = incomplete_reason(self.lines, total_requests(self.batch), left)
         if reason:
             raise IncompleteDownload(f"{self.label} ({self.batch.get('id')}): {reason}")
 
 
-def _parsed(raw: bytes, label: str) -> dict[str, Any]:
+def _parsed(raw: bytes, label: str) -> tuple[Any, Result]:
     try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        return read_line(raw)
+    except msgspec.DecodeError:
         raise IncompleteDownload(f"{label}: a damaged result line ({len(raw)} bytes)") from None
-    return obj if isinstance(obj, dict) else {}

@@ -31,7 +31,7 @@ from ...api._reads import count_tokens
 from ...checks._calibrate import count_body
 from ...decide._headroom import total_requests
 from ...decide._ownership import MIN_EVIDENCE, MIN_LEARNED, Pair, Relation, id_rank, learn
-from ...decide._settle import usage_of
+from ...decide._settle import result_of, usage_of
 from ...state._journal import BatchState, Journal
 from ..job._inputs import batch_requests
 from ._download import Download
@@ -95,10 +95,8 @@ def model_of(body: bytes) -> str:
 def billed_prompt(result: object) -> int | None:
     """The prompt tokens a succeeded result was billed (input, cache writes and reads, as `usage_of` reads them);
     None without a usage (a gateway may report none: nothing to weigh, not a zero). Pure."""
-    if not isinstance(result, dict) or result.get("type") != "succeeded":
-        return None
-    msg = result.get("message")
-    if not isinstance(msg, dict) or not isinstance(msg.get("usage"), dict):
+    result = result_of(result)
+    if result.type != "succeeded" or result.message is None or result.message.usage is None:
         return None
     _, tin, _, written, read, _ = usage_of(result)
     return tin + written + read
@@ -110,9 +108,9 @@ async def read_results(api: ApiClient, batch: dict[str, object], wanted: set[str
     got = Results()
     download = Download(api, batch, None, f"candidate {batch.get('id')}")
     try:
-        async for cid, _, obj in download:
+        async for cid, _, result in download:
             got.ids.add(id_rank(cid))
-            if cid in wanted and (tokens := billed_prompt(obj.get("result"))) is not None:
+            if cid in wanted and (tokens := billed_prompt(result)) is not None:
                 got.billed[cid] = tokens
     except (IncompleteDownload, TransportError, RateLimited, ServerError):
         return None

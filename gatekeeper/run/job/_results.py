@@ -19,22 +19,22 @@ from ...decide._settle import KNOWN_ERRORS, STOPPED_EARLY
 from ...state._journal import Journal, open_job
 from ...state._output import OutputFile
 
-RESULT_TYPES = ("succeeded", "errored", "expired", "canceled")
+RESULT_KINDS = ("succeeded", "errored", "expired", "canceled")
 REJECTED = "rejected"  # input lines refused before anything was sent: not results, exported on request
-UNPROVEN = "unproven"  # answers kept apart, their batch never proven ours: not results, exported on request
-EXTRAS = (REJECTED, UNPROVEN)
+UNPROVEN_KIND = "unproven"  # answers kept apart, their batch never proven ours: not results, exported on request
+EXTRAS = (REJECTED, UNPROVEN_KIND)
 
 
 def check_filter(only: Iterable[str], present: set[str]) -> tuple[list[str], list[str]]:
     """(result types, error types) of a filter; `UsageError` for a name that is neither known nor in the results.
     (`refused` and `truncated`, succeeded answers that stopped early, are `stopped_early`'s.)"""
     names = [n for n in only if n not in EXTRAS and n not in STOPPED_EARLY]
-    unknown = [n for n in names if n not in RESULT_TYPES and n not in KNOWN_ERRORS and n not in present]
+    unknown = [n for n in names if n not in RESULT_KINDS and n not in KNOWN_ERRORS and n not in present]
     if unknown:
-        raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_TYPES)}, "
-                         f"{', '.join(STOPPED_EARLY)}, {REJECTED}, {UNPROVEN}, "
+        raise UsageError(f"unknown result or error type {unknown[0]!r}: use {', '.join(RESULT_KINDS)}, "
+                         f"{', '.join(STOPPED_EARLY)}, {REJECTED}, {UNPROVEN_KIND}, "
                          "or an error type such as invalid_request_error", setting="only")
-    return [n for n in names if n in RESULT_TYPES], [n for n in names if n not in RESULT_TYPES]
+    return [n for n in names if n in RESULT_KINDS], [n for n in names if n not in RESULT_KINDS]
 
 
 def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool = False, only: Iterable[str] | None = None,
@@ -56,7 +56,7 @@ def export(state_dir: str | os.PathLike[str], dest: BinaryIO, *, in_order: bool 
                 count = _copy(j, output, committed, dest, (types, errors, stops), in_order) \
                     if types or errors or stops or not names or not set(names) <= set(EXTRAS) else 0
                 count += _rejected(j, dest) if REJECTED in names else 0
-                return count + (_unproven(j, dest) if UNPROVEN in names else 0)
+                return count + (_unproven(j, dest) if UNPROVEN_KIND in names else 0)
             except BrokenPipeError:
                 raise  # a reader that stopped reading (`| head`): not a failure of ours (the CLI ends quietly)
             except FileNotFoundError as exc:

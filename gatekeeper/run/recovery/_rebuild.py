@@ -32,7 +32,7 @@ from ..batch._download import Download
 from ..job._part import Part, RunContext
 
 OWN_LINES = (MISSING_RESULT, RESULTS_UNAVAILABLE)  # written by gatekeeper, not downloaded: rebuilt from the journal
-Row = tuple[int, str, int, int]  # line, custom_id, out_offset, out_len
+PlacedRow = tuple[int, str, int, int]  # line, custom_id, out_offset, out_len
 
 
 def kept_spans(ends: list[int], have: int) -> int:
@@ -111,7 +111,7 @@ class Rebuilder(Part):
                                 "longer has them; not resent (processed, may have been billed)") + b"\n", True
         return data, False
 
-    def _place(self, f: BinaryIO, pos: int, row: Row, made: tuple[bytes, bool]) -> int:
+    def _place(self, f: BinaryIO, pos: int, row: PlacedRow, made: tuple[bytes, bool]) -> int:
         line, _, offset, length = row
         data, unavailable = made
         f.write(data)
