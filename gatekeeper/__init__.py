@@ -28,6 +28,8 @@ _EXPORTS: dict[str, str] = {
     "preflight": "run._submit", "forecast_deadline": "checks._forecast",
     "SubmitSettings": "run.job._settings", "Summary": "run.job._summary", "DryRun": "run.job._summary", "Canceled": "run.job._summary",
     "CanceledBatch": "run.job._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
+    "Platform": "api._platform", "GooglePlatform": "api._google", "status": "checks._status", "Status": "checks._status",
+    "Headroom": "decide._headroom", "QueuedBatch": "decide._headroom", "LedgerReading": "state.ledger._base",
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state.ledger._base", "Liveness": "state.ledger._base", "open_ledger": "state.ledger._open",
@@ -97,8 +99,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .api._aws import AwsPlatform
     from .api._config import ApiConfig, Secret
     from .api._credentials import BearerToken, Federation, ProfileLogin
+    from .api._google import GooglePlatform
+    from .api._platform import Platform
     from .api._retry import RetryPolicy
     from .checks._forecast import forecast_deadline
+    from .checks._status import Status, status
+    from .decide._headroom import Headroom, QueuedBatch
     from .input._batches import Batch, Request, iter_batches
     from .input._planner import BatchPlan, PlanReport, plan
     from .input._reader import Rejection
@@ -107,7 +113,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .run.job._results import export
     from .run.job._settings import SubmitSettings
     from .run.job._summary import Canceled, CanceledBatch, DryRun, Summary
-    from .state.ledger._base import Ledger, Liveness
+    from .state.ledger._base import Ledger, LedgerReading, Liveness
     from .state.ledger._open import open_ledger
     from .tables._job import TableResult, submit_table, submit_table_sync
     from .tables._plan import TablePlan, plan_table

@@ -645,17 +645,37 @@ def test_the_trigger_resolves_the_state_folder_by_its_own_machines_rule(tmp_path
      ("aws", "https://aws-external-anthropic.us-east-1.api.aws", 1, None)),  # a short-term key
     ("secret", "http://127.0.0.1:9", {"region_name": "us-east-1", "workspace_id": "ws_1"}, "AKIA1", "aws",
      ("aws", "http://127.0.0.1:9", 1, None)),  # an Airflow aws connection: explicit credentials
+    (None, None, {"platform": "google", "project": "p-1", "workspace_id": "wrkspc_g"}, None, "anthropic",
+     ("google", "https://claude.googleapis.com/v1/projects/p-1/locations/global/workspaces/wrkspc_g/invoke", 1, None)),
+    (None, "http://127.0.0.1:9/v1/projects/p/locations/us/workspaces/w/invoke",
+     {"platform": "google", "key_path": "/k.json"}, None, "anthropic",
+     ("google", "http://127.0.0.1:9/v1/projects/p/locations/us/workspaces/w/invoke", 1, None)),  # host: every route
 ])
 def test_a_connection_becomes_an_api_config(password: str | None, host: str | None, extra: dict, login: str | None,
                                             conn_type: str, expect: tuple) -> None:
+    from gatekeeper import AwsPlatform
     from gatekeeper.airflow._connection import api_config
 
     c = api_config("c", password, host, extra, login=login, conn_type=conn_type)
-    assert (c.platform, c.base_url, len(c.workspace_keys), c.admin_key.reveal() if c.admin_key else None) == expect
-    if c.aws is not None:
-        assert c.aws.workspace_id in ("ws_9", "ws_1") and c.admin_key is None
-        assert (c.aws.access_key is not None) is (conn_type == "aws")
-        assert (c.aws.api_key is not None) is (password == "short-key")
+    assert (c.platform.name, c.base_url, c.reads, c.admin_key.reveal() if c.admin_key else None) == expect
+    if isinstance(c.platform, AwsPlatform):
+        assert c.platform.workspace_id in ("ws_9", "ws_1") and c.admin_key is None
+        assert (c.platform.access_key is not None) is (conn_type == "aws")
+        assert (c.platform.api_key is not None) is (password == "short-key")
+    if c.platform.name == "google":
+        assert c.scope in ("google_p_1_global_wrkspc_g", "google_p_us_w") and c.admin_key is None
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ({"platform": "google", "project": "p"}, "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID"),
+    ({"platform": "foundry"}, "Microsoft Foundry"),
+])
+def test_a_google_or_foundry_connection_is_refused_in_one_line(extra: dict, said: str) -> None:
+    from gatekeeper._errors import UsageError
+    from gatekeeper.airflow._connection import api_config
+
+    with pytest.raises(UsageError, match=said):
+        api_config("c", None, None, extra).require_workspace_key()
 
 
 @pytest.mark.parametrize(("extra", "missing"), [({"platform": "aws", "workspace_id": "w"}, "region_name"),

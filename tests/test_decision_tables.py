@@ -78,6 +78,14 @@ def test_a_written_time_reads_back_to_the_second(at: float) -> None:
 BIG = QueuedBatch("msgbatch_big", "in_progress", 90_000, "ws2")
 
 
+def _platform(name: str) -> object:
+    """A platform object by name, as `repair_lines` asks it (its settings made up: repairs do not depend on them)."""
+    from gatekeeper.api._anthropic import ANTHROPIC
+    from gatekeeper.api._aws import AwsPlatform
+
+    return {"anthropic": ANTHROPIC, "aws": AwsPlatform("us-east-1", "wrkspc_1", "https://aws.example.test")}[name]
+
+
 @pytest.mark.parametrize("state, headroom, platform, says, never", [
     ("queue-clear", Headroom(1000, 10), "anthropic", ["nothing to change"], ["--ceiling"]),
     ("queue-limit-unknown", Headroom(None, 10), "anthropic", ["ANTHROPIC_ADMIN_KEY", "--ceiling N"], ["AWS"]),
@@ -88,7 +96,7 @@ BIG = QueuedBatch("msgbatch_big", "in_progress", 90_000, "ws2")
 ])
 def test_what_a_verdict_tells_the_user_to_do(state: str, headroom: Headroom, platform: str, says: list[str],
                                             never: list[str]) -> None:
-    text = "\n".join(repair_lines(state, headroom, platform))
+    text = "\n".join(repair_lines(state, headroom, _platform(platform)))
     assert all(s in text for s in says) and not any(n in text for n in never), text
 
 

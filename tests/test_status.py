@@ -140,3 +140,21 @@ def test_refused_admin_key_is_config_error(seeded, monkeypatch, capsys) -> None:
     captured = capsys.readouterr()
     assert code == 2 and "admin key was refused" in captured.err and "(ANTHROPIC_ADMIN_KEY)" in captured.err
     assert "not-an-admin-key-31" not in captured.err + captured.out
+
+
+def test_the_library_status_is_what_the_cli_prints() -> None:
+    """`gatekeeper.status` reads and judges the queue; `gatekeeper status --json` prints exactly its `to_json()`
+    (the verdict and the repair lines are the library's, not the CLI's)."""
+    import anyio
+
+    from gatekeeper import ApiConfig, Secret, status
+    from tests.fakes import ADMIN
+    from tests.runs import gk
+
+    with running_fake(ceiling=1000, rate=0.0) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1), Secret(WS2)], admin_key=Secret(ADMIN), base_url=fake.url)
+        reading = anyio.run(lambda: status(config, threshold=50))
+        printed = gk(["status", "--threshold", "50", "--json"], env_for(fake, keys=(WS1, WS2)))
+    assert printed.returncode == (1 if reading.finding else 0), printed.stderr
+    assert orjson.loads(printed.stdout) == reading.to_json()
+    assert reading.headroom.ceiling == 1000 and reading.verdict == "queue-clear" and reading.repair

@@ -17,7 +17,7 @@ from gatekeeper import Federation, Secret, TransportError
 from gatekeeper.api._client import ApiClient
 from gatekeeper.api._http import open_http
 from gatekeeper.api._retry import CallBudget
-from gatekeeper.api._tokens import ADVISORY_BACKOFF, TokenAuth, redacted
+from gatekeeper.api._tokens import ADVISORY_BACKOFF, Outgoing, TokenAuth, redacted
 from gatekeeper.testing import FakeAPI, FakeFederation, Fault, identity_token
 from tests.fakes import WS1, running_fake
 from tests.runs import gk
@@ -139,7 +139,7 @@ async def test_a_create_makes_its_headers_after_the_budget_wait() -> None:
     """The call budget paused by a 429 (a long retry-after): the create's token is read after the wait, not before
     it (a token sent after minutes asleep may have expired; on AWS a signature older than five minutes is refused)."""
     class Auth:
-        refreshable, generation = True, 0
+        refreshable, generation, requires_request_body = True, 0, False
 
         def rejected(self, generation: int) -> bool:
             return False
@@ -150,9 +150,9 @@ async def test_a_create_makes_its_headers_after_the_budget_wait() -> None:
         async def ready(self) -> None:
             self.readied_at.append(clock[0])
 
-        def headers(self, beta: str | None) -> dict[str, str]:
+        def sign(self, request: Outgoing) -> dict[str, str]:
             headers_at.append(clock[0])
-            return {"x-api-key": WS1}
+            return {**request.headers, "x-api-key": WS1}
 
         def accepted(self, generation: int) -> None:
             return None

@@ -21,7 +21,16 @@ def api_config(conn_id: str, password: str | None, host: str | None, extra: dict
     """The ApiConfig of connection `conn_id` (its fields as given); a usage error naming the connection when it has
     no key. Claude Platform on AWS: an `aws` connection (login the access key id, password the secret, extra
     `region_name` and `workspace_id`), or an `anthropic` one whose extra says `"platform": "aws"` (password an
-    optional short-term key; else the AWS credential chain, extra `profile`)."""
+    optional short-term key; else the AWS credential chain, extra `profile`). Claude on Google Cloud: extra
+    `"platform": "google"` with `project`, `workspace_id`, optionally `location`, `key_path` (a service-account key
+    file; else Application Default Credentials on the worker and the triggerer) and `token_command`; host, when set,
+    is the URL of every route (as ANTHROPIC_GOOGLE_CLOUD_BASE_URL). `"platform": "foundry"` is refused (no batches)."""
+    if extra.get("platform") == "google":
+        return _google_config(conn_id, host, extra)
+    if extra.get("platform") == "foundry":
+        from ..api._foundry import FoundryPlatform
+
+        return ApiConfig(platform=FoundryPlatform())
     if conn_type == "aws" or extra.get("platform") == "aws":
         return _aws_config(conn_id, password, host, extra, login, conn_type == "aws")
     if not (password or "").strip() and extra.get("federation_rule_id"):
@@ -66,6 +75,26 @@ def _federation_config(conn_id: str, host: str | None, extra: dict[str, Any]) ->
                      admin_key=Secret(admin) if admin else None, base_url=_base(host))
 
 
+def _google_config(conn_id: str, host: str | None, extra: dict[str, Any]) -> ApiConfig:
+    """Claude on Google Cloud named in the extra (the SDK's settings, by the same names less their prefix)."""
+    import shlex
+
+    from ..api._google import DEFAULT_LOCATION, GooglePlatform
+
+    def text(key: str) -> str | None:
+        return str(extra.get(key) or "").strip() or None
+
+    base = (host or "").strip() or None
+    command, key_path = text("token_command"), text("key_path")
+    try:
+        return ApiConfig(platform=GooglePlatform(
+            text("project"), text("workspace_id"), location=text("location") or DEFAULT_LOCATION,
+            base_url=_base(base) if base else None, token_command=tuple(shlex.split(command)) if command else None,
+            credentials_file=Path(key_path) if key_path else None))
+    except UsageError as exc:
+        raise UsageError(f"Airflow connection {conn_id!r} is for Claude on Google Cloud: {exc}", setting="conn_id") from None
+
+
 def _aws_config(conn_id: str, password: str | None, host: str | None, extra: dict[str, Any], login: str | None,
                 aws_type: bool) -> ApiConfig:
     from ..api._aws import URL_TEMPLATE, AwsPlatform
@@ -83,7 +112,7 @@ def _aws_config(conn_id: str, password: str | None, host: str | None, extra: dic
     aws = AwsPlatform(region, workspace, base, api_key=Secret(secret) if secret and not aws_type else None,
                       profile=str(extra.get("profile") or extra.get("profile_name") or "") or None,
                       session_token=Secret(token) if token and keys else None, **keys)
-    return ApiConfig(workspace_keys=[aws.api_key or Secret(f"sigv4:{aws.scope}")], base_url=base, aws=aws)
+    return ApiConfig(platform=aws)
 
 
 def connection_url(conn: Any) -> str:

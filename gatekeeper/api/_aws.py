@@ -16,9 +16,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._errors import UsageError
-from ._config import Secret
+from .._clock import WALL, Clock
+from .._errors import AuthenticationError, UsageError
+from ._config import ApiConfig, Secret
+from ._platform import Platform
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ._tokens import Auth, Outgoing, Spawn
 
 SERVICE = "aws-external-anthropic"
 URL_TEMPLATE = "https://aws-external-anthropic.{region}.api.aws"
@@ -30,10 +38,18 @@ ACTIONS = {"create": "CreateBatchInference", "retrieve": "GetBatchInference", "r
            "messages": "the Messages API's invoke action"}
 
 
+TIER1_RPM = 50.0  # a workspace's Tier 1: where one starts, with no automatic advancement
+CREDENTIALS_HINT = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or ANTHROPIC_AWS_API_KEY"
+
+
 @dataclass(frozen=True)
-class AwsPlatform:
+class AwsPlatform(Platform):
     """Where a job goes on Claude Platform on AWS, and how it authenticates (no secret of AWS's is held here: the
     credential chain is asked at each signature)."""
+
+    name: ClassVar[str] = "aws"
+    title: ClassVar[str] = "Claude Platform on AWS"
+    default_rpm: ClassVar[float] = TIER1_RPM
 
     region: str
     workspace_id: str
@@ -49,6 +65,48 @@ class AwsPlatform:
         """What its queue belongs to, for a shared ledger and the job's name: the platform, region and workspace."""
         return "aws_" + re.sub(r"[^a-z0-9]+", "_", f"{self.region}_{self.workspace_id}".lower())
 
+    @property
+    def url(self) -> str:
+        return self.base_url
+
+    def auths(self, config: ApiConfig, http: httpx.AsyncClient, spawn: Spawn | None,
+              clock: Clock = WALL) -> list[tuple[Auth, str]]:
+        """The short-term key, else SigV4 (its credentials found now: none is one line, before any call)."""
+        if self.api_key is not None:
+            return [(AwsAuth(self.workspace_id, key=self.api_key), "AWS short-term key (ANTHROPIC_AWS_API_KEY)")]
+        return [(AwsAuth(self.workspace_id, signer=SigV4Signer(self)), "AWS credentials (SigV4)")]
+
+    def legacy_identity(self, config: ApiConfig) -> str:
+        """(The key's value, or the placeholder that once stood for SigV4.)"""
+        return self.api_key.reveal() if self.api_key is not None else f"sigv4:{self.scope}"
+
+    def refusal(self, status: int, message: str, error: dict[str, Any] | None, endpoint: str, label: str,
+                fields: dict[str, Any]) -> AuthenticationError | None:
+        """The workspace refused (not the request), or the credentials refused for the IAM action the call needs."""
+        if status in (400, 403, 404) and "workspace" in message.lower():
+            err = AuthenticationError(f"the workspace in ANTHROPIC_AWS_WORKSPACE_ID was refused ({message}): set it "
+                                      "to the workspace id of this region's Claude Platform on AWS", **fields)
+            err.setting = "aws_workspace"
+            return err
+        if status not in (401, 403):
+            return None
+        err = AuthenticationError(f"the {label} were refused for {self.permission(endpoint)} on {SERVICE} "
+                                  f"({message or 'no reason given'}; credentials: {CREDENTIALS_HINT})", **fields)
+        err.setting = "aws_credentials"
+        return err
+
+    def permission(self, endpoint: str) -> str:
+        return ACTIONS.get(endpoint, f"the {endpoint} action")
+
+    def repair(self, state: str) -> list[str] | None:
+        if state != "queue-limit-unknown":
+            return None
+        return [
+            "Claude Platform on AWS has no Admin API to read the ceiling from: pass --ceiling N (the workspace's "
+            "batch queue limit from its limits page); gatekeeper submit also learns a bound from queue-full answers.",
+            "without the ceiling this is a raw count: it cannot say whether the next submission will be accepted.",
+        ]
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> AwsPlatform:
         """As `AnthropicAWS` reads the environment; a missing region or workspace id is named before any call."""
@@ -63,6 +121,42 @@ class AwsPlatform:
         key = (environ.get("ANTHROPIC_AWS_API_KEY") or "").strip()
         base = (environ.get("ANTHROPIC_AWS_BASE_URL") or URL_TEMPLATE.format(region=region)).rstrip("/")
         return cls(region, workspace, base, Secret(key) if key else None, environ.get("AWS_PROFILE") or None)
+
+
+def configure(environ: Mapping[str, str], api_version: str | None) -> ApiConfig:
+    """Claude Platform on AWS as the SDK's AnthropicAWS reads the environment (no Admin key: there is no Admin API)."""
+    return ApiConfig(platform=AwsPlatform.from_env(environ), api_version=api_version)
+
+
+class AwsAuth:
+    """A call to Claude Platform on AWS: its workspace header, then a short-term key as `x-api-key`, or SigV4 over
+    the request, body included (`requires_request_body`: a streamed body is signed by its digest)."""
+
+    refreshable = False
+    generation = 0
+
+    def __init__(self, workspace_id: str, *, key: Secret | None = None, signer: SigV4Signer | None = None) -> None:
+        self.workspace_id, self.key, self.signer = workspace_id, key, signer
+        self.requires_request_body = signer is not None
+
+    async def ready(self) -> None:
+        return None
+
+    def sign(self, request: Outgoing) -> dict[str, str]:
+        headers = {**request.headers, WORKSPACE_HEADER: self.workspace_id}
+        if self.signer is None:
+            assert self.key is not None
+            return {**headers, "x-api-key": self.key.reveal()}
+        return self.signer.headers(request.method, request.url, headers, request.body, request.body_sha256)
+
+    def rejected(self, generation: int) -> bool:
+        return False
+
+    def accepted(self, generation: int) -> None:
+        return None
+
+    def redact(self, text: str) -> str:
+        return text if self.key is None else self.key.redact(text)
 
 
 class SigV4Signer:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 import httpx
 import orjson
@@ -27,6 +26,7 @@ from ._http import (
     error_from_response,
     map_transport_error,
 )
+from ._platform import results_location as results_location  # (the first-party rule, named here as before)
 from ._tokens import Auth
 
 
@@ -40,8 +40,7 @@ class ApiClient:
     """
 
     def __init__(self, http: httpx.AsyncClient, base_url: str, key: Secret | Auth, **options: Any) -> None:
-        """`options`: `HttpCalls`'s (label, retry, sleep, clock, budget, on_retry, signer, workspace_id,
-        api_version)."""
+        """`options`: `HttpCalls`'s (label, retry, sleep, clock, budget, on_retry, platform, api_version)."""
         self.calls = HttpCalls(http, base_url, key, **options)
 
     @property
@@ -75,7 +74,8 @@ class ApiClient:
         if response.status_code < 300:
             self.calls.auth.accepted(generation)
         if response.status_code >= 500:
-            err = error_from_response(response, "create", creating=True, redact=self.calls.auth.redact)
+            err = error_from_response(response, "create", creating=True, platform=self.calls.platform,
+                                      redact=self.calls.auth.redact)
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
         if response.status_code >= 300:
             error = self.calls.error_of(response, "create", generation, creating=True)  # (TokenExpired: nothing made)
@@ -142,7 +142,7 @@ class ApiClient:
         batch_id = str(batch.get("id"))
         if not batch.get("results_url"):
             raise NotFoundError("the batch has no results_url yet", endpoint="results", status=404)
-        url = results_location(str(batch["results_url"]), self.calls.base_url, batch_id)
+        url = self.calls.platform.results_location(str(batch["results_url"]), self.calls.base_url, batch_id)
         response = await self.calls.retried(lambda: self.calls.answer("GET", url, "results", batch_id=batch_id, stream=True,
                                                             accept="application/binary"), "results", url, self.calls.retry)
         try:
@@ -153,21 +153,6 @@ class ApiClient:
         finally:
             await response.aclose()
 
-
-
-def results_location(results_url: str, base_url: str, batch_id: str) -> str:
-    """Where to fetch a batch's results. Pure.
-
-    A `results_url` with the API's own results path is fetched from that path on the
-    configured base URL, so a gateway or proxy set as the base URL serves it (the JSON
-    names the API's own host, which the client may not reach, or reach without the
-    gateway's key). Any other URL (a signed object-store link) is fetched as given; the
-    key is still sent only to the base URL's origin.
-    """
-    parts = urlsplit(urljoin(base_url + "/", results_url))
-    if parts.path.rstrip("/") == f"/v1/messages/batches/{batch_id}/results":
-        return base_url.rstrip("/") + parts.path + (f"?{parts.query}" if parts.query else "")
-    return parts.geturl()
 
 
 async def _lines(response: httpx.Response) -> AsyncIterator[bytes]:

@@ -1,4 +1,4 @@
-"""API configuration: keys, base URL. Read from the environment only by the CLI (`from_env`).
+"""API configuration: the platform, keys, base URL. Read from the environment only by the CLI (`from_env`).
 
 Keys travel as `Secret`, whose repr and str hide the value, so a key cannot leak
 through a log line, an exception message or a debugging print by accident.
@@ -12,20 +12,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .._errors import UsageError
-from .._wire import API_VERSION, API_VERSION_VARIABLE, API_VERSIONS, EXTRA_KEYS_VARIABLE
+from .._wire import API_VERSION, API_VERSION_VARIABLE, API_VERSIONS
 
 if TYPE_CHECKING:
-    from ._aws import AwsPlatform
     from ._credentials import Credential
-
-PLATFORMS = ("anthropic", "aws")
-PLATFORM_VARIABLE = "GATEKEEPER_PLATFORM"
+    from ._platform import Platform
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 MIN_REDACTED = 8  # characters a secret has before `Secret.redact` cuts it out of a text
-
-DEFAULT_RPM = 300.0  # calls a minute to the batch endpoints, all keys together (the first-party API)
-TIER1_RPM = 50.0  # on Claude Platform on AWS: a workspace's Tier 1
 
 
 class Secret:
@@ -85,14 +79,22 @@ def workspace_keys(primary: str | None, extra: str | None) -> list[Secret]:
     return out
 
 
+def _first_party() -> Platform:
+    from ._anthropic import ANTHROPIC
+
+    return ANTHROPIC
+
+
 @dataclass(frozen=True)
 class ApiConfig:
-    """Where the API is and which keys to use. Built explicitly, or by `from_env` in the CLI."""
+    """Where the API is and which credentials to use. Built explicitly, or by `from_env` in the CLI. `platform`
+    says where the Batches API runs (the first-party API by default; `AwsPlatform`, `GooglePlatform`): its own
+    settings are the platform object's, and the base URL is then the platform's."""
 
     workspace_keys: list[Secret] = field(default_factory=list)
     admin_key: Secret | None = None
     base_url: str = DEFAULT_BASE_URL
-    aws: AwsPlatform | None = None  # Claude Platform on AWS (`AwsPlatform.from_env`): its base URL, workspace, auth
+    platform: Platform = field(default_factory=_first_party)
     # the anthropic-version sent on every call; None: the one the job started with, else 2023-06-01 (`version`)
     api_version: str | None = None
     # without keys: a credential that mints access tokens (`_credentials`: a bearer token, a profile, federation),
@@ -101,15 +103,10 @@ class ApiConfig:
     workspace_ids: tuple[str, ...] = ()
 
     @property
-    def platform(self) -> str:
-        return "aws" if self.aws is not None else "anthropic"
-
-    @property
     def default_rpm(self) -> float:
-        """Calls a minute to the batch endpoints when none is asked for: 300, the organization's limit being shared
-        with its other pipelines; 50 on Claude Platform on AWS, where a workspace starts at Tier 1 (50 RPM) and is
-        not advanced automatically."""
-        return TIER1_RPM if self.aws is not None else DEFAULT_RPM
+        """Calls a minute to the batch endpoints when none is asked for (the platform's): 300 on the first-party API,
+        the organization's limit being shared with its other pipelines; 50 where a workspace starts at Tier 1."""
+        return self.platform.default_rpm
 
     @property
     def version(self) -> str:
@@ -118,11 +115,17 @@ class ApiConfig:
 
     @property
     def scope(self) -> str:
-        """Whose queue a shared ledger keeps: the first-party organization's (the default), or an AWS workspace's
-        in its region (never the same ceiling by mistake)."""
-        return self.aws.scope if self.aws is not None else ""
+        """Whose queue a shared ledger keeps: the first-party organization's (""), or the platform's workspace
+        (never the same ceiling by mistake)."""
+        return self.platform.scope
 
     def __post_init__(self) -> None:
+        own = self.platform.url
+        if own is not None:
+            if self.base_url not in (DEFAULT_BASE_URL, own):
+                raise UsageError(f"the base URL is the platform's ({own}): give it to the {self.platform.title} "
+                                 "settings, not to ApiConfig", setting="base_url")
+            object.__setattr__(self, "base_url", own)
         scheme, host, _ = origin(self.base_url)
         if scheme not in ("http", "https") or not host:
             raise UsageError(f"the base URL must be an http(s) URL, got {self.base_url!r}", setting="base_url")
@@ -133,39 +136,24 @@ class ApiConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str], platform: str | None = None,
                  api_version: str | None = None) -> ApiConfig:
-        """The first-party API's keys and URL, or, with `platform` "aws" (else GATEKEEPER_PLATFORM), Claude
-        Platform on AWS as the SDK's AnthropicAWS reads the environment; the API version `api_version`, else
-        GATEKEEPER_API_VERSION, else none asked (a job's own, or 2023-06-01)."""
-        platform = platform or environ.get(PLATFORM_VARIABLE) or "anthropic"
-        if platform not in PLATFORMS:
-            raise UsageError(f"platform {platform!r}: use anthropic or aws", setting="platform")
+        """The configuration of `platform` (else GATEKEEPER_PLATFORM, else the first-party API), read from `environ`
+        as that platform's SDK client reads it: "anthropic" (keys, a bearer token, a profile, federation), "aws"
+        (as `AnthropicAWS`), "google" (as `AnthropicGoogleCloud`) or "foundry" (which serves no batches); the API
+        version `api_version`, else GATEKEEPER_API_VERSION, else none asked (a job's own, or 2023-06-01)."""
+        from ._platform import configure
+
         version = api_version or (environ.get(API_VERSION_VARIABLE) or "").strip() or None
-        if platform == "aws":
-            from ._aws import AwsPlatform
-
-            aws = AwsPlatform.from_env(environ)
-            # (SigV4 sends no key: the placeholder names the workspace, for the job's name and the ledger's scope)
-            key = aws.api_key or Secret(f"sigv4:{aws.scope}")
-            return cls(workspace_keys=[key], base_url=aws.base_url, aws=aws, api_version=version)
-        from ._credentials import extra_workspaces, find_credentials
-
-        admin = (environ.get("ANTHROPIC_ADMIN_KEY") or "").strip()
-        found = find_credentials(environ)  # (the SDK's order: a key, a bearer token, a profile, federation)
-        keys = workspace_keys(found.keys[0] if found.keys else None, environ.get(EXTRA_KEYS_VARIABLE))
-        return cls(
-            workspace_keys=keys if found.credential is None else [],
-            admin_key=Secret(admin) if admin else None,
-            base_url=(environ.get("ANTHROPIC_BASE_URL") or found.base_url or DEFAULT_BASE_URL).rstrip("/"),
-            api_version=version,
-            credential=found.credential,
-            workspace_ids=extra_workspaces(environ) if found.credential is not None else (),
-        )
+        return configure(platform, environ, version)
 
     @property
     def has_credentials(self) -> bool:
-        return bool(self.workspace_keys) or self.credential is not None
+        return self.platform.has_credentials(self)
 
     def require_workspace_key(self) -> None:
+        """Before anything is opened or sent: a platform that serves no batches is refused (one line, why), then
+        a configuration without credentials."""
+        if self.platform.batches is not None:
+            raise UsageError(self.platform.batches, setting="platform")
         if not self.has_credentials:
             raise UsageError("no workspace key: ApiConfig.workspace_keys is empty and no credential is given")
 
@@ -188,7 +176,7 @@ class ApiConfig:
         scheme, host, port = origin(self.base_url)
         path = urlsplit(self.base_url).path.rstrip("/")
         org = getattr(self.credential, "organization_id", None) or ""
-        return f"{self.platform}|{self.scope}|{scheme}://{host}:{port}{path}|{org}"
+        return f"{self.platform.name}|{self.scope}|{scheme}://{host}:{port}{path}|{org}"
 
     def fingerprint(self) -> str:
         """A short digest of `account()`: a job's default name and its duplicate-job guard carry it, so rotating a
@@ -200,6 +188,9 @@ class ApiConfig:
     def legacy_fingerprint(self) -> str:
         """What named a job before names stopped following secrets: the first key's digest, or the credential's
         (with a bearer token's own). Kept only to find the jobs started under those names (`job_name_of`)."""
+        legacy = self.platform.legacy_identity(self)
+        if legacy is not None:
+            return Secret(legacy).fingerprint()
         if self.workspace_keys:
             return self.workspace_keys[0].fingerprint()
         from ._credentials import legacy_fingerprint
@@ -210,4 +201,4 @@ class ApiConfig:
     @property
     def reads(self) -> int:
         """How many workspaces the queue's depth is read over."""
-        return len(self.workspace_keys) + len(self.workspaces())
+        return self.platform.reads(self)

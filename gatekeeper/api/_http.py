@@ -35,11 +35,13 @@ from .._errors import (
     UsageError,
 )
 from .._wire import API_VERSION
-from ._aws import ACTIONS, SERVICE, WORKSPACE_HEADER, SigV4Signer
 from ._codes import LIFTED, SHED, SPEND, STOPS, WAIT, code_of, stop_line
 from ._config import Secret, origin
+from ._platform import Platform
 from ._retry import CallBudget, RetryPolicy, is_per_minute_limit, next_delay, parse_retry_after, status_is_retryable
-from ._tokens import Auth, KeyAuth
+from ._tokens import Auth, KeyAuth, Outgoing, TokenAuth
+
+FIRST_PARTY = Platform()  # how a client without a platform reads answers: the first-party API's wire
 
 # Upload of a 256 MB body on a slow link: httpx's write timeout applies per
 # socket write, not to the whole body, so it is not a total deadline. The read
@@ -62,8 +64,9 @@ Redact = Callable[[str], str]  # a text with any secret a body may echo cut out
 RetryNotice = Callable[[dict[str, Any]], None]  # told of every retry: endpoint, url, attempt, reason, retry_in
 
 
-def looks_like_api(response: httpx.Response) -> bool:
-    """Whether an answer has the API's shape: a JSON object, and on an error status the error envelope. Pure."""
+def looks_like_api(response: httpx.Response, platform: Platform = FIRST_PARTY) -> bool:
+    """Whether an answer has the API's shape: a JSON object, and on an error status the platform's error envelope.
+    Pure."""
     try:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError:
@@ -71,15 +74,15 @@ def looks_like_api(response: httpx.Response) -> bool:
     if not isinstance(body, dict):
         return False
     err = body.get("error")
-    return response.status_code < 300 or (isinstance(err, dict) and bool(err.get("type")))
+    return response.status_code < 300 or (isinstance(err, dict) and bool(platform.error_type(err)))
 
 
-def not_the_api(response: httpx.Response, endpoint: str) -> bool:
+def not_the_api(response: httpx.Response, endpoint: str, platform: Platform = FIRST_PARTY) -> bool:
     """An answer no Anthropic API gives on a batch endpoint (a 404 on the listing, HTML, no envelope), seen
     before the API ever answered: the base URL points elsewhere. 429s and 5xx are ridden out first. Pure."""
     if endpoint not in _BATCH_READS or response.status_code == 429 or response.status_code >= 500:
         return False
-    return not looks_like_api(response) or (endpoint == "list" and response.status_code == 404)
+    return not looks_like_api(response, platform) or (endpoint == "list" and response.status_code == 404)
 
 
 @asynccontextmanager
@@ -105,9 +108,10 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
 
 
-def _error_fields(response: httpx.Response, redact: Redact = str) -> tuple[str | None, str, dict[str, Any] | None]:
-    """(error.type, message, the error object) from any body: the envelope, the bare 413 body, HTML, nothing. What
-    the body says passes through `redact` (a body may echo what was sent)."""
+def _error_fields(response: httpx.Response, redact: Redact = str,
+                  platform: Platform = FIRST_PARTY) -> tuple[str | None, str, dict[str, Any] | None]:
+    """(error type, message, the error object) from any body: the envelope (the platform's), the bare 413 body, HTML,
+    nothing. What the body says passes through `redact` (a body may echo what was sent)."""
     try:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError:
@@ -115,7 +119,7 @@ def _error_fields(response: httpx.Response, redact: Redact = str) -> tuple[str |
         return None, (text[:160] or response.reason_phrase or "no body"), None
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict):
-        return (str(err["type"]) if err.get("type") else None), redact(str(err.get("message") or "")), err
+        return platform.error_type(err), redact(str(err.get("message") or "")), err
     return None, redact(str(body))[:160], None
 
 
@@ -137,12 +141,12 @@ _SPEND_WORDS = ("usage limit", "spend limit", "spend cap")
 
 
 def error_from_response(response: httpx.Response, endpoint: str, *, creating: bool = False, label: str = "key",
-                        aws: bool = False, redact: Redact = str, now: float | None = None) -> ApiError:
-    """Map an error response to the exception hierarchy: the typed code first (`_codes`), then the status; text
-    only to split 429/400 kinds the API gives no code for. `now` (wall seconds, the caller's clock) reads a
-    retry-after given as a date."""
+                        platform: Platform = FIRST_PARTY, redact: Redact = str, now: float | None = None) -> ApiError:
+    """Map an error response to the exception hierarchy: the typed code first (`_codes`), then a refusal of the
+    credentials as the platform reads it (`Platform.refusal`), then the status; text only to split 429/400 kinds the
+    API gives no code for. `now` (wall seconds, the caller's clock) reads a retry-after given as a date."""
     status = response.status_code
-    error_type, message, raw = _error_fields(response, redact)
+    error_type, message, raw = _error_fields(response, redact, platform)
     code = code_of(status, raw)
     details: dict[str, Any] = raw["details"] if raw is not None and isinstance(raw.get("details"), dict) else {}
     kw: dict[str, Any] = {
@@ -156,13 +160,9 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
     lowered = message.lower()
     if status == 402 or (status in (400, 429) and any(w in lowered for w in _SPEND_WORDS)):
         return SpendLimitReached(f"{message or 'billing refused'}; {LIFTED}", **kw)
-    if aws and status in (400, 403, 404) and "workspace" in lowered:  # (the workspace, not the request)
-        err = AuthenticationError(f"the workspace in ANTHROPIC_AWS_WORKSPACE_ID was refused ({message}): set it to "
-                                  "the workspace id of this region's Claude Platform on AWS", **kw)
-        err.setting = "aws_workspace"
-        return err
-    if status in (401, 403):
-        return _refused(message, endpoint, label, aws, kw)
+    refused = platform.refusal(status, message, raw, endpoint, label, kw)
+    if refused is not None:
+        return refused
     if status == 404:
         return NotFoundError(message, **kw)
     if status == 413:
@@ -174,19 +174,6 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
     if status >= 500:
         return ServerError(message, **kw)
     return BadRequest(message, **kw)
-
-
-def _refused(message: str, endpoint: str, label: str, aws: bool, kw: dict[str, Any]) -> AuthenticationError:
-    """A 401 or 403: the credentials named (on Claude Platform on AWS, with the IAM action the call needs)."""
-    if aws:
-        action = ACTIONS.get(endpoint, f"the {endpoint} action")
-        err = AuthenticationError(f"the {label} were refused for {action} on {SERVICE} "
-                                  f"({message or 'no reason given'})", **kw)
-        err.setting = "aws_credentials"
-        return err
-    err = AuthenticationError(f"the {label} was refused ({message or 'no reason given'})", **kw)
-    err.setting = "admin_key" if label == "admin key" else "api_key"
-    return err
 
 
 class HttpCalls:
@@ -207,14 +194,12 @@ class HttpCalls:
         rand: Callable[[], float] = random.random,
         budget: CallBudget | None = None,
         on_retry: RetryNotice | None = None,
-        signer: SigV4Signer | None = None,
-        workspace_id: str | None = None,
+        platform: Platform = FIRST_PARTY,
         api_version: str = API_VERSION,
     ) -> None:
         self.http = http
         self.api_version = api_version  # sent on every call as anthropic-version
-        self._signer = signer  # Claude Platform on AWS with SigV4: every request to our origin signed, no key sent
-        self._workspace_id = workspace_id  # ... and every one of them carries its workspace
+        self.platform = platform  # how its answers read, where results may be fetched from
         self.on_retry = on_retry
         self.base_url = base_url.rstrip("/")
         self._origin = origin(self.base_url)
@@ -233,30 +218,20 @@ class HttpCalls:
     # -- plumbing ---------------------------------------------------------
 
     @property
-    def on_aws(self) -> bool:
-        """Whether this client speaks to Claude Platform on AWS (every call carries its workspace)."""
-        return self._workspace_id is not None
-
-    @property
     def signs_body(self) -> bool:
-        """Whether a request's body must be known before it is sent (SigV4 signs its digest)."""
-        return self._signer is not None
+        """Whether a request's body must be known before it is sent (a scheme that signs its digest: SigV4)."""
+        return self.auth.requires_request_body
 
     def request_headers(self, url: str, extra: dict[str, str] | None = None, *, method: str = "GET", body: bytes | None = None,
                  body_sha256: str | None = None) -> dict[str, str]:
-        """A request's headers: the key (or, on AWS with SigV4, the signature over method, URL, headers and body)
-        and the workspace, only to our own origin."""
+        """A request's headers: authenticated by the scheme (`Auth.sign`: a key, a token, a signature over method,
+        URL, headers and body), only to our own origin."""
         headers = {"anthropic-version": self.api_version, "accept": "application/json"}
         if extra:
             headers.update(extra)
         if origin(url) != self._origin:
             return headers
-        if self._workspace_id is not None:
-            headers[WORKSPACE_HEADER] = self._workspace_id
-        if self._signer is None:
-            headers.update(self.auth.headers(headers.get("anthropic-beta")))
-            return headers
-        return self._signer.headers(method, url, headers, body, body_sha256)
+        return self.auth.sign(Outgoing(method, url, headers, body, body_sha256))
 
     def now(self) -> float:
         """Wall seconds on this client's clock (the connection's: a simulation's, or the real one)."""
@@ -330,9 +305,9 @@ class HttpCalls:
             await response.aread()
             await response.aclose()
         if not stream:
-            if not self.spoke and not_the_api(response, endpoint):
+            if not self.spoke and not_the_api(response, endpoint, self.platform):
                 raise not_the_api_error(self.base_url, response, endpoint)
-            self.spoke = self.spoke or looks_like_api(response)
+            self.spoke = self.spoke or looks_like_api(response, self.platform)
         if response.status_code < 300:
             self.auth.accepted(generation)
             return response
@@ -348,7 +323,7 @@ class HttpCalls:
 
     def error_of(self, response: httpx.Response, endpoint: str, generation: int, *, creating: bool = False) -> ApiError:
         """An error answer mapped (`error_from_response`, then `as_credential_error`)."""
-        error = error_from_response(response, endpoint, creating=creating, label=self.label, aws=self.on_aws,
+        error = error_from_response(response, endpoint, creating=creating, label=self.label, platform=self.platform,
                                     redact=self.auth.redact, now=self._wall())
         return as_credential_error(self.auth, error, generation)
 
@@ -411,7 +386,8 @@ def as_credential_error(auth: Auth, error: ApiError, generation: int) -> ApiErro
     if error.status == 401 and auth.rejected(generation):
         return TokenExpired(error.api_message, endpoint=error.endpoint, status=401, error_type=error.error_type,
                             request_id=error.request_id)
-    error.setting = "credentials"
+    if isinstance(auth, TokenAuth):
+        error.setting = "credentials"  # (an Anthropic credential: a platform's refusal names its own setting)
     return error
 
 

@@ -23,13 +23,12 @@ from ..decide._headroom import (
     model_limits,
     parse_time,
 )
-from ._aws import SigV4Signer
 from ._client import ApiClient
 from ._config import ApiConfig
 from ._http import RetryNotice, open_http
 from ._reads import rate_limits
 from ._retry import CallBudget, RetryPolicy
-from ._tokens import Spawn, TokenAuth
+from ._tokens import Spawn
 
 # A batch expires 24 h after creation, so one created longer ago than this has
 # ended: listing (newest first) can stop there instead of reading all history.
@@ -44,6 +43,9 @@ class Connection:
     workspaces: Sequence[ApiClient]
     admin: ApiClient | None
     account: str = ""
+    # whether the organization's routes are only tried (a platform's, with the workspace's own credentials): a
+    # refusal there leaves the ceiling unknown, where a refused Admin key stops the command
+    admin_tried: bool = False
 
     @property
     def primary(self) -> ApiClient:
@@ -54,31 +56,27 @@ class Connection:
 async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rpm: float | None = None,
                   on_retry: RetryNotice | None = None, clock: Clock = WALL,
                   transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[Connection]:
-    """Clients for every key, over one HTTP client and one call budget (the batch RPM limit is the organization's;
-    `max_rpm` None: the platform's default, `ApiConfig.default_rpm`). `on_retry` hears of every call that is retried
-    (so nobody waits in silence). A credential's tokens are exchanged ahead of expiry in the background, for as long
-    as the connection is open. Every wait and reading of time (retries, retry-after, the call budget, token expiry)
-    is on `clock`; `transport` replaces the network (`open_http`)."""
-    config.require_workspace_key()
+    """Clients for every workspace the platform reads (`Platform.auths`), over one HTTP client and one call budget
+    (the batch RPM limit is the organization's; `max_rpm` None: the platform's default, `ApiConfig.default_rpm`), and
+    for its organization's routes when it has them (`Platform.admin`). `on_retry` hears of every call that is
+    retried (so nobody waits in silence). A credential's tokens are exchanged ahead of expiry in the background, for
+    as long as the connection is open. Every wait and reading of time (retries, retry-after, the call budget, token
+    expiry) is on `clock`; `transport` replaces the network (`open_http`). A platform that serves no batches is
+    refused here, before any call."""
+    config.require_workspace_key()  # (a platform without batches is refused here, before any call)
+    platform = config.platform
     budget = CallBudget(per_minute=max_rpm or config.default_rpm)
-    aws = config.aws
-    signer = SigV4Signer(aws) if aws is not None and aws.api_key is None else None  # (before any call: no credentials, one line)
     timed = {"sleep": clock.sleep, "clock": clock.monotonic, "wall": clock.now}
     async with open_http(transport=transport) as http, _background() as spawn:
-        ws = [
-            ApiClient(http, config.base_url, key, label=_label(config, i), retry=retry, budget=budget,
-                      on_retry=on_retry, signer=signer, workspace_id=aws.workspace_id if aws else None,
-                      api_version=config.version, **timed)
-            for i, key in enumerate(config.workspace_keys)
-        ] + [
-            ApiClient(http, config.base_url, auth, label=label, retry=retry, budget=budget, on_retry=on_retry,
-                      api_version=config.version, **timed)
-            for auth, label in token_auths(config, http, spawn, clock)
-        ]
-        # (the Admin API keeps the version its fields were written for: gatekeeper reads 2023-06-01's names there)
-        admin = (ApiClient(http, config.base_url, config.admin_key, label="admin key", retry=retry, on_retry=on_retry,
-                           **timed) if config.admin_key else None)  # the Admin API has its own limits
-        yield Connection(ws, admin, config.fingerprint())
+        common: dict[str, Any] = {"retry": retry, "on_retry": on_retry, "platform": platform, **timed}
+        auths = platform.auths(config, http, spawn, clock)
+        ws = [ApiClient(http, config.base_url, auth, label=label, budget=budget, api_version=config.version, **common)
+              for auth, label in auths]
+        # (the Admin API keeps the version its fields were written for: gatekeeper reads 2023-06-01's names there;
+        # it has its own limits, apart from the batch call budget)
+        org = platform.admin(config, http, spawn, auths)
+        admin = None if org is None else ApiClient(http, org[0], org[1], label=org[2], **common)
+        yield Connection(ws, admin, config.fingerprint(), admin_tried=config.admin_key is None)
 
 
 @asynccontextmanager
@@ -98,24 +96,6 @@ async def _background() -> AsyncIterator[Spawn]:
         raise failure[0]
 
 
-def token_auths(config: ApiConfig, http: Any, spawn: Spawn | None = None,
-                clock: Clock = WALL) -> list[tuple[TokenAuth, str]]:
-    """A credential's tokens for each workspace it is read for (a federation token is one workspace's: one
-    exchange each), with how messages name them; their expiry on `clock`."""
-    cred = config.credential
-    if cred is None:
-        return []
-    return [(TokenAuth(cred, ws, http=http, base_url=config.base_url, spawn=spawn, clock=clock.monotonic,
-                       wall=clock.now), label) for ws, label in config.workspaces()]
-
-
-def _label(config: ApiConfig, i: int) -> str:
-    """How messages name a key: "workspace key 2" first-party; on AWS, what authenticates the workspace."""
-    if config.aws is None:
-        return f"workspace key {i + 1}"
-    return "AWS short-term key (ANTHROPIC_AWS_API_KEY)" if config.aws.api_key else "AWS credentials (SigV4)"
-
-
 async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[str, Any]]:
     """Every batch one key can see that may still be live: newest first, stopping past the 25-hour horizon."""
     horizon = now - LIVE_HORIZON.total_seconds()
@@ -132,15 +112,18 @@ async def read_live(client: ApiClient, workspace: str, *, now: float | None = No
 
 
 async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | None, str | None, str | None]:
-    """(ceiling, source, error). `override` (--ceiling) wins; an Admin key that is refused is a configuration error."""
+    """(ceiling, source, error). `override` (--ceiling) wins; an Admin key that is refused is a configuration error
+    (organization routes only tried, `Connection.admin_tried`, that refuse leave the ceiling unknown)."""
     if override is not None:
         return override, "--ceiling", None
     if conn.admin is None:
         return None, None, "no admin key"
     try:
         entries = await rate_limits(conn.admin, "batch")
-    except AuthenticationError:
-        raise  # a refused key is a configuration error, not a missing reading
+    except AuthenticationError as exc:
+        if not conn.admin_tried:
+            raise  # a refused key is a configuration error, not a missing reading
+        return None, None, f"could not read the ceiling: {exc}"
     except (ApiError, TransportError) as exc:
         return None, None, f"could not read the ceiling: {exc}"
     ceiling = enqueued_ceiling(entries)

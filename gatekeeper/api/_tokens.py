@@ -10,8 +10,11 @@ there backed off. A 401 drops the token that was sent, once: the call is made ag
 that one too is a refusal. Tokens are `Secret`s, held in memory only; what a token endpoint says is redacted before
 it is shown (`redacted`).
 
-Every scheme is one object with the same face (`Auth`: `ready`, `headers`, `rejected`, `accepted`, `redact`,
-`generation`), so a scheme can be added (a platform's own tokens) without touching the calls that use it.
+Every scheme is one object with the same face (`Auth`: `ready`, `sign`, `rejected`, `accepted`, `redact`,
+`generation`, and `requires_request_body` for a scheme that signs the body, as httpx's `Auth` has it), so a scheme
+is added (SigV4, a platform's own tokens: `_aws`, `_google`) without touching the calls that use it. `TokenCache`
+holds the SDK's refresh rules for any scheme whose credential is a token that expires: a scheme says only how a
+token is minted and sent.
 """
 
 from __future__ import annotations
@@ -80,6 +83,18 @@ Spawn = Callable[[Callable[["_Refresh"], Coroutine[Any, Any, None]], "_Refresh"]
 
 
 @dataclass(frozen=True)
+class Outgoing:
+    """One request as a scheme sees it before it leaves: method, URL, the headers so far, and the body (None: none,
+    or streamed later and stood for by `body_sha256`, its digest)."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes | None = None
+    body_sha256: str | None = None
+
+
+@dataclass(frozen=True)
 class Minted:
     token: Secret
     expires_in: float | None  # seconds from when it was asked for; None: no expiry known
@@ -87,15 +102,17 @@ class Minted:
 
 class Auth(Protocol):
     """How one scheme authenticates a call (as httpx's `Auth` does, minus the flow): what a call awaits before it
-    leaves, the headers it carries, what a 401 or an acceptance says of the credential sent, and how a text is rid of
-    the secret. `generation` names the credential a call was sent with."""
+    leaves, the headers it leaves with (`sign`: given the request, its body too when `requires_request_body`), what a
+    401 or an acceptance says of the credential sent, and how a text is rid of the secret. `generation` names the
+    credential a call was sent with."""
 
     refreshable: bool
+    requires_request_body: bool
     generation: int
 
     async def ready(self) -> None: ...
 
-    def headers(self, beta: str | None) -> dict[str, str]: ...
+    def sign(self, request: Outgoing) -> dict[str, str]: ...
 
     def rejected(self, generation: int) -> bool: ...
 
@@ -108,6 +125,7 @@ class KeyAuth:
     """A workspace key, sent as `x-api-key`: nothing to exchange, nothing to refresh."""
 
     refreshable = False
+    requires_request_body = False
 
     def __init__(self, key: Secret) -> None:
         self.key = key
@@ -116,8 +134,8 @@ class KeyAuth:
     async def ready(self) -> None:
         return None
 
-    def headers(self, beta: str | None) -> dict[str, str]:
-        return {"x-api-key": self.key.reveal()}
+    def sign(self, request: Outgoing) -> dict[str, str]:
+        return {**request.headers, "x-api-key": self.key.reveal()}
 
     def rejected(self, generation: int) -> bool:
         return False
@@ -137,19 +155,19 @@ class _Refresh:
     failure: Exception | None = None
 
 
-class TokenAuth:
-    """One credential's access token for one workspace, kept as the SDK's `TokenCache` keeps it: minted when first
-    needed; in the advisory window exchanged again by one caller while every call goes on with the valid token (in
-    the background when `spawn` is given: then no call waits), a failure there backed off `ADVISORY_BACKOFF`
-    seconds; past the mandatory window, one exchange that every caller waits for and whose failure each is told;
-    dropped once on a 401. `clock` measures expiry; `wall` reads a profile's `expires_at`."""
+class TokenCache:
+    """An access token kept as the SDK's `TokenCache` keeps it: minted when first needed; in the advisory window
+    exchanged again by one caller while every call goes on with the valid token (in the background when `spawn` is
+    given: then no call waits), a failure there backed off `ADVISORY_BACKOFF` seconds; past the mandatory window, one
+    exchange that every caller waits for and whose failure each is told; dropped once on a 401. `clock` measures
+    expiry; `wall` reads an expiry written as a time. A scheme gives `_mint` (how a token is had) and `sign` (how it
+    is sent)."""
 
-    def __init__(self, credential: Credential, workspace: str | None, *, http: httpx.AsyncClient, base_url: str,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+    requires_request_body = False
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  spawn: Spawn | None = None) -> None:
-        self.credential, self.workspace = credential, workspace
-        self.refreshable = not isinstance(credential, BearerToken)
-        self._http, self._base = http, base_url.rstrip("/")
+        self.refreshable = True
         self._clock, self._wall, self._spawn = clock, wall, spawn
         self._token: Secret | None = None
         self._expires_at: float | None = None
@@ -161,6 +179,12 @@ class TokenAuth:
         self.generation = 0  # which token a call was sent with (a 401 names it)
         self.exchanges = 0
         self.reached = False  # has the token endpoint (or the credential's file) ever given a token
+
+    async def _mint(self) -> Minted:
+        raise NotImplementedError
+
+    def sign(self, request: Outgoing) -> dict[str, str]:
+        raise NotImplementedError
 
     @property
     def refreshing(self) -> bool:
@@ -223,19 +247,10 @@ class TokenAuth:
         self.exchanges += 1
         self.reached = True
 
-    def headers(self, beta: str | None) -> dict[str, str]:
-        """The token as the SDK sends it: `ANTHROPIC_AUTH_TOKEN` as a plain Bearer (its `_bearer_auth`); a minted
-        token (a profile's login, federation) with the oauth beta added (its `AccessTokenAuth`)."""
+    @property
+    def token(self) -> Secret:
         assert self._token is not None, "ready() first"
-        out = {"authorization": f"Bearer {self._token.reveal()}"}
-        flags = [f.strip() for f in (beta or "").split(",") if f.strip()]
-        if self.refreshable and OAUTH_BETA not in flags:
-            flags.append(OAUTH_BETA)
-        if flags:
-            out["anthropic-beta"] = ",".join(flags)
-        if self.workspace is not None and not isinstance(self.credential, Federation):
-            out["anthropic-workspace-id"] = self.workspace  # (a federation token is its workspace's: no header)
-        return out
+        return self._token
 
     def rejected(self, generation: int) -> bool:
         """A 401 for the token of `generation`: True when a call may be made again with a fresh token (the token is
@@ -256,6 +271,32 @@ class TokenAuth:
 
     def redact(self, text: str) -> str:
         return text if self._token is None else self._token.redact(text)
+
+
+class TokenAuth(TokenCache):
+    """One Anthropic credential's access token for one workspace (`_credentials`: a bearer token, a profile's login,
+    federation), kept by `TokenCache`'s rules."""
+
+    def __init__(self, credential: Credential, workspace: str | None, *, http: httpx.AsyncClient, base_url: str,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 spawn: Spawn | None = None) -> None:
+        super().__init__(clock=clock, wall=wall, spawn=spawn)
+        self.credential, self.workspace = credential, workspace
+        self.refreshable = not isinstance(credential, BearerToken)
+        self._http, self._base = http, base_url.rstrip("/")
+
+    def sign(self, request: Outgoing) -> dict[str, str]:
+        """The token as the SDK sends it: `ANTHROPIC_AUTH_TOKEN` as a plain Bearer (its `_bearer_auth`); a minted
+        token (a profile's login, federation) with the oauth beta added (its `AccessTokenAuth`)."""
+        out = {**request.headers, "authorization": f"Bearer {self.token.reveal()}"}
+        flags = [f.strip() for f in (request.headers.get("anthropic-beta") or "").split(",") if f.strip()]
+        if self.refreshable and OAUTH_BETA not in flags:
+            flags.append(OAUTH_BETA)
+        if flags:
+            out["anthropic-beta"] = ",".join(flags)
+        if self.workspace is not None and not isinstance(self.credential, Federation):
+            out["anthropic-workspace-id"] = self.workspace  # (a federation token is its workspace's: no header)
+        return out
 
     async def _mint(self) -> Minted:
         c = self.credential

@@ -125,6 +125,8 @@ def api_config(args: argparse.Namespace) -> ApiConfig:
     from ..api._config import ApiConfig
 
     config = ApiConfig.from_env(os.environ, getattr(args, "platform", None), getattr(args, "api_version", None))
+    if config.platform.batches is not None:
+        config.require_workspace_key()  # (one line: why this platform takes no batches)
     if not config.has_credentials:
         raise UsageError("no credentials: set ANTHROPIC_API_KEY to a workspace API key (ANTHROPIC_EXTRA_WORKSPACE_KEYS "
                          "for the others), or ANTHROPIC_AUTH_TOKEN, ANTHROPIC_PROFILE, or workload identity federation "

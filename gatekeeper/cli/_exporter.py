@@ -55,7 +55,7 @@ async def _export_reading(args: argparse.Namespace, read: Callable[[], Any], pri
                           snap: RunFigures) -> None:
     """One reading of the queue and the runs into the exporter's figures; a failed one keeps the last, said on stderr."""
     try:
-        h, ledger = await read()
+        reading = await read()
         runs = {Path(d).name: run_figures(Path(d), prices) for d in args.state}
         runs.update({job: run_figures(Path.cwd(), prices, journal=args.journal, job=job) for job in args.job})
     except GatekeeperError as exc:
@@ -64,5 +64,6 @@ async def _export_reading(args: argparse.Namespace, read: Callable[[], Any], pri
         print(f"gatekeeper: reading failed, the last values are kept: {for_cli(exc)}", file=sys.stderr, flush=True)
     else:
         with snap.lock:
-            snap.headroom, snap.ledger, snap.runs = h, ledger, runs
+            snap.headroom, snap.ledger, snap.runs = reading.headroom, reading.ledger, runs
+            snap.verdict = reading.verdict
             snap.read_at, snap.readings = time.time(), snap.readings + 1

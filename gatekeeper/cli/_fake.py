@@ -6,10 +6,12 @@ import argparse
 import os
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from .._errors import ExitCode
-from ..testing import FakeAPI, FakeAws, FakeConfig, FakeFederation, FakeRealtime, Fault, Outcome, identity_token
+from ..testing import FakeAPI, FakeAws, FakeConfig, FakeFederation, FakeGoogle, FakeRealtime, Fault, Outcome, identity_token
+from ..testing._google import TOKEN_PATH
 from ._common import print_json
 
 
@@ -17,6 +19,7 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
     keys = args.workspace_key or ["test-key-ws1"]
     bad_model = args.error_model
     aws = FakeAws() if args.aws else None
+    google = FakeGoogle(token_life=args.google, denied=set(args.deny)) if args.google is not None else None
     federation, federated_env = _fake_federation(args.federation)
     config = FakeConfig(
         ceiling=args.simulated_ceiling, rate=args.rate, speed=args.speed,
@@ -26,12 +29,14 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
         outcome=(lambda cid, model, attempt: Outcome("errored", "invalid_request_error", f"model: {model} not found")
                  if model == bad_model else None) if bad_model else None,
         realtime=FakeRealtime(rpm=args.realtime_rpm, itpm=args.realtime_itpm, otpm=args.realtime_otpm,
-                              latency=args.realtime_latency), aws=aws, federation=federation,
+                              latency=args.realtime_latency), aws=aws, federation=federation, google=google,
     )
     with FakeAPI(config, port=args.port) as fake:
         fake.inject(*(_fault(*spec) for spec in args.fault))
         # (made-up keys the fake accepts: printing them is what lets a newcomer paste them)
         env = _fake_env(fake.url, keys, args.admin_key, aws)
+        if google is not None:
+            env = _google_env(fake.url, google)
         if federated_env:
             env = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_ADMIN_KEY": args.admin_key, **federated_env}
         info = {"url": fake.url, "ceiling": args.simulated_ceiling, "rate": args.rate, "speed": args.speed, "workspaces": len(keys),
@@ -40,7 +45,8 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
             if args.json:
                 print_json(info)
             else:
-                where = "Claude Platform on AWS (fake)" if aws else f"{len(keys):,} workspace key(s)"
+                where = ("Claude Platform on AWS (fake)" if aws else "Claude on Google Cloud (fake)" if google
+                         else f"{len(keys):,} workspace key(s)")
                 print(f"fake Batches API on {fake.url} (ceiling {args.simulated_ceiling:,}, {args.rate:,.0f} requests/s, "
                       f"speed x{args.speed:g}; real-time lane {args.realtime_rpm:,} RPM); {where}; Ctrl-C stops it. "
                       "In another shell:\n"
@@ -69,6 +75,18 @@ def _fake_env(url: str, keys: list[str], admin_key: str, aws: FakeAws | None) ->
     if len(keys) > 1:
         env["ANTHROPIC_EXTRA_WORKSPACE_KEYS"] = ",".join(keys[1:])
     return env
+
+
+def _google_env(url: str, google: FakeGoogle) -> dict[str, str]:
+    """Claude on Google Cloud's environment for the fake: a service-account key file of its own (made up, for the
+    fake only) whose token endpoint is the fake's, and the workspace's route as the base URL."""
+    fd, path = tempfile.mkstemp(prefix="gatekeeper-fake-google-", suffix=".json")
+    os.close(fd)
+    google.write_credentials(Path(path), url + TOKEN_PATH)
+    base = f"{url}/v1/projects/{google.project}/locations/{google.location}/workspaces/{google.workspace_id}/invoke"
+    return {"GOOGLE_APPLICATION_CREDENTIALS": path, "ANTHROPIC_GOOGLE_CLOUD_PROJECT": google.project,
+            "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID": google.workspace_id, "ANTHROPIC_GOOGLE_CLOUD_BASE_URL": base,
+            "GATEKEEPER_PLATFORM": "google"}
 
 
 def _fake_federation(life: float | None) -> tuple[Any, dict[str, str]]:

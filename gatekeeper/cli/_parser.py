@@ -14,6 +14,7 @@ from typing import NoReturn
 from .._errors import UsageError
 from .._version import __version__
 from .._wire import API_MAX_BYTES, API_MAX_REQUESTS, API_VERSION, API_VERSIONS, STRICT_VERSION
+from ..api._platform import PLATFORMS
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -400,6 +401,13 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="serve as Claude Platform on AWS: SigV4 with the access key it prints (or its short-term API key), "
                    "the workspace header, no Admin API; the line to paste sets AWS_REGION, ANTHROPIC_AWS_WORKSPACE_ID, "
                    "ANTHROPIC_AWS_BASE_URL and the keys (use --platform aws)")
+    p.add_argument("--google", type=_positive_float, nargs="?", const=3600.0, default=None, metavar="SECONDS",
+                   help="serve as Claude on Google Cloud: path-style routes, Google access tokens of SECONDS (default "
+                   "3600) minted at its own token endpoint for the service-account key file it writes, IAM per route; "
+                   "the line to paste sets GOOGLE_APPLICATION_CREDENTIALS, ANTHROPIC_GOOGLE_CLOUD_BASE_URL and "
+                   "GATEKEEPER_PLATFORM=google")
+    p.add_argument("--deny", action="append", default=[], metavar="PERMISSION",
+                   help="with --google: refuse this IAM permission (batches.create, batches.list, messages.create, ...)")
     p.add_argument("--federation", type=_positive_float, default=None, metavar="SECONDS",
                    help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
                    "the line to paste names an identity token file it writes, a rule and an organization")
@@ -462,9 +470,8 @@ def _serve_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="jobs this replica runs at once; more wait their turn (default 16; with --journal each holds "
                    "about three PostgreSQL connections: its journal, its lease's heartbeat, the ledger)")
     _add_max_rpm(p)
-    p.add_argument("--platform", choices=("anthropic", "aws"), default=None,
-                   help="the upstream: anthropic (the default; or GATEKEEPER_PLATFORM) or aws, Claude Platform on AWS "
-                   "(the `aws` extra). Each job keeps the anthropic-version of the create that made it")
+    p.add_argument("--platform", choices=PLATFORMS, default=None,
+                   help=f"the upstream: {PLATFORM_HELP}. Each job keeps the anthropic-version of the create that made it")
     _add_json(p)
     keys = p.add_subparsers(dest="serve_command", metavar="keys", parser_class=_Parser)
     k = keys.add_parser("keys", help="the clients' keys: add, list, remove", formatter_class=_Wrapped)
@@ -509,22 +516,25 @@ def _add_no_preflight(p: argparse.ArgumentParser) -> None:
                    help="requests per model counted with count_tokens for the input-token estimate (default 50; 0: bytes / 4)")
 
 
+PLATFORM_HELP = (f"where the Batches API runs: {', '.join(PLATFORMS)} (default anthropic, or GATEKEEPER_PLATFORM), "
+                 "each read from the environment as its SDK client reads it (docs/aws.md, docs/google.md; foundry "
+                 "serves no batches)")
+
+
 def _add_platform(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-version", choices=API_VERSIONS, default=None, metavar="VERSION",
                    help=f"the anthropic-version sent on every call: {API_VERSION} (the default; or "
                    f"GATEKEEPER_API_VERSION) or {STRICT_VERSION} (refuses temperature, top_p, top_k, document blocks "
                    "in assistant messages and citations on user text: such lines are rejected before sending). A job "
                    "keeps the version it started with")
-    p.add_argument("--platform", choices=("anthropic", "aws"), default=None,
-                   help="anthropic (the default; or GATEKEEPER_PLATFORM) or aws: Claude Platform on AWS, read from the "
-                   "environment as the SDK's AnthropicAWS does (AWS_REGION, ANTHROPIC_AWS_WORKSPACE_ID, SigV4 "
-                   "credentials or ANTHROPIC_AWS_API_KEY; the `aws` extra)")
+    p.add_argument("--platform", choices=PLATFORMS, default=None, help=PLATFORM_HELP)
 
 
 def _add_max_rpm(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rpm", type=_positive_float, default=None, metavar="N",
-                   help="calls a minute to the batch endpoints at most, all keys together (default 300; 50 with "
-                   "--platform aws, a workspace's Tier 1; the organization's limit is shared with its other pipelines)")
+                   help="calls a minute to the batch endpoints at most, all keys together (default: the platform's, 300 "
+                   "on anthropic, 50 where a workspace starts at Tier 1: aws, google; the organization's limit is "
+                   "shared with its other pipelines)")
 
 
 def _add_ledger(p: argparse.ArgumentParser, *, default: str = "host") -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..decide._headroom import Headroom
     from ..input._planner import PlanReport
     from ..run.job._summary import Summary
-    from ..state.ledger._base import LedgerReading
 
 
 def render_plan(report: PlanReport, name: str) -> str:
@@ -47,27 +45,6 @@ def render_plan(report: PlanReport, name: str) -> str:
         for model, n in sorted(report.models.items(), key=lambda kv: (-kv[1], kv[0])):
             out.append(f"  {n:>9,}  {model}")
     return "\n".join(out)
-
-
-def status_report(h: Headroom, ledger: LedgerReading | None, threshold: int,
-                  platform: str = "anthropic") -> dict[str, Any]:
-    """One reading as the JSON `status --json` prints (and the human report is drawn from)."""
-    from ..decide._headroom import SCOPE_CAVEAT, repair_lines, verdict
-
-    state, detail = verdict(h, threshold)
-    source = "the Rate Limits API" if h.ceiling_source == "admin-api" else h.ceiling_source or "nowhere"
-    return {
-        "verdict": state, "detail": detail, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
-        "ceiling_error": h.ceiling_error, "depth": h.depth, "remaining": h.remaining,
-        "occupancy": None if h.occupancy is None else round(h.occupancy, 4), "threshold": threshold,
-        "workspaces": h.workspaces, "read": list(h.read), "batches": [b.to_json() for b in h.batches],
-        "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
-                    f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
-        "inferred": SCOPE_CAVEAT, "repair": repair_lines(state, h, platform),
-        "ledger": {"kind": "none", "url": None, "reserved": 0, "reservations": [], "jobs": []} if ledger is None else {
-            **(ledger.in_use or {"kind": "shared", "url": None}), "reserved": sum(r.requests for r in ledger.reservations),
-            "reservations": [r.to_json() for r in ledger.reservations], "jobs": ledger.jobs()},
-    }
 
 
 def render_status(r: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 LIVE_STATES = ("in_progress", "canceling")
 PER_BATCH_REQUESTS = 100_000
@@ -185,21 +185,23 @@ def verdict(h: Headroom, threshold: int) -> tuple[str, str]:
     )
 
 
-def repair_lines(state: str, h: Headroom, platform: str = "anthropic") -> list[str]:
-    """What to do about a verdict. Printed, never performed. On Claude Platform on AWS there is no Admin API: the
-    ceiling is given, or learned from refusals."""
+class Repairs(Protocol):
+    """What a platform says to do about a verdict there (`api._platform.Platform.repair`); None: the generic lines."""
+
+    def repair(self, state: str) -> list[str] | None: ...
+
+
+def repair_lines(state: str, h: Headroom, platform: Repairs | None = None) -> list[str]:
+    """What to do about a verdict. Printed, never performed. The platform is asked first: where the ceiling can be
+    read from, and how, is its own (an Admin key, no Admin API, an organization route)."""
+    said = None if platform is None else platform.repair(state)
+    if said is not None:
+        return said
     if state == "queue-clear":
         return ["nothing to change; check again during the batch window: this queue drains and fills."]
-    if state == "queue-limit-unknown" and platform == "aws":
-        return [
-            "Claude Platform on AWS has no Admin API to read the ceiling from: pass --ceiling N (the workspace's "
-            "batch queue limit from its limits page); gatekeeper submit also learns a bound from queue-full answers.",
-            "without the ceiling this is a raw count: it cannot say whether the next submission will be accepted.",
-        ]
     if state == "queue-limit-unknown":
         return [
-            "read the ceiling with an Admin key: set ANTHROPIC_ADMIN_KEY (GET /v1/organizations/rate_limits?group_type=batch "
-            "returns enqueued_batch_requests), or pass --ceiling N from your organization's limits page.",
+            "pass --ceiling N from the limits page: without it, gatekeeper submit learns a bound from queue-full answers.",
             "without the ceiling this is a raw count: it cannot say whether the next submission will be accepted.",
         ]
     lines = [

@@ -8,9 +8,10 @@
 """
 
 from ._aws import FakeAws
+from ._google import FakeGoogle
 from ._model import DEFAULT_MODELS, FakeConfig, FakeModel, FakeRealtime, Outcome, Records
 from ._oauth import FakeFederation, FakeRule, identity_token
 from ._server import FakeAPI, Fault, fake_token_count, prompt_of
 
-__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeFederation", "FakeModel", "FakeRealtime",
+__all__ = ["DEFAULT_MODELS", "FakeAPI", "FakeAws", "FakeConfig", "FakeFederation", "FakeGoogle", "FakeModel", "FakeRealtime",
            "FakeRule", "Fault", "Outcome", "Records", "fake_token_count", "identity_token", "prompt_of"]

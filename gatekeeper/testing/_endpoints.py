@@ -187,7 +187,7 @@ def results(h: Wire, workspace: str, batch_id: str | None) -> None:
 def results_other_origin(h: Wire, endpoint: str, batch_id: str | None) -> None:
     """The other origin: the API's own host behind a gateway (any call is a bypass) or a signed-link store."""
     fake = h.server.fake
-    if fake.config.results_origin == "gateway":
+    if fake.config.results_origin == "gateway" or fake.config.google is not None:
         with fake.org.lock:
             fake.org.records.bypass_calls += 1
         return h.send_api_error(401, "invalid x-api-key")  # the real host does not know the gateway's key

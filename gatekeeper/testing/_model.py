@@ -28,6 +28,7 @@ from ._aws import FakeAws
 from ._cache import CachePoint, PromptCache, Usage, billed_as
 
 if TYPE_CHECKING:
+    from ._google import FakeGoogle
     from ._oauth import FakeFederation
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
@@ -145,6 +146,7 @@ class FakeConfig:
     cache_wave: int | None = None  # requests of a batch processed concurrently (None: the whole batch at once)
     federation: FakeFederation | None = None  # the token endpoint, bearer calls, keys refused when asked (`_oauth`)
     aws: FakeAws | None = None  # Claude Platform on AWS: SigV4 (or short-term keys) and a workspace header, no Admin API
+    google: FakeGoogle | None = None  # Claude on Google Cloud: path-style routes, Google tokens, IAM per route (`_google`)
     realtime: FakeRealtime = field(default_factory=FakeRealtime)  # POST /v1/messages: its limits and roughness
     usage: str = "count"  # what a succeeded request is billed and reports against count_tokens (`billed_as`):
     # "count", "count-K", "scale:F", "const:N", "noisy:P" (count x (1 ± P) per prompt) or "none" (no usage

@@ -22,6 +22,8 @@ import orjson
 from .._errors import UsageError
 from . import _endpoints as batches
 from ._aws import check
+from ._google import refused as google_refused
+from ._google import unprefixed
 from ._model import FakeConfig, Organization
 from ._oauth import bearer_workspace, token_endpoint
 from ._realtime import Lane, serve_message
@@ -54,6 +56,8 @@ class _Handler(Wire):
         self.pending_drop = False
         self.pending_delay = 0.0
         self.early_body = None
+        if fake.config.google is not None and not self.server.results_only and unprefixed(self, fake.config.google):
+            return
         endpoint, arg = self.route()
         with fake.org.lock:
             fake.org.records.requests_seen[endpoint] = fake.org.records.requests_seen.get(endpoint, 0) + 1
@@ -86,6 +90,8 @@ class _Handler(Wire):
         cfg = fake.config
         if cfg.aws is not None:
             return self._serve_aws(endpoint, arg, admin)
+        if cfg.google is not None:  # (a Google token and the route's permission: the workspace is the path's)
+            return None if google_refused(self, cfg.google, endpoint, admin) else _google(self, endpoint, arg, admin)
         if admin:
             if key not in cfg.admin_keys:
                 return self.send_api_error(401, "invalid x-api-key")
@@ -125,6 +131,15 @@ class _Handler(Wire):
             status = 400 if why.startswith("anthropic-workspace-id") else 403
             return self.send_api_error(status, why, error_type="invalid_request_error" if status == 400 else "permission_error")
         ROUTES[endpoint](self, aws.workspace, arg)
+
+
+def _google(h: _Handler, endpoint: str, arg: str | None, admin: bool) -> None:
+    """Claude on Google Cloud, the call accepted: the organization's rate limits, or the workspace's route."""
+    google = h.server.fake.config.google
+    assert google is not None
+    if admin:
+        return workspace_rate_limits(h, arg) if endpoint == "workspace_rate_limits" else org_rate_limits(h)
+    return ROUTES[endpoint](h, google.workspace, arg)
 
 
 # -- models, token counting, messages, admin -------------------------------------
@@ -280,7 +295,8 @@ class FakeAPI:
         self.realtime = Lane(self.config.realtime, clock, self.org.wall)
         self._server = _listen(host, port, self) if listen else None
         self._other: _Server | None = None
-        if listen and (self.config.results_origin != "self" or self.config.results_redirect):
+        if listen and (self.config.results_origin != "self" or self.config.results_redirect
+                       or self.config.google is not None):  # (Google's: results_url names Anthropic's host)
             self._other = _listen(host, 0, self, results_only=True)
         self._threads: list[threading.Thread] = []
 

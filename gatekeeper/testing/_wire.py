@@ -213,6 +213,7 @@ class Wire(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: _Server
     early_body: bytes | None = None  # a request body read ahead (the AWS mode checks its signature first)
+    google_scope: str = "workspace"  # Claude on Google Cloud: the route prefix a call came by ("organization")
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass

@@ -34,6 +34,7 @@ class RunFigures:
     """The last successful reading, and the counters; guarded by `lock` (the scrape runs in another thread)."""
 
     headroom: Headroom | None = None
+    verdict: str | None = None  # the library's `status()` verdict of that reading (None: judged here, at `threshold`)
     ledger: LedgerReading | None = None
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     read_at: float | None = None
@@ -76,6 +77,7 @@ class MetricsCollector:
 
         with self.snap.lock:
             h, ledger, runs = self.snap.headroom, self.snap.ledger, dict(self.snap.runs)
+            state = self.snap.verdict
             read_at, readings, errors = self.snap.read_at, self.snap.readings, self.snap.errors
         yield CounterMetricFamily("gatekeeper_readings", "Successful readings of the queue.", value=readings)
         yield CounterMetricFamily("gatekeeper_reading_errors", "Readings of the queue that failed (the last values are kept).",
@@ -84,7 +86,7 @@ class MetricsCollector:
             yield GaugeMetricFamily("gatekeeper_last_reading_age_seconds", "Seconds since the last successful reading.",
                                     value=max(0.0, self.clock() - read_at))
         if h is not None:
-            yield from _queue_families(h, self.threshold, GaugeMetricFamily)
+            yield from _queue_families(h, state or verdict(h, self.threshold)[0], GaugeMetricFamily)
         if ledger is not None:
             yield GaugeMetricFamily("gatekeeper_ledger_reserved_requests", "Requests reserved in the shared admission ledger.",
                                     value=sum(r.requests for r in ledger.reservations))
@@ -105,7 +107,7 @@ def _job_families(jobs: list[dict[str, Any]], gauge: Any) -> Iterator[Any]:
         yield fam
 
 
-def _queue_families(h: Headroom, threshold: int, gauge: Any) -> Iterator[Any]:
+def _queue_families(h: Headroom, state: str, gauge: Any) -> Iterator[Any]:
     if h.ceiling is not None:
         yield gauge("gatekeeper_queue_ceiling_requests", "The organization's enqueued_batch_requests ceiling.", value=h.ceiling)
     yield gauge("gatekeeper_queue_depth_requests", "Requests in the batch queue over every workspace key given.", value=h.depth)
@@ -117,7 +119,6 @@ def _queue_families(h: Headroom, threshold: int, gauge: Any) -> Iterator[Any]:
     if h.occupancy is not None:
         yield gauge("gatekeeper_queue_occupancy_ratio", "Depth over ceiling (0 to 1, above 1 when over).", value=h.occupancy)
     yield gauge("gatekeeper_queue_live_batches", "Batches in progress or canceling.", value=len(h.batches))
-    state, _ = verdict(h, threshold)
     v = gauge("gatekeeper_queue_verdict", "The queue's verdict: 1 for the current one, 0 for the others.", labels=["verdict"])
     for name in VERDICTS:
         v.add_metric([name], 1.0 if name == state else 0.0)

@@ -22,16 +22,16 @@ from ..._errors import (
 )
 from ...api._http import CREATE_ANSWER_WAIT
 from ...decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
-from ...decide._budget import Spend, body_worst, may_spend
+from ...decide._budget import Spend, body_worst
 from ...decide._gate import Waiting, gate, lapsed, rounds_ended
 from ...input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
+from ..job._budget import check_spend
 from ..job._checkpoints import reached
 from ..job._inputs import stat_identity
 from ..job._part import Part, RunContext, Snapshot
 from ..job._prepare import check_identity
-from ..job._summary import budget_spent
 from ._collect import custom_id
 from ._reprime import reprime
 from ._turns import Turns, wanted
@@ -153,21 +153,19 @@ class Admitter(Part):
     def _within_budget(self, row: BatchRow, worst: float, waiting: list[BatchRow]) -> bool:
         """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""
         assert self.settings.budget is not None
-        spent = budget_spent(self.journal, self.prices)
-        d = may_spend(budget=self.settings.budget, spent=spent, in_flight=self.journal.in_flight_worst(), worst=worst,
-                      requests=row.requests)
+        d = check_spend(self.journal, self.prices, self.settings.budget, worst, row.requests)
         if d.action is Spend.GO:
             return True
         if d.action is Spend.WAIT:
             self.emit("waiting", {"next": row.requests, "reason": "budget", "worst_usd": round(worst, 6)})
             return False
         if d.action is Spend.CUT:
-            self._recut(waiting, d.size)
+            self._recut(waiting, d.decision.size)
             return False
         if not self.budget_stopped:
             self.budget_stopped = True
-            self.emit("budget_reached", {"budget": self.settings.budget, "spent": round(spent, 6),
-                                         "in_flight_worst": round(self.journal.in_flight_worst(), 6),
+            self.emit("budget_reached", {"budget": self.settings.budget, "spent": round(d.spent, 6),
+                                         "in_flight_worst": round(d.in_flight, 6),
                                          "held_back": self.journal.held_back()})
         return False
 

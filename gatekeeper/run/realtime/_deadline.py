@@ -22,15 +22,15 @@ import orjson
 from ..._errors import AuthenticationError, UsageError
 from ..._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_PACING
 from ...api._messages import Kind, probe_params, send_message
-from ...decide._budget import body_worst
+from ...decide._budget import Spend, body_worst
 from ...decide._deadline import Held, JobBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
 from ...decide._headroom import format_time, parse_time
 from ...decide._pacing import Cost
 from ...state._journal import BatchRow, BatchState
+from ..job._budget import check_spend
 from ..job._inputs import read_at
 from ..job._part import Part, RunContext, Snapshot
 from ..job._settings import SubmitSettings
-from ..job._summary import budget_spent
 from ._realtime import RealtimeLane
 
 DONE_COUNTS = ("succeeded", "errored", "canceled", "expired")
@@ -132,8 +132,8 @@ class DeadlineKeeper(Part):
         goes on, rather than the run stopping before any batch exists, at the same point on every rerun."""
         self.closed = why
         self.emit("realtime_closed", {"reason": why, "policy": "the real-time lane is not used this run; the batch lane "
-                                      "goes on, and the deadline may be missed; grant the Messages API's invoke "
-                                      "action (InvokeModel on Claude Platform on AWS) for the deadline to use it"})
+                                      "goes on, and the deadline may be missed; grant the credentials "
+                                      f"{self.api.calls.platform.permission('messages')} for the deadline to use it"})
 
     def _limits_read(self) -> bool:
         """Whether each of the job's models the lane has not measured was probed: answered without its limits, or
@@ -191,8 +191,9 @@ class DeadlineKeeper(Part):
         refused = sorted({*(self.journal.get_meta("deadline_cancel_refused") or []), row.idx})
         self.journal.set_meta("deadline_cancel_refused", refused, "deadline_cancel_refused", batch=row.idx, id=row.batch_id)
         self.emit("deadline_cancel_refused", {"batch": row.idx, "id": row.batch_id, "reason": str(exc),
-                                              "policy": "left live, not asked again; grant the cancel action "
-                                                        "(CancelBatchInference on AWS) for the deadline to move it"})
+                                              "policy": "left live, not asked again; grant the credentials "
+                                                        f"{self.api.calls.platform.permission('cancel')} for the "
+                                                        "deadline to move it"})
 
     def _move_planned(self, row: BatchRow) -> None:
         rows, worst = [], []
@@ -223,9 +224,8 @@ class DeadlineKeeper(Part):
         """Whether the budget forbids moving work whose real-time worst case is `worst` (said once, and recorded)."""
         if self.settings.budget is None:
             return False
-        spent = budget_spent(self.journal, self.prices)
-        if spent + self.journal.in_flight_worst() + worst <= self.settings.budget:
-            return False
+        if check_spend(self.journal, self.prices, self.settings.budget, worst, requests).action is Spend.GO:
+            return False  # (the batch lane's rule: a real-time move is never cut, only made or not)
         if not self.journal.get_meta("deadline_for_budget"):
             self.journal.set_meta("deadline_for_budget", True, "deadline_for_budget", requests=requests, worst_usd=worst)
             self.emit("deadline_for_budget", {"requests": requests, "worst_usd": round(worst, 6), "budget": self.settings.budget,

@@ -1,0 +1,217 @@
+"""Claude on Google Cloud (issue 62): the fake's Google mode (path-style routes, Google tokens minted at its own token
+endpoint from a service-account key file, IAM per route) driven by google-auth unmodified, by the SDK's own
+`AnthropicGoogleCloud`, by the CLI and by the library over real HTTP; Microsoft Foundry refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from gatekeeper.testing import FakeGoogle
+from gatekeeper.testing._google import TOKEN_PATH
+from tests.fakes import running_fake
+from tests.helpers import req, write_jsonl
+from tests.runs import assert_exactly_once, gk
+
+FAST = ["--platform", "google", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+
+
+def google_env(fake_url: str, google: FakeGoogle, tmp: Path, **extra: str) -> dict[str, str]:
+    """Claude on Google Cloud as the SDK reads it: the project, workspace and a service-account key whose token_uri
+    is the fake's; the derived routes pointed at the fake through ANTHROPIC_GOOGLE_CLOUD_BASE_URL."""
+    key = google.write_credentials(tmp / "sa.json", fake_url + TOKEN_PATH)
+    base = f"{fake_url}/v1/projects/{google.project}/locations/{google.location}/workspaces/{google.workspace_id}/invoke"
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": str(key), "ANTHROPIC_GOOGLE_CLOUD_PROJECT": google.project,
+           "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID": google.workspace_id, "ANTHROPIC_GOOGLE_CLOUD_BASE_URL": base,
+           "GCE_METADATA_HOST": "127.0.0.1:1", "NO_GCE_CHECK": "True"}
+    env.update(extra)
+    return {k: v for k, v in env.items() if v}
+
+
+def _job(tmp: Path, n: int = 30) -> tuple[Path, set[str]]:
+    ids = {f"g{i:03d}" for i in range(n)}
+    return write_jsonl(tmp / "in.jsonl", [req(c, text=f"question {c}") for c in sorted(ids)]), ids
+
+
+def test_the_sdks_own_google_cloud_client_drives_the_fake(tmp_path: Path) -> None:
+    """`anthropic.lib.google_cloud.AnthropicGoogleCloud` with google-auth's service-account credentials (their
+    token_uri the fake's): a batch created, listed and retrieved, every call on a token the fake minted."""
+    from anthropic.lib.google_cloud import AnthropicGoogleCloud
+    from google.oauth2 import service_account
+
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        key = google.write_credentials(tmp_path / "sa.json", fake.url + TOKEN_PATH)
+        creds = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+            str(key), scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        base = (f"{fake.url}/v1/projects/{google.project}/locations/global/workspaces/{google.workspace_id}/invoke")
+        client = AnthropicGoogleCloud(project=google.project, workspace_id=google.workspace_id, credentials=creds,
+                                      base_url=base, max_retries=0)
+        made = client.messages.batches.create(requests=[
+            {"custom_id": "a", "params": {"model": "claude-sonnet-4-5", "max_tokens": 10,
+                                          "messages": [{"role": "user", "content": "hi"}]}}])
+        assert made.id.startswith("msgbatch_") and made.request_counts.processing == 1
+        assert [b.id for b in client.messages.batches.list()] == [made.id]
+        assert client.messages.batches.retrieve(made.id).id == made.id
+        assert google.minted == 1 and google.refused == [] and google.paths == ["workspace"] * 3
+        google.denied.add("batches.create")
+        with pytest.raises(Exception, match="batches.create") as refused:
+            client.messages.batches.create(requests=[
+                {"custom_id": "b", "params": {"model": "claude-sonnet-4-5", "max_tokens": 10,
+                                              "messages": [{"role": "user", "content": "hi"}]}}])
+        assert getattr(refused.value, "status_code", None) == 403 and fake.org.records.creates == 1
+
+
+def test_a_whole_job_on_google_cloud_through_the_cli(tmp_path: Path) -> None:
+    """plan, status and submit with --platform google: tokens from google-auth against the fake's token endpoint,
+    expiring every few seconds within the job (minted again, none refused for long), results fetched from the
+    workspace's own route (never the Anthropic host the body names), each request answered once; the ceiling is not
+    readable on the organization route, so it is given."""
+    path, ids = _job(tmp_path)
+    google = FakeGoogle(token_life=2.0)
+    with running_fake(ceiling=1000, rate=20, google=google) as fake:
+        env = google_env(fake.url, google, tmp_path)
+        status = gk(["status", "--platform", "google", "--json"], env)
+        assert status.returncode == 1, status.stderr  # (a finding: the ceiling unknown)
+        said = orjson.loads(status.stdout)
+        assert said["ceiling"] is None and "organization route" in " ".join(said["repair"]), said
+        before = google.minted
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10"], env, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert orjson.loads(done.stdout)["succeeded"] == len(ids)
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+        # (30 requests at 20 a second outlast a 2 s token: it was minted again within the job)
+        assert google.minted - before >= 2, (before, google.minted)
+        assert fake.org.records.bypass_calls == 0  # (results only from the platform's origin)
+        assert fake.org.records.creates == 3
+    assert google._pem.split("\n")[1] not in done.stdout + done.stderr
+
+
+def test_the_ceiling_is_read_on_the_organization_route_when_it_answers(tmp_path: Path) -> None:
+    google = FakeGoogle(organization_answers=True)
+    with running_fake(ceiling=1234, rate=5000, google=google) as fake:
+        status = gk(["status", "--platform", "google", "--json"], google_env(fake.url, google, tmp_path))
+        assert status.returncode == 0, status.stderr
+        assert orjson.loads(status.stdout)["ceiling"] == 1234
+        assert "organization" in google.paths or fake.org.records.requests_seen.get("rate_limits", 0) >= 1
+
+
+@pytest.mark.parametrize("permission", ["batches.create", "batches.list"])
+def test_a_refused_iam_permission_is_one_line_exit_2(tmp_path: Path, permission: str) -> None:
+    """The workspace's credentials lack a permission: exit 2, one line naming it; nothing created."""
+    path, _ = _job(tmp_path, 5)
+    google = FakeGoogle(denied={permission})
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        proc = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--no-preflight"], google_env(fake.url, google, tmp_path))
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = [x for x in proc.stderr.splitlines() if permission in x]
+        assert lines and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert fake.org.records.creates == 0
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID": "", "ANTHROPIC_GOOGLE_CLOUD_BASE_URL": ""},
+     "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID"),
+    ({"GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/sa.json"}, "Google Cloud credentials"),
+    ({"GATEKEEPER_GOOGLE_TOKEN_COMMAND": "false"}, "GATEKEEPER_GOOGLE_TOKEN_COMMAND"),
+])
+def test_missing_or_broken_google_settings_are_one_line_exit_2(tmp_path: Path, change: dict[str, str],
+                                                                named: str) -> None:
+    path, _ = _job(tmp_path, 3)
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        proc = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--no-preflight"],
+                  google_env(fake.url, google, tmp_path, **change))
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert named in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert fake.org.records.creates == 0
+
+
+def test_a_token_command_serves_as_the_token_provider(tmp_path: Path) -> None:
+    """GATEKEEPER_GOOGLE_TOKEN_COMMAND: a command printing a token (here, one the fake minted) instead of ADC."""
+    path, ids = _job(tmp_path, 6)
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        from google.auth.transport.requests import Request
+        from google.oauth2 import service_account
+
+        creds = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+            str(google.write_credentials(tmp_path / "sa.json", fake.url + TOKEN_PATH)),
+            scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        creds.refresh(Request())
+        token = creds.token
+        script = tmp_path / "token.sh"
+        script.write_text(f"#!/bin/sh\necho '{{\"access_token\": \"{token}\", \"expires_in\": 3600}}'\n")
+        script.chmod(0o755)
+        env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS="",
+                         GATEKEEPER_GOOGLE_TOKEN_COMMAND=str(script))
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000"], env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+        assert google.minted == 1 and token not in done.stdout + done.stderr
+
+
+def test_the_library_runs_a_job_on_google_cloud(tmp_path: Path) -> None:
+    """`submit` with `ApiConfig(platform=GooglePlatform(...))`: the same job, the ledger keyed by project, location
+    and workspace."""
+    from gatekeeper import ApiConfig, GooglePlatform, SubmitSettings, submit
+
+    path, ids = _job(tmp_path, 12)
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        key = google.write_credentials(tmp_path / "sa.json", fake.url + TOKEN_PATH)
+        platform = GooglePlatform(google.project, google.workspace_id, origin=fake.url, credentials_file=key)
+        config = ApiConfig(platform=platform)
+        assert config.scope == "google_fake_project_global_wrkspc_gcp_1"
+        assert config.base_url.endswith("/v1/projects/fake-project/locations/global/workspaces/wrkspc_gcp_1/invoke")
+        summary = anyio.run(lambda: submit(path, config=config, settings=SubmitSettings(poll=0.05, ceiling=1000)))
+        assert summary.succeeded == len(ids)
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+        assert google.refused == [] and fake.org.records.bypass_calls == 0
+
+
+def test_foundry_refuses_batches_in_one_line(tmp_path: Path) -> None:
+    path, _ = _job(tmp_path, 2)
+    for args in (["submit", str(path), "--platform", "foundry"], ["status", "--platform", "foundry"]):
+        proc = gk(args, {"ANTHROPIC_API_KEY": "unused"})
+        assert proc.returncode == 2, proc.stderr
+        [line] = [x for x in proc.stderr.splitlines() if x.strip()]
+        assert "Microsoft Foundry" in line and "no Message Batches" in line
+
+
+def test_the_fake_speaks_google_cloud_from_its_command_line(tmp_path: Path) -> None:
+    """`fake-api --google 60 --deny models.list`: with the exports it prints (a service-account key file of its own,
+    the workspace's route), a job finishes; plan's preflight goes on without the Models API, its one warning naming
+    the refused permission."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", "--google", "60",
+                            "--deny", "models.list", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    env: dict[str, str] = {}
+    try:
+        assert run.stdout is not None
+        lines = [run.stdout.readline()]
+        while lines[-1].rstrip() != "}":
+            lines.append(run.stdout.readline())
+        env = orjson.loads("".join(lines))["env"]
+        assert env["GATEKEEPER_PLATFORM"] == "google" and Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).is_file()
+        path, ids = _job(tmp_path, 8)
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--no-preflight"], env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert orjson.loads(done.stdout)["succeeded"] == len(ids)
+        listed = gk(["plan", str(path), "--platform", "google"], env)
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        [warning] = [x for x in listed.stderr.splitlines() if "models.list" in x]
+        assert "lack the IAM permission models.list" in warning and "Traceback" not in listed.stderr
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=10)
+        if env:
+            Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).unlink(missing_ok=True)
