@@ -54,6 +54,7 @@ from .._model import FakeConfig, FakeRealtime, Outcome
 from .._oauth import FakeFederation, identity_token
 from .._server import FakeAPI
 from .._wire import Fault
+from ._tables import TableInput, run_table
 from ._world import EPOCH, JobSpec, Kill, World
 
 KEY, ADMIN = "test-key-ws1", "test-admin-key"
@@ -310,24 +311,28 @@ async def drive(w: Weather, job: JobSpec, config: ApiConfig, ledger_path: str) -
     could keep it dropped from the command (a deadline already past is a usage error for a job that never began)."""
     here = Path(w.root) / job.name
     here.mkdir()
-    lines = write_input(job, here / f"{job.name}.jsonl")
-    budget = budget_of(job, lines)
+    table = TableInput(job, here) if job.table else None
+    budget = None if table else budget_of(job, write_input(job, here / f"{job.name}.jsonl"))
     settings = settings_of(job, here, budget, w.world)
     events = w.events.setdefault(job.name, [])
-    kills, stops = list(job.kills), list(job.stops)
+    kills, stops, changes = list(job.kills), list(job.stops), list(job.changes)
     await w.clock.sleep(job.start)
     failures = 0
-    for _ in range(MAX_RUNS):
+    for n in range(MAX_RUNS):
         if w.clock.now() - EPOCH > w.world.end:
             break
+        if table is not None and n and changes:  # (the table changed since the last run: the job is run again)
+            table.change(changes.pop(0))
+            w.log.append(f"{w.clock_text()} {job.name}'s table: {job.changes[len(job.changes) - len(changes) - 1]}")
         if settings.deadline is not None and w.clock.now() >= float(settings.deadline):  # type: ignore[arg-type]
             settings = dataclasses.replace(settings, deadline=None)
         proc = Process(w, kills.pop(0) if kills else None)
         started = w.clock.now() - EPOCH
         record = RunRecord(job.name, started, started, "still running when the world ended")
         w.runs.append(record)
-        await one_run(w, job, proc, stops.pop(0) if stops else None, settings, config, ledger_path, events, record)
-        if record.how == "finished":
+        await one_run(w, job, proc, stops.pop(0) if stops else None, settings, config, ledger_path, events, record,
+                      table)
+        if record.how == "finished" and not changes:
             return
         failures = failures + 1 if record.how.startswith(("error", "bug", "unfinished")) else 0
         await w.clock.sleep(min(job.rerun_after * 2 ** failures, RERUN_AT_MOST))
@@ -335,7 +340,7 @@ async def drive(w: Weather, job: JobSpec, config: ApiConfig, ledger_path: str) -
 
 async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | None, settings: SubmitSettings,
                   config: ApiConfig, ledger_path: str, events: list[tuple[float, str, dict[str, Any]]],
-                  record: RunRecord) -> None:
+                  record: RunRecord, table: TableInput | None = None) -> None:
     stop = anyio.Event()
 
     def gate(request: httpx.Request) -> None:
@@ -355,10 +360,16 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
 
     async def submitted() -> None:
         ledger = SqliteLedger(ledger_path, f"{job.name}", ttl=900.0, clock=w.clock.now)
+        transport = InProcess(w.fake, w.clock.sleep, gate)
         try:
+            if table is not None:
+                record.how, record.summary = await run_table(job, table, Path(w.root) / job.name, settings, config,
+                                                             on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
+                                                             transport=transport)
+                return
             summary = await submit(str(Path(w.root) / job.name / f"{job.name}.jsonl"), config=config, settings=settings,
                                    on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
-                                   transport=InProcess(w.fake, w.clock.sleep, gate))
+                                   transport=transport)
             record.how, record.summary = "finished", summary.to_json()
             held = (summary.budget or {}).get("held_back", 0)
             if summary.pending and summary.pending != held:  # (a budget's stop ends a job with its rest held back)
