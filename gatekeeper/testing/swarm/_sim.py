@@ -61,6 +61,7 @@ KEY, ADMIN = "test-key-ws1", "test-admin-key"
 MAX_TOKENS = 16
 MAX_RUNS = 40  # runs of one job at most (a job that needs more never finishes)
 RERUN_AT_MOST = 2 * 3600.0  # seconds an operator waits at most before running a failing job again
+HEALTHY_TURNAROUND = 3 * 3600.0  # seconds a batch made after the night takes at most (half of `HEAL`)
 TIMER_GRAIN = 0.001  # seconds: the shortest wait a simulated sleep takes
 
 
@@ -226,11 +227,19 @@ def fake_config(world: World) -> FakeConfig:
         return Outcome("errored", "overloaded_error" if u < share / 2 else "api_error")
 
     return FakeConfig(**world.fake_settings(), outcome=outcome,
-                      turnaround=lambda rng: math.exp(rng.uniform(math.log(lo), math.log(hi))),
+                      turnaround=lambda rng: _turnaround(rng, lo, hi, world.night),
                       realtime=FakeRealtime(rpm=world.realtime_rpm, overloaded=world.realtime_overloaded,
                                             lost=world.realtime_lost, latency=2.0),
                       federation=FakeFederation(token_life=world.token_life, keys_refused=True)
                       if world.token_life else None)
+
+
+def _turnaround(rng: random.Random, lo: float, hi: float, night: float) -> float:
+    """A batch's turnaround, drawn log-uniform; a batch made after the night, when the world is healthy again, within
+    `HEALTHY_TURNAROUND` (a world whose every batch may take past its 24-hour life never lets a job finish: its
+    requests expire, are sent again, and expire again, until the world ends)."""
+    drawn = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    return drawn if trio.current_time() < night else min(drawn, HEALTHY_TURNAROUND)
 
 
 def api_config(world: World, fake: FakeAPI) -> ApiConfig:
@@ -463,4 +472,7 @@ def run_world(world: World, root: str) -> Weather:
         w = anyio.run(simulate, world, root, backend="trio",
                       backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)})
         gc.collect()  # (those generators finalized here, their warnings ignored)
+        # (what is left lives on: kept out of every later collection, a full one of which would otherwise walk the
+        # whole heap, the imports' modules and every earlier world's survivors, a few times a seed)
+        gc.freeze()
         return w
