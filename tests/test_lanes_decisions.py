@@ -18,6 +18,7 @@ from gatekeeper.decide._deadline import (
     moves,
     parse_deadline,
     project,
+    reading_by,
     resolve_deadline,
     turnaround,
     worth_moving,
@@ -480,3 +481,17 @@ def test_the_keeper_projects_the_pace_the_lane_keeps_not_the_limits() -> None:
     paces.idle()
     now[0] += 3600.0  # an hour idle: cold again, at the pace last measured
     assert paces.seconds_for(1000) == pytest.approx(lane_seconds(1000, 5.0, 0), rel=0.03)
+
+
+@pytest.mark.parametrize(("now", "lane", "wait", "expected"), [
+    (0.0, 30.0, 900.0, 900.0),  # (the last chance, 3600 - 60 - 30, is far: the poll's wait)
+    (2700.0, 30.0, 900.0, 810.0),  # (a reading at the last chance, 3510, not at 3600: past it)
+    (3520.0, 30.0, 900.0, 10.0),  # (past the last chance: halving to the deadline less the slack)
+    (3539.5, 30.0, 900.0, 1.0),  # (never under the floor)
+    (3600.0, 30.0, 900.0, 900.0),  # (past the deadline less the slack: the poll's wait)
+    (2700.0, 30.0, 5.0, 5.0),  # (a shorter poll is kept)
+])
+def test_a_reading_comes_at_the_deadlines_last_chance(now: float, lane: float, wait: float, expected: float) -> None:
+    """A 15-minute poll is cut so that a reading comes at the last chance to move the job's work to the real-time
+    lane (found by the swarm: readings either side of it, the deadline missed with the lane idle)."""
+    assert reading_by(now=now, deadline=3600.0, lane=lane, wait=wait, slack=60.0) == expected

@@ -178,3 +178,28 @@ async def test_a_rest_held_past_its_primers_life_is_primed_again(tmp_path: Path)
     assert ours[2].created_at >= (ours[1].ended_at or 1e18)  # the rest went after the new primer had ended
     assert summary.caching is not None and summary.caching["priming"]["lapsed_rounds"] == 1
     assert summary.caching["priming"]["rounds"] == 2
+
+
+async def test_a_damaged_download_is_tried_again_when_due_not_a_poll_later(tmp_path: Path) -> None:
+    """A results download cut short is tried again after the `retry_in` it announced, not at the next reading a
+    15-minute poll away (found by the swarm, seed 10: a deadline the batch lane had met, missed by a retry that
+    waited a poll)."""
+    write_jsonl(tmp_path / "in.jsonl", [req(f"d{i}") for i in range(20)])
+    sim = SimulatedTime()
+
+    class Timed(list[tuple[Any, ...]]):
+        def append(self, item: tuple[Any, ...]) -> None:
+            super().append((sim.now, *item))
+
+    events = Timed()
+    settings = SubmitSettings(ceiling=1000, poll=900.0, preflight=False)
+    with running_fake(ceiling=1000, rate=5000, damaged_downloads=1, turnaround=lambda rng: 7200.0) as fake:
+        sim.org = fake.org
+        summary = await _run_job(tmp_path, fake, sim, settings, events)  # type: ignore[arg-type]
+    assert summary.pending == 0
+    failed = [(t, f) for t, e, f in events if e == "download_failed"]
+    collected = [t for t, e, _ in events if e == "collected"]
+    assert len(failed) == 1 and collected, events
+    at, fields = failed[0]
+    assert fields["retry_in"] < 60
+    assert collected[-1] - at <= fields["retry_in"] + 5.0, (collected[-1] - at, fields)

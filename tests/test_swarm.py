@@ -24,19 +24,24 @@ from gatekeeper.testing._inprocess import InProcess
 from gatekeeper.testing.swarm import main, run_seed
 from gatekeeper.testing.swarm._invariants import (
     JobBooks,
+    TableBooks,
     answered_once,
     batch_once,
+    deadline_could,
+    ideal_room,
     longest_stall,
     never_crossed,
     never_stalls,
     paid_answers_kept,
+    table_paid,
+    table_rows,
 )
 from gatekeeper.testing.swarm._sim import _PROCESS, Process, Weather, _install
 from gatekeeper.testing.swarm._world import JobSpec, draw
 
 HOURS = 0.5
 SEEDS = 200
-CHUNK = 10  # seeds a test: the workers share them out (each under a minute of CPU-bound work at load 8 on 2 cores)
+CHUNK = 8  # seeds a test (25 tests): the workers share them out, each well inside the test's time limit under load
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
 PRIMING = ("a primer whose end is read after its cache's 5-minute life (a poll of 300 or 900 s) is primed again, round "
            "after round, until the world ends (run/batch/_reprime.py: priming, not shares)")
@@ -140,6 +145,56 @@ def test_a_stall_is_a_wait_for_a_turn_with_the_queue_empty_and_no_one_admitting(
     admitted = world({"j1": waits(600, 600 + 3600), "j2": [(1800.0, "admitted", {}), (3000.0, "admitted", {})]})
     assert longest_stall("j1", admitted) == (1200.0, 3000.0) and not never_stalls(books, admitted)
     assert not never_stalls(books, world({"j1": waits(600, 600 + 3600, depth=150)}))  # (the queue full: no room)
+
+
+def _table(**kw: object) -> TableBooks:
+    spec = JobSpec("j1", 3, "m", "normal", 1.0, 10, 30.0, 0.0, None, None, False, None, table="parquet")
+    ids = ["j1-r0", "j1-r1", "j1-r2"]
+    base = {"spec": spec, "ids": ids, "digests": {"j1-r0": "aa", "j1-r1": "bb", "j1-r2": None}, "out": list(ids),
+            "status": {"j1-r0": "succeeded", "j1-r1": "succeeded", "j1-r2": "rejected"}, "how": "finished", "runs": 2,
+            "batch_paid": {"j1-r0": 1, "j1-r1": 1, "j1-r2": 0}, "realtime_paid": dict.fromkeys(ids, 0),
+            "realtime_lost": dict.fromkeys(ids, 0)}
+    return TableBooks(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_the_table_promises_catch_what_breaks_them() -> None:
+    """A result table without the input's rows, in order, each once; a row paid twice across a change; a row with a
+    missing value not rejected; a paid row not succeeded: each flagged, the kept books pass."""
+    kept = _table()
+    assert not table_rows(kept) and not any(table_paid(kept).values())
+    assert table_rows(_table(out=["j1-r0", "j1-r1"]))  # (a row missing)
+    assert table_rows(_table(out=["j1-r0", "j1-r0", "j1-r1", "j1-r2"]))  # (a row twice)
+    assert table_rows(_table(out=["j1-r1", "j1-r0", "j1-r2"]))  # (out of order)
+    assert table_rows(_table(status={"j1-r0": "succeeded", "j1-r1": "unsent", "j1-r2": "rejected"}))
+    assert table_rows(_table(status={"j1-r0": "succeeded", "j1-r1": "succeeded", "j1-r2": "succeeded"}))
+    assert table_paid(_table(batch_paid={"j1-r0": 2, "j1-r1": 1, "j1-r2": 0}))["batch_once"]  # (paid before and after)
+    assert table_paid(_table(status={"j1-r0": "errored", "j1-r1": "succeeded", "j1-r2": "rejected"}))["paid_answers_kept"]
+    assert not table_rows(_table(how="killed", out=None))  # (judged once the job has finished)
+
+
+def test_a_deadline_an_ideal_schedule_could_meet_must_be_met() -> None:
+    """Judged only beyond doubt: a window that holds the real-time lane's time twice over and two polls; the job's
+    only run finished; nothing else in the way. A miss there is flagged; a miss with no such room, or in a world
+    with a kill, a budget or a refusal in the window, is not."""
+    from types import SimpleNamespace
+
+    world = draw(0, HOURS)
+    world.jobs, world.refusal, world.disk_full = [], None, None
+    world.realtime_overloaded = world.realtime_lost = 0.0
+    world.faults, world.realtime_rpm = [], 600
+    w = SimpleNamespace(world=world)
+    spec = JobSpec("j1", 2, "m", "normal", 1.0, 10, 30.0, 0.0, None, 3600.0, False, None)
+    world.jobs = [spec]
+    missed = _books(spec=spec, last={"deadline": {"met": False, "finished_at": "x"}})
+    assert ideal_room(missed, w) < 3600.0  # type: ignore[arg-type]
+    assert deadline_could(missed, w)  # type: ignore[arg-type]
+    assert not deadline_could(_books(spec=spec, last={"deadline": {"met": True}}), w)  # type: ignore[arg-type]
+    assert not deadline_could(_books(spec=spec, runs=2, last=missed.last), w)  # type: ignore[arg-type]
+    world.refusal = (100.0, 200.0)
+    assert not deadline_could(missed, w)  # type: ignore[arg-type]
+    world.refusal = None
+    spec.deadline = 900.0  # (two polls and the slack twice do not fit beside the lane's time)
+    assert ideal_room(missed, w) > 0 and not deadline_could(missed, w)  # type: ignore[arg-type]
 
 
 def test_a_killed_process_has_no_effect(tmp_path: Path) -> None:

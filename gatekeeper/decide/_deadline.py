@@ -191,6 +191,22 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live}, probe)
 
 
+def reading_by(*, now: float, deadline: float, lane: float, wait: float, slack: float = SLACK,
+               floor: float = 1.0) -> float:
+    """The wait before the next reading with a deadline to keep: `wait` (the poll's), cut so that a reading comes at
+    the last chance to move all the job's unfinished work (the deadline less the slack less `lane`, the real-time
+    lane's time for it) and, from then on, at halving intervals to the deadline less the slack (never under
+    `floor`). A poll of 15 minutes would otherwise read first after the last chance had passed, and the deadline be
+    missed with the lane idle."""
+    end = deadline - slack
+    if now >= end:
+        return wait
+    last = end - lane
+    if now < last:
+        return min(wait, max(floor, last - now))
+    return min(wait, max(floor, (end - now) / 2))
+
+
 def batch_alone(*, requests: int, rounds: int, turn: float, window: float, slack: float = SLACK) -> bool:
     """`plan --deadline`: whether `rounds` waves of batches (the queue's ceiling admits one at a time) at the
     turnaround fit the window."""

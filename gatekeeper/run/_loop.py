@@ -30,7 +30,7 @@ from .._errors import (
 from .._prices import PriceTable, load_prices
 from ..api._http import Sleep
 from ..api._queue import Connection, read_live, recent_batches
-from ..decide._admission import reading_wait
+from ..decide._admission import FIRST_READING_WAIT, reading_wait
 from ..decide._downloads import BATCH_LIFETIME
 from ..decide._headroom import LIVE_STATES, format_time, live_batches, parse_time
 from ..input._sizing import Limits, body_size, pack_rows
@@ -178,8 +178,20 @@ class Job(Part):
                 break
             self.readings += 1
             wait = reading_wait(self.readings, self.settings.poll)
+            wait = self._cut(wait)
             self.progress(snap, wait)
             await self._wait(wait)
+
+    def _cut(self, wait: float) -> float:
+        """The wait before the next reading, cut to a download put off (its retry is due sooner than the poll) and
+        to the deadline's last chance: a poll of 15 minutes would otherwise retry a damaged download, or read the
+        queue, only after the deadline had passed."""
+        due = self.collector.next_due()
+        if due is not None:
+            wait = min(wait, max(FIRST_READING_WAIT, due - self.clock()))
+        if self.keeper is not None and not self.user_canceled:
+            wait = self.keeper.wait(wait)
+        return wait
 
     async def _loop_then_settle(self) -> None:
         """The loop; on any stop (a user's, or an error of the batch lane: a refusal on a listing, a connection lost

@@ -112,6 +112,10 @@ class Collector(Part):
                 self.download_failures.pop(row.idx, None)
                 self.download_at.pop(row.idx, None)
 
+    def next_due(self) -> float | None:
+        """When the next download put off (a failed one, or results not there yet) is due (None: none is)."""
+        return min(self.download_at.values(), default=None)
+
     def _download_failed(self, row: BatchRow, exc: Exception) -> None:
         self._later(row, "download_failed", str(exc))
 

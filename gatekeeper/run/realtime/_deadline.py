@@ -23,7 +23,7 @@ from ..._errors import AuthenticationError, UsageError
 from ..._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_PACING
 from ...api._messages import Kind, probe_params, send_message
 from ...decide._budget import Spend, body_worst
-from ...decide._deadline import Held, JobBatch, Moves, moves, project, resolve_deadline, stalled_for, turnaround
+from ...decide._deadline import Held, JobBatch, Moves, moves, project, reading_by, resolve_deadline, stalled_for, turnaround
 from ...decide._headroom import format_time, parse_time
 from ...decide._pacing import Cost
 from ...state._journal import BatchRow, BatchState
@@ -134,6 +134,21 @@ class DeadlineKeeper(Part):
         self.emit("realtime_closed", {"reason": why, "policy": "the real-time lane is not used this run; the batch lane "
                                       "goes on, and the deadline may be missed; grant the credentials "
                                       f"{self.api.calls.platform.permission('messages')} for the deadline to use it"})
+
+    def wait(self, wait: float) -> float:
+        """The loop's wait before its next reading, cut to come at this job's last chance (`reading_by`): the lane's
+        time for every request not yet answered (in batches planned or live, waiting for another attempt, or queued
+        in the lane)."""
+        if self.closed is not None:
+            return wait
+        j = self.journal
+        canceled = set(j.get_meta("deadline_canceled") or [])
+        n = sum(r.requests for r in j.batches(BatchState.PLANNED, BatchState.CREATED) if r.idx not in canceled)
+        n += j.groups.pending_count() + j.lane.unanswered()
+        if n == 0:
+            return wait
+        return reading_by(now=self.clock(), deadline=self.deadline, lane=self.lane.paces.seconds_for(n), wait=wait,
+                          slack=self.settings.deadline_slack)
 
     def _limits_read(self) -> bool:
         """Whether each of the job's models the lane has not measured was probed: answered without its limits, or

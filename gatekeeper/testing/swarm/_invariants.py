@@ -39,6 +39,8 @@ def books(w: Weather) -> list[JobBooks]:
     out = []
     records = w.fake.org.records
     for spec in w.world.jobs:
+        if spec.table:
+            continue  # (`table_books`)
         here = Path(w.root) / spec.name
         digests = {}
         for raw in (here / f"{spec.name}.jsonl").read_bytes().splitlines():
@@ -214,3 +216,169 @@ def figures(job: JobBooks, w: Weather) -> str:
             f"{sum(job.lines.values())}/{len(job.digests)} out, {ok} succeeded, {last.get('batches', 0)} batches, "
             f"{sum(job.realtime_paid.values())} real time, ${billed_usd(w, job.spec.model):.6f}"
             + (f", deadline met {(last.get('deadline') or {}).get('met')} ({finished})" if job.spec.deadline else ""))
+
+
+# -- table jobs -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class TableBooks:
+    """One table job's rows (the table as it is at the world's end) and what became of them."""
+
+    spec: JobSpec
+    ids: list[str]  # the input's ids, in order
+    digests: dict[str, str | None]  # id -> its prompt's digest (None: a row with a missing value, rejected)
+    out: list[str] | None  # the result table's ids, in order (None: no result table)
+    status: dict[str, str]  # id -> its status in the result table
+    how: str
+    runs: int
+    batch_paid: dict[str, int] = field(default_factory=dict)  # id -> answers billed in the batch lane, any prompt
+    realtime_paid: dict[str, int] = field(default_factory=dict)
+    realtime_lost: dict[str, int] = field(default_factory=dict)
+
+
+def table_books(w: Weather) -> list[TableBooks]:
+    import pyarrow.parquet as pq
+
+    from ._tables import digest_of, out_path, table_path
+
+    records = w.fake.org.records
+    by_id: Counter[str] = Counter()
+    for (cid, _), n in records.answered.items():
+        by_id[cid] += n
+    out = []
+    for spec in w.world.jobs:
+        if not spec.table:
+            continue
+        here = Path(w.root) / spec.name
+        qs = _qs(table_path(spec, here))
+        ids = [f"{spec.name}-r{k}" for k in range(len(qs))]
+        digests = {cid: digest_of(spec, k) if q is not None else None for k, (cid, q) in enumerate(zip(ids, qs))}
+        result = pq.read_table(out_path(here), columns=["id", "status"]) if out_path(here).exists() else None
+        runs = [r for r in w.runs if r.job == spec.name]
+        books = TableBooks(spec, ids, digests, None if result is None else result["id"].to_pylist(),
+                           {} if result is None else dict(zip(result["id"].to_pylist(), result["status"].to_pylist())),
+                           runs[-1].how if runs else "never ran", len(runs))
+        books.batch_paid = {cid: by_id.get(cid, 0) for cid in ids}
+        books.realtime_paid = {cid: records.realtime.get(d, 0) if d else 0 for cid, d in digests.items()}
+        books.realtime_lost = {cid: records.realtime_lost.get(d, 0) if d else 0 for cid, d in digests.items()}
+        out.append(books)
+    return out
+
+
+def _qs(path: Path) -> list[float | None]:
+    """The `q` column of a table job's input (None: missing), from its Parquet file or its CSV's text."""
+    import math
+
+    import pyarrow.parquet as pq
+
+    if path.suffix == ".parquet":
+        return [None if q is None or (isinstance(q, float) and math.isnan(q)) else q
+                for q in pq.read_table(path, columns=["q"])["q"].to_pylist()]
+    return [float(line.rsplit(",", 1)[1]) if line.rsplit(",", 1)[1] else None
+            for line in path.read_text().splitlines()[1:]]
+
+
+def table_rows(job: TableBooks) -> list[str]:
+    """A finished table job's result table has exactly its input's rows, in its order, each once: a sound row
+    answered (never left unsent), a row with a missing value rejected."""
+    if job.how != "finished":
+        return []
+    if job.out is None:
+        return ["no result table"]
+    found = [f"{cid} in the result table {n} times" for cid, n in Counter(job.out).items() if n > 1]
+    if job.out != job.ids:
+        found.append(f"the result table's {len(job.out)} rows are not the input's {len(job.ids)} in order "
+                     f"(first apart: {next((a, b) for a, b in zip(job.out + [''] * len(job.ids), job.ids) if a != b)})")
+    for cid, digest in job.digests.items():
+        status = job.status.get(cid, "absent")
+        if digest is None and status != "rejected":
+            found.append(f"{cid} (a missing value) {status} in the result table, not rejected")
+        elif digest is not None and status in ("unsent", "rejected", "absent"):
+            found.append(f"{cid} {status} in the result table of a finished job")
+    return found
+
+
+def table_paid(job: TableBooks) -> dict[str, list[str]]:
+    """No row paid twice in the batch lane across runs and the table's changes (an id's answers billed, whatever
+    its prompt); at most twice across both lanes; a row paid for is succeeded in the finished job's result table."""
+    once = [f"{cid} billed {n} times in batches" for cid, n in job.batch_paid.items() if n > 1]
+    twice = [f"{cid} billed {job.batch_paid[cid]} in batches and {n} in real time"
+             for cid, n in job.realtime_paid.items() if n + job.batch_paid[cid] > 2]
+    kept = [] if job.how != "finished" else [
+        f"{cid} paid but {job.status.get(cid, 'absent')} in the result table" for cid in job.ids
+        if job.batch_paid[cid] + job.realtime_paid[cid] - job.realtime_lost[cid] > 0
+        and job.status.get(cid) != "succeeded"]
+    return {"batch_once": once, "paid_at_most_twice": twice, "paid_answers_kept": kept}
+
+
+def check_more(w: Weather, jsonl: list[JobBooks]) -> tuple[list[TableBooks], dict[str, list[str]]]:
+    """The promises `check` leaves: every one over every table job, and a deadline an ideal schedule could meet over
+    the JSONL jobs (`jsonl`, `check`'s books): (the table jobs' books, {promise: what broke it})."""
+    broken: dict[str, list[str]] = {}
+    for job in jsonl:
+        if what := deadline_could(job, w):
+            broken.setdefault("deadline_could", []).extend(f"{job.spec.name}: {x}" for x in what)
+    all_books = table_books(w)
+    for table in all_books:
+        found = {"table_rows": table_rows(table), **table_paid(table),
+                 "finishes": [] if table.how == "finished" else [f"not finished after {table.runs} runs: {table.how[:300]}"]}
+        for name, what in found.items():
+            if what:
+                broken.setdefault(name, []).extend(f"{table.spec.name}: {x}" for x in what)
+    return all_books, broken
+
+
+def table_figures(job: TableBooks) -> str:
+    ok = sum(1 for s in job.status.values() if s == "succeeded")
+    return (f"{job.spec.name} ({job.spec.table} table) {job.how.split(':')[0]} after {job.runs} runs: "
+            f"{len(job.out or [])}/{len(job.ids)} rows out, {ok} succeeded, "
+            f"{sum(job.batch_paid.values())} billed in batches, {sum(job.realtime_paid.values())} real time")
+
+
+# -- a deadline an ideal schedule could meet ----------------------------------------------------------------------
+
+LANE_ROOM = 2.0  # the real-time lane's time for a job, at its limit, counted this many times over
+
+
+def deadline_could(job: JobBooks, w: Weather) -> list[str]:
+    """A deadline met whenever an ideal schedule could meet it, judged where that is beyond doubt (a false alarm is
+    worse than a missed one). The ideal: the batch lane tried first, then, at the last chance, the rest in real time
+    (as `decide._deadline` may move nothing on an assumption). It could meet the deadline when the real-time lane
+    alone could answer every request of the job in half its window, twice over: the window (start to deadline) holds
+    `LANE_ROOM` times the lane's time for the job at its request and input-token limits, plus two polls and `SLACK`
+    twice (the readings that see the batch lane late, the probe, the cancel, the last answers). Judged only where
+    nothing else stood in the way: the job ran once (no kill, stop or failure) and finished; no budget (a budget
+    wins over a deadline); the only job of the world with a deadline (the lane's limits its own); no account
+    refusal or full disk in its window; real-time calls neither overloaded nor lost, no fault on them."""
+    spec, world = job.spec, w.world
+    if spec.deadline is None or spec.budget_share is not None or job.runs != 1 or not _finished(job):
+        return []
+    if any(j is not spec and j.deadline is not None for j in world.jobs):
+        return []
+    if world.realtime_overloaded or world.realtime_lost or any(f[0] == "messages" for f in world.faults):
+        return []
+    start, end = spec.start, spec.start + spec.deadline
+    if any(win and win[0] < end and win[1] > start for win in (world.refusal, world.disk_full)):
+        return []
+    if spec.deadline < ideal_room(job, w):
+        return []
+    dl = (job.last or {}).get("deadline") or {}
+    if dl.get("met") is False:
+        return [f"deadline missed (finished {dl.get('finished_at')}), yet the real-time lane alone needs "
+                f"{lane_seconds(job, w):.0f} s for its {len(job.digests)} requests of a {spec.deadline:.0f} s window"]
+    return []
+
+
+def lane_seconds(job: JobBooks, w: Weather) -> float:
+    """The real-time lane's seconds for every request of the job at its limits (requests, and input tokens by the
+    fake's own count of each prompt)."""
+    from .._model import FakeRealtime
+
+    limits = FakeRealtime()
+    tokens = len(job.digests) * (20 + 6000 * job.spec.cached)  # (over a prompt's count: the cached prefix counted)
+    return 60.0 * max(len(job.digests) / w.world.realtime_rpm, tokens / limits.itpm)
+
+
+def ideal_room(job: JobBooks, w: Weather) -> float:
+    """The window an ideal schedule needs to be sure of the deadline (see `deadline_could`)."""
+    return LANE_ROOM * lane_seconds(job, w) + 2 * job.spec.poll + 2 * SLACK

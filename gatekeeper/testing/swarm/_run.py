@@ -9,7 +9,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from ._invariants import check, figures
+from ._invariants import check, check_more, figures, table_figures
 from ._sim import run_world
 from ._world import draw
 
@@ -43,7 +43,10 @@ def run_seed(seed: int, hours: float = 8.0, jobs: int | None = None) -> SeedRepo
     with tempfile.TemporaryDirectory(prefix=f"swarm-{seed}-", dir=SCRATCH) as root:
         w = run_world(world, root)
         all_books, broken = check(w)
-        lines = world.describe() + ["  " + figures(b, w) for b in all_books]
+        tables, more = check_more(w, all_books)
+        for name, what in more.items():
+            broken.setdefault(name, []).extend(what)
+        lines = world.describe() + ["  " + figures(b, w) for b in all_books] + ["  " + table_figures(b) for b in tables]
         records = w.fake.org.records
         lines.append(f"  fake: {records.creates} creates, deepest queue {records.max_depth}, {len(records.refusals)} "
                      f"refusals, {sum(records.realtime.values())} real-time answers")

@@ -56,12 +56,14 @@ from .._model import FakeConfig, FakeRealtime, Outcome
 from .._oauth import FakeFederation, identity_token
 from .._server import FakeAPI
 from .._wire import Fault
+from ._tables import TableInput, run_table
 from ._world import EPOCH, JobSpec, Kill, World
 
 KEY, ADMIN = "test-key-ws1", "test-admin-key"
 MAX_TOKENS = 16
 MAX_RUNS = 40  # runs of one job at most (a job that needs more never finishes)
 RERUN_AT_MOST = 2 * 3600.0  # seconds an operator waits at most before running a failing job again
+HEALTHY_TURNAROUND = 3 * 3600.0  # seconds a batch made after the night takes at most (half of `HEAL`)
 TIMER_GRAIN = 0.001  # seconds: the shortest wait a simulated sleep takes
 MACHINE = "swarm-host"  # every run of a world is a process of one machine, on one host ledger
 LEASE = 900.0  # seconds the ledger keeps a run's reservations and claim after its last heartbeat (`--ledger-ttl`)
@@ -251,11 +253,19 @@ def fake_config(world: World) -> FakeConfig:
         return Outcome("errored", "overloaded_error" if u < share / 2 else "api_error")
 
     return FakeConfig(**world.fake_settings(), outcome=outcome,
-                      turnaround=lambda rng: math.exp(rng.uniform(math.log(lo), math.log(hi))),
+                      turnaround=lambda rng: _turnaround(rng, lo, hi, world.night),
                       realtime=FakeRealtime(rpm=world.realtime_rpm, overloaded=world.realtime_overloaded,
                                             lost=world.realtime_lost, latency=2.0),
                       federation=FakeFederation(token_life=world.token_life, keys_refused=True)
                       if world.token_life else None)
+
+
+def _turnaround(rng: random.Random, lo: float, hi: float, night: float) -> float:
+    """A batch's turnaround, drawn log-uniform; a batch made after the night, when the world is healthy again, within
+    `HEALTHY_TURNAROUND` (a world whose every batch may take past its 24-hour life never lets a job finish: its
+    requests expire, are sent again, and expire again, until the world ends)."""
+    drawn = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    return drawn if trio.current_time() < night else min(drawn, HEALTHY_TURNAROUND)
 
 
 def api_config(world: World, fake: FakeAPI) -> ApiConfig:
@@ -336,24 +346,28 @@ async def drive(w: Weather, job: JobSpec, config: ApiConfig, ledger_path: str) -
     could keep it dropped from the command (a deadline already past is a usage error for a job that never began)."""
     here = Path(w.root) / job.name
     here.mkdir()
-    lines = write_input(job, here / f"{job.name}.jsonl")
-    budget = budget_of(job, lines)
+    table = TableInput(job, here) if job.table else None
+    budget = None if table else budget_of(job, write_input(job, here / f"{job.name}.jsonl"))
     settings = settings_of(job, here, budget, w.world)
     events = w.events.setdefault(job.name, [])
-    kills, stops = list(job.kills), list(job.stops)
+    kills, stops, changes = list(job.kills), list(job.stops), list(job.changes)
     await w.clock.sleep(job.start)
     failures = 0
-    for _ in range(MAX_RUNS):
+    for n in range(MAX_RUNS):
         if w.clock.now() - EPOCH > w.world.end:
             break
+        if table is not None and n and changes:  # (the table changed since the last run: the job is run again)
+            table.change(changes.pop(0))
+            w.log.append(f"{w.clock_text()} {job.name}'s table: {job.changes[len(job.changes) - len(changes) - 1]}")
         if settings.deadline is not None and w.clock.now() >= float(settings.deadline):  # type: ignore[arg-type]
             settings = dataclasses.replace(settings, deadline=None)
         proc = w.spawn(kills.pop(0) if kills else None)
         started = w.clock.now() - EPOCH
         record = RunRecord(job.name, started, started, "still running when the world ended")
         w.runs.append(record)
-        await one_run(w, job, proc, stops.pop(0) if stops else None, settings, config, ledger_path, events, record)
-        if record.how == "finished":
+        await one_run(w, job, proc, stops.pop(0) if stops else None, settings, config, ledger_path, events, record,
+                      table)
+        if record.how == "finished" and not changes:
             return
         failures = failures + 1 if record.how.startswith(("error", "bug", "unfinished")) else 0
         await w.clock.sleep(min(job.rerun_after * 2 ** failures, RERUN_AT_MOST))
@@ -361,7 +375,7 @@ async def drive(w: Weather, job: JobSpec, config: ApiConfig, ledger_path: str) -
 
 async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | None, settings: SubmitSettings,
                   config: ApiConfig, ledger_path: str, events: list[tuple[float, str, dict[str, Any]]],
-                  record: RunRecord) -> None:
+                  record: RunRecord, table: TableInput | None = None) -> None:
     stop = anyio.Event()
 
     def gate(request: httpx.Request) -> None:
@@ -381,10 +395,16 @@ async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | N
 
     async def submitted() -> None:
         ledger = SqliteLedger(ledger_path, f"{job.name}", ttl=LEASE, clock=w.clock.now, liveness=w.liveness(proc))
+        transport = InProcess(w.fake, w.clock.sleep, gate)
         try:
+            if table is not None:
+                record.how, record.summary = await run_table(job, table, Path(w.root) / job.name, settings, config,
+                                                             on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
+                                                             transport=transport)
+                return
             summary = await submit(str(Path(w.root) / job.name / f"{job.name}.jsonl"), config=config, settings=settings,
                                    on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
-                                   transport=InProcess(w.fake, w.clock.sleep, gate))
+                                   transport=transport)
             record.how, record.summary = "finished", summary.to_json()
             held = (summary.budget or {}).get("held_back", 0)
             if summary.pending and summary.pending != held:  # (a budget's stop ends a job with its rest held back)
@@ -479,4 +499,7 @@ def run_world(world: World, root: str) -> Weather:
         w = anyio.run(simulate, world, root, backend="trio",
                       backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)})
         gc.collect()  # (those generators finalized here, their warnings ignored)
+        # (what is left lives on: kept out of every later collection, a full one of which would otherwise walk the
+        # whole heap, the imports' modules and every earlier world's survivors, a few times a seed)
+        gc.freeze()
         return w

@@ -47,12 +47,18 @@ class JobSpec:
     kills: list[Kill] = field(default_factory=list)
     stops: list[float] = field(default_factory=list)  # a user's stop, seconds into a run (then a rerun)
     rerun_after: float = 600.0  # seconds before a stopped, killed or failed run is started again
+    table: str | None = None  # a table job: its input a "parquet" or "csv" file (None: JSONL)
+    # what changes in its table before each run after the first (then the job is run again, finished or not):
+    # "append" (rows added at its end) or "drift" (a row with a NaN appended, so an int64 column becomes double, as
+    # pandas writes it)
+    changes: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         extra = [f"budget {self.budget_share:.2f}x" if self.budget_share is not None else "",
                  f"deadline {self.deadline / 3600:.1f}h" if self.deadline is not None else "",
                  "cached" if self.cached else "", f"in-flight {self.max_in_flight}" if self.max_in_flight else "",
-                 f"kills {len(self.kills)}" if self.kills else "", f"stops {len(self.stops)}" if self.stops else ""]
+                 f"kills {len(self.kills)}" if self.kills else "", f"stops {len(self.stops)}" if self.stops else "",
+                 f"{self.table} table" + "".join(f" {c}" for c in self.changes) if self.table else ""]
         return (f"{self.name}: {self.requests} req, {self.priority}/{self.share:g}, batches of {self.batch_size}, "
                 f"poll {self.poll:.0f}s, start {self.start / 60:.0f}m" + "".join(f", {e}" for e in extra if e))
 
@@ -130,7 +136,20 @@ def draw(seed: int, hours: float = 8.0, jobs: int | None = None) -> World:
                  rng.randrange(0, 20), rng.choice((1, 2, 5))) for _ in range(rng.choice((0, 1, 3)))],
         refusal=_window(rng, night, 0.15), disk_full=_window(rng, night, 0.1), jobs=[])
     world.jobs = [_job(rng, i, night, hours >= 4) for i in range(n)]
+    tables = random.Random(f"tables:{seed}")  # (its own generator: the rest of a seed's world as before tables came)
+    for job in world.jobs:
+        _table(tables, job)
     return world
+
+
+def _table(rng: random.Random, job: JobSpec) -> None:
+    """One job in four reads a table (Parquet or CSV, through the library's table jobs), which may change between
+    its runs. (No budget and no prompt caching: a table job's budget is a run's, its template has no marked prefix.)"""
+    if rng.random() >= 0.25:
+        return
+    job.table = rng.choice(("parquet", "parquet", "csv"))
+    job.changes = [rng.choice(("append", "drift")) for _ in range(rng.choice((0, 1, 1, 2)))]
+    job.budget_share, job.cached = None, False
 
 
 def _window(rng: random.Random, night: float, p: float) -> tuple[float, float] | None:
