@@ -76,7 +76,7 @@ def _r(owner: str, requests: int, dead_for: float | None, batch_id: str | None =
 
 @pytest.mark.parametrize(("reservations", "since", "rivals"), [
     ([_r("them", 100, 5.0)], 990.0, 1),        # found dead 5 s ago (at 995), our send after: it may be its batch
-    ([_r("them", 100, 5.0)], 995.0 + 600, 1),   # ... until the lag (the TTL) after it was found dead
+    ([_r("them", 100, 5.0)], 995.0 + 600, 1),   # ... until the lag (the listing's grace) after it was found dead
     ([_r("them", 100, 5.0)], 995.0 + 601, 0),   # later sends never meet it: it holds no one back for long
     ([_r("them", 90, 5.0)], 990.0, 0),          # another size: never our candidate
     ([_r("me", 100, 5.0)], 990.0, 0),           # our own (a rerun weighs its own intents)

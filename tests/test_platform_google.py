@@ -130,6 +130,24 @@ def test_missing_or_broken_google_settings_are_one_line_exit_2(tmp_path: Path, c
         assert fake.org.records.creates == 0
 
 
+@pytest.mark.parametrize("where", ["workspaces/wrkspc_other", "locations/europe-west4"])
+def test_a_wrong_workspace_or_location_names_the_google_settings(tmp_path: Path, where: str) -> None:
+    """A route to a workspace or location that is not there (Google's own 404): one line, exit 2, naming the Google
+    settings that make the route (not the first-party ANTHROPIC_BASE_URL), nothing created."""
+    path, _ = _job(tmp_path, 3)
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        env = google_env(fake.url, google, tmp_path)
+        right = f"workspaces/{google.workspace_id}" if where.startswith("workspaces") else f"locations/{google.location}"
+        env["ANTHROPIC_GOOGLE_CLOUD_BASE_URL"] = env["ANTHROPIC_GOOGLE_CLOUD_BASE_URL"].replace(right, where)
+        proc = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--no-preflight"], env)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        line = proc.stderr.strip().splitlines()[-1]
+        assert "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID" in line and "ANTHROPIC_GOOGLE_CLOUD_LOCATION" in line, line
+        assert "ANTHROPIC_BASE_URL" not in line.replace("ANTHROPIC_GOOGLE_CLOUD_BASE_URL", "") and "Traceback" not in proc.stderr
+        assert fake.org.records.creates == 0
+
+
 def test_a_token_command_serves_as_the_token_provider(tmp_path: Path) -> None:
     """GATEKEEPER_GOOGLE_TOKEN_COMMAND: a command printing a token (here, one the fake minted) instead of ADC."""
     path, ids = _job(tmp_path, 6)

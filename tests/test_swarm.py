@@ -45,14 +45,8 @@ CHUNK = 8  # seeds a test (25 tests): the workers share them out, each well insi
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
 PRIMING = ("a primer whose end is read after its cache's 5-minute life (a poll of 300 or 900 s) is primed again, round "
            "after round, until the world ends (run/batch/_reprime.py: priming, not shares)")
-SLOW = ("a job of 8 batches, one in flight at a time, 900 s polls and turnarounds up to 90 minutes outruns the healthy "
-        "hours the world gives it (the swarm's own allowance: on main it finished at 421m, just in time)")
 KNOWN: dict[int, str] = {
     **{seed: PRIMING for seed in (23, 69, 84, 96, 173)},
-    30: SLOW,
-    38: "issue 58 (open): a job killed twice on the world's host ledger reconciles its lost create with a rival "
-        "counted (an orphan of the same size), so the lone candidate is compared, not proven by the ledger, and under "
-        "noisy usage its one answer is kept apart (paid_answers_kept)",
 }
 
 

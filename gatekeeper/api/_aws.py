@@ -49,6 +49,7 @@ class AwsPlatform(Platform):
 
     name: ClassVar[str] = "aws"
     title: ClassVar[str] = "Claude Platform on AWS"
+    where: ClassVar[str] = "AWS_REGION (or ANTHROPIC_AWS_BASE_URL)"
     default_rpm: ClassVar[float] = TIER1_RPM
 
     region: str

@@ -72,6 +72,8 @@ class GooglePlatform(Platform):
 
     name: ClassVar[str] = "google"
     title: ClassVar[str] = "Claude on Google Cloud"
+    where: ClassVar[str] = ("ANTHROPIC_GOOGLE_CLOUD_PROJECT, ANTHROPIC_GOOGLE_CLOUD_LOCATION and "
+                            "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID (or ANTHROPIC_GOOGLE_CLOUD_BASE_URL)")
     default_rpm: ClassVar[float] = TIER1_RPM
 
     project: str | None = None

@@ -306,7 +306,7 @@ class HttpCalls:
             await response.aclose()
         if not stream:
             if not self.spoke and not_the_api(response, endpoint, self.platform):
-                raise not_the_api_error(self.base_url, response, endpoint)
+                raise not_the_api_error(self.base_url, response, endpoint, self.platform)
             self.spoke = self.spoke or looks_like_api(response, self.platform)
         if response.status_code < 300:
             self.auth.accepted(generation)
@@ -340,12 +340,12 @@ class HttpCalls:
             except _Retry as retry:
                 failure, wait, overloaded = retry.error, retry.wait, retry.overloaded
                 if not self.reached and attempt >= 2:  # nothing ever answered: the URL or the network is wrong
-                    raise given_up(self.base_url, self.spoke, failure) from None
+                    raise given_up(self.base_url, self.spoke, failure, self.platform) from None
                 if retry.told:
                     attempt -= 1  # a told wait is not a failure: only max_total bounds it
             delay = next_delay(policy, max(0, attempt - 1), self._rand(), server_wait=wait, overloaded=overloaded)
             if attempt >= policy.max_attempts or self._clock() - started + delay > policy.max_total:
-                raise given_up(self.base_url, self.spoke, failure)
+                raise given_up(self.base_url, self.spoke, failure, self.platform)
             if self._clock() - tried_at + delay >= NOTICE_AFTER:
                 self._notify(endpoint, url, attempt, failure, delay)
             await self._sleep(delay)
@@ -391,19 +391,26 @@ def as_credential_error(auth: Auth, error: ApiError, generation: int) -> ApiErro
     return error
 
 
-def given_up(base_url: str, spoke: bool, failure: Exception) -> Exception:
-    """The error to raise when the retries are spent: before the API ever answered, the base URL is named."""
+def given_up(base_url: str, spoke: bool, failure: Exception, platform: Platform = FIRST_PARTY) -> Exception:
+    """The error to raise when the retries are spent: before the API ever answered, the base URL is named, and the
+    settings that make it on its platform."""
     if spoke or not isinstance(failure, (TransportError, ServerError)):
         return failure
-    return Unreachable(f"no answer from the API at {base_url} ({failure}); check ANTHROPIC_BASE_URL and "
-                       "the network (a proxy is taken from HTTPS_PROXY)", setting="base_url")
+    return Unreachable(f"no answer from the API at {base_url} ({failure}); check {platform.where} and "
+                       "the network (a proxy is taken from HTTPS_PROXY)", setting=_address(platform))
 
 
-def not_the_api_error(base_url: str, response: httpx.Response, endpoint: str) -> UsageError:
+def not_the_api_error(base_url: str, response: httpx.Response, endpoint: str,
+                      platform: Platform = FIRST_PARTY) -> UsageError:
     kind = response.headers.get("content-type", "no content type").split(";")[0]
     snippet = response.text.strip().replace("\n", " ")[:80]
     return UsageError(f"{base_url} does not answer like the Anthropic API (HTTP {response.status_code} on "
-                      f"{endpoint}, {kind}: {snippet!r}); check ANTHROPIC_BASE_URL", setting="base_url")
+                      f"{endpoint}, {kind}: {snippet!r}); check {platform.where}", setting=_address(platform))
+
+
+def _address(platform: Platform) -> str:
+    """The setting a wrong address is laid to: the first-party base URL, or a platform's own (its message names them)."""
+    return "base_url" if platform.where == FIRST_PARTY.where else "platform_address"
 
 
 class _Retry(Exception):  # (control flow between one try and the retry loop, never raised past it)

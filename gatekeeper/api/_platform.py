@@ -44,6 +44,8 @@ class Platform:
     title: ClassVar[str] = ""  # how messages name it ("Claude Platform on AWS")
     default_rpm: ClassVar[float] = DEFAULT_RPM
     batches: ClassVar[str | None] = None  # None: it serves Message Batches; else why it does not (one line)
+    # the settings that say where its routes are, as a message about a wrong address names them
+    where: ClassVar[str] = "ANTHROPIC_BASE_URL"
 
     @property
     def url(self) -> str | None:

@@ -124,8 +124,8 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog.removeprefix('gatekeeper').strip() or 'usage'}: {message}")
 
 
-def _add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of the human report")
+def _add_json(p: argparse.ArgumentParser, help: str = "print one JSON object on stdout instead of the human report") -> None:  # noqa: A002
+    p.add_argument("--json", action="store_true", help=help)
 
 
 def _add_limits(p: argparse.ArgumentParser) -> None:
@@ -290,7 +290,9 @@ def _results_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "and/or unproven (answers kept apart: their batch, found after a lost create answer, could not be "
                    "proven this job's)")
     _add_prices(p)
-    _add_json(p)
+    _add_reading_platform(p)
+    _add_json(p, "print the summary as one JSON object instead of the human report: on stdout beside --out, on "
+              "stderr when the lines themselves go to stdout")
 
 
 def _cancel_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -313,6 +315,7 @@ def _report_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_run(p)
     p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the HTML page (default STATE/report.html)")
     _add_prices(p)
+    _add_reading_platform(p)
     _add_json(p)
 
 
@@ -528,6 +531,12 @@ def _add_platform(p: argparse.ArgumentParser) -> None:
                    "in assistant messages and citations on user text: such lines are rejected before sending). A job "
                    "keeps the version it started with")
     p.add_argument("--platform", choices=PLATFORMS, default=None, help=PLATFORM_HELP)
+
+
+def _add_reading_platform(p: argparse.ArgumentParser) -> None:
+    """A command that only reads a job (no call): the platform names the account its job in a --journal went to."""
+    p.add_argument("--platform", choices=PLATFORMS, default=None,
+                   help=f"{PLATFORM_HELP}; here only the account whose job a --journal database holds for INPUT")
 
 
 def _add_max_rpm(p: argparse.ArgumentParser) -> None:

@@ -75,7 +75,8 @@ def dead_rivals(reservations: Iterable[Any], owner: str, requests: int, since: f
     """How many creates of dead submitters (`Reservation.dead_for`: found dead on their machine with the create
     unconfirmed) may be a candidate of our size created `since` or later (our send less the clock skew): a dead
     submitter's batch, if any, was created before it was found dead, or within `lag` after (the server finishing a
-    create whose body was in). Later sends never meet it: a dead submitter holds no one back for long."""
+    create whose body was in: the listing's grace, the bound our own lost creates are settled by). Later sends never
+    meet it: a dead submitter holds no one back for long."""
     return sum(1 for r in reservations if r.owner != owner and r.dead_for is not None and r.requests == requests
                and now - r.dead_for + lag >= since)
 

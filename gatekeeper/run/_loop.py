@@ -5,7 +5,7 @@ before a create) or in the same transaction as its effect (results rows with
 the output file's committed length), so the loop can be killed anywhere and a
 rerun of the same command continues: nothing lost, nothing submitted twice.
 
-The run's parts each own one concern: `_prepare` (before the first reading),
+The run's parts each own one concern: `_prepare` (before the first reading), `_observe` (reading the queue),
 `_admit` (what goes out, and each create), `_reconciler` (unknown creates),
 `_collect` (results); this module is the loop that turns them. The decisions are
 pure functions in `decide/`. Time comes in as `clock` (wall seconds: the journal's
@@ -22,24 +22,20 @@ from typing import Any
 import anyio
 import orjson
 
-from .._errors import (
-    Interrupted,
-    NotFoundError,
-    UsageError,
-)
+from .._errors import Interrupted, UsageError
 from .._prices import PriceTable, load_prices
 from ..api._http import Sleep
-from ..api._queue import Connection, read_live, recent_batches
+from ..api._queue import Connection
 from ..decide._admission import FIRST_READING_WAIT, reading_wait
-from ..decide._downloads import BATCH_LIFETIME
-from ..decide._headroom import LIVE_STATES, format_time, live_batches, parse_time
+from ..decide._headroom import format_time
 from ..input._sizing import Limits, body_size, pack_rows
-from ..state._journal import BatchRow, BatchState, Journal
+from ..state._journal import BatchState, Journal
 from ..state._output import OutputFile
 from ..state.ledger._base import Ledger
 from ..state.ledger._local import LocalLedger
 from .batch._admit import Admitter
 from .batch._collect import Collector
+from .batch._observe import Observer
 from .job._beside import beside
 from .job._part import Part, RunContext, Snapshot
 from .job._prepare import Preparation
@@ -51,7 +47,6 @@ from .recovery._rebuild import Rebuilder
 from .recovery._reconciler import Reconciler
 
 ResultSink = Callable[[str, dict[str, Any]], None]
-READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still
 # seconds a stop waits at most for the real-time calls out to answer and be committed (a call takes seconds; each one
 # cut off may be billed twice); a second Ctrl-C abandons them at once
 CALLS_OUT_WAIT = 60.0
@@ -88,11 +83,11 @@ class Job(Part):
         self.admitter = Admitter(self.ctx)
         self.reconciler = Reconciler(self.ctx)
         self.collector = Collector(self.ctx, on_result=on_result)
+        self.observer = Observer(self.ctx, lambda: self.admitter.ceiling)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
         self.lane = RealtimeLane(self.ctx, write_lock=self.ctx.write_lock, stop=stop,
                                  on_result=on_result)
         self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, self._deadline(), self.lane)
-        self._last_reading: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
         self._committed_before = -1  # the output's committed length when this run began
 
     def _deadline(self) -> float:
@@ -164,7 +159,7 @@ class Job(Part):
     async def _loop(self) -> None:
         while True:
             self._check_stop()
-            snap = await self.observe()
+            snap = await self.observer.observe()
             await self.cancel_live()
             await self.reconciler.reconcile(snap)
             await self._steer(snap)
@@ -254,48 +249,6 @@ class Job(Part):
             and not j.groups.pending_count()
 
     # -- observing ----------------------------------------------------------
-
-    async def observe(self) -> Snapshot:
-        """List the queue over every key; move our batches that ended; count what the listing misses."""
-        at = self.clock()
-        listed = {str(b.get("id")): b async for b in recent_batches(self.api, at)}
-        depth = sum(r.processing for r in live_batches(listed.values(), "ws1"))
-        for i, other in enumerate(self.conn.workspaces[1:], start=2):
-            depth += sum(r.processing for r in await read_live(other, f"ws{i}", now=at))
-        unseen = 0
-        for row in self.journal.batches(BatchState.CREATED):
-            batch = listed.get(row.batch_id or "") or await self._retrieve_unlisted(row)
-            if batch is None or batch.get("processing_status") in LIVE_STATES and row.batch_id not in listed:
-                unseen += row.requests  # ours and live, but not in the listing we read
-            if batch is not None and batch.get("processing_status") == "ended":
-                self.journal.mark_ended(row.idx, batch.get("ended_at"), batch.get("request_counts"))
-                self.emit("ended", {"batch": row.idx, "id": row.batch_id, "counts": batch.get("request_counts")})
-                await self.ledger.release(row.idx)
-        unseen += sum(r.requests for r in self.journal.batches(BatchState.INTENT))
-        mine = self.journal.adoptions.known_batch_ids()
-        ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
-        self._record_reading(depth + unseen, ours)
-        return Snapshot(depth, listed, unseen, at)
-
-    def _record_reading(self, depth: int, ours: int) -> None:
-        """A timeline point when the queue changed, or a minute after the last one (a plateau needs no more)."""
-        now = self.clock()
-        reading = (depth, self.admitter.ceiling, ours)
-        if reading != self._last_reading[0] or now - self._last_reading[1] >= READING_EVERY:
-            self.journal.outcomes.record_reading(now, depth, self.admitter.ceiling, ours)
-            self._last_reading = (reading, now)
-
-    async def _retrieve_unlisted(self, row: BatchRow) -> dict[str, Any] | None:
-        """A batch of ours the listing misses: retrieve it. A 404 is lag (the API is eventually consistent), not
-        a verdict, until the batch must have expired: then it is taken as ended and its results are looked for."""
-        try:
-            return await self.api.retrieve_batch(str(row.batch_id))
-        except NotFoundError:
-            created = parse_time(row.created_at)
-            if created is not None and self.clock() > created + BATCH_LIFETIME + self.settings.results_grace:
-                return {"id": row.batch_id, "processing_status": "ended", "ended_at": None, "request_counts": None}
-            self.emit("batch_not_found", {"batch": row.idx, "id": row.batch_id, "policy": "counted as live; asked again"})
-            return None
 
     async def cancel_live(self) -> None:
         """After a user's cancel, every batch of ours still live is canceled too (one adopted since, say)."""

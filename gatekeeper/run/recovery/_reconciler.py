@@ -49,7 +49,7 @@ class Reconciler(Part):
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.settings.clock_skew)
             rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests) + unconfirmed[row.requests] \
                 + dead_rivals(reservations, self.ledger.owner, row.requests, sent_at - self.settings.clock_skew, now,
-                              self.ledger.ttl)
+                              self.settings.reconcile_grace)  # (a create shows within the grace, or never: as ours)
             d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.settings.reconcile_grace,
                        body_complete=row.body_complete, named_after=self._named_after(snap.at))
             if d.action is Action.COMPARE:

@@ -32,10 +32,11 @@ process has ended (`Liveness`; a reused pid is told apart by its start time): th
 their claims and job registrations go, and an unconfirmed reservation (a create that may have reached the server)
 frees its requests at once but stays an *orphan* of its size for `NAMED_FOR`. The orphan keeps the turn for creates
 of its size alone (the only ones its batch could be taken for), until its owner's rerun takes it back and settles
-it, no longer than the reservation would have lasted (its TTL after the last heartbeat): so no two unknown creates of one size ever overlap, and the
-lone-candidate proof still holds; creates of every other size go at once. It stays a rival of our lost creates of
-its size sent within the TTL after (`decide._reconcile.dead_rivals`). Submitters of other machines lapse after the
-TTL, as before.
+it, no longer than the reservation would have lasted (its TTL after the last heartbeat): so no two unknown creates
+of one size ever overlap, and the lone-candidate proof still holds; creates of every other size go at once. It stays
+a rival of our lost creates of its size sent within the listing's grace after it was found dead
+(`decide._reconcile.dead_rivals`: a create shows in the listing within `--reconcile-grace` of its send or was never
+made, the rule our own lost creates are settled by). Submitters of other machines lapse after the TTL, as before.
 
 `LocalLedger` (`--ledger none`) serves one submitter: its journal already counts its
 own creates, so it grants everything.

@@ -1,0 +1,67 @@
+"""Reading the queue: every key's listing, our batches that ended moved on, our live requests the listing misses
+counted, and a point on the job's timeline when the queue changed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..._errors import NotFoundError
+from ...api._queue import read_live, recent_batches
+from ...decide._downloads import BATCH_LIFETIME
+from ...decide._headroom import LIVE_STATES, live_batches, parse_time
+from ...state._journal import BatchRow, BatchState
+from ..job._part import Part, RunContext, Snapshot
+
+READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still
+
+
+class Observer(Part):
+    """Reads the queue for the loop; `ceiling` gives the ceiling the timeline records beside each reading."""
+
+    def __init__(self, ctx: RunContext, ceiling: Callable[[], int | None]) -> None:
+        super().__init__(ctx)
+        self.ceiling = ceiling
+        self._last: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
+
+    async def observe(self) -> Snapshot:
+        """List the queue over every key; move our batches that ended; count what the listing misses."""
+        at = self.clock()
+        listed = {str(b.get("id")): b async for b in recent_batches(self.api, at)}
+        depth = sum(r.processing for r in live_batches(listed.values(), "ws1"))
+        for i, other in enumerate(self.conn.workspaces[1:], start=2):
+            depth += sum(r.processing for r in await read_live(other, f"ws{i}", now=at))
+        unseen = 0
+        for row in self.journal.batches(BatchState.CREATED):
+            batch = listed.get(row.batch_id or "") or await self._retrieve_unlisted(row)
+            if batch is None or batch.get("processing_status") in LIVE_STATES and row.batch_id not in listed:
+                unseen += row.requests  # ours and live, but not in the listing we read
+            if batch is not None and batch.get("processing_status") == "ended":
+                self.journal.mark_ended(row.idx, batch.get("ended_at"), batch.get("request_counts"))
+                self.emit("ended", {"batch": row.idx, "id": row.batch_id, "counts": batch.get("request_counts")})
+                await self.ledger.release(row.idx)
+        unseen += sum(r.requests for r in self.journal.batches(BatchState.INTENT))
+        mine = self.journal.adoptions.known_batch_ids()
+        ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
+        self._record(depth + unseen, ours)
+        return Snapshot(depth, listed, unseen, at)
+
+    def _record(self, depth: int, ours: int) -> None:
+        """A timeline point when the queue changed, or a minute after the last one (a plateau needs no more)."""
+        now, ceiling = self.clock(), self.ceiling()
+        reading = (depth, ceiling, ours)
+        if reading != self._last[0] or now - self._last[1] >= READING_EVERY:
+            self.journal.outcomes.record_reading(now, depth, ceiling, ours)
+            self._last = (reading, now)
+
+    async def _retrieve_unlisted(self, row: BatchRow) -> dict[str, Any] | None:
+        """A batch of ours the listing misses: retrieve it. A 404 is lag (the API is eventually consistent), not
+        a verdict, until the batch must have expired: then it is taken as ended and its results are looked for."""
+        try:
+            return await self.api.retrieve_batch(str(row.batch_id))
+        except NotFoundError:
+            created = parse_time(row.created_at)
+            if created is not None and self.clock() > created + BATCH_LIFETIME + self.settings.results_grace:
+                return {"id": row.batch_id, "processing_status": "ended", "ended_at": None, "request_counts": None}
+            self.emit("batch_not_found", {"batch": row.idx, "id": row.batch_id, "policy": "counted as live; asked again"})
+            return None
