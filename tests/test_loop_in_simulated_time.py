@@ -180,6 +180,68 @@ async def test_a_rest_held_past_its_primers_life_is_primed_again(tmp_path: Path)
     assert summary.caching["priming"]["rounds"] == 2
 
 
+def _cached_rows(n: int) -> list[dict[str, Any]]:
+    doc = "Context shared by three questions. " * 200  # about 2,100 of the fake's tokens: above the minimum
+    return [{"custom_id": f"q{i}", "params": {"model": "claude-sonnet-5", "max_tokens": 8, "messages": [
+        {"role": "user", "content": f"question {i}"}],
+        "system": [{"type": "text", "text": doc, "cache_control": {"type": "ephemeral"}}]}} for i in range(n)]
+
+
+async def test_a_long_poll_sees_its_primer_end_while_the_prefix_lives(tmp_path: Path) -> None:
+    """A poll of 15 minutes and a primer that takes 40: readings come at a quarter of the 5-minute life while the
+    primer flies, so its end is seen and the rest goes inside the prefix's life; nothing lapses, nothing is primed
+    again (found by the swarm: with readings a poll apart every primer lapsed, round after round, and the job never
+    finished)."""
+    write_jsonl(tmp_path / "in.jsonl", _cached_rows(3))
+    sim = SimulatedTime()
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = SubmitSettings(ceiling=100, poll=900.0, preflight=False)
+    with running_fake(ceiling=100, rate=400, turnaround=lambda rng: 2400.0) as fake:
+        sim.org = fake.org
+        with anyio.fail_after(30):
+            summary = await _run_job(tmp_path, fake, sim, settings, events)
+        assert_exactly_once(fake, tmp_path / "out.jsonl", {"q0", "q1", "q2"})
+        ours = sorted((b for b in fake.org.batches.values() if b.workspace == "wrkspc_1"), key=lambda b: b.seq)
+    assert [e for e, _ in events if e == "primer_lapsed"] == []
+    assert [len(b.requests) for b in ours] == [1, 2]  # the primer, then the rest
+    assert ours[1].created_at - (ours[0].ended_at or 1e18) < 300.0 / 4 + 1  # seen within a quarter of the life
+    assert summary.caching is not None and summary.caching["priming"]["lapsed_rounds"] == 0
+
+
+async def test_a_round_primed_again_once_lapses_no_more_its_rest_goes_as_it_is(tmp_path: Path) -> None:
+    """Hidden load holds the queue past the prefix's life after the first primer ends, and again after the new
+    primer ends: the round is primed again once, then its rest goes as it is (each request writes its prefix); the
+    job finishes, each request once (the swarm's worlds primed again until the night ended)."""
+    write_jsonl(tmp_path / "in.jsonl", _cached_rows(3))
+    sim = SimulatedTime()
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = SubmitSettings(ceiling=100, poll=60.0, preflight=False)
+    with running_fake(ceiling=100, rate=400, queue_retry_after=None, cancel_delay=1e9) as fake:
+        sim.org = fake.org
+
+        async def hide_after_each_primer() -> None:
+            for turn in (1, 2):
+                while sum(1 for e, _ in events if e == "admitted") < turn:
+                    await anyio.sleep(0.001)
+                hidden = fake.org.add_batch("wrkspc_2", 100, status="canceling")  # (the queue full, unseen)
+                until = sim.slept + 420
+                while sim.slept < until:
+                    await anyio.sleep(0.005)
+                with fake.org.lock:
+                    hidden.cancel_initiated_at = -1e9  # it ends now
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hide_after_each_primer)
+                summary = await _run_job(tmp_path, fake, sim, settings, events)
+        assert_exactly_once(fake, tmp_path / "out.jsonl", {"q0", "q1", "q2"})
+        ours = sorted((b for b in fake.org.batches.values() if b.workspace == "wrkspc_1"), key=lambda b: b.seq)
+    lapses = [f for e, f in events if e == "primer_lapsed"]
+    assert [(f["round"], f["reprimed_as"]) for f in lapses] == [(0, 1), (1, None)]
+    assert [len(b.requests) for b in ours] == [1, 1, 1]  # the first primer, the new primer, then the rest as it is
+    assert summary.pending == 0
+
+
 async def test_a_damaged_download_is_tried_again_when_due_not_a_poll_later(tmp_path: Path) -> None:
     """A results download cut short is tried again after the `retry_in` it announced, not at the next reading a
     15-minute poll away (found by the swarm, seed 10: a deadline the batch lane had met, missed by a retry that

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gatekeeper import load_prices
 from gatekeeper._prices import Rates
 from gatekeeper.decide._budget import request_worst
-from gatekeeper.decide._gate import Waiting, gate, lapsed
+from gatekeeper.decide._gate import Waiting, gate, lapsed, reprimable, watch_wait
 from gatekeeper.decide._priming import (
     NONE,
     InputRates,
@@ -393,3 +393,22 @@ def test_pieces_merged_then_a_line_added_keep_input_order() -> None:
     assert list(merged.marks.model) == [0, 1, 0, 0, 1] and list(merged.marks.first) == [0, 1, 2, 4, 5, 6]
     assert list(merged.marks.digest) == [1, 2, 3, 4, 5, 6] and bytes(merged.marks.hour) == b"\x00\x01\x00\x00\x00\x01"
     assert list(merged.offsets) == [0, 0, 100, 0, 900] and len(merged) == 5
+
+
+@pytest.mark.parametrize(("lives", "wait"), [
+    ([], None),                 # no primer in flight with its rest waiting: the poll stands
+    ([300.0], 75.0),            # a 5-minute prefix: a reading at least every 75 s
+    ([3600.0, 300.0], 75.0),    # the shortest life rules
+    ([3600.0], 900.0),          # an hour's prefix: every 15 minutes
+])
+def test_a_flying_primer_is_watched_at_a_quarter_of_its_life(lives: list[float], wait: float | None) -> None:
+    assert watch_wait(lives) == wait
+
+
+@pytest.mark.parametrize(("round_", "reprimed", "again"), [
+    (0, set(), True),     # a first round that lapsed is primed again
+    (1, {1}, False),      # a round that is itself a new primer is not: its rest goes as it is
+    (2, {1}, True),       # another first round still is
+])
+def test_a_lapsed_round_is_primed_again_once(round_: int, reprimed: set[int], again: bool) -> None:
+    assert reprimable(round_, reprimed) is again

@@ -43,11 +43,7 @@ HOURS = 0.5
 SEEDS = 200
 CHUNK = 8  # seeds a test (25 tests): the workers share them out, each well inside the test's time limit under load
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
-PRIMING = ("a primer whose end is read after its cache's 5-minute life (a poll of 300 or 900 s) is primed again, round "
-           "after round, until the world ends (run/batch/_reprime.py: priming, not shares)")
-KNOWN: dict[int, str] = {
-    **{seed: PRIMING for seed in (23, 69, 84, 96, 173)},
-}
+KNOWN: dict[int, str] = {}
 
 
 # (CPU-bound worlds in simulated time, 0.7 s of CPU a seed on a quiet machine, 4 s at load 17 on 2 cores; a world

@@ -47,6 +47,25 @@ def lapsed(ended_at: float | None, life: float | None, now: float) -> bool:
     return ended_at is not None and life is not None and now - ended_at > life
 
 
+WATCH_SHARE = 4  # while a primer flies, a reading at least every quarter of its round's life
+
+
+def watch_wait(lives_watched: list[float]) -> float | None:
+    """The longest wait between readings while primers are in flight with their rest waiting (`lives_watched`: the
+    life of each such round): a quarter of the shortest life, so that a primer's end is seen with most of its
+    prefixes' life left for the rest. A poll of 5 or 15 minutes would otherwise see every primer end after its
+    5-minute prefixes had left the cache, and prime again, round after round (found by the swarm). None: nothing
+    to watch."""
+    return min(lives_watched) / WATCH_SHARE if lives_watched else None
+
+
+def reprimable(round_: int, reprimed: set[int]) -> bool:
+    """Whether a lapsed round is primed again: once, not a round that is itself a new primer of a lapsed one. Its
+    rest then goes as it is (each request writes its prefix: paid once more, never sent twice), so a queue other
+    load holds past every life costs one more primer a group, not a primer each time it lapses, and the job finishes."""
+    return round_ not in reprimed
+
+
 def gate(waiting: list[Waiting], primers_ended: dict[int, float | None], cap: int | None) -> Gate:
     """Which waiting batches may go now. `primers_ended[r]`: when every primer of round r had ended (None while one
     is planned or in flight); `cap`: the most room a batch can ever need (ceiling less margin), if known."""

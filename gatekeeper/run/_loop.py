@@ -178,12 +178,15 @@ class Job(Part):
             await self._wait(wait)
 
     def _cut(self, wait: float) -> float:
-        """The wait before the next reading, cut to a download put off (its retry is due sooner than the poll) and
-        to the deadline's last chance: a poll of 15 minutes would otherwise retry a damaged download, or read the
-        queue, only after the deadline had passed."""
+        """The wait before the next reading, cut to a download put off (its retry is due sooner than the poll), to a
+        quarter of a flying primer's life, and to the deadline's last chance: a poll of 15 minutes would otherwise
+        retry a damaged download, see a primer end, or read the queue, only after it mattered."""
         due = self.collector.next_due()
         if due is not None:
             wait = min(wait, max(FIRST_READING_WAIT, due - self.clock()))
+        watch = self.admitter.watch_wait()  # (a primer's end seen while its prefixes live)
+        if watch is not None:
+            wait = min(wait, max(FIRST_READING_WAIT, watch))
         if self.keeper is not None and not self.user_canceled:
             wait = self.keeper.wait(wait)
         return wait
