@@ -22,7 +22,7 @@ import pytest
 
 from gatekeeper._errors import UsageError
 from gatekeeper.decide._ownership import Pair, choose
-from gatekeeper.decide._reconcile import Action, compared, dead_rivals
+from gatekeeper.decide._reconcile import Action, compared, dead_rivals, ledger_names_the_rest
 from gatekeeper.state.ledger._base import Reservation
 from gatekeeper.state.ledger._open import choose_ledger, host_ledger_file
 from gatekeeper.testing import FakeAPI, prompt_of
@@ -362,3 +362,26 @@ def test_a_journal_from_before_keeps_its_answers_apart_and_takes_one_a_candidate
         assert sorted(j.outcomes.unproven()) == [("r7", "msgbatch_a", b"{}"), ("r7", "msgbatch_b", b"[]")]
     finally:
         j.close()
+
+
+def _b(k: str, at: str = "2027-01-04T00:10:00Z") -> dict[str, object]:
+    return {"id": k, "created_at": at, "processing_status": "ended"}
+
+
+@pytest.mark.parametrize(("with_ids", "rivals", "named_after", "early", "proven"), [
+    (["a"], 0, 0.0, False, "a"),        # one candidate carries our ids, the ledger names every other: it is ours
+    (["a", "b"], 0, 0.0, False, None),  # two carry them: usage weighs them
+    (["a"], 1, 0.0, False, None),       # a rival of our size is out (an unconfirmed create, a dead one's orphan)
+    (["a"], 0, None, False, None),      # no shared ledger: usage decides
+    (["a"], 0, 0.0, True, None),        # a candidate older than what the ledger still names
+])
+def test_the_ledger_proves_the_one_candidate_with_our_ids(with_ids: list[str], rivals: int, named_after: float | None,
+                                                         early: bool, proven: str | None) -> None:
+    """Several ended candidates of our size, one with our custom_ids (a table job's earlier run, given the same
+    ledger, made the other): with every other submitter's batch named in the ledger, that one is this create's
+    whatever the usage says (found by the swarm, seed 581: its answers were kept apart under a noisy usage)."""
+    from gatekeeper.decide._headroom import parse_time
+
+    cands = [_b("a"), _b("b", "2027-01-04T00:01:00Z" if early else "2027-01-04T00:09:00Z")]
+    after = None if named_after is None else (parse_time("2027-01-04T00:05:00Z") or 0.0)
+    assert ledger_names_the_rest(cands, with_ids, rivals=rivals, named_after=after) == proven

@@ -116,6 +116,20 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
     return Decision(Action.COMPARE, tuple(candidates), "every candidate ended")
 
 
+def ledger_names_the_rest(candidates: Iterable[dict[str, Any]], with_our_ids: Sequence[str], *, rivals: int,
+                          named_after: float | None) -> str | None:
+    """Among ended candidates, the one the shared ledger proves this create's, if any: exactly one carries our
+    custom_ids (read whole), no rival of our size is out, and the ledger names every other submitter's batch since
+    before the first candidate (`named_after`). The other unnamed ones are then this owner's own earlier creates (a
+    table job's earlier run, given the same ledger), never another's: their ids are not ours. None: usage decides."""
+    listed = list(candidates)
+    if named_after is None or rivals or len(with_our_ids) != 1:
+        return None
+    if any((parse_time(b.get("created_at")) or 0.0) < named_after for b in listed):
+        return None
+    return with_our_ids[0]
+
+
 def nearest_first(candidates: Iterable[dict[str, Any]], sent_at: float) -> list[str]:
     """Candidate ids by how soon after our send they were created (the tie-break when results cannot tell)."""
     return [str(b.get("id")) for b in sorted(candidates, key=lambda b: abs((parse_time(b.get("created_at")) or 0.0) - sent_at))]

@@ -15,6 +15,7 @@ from ...decide._reconcile import (
     compared,
     dead_rivals,
     decide,
+    ledger_names_the_rest,
     nearest_first,
     others_in_flight,
 )
@@ -53,7 +54,7 @@ class Reconciler(Part):
             d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.settings.reconcile_grace,
                        body_complete=row.body_complete, named_after=self._named_after(snap.at))
             if d.action is Action.COMPARE:
-                d = await self._compare(row, d, sent_at, snap.at)
+                d = await self._compare(row, d, sent_at, snap.at, rivals)
             await self._apply(row, d, known)
 
     def _named_after(self, now: float) -> float | None:
@@ -63,7 +64,7 @@ class Reconciler(Part):
             return None
         return now - NAMED_FOR / 2
 
-    async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float) -> Decision:
+    async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float, rivals: int) -> Decision:
         """Settle an unknown create among ended candidates by their results: our custom_ids first, then whose
         prompts they were billed for (`_ownership`). Those proven another's are never candidates again."""
         ours = self._ours.get(row.idx)
@@ -77,6 +78,13 @@ class Reconciler(Part):
                 self._results[row.idx, str(b.get("id"))] = got
         found = {str(b.get("id")): self._results[row.idx, str(b.get("id"))] for b in d.candidates}
         same = {k: r for k, r in found.items() if r.missing or r.ids == ours.ids}
+        whole = [k for k, r in same.items() if not r.missing]
+        proven = None if len(whole) != len(same) else ledger_names_the_rest(
+            d.candidates, whole, rivals=rivals, named_after=self._named_after(listed_at))
+        if proven is not None:
+            return Decision(Action.ADOPT, tuple(b for b in d.candidates if str(b.get("id")) == proven),
+                            "the one candidate with our custom_ids, every other submitter's batch named in the shared "
+                            "ledger", "ledger")
         # (a candidate without our custom_ids is not this create's, but may be another unknown create of ours: it is
         # left as it is, never set aside)
         counts = await count_ours(self.api, ours.sample, wanted_ids(ours.sample, (r.billed for r in same.values())),

@@ -57,13 +57,12 @@ from .._oauth import FakeFederation, identity_token
 from .._server import FakeAPI
 from .._wire import Fault
 from ._tables import TableInput, run_table
-from ._world import EPOCH, JobSpec, Kill, World
+from ._world import EPOCH, HEALTHY_TURNAROUND, JobSpec, Kill, World
 
 KEY, ADMIN = "test-key-ws1", "test-admin-key"
 MAX_TOKENS = 16
 MAX_RUNS = 40  # runs of one job at most (a job that needs more never finishes)
 RERUN_AT_MOST = 2 * 3600.0  # seconds an operator waits at most before running a failing job again
-HEALTHY_TURNAROUND = 3 * 3600.0  # seconds a batch made after the night takes at most (half of `HEAL`)
 TIMER_GRAIN = 0.001  # seconds: the shortest wait a simulated sleep takes
 MACHINE = "swarm-host"  # every run of a world is a process of one machine, on one host ledger
 LEASE = 900.0  # seconds the ledger keeps a run's reservations and claim after its last heartbeat (`--ledger-ttl`)

@@ -13,6 +13,7 @@ EPOCH = 1_799_020_800.0  # 2027-01-04T00:00:00Z: where every simulated night sta
 # (a batch made at the night's end expires within a day), an hour's wait for results, two before a failing job is
 # run again, and an hour in hand
 HEAL = 6 * 3600.0
+HEALTHY_TURNAROUND = 3 * 3600.0  # seconds a batch made after the night takes at most (half of `HEAL`)
 # the models jobs are given, one each (the fake bills by model: a job's bill is its model's)
 MODELS = ("claude-sonnet-5", "claude-opus-5", "claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-4-5-20251001",
           "claude-sonnet-4-5-20250929", "claude-opus-4-6")
@@ -48,6 +49,15 @@ class JobSpec:
     stops: list[float] = field(default_factory=list)  # a user's stop, seconds into a run (then a rerun)
     rerun_after: float = 600.0  # seconds before a stopped, killed or failed run is started again
     table: str | None = None  # a table job: its input a "parquet" or "csv" file (None: JSONL)
+
+    @property
+    def waves(self) -> int:
+        """How many times at most its batches go one after another: all at once, or `max_in_flight` at a time (and
+        one wave more for what is sent again)."""
+        if not self.max_in_flight:
+            return 1
+        batches = -(-self.requests // self.batch_size)
+        return -(-batches // self.max_in_flight) + 1
     # what changes in its table before each run after the first (then the job is run again, finished or not):
     # "append" (rows added at its end) or "drift" (a row with a NaN appended, so an int64 column becomes double, as
     # pandas writes it)
@@ -91,8 +101,14 @@ class World:
 
     @property
     def end(self) -> float:
-        """Seconds after the night's start when the world ends: every job should have finished by then."""
-        return self.night + min(self.turnaround[1], 86_400.0) + HEAL
+        """Seconds after the night's start when the world ends: every job should have finished by then. The world is
+        healthy once the night and its last account refusal or full disk are over; a job whose batches must go one
+        wave after another (`--max-in-flight`) is given a healthy turnaround for each wave after the first (with one
+        more for its retries)."""
+        faults = [w[1] for w in (self.refusal, self.disk_full) if w is not None]
+        healthy = max([self.night, *faults])
+        waves = max((job.waves for job in self.jobs), default=1)
+        return healthy + min(self.turnaround[1], 86_400.0) + HEAL + waves * HEALTHY_TURNAROUND - HEALTHY_TURNAROUND
 
     def describe(self) -> list[str]:
         lo, hi = self.turnaround
