@@ -104,13 +104,14 @@ class Collector(Part):
             self.check_stop()
             if self.download_at.get(row.idx, 0.0) > self.clock():
                 continue
+            self.download_at.pop(row.idx, None)
             try:
                 await self.collect(row, snap)
             except (IncompleteDownload, TransportError, ServerError, RateLimited) as exc:
                 self._download_failed(row, exc)
             else:
-                self.download_failures.pop(row.idx, None)
-                self.download_at.pop(row.idx, None)
+                if row.idx not in self.download_at:  # (not put off again: results not there yet keep their wait)
+                    self.download_failures.pop(row.idx, None)
 
     def next_due(self) -> float | None:
         """When the next download put off (a failed one, or results not there yet) is due (None: none is)."""
