@@ -88,7 +88,7 @@ async def status(config: ApiConfig, *, ceiling: int | None = None, threshold: in
 
 
 def _reader() -> Liveness:
-    """A reader's view of this machine's processes (`run.job._beats.liveness`, unregistered): a submitter of this
+    """A reader's view of this machine's processes (`run.shared._beats.liveness`, unregistered): a submitter of this
     machine whose process has ended is dropped by the reading's step, as by any submitter's."""
     here = this_process()["machine"]
     return Liveness(None, here, lambda record: run_ended(record, here, process_started))

@@ -44,7 +44,7 @@ def state_dir(args: argparse.Namespace) -> Path:
     if args.state:
         return Path(args.state)
     if getattr(args, "input", None) and args.input != "-":
-        from ..run.job._settings import default_state_dir
+        from ..run.shared._settings import default_state_dir
 
         return default_state_dir(args.input)
     if getattr(args, "journal", None) and getattr(args, "job", None):
@@ -75,7 +75,7 @@ def job_ref(args: argparse.Namespace) -> dict[str, str | None]:
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
                          "shows it), or the INPUT with credentials of the account it was submitted to")
-    from ..run.job._opening import job_name_of, recorded_in
+    from ..run.shared._opening import job_name_of, recorded_in
 
     return {"journal": args.journal, "job": job_name_of(args.input, config, recorded=recorded_in(args.journal))}
 

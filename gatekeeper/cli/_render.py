@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..input._planner import PlanReport
-    from ..run.job._summary import Summary
+    from ..run.shared._summary import Summary
 
 
 def render_plan(report: PlanReport, name: str) -> str:

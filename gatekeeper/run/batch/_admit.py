@@ -27,11 +27,11 @@ from ...decide._gate import Waiting, gate, lapsed, rounds_ended
 from ...input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
-from ..job._budget import check_spend
-from ..job._checkpoints import reached
-from ..job._inputs import stat_identity
-from ..job._part import Part, RunContext, Snapshot
-from ..job._prepare import check_identity
+from ..shared._budget import check_spend
+from ..shared._checkpoints import reached
+from ..shared._inputs import stat_identity
+from ..shared._part import Part, RunContext, Snapshot
+from ..shared._prepare import check_identity
 from ._collect import custom_id
 from ._reprime import reprime
 from ._turns import Turns, wanted

@@ -16,7 +16,7 @@ from ...input._markers import marker_points
 from ...input._sizing import Limits, body_size, pack_rows
 from ...state._journal import BatchRow, Journal, PendingRow
 from ...state._records import Group
-from ..job._inputs import batch_requests
+from ..shared._inputs import batch_requests
 
 
 def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable,
