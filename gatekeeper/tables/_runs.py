@@ -1,5 +1,5 @@
-"""A table job's runs: each an ordinary JSONL job of the requests not answered when it was planned, under `runs/`,
-named by its content, with its own state directory beside its file.
+"""A table job's runs: each `submit` over a JSONL of the requests not answered when it was planned, under `runs/`,
+named by its content, with its own state directory beside its file (the job is the table's; a run is one pass of it).
 
 A run whose answers were kept is *settled* (`Answers.settled`). One that is not did not finish (a kill -9, a stop)
 or finished without its answers kept. Before a new run is planned, every such run is finished first: collected,
