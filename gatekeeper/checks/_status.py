@@ -61,7 +61,7 @@ class Status:
         }
 
 
-def judged(h: Headroom, ledger: LedgerReading | None, threshold: int, config: ApiConfig | None = None) -> Status:
+def judge_reading(h: Headroom, ledger: LedgerReading | None, threshold: int, config: ApiConfig | None = None) -> Status:
     """A reading judged against `threshold`, with the platform's repair hints. Pure."""
     state, detail = verdict(h, threshold)
     return Status(h, ledger, threshold, state, detail, repair_lines(state, h, None if config is None else config.platform))
@@ -78,14 +78,14 @@ async def status(config: ApiConfig, *, ceiling: int | None = None, threshold: in
     async with connect(config, max_rpm=max_rpm, on_retry=on_retry, clock=clock) as conn:
         h = await read_headroom(conn, ceiling=ceiling)
     if chosen.url is None:
-        return judged(h, None, threshold, config)
+        return judge_reading(h, None, threshold, config)
     if chosen.kind == HOST and not os.path.exists(sqlite_file(chosen.url, config.scope)):
-        return judged(h, LedgerReading([], [], chosen.to_json(config.scope)), threshold, config)  # (no job has run here yet)
+        return judge_reading(h, LedgerReading([], [], chosen.to_json(config.scope)), threshold, config)  # (no job has run here yet)
     book = open_ledger(chosen.url, owner="status", namespace=config.scope, clock=clock.now, liveness=_reader())
     try:
         await book.ping()
         live = [r for r in await book.reservations() if r.live]  # (not the names of released batches, nor orphans)
-        return judged(h, LedgerReading(live, await book.claims(), chosen.to_json(config.scope)), threshold, config)
+        return judge_reading(h, LedgerReading(live, await book.claims(), chosen.to_json(config.scope)), threshold, config)
     finally:
         await book.close()
 
