@@ -38,12 +38,6 @@ class LedgerChoice(NamedTuple):
         file = sqlite_file(self.url, namespace) if self.url is not None and self.url.startswith("sqlite://") else None
         return {"kind": self.kind, "url": None if self.url is None else safe_url(self.url), "file": file}
 
-    def named(self) -> str:
-        """One phrase naming it, for a line of `status` or a summary."""
-        if self.url is None:
-            return "none (--ledger none: ownership after a lost create rests on usage alone)"
-        return f"{'this host' if self.kind == HOST else 'shared'}: {safe_url(self.url)}"
-
 
 def host_ledger_file(home: Path, hostname: str | None = None) -> Path:
     """This user's ledger on this machine: one SQLite file a host in the state folder's `ledger/` (a home folder
