@@ -26,14 +26,15 @@ _EXPORTS: dict[str, str] = {
     # submit and friends
     "submit": "run._submit", "submit_sync": "run._submit", "dry_run": "run._submit", "cancel": "run._submit", "job_summary": "run._submit",
     "preflight": "run._submit", "forecast_deadline": "checks._forecast",
-    "SubmitSettings": "run.job._settings", "Summary": "run.job._summary", "DryRun": "run.job._summary", "Canceled": "run.job._summary",
-    "CanceledBatch": "run.job._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
+    "SubmitSettings": "run.shared._settings", "Summary": "run.shared._summary", "DryRun": "run.shared._summary", "Canceled": "run.shared._summary",
+    "CanceledBatch": "run.shared._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
     "Platform": "api._platform", "GooglePlatform": "api._google", "status": "checks._status", "Status": "checks._status",
     "Headroom": "decide._headroom", "QueuedBatch": "decide._headroom", "LedgerReading": "state.ledger._base",
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
     "Ledger": "state.ledger._base", "Liveness": "state.ledger._base", "open_ledger": "state.ledger._open",
-    "export": "run.job._results", "Clock": "_clock", "WallClock": "_clock",
+    "Reservation": "state.ledger._base", "Claim": "state._claims", "ClaimPost": "state._claims", "Board": "state._claims",
+    "export": "run.shared._results", "Clock": "_clock", "WallClock": "_clock",
     # table jobs (the tables extra: pyarrow)
     "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._plan",
     "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._plan",
@@ -110,10 +111,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .input._reader import Rejection
     from .input._sizing import Limits
     from .run._submit import cancel, dry_run, job_summary, preflight, submit, submit_sync
-    from .run.job._results import export
-    from .run.job._settings import SubmitSettings
-    from .run.job._summary import Canceled, CanceledBatch, DryRun, Summary
-    from .state.ledger._base import Ledger, LedgerReading, Liveness
+    from .run.shared._results import export
+    from .run.shared._settings import SubmitSettings
+    from .run.shared._summary import Canceled, CanceledBatch, DryRun, Summary
+    from .state._claims import Board, Claim, ClaimPost
+    from .state.ledger._base import Ledger, LedgerReading, Liveness, Reservation
     from .state.ledger._open import open_ledger
     from .tables._job import TableResult, submit_table, submit_table_sync
     from .tables._plan import TablePlan, plan_table

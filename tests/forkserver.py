@@ -260,10 +260,10 @@ def spawn(args: list[str], env: dict[str, str]) -> Run:
 
 def _crash_at(spec: str | None) -> None:
     """GATEKEEPER_CRASH_AT=point[:n] in a run's environment: it SIGKILLs itself the n-th time the run reaches
-    `point` (a name in gatekeeper.run.job._checkpoints). Installed here, in the forked run: no hook ships."""
+    `point` (a name in gatekeeper.run.shared._checkpoints). Installed here, in the forked run: no hook ships."""
     if not spec:
         return
-    from gatekeeper.run.job import _checkpoints
+    from gatekeeper.run.shared import _checkpoints
 
     point, _, nth = spec.partition(":")
     remaining = [int(nth or 1)]

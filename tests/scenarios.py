@@ -14,7 +14,7 @@ import orjson
 
 from gatekeeper import ApiConfig, Secret, SubmitSettings
 from gatekeeper.api._queue import connect
-from gatekeeper.run._loop import Job
+from gatekeeper.run._loop import SubmitLoop
 from gatekeeper.state._journal import BatchState, Journal
 from gatekeeper.state.ledger._sqlite import SqliteLedger
 from gatekeeper.testing import FakeAPI, FakeConfig
@@ -128,7 +128,7 @@ async def two_jobs_a_night(tmp: Path, *, speed: float, low: int, high: int, high
             try:
                 async with connect(config, max_rpm=60_000) as conn:
                     emit = lambda e, f: creates.append((world.now(), name)) if e == "admitted" else None  # noqa: E731
-                    job = Job(str(path), settings, conn, journal, out_path=str(tmp / f"{name}.out.jsonl"), emit=emit,
+                    job = SubmitLoop(str(path), settings, conn, journal, out_path=str(tmp / f"{name}.out.jsonl"), emit=emit,
                               stop=anyio.Event(), ledger=ledger, clock=world.now, sleep=world.sleep)
                     jobs[name] = job
                     await job.prepare()

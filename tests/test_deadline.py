@@ -14,7 +14,7 @@ from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_syn
 from gatekeeper._prices import load_prices
 from gatekeeper.cli._render import render_summary
 from gatekeeper.decide._headroom import format_time, parse_time
-from gatekeeper.run.job._summary import Summary
+from gatekeeper.run.shared._summary import Summary
 from gatekeeper.state._journal import Journal
 from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
 from gatekeeper.watch._exporter import run_figures
@@ -593,13 +593,13 @@ async def test_a_full_disk_in_the_batch_lane_settles_the_calls_out_too(tmp_path:
     path, _ = _input(tmp_path, 30)
     seen: list[tuple[str, dict]] = []
 
-    def full_once_calls_are_out(job: _loop.Job) -> None:
+    def full_once_calls_are_out(job: _loop.SubmitLoop) -> None:
         if job.lane.out_now:
             raise OutputError("writing results.jsonl: [Errno 28] No space left on device")
 
     slow = FakeRealtime(rpm=6000, itpm=2_000_000, otpm=400_000, latency=2.0)
     with running_fake(rate=0.0, realtime=slow) as fake:
-        monkeypatch.setattr(_loop.Job, "form_retry_batches", full_once_calls_are_out)  # (a step of the batch lane's)
+        monkeypatch.setattr(_loop.SubmitLoop, "form_retry_batches", full_once_calls_are_out)  # (a step of the batch lane's)
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
         settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=_time.time() + 40,
                                   deadline_slack=38)

@@ -9,7 +9,7 @@ import pytest
 
 from gatekeeper import Limits, PlanReport, UsageError
 from gatekeeper._prices import load_prices
-from gatekeeper.checks._forecast import deadline_forecast
+from gatekeeper.checks._forecast import forecast_from_limits
 from gatekeeper.decide._budget import body_worst
 from gatekeeper.decide._deadline import JobBatch, stalled_for
 from gatekeeper.decide._headroom import Headroom, ModelLimits, QueuedBatch, format_time, parse_time, repair_lines
@@ -37,7 +37,7 @@ SLOW = ModelLimits(50, 30_000, 8_000)
 def test_the_deadline_forecast(window: float, ceiling: int | None, limits: dict[str, ModelLimits], alone: bool,
                                moved: int, in_time: bool, of: list[str]) -> None:
     estimate = {"input_tokens": 100_000, "input_cost_usd": 2.0}
-    f = deadline_forecast(_report(), estimate, deadline=NOW + window, now=NOW, limits=limits, ceiling=ceiling,
+    f = forecast_from_limits(_report(), estimate, deadline=NOW + window, now=NOW, limits=limits, ceiling=ceiling,
                           turnaround=3600, slack=60)
     assert (f["batch_lane_alone"], f["realtime_requests"], f["realtime_in_time"]) == (alone, moved, in_time)
     assert f["extra_input_cost_usd"] == pytest.approx(2.0 * moved / 1000)

@@ -164,6 +164,27 @@ def test_a_create_refused_for_the_account_stops_naming_the_code_and_the_rerun_fi
         assert set(fake.org.records.succeeded.values()) == {1}
 
 
+@pytest.mark.parametrize("endpoint, code", [("retrieve", "enforced_spend_limit_reached"), ("list", "organization_on_hold"),
+                                            ("results", "linked_organization_billing_unavailable"),
+                                            ("retrieve", "cmek_key_disabled")])
+def test_a_refusal_for_the_account_while_batches_are_out_stops_and_the_rerun_collects_them(tmp_path: Path, endpoint: str,
+                                                                                          code: str) -> None:
+    """A stopping code on a poll, a listing or a download (batches already created): exit 2, one line naming the
+    code; the same command, once lifted, collects what was created and sends the rest, no batch created twice and
+    every request answered once."""
+    path, ids = _input(tmp_path)
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        fake.inject(Fault(endpoint, code=code))
+        stopped = gk(["submit", str(path), "--max-requests", "4", *FAST], env_for(fake))
+        line = _one_line(stopped.stderr)
+        assert stopped.returncode == ExitCode.USAGE and code in line and line.startswith(f"gatekeeper: {endpoint}:"), line
+        done = gk(["submit", str(path), "--max-requests", "4", *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert orjson.loads(done.stdout)["succeeded"] == len(ids)
+        assert fake.org.records.creates == 3  # (9 requests in batches of 4: none created twice)
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+
+
 @pytest.mark.parametrize("code", ["ramp_limit_exceeded", "load_shedding"])
 def test_a_ramp_limit_on_a_create_is_waited_out_not_read_as_a_full_queue(tmp_path: Path, code: str) -> None:
     """Two creates refused by a ramp limit (or load shedding, details null): each waits its retry-after and the job

@@ -403,7 +403,7 @@ def test_a_state_folder_that_cannot_be_made_suggests_another(tmp_path: Path, mon
 async def test_beside_raises_the_first_error_of_the_body_or_a_helper(helper_fails: bool, body_fails: bool,
                                                                      raised: str | None) -> None:
     from gatekeeper._errors import InputError
-    from gatekeeper.run.job._beside import beside
+    from gatekeeper.run.shared._beside import beside
 
     async def body() -> str:
         await anyio.sleep(0.05 if body_fails else (10 if helper_fails else 0.01))

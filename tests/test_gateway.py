@@ -265,7 +265,7 @@ def test_an_account_refused_upstream_is_the_clients_refusal_until_it_is_lifted(t
     `degraded` naming the refusal, and a new create is the API's own 400 with its typed code (the client learns at
     once, as from the API, instead of polling a batch that cannot move). Lifted: the job moves on, a create is
     taken again, every request answered once."""
-    monkeypatch.setattr("gatekeeper.gateway._jobs.RETRY_FIRST", 0.3)  # (the job tries again within the test)
+    monkeypatch.setattr("gatekeeper.gateway._runner.RETRY_FIRST", 0.3)  # (the job tries again within the test)
     with running_fake(rate=1e6, speed=100.0) as fake, gateway(fake, tmp_path) as gw:
         fake.inject(Fault("create", code="organization_on_hold", times=10_000))
         client = sdk(gw.url, gw.key("acme"), max_retries=0)

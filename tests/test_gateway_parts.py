@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from gatekeeper._errors import GatewayRefusal
 from gatekeeper.gateway._job import job_settings
-from gatekeeper.gateway._jobs import Runner
 from gatekeeper.gateway._keys import FILE, KeyFile, Tenant
+from gatekeeper.gateway._runner import Runner
 from gatekeeper.gateway._settings import GatewaySettings
 from gatekeeper.gateway._stream import EXACT_AFTER, RequestCutter
 from gatekeeper.gateway._wire import batch_json, error_body

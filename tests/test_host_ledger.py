@@ -279,8 +279,9 @@ def test_status_names_the_ledger_in_use(tmp_path: Path) -> None:
     ledger = orjson.loads(js.stdout)["ledger"]
     assert ledger["kind"] == "host" and ledger["url"] == f"sqlite://{host_ledger_file(home, socket.gethostname())}"
     assert ledger["reserved"] == 0 and not home.joinpath("ledger").exists()
-    assert f"ledger    this host's, {ledger['url']}" in human.stdout
-    assert orjson.loads(none.stdout)["ledger"] == {"kind": "none", "url": None, "reserved": 0, "reservations": [],
+    assert ledger["file"] == str(host_ledger_file(home, socket.gethostname()))  # (the first-party queue: no suffix)
+    assert f"ledger    this host's, {ledger['file']}" in human.stdout
+    assert orjson.loads(none.stdout)["ledger"] == {"kind": "none", "url": None, "file": None, "reserved": 0, "reservations": [],
                                                     "jobs": []}
     assert "ledger    none (--ledger none)" in by_env.stdout
 

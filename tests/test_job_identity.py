@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from gatekeeper import ApiConfig, JournalError, RetryPolicy, SubmitSettings, submit_sync
-from gatekeeper.run.job._inputs import hash_file
-from gatekeeper.run.job._opening import chosen_name, job_name_of, recorded_in
-from gatekeeper.run.job._settings import default_job_name
+from gatekeeper.run.shared._inputs import hash_file
+from gatekeeper.run.shared._opening import chosen_name, job_name_of, recorded_in
+from gatekeeper.run.shared._settings import default_job_name
 from gatekeeper.testing import FakeFederation, FakeRule, identity_token
 from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl

@@ -214,7 +214,7 @@ def test_the_budget_counts_lost_real_time_calls_and_prices_an_unknown_model_at_t
     """What `--budget` counts as spent: a real-time call whose answer was lost at its worst case (it may have been
     billed), once per loss; an answer whose model has no price at the table's dearest rates, never as free."""
     from gatekeeper._prices import load_prices
-    from gatekeeper.run.job._summary import budget_spent, spent_usd
+    from gatekeeper.run.shared._summary import budget_spent, spent_usd
 
     prices = load_prices()
     j = open_journal()

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from gatekeeper._errors import UsageError
-from gatekeeper.run.job._beats import liveness
+from gatekeeper.run.shared._beats import liveness
 from gatekeeper.state._host import process_started
 from gatekeeper.state.ledger._base import ClaimPost, Liveness, grant
 from gatekeeper.state.ledger._local import LocalLedger

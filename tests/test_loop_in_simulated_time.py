@@ -11,7 +11,7 @@ import pytest
 
 from gatekeeper import ApiConfig, Secret, SubmitSettings, submit
 from gatekeeper.api._queue import connect
-from gatekeeper.run._loop import Job
+from gatekeeper.run._loop import SubmitLoop
 from gatekeeper.state._journal import Journal
 from gatekeeper.testing import Fault
 from tests.fakes import WS1, running_fake
@@ -46,7 +46,7 @@ async def _run_job(tmp_path: Path, fake: Any, sim: SimulatedTime, settings: Subm
     config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
     try:
         async with connect(config, max_rpm=60_000) as conn:  # the budget's real-time waits are not under test here
-            job = Job(str(tmp_path / "in.jsonl"), settings, conn, journal, out_path=str(tmp_path / "out.jsonl"),
+            job = SubmitLoop(str(tmp_path / "in.jsonl"), settings, conn, journal, out_path=str(tmp_path / "out.jsonl"),
                       emit=lambda e, f: events.append((e, f)), stop=anyio.Event(), clock=sim.clock, sleep=sim.sleep)
             await job.prepare()
             return await job.run()

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from gatekeeper.cli._render import render_summary
-from gatekeeper.run.job._summary import Summary
+from gatekeeper.run.shared._summary import Summary
 from gatekeeper.testing import FakeAPI, Fault, prompt_of
 from tests.fakes import env_for, running_fake
 from tests.runs import events, gk, start

@@ -91,12 +91,25 @@ def test_a_whole_job_on_google_cloud_through_the_cli(tmp_path: Path) -> None:
 
 
 def test_the_ceiling_is_read_on_the_organization_route_when_it_answers(tmp_path: Path) -> None:
+    """status names where the ceiling came from as it is (Google's organization route, not "admin-api"), and the
+    host ledger's file as the job keeps it: the platform's scope suffixed, the file a job there wrote."""
     google = FakeGoogle(organization_answers=True)
+    path, _ = _job(tmp_path, 4)
     with running_fake(ceiling=1234, rate=5000, google=google) as fake:
-        status = gk(["status", "--platform", "google", "--json"], google_env(fake.url, google, tmp_path))
+        env = google_env(fake.url, google, tmp_path)
+        assert gk(["submit", str(path), *FAST], env).returncode == 0
+        status = gk(["status", "--platform", "google", "--json"], env)
         assert status.returncode == 0, status.stderr
-        assert orjson.loads(status.stdout)["ceiling"] == 1234
+        said = orjson.loads(status.stdout)
+        assert said["ceiling"] == 1234 and said["ceiling_source"] == "google-organization-route", said
+        assert "Google Cloud's organization route" in said["measured"]
         assert "organization" in google.paths or fake.org.records.requests_seen.get("rate_limits", 0) >= 1
+        scope = f"google_{google.project}_{google.location}_{google.workspace_id}".lower().replace("-", "_")
+        ledger = said["ledger"]
+        assert ledger["kind"] == "host" and ledger["file"] == ledger["url"][len("sqlite://"):] + "." + scope, ledger
+        assert Path(ledger["file"]).is_file()  # (the file the job used)
+        text = gk(["status", "--platform", "google"], env)
+        assert f"this host's, {ledger['file']}:" in text.stdout, text.stdout
 
 
 @pytest.mark.parametrize("permission", ["batches.create", "batches.list"])
@@ -233,3 +246,35 @@ def test_the_fake_speaks_google_cloud_from_its_command_line(tmp_path: Path) -> N
         run.communicate(timeout=10)
         if env:
             Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--google", "--deny", "batches.creat"], "not a permission the fake checks; one of batches.cancel, batches.create"),
+    (["--deny", "batches.create"], "give --google too"),
+])
+def test_fake_api_refuses_a_deny_it_would_not_rehearse(args: list[str], said: str) -> None:
+    """`fake-api --deny` with a permission the fake never checks (a typo), or without --google (where no IAM is
+    checked): exit 2, one line, before anything is served."""
+    done = gk(["fake-api", *args], {})
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("platform, env, named", [
+    ("google", {"GOOGLE_CLOUD_PROJECT": "", "GCLOUD_PROJECT": "", "CLOUDSDK_CORE_PROJECT": ""},
+     "ANTHROPIC_GOOGLE_CLOUD_PROJECT"),
+    ("aws", {"AWS_REGION": "", "AWS_DEFAULT_REGION": ""}, "AWS_REGION"),
+])
+def test_plan_sizes_the_file_offline_when_the_platforms_settings_are_missing(tmp_path: Path, platform: str,
+                                                                             env: dict[str, str], named: str) -> None:
+    """plan on a platform without its settings (no project, no region) sizes the file as a plan without credentials
+    does: exit 0, every line judged, one warning line naming the missing setting; submit still refuses (exit 2)."""
+    path, ids = _job(tmp_path, 7)
+    env = {**env, "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "none.json")}
+    planned = gk(["plan", str(path), "--platform", platform, "--json"], env)
+    assert planned.returncode == 0, planned.stderr
+    assert orjson.loads(planned.stdout)["requests"] == len(ids)
+    warning = planned.stderr.strip().splitlines()
+    assert len(warning) == 1 and "planned offline" in warning[0] and named in warning[0], planned.stderr
+    refused = gk(["submit", str(path), "--platform", platform], env)
+    assert refused.returncode == 2 and named in refused.stderr, refused.stderr

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from gatekeeper import ApiConfig, JobLive, Secret, SubmitSettings, submit_sync
-from gatekeeper.run.job._opening import job_name_of
+from gatekeeper.run.shared._opening import job_name_of
 from gatekeeper.state._host import machine_id
 from gatekeeper.state._journal import Journal
 from tests.fakes import WS1, env_for, running_fake

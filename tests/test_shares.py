@@ -364,7 +364,7 @@ def test_a_high_job_goes_before_a_low_one_and_its_queued_batches_drain(tmp_path:
     assert orjson.loads(n_out)["shares"]["waited_s"] == 0
     assert any(e.get("reason") == "shares" for e in events(b_err))
     from gatekeeper.cli._render import render_summary
-    from gatekeeper.run.job._summary import Summary
+    from gatekeeper.run.shared._summary import Summary
 
     line = [x for x in render_summary(Summary(shares=shares)).splitlines() if x.startswith("shares")]
     assert line and "priority low" in line[0] and f"{shares['waited_s']:,.1f} s" in line[0]

@@ -96,7 +96,7 @@ PRIORITY_OF = {"high": 0, "normal": 1, "low": 2}
 
 
 @dataclass
-class JobSpec:
+class NightJob:
     priority: str
     share: float
     batch: int  # requests a batch
@@ -113,7 +113,7 @@ class SimJob:
     batches: it sees the others only through the ledger)."""
 
     name: str
-    spec: JobSpec
+    spec: NightJob
     turns: Turns
     ledger: SqliteLedger
     sent: int = 0
@@ -137,7 +137,7 @@ class Night:
 
     tmp: Path
     rng: random.Random
-    specs: list[JobSpec]
+    specs: list[NightJob]
     refusal_rate: float
     clock: Clock = field(default_factory=Clock)
     jobs: list[SimJob] = field(default_factory=list)
@@ -293,14 +293,14 @@ class Night:
 
 
 specs = st.builds(
-    JobSpec, priority=st.sampled_from(["high", "normal", "normal", "low"]), share=st.sampled_from([1.0, 2.0, 3.0]),
+    NightJob, priority=st.sampled_from(["high", "normal", "normal", "low"]), share=st.sampled_from([1.0, 2.0, 3.0]),
     batch=st.sampled_from([2000, 2500, 5000]), batches=st.integers(20, 200),
     join=st.sampled_from([0.0, 0.0, 1800.0, 5400.0]), stop=st.sampled_from([None, None, 7200.0, 10800.0]),
     max_in_flight=st.sampled_from([None, None, 2]), margin=st.sampled_from([0, 0, 1000]))
 NIGHT = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-async def _night(tmp_path: Path, jobs: list[JobSpec], seed: int, refusals: float, hours: float) -> Night:
+async def _night(tmp_path: Path, jobs: list[NightJob], seed: int, refusals: float, hours: float) -> Night:
     with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         night = Night(Path(d), random.Random(seed), jobs, refusals)
         await night.run(hours)
@@ -314,7 +314,7 @@ async def _night(tmp_path: Path, jobs: list[JobSpec], seed: int, refusals: float
 
 @NIGHT
 @given(st.lists(specs, min_size=2, max_size=5), st.integers(0, 2**32 - 1), st.sampled_from([0.0, 0.05]))
-async def test_a_night_of_contention_keeps_its_promises(tmp_path: Path, jobs: list[JobSpec], seed: int,
+async def test_a_night_of_contention_keeps_its_promises(tmp_path: Path, jobs: list[NightJob], seed: int,
                                                         refusals: float) -> None:
     """Four simulated hours: jobs of three priorities and several shares, batch sizes, margins and limits of
     batches in flight join, stop, and keep a queue full, with the API refusing a create now and then. Checked as it
@@ -325,15 +325,15 @@ async def test_a_night_of_contention_keeps_its_promises(tmp_path: Path, jobs: li
     await _night(tmp_path, jobs, seed, refusals, hours=4)
 
 
-tier = st.builds(JobSpec, priority=st.just("normal"), share=st.sampled_from([1.0, 2.0, 3.0]),
+tier = st.builds(NightJob, priority=st.just("normal"), share=st.sampled_from([1.0, 2.0, 3.0]),
                  batch=st.sampled_from([2000, 2500, 5000]), batches=st.just(1000), join=st.just(0.0), stop=st.none(),
                  max_in_flight=st.none(), margin=st.sampled_from([0, 0, 1000]))
-visitor = JobSpec("high", 1.0, 5000, 1000, join=3600.0, stop=5400.0, max_in_flight=None, margin=0)
+visitor = NightJob("high", 1.0, 5000, 1000, join=3600.0, stop=5400.0, max_in_flight=None, margin=0)
 
 
 @NIGHT
 @given(st.lists(tier, min_size=2, max_size=4), st.booleans(), st.integers(0, 2**32 - 1))
-async def test_shares_hold_over_every_20_batches_of_a_night(tmp_path: Path, jobs: list[JobSpec], high: bool,
+async def test_shares_hold_over_every_20_batches_of_a_night(tmp_path: Path, jobs: list[NightJob], high: bool,
                                                             seed: int) -> None:
     """Jobs of one priority, several shares, batch sizes and margins, all with work the whole night (a high job
     passing through for half an hour, or not): every 20 of their batches in a row went to each within 10% of its

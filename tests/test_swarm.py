@@ -37,7 +37,7 @@ from gatekeeper.testing.swarm._invariants import (
     table_rows,
 )
 from gatekeeper.testing.swarm._sim import _PROCESS, Process, Weather, _install
-from gatekeeper.testing.swarm._world import JobSpec, draw
+from gatekeeper.testing.swarm._world import DrawnJob, draw
 
 HOURS = 0.5
 SEEDS = 200
@@ -108,7 +108,7 @@ def test_the_command_prints_each_seed_and_exits_by_the_promises(capsys: pytest.C
 
 
 def _books(**kw: object) -> JobBooks:
-    spec = JobSpec("j1", 2, "m", "normal", 1.0, 10, 30.0, 0.0, None, None, False, None)
+    spec = DrawnJob("j1", 2, "m", "normal", 1.0, 10, 30.0, 0.0, None, None, False, None)
     base = {"spec": spec, "digests": {"r0": "aa", "r1": "bb"}, "lines": Counter({"r0": 1, "r1": 1}),
             "results": {"r0": {"type": "succeeded", "message": {"id": "msg_aa"}},
                         "r1": {"type": "succeeded", "message": {"id": "msg_bb"}}},
@@ -141,7 +141,7 @@ def test_a_stall_is_a_wait_for_a_turn_with_the_queue_empty_and_no_one_admitting(
             out += [(float(t), "waiting", {"reason": "shares", "next": 5}), (float(t), "progress", {"depth": depth, "in_flight": 0})]
         return out
 
-    spec = JobSpec("j1", 2, "m", "low", 1.0, 10, 30.0, 0.0, None, None, False, None)
+    spec = DrawnJob("j1", 2, "m", "low", 1.0, 10, 30.0, 0.0, None, None, False, None)
 
     def world(events: dict[str, list[tuple[float, str, dict[str, object]]]]) -> Any:
         return SimpleNamespace(events=events, world=SimpleNamespace(jobs=[spec]))
@@ -156,7 +156,7 @@ def test_a_stall_is_a_wait_for_a_turn_with_the_queue_empty_and_no_one_admitting(
 
 
 def _table(**kw: object) -> TableBooks:
-    spec = JobSpec("j1", 3, "m", "normal", 1.0, 10, 30.0, 0.0, None, None, False, None, table="parquet")
+    spec = DrawnJob("j1", 3, "m", "normal", 1.0, 10, 30.0, 0.0, None, None, False, None, table="parquet")
     ids = ["j1-r0", "j1-r1", "j1-r2"]
     base = {"spec": spec, "ids": ids, "digests": {"j1-r0": "aa", "j1-r1": "bb", "j1-r2": None}, "out": list(ids),
             "status": {"j1-r0": "succeeded", "j1-r1": "succeeded", "j1-r2": "rejected"}, "how": "finished", "runs": 2,
@@ -191,7 +191,7 @@ def test_a_deadline_an_ideal_schedule_could_meet_must_be_met() -> None:
     world.realtime_overloaded = world.realtime_lost = 0.0
     world.faults, world.realtime_rpm = [], 600
     w = SimpleNamespace(world=world)
-    spec = JobSpec("j1", 2, "m", "normal", 1.0, 10, 30.0, 0.0, None, 3600.0, False, None)
+    spec = DrawnJob("j1", 2, "m", "normal", 1.0, 10, 30.0, 0.0, None, 3600.0, False, None)
     world.jobs = [spec]
     missed = _books(spec=spec, last={"deadline": {"met": False, "finished_at": "x"}})
     assert ideal_room(missed, w) < 3600.0  # type: ignore[arg-type]

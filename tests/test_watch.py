@@ -15,7 +15,7 @@ import anyio
 import orjson
 import pytest
 
-from gatekeeper.watch._watch import bar, min_interval, sparkline, watch
+from gatekeeper.watch._watch import bar, min_interval, reading_interval, sparkline, watch
 from tests.fakes import env_for, running_fake
 from tests.runs import start
 
@@ -76,6 +76,14 @@ def test_sparkline_and_interval() -> None:
     """Readings map to eight levels (unknown is blank); the interval respects the call budget."""
     assert sparkline([0.0, 0.5, 0.99, None]) == "▁▅█ "
     assert min_interval(1, 300.0) == 1.0 and min_interval(9, 60.0) == 10.0
+    # (status --watch and the exporter alike: asked, or the floor over the platform's reads at its default rate)
+    from gatekeeper import ApiConfig, AwsPlatform, Secret
+
+    first = ApiConfig(workspace_keys=[Secret("k1"), Secret("k2")])
+    assert reading_interval(5.0, first) == 5.0 and reading_interval(0.1, first) == 1.0
+    assert reading_interval(0.1, first, 30.0) == 6.0  # (two keys: three calls a reading)
+    aws = ApiConfig(platform=AwsPlatform(region="us-east-1", workspace_id="w", base_url="https://aws.example.test"))
+    assert reading_interval(0.1, aws) == 60.0 * 2 / aws.default_rpm
 
 
 def test_watch_rides_out_a_failed_reading_but_not_the_first() -> None:

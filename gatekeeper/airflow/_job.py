@@ -18,9 +18,9 @@ import anyio
 from .._errors import GatekeeperError, JobMissing, UsageError
 from ..api._config import ApiConfig
 from ..run._submit import cancel, submit
-from ..run.job._beside import beside
-from ..run.job._settings import SubmitSettings
-from ..run.job._summary import Summary
+from ..run.shared._beside import beside
+from ..run.shared._settings import SubmitSettings
+from ..run.shared._summary import Summary
 from ..state._output import replacing
 from ._connection import api_config, connection_url
 

@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowException
 from .._errors import GatekeeperError
 from ..api._config import ApiConfig
 from ..decide._deadline import parse_deadline
-from ..run.job._opening import job_name_of, recorded_in
+from ..run.shared._opening import job_name_of, recorded_in
 from ._job import JobSpec, _url, cancel_job, connection_config, failure, finished, run_job, state_base
 from ._trigger import GatekeeperTrigger
 

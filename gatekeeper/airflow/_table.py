@@ -17,7 +17,7 @@ from typing import Any
 from .._errors import JobMissing
 from .._prices import load_prices
 from ..api._config import ApiConfig
-from ..run.job._summary import Summary
+from ..run.shared._summary import Summary
 from ..tables._job import TableJob, TableResult, check_out, collect_earlier, job_names, open_answers, table_job
 from ..tables._rows import TableSpec
 from ..tables._where import default_state_dir

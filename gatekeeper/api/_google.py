@@ -75,6 +75,7 @@ class GooglePlatform(Platform):
     where: ClassVar[str] = ("ANTHROPIC_GOOGLE_CLOUD_PROJECT, ANTHROPIC_GOOGLE_CLOUD_LOCATION and "
                             "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID (or ANTHROPIC_GOOGLE_CLOUD_BASE_URL)")
     default_rpm: ClassVar[float] = TIER1_RPM
+    ceiling_source: ClassVar[str] = "google-organization-route"  # (the Rate Limits API, on the claudeOrganization route)
 
     project: str | None = None
     workspace_id: str | None = None

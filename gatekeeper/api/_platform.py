@@ -46,6 +46,8 @@ class Platform:
     batches: ClassVar[str | None] = None  # None: it serves Message Batches; else why it does not (one line)
     # the settings that say where its routes are, as a message about a wrong address names them
     where: ClassVar[str] = "ANTHROPIC_BASE_URL"
+    # how a reading names where the ceiling came from when its organization's routes (`admin`) gave it
+    ceiling_source: ClassVar[str] = "admin-api"
 
     @property
     def url(self) -> str | None:

@@ -46,6 +46,7 @@ class Connection:
     # whether the organization's routes are only tried (a platform's, with the workspace's own credentials): a
     # refusal there leaves the ceiling unknown, where a refused Admin key stops the command
     admin_tried: bool = False
+    ceiling_source: str = "admin-api"  # how a ceiling its organization's routes gave is named (`Platform.ceiling_source`)
 
     @property
     def primary(self) -> ApiClient:
@@ -76,7 +77,8 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
         # it has its own limits, apart from the batch call budget)
         org = platform.admin(config, http, spawn, auths)
         admin = None if org is None else ApiClient(http, org[0], org[1], label=org[2], **common)
-        yield Connection(ws, admin, config.fingerprint(), admin_tried=config.admin_key is None)
+        yield Connection(ws, admin, config.fingerprint(), admin_tried=config.admin_key is None,
+                         ceiling_source=platform.ceiling_source)
 
 
 @asynccontextmanager
@@ -129,7 +131,7 @@ async def read_ceiling(conn: Connection, override: int | None) -> tuple[int | No
     ceiling = enqueued_ceiling(entries)
     if ceiling is None:
         return None, None, "the rate-limits answer has no batch group with enqueued_batch_requests"
-    return ceiling, "admin-api", None
+    return ceiling, conn.ceiling_source, None
 
 
 async def read_model_limits(conn: Connection) -> dict[str, ModelLimits]:

@@ -28,7 +28,7 @@ from ..api._reads import count_tokens
 
 SAMPLE_PER_MODEL = 50
 MAX_SAMPLE_LINES = 20_000  # random lines read at most, all models together
-MAX_PROBE_BYTES = 64 << 20  # bytes those probes read at most: a file of few, huge lines cannot stall sampling
+MAX_SAMPLE_BYTES = 64 << 20  # bytes those sampled lines read at most: a file of few, huge lines cannot stall sampling
 WHOLE_FILE_BYTES = 4 << 20  # a file this small is read whole (a few ms) rather than probed
 CONCURRENCY = 8  # count_tokens calls in flight at once
 # What count_tokens takes of a batch request's params: the prompt, not the sampling settings or max_tokens.
@@ -41,9 +41,9 @@ def count_body(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_MODEL, seed: int = 0,
-                 max_probes: int = MAX_SAMPLE_LINES, max_bytes: int = MAX_PROBE_BYTES) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+                 max_lines: int = MAX_SAMPLE_LINES, max_bytes: int = MAX_SAMPLE_BYTES) -> dict[str, list[tuple[int, dict[str, Any]]]]:
     """Up to `per_model` requests of each model, as (bytes, params), from lines at seeded random offsets; at most
-    `max_probes` lines, and never more bytes than `max_bytes` or one read of the file (a probe inside a
+    `max_lines` lines, and never more bytes than `max_bytes` or one read of the file (a line sampled inside a
     multi-megabyte line reads to its end)."""
     wanted = set(models)
     picked: dict[str, list[tuple[int, dict[str, Any]]]] = {m: [] for m in wanted}
@@ -54,7 +54,7 @@ def pick_samples(path: str, models: Iterable[str], per_model: int = SAMPLE_PER_M
     seen: set[int] = set()
     read = 0
     with open(path, "rb") as f:
-        for _ in range(max_probes if size else 0):
+        for _ in range(max_lines if size else 0):
             if all(len(v) >= per_model for v in picked.values()) or read > min(max_bytes, size):  # at most one read
                 break
             at = rng.randrange(size)
@@ -80,7 +80,7 @@ def _reservoirs(path: str, picked: dict[str, list[tuple[int, dict[str, Any]]]], 
                 rng: random.Random) -> dict[str, list[tuple[int, dict[str, Any]]]]:
     """A small file read whole: each model's sample drawn uniformly from all its lines (reservoir sampling).
 
-    Random probes would keep landing on lines already taken, up to `max_probes` times, for any model with fewer
+    Random offsets would keep landing on lines already taken, up to `max_lines` times, for any model with fewer
     lines than the sample (every model of a small file)."""
     seen = dict.fromkeys(picked, 0)
     with open(path, "rb") as f:

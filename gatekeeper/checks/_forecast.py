@@ -1,5 +1,5 @@
 """`plan --deadline`: whether the batch lane alone is expected to end the job in time and, if not, what the real-time
-lane would take and cost. `deadline_forecast` is pure (the limits and the ceiling passed in, the time passed in);
+lane would take and cost. `forecast_from_limits` is pure (the limits and the ceiling passed in, the time passed in);
 `forecast_deadline` reads them (with an Admin key) and calls it."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..input._planner import PlanReport
 
 
-def deadline_forecast(report: PlanReport, estimate: Mapping[str, Any], *, deadline: float, now: float,
+def forecast_from_limits(report: PlanReport, estimate: Mapping[str, Any], *, deadline: float, now: float,
                       limits: Mapping[str, ModelLimits], ceiling: int | None, turnaround: float = PRIOR_TURNAROUND,
                       slack: float = SLACK) -> dict[str, Any]:
     """The forecast for a planned job: its waves against the window, the rest at the real-time lane's pace (the
@@ -47,7 +47,7 @@ def forecast_deadline(report: PlanReport, estimate: Mapping[str, Any], *, deadli
                       config: ApiConfig | None = None, turnaround: float = PRIOR_TURNAROUND, slack: float = SLACK,
                       max_rpm: float | None = None,
                       on_retry: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """`deadline_forecast` with the real-time lane's limits and the queue's ceiling read through `config`'s Admin key
+    """`forecast_from_limits` with the real-time lane's limits and the queue's ceiling read through `config`'s Admin key
     (without one: the lowest tier's limits and one wave). `report` must carry the models' max_tokens peaks (plan
     with `models={}`). Blocking: it runs its own event loop."""
     limits: dict[str, ModelLimits] = {}
@@ -63,8 +63,8 @@ def forecast_deadline(report: PlanReport, estimate: Mapping[str, Any], *, deadli
                 return await read_model_limits(conn), read_limit
 
         limits, ceiling = anyio.run(read)
-    return deadline_forecast(report, estimate, deadline=deadline, now=now, limits=limits, ceiling=ceiling,
+    return forecast_from_limits(report, estimate, deadline=deadline, now=now, limits=limits, ceiling=ceiling,
                              turnaround=turnaround, slack=slack)
 
 
-__all__ = ["deadline_forecast", "forecast_deadline"]
+__all__ = ["forecast_from_limits", "forecast_deadline"]

@@ -1,5 +1,5 @@
 """The plan command's work for a caller that owns its thread (the CLI): the first pass here, so the planner's workers
-may fork; the Models API and count_tokens asked only when there is a key and a file (`_preflight.judged`). Nothing
+may fork; the Models API and count_tokens asked only when there is a key and a file (`_preflight.judge_plan`). Nothing
 heavy is imported until it is needed: `plan` without a key starts as fast as Python."""
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ def plan_with_preflight(source: Source, config: ApiConfig | None, *, limits: Lim
     import anyio
 
     from ..api._queue import connect
-    from ._preflight import judged
+    from ._preflight import judge_plan
 
     async def judge_it() -> PlanReport:
         async with connect(config, max_rpm=max_rpm, on_retry=on_retry) as conn:
-            return await judged(source, conn.primary, report, limits=limits, hash_content=False,
+            return await judge_plan(source, conn.primary, report, limits=limits, hash_content=False,
                                  token_sample=token_sample, on_warning=on_warning)
 
     return anyio.run(judge_it)

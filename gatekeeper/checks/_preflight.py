@@ -139,11 +139,11 @@ async def plan_checked(source: Source, api: ApiClient | None, *, limits: Limits,
         report.preflight = NOT_ASKED
         return report
     report = await _off_loop(source, limits=limits, hash_content=hash_content, models={})
-    return await judged(source, api, report, limits=limits, hash_content=hash_content, token_sample=token_sample)
+    return await judge_plan(source, api, report, limits=limits, hash_content=hash_content, token_sample=token_sample)
 
 
-async def judged(source: Source, api: ApiClient, report: PlanReport, *, limits: Limits, hash_content: bool,
-                  token_sample: int, on_warning: Callable[[str], None] | None = None) -> PlanReport:
+async def judge_plan(source: Source, api: ApiClient, report: PlanReport, *, limits: Limits, hash_content: bool,
+                     token_sample: int, on_warning: Callable[[str], None] | None = None) -> PlanReport:
     """A first pass's report judged: the models asked about, a second pass only when a line can be rejected, the
     tokens measured by count_tokens on a sample."""
     pf = await check_models(api, report.models)

@@ -21,6 +21,9 @@ from ..state.ledger._open import HOST, choose_ledger, open_ledger, sqlite_file
 
 DEFAULT_THRESHOLD = 80  # occupancy (percent) at which the verdict is near-limit
 
+CEILING_SOURCES = {"admin-api": "the Rate Limits API",
+                   "google-organization-route": "the Rate Limits API on Google Cloud's organization route"}
+
 
 @dataclass(frozen=True)
 class Status:
@@ -42,7 +45,7 @@ class Status:
     def to_json(self) -> dict[str, Any]:
         """The reading as `gatekeeper status --json` prints it."""
         h, ledger = self.headroom, self.ledger
-        source = "the Rate Limits API" if h.ceiling_source == "admin-api" else h.ceiling_source or "nowhere"
+        source = CEILING_SOURCES.get(h.ceiling_source or "", h.ceiling_source or "nowhere")
         return {
             "verdict": self.verdict, "detail": self.detail, "ceiling": h.ceiling, "ceiling_source": h.ceiling_source,
             "ceiling_error": h.ceiling_error, "depth": h.depth, "remaining": h.remaining,
@@ -51,14 +54,14 @@ class Status:
             "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
                         f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
             "inferred": SCOPE_CAVEAT, "repair": self.repair,
-            "ledger": {"kind": "none", "url": None, "reserved": 0, "reservations": [], "jobs": []} if ledger is None else {
-                **(ledger.in_use or {"kind": "shared", "url": None}),
+            "ledger": {"kind": "none", "url": None, "file": None, "reserved": 0, "reservations": [], "jobs": []} if ledger is None else {
+                **(ledger.in_use or {"kind": "shared", "url": None, "file": None}),
                 "reserved": sum(r.requests for r in ledger.reservations),
                 "reservations": [r.to_json() for r in ledger.reservations], "jobs": ledger.jobs()},
         }
 
 
-def judged(h: Headroom, ledger: LedgerReading | None, threshold: int, config: ApiConfig | None = None) -> Status:
+def judge_reading(h: Headroom, ledger: LedgerReading | None, threshold: int, config: ApiConfig | None = None) -> Status:
     """A reading judged against `threshold`, with the platform's repair hints. Pure."""
     state, detail = verdict(h, threshold)
     return Status(h, ledger, threshold, state, detail, repair_lines(state, h, None if config is None else config.platform))
@@ -75,20 +78,20 @@ async def status(config: ApiConfig, *, ceiling: int | None = None, threshold: in
     async with connect(config, max_rpm=max_rpm, on_retry=on_retry, clock=clock) as conn:
         h = await read_headroom(conn, ceiling=ceiling)
     if chosen.url is None:
-        return judged(h, None, threshold, config)
+        return judge_reading(h, None, threshold, config)
     if chosen.kind == HOST and not os.path.exists(sqlite_file(chosen.url, config.scope)):
-        return judged(h, LedgerReading([], [], chosen.to_json()), threshold, config)  # (no job has run here yet)
+        return judge_reading(h, LedgerReading([], [], chosen.to_json(config.scope)), threshold, config)  # (no job has run here yet)
     book = open_ledger(chosen.url, owner="status", namespace=config.scope, clock=clock.now, liveness=_reader())
     try:
         await book.ping()
         live = [r for r in await book.reservations() if r.live]  # (not the names of released batches, nor orphans)
-        return judged(h, LedgerReading(live, await book.claims(), chosen.to_json()), threshold, config)
+        return judge_reading(h, LedgerReading(live, await book.claims(), chosen.to_json(config.scope)), threshold, config)
     finally:
         await book.close()
 
 
 def _reader() -> Liveness:
-    """A reader's view of this machine's processes (`run.job._beats.liveness`, unregistered): a submitter of this
+    """A reader's view of this machine's processes (`run.shared._beats.liveness`, unregistered): a submitter of this
     machine whose process has ended is dropped by the reading's step, as by any submitter's."""
     here = this_process()["machine"]
     return Liveness(None, here, lambda record: run_ended(record, here, process_started))

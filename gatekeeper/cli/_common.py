@@ -44,7 +44,7 @@ def state_dir(args: argparse.Namespace) -> Path:
     if args.state:
         return Path(args.state)
     if getattr(args, "input", None) and args.input != "-":
-        from ..run.job._settings import default_state_dir
+        from ..run.shared._settings import default_state_dir
 
         return default_state_dir(args.input)
     if getattr(args, "journal", None) and getattr(args, "job", None):
@@ -75,7 +75,7 @@ def job_ref(args: argparse.Namespace) -> dict[str, str | None]:
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "
                          "shows it), or the INPUT with credentials of the account it was submitted to")
-    from ..run.job._opening import job_name_of, recorded_in
+    from ..run.shared._opening import job_name_of, recorded_in
 
     return {"journal": args.journal, "job": job_name_of(args.input, config, recorded=recorded_in(args.journal))}
 
@@ -135,14 +135,22 @@ def api_config(args: argparse.Namespace) -> ApiConfig:
     return config
 
 
-def optional_api_config(args: argparse.Namespace) -> ApiConfig | None:
-    """As `_api_config`, or None when no workspace key is set (`plan` and `status` work without one)."""
+def optional_api_config(args: argparse.Namespace, *, offline: bool = False) -> ApiConfig | None:
+    """As `_api_config`, or None when no workspace key is set (`plan` and `status` work without one). `offline`
+    (a plan, which sizes a file without the API): another platform whose settings are missing or wrong is None
+    too, said in one warning line, as a plan without credentials is."""
     platform = getattr(args, "platform", None) or os.environ.get("GATEKEEPER_PLATFORM")
     if platform in (None, "", "anthropic") and not _may_have_credentials():
         return None  # (without importing the configuration, 33 M instructions of `plan`'s start)
     from ..api._config import ApiConfig
 
-    config = ApiConfig.from_env(os.environ, platform, getattr(args, "api_version", None))
+    try:
+        config = ApiConfig.from_env(os.environ, platform, getattr(args, "api_version", None))
+    except UsageError as exc:
+        if not offline or platform in ("", "anthropic"):
+            raise
+        warn(f"planned offline, the models not judged and no ceiling read: {exc}")
+        return None
     return config if config.has_credentials else None
 
 

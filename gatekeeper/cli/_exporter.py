@@ -14,7 +14,7 @@ import anyio
 from .._errors import ExitCode, GatekeeperError, UsageError
 from .._prices import PriceTable, load_prices
 from ..watch._exporter import RunFigures, run_figures, serve
-from ..watch._watch import min_interval
+from ..watch._watch import reading_interval
 from ._common import api_config, for_cli, json_line
 from ._status import status_reader
 
@@ -26,7 +26,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     prices = load_prices(args.prices)
     snap = RunFigures()
     url, server = serve(snap, args.threshold, args.listen, args.port)
-    interval = max(args.interval, min_interval(config.reads, args.max_rpm or config.default_rpm))
+    interval = reading_interval(args.interval, config, args.max_rpm)
     read = status_reader(args, config)
 
     async def readings() -> None:

@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._errors import ExitCode
+from .._errors import ExitCode, UsageError
 from ..testing import FakeAPI, FakeAws, FakeConfig, FakeFederation, FakeGoogle, FakeRealtime, Fault, Outcome, identity_token
-from ..testing._google import TOKEN_PATH
+from ..testing._google import PERMISSIONS, TOKEN_PATH
 from ._common import print_json
 
 
 def cmd_fake_api(args: argparse.Namespace) -> int:
+    _check_deny(args.deny, google=args.google is not None)
     keys = args.workspace_key or ["test-key-ws1"]
     bad_model = args.error_model
     aws = FakeAws() if args.aws else None
@@ -63,6 +64,18 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
                   f"{seen['requests']:,} requests; {seen['succeeded']:,} succeeded, {seen['answered_twice']:,} answered "
                   f"twice; deepest queue {seen['deepest_queue']:,}", flush=True)
         return ExitCode.OK
+
+
+def _check_deny(denied: list[str], *, google: bool) -> None:
+    """--deny names a permission the fake's Google mode checks, and only with --google (a typo, or a refusal that
+    would never happen, would rehearse nothing in silence)."""
+    if denied and not google:
+        raise UsageError("fake-api --deny refuses a Google Cloud IAM permission: give --google too", setting="--deny")
+    known = sorted(set(PERMISSIONS.values()))
+    for permission in denied:
+        if permission not in known:
+            raise UsageError(f"fake-api --deny {permission!r}: not a permission the fake checks; one of "
+                             f"{', '.join(known)}", setting="--deny")
 
 
 def _fake_env(url: str, keys: list[str], admin_key: str, aws: FakeAws | None) -> dict[str, str]:

@@ -24,7 +24,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if is_table_job(args):
         return plan_table_command(args, limits(args))
     prices = load_prices(args.prices)
-    config = optional_api_config(args)
+    config = optional_api_config(args, offline=True)
     report = plan_with_preflight(
         args.input, config, limits=_at_ceiling(args), preflight=not args.no_preflight, token_sample=args.token_sample,
         workers=args.workers if args.workers is not None else auto_workers(args.input), peaks=args.deadline is not None,

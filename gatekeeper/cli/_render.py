@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..input._planner import PlanReport
-    from ..run.job._summary import Summary
+    from ..run.shared._summary import Summary
 
 
 def render_plan(report: PlanReport, name: str) -> str:
@@ -63,7 +63,7 @@ def render_status(r: dict[str, Any]) -> str:
         out.append("  ledger    none (--ledger none): after a lost create answer, ownership rests on usage alone")
     else:
         owners = {x["owner"] for x in ledger["reservations"]}
-        where = f"this host's, {ledger['url']}" if ledger["kind"] == "host" else ledger["url"] or "shared"
+        where = f"this host's, {ledger.get('file') or ledger['url']}" if ledger["kind"] == "host" else ledger["url"] or "shared"
         out.append(f"  ledger    {where}: {ledger['reserved']:,} requests reserved by {len(owners)} submitter(s), "
                    f"beside the observed depth {r['depth']:,}")
         out += [f"    {x['owner']:<36} batch {x['batch']:<5} {x['requests']:>9,}  {x['batch_id'] or '(creating)'}  "

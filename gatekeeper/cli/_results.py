@@ -8,7 +8,7 @@ import sys
 from .._errors import ExitCode
 from .._prices import load_prices
 from ..run._submit import job_summary
-from ..run.job._results import export
+from ..run.shared._results import export
 from ..state._output import replacing
 from ..watch._report import render_html, run_report
 from ._common import job_ref, json_line, print_json, state_dir

@@ -13,7 +13,7 @@ import anyio
 from .._errors import ExitCode
 from ..api._config import ApiConfig
 from ..checks._status import Status, status
-from ..watch._watch import min_interval, watch
+from ..watch._watch import reading_interval, watch
 from ._common import api_config, print_json, retry_notice
 from ._render import render_status
 
@@ -43,7 +43,7 @@ def status_reader(args: argparse.Namespace, config: ApiConfig) -> Callable[[], A
 def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[], Awaitable[Status]]) -> int:
     """status --watch: until Ctrl-C (exit 0); never faster than the call budget allows."""
     every = args.interval if args.watch is True else float(args.watch)  # (`--watch 5` is `--watch --interval 5`)
-    interval = max(every, min_interval(config.reads, args.max_rpm or config.default_rpm))
+    interval = reading_interval(every, config, args.max_rpm)
     tty = sys.stdout.isatty() and not args.json
 
     async def reading() -> dict[str, Any]:

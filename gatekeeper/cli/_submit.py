@@ -17,8 +17,8 @@ from .._errors import ExitCode, Interrupted, UsageError
 from .._prices import load_prices
 from ..api._config import ApiConfig
 from ..run._submit import dry_run, submit
-from ..run.job._beside import beside
-from ..run.job._settings import SubmitSettings
+from ..run.shared._beside import beside
+from ..run.shared._settings import SubmitSettings
 from ._common import api_config, limits, masked, print_json, retry_notice, state_dir
 from ._progress import Progress
 from ._render import render_plan_brief, render_summary

@@ -107,7 +107,7 @@ def _ceiling(args: argparse.Namespace) -> tuple[int | None, str | None]:
         return args.ceiling, "--ceiling"
     from ._common import optional_api_config
 
-    config = optional_api_config(args)
+    config = optional_api_config(args, offline=True)
     if config is None or config.admin_key is None:
         return None, None
     import anyio

@@ -135,7 +135,7 @@ class Headroom:
     depth: int
     batches: Sequence[QueuedBatch] = field(default_factory=tuple)  # largest first
     workspaces: int = 1
-    ceiling_source: str | None = None  # "admin-api", "--ceiling", or None
+    ceiling_source: str | None = None  # "admin-api", "google-organization-route", "--ceiling", or None
     ceiling_error: str | None = None  # why the Admin API reading failed, when it did
     read: tuple[str, ...] = ()  # what each workspace was read through ("workspace key 1", a credential's workspace)
 

@@ -16,9 +16,9 @@ import orjson
 from .._errors import GatekeeperError
 from ..api._config import ApiConfig
 from ..run._submit import cancel, submit
-from ..run.job._results import export
-from ..run.job._settings import SubmitSettings
-from ..run.job._summary import Summary
+from ..run.shared._results import export
+from ..run.shared._settings import SubmitSettings
+from ..run.shared._summary import Summary
 from ..state._gateway import BatchRecord
 from ..state._journal import Journal
 from ..state._output import replacing

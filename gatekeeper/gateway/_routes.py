@@ -23,11 +23,11 @@ from .._errors import GatekeeperError, GatewayRefusal
 from ..api._queue import Connection
 from ..state._gateway import BatchRecord
 from ._create import BookCall, Judge, create, version_of
-from ._jobs import Runner
 from ._keys import KeyFile, Tenant
 from ._logs import JsonLog
 from ._metrics import CONTENT_TYPE, Metrics
 from ._proxy import forward, read_body
+from ._runner import Runner
 from ._settings import GatewaySettings
 from ._wire import NOT_FOUND, batch_json, error_body, new_id, page_json, stamp
 

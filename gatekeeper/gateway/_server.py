@@ -35,12 +35,12 @@ from .._errors import JournalError, UsageError
 from ..api._config import ApiConfig
 from ..api._queue import connect
 from ..state._gateway import GatewayBook, open_book
-from ._jobs import Runner
 from ._keys import FILE as KEYS_FILE
 from ._keys import KeyFile
 from ._logs import JsonLog, route_server_logs
 from ._metrics import Metrics
 from ._routes import Gateway
+from ._runner import Runner
 from ._settings import GatewaySettings
 
 GRACEFUL = 30.0  # seconds a stopping server waits for requests in flight (a results stream, an upload)

@@ -29,14 +29,14 @@ UNMARKED_KEYS = 100_000  # distinct unmarked prefixes remembered at most (the re
 SETTLE_ROWS = 4096  # pending rows at most: a row holds a line's objects (about 250 bytes), the arrays about 50
 _HOUR = {"5m": 0, "1h": 1}
 
-Row = tuple[int, int, int, str, str, tuple["Point", ...]]  # a marked line: (line, offset, size, custom_id, model, points)
+MarkedRow = tuple[int, int, int, str, str, tuple["Point", ...]]  # a marked line: (line, offset, size, custom_id, model, points)
 
 
 class CacheScan:
     """The caching facts of a file's valid lines (duplicates included: the report drops rejected lines). Marked line
     k is `lines[k]` at byte `offsets[k]`, its custom_id `cids[k]`; `marks` holds its model, size and prefixes.
 
-    The reader appends a marked line's `Row` to `rows` (one append a line, not one an array) and calls `settle()`
+    The reader appends a marked line's `MarkedRow` to `rows` (one append a line, not one an array) and calls `settle()`
     once `SETTLE_ROWS` are pending; `settle()` moves them into the arrays in whole-column passes, and every reader of
     the arrays (the properties) settles first."""
 
@@ -44,7 +44,7 @@ class CacheScan:
                  "_model_index")
 
     def __init__(self) -> None:
-        self.rows: list[Row] = []
+        self.rows: list[MarkedRow] = []
         self._marks = Marks("bytes")  # (the reader's sizes; `_cachereport` sizes them in tokens)
         self._lines = array("q")
         self._later: list[tuple[int, array[int]]] = []  # merged pieces' lines, numbered from their base when asked for

@@ -324,7 +324,7 @@ def _stripped(raw: bytes, start: int) -> tuple[int, int]:
     return len(body), start
 
 
-Row = tuple[int, int, str, str, int, bytes]
+ValidRow = tuple[int, int, str, str, int, bytes]
 """A valid request: (line, offset, custom_id, model, size, raw); its body is `raw.strip()` (`size` bytes)."""
 
 CHUNK_BYTES = 1 << 18  # lines judged at once: about as many bytes (a longer line whole); a chunk's objects stay in the
@@ -332,7 +332,7 @@ CHUNK_BYTES = 1 << 18  # lines judged at once: about as many bytes (a longer lin
 
 
 def read_chunks(chunks: Iterable[bytes], reject: Callable[[Rejection], None], *, item_limit: int,
-                stats: ScanStats | None = None, **rules: Any) -> Iterator[Row]:
+                stats: ScanStats | None = None, **rules: Any) -> Iterator[ValidRow]:
     """Judge the input's lines, given as chunks of whole lines (`LineReader`, given `rules`); yield each valid
     request. Rejections reach `reject` in line order with the rows (a caller's own rejection of a row, a duplicate,
     comes after those of the lines before it). `stats` receives the line count and end offset. Uniqueness is not
@@ -357,7 +357,7 @@ def read_chunks(chunks: Iterable[bytes], reject: Callable[[Rejection], None], *,
 
 
 def validate(lines: Iterable[bytes], reject: Callable[[Rejection], None], *, item_limit: int,
-             **rules: Any) -> Iterator[Row]:
+             **rules: Any) -> Iterator[ValidRow]:
     """`read_chunks` of lines as a file gives them (each with its newline, the last perhaps without)."""
     it = iter(lines)
     chunks = (b"".join(part) for part in iter(lambda: list(islice(it, 4096)), []))
@@ -563,7 +563,7 @@ def scan(
     ids_in_memory: int | None = None,
     repeats: dict[int, int] | None = None,
     **rules: Any,
-) -> Iterator[Row]:
+) -> Iterator[ValidRow]:
     """Yield every valid, unique request, in order (as `read_chunks`, given the `LineReader`'s `rules`).
 
     Every bad line goes to `reject`. `stats` receives the line count and end offset; `hasher` (a hashlib object)

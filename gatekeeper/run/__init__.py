@@ -1,2 +1,2 @@
 """Running a job: the library's entry points (`_submit`) and the submit loop (`_loop`) above the lanes they turn,
-each a package: `batch/`, `realtime/`, `recovery/`, and `job/`, what every lane shares."""
+each a package: `batch/`, `realtime/`, `recovery/`, and `shared/`, what every lane shares."""

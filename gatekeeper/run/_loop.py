@@ -36,15 +36,15 @@ from ..state.ledger._local import LocalLedger
 from .batch._admit import Admitter
 from .batch._collect import Collector
 from .batch._observe import Observer
-from .job._beside import beside
-from .job._part import Part, RunContext, Snapshot
-from .job._prepare import Preparation
-from .job._settings import EventSink, SubmitSettings
-from .job._summary import Summary, summarize
 from .realtime._deadline import DeadlineKeeper, deadline_of
 from .realtime._realtime import RealtimeLane
 from .recovery._rebuild import Rebuilder
 from .recovery._reconciler import Reconciler
+from .shared._beside import beside
+from .shared._part import Part, RunContext, Snapshot
+from .shared._prepare import Preparation
+from .shared._settings import EventSink, SubmitSettings
+from .shared._summary import Summary, summarize
 
 ResultSink = Callable[[str, dict[str, Any]], None]
 # seconds a stop waits at most for the real-time calls out to answer and be committed (a call takes seconds; each one
@@ -52,8 +52,9 @@ ResultSink = Callable[[str, dict[str, Any]], None]
 CALLS_OUT_WAIT = 60.0
 
 
-class Job(Part):
-    """One submit run over one input and one state directory."""
+class SubmitLoop(Part):
+    """The loop of one submit run over one input and one state directory (the job: its journal) that turns the
+    lanes."""
 
     def __init__(
         self,
@@ -184,7 +185,7 @@ class Job(Part):
         due = self.collector.next_due()
         if due is not None:
             wait = min(wait, max(FIRST_READING_WAIT, due - self.clock()))
-        watch = self.admitter.watch_wait()  # (a primer's end seen while its prefixes live)
+        watch = self.admitter.priming.watch_wait()  # (a primer's end seen while its prefixes live)
         if watch is not None:
             wait = min(wait, max(FIRST_READING_WAIT, watch))
         if self.keeper is not None and not self.user_canceled:

@@ -29,13 +29,13 @@ from ..state._journal import BatchState, Journal, open_job
 from ..state._output import check_writable
 from ..state.ledger._base import Ledger
 from ..state.ledger._open import LedgerChoice, choose_ledger, open_ledger
-from ._loop import CALLS_OUT_WAIT, Job, ResultSink
-from .job._beats import give_up_claim, heartbeat, lease_heartbeat, ledger_owner, liveness
-from .job._beside import beside
-from .job._opening import job_journal, out_path
-from .job._settings import EventSink, SubmitSettings
-from .job._spool import adopt_spool, check_respool, resolve_source, spool
-from .job._summary import Canceled, CanceledBatch, DryRun, Summary, summarize
+from ._loop import CALLS_OUT_WAIT, ResultSink, SubmitLoop
+from .shared._beats import give_up_claim, heartbeat, lease_heartbeat, ledger_owner, liveness
+from .shared._beside import beside
+from .shared._opening import job_journal, out_path
+from .shared._settings import EventSink, SubmitSettings
+from .shared._spool import adopt_spool, check_respool, resolve_source, spool
+from .shared._summary import Canceled, CanceledBatch, DryRun, Summary, summarize
 
 if TYPE_CHECKING:
     from ..input._reader import Source
@@ -97,13 +97,13 @@ async def submit(
         try:
             async with connect(config, retry=retry, max_rpm=settings.max_rpm, on_retry=_retry_events(on_event),
                                clock=clock, transport=transport) as conn:
-                job = Job(path, settings, conn, journal, out_path=results_at, emit=emit, stop=stop or anyio.Event(),
-                          on_result=on_result, ledger=ledger, prices=prices, clock=clock.now, sleep=clock.sleep)
+                loop = SubmitLoop(path, settings, conn, journal, out_path=results_at, emit=emit, stop=stop or anyio.Event(),
+                                  on_result=on_result, ledger=ledger, prices=prices, clock=clock.now, sleep=clock.sleep)
                 await ledger.ping()  # an unreachable ledger is reported before anything is sent
                 beats = [lambda: heartbeat(ledger, emit, clock.sleep)]
                 if journal.job:
                     beats.append(lambda: lease_heartbeat(journal, settings.lease_ttl, emit))  # (the server's clock)
-                return await beside(lambda: _steps(job, ledger, stop, prepare_only, clock.sleep), *beats)
+                return await beside(lambda: _steps(loop, ledger, stop, prepare_only, clock.sleep), *beats)
         finally:
             await give_up_claim(ledger)
             await ledger.close()
@@ -117,13 +117,13 @@ def _ledger_of(chosen: LedgerChoice | None, journal: Journal, settings: SubmitSe
                        namespace=config.scope, liveness=liveness(registered=True), clock=clock.now)
 
 
-async def _steps(job: Job, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool, sleep: Sleep) -> Summary:
+async def _steps(loop: SubmitLoop, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool, sleep: Sleep) -> Summary:
     """The job run to its end; or, `prepare_only`, prepared and its summary as it stands."""
     if not prepare_only:
-        return await _stoppable(stop, job.prepare, job.run, busy=job.busy, waiting=job.say_waiting, sleep=sleep)  # type: ignore[no-any-return]
-    await _stoppable(stop, job.prepare, sleep=sleep)
+        return await _stoppable(stop, loop.prepare, loop.run, busy=loop.busy, waiting=loop.say_waiting, sleep=sleep)  # type: ignore[no-any-return]
+    await _stoppable(stop, loop.prepare, sleep=sleep)
     await ledger.release_all()  # (the run that continues the job claims it again)
-    return job.summary()
+    return loop.summary()
 
 
 def _spool_for(source: Source, path: str, journal: Journal) -> None:

@@ -24,7 +24,7 @@ import pyarrow as pa
 from .._errors import GatekeeperError, JobLive, JobMissing, JournalError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
-from ..run.job._settings import SubmitSettings, default_job_name
+from ..run.shared._settings import SubmitSettings, default_job_name
 from ..state._answers import Answers
 from ._io import TableSource
 from ._judged import TableRows
@@ -35,7 +35,7 @@ from ._runs import discard, fresh_name, hold, let_go, quiet, recorded_run, run_d
 from ._where import default_state_dir, identity, shown
 
 if TYPE_CHECKING:
-    from ..run.job._summary import Summary
+    from ..run.shared._summary import Summary
 
 RESULT_ARROW_TYPES = {"custom_id": pa.string(), "status": pa.string(), "text": pa.string(), "stop_reason": pa.string(),
                 "model": pa.string(), "input_tokens": pa.int64(), "output_tokens": pa.int64(),
@@ -276,7 +276,7 @@ async def _collect(job: TableJob, pending: Path, config: ApiConfig, settings: Su
 
 def _merge(answers: Answers, pending: Path, run_dir: Path, journal: str | None, job: str | None) -> None:
     """Keep the run's results (and its lines refused before sending) under their requests' keys (memory: a chunk)."""
-    from ..run.job._results import export  # (as `run_name`'s)
+    from ..run.shared._results import export  # (as `run_name`'s)
 
     for only in (None, ["rejected"]):
         with open(pending, "rb") as requests:

@@ -1,5 +1,5 @@
-"""A table job's runs: each an ordinary JSONL job of the requests not answered when it was planned, under `runs/`,
-named by its content, with its own state directory beside its file.
+"""A table job's runs: each `submit` over a JSONL of the requests not answered when it was planned, under `runs/`,
+named by its content, with its own state directory beside its file (the job is the table's; a run is one pass of it).
 
 A run whose answers were kept is *settled* (`Answers.settled`). One that is not did not finish (a kill -9, a stop)
 or finished without its answers kept. Before a new run is planned, every such run is finished first: collected,
@@ -29,7 +29,7 @@ def run_dir(pending: Path) -> Path:
 def run_name(pending: Path, job: str | None, config: ApiConfig) -> str:
     """A run's name in a shared journal: the table job's name and the run's content, or, unnamed, the name a JSONL
     job of the same requests gets (the run's file is named by the digest that name starts with)."""
-    from ..run.job._opening import job_name_of  # (the run's modules: not imported by `plan_table`, a second of a 1M-row plan)
+    from ..run.shared._opening import job_name_of  # (the run's modules: not imported by `plan_table`, a second of a 1M-row plan)
 
     return f"{job}.{pending.stem}" if job else job_name_of(str(pending), config)
 
@@ -37,7 +37,7 @@ def run_name(pending: Path, job: str | None, config: ApiConfig) -> str:
 def recorded_run(pending: Path, journal: str, jobs: tuple[str | None, ...], config: ApiConfig) -> str:
     """A run's name in a shared journal, under the first of the table job's names (its own, then those it had
     before) that has it recorded (none: its own)."""
-    from ..run.job._opening import recorded_in  # (as `run_name`'s)
+    from ..run.shared._opening import recorded_in  # (as `run_name`'s)
 
     names = [run_name(pending, job, config) for job in dict.fromkeys(jobs)]
     recorded = recorded_in(journal)

@@ -22,7 +22,7 @@ from typing import Any
 from .._errors import UsageError
 from .._prices import PriceTable
 from ..decide._headroom import Headroom, verdict
-from ..run.job._summary import summarize
+from ..run.shared._summary import summarize
 from ..state._journal import BatchState, open_job
 from ..state.ledger._base import LedgerReading
 

@@ -21,7 +21,7 @@ import orjson
 from .._prices import PriceTable
 from ..decide._headroom import parse_time
 from ..decide._host import run_ended
-from ..run.job._summary import summarize
+from ..run.shared._summary import summarize
 from ..state._host import machine_id, process_started
 from ..state._journal import BatchRow, Journal, open_job
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 import orjson
+
+if TYPE_CHECKING:
+    from ..api._config import ApiConfig
 
 SPARKS = "▁▂▃▄▅▆▇█"
 HISTORY = 40  # readings the sparkline shows
@@ -37,6 +40,12 @@ def min_interval(workspaces: int, max_rpm: float) -> float:
     """The shortest interval between readings that keeps them within the call budget (a list per key and the
     ceiling per reading, at most), and never under a second."""
     return max(1.0, 60.0 * (workspaces + 1) / max_rpm)
+
+
+def reading_interval(asked: float, config: ApiConfig, max_rpm: float | None = None) -> float:
+    """The interval between readings of `status --watch` and the exporter: `asked`, never faster than the call budget
+    allows over the platform's reads (`max_rpm` None: its default rate)."""
+    return max(asked, min_interval(config.reads, max_rpm or config.default_rpm))
 
 
 async def watch(read: Callable[[], Awaitable[dict[str, Any]]], render: Callable[[dict[str, Any]], str], *,

@@ -23,17 +23,16 @@ from ..._errors import (
 from ...api._http import CREATE_ANSWER_WAIT
 from ...decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ...decide._budget import Spend, body_worst
-from ...decide._gate import Waiting, gate, lapsed, reprimable, rounds_ended, watch_wait
 from ...input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
-from ..job._budget import check_spend
-from ..job._checkpoints import reached
-from ..job._inputs import stat_identity
-from ..job._part import Part, RunContext, Snapshot
-from ..job._prepare import check_identity
+from ..shared._budget import check_spend
+from ..shared._checkpoints import reached
+from ..shared._inputs import stat_identity
+from ..shared._part import Part, RunContext, Snapshot
+from ..shared._prepare import check_identity
 from ._collect import custom_id
-from ._reprime import reprime
+from ._reprime import PrimingGate
 from ._turns import Turns, wanted
 
 
@@ -53,7 +52,7 @@ class Admitter(Part):
         # the budget allows no more (or the run only collects): finish what is in flight, send nothing new
         self.budget_stopped = ctx.settings.collect_only
         self._worst: tuple[tuple[int, int, int], float] | None = None  # (batch, requests, bytes), its worst cost
-        self._let_go: set[int] = set()  # lapsed rounds primed again once already, their rest going as it is
+        self.priming = PrimingGate(ctx)
         shares = self.journal.get_meta("shares") or {}
         self.turns = Turns(ctx.ledger, self.journal.job or os.path.basename(ctx.path), ctx.settings.priority, ctx.settings.share,
                            ctx.clock, float(shares.get("waited_s", 0.0)))
@@ -116,53 +115,7 @@ class Admitter(Part):
                                   wanted(rest[0].requests if rest else 0, after, self.budget_stopped, now))
 
     def _gated(self, planned: list[BatchRow], bound: int | None) -> tuple[list[BatchRow], list[int], int, int]:
-        """The batches that may go now, in order, the room each needs, the room held for rests whose primer is in
-        flight, and how many are held back for a primer (`decide._gate.gate`)."""
-        if all(b.cache_round is None for b in planned):
-            return planned, [b.requests for b in planned], 0, 0
-        ended = rounds_ended(self.journal.groups.primer_endings())
-        g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], ended,
-                 None if bound is None else max(1, bound - self.settings.margin))
-        by_idx = {b.idx: b for b in planned}
-        if self._reprimed([by_idx[i] for i in g.order], planned, ended):
-            return [], [], 0, g.held  # (the next round sees the new primer)
-        return [by_idx[i] for i in g.order], g.sizes, g.reserve, g.held
-
-    def _lives(self) -> dict[str, float]:
-        return ((self.journal.get_meta("report") or {}).get("priming") or {}).get("lives") or {}
-
-    def watch_wait(self) -> float | None:
-        """The longest wait to the next reading while a primer is in flight with its rest waiting
-        (`decide._gate.watch_wait`); None: no primer to watch."""
-        flying = {b.cache_round for b in self.journal.batches(BatchState.CREATED, BatchState.INTENT)
-                  if b.kind == "primer" and b.cache_round is not None}
-        if not flying:
-            return None
-        waiting = {b.cache_round for b in self.journal.batches(BatchState.PLANNED) if b.kind == "rest"}
-        lives = self._lives()
-        return watch_wait([float(lives[str(r)]) for r in flying & waiting if lives.get(str(r)) is not None])
-
-    def _reprimed(self, going: list[BatchRow], planned: list[BatchRow], ended: dict[int, float | None]) -> bool:
-        """A round whose rest could go only after its prefixes should have left the cache (other load held the
-        queue) is primed again (`_reprime`), once (`decide._gate.reprimable`), recorded as `primer_lapsed`; whether
-        any was."""
-        lives = self._lives()
-        rounds = sorted({b.cache_round for b in going if b.kind == "rest" and b.cache_round is not None})
-        gone = [r for r in rounds if lapsed(ended.get(r), lives.get(str(r)), self.clock())]
-        reprimed = {int(d["round"]) for _, _, _, d in self.journal.outcomes.events_of("reprimed")}
-        for r in [r for r in gone if not reprimable(r, reprimed) and r not in self._let_go]:
-            self._let_go.add(r)  # (its rest goes as it is: said once a run)
-            self.emit("primer_lapsed", {"round": r, "life": lives.get(str(r)), "reprimed_as": None,
-                                        "why": "primed again once already: its rest goes as it is"})
-        gone = [r for r in gone if reprimable(r, reprimed)]
-        for r in gone:
-            life = lives.get(str(r))
-            self.journal.event("primer_lapsed", round=r, life=life)
-            rest = [b for b in planned if b.kind == "rest" and b.cache_round == r]
-            new = reprime(self.path, self.journal, rest, self.prices,
-                          Limits(max_requests=self.batch_size, max_bytes=self.settings.limits.max_bytes), life)
-            self.emit("primer_lapsed", {"round": r, "life": life, "reprimed_as": new})
-        return bool(gone)
+        return self.priming.gated(planned, bound, self.batch_size)
 
     def _worst_case(self, row: BatchRow) -> float:
         """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens

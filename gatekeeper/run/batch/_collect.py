@@ -33,9 +33,9 @@ from ...decide._ownership import Fit, Relation, fit_of
 from ...decide._reconcile import candidates_for, listing_would_show, others_in_flight
 from ...decide._settle import Result, errored_line, settle, stop_of, usage_of
 from ...state._journal import BatchRow, BatchState, Settlement
-from ..job._checkpoints import reached
-from ..job._part import Part, RunContext, Snapshot
-from ..job._settings import SubmitSettings
+from ..shared._checkpoints import reached
+from ..shared._part import Part, RunContext, Snapshot
+from ..shared._settings import SubmitSettings
 from ._download import Download
 from ._evidence import billed_prompt, count_ours, learned_relations, our_side, pairs_of, wanted_ids
 

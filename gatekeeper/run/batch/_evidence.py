@@ -33,7 +33,7 @@ from ...decide._headroom import total_requests
 from ...decide._ownership import MIN_EVIDENCE, MIN_LEARNED, Pair, Relation, id_rank, learn
 from ...decide._settle import result_of, usage_of
 from ...state._journal import BatchState, Journal
-from ..job._inputs import batch_requests
+from ..shared._inputs import batch_requests
 from ._download import Download
 
 SAMPLE = 4 * MIN_EVIDENCE  # of our ids kept a batch, so that MIN_EVIDENCE of them likely succeeded

@@ -11,7 +11,7 @@ from ...api._queue import read_live, recent_batches
 from ...decide._downloads import BATCH_LIFETIME
 from ...decide._headroom import LIVE_STATES, live_batches, parse_time
 from ...state._journal import BatchRow, BatchState
-from ..job._part import Part, RunContext, Snapshot
+from ..shared._part import Part, RunContext, Snapshot
 
 READING_EVERY = 60.0  # seconds: the timeline's longest gap while the queue holds still
 

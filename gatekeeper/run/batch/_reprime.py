@@ -11,12 +11,14 @@ from __future__ import annotations
 import orjson
 
 from ..._prices import PriceTable, tokens_per_byte
+from ...decide._gate import Waiting, gate, lapsed, reprimable, rounds_ended, watch_wait
 from ...decide._priming import NONE, Marks, shared_prefixes
 from ...input._markers import marker_points
 from ...input._sizing import Limits, body_size, pack_rows
-from ...state._journal import BatchRow, Journal, PendingRow
+from ...state._journal import BatchRow, BatchState, Journal, PendingRow
 from ...state._records import Group
-from ..job._inputs import batch_requests
+from ..shared._inputs import batch_requests
+from ..shared._part import Part, RunContext
 
 
 def regroup(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTable,
@@ -54,3 +56,62 @@ def reprime(path: str, journal: Journal, rows: list[BatchRow], prices: PriceTabl
     """Replace the waiting rest batches `rows` of a lapsed round by a new round (journaled at once); its number."""
     groups, _ = regroup(path, journal, rows, prices, limits)
     return journal.groups.reprime([r.idx for r in rows], groups, lambda g: body_size(len(g), sum(r.length for r in g)), life)
+
+
+class PrimingGate(Part):
+    """Which waiting batches of a primed job may go (`decide._gate.gate`), a lapsed round primed again once, and how
+    long the loop may wait while a primer flies."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self._let_go: set[int] = set()  # lapsed rounds primed again once already, their rest going as it is
+
+    def gated(self, planned: list[BatchRow], bound: int | None, batch_size: int) -> tuple[list[BatchRow], list[int], int, int]:
+        """The batches that may go now, in order, the room each needs, the room held for rests whose primer is in
+        flight, and how many are held back for a primer (`decide._gate.gate`)."""
+        if all(b.cache_round is None for b in planned):
+            return planned, [b.requests for b in planned], 0, 0
+        ended = rounds_ended(self.journal.groups.primer_endings())
+        g = gate([Waiting(b.idx, b.kind, b.requests, b.cache_round) for b in planned], ended,
+                 None if bound is None else max(1, bound - self.settings.margin))
+        by_idx = {b.idx: b for b in planned}
+        if self._reprimed([by_idx[i] for i in g.order], planned, ended, batch_size):
+            return [], [], 0, g.held  # (the next round sees the new primer)
+        return [by_idx[i] for i in g.order], g.sizes, g.reserve, g.held
+
+    def _lives(self) -> dict[str, float]:
+        return ((self.journal.get_meta("report") or {}).get("priming") or {}).get("lives") or {}
+
+    def watch_wait(self) -> float | None:
+        """The longest wait to the next reading while a primer is in flight with its rest waiting
+        (`decide._gate.watch_wait`); None: no primer to watch."""
+        flying = {b.cache_round for b in self.journal.batches(BatchState.CREATED, BatchState.INTENT)
+                  if b.kind == "primer" and b.cache_round is not None}
+        if not flying:
+            return None
+        waiting = {b.cache_round for b in self.journal.batches(BatchState.PLANNED) if b.kind == "rest"}
+        lives = self._lives()
+        return watch_wait([float(lives[str(r)]) for r in flying & waiting if lives.get(str(r)) is not None])
+
+    def _reprimed(self, going: list[BatchRow], planned: list[BatchRow], ended: dict[int, float | None],
+                  batch_size: int) -> bool:
+        """A round whose rest could go only after its prefixes should have left the cache (other load held the
+        queue) is primed again (`_reprime`), once (`decide._gate.reprimable`), recorded as `primer_lapsed`; whether
+        any was."""
+        lives = self._lives()
+        rounds = sorted({b.cache_round for b in going if b.kind == "rest" and b.cache_round is not None})
+        gone = [r for r in rounds if lapsed(ended.get(r), lives.get(str(r)), self.clock())]
+        reprimed = {int(d["round"]) for _, _, _, d in self.journal.outcomes.events_of("reprimed")}
+        for r in [r for r in gone if not reprimable(r, reprimed) and r not in self._let_go]:
+            self._let_go.add(r)  # (its rest goes as it is: said once a run)
+            self.emit("primer_lapsed", {"round": r, "life": lives.get(str(r)), "reprimed_as": None,
+                                        "why": "primed again once already: its rest goes as it is"})
+        gone = [r for r in gone if reprimable(r, reprimed)]
+        for r in gone:
+            life = lives.get(str(r))
+            self.journal.event("primer_lapsed", round=r, life=life)
+            rest = [b for b in planned if b.kind == "rest" and b.cache_round == r]
+            new = reprime(self.path, self.journal, rest, self.prices,
+                          Limits(max_requests=batch_size, max_bytes=self.settings.limits.max_bytes), life)
+            self.emit("primer_lapsed", {"round": r, "life": life, "reprimed_as": new})
+        return bool(gone)

@@ -27,10 +27,10 @@ from ...decide._deadline import Held, JobBatch, Moves, moves, project, reading_b
 from ...decide._headroom import format_time, parse_time
 from ...decide._pacing import Cost
 from ...state._journal import BatchRow, BatchState
-from ..job._budget import check_spend
-from ..job._inputs import read_at
-from ..job._part import Part, RunContext, Snapshot
-from ..job._settings import SubmitSettings
+from ..shared._budget import check_spend
+from ..shared._inputs import read_at
+from ..shared._part import Part, RunContext, Snapshot
+from ..shared._settings import SubmitSettings
 from ._realtime import RealtimeLane
 
 DONE_COUNTS = ("succeeded", "errored", "canceled", "expired")

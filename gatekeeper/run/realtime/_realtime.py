@@ -28,9 +28,9 @@ from ...decide._headroom import ModelLimits
 from ...decide._pacing import Cost, Pace, must_stream
 from ...decide._settle import errored_line, stop_of, usage_of
 from ...state._realtime import Answer, LaneRow
-from ..job._checkpoints import reached
-from ..job._inputs import read_at
-from ..job._part import Part, RunContext
+from ..shared._checkpoints import reached
+from ..shared._inputs import read_at
+from ..shared._part import Part, RunContext
 from ._paces import Paces
 
 ANSWER_LOST = "gatekeeper_answer_lost"

@@ -29,7 +29,7 @@ from ...decide._settle import errored_line
 from ...state._journal import BatchRow, Journal
 from ..batch._collect import custom_id, missing_verdict
 from ..batch._download import Download
-from ..job._part import Part, RunContext
+from ..shared._part import Part, RunContext
 
 OWN_LINES = (MISSING_RESULT, RESULTS_UNAVAILABLE)  # written by gatekeeper, not downloaded: rebuilt from the journal
 PlacedRow = tuple[int, str, int, int]  # line, custom_id, out_offset, out_len

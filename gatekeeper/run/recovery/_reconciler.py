@@ -23,7 +23,7 @@ from ...state._journal import BatchRow, BatchState
 from ...state.ledger._base import NAMED_FOR
 from ..batch._collect import custom_id, missing_verdict
 from ..batch._evidence import Ours, Results, count_ours, learned_relations, our_side, pairs_of, read_results, wanted_ids
-from ..job._part import Part, RunContext, Snapshot
+from ..shared._part import Part, RunContext, Snapshot
 
 
 class Reconciler(Part):

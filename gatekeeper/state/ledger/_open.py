@@ -32,14 +32,11 @@ class LedgerChoice(NamedTuple):
     kind: str
     url: str | None
 
-    def to_json(self) -> dict[str, str | None]:
-        return {"kind": self.kind, "url": None if self.url is None else safe_url(self.url)}
-
-    def named(self) -> str:
-        """One phrase naming it, for a line of `status` or a summary."""
-        if self.url is None:
-            return "none (--ledger none: ownership after a lost create rests on usage alone)"
-        return f"{'this host' if self.kind == HOST else 'shared'}: {safe_url(self.url)}"
+    def to_json(self, namespace: str = "") -> dict[str, str | None]:
+        """`file`: the SQLite file a job on the queue `namespace` (`ApiConfig.scope`) keeps its reservations in,
+        the URL's file with the platform's suffix (`sqlite_file`); None for another kind of ledger."""
+        file = sqlite_file(self.url, namespace) if self.url is not None and self.url.startswith("sqlite://") else None
+        return {"kind": self.kind, "url": None if self.url is None else safe_url(self.url), "file": file}
 
 
 def host_ledger_file(home: Path, hostname: str | None = None) -> Path:

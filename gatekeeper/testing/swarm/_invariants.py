@@ -14,7 +14,7 @@ import orjson
 from ..._prices import load_prices
 from .._wire import prompt_of
 from ._sim import LEASE, Weather
-from ._world import JobSpec
+from ._world import DrawnJob
 
 SLACK = 600.0  # seconds a batch lane that ends in time still needs: its last reading, the download, the commit
 
@@ -23,7 +23,7 @@ SLACK = 600.0  # seconds a batch lane that ends in time still needs: its last re
 class JobBooks:
     """One job's requests and what became of them."""
 
-    spec: JobSpec
+    spec: DrawnJob
     digests: dict[str, str]  # custom_id -> its prompt's digest
     lines: Counter[str]  # custom_id -> lines in the output
     results: dict[str, dict[str, Any]]  # custom_id -> its (last) result in the output
@@ -224,7 +224,7 @@ def figures(job: JobBooks, w: Weather) -> str:
 class TableBooks:
     """One table job's rows (the table as it is at the world's end) and what became of them."""
 
-    spec: JobSpec
+    spec: DrawnJob
     ids: list[str]  # the input's ids, in order
     digests: dict[str, str | None]  # id -> its prompt's digest (None: a row with a missing value, rejected)
     out: list[str] | None  # the result table's ids, in order (None: no result table)

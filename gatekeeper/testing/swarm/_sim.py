@@ -47,8 +47,8 @@ from ...api._credentials import Federation
 from ...decide._host import run_ended
 from ...input._sizing import Limits
 from ...run._submit import submit
-from ...run.job import _checkpoints
-from ...run.job._settings import SubmitSettings
+from ...run.shared import _checkpoints
+from ...run.shared._settings import SubmitSettings
 from ...state.ledger._base import Liveness
 from ...state.ledger._sqlite import SqliteLedger
 from .._inprocess import InProcess
@@ -57,7 +57,7 @@ from .._oauth import FakeFederation, identity_token
 from .._server import FakeAPI
 from .._wire import Fault
 from ._tables import TableInput, run_table
-from ._world import EPOCH, HEALTHY_TURNAROUND, JobSpec, Kill, World
+from ._world import EPOCH, HEALTHY_TURNAROUND, DrawnJob, Kill, World
 
 KEY, ADMIN = "test-key-ws1", "test-admin-key"
 MAX_TOKENS = 16
@@ -181,7 +181,7 @@ def _install() -> None:
 
 
 def _at_point(name: str) -> None:
-    """`run.job._checkpoints.hook`: kills the run that reached its drawn point."""
+    """`run.shared._checkpoints.hook`: kills the run that reached its drawn point."""
     proc = _PROCESS.get()
     if proc is None or proc.kill_at is None or proc.kill_at.point != name:
         return
@@ -228,7 +228,7 @@ class Weather:
         return proc
 
     def liveness(self, proc: Process) -> Liveness:
-        """The host ledger's knowledge of this world's processes, as `run.job._beats.liveness` has it of a real
+        """The host ledger's knowledge of this world's processes, as `run.shared._beats.liveness` has it of a real
         machine's: a run killed or ended is dropped from the ledger by the next step of any other (not after its
         TTL); the rule is the real one (`decide._host.run_ended`), only the process table is the world's."""
         def started(pid: int) -> str | None:
@@ -275,7 +275,7 @@ def api_config(world: World, fake: FakeAPI) -> ApiConfig:
     return ApiConfig(workspace_keys=[Secret(KEY)], admin_key=Secret(ADMIN), base_url=fake.url)
 
 
-def write_input(job: JobSpec, path: Path) -> list[tuple[str, bytes]]:
+def write_input(job: DrawnJob, path: Path) -> list[tuple[str, bytes]]:
     """The job's input file: ids shared across jobs (r0, r1, ...), prompts its own; (custom_id, line) each."""
     doc = None
     if job.cached:  # (a prefix over every model's cache minimum: 4,096 of the fake's tokens)
@@ -291,7 +291,7 @@ def write_input(job: JobSpec, path: Path) -> list[tuple[str, bytes]]:
     return lines
 
 
-def budget_of(job: JobSpec, lines: list[tuple[str, bytes]]) -> float | None:
+def budget_of(job: DrawnJob, lines: list[tuple[str, bytes]]) -> float | None:
     """`budget_share` of the job's worst case at batch prices (every request at its bound: one token per 2 bytes)."""
     if job.budget_share is None:
         return None
@@ -301,7 +301,7 @@ def budget_of(job: JobSpec, lines: list[tuple[str, bytes]]) -> float | None:
     return round(job.budget_share * worst, 6)
 
 
-def settings_of(job: JobSpec, here: Path, budget: float | None, world: World) -> SubmitSettings:
+def settings_of(job: DrawnJob, here: Path, budget: float | None, world: World) -> SubmitSettings:
     return SubmitSettings(
         state_dir=here / "state", out=here / "out.jsonl", poll=job.poll, max_in_flight=job.max_in_flight,
         limits=Limits(max_requests=job.batch_size), priority=job.priority, share=job.share, budget=budget,
@@ -339,7 +339,7 @@ def _date(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")
 
 
-async def drive(w: Weather, job: JobSpec, config: ApiConfig, ledger_path: str) -> None:
+async def drive(w: Weather, job: DrawnJob, config: ApiConfig, ledger_path: str) -> None:
     """One job, run again after every stop, kill or failure, until it finishes or the healthy world's time is up: as an
     operator would, the wait before a rerun doubling while runs fail, and a deadline that passed before the job
     could keep it dropped from the command (a deadline already past is a usage error for a job that never began)."""
@@ -372,7 +372,7 @@ async def drive(w: Weather, job: JobSpec, config: ApiConfig, ledger_path: str) -
         await w.clock.sleep(min(job.rerun_after * 2 ** failures, RERUN_AT_MOST))
 
 
-async def one_run(w: Weather, job: JobSpec, proc: Process, stop_after: float | None, settings: SubmitSettings,
+async def one_run(w: Weather, job: DrawnJob, proc: Process, stop_after: float | None, settings: SubmitSettings,
                   config: ApiConfig, ledger_path: str, events: list[tuple[float, str, dict[str, Any]]],
                   record: RunRecord, table: TableInput | None = None) -> None:
     stop = anyio.Event()

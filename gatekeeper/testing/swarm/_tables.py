@@ -13,16 +13,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...api._config import ApiConfig
-from ...run.job._settings import SubmitSettings
+from ...run.shared._settings import SubmitSettings
 from ...tables._job import submit_table
 from ...tables._rows import TableSpec
 from .._wire import prompt_of
-from ._world import JobSpec
+from ._world import DrawnJob
 
 MAX_TOKENS = 16
 
 
-def table_path(job: JobSpec, here: Path) -> Path:
+def table_path(job: DrawnJob, here: Path) -> Path:
     return here / f"{job.name}.{job.table}"
 
 
@@ -30,28 +30,28 @@ def out_path(here: Path) -> Path:
     return here / "out.parquet"
 
 
-def spec_of(job: JobSpec) -> TableSpec:
+def spec_of(job: DrawnJob) -> TableSpec:
     return TableSpec.of(f"{job.name} asks about {{topic}}, number {{q}}", job.model, MAX_TOKENS, id_column="id")
 
 
-def text_of(job: JobSpec, k: int) -> str:
+def text_of(job: DrawnJob, k: int) -> str:
     """Row k's prompt as the template renders it (an integral double renders as the integer)."""
     return f"{job.name} asks about topic {k % 5}, number {k}"
 
 
-def digest_of(job: JobSpec, k: int) -> str:
+def digest_of(job: DrawnJob, k: int) -> str:
     """The digest of row k's prompt, as the fake keys what it bills (`prompt_of`)."""
     return prompt_of({"messages": [{"content": text_of(job, k), "role": "user"}]})[1]
 
 
-def _table(job: JobSpec, qs: list[float | None], drifted: bool) -> pa.Table:
+def _table(job: DrawnJob, qs: list[float | None], drifted: bool) -> pa.Table:
     n = len(qs)
     q = pa.array(qs, pa.float64()) if drifted else pa.array(qs, pa.int64())
     return pa.table({"id": [f"{job.name}-r{k}" for k in range(n)], "topic": [f"topic {k % 5}" for k in range(n)],
                      "q": q})
 
 
-def write_table(job: JobSpec, path: Path, qs: list[float | None], drifted: bool) -> None:
+def write_table(job: DrawnJob, path: Path, qs: list[float | None], drifted: bool) -> None:
     """The table as a Parquet file, or a CSV as pandas writes one (a drifted column's values `3.0`, a NaN empty)."""
     table = _table(job, qs, drifted)
     if job.table == "parquet":
@@ -72,7 +72,7 @@ def _csv(q: float | None, drifted: bool) -> str:
 class TableInput:
     """A table job's input as the world holds it: its rows' `q` values (NaN: the drift's missing value)."""
 
-    def __init__(self, job: JobSpec, here: Path) -> None:
+    def __init__(self, job: DrawnJob, here: Path) -> None:
         self.job, self.path = job, table_path(job, here)
         self.qs: list[float | None] = list(range(job.requests))
         self.drifted = False
@@ -98,7 +98,7 @@ def sound(qs: list[float | None]) -> list[bool]:
     return [not (q is None or (isinstance(q, float) and math.isnan(q))) for q in qs]
 
 
-async def run_table(job: JobSpec, source: TableInput, here: Path, settings: SubmitSettings, config: ApiConfig,
+async def run_table(job: DrawnJob, source: TableInput, here: Path, settings: SubmitSettings, config: ApiConfig,
                     **options: Any) -> tuple[str, dict[str, Any] | None]:
     """One run of a table job: (how it ended, its result's figures). Unfinished: a sound row left unsent."""
     result = await submit_table(str(source.path), spec_of(job), config=config, settings=settings, out=out_path(here),

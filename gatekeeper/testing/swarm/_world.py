@@ -17,7 +17,7 @@ HEALTHY_TURNAROUND = 3 * 3600.0  # seconds a batch made after the night takes at
 # the models jobs are given, one each (the fake bills by model: a job's bill is its model's)
 MODELS = ("claude-sonnet-5", "claude-opus-5", "claude-sonnet-5-5", "claude-opus-5-5", "claude-haiku-4-5-20251001",
           "claude-sonnet-4-5-20250929", "claude-opus-4-6")
-# the named points of a run (`run.job._checkpoints`) a kill may strike at, besides a drawn moment
+# the named points of a run (`run.shared._checkpoints`) a kill may strike at, besides a drawn moment
 POINTS = ("before-intent", "after-intent", "body-complete", "after-create", "after-refusal", "mid-results",
           "before-results-commit", "realtime-answered", "realtime-before-commit")
 
@@ -32,7 +32,7 @@ class Kill:
 
 
 @dataclass
-class JobSpec:
+class DrawnJob:
     name: str
     requests: int
     model: str
@@ -93,7 +93,7 @@ class World:
     faults: list[tuple[str, int, int, int]]  # (endpoint, status, after calls, times)
     refusal: tuple[float, float] | None  # an account refusal (a spend limit) from, until
     disk_full: tuple[float, float] | None  # the results' disk full from, until
-    jobs: list[JobSpec]
+    jobs: list[DrawnJob]
 
     @property
     def night(self) -> float:
@@ -158,7 +158,7 @@ def draw(seed: int, hours: float = 8.0, jobs: int | None = None) -> World:
     return world
 
 
-def _table(rng: random.Random, job: JobSpec) -> None:
+def _table(rng: random.Random, job: DrawnJob) -> None:
     """One job in four reads a table (Parquet or CSV, through the library's table jobs), which may change between
     its runs. (No budget and no prompt caching: a table job's budget is a run's, its template has no marked prefix.)"""
     if rng.random() >= 0.25:
@@ -175,12 +175,12 @@ def _window(rng: random.Random, night: float, p: float) -> tuple[float, float] |
     return start, start + rng.choice((300.0, 1800.0, 3 * 3600.0))
 
 
-def _job(rng: random.Random, i: int, night: float, long: bool) -> JobSpec:
+def _job(rng: random.Random, i: int, night: float, long: bool) -> DrawnJob:
     # (a long night's jobs may be larger: 150 requests in batches of 5 one at a time are 30 turnarounds in a row)
     requests = rng.choice((3, 10, 10, 40, 40, 150) if long else (3, 5, 10, 20, 40))
     deadline = rng.choice((None, None, None, 0.25, 1.0, 2.0))
     deadline = None if deadline is None else max(900.0, deadline * night)
-    job = JobSpec(
+    job = DrawnJob(
         name=f"j{i + 1}", requests=requests, model=MODELS[i % len(MODELS)],
         priority=rng.choice(("normal", "normal", "high", "low")), share=rng.choice((1.0, 1.0, 2.0, 0.5)),
         batch_size=rng.choice((5, 20, 50, 100)), poll=rng.choice((30.0, 60.0, 300.0, 900.0)),
