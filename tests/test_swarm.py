@@ -43,18 +43,19 @@ HOURS = 0.5
 SEEDS = 200
 CHUNK = 8  # seeds a test (25 tests): the workers share them out, each well inside the test's time limit under load
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
+DEADLINE_PRIMED = ("a primed job with a deadline whose primer stalls: canceled at the last chance, its end releases the "
+                   "rest into the batch lane a minute before the deadline, and the primer's own request reaches the "
+                   "real-time lane only after its results are read (deadline_could: missed by minutes)")
 KNOWN: dict[int, str] = {
     5253: "two jobs on one host ledger, killed with a create of the same size and the same custom_ids each out (their "
           "lost answers a quarter of an hour apart), usage that cannot tell them apart: the first to rerun keeps both "
           "candidates' answers apart (nothing paid twice, but 20 answers not joined: paid_answers_kept)",
-    5268: "a primed job with a deadline whose primer stalls: canceled at the last chance, its end releases the rest "
-          "into the batch lane a minute before the deadline, and the primer's own request reaches the real-time lane "
-          "only after its results are read (deadline_could: missed by 4 minutes)",
+    **{seed: DEADLINE_PRIMED for seed in (5268, 5908)},
 }
 # seeds past `SEEDS` that broke a promise in a soak, each run in the suite once fixed (docs/swarm.md lists what each
 # found): priming that never finished (201, 307), a table job's earlier run given the same ledger (581), a refusal
-# lifted after the night with batches one at a time (556, the world's own allowance)
-FOUND: tuple[int, ...] = (201, 307, 556, 581)
+# lifted after the night with batches one at a time (556, the world's own allowance), an answer lost twice to kills (625)
+FOUND: tuple[int, ...] = (201, 307, 556, 581, 625)
 
 
 # (CPU-bound worlds in simulated time, 0.7 s of CPU a seed on a quiet machine, 4 s at load 17 on 2 cores; a world
@@ -127,6 +128,16 @@ def test_the_promises_catch_what_breaks_them() -> None:
     assert never_crossed(_books(results=crossed))
     apart = {"r0": {"type": "errored"}, "r1": {"type": "succeeded", "message": {"id": "msg_bb"}}}
     assert paid_answers_kept(_books(results=apart)) == ["r0 paid (1 batch, 0 real time) but errored in the output"]
+
+
+def test_an_answer_lost_twice_is_a_reason_said_not_an_answer_thrown_away() -> None:
+    """A request whose real-time answers were lost twice (on the wire, or to kills after the API had answered) ends
+    `gatekeeper_answer_lost`, its reason said: no promise broken; the same error where a batch paid for it is one
+    (a batch's answer can always be read again). Found by the swarm, seed 625."""
+    lost = {"type": "errored", "error": {"type": "error", "error": {"type": "gatekeeper_answer_lost", "message": "m"}}}
+    results = {"r0": lost, "r1": {"type": "succeeded", "message": {"id": "msg_bb"}}}
+    assert not paid_answers_kept(_books(results=results, batch_paid={"r0": 0, "r1": 1}, realtime_paid={"r0": 2, "r1": 0}))
+    assert paid_answers_kept(_books(results=results, batch_paid={"r0": 1, "r1": 1}, realtime_paid={"r0": 0, "r1": 0}))
 
 
 def test_a_stall_is_a_wait_for_a_turn_with_the_queue_empty_and_no_one_admitting() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from ..._prices import load_prices
+from ...run.realtime._realtime import ANSWER_LOST
 from .._wire import prompt_of
 from ._sim import LEASE, Weather
 from ._world import DrawnJob
@@ -103,14 +104,22 @@ def never_crossed(job: JobBooks) -> list[str]:
 
 def paid_answers_kept(job: JobBooks) -> list[str]:
     """An answer paid for and delivered reaches the output once the job has finished (never kept apart, never thrown
-    away; a real-time answer lost on the wire never reached the job)."""
+    away; a real-time answer lost on the wire never reached the job, nor one a kill cut off after the API had
+    answered: a request whose real-time answers were lost twice, and no batch paid for, ends `answer_lost`, its
+    reason said, as the lane promises: never sent a third time)."""
     if not _finished(job):
         return []
     return [f"{cid} paid ({job.batch_paid[cid]} batch, {job.realtime_paid[cid]} real time) but "
             f"{(job.results.get(cid) or {}).get('type', 'absent')} in the output"
             for cid in job.digests
             if job.batch_paid[cid] + job.realtime_paid[cid] - job.realtime_lost.get(cid, 0) > 0
-            and (job.results.get(cid) or {}).get("type") != "succeeded"]
+            and (job.results.get(cid) or {}).get("type") != "succeeded" and not _lost_twice(job, cid)]
+
+
+def _lost_twice(job: JobBooks, cid: str) -> bool:
+    result = job.results.get(cid) or {}
+    error = (result.get("error") or {}).get("error") or {}
+    return job.batch_paid[cid] == 0 and error.get("type") == ANSWER_LOST
 
 
 def within_budget(job: JobBooks, w: Weather) -> list[str]:
