@@ -501,6 +501,23 @@ def test_a_batch_lane_that_ends_at_once_is_tried_first_when_the_lane_cannot_make
         assert set(output_ids(_out(path))) == expected
 
 
+def test_a_batch_that_waits_with_nothing_shown_is_not_canceled_for_a_lane_that_would_end_it_later(
+        tmp_path: Path) -> None:
+    """A batch lane that shows nothing for 25 s, then ends (as the real API shows a batch: no progress until its end),
+    80 requests, `--deadline 45s`, a lane of 90 requests a minute measured through the Admin API (53 s for them).
+    Twice the batch's wait passes the window about 20 s in; the lane would end them a minute later still, so the
+    batch is left to end: the deadline is met in the batch lane, with not one real-time call. (It was canceled
+    against the prior hour 20 s in, and all 80 went real time at twice the price and missed the deadline by 39 s.)"""
+    path, expected = _input(tmp_path, 80)
+    with running_fake(rate=4000.0, turnaround=lambda _: 25.0, realtime=LANE_90) as fake:
+        done = gk(["submit", str(path), "--deadline", "45s", "--deadline-slack", "5", *ONE_BATCH], env_for(fake))
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = orjson.loads(done.stdout)
+        assert s["deadline"]["met"] is True and s["lanes"]["batch"]["requests"] == 80 and "realtime" not in s["lanes"]
+        assert fake.realtime.records.calls == 0 and fake.org.records.requests_seen.get("cancel", 0) == 0
+        assert set(output_ids(_out(path))) == expected
+
+
 @pytest.mark.parametrize("invoke", ["allowed", "refused"])
 def test_no_call_is_paid_for_while_the_batch_lane_is_not_known_to_be_late(tmp_path: Path, invoke: str) -> None:
     """The review's S3: no Admin key (as on Claude Platform on AWS), a batch lane that ends in half a second, a ten

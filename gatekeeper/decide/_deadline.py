@@ -18,7 +18,8 @@ Nothing moves on an assumption. Until one of the job's batches has ended, the tu
 job's: work then moves only when it misses on what the job's own batches show too (`evidence`: the longest any has
 gone with nothing done, twice a live batch's own wait, the spans projected from progress or for a deadline's
 cancel), so at the first reading, before any batch has waited, nothing moves (the batch lane is tried; a batch
-that then stalls is canceled at its last chance). And the lane's speed must be known: measured (the Admin API's
+that then stalls is canceled at its last chance), and the lane must end the work sooner than that shows, not
+sooner than the prior hour. And the lane's speed must be known: measured (the Admin API's
 limits, an answer's headers) to cancel a live batch, measured or at least read (probes answered without the
 headers) to move work not yet sent. While it is not, work the batch lane is known to miss with, at its last chance
 by the lowest tier's figures (slower than any lane measured: the earliest it could be), asks for a `probe` instead:
@@ -177,7 +178,9 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
         if not (measured or read) and now >= deadline - slack - lane_time(backlog + n):
             probe = True  # (known late, and its last chance by the lowest tier's figures has come: read the limits)
             continue
-        if not worth_moving(now=now, deadline=deadline, finish=finish, lane=lane_time(backlog + n), slack=slack):
+        # (sooner than the batch lane's own projection: until one of its batches has ended, what its batches show,
+        # never the prior: a batch that has waited 20 s is not beaten by a lane that ends it a minute from now)
+        if not worth_moving(now=now, deadline=deadline, finish=known, lane=lane_time(backlog + n), slack=slack):
             continue
         if kind == "live" and not measured:
             continue
@@ -188,7 +191,9 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
             cancel.append(idx)
         else:
             move.append(idx)
-    return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live}, probe)
+    # (a canceled batch's span counts in the job's turnaround: as it was projected when canceled, not the prior)
+    return Moves(tuple(cancel), tuple(move), pending,
+                 {b.idx: project(b, now, turn if evidence is None else evidence) for b in live}, probe)
 
 
 def reading_by(*, now: float, deadline: float, lane: float, wait: float, slack: float = SLACK,
