@@ -135,17 +135,23 @@ def test_what_moves_to_the_real_time_lane(live: list[JobBatch], held: list[Held]
     assert (m.cancel, m.move, m.move_pending, m.probe) == expected
 
 
-@pytest.mark.parametrize(("finish", "lane", "deadline", "expected"), [
-    (NOW + 100, 10, NOW + 3600, False),  # the batch lane makes it
-    (NOW + 9000, 10, NOW + 3600, False),  # it misses, but the lane can still wait
-    (NOW + 9000, 3600, NOW + 3600, True),  # it misses, and the lane needs all the time left
-    (NOW + 9000, 9500, NOW + 3600, False),  # the lane would end it even later
-    (NOW + 9000, 100, NOW - 10, True),  # past the deadline, the lane is still sooner
-    (NOW + 50, 100, NOW - 10, False),  # past the deadline, the batch lane is sooner
+@pytest.mark.parametrize(("finish", "lane", "deadline", "expected", "bound"), [
+    (NOW + 100, 10, NOW + 3600, False, False),  # the batch lane makes it
+    (NOW + 9000, 10, NOW + 3600, False, False),  # it misses, but the lane can still wait
+    (NOW + 9000, 3600, NOW + 3600, True, False),  # it misses, and the lane needs all the time left
+    (NOW + 9000, 9500, NOW + 3600, False, False),  # the lane would end it even later
+    (NOW + 9000, 100, NOW - 10, True, False),  # past the deadline, the lane is still sooner
+    (NOW + 50, 100, NOW - 10, False, False),  # past the deadline, the batch lane is sooner
+    # `finish` only a bound (what the job's batches show before one has ended): the lane takes work it ends by the
+    # deadline, in its slack, even later than the bound; never work it ends past both
+    (NOW + 100, 130, NOW + 150, False, False),
+    (NOW + 100, 130, NOW + 150, True, True),
+    (NOW + 100, 160, NOW + 150, False, True),
+    (NOW + 100, 95, NOW + 150, True, True),  # (sooner than the bound, as ever)
 ])
 def test_work_moves_only_at_its_last_chance_and_only_to_a_sooner_end(finish: float, lane: float, deadline: float,
-                                                                      expected: bool) -> None:
-    assert worth_moving(now=NOW, deadline=deadline, finish=finish, lane=lane, slack=60) is expected
+                                                                      expected: bool, bound: bool) -> None:
+    assert worth_moving(now=NOW, deadline=deadline, finish=finish, lane=lane, slack=60, bound=bound) is expected
 
 
 @pytest.mark.parametrize(("turn", "deadline", "moves_them"), [
