@@ -463,6 +463,30 @@ async def test_answers_waiting_for_the_write_lock_never_outnumber_the_calls_allo
     assert max(seen) <= _realtime.IN_FLIGHT, max(seen)
 
 
+@pytest.mark.anyio
+async def test_work_moved_to_an_idle_lane_is_sent_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lane's dispatcher and its committer each wait on a wake of their own: work moved to the idle lane (a
+    stalled batch canceled at its last chance) is sent at once, not after the lane's idle look (made ten minutes
+    here, so that a wake lost is a stall no load can hide). They shared one event, and each cleared it once woken:
+    the dispatcher slept out the look after the move (3.8 s of a 30 s lane at 90 requests a minute)."""
+    import anyio
+
+    from gatekeeper import submit
+    from gatekeeper.run.realtime import _realtime
+    from tests.fakes import ADMIN
+
+    monkeypatch.setattr(_realtime, "IDLE_LOOK", 600.0)
+    path, expected = _input(tmp_path, 20)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=time.time() + 40,
+                                  deadline_slack=38, token_sample=2)
+        with anyio.fail_after(80):  # (the lane's own time is a second or two; a wake lost, ten minutes)
+            summary = await submit(path, config=config, settings=settings)
+    assert summary.succeeded == 20 and summary.lanes["realtime"]["requests"] == 20
+    assert summary.deadline is not None and summary.deadline["met"] is True
+
+
 def test_a_cancel_the_credentials_may_not_make_leaves_the_batch_live_and_the_run_going(tmp_path: Path) -> None:
     """An IAM policy without the cancel action (403 on cancel): the deadline's cancel is refused once, said in one
     event, never asked again, and the run goes on with the batch live (not stopped at the same decision on every
@@ -498,6 +522,23 @@ def test_a_batch_lane_that_ends_at_once_is_tried_first_when_the_lane_cannot_make
         assert s["deadline"]["met"] is True and s["lanes"]["batch"]["requests"] == n and "realtime" not in s["lanes"]
         assert fake.org.records.requests_seen.get("messages", 0) == 0 and fake.realtime.records.calls == 0
         assert not [e for e in events(done.stderr) if e["event"] in ("to_realtime", "deadline_cancel", "realtime_probe")]
+        assert set(output_ids(_out(path))) == expected
+
+
+def test_a_batch_that_waits_with_nothing_shown_is_not_canceled_for_a_lane_that_would_end_it_later(
+        tmp_path: Path) -> None:
+    """A batch lane that shows nothing for 25 s, then ends (as the real API shows a batch: no progress until its end),
+    80 requests, `--deadline 45s`, a lane of 90 requests a minute measured through the Admin API (53 s for them).
+    Twice the batch's wait passes the window about 20 s in; the lane would end them a minute later still, so the
+    batch is left to end: the deadline is met in the batch lane, with not one real-time call. (It was canceled
+    against the prior hour 20 s in, and all 80 went real time at twice the price and missed the deadline by 39 s.)"""
+    path, expected = _input(tmp_path, 80)
+    with running_fake(rate=4000.0, turnaround=lambda _: 25.0, realtime=LANE_90) as fake:
+        done = gk(["submit", str(path), "--deadline", "45s", "--deadline-slack", "5", *ONE_BATCH], env_for(fake))
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = orjson.loads(done.stdout)
+        assert s["deadline"]["met"] is True and s["lanes"]["batch"]["requests"] == 80 and "realtime" not in s["lanes"]
+        assert fake.realtime.records.calls == 0 and fake.org.records.requests_seen.get("cancel", 0) == 0
         assert set(output_ids(_out(path))) == expected
 
 

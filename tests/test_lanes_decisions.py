@@ -135,17 +135,23 @@ def test_what_moves_to_the_real_time_lane(live: list[JobBatch], held: list[Held]
     assert (m.cancel, m.move, m.move_pending, m.probe) == expected
 
 
-@pytest.mark.parametrize(("finish", "lane", "deadline", "expected"), [
-    (NOW + 100, 10, NOW + 3600, False),  # the batch lane makes it
-    (NOW + 9000, 10, NOW + 3600, False),  # it misses, but the lane can still wait
-    (NOW + 9000, 3600, NOW + 3600, True),  # it misses, and the lane needs all the time left
-    (NOW + 9000, 9500, NOW + 3600, False),  # the lane would end it even later
-    (NOW + 9000, 100, NOW - 10, True),  # past the deadline, the lane is still sooner
-    (NOW + 50, 100, NOW - 10, False),  # past the deadline, the batch lane is sooner
+@pytest.mark.parametrize(("finish", "lane", "deadline", "expected", "bound"), [
+    (NOW + 100, 10, NOW + 3600, False, False),  # the batch lane makes it
+    (NOW + 9000, 10, NOW + 3600, False, False),  # it misses, but the lane can still wait
+    (NOW + 9000, 3600, NOW + 3600, True, False),  # it misses, and the lane needs all the time left
+    (NOW + 9000, 9500, NOW + 3600, False, False),  # the lane would end it even later
+    (NOW + 9000, 100, NOW - 10, True, False),  # past the deadline, the lane is still sooner
+    (NOW + 50, 100, NOW - 10, False, False),  # past the deadline, the batch lane is sooner
+    # `finish` only a bound (what the job's batches show before one has ended): the lane takes work it ends by the
+    # deadline, in its slack, even later than the bound; never work it ends past both
+    (NOW + 100, 130, NOW + 150, False, False),
+    (NOW + 100, 130, NOW + 150, True, True),
+    (NOW + 100, 160, NOW + 150, False, True),
+    (NOW + 100, 95, NOW + 150, True, True),  # (sooner than the bound, as ever)
 ])
 def test_work_moves_only_at_its_last_chance_and_only_to_a_sooner_end(finish: float, lane: float, deadline: float,
-                                                                      expected: bool) -> None:
-    assert worth_moving(now=NOW, deadline=deadline, finish=finish, lane=lane, slack=60) is expected
+                                                                      expected: bool, bound: bool) -> None:
+    assert worth_moving(now=NOW, deadline=deadline, finish=finish, lane=lane, slack=60, bound=bound) is expected
 
 
 @pytest.mark.parametrize(("turn", "deadline", "moves_them"), [
@@ -175,13 +181,22 @@ FIRST = [Held(0, 80)]  # a batch not yet created, at the first reading
     ([], FIRST, 0.0, 45, 100.0, "assumed", ((), (), False, False)),  # (and no call is paid for to read its limits)
     # a batch just created: half a second old, it is not shown late (twice its wait is a second)
     ([JobBatch(0, 80, NOW - 0.5, 0)], [], 0.5, 45, 100.0, "measured", ((), (), False, False)),
-    # it has gone 30 s with nothing done: twice that misses the 40 s left, and its last chance has come for a lane of
-    # 90 a minute: canceled (the lane ends it sooner than the prior hour)
-    ([JobBatch(0, 80, NOW - 30, 0)], [], 30.0, 15, 1.5, "measured", ((0,), (), False, False)),
+    # it has gone 30 s with nothing done: twice that misses the 10 s left, but a lane of 90 a minute would end it
+    # later still (53 s from now, against 30): it stays (it was canceled against the prior hour, and a batch that
+    # would have ended 25 s in went real time at twice the price and missed the deadline by 39 s)
+    ([JobBatch(0, 80, NOW - 30, 0)], [], 30.0, 15, 1.5, "measured", ((), (), False, False)),
+    # ... gone 60 s with nothing done, twice that is later than the lane's end: canceled
+    ([JobBatch(0, 80, NOW - 60, 0)], [], 60.0, 15, 1.5, "measured", ((0,), (), False, False)),
+    # ... gone 30 s, and a lane that makes the window (8 s of the 8 left): canceled at its last chance
+    ([JobBatch(0, 80, NOW - 30, 0)], [], 30.0, 13, 10.0, "measured", ((0,), (), False, False)),
     # ... the lane's speed not known: a probe first
     ([JobBatch(0, 80, NOW - 30, 0)], [], 30.0, 15, 1.5, "assumed", ((), (), False, True)),
-    # a batch stalled 30 s shows the next one late too: it is not created, at its last chance
-    ([JobBatch(0, 80, NOW - 30, 0)], [Held(1, 80)], 30.0, 15, 1.5, "measured", ((0,), (1,), False, False)),
+    # a batch stalled 30 s shows the next one late too: both at their last chance for a lane of 360 a minute (13 s
+    # for the first, 27 s for both, of 10 left), which ends each sooner than the 30 s the stall shows
+    ([JobBatch(0, 80, NOW - 30, 0)], [Held(1, 80)], 30.0, 15, 6.0, "measured", ((0,), (1,), False, False)),
+    # ... a lane of 180 a minute ends one of them sooner (27 s), not both (53 s): the one not yet created moves (weighed
+    # first), the live one stays in the batch lane
+    ([JobBatch(0, 80, NOW - 30, 0)], [Held(1, 80)], 30.0, 15, 3.0, "measured", ((), (1,), False, False)),
     # ... which a fast lane's has not yet come to (it needs 2 s of the 10 left)
     ([JobBatch(0, 80, NOW - 30, 0)], [Held(1, 80)], 30.0, 15, 100.0, "measured", ((), (), False, False)),
 ])
@@ -193,6 +208,18 @@ def test_until_a_batch_has_ended_work_moves_only_on_what_the_jobs_batches_show(
     m = moves(now=NOW, deadline=NOW + deadline, live=live, held=held, turn=3600, lane_time=per_second(rate),
               queued=0, slack=5, evidence=evidence, measured=speed == "measured", read=speed == "read")
     assert (m.cancel, m.move, m.move_pending, m.probe) == expected
+
+
+def test_a_batch_canceled_before_any_has_ended_is_projected_on_what_it_showed_not_the_prior() -> None:
+    """The span a deadline's cancel records (it counts in the job's turnaround for every later retry) is what the
+    batch showed, twice its wait, not the prior hour: one cancel never makes later retries look an hour away."""
+    m = moves(now=NOW, deadline=NOW + 13, live=[JobBatch(0, 80, NOW - 30, 0)], held=[], turn=3600,
+              lane_time=per_second(10.0), queued=0, slack=5, evidence=30.0)
+    assert m.cancel == (0,) and m.projected[0] == NOW + 30
+    # (once one of the job's batches has ended, the job's own turnaround projects it)
+    m = moves(now=NOW, deadline=NOW + 13, live=[JobBatch(0, 80, NOW - 30, 0)], held=[], turn=600,
+              lane_time=per_second(10.0), queued=0, slack=5)
+    assert m.cancel == (0,) and m.projected[0] == NOW + 570
 
 
 def test_the_first_reading_moved_everything_on_the_prior_alone() -> None:

@@ -18,7 +18,8 @@ Nothing moves on an assumption. Until one of the job's batches has ended, the tu
 job's: work then moves only when it misses on what the job's own batches show too (`evidence`: the longest any has
 gone with nothing done, twice a live batch's own wait, the spans projected from progress or for a deadline's
 cancel), so at the first reading, before any batch has waited, nothing moves (the batch lane is tried; a batch
-that then stalls is canceled at its last chance). And the lane's speed must be known: measured (the Admin API's
+that then stalls is canceled at its last chance), and the lane must end the work sooner than that shows, or by
+the deadline itself: never sooner than the prior hour alone. And the lane's speed must be known: measured (the Admin API's
 limits, an answer's headers) to cancel a live batch, measured or at least read (probes answered without the
 headers) to move work not yet sent. While it is not, work the batch lane is known to miss with, at its last chance
 by the lowest tier's figures (slower than any lane measured: the earliest it could be), asks for a `probe` instead:
@@ -143,12 +144,15 @@ def stalled_for(b: JobBatch, now: float) -> float:
     return max(0.0, now - b.created) if b.done == 0 else 0.0
 
 
-def worth_moving(*, now: float, deadline: float, finish: float, lane: float, slack: float = SLACK) -> bool:
+def worth_moving(*, now: float, deadline: float, finish: float, lane: float, slack: float = SLACK,
+                 bound: bool = False) -> bool:
     """Whether work the batch lane is projected to end at `finish` moves now, when the real-time lane needs `lane`
     seconds for it (and what is queued there before it): the batch lane would miss, this is the last chance, and
-    the real-time lane would end it sooner."""
-    misses = finish > deadline - slack
-    return misses and now >= deadline - slack - lane and now + lane < finish
+    the real-time lane would end it sooner. `bound`: `finish` is only the earliest the batch lane could end it (what
+    the job's batches show before one has ended): the lane then also takes work it ends by the deadline itself,
+    never work it would end later than both."""
+    end = now + lane
+    return finish > deadline - slack and now >= deadline - slack - lane and (end < finish or bound and end <= deadline)
 
 
 def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequence[Held], turn: float,
@@ -171,13 +175,16 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     move: list[int] = []
     pending = False
     probe = False
-    for finish, known, n, kind, idx in sorted(items, key=lambda i: -i[0]):
+    for _, known, n, kind, idx in sorted(items, key=lambda i: -i[0]):  # (the latest projected weighed first)
         if known <= deadline - slack:
             continue  # (not known to miss: projected to on the prior alone, the batch lane is tried)
         if not (measured or read) and now >= deadline - slack - lane_time(backlog + n):
             probe = True  # (known late, and its last chance by the lowest tier's figures has come: read the limits)
             continue
-        if not worth_moving(now=now, deadline=deadline, finish=finish, lane=lane_time(backlog + n), slack=slack):
+        # (weighed against what the job's batches show, never the prior: a batch that has waited 20 s of a 45 s window
+        # is not given to a lane that would end it a minute past the deadline)
+        if not worth_moving(now=now, deadline=deadline, finish=known, lane=lane_time(backlog + n), slack=slack,
+                            bound=evidence is not None):
             continue
         if kind == "live" and not measured:
             continue
@@ -188,7 +195,9 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
             cancel.append(idx)
         else:
             move.append(idx)
-    return Moves(tuple(cancel), tuple(move), pending, {b.idx: project(b, now, turn) for b in live}, probe)
+    # (a canceled batch's span counts in the job's turnaround: as it was projected when canceled, not the prior)
+    return Moves(tuple(cancel), tuple(move), pending,
+                 {b.idx: project(b, now, turn if evidence is None else evidence) for b in live}, probe)
 
 
 def reading_by(*, now: float, deadline: float, lane: float, wait: float, slack: float = SLACK,
