@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
 import orjson
 import pytest
 
@@ -367,12 +368,12 @@ def test_a_chunk_read_at_once_gets_the_verdicts_of_one_read_a_line_at_a_time() -
         reader = LineReader(refused.append, item_limit=1 << 20, cache=cache,
                             models={"m2": ("model 'm2' is retired", None)}, peaks={})
         reader.read(chunk.rstrip(b"\n") + b"\n" + tail if tail else chunk, cols)
-        got.append((cols, refused, cache.rows, cache.unmarked, reader.peaks))
+        got.append((cols, refused, cache.to_marshal(), cache.cids, cache.unmarked, reader.peaks))
     assert got[0] == got[1]
     cols, refused = got[0][0], got[0][1]
     assert [r.custom_id for r in refused] == ["sys-m2", "bad-ttl"] and "2h" in refused[1].reason
     assert cols.cids == ["plain", "sys", "sys-again", "long-system", "tools", "top", "media", "agent", "uni"]
-    assert got[0][2] and got[0][3]  # (marked prefixes noted; long unmarked parts counted)
+    assert got[0][3] and got[0][4]  # (marked prefixes noted; long unmarked parts counted)
 
 
 def test_id_index_fills_its_reserved_arrays_in_place() -> None:
@@ -456,20 +457,28 @@ def _walks() -> list[tuple[dict, str]]:
     ]
 
 
+@pytest.mark.parametrize("walker", ["system_walk", "chunk_walks"])
 @pytest.mark.parametrize("order", ["given", "reversed", "each twice"])
-def test_a_walk_that_remembers_the_last_line_answers_as_one_that_does_not(order: str) -> None:
+def test_a_walk_that_remembers_the_last_line_answers_as_one_that_does_not(order: str, walker: str) -> None:
     """The reader's `Memo` (the last line's parts, head, sizes, digests and answer) changes no answer: each line in
-    sequence, walked as the reader walks it (`system_walk` where only the system has blocks), gets the same with the
-    memo as without, rejections included."""
-    from gatekeeper.input._markers import Memo, marker_walk, system_walk
+    sequence, walked as the reader walks it (`system_walk` where only the system has blocks; `chunk_walks` of the line
+    decoded, which passes over a line with no marker), gets the same with the memo as without, rejections included."""
+    from gatekeeper.input._markers import Memo, chunk_walks, marker_walk, system_walk
+    from gatekeeper.input._schema import Request
 
     lines = _walks()
     lines = {"given": lines, "reversed": lines[::-1], "each twice": [x for x in lines for _ in (0, 1)]}[order]
-    memo, rejected = Memo(), 0
+    memo, memos, rejected = Memo(), {}, 0
     for params, model in lines:
         fresh = orjson.loads(orjson.dumps(params))  # (new objects, as the reader parses each line)
-        only_system = "cache_control" not in params and isinstance(params["messages"][0]["content"], str)
-        answer = system_walk(fresh["system"], model, memo) if only_system else marker_walk(fresh, model, memo)
+        if walker == "chunk_walks":
+            line = {"custom_id": "x", "params": {**params, "model": model, "max_tokens": 1}}
+            reasons, _, points = chunk_walks([msgspec.json.decode(orjson.dumps(line), type=Request)], memos)
+            answer = (reasons.get(0), points[0] if points else ())
+        elif "cache_control" not in params and isinstance(params["messages"][0]["content"], str):
+            answer = system_walk(fresh["system"], model, memo)
+        else:
+            answer = marker_walk(fresh, model, memo)
         assert answer == marker_walk(params, model)
         rejected += answer[0] is not None
     assert rejected == 2 * (1 + (order == "each twice"))  # the 2h markers: the memo may not hide a rejection

@@ -9,7 +9,7 @@ it with `marshal`.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import chain
 from operator import sub
 from typing import TYPE_CHECKING, Any
@@ -26,25 +26,24 @@ UNMARKED_MIN_BYTES = 2048  # a shorter unmarked prefix is below every model's mi
 UNMARKED_KEYS = 100_000  # distinct unmarked prefixes remembered at most (the report's suggestion, not a count of all)
 
 
-SETTLE_ROWS = 4096  # pending rows at most: a row holds a line's objects (about 250 bytes), the arrays about 50
+SETTLE_ROWS = 4096  # pending lines at most: a line's objects are about 250 bytes, its share of the arrays about 50
 _HOUR = {"5m": 0, "1h": 1}
-
-MarkedRow = tuple[int, int, int, str, str, tuple["Point", ...]]  # a marked line: (line, offset, size, custom_id, model, points)
 
 
 class CacheScan:
     """The caching facts of a file's valid lines (duplicates included: the report drops rejected lines). Marked line
     k is `lines[k]` at byte `offsets[k]`, its custom_id `cids[k]`; `marks` holds its model, size and prefixes.
 
-    The reader appends a marked line's `MarkedRow` to `rows` (one append a line, not one an array) and calls `settle()`
-    once `SETTLE_ROWS` are pending; `settle()` moves them into the arrays in whole-column passes, and every reader of
-    the arrays (the properties) settles first."""
+    The reader notes a chunk's marked lines as columns (`note`: a list extended a column, no step a line), kept
+    pending (`pending`: lines, offsets, sizes, custom_ids, models, points) until `SETTLE_ROWS` are; `settle()` moves
+    them into the arrays in whole-column passes, and every reader of the arrays (the properties) settles first."""
 
-    __slots__ = ("rows", "_marks", "_lines", "_later", "_pieces", "_offsets", "_cids", "read_ids", "unmarked",
+    __slots__ = ("pending", "_marks", "_lines", "_later", "_pieces", "_offsets", "_cids", "read_ids", "unmarked",
                  "_model_index")
 
     def __init__(self) -> None:
-        self.rows: list[MarkedRow] = []
+        self.pending: tuple[list[int], list[int], list[int], list[str], list[str], list[tuple[Point, ...]]] = (
+            [], [], [], [], [], [])
         self._marks = Marks("bytes")  # (the reader's sizes; `_cachereport` sizes them in tokens)
         self._lines = array("q")
         self._later: list[tuple[int, array[int]]] = []  # merged pieces' lines, numbered from their base when asked for
@@ -109,22 +108,30 @@ class CacheScan:
         return m
 
     def add(self, line: int, offset: int, size: int, cid: str, model: str, points: tuple[Point, ...]) -> None:
-        """One marked line (the reader appends to `rows` itself)."""
-        self.rows.append((line, offset, size, cid, model, points))
+        """One marked line."""
+        self.note((line,), (offset,), (size,), (cid,), (model,), (points,))
         self.settle()
 
+    def note(self, lines: Iterable[int], offsets: Iterable[int], sizes: Iterable[int], cids: Iterable[str],
+             models: Iterable[str], points: Iterable[tuple[Point, ...]]) -> None:
+        """Marked lines as columns, in line order after those noted before; settled once `SETTLE_ROWS` are pending."""
+        pending = self.pending
+        for column, values in zip(pending, (lines, offsets, sizes, cids, models, points)):
+            column.extend(values)  # type: ignore[attr-defined]
+        if len(pending[0]) >= SETTLE_ROWS:
+            self.settle()
+
     def settle(self) -> None:
-        """Bring the arrays up to date: the merged pieces joined first (`_join`), then the pending rows moved in, a
+        """Bring the arrays up to date: the merged pieces joined first (`_join`), then the pending lines moved in, a
         column at a time (C loops, no Python step a line)."""
         if self._pieces:
             self._join()
-        rows = self.rows
-        if not rows:
+        if not self.pending[0]:
             return
         if self._later:
             self._number()
-        lines, offsets, sizes, cids, models, points = zip(*rows)
-        rows.clear()
+        lines, offsets, sizes, cids, models, points = self.pending
+        self.pending = ([], [], [], [], [], [])
         extend(self._lines, lines)
         extend(self._offsets, offsets)
         if self._cids is not None:  # (else they are read back by offset)

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ._schema import CacheControl, Params, Part, Prompt, Text
+from ._schema import CacheControl, Params, Part, Prompt, Request, Text
 
 MAX_MARKERS = 4
 LIVES = ("5m", "1h")
@@ -57,6 +57,42 @@ def system_walk(system: list[Text] | list[dict[str, Any]], model: str, memo: Mem
     if memo is not None and model == memo.model and system == memo.parts:
         return memo.answer
     return _walk(system, None, model, memo)  # type: ignore[arg-type]
+
+
+def chunk_walks(requests: list[Request], memos: dict[str, Memo]) -> tuple[dict[int, str], list[int], list[tuple[Point, ...]]]:
+    """`marker_walk` of each line of a chunk the reader decoded that holds a marker (`holds_marker`), with a `Memo` a
+    model (files interleave models, and a prefix is per model): why the API would refuse a line's markers, by index;
+    the indices of the others, and their prefixes. A request whose only blocks are its system's (no tools, no
+    top-level marker, one message of plain text: the common shape of a shared document) is walked over those alone
+    (`system_walk`), and one whose system equals its model's last walk's gets that answer at once: such a marked
+    line's only step in Python is this loop's."""
+    reasons: dict[int, str] = {}
+    noted: list[int] = []
+    points: list[tuple[Point, ...]] = []
+    memo = Memo()
+    for k, request in enumerate(requests):
+        params = request.params
+        model, system, messages = params.model, params.system, params.messages
+        if model != memo.model:
+            memo = memos.get(model) or memos.setdefault(model, Memo())
+        if (system.__class__ is list and params.tools is None and params.cache_control is None and len(messages) == 1
+                and messages[0].content.__class__ is str):
+            if model == memo.model and system == memo.parts:  # (the last walk's parts, which held a marker)
+                answer = memo.answer
+            elif any(block.cache_control is not None for block in system):
+                answer = _walk(system, None, model, memo)  # type: ignore[arg-type]
+            else:
+                continue
+        elif holds_marker(params):
+            answer = marker_walk(params, model, memo)
+        else:
+            continue
+        if answer[0] is not None:
+            reasons[k] = answer[0]
+        elif answer[1]:
+            noted.append(k)
+            points.append(answer[1])
+    return reasons, noted, points
 
 
 class Memo:

@@ -24,9 +24,9 @@ import msgspec
 
 from .._errors import InputError, os_error
 from .._wire import API_VERSION, STRICT_VERSION
-from ._caching import SETTLE_ROWS, UNMARKED_MIN_BYTES, CacheScan, note_unmarked
+from ._caching import UNMARKED_MIN_BYTES, CacheScan, note_unmarked
 from ._duplicates import duplicate_check
-from ._markers import Memo, Point, holds_marker, marker_walk, system_walk
+from ._markers import Memo, Point, chunk_walks, holds_marker, marker_walk, system_walk
 from ._reasons import (
     custom_id_reason,
     duplicate,
@@ -151,7 +151,7 @@ class LineReader:
             return False
         offsets = self._offsets(chunk, raws, sizes)
         models = [r.params.model for r in requests]
-        refused = self._prompts(marked, requests, offsets, sizes)
+        refused = self._prompts(marked, requests, offsets, sizes, cids, models)
         lines = range(self.line + 1, self.line + 1 + len(raws))
         if refused:
             keep = [k not in refused for k in range(len(raws))]
@@ -177,21 +177,31 @@ class LineReader:
         lead = map(sub, map(len, raws), map(len, map(bytes.lstrip, raws)))
         return list(map(add, starts, lead))
 
-    def _prompts(self, any_marked: bool, requests: list[Request], offsets: list[int], sizes: list[int]) -> set[int]:
+    def _prompts(self, any_marked: bool, requests: list[Request], offsets: list[int], sizes: list[int], cids: list[str],
+                 models: list[str]) -> set[int]:
         """The steps a chunk's lines need one by one: the lines that hold a cache marker (`any_marked`: the chunk
-        does; their markers checked, their prefixes noted), those long enough to hold a part worth caching, and,
-        with the Models API's rules, every line. The indices of the lines refused, each told to `reject`."""
-        marked = {k for k, r in enumerate(requests) if holds_marker(r.params)} if any_marked else set()
-        at = set(marked)
-        if self.cache is not None and max(sizes) >= UNMARKED_MIN_BYTES:
-            at.update(k for k, n in enumerate(sizes) if n >= UNMARKED_MIN_BYTES)
+        does; their markers checked, their prefixes noted in `cache` as columns), those long enough to hold a part
+        worth caching, and, with the Models API's rules, every line. The indices of the lines refused, each told to
+        `reject`."""
+        cache = self.cache
         reasons: dict[int, str] = {}
-        prompt, first = self._prompt, self.line + 1
-        for k in sorted(at):
-            r = requests[k]
-            reason = prompt(r.params, k in marked, first + k, offsets[k], sizes[k], r.custom_id)
-            if reason is not None:
-                reasons[k] = reason
+        noted: list[int] = []
+        if any_marked:
+            reasons, noted, points = chunk_walks(requests, self.memos)
+            if noted and cache is not None:
+                first = self.line + 1
+                if len(noted) == len(requests):  # (every line: the chunk's columns as they are)
+                    cache.note(range(first, first + len(noted)), offsets, sizes, cids, models, points)
+                else:
+                    cache.note([first + k for k in noted], [offsets[k] for k in noted], [sizes[k] for k in noted],
+                               [cids[k] for k in noted], [models[k] for k in noted], points)
+        if cache is not None and max(sizes) >= UNMARKED_MIN_BYTES:
+            walked = set(noted).union(reasons)
+            for k, size in enumerate(sizes):
+                if size >= UNMARKED_MIN_BYTES and k not in walked:
+                    params = requests[k].params
+                    if params.system is not None or params.tools is not None:
+                        note_unmarked(cache, params.model, params.system, params.tools)
         if self.models is not None or self.peaks is not None:
             for k, r in enumerate(requests):
                 if k not in reasons and (reason := self._model_reason(r.params)) is not None:
@@ -289,10 +299,7 @@ class LineReader:
         if reason is not None or cache is None:
             return reason
         if points:
-            rows = cache.rows
-            rows.append((line, offset, size, cid, model, points))
-            if len(rows) >= SETTLE_ROWS:
-                cache.settle()
+            cache.note((line,), (offset,), (size,), (cid,), (model,), (points,))
         elif (system is not None or params.tools is not None) and size >= UNMARKED_MIN_BYTES:
             note_unmarked(cache, model, system, params.tools)  # (a shorter line holds no part that long)
         return None

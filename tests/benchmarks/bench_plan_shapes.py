@@ -1,6 +1,7 @@
 """`gatekeeper plan` against a bare orjson loop on several input shapes, each a whole process (start-up included).
 
 Usage: python tests/benchmarks/bench_plan_shapes.py [--requests 100000] [--repeat 9] [--shapes example,marked,...]
+       [--baseline DIR]
 
 Shapes (--requests lines each; the first five by default, the issue's):
 - example: the bundled examples/requests.jsonl (short lines, some with a system prompt), repeated with fresh
@@ -20,7 +21,10 @@ FILE --json` with its default workers (two, for a file over 8 MB on two cores); 
 included, run in turns --repeat times, with gatekeeper's bytecode compiled first (as `pip install` compiles it: where
 PYTHONDONTWRITEBYTECODE is set, as on this project's machines, a module edited since a test last ran was compiled from
 source on every run, 3-6 ms a module). Prints each shape's best times, their ratio, and the median of the ratios of
-the pairs run back to back (on a shared, noisy machine the steadier figure).
+the pairs run back to back (on a shared, noisy machine the steadier figure), and the medians of their CPU times
+(`plan`'s readers included): where other work holds a core, the wall time follows the CPU. With `--baseline DIR` (the
+root of another checkout, e.g. `git archive COMMIT | tar -x -C DIR`), that tree's `plan` runs third in each turn,
+and its figures are printed beside: a before and after in one run.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import base64
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -144,13 +149,18 @@ SHAPES = {"marked": _marked, "agent": _agent, "media": _media, "oneline": _oneli
           "plain": lambda i, rng: request(i, rng) + b"\n", "cached": _cached, "spaced": _spaced}
 
 
-def timed(args: list[str]) -> float:
+def timed(args: list[str], cpu: list[float], cwd: str = ROOT) -> float:
+    """The wall time of a whole process; its CPU (its own and its waited children's: `plan`'s readers) to `cpu`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT,
+    done = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd,
                           env={k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")})
     if done.returncode not in (0, 1):  # (1: findings, as defective lines are)
         sys.exit(f"{args[:4]} exited {done.returncode}: {done.stderr.decode()[-2000:]}")
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return wall
 
 
 def main() -> None:
@@ -159,22 +169,41 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--shapes", default="example,marked,agent,media,oneline")
     ap.add_argument("--dir", default="/tmp")
+    ap.add_argument("--baseline", help="another checkout's root, whose `plan` runs in turn beside (before and after)")
     a = ap.parse_args()
     import gatekeeper
 
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.dirname(gatekeeper.__file__)], check=True)
+    trees = [os.path.dirname(gatekeeper.__file__)] + ([os.path.join(a.baseline, "gatekeeper")] if a.baseline else [])
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *trees], check=True)
     for shape in a.shapes.split(","):
         path = os.path.join(a.dir, f"gk-plan-shape-{shape}-{a.requests}.jsonl")
         if not os.path.exists(path):
             write(shape, path, a.requests)
-        bare, plan = [], []
+        bare: list[float] = []
+        plan: list[float] = []
+        bare_cpu: list[float] = []
+        plan_cpu: list[float] = []
+        base: list[float] = []
+        base_cpu: list[float] = []
         for _ in range(a.repeat):
-            bare.append(timed([sys.executable, "-c", BARE, path]))
-            plan.append(timed([sys.executable, "-m", "gatekeeper", "plan", path, "--json"]))
+            bare.append(timed([sys.executable, "-c", BARE, path], bare_cpu))
+            plan.append(timed([sys.executable, "-m", "gatekeeper", "plan", path, "--json"], plan_cpu))
+            if a.baseline:  # (run from its root: `-m` imports the package found there first)
+                base.append(timed([sys.executable, "-m", "gatekeeper", "plan", path, "--json"], base_cpu, a.baseline))
         mb = os.path.getsize(path) / 1e6
         ratios = sorted(p / b for b, p in zip(bare, plan))  # each pair run back to back: the machine's load shared
         print(f"{shape:>8}: {mb:6.0f} MB, bare {min(bare):5.2f} s, plan {min(plan):5.2f} s: best {min(plan) / min(bare):4.2f}x, "
-              f"median of pairs {ratios[len(ratios) // 2]:4.2f}x", flush=True)
+              f"median of pairs {ratios[len(ratios) // 2]:4.2f}x; CPU {_median(plan_cpu) / _median(bare_cpu):4.2f}x "
+              f"(medians {_median(plan_cpu):4.2f} s, {_median(bare_cpu):4.2f} s); load {os.getloadavg()[0]:.1f}", flush=True)
+        if base:
+            pairs = sorted(p / b for b, p in zip(bare, base))
+            print(f"{'baseline':>8}: plan {min(base):5.2f} s: best {min(base) / min(bare):4.2f}x, median of pairs "
+                  f"{pairs[len(pairs) // 2]:4.2f}x; CPU {_median(base_cpu) / _median(bare_cpu):4.2f}x (median "
+                  f"{_median(base_cpu):4.2f} s)", flush=True)
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 if __name__ == "__main__":
