@@ -258,6 +258,14 @@ def test_download_wait_doubles_to_a_cap() -> None:
     assert [download_wait(n, 5.0, 60.0) for n in (1, 2, 3, 4, 5)] == [5.0, 10.0, 20.0, 40.0, 60.0]
 
 
+def test_a_batch_canceled_for_a_deadline_is_asked_for_at_an_even_pace() -> None:
+    """Its requests wait for its results to reach the real-time lane: at most `urgent` (a quarter of the deadline's
+    slack), never under the first wait (found by the swarm, seeds 1436 and 5268: a doubling wait of 80 and 160 s read
+    a canceled batch's results past the deadline)."""
+    assert [download_wait(n, 5.0, 300.0, urgent=15.0) for n in (1, 2, 3, 6)] == [5.0, 10.0, 15.0, 15.0]
+    assert download_wait(6, 5.0, 300.0, urgent=1.0) == 5.0
+
+
 @pytest.mark.parametrize(("headers", "per_minute"), [
     ({"anthropic-ratelimit-requests-remaining": "0", "retry-after": "7"}, True),
     ({"anthropic-ratelimit-requests-remaining": "12"}, False),

@@ -522,3 +522,42 @@ def test_a_reading_comes_at_the_deadlines_last_chance(now: float, lane: float, w
     """A 15-minute poll is cut so that a reading comes at the last chance to move the job's work to the real-time
     lane (found by the swarm: readings either side of it, the deadline missed with the lane idle)."""
     assert reading_by(now=now, deadline=3600.0, lane=lane, wait=wait, slack=60.0) == expected
+
+
+@pytest.mark.parametrize(("window", "collect"), [(3600.0, 180.0), (1800.0, 90.0), (40.0, 2.0), (-5.0, 0.0)])
+def test_a_canceled_batchs_results_are_given_a_twentieth_of_the_window_at_most_180_s(window: float, collect: float) -> None:
+    from gatekeeper.decide._deadline import canceled_collect
+
+    assert canceled_collect(window) == pytest.approx(collect)
+
+
+@pytest.mark.parametrize(("wait", "ending", "slack", "cut"), [
+    (900.0, 0, 60.0, 900.0),   # no canceled batch ending: the poll stands
+    (900.0, 1, 60.0, 15.0),    # one canceled for the deadline, its end not seen: a quarter of the slack
+    (10.0, 2, 60.0, 10.0),     # a shorter wait stands
+    (900.0, 1, 2.0, 1.0),      # never under a second
+])
+def test_a_batch_canceled_for_the_deadline_is_watched_until_it_ends(wait: float, ending: int, slack: float,
+                                                                    cut: float) -> None:
+    """Its requests reach the real-time lane only once its end is read: a 15-minute poll would send them a quarter
+    of an hour past the deadline (found by the swarm, seeds 2576 and 7208)."""
+    from gatekeeper.decide._deadline import canceled_watch
+
+    assert canceled_watch(wait, ending, slack) == cut
+
+
+def test_while_a_batch_is_live_held_work_moves_with_it_and_earlier() -> None:
+    """With `collect`, a live batch's last chance, and that of work held behind it, comes `collect` earlier: both move
+    together, so the held work is never released into the batch lane by the canceled batch's end (seed 5268)."""
+    from gatekeeper.decide._deadline import Held, JobBatch, moves
+
+    live = [JobBatch(0, 1, 0.0, 0)]
+    held = [Held(1, 4)]
+
+    def at(now: float, collect: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        m = moves(now=now, deadline=3600.0, live=live, held=held, turn=3000.0, lane_time=lambda n: n * 1.0,
+                  queued=0, collect=collect)
+        return m.cancel, m.move
+
+    assert at(3300.0, 0.0) == ((), ())              # without it, too early for either
+    assert at(3300.0, 300.0) == ((0,), (1,))        # with it, both at once

@@ -38,6 +38,16 @@ from typing import Any
 
 PRIOR_TURNAROUND = 3600.0  # seconds: "most batches finish within an hour", until this job has seen one end
 SLACK = 60.0  # seconds kept in hand: a reading's delay, a cancel's delay, the last answers' latency
+# what a live batch's requests need more, once it is canceled, before the real-time lane can take them (its end seen,
+# its results there: an API may answer 404 for a while after the end, a damaged download tried again): 180 s, or a
+# twentieth of the job's window when that is shorter
+CANCELED_COLLECT = 180.0
+CANCELED_COLLECT_SHARE = 0.05
+
+
+def canceled_collect(window: float) -> float:
+    """Seconds kept for reading a canceled batch's results, in a deadline's window of `window` seconds."""
+    return min(CANCELED_COLLECT, max(0.0, window) * CANCELED_COLLECT_SHARE)
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s)?\s*$")
 
 
@@ -157,13 +167,15 @@ def worth_moving(*, now: float, deadline: float, finish: float, lane: float, sla
 
 def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequence[Held], turn: float,
           lane_time: Callable[[float], float], queued: int, slack: float = SLACK, evidence: float | None = None,
-          measured: bool = True, read: bool = False) -> Moves:
+          measured: bool = True, read: bool = False, collect: float = 0.0) -> Moves:
     """What moves to the real-time lane now (see the module docstring). `lane_time(n)`: the real-time lane's
     seconds for n of this job's requests; `queued`: requests already waiting in it; `turn`: the turnaround the
     projections take; `evidence`: until one of the job's batches has ended, the turnaround its batches show alone
     (`turnaround(..., prior=0)`), and work moves only when it misses on that too (None once one has: `turn` is then
     the job's own); `measured`: whether `lane_time` rests on known limits (else no live batch is canceled); `read`:
-    the lane was probed and its limits still not told (work not yet sent may then move on the lowest tier's)."""
+    the lane was probed and its limits still not told (work not yet sent may then move on the lowest tier's);
+    `collect`: while a batch is live, every last chance comes this much earlier (`canceled_collect`), so that what is
+    held moves with what is canceled and the canceled batch's results are read in time."""
     items: list[tuple[float, float, int, str, int | None]] = [
         (project(b, now, turn), project(b, now, turn if evidence is None else evidence), b.requests - b.done, "live", b.idx)
         for b in live]
@@ -171,6 +183,7 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     items += [(now + turn, now + (turn if evidence is None else evidence if evidence > 0 else -math.inf), h.requests,
                "held", h.idx) for h in held if h.requests > 0]
     backlog = float(queued)
+    collect = collect if live else 0.0
     cancel: list[int] = []
     move: list[int] = []
     pending = False
@@ -178,12 +191,13 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     for _, known, n, kind, idx in sorted(items, key=lambda i: -i[0]):  # (the latest projected weighed first)
         if known <= deadline - slack:
             continue  # (not known to miss: projected to on the prior alone, the batch lane is tried)
-        if not (measured or read) and now >= deadline - slack - lane_time(backlog + n):
+        lane = lane_time(backlog + n) + collect
+        if not (measured or read) and now >= deadline - slack - lane:
             probe = True  # (known late, and its last chance by the lowest tier's figures has come: read the limits)
             continue
         # (weighed against what the job's batches show, never the prior: a batch that has waited 20 s of a 45 s window
         # is not given to a lane that would end it a minute past the deadline)
-        if not worth_moving(now=now, deadline=deadline, finish=known, lane=lane_time(backlog + n), slack=slack,
+        if not worth_moving(now=now, deadline=deadline, finish=known, lane=lane, slack=slack,
                             bound=evidence is not None):
             continue
         if kind == "live" and not measured:
@@ -198,6 +212,13 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     # (a canceled batch's span counts in the job's turnaround: as it was projected when canceled, not the prior)
     return Moves(tuple(cancel), tuple(move), pending,
                  {b.idx: project(b, now, turn if evidence is None else evidence) for b in live}, probe)
+
+
+def canceled_watch(wait: float, ending: int, slack: float) -> float:
+    """The wait before the next reading while `ending` batches canceled for the deadline have not been seen to end: a
+    quarter of the slack at most (their requests reach the real-time lane only once their end is read), whatever the
+    poll; a poll of 15 minutes would otherwise see the end, and send them, a quarter of an hour past the deadline."""
+    return min(wait, max(1.0, slack / 4)) if ending else wait
 
 
 def reading_by(*, now: float, deadline: float, lane: float, wait: float, slack: float = SLACK,

@@ -50,9 +50,12 @@ def when_results_missing(*, archived: bool, ended_at: float | None, created_at: 
     return MissingVerdict(Missing.UNAVAILABLE, f"no results {grace:.0f} s after the batch ended")
 
 
-def download_wait(failures: int, min_wait: float, max_wait: float) -> float:
-    """Seconds before trying a failed download again: doubling from `min_wait`, at most `max_wait`."""
-    return float(min(min_wait * 2 ** max(0, failures - 1), max_wait))
+def download_wait(failures: int, min_wait: float, max_wait: float, urgent: float | None = None) -> float:
+    """Seconds before trying a failed download again: doubling from `min_wait`, at most `max_wait`, or at most
+    `urgent` (never under `min_wait`) for a batch canceled for a deadline: its requests reach the real-time lane only
+    once its results are read, so they are asked for at an even pace, not at a wait of minutes."""
+    wait = float(min(min_wait * 2 ** max(0, failures - 1), max_wait))
+    return wait if urgent is None else min(wait, max(min_wait, urgent))
 
 
 def incomplete_reason(lines: int, expected: int | None, left: int) -> str | None:

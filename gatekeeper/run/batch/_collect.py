@@ -125,7 +125,9 @@ class Collector(Part):
         (nothing can change before then: no download in between)."""
         n = self.download_failures.get(row.idx, 0) + 1
         self.download_failures[row.idx] = n
-        wait = download_wait(n, self.settings.min_backoff, self.settings.max_backoff) if until is None else max(0.0, until - self.clock())
+        urgent = self.settings.deadline_slack / 4 if row.idx in (self.journal.get_meta("deadline_canceled") or ()) else None
+        wait = download_wait(n, self.settings.min_backoff, self.settings.max_backoff, urgent) if until is None \
+            else max(0.0, until - self.clock())
         self.download_at[row.idx] = self.clock() + wait
         self.emit(event, {"batch": row.idx, "id": row.batch_id, "reason": reason, "attempt": n, "retry_in": wait})
 

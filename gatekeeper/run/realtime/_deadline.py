@@ -23,7 +23,19 @@ from ..._errors import AuthenticationError, UsageError
 from ..._prices import BATCH_DISCOUNT, BYTES_PER_TOKEN_PACING
 from ...api._messages import Kind, probe_params, send_message
 from ...decide._budget import Spend, body_worst
-from ...decide._deadline import Held, JobBatch, Moves, moves, project, reading_by, resolve_deadline, stalled_for, turnaround
+from ...decide._deadline import (
+    Held,
+    JobBatch,
+    Moves,
+    canceled_collect,
+    canceled_watch,
+    moves,
+    project,
+    reading_by,
+    resolve_deadline,
+    stalled_for,
+    turnaround,
+)
 from ...decide._headroom import format_time, parse_time
 from ...decide._pacing import Cost
 from ...state._journal import BatchRow, BatchState
@@ -61,6 +73,7 @@ class DeadlineKeeper(Part):
         self.probes: dict[str, int] = {}  # model -> calls made only to read its limits
         self.answered: set[str] = set()  # models whose probe was answered (with their limits, or without: a gateway)
         self.closed: str | None = None  # why the lane may not be used this run (the credentials may not call it)
+        self._window: float | None = None  # the deadline's window, from the job's first run (`_collect`)
 
     def _sample(self, n: int = 50) -> None:
         """The lane's projections start from this job's own requests: their models, and the mean cost of the first
@@ -143,12 +156,23 @@ class DeadlineKeeper(Part):
             return wait
         j = self.journal
         canceled = set(j.get_meta("deadline_canceled") or [])
-        n = sum(r.requests for r in j.batches(BatchState.PLANNED, BatchState.CREATED) if r.idx not in canceled)
+        ending = sum(1 for r in j.batches(BatchState.CREATED) if r.idx in canceled)
+        wait = canceled_watch(wait, ending, self.settings.deadline_slack)
+        live = [r for r in j.batches(BatchState.CREATED) if r.idx not in canceled]
+        n = sum(r.requests for r in j.batches(BatchState.PLANNED)) + sum(r.requests for r in live)
         n += j.groups.pending_count() + j.lane.unanswered()
         if n == 0:
             return wait
-        return reading_by(now=self.clock(), deadline=self.deadline, lane=self.lane.paces.seconds_for(n), wait=wait,
+        lane = self.lane.paces.seconds_for(n) + (self._collect() if live else 0.0)  # (`moves`' last chance)
+        return reading_by(now=self.clock(), deadline=self.deadline, lane=lane, wait=wait,
                           slack=self.settings.deadline_slack)
+
+    def _collect(self) -> float:
+        """What a canceled batch's results take to read, in this job's window (from its first run's start)."""
+        if self._window is None:
+            first = self.journal.outcomes.events_of("deadline")
+            self._window = self.deadline - (first[0][0] if first else self.clock())
+        return canceled_collect(self._window)
 
     def _limits_read(self) -> bool:
         """Whether each of the job's models the lane has not measured was probed: answered without its limits, or
@@ -177,6 +201,7 @@ class DeadlineKeeper(Part):
         # (a batch canceled for the deadline gives its requests to the lane once it has ended: they are ahead in it)
         coming = sum(r.requests for r in j.batches(BatchState.CREATED, BatchState.ENDED) if r.idx in canceled)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.paces.seconds_for,
+                     collect=self._collect(),
                      queued=j.lane.unanswered() + coming, slack=self.settings.deadline_slack, evidence=evidence,
                      measured=self.lane.paces.measured, read=self._limits_read())
 
