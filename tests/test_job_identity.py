@@ -30,7 +30,7 @@ AWS = {"GATEKEEPER_PLATFORM": "aws", "AWS_REGION": "us-east-1", "ANTHROPIC_AWS_W
 
 
 @pytest.mark.parametrize("before, after", [
-    ({**BASE, "ANTHROPIC_API_KEY": "sk-ant-monday-1"}, {**BASE, "ANTHROPIC_API_KEY": "sk-ant-tuesday-2"}),
+    ({**BASE, "ANTHROPIC_API_KEY": "test-key-monday-1"}, {**BASE, "ANTHROPIC_API_KEY": "test-key-tuesday-2"}),
     ({**BASE, "ANTHROPIC_AUTH_TOKEN": "gw-token-monday"}, {**BASE, "ANTHROPIC_AUTH_TOKEN": "gw-token-tuesday"}),
     (FED, {**FED, "ANTHROPIC_FEDERATION_RULE_ID": "fdrl_2", "ANTHROPIC_IDENTITY_TOKEN_FILE": "/other/token"}),
     (FED, {**FED, "ANTHROPIC_WORKSPACE_ID": "wrkspc_1"}),  # (the rule's only workspace, now named)
@@ -56,7 +56,7 @@ def test_another_account_is_another_name(before: dict[str, str], after: dict[str
 
 
 def test_the_account_is_named_without_a_secret() -> None:
-    for env in ({**BASE, "ANTHROPIC_API_KEY": "sk-ant-secret-1"}, {**BASE, "ANTHROPIC_AUTH_TOKEN": "gw-secret-2"},
+    for env in ({**BASE, "ANTHROPIC_API_KEY": "test-key-secret-1"}, {**BASE, "ANTHROPIC_AUTH_TOKEN": "gw-secret-2"},
                 {**AWS, "ANTHROPIC_AWS_API_KEY": "aws-secret-3"}):
         account = ApiConfig.from_env(env).account()
         assert not any(v in account for k, v in env.items() if "KEY" in k or "TOKEN" in k)
@@ -73,7 +73,7 @@ def test_an_old_name_is_kept_only_where_a_job_is_recorded_under_it_alone(known: 
 def test_a_local_folder_named_the_old_way_is_found(tmp_path: Path) -> None:
     """An orchestrator names a job's state folder by its name (Airflow): a folder named by the key goes on."""
     path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
-    config = ApiConfig.from_env({**BASE, "ANTHROPIC_API_KEY": "sk-ant-monday-1"})
+    config = ApiConfig.from_env({**BASE, "ANTHROPIC_API_KEY": "test-key-monday-1"})
     old = default_job_name(hash_file(str(path)), config.legacy_fingerprint())
     new = default_job_name(hash_file(str(path)), config.fingerprint())
     base = tmp_path / "jobs"

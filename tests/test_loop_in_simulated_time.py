@@ -140,6 +140,22 @@ def test_the_fakes_windows_run_on_its_injected_clock() -> None:
         assert listed() == [created["id"]]
 
 
+async def _hide_after_primers(fake: Any, sim: SimulatedTime, events: list[tuple[str, dict[str, Any]]], primers: int,
+                              held: float) -> None:
+    """After each of the first `primers` admissions, another workspace's load we cannot see is held in the queue (a
+    batch that takes forever to cancel counts and is never processed) for `held` simulated seconds: the rest cannot
+    fit until then."""
+    for turn in range(1, primers + 1):
+        while sum(1 for e, _ in events if e == "admitted") < turn:
+            await anyio.sleep(0.001)
+        hidden = fake.org.add_batch("wrkspc_2", 100, status="canceling")
+        until = sim.slept + held
+        while sim.slept < until:
+            await anyio.sleep(0.005)
+        with fake.org.lock:
+            hidden.cancel_initiated_at = -1e9  # it ends now
+
+
 async def test_a_rest_held_past_its_primers_life_is_primed_again(tmp_path: Path) -> None:
     """Priming: hidden load fills the queue once the primer has ended, so its round's rest waits longer than the
     prefix's 5-minute life (in simulated time). The rest is primed again: one of its requests goes first in a new
@@ -155,20 +171,9 @@ async def test_a_rest_held_past_its_primers_life_is_primed_again(tmp_path: Path)
     with running_fake(ceiling=100, rate=400, queue_retry_after=None, cancel_delay=1e9) as fake:
         sim.org = fake.org  # (a primer's ended_at, on the API's clock, agrees with the loop's: lapses are timed from it)
 
-        async def hide_after_primer() -> None:
-            while not any(e == "admitted" for e, _ in events):
-                await anyio.sleep(0.001)
-            # Another workspace's load we cannot see, held in the queue (a batch that takes forever to cancel
-            # counts and is never processed) until six simulated minutes have passed: the rest cannot fit.
-            hidden = fake.org.add_batch("wrkspc_2", 100, status="canceling")
-            while sim.slept < 360:
-                await anyio.sleep(0.005)
-            with fake.org.lock:
-                hidden.cancel_initiated_at = -1e9  # it ends now
-
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(hide_after_primer)
+                tg.start_soon(_hide_after_primers, fake, sim, events, 1, 360.0)
                 summary = await _run_job(tmp_path, fake, sim, settings, events)
         assert_exactly_once(fake, tmp_path / "out.jsonl", {"q0", "q1", "q2"})
         batches = sorted(fake.org.batches.values(), key=lambda b: b.seq)
@@ -219,20 +224,9 @@ async def test_a_round_primed_again_once_lapses_no_more_its_rest_goes_as_it_is(t
     with running_fake(ceiling=100, rate=400, queue_retry_after=None, cancel_delay=1e9) as fake:
         sim.org = fake.org
 
-        async def hide_after_each_primer() -> None:
-            for turn in (1, 2):
-                while sum(1 for e, _ in events if e == "admitted") < turn:
-                    await anyio.sleep(0.001)
-                hidden = fake.org.add_batch("wrkspc_2", 100, status="canceling")  # (the queue full, unseen)
-                until = sim.slept + 420
-                while sim.slept < until:
-                    await anyio.sleep(0.005)
-                with fake.org.lock:
-                    hidden.cancel_initiated_at = -1e9  # it ends now
-
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(hide_after_each_primer)
+                tg.start_soon(_hide_after_primers, fake, sim, events, 2, 420.0)
                 summary = await _run_job(tmp_path, fake, sim, settings, events)
         assert_exactly_once(fake, tmp_path / "out.jsonl", {"q0", "q1", "q2"})
         ours = sorted((b for b in fake.org.batches.values() if b.workspace == "wrkspc_1"), key=lambda b: b.seq)
