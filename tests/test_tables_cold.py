@@ -65,3 +65,44 @@ def test_a_column_named_twice_is_refused_before_anything_is_sent(tmp_path: Path,
         _duplicated(table)  # (a row paid for, then the column doubled again: still one line, nothing bought)
         again = gk(["submit", str(table), *_opts(), *FAST, "--out", str(out)], env)
         assert again.returncode == 2 and "2 times" in again.stderr and fake.org.records.creates == 1
+
+
+# -- F4: a full disk under --state ------------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    from tests.test_errors import _mounted
+
+    with _mounted(tmp_path / "disk", "16k") as disk:
+        yield disk
+
+
+def test_a_full_disk_under_the_state_folder_is_one_line_naming_the_file(small_disk: Path) -> None:
+    """A table job's state on a disk that fills, grown run by run: each run that meets the full disk stops with one
+    line naming the file in the state folder and --state (never --out, which was not the file), exit 2; given room,
+    a rerun finishes the job with every row sent once."""
+    from tests.test_errors import _grow
+
+    table = small_disk.parent / "big.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(600)], "body": [f"text number {i} " * 10 for i in range(600)]}),
+                   table)
+    state, out = small_disk / "st", small_disk.parent / "out.parquet"
+    failures = []
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        env = env_for(fake)
+        for size in ("16k", "64k", "128k", "256k", "512k", "768k", "20m"):
+            _grow(small_disk, size)
+            done = gk(["submit", str(table), *_opts("Q {body}"), *FAST, "--state", str(state), "--out", str(out),
+                       "--json"], env)
+            if done.returncode == 0:
+                break
+            said = _said(done.stderr)
+            assert done.returncode == 2 and len(said) == 1 and "Traceback" not in done.stderr, done.stderr
+            assert str(state) in said[0] and "--out" not in said[0], said[0]
+            assert "No space left on device" in said[0] or "the disk holding it is full" in said[0], said[0]
+            failures.append(said[0])
+        assert done.returncode == 0, done.stderr[-2000:]
+        created = [cid for b in fake.org.batches.values() for cid, _ in b.requests]
+        assert len(created) == len(set(created)) == 600 and fake.org.records.succeeded_twice == 0
+    assert pq.read_table(out).num_rows == 600
+    assert len(failures) >= 2, f"the disk filled too seldom to prove anything: {failures}"

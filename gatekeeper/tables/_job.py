@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from .._errors import GatekeeperError, JobLive, JobMissing, JournalError
+from .._errors import GatekeeperError, JobLive, JobMissing, JournalError, OutputError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..run.shared._settings import SubmitSettings, default_job_name
@@ -159,7 +159,12 @@ class TableJob:
         self.answers.settle(pending.stem)
 
     def write(self, where: str | None, prices: PriceTable, result: TableResult) -> None:
-        result.table = _write(self.rows, self.answers, prices, where, result)
+        try:
+            result.table = _write(self.rows, self.answers, prices, where, result)
+        except OutputError as exc:
+            if where is not None and os.path.dirname(os.path.abspath(where)) == os.path.abspath(self.root):
+                exc.setting = "state_dir"  # (the result's default place, in the state folder: --state moves it)
+            raise
         result.out = None if where is None else shown(where)
         result.rows, result.grew = sum(result.by_status.values()), self.rows.source.grew
 
@@ -217,7 +222,11 @@ async def _submit(pending: Path, config: ApiConfig, settings: SubmitSettings, pr
                   options: dict[str, Any], **how: Any) -> Summary:
     from ..run._submit import submit  # (the run's modules: not imported by `plan_table`)
 
-    return await submit(pending, config=config, settings=settings, prices=prices, **options, **how)
+    try:
+        return await submit(pending, config=config, settings=settings, prices=prices, **options, **how)
+    except OutputError as exc:
+        exc.setting = "state_dir"  # (a run's results file is in its state folder, never the table's --out)
+        raise
 
 
 async def collect_earlier(job: TableJob, config: ApiConfig, settings: SubmitSettings, prices: PriceTable,
