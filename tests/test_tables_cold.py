@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -106,3 +107,39 @@ def test_a_full_disk_under_the_state_folder_is_one_line_naming_the_file(small_di
         assert len(created) == len(set(created)) == 600 and fake.org.records.succeeded_twice == 0
     assert pq.read_table(out).num_rows == 600
     assert len(failures) >= 2, f"the disk filled too seldom to prove anything: {failures}"
+
+
+# -- F5: results, report and cancel find a table job by its table ------------------------------------------------
+
+def test_results_report_and_cancel_find_a_table_job_by_its_table(tmp_path: Path) -> None:
+    """A run killed right after its second create, its batches still in flight: `cancel TABLE` cancels them (no run
+    folder named), `report TABLE` draws that run and `results TABLE` exports it, saying where the result table
+    is; `--state` given the table job's folder (as submit was) finds the same run."""
+    table = tmp_path / "t1.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(30)], "body": [f"row {i}" for i in range(30)]}), table)
+    with running_fake(rate=0.0) as fake:
+        env = env_for(fake)
+        killed = gk(["submit", str(table), *_opts(), *FAST, "--max-requests", "10"], env, crash_at="after-create:2")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        report = gk(["report", str(table), "--json"], env)
+        assert report.returncode == 0 and "the table job's run" in report.stderr, report.stderr
+        canceled = gk(["cancel", str(table), "--json"], env)
+        assert canceled.returncode == 0, canceled.stderr
+        statuses = sorted(b.status for b in fake.org.batches.values())  # (the second's create, not yet journaled,
+        assert statuses == ["canceling", "in_progress"], statuses      # is reconciled and canceled by the rerun)
+        exported = tmp_path / "r.jsonl"
+        results = gk(["results", str(table), "--out", str(exported), "--json"], env)
+        assert results.returncode == 0 and exported.exists(), results.stderr
+        assert str(_state(table) / "result.parquet") in results.stderr
+        by_folder = gk(["report", "--state", str(_state(table)), "--json"], env)
+        run = report.stderr.split("the table job's run ")[1].split()[0]
+        assert by_folder.returncode == 0 and f"run {run} in" in by_folder.stderr, by_folder.stderr
+        rerun = gk(["submit", str(table), *_opts(), *FAST, "--max-requests", "10", "--json"], env)
+        assert rerun.returncode == 1, rerun.stderr[-2000:]
+        summary = orjson.loads(rerun.stdout)
+        assert summary["canceled"] and summary["sent"] == 0 and fake.org.records.creates == 2  # (the cancel holds)
+        assert "unsent" in summary["by_status"] and summary["earlier"], summary
+        untouched = tmp_path / "t2.parquet"
+        pq.write_table(pa.table({"id": ["a"], "body": ["b"]}), untouched)
+        never = gk(["results", str(untouched)], env)
+        assert never.returncode == 2 and len(_said(never.stderr)) == 1 and "no run" in never.stderr, never.stderr

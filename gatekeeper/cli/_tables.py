@@ -180,6 +180,9 @@ def render_table_result(j: dict[str, Any]) -> str:
     out.append(f"sent      {j['sent']:,} request(s) in {j['batches']:,} batch(es)"
                + (f"; {unsent:,} row(s) not sent" if unsent else "")
                + ("" if j["sent"] or unsent else "; every row was answered before or rejected"))
+    if j.get("canceled"):
+        out.append("canceled  the run collected had been canceled: nothing new was sent; submit again sends the rows "
+                   "not answered")
     if j["grew"]:
         out.append("grew      the table has more rows than when it was judged: they wait for the next run")
     out.append(f"result    {j['out']}")
