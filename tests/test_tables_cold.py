@@ -143,3 +143,33 @@ def test_results_report_and_cancel_find_a_table_job_by_its_table(tmp_path: Path)
         pq.write_table(pa.table({"id": ["a"], "body": ["b"]}), untouched)
         never = gk(["results", str(untouched)], env)
         assert never.returncode == 2 and len(_said(never.stderr)) == 1 and "no run" in never.stderr, never.stderr
+
+
+# -- F2: plan judges rows as submit does ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, max_tokens, reason", [
+    (MODEL, "999999", "above the model's limit of 64,000"),
+    ("claude-nope-9", "20", "not a model the Models API knows"),
+])
+def test_plan_of_a_table_judges_rows_as_submit_does(tmp_path: Path, model: str, max_tokens: str, reason: str) -> None:
+    """With a key, `plan TABLE` asks the Models API as `submit` does: a max_tokens over the model's most, or a model
+    it does not know, rejects every row in plan (exit 1, nothing to send) as submit rejects them; a sound spec's
+    estimate is measured by count_tokens."""
+    table = tmp_path / "n1.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(30)], "body": [f"q {i}" for i in range(30)]}), table)
+    spec = ["--template", "Q {body}", "--model", model, "--max-tokens", max_tokens, "--id-column", "id"]
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        planned = gk(["plan", str(table), *spec, "--json"], env)
+        assert planned.returncode == 1, planned.stdout[-2000:]
+        j = orjson.loads(planned.stdout)
+        assert (j["to_send"], j["invalid"], len(j["errors"])) == (0, 30, 30), j
+        assert j["errors"][0]["row"] == 1 and reason in j["errors"][0]["reason"], j["errors"][0]
+        said = gk(["plan", str(table), *spec], env)
+        assert j["errors"][-1]["row"] == 30 and "rejected: 30" in said.stdout and said.returncode == 1, said.stdout
+        submitted = gk(["submit", str(table), *spec, *FAST, "--json"], env)
+        assert submitted.returncode == 1 and orjson.loads(submitted.stdout)["by_status"] == {"rejected": 30}
+        sound = gk(["plan", str(table), *spec[:2], "--model", MODEL, "--max-tokens", "20", "--id-column", "id",
+                    "--json"], env)
+        assert sound.returncode == 0 and orjson.loads(sound.stdout)["estimate"]["method"].startswith("count_tokens")
+        assert fake.org.records.creates == 0
