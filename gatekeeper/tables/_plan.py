@@ -120,7 +120,7 @@ def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: Tab
             pending, counts = pending_file(rows, answers, Path(tmp), numbers)
             report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending),
                                                        models=None if judge is None else {})  # (peaks, to judge)
-            if report is not None and judge is not None:
+            if pending is not None and report is not None and judge is not None:
                 report = judge(pending, report, limits)
         if report is None:
             return counts, None, [], []
