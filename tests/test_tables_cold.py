@@ -173,3 +173,16 @@ def test_plan_of_a_table_judges_rows_as_submit_does(tmp_path: Path, model: str, 
                     "--json"], env)
         assert sound.returncode == 0 and orjson.loads(sound.stdout)["estimate"]["method"].startswith("count_tokens")
         assert fake.org.records.creates == 0
+
+
+# -- F12: --out under a file ------------------------------------------------------------------------------------
+
+def test_a_result_under_a_file_says_it_is_not_a_folder(tmp_path: Path) -> None:
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": ["a"], "body": ["b"]}), table)
+    (tmp_path / "afile").write_text("x")
+    with running_fake() as fake:
+        done = gk(["submit", str(table), *_opts(), "--out", str(tmp_path / "afile" / "r.parquet")], env_for(fake))
+        assert fake.org.records.creates == 0
+    said = _said(done.stderr)
+    assert done.returncode == 2 and len(said) == 1 and "is a file, not a folder (--out)" in said[0], said
