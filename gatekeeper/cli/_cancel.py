@@ -22,13 +22,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return await cancel(state, config=config, max_rpm=args.max_rpm, on_event=lambda e, f: notice(f),
                             journal=ref["journal"], job=ref["job"])
 
-    results = [anyio.run(one, state) for state in states]
+    results = [anyio.run(one, state) for state in states]  # (a table job's unfinished runs: one, as a rule)
+    result = Canceled(tuple(b for r in results for b in r.batches), sum(r.not_sent for r in results))
     if args.json:
-        print_json(results[0].to_json() if len(results) == 1 else [r.to_json() for r in results])
+        print_json(result.to_json())
     else:
-        for result in results:
-            for b in result.batches:
-                print(f"canceled batch {b.batch} {b.id} ({b.status})")
-        print(f"{sum(len(r.batches) for r in results):,} batch(es) canceled; {sum(r.not_sent for r in results):,} "
-              "planned requests will not be sent. Rerun submit to collect what ended.")
+        for b in result.batches:
+            print(f"canceled batch {b.batch} {b.id} ({b.status})")
+        print(f"{len(result.batches):,} batch(es) canceled; {result.not_sent:,} planned requests will not be sent. "
+              "Rerun submit to collect what ended.")
     return ExitCode.OK

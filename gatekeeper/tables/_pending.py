@@ -46,15 +46,17 @@ class Counts:
 
 
 def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbers: Path | None = None, *,
-                 name: Callable[[Path], Path] | None = None) -> tuple[Path | None, Counts]:
+                 name: Callable[[Path], Path] | None = None, setting: str | None = "state_dir"
+                 ) -> tuple[Path | None, Counts]:
     """The requests not answered yet, written to a file named by its content (or by what `name` makes of that
     name; None: every row is answered or rejected); with `row_numbers`, beside it each line's row (4 bytes a
-    line), for a plan to name the rows of the requests it refuses."""
+    line), for a plan to name the rows of the requests it refuses. A file that cannot be written (a full disk) is one
+    line naming it, and `setting`, the setting that moves `runs`."""
     try:
         runs.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise JournalError(os_error(exc, f"cannot make the folder of the table job's runs {runs}"),
-                           setting="state_dir") from exc
+                           setting=setting) from exc
     tmp = runs / f"pending-{os.getpid()}-{os.urandom(4).hex()}.jsonl.tmp"  # (two jobs of one table may plan at once)
     digest = hashlib.sha256()
     numbers = open(row_numbers, "wb") if row_numbers is not None else None  # noqa: SIM115  # (closed below)
@@ -73,7 +75,7 @@ def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbe
             path = name(path) if name is not None else path
             os.replace(tmp, path)
         except OSError as exc:  # (a full disk: one line naming the file, before anything is sent)
-            raise JournalError(os_error(exc, f"cannot write the run's requests to {tmp}"), setting="state_dir") from exc
+            raise JournalError(os_error(exc, f"cannot write the run's requests to {tmp}"), setting=setting) from exc
         return path, counts
     finally:
         tmp.unlink(missing_ok=True)  # (a table refused halfway, or nothing to send: no file left behind)

@@ -117,7 +117,7 @@ def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: Tab
                 counts = sized(rows, answers, planned := SizedPlan(limits, spec.model), f)
             report = planned.finish() if counts.unsent else None
         else:
-            pending, counts = pending_file(rows, answers, Path(tmp), numbers)
+            pending, counts = pending_file(rows, answers, Path(tmp), numbers, setting=None)  # (TMPDIR's)
             report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending),
                                                        models=None if judge is None else {})  # (peaks, to judge)
             if pending is not None and report is not None and judge is not None:
