@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import anyio
 
 from .._errors import ExitCode
 from ..run._submit import cancel
-from ._common import api_config, job_ref, print_json, retry_notice, state_dir
+from ..run.shared._summary import Canceled
+from ._common import api_config, job_ref, print_json, retry_notice, run_dirs
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     config = api_config(args)
     ref = job_ref(args)  # first: without a name, say how to give one
-    state = state_dir(args)
+    states = run_dirs(args, live=True)
     notice = retry_notice(args)
-    result = anyio.run(lambda: cancel(state, config=config, max_rpm=args.max_rpm, on_event=lambda e, f: notice(f),
-                                      journal=ref["journal"], job=ref["job"]))
+    async def one(state: Path) -> Canceled:
+        return await cancel(state, config=config, max_rpm=args.max_rpm, on_event=lambda e, f: notice(f),
+                            journal=ref["journal"], job=ref["job"])
+
+    results = [anyio.run(one, state) for state in states]  # (a table job's unfinished runs: one, as a rule)
+    result = Canceled(tuple(b for r in results for b in r.batches), sum(r.not_sent for r in results))
     if args.json:
         print_json(result.to_json())
     else:

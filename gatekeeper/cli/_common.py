@@ -52,6 +52,31 @@ def state_dir(args: argparse.Namespace) -> Path:
     return _only_run_here()
 
 
+def run_dirs(args: argparse.Namespace, *, live: bool = False) -> list[Path]:
+    """The state directory of the run a reading command (results, report, cancel) names: `state_dir`'s; for a table
+    job (INPUT a table, or --state its folder), its current run (`live`: every run of it that did not finish)."""
+    from pathlib import Path
+
+    from ..tables._names import names_a_table
+
+    given = Path(args.state) if args.state else None
+    table = bool(getattr(args, "input", None)) and names_a_table(str(args.input))
+    if (given is None and not table) or (args.journal and args.job):  # (a named job's run is read from its journal)
+        return [state_dir(args)]
+    from ..tables._find import is_table_folder, table_runs
+
+    if given is not None and not is_table_folder(given):
+        return [given]
+    if given is None:
+        from ..tables._where import default_state_dir
+
+        given = default_state_dir(str(args.input), os.environ, create=False)
+    runs = table_runs(given, live=live)
+    print(f"gatekeeper: the table job's run {runs[-1].stem} in {given} (its result table, every row: "
+          f"{given / 'result.parquet'}, or submit's --out)", file=sys.stderr)
+    return runs
+
+
 def _only_run_here() -> Path:
     """Without INPUT or --state: the one run in the current directory (`*.gatekeeper` with a journal), as submit
     left it beside its input; none or several is a usage error naming them."""
@@ -71,6 +96,11 @@ def job_ref(args: argparse.Namespace) -> dict[str, str | None]:
     given, derived as submit derives it: from the INPUT's sha256 and the account it went to (never a secret)."""
     if not args.journal or args.job:
         return {"journal": args.journal, "job": args.job}
+    from ..tables._names import names_a_table
+
+    if args.input and names_a_table(str(args.input)):
+        raise UsageError("a table job's run in a --journal is found by its name: give --job NAME (submit --json "
+                         "shows it: run.job)", setting="job")
     config = optional_api_config(args)
     if not args.input or args.input == "-" or config is None:
         raise UsageError("a job in a --journal database is found by its name: give --job NAME (submit's summary "

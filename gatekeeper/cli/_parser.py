@@ -577,7 +577,8 @@ def _add_prices(p: argparse.ArgumentParser) -> None:
 
 def _add_run(p: argparse.ArgumentParser) -> None:
     """The run a command reads: its INPUT (state beside it) or --state DIR."""
-    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state")
+    p.add_argument("input", nargs="?", help="the run's input (its state is INPUT.gatekeeper/), or give --state; a "
+                   "table: its table job's current run")
     _add_state(p)
     _add_journal(p, lease=False)
 

@@ -11,13 +11,13 @@ from ..run._submit import job_summary
 from ..run.shared._results import export
 from ..state._output import replacing
 from ..watch._report import render_html, run_report
-from ._common import job_ref, json_line, print_json, state_dir
+from ._common import job_ref, json_line, print_json, run_dirs
 from ._render import render_summary
 
 
 def cmd_results(args: argparse.Namespace) -> int:
     ref = job_ref(args)  # first: without a name, say how to give one
-    state = state_dir(args)
+    state = run_dirs(args)[-1]
     only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
     if args.out:
         with replacing(args.out, "the results") as f:  # (whole or not at all: never half an export)
@@ -43,7 +43,7 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     ref = job_ref(args)  # first: without a name, say how to give one
-    state = state_dir(args)
+    state = run_dirs(args)[-1]
     data = run_report(state, load_prices(args.prices), journal=ref["journal"], job=ref["job"])
     if args.json:
         print_json(data)

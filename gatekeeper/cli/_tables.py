@@ -70,7 +70,7 @@ def plan_table_command(args: argparse.Namespace, limits: Any) -> int:
     ceiling, _ = _ceiling(args)
     job = _job_name(args, source, spec) if args.journal else None
     result = plan_table(source, spec, limits=limits, state_dir=args.state, ceiling=ceiling, margin=args.margin,
-                        journal=args.journal, job=job, prices=load_prices(args.prices))
+                        journal=args.journal, job=job, prices=load_prices(args.prices), judge=_judge(args))
     j = result.to_json()
     if args.json:
         print(orjson.dumps(j).decode())
@@ -81,7 +81,8 @@ def plan_table_command(args: argparse.Namespace, limits: Any) -> int:
 
 def render_table_plan(j: dict[str, Any]) -> str:
     """`plan TABLE` for people: rows, what goes out in how many batches and rounds, the cost, the rejected rows."""
-    out = [f"rows            {j['rows']:,}   (answered already: {j['answered']:,}; rejected: {j['rejected_count']:,})"]
+    rejected = j["rejected_count"] + j["invalid"]  # (rows judged bad, and requests plan's rules refuse: as submit)
+    out = [f"rows            {j['rows']:,}   (answered already: {j['answered']:,}; rejected: {rejected:,})"]
     for run in j["unfinished"]:
         out.append(f"unfinished run  {run['run']} ({run['requests']:,} request(s)): submit collects it first")
     batches, size = len(j["batches"]), j["batch_size"]
@@ -92,13 +93,42 @@ def render_table_plan(j: dict[str, Any]) -> str:
     e = j["estimate"]
     if e is not None:
         cost = "unknown (a model has no price)" if e["input_cost_usd"] is None else f"~${e['input_cost_usd']:,.2f}"
-        out.append(f"estimate        ~{e['input_tokens']:,} input tokens, {cost} at batch prices (output not included)")
+        how = ("count_tokens on a sample" if "count_tokens on" in e["method"] else
+               "nothing to send" if not j["to_send"] else e["method"].split(";")[0])
+        out.append(f"estimate        ~{e['input_tokens']:,} input tokens, {cost} at batch prices ({how}; output not "
+                   "included)")
     for r in j["rejected"][:10] + j["errors"][:10]:
         out.append(f"  rejected: row {r['row']}: {r['reason']}")
     shown = min(10, len(j["rejected"])) + min(10, len(j["errors"]))
     if j["rejected_count"] + j["invalid"] > shown:
         out.append(f"  ... and {j['rejected_count'] + j['invalid'] - shown:,} more (--json lists the first 100)")
     return "\n".join(out)
+
+
+def _judge(args: argparse.Namespace) -> Any:
+    """How `plan TABLE` judges the requests to send as `submit` would, with a key (as `plan` of a JSONL file): the
+    Models API's verdicts (a model it does not know, a max_tokens over the model's most) and count_tokens for the
+    estimate. None: no key, or --no-preflight (said in the estimate)."""
+    from ._common import optional_api_config, retry_notice, warn
+
+    config = optional_api_config(args, offline=True)
+    if config is None or args.no_preflight:
+        return None
+
+    def judge(pending: Any, report: Any, limits: Any) -> Any:
+        import anyio
+
+        from ..api._queue import connect
+        from ..checks._preflight import judge_plan
+
+        async def judged() -> Any:
+            async with connect(config, max_rpm=args.max_rpm, on_retry=retry_notice(args)) as conn:
+                return await judge_plan(pending, conn.primary, report, limits=limits, hash_content=False,
+                                        token_sample=args.token_sample, on_warning=warn)
+
+        return anyio.run(judged)
+
+    return judge
 
 
 def _ceiling(args: argparse.Namespace) -> tuple[int | None, str | None]:
@@ -180,6 +210,9 @@ def render_table_result(j: dict[str, Any]) -> str:
     out.append(f"sent      {j['sent']:,} request(s) in {j['batches']:,} batch(es)"
                + (f"; {unsent:,} row(s) not sent" if unsent else "")
                + ("" if j["sent"] or unsent else "; every row was answered before or rejected"))
+    if j.get("canceled"):
+        out.append("canceled  the run collected had been canceled: nothing new was sent; submit again sends the rows "
+                   "not answered")
     if j["grew"]:
         out.append("grew      the table has more rows than when it was judged: they wait for the next run")
     out.append(f"result    {j['out']}")

@@ -35,7 +35,8 @@ def _target(path: str, what: str) -> str:
     full = os.path.abspath(path)
     parent = os.path.dirname(full)
     if not os.path.isdir(parent):
-        raise OutputError(f"cannot write {what} to {path}: folder {parent} does not exist")
+        why = "is a file, not a folder" if os.path.exists(parent) else "does not exist"
+        raise OutputError(f"cannot write {what} to {path}: folder {parent} {why}")
     if os.path.isdir(full):
         raise OutputError(f"cannot write {what} to {path}: it is a folder")
     return full

@@ -6,7 +6,7 @@ shown, `_io` reads tables on local disk or object storage (`_encoding` names a C
 makes the passes over a table, `_pending` the requests not answered yet, `_plan` sizes them without sending, `_runs`
 keeps track of each run (one that did not finish is collected before the next), `_job` runs the unanswered rows as
 an ordinary JSONL job and joins the answers back (`state._answers` keeps them across runs), and `_out` writes the
-result.
+result. `_find` finds a table job's current run for the commands that read or stop one (results, report, cancel).
 """
 
 

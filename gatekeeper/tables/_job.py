@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from .._errors import GatekeeperError, JobLive, JobMissing, JournalError
+from .._errors import GatekeeperError, JobLive, JobMissing, JournalError, OutputError
 from .._prices import PriceTable, load_prices
 from ..api._config import ApiConfig
 from ..run.shared._settings import SubmitSettings, default_job_name
@@ -61,6 +61,7 @@ class TableResult:
     table: pa.Table | None = None
     state_dir: str = ""
     grew: bool = False
+    canceled: bool = False  # a run collected first had been canceled (`cancel TABLE`): nothing new was sent
 
     def count(self, summary: Summary) -> None:
         self.sent += summary.requests - summary.pending
@@ -71,13 +72,14 @@ class TableResult:
         s = self.summary
         if s is not None and s.budget is not None and s.budget.get("held_back"):
             return "not sent: the budget was reached"
-        if s is not None and s.canceled_job is not None:
+        if self.canceled or (s is not None and s.canceled_job is not None):
             return "not sent: the job was canceled"
         return NOT_SENT
 
     def to_json(self) -> dict[str, Any]:
         return {"rows": self.rows, "by_status": self.by_status, "sent": self.sent, "batches": self.batches,
                 "out": self.out, "state_dir": self.state_dir, "grew": self.grew, "earlier": self.earlier,
+                "canceled": self.canceled,
                 "run": None if self.summary is None else self.summary.to_json()}
 
 
@@ -159,7 +161,12 @@ class TableJob:
         self.answers.settle(pending.stem)
 
     def write(self, where: str | None, prices: PriceTable, result: TableResult) -> None:
-        result.table = _write(self.rows, self.answers, prices, where, result)
+        try:
+            result.table = _write(self.rows, self.answers, prices, where, result)
+        except OutputError as exc:
+            if where is not None and os.path.dirname(os.path.abspath(where)) == os.path.abspath(self.root):
+                exc.setting = "state_dir"  # (the result's default place, in the state folder: --state moves it)
+            raise
         result.out = None if where is None else shown(where)
         result.rows, result.grew = sum(result.by_status.values()), self.rows.source.grew
 
@@ -199,7 +206,7 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     result = TableResult(state_dir=str(root))
     try:
         spent = await collect_earlier(job, config, replace(settings, job=name), prices, result, submit_options, also)
-        pending, _ = job.pending()
+        pending = None if result.canceled else job.pending()[0]  # (a cancel holds for the run that collects it)
         budget = None if settings.budget is None else settings.budget - spent
         if pending is not None and (budget is None or budget > 0):
             runs = run_name(pending, name, config) if settings.journal else None
@@ -217,7 +224,11 @@ async def _submit(pending: Path, config: ApiConfig, settings: SubmitSettings, pr
                   options: dict[str, Any], **how: Any) -> Summary:
     from ..run._submit import submit  # (the run's modules: not imported by `plan_table`)
 
-    return await submit(pending, config=config, settings=settings, prices=prices, **options, **how)
+    try:
+        return await submit(pending, config=config, settings=settings, prices=prices, **options, **how)
+    except OutputError as exc:
+        exc.setting = "state_dir"  # (a run's results file is in its state folder, never the table's --out)
+        raise
 
 
 async def collect_earlier(job: TableJob, config: ApiConfig, settings: SubmitSettings, prices: PriceTable,
@@ -242,6 +253,7 @@ async def collect_earlier(job: TableJob, config: ApiConfig, settings: SubmitSett
             result.earlier.append({"run": pending.stem, "requests": summary.requests,
                                    "answered": summary.requests - summary.pending, "batches": summary.batches})
             spent += float((summary.budget or {}).get("spent") or summary.cost_usd or 0.0)
+            result.canceled = result.canceled or (summary.canceled_job is not None and not settings.resume_canceled)
     return spent
 
 

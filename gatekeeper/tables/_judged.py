@@ -4,6 +4,7 @@ more, so rows appended while the job runs wait for the next run, and no row is c
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ class TableRows:
         self.count: int | None = None
         schema = source.schema()
         self.columns = list(schema.names)
+        _check_unique(source.name, self.columns)
         for template in (spec.template, spec.system):
             if template is not None:
                 check_columns(template, self.columns)
@@ -91,6 +93,18 @@ class TableRows:
         for batch in self._batches(None if every_column else list(spec.columns)):
             yield batch, judge_batch(spec, batch, number, duplicated, keyed=keyed)
             number += batch.num_rows
+
+
+def _check_unique(table: str, columns: list[str]) -> None:
+    """A column name twice is refused before anything is sent: a template's field, the id and the result's columns
+    would each be ambiguous (pyarrow selects neither). Renaming it keeps the rows' requests, so the answers kept
+    already, an earlier version's paid run's included, are used again."""
+    counts = Counter(columns)
+    twice = [n for n in counts if counts[n] > 1]
+    if twice:
+        name = twice[0]
+        raise UsageError(f"{table} has the column {name!r} {counts[name]} times: rename or drop all but "
+                         "one (answers kept already are used again, nothing is bought twice)", setting="source")
 
 
 def _grouped(rows: Iterable[tuple[int, Any]]) -> dict[Any, list[int]]:

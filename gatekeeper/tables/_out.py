@@ -59,7 +59,8 @@ def check_destination(where: str) -> None:
     full = os.path.abspath(where)
     folder = os.path.dirname(full)
     if not os.path.isdir(folder):
-        raise OutputError(f"cannot write the result table {where}: folder {folder} does not exist")
+        what = "is a file, not a folder" if os.path.exists(folder) else "does not exist"
+        raise OutputError(f"cannot write the result table {where}: folder {folder} {what}")
     if os.path.isdir(full) or not os.access(folder, os.W_OK):
         raise OutputError(f"cannot write the result table {where}: "
                           f"{'it is a folder' if os.path.isdir(full) else f'folder {folder} is not writable'}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .._errors import JournalError, os_error
 from ..input._planner import SizedPlan
 from ..state._answers import Answers
 from ._batch import Judgements
@@ -45,27 +46,36 @@ class Counts:
 
 
 def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbers: Path | None = None, *,
-                 name: Callable[[Path], Path] | None = None) -> tuple[Path | None, Counts]:
+                 name: Callable[[Path], Path] | None = None, setting: str | None = "state_dir"
+                 ) -> tuple[Path | None, Counts]:
     """The requests not answered yet, written to a file named by its content (or by what `name` makes of that
     name; None: every row is answered or rejected); with `row_numbers`, beside it each line's row (4 bytes a
-    line), for a plan to name the rows of the requests it refuses."""
-    runs.mkdir(parents=True, exist_ok=True)
+    line), for a plan to name the rows of the requests it refuses. A file that cannot be written (a full disk) is one
+    line naming it, and `setting`, the setting that moves `runs`."""
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise JournalError(os_error(exc, f"cannot make the folder of the table job's runs {runs}"),
+                           setting=setting) from exc
     tmp = runs / f"pending-{os.getpid()}-{os.urandom(4).hex()}.jsonl.tmp"  # (two jobs of one table may plan at once)
     digest = hashlib.sha256()
     numbers = open(row_numbers, "wb") if row_numbers is not None else None  # noqa: SIM115  # (closed below)
     try:
-        with open(tmp, "wb") as f:
-            for judged, keep in _unsent_rows(rows, answers, counts := Counts()):
-                lines = judged.lines(keep)
-                f.write(lines)
-                digest.update(lines)
-                if numbers is not None:
-                    numbers.write(judged.row_numbers(keep).tobytes())
-        if not counts.unsent:
-            return None, counts
-        path = runs / f"{digest.hexdigest()[:16]}.jsonl"
-        path = name(path) if name is not None else path
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                for judged, keep in _unsent_rows(rows, answers, counts := Counts()):
+                    lines = judged.lines(keep)
+                    f.write(lines)
+                    digest.update(lines)
+                    if numbers is not None:
+                        numbers.write(judged.row_numbers(keep).tobytes())
+            if not counts.unsent:
+                return None, counts
+            path = runs / f"{digest.hexdigest()[:16]}.jsonl"
+            path = name(path) if name is not None else path
+            os.replace(tmp, path)
+        except OSError as exc:  # (a full disk: one line naming the file, before anything is sent)
+            raise JournalError(os_error(exc, f"cannot write the run's requests to {tmp}"), setting=setting) from exc
         return path, counts
     finally:
         tmp.unlink(missing_ok=True)  # (a table refused halfway, or nothing to send: no file left behind)

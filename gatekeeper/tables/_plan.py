@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,8 @@ from ._pending import KEPT, Counts, pending_file, sized
 from ._rows import Judged, TableSpec, body_of
 from ._runs import unfinished_runs
 from ._where import default_state_dir
+
+Judge = Callable[[Path, PlanReport, Limits], PlanReport]
 
 
 @dataclass
@@ -58,18 +60,22 @@ class TablePlan:
                 "waves": self.waves, "ceiling": self.ceiling, "estimate": self.estimate,
                 "largest_request": None if r is None else r.to_json()["largest_request"],
                 "models": {} if r is None else r.to_json()["models"], "request_bytes": 0 if r is None else r.request_bytes,
-                "limits": None if r is None else r.to_json()["limits"], "unfinished": self.unfinished}
+                "limits": None if r is None else r.to_json()["limits"], "unfinished": self.unfinished,
+                "preflight": None if r is None else r.preflight}
 
 
 def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
                state_dir: str | os.PathLike[str] | None = None, ceiling: int | None = None, margin: int = 0,
                journal: str | None = None, job: str | None = None, prices: PriceTable | None = None,
                encoding: str | None = None, infer_types: bool = False,
-               environ: Mapping[str, str] | None = None) -> TablePlan:
+               environ: Mapping[str, str] | None = None, judge: Judge | None = None) -> TablePlan:
     """Judge every row and plan the requests still to send, as `plan` plans a JSONL file, at the batch size `submit`
     uses under `ceiling` (with `margin` left free); nothing is sent or written. The answers read are those kept in
     the job's state (`state_dir`, default the table's folder in the user's state folder, `environ` naming it), or,
-    with a PostgreSQL `journal`, those kept there under the job's name `job`."""
+    with a PostgreSQL `journal`, those kept there under the job's name `job`. `judge` judges the requests to send as
+    `plan` of a JSONL file does with a key (the Models API's verdicts, count_tokens): given their file, its first
+    pass's report and the limits, it returns the report judged, whose refusals are rejected rows (the CLI's, which
+    has the key: this module sends nothing)."""
     src = TableSource.of(source, encoding=encoding, infer_types=infer_types)
     rows = TableRows(src, spec)
     root = Path(state_dir) if state_dir is not None else default_state_dir(src.where, environ or os.environ, create=False)
@@ -79,7 +85,7 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
     cut = Limits(max_requests=size, max_bytes=limits.max_bytes, api_version=limits.api_version)
     try:
         unfinished = unfinished_runs(root, answers) if answers is not None else []
-        counts, report, batches, errors = _planned(rows, answers, cut, spec)
+        counts, report, batches, errors = _planned(rows, answers, cut, spec, judge)
     finally:
         if answers is not None:
             answers.close()
@@ -99,20 +105,23 @@ def _answers(root: Path, journal: str | None, job: str | None) -> Answers | None
     return Answers.local(root / "answers.sqlite3") if (root / "answers.sqlite3").exists() else None
 
 
-def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec
+def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec, judge: Judge | None = None
              ) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]]]:
     """The counts, the report, its batches and the requests it refused, by rows: planned from the requests' sizes
     when the spec is plain, else through `plan` over the run's file, written to a temporary folder. Each request's
     row is written beside them (4 bytes a request), for the few lines a report names."""
     with tempfile.TemporaryDirectory() as tmp:
         numbers = Path(tmp) / "rows.u32"
-        if _plain(spec, limits):
+        if judge is None and _plain(spec, limits):
             with open(numbers, "wb") as f:
                 counts = sized(rows, answers, planned := SizedPlan(limits, spec.model), f)
             report = planned.finish() if counts.unsent else None
         else:
-            pending, counts = pending_file(rows, answers, Path(tmp), numbers)
-            report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending))
+            pending, counts = pending_file(rows, answers, Path(tmp), numbers, setting=None)  # (TMPDIR's)
+            report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending),
+                                                       models=None if judge is None else {})  # (peaks, to judge)
+            if pending is not None and report is not None and judge is not None:
+                report = judge(pending, report, limits)
         if report is None:
             return counts, None, [], []
         with open(numbers, "rb") as f:
