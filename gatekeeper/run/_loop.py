@@ -214,7 +214,7 @@ class SubmitLoop(Part):
             raise Interrupted("interrupted")
 
     async def _wait(self, seconds: float) -> None:
-        """`sleep(seconds)`, cut short by a stop request."""
+        """`sleep(seconds)`, cut short by a stop request, the real-time lane drained, or room freed on the ledger."""
         async with anyio.create_task_group() as tg:
             async def stopper() -> None:
                 await self.stop.wait()
@@ -224,7 +224,13 @@ class SubmitLoop(Part):
                 await self.lane.drained.wait()
                 tg.cancel_scope.cancel()
 
+            async def room() -> None:  # (another job freed room on the shared ledger, or gave the turn up)
+                await self.admitter.turns.watch(self.sleep)
+                tg.cancel_scope.cancel()
+
             tg.start_soon(stopper)
+            if self.admitter.turns.watching() and not self.done():
+                tg.start_soon(room)
             if self.journal.lane.unanswered():
                 self.lane.drained = anyio.Event()
                 tg.start_soon(drained)
