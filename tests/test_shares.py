@@ -621,3 +621,17 @@ async def test_a_high_job_that_lists_the_low_ones_batches_keeps_the_turn_as_they
     assert woke, "the high job's watch did not wake when room freed"
     assert not await lo.turn(50, 200, 0) and lo.ahead == "hi"  # (the low job leaves the room to it)
     assert await hi.turn(50, 200, 0) and await hi_led.reserve(9, 50, 200, 0)
+
+
+async def test_room_beside_another_jobs_listed_batches_is_granted(tmp_path: Path) -> None:
+    """A queue of 200 holds 100 of another job's, which this job lists: its batch of 50 is granted (the issue's
+    `waiting ledger` with 100 of 200 free: the listed batches were counted beside their reservations, 250 > 200)."""
+    from gatekeeper.run.batch._turns import others_reserved
+
+    other, me = SqliteLedger(str(tmp_path / "l.db"), "x", clock=lambda: 1e6), SqliteLedger(str(tmp_path / "l.db"), "y", clock=lambda: 1e6)
+    for k in range(2):
+        assert await other.reserve(k, 50, 200, 50 * k)
+        await other.confirm(k, f"b{k}")
+    seen = 100 - others_reserved([_listed("b0", 50), _listed("b1", 50)], await me.reservations(), "y")
+    assert seen == 0 and await me.reserve(0, 50, 200, seen)
+    assert await me.reserve(1, 50, 200, seen + 50) and not await me.reserve(2, 50, 200, seen + 100)  # (then full)
