@@ -17,6 +17,9 @@ from ...state._claims import Board, ClaimPost
 from ...state.ledger._base import Ledger, Reservation
 
 WATCH_EVERY = 2.0  # seconds between a waiting job's readings of the ledger (a local read for the host's own)
+# seconds between readings of the queue at most, for a job with batches in flight while another job wants room: its
+# reservations free the room only once it has seen its batches end, and the other waits for that
+READ_FOR_OTHERS = 5.0
 
 
 class Turns:
@@ -36,6 +39,7 @@ class Turns:
         self.waited = waited_before  # seconds its batch fitted but the turn was another's (this job's runs, together)
         self.blocked_since: float | None = None
         self.ahead: str | None = None  # the job whose turn it was, when it was not ours
+        self.others_want = False  # another job's claim wanted room at the last post
 
     async def turn(self, want: int, ceiling: int | None = None, seen: int = 0) -> bool:
         """Post the claim and say whether this job may admit now. `want`: the requests of the batch it would admit
@@ -47,6 +51,7 @@ class Turns:
         board = await self.ledger.put_claim(ClaimPost(self.job, self.priority, self.share, want, self.vtime,
                                                       self.admitted, ceiling, seen))
         mine = next((c for c in board.claims if c.owner == self.ledger.owner), None)
+        self.others_want = any(c.want > 0 and c.owner != self.ledger.owner for c in board.claims)
         if mine is not None:
             self.vtime = mine.vtime  # (as its tier stood, when it has just joined)
         ok = may_admit(self.ledger.owner, board.claims, board.reserved)
