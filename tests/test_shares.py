@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from gatekeeper.decide._shares import STARVE_AFTER, Claim, may_admit, next_up, overtaken_by, starved
 from gatekeeper.state._claims import ClaimPost, ClaimRow, behind, posted, tier_after
 from gatekeeper.state._db import pg_ddl
+from gatekeeper.state.ledger._sqlite import SqliteLedger
 from gatekeeper.testing import Fault
 from tests.fakes import running_fake
 from tests.runs import events, gk, start, wait_until
@@ -517,3 +518,120 @@ def test_a_reservation_no_batch_came_of_holds_no_one_back(tmp_path: Path) -> Non
         b_out, b_err = backfill.communicate(timeout=60)
     assert nightly.returncode == 0 and backfill.returncode == 0, (n_err[-2000:], b_err[-2000:])
     assert _unconfirmed(path) == []
+
+
+def _job_of(batch) -> str:
+    return str(batch.requests[0][0]).split("-")[0]
+
+
+def test_jobs_that_see_each_others_batches_keep_precedence(tmp_path: Path) -> None:
+    """Two jobs with one key (one workspace: each lists the other's batches, as on one host): a high job that
+    arrives while a low one fills the queue gets every batch created from then on until it has none left. Before
+    the fix the high job counted the low job's listed batches twice (once as reserved, once as load no reservation
+    covers), so its claim's batch never fitted (`fit_limit` 0), and the low job took every room that freed while the
+    high job, reading the queue every 30 s, found it full each time."""
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    low, high = write_job(tmp_path / "low.jsonl", "low", 600), write_job(tmp_path / "high.jsonl", "high", 300)
+    with running_fake(ceiling=300, rate=0.0, workspaces=dict(KEYS)) as fake:
+        backfill = start(["submit", str(low), *FLAGS, "--ledger", ledger, "--priority", "low"], _env(fake, "k-low"))
+        wait_until(lambda: _full(fake), "the low job to fill the queue")
+        slow = [*FLAGS[:1], "--interval", "30", *FLAGS[3:]]  # (the high job reads the queue every 30 s, as by default)
+        nightly = start(["submit", str(high), *slow, "--ledger", ledger, "--priority", "high"], _env(fake, "k-low"))
+        wait_until(lambda: any(c.priority == H and c.want for c in _claims(ledger)), "the high job to wait for room")
+        mine = next(c for c in _claims(ledger) if c.priority == H)
+        first = fake.org.records.creates
+        fake.org.config.rate = 300.0  # the queue moves
+        moved = time.monotonic()
+        n_out, n_err = nightly.communicate(timeout=90)
+        took = time.monotonic() - moved
+        b_out, b_err = backfill.communicate(timeout=60)
+    assert nightly.returncode == 0 and backfill.returncode == 0, (n_err[-2000:], b_err[-2000:])
+    order = [_job_of(b) for b in sorted(fake.org.batches.values(), key=lambda b: b.seq)]
+    highs = order.count("high")
+    assert set(order[:first]) == {"low"} and order[first:first + highs] == ["high"] * highs, order
+    assert set(order[first + highs:]) == {"low"}, order
+    assert mine.limit == 300, mine  # (the low job's batches are reserved: no load outside the ledger)
+    assert took < 20, took  # (it reads the queue when the ledger shows room freed, not at its next poll)
+
+
+def _listed(bid: str, processing: int, status: str = "in_progress") -> dict[str, Any]:
+    return {"id": bid, "processing_status": status, "request_counts": {"processing": processing}}
+
+
+def _res(owner: str, bid: str | None, n: int = 50, dead_for: float | None = None) -> Any:
+    from gatekeeper.state.ledger._base import Reservation
+    return Reservation(owner, 0, n, bid, 60.0, dead_for)
+
+
+@pytest.mark.parametrize(("listed", "reservations", "covered", "why"), [
+    ([_listed("a", 50), _listed("b", 50)], [_res("x", "a"), _res("x", "b")], 100, "another's batches, listed: covered"),
+    ([_listed("a", 50), _listed("b", 50)], [_res("me", "a"), _res("x", "b")], 50, "ours are `mine` in the grant"),
+    ([_listed("a", 30)], [_res("x", "a")], 30, "what the listing shows of it, not its size"),
+    ([_listed("a", 50, "ended")], [_res("x", "a")], 0, "an ended batch holds no room"),
+    ([_listed("a", 50)], [_res("x", "a", 0)], 0, "a released batch's name covers nothing"),
+    ([_listed("a", 50)], [_res("x", "a", dead_for=5.0)], 0, "nor does a dead owner's orphan"),
+    ([_listed("a", 50)], [_res("x", None)], 0, "a create unanswered names no batch"),
+    ([_listed("c", 50)], [_res("x", "a")], 0, "load outside the ledger stays seen"),
+])
+def test_the_depth_seen_leaves_out_what_other_jobs_reserve(listed: list[dict[str, Any]], reservations: list[Any],
+                                                           covered: int, why: str) -> None:
+    from gatekeeper.run.batch._turns import others_reserved
+    assert others_reserved(listed, reservations, "me") == covered, why
+
+
+async def test_a_high_job_that_lists_the_low_ones_batches_keeps_the_turn_as_they_drain(tmp_path: Path) -> None:
+    """Simulated time, one SQLite ledger, the real `Turns`: a low job's four batches fill a queue of 200; a high job
+    that lists them (one workspace) posts its claim; the low job's batches end and it releases them. Its claim must
+    then leave the room to the high job (the issue: the high job's `seen` counted the low job's batches beside their
+    reservations, its limit was 0, and the low job took the room), and the high job's watch wakes it at once."""
+    from gatekeeper.run.batch._turns import Turns, others_reserved
+
+    clock = [1_000_000.0]
+    now = lambda: clock[0]  # noqa: E731
+    lo_led = SqliteLedger(str(tmp_path / "ledger.db"), "x", clock=now)
+    hi_led = SqliteLedger(str(tmp_path / "ledger.db"), "y", clock=now)
+    lo, hi = Turns(lo_led, "lo", "low", 1.0, now), Turns(hi_led, "hi", "high", 1.0, now)
+    listing = []
+    for k in range(4):
+        assert await lo.turn(50, 200, 50 * k)
+        assert await lo_led.reserve(k, 50, 200, 50 * k)
+        await lo_led.confirm(k, f"b{k}")
+        listing.append(_listed(f"b{k}", 50))
+        await lo.took(50, 50 * (k + 1), 50)
+    seen = 200 - others_reserved(listing, await hi_led.reservations(), "y")
+    assert seen == 0
+    assert await hi.turn(50, 200, seen) and not await hi_led.reserve(9, 50, 200, seen)  # (its turn; no room yet)
+    assert not await lo.turn(50, 200, 200) and lo.ahead == "hi"
+    woke: list[float] = []
+
+    async def watch() -> None:
+        async def tick(s: float) -> None:
+            clock[0] += s
+            await anyio.sleep(0)
+        await hi.watch(tick)
+        woke.append(clock[0])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        for k in range(4):
+            await anyio.sleep(0)
+            await lo_led.release(k)  # (the low job saw its batches end)
+        for _ in range(20):
+            await anyio.sleep(0)
+    assert woke, "the high job's watch did not wake when room freed"
+    assert not await lo.turn(50, 200, 0) and lo.ahead == "hi"  # (the low job leaves the room to it)
+    assert await hi.turn(50, 200, 0) and await hi_led.reserve(9, 50, 200, 0)
+
+
+async def test_room_beside_another_jobs_listed_batches_is_granted(tmp_path: Path) -> None:
+    """A queue of 200 holds 100 of another job's, which this job lists: its batch of 50 is granted (the issue's
+    `waiting ledger` with 100 of 200 free: the listed batches were counted beside their reservations, 250 > 200)."""
+    from gatekeeper.run.batch._turns import others_reserved
+
+    other, me = SqliteLedger(str(tmp_path / "l.db"), "x", clock=lambda: 1e6), SqliteLedger(str(tmp_path / "l.db"), "y", clock=lambda: 1e6)
+    for k in range(2):
+        assert await other.reserve(k, 50, 200, 50 * k)
+        await other.confirm(k, f"b{k}")
+    seen = 100 - others_reserved([_listed("b0", 50), _listed("b1", 50)], await me.reservations(), "y")
+    assert seen == 0 and await me.reserve(0, 50, 200, seen)
+    assert await me.reserve(1, 50, 200, seen + 50) and not await me.reserve(2, 50, 200, seen + 100)  # (then full)

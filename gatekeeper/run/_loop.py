@@ -36,6 +36,7 @@ from ..state.ledger._local import LocalLedger
 from .batch._admit import Admitter
 from .batch._collect import Collector
 from .batch._observe import Observer
+from .batch._turns import READ_FOR_OTHERS
 from .realtime._deadline import DeadlineKeeper, deadline_of
 from .realtime._realtime import RealtimeLane
 from .recovery._rebuild import Rebuilder
@@ -181,13 +182,16 @@ class SubmitLoop(Part):
     def _cut(self, wait: float) -> float:
         """The wait before the next reading, cut to a download put off (its retry is due sooner than the poll), to a
         quarter of a flying primer's life, and to the deadline's last chance: a poll of 15 minutes would otherwise
-        retry a damaged download, see a primer end, or read the queue, only after it mattered."""
+        retry a damaged download, see a primer end, or read the queue, only after it mattered; and to a few seconds while
+        another job on the ledger wants room this job's batches will free (`READ_FOR_OTHERS`)."""
         due = self.collector.next_due()
         if due is not None:
             wait = min(wait, max(FIRST_READING_WAIT, due - self.clock()))
         watch = self.admitter.priming.watch_wait()  # (a primer's end seen while its prefixes live)
         if watch is not None:
             wait = min(wait, max(FIRST_READING_WAIT, watch))
+        if self.admitter.turns.others_want and self.journal.count(BatchState.CREATED):
+            wait = min(wait, READ_FOR_OTHERS)  # (the room its batches free is another job's: seen late, it idles)
         if self.keeper is not None and not self.user_canceled:
             wait = self.keeper.wait(wait)
         return wait
@@ -214,7 +218,7 @@ class SubmitLoop(Part):
             raise Interrupted("interrupted")
 
     async def _wait(self, seconds: float) -> None:
-        """`sleep(seconds)`, cut short by a stop request."""
+        """`sleep(seconds)`, cut short by a stop request, the real-time lane drained, or room freed on the ledger."""
         async with anyio.create_task_group() as tg:
             async def stopper() -> None:
                 await self.stop.wait()
@@ -224,7 +228,13 @@ class SubmitLoop(Part):
                 await self.lane.drained.wait()
                 tg.cancel_scope.cancel()
 
+            async def room() -> None:  # (another job freed room on the shared ledger, or gave the turn up)
+                await self.admitter.turns.watch(self.sleep)
+                tg.cancel_scope.cancel()
+
             tg.start_soon(stopper)
+            if self.admitter.turns.watching() and not self.done():
+                tg.start_soon(room)
             if self.journal.lane.unanswered():
                 self.lane.drained = anyio.Event()
                 tg.start_soon(drained)

@@ -33,7 +33,7 @@ from ..shared._part import Part, RunContext, Snapshot
 from ..shared._prepare import check_identity
 from ._collect import custom_id
 from ._reprime import PrimingGate
-from ._turns import Turns, wanted
+from ._turns import Turns, others_reserved, wanted
 
 
 class Admitter(Part):
@@ -81,8 +81,9 @@ class Admitter(Part):
             await self.turns.turn(0)  # (held by its budget: it holds no turn meanwhile)
             return
         ceiling = None if q.bound is None else q.bound - q.margin - reserve
+        seen = await self._seen(snap)
         want = wanted(waiting[0].requests if waiting else 0, q, self.budget_stopped, now)
-        if not await self.turns.turn(want, ceiling, snap.depth + snap.unseen):
+        if not await self.turns.turn(want, ceiling, seen):
             self.emit("waiting", {"next": waiting[0].requests, "reason": "shares", "ahead": self.turns.ahead})
             return
         if count == 0 and planned and now >= self.backoff_until and not q.canceled:
@@ -91,14 +92,14 @@ class Admitter(Part):
                       {"reason": "primer", "held": held, "depth": q.depth, "in_flight": q.in_flight})
         for k, row in enumerate(waiting[:count]):
             self.check_stop()
-            if k and not await self.turns.turn(row.requests, ceiling, snap.depth + snap.unseen):
+            if k and not await self.turns.turn(row.requests, ceiling, seen):
                 return  # (each batch of a round takes its turn)
             if k and self.settings.budget is not None:
                 worst = self._worst_case(row)
                 if not self._within_budget(row, worst, planned):
                     await self.turns.turn(0)
                     return
-            if not await self.ledger.reserve(row.idx, row.requests, q.bound, snap.depth + snap.unseen):
+            if not await self.ledger.reserve(row.idx, row.requests, q.bound, seen):
                 self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
                 return
             outcome = await self.create(row, snap.depth, snap.unseen, worst)
@@ -109,10 +110,19 @@ class Admitter(Part):
                 return  # an unknown outcome keeps its reservation (and the turn) until reconciled
             await self.ledger.confirm(row.idx, outcome)
             snap.unseen += row.requests  # ours now, and not yet in any listing we read
+            seen += row.requests
             rest = waiting[k + 1:]  # (its claim says at once what it wants next: the others need not wait a round)
             after = dataclasses.replace(q, in_flight=q.in_flight + k + 1)
-            await self.turns.took(row.requests, snap.depth + snap.unseen,
+            await self.turns.took(row.requests, seen,
                                   wanted(rest[0].requests if rest else 0, after, self.budget_stopped, now))
+
+    async def _seen(self, snap: Snapshot) -> int:
+        """The depth this job sees for the ledger (`Turns.turn`, `reserve`): less what other submitters' reservations
+        already cover of it."""
+        seen = snap.depth + snap.unseen
+        if not self.ledger.owner:
+            return seen
+        return seen - others_reserved(snap.listed.values(), await self.ledger.reservations(), self.ledger.owner)
 
     def _gated(self, planned: list[BatchRow], bound: int | None) -> tuple[list[BatchRow], list[int], int, int]:
         return self.priming.gated(planned, bound, self.batch_size)

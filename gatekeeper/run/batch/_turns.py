@@ -6,14 +6,20 @@ Alone on a ledger, or without one, it is always this job's turn."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ..._errors import UsageError
 from ...decide._admission import QueueState
+from ...decide._headroom import live_batches
 from ...decide._shares import PRIORITIES, ahead_of, fits, may_admit, overtaken_by, starved
 from ...state._claims import Board, ClaimPost
-from ...state.ledger._base import Ledger
+from ...state.ledger._base import Ledger, Reservation
+
+WATCH_EVERY = 2.0  # seconds between a waiting job's readings of the ledger (a local read for the host's own)
+# seconds between readings of the queue at most, for a job with batches in flight while another job wants room: its
+# reservations free the room only once it has seen its batches end, and the other waits for that
+READ_FOR_OTHERS = 5.0
 
 
 class Turns:
@@ -33,6 +39,7 @@ class Turns:
         self.waited = waited_before  # seconds its batch fitted but the turn was another's (this job's runs, together)
         self.blocked_since: float | None = None
         self.ahead: str | None = None  # the job whose turn it was, when it was not ours
+        self.others_want = False  # another job's claim wanted room at the last post
 
     async def turn(self, want: int, ceiling: int | None = None, seen: int = 0) -> bool:
         """Post the claim and say whether this job may admit now. `want`: the requests of the batch it would admit
@@ -44,6 +51,7 @@ class Turns:
         board = await self.ledger.put_claim(ClaimPost(self.job, self.priority, self.share, want, self.vtime,
                                                       self.admitted, ceiling, seen))
         mine = next((c for c in board.claims if c.owner == self.ledger.owner), None)
+        self.others_want = any(c.want > 0 and c.owner != self.ledger.owner for c in board.claims)
         if mine is not None:
             self.vtime = mine.vtime  # (as its tier stood, when it has just joined)
         ok = may_admit(self.ledger.owner, board.claims, board.reserved)
@@ -66,6 +74,27 @@ class Turns:
                                                   self.admitted, self.ceiling, seen, took=requests, started=started,
                                                   overtook=self.overtaking))
 
+    def watching(self) -> bool:
+        """Whether this job has a batch waiting for room or for its turn on a shared ledger (`watch` wakes it)."""
+        return bool(self.ledger.owner) and self.want > 0
+
+    async def watch(self, sleep: Callable[[float], Awaitable[None]]) -> None:
+        """Return once another job frees room (the ledger's reservations drop) or the turn becomes this job's: a job
+        waiting for room reads the queue then, not at its next poll (which may be 30 s away while the room sits
+        idle: the job whose turn it was not waits for it)."""
+        before = await self._reading()
+        while True:
+            await sleep(WATCH_EVERY)
+            now = await self._reading()
+            if now[0] < before[0] or (now[1] and not before[1]):
+                return
+            before = now
+
+    async def _reading(self) -> tuple[int, bool]:
+        """The requests reserved on the ledger, and whether the turn is this job's by the claims as they stand."""
+        reserved = sum(r.requests for r in await self.ledger.reservations() if r.live)
+        return reserved, may_admit(self.ledger.owner, await self.ledger.claims(), reserved)
+
     def _account(self, fitted: bool, ok: bool, board: Board) -> None:
         """Time its batch fitted but the turn was another's counts as waited for other jobs' turns."""
         now = self.clock()
@@ -86,3 +115,12 @@ def wanted(next_batch: int, q: QueueState, budget_stopped: bool, now: float) -> 
     refusal), so that it never holds the turn from a job that could admit."""
     full = q.max_in_flight is not None and q.in_flight >= q.max_in_flight
     return 0 if q.canceled or budget_stopped or full or now < q.backoff_until else next_batch
+
+
+def others_reserved(listed: Iterable[dict[str, Any]], reservations: Iterable[Reservation], owner: str) -> int:
+    """The requests of the batches in our listing that another submitter's reservation covers (jobs with one key, or
+    one workspace, list each other's batches): what the depth we see holds that the ledger already counts, so our
+    `seen` leaves it out (counted twice, a job waiting behind another's batches never fits its claim's limit, and
+    the grant refuses it room that is free)."""
+    theirs = {r.batch_id for r in reservations if r.live and r.owner != owner and r.batch_id}
+    return sum(b.processing for b in live_batches((b for b in listed if str(b.get("id")) in theirs), "ws1"))

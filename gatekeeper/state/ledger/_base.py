@@ -8,7 +8,8 @@ create, and the ledger grants a reservation only if
     reserved (all submitters, unexpired)  +  max(0, seen - mine)  +  n  <=  ceiling - margin
 
 where `seen` is the depth this submitter observes (its listing plus its own
-unlisted creates) and `mine` its own reservations: the part of what it sees
+unlisted creates, less the listed batches another submitter's reservation
+covers: `run.batch._turns.others_reserved`) and `mine` its own reservations: the part of what it sees
 that no reservation covers is counted once, the reserved part once. Grants are
 atomic (one SQLite write transaction, one PostgreSQL transaction under an
 advisory lock, or one Redis Lua script), so no two
