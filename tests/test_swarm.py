@@ -48,9 +48,13 @@ UNPROVEN_RIVAL = ("a lone lost create (or two) whose candidates carry our custom
                   "ids the rival sent, the usage cannot tell: the answers are kept apart, nothing paid twice, but not "
                   "joined (paid_answers_kept)")
 KNOWN: dict[int, str] = {
-    **{seed: UNPROVEN_RIVAL for seed in (1513, 1767, 2675, 5253)},
+    **{seed: UNPROVEN_RIVAL for seed in (1513, 1767, 2675, 5253, 8126)},
     5908: "a primed job of 8 batches one at a time with a deadline: its last primer canceled at the last chance, its "
           "rest's requests reach the real-time lane a minute late (deadline_could)",
+    9964: "a job whose creates keep failing with a 503 (each outcome unknown, reconciled after the listing's grace "
+          "at a 15-minute poll) holds every other job's creates on the ledger, of any size, for 43 minutes with the "
+          "queue empty (never_stalls): the grant counts another's unconfirmed create of any size, where only one of "
+          "the same size could be taken for ours",
     7503: "a primed job held to one batch in flight sends its primers one batch of one request at a time, each waiting "
           "its turnaround: 40 requests outrun the healthy hours the world gives them (finishes)",
 }
