@@ -198,6 +198,8 @@ def test_the_budget_wins_over_the_deadline(tmp_path: Path) -> None:
         assert s["succeeded"] == 10 and s["deadline"] == {**s["deadline"], "met": False, "missed_for_budget": True}
         assert fake.realtime.records.calls == 0
         assert any(e["event"] == "deadline_for_budget" for e in events(done.stderr))
+        passed = [e for e in events(done.stderr) if e["event"] == "deadline_passed"]  # (said when it passes, once)
+        assert len(passed) == 1 and passed[0]["unfinished"] > 0, done.stderr[-2000:]
         assert set(output_ids(_out(path))) == expected
         human = render_summary(Summary(**s))
         assert "MISSED (the budget kept work from the real-time lane)" in human

@@ -145,7 +145,7 @@ class Admitter(Part):
             self.emit("waiting", {"next": row.requests, "reason": "budget", "worst_usd": round(worst, 6)})
             return False
         if d.action is Spend.CUT:
-            self._recut(waiting, d.decision.size)
+            self._recut(waiting, d.decision.size, "the budget left is below the waiting batch's worst case")
             return False
         if not self.budget_stopped:
             self.budget_stopped = True
@@ -227,9 +227,9 @@ class Admitter(Part):
         waiting = self.journal.batches(BatchState.PLANNED)
         size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.settings.margin)
         if size is not None:
-            self._recut(waiting, size)
+            self._recut(waiting, size, "refusals show the ceiling is below the waiting batches")
 
-    def _recut(self, waiting: list[BatchRow], size: int) -> None:
+    def _recut(self, waiting: list[BatchRow], size: int, reason: str) -> None:
         """Cut every batch not yet created into batches of at most `size` requests (one journal transaction)."""
         limits = Limits(max_requests=size, max_bytes=self.settings.limits.max_bytes)
         ranges = _recut_ranges([r for r in waiting if r.kind == "plan"], limits, self._requests_of)
@@ -242,7 +242,7 @@ class Admitter(Part):
         self.journal.groups.recut(size, ranges, groups, lambda g: body_size(len(g), sum(r.length for r in g)))
         self.batch_size = size
         self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
-                            "reason": "refusals show the ceiling is below the waiting batches"})
+                            "reason": reason})
 
     def _deferred(self, row: BatchRow, exc: RateLimited | TransportError | TokenExpired) -> None:
         self.journal.back_to_planned(row.idx)

@@ -74,6 +74,7 @@ class DeadlineKeeper(Part):
         self.answered: set[str] = set()  # models whose probe was answered (with their limits, or without: a gateway)
         self.closed: str | None = None  # why the lane may not be used this run (the credentials may not call it)
         self._window: float | None = None  # the deadline's window, from the job's first run (`_collect`)
+        self.passed_said = False
 
     def _sample(self, n: int = 50) -> None:
         """The lane's projections start from this job's own requests: their models, and the mean cost of the first
@@ -90,6 +91,7 @@ class DeadlineKeeper(Part):
             self.lane.paces.mean_cost = Cost(sum(c.input for c in costs) // len(costs), sum(c.output for c in costs) // len(costs))
 
     async def steer(self, snap: Snapshot) -> None:
+        self._say_passed()
         if self.closed is not None:
             return
         if not self.sampled:
@@ -114,6 +116,20 @@ class DeadlineKeeper(Part):
                 self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline),
                                           "lane_needs_s": self._lane_needs()})
         self.lane.wake.set()
+
+    def _say_passed(self) -> None:
+        """Once the deadline has passed with work unfinished, say so at once (the run goes on to finish it, in the
+        batch lane: a budget, or credentials that may not call the real-time lane, kept it there), not only in the
+        summary hours later."""
+        if self.passed_said or self.clock() <= self.deadline:
+            return
+        j = self.journal
+        left = sum(r.requests for r in j.batches(BatchState.PLANNED, BatchState.INTENT, BatchState.CREATED, BatchState.ENDED))
+        left += j.groups.pending_count() + j.lane.unanswered()
+        if left:
+            self.passed_said = True
+            self.emit("deadline_passed", {"deadline": format_time(self.deadline), "unfinished": left,
+                                          "policy": "the run goes on until every request is final (exit 1: missed)"})
 
     async def _probe(self) -> bool:
         """Read the limits of each of the job's models the lane has not measured, with the smallest call there is
