@@ -552,6 +552,8 @@ def test_a_file_that_is_not_utf8_is_named_by_what_it_looks_like(monkeypatch: pyt
     ({"type": "errored", "error": {"type": "error", "error": {"type": "gatekeeper_unproven"}}}, True),
     ({"type": "errored", "error": {"type": "error", "error": {"type": "gatekeeper_results_unavailable"}}}, True),
     ({"type": "errored", "error": {"type": "gatekeeper_missing_result"}}, True),
+    # a real-time answer lost twice: paid for up to twice, never a third time, in the next run either (swarm, 3157)
+    ({"type": "errored", "error": {"type": "error", "error": {"type": "gatekeeper_answer_lost"}}}, True),
 ])
 def test_an_answer_that_may_have_been_billed_is_never_sent_again(result: dict, final: bool) -> None:
     """A request whose answer was kept apart (its batch not proven ours) or whose results the API no longer has

@@ -174,8 +174,9 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     (`turnaround(..., prior=0)`), and work moves only when it misses on that too (None once one has: `turn` is then
     the job's own); `measured`: whether `lane_time` rests on known limits (else no live batch is canceled); `read`:
     the lane was probed and its limits still not told (work not yet sent may then move on the lowest tier's);
-    `collect`: while a batch is live, every last chance comes this much earlier (`canceled_collect`), so that what is
-    held moves with what is canceled and the canceled batch's results are read in time."""
+    `collect`: while a batch is live or one canceled for the deadline gives its requests back, every last chance comes
+    this much earlier (`canceled_collect`; the caller says when), so that what is held moves with what is canceled,
+    the canceled batch's results are read in time, and what it gives back goes to the lane, not into a new batch."""
     items: list[tuple[float, float, int, str, int | None]] = [
         (project(b, now, turn), project(b, now, turn if evidence is None else evidence), b.requests - b.done, "live", b.idx)
         for b in live]
@@ -183,7 +184,6 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     items += [(now + turn, now + (turn if evidence is None else evidence if evidence > 0 else -math.inf), h.requests,
                "held", h.idx) for h in held if h.requests > 0]
     backlog = float(queued)
-    collect = collect if live else 0.0
     cancel: list[int] = []
     move: list[int] = []
     pending = False

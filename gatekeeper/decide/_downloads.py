@@ -23,6 +23,8 @@ from dataclasses import dataclass
 RESULTS_UNAVAILABLE = "gatekeeper_results_unavailable"
 MISSING_RESULT = "gatekeeper_missing_result"
 UNPROVEN_ERROR = "gatekeeper_unproven"  # an answer from a batch that could not be proven ours: kept apart, never joined
+# a real-time answer lost twice (on the wire, or to crashes): paid for up to twice already, never sent a third time
+ANSWER_LOST = "gatekeeper_answer_lost"
 BATCH_LIFETIME = 86_400.0  # a batch ends (expires) at most 24 hours after it was created
 
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from .._prices import PriceTable
-from ..decide._downloads import MISSING_RESULT, RESULTS_UNAVAILABLE, UNPROVEN_ERROR
+from ..decide._downloads import ANSWER_LOST, MISSING_RESULT, RESULTS_UNAVAILABLE, UNPROVEN_ERROR
 from ._template import Template
 
 _VALID_ID = re.compile(r"[A-Za-z0-9_-]{1,64}").fullmatch
@@ -196,12 +196,14 @@ def hashable(value: Any) -> Any:
 
 
 NOT_SENT = "not sent: the run did not send it"
-NEVER_AGAIN = (UNPROVEN_ERROR, RESULTS_UNAVAILABLE, MISSING_RESULT)  # errors of requests processed and maybe billed
+# errors of requests processed and maybe billed (an answer lost twice: billed up to twice, never a third time)
+NEVER_AGAIN = (UNPROVEN_ERROR, RESULTS_UNAVAILABLE, MISSING_RESULT, ANSWER_LOST)
 
 
 def is_final(result: Mapping[str, Any]) -> bool:
     """Whether a result answers its request for good: it succeeded, or it is one a run never sends again because it
-    may have been billed already (an answer kept apart as unproven, results the API no longer has). Anything else
+    may have been billed already (an answer kept apart as unproven, results the API no longer has, a real-time answer
+    lost twice: the lane's promise of never a third payment holds across a table's runs too). Anything else
     (errored, expired, canceled) is sent again by the next run."""
     if result.get("type") == "succeeded":
         return True

@@ -108,7 +108,7 @@ class Collector(Part):
             try:
                 await self.collect(row, snap)
             except (IncompleteDownload, TransportError, ServerError, RateLimited) as exc:
-                self._download_failed(row, exc)
+                self._later(row, "download_failed", str(exc))
             else:
                 if row.idx not in self.download_at:  # (not put off again: results not there yet keep their wait)
                     self.download_failures.pop(row.idx, None)
@@ -117,14 +117,10 @@ class Collector(Part):
         """When the next download put off (a failed one, or results not there yet) is due (None: none is)."""
         return min(self.download_at.values(), default=None)
 
-    def _download_failed(self, row: BatchRow, exc: Exception) -> None:
-        self._later(row, "download_failed", str(exc))
-
     def _later(self, row: BatchRow, event: str, reason: str, until: float | None = None) -> None:
         """Try this batch again after a doubling wait (a failed download, or results not there yet), or at `until`
         (nothing can change before then: no download in between)."""
-        n = self.download_failures.get(row.idx, 0) + 1
-        self.download_failures[row.idx] = n
+        n = self.download_failures[row.idx] = self.download_failures.get(row.idx, 0) + 1
         urgent = self.settings.deadline_slack / 4 if row.idx in (self.journal.get_meta("deadline_canceled") or ()) else None
         wait = download_wait(n, self.settings.min_backoff, self.settings.max_backoff, urgent) if until is None \
             else max(0.0, until - self.clock())

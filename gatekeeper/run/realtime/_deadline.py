@@ -179,7 +179,7 @@ class DeadlineKeeper(Part):
         n += j.groups.pending_count() + j.lane.unanswered()
         if n == 0:
             return wait
-        lane = self.lane.paces.seconds_for(n) + (self._collect() if live else 0.0)  # (`moves`' last chance)
+        lane = self.lane.paces.seconds_for(n) + (self._collect() if live or canceled else 0.0)  # (`moves`' last chance)
         return reading_by(now=self.clock(), deadline=self.deadline, lane=lane, wait=wait,
                           slack=self.settings.deadline_slack)
 
@@ -217,7 +217,7 @@ class DeadlineKeeper(Part):
         # (a batch canceled for the deadline gives its requests to the lane once it has ended: they are ahead in it)
         coming = sum(r.requests for r in j.batches(BatchState.CREATED, BatchState.ENDED) if r.idx in canceled)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.paces.seconds_for,
-                     collect=self._collect(),
+                     collect=self._collect() if live or canceled else 0.0,
                      queued=j.lane.unanswered() + coming, slack=self.settings.deadline_slack, evidence=evidence,
                      measured=self.lane.paces.measured, read=self._limits_read())
 

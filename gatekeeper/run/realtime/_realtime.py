@@ -24,6 +24,7 @@ import orjson
 from ..._errors import ApiError, first_of_group
 from ..._prices import BYTES_PER_TOKEN_PACING
 from ...api._messages import Call, Kind, send_message
+from ...decide._downloads import ANSWER_LOST
 from ...decide._headroom import ModelLimits
 from ...decide._pacing import Cost, Pace, must_stream
 from ...decide._settle import errored_line, stop_of, usage_of
@@ -33,7 +34,6 @@ from ..shared._inputs import read_at
 from ..shared._part import Part, RunContext
 from ._paces import Paces
 
-ANSWER_LOST = "gatekeeper_answer_lost"
 MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored
 IN_FLIGHT = 64  # calls out at once at most (the pace decides the rate; this bounds memory and sockets)
 TELL_EVERY = 5.0  # seconds between the lane's progress events

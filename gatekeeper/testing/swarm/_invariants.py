@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from ..._prices import load_prices
-from ...run.realtime._realtime import ANSWER_LOST
+from ...decide._downloads import ANSWER_LOST
 from .._wire import prompt_of
 from ._sim import LEASE, Weather
 from ._world import DrawnJob
@@ -243,6 +243,7 @@ class TableBooks:
     batch_paid: dict[str, int] = field(default_factory=dict)  # id -> answers billed in the batch lane, any prompt
     realtime_paid: dict[str, int] = field(default_factory=dict)
     realtime_lost: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # id -> its error in the result table (errored rows)
 
 
 def table_books(w: Weather) -> list[TableBooks]:
@@ -262,7 +263,7 @@ def table_books(w: Weather) -> list[TableBooks]:
         qs = _qs(table_path(spec, here))
         ids = [f"{spec.name}-r{k}" for k in range(len(qs))]
         digests = {cid: digest_of(spec, k) if q is not None else None for k, (cid, q) in enumerate(zip(ids, qs))}
-        result = pq.read_table(out_path(here), columns=["id", "status"]) if out_path(here).exists() else None
+        result = pq.read_table(out_path(here), columns=["id", "status", "error"]) if out_path(here).exists() else None
         runs = [r for r in w.runs if r.job == spec.name]
         books = TableBooks(spec, ids, digests, None if result is None else result["id"].to_pylist(),
                            {} if result is None else dict(zip(result["id"].to_pylist(), result["status"].to_pylist())),
@@ -270,6 +271,8 @@ def table_books(w: Weather) -> list[TableBooks]:
         books.batch_paid = {cid: by_id.get(cid, 0) for cid in ids}
         books.realtime_paid = {cid: records.realtime.get(d, 0) if d else 0 for cid, d in digests.items()}
         books.realtime_lost = {cid: records.realtime_lost.get(d, 0) if d else 0 for cid, d in digests.items()}
+        if result is not None:
+            books.errors = {i: e for i, e in zip(result["id"].to_pylist(), result["error"].to_pylist(), strict=True) if e}
         out.append(books)
     return out
 
@@ -316,7 +319,8 @@ def table_paid(job: TableBooks) -> dict[str, list[str]]:
     kept = [] if job.how != "finished" else [
         f"{cid} paid but {job.status.get(cid, 'absent')} in the result table" for cid in job.ids
         if job.batch_paid[cid] + job.realtime_paid[cid] - job.realtime_lost[cid] > 0
-        and job.status.get(cid) != "succeeded"]
+        and job.status.get(cid) != "succeeded"
+        and not (job.batch_paid[cid] == 0 and job.errors.get(cid, "").startswith(ANSWER_LOST))]  # (its reason said)
     return {"batch_once": once, "paid_at_most_twice": twice, "paid_answers_kept": kept}
 
 
