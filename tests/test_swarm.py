@@ -48,7 +48,10 @@ UNPROVEN_RIVAL = ("a lone lost create (or two) whose candidates carry our custom
                   "ids the rival sent, the usage cannot tell: the answers are kept apart, nothing paid twice, but not "
                   "joined (paid_answers_kept)")
 KNOWN: dict[int, str] = {
-    **{seed: UNPROVEN_RIVAL for seed in (1513, 1767, 2675, 3498, 5253, 8126)},
+    **{seed: UNPROVEN_RIVAL for seed in (1513, 1767, 2675, 3498, 5253, 8126, 10990)},
+    11294: "a primed job with a 30-minute deadline whose primer's create is answered 529 five times, each outcome "
+           "unknown until the listing's grace has passed: its held rest moves to the real-time lane at the reading "
+           "after the last chance, past the deadline (deadline_could)",
     5908: "a primed job of 8 batches one at a time with a deadline: its last primer canceled at the last chance, its "
           "rest's requests reach the real-time lane a minute late (deadline_could)",
     9964: "a job whose creates keep failing with a 503 (each outcome unknown, reconciled after the listing's grace "
