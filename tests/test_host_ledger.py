@@ -301,6 +301,20 @@ def test_an_unwritable_state_folder_is_one_line_and_leaves_nothing(tmp_path: Pat
     assert creates == 0 and not Path(str(path) + ".gatekeeper").exists()
 
 
+def test_status_says_an_unwritable_state_folder_in_one_line_and_makes_nothing(tmp_path: Path) -> None:
+    """`status` reads this host's ledger where it is and never creates it; a state folder that could not be made (under
+    a file) is the same one line as submit's, exit 2, not a ledger file that cannot exist (a cold test's finding)."""
+    (tmp_path / "file").write_text("")
+    with running_fake() as fake:
+        proc = gk(["status", "--json"], env_for(fake, GATEKEEPER_HOME=str(tmp_path / "file" / "gk")))
+        ok = gk(["status", "--json"], env_for(fake, GATEKEEPER_HOME=str(tmp_path / "new" / "gk")))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()
+    assert len(last) == 1 and str(tmp_path / "file" / "gk") in last[0] and "GATEKEEPER_HOME" in last[0]
+    assert ok.returncode in (0, 1), ok.stderr  # (a folder not made yet but makeable: read as empty, not made)
+    assert not (tmp_path / "new").exists()
+
+
 # -- the fake ------------------------------------------------------------------------------------------------------
 
 def test_the_fake_loses_a_share_of_create_answers_from_its_command_line() -> None:

@@ -32,6 +32,19 @@ def state_home(environ: Mapping[str, str], *, platform: str = sys.platform) -> P
     return state / "gatekeeper"
 
 
+def check_home(environ: Mapping[str, str], *sub: str) -> Path:
+    """The state folder (or a folder under it) as a reading finds it, never created: one line naming it when it could
+    not be (a file where a folder should be, or a nearest existing folder this user may not write)."""
+    folder = state_home(environ).joinpath(*sub)
+    there = folder
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
+        raise UsageError(f"the state folder {folder} cannot be written (set {HOME_VARIABLE} to another)",
+                         setting=HOME_VARIABLE)
+    return folder
+
+
 def ensure_home(environ: Mapping[str, str], *sub: str) -> Path:
     """The state folder (or a folder under it), created for this user only; one line naming it when it cannot be."""
     folder = state_home(environ).joinpath(*sub)

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from ..._errors import LedgerError
 from .._db import is_postgres, safe_url
-from .._home import ensure_home, state_home
+from .._home import check_home, ensure_home
 from ._base import DEFAULT_TTL, Ledger, Liveness, new_owner
 from ._local import LocalLedger
 from ._postgres import PgLedger
@@ -55,7 +55,7 @@ def choose_ledger(setting: str | None, environ: Mapping[str, str], *, create: bo
         return LedgerChoice("none", None)
     if named != HOST:
         return LedgerChoice("shared", named)
-    home = ensure_home(environ, "ledger").parent if create else state_home(environ)
+    home = (ensure_home if create else check_home)(environ, "ledger").parent
     return LedgerChoice(HOST, f"sqlite://{os.path.abspath(host_ledger_file(home))}")
 
 
