@@ -278,3 +278,20 @@ def test_plan_sizes_the_file_offline_when_the_platforms_settings_are_missing(tmp
     assert len(warning) == 1 and "planned offline" in warning[0] and named in warning[0], planned.stderr
     refused = gk(["submit", str(path), "--platform", platform], env)
     assert refused.returncode == 2 and named in refused.stderr, refused.stderr
+
+
+def test_plan_sizes_the_file_offline_when_the_google_credentials_are_missing(tmp_path: Path) -> None:
+    """plan on Google with its settings but no credentials (a key file that is not there): exit 0, every line
+    sized, one warning naming the credentials, as on the other platforms; submit still refuses (exit 2). (A cold
+    test's finding: it exited 2 with no plan.)"""
+    path, ids = _job(tmp_path, 7)
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS=str(tmp_path / "none.json"))
+        planned = gk(["plan", str(path), "--platform", "google", "--json"], env)
+        refused = gk(["submit", str(path), *FAST, "--ceiling", "1000"], env)
+    assert planned.returncode == 0, planned.stderr
+    assert orjson.loads(planned.stdout)["requests"] == len(ids)
+    warning = planned.stderr.strip().splitlines()
+    assert len(warning) == 1 and "planned offline" in warning[0], planned.stderr
+    assert refused.returncode == 2 and fake.org.records.creates == 0

@@ -31,13 +31,19 @@ def plan_with_preflight(source: Source, config: ApiConfig | None, *, limits: Lim
         return report  # (its preflight None: the report says not asked)
     import anyio
 
+    from .._errors import CredentialsError
     from ..api._queue import connect
     from ._preflight import judge_plan
 
     async def judge_it() -> PlanReport:
-        async with connect(config, max_rpm=max_rpm, on_retry=on_retry) as conn:
-            return await judge_plan(source, conn.primary, report, limits=limits, hash_content=False,
-                                 token_sample=token_sample, on_warning=on_warning)
+        try:
+            async with connect(config, max_rpm=max_rpm, on_retry=on_retry) as conn:
+                return await judge_plan(source, conn.primary, report, limits=limits, hash_content=False,
+                                        token_sample=token_sample, on_warning=on_warning)
+        except CredentialsError as exc:  # (a plan sizes the file without the API: its credentials are submit's need)
+            if on_warning is not None:
+                on_warning(f"planned offline, the models not judged and no ceiling read: {exc}")
+            return report
 
     return anyio.run(judge_it)
 
