@@ -49,7 +49,21 @@ _EXPORTS: dict[str, str] = {
     "IncompleteDownload": "_errors", "DuplicateJob": "_errors", "JobLive": "_errors", "JobMissing": "_errors",
 }
 
-__all__ = sorted(_EXPORTS)
+# (a literal list: type checkers read it to know what is exported; a test holds it to `_EXPORTS`)
+__all__ = [
+    "AccountRefused", "ApiConfig", "ApiError", "AuthenticationError", "AwsPlatform", "BadRequest", "Batch",
+    "BatchPlan", "BearerToken", "Board", "Canceled", "CanceledBatch", "Claim", "ClaimPost", "Clock",
+    "CreateOutcomeUnknown", "CredentialsError", "DryRun", "DuplicateJob", "ExitCode",
+    "Federation", "GatekeeperError", "GooglePlatform", "Headroom", "IncompleteDownload", "InputError", "Interrupted",
+    "JobLive", "JobMissing", "JournalError", "Ledger", "LedgerError", "LedgerReading", "Limits", "Liveness",
+    "NotFoundError", "OutputError", "PlanReport", "Platform", "PriceTable", "ProfileLogin",
+    "QueueFull", "QueuedBatch", "RateLimited", "Rates", "Rejection", "Request", "RequestTooLarge", "Reservation",
+    "RetryPolicy", "Secret", "ServerError", "SpendLimitReached", "Status",
+    "SubmitSettings", "Summary", "TablePlan", "TableResult", "TableSpec", "Template", "TokenExpired",
+    "TransportError", "Unreachable", "UsageError", "WallClock", "cancel", "dry_run", "export",
+    "forecast_deadline", "iter_batches", "job_summary", "load_prices", "open_ledger", "plan", "plan_table",
+    "preflight", "status", "submit", "submit_sync", "submit_table", "submit_table_sync",
+]
 
 
 def __getattr__(name: str) -> object:

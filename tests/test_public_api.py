@@ -297,3 +297,20 @@ def test_no_class_a_reader_cannot_hold() -> None:
     too_big = {key: size for key, size in sizes.items() if size[0] > 300 or size[1] > 40}
     assert not too_big, too_big
     assert max(size[0] for size in sizes.values()) > 200  # (the measure sees the large ones: it is not vacuous)
+
+
+def test_all_is_a_literal_list_a_type_checker_reads_and_names_every_export() -> None:
+    """`mypy --strict` sees only what a literal `__all__` lists, and only names the `TYPE_CHECKING` block imports (a
+    cold test found every public name refused as not exported while `__all__` was computed)."""
+    import ast
+
+    import gatekeeper
+
+    tree = ast.parse(Path(gatekeeper.__file__).read_text())
+    literal = next(n.value for n in tree.body if isinstance(n, ast.Assign)
+                   and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets))
+    assert isinstance(literal, ast.List) and all(isinstance(e, ast.Constant) for e in literal.elts)
+    assert [e.value for e in literal.elts] == sorted(gatekeeper._EXPORTS)  # type: ignore[attr-defined]
+    checked = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    imported = {a.asname or a.name for n in ast.walk(checked) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert set(gatekeeper._EXPORTS) <= imported, set(gatekeeper._EXPORTS) - imported  # type: ignore[attr-defined]
