@@ -226,7 +226,7 @@ def test_the_exporter_reads_the_platforms_queue(tmp_path: Path) -> None:
             assert fake.config.aws is not None and fake.config.aws.signed > 0 and fake.config.aws.refused == []
         finally:
             proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=10)
+            proc.communicate(timeout=60)
 
 
 def test_status_names_no_admin_key_and_a_wrong_workspace_is_one_line_naming_its_variable(tmp_path: Path) -> None:

@@ -240,7 +240,7 @@ def test_report_and_exporter_show_what_caching_did(tmp_path: Path) -> None:
         assert proc.stdout is not None
         m = _wait_for(orjson.loads(proc.stdout.readline())["url"], "gatekeeper_readings_total", 1)
         proc.send_signal(2)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=60)
     assert report["summary"]["caching"] == s and s["read_tokens"] > 0 and s["write_1h_tokens"] > 0
     assert "cache write tokens, 1h" in html and f"{s['read_tokens']:,}" in html
     run = ("run", Path(state).name)

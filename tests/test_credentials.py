@@ -408,7 +408,7 @@ def test_the_fake_rehearses_federation_from_its_command_line(tmp_path: Path) -> 
         assert keyed.returncode == 2 and "API keys are not accepted" in keyed.stderr
     finally:
         run.send_signal(signal.SIGINT)
-        run.communicate(timeout=10)
+        run.communicate(timeout=60)
         if env:
             Path(env["ANTHROPIC_IDENTITY_TOKEN_FILE"]).unlink(missing_ok=True)
 

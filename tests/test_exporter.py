@@ -60,7 +60,7 @@ def test_exporter_serves_the_queue_and_a_run(tmp_path: Path) -> None:
     m = _wait_for(url, "gatekeeper_reading_errors_total", 1)
     assert m[("gatekeeper_queue_depth_requests", ())] == 850 and m[("gatekeeper_last_reading_age_seconds", ())] >= 0
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=20)
+    _, err = proc.communicate(timeout=60)  # (a stop under a loaded suite: seconds, not minutes)
     assert proc.returncode == 0 and "Traceback" not in err and "the last values are kept" in err
 
 
@@ -85,7 +85,7 @@ def test_exporter_reads_through_federation_with_tokens_shorter_than_its_life(tmp
         m = _wait_for(url, "gatekeeper_readings_total", 4)
         pages = httpx.get(url, timeout=10).text
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=60)
     assert m[("gatekeeper_queue_depth_requests", ())] == 350 and m[("gatekeeper_reading_errors_total", ())] == 0
     assert len(fed.exchanges) >= 4 and {e["workspace"] for e in fed.exchanges} == {"wrkspc_1", "wrkspc_2"}
     secrets = [*fed.issued, token_file.read_text().strip()]
