@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._errors import GatekeeperError, UsageError
@@ -206,3 +206,30 @@ def for_cli(exc: GatekeeperError) -> str:
     flag = FLAGS.get(getattr(exc, "setting", None) or "")
     text = str(exc).replace("\n", " ")
     return f"{text} ({flag})" if flag and flag not in text else text
+
+
+def run_until_stopped(main: Callable[[], Awaitable[None]]) -> None:
+    """Run `main` (a command that reads until stopped: `status --watch`, the exporter) until Ctrl-C or SIGTERM, which
+    cancel it through a cancel scope: level-triggered, so a cancellation that one await swallowed (a reading's
+    retry, a thread's result) is raised again at the next; a KeyboardInterrupt raised into the event loop was lost
+    that way once in a while, and the command read on forever."""
+    import signal
+
+    import anyio
+
+    async def until_stopped() -> None:
+        async with anyio.create_task_group() as tg:
+            async def stopper() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(stopper)
+            await main()
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(until_stopped)
+    except KeyboardInterrupt:
+        pass

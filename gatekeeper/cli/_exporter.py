@@ -15,7 +15,7 @@ from .._errors import ExitCode, GatekeeperError, UsageError
 from .._prices import PriceTable, load_prices
 from ..watch._exporter import RunFigures, run_figures, serve
 from ..watch._watch import reading_interval
-from ._common import api_config, for_cli, json_line
+from ._common import api_config, for_cli, json_line, run_until_stopped
 from ._status import status_reader
 
 
@@ -43,12 +43,10 @@ def cmd_exporter(args: argparse.Namespace) -> int:
             await _export_reading(args, read, prices, snap)
 
     try:
-        anyio.run(readings)
-    except KeyboardInterrupt:
-        return ExitCode.OK
+        run_until_stopped(readings)
     finally:
         server.shutdown()
-    return ExitCode.OK  # (never reached: only a stop ends the readings)
+    return ExitCode.OK  # (only a stop ends the readings)
 
 
 async def _export_reading(args: argparse.Namespace, read: Callable[[], Any], prices: PriceTable,

@@ -14,7 +14,7 @@ from .._errors import ExitCode
 from ..api._config import ApiConfig
 from ..checks._status import Status, status
 from ..watch._watch import reading_interval, watch
-from ._common import api_config, print_json, retry_notice
+from ._common import api_config, print_json, retry_notice, run_until_stopped
 from ._render import render_status
 
 
@@ -49,8 +49,5 @@ def _watch_status(args: argparse.Namespace, config: ApiConfig, read: Callable[[]
     async def reading() -> dict[str, Any]:
         return (await read()).to_json()
 
-    try:
-        anyio.run(lambda: watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout))
-    except KeyboardInterrupt:
-        pass
+    run_until_stopped(lambda: watch(reading, render_status, interval=interval, tty=tty, out=sys.stdout))
     return ExitCode.OK
