@@ -96,6 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gatekeeper: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    except BaseExceptionGroup as group:  # (a stop raised inside a task group arrives wrapped: still a stop)
+        if group.subgroup(KeyboardInterrupt) is None:
+            raise
+        print("gatekeeper: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # Output piped into `head`: not an error of ours.
         devnull = os.open(os.devnull, os.O_WRONLY)
