@@ -613,11 +613,14 @@ async def test_a_high_job_that_lists_the_low_ones_batches_keeps_the_turn_as_they
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
+        await anyio.sleep(0.2)  # (its first look at the ledger taken, in a thread: a loaded machine is slow to)
         for k in range(4):
             await anyio.sleep(0)
             await lo_led.release(k)  # (the low job saw its batches end)
-        for _ in range(20):
-            await anyio.sleep(0)
+        with anyio.move_on_after(10):  # (bounded: a watch that never wakes fails below, never hangs the suite)
+            while not woke:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
     assert woke, "the high job's watch did not wake when room freed"
     assert not await lo.turn(50, 200, 0) and lo.ahead == "hi"  # (the low job leaves the room to it)
     assert await hi.turn(50, 200, 0) and await hi_led.reserve(9, 50, 200, 0)
