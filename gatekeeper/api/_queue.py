@@ -8,11 +8,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import httpx
 
 from .._clock import WALL, Clock
 from .._errors import ApiError, AuthenticationError, TransportError
+from .._tasks import tasks_beside
 from ..decide._headroom import (
     Headroom,
     ModelLimits,
@@ -28,7 +28,6 @@ from ._config import ApiConfig
 from ._http import RetryNotice, open_http
 from ._reads import rate_limits
 from ._retry import CallBudget, RetryPolicy
-from ._tokens import Spawn
 
 # A batch expires 24 h after creation, so one created longer ago than this has
 # ended: listing (newest first) can stop there instead of reading all history.
@@ -63,12 +62,12 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
     retried (so nobody waits in silence). A credential's tokens are exchanged ahead of expiry in the background, for
     as long as the connection is open. Every wait and reading of time (retries, retry-after, the call budget, token
     expiry) is on `clock`; `transport` replaces the network (`open_http`). A platform that serves no batches is
-    refused here, before any call."""
+    refused here, before any call. A background exchange records its failures for the calls that wait on it."""
     config.require_workspace_key()  # (a platform without batches is refused here, before any call)
     platform = config.platform
     budget = CallBudget(per_minute=max_rpm or config.default_rpm)
     timed = {"sleep": clock.sleep, "clock": clock.monotonic, "wall": clock.now}
-    async with open_http(transport=transport) as http, _background() as spawn:
+    async with open_http(transport=transport) as http, tasks_beside() as spawn:
         common: dict[str, Any] = {"retry": retry, "on_retry": on_retry, "platform": platform, **timed}
         auths = platform.auths(config, http, spawn, clock)
         ws = [ApiClient(http, config.base_url, auth, label=label, budget=budget, api_version=config.version, **common)
@@ -79,23 +78,6 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
         admin = None if org is None else ApiClient(http, org[0], org[1], label=org[2], **common)
         yield Connection(ws, admin, config.fingerprint(), admin_tried=config.admin_key is None,
                          ceiling_source=platform.ceiling_source)
-
-
-@asynccontextmanager
-async def _background() -> AsyncIterator[Spawn]:
-    """A task group for background exchanges, cancelled when the body ends; the body's own error raised as it is
-    (never wrapped in the group's ExceptionGroup: callers catch our errors by class). A background exchange
-    records its failures for the callers that wait on it and never raises."""
-    failure: list[Exception] = []
-    async with anyio.create_task_group() as tg:
-        try:
-            yield tg.start_soon
-        except Exception as exc:
-            failure.append(exc)
-        finally:
-            tg.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
 
 
 async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[str, Any]]:

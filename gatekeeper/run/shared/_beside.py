@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-import anyio
+from ..._tasks import tasks_beside
 
 T = TypeVar("T")
 
@@ -15,26 +15,7 @@ async def beside(body: Callable[[], Awaitable[T]], *helpers: Callable[[], Corout
     """`body()`'s result, with `helpers` running beside it until it ends (then cancelled). The first error, of
     `body` or of a helper (which then ends `body`), is raised as it is, never wrapped in the task group's
     ExceptionGroup: the CLI, the library and Airflow show it as its one line, with its exit code."""
-    outcome: list[T] = []
-    failure: list[Exception] = []
-
-    async def helping(helper: Callable[[], Coroutine[Any, Any, None]], scope: anyio.CancelScope) -> None:
-        try:
-            await helper()
-        except Exception as exc:
-            failure.append(exc)
-            scope.cancel()
-
-    async with anyio.create_task_group() as tg:
+    async with tasks_beside() as start:
         for helper in helpers:
-            tg.start_soon(helping, helper, tg.cancel_scope)
-        try:
-            outcome.append(await body())
-        except Exception as exc:
-            failure.append(exc)
-        finally:
-            tg.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    return outcome[0]
-
+            start(helper)
+        return await body()
