@@ -24,7 +24,16 @@ from gatekeeper.decide._admission import (
 from gatekeeper.decide._budget import MIN_BATCH, Spend, answering_models, may_spend, request_worst
 from gatekeeper.decide._downloads import Missing, download_wait, incomplete_reason, when_results_missing
 from gatekeeper.decide._ownership import Choice
-from gatekeeper.decide._reconcile import Action, candidates_for, compared, decide, nearest_first
+from gatekeeper.decide._reconcile import (
+    ABSENCE_CAP,
+    Action,
+    candidates_for,
+    compared,
+    decide,
+    lag_seen,
+    listing_grace,
+    nearest_first,
+)
 from gatekeeper.decide._settle import classify, errored_line, settle
 
 # -- sizing and room ---------------------------------------------------------
@@ -167,6 +176,23 @@ def test_compared_abandons_only_on_a_listing_read_after_the_grace(
     d = compared(choice, candidates, sent_at=T0, listed_at=listed_at, grace=180.0)
     assert d.action is action and d.proof == proof
     assert [b["id"] for b in d.candidates if d.action is Action.ADOPT] == ([adopted] if adopted else [])
+
+
+@pytest.mark.parametrize("grace, lag, expected", [
+    (180.0, 0.0, 180.0),  # a listing seen current: the setting
+    (180.0, 60.0, 180.0),  # it lags within the setting
+    (10.0, 30.0, 60.0),  # it lags past it (a cold tester's night): twice the lag seen
+    (180.0, 200.0, 400.0),
+    (10.0, 5 * ABSENCE_CAP, ABSENCE_CAP),  # capped: a batch missing for ever (deleted) cannot hold a job for ever
+    (2 * ABSENCE_CAP, 10.0, 2 * ABSENCE_CAP),  # a setting above the cap stays
+])
+def test_a_listing_that_lags_stretches_the_grace(grace: float, lag: float, expected: float) -> None:
+    assert listing_grace(grace, lag) == expected
+
+
+def test_lag_seen_is_the_longest_a_batch_of_ours_was_missing() -> None:
+    assert lag_seen([], 100.0) == 0.0
+    assert lag_seen([40.0, 95.0, 70.0], 100.0) == 60.0
 
 
 def test_nearest_first_orders_candidates_by_creation_after_the_send() -> None:

@@ -272,3 +272,20 @@ def test_later_batches_go_while_an_unknown_create_is_reconciled(tmp_path: Path) 
         assert {("admitted", 1), ("admitted", 2)} <= set(order[1:settled])  # admitted while batch 0 was unknown
         assert ("admitted", 0) in order[settled:]
         assert_exactly_once(fake, _out(path), expected)
+
+
+@pytest.mark.parametrize("ledger", [[], ["--ledger", "none"]])
+def test_a_listing_that_lags_past_the_grace_proves_nothing_absent(tmp_path: Path, ledger: list[str]) -> None:
+    """The grace set shorter than the listing's lag (a cold tester's night: 10 s against 30): a live batch of ours,
+    its create answered, is seen missing from the listing, so a lost create's absence proves nothing until twice
+    that long has passed; it is found and adopted, never sent again (before: sent again, paid twice, exit 0)."""
+    path, expected = _job(tmp_path, 60)
+    with running_fake(ceiling=1000, rate=5000, listing_lag=3.0) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit", after=1, times=2))  # the 2nd and 3rd creates' answers lost
+        proc = gk(["submit", str(path), *FAST, "--max-requests", "20", "--reconcile-grace", "0.5", *ledger],
+                  env_for(fake))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+        assert fake.org.records.creates == 3  # one a batch: the lost two adopted, never made again
+        assert_exactly_once(fake, _out(path), expected)
+        _processed_once(fake, expected)

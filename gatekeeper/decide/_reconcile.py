@@ -57,9 +57,26 @@ class Decision:
     apart: tuple[str, ...] = ()
 
 
+ABSENCE_CAP = 3600.0  # seconds: the longest a lagging listing stretches the grace (a job always ends)
+
+
 def listing_would_show(sent_at: float, listed_at: float, grace: float) -> bool:
     """Whether a listing read at `listed_at` would show a batch sent at `sent_at` (the listing lags by up to `grace`)."""
     return listed_at - sent_at > grace
+
+
+def listing_grace(grace: float, lag_seen: float) -> float:
+    """How long after a send a listing must be read for a batch's absence from it to prove it was never made:
+    the setting, or twice the longest this run saw a batch of ours (its create answered: it exists) missing from
+    the listing, if longer (capped at `ABSENCE_CAP`). A listing that lags past the setting would otherwise prove a
+    batch that exists absent, and it would be sent again: paid twice."""
+    return max(grace, min(2.0 * lag_seen, ABSENCE_CAP))
+
+
+def lag_seen(live_unlisted: Iterable[float], listed_at: float) -> float:
+    """The longest a batch of ours (its create answered: it exists) has been missing from a listing read at
+    `listed_at`, from the moments each was sent (0 when none is missing)."""
+    return max((listed_at - sent for sent in live_unlisted), default=0.0)
 
 
 def others_in_flight(reservations: Iterable[Any], owner: str) -> tuple[set[str], Counter[int]]:

@@ -59,7 +59,12 @@ class _Unproven(Exception):  # (control flow inside the collector, never raised 
 
 def _listing_shows(row: BatchRow, snap: Snapshot | None, grace: float) -> bool:
     """Whether the latest listing was read long enough after our send to show our batch, were it another."""
-    return snap is not None and listing_would_show(row.intent_at or 0.0, snap.at, grace)
+    return snap is not None and listing_would_show(row.intent_at or 0.0, snap.at, snap.grace(grace))
+
+
+def _grace_over(row: BatchRow, snap: Snapshot | None, grace: float) -> float:
+    """When a listing would show another batch that could be ours (the grace stretched while the listing lags)."""
+    return (row.intent_at or 0.0) + (grace if snap is None else snap.grace(grace))
 
 
 class _NotYet(Exception):  # (control flow inside the collector, never raised past it)
@@ -153,7 +158,7 @@ class Collector(Part):
                             raise _Unproven()
                         self._unproven.add(row.idx)
                         raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another "
-                                      "candidate", until=(row.intent_at or 0.0) + self.settings.reconcile_grace)
+                                      "candidate", until=_grace_over(row, snap, self.settings.reconcile_grace))
         except NotFoundError:
             return self._results_missing(row, None)
         except _NotOurs as wrong:  # (nothing of its download was kept: the transaction and the output rolled back)
@@ -187,7 +192,7 @@ class Collector(Part):
         if row.idx in self._unproven:  # weighed unproven: nothing to download again before the grace is over
             if not _listing_shows(row, snap, self.settings.reconcile_grace):
                 raise _NotYet("its usage cannot prove it ours: waiting out the listing's grace for another candidate",
-                              until=(row.intent_at or 0.0) + self.settings.reconcile_grace)
+                              until=_grace_over(row, snap, self.settings.reconcile_grace))
             self._unproven.discard(row.idx)
         learned = await learned_relations(self.api, self.journal, self.path)
         if learned is None:

@@ -10,6 +10,7 @@ from ..._errors import NotFoundError
 from ...api._queue import read_live, recent_batches
 from ...decide._downloads import BATCH_LIFETIME
 from ...decide._headroom import LIVE_STATES, live_batches, parse_time
+from ...decide._reconcile import lag_seen, listing_grace
 from ...state._journal import BatchRow, BatchState
 from ..shared._part import Part, RunContext, Snapshot
 
@@ -23,6 +24,10 @@ class Observer(Part):
         super().__init__(ctx)
         self.ceiling = ceiling
         self._last: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
+        # batches of ours (their creates answered) not listed yet, by send time, watched until listed even once
+        # ended: how long the listing lags (`listing_grace`), its longest this run in `_lag`
+        self._unlisted: dict[str, float] = {}
+        self._lag = 0.0
 
     async def observe(self) -> Snapshot:
         """List the queue over every key; move our batches that ended; count what the listing misses."""
@@ -36,6 +41,8 @@ class Observer(Part):
             batch = listed.get(row.batch_id or "") or await self._retrieve_unlisted(row)
             if batch is None or batch.get("processing_status") in LIVE_STATES and row.batch_id not in listed:
                 unseen += row.requests  # ours and live, but not in the listing we read
+            if row.batch_id and row.batch_id not in listed:  # (it exists: its create was answered)
+                self._unlisted.setdefault(row.batch_id, row.intent_at or parse_time(row.created_at) or at)
             if batch is not None and batch.get("processing_status") == "ended":
                 self.journal.mark_ended(row.idx, batch.get("ended_at"), batch.get("request_counts"))
                 self.emit("ended", {"batch": row.idx, "id": row.batch_id, "counts": batch.get("request_counts")})
@@ -44,7 +51,17 @@ class Observer(Part):
         mine = self.journal.adoptions.known_batch_ids()
         ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
         self._record(depth + unseen, ours)
-        return Snapshot(depth, listed, unseen, at)
+        self._note_lag(lag_seen(self._unlisted.values(), at))
+        self._unlisted = {k: sent for k, sent in self._unlisted.items() if k not in listed}
+        return Snapshot(depth, listed, unseen, at, self._lag)
+
+    def _note_lag(self, lag: float) -> None:
+        """Keep the longest lag seen; say so when it first stretches the grace (a lost create then waits longer)."""
+        setting = self.settings.reconcile_grace
+        if listing_grace(setting, lag) > listing_grace(setting, self._lag) == setting:
+            self.emit("listing_lags", {"lag_s": round(lag, 1), "grace_s": round(listing_grace(setting, lag), 1),
+                                       "policy": "a lost create's absence proves nothing before twice the lag seen"})
+        self._lag = max(self._lag, lag)
 
     def _record(self, depth: int, ours: int) -> None:
         """A timeline point when the queue changed, or a minute after the last one (a plateau needs no more)."""

@@ -44,17 +44,17 @@ class Reconciler(Part):
         reservations = await self.ledger.reservations()
         theirs, unconfirmed = others_in_flight(reservations, self.ledger.owner)
         known = self.journal.adoptions.known_batch_ids() | theirs
-        now = self.clock()
+        now, grace = self.clock(), snap.grace(self.settings.reconcile_grace)
         for row in intents:
             sent_at = row.intent_at or 0.0
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.settings.clock_skew)
             rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests) + unconfirmed[row.requests] \
                 + dead_rivals(reservations, self.ledger.owner, row.requests, sent_at - self.settings.clock_skew, now,
-                              self.settings.reconcile_grace)  # (a create shows within the grace, or never: as ours)
-            d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=self.settings.reconcile_grace,
+                              grace)  # (a create shows within the grace, or never: as ours)
+            d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=grace,
                        body_complete=row.body_complete, named_after=self._named_after(snap.at))
             if d.action is Action.COMPARE:
-                d = await self._compare(row, d, sent_at, snap.at, rivals)
+                d = await self._compare(row, d, sent_at, snap.at, rivals, grace)
             await self._apply(row, d, known)
 
     def _named_after(self, now: float) -> float | None:
@@ -64,7 +64,8 @@ class Reconciler(Part):
             return None
         return now - NAMED_FOR / 2
 
-    async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float, rivals: int) -> Decision:
+    async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float, rivals: int,
+                       grace: float) -> Decision:
         """Settle an unknown create among ended candidates by their results: our custom_ids first, then whose
         prompts they were billed for (`_ownership`). Those proven another's are never candidates again."""
         ours = self._ours.get(row.idx)
@@ -101,7 +102,7 @@ class Reconciler(Part):
         if choice.foreign and choice.ours is not None:  # (set aside only beside the one taken: usage ranks, never more)
             self.journal.adoptions.foreign(choice.foreign)
             self.emit("not_ours", {"batch": row.idx, "ids": list(choice.foreign), "why": "its usage is another's prompts"})
-        return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=self.settings.reconcile_grace,
+        return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=grace,
                         with_our_ids=with_ids)
 
     async def _read(self, batch: dict[str, Any], ours: Ours) -> Results | None:

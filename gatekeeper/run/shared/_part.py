@@ -12,6 +12,7 @@ from ..._prices import PriceTable
 from ...api._client import ApiClient
 from ...api._http import Sleep
 from ...api._queue import Connection
+from ...decide._reconcile import listing_grace
 from ...state._journal import BatchRow, Journal
 from ...state._output import OutputFile
 from ...state.ledger._base import Ledger
@@ -27,6 +28,11 @@ class Snapshot:
     listed: dict[str, dict[str, Any]]  # id -> batch, primary workspace
     unseen: int  # our live requests the listing does not show
     at: float  # the clock when the listing began to be read
+    lag: float = 0.0  # the longest this run saw a batch of ours missing from a listing (`listing_grace`)
+
+    def grace(self, setting: float) -> float:
+        """How long after a send this listing proves a batch absent: `setting`, or longer while the listing lags."""
+        return listing_grace(setting, self.lag)
 
 
 @dataclass(frozen=True)
