@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from gatekeeper._errors import UsageError
-from gatekeeper.state._home import ensure_home, state_home
+from gatekeeper.state._home import check_home, ensure_home, state_home
 
 
 @pytest.mark.parametrize(("environ", "platform", "expected"), [
@@ -36,3 +37,19 @@ def test_a_file_where_the_folder_should_be_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as e:
         ensure_home({"GATEKEEPER_HOME": str(tmp_path / "gk")}, "ledger")
     assert str(tmp_path / "gk" / "ledger") in str(e.value)
+
+
+def test_a_reading_names_why_the_folder_cannot_be_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status` (which never creates the folder) says why, as `submit`'s line does: a file in the way, a read-only
+    file system (a cold tester's mount), or no permission."""
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(UsageError, match="is not a folder"):
+        check_home({"GATEKEEPER_HOME": str(tmp_path / "file" / "gk")})
+    monkeypatch.setattr("os.access", lambda *a, **k: False)  # (root may write anywhere: the reading is what is tested)
+    with pytest.raises(UsageError, match="Permission denied") as e:
+        check_home({"GATEKEEPER_HOME": str(tmp_path / "gk")})
+    assert str(tmp_path / "gk") in str(e.value) and "GATEKEEPER_HOME" in str(e.value)
+    read_only = type("F", (), {"f_flag": os.ST_RDONLY})()
+    monkeypatch.setattr("os.statvfs", lambda p: read_only)
+    with pytest.raises(UsageError, match="Read-only file system"):
+        check_home({"GATEKEEPER_HOME": str(tmp_path / "gk")})

@@ -40,9 +40,18 @@ def check_home(environ: Mapping[str, str], *sub: str) -> Path:
     while not there.exists() and there != there.parent:
         there = there.parent
     if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
-        raise UsageError(f"the state folder {folder} cannot be written (set {HOME_VARIABLE} to another)",
-                         setting=HOME_VARIABLE)
+        raise UsageError(f"the state folder {folder} cannot be written: {_why_not(there)} (set {HOME_VARIABLE} to "
+                         "another)", setting=HOME_VARIABLE)
     return folder
+
+
+def _why_not(there: Path) -> str:
+    """Why an existing path cannot take a folder, as the OS would say it (what `submit`'s line says, `os_error`)."""
+    if not there.is_dir():
+        return f"{there} is not a folder"
+    if os.statvfs(there).f_flag & os.ST_RDONLY:
+        return "Read-only file system"
+    return "Permission denied"
 
 
 def ensure_home(environ: Mapping[str, str], *sub: str) -> Path:
