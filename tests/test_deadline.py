@@ -657,3 +657,23 @@ async def test_a_full_disk_in_the_batch_lane_settles_the_calls_out_too(tmp_path:
         assert calls == answered > 0 and journal.outcomes.final_count() == answered
     finally:
         journal.close()
+
+
+@pytest.mark.parametrize("point", ["deadline-cancel-journaled:1", "deadline-canceled:1"])
+def test_a_kill_at_a_deadline_cancel_sends_its_requests_real_time_on_the_rerun(tmp_path: Path, point: str) -> None:
+    """Killed as a batch is canceled for the deadline (journaled, not yet asked; or asked, not yet said): the rerun
+    asks for the cancel again if the batch still runs, and sends what it gives back real time, never into a new batch
+    of the stalled lane (a cold tester's F4: the cancel was asked before it was journaled, and a kill between the two
+    made a new batch of its requests, canceled in its turn, the deadline missed)."""
+    path, expected = _input(tmp_path)
+    with running_fake(rate=0.0, realtime=RT) as fake:
+        args = ["submit", str(path), "--deadline", "40s", "--turnaround", "2", "--deadline-slack", "25", *FAST]
+        crashed = gk(args, env_for(fake), crash_at=point)
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+        done = gk(args, env_for(fake))
+        assert done.returncode == 0, done.stderr[-2000:]
+        s = orjson.loads(done.stdout)
+        assert s["succeeded"] == 40 and s["deadline"]["met"] is True
+        assert s["lanes"]["realtime"]["requests"] == 40 and s["lanes"]["batch"]["requests"] == 0
+        assert fake.org.records.creates == 2  # the two batches of the first run, none made of what they gave back
+        assert_one_lane_each(fake, _out(path), expected)

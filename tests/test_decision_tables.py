@@ -11,7 +11,7 @@ from gatekeeper import Limits, PlanReport, UsageError
 from gatekeeper._prices import load_prices
 from gatekeeper.checks._forecast import forecast_from_limits
 from gatekeeper.decide._budget import body_worst
-from gatekeeper.decide._deadline import JobBatch, stalled_for
+from gatekeeper.decide._deadline import JobBatch, newly_given_back, stalled_for
 from gatekeeper.decide._headroom import Headroom, ModelLimits, QueuedBatch, format_time, parse_time, repair_lines
 
 NOW = 1_800_000_000.0
@@ -121,3 +121,15 @@ def test_the_most_a_request_line_can_cost(body: bytes, per_in: float, per_out: f
 def test_a_line_whose_model_has_no_price_is_named() -> None:
     with pytest.raises(UsageError, match=r"claude-unknown-9 \(line 7"):
         body_worst(_line(fallbacks=["claude-unknown-9"]), 7, load_prices())
+
+
+@pytest.mark.parametrize("canceled, collected, given, new", [
+    ([], [0, 1], set(), set()),  # nothing canceled for the deadline: retries form batches as ever
+    ([5], [0, 1, 2], set(), set()),  # canceled, not yet collected
+    ([5], [0, 5], set(), {5}),  # collected this reading: what it gave back goes real time (a cold tester's F4)
+    ([5], [0, 5], {5}, set()),  # seen before: later retries are weighed as any (`moves`), not moved for it
+    ([5, 6], [5, 6], {5}, {6}),
+])
+def test_what_a_deadline_cancel_gave_back_goes_real_time_once(canceled: list[int], collected: list[int],
+                                                              given: set[int], new: set[int]) -> None:
+    assert newly_given_back(canceled, collected, given) == new

@@ -32,7 +32,7 @@ import datetime as dt
 import math
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,3 +255,10 @@ def forecast(*, requests: int, rounds: int, turn: float, window: float, lane_tim
     seconds = lane_time(moved)
     return {"batch_lane_alone": False, "realtime_requests": moved, "realtime_seconds": round(seconds, 1),
             "realtime_in_time": seconds + slack <= window}
+
+
+def newly_given_back(canceled: Iterable[int], collected: Iterable[int], given: set[int]) -> set[int]:
+    """The batches canceled for the deadline whose results were collected since the last reading (`given`: those
+    seen before): what they gave back waits for another attempt, and goes to the real-time lane, ahead, never into a
+    new batch of the lane that was too slow."""
+    return set(canceled) & set(collected) - given

@@ -30,6 +30,7 @@ from ...decide._deadline import (
     canceled_collect,
     canceled_watch,
     moves,
+    newly_given_back,
     project,
     reading_by,
     resolve_deadline,
@@ -40,6 +41,7 @@ from ...decide._headroom import format_time, parse_time
 from ...decide._pacing import Cost
 from ...state._journal import BatchRow, BatchState
 from ..shared._budget import check_spend
+from ..shared._checkpoints import reached
 from ..shared._inputs import read_at
 from ..shared._part import Part, RunContext, Snapshot
 from ..shared._settings import SubmitSettings
@@ -75,6 +77,7 @@ class DeadlineKeeper(Part):
         self.closed: str | None = None  # why the lane may not be used this run (the credentials may not call it)
         self._window: float | None = None  # the deadline's window, from the job's first run (`_collect`)
         self.passed_said = False
+        self.recanceled = False  # whether this run asked again for the cancels journaled by a killed run (`_recancel`)
 
     def _sample(self, n: int = 50) -> None:
         """The lane's projections start from this job's own requests: their models, and the mean cost of the first
@@ -96,12 +99,15 @@ class DeadlineKeeper(Part):
             return
         if not self.sampled:
             self._sample()
+        if not self.recanceled:
+            await self._recancel(snap)
         m = self.decide(snap)
         if m.probe:  # (then decided again on what it measured: an assumed lane moves nothing)
             if not await self._probe():
                 return
             m = self.decide(snap)
-        if not m.any:
+        given_back = self._given_back()
+        if not m.any and not given_back:
             return
         refused = set(self.journal.get_meta("deadline_cancel_refused") or [])
         for idx in (i for i in m.cancel if i not in refused):
@@ -109,13 +115,24 @@ class DeadlineKeeper(Part):
             await self._cancel(self.journal.batch(idx), span)
         for idx in m.move:
             self._move_planned(self.journal.batch(idx))
-        if m.move_pending and self.journal.groups.pending_count():
+        if (m.move_pending or given_back) and self.journal.groups.pending_count():
             worst = self._worst_pending()
             if worst is not None:
                 n = self.journal.lane.move_pending(worst)
                 self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline),
                                           "lane_needs_s": self._lane_needs()})
         self.lane.wake.set()
+
+    def _given_back(self) -> bool:
+        """Whether a batch canceled for the deadline has been collected since the last reading (journaled: a kill
+        between its collection and this reading is seen by the rerun): what it gave back goes to the lane, ahead,
+        never into a new batch of the lane that was too slow (`moves` counted it as coming to the lane)."""
+        j = self.journal
+        given = set(j.get_meta("deadline_given_back") or [])
+        new = newly_given_back(j.get_meta("deadline_canceled") or [], [r.idx for r in j.batches(BatchState.COLLECTED)], given)
+        if new:
+            j.set_meta("deadline_given_back", sorted(given | new))
+        return bool(new)
 
     def _say_passed(self) -> None:
         """Once the deadline has passed with work unfinished, say so at once (the run goes on to finish it, in the
@@ -227,23 +244,39 @@ class DeadlineKeeper(Part):
         if self._refused_by_budget(sum(self._worst(body, line) for line, _, body, _ in self._requests_of(row)), row.requests):
             return
         self.canceled_spans[row.idx] = span
+        # (journaled before it is asked: a run killed between the two would otherwise send its requests back into a
+        # new batch on the rerun; the rerun asks again, `recancel`)
+        self.journal.set_meta("deadline_canceled_spans", {str(k): v for k, v in self.canceled_spans.items()})
+        self.journal.set_meta("deadline_canceled", sorted({*(self.journal.get_meta("deadline_canceled") or []), row.idx}),
+                              "deadline_cancel", batch=row.idx, id=row.batch_id)
+        reached("deadline-cancel-journaled")
         try:
             status = await self.api.cancel_if_running(str(row.batch_id))
         except AuthenticationError as exc:
             if exc.status != 403:
                 raise
             return self._cancel_refused(row, exc)
-        self.journal.set_meta("deadline_canceled_spans", {str(k): v for k, v in self.canceled_spans.items()})
-        self.journal.set_meta("deadline_canceled", sorted({*(self.journal.get_meta("deadline_canceled") or []), row.idx}),
-                              "deadline_cancel", batch=row.idx, id=row.batch_id)
+        reached("deadline-canceled")
         self.emit("deadline_cancel", {"batch": row.idx, "id": row.batch_id, "status": status,
                                       "why": "projected to end after the deadline; its unfinished requests go real time"})
+
+    async def _recancel(self, snap: Snapshot) -> None:
+        """Once a run: a batch journaled as canceled for the deadline that the listing shows still in progress (the
+        run before was killed between the journal and the cancel) is asked to cancel again."""
+        self.recanceled = True
+        canceled = set(self.journal.get_meta("deadline_canceled") or [])
+        for row in self.journal.batches(BatchState.CREATED):
+            listed = snap.listed.get(row.batch_id or "")
+            if row.idx in canceled and listed is not None and listed.get("processing_status") == "in_progress":
+                await self._cancel(row, self.canceled_spans.get(row.idx, 0.0))
 
     def _cancel_refused(self, row: BatchRow, exc: AuthenticationError) -> None:
         """The credentials may not cancel (an IAM policy without the cancel action): the batch stays live and is
         never asked again in this job; the run goes on (its deadline may be missed), rather than stopping at the
         same decision on every rerun."""
         self.canceled_spans.pop(row.idx, None)
+        self.journal.set_meta("deadline_canceled_spans", {str(k): v for k, v in self.canceled_spans.items()})
+        self.journal.set_meta("deadline_canceled", [i for i in self.journal.get_meta("deadline_canceled") or [] if i != row.idx])
         refused = sorted({*(self.journal.get_meta("deadline_cancel_refused") or []), row.idx})
         self.journal.set_meta("deadline_cancel_refused", refused, "deadline_cancel_refused", batch=row.idx, id=row.batch_id)
         self.emit("deadline_cancel_refused", {"batch": row.idx, "id": row.batch_id, "reason": str(exc),
