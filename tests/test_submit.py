@@ -342,6 +342,24 @@ def test_dry_run_creates_nothing(tmp_path: Path) -> None:
         assert fake.org.records.creates == 0
 
 
+def test_cancel_while_a_create_is_unanswered_says_so_and_the_batch_is_canceled_once_found(tmp_path: Path) -> None:
+    """`cancel` while the first create's answer was lost: no id to cancel, and it says so (a cold tester read "0
+    batch(es) canceled" while the batch ran on); the running submit finds it in the listing and cancels it."""
+    path, _ = _input(tmp_path, 40)
+    with running_fake(ceiling=1000, rate=0.0, listing_lag=3.0, cancel_delay=0.0) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        proc = start_and_wait_for_create(["submit", str(path), *FAST, "--reconcile-grace", "30"], env_for(fake), fake)
+        c = gk(["cancel", str(path), "--json"], env_for(fake))
+        assert c.returncode == 0, c.stderr
+        assert orjson.loads(c.stdout) == {"canceled": [], "not_sent": 0, "unanswered_creates": 1}
+        human = gk(["cancel", str(path)], env_for(fake))
+        assert "1 create(s) still unanswered" in human.stdout
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err[-2000:]
+        assert orjson.loads(out)["canceled"] == 40 and fake.org.records.creates == 1
+        assert [b.status for b in fake.org.batches.values()] == ["ended"]
+
+
 def test_cancel_then_rerun(tmp_path: Path) -> None:
     """cancel stops the live batches; a rerun collects them, sends nothing new and does not resubmit the canceled."""
     path, _ = _input(tmp_path, 40)

@@ -23,7 +23,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                             journal=ref["journal"], job=ref["job"])
 
     results = [anyio.run(one, state) for state in states]  # (a table job's unfinished runs: one, as a rule)
-    result = Canceled(tuple(b for r in results for b in r.batches), sum(r.not_sent for r in results))
+    result = Canceled(tuple(b for r in results for b in r.batches), sum(r.not_sent for r in results),
+                      sum(r.unanswered for r in results))
     if args.json:
         print_json(result.to_json())
     else:
@@ -31,4 +32,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             print(f"canceled batch {b.batch} {b.id} ({b.status})")
         print(f"{len(result.batches):,} batch(es) canceled; {result.not_sent:,} planned requests will not be sent. "
               "Rerun submit to collect what ended.")
+        if result.unanswered:  # (a cold tester read "0 batch(es) canceled" while one ran on, its create unanswered)
+            print(f"{result.unanswered:,} create(s) still unanswered (no batch id yet): the running submit, or the "
+                  "next, cancels each once it finds it in the listing.")
     return ExitCode.OK

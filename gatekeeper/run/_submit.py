@@ -280,7 +280,8 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
                 status = await conn.primary.cancel_if_running(row.batch_id)
                 canceled.append(CanceledBatch(row.idx, row.batch_id, status))
         # (requests moved to the real-time lane and not yet called are never sent either)
-        return Canceled(tuple(canceled), sum(b.requests for b in j.batches(BatchState.PLANNED)) + j.lane.queued())
+        return Canceled(tuple(canceled), sum(b.requests for b in j.batches(BatchState.PLANNED)) + j.lane.queued(),
+                        len(j.batches(BatchState.INTENT)))
     finally:
         j.close()
 

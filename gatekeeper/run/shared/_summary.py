@@ -255,7 +255,9 @@ class Canceled:
 
     batches: tuple[CanceledBatch, ...]
     not_sent: int
+    # creates whose answer is not in yet (no id to cancel): the submit that reconciles each cancels it
+    unanswered: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"canceled": [{"batch": b.batch, "id": b.id, "status": b.status} for b in self.batches],
-                "not_sent": self.not_sent}
+                "not_sent": self.not_sent, "unanswered_creates": self.unanswered}
