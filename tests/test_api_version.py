@@ -15,7 +15,7 @@ from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import gk
 
-FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 NEW = "2026-10-21"
 
 
@@ -86,7 +86,7 @@ def test_the_library_sends_the_version_of_its_config(tmp_path: Path) -> None:
     path, ok = _input(tmp_path)
     with running_fake(ceiling=10_000, rate=5000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url, api_version=NEW)
-        s = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "s", poll=0.05))
+        s = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "s", interval=0.05))
         assert s.succeeded == len(ok) and s.invalid == 2
         assert set(fake.org.records.versions.values()) == {NEW}
     with pytest.raises(UsageError, match="API version"):

@@ -20,7 +20,7 @@ from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, killed_after_a_create_then_rerun
 
 KEY_ID, SECRET = "AKIAFAKEFAKEFAKE0001", "fake/secret/key/0001"
-FAST = ["--platform", "aws", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--platform", "aws", "--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def aws_env(fake_url: str, tmp: Path, **extra: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, gk
 
-FAST = ["--platform", "google", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--platform", "google", "--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def google_env(fake_url: str, google: FakeGoogle, tmp: Path, **extra: str) -> dict[str, str]:
@@ -198,7 +198,7 @@ def test_the_library_runs_a_job_on_google_cloud(tmp_path: Path) -> None:
         config = ApiConfig(platform=platform)
         assert config.scope == "google_fake_project_global_wrkspc_gcp_1"
         assert config.base_url.endswith("/v1/projects/fake-project/locations/global/workspaces/wrkspc_gcp_1/invoke")
-        summary = anyio.run(lambda: submit(path, config=config, settings=SubmitSettings(poll=0.05, ceiling=1000)))
+        summary = anyio.run(lambda: submit(path, config=config, settings=SubmitSettings(interval=0.05, ceiling=1000)))
         assert summary.succeeded == len(ids)
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
         assert google.refused == [] and fake.org.records.bypass_calls == 0

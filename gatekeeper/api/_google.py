@@ -60,6 +60,9 @@ PERMISSIONS = {"create": "batches.create", "retrieve": "batches.get", "results":
                "count_tokens": "messages.countTokens", "messages": "messages.create", "rate_limits": "rateLimits.list"}
 _NAMED = re.compile(r"[Pp]ermission '?([A-Za-z0-9_./-]+?)'? (?:is )?denied")
 TokenProvider = Callable[[], "str | Awaitable[str]"]
+"""`GooglePlatform(token_provider=...)`: called (in a worker thread, or awaited when async) for each new Google
+access token; returns the token alone, kept five minutes before it is asked for again, as the SDK's
+`token_provider`."""
 
 
 @dataclass(frozen=True)

@@ -232,7 +232,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_ceiling(p)
     _add_margin(p)
     _add_interval(p, "between queue readings")
-    p.add_argument("--poll", type=_positive_float, dest="interval", help=argparse.SUPPRESS)  # (its old name)
+    p.add_argument("--poll", type=_positive_float, dest="interval", action=_OldName, help=argparse.SUPPRESS)
     p.add_argument("--max-in-flight", type=_positive_int, default=None, metavar="N",
                    help="our batches live at once, at most (default: as many as fit)")
     p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
@@ -605,6 +605,16 @@ def _add_table(p: argparse.ArgumentParser) -> None:
 
 def _add_state(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state", default=None, metavar="DIR", help="the run's state directory (default INPUT.gatekeeper/ beside the input)")
+
+
+class _OldName(argparse.Action):
+    """A flag's old name, still taken: stores as the new one does, with one warning line naming the new."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        new = next(a for a in parser._actions if a.dest == self.dest and a is not self).option_strings[0]
+        print(f"gatekeeper: warning: {option_string} is deprecated: use {new} (it means the same)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _add_interval(p: argparse.ArgumentParser, what: str) -> None:

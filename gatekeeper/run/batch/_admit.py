@@ -17,6 +17,7 @@ from ..._errors import (
     InputError,
     QueueFull,
     RateLimited,
+    ServerError,
     TokenExpired,
     TransportError,
 )
@@ -188,7 +189,8 @@ class Admitter(Part):
         except QueueFull as exc:
             self._refused(row, exc, depth, unseen)
             return None
-        except (RateLimited, TransportError, TokenExpired) as exc:  # (refused before it was read: nothing made)
+        # Refused before it was read: nothing made (a create's ServerError is a 5xx whose typed code proves it).
+        except (RateLimited, TransportError, TokenExpired, ServerError) as exc:
             self._deferred(row, exc)
             return None
         except CreateOutcomeUnknown as exc:
@@ -244,7 +246,7 @@ class Admitter(Part):
         self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
                             "reason": reason})
 
-    def _deferred(self, row: BatchRow, exc: RateLimited | TransportError | TokenExpired) -> None:
+    def _deferred(self, row: BatchRow, exc: RateLimited | TransportError | TokenExpired | ServerError) -> None:
         self.journal.back_to_planned(row.idx)
         wait = deferral_wait(getattr(exc, "retry_after", None), self.settings.min_backoff, self.settings.max_backoff)
         self.backoff_until = self.clock() + wait
