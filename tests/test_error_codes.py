@@ -33,7 +33,7 @@ from gatekeeper.testing import Fault
 from gatekeeper.testing._wire import CODED
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk
+from tests.runs import assert_exactly_once, events, gk, said
 
 FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 USAGE_LIMIT = "You have reached your specified API usage limits. You will regain access on 2027-01-01 at 00:00 UTC."
@@ -140,7 +140,7 @@ def _input(tmp: Path, n: int = 9) -> tuple[Path, set[str]]:
 
 
 def _one_line(stderr: str) -> str:
-    lines = [x for x in stderr.splitlines() if x.strip() and not x.startswith("{")]
+    lines = said(stderr)
     assert len(lines) == 1 and "Traceback" not in stderr, stderr[-2000:]
     return lines[0]
 

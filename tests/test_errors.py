@@ -26,7 +26,7 @@ from gatekeeper.state.ledger._redis import RedisLedger
 from gatekeeper.testing import FakeAPI
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, gk, start
+from tests.runs import assert_exactly_once, gk, said, start
 from tests.services import free_port, redis_server
 
 
@@ -207,7 +207,7 @@ def test_a_full_disk_is_one_line_and_the_rerun_with_room_sends_nothing_twice(sma
             done = gk(["submit", str(path), "--state", str(state), "--interval", "0.05", "--json"], env)
             if done.returncode == 0:
                 break
-            lines = [x for x in done.stderr.splitlines() if not x.startswith("{")]
+            lines = said(done.stderr)
             assert done.returncode == ExitCode.USAGE and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
             # (SQLite's "disk I/O error" too is told to be the full disk it is)
             assert "the disk holding it is full" in lines[0] or "No space left on device" in lines[0], lines[0]
@@ -240,7 +240,7 @@ def test_a_full_disk_under_a_deadline_never_buys_a_real_time_answer_a_third_time
                        "--deadline-slack", "18"], env)
             if done.returncode in (0, 1):
                 break
-            lines = [x for x in done.stderr.splitlines() if not x.startswith("{")]
+            lines = said(done.stderr)
             assert done.returncode == ExitCode.USAGE and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
             failures += 1
         assert done.returncode in (0, 1), done.stderr[-2000:]

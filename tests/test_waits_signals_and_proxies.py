@@ -21,7 +21,7 @@ import gatekeeper.api._http as client
 from gatekeeper.testing import Fault, prompt_of
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, start, wait_until
+from tests.runs import assert_exactly_once, events, gk, said, start, wait_until
 from tests.services import ForwardProxy, serving, silent_server
 
 FAST = ["--json", "--interval", "0.05", "--max-rpm", "60000", "--no-preflight"]
@@ -329,7 +329,9 @@ def test_a_short_command_stopped_by_sigterm_exits_130() -> None:
         wait_until(lambda: fake.org.records.requests_seen.get("list", 0) > 0, "the listing")
         run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=10)
-    assert run.returncode == 130 and err.strip().splitlines()[-1] == "gatekeeper: interrupted", err[-2000:]
+    assert run.returncode == 130 and said(err)[-1] == "gatekeeper: interrupted", err[-2000:]
+    assert orjson.loads(err.strip().splitlines()[-1])["error"] == {"type": "Interrupted", "message": "interrupted",
+                                                                     "exit_code": 130}  # (under --json, as JSON)
 
 
 def test_the_in_process_helper_honours_its_timeout(tmp_path: Path) -> None:

@@ -237,9 +237,7 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="our batches live at once, at most (default: as many as fit)")
     p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
                    help="attempts per request, the first included, for results that can succeed on another try (default 3)")
-    p.add_argument("--reconcile-grace", type=_positive_float, default=180.0, metavar="SECONDS",
-                   help="how long a create whose answer was lost may take to appear in the listing before it is "
-                   "taken as not created (default 180)")
+    _add_reconcile_grace(p)
     _add_limits(p)
     _add_prices(p)
     _add_ledger(p)
@@ -460,6 +458,7 @@ def _serve_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="a tenant's create of the same requests within SECONDS returns the same batch (default 3600; "
                    "0: only an Idempotency-Key does)")
     _add_interval(p, "between a job's queue readings")
+    _add_reconcile_grace(p)
     p.add_argument("--lease-ttl", type=_positive_float, default=60.0, metavar="SECONDS",
                    help="a replica that stops heartbeating loses its jobs to another after SECONDS (default 60)")
     p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
@@ -621,6 +620,12 @@ def _add_interval(p: argparse.ArgumentParser, what: str) -> None:
     """The one flag for the time between readings, in every command that reads again and again."""
     p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
                    help=f"seconds {what} (default 30; never faster than --max-rpm allows)")
+
+
+def _add_reconcile_grace(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reconcile-grace", type=_positive_float, default=180.0, metavar="SECONDS",
+                   help="how long a create whose answer was lost (a timeout, a reset, a 5xx without a typed code) may "
+                   "take to appear in the listing before it is taken as not created (default 180)")
 
 
 def _add_margin(p: argparse.ArgumentParser) -> None:
