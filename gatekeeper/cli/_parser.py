@@ -405,10 +405,16 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--google", type=_positive_float, nargs="?", const=3600.0, default=None, metavar="SECONDS",
                    help="serve as Claude on Google Cloud: path-style routes, Google access tokens of SECONDS (default "
                    "3600) minted at its own token endpoint for the service-account key file it writes, IAM per route; "
-                   "the line to paste sets GOOGLE_APPLICATION_CREDENTIALS, ANTHROPIC_GOOGLE_CLOUD_BASE_URL and "
+                   "the line to paste sets GOOGLE_APPLICATION_CREDENTIALS, the project, location and workspace, "
+                   "GATEKEEPER_GOOGLE_CLOUD_ORIGIN (the fake, both routes' paths as on the platform) and "
                    "GATEKEEPER_PLATFORM=google")
     p.add_argument("--deny", action="append", default=[], metavar="PERMISSION",
                    help="with --google: refuse this IAM permission (batches.create, batches.list, messages.create, ...)")
+    p.add_argument("--organization-answers", action="store_true",
+                   help="with --google: the organization route (.../claudeOrganization/invoke/v1/organizations/"
+                   "rate_limits) answers the queue's ceiling, the --simulated-ceiling, to the workspace's token; "
+                   "without it that read is refused (403 rateLimits.list), as the live platform may refuse it: "
+                   "whether it answers there is not documented")
     p.add_argument("--federation", type=_positive_float, default=None, metavar="SECONDS",
                    help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
                    "the line to paste names an identity token file it writes, a rule and an organization")
