@@ -240,6 +240,8 @@ def test_an_unreachable_encryption_key_is_retried(tmp_path: Path, endpoint: str)
         seen = [e["event"] for e in events(done.stderr)]
         assert "create_unknown" not in seen and "reconciled" not in seen, seen
         assert seen.count("create_deferred") == (2 if endpoint == "create" else 0), seen
+        waits = [e["wait"] for e in events(done.stderr) if e["event"] == "create_deferred"]
+        assert waits == ([0.1, 0.2] if endpoint == "create" else []), waits  # (doubling from the backoff's floor)
         assert fake.org.records.creates == 1
 
 
