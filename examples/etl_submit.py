@@ -24,7 +24,7 @@ def rows():
 
 async def etl(url: str, state_dir: str) -> gatekeeper.Summary:
     config = gatekeeper.ApiConfig(workspace_keys=[gatekeeper.Secret("etl-key")], base_url=url)
-    settings = gatekeeper.SubmitSettings(state_dir=state_dir, ceiling=2_000, poll=0.2)
+    settings = gatekeeper.SubmitSettings(state_dir=state_dir, ceiling=2_000, interval=0.2)
     stored = 0
 
     def store(custom_id: str, result: dict) -> None:  # called once per final result, after it is committed

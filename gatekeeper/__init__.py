@@ -35,6 +35,10 @@ _EXPORTS: dict[str, str] = {
     "Ledger": "state.ledger._base", "Liveness": "state.ledger._base", "open_ledger": "state.ledger._open",
     "Reservation": "state.ledger._base", "Claim": "state._claims", "ClaimPost": "state._claims", "Board": "state._claims",
     "export": "run.shared._results", "Clock": "_clock", "WallClock": "_clock",
+    # the type aliases public functions take (what a caller may name in its own annotations)
+    "Source": "input._reader", "ModelRules": "input._reader", "EventSink": "run.shared._settings",
+    "ResultSink": "run._loop", "Credential": "api._credentials", "TokenProvider": "api._google",
+    "RetryNotice": "api._http", "TableJudge": "tables._plan",
     # table jobs (the tables extra: pyarrow)
     "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._plan",
     "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._plan",
@@ -53,14 +57,14 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "AccountRefused", "ApiConfig", "ApiError", "AuthenticationError", "AwsPlatform", "BadRequest", "Batch",
     "BatchPlan", "BearerToken", "Board", "Canceled", "CanceledBatch", "Claim", "ClaimPost", "Clock",
-    "CreateOutcomeUnknown", "CredentialsError", "DryRun", "DuplicateJob", "ExitCode",
+    "CreateOutcomeUnknown", "Credential", "CredentialsError", "DryRun", "DuplicateJob", "EventSink", "ExitCode",
     "Federation", "GatekeeperError", "GooglePlatform", "Headroom", "IncompleteDownload", "InputError", "Interrupted",
     "JobLive", "JobMissing", "JournalError", "Ledger", "LedgerError", "LedgerReading", "Limits", "Liveness",
-    "NotFoundError", "OutputError", "PlanReport", "Platform", "PriceTable", "ProfileLogin",
+    "ModelRules", "NotFoundError", "OutputError", "PlanReport", "Platform", "PriceTable", "ProfileLogin",
     "QueueFull", "QueuedBatch", "RateLimited", "Rates", "Rejection", "Request", "RequestTooLarge", "Reservation",
-    "RetryPolicy", "Secret", "ServerError", "SpendLimitReached", "Status",
-    "SubmitSettings", "Summary", "TablePlan", "TableResult", "TableSpec", "Template", "TokenExpired",
-    "TransportError", "Unreachable", "UsageError", "WallClock", "cancel", "dry_run", "export",
+    "ResultSink", "RetryNotice", "RetryPolicy", "Secret", "ServerError", "Source", "SpendLimitReached", "Status",
+    "SubmitSettings", "Summary", "TableJudge", "TablePlan", "TableResult", "TableSpec", "Template", "TokenExpired",
+    "TokenProvider", "TransportError", "Unreachable", "UsageError", "WallClock", "cancel", "dry_run", "export",
     "forecast_deadline", "iter_batches", "job_summary", "load_prices", "open_ledger", "plan", "plan_table",
     "preflight", "status", "submit", "submit_sync", "submit_table", "submit_table_sync",
 ]
@@ -113,8 +117,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from ._prices import PriceTable, Rates, load_prices
     from .api._aws import AwsPlatform
     from .api._config import ApiConfig, Secret
-    from .api._credentials import BearerToken, Federation, ProfileLogin
-    from .api._google import GooglePlatform
+    from .api._credentials import BearerToken, Credential, Federation, ProfileLogin
+    from .api._google import GooglePlatform, TokenProvider
+    from .api._http import RetryNotice
     from .api._platform import Platform
     from .api._retry import RetryPolicy
     from .checks._forecast import forecast_deadline
@@ -122,16 +127,17 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .decide._headroom import Headroom, QueuedBatch
     from .input._batches import Batch, Request, iter_batches
     from .input._planner import BatchPlan, PlanReport, plan
-    from .input._reader import Rejection
+    from .input._reader import ModelRules, Rejection, Source
     from .input._sizing import Limits
+    from .run._loop import ResultSink
     from .run._submit import cancel, dry_run, job_summary, preflight, submit, submit_sync
     from .run.shared._results import export
-    from .run.shared._settings import SubmitSettings
+    from .run.shared._settings import EventSink, SubmitSettings
     from .run.shared._summary import Canceled, CanceledBatch, DryRun, Summary
     from .state._claims import Board, Claim, ClaimPost
     from .state.ledger._base import Ledger, LedgerReading, Liveness, Reservation
     from .state.ledger._open import open_ledger
     from .tables._job import TableResult, submit_table, submit_table_sync
-    from .tables._plan import TablePlan, plan_table
+    from .tables._plan import TableJudge, TablePlan, plan_table
     from .tables._rows import TableSpec
     from .tables._template import Template

@@ -9,6 +9,9 @@ API_VERSION_VARIABLE = "GATEKEEPER_API_VERSION"
 # either reading of "MB", at a cost of 4.6% against 2^20.
 API_MAX_REQUESTS = 100_000
 API_MAX_BYTES = 256_000_000
+# A listing given both cursors: a page runs one way from one of them, so the API refuses the two (a 400
+# invalid_request_error; its wording here is ours, unverified).
+BOTH_CURSORS = "after_id, before_id: give one cursor at most, not both"
 
 # The environment variables that hold workspace keys: the first as the SDKs name it, the second this tool's own.
 API_KEY_VARIABLE = "ANTHROPIC_API_KEY"

@@ -30,7 +30,7 @@ from gatekeeper.gateway._settings import GatewaySettings
 from gatekeeper.testing import FakeAPI
 from tests.fakes import ADMIN, WS1
 
-QUICK = {"poll": 0.3, "scan": 0.1, "lease_ttl": 3.0}  # a job's readings and a replica's looks, in tenths of seconds
+QUICK = {"interval": 0.3, "scan": 0.1, "lease_ttl": 3.0}  # a job's readings and a replica's looks, in tenths of seconds
 
 
 def request(cid: str, text: str = "hi", model: str = "claude-haiku-4-5") -> dict[str, Any]:

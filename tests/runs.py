@@ -116,6 +116,18 @@ def events(stderr: str) -> list[dict]:
     return out
 
 
+def said(stderr: str) -> list[str]:
+    """The lines of stderr a person reads: each that is not a JSON event, and a command's error under --json (the
+    JSON `{"event": "error", ...}`) as the plain line it stands for, `gatekeeper: MESSAGE`."""
+    out = []
+    for line in stderr.splitlines():
+        if not line.startswith("{"):
+            out += [line] if line.strip() else []
+        elif (event := orjson.loads(line)).get("event") == "error":
+            out.append(f"gatekeeper: {event['error']['message']}")
+    return out
+
+
 def output_ids(path: Path) -> list[str]:
     data = path.read_bytes() if path.exists() else b""
     assert data == b"" or data.endswith(b"\n"), "the output ends in a partial line"

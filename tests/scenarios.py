@@ -56,7 +56,7 @@ def three_submitters(tmp: Path, *, ledger: str | None, ceiling: int = 300, per_j
             job = write_job(tmp / f"job{i}.jsonl", f"j{i}", per_job)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_")) or k == "GATEKEEPER_HOME"}
             env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": key})
-            args = ["submit", str(job), "--json", "--poll", "0.05", "--max-rpm", "60000",
+            args = ["submit", str(job), "--json", "--interval", "0.05", "--max-rpm", "60000",
                     "--ceiling", str(ceiling), "--reconcile-grace", "2", "--no-preflight"]
             if ledger:
                 args += ["--ledger", ledger]
@@ -120,7 +120,7 @@ async def two_jobs_a_night(tmp: Path, *, speed: float, low: int, high: int, high
         async def one(name: str, n: int, key: str, priority: str, after: float) -> None:
             await world.sleep(after)
             path = write_job(tmp / f"{name}.jsonl", name, n)
-            settings = SubmitSettings(ceiling=ceiling, poll=poll, priority=priority, preflight=False, token_sample=0,
+            settings = SubmitSettings(ceiling=ceiling, interval=poll, priority=priority, preflight=False, token_sample=0,
                                       ledger_ttl=900.0, state_dir=tmp / f"{name}.state")
             journal = Journal.open(tmp / f"{name}.state", clock=world.now)
             ledger = SqliteLedger(ledger_path, f"{name}-owner", clock=world.now)

@@ -245,7 +245,7 @@ def test_the_trigger_serialized_runs_in_another_process_and_never_stalls_its_loo
         spec = JobSpec(conn_id="anthropic_default", input_path=str(path), state_dir=str(state), results_path=None,
                        journal=None, job="job-1", ledger=None, ceiling=None, budget=None, max_attempts=3, poll_interval=0.1,
                        state_base=str(tmp_path / "base"))
-        prepared = submit_sync(path, config=config, settings=SubmitSettings(state_dir=state, poll=0.1), prepare_only=True)
+        prepared = submit_sync(path, config=config, settings=SubmitSettings(state_dir=state, interval=0.1), prepare_only=True)
         assert prepared.requests == 2000 and fake.org.records.creates == 0
         serialized = json.dumps(GatekeeperTrigger(**spec.to_kwargs()).serialize())
         assert WS1 not in serialized and ADMIN not in serialized
@@ -281,7 +281,7 @@ def test_on_kill_cancels_the_live_batches_as_cancel_does(tmp_path: Path, airflow
         op = GatekeeperSubmitOperator(task_id="t", input_path=str(path), poll_interval=0.1, state_dir=str(tmp_path / "s"))
         spec = op._job_spec(connection_config("anthropic_default"))
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        submit_sync(path, config=config, settings=SubmitSettings(state_dir=Path(spec.state_dir), poll=0.1), prepare_only=True)
+        submit_sync(path, config=config, settings=SubmitSettings(state_dir=Path(spec.state_dir), interval=0.1), prepare_only=True)
         trigger = GatekeeperTrigger(**spec.to_kwargs())
 
         async def killed_while_deferred() -> None:
@@ -330,7 +330,7 @@ def test_a_stopped_trigger_waits_for_the_real_time_calls_out_as_long_as_the_run_
                                       deadline="62s")
         spec = op._job_spec(connection_config("anthropic_default"))
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        submit_sync(path, config=config, settings=SubmitSettings(state_dir=Path(spec.state_dir), poll=0.1), prepare_only=True)
+        submit_sync(path, config=config, settings=SubmitSettings(state_dir=Path(spec.state_dir), interval=0.1), prepare_only=True)
 
         async def stopped_with_calls_out() -> dict:
             run = asyncio.ensure_future(GatekeeperTrigger(**spec.to_kwargs()).run().__anext__())

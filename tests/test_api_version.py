@@ -13,9 +13,9 @@ from gatekeeper import ApiConfig, Secret, SubmitSettings, UsageError, submit_syn
 from gatekeeper.input._reader import version_reason
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import gk
+from tests.runs import gk, said
 
-FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 NEW = "2026-10-21"
 
 
@@ -75,7 +75,7 @@ def test_submit_under_2026_sends_only_what_that_version_takes_and_the_job_keeps_
         assert set(fake.org.records.versions.values()) == {NEW}
         assert "warm" not in fake.org.records.succeeded and "topk" not in fake.org.records.succeeded
         other = gk(["submit", str(path), *FAST, "--api-version", "2023-06-01"], env_for(fake))
-        lines = [x for x in other.stderr.splitlines() if not x.startswith("{")]
+        lines = said(other.stderr)
         assert other.returncode == 2 and len(lines) == 1 and "started with API version 2026-10-21" in lines[0], other.stderr
         again = gk(["submit", str(path), *FAST], env_for(fake))
         assert again.returncode == 1 and fake.org.records.creates == 1, again.stderr
@@ -86,7 +86,7 @@ def test_the_library_sends_the_version_of_its_config(tmp_path: Path) -> None:
     path, ok = _input(tmp_path)
     with running_fake(ceiling=10_000, rate=5000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url, api_version=NEW)
-        s = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "s", poll=0.05))
+        s = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "s", interval=0.05))
         assert s.succeeded == len(ok) and s.invalid == 2
         assert set(fake.org.records.versions.values()) == {NEW}
     with pytest.raises(UsageError, match="API version"):
@@ -109,7 +109,7 @@ def test_the_usage_limit_stops_any_command_with_one_line_naming_the_date(tmp_pat
                           times=len(commands) + 1))
         for cmd in (*commands, ["submit", str(path), *FAST]):
             stopped = gk(cmd, env_for(fake))
-            lines = [x for x in stopped.stderr.splitlines() if x.strip() and not x.startswith("{")]
+            lines = said(stopped.stderr)
             assert stopped.returncode == 2 and "Traceback" not in stopped.stderr, stopped.stderr[-1500:]
             assert "2027-01-01" in lines[-1] and len(lines) == 1, lines
         assert fake.org.records.creates == 0 and not fake.org.records.succeeded

@@ -17,10 +17,10 @@ import pytest
 from gatekeeper.testing import FakeAws
 from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, killed_after_a_create_then_rerun
+from tests.runs import assert_exactly_once, events, gk, killed_after_a_create_then_rerun, said
 
 KEY_ID, SECRET = "AKIAFAKEFAKEFAKE0001", "fake/secret/key/0001"
-FAST = ["--platform", "aws", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--platform", "aws", "--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def aws_env(fake_url: str, tmp: Path, **extra: str) -> dict[str, str]:
@@ -240,7 +240,7 @@ def test_status_names_no_admin_key_and_a_wrong_workspace_is_one_line_naming_its_
         assert "--ceiling" in " ".join(orjson.loads(status.stdout)["repair"])
         for cmd in (["status", "--platform", "aws"], ["submit", str(path), *FAST]):
             wrong = gk(cmd, aws_env(fake.url, tmp_path, ANTHROPIC_AWS_WORKSPACE_ID="wrkspc_other"))
-            lines = [x for x in wrong.stderr.splitlines() if x.strip() and not x.startswith("{")]
+            lines = said(wrong.stderr)
             assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr[-1500:]
             assert len(lines) == 1 and "ANTHROPIC_AWS_WORKSPACE_ID" in lines[0], lines
         missing = gk(["status", "--platform", "aws"], aws_env(fake.url, tmp_path, ANTHROPIC_AWS_WORKSPACE_ID=""))

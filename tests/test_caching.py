@@ -177,7 +177,7 @@ def test_the_library_primes_too_and_a_lost_output_is_rebuilt(tmp_path: Path) -> 
     path = corpus(tmp_path / "in.jsonl", unknown=0)
     with running_fake(rate=400, speed=20) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        settings = SubmitSettings(poll=0.05, max_rpm=60000, token_sample=2)
+        settings = SubmitSettings(interval=0.05, max_rpm=60000, token_sample=2)
         s = submit_sync(path, config=config, settings=SubmitSettings(**{**settings.__dict__, "limits": settings.limits}))
         assert s.caching is not None and s.caching["read_share_of_ideal"] >= 0.95 and s.caching["priming"]["rounds"] == 1
         out = Path(s.output)
@@ -189,7 +189,7 @@ def test_the_library_primes_too_and_a_lost_output_is_rebuilt(tmp_path: Path) -> 
     cold_path = corpus(tmp_path / "cold.jsonl", unknown=0)
     with running_fake(rate=400, speed=20) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        cold = submit_sync(cold_path, config=config, settings=SubmitSettings(poll=0.05, max_rpm=60000, token_sample=2,
+        cold = submit_sync(cold_path, config=config, settings=SubmitSettings(interval=0.05, max_rpm=60000, token_sample=2,
                                                                              prime=False))
     assert cold.caching is not None and cold.caching["read_tokens"] == 0 and creates == 3
 

@@ -32,7 +32,7 @@ from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, killed_after_a_create_then_rerun
 
 RULE, ORG = "fdrl_fake_1", "org_fake_1"
-FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1"]
+FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1"]
 
 
 def federation_env(url: str, token_file: Path, **extra: str) -> dict[str, str]:
@@ -231,7 +231,7 @@ def test_the_library_takes_a_federation_credential(tmp_path: Path) -> None:
     with running_fake(ceiling=100_000, rate=200, speed=1, federation=fed) as fake:
         config = ApiConfig(base_url=fake.url, credential=Federation(RULE, ORG, identity_file=token_file))
         out = tmp_path / "out.jsonl"
-        summary = submit_sync(path, config=config, settings=SubmitSettings(out=out, poll=0.05,
+        summary = submit_sync(path, config=config, settings=SubmitSettings(out=out, interval=0.05,
                                                                            token_sample=0))
         assert summary.succeeded == 30 and summary.complete
         assert_exactly_once(fake, out, ids)

@@ -249,7 +249,7 @@ def test_the_library_takes_a_deadline(tmp_path: Path) -> None:
     path, expected = _input(tmp_path, 20)
     with running_fake(rate=0.0, realtime=RT) as fake:
         config = ApiConfig(base_url=fake.url, workspace_keys=[Secret(WS1)], admin_key=Secret("test-admin-key"))
-        summary = submit_sync(str(path), config=config, settings=SubmitSettings(deadline="40s", deadline_slack=38, poll=0.1,
+        summary = submit_sync(str(path), config=config, settings=SubmitSettings(deadline="40s", deadline_slack=38, interval=0.1,
                                                                                    max_rpm=60000))
         assert summary.ok and summary.deadline is not None and summary.deadline["met"]
         assert summary.lanes["realtime"]["requests"] == 20
@@ -457,7 +457,7 @@ async def test_answers_waiting_for_the_write_lock_never_outnumber_the_calls_allo
     path, _ = _input(tmp_path, 150)
     with running_fake(rate=0.0, realtime=FakeRealtime(rpm=60_000, itpm=50_000_000, otpm=10_000_000, latency=0.0)) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=_time.time() + 40,
+        settings = SubmitSettings(state_dir=tmp_path / "s", interval=0.1, max_rpm=60_000, deadline=_time.time() + 40,
                                   deadline_slack=38)
         summary = await submit(path, config=config, settings=settings)
     assert summary.succeeded == 150 and summary.lanes["realtime"]["requests"] == 150
@@ -481,7 +481,7 @@ async def test_work_moved_to_an_idle_lane_is_sent_at_once(tmp_path: Path, monkey
     path, expected = _input(tmp_path, 20)
     with running_fake(rate=0.0, realtime=RT) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=time.time() + 40,
+        settings = SubmitSettings(state_dir=tmp_path / "s", interval=0.1, max_rpm=60_000, deadline=time.time() + 40,
                                   deadline_slack=38, token_sample=2)
         with anyio.fail_after(80):  # (the lane's own time is a second or two; a wake lost, ten minutes)
             summary = await submit(path, config=config, settings=settings)
@@ -644,7 +644,7 @@ async def test_a_full_disk_in_the_batch_lane_settles_the_calls_out_too(tmp_path:
     with running_fake(rate=0.0, realtime=slow) as fake:
         monkeypatch.setattr(_loop.SubmitLoop, "form_retry_batches", full_once_calls_are_out)  # (a step of the batch lane's)
         config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "s", poll=0.1, max_rpm=60_000, deadline=_time.time() + 40,
+        settings = SubmitSettings(state_dir=tmp_path / "s", interval=0.1, max_rpm=60_000, deadline=_time.time() + 40,
                                   deadline_slack=38)
         with pytest.raises(OutputError, match="No space left"):
             await submit(path, config=config, settings=settings, on_event=lambda e, f: seen.append((e, f)))

@@ -88,7 +88,7 @@ def test_every_synopsis_lists_every_flag() -> None:
 
 
 # submit's flags and the SubmitSettings fields they set: the library and the CLI start from the same defaults
-FLAG_FIELDS = {"margin": "margin", "interval": "poll", "max_in_flight": "max_in_flight",
+FLAG_FIELDS = {"margin": "margin", "interval": "interval", "max_in_flight": "max_in_flight",
                "max_attempts": "max_attempts", "reconcile_grace": "reconcile_grace", "ledger_ttl": "ledger_ttl",
                "priority": "priority", "share": "share", "results_grace": "results_grace", "max_rpm": "max_rpm",
                "budget": "budget", "token_sample": "token_sample", "lease_ttl": "lease_ttl", "deadline": "deadline",
@@ -101,6 +101,47 @@ def test_a_flags_default_is_the_librarys(dest: str, field: str) -> None:
 
     args = build_parser().parse_args(["submit", "in.jsonl"])
     assert getattr(args, dest) == getattr(SubmitSettings(), field)
+
+
+def test_a_flag_and_its_field_share_one_name() -> None:
+    """The CLI's flag and the library's field are named alike (`--interval`, `interval`), the only exception the
+    flags whose library name is shorter by design; `poll`, the field's old name, is still taken, with a warning."""
+    assert all(dest == field for dest, field in FLAG_FIELDS.items())
+
+
+@pytest.mark.parametrize("given, interval, warned", [
+    ({}, 30.0, False),
+    ({"interval": 5.0}, 5.0, False),
+    ({"poll": 5.0}, 5.0, True),  # (the old name, still taken)
+    ({"poll": 5.0, "interval": 5.0}, 5.0, True),
+])
+def test_submit_settings_interval_and_its_old_name(given: dict[str, float], interval: float, warned: bool) -> None:
+    import warnings
+
+    from gatekeeper import SubmitSettings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        settings = SubmitSettings(**given)  # type: ignore[arg-type]
+        assert settings.interval == interval
+        assert settings.poll == interval  # type: ignore[attr-defined]  # (read by its old name too)
+    said = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert said[0].startswith("SubmitSettings(poll=...) is deprecated: use interval") if warned else said[0].startswith(
+        "SubmitSettings.poll is deprecated"), said
+    assert all(w.filename == __file__ for w in caught)  # (each names the caller's line)
+    import dataclasses
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a copy passes no old name on: no warning, its interval kept or replaced)
+        assert dataclasses.replace(settings, margin=1).interval == interval
+        assert dataclasses.replace(settings, interval=9.0).interval == 9.0
+
+
+def test_submit_settings_refuses_two_intervals() -> None:
+    from gatekeeper import SubmitSettings
+
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="give interval only"):
+        SubmitSettings(interval=5.0, poll=7.0)
 
 
 def test_every_default_the_help_and_docs_state_is_the_parsers() -> None:

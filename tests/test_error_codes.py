@@ -26,15 +26,16 @@ from gatekeeper import (
     ServerError,
     SpendLimitReached,
 )
+from gatekeeper.api._codes import create_not_made
 from gatekeeper.api._http import error_from_response, retryable
 from gatekeeper.api._messages import Kind, kind_of
 from gatekeeper.testing import Fault
 from gatekeeper.testing._wire import CODED
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk
+from tests.runs import assert_exactly_once, events, gk, said
 
-FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 USAGE_LIMIT = "You have reached your specified API usage limits. You will regain access on 2027-01-01 at 00:00 UTC."
 STOPPING = ["enforced_spend_limit_reached", "contract_spend_limit_reached", "linked_organization_spend_limit_reached",
             "linked_organization_billing_unavailable", "organization_on_hold", "workspace_human_review_disabled",
@@ -139,7 +140,7 @@ def _input(tmp: Path, n: int = 9) -> tuple[Path, set[str]]:
 
 
 def _one_line(stderr: str) -> str:
-    lines = [x for x in stderr.splitlines() if x.strip() and not x.startswith("{")]
+    lines = said(stderr)
     assert len(lines) == 1 and "Traceback" not in stderr, stderr[-2000:]
     return lines[0]
 
@@ -204,16 +205,56 @@ def test_a_ramp_limit_on_a_create_is_waited_out_not_read_as_a_full_queue(tmp_pat
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
 
 
+# (status, code) of a create's error answer -> whether it proves no batch was made (api.md §7, §25)
+NOT_MADE_TABLE = [
+    ((503, "cmek_key_unreachable"), True),  # typed: the key to store a batch with was out of reach
+    ((503, None), False),  # a bare 5xx may follow a create that was made
+    ((500, None), False),
+    ((529, None), False),
+    ((503, "some_future_code"), False),  # a code this table does not know: read by its status
+    ((500, "ramp_limit_exceeded"), False),  # (a wait's code on a 5xx is not a refusal this table knows)
+    ((429, "ramp_limit_exceeded"), True),  # every refusal below 500 is answered before anything is made
+    ((429, None), True),
+    ((400, "organization_on_hold"), True),
+    ((413, None), True),
+]
+
+
+@pytest.mark.parametrize("given, not_made", NOT_MADE_TABLE)
+def test_which_create_answers_prove_no_batch_was_made(given: tuple[int, str | None], not_made: bool) -> None:
+    assert create_not_made(*given) is not_made
+
+
 @pytest.mark.parametrize("endpoint", ["create", "list"])
 def test_an_unreachable_encryption_key_is_retried(tmp_path: Path, endpoint: str) -> None:
-    """503 cmek_key_unreachable: a listing is retried; a create's outcome is reconciled before it is sent again (a
-    5xx may follow a create that was made): either way the job finishes, nothing created twice."""
+    """503 cmek_key_unreachable: a listing is retried; a create is sent again after its backoff without waiting out
+    the reconcile grace (the typed code proves no batch was made; the grace here is ten minutes, the test's limit
+    far less): either way the job finishes, nothing created twice."""
     path, ids = _input(tmp_path)
     with running_fake(ceiling=10_000, rate=5000) as fake:
         fake.inject(Fault(endpoint, code="cmek_key_unreachable", times=2))
-        done = gk(["submit", str(path), *FAST], env_for(fake))
+        done = gk(["submit", str(path), *FAST, "--reconcile-grace", "600"], env_for(fake))
         assert done.returncode == 0, done.stderr[-3000:]
         assert all(f.times == 0 for f in fake.faults.items)
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+        seen = [e["event"] for e in events(done.stderr)]
+        assert "create_unknown" not in seen and "reconciled" not in seen, seen
+        assert seen.count("create_deferred") == (2 if endpoint == "create" else 0), seen
+        waits = [e["wait"] for e in events(done.stderr) if e["event"] == "create_deferred"]
+        assert waits == ([0.1, 0.2] if endpoint == "create" else []), waits  # (doubling from the backoff's floor)
+        assert fake.org.records.creates == 1
+
+
+def test_a_bare_503_on_a_create_is_still_an_unknown_outcome(tmp_path: Path) -> None:
+    """The control: a 503 without a code may follow a create that was made, so it is reconciled, never resent at once
+    (here the grace is one second: the job finishes once the listing proves nothing was made)."""
+    path, ids = _input(tmp_path)
+    with running_fake(ceiling=10_000, rate=5000) as fake:
+        fake.inject(Fault("create", status=503))
+        done = gk(["submit", str(path), *FAST], env_for(fake))
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen = [e["event"] for e in events(done.stderr)]
+        assert "create_unknown" in seen and "create_deferred" not in seen, seen
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
 
 

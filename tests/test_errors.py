@@ -26,7 +26,7 @@ from gatekeeper.state.ledger._redis import RedisLedger
 from gatekeeper.testing import FakeAPI
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, gk, start
+from tests.runs import assert_exactly_once, gk, said, start
 from tests.services import free_port, redis_server
 
 
@@ -122,11 +122,11 @@ def test_bad_out_is_refused_before_anything_is_journaled(tmp_path: Path, monkeyp
     with running_fake(ceiling=100, rate=2000) as fake:
         env = env_for(fake)
         for bad in (tmp_path / "missing" / "out.jsonl", tmp_path):
-            code, err = _cli(monkeypatch, capsys, env, "submit", str(path), "--out", str(bad), "--poll", "0.05", "--max-rpm", "60000")
+            code, err = _cli(monkeypatch, capsys, env, "submit", str(path), "--out", str(bad), "--interval", "0.05", "--max-rpm", "60000")
             assert code == ExitCode.USAGE and str(bad) in err and "(--out)" in err
             assert not Path(str(path) + ".gatekeeper").exists()
         out = tmp_path / "out.jsonl"
-        assert main(["submit", str(path), "--out", str(out), "--poll", "0.05", "--max-rpm", "60000", "--json"]) == ExitCode.OK
+        assert main(["submit", str(path), "--out", str(out), "--interval", "0.05", "--max-rpm", "60000", "--json"]) == ExitCode.OK
         capsys.readouterr()
         assert len(out.read_bytes().splitlines()) == 2
         code, err = _cli(monkeypatch, capsys, env, "results", str(path), "--out", str(tmp_path / "no" / "x.jsonl"))
@@ -204,10 +204,10 @@ def test_a_full_disk_is_one_line_and_the_rerun_with_room_sends_nothing_twice(sma
         env = env_for(fake)
         for size in ("32k", "96k", "192k", "384k", "768k", "20m"):
             _grow(small_disk, size)
-            done = gk(["submit", str(path), "--state", str(state), "--poll", "0.05", "--json"], env)
+            done = gk(["submit", str(path), "--state", str(state), "--interval", "0.05", "--json"], env)
             if done.returncode == 0:
                 break
-            lines = [x for x in done.stderr.splitlines() if not x.startswith("{")]
+            lines = said(done.stderr)
             assert done.returncode == ExitCode.USAGE and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
             # (SQLite's "disk I/O error" too is told to be the full disk it is)
             assert "the disk holding it is full" in lines[0] or "No space left on device" in lines[0], lines[0]
@@ -236,11 +236,11 @@ def test_a_full_disk_under_a_deadline_never_buys_a_real_time_answer_a_third_time
         env = env_for(fake)
         for size in ("32k", "96k", "160k", "256k", "384k", "20m"):
             _grow(small_disk, size)
-            done = gk(["submit", str(path), "--state", str(state), "--poll", "0.05", "--json", "--deadline", "20s",
+            done = gk(["submit", str(path), "--state", str(state), "--interval", "0.05", "--json", "--deadline", "20s",
                        "--deadline-slack", "18"], env)
             if done.returncode in (0, 1):
                 break
-            lines = [x for x in done.stderr.splitlines() if not x.startswith("{")]
+            lines = said(done.stderr)
             assert done.returncode == ExitCode.USAGE and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
             failures += 1
         assert done.returncode in (0, 1), done.stderr[-2000:]
@@ -267,7 +267,7 @@ def test_the_library_spooling_onto_a_full_disk_leaves_nothing_half_written(tmp_p
         for size in ("16k", "64k", "96k", "128k", "256k", "10m"):
             _grow(disk, size)
             try:
-                done = submit_sync(rows, config=config, settings=SubmitSettings(state_dir=state, poll=0.05))
+                done = submit_sync(rows, config=config, settings=SubmitSettings(state_dir=state, interval=0.05))
                 break
             except JournalError as exc:
                 assert "No space left on device" in str(exc) or "the disk holding it is full" in str(exc), exc
@@ -325,7 +325,7 @@ def test_a_run_that_fails_before_a_job_exists_leaves_no_state_folder(
             env = {**env, "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{free_port()}"}
         if case == "unreachable redis":
             extra = ["--ledger", f"redis://127.0.0.1:{free_port()}/0"]
-        code, err = _cli(monkeypatch, capsys, env, "submit", str(path), "--poll", "0.05", *extra)
+        code, err = _cli(monkeypatch, capsys, env, "submit", str(path), "--interval", "0.05", *extra)
         assert code == ExitCode.USAGE, err
         assert fake.org.records.creates == 0
     assert not Path(str(path) + ".gatekeeper").exists()
@@ -341,10 +341,10 @@ def test_empty_input_says_so_and_does_not_tie_the_state(tmp_path: Path, monkeypa
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"")
     with running_fake(ceiling=100, rate=2000) as fake:
-        code, err = _cli(monkeypatch, capsys, env_for(fake), "submit", str(path), "--poll", "0.05", "--max-rpm", "60000")
+        code, err = _cli(monkeypatch, capsys, env_for(fake), "submit", str(path), "--interval", "0.05", "--max-rpm", "60000")
         assert code == ExitCode.USAGE and "holds no requests" in err
         write_jsonl(path, [req("a")])
-        assert main(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--json"]) == ExitCode.OK
+        assert main(["submit", str(path), "--interval", "0.05", "--max-rpm", "60000", "--json"]) == ExitCode.OK
 
 
 @pytest.mark.parametrize("argv", [["fake-api", "--port", "99999"], ["fake-api", "--port", "{busy}"]])
@@ -366,7 +366,7 @@ def test_redis_outage_mid_run_stops_resumably(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", items)
     port = free_port()
     with running_fake(ceiling=40, rate=40) as fake:
-        args = ["submit", str(path), "--json", "--poll", "0.05", "--max-rpm", "60000", "--ceiling", "40", "--ledger",
+        args = ["submit", str(path), "--json", "--interval", "0.05", "--max-rpm", "60000", "--ceiling", "40", "--ledger",
                 f"redis://127.0.0.1:{port}/0", "--ledger-ttl", "3"]
         with redis_server(port) as (_, proc):
             run = start(args, env_for(fake))
@@ -439,7 +439,7 @@ def test_a_lease_connection_that_fails_at_start_is_one_error_not_a_group(tmp_pat
     with running_fake(ceiling=1000, rate=5000) as fake:
         config = ApiConfig(base_url=fake.url, workspace_keys=[Secret("test-key-ws1")])
         with pytest.raises(JournalError, match="second connection"):
-            submit_sync(path, config=config, settings=SubmitSettings(journal=pg_database, job="lease-fails", poll=0.05,
+            submit_sync(path, config=config, settings=SubmitSettings(journal=pg_database, job="lease-fails", interval=0.05,
                                                                       ceiling=1000))
 
 

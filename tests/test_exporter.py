@@ -37,7 +37,7 @@ def test_exporter_serves_the_queue_and_a_run(tmp_path: Path) -> None:
     that fails keeps the last values and counts an error."""
     path = write_jsonl(tmp_path / "in.jsonl", [req(f"e{i}") for i in range(20)])
     with running_fake(ceiling=1000, rate=5000) as fake:
-        assert gk(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--json"], env_for(fake)).returncode == 0
+        assert gk(["submit", str(path), "--interval", "0.05", "--max-rpm", "60000", "--json"], env_for(fake)).returncode == 0
         fake.org.config.rate = 0.0  # the queue holds still while it is read
         fake.org.add_batch("wrkspc_1", 850)
         state = str(path) + ".gatekeeper"

@@ -13,6 +13,7 @@ import httpx
 import orjson
 import pytest
 
+from gatekeeper._wire import BOTH_CURSORS
 from gatekeeper.testing import Fault
 from tests.fakes import ADMIN, WS1, running_fake
 from tests.gateways import Relay, gateway, request, requests
@@ -288,9 +289,9 @@ def test_an_account_refused_upstream_is_the_clients_refusal_until_it_is_lifted(t
     answered_once(fake, {f"{p}{i}" for p in "rt" for i in range(3)})
 
 
-def test_the_listing_pages_as_the_api_pages(tmp_path: Path, sdk) -> None:
+def test_the_listing_pages_as_the_api_pages(tmp_path: Path, sdk, anthropic) -> None:
     """Newest first; the SDK follows after_id across pages; before_id pages back; first_id/last_id null on an empty
-    page; limit outside 1-1000 and an unknown cursor are 400s."""
+    page; limit outside 1-1000, an unknown cursor and both cursors at once are 400s."""
     with running_fake(rate=0.0) as fake, gateway(fake, tmp_path, dedup_window=0.0) as gw:
         client = sdk(gw.url, gw.key("acme"))
         ids = [client.messages.batches.create(requests=requests(1, prefix=f"b{i}-")).id for i in range(5)]
@@ -303,9 +304,15 @@ def test_the_listing_pages_as_the_api_pages(tmp_path: Path, sdk) -> None:
             assert [b["id"] for b in back["data"]] == [ids[3], ids[2]] and back["has_more"] is True
             last = http.get("/v1/messages/batches", params={"limit": 2, "after_id": ids[0]}).json()
             assert last == {"data": [], "has_more": False, "first_id": None, "last_id": None}
-            for params in ({"limit": 0}, {"limit": 1001}, {"limit": "x"}, {"after_id": "msgbatch_unknown"}):
+            for params in ({"limit": 0}, {"limit": 1001}, {"limit": "x"}, {"after_id": "msgbatch_unknown"},
+                           {"after_id": ids[3], "before_id": ids[1]}):
                 r = http.get("/v1/messages/batches", params=params)
                 assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", params
+        with pytest.raises(anthropic.BadRequestError, match="after_id, before_id"):  # (both cursors: as the fake, the API)
+            client.messages.batches.list(after_id=ids[3], before_id=ids[1])
+        upstream = httpx.get(fake.url + "/v1/messages/batches", params={"after_id": "a", "before_id": "b"},
+                             headers={"x-api-key": WS1, "anthropic-version": "2023-06-01"})
+        assert upstream.status_code == 400 and upstream.json()["error"]["message"] == BOTH_CURSORS
 
 
 def test_models_and_count_tokens_pass_through(tmp_path: Path, sdk, anthropic) -> None:
@@ -437,3 +444,32 @@ def test_behind_the_gateway_the_job_recovers_lost_answers_and_resends_what_can_s
         assert {x.result.type for x in client.messages.batches.results(b.id)} == {"succeeded"}
     assert fake.org.records.attempts["r3"] == 2 and fake.org.records.creates == 2  # (the lost one, adopted; the resend)
     answered_once(fake, {f"r{i}" for i in range(40)})
+
+
+@pytest.mark.parametrize("fault, grace", [
+    (Fault("create", status=500), 3.0),  # a bare 5xx: the create may have been made; waited out, the listing's lag
+    (Fault("create", code="cmek_key_unreachable"), 180.0),  # a typed refusal: nothing made, sent again at once
+])
+def test_a_5xx_on_an_upstream_create_keeps_the_batch_in_progress_and_creates_once(tmp_path: Path, sdk, fault: Fault,
+                                                                                  grace: float) -> None:
+    """While the job settles an upstream create answered 5xx, the client's retrieve shows the batch in_progress with
+    every request processing (never ended, never errored); a bare 5xx is settled when a listing read the reconcile
+    grace after the send proves nothing was made (absence cannot be proven sooner: the listing lags), a typed one
+    (`cmek_key_unreachable`, nothing made) after its backoff alone. Either way one batch is created upstream."""
+    with running_fake(rate=1e6, speed=100.0) as fake, gateway(fake, tmp_path, reconcile_grace=grace) as gw:
+        fake.inject(fault)
+        client = sdk(gw.url, gw.key("acme"))
+        started = time.monotonic()
+        b = client.messages.batches.create(requests=requests(5))
+        while not fake.org.records.requests_seen.get("create"):
+            assert time.monotonic() - started < 30, "the job never sent its create"
+            time.sleep(0.05)
+        seen = client.messages.batches.retrieve(b.id)  # (the create refused upstream, the job settling it)
+        assert seen.processing_status == "in_progress" and seen.request_counts.processing == 5, seen
+        assert (seen.request_counts.succeeded, seen.request_counts.errored, seen.ended_at) == (0, 0, None)
+        done = ended(client, b.id, timeout=90)
+        took = time.monotonic() - started
+        assert done.request_counts.succeeded == 5
+        assert fake.org.records.creates == 1 and fake.org.records.requests_seen["create"] == 2
+        assert took >= grace if fault.code is None else took < 60, took
+    answered_once(fake, {f"r{i}" for i in range(5)})

@@ -33,7 +33,7 @@ from tests.test_ownership import N, ended, judge, write_templated
 
 # (--ledger none stands first in the ownership tests' flags; "host" after it is the default named)
 HOST = [*OWNERSHIP_FLAGS, "--ledger", "host"]
-FAST = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "5", "--token-sample", "2"]
+FAST = ["--json", "--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "5", "--token-sample", "2"]
 
 
 # -- the choice, the rivals, the candidates kept apart: pure ------------------------------------------------------
@@ -189,7 +189,7 @@ def test_the_library_uses_the_host_ledger_of_the_environment_it_is_given(tmp_pat
     digests = _spread_job(path, 600)
     with running_fake(ceiling=100_000, rate=20_000, usage="const:10", lost_creates=0.5, seed=5, listing_lag=0.3) as fake:
         config = gatekeeper.ApiConfig.from_env(env_for(fake))
-        settings = gatekeeper.SubmitSettings(poll=0.05, reconcile_grace=5, max_rpm=60_000, token_sample=2,
+        settings = gatekeeper.SubmitSettings(interval=0.05, reconcile_grace=5, max_rpm=60_000, token_sample=2,
                                              limits=gatekeeper.Limits(max_requests=100))
         summary = gatekeeper.submit_sync(str(path), config=config, settings=settings,
                                          environ={"GATEKEEPER_HOME": str(home)})

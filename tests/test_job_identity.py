@@ -21,7 +21,7 @@ from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, start_and_wait_for_create
 
-FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 BASE = {"ANTHROPIC_BASE_URL": "https://api.example.test"}
 FED = {**BASE, "ANTHROPIC_IDENTITY_TOKEN_FILE": "/run/token", "ANTHROPIC_FEDERATION_RULE_ID": "fdrl_1",
        "ANTHROPIC_ORGANIZATION_ID": "org_1"}
@@ -175,7 +175,7 @@ def test_another_workspaces_key_cannot_resume_a_job_it_cannot_see(tmp_path: Path
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
         creates = fake.org.records.creates
         config = ApiConfig.from_env({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "test-key-ws2"})
-        settings = SubmitSettings(journal=pg_database, poll=0.05, token_sample=0)
+        settings = SubmitSettings(journal=pg_database, interval=0.05, token_sample=0)
         with pytest.raises(JournalError, match="not found with these credentials"):
             submit_sync(path, config=config, settings=settings, retry=RetryPolicy(not_found_grace=0.0))
         assert fake.org.records.creates == creates

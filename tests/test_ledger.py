@@ -333,7 +333,7 @@ def test_killed_submitter_capacity_returns_within_ttl(tmp_path: Path, redis_url:
     other = write_job(tmp_path / "b.jsonl", "b", 200)
     with running_fake(ceiling=300, rate=0.0, workspaces={"k1": "w1", "k2": "w2"}) as fake:
         env1 = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "k1"}
-        proc = gk(["submit", str(job), "--json", "--poll", "0.05", "--max-rpm", "60000", "--ceiling", "300", "--ledger", url,
+        proc = gk(["submit", str(job), "--json", "--interval", "0.05", "--max-rpm", "60000", "--ceiling", "300", "--ledger", url,
                    "--ledger-ttl", "2"], env1, crash_at="after-create:2")
         assert proc.returncode == -signal.SIGKILL
         held = anyio.run(lambda: _reservations(url))
@@ -344,7 +344,7 @@ def test_killed_submitter_capacity_returns_within_ttl(tmp_path: Path, redis_url:
             time.sleep(0.1)
         fake.org.config.rate = 5000.0
         env2 = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "k2"}
-        done = gk(["submit", str(other), "--json", "--poll", "0.05", "--max-rpm", "60000", "--ceiling", "300", "--ledger", url], env2)
+        done = gk(["submit", str(other), "--json", "--interval", "0.05", "--max-rpm", "60000", "--ceiling", "300", "--ledger", url], env2)
         assert done.returncode == 0, done.stderr
 
 

@@ -59,7 +59,7 @@ async def test_reconcile_grace_passes_in_simulated_time(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "in.jsonl", [req(f"g{i}") for i in range(20)])
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []
-    settings = SubmitSettings(ceiling=1000, poll=30.0, reconcile_grace=180.0)
+    settings = SubmitSettings(ceiling=1000, interval=30.0, reconcile_grace=180.0)
     with running_fake(ceiling=1000, rate=5000) as fake:
         fake.inject(Fault("create", kind="drop"))
         with anyio.fail_after(20):
@@ -78,7 +78,7 @@ async def test_refusal_backoff_doubles_in_simulated_time(tmp_path: Path) -> None
     write_jsonl(tmp_path / "in.jsonl", [req(f"b{i}") for i in range(10)])
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []
-    settings = SubmitSettings(ceiling=100, poll=1.0, min_backoff=5.0, limits=Limits(max_requests=1))  # nothing to re-cut
+    settings = SubmitSettings(ceiling=100, interval=1.0, min_backoff=5.0, limits=Limits(max_requests=1))  # nothing to re-cut
     with running_fake(ceiling=100, rate=5000, queue_retry_after=None) as fake:
         hidden = fake.org.add_batch("wrkspc_2", 100)  # another workspace's load we cannot see
         fake.config.rate = 0.0
@@ -109,7 +109,7 @@ async def test_library_submit_rejects_lone_surrogates_like_plan(tmp_path: Path) 
     with running_fake(ceiling=1000, rate=5000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
         with anyio.fail_after(20):
-            summary = await submit(items, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05))
+            summary = await submit(items, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", interval=0.05))
     assert (summary.invalid, summary.succeeded) == (2, 2)
 
 
@@ -167,7 +167,7 @@ async def test_a_rest_held_past_its_primers_life_is_primed_again(tmp_path: Path)
     write_jsonl(tmp_path / "in.jsonl", rows)
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []
-    settings = SubmitSettings(ceiling=100, poll=60.0, preflight=False)
+    settings = SubmitSettings(ceiling=100, interval=60.0, preflight=False)
     with running_fake(ceiling=100, rate=400, queue_retry_after=None, cancel_delay=1e9) as fake:
         sim.org = fake.org  # (a primer's ended_at, on the API's clock, agrees with the loop's: lapses are timed from it)
 
@@ -200,7 +200,7 @@ async def test_a_long_poll_sees_its_primer_end_while_the_prefix_lives(tmp_path: 
     write_jsonl(tmp_path / "in.jsonl", _cached_rows(3))
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []
-    settings = SubmitSettings(ceiling=100, poll=900.0, preflight=False)
+    settings = SubmitSettings(ceiling=100, interval=900.0, preflight=False)
     with running_fake(ceiling=100, rate=400, turnaround=lambda rng: 2400.0) as fake:
         sim.org = fake.org
         with anyio.fail_after(30):
@@ -220,7 +220,7 @@ async def test_a_round_primed_again_once_lapses_no_more_its_rest_goes_as_it_is(t
     write_jsonl(tmp_path / "in.jsonl", _cached_rows(3))
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []
-    settings = SubmitSettings(ceiling=100, poll=60.0, preflight=False)
+    settings = SubmitSettings(ceiling=100, interval=60.0, preflight=False)
     with running_fake(ceiling=100, rate=400, queue_retry_after=None, cancel_delay=1e9) as fake:
         sim.org = fake.org
 
@@ -248,7 +248,7 @@ async def test_a_damaged_download_is_tried_again_when_due_not_a_poll_later(tmp_p
             super().append((sim.now, *item))
 
     events = Timed()
-    settings = SubmitSettings(ceiling=1000, poll=900.0, preflight=False)
+    settings = SubmitSettings(ceiling=1000, interval=900.0, preflight=False)
     with running_fake(ceiling=1000, rate=5000, damaged_downloads=1, turnaround=lambda rng: 7200.0) as fake:
         sim.org = fake.org
         summary = await _run_job(tmp_path, fake, sim, settings, events)  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ N = 60  # requests a job: one batch each
 # had reached the server on a loaded CI machine, and sent them again)
 # These tests weigh what the results and their usage say: the path that remains without a ledger (`--ledger none`;
 # by default creates go one at a time through the host's). A test with a ledger names it after these flags.
-FLAGS = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "5",
+FLAGS = ["--json", "--interval", "0.05", "--max-rpm", "60000", "--max-requests", str(N), "--reconcile-grace", "5",
          "--token-sample", "2", "--ledger", "none"]
 
 

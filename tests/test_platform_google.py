@@ -4,19 +4,26 @@ endpoint from a service-account key file, IAM per route) driven by google-auth u
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
 import orjson
 import pytest
 
+from gatekeeper import UsageError
 from gatekeeper.testing import FakeGoogle
 from gatekeeper.testing._google import TOKEN_PATH
 from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, gk
 
-FAST = ["--platform", "google", "--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--platform", "google", "--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def google_env(fake_url: str, google: FakeGoogle, tmp: Path, **extra: str) -> dict[str, str]:
@@ -198,7 +205,7 @@ def test_the_library_runs_a_job_on_google_cloud(tmp_path: Path) -> None:
         config = ApiConfig(platform=platform)
         assert config.scope == "google_fake_project_global_wrkspc_gcp_1"
         assert config.base_url.endswith("/v1/projects/fake-project/locations/global/workspaces/wrkspc_gcp_1/invoke")
-        summary = anyio.run(lambda: submit(path, config=config, settings=SubmitSettings(poll=0.05, ceiling=1000)))
+        summary = anyio.run(lambda: submit(path, config=config, settings=SubmitSettings(interval=0.05, ceiling=1000)))
         assert summary.succeeded == len(ids)
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
         assert google.refused == [] and fake.org.records.bypass_calls == 0
@@ -248,9 +255,82 @@ def test_the_fake_speaks_google_cloud_from_its_command_line(tmp_path: Path) -> N
             Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).unlink(missing_ok=True)
 
 
+@contextmanager
+def _fake_api(*args: str) -> Iterator[dict[str, str]]:
+    """`gatekeeper fake-api ARGS --json` served in a process of its own; the environment it prints to paste."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", *args, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd()})
+    env: dict[str, str] = {}
+    try:
+        assert run.stdout is not None
+        lines = [run.stdout.readline()]
+        while lines[-1].rstrip() != "}":
+            assert lines[-1], run.stderr.read() if run.stderr else "fake-api ended"
+            lines.append(run.stdout.readline())
+        env = orjson.loads("".join(lines))["env"]
+        yield env
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=10)
+        if env:
+            Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("answers", [True, False])
+def test_the_ceiling_read_on_the_organization_route_is_rehearsed_from_the_command_line(tmp_path: Path,
+                                                                                      answers: bool) -> None:
+    """`fake-api --google --organization-answers`: the environment it prints points both routes at the fake with their
+    platform paths (no base URL, which would send the organization's read to the workspace's route), and `status`
+    reads the ceiling on `.../claudeOrganization/invoke/v1/organizations/rate_limits`; without the flag that read is
+    refused (403 rateLimits.list) and status says what to do: --ceiling, or what submit learns."""
+    flag = ["--organization-answers"] if answers else []
+    with _fake_api("--google", "--simulated-ceiling", "777", *flag) as env:
+        assert "ANTHROPIC_GOOGLE_CLOUD_BASE_URL" not in env and env["GATEKEEPER_GOOGLE_CLOUD_ORIGIN"].startswith("http://127.0.0.1:")
+        status = gk(["status", "--json"], env)
+        said = orjson.loads(status.stdout)
+        if answers:
+            assert status.returncode == 0 and said["ceiling"] == 777, status.stderr[-2000:]
+            assert said["ceiling_source"] == "google-organization-route" and "organization route" in said["measured"], said
+        else:
+            assert said["ceiling"] is None and said["ceiling_source"] is None, said
+            assert "claudeOrganization" in " ".join(said["repair"]) and "--ceiling" in " ".join(said["repair"])
+            assert "rateLimits.list" in said["ceiling_error"] and "claudeOrganization" in said["ceiling_error"], said
+
+
+@pytest.mark.parametrize("env, url, organization", [
+    ({}, "https://claude.googleapis.com/v1/projects/p/locations/global/workspaces/w/invoke",
+     "https://claude.googleapis.com/v1/projects/p/locations/global/claudeOrganization/invoke"),
+    ({"GATEKEEPER_GOOGLE_CLOUD_ORIGIN": "http://127.0.0.1:9/"}, "http://127.0.0.1:9/v1/projects/p/locations/global/workspaces/w/invoke",
+     "http://127.0.0.1:9/v1/projects/p/locations/global/claudeOrganization/invoke"),
+    ({"ANTHROPIC_GOOGLE_CLOUD_LOCATION": "us-east5", "GATEKEEPER_GOOGLE_CLOUD_ORIGIN": "https://psc.example.test"},
+     "https://psc.example.test/v1/projects/p/locations/us-east5/workspaces/w/invoke",
+     "https://psc.example.test/v1/projects/p/locations/us-east5/claudeOrganization/invoke"),
+    # (the SDK's base URL is every route's, and wins)
+    ({"GATEKEEPER_GOOGLE_CLOUD_ORIGIN": "http://127.0.0.1:9", "ANTHROPIC_GOOGLE_CLOUD_BASE_URL": "https://b.example.test/x"},
+     "https://b.example.test/x", "https://b.example.test/x"),
+])
+def test_where_the_routes_point(env: dict[str, str], url: str, organization: str) -> None:
+    from gatekeeper.api._google import from_env
+
+    platform = from_env({"ANTHROPIC_GOOGLE_CLOUD_PROJECT": "p", "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID": "w",
+                         "GATEKEEPER_GOOGLE_TOKEN_COMMAND": "true", **env})
+    assert (platform.url, platform.organization_url) == (url, organization)
+
+
+@pytest.mark.parametrize("origin", ["claude.googleapis.com", "https://psc.example.test/v1/projects/p", "ftp://x"])
+def test_an_origin_that_is_not_one_is_refused_in_one_line(origin: str) -> None:
+    from gatekeeper.api._google import from_env
+
+    with pytest.raises(UsageError, match="GATEKEEPER_GOOGLE_CLOUD_ORIGIN=.*give an origin alone"):
+        from_env({"ANTHROPIC_GOOGLE_CLOUD_PROJECT": "p", "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID": "w",
+                  "GATEKEEPER_GOOGLE_TOKEN_COMMAND": "true", "GATEKEEPER_GOOGLE_CLOUD_ORIGIN": origin})
+
+
 @pytest.mark.parametrize("args, said", [
     (["--google", "--deny", "batches.creat"], "not a permission the fake checks; one of batches.cancel, batches.create"),
     (["--deny", "batches.create"], "give --google too"),
+    (["--organization-answers"], "give --google too"),
 ])
 def test_fake_api_refuses_a_deny_it_would_not_rehearse(args: list[str], said: str) -> None:
     """`fake-api --deny` with a permission the fake never checks (a typo), or without --google (where no IAM is

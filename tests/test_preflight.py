@@ -16,7 +16,7 @@ from tests.runs import assert_exactly_once, events, gk
 
 pytestmark = pytest.mark.anyio
 
-FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json"]
+FAST = ["--interval", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json"]
 MODELS = (*DEFAULT_MODELS, FakeModel("claude-legacy-1", (), "Legacy", 4096, 100_000, batch=False))
 
 
@@ -140,7 +140,7 @@ def test_budget_stops_before_it_and_a_higher_budget_finishes(tmp_path: Path) -> 
         tokens = fake_token_count(req("b0000", text="Hello")["params"])  # the fake's usage (every prompt alike), haiku prices
         actual = len(fake.org.records.succeeded) * 0.5 * (tokens * 1.0 + 12 * 5.0) / 1e6
         assert s["cost_usd"] == pytest.approx(actual) and actual <= 0.05
-        human = gk(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000", "--budget", "0.05"], env_for(fake))
+        human = gk(["submit", str(path), "--interval", "0.05", "--max-rpm", "60000", "--budget", "0.05"], env_for(fake))
         assert "requests not sent. Rerun with a higher --budget" in human.stdout
         done = gk(["submit", str(path), *FAST, "--budget", "1"], env_for(fake))
         assert done.returncode == 0, done.stderr

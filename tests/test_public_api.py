@@ -12,6 +12,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -32,6 +33,8 @@ EXPECTED = {
     "Secret", "BearerToken", "Federation", "ProfileLogin", "RetryPolicy", "PriceTable", "Rates", "load_prices", "Ledger", "Liveness", "open_ledger",
     "Reservation", "Claim", "ClaimPost", "Board",  # what a `Ledger`'s methods take and give (a ledger of one's own)
     "Clock", "WallClock",  # the one clock a run reads and waits on (a simulation hands down its own)
+    # the type aliases public functions take
+    "Source", "ModelRules", "EventSink", "ResultSink", "Credential", "TokenProvider", "RetryNotice", "TableJudge",
     # errors
     "GatekeeperError", "ExitCode", "UsageError", "Unreachable", "LedgerError", "InputError", "OutputError",
     "JournalError", "CredentialsError", "TokenExpired", "Interrupted", "TransportError", "ApiError", "AuthenticationError", "NotFoundError",
@@ -142,6 +145,38 @@ def test_every_type_a_public_method_or_field_takes_is_exported() -> None:
     assert not missing
 
 
+def _is_alias(obj: object) -> bool:
+    """A type alias (`X = A | B`, `Callable[...]`, `dict[...]`), not a class nor a bare typing form."""
+    return not isinstance(obj, type) and (typing.get_origin(obj) is not None or isinstance(obj, types.UnionType))
+
+
+def test_every_type_alias_a_public_signature_names_is_exported() -> None:
+    """A user can name every alias a public function, constructor, method or field is annotated with (`Source`,
+    `EventSink`, `Credential`, ...) from `gatekeeper`, as the same object."""
+    missing = set()
+    for name in gatekeeper.__all__:
+        obj = getattr(gatekeeper, name)
+        fns = [obj] if inspect.isfunction(obj) else []
+        if inspect.isclass(obj):
+            fns += [getattr(v, "fget", None) or getattr(v, "__func__", v) for k, v in vars(obj).items()
+                    if (k == "__init__" or not k.startswith("_")) and k not in PLATFORM_HOOKS
+                    and (inspect.isfunction(v) or isinstance(v, (classmethod, staticmethod, property)))]
+        annotated = [(fn.__module__, getattr(fn, "__annotations__", {})) for fn in fns]
+        if dataclasses.is_dataclass(obj):
+            annotated.append((obj.__module__, inspect.get_annotations(obj)))
+        for module, hints in annotated:
+            space = _as_checked(module)
+            for text in map(str, hints.values()):
+                for word in set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)):
+                    value = space.get(word)
+                    if _is_alias(value) and getattr(gatekeeper, word, None) is not value:
+                        missing.add(f"{name}: {module}.{word}")
+    assert not missing
+    aliases = {n for n in gatekeeper.__all__ if _is_alias(getattr(gatekeeper, n))}
+    assert aliases == {"Source", "ModelRules", "EventSink", "ResultSink", "Credential", "TokenProvider", "RetryNotice",
+                       "TableJudge"}  # (docs/api.md shows each: `test_api_reference_lists_every_public_name`)
+
+
 def test_one_exception_hierarchy_in_one_module() -> None:
     """Every public exception class in the package is defined in _errors and derives from GatekeeperError."""
     import gatekeeper._errors as errors
@@ -221,9 +256,22 @@ def test_every_async_test_has_a_time_limit(request: pytest.FixtureRequest) -> No
     assert all(getattr(item.obj, "time_limit", None) for item in coroutines)
 
 
+def _alias_docstring(name: str) -> str:
+    """A type alias's docstring as the API reference reads it: the string right after its assignment."""
+    module = importlib.import_module(f"gatekeeper.{gatekeeper._EXPORTS[name]}")
+    body = ast.parse(inspect.getsource(module)).body
+    for node, after in zip(body, body[1:], strict=False):
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id == name:
+            return after.value.value if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) else ""
+    return ""
+
+
 def test_every_public_name_says_what_it_is() -> None:
-    """A docstring on every public function and class (the API reference is made from them)."""
-    missing = [n for n in gatekeeper.__all__ if not (getattr(gatekeeper, n).__doc__ or "").strip()]
+    """A docstring on every public function and class (the API reference is made from them), and on every type
+    alias the string after its assignment."""
+    missing = [n for n in gatekeeper.__all__ if not (_alias_docstring(n) if _is_alias(getattr(gatekeeper, n))
+                                                      else getattr(gatekeeper, n).__doc__ or "").strip()]
     assert missing == []
 
 

@@ -21,7 +21,7 @@ from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import gk
 
-FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json", "--max-requests", "25"]
+FAST = ["--interval", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json", "--max-requests", "25"]
 
 # The run three of these tests read (about 2.5 s to make) is made once: on one worker, not once on each.
 pytestmark = pytest.mark.xdist_group("report-run")

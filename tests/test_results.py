@@ -22,7 +22,7 @@ from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import events, gk, output_ids
 
-FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def _rule(cid: str, model: str, attempt: int) -> Outcome | None:
@@ -121,7 +121,7 @@ def test_library_submit_from_iterable_with_result_callback(tmp_path: Path) -> No
     seen: list[str] = []
     with running_fake(ceiling=1000, rate=5000, outcome=_rule) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, ceiling=1000, reconcile_grace=1.0)
+        settings = SubmitSettings(state_dir=tmp_path / "state", interval=0.05, ceiling=1000, reconcile_grace=1.0)
         rows = (req(f"exp{i}") if i % 3 == 0 else req(f"lib{i}") for i in range(30))
         summary = submit_sync(rows, config=config, settings=settings, on_result=lambda cid, result: seen.append(cid))
         again: list[tuple[str, dict]] = []
@@ -236,7 +236,7 @@ def test_library_resume_with_other_requests_is_refused(tmp_path: Path) -> None:
 
     with running_fake(ceiling=1000, rate=5000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, ceiling=1000, reconcile_grace=1.0)
+        settings = SubmitSettings(state_dir=tmp_path / "state", interval=0.05, ceiling=1000, reconcile_grace=1.0)
         first = submit_sync([req(f"a{i}") for i in range(5)], config=config, settings=settings)
         again = submit_sync([req(f"a{i}") for i in range(5)], config=config, settings=settings)
         assert first.succeeded == again.succeeded == 5 and fake.org.records.creates == 1
@@ -256,7 +256,7 @@ def test_cancelled_mid_create_is_reconciled_not_resent(tmp_path: Path) -> None:
     with running_fake(ceiling=1000, rate=5000) as fake:
         fake.inject(Fault("create", kind="delay_after_commit", delay=3.0))
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, ceiling=1000, reconcile_grace=1.0)
+        settings = SubmitSettings(state_dir=tmp_path / "state", interval=0.05, ceiling=1000, reconcile_grace=1.0)
 
         async def cancelled() -> None:
             async with anyio.create_task_group() as tg:
@@ -336,7 +336,7 @@ def test_answers_that_stopped_early_are_told_apart_and_exported(tmp_path: Path) 
     with running_fake(ceiling=1000, rate=5000, outcome=rule) as fake:
         proc = gk(["submit", str(path), *FAST], env_for(fake))
         assert proc.returncode == 0, proc.stderr
-        human = gk(["submit", str(path), "--poll", "0.05"], env_for(fake))
+        human = gk(["submit", str(path), "--interval", "0.05"], env_for(fake))
     s = orjson.loads(proc.stdout)
     assert s["succeeded"] == 20 and s["stop_reasons"] == {"end_turn": 12, "max_tokens": 5, "refusal": 3}
     assert "stopped early: max_tokens 5 · refusal 3 (`gatekeeper results --only refused,truncated`" in human.stdout

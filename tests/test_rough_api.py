@@ -20,7 +20,7 @@ from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, output_ids, start_and_wait_for_create
 
-FAST = ["--poll", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json"]
+FAST = ["--interval", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000", "--json"]
 
 
 def _job(tmp_path: Path, n: int = 60) -> tuple[Path, set[str]]:
@@ -145,7 +145,7 @@ def test_rpm_limit_is_respected_by_the_call_budget(tmp_path: Path) -> None:
     """With --max-rpm under the organization's limit, the API never has to refuse a call for RPM."""
     path, expected = _job(tmp_path, 20)
     with running_fake(ceiling=100, rate=5000, rpm=40, rpm_window=2.0) as fake:
-        args = ["submit", str(path), "--poll", "0.05", "--json", "--max-rpm", "600"]  # 20 per 2 s at most
+        args = ["submit", str(path), "--interval", "0.05", "--json", "--max-rpm", "600"]  # 20 per 2 s at most
         _finish(fake, args)
         assert fake.org.records.rpm_refusals == 0
         assert_exactly_once(fake, _out(path), expected)

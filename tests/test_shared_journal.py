@@ -26,7 +26,7 @@ from tests.runs import assert_exactly_once, events, gk, output_ids, start_and_wa
 
 CI_POSTGRES = Path(__file__).resolve().parent.parent / ".ci" / "postgres"
 
-FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def _without_password(url: str) -> tuple[str, str]:
@@ -138,7 +138,7 @@ def test_a_short_output_is_rebuilt_in_its_order_from_the_last_whole_batch(tmp_pa
     path = write_jsonl(tmp_path / "in.jsonl", [req(f"s{i:03d}") for i in range(90)])
     with running_fake(ceiling=60, rate=4000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        settings = SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / "st", poll=0.05, max_rpm=60_000, ceiling=60)
+        settings = SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / "st", interval=0.05, max_rpm=60_000, ceiling=60)
         submit_sync(str(path), config=config, settings=settings)
         out = tmp_path / "st" / "results.jsonl"
         whole = out.read_bytes()
@@ -293,7 +293,7 @@ def test_damaged_downloads_at_rebuild_are_retried_and_never_resent(tmp_path: Pat
     events_seen: list[tuple[str, dict]] = []
     with running_fake(ceiling=60, rate=4000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        settings = SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / "st", poll=0.05, max_rpm=60_000,
+        settings = SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / "st", interval=0.05, max_rpm=60_000,
                                   ceiling=60, min_backoff=0.05)
         submit_sync(str(path), config=config, settings=settings)
         out = tmp_path / "st" / "results.jsonl"
@@ -320,7 +320,7 @@ def test_library_iterable_in_a_shared_journal_resumes_and_refuses_other_requests
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
 
         def settings(folder: str) -> SubmitSettings:
-            return SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / folder, poll=0.05, max_rpm=60_000, ceiling=100)
+            return SubmitSettings(journal=pg_url, job=job_name, state_dir=tmp_path / folder, interval=0.05, max_rpm=60_000, ceiling=100)
 
         first = submit_sync(items, config=config, settings=settings("a"))
         creates = fake.org.records.creates

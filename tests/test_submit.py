@@ -15,7 +15,7 @@ from tests.fakes import WS1, WS2, env_for, running_fake
 from tests.helpers import req, write_jsonl
 from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create
 
-FAST = ["--poll", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
+FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
 
 def _input(tmp_path: Path, n: int = 60, bad: int = 0) -> tuple[Path, set[str]]:
@@ -231,14 +231,17 @@ def test_unknown_ceiling_learns_from_refusals(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_stops_cleanly_and_resumes(tmp_path: Path) -> None:
-    """SIGINT: exit 130 with the resume command on stderr; the rerun finishes the job."""
+    """SIGINT: exit 130 with the resume command on stderr (under --json the last line, the JSON error of an
+    `Interrupted`, exit code 130); the rerun finishes the job."""
     path, expected = _input(tmp_path, 40)
     with running_fake(ceiling=1000, rate=10) as fake:
         proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
-        assert "Resume with: gatekeeper submit" in err
+        error = orjson.loads(err.splitlines()[-1])["error"]
+        assert error["type"] == "Interrupted" and error["exit_code"] == 130, error
+        assert error["message"].startswith("interrupted; batches already created keep processing. Resume with: gatekeeper submit")
         _rerun_finishes_exactly_once(fake, path, expected)
 
 
@@ -287,7 +290,7 @@ def test_progress_line_on_a_terminal(tmp_path: Path) -> None:
         master, slave = pty.openpty()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "GATEKEEPER_")) or k == "GATEKEEPER_HOME"}
         env.update(env_for(fake))
-        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), "--poll", "0.05", "--max-rpm", "60000"],
+        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), "--interval", "0.05", "--max-rpm", "60000"],
                                 env=env, stdout=subprocess.PIPE, stderr=slave, text=True)
         os.close(slave)
         chunks = []
@@ -376,7 +379,7 @@ def test_cancel_then_rerun(tmp_path: Path) -> None:
         assert fake.org.records.creates == len(orjson.loads(c.stdout)["canceled"])
         assert len(output_ids(_out(path))) == s["canceled"]
         assert s["canceled_job"]["not_sent"] == 40 - s["canceled"] > 0 and s["canceled_job"]["at"]
-        human = gk(["submit", str(path), "--poll", "0.05", "--max-rpm", "60000"], env_for(fake))
+        human = gk(["submit", str(path), "--interval", "0.05", "--max-rpm", "60000"], env_for(fake))
         assert human.returncode == 1 and "by `gatekeeper cancel` at" in human.stdout
         assert f"{40 - s['canceled']:,} request(s) never sent" in human.stdout and "--resume-canceled" in human.stdout
         fake.org.config.rate = 4000
@@ -461,12 +464,12 @@ def test_continue_only_never_starts_a_job(tmp_path: Path) -> None:
     with running_fake(ceiling=1000, rate=5000) as fake:
         config = ApiConfig(workspace_keys=[Secret("test-key-ws1")], base_url=fake.url)
         with pytest.raises(JobMissing, match="nothing was sent") as info:
-            submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05),
+            submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", interval=0.05),
                         continue_only=True)
         assert info.value.exit_code == 2 and not (tmp_path / "st").exists()
         assert sum(fake.org.records.requests_seen.values()) == 0
-        submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05), prepare_only=True)
-        done = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", poll=0.05),
+        submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", interval=0.05), prepare_only=True)
+        done = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "st", interval=0.05),
                            continue_only=True)
         assert done.succeeded == 5 and fake.org.records.creates == 1
 
@@ -506,7 +509,7 @@ def test_ids_set_aside_on_disk_are_sent_once_each(tmp_path: Path, monkeypatch: p
     path = write_jsonl(tmp_path / "in.jsonl", items)
     with running_fake(ceiling=100, rate=4000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        s = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "s", poll=0.05, max_rpm=60000))
+        s = submit_sync(path, config=config, settings=SubmitSettings(state_dir=tmp_path / "s", interval=0.05, max_rpm=60000))
         assert (s.requests, s.succeeded, s.invalid) == (80, 80, 3)
         created = [cid for b in fake.org.batches.values() for cid, _ in b.requests]
         assert sorted(created) == [f"q{i:03d}" for i in range(80)]

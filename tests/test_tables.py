@@ -219,7 +219,7 @@ def test_the_library_takes_tables_that_speak_arrow(tmp_path: Path, kind: str) ->
     spec = TableSpec(parse_template("Ticket {id}: {body}"), MODEL, 20, id_column="id")
     with running_fake(rate=2000) as fake:
         config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "state", poll=0.05, token_sample=0)
+        settings = SubmitSettings(state_dir=tmp_path / "state", interval=0.05, token_sample=0)
 
         def run() -> Any:
             return anyio.run(lambda: submit_table(data, spec, config=config, settings=settings))
@@ -399,7 +399,7 @@ def test_rows_with_one_request_share_one_answer(tmp_path: Path) -> None:
         import anyio
 
         done = anyio.run(lambda: submit_table(table, spec, config=config, settings=SubmitSettings(
-            state_dir=tmp_path / "s", poll=0.05, token_sample=0)))
+            state_dir=tmp_path / "s", interval=0.05, token_sample=0)))
         assert _sent(fake) == 2
     got = done.table.to_pylist()  # type: ignore[union-attr]
     assert [r["status"] for r in got] == ["succeeded"] * 4 and got[0]["custom_id"] == got[2]["custom_id"] == got[3]["custom_id"]

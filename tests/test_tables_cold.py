@@ -16,7 +16,7 @@ import pytest
 
 from gatekeeper.tables._where import default_state_dir
 from tests.fakes import env_for, running_fake
-from tests.runs import gk
+from tests.runs import gk, said
 
 MODEL = "claude-haiku-4-5-20251001"
 FAST = ["--interval", "0.05", "--reconcile-grace", "1", "--max-rpm", "60000"]
@@ -31,8 +31,8 @@ def _state(table: Any) -> Path:
 
 
 def _said(stderr: str) -> list[str]:
-    """What a run said on stderr for people (its JSON events left out)."""
-    return [line for line in stderr.splitlines() if line.strip() and not line.startswith("{")]
+    """What a run said on stderr for people (its JSON events left out, its error under --json as its line)."""
+    return said(stderr)
 
 
 # -- F3: a column name twice ----------------------------------------------------------------------------------

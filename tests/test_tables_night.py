@@ -63,7 +63,7 @@ def _config(fake: Any) -> ApiConfig:
 
 
 def _settings(state: Path | None = None, **kw: Any) -> SubmitSettings:
-    return SubmitSettings(state_dir=state, poll=0.05, token_sample=0, reconcile_grace=1, **kw)
+    return SubmitSettings(state_dir=state, interval=0.05, token_sample=0, reconcile_grace=1, **kw)
 
 
 # -- 2. a row is paid for once across kills and a changing table ------------------------------------------------

@@ -21,10 +21,10 @@ import gatekeeper.api._http as client
 from gatekeeper.testing import Fault, prompt_of
 from tests.fakes import env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, start, wait_until
+from tests.runs import assert_exactly_once, events, gk, said, start, wait_until
 from tests.services import ForwardProxy, serving, silent_server
 
-FAST = ["--json", "--poll", "0.05", "--max-rpm", "60000", "--no-preflight"]
+FAST = ["--json", "--interval", "0.05", "--max-rpm", "60000", "--no-preflight"]
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_a_silent_api_is_named_with_its_setting_and_every_retry_is_said(tmp_path
     path = write_jsonl(tmp_path / "in.jsonl", [req("a")])
     with silent_server() as url:
         started = time.monotonic()
-        argv = ["status"] if command == "status" else ["submit", str(path), "--poll", "0.05", "--no-preflight"]
+        argv = ["status"] if command == "status" else ["submit", str(path), "--interval", "0.05", "--no-preflight"]
         proc = gk(argv, {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "k"})
         took = time.monotonic() - started
     lines = proc.stderr.splitlines()
@@ -145,7 +145,7 @@ def test_a_stop_lands_within_two_seconds_in_every_phase(tmp_path: Path, phase: s
     with running_fake(ceiling=1_000_000, rate=100_000) as fake:
         if delay is not None:
             fake.inject(Fault(endpoint, kind="delay", delay=delay))  # (a Fault is used up: one of its own per test)
-        run = start(["submit", str(path), "--json", "--poll", "0.05", "--max-rpm", "60000", *flags], env_for(fake))
+        run = start(["submit", str(path), "--json", "--interval", "0.05", "--max-rpm", "60000", *flags], env_for(fake))
         fake.org.wait_for(lambda r: r.requests_seen.get(endpoint, 0) >= 1 or run.poll() is not None, f"the {phase} phase", 30)
         time.sleep(0.1)
         assert run.poll() is None, f"the run ended before it could be stopped while {phase}"
@@ -212,7 +212,7 @@ def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
         status = gk(["status", "--json"], env)
         assert status.returncode in (0, 1) and orjson.loads(status.stdout)["ceiling"] is not None, status.stderr
         path = write_jsonl(tmp_path / "in.jsonl", [req("a"), req("b")])
-        assert gk(["submit", str(path), "--poll", "0.05", "--json"], env).returncode == 0
+        assert gk(["submit", str(path), "--interval", "0.05", "--json"], env).returncode == 0
         lines = map(orjson.loads, (Path(str(path) + ".gatekeeper") / "results.jsonl").read_bytes().splitlines())
         line = next(x for x in lines if x["custom_id"] == "a")
         assert line["result"]["message"]["usage"]["input_tokens"] == prompt_of(req("a")["params"])[0] - 3
@@ -243,7 +243,7 @@ def test_the_fake_rehearses_a_deadline_on_the_aws_platform_from_its_command_line
                 "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}
         path = write_jsonl(tmp_path / "in.jsonl", [req(f"d{i}") for i in range(8)])
         # (the last chance 2 s in, as ever; the lane has 28 s to answer 8 calls, so the deadline is met at load 8)
-        done = gk(["submit", str(path), "--poll", "0.05", "--json", "--deadline", "30s", "--deadline-slack", "28"], env)
+        done = gk(["submit", str(path), "--interval", "0.05", "--json", "--deadline", "30s", "--deadline-slack", "28"], env)
         assert done.returncode == 0, done.stderr[-2000:]
         s = orjson.loads(done.stdout)
         assert s["succeeded"] == 8 and s["lanes"]["realtime"]["requests"] == 8 and s["deadline"]["met"] is True
@@ -329,7 +329,9 @@ def test_a_short_command_stopped_by_sigterm_exits_130() -> None:
         wait_until(lambda: fake.org.records.requests_seen.get("list", 0) > 0, "the listing")
         run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=10)
-    assert run.returncode == 130 and err.strip().splitlines()[-1] == "gatekeeper: interrupted", err[-2000:]
+    assert run.returncode == 130 and said(err)[-1] == "gatekeeper: interrupted", err[-2000:]
+    assert orjson.loads(err.strip().splitlines()[-1])["error"] == {"type": "Interrupted", "message": "interrupted",
+                                                                     "exit_code": 130}  # (under --json, as JSON)
 
 
 def test_the_in_process_helper_honours_its_timeout(tmp_path: Path) -> None:
@@ -343,15 +345,18 @@ def test_the_in_process_helper_honours_its_timeout(tmp_path: Path) -> None:
         assert time.monotonic() - started < 5
 
 
-def test_one_flag_for_the_time_between_readings() -> None:
-    """`--interval` in every command that reads again and again; submit's old `--poll` still lands there."""
+def test_one_flag_for_the_time_between_readings(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--interval` in every command that reads again and again; submit's old `--poll` still lands there, with one
+    warning line naming the new name."""
     from gatekeeper.cli._parser import build_parser
 
     def parsed(*argv: str) -> object:
         return build_parser(list(argv)).parse_args(list(argv))
 
     assert parsed("submit", "in.jsonl", "--interval", "7").interval == 7.0  # type: ignore[attr-defined]
+    assert capsys.readouterr().err == ""
     assert parsed("submit", "in.jsonl", "--poll", "5").interval == 5.0  # type: ignore[attr-defined]
+    assert capsys.readouterr().err == "gatekeeper: warning: --poll is deprecated: use --interval (it means the same)\n"
     watch = parsed("status", "--watch", "--interval", "2")
     assert watch.watch is True and watch.interval == 2.0  # type: ignore[attr-defined]
     assert parsed("exporter", "--interval", "9").interval == 9.0  # type: ignore[attr-defined]

@@ -112,7 +112,7 @@ def configured_state_dir() -> str | None:
 def settings_of(spec: JobSpec) -> SubmitSettings:
     return SubmitSettings(
         state_dir=Path(spec.state_dir), ceiling=spec.ceiling, budget=spec.budget, max_attempts=spec.max_attempts,
-        poll=spec.poll_interval, journal=_url(spec.journal), job=spec.job if spec.journal else None,
+        interval=spec.poll_interval, journal=_url(spec.journal), job=spec.job if spec.journal else None,
         ledger=_url(spec.ledger), deadline=spec.deadline, priority=spec.priority, share=spec.share,
     )
 

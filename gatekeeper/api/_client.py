@@ -18,6 +18,7 @@ import httpx
 import orjson
 
 from .._errors import ApiError, CreateOutcomeUnknown, NotFoundError, QueueFull
+from ._codes import create_not_made
 from ._config import Secret
 from ._http import (
     _CONNECT_FAILURES,
@@ -52,9 +53,11 @@ class ApiClient:
         """POST one create, exactly once.
 
         Raises the mapped ApiError when the server definitely refused (4xx,
-        QueueFull included: nothing was created), TransportError when the
-        connection never opened (nothing sent), and CreateOutcomeUnknown when
-        the body may have arrived (timeouts, resets, 5xx, a dropped answer).
+        QueueFull included: nothing was created; a `ServerError` only for a 5xx
+        whose typed code proves nothing was made, `_codes.NOT_MADE`),
+        TransportError when the connection never opened (nothing sent), and
+        CreateOutcomeUnknown when the body may have arrived (timeouts, resets,
+        any other 5xx, a dropped answer).
         """
         url = self.calls.url_of("/v1/messages/batches")
         await self.calls.spend()  # (first: the token and the signature are made after any wait, never before it)
@@ -76,6 +79,8 @@ class ApiClient:
         if response.status_code >= 500:
             err = error_from_response(response, "create", creating=True, platform=self.calls.platform,
                                       redact=self.calls.auth.redact)
+            if create_not_made(response.status_code, err.code):  # (a typed refusal: `ServerError`, nothing made)
+                raise err
             raise CreateOutcomeUnknown(f"{err}: the batch may exist") from err
         if response.status_code >= 300:
             error = self.calls.error_of(response, "create", generation, creating=True)  # (TokenExpired: nothing made)

@@ -8,9 +8,13 @@ The SDK (2.x, `_error_classes.py`) maps (status, code) to a class; here a code s
 - a stop (`STOPS`): the account's state refuses every request until someone lifts it (a spend limit, billing, an
   organization on hold, a workspace's encryption key disabled, Human Review off, a Claude Code key whose creator
   left). Nothing sent now can succeed: the run stops with its requests still to send, one line naming the code;
-- a retry: 503 `cmek_key_unreachable` is a 5xx like any other (reads retried, a create reconciled first).
+- a retry (`RETRIED`): 503 `cmek_key_unreachable`, a read retried as any 5xx. On a create it is also proof that no
+  batch was made (`NOT_MADE`): the API names why it refused before storing anything (the workspace's encryption key,
+  needed to store a batch, was out of reach), so the batch waits its backoff and goes again without waiting out the
+  reconcile grace a bare 5xx needs (a 5xx without a code may follow a create that was made).
 
-A code this table does not know is read by its status, as before codes existed.
+A code this table does not know is read by its status, as before codes existed: a 5xx with an unknown code is still
+an unknown outcome on a create, reconciled before anything is sent again.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ HELD = {  # -> what it means and what lifts it; AccountRefused
 }
 STOPS = {**SPEND, **HELD}
 RETRIED = frozenset({"cmek_key_unreachable"})
+# The 5xx codes that prove a create made nothing (api.md §25: a refusal the API types, not a failure mid-way). Every
+# code below 500 proves it too (a refusal is answered before anything is made, §7); a 5xx without one of these does not.
+NOT_MADE = RETRIED
 MAX_URL = 300  # characters of an appeal URL shown
 LIFTED = "nothing more is sent until it is lifted, then the same command goes on"
 
@@ -52,6 +59,12 @@ def code_of(status: int, raw: dict[str, Any] | None) -> str | None:
         return SHED if status == 429 else None
     code = details.get("error_code") if isinstance(details, dict) else None
     return code if isinstance(code, str) and code else None
+
+
+def create_not_made(status: int, code: str | None) -> bool:
+    """Whether a create's error answer proves no batch was made: any refusal below 500, and a 5xx only when it
+    carries a code of `NOT_MADE` (a 5xx without one may follow a create that was made: reconciled first)."""
+    return status < 500 or code in NOT_MADE
 
 
 def stop_line(code: str, message: str, details: dict[str, Any]) -> str:

@@ -86,6 +86,7 @@ class ProfileLogin:
 
 
 Credential = BearerToken | Federation | ProfileLogin
+"""`ApiConfig(credential=...)`: a workspace credential other than an API key, one of the SDK's chain."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ from the environment as the SDK's `AnthropicGoogleCloud` reads it (`anthropic.li
 Routes are path-style: a workspace's at `https://claude.googleapis.com/v1/projects/{project}/locations/{location}/
 workspaces/{workspace_id}/invoke` followed by the usual `/v1/...` (the workspace is in the path, not a header), and
 the organization's (`/v1/organizations/*`) at `.../locations/{location}/claudeOrganization/invoke/v1/...`.
-`ANTHROPIC_GOOGLE_CLOUD_BASE_URL`, when set, is the URL of every route, the organization's included, as in the SDK.
+`ANTHROPIC_GOOGLE_CLOUD_BASE_URL`, when set, is the URL of every route, the organization's included, as in the SDK;
+`GATEKEEPER_GOOGLE_CLOUD_ORIGIN` (this tool's own) moves both derived routes, their paths kept, to another origin.
 Settings: `ANTHROPIC_GOOGLE_CLOUD_PROJECT` (else `GOOGLE_CLOUD_PROJECT`, else the project Application Default
 Credentials name), `ANTHROPIC_GOOGLE_CLOUD_LOCATION` (default `global`), `ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID`; never
 `ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN` or `ANTHROPIC_BASE_URL`.
@@ -28,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
 
 from .._clock import WALL, Clock
 from .._errors import AuthenticationError, CredentialsError, TransportError, UsageError
@@ -51,6 +53,10 @@ TIER1_RPM = 50.0  # a new organization, made by the marketplace subscription, st
 BARE_TOKEN_LIFE = 300.0  # seconds a token given without its expiry is kept before it is asked for again
 COMMAND_TIMEOUT = 60.0
 TOKEN_COMMAND = "GATEKEEPER_GOOGLE_TOKEN_COMMAND"  # noqa: S105 (a variable's name)
+# Where the derived routes point, both shapes kept (this tool's own; the SDK has no such setting): a Private Service
+# Connect endpoint, or the fake, whose organization route can then be rehearsed. ANTHROPIC_GOOGLE_CLOUD_BASE_URL, the
+# URL of every route, wins over it.
+ORIGIN_VARIABLE = "GATEKEEPER_GOOGLE_CLOUD_ORIGIN"
 SETTINGS = ("ANTHROPIC_GOOGLE_CLOUD_PROJECT, ANTHROPIC_GOOGLE_CLOUD_LOCATION and ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID "
             "(or ANTHROPIC_GOOGLE_CLOUD_BASE_URL)")
 # The permission each call needs (`resource.verb` of claude.googleapis.com). Only `messages.create` is named in
@@ -60,6 +66,9 @@ PERMISSIONS = {"create": "batches.create", "retrieve": "batches.get", "results":
                "count_tokens": "messages.countTokens", "messages": "messages.create", "rate_limits": "rateLimits.list"}
 _NAMED = re.compile(r"[Pp]ermission '?([A-Za-z0-9_./-]+?)'? (?:is )?denied")
 TokenProvider = Callable[[], "str | Awaitable[str]"]
+"""`GooglePlatform(token_provider=...)`: called (in a worker thread, or awaited when async) for each new Google
+access token; returns the token alone, kept five minutes before it is asked for again, as the SDK's
+`token_provider`."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +209,7 @@ class GooglePlatform(Platform):
     def results_location(self, results_url: str, base_url: str, batch_id: str) -> str:
         """Always the workspace's own results route, on the platform's origin: the body the gateway passes on names
         Anthropic's host, and a Google token goes nowhere but Google's gateway."""
-        from urllib.parse import urljoin, urlsplit
+        from urllib.parse import urljoin
 
         own = f"{base_url.rstrip('/')}/v1/messages/batches/{batch_id}/results"
         given = urlsplit(urljoin(base_url + "/", results_url))
@@ -367,6 +376,10 @@ def from_env(environ: Mapping[str, str]) -> GooglePlatform:
         return (environ.get(name) or "").strip() or None
 
     base = get("ANTHROPIC_GOOGLE_CLOUD_BASE_URL")
+    moved = get(ORIGIN_VARIABLE)
+    if moved is not None and (not moved.startswith(("https://", "http://")) or urlsplit(moved).path.strip("/")):
+        raise UsageError(f"{ORIGIN_VARIABLE}={moved!r}: give an origin alone, such as https://claude.googleapis.com "
+                         "(the routes' paths are derived from the project, location and workspace)", setting="platform")
     command = get(TOKEN_COMMAND)
     project = get("ANTHROPIC_GOOGLE_CLOUD_PROJECT") or get("GOOGLE_CLOUD_PROJECT")
     if project is None and base is None and command is None:
@@ -377,7 +390,7 @@ def from_env(environ: Mapping[str, str]) -> GooglePlatform:
         raise UsageError(f"{TOKEN_COMMAND}: {exc}", setting="google_credentials") from None
     return GooglePlatform(project, get("ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID"),
                           location=get("ANTHROPIC_GOOGLE_CLOUD_LOCATION") or DEFAULT_LOCATION, base_url=base,
-                          token_command=argv or None)
+                          origin=moved or ORIGIN, token_command=argv or None)
 
 
 def _adc_project() -> str | None:

@@ -61,7 +61,9 @@ PREFLIGHT_RETRY = RetryPolicy(max_attempts=2, max_total=10.0)
 
 Sleep = Callable[[float], Awaitable[None]]
 Redact = Callable[[str], str]  # a text with any secret a body may echo cut out
-RetryNotice = Callable[[dict[str, Any]], None]  # told of every retry: endpoint, url, attempt, reason, retry_in
+RetryNotice = Callable[[dict[str, Any]], None]
+"""`on_retry(fields)`: told of every retried call before its wait, `fields` its `endpoint`, `url`, `attempt`,
+`reason` and `retry_in` (seconds)."""
 
 
 def looks_like_api(response: httpx.Response, platform: Platform = FIRST_PARTY) -> bool:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ExitCode, GatekeeperError
+from .._errors import ExitCode, GatekeeperError, Interrupted
 
 if TYPE_CHECKING:
     import argparse
@@ -78,29 +78,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"gatekeeper {__version__}")
         return ExitCode.OK
-    from ._common import for_cli
+    from ._common import print_error
     from ._parser import build_parser
 
+    as_json = "--json" in argv  # (known before parsing: a usage error the parser finds is said as the command says)
     try:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
         args.argv = argv
+        as_json = bool(getattr(args, "json", False))
         _warn_passwords_in_argv(argv)
         if not args.command:
             parser.print_help(sys.stderr)
             return ExitCode.USAGE
         return _run_command(args)  # (after parsing: --version and --help start without `signal`)
     except GatekeeperError as exc:
-        print(f"gatekeeper: {for_cli(exc)}", file=sys.stderr)
-        return int(exc.exit_code)
+        return print_error(exc, as_json=as_json)
     except KeyboardInterrupt:
-        print("gatekeeper: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        return print_error(Interrupted("interrupted"), as_json=as_json)
     except BaseExceptionGroup as group:  # (a stop raised inside a task group arrives wrapped: still a stop)
         if group.subgroup(KeyboardInterrupt) is None:
             raise
-        print("gatekeeper: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        return print_error(Interrupted("interrupted"), as_json=as_json)
     except BrokenPipeError:
         # Output piped into `head`: not an error of ours.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -208,6 +208,29 @@ def for_cli(exc: GatekeeperError) -> str:
     return f"{text} ({flag})" if flag and flag not in text else text
 
 
+def print_error(exc: GatekeeperError, *, as_json: bool, message: str | None = None) -> int:
+    """A command's error, said once on stderr; its exit code returned. One line, `gatekeeper: MESSAGE`; under
+    --json one JSON object on one line, `{"event": "error", "error": {"type", "message", "exit_code", ...}}`: on
+    stderr as in plain mode, since stdout under --json holds only the command's result and stderr already carries
+    its JSON events (`type`: the library's error class; `setting`, `endpoint`, `status`, `code`, `request_id` when
+    known). `message`: the line when it says more than the error (an interrupted submit's resume command)."""
+    text = message or for_cli(exc)
+    code = int(exc.exit_code)
+    if not as_json:
+        print(f"gatekeeper: {text}", file=sys.stderr, flush=True)
+        return code
+    error: dict[str, Any] = {"type": type(exc).__name__, "message": text, "exit_code": code}
+    setting = getattr(exc, "setting", None)
+    if setting:
+        error["setting"] = FLAGS.get(setting, setting)
+    for name in ("endpoint", "status", "code", "request_id"):
+        value = getattr(exc, name, None)
+        if value not in (None, ""):
+            error[name] = value
+    print(json_line({"event": "error", "error": error}), file=sys.stderr, flush=True)
+    return code
+
+
 def run_until_stopped(main: Callable[[], Awaitable[None]]) -> None:
     """Run `main` (a command that reads until stopped: `status --watch`, the exporter) until Ctrl-C or SIGTERM, which
     cancel it through a cancel scope: level-triggered, so a cancellation that one await swallowed (a reading's

@@ -10,17 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ExitCode, UsageError
+from ..api._google import ORIGIN_VARIABLE
 from ..testing import FakeAPI, FakeAws, FakeConfig, FakeFederation, FakeGoogle, FakeRealtime, Fault, Outcome, identity_token
 from ..testing._google import PERMISSIONS, TOKEN_PATH
 from ._common import print_json
 
 
 def cmd_fake_api(args: argparse.Namespace) -> int:
-    _check_deny(args.deny, google=args.google is not None)
+    _check_google_only(args.deny, args.organization_answers, google=args.google is not None)
     keys = args.workspace_key or ["test-key-ws1"]
     bad_model = args.error_model
     aws = FakeAws() if args.aws else None
-    google = FakeGoogle(token_life=args.google, denied=set(args.deny)) if args.google is not None else None
+    google = FakeGoogle(token_life=args.google, denied=set(args.deny),
+                        organization_answers=args.organization_answers) if args.google is not None else None
     federation, federated_env = _fake_federation(args.federation)
     config = FakeConfig(
         ceiling=args.simulated_ceiling, rate=args.rate, speed=args.speed,
@@ -66,11 +68,14 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
         return ExitCode.OK
 
 
-def _check_deny(denied: list[str], *, google: bool) -> None:
-    """--deny names a permission the fake's Google mode checks, and only with --google (a typo, or a refusal that
-    would never happen, would rehearse nothing in silence)."""
+def _check_google_only(denied: list[str], organization_answers: bool, *, google: bool) -> None:
+    """--deny names a permission the fake's Google mode checks, and it and --organization-answers come only with
+    --google (a typo, or a refusal or answer that would never happen, would rehearse nothing in silence)."""
     if denied and not google:
         raise UsageError("fake-api --deny refuses a Google Cloud IAM permission: give --google too", setting="--deny")
+    if organization_answers and not google:
+        raise UsageError("fake-api --organization-answers is Google Cloud's organization route: give --google too",
+                         setting="--organization-answers")
     known = sorted(set(PERMISSIONS.values()))
     for permission in denied:
         if permission not in known:
@@ -92,14 +97,15 @@ def _fake_env(url: str, keys: list[str], admin_key: str, aws: FakeAws | None) ->
 
 def _google_env(url: str, google: FakeGoogle) -> dict[str, str]:
     """Claude on Google Cloud's environment for the fake: a service-account key file of its own (made up, for the
-    fake only) whose token endpoint is the fake's, and the workspace's route as the base URL."""
+    fake only) whose token endpoint is the fake's, and the fake as the origin of both routes, derived as on the
+    platform: the workspace's, and the organization's, where the ceiling is read (a base URL would send that read to
+    the workspace's route, as the SDK does)."""
     fd, path = tempfile.mkstemp(prefix="gatekeeper-fake-google-", suffix=".json")
     os.close(fd)
     google.write_credentials(Path(path), url + TOKEN_PATH)
-    base = f"{url}/v1/projects/{google.project}/locations/{google.location}/workspaces/{google.workspace_id}/invoke"
     return {"GOOGLE_APPLICATION_CREDENTIALS": path, "ANTHROPIC_GOOGLE_CLOUD_PROJECT": google.project,
-            "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID": google.workspace_id, "ANTHROPIC_GOOGLE_CLOUD_BASE_URL": base,
-            "GATEKEEPER_PLATFORM": "google"}
+            "ANTHROPIC_GOOGLE_CLOUD_LOCATION": google.location, "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID": google.workspace_id,
+            ORIGIN_VARIABLE: url, "GATEKEEPER_PLATFORM": "google"}
 
 
 def _fake_federation(life: float | None) -> tuple[Any, dict[str, str]]:

@@ -232,14 +232,12 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_ceiling(p)
     _add_margin(p)
     _add_interval(p, "between queue readings")
-    p.add_argument("--poll", type=_positive_float, dest="interval", help=argparse.SUPPRESS)  # (its old name)
+    p.add_argument("--poll", type=_positive_float, dest="interval", action=_OldName, help=argparse.SUPPRESS)
     p.add_argument("--max-in-flight", type=_positive_int, default=None, metavar="N",
                    help="our batches live at once, at most (default: as many as fit)")
     p.add_argument("--max-attempts", type=_positive_int, default=3, metavar="N",
                    help="attempts per request, the first included, for results that can succeed on another try (default 3)")
-    p.add_argument("--reconcile-grace", type=_positive_float, default=180.0, metavar="SECONDS",
-                   help="how long a create whose answer was lost may take to appear in the listing before it is "
-                   "taken as not created (default 180)")
+    _add_reconcile_grace(p)
     _add_limits(p)
     _add_prices(p)
     _add_ledger(p)
@@ -407,10 +405,16 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--google", type=_positive_float, nargs="?", const=3600.0, default=None, metavar="SECONDS",
                    help="serve as Claude on Google Cloud: path-style routes, Google access tokens of SECONDS (default "
                    "3600) minted at its own token endpoint for the service-account key file it writes, IAM per route; "
-                   "the line to paste sets GOOGLE_APPLICATION_CREDENTIALS, ANTHROPIC_GOOGLE_CLOUD_BASE_URL and "
+                   "the line to paste sets GOOGLE_APPLICATION_CREDENTIALS, the project, location and workspace, "
+                   "GATEKEEPER_GOOGLE_CLOUD_ORIGIN (the fake, both routes' paths as on the platform) and "
                    "GATEKEEPER_PLATFORM=google")
     p.add_argument("--deny", action="append", default=[], metavar="PERMISSION",
                    help="with --google: refuse this IAM permission (batches.create, batches.list, messages.create, ...)")
+    p.add_argument("--organization-answers", action="store_true",
+                   help="with --google: the organization route (.../claudeOrganization/invoke/v1/organizations/"
+                   "rate_limits) answers the queue's ceiling, the --simulated-ceiling, to the workspace's token; "
+                   "without it that read is refused (403 rateLimits.list), as the live platform may refuse it: "
+                   "whether it answers there is not documented")
     p.add_argument("--federation", type=_positive_float, default=None, metavar="SECONDS",
                    help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
                    "the line to paste names an identity token file it writes, a rule and an organization")
@@ -460,6 +464,7 @@ def _serve_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    help="a tenant's create of the same requests within SECONDS returns the same batch (default 3600; "
                    "0: only an Idempotency-Key does)")
     _add_interval(p, "between a job's queue readings")
+    _add_reconcile_grace(p)
     p.add_argument("--lease-ttl", type=_positive_float, default=60.0, metavar="SECONDS",
                    help="a replica that stops heartbeating loses its jobs to another after SECONDS (default 60)")
     p.add_argument("--ledger-ttl", type=_positive_float, default=900.0, metavar="SECONDS",
@@ -607,10 +612,26 @@ def _add_state(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state", default=None, metavar="DIR", help="the run's state directory (default INPUT.gatekeeper/ beside the input)")
 
 
+class _OldName(argparse.Action):
+    """A flag's old name, still taken: stores as the new one does, with one warning line naming the new."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        new = next(a for a in parser._actions if a.dest == self.dest and a is not self).option_strings[0]
+        print(f"gatekeeper: warning: {option_string} is deprecated: use {new} (it means the same)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def _add_interval(p: argparse.ArgumentParser, what: str) -> None:
     """The one flag for the time between readings, in every command that reads again and again."""
     p.add_argument("--interval", type=_positive_float, default=30.0, metavar="SECONDS",
                    help=f"seconds {what} (default 30; never faster than --max-rpm allows)")
+
+
+def _add_reconcile_grace(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reconcile-grace", type=_positive_float, default=180.0, metavar="SECONDS",
+                   help="how long a create whose answer was lost (a timeout, a reset, a 5xx without a typed code) may "
+                   "take to appear in the listing before it is taken as not created (default 180)")
 
 
 def _add_margin(p: argparse.ArgumentParser) -> None:

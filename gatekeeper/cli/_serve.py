@@ -29,7 +29,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = GatewaySettings(
         state_dir=_state_dir(args), host=args.host, port=args.port, journal=args.journal, ledger=args.ledger,
-        public_url=args.public_url, dedup_window=args.dedup_window, poll=args.interval, lease_ttl=args.lease_ttl,
+        public_url=args.public_url, dedup_window=args.dedup_window, interval=args.interval, lease_ttl=args.lease_ttl,
+        reconcile_grace=args.reconcile_grace,
         ceiling=args.ceiling, margin=args.margin, max_attempts=args.max_attempts, max_rpm=args.max_rpm,
         max_jobs=args.max_jobs, ledger_ttl=args.ledger_ttl)
     config = api_config(args)

@@ -19,7 +19,7 @@ from ..api._config import ApiConfig
 from ..run._submit import dry_run, submit
 from ..run.shared._beside import beside
 from ..run.shared._settings import SubmitSettings
-from ._common import api_config, limits, masked, print_json, retry_notice, state_dir
+from ._common import api_config, limits, masked, print_error, print_json, retry_notice, state_dir
 from ._progress import Progress
 from ._render import render_plan_brief, render_summary
 from ._tables import is_table_job, report_table, submit_table_run
@@ -28,7 +28,7 @@ from ._tables import is_table_job, report_table, submit_table_run
 def _submit_settings(args: argparse.Namespace) -> SubmitSettings:
     return SubmitSettings(
         state_dir=state_dir(args), out=Path(args.out) if args.out else None, ceiling=args.ceiling, margin=args.margin,
-        poll=args.interval, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=limits(args),
+        interval=args.interval, max_in_flight=args.max_in_flight, max_attempts=args.max_attempts, limits=limits(args),
         reconcile_grace=args.reconcile_grace, min_backoff=min(5.0, args.interval * 2),
         ledger=args.ledger, ledger_ttl=args.ledger_ttl, priority=args.priority, share=args.share,
         results_grace=args.results_grace, max_rpm=args.max_rpm,
@@ -74,11 +74,11 @@ def _submit_run(args: argparse.Namespace, config: ApiConfig, settings: SubmitSet
 
     try:
         summary = anyio.run(_with_signals, run, progress.close)
-    except Interrupted:
+    except Interrupted as exc:
         progress.close()
         resume = "gatekeeper " + " ".join(shlex.quote(masked(a)) for a in args.argv)
-        print(f"gatekeeper: interrupted; batches already created keep processing. Resume with: {resume}", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+        return print_error(exc, as_json=args.json,
+                           message=f"interrupted; batches already created keep processing. Resume with: {resume}")
     finally:
         progress.close()
     if table:

@@ -40,7 +40,8 @@ def job_settings(record: BatchRecord, settings: GatewaySettings, tenant: Tenant)
     and never refused as a duplicate of another tenant's identical requests."""
     return SubmitSettings(
         state_dir=settings.job_dir(record.id), out=settings.results_path(record.id), ceiling=settings.ceiling,
-        margin=settings.margin, poll=settings.poll, max_attempts=settings.max_attempts, ledger=settings.ledger_url(),
+        margin=settings.margin, interval=settings.interval, reconcile_grace=settings.reconcile_grace,
+        max_attempts=settings.max_attempts, ledger=settings.ledger_url(),
         ledger_ttl=settings.ledger_ttl, priority=tenant.priority, share=tenant.share, max_rpm=settings.max_rpm,
         allow_duplicate=True, preflight=False, token_sample=0, journal=settings.journal,
         job=job_name(record.id) if settings.journal else None, lease_ttl=settings.lease_ttl,

@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from .._errors import GatekeeperError, GatewayRefusal
+from .._wire import BOTH_CURSORS
 from ..api._queue import Connection
 from ..state._gateway import BatchRecord
 from ._create import BookCall, Judge, create, version_of
@@ -157,6 +158,8 @@ class Gateway:
         if not 1 <= limit <= 1000:
             raise GatewayRefusal(400, "limit: Input should be between 1 and 1000")
         after, before = q.get("after_id") or None, q.get("before_id") or None
+        if after and before:  # (a page runs one way from one cursor: the API refuses both)
+            raise GatewayRefusal(400, BOTH_CURSORS)
         records, more = await self.book(lambda b: b.page(tenant.name, limit, after, before))
         return self.json(page_json(records, more, self.base_url(request)))
 

@@ -30,7 +30,10 @@ class GatewaySettings:
     ledger: str | None = None  # None: sqlite in state_dir, or the --journal database; any --ledger URL
     public_url: str | None = None  # the base of results_url; None: the URL the client called
     dedup_window: float = 3600.0  # seconds a tenant's same request set returns the same batch (0: only by key)
-    poll: float = 30.0  # seconds between a job's readings of the queue, at most
+    interval: float = 30.0  # seconds between a job's readings of the queue, at most (--interval)
+    # seconds an upstream create whose outcome is unknown (a timeout, a reset, a 5xx without a typed code) may take to
+    # show in the listing: until then its job waits, its batch in_progress (docs/gateway.md)
+    reconcile_grace: float = 180.0
     lease_ttl: float = 60.0  # seconds a replica's claim on a job (and its journal's lease) outlives its heartbeat
     ceiling: int | None = None  # the organization's enqueued_batch_requests; None: read with the admin key
     margin: int = 0  # requests of queue headroom left to others

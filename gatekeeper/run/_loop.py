@@ -48,6 +48,8 @@ from .shared._settings import EventSink, SubmitSettings
 from .shared._summary import Summary, summarize
 
 ResultSink = Callable[[str, dict[str, Any]], None]
+"""`on_result(custom_id, result)`: called once per final result, after it is committed (a resumed run first hands
+it every result earlier runs committed); `result` is the result line's object."""
 # seconds a stop waits at most for the real-time calls out to answer and be committed (a call takes seconds; each one
 # cut off may be billed twice); a second Ctrl-C abandons them at once
 CALLS_OUT_WAIT = 60.0
@@ -174,7 +176,7 @@ class SubmitLoop(Part):
             if self.done():
                 break
             self.readings += 1
-            wait = reading_wait(self.readings, self.settings.poll)
+            wait = reading_wait(self.readings, self.settings.interval)
             wait = self._cut(wait)
             self.progress(snap, wait)
             await self._wait(wait)

@@ -25,7 +25,9 @@ from ._rows import Judged, TableSpec, body_of
 from ._runs import unfinished_runs
 from ._where import default_state_dir
 
-Judge = Callable[[Path, PlanReport, Limits], PlanReport]
+TableJudge = Callable[[Path, PlanReport, Limits], PlanReport]
+"""`plan_table(judge=...)`: given the file of the requests to send, its first pass's report and the limits, the
+report judged (the Models API's verdicts, count_tokens), whose refusals become rejected rows."""
 
 
 @dataclass
@@ -68,7 +70,7 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
                state_dir: str | os.PathLike[str] | None = None, ceiling: int | None = None, margin: int = 0,
                journal: str | None = None, job: str | None = None, prices: PriceTable | None = None,
                encoding: str | None = None, infer_types: bool = False,
-               environ: Mapping[str, str] | None = None, judge: Judge | None = None) -> TablePlan:
+               environ: Mapping[str, str] | None = None, judge: TableJudge | None = None) -> TablePlan:
     """Judge every row and plan the requests still to send, as `plan` plans a JSONL file, at the batch size `submit`
     uses under `ceiling` (with `margin` left free); nothing is sent or written. The answers read are those kept in
     the job's state (`state_dir`, default the table's folder in the user's state folder, `environ` naming it), or,
@@ -105,7 +107,7 @@ def _answers(root: Path, journal: str | None, job: str | None) -> Answers | None
     return Answers.local(root / "answers.sqlite3") if (root / "answers.sqlite3").exists() else None
 
 
-def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec, judge: Judge | None = None
+def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec, judge: TableJudge | None = None
              ) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]]]:
     """The counts, the report, its batches and the requests it refused, by rows: planned from the requests' sizes
     when the spec is plain, else through `plan` over the run's file, written to a temporary folder. Each request's

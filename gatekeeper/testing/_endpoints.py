@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
+from .._wire import BOTH_CURSORS
 from ._cache import CachePoint
 from ._model import FakeBatch, batch_json
 from ._wire import _CID, _SIGNED_PATH, Wire, _result_json, prompt_points, version_refusal
@@ -132,6 +133,8 @@ def list_batches(h: Wire, workspace: str, _: str | None) -> None:
     lag = fake.config.listing_lag
     batches = [b for b in fake.org.listing(workspace) if fake.org.clock() - b.created_wall >= lag]
     after, before = (q.get("after_id") or [""])[0], (q.get("before_id") or [""])[0]
+    if after and before:  # (a page runs one way from one cursor: the API refuses both)
+        return h.send_api_error(400, BOTH_CURSORS)
     ids = [b.id for b in batches]
     if after:
         if after not in ids:

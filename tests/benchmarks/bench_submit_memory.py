@@ -50,7 +50,7 @@ def measure(tmp: Path, n: int, approx_bytes: int, url: str, table: bool) -> dict
     env = {**os.environ, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_ADMIN_KEY": ADMIN}
     args = [sys.executable, "-m", "gatekeeper", "submit", str(path), *job, "--out", str(out),
             "--state", str(path) + ".gatekeeper",  # (a table's default is in the user's state folder: measured here)
-            "--interval", "0.5", "--poll", "0.5", "--max-rpm", "60000",
+            "--interval", "0.5", "--interval", "0.5", "--max-rpm", "60000",
             "--json"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()

@@ -80,7 +80,7 @@ def run(n: int, how: str) -> float:
             path, state = Path(tmp) / "in.jsonl", Path(tmp) / "state"
             _input(path, n)
             config = ApiConfig(workspace_keys=[Secret(KEY)], admin_key=Secret(ADMIN), base_url=url)
-            settings = SubmitSettings(state_dir=state, poll=0.1)
+            settings = SubmitSettings(state_dir=state, interval=0.1)
             submit_sync(path, config=config, settings=settings, prepare_only=True)
             spec = JobSpec(conn_id="anthropic_default", input_path=str(path), state_dir=str(state), results_path=None,
                            journal=None, job=None, ledger=None, ceiling=None, budget=None, max_attempts=3, poll_interval=0.1,

@@ -17,6 +17,7 @@ from ..._errors import (
     InputError,
     QueueFull,
     RateLimited,
+    ServerError,
     TokenExpired,
     TransportError,
 )
@@ -46,6 +47,7 @@ class Admitter(Part):
         self.estimate = CeilingEstimate()
         self.backoff_until = 0.0
         self.refusal_streak = 0
+        self.server_streak = 0  # typed 5xx refusals of creates in a row (their waits double)
         self.creating = False
         self.refusals = 0
         self.batch_size = ctx.settings.limits.max_requests
@@ -191,6 +193,13 @@ class Admitter(Part):
         except (RateLimited, TransportError, TokenExpired) as exc:  # (refused before it was read: nothing made)
             self._deferred(row, exc)
             return None
+        except ServerError as exc:  # (a 5xx whose typed code proves nothing was made: `_codes.NOT_MADE`)
+            # An outage of the account's (its encryption key out of reach) may last: each try uploads the whole body
+            # again, so the waits double as after a full queue's refusals.
+            self.server_streak += 1
+            self._deferred(row, exc, refusal_wait(self.server_streak, exc.retry_after, self.settings.min_backoff,
+                                                  self.settings.max_backoff))
+            return None
         except CreateOutcomeUnknown as exc:
             self.emit("create_unknown", {"batch": row.idx, "reason": str(exc)})
             return None  # stays INTENT: reconciled before anything is resent
@@ -203,7 +212,7 @@ class Admitter(Part):
         reached("after-create")
         batch_id = str(batch["id"])
         j.mark_created(row.idx, batch_id, batch.get("created_at"))
-        self.refusal_streak = 0
+        self.refusal_streak = self.server_streak = 0
         self.estimate.accepted(depth, unseen, row.requests)
         self.emit("admitted", {"batch": row.idx, "id": batch_id, "requests": row.requests, "bytes": row.bytes,
                                "depth": depth + unseen + row.requests, "ceiling": self.ceiling})
@@ -244,9 +253,11 @@ class Admitter(Part):
         self.emit("recut", {"batch_size": size, "replaced": len(waiting), "batches": len(ranges) + len(groups),
                             "reason": reason})
 
-    def _deferred(self, row: BatchRow, exc: RateLimited | TransportError | TokenExpired) -> None:
+    def _deferred(self, row: BatchRow, exc: RateLimited | TransportError | TokenExpired | ServerError,
+                  wait: float | None = None) -> None:
         self.journal.back_to_planned(row.idx)
-        wait = deferral_wait(getattr(exc, "retry_after", None), self.settings.min_backoff, self.settings.max_backoff)
+        if wait is None:
+            wait = deferral_wait(getattr(exc, "retry_after", None), self.settings.min_backoff, self.settings.max_backoff)
         self.backoff_until = self.clock() + wait
         self.emit("create_deferred", {"batch": row.idx, "reason": str(exc), "wait": wait})
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -11,19 +13,25 @@ from typing import Any
 from ...decide._deadline import PRIOR_TURNAROUND, SLACK
 from ...input._sizing import Limits
 
-# What a run tells as it goes: (event, fields), the one shape every part of a run emits in.
 EventSink = Callable[[str, dict[str, Any]], None]
+"""What a run tells as it goes, `on_event(event, fields)`: the event's name ("admitted", "refused", "waiting", ...)
+and its fields, the one shape every part of a run emits in (the CLI's `--json` prints each as a JSON line)."""
+
+INTERVAL = 30.0  # seconds between queue readings, by default
 
 
 @dataclass(frozen=True)
 class SubmitSettings:
-    """Settings of one submit run. Every field has a documented default."""
+    """Settings of one submit run. Every field has a documented default.
+
+    `interval` is the CLI's `--interval`; `poll`, its old name, is still taken (a `DeprecationWarning`), as
+    `--poll` is on the command line."""
 
     state_dir: Path | None = None  # default: INPUT.gatekeeper/ beside the input
     out: Path | None = None  # default: STATE_DIR/results.jsonl
     ceiling: int | None = None  # the organization's enqueued_batch_requests; default: read with the admin key
     margin: int = 0  # requests of headroom left for others
-    poll: float = 30.0  # seconds between queue readings
+    interval: float = INTERVAL  # seconds between queue readings
     max_in_flight: int | None = None  # batches of ours live at once, at most
     max_attempts: int = 3  # attempts per request, the first included
     limits: Limits = field(default_factory=Limits)
@@ -62,6 +70,28 @@ class SubmitSettings:
     # send nothing new: collect what is in flight, then end (a table job's earlier run that did not finish, whose
     # unsent requests are planned again from the table as it is now)
     collect_only: bool = False
+    poll: InitVar[float | None] = None  # deprecated: `interval`'s old name
+
+    def __post_init__(self, poll: float | None) -> None:
+        if poll is None:
+            return
+        warnings.warn("SubmitSettings(poll=...) is deprecated: use interval=... (the CLI's --interval)",
+                      DeprecationWarning, stacklevel=3)
+        if self.interval not in (INTERVAL, poll):
+            raise ValueError(f"SubmitSettings: interval={self.interval} and poll={poll} (its old name): give interval only")
+        object.__setattr__(self, "interval", poll)
+
+
+def _poll(self: SubmitSettings) -> float | None:
+    caller = sys._getframe(1)
+    if caller.f_globals.get("__name__") == "dataclasses" and caller.f_code.co_name in ("replace", "_replace"):
+        return None  # (`dataclasses.replace` reads every init field, InitVars too: a copy passes no old name on)
+    warnings.warn("SubmitSettings.poll is deprecated: read interval", DeprecationWarning, stacklevel=2)
+    return self.interval
+
+
+# (read by its old name too; set after the class is made, which took `poll` as an InitVar with its default)
+SubmitSettings.poll = property(_poll, doc="Deprecated: `interval`.")  # type: ignore[attr-defined]
 
 
 def default_state_dir(input_path: str) -> Path:

@@ -303,7 +303,7 @@ def budget_of(job: DrawnJob, lines: list[tuple[str, bytes]]) -> float | None:
 
 def settings_of(job: DrawnJob, here: Path, budget: float | None, world: World) -> SubmitSettings:
     return SubmitSettings(
-        state_dir=here / "state", out=here / "out.jsonl", poll=job.poll, max_in_flight=job.max_in_flight,
+        state_dir=here / "state", out=here / "out.jsonl", interval=job.poll, max_in_flight=job.max_in_flight,
         limits=Limits(max_requests=job.batch_size), priority=job.priority, share=job.share, budget=budget,
         deadline=None if job.deadline is None else EPOCH + job.start + job.deadline, preflight=False, token_sample=0,
         reconcile_grace=300.0)
