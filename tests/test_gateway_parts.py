@@ -272,3 +272,46 @@ def test_a_creates_requests_are_judged_by_the_readers_schema(tmp_path: Path, par
     assert verdict is not None and verdict[:2] == (2, 1) and verdict[3] == "bad" and said in verdict[2], verdict
     older = judge(str(path), "2023-06-01")  # (a document in an assistant turn is 2026-10-21's refusal only)
     assert (older is None) is ("2026-10-21" in said), older
+
+
+_JUDGE_ALONE = """
+import anyio, os, sys, time
+from pathlib import Path
+from gatekeeper.gateway._create import Judge, Received
+path = Path(sys.argv[1])
+judge = Judge()
+judge.BIG = 0  # (every create judged in the process of its own)
+anyio.run(judge, Received(path, 1, path.stat().st_size, ""), "2023-06-01")
+print(*(p.pid for p in judge._pool._processes.values()), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="large creates are judged in a process of their own on 2+ cores")
+def test_the_judging_process_ends_when_the_gateway_is_killed(tmp_path: Path) -> None:
+    """A gateway killed with -9 runs no shutdown: its judging process notices and exits, and takes
+    multiprocessing's resource tracker with it (a cold tester found a pair left under init at every kill)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(orjson.dumps({"custom_id": "a", "params": {"model": "claude-sonnet-4-5", "max_tokens": 5,
+                                  "messages": [{"role": "user", "content": "hi"}]}}) + b"\n")
+    gateway = subprocess.Popen([sys.executable, "-c", _JUDGE_ALONE, str(path)], stdout=subprocess.PIPE, text=True)
+    assert gateway.stdout is not None
+    judge = int(gateway.stdout.readline())
+    os.kill(judge, 0)  # (alive while the gateway is)
+    gateway.send_signal(signal.SIGKILL)
+    gateway.wait(timeout=10)
+    gateway.stdout.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(judge, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(judge, signal.SIGKILL)
+    pytest.fail("the judging process outlived its gateway")

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import re
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -140,7 +141,8 @@ class Judge:
         loop = asyncio.get_running_loop()
         for attempt in (1, 2):
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_die_with, initargs=(os.getpid(),))
             try:
                 return await loop.run_in_executor(self._pool, judge, path, api_version, 2)
             except BrokenProcessPool:
@@ -152,6 +154,18 @@ class Judge:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _die_with(parent: int) -> None:
+    """In the judging process: exit once the gateway is gone. A gateway killed with -9 runs no shutdown, and its
+    judge (and with it multiprocessing's resource tracker) would otherwise live on under init, one pair a kill."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="gatekeeper-judge-parent", daemon=True).start()
 
 
 def version_of(header: str | None) -> str:

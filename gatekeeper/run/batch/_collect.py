@@ -321,9 +321,10 @@ class Collector(Part):
         gatekeeper's own in its place (what it billed counts toward the budget: it may be ours). Never resent."""
         line, _, _, attempt = member
         s.keep_apart(line, cid, str(row.batch_id), raw)
-        mark = errored_line(cid, UNPROVEN_ERROR, f"answered in batch {row.batch_id}, found by listing after its create's "
-                            "answer was lost, which could not be proven this job's (another job may use the same "
-                            "custom_ids): kept apart, not joined, not resent; `gatekeeper results --only unproven` lists it")
+        # (no batch id in the line: a gateway's client must never see an upstream id; `results --only unproven` has it)
+        mark = errored_line(cid, UNPROVEN_ERROR, "answered in a batch found by listing after its create's answer was "
+                            "lost, which could not be proven this job's (another job may use the same custom_ids): "
+                            "kept apart, not joined, not resent; `gatekeeper results --only unproven` lists it")
         usage = usage_of(result) if result.type == "succeeded" else (None, 0, 0, 0, 0, 0)
         out.write(mark + b"\n")
         s.final(line, cid, "errored", UNPROVEN_ERROR, attempt, pos, len(mark) + 1, usage)
