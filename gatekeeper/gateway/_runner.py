@@ -87,6 +87,7 @@ class Runner:
             lambda info: run_ended(info, here, process_started))
         self.jobs: dict[str, _Running] = {}
         self._wake = anyio.Event()
+        self._fresh = True  # this start has not looked for jobs yet (`_claim`)
         self.stopping = False
         self.failures = 0  # job runs that stopped on an error (for /metrics)
         self.trouble: Trouble | None = None
@@ -122,7 +123,9 @@ class Runner:
         room = self.settings.max_jobs - len(self.jobs)
         if room <= 0:
             return
-        claimed = await self.book(lambda b: b.claim(self.owner, self.info, self.settings.lease_ttl, self.ended, room))
+        fresh, self._fresh = self._fresh, False  # (the first look of this start: backoffs of a former run not kept)
+        claimed = await self.book(lambda b: b.claim(self.owner, self.info, self.settings.lease_ttl, self.ended, room,
+                                                    fresh=fresh))
         for record in claimed:
             if record.id not in self.jobs:
                 self.jobs[record.id] = _Running(canceling=record.status == "canceling")

@@ -224,16 +224,17 @@ class GatewayBook:
     # -- who runs each job -------------------------------------------------------------
 
     def claim(self, owner: str, info: dict[str, Any], ttl: float, ended: Callable[[dict[str, Any]], bool],
-              limit: int) -> list[BatchRecord]:
+              limit: int, *, fresh: bool = False) -> list[BatchRecord]:
         """Take up to `limit` live batches whose job nobody runs: no claim, a claim not renewed for `ttl` seconds,
         or one whose run `ended` (given the info it recorded) says has certainly ended. Each taken by one
-        compare-and-set, so two replicas never take the same one."""
+        compare-and-set, so two replicas never take the same one. `fresh` (a replica's first look, after a
+        restart): a failed job's backoff is not waited out (an operator restarts once the upstream is back)."""
         now = self.clock()
         taken: list[BatchRecord | None] = []
         for record in self.live():
             if len(taken) >= limit:
                 break
-            if record.owner == owner or record.retry_at is not None and record.retry_at > now:
+            if record.owner == owner or not fresh and record.retry_at is not None and record.retry_at > now:
                 continue
             free = record.owner is None or (record.beat_at or 0.0) < now - ttl or ended(record.owner_info or {})
             if free and self._take(record, owner, info, now):
