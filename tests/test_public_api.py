@@ -202,7 +202,8 @@ def test_airflow_is_imported_only_by_gatekeeper_airflow() -> None:
 def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
     """--version, --help and plan load neither httpx nor anyio (the CLI starts as fast as Python), nor what
     `plan` without a key never needs: pickle (the readers' pieces travel by marshal), shutil (argparse's), orjson
-    (msgspec decodes the lines and writes the JSON), the API configuration (docs/development.md, start-up)."""
+    (msgspec decodes the lines and writes the JSON), the API configuration, typing_extensions (msgspec's import goes
+    without it: docs/development.md, start-up)."""
     data = tmp_path / "in.jsonl"
     data.write_text('{"custom_id": "a", "params": {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}}\n')
     probe = (
@@ -215,7 +216,7 @@ def test_cli_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
         "        except SystemExit:\n"
         "            pass\n"
         "print(sorted(m for m in ('httpx', 'anyio', 'sqlite3', 'gatekeeper.run._loop', 'pickle', 'shutil', 'orjson',"
-        " 'gatekeeper.api._config')"
+        " 'gatekeeper.api._config', 'typing_extensions')"
         " if m in sys.modules))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}

@@ -38,12 +38,28 @@ def _run_command(args: argparse.Namespace) -> int:
     import signal  # (here: `--version` and `--help` start without it)
 
     module, name = COMMANDS[args.command]
+    _import_msgspec()
     command = getattr(importlib.import_module(f".{module}", __package__), name)
     before = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(command(args))
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def _import_msgspec() -> None:
+    """msgspec loaded before the command's module, without typing_extensions: msgspec takes `get_type_hints` from it
+    when it is installed (anyio's dependency), else from `typing`, which on Python 3.11 and later reads every type
+    the CLI decodes as well; importing it is about 38 M instructions, half of msgspec's import and a quarter of what
+    `plan` loads beyond a bare orjson loop (docs/development.md, start-up). A later import of typing_extensions (httpx,
+    anyio) finds it as usual."""
+    if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
+        return
+    sys.modules["typing_extensions"] = None  # type: ignore[assignment]  # (an ImportError, which msgspec catches)
+    try:
+        import msgspec  # noqa: F401
+    finally:
+        del sys.modules["typing_extensions"]
 
 
 def _interrupt(signum: int, frame: Any) -> None:
