@@ -68,6 +68,15 @@ class Reservation:
     # an orphan: seconds since its owner was found dead on its machine with this create unconfirmed (its requests
     # are free; `requests` is the size of the batch it may have created); None for a reservation of a live owner
     dead_for: float | None = None
+    # seconds since its turn was granted: the create it stood for made no batch earlier (`decide._reconcile.
+    # rival_starts`); None where the ledger does not say (a create taken back by a resumed run, a Redis ledger)
+    granted_for: float | None = None
+    # a print of the custom_ids its create sent (`run.batch._evidence.IdPrint.text`): a batch that carries other ids
+    # is not its create's; None where the ledger does not say
+    ids: str | None = None
+    # False where the ledger knows its create was never sent (its turn granted, then the run ended or was killed
+    # before its body went out: no batch came of it); True where it was, or may have been
+    sent: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "batch": self.batch, "requests": self.requests, "batch_id": self.batch_id,
@@ -98,8 +107,9 @@ class Ledger(Protocol):
     ttl: float
     owner: str  # this submitter's name in the ledger ("" for the in-process one)
 
-    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool: ...
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int, ids: str | None = None) -> bool: ...
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None: ...
+    async def sending(self, batch: int) -> None: ...
     async def confirm(self, batch: int, batch_id: str) -> None: ...
     async def release(self, batch: int) -> None: ...
     async def release_all(self) -> None: ...
