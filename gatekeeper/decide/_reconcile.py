@@ -6,8 +6,10 @@ intent (size, send time) is matched against the listing: a batch we do not know
 already, of exactly that size, created no earlier than the send time minus the
 clock skew.
 
-- one candidate and no other unknown create of the same size (ours, or another submitter's that a ledger shows
-  unconfirmed, or left unconfirmed by a submitter found dead: `dead_rivals`): adopt it. With a ledger (this host's,
+- one candidate and no other unknown create of the same size that may have made it (ours, or another submitter's
+  that a ledger shows unconfirmed, or left unconfirmed by a submitter found dead: `dead_rivals`; one whose turn came
+  after the candidate was made, or whose body the ledger knows never went out, cannot: `rival_creates`,
+  `rivals_among`): adopt it. With a ledger (this host's,
   by default, or a shared one) this is proof (`named_after`): creates go one at a time through it and every other
   submitter's batch is named there, so a lone unnamed batch of our size is ours (the candidates are those created
   after our send less the clock skew, which is shorter than the ledger's TTL: a submitter of another machine whose
@@ -16,8 +18,10 @@ clock skew.
   collected;
 - no candidate in a listing read `grace` after the send: it was not created;
 - several candidates (or a rival of the same size): wait until they end, then
-  compare their results with our requests: custom_ids first, then whose prompts
-  the usage was billed for (`_ownership`), and adopt what that proves (`compared`).
+  compare their results with our requests: custom_ids first (the one that carries ours and that no rival can have
+  made, by its turn's time or the print of the ids it sent, is proven ours with a shared ledger:
+  `ledger_names_the_rest`), then whose prompts the usage was billed for (`_ownership`), and adopt what that proves
+  (`compared`).
 
 Time is the listing's, never the moment of deciding: comparing results can take
 a while (a damaged download, a 429), and a listing read before ours was listed

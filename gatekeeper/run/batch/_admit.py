@@ -242,7 +242,8 @@ class Admitter(Part):
                               "learned_bound": self.estimate.upper if self.ceiling is None else None})
         reached("after-refusal")
         waiting = self.journal.batches(BatchState.PLANNED)
-        size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.settings.margin)
+        size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.settings.margin,
+                          row.requests)
         if size is not None:
             self._recut(waiting, size, "refusals show the ceiling is below the waiting batches")
 

@@ -17,7 +17,7 @@ from ...decide._downloads import ANSWER_LOST
 from ...state._claims import PRIORITIES
 from .._wire import prompt_of
 from ._sim import LEASE, Weather
-from ._world import DrawnJob
+from ._world import EPOCH, DrawnJob
 
 SLACK = 600.0  # seconds a batch lane that ends in time still needs: its last reading, the download, the commit
 
@@ -263,6 +263,18 @@ def shares_kept(w: Weather) -> list[str]:
                     out.append(f"{b.name} got {rise:.0f} requests over its share ahead of {a.name} while both wanted "
                                f"room from {t0 / 60:.0f}m to {min(t1, 1e9) / 60:.0f}m (at most {bound:.0f})")
     return out
+
+
+def contention(w: Weather) -> str | None:
+    """What `shares_kept` weighed: the spans in which two jobs of one priority both wanted room, and the batches
+    admitted in them (None: none, the check had nothing to weigh)."""
+    pairs = [(a, b) for a in w.world.jobs for b in w.world.jobs if a.name < b.name and a.priority == b.priority]
+    spans = [(a, b, t0, t1) for a, b in pairs for t0, t1 in contended(w, a, b)]
+    if not spans:
+        return None
+    weighed = sum(1 for a, b, t0, t1 in spans for j in (a, b) for t, _ in admissions(w, j.name) if t0 < t <= t1)
+    return (f"shares: {len(spans)} spans of contention, {sum(min(t1, w.clock.now() - EPOCH) - t0 for *_, t0, t1 in spans) / 60:.0f} "
+            f"min, {weighed} batches weighed")
 
 
 def _rise(steps: list[tuple[float, float, float]]) -> float:
