@@ -71,7 +71,7 @@ def others_in_flight(reservations: Iterable[Any], owner: str) -> tuple[set[str],
     """From a ledger's live reservations (`Reservation`s): the batch ids other submitters hold, never a
     candidate for our create, and how many of their creates of each size are not confirmed yet, rivals of ours
     (the lone candidate of that size may be theirs). A dead submitter's orphans are weighed by `dead_rivals`;
-    `rival_starts` says when each rival's batch may have been made."""
+    `rival_creates` says when each rival's batch may have been made, and which ids it sent."""
     theirs = [r for r in reservations if r.owner != owner]
     return ({r.batch_id for r in theirs if r.batch_id},
             Counter(r.requests for r in theirs if not r.batch_id and r.dead_for is None))

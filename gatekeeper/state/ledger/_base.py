@@ -73,7 +73,7 @@ class Reservation:
     # are free; `requests` is the size of the batch it may have created); None for a reservation of a live owner
     dead_for: float | None = None
     # seconds since its turn was granted: the create it stood for made no batch earlier (`decide._reconcile.
-    # rival_starts`); None where the ledger does not say (a create taken back by a resumed run, a Redis ledger)
+    # rival_creates`); None where the ledger does not say (a create taken back by a resumed run, a Redis ledger)
     granted_for: float | None = None
     # a print of the custom_ids its create sent (`run.batch._evidence.IdPrint.text`): a batch that carries other ids
     # is not its create's; None where the ledger does not say
