@@ -17,7 +17,7 @@ from ...decide._downloads import ANSWER_LOST
 from ...state._claims import PRIORITIES
 from .._wire import prompt_of
 from ._sim import LEASE, Weather
-from ._world import EPOCH, DrawnJob
+from ._world import DrawnJob
 
 SLACK = 600.0  # seconds a batch lane that ends in time still needs: its last reading, the download, the commit
 
@@ -273,8 +273,9 @@ def contention(w: Weather) -> str | None:
     if not spans:
         return None
     weighed = sum(1 for a, b, t0, t1 in spans for j in (a, b) for t, _ in admissions(w, j.name) if t0 < t <= t1)
-    return (f"shares: {len(spans)} spans of contention, {sum(min(t1, w.clock.now() - EPOCH) - t0 for *_, t0, t1 in spans) / 60:.0f} "
-            f"min, {weighed} batches weighed")
+    end = max((r.ended for r in w.runs), default=0.0)  # (a span still open when the world ended: to its last moment)
+    minutes = sum(max(0.0, min(t1, end) - t0) for *_, t0, t1 in spans) / 60
+    return f"shares: {len(spans)} spans of contention, {minutes:.0f} min, {weighed} batches weighed"
 
 
 def _rise(steps: list[tuple[float, float, float]]) -> float:
