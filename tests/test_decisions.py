@@ -251,6 +251,21 @@ def test_recut_size(size: int, largest: int, bound: int | None, margin: int, exp
     assert recut_size(size, largest, bound, margin) == expected
 
 
+@pytest.mark.parametrize(("refused", "bound", "expected"), [
+    (1, 1, None),     # one request refused (a primer, with a lost create counted unseen): the queue is full, no more
+    (1, 0, None),
+    (5, 4, 4),        # a small batch refused at depth 0: what it shows is a size below it
+    (15, 14, 7),      # the batch refused whole: halved
+    (None, 1, 1),     # (the refused batch not said: as before)
+])
+def test_a_recut_is_never_to_a_size_the_refusal_itself_shows_does_not_fit(refused: int | None, bound: int,
+                                                                          expected: int | None) -> None:
+    """A refusal of a batch no larger than the size a re-cut would choose says the queue is full now, not that the
+    batches are too large: nothing is cut (issue 60, swarm seed 7503: a one-request primer refused cut every waiting
+    batch of 15 to one request, 40 batches one at a time outrunning the world)."""
+    assert recut_size(15, 15, bound, 0, refused) == expected
+
+
 DAY = 86_400.0
 
 

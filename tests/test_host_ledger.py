@@ -8,6 +8,7 @@ test has its own state folder (GATEKEEPER_HOME, set by conftest), so its own hos
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import socket
@@ -22,7 +23,16 @@ import pytest
 
 from gatekeeper._errors import UsageError
 from gatekeeper.decide._ownership import Pair, choose
-from gatekeeper.decide._reconcile import Action, compared, dead_rivals, ledger_names_the_rest
+from gatekeeper.decide._reconcile import (
+    Action,
+    Rival,
+    carrying,
+    compared,
+    dead_rivals,
+    ledger_names_the_rest,
+    rival_creates,
+    rivals_among,
+)
 from gatekeeper.state.ledger._base import Reservation
 from gatekeeper.state.ledger._open import choose_ledger, host_ledger_file
 from gatekeeper.testing import FakeAPI, prompt_of
@@ -399,4 +409,50 @@ def test_the_ledger_proves_the_one_candidate_with_our_ids(with_ids: list[str], r
 
     cands = [_b("a"), _b("b", "2027-01-04T00:01:00Z" if early else "2027-01-04T00:09:00Z")]
     after = None if named_after is None else (parse_time("2027-01-04T00:05:00Z") or 0.0)
-    assert ledger_names_the_rest(cands, with_ids, rivals=rivals, named_after=after) == proven
+    assert ledger_names_the_rest(cands, with_ids, rivals=[Rival(-math.inf)] * rivals, named_after=after) == proven
+
+
+T0 = 1_799_020_800.0  # 2027-01-04T00:00:00Z
+
+
+def _at(minute: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 + minute * 60))
+
+
+@pytest.mark.parametrize(("made", "rivals", "proven"), [
+    # (our lost create's candidates, created at minute m, both with our ids) and the rivals (turn granted at minute)
+    ({"a": 11}, [Rival(61.0)], "a"),               # the rival's turn came 50 minutes after: not its batch (seed 1513)
+    ({"a": 11}, [Rival(14.0)], None),              # ... within the clock skew (5 minutes): it may be
+    ({"a": 11}, [Rival(-math.inf)], None),         # a ledger that does not say when: a rival, as before
+    ({"a": 0, "b": 15}, [Rival(15.0)], "a"),       # the one no rival can have made is ours, the other the rival's (5253)
+    ({"a": 0, "b": 15}, [Rival(15.0), Rival(-math.inf)], None),
+    ({"a": 0, "b": 1}, [Rival(15.0)], None),       # two no rival can have made: usage weighs them
+])
+def test_a_candidate_made_before_a_rivals_turn_is_not_its_batch(made: dict[str, float], rivals: list[Rival],
+                                                                proven: str | None) -> None:
+    """A batch is never created before its create's turn was granted: a candidate with our custom_ids made before
+    every rival's turn (less the clock skew) is proven ours by the ledger (issue 60: seeds 1513, 5253, where the
+    answers were kept apart, unproven, under a usage that could not tell)."""
+    cands = [_b(k, _at(m)) for k, m in made.items()]
+    starts = [Rival(T0 + r.start * 60 if r.start != -math.inf else r.start, r.ids) for r in rivals]
+    assert ledger_names_the_rest(cands, list(made), rivals=starts, named_after=T0 - 86_400, clock_skew=300.0) == proven
+
+
+def test_rivals_are_those_whose_turn_and_ids_could_have_made_a_candidate() -> None:
+    """`rival_creates` reads each other unknown create of our size off the ledger with its turn's time and its ids'
+    print; `rivals_among` keeps those whose turn came before a candidate was made (every one when none is listed);
+    `carrying` those that may have sent our ids (a print recorded and unlike ours: never ours, seed 1767)."""
+    rs = [Reservation("them", 0, 20, None, 600.0, granted_for=60.0, ids="20.a.b"),
+          Reservation("dead", 0, 20, None, 600.0, dead_for=30.0, granted_for=3000.0, ids="20.c.d"),
+          Reservation("held", 0, 20, None, 600.0),                      # (taken back by a resumed run: unknown)
+          Reservation("them", 1, 20, "msgbatch_x", 600.0, granted_for=10.0),  # (confirmed: named, never a rival)
+          Reservation("them", 2, 7, None, 600.0, granted_for=10.0),    # (another size)
+          Reservation("me", 0, 20, None, 600.0, granted_for=10.0)]     # (our own)
+    rivals = rival_creates(rs, "me", 20, since=900.0, now=1000.0, lag=300.0)
+    assert sorted(rivals, key=lambda r: r.start) == [Rival(-math.inf, None), Rival(-2000.0, "20.c.d"), Rival(940.0, "20.a.b")]
+    early, late = {"created_at": _at(0)}, {"created_at": _at(60)}
+    assert rivals_among([early], [Rival(T0 + 3600)], 300.0) == []
+    assert rivals_among([early, late], [Rival(T0 + 3600)], 300.0) == [Rival(T0 + 3600)]
+    assert rivals_among([], [Rival(T0 + 3600)], 300.0) == [Rival(T0 + 3600)]
+    assert carrying(rivals, "20.a.b") == [r for r in rivals if r.ids in (None, "20.a.b")]
+    assert len(carrying(rivals, "20.e.f")) == 1  # (only the one that does not say)

@@ -93,18 +93,45 @@ async def test_reserve_confirm_release(make_ledger) -> None:
     assert all(r.expires_in > 86_400 for r in await a.reservations())
 
 
-async def test_creates_go_one_at_a_time_across_submitters(make_ledger) -> None:
-    """While A's create is out (its reservation not confirmed), B is refused whatever the room; once A's batch is
-    confirmed (or released), B may go. A's own next batches are not held back by its own."""
+async def test_creates_of_one_size_go_one_at_a_time_across_submitters(make_ledger) -> None:
+    """While A's create is out (its reservation not confirmed), B is refused a create of its size whatever the room;
+    once A's batch is confirmed (or released), B may go. A's own next batches are not held back by its own. A create
+    of another size goes at once: a lost one's candidates are of its size, never taken for A's (issue 60, seed 9964:
+    a job whose creates kept failing held every other job's, of any size, for 43 minutes with the queue empty)."""
     a, b = make_ledger("A"), make_ledger("B")
     assert await a.reserve(0, 10, 1000, 0)
     assert not await b.reserve(0, 10, 1000, 0) and not await b.reserve(0, 10, None, 0)
+    assert await b.reserve(5, 7, 1000, 0)  # (another size)
+    assert not await a.reserve(5, 7, 1000, 0)  # (... and B's of that size out holds A's of it)
     assert await a.reserve(1, 10, 1000, 0)
     await a.confirm(0, "msgbatch_a0")
     assert not await b.reserve(0, 10, 1000, 0)  # (A's second is still out)
     await a.release(1)
     assert await b.reserve(0, 10, 1000, 0)
     assert not await a.reserve(2, 10, 1000, 0)
+
+
+async def test_a_reservation_says_since_when_its_create_may_have_made_a_batch(make_ledger, request) -> None:
+    """A SQL ledger records when each turn was granted (`granted_for`, seconds ago), carried into its orphan when its
+    owner is found dead: a batch created before it is not its create's (`decide._reconcile.rival_creates`). A create
+    taken back by a resumed run, or a Redis ledger's, says nothing (None: a rival of every candidate)."""
+    child = _sleeper()
+    a = make_ledger("A", liveness=_process(child.pid))
+    judge = make_ledger("judge", liveness=_process())
+    await a.ping()
+    assert await a.reserve(0, 10, 1000, 0)
+    await a.sending(0)
+    await a.hold(1, 20, None)
+    await make_ledger.elapse(1.5)
+    rows = {r.batch: r for r in await judge.reservations() if r.owner == "A"}
+    sql = "redis" not in request.node.callspec.id
+    assert rows[1].granted_for is None
+    assert (rows[0].granted_for is not None and 1.4 < rows[0].granted_for < 30) is sql
+    child.kill()
+    child.wait()
+    await judge.ping()
+    orphans = {r.batch: r for r in await judge.reservations() if r.owner == "A"}
+    assert orphans[0].dead_for is not None and (orphans[0].granted_for is not None and orphans[0].granted_for >= 1.4) is sql
 
 
 async def test_unreserved_depth_counts_once(make_ledger) -> None:
@@ -177,13 +204,15 @@ async def test_a_submitter_dead_on_this_machine_is_dropped_at_once(make_ledger) 
     assert await dead.reserve(0, 50, 1000, 0)
     await dead.confirm(0, "msgbatch_d0")
     assert await dead.reserve(1, 40, 1000, 0)  # its create out
+    await dead.sending(1)
     assert await dead.claim_job("input-x", {"host": "h", "pid": child.pid}) is None
     await dead.put_claim(ClaimPost("job-x", 1, 1.0, 40, 0.0, 50))
-    assert not await other.reserve(0, 10, 1000, 0)  # alive: its create holds the turn
+    assert not await other.reserve(0, 40, 1000, 0)  # alive: its create holds the turn for its size
+    assert not await other.reserve(0, 10, 95, 0)  # ... and its requests the room
     assert await other.claim_job("input-x", {"host": "h2"}) is not None
     child.kill()
     child.wait()
-    assert await other.reserve(0, 10, 1000, 0)  # dead: at once
+    assert await other.reserve(0, 10, 95, 0)  # dead: its requests freed at once
     rows = {(r.owner, r.batch): r for r in await other.reservations()}
     assert (rows["dead", 0].requests, rows["dead", 0].batch_id, rows["dead", 0].live) == (0, "msgbatch_d0", False)
     assert rows["dead", 0].expires_in > 86_400  # (named as a released batch is, for NAMED_FOR)
@@ -205,9 +234,11 @@ async def test_a_dead_submitters_create_holds_its_size_no_longer_than_its_ttl(ma
     other = make_ledger("other", liveness=_process())
     await gone.ping()
     assert await gone.reserve(0, 30, 1000, 0)
+    await gone.sending(0)
     await make_ledger.elapse(0.5)  # ("gone"'s reservation lapses: 0.2 s)
     await dead.ping()
     assert await dead.reserve(0, 40, 1000, 0)
+    await dead.sending(0)
     for proc in (child, lapsed):
         proc.kill()
         proc.wait()
@@ -217,6 +248,27 @@ async def test_a_dead_submitters_create_holds_its_size_no_longer_than_its_ttl(ma
     await make_ledger.elapse(2.1)
     assert await other.reserve(0, 40, 1000, 0)
 
+
+async def test_a_create_never_sent_leaves_no_orphan_and_no_rival(make_ledger, request) -> None:
+    """A SQL ledger knows a create whose body never went out (`sending` not called: the run was killed between its
+    turn and its send): it is no rival of another's lost create (`Reservation.sent`), and once its owner is found
+    dead it leaves no orphan to hold the size's turn (issue 60, seed 10990: a dead job's primer, never sent, kept a
+    lost create of the same size and ids unproven). One whose body went out leaves its orphan, as before. A Redis
+    ledger does not record it: each create is taken as sent."""
+    child = _sleeper()
+    a = make_ledger("A", liveness=_process(child.pid))
+    judge = make_ledger("judge", liveness=_process())
+    await a.ping()
+    assert await a.reserve(0, 10, 1000, 0) and await a.reserve(1, 20, 1000, 0)
+    await a.sending(1)
+    sql = "redis" not in request.node.callspec.id
+    assert {r.batch: r.sent for r in await judge.reservations() if r.owner == "A"} == {0: not sql, 1: True}
+    child.kill()
+    child.wait()
+    await judge.ping()
+    orphans = {r.batch for r in await judge.reservations() if r.owner == "A" and r.dead_for is not None}
+    assert orphans == ({1} if sql else {0, 1})
+    assert await judge.reserve(0, 10, 1000, 0) is sql  # (no orphan of 10 holds the turn for that size)
 
 async def test_a_pid_reused_by_a_later_process_is_not_taken_for_the_submitter(make_ledger) -> None:
     """A record whose pid is in use by a process started at another time (a reused pid) has ended; one whose pid
@@ -248,6 +300,7 @@ async def test_a_rerun_of_a_dead_submitter_takes_its_place_back(make_ledger) -> 
     assert await first.reserve(0, 30, 1000, 0)
     await first.confirm(0, "msgbatch_j0")
     assert await first.reserve(1, 30, 1000, 0)
+    await first.sending(1)
     child.kill()
     child.wait()
     judge = make_ledger("judge", liveness=_process())
@@ -258,7 +311,7 @@ async def test_a_rerun_of_a_dead_submitter_takes_its_place_back(make_ledger) -> 
     await rerun.hold(1, 30, None)
     rows = [(r.batch, r.requests, r.live) for r in await judge.reservations() if r.owner == "job-1"]
     assert sorted(rows) == [(0, 30, True), (1, 30, True)]  # (held again, live: not swept, no orphan left)
-    assert not await judge.reserve(0, 10, 1000, 0)  # (its create is out again: creates go one at a time)
+    assert not await judge.reserve(0, 30, 1000, 0)  # (its create is out again: creates of a size go one at a time)
     await rerun.release(1)
     await rerun.release_all()
     assert [(r.batch, r.live) for r in await judge.reservations() if r.owner == "job-1"] == [(0, False)]

@@ -11,6 +11,7 @@ origin; redirects are followed by hand for that reason (httpx would forward
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
@@ -137,10 +138,11 @@ class ApiClient:
             raise
         return str(batch.get("processing_status"))
 
-    async def iter_results(self, batch: dict[str, Any]) -> AsyncIterator[bytes]:
+    async def iter_results(self, batch: dict[str, Any], within: float | None = None) -> AsyncIterator[bytes]:
         """The raw JSONL lines of an ended batch's results, one at a time (memory: one line).
 
-        Opening is retried like any read (the one retry loop). A failure once the stream is open is raised
+        Opening is retried like any read (the one retry loop), for `within` seconds at most when given (a deadline's
+        reading is due: the caller puts the download off rather than wait out a 429 here). A failure once the stream is open is raised
         as it is (the caller's download failed: it starts over). A null
         `results_url` is a `NotFoundError`: the caller decides how long to wait for it.
         """
@@ -149,7 +151,9 @@ class ApiClient:
             raise NotFoundError("the batch has no results_url yet", endpoint="results", status=404)
         url = self.calls.platform.results_location(str(batch["results_url"]), self.calls.base_url, batch_id)
         response = await self.calls.retried(lambda: self.calls.answer("GET", url, "results", batch_id=batch_id, stream=True,
-                                                            accept="application/binary"), "results", url, self.calls.retry)
+                                                            accept="application/binary"), "results", url,
+                                           self.calls.retry if within is None else
+                                           dataclasses.replace(self.calls.retry, max_total=min(self.calls.retry.max_total, within)))
         try:
             async for line in _lines(response):
                 yield line

@@ -142,15 +142,18 @@ def deferral_wait(retry_after: float | None, min_wait: float, max_wait: float) -
     return min(retry_after or min_wait, max_wait)
 
 
-def recut_size(batch_size: int, largest_waiting: int, bound: int | None, margin: int) -> int | None:
+def recut_size(batch_size: int, largest_waiting: int, bound: int | None, margin: int,
+               refused: int | None = None) -> int | None:
     """A smaller batch size when refusals proved the ceiling below the batches still waiting; None to keep it.
 
     A refusal of n at visible depth 0 bounds the ceiling below n: such a batch can never
     go whole. Halving (never below what the bound leaves) finds a size that fits in a few
     refusals, as peers do, without trusting a bound that other workspaces' hidden load
-    may have lowered.
+    may have lowered. A size no smaller than the batch just refused (`refused`) is no cure: that refusal says the
+    queue is full now, not that batches are too large (issue 60, seed 7503: a primer of one request refused while a
+    lost create was counted unseen cut every waiting batch to one request, each then waiting its turnaround).
     """
     if bound is None or largest_waiting <= bound - margin:
         return None
     size = max(1, min(batch_size // 2, largest_waiting // 2, max(1, bound - margin)))
-    return size if size < largest_waiting else None
+    return size if size < largest_waiting and (refused is None or size < refused) else None

@@ -6,8 +6,10 @@ intent (size, send time) is matched against the listing: a batch we do not know
 already, of exactly that size, created no earlier than the send time minus the
 clock skew.
 
-- one candidate and no other unknown create of the same size (ours, or another submitter's that a ledger shows
-  unconfirmed, or left unconfirmed by a submitter found dead: `dead_rivals`): adopt it. With a ledger (this host's,
+- one candidate and no other unknown create of the same size that may have made it (ours, or another submitter's
+  that a ledger shows unconfirmed, or left unconfirmed by a submitter found dead: `dead_rivals`; one whose turn came
+  after the candidate was made, or whose body the ledger knows never went out, cannot: `rival_creates`,
+  `rivals_among`): adopt it. With a ledger (this host's,
   by default, or a shared one) this is proof (`named_after`): creates go one at a time through it and every other
   submitter's batch is named there, so a lone unnamed batch of our size is ours (the candidates are those created
   after our send less the clock skew, which is shorter than the ledger's TTL: a submitter of another machine whose
@@ -16,8 +18,10 @@ clock skew.
   collected;
 - no candidate in a listing read `grace` after the send: it was not created;
 - several candidates (or a rival of the same size): wait until they end, then
-  compare their results with our requests: custom_ids first, then whose prompts
-  the usage was billed for (`_ownership`), and adopt what that proves (`compared`).
+  compare their results with our requests: custom_ids first (the one that carries ours and that no rival can have
+  made, by its turn's time or the print of the ids it sent, is proven ours with a shared ledger:
+  `ledger_names_the_rest`), then whose prompts the usage was billed for (`_ownership`), and adopt what that proves
+  (`compared`).
 
 Time is the listing's, never the moment of deciding: comparing results can take
 a while (a damaged download, a 429), and a listing read before ours was listed
@@ -27,10 +31,11 @@ proves nothing about it however late the decision comes.
 from __future__ import annotations
 
 import enum
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._headroom import parse_time, total_requests
 from ._ownership import Choice
@@ -82,7 +87,8 @@ def lag_seen(live_unlisted: Iterable[float], listed_at: float) -> float:
 def others_in_flight(reservations: Iterable[Any], owner: str) -> tuple[set[str], Counter[int]]:
     """From a ledger's live reservations (`Reservation`s): the batch ids other submitters hold, never a
     candidate for our create, and how many of their creates of each size are not confirmed yet, rivals of ours
-    (the lone candidate of that size may be theirs). A dead submitter's orphans are weighed by `dead_rivals`."""
+    (the lone candidate of that size may be theirs). A dead submitter's orphans are weighed by `dead_rivals`;
+    `rival_creates` says when each rival's batch may have been made, and which ids it sent."""
     theirs = [r for r in reservations if r.owner != owner]
     return ({r.batch_id for r in theirs if r.batch_id},
             Counter(r.requests for r in theirs if not r.batch_id and r.dead_for is None))
@@ -94,8 +100,49 @@ def dead_rivals(reservations: Iterable[Any], owner: str, requests: int, since: f
     submitter's batch, if any, was created before it was found dead, or within `lag` after (the server finishing a
     create whose body was in: the listing's grace, the bound our own lost creates are settled by). Later sends never
     meet it: a dead submitter holds no one back for long."""
-    return sum(1 for r in reservations if r.owner != owner and r.dead_for is not None and r.requests == requests
-               and now - r.dead_for + lag >= since)
+    return len(_dead(reservations, owner, requests, since, now, lag))
+
+
+def _dead(reservations: Iterable[Any], owner: str, requests: int, since: float, now: float, lag: float) -> list[Any]:
+    return [r for r in reservations if r.owner != owner and r.dead_for is not None and r.requests == requests
+            and now - r.dead_for + lag >= since]
+
+
+class Rival(NamedTuple):
+    """Another unknown create of our size: the earliest moment (on our clock) its batch may have been made, and a
+    print of the custom_ids it sent (None where unknown)."""
+
+    start: float
+    ids: str | None = None
+
+
+def rival_creates(reservations: Iterable[Any], owner: str, requests: int, since: float, now: float,
+                  lag: float) -> list[Rival]:
+    """Each other submitter's unknown create of our size: a live submitter's unconfirmed create, and a dead one's
+    that may fall among our candidates (`dead_rivals`); never one the ledger knows was not sent (`Reservation.sent`:
+    a dead submitter's leaves no orphan then). Its start is its reservation's grant (`Reservation.
+    granted_for`: a batch is never created before its turn was granted), or minus infinity where the ledger does not
+    say; its ids the print the ledger recorded (`Reservation.ids`)."""
+    live = [r for r in reservations if r.owner != owner and not r.batch_id and r.dead_for is None and r.requests == requests
+            and r.sent]  # (one not sent when the ledger was read was not sent when our listing was, read before)
+    return [Rival(-math.inf if r.granted_for is None else now - r.granted_for, r.ids)
+            for r in (*live, *_dead(reservations, owner, requests, since, now, lag))]
+
+
+def rivals_among(candidates: Iterable[dict[str, Any]], rivals: Iterable[Rival], clock_skew: float) -> list[Rival]:
+    """The rival creates that may have made one of these candidates: a batch created before a rival's turn (less
+    the clock skew) is not its batch. A rival whose turn came after every candidate was made cannot be taken for
+    ours, so it does not hold our proof (issue 60, seed 1513: a dead job's orphan reserved 50 minutes after our lost
+    create). With no candidate every rival counts."""
+    made = [parse_time(b.get("created_at")) or 0.0 for b in candidates]
+    return [r for r in rivals if not made or r.start - clock_skew <= max(made)]
+
+
+def carrying(rivals: Iterable[Rival], ours: str) -> list[Rival]:
+    """The rivals that may have sent our custom_ids (`ours`, their print): one whose print the ledger recorded and
+    differs sent other ids, so a candidate that carries ours is not its batch (issue 60, seed 1767: a dead job's
+    orphan of our size with ids of its own)."""
+    return [r for r in rivals if r.ids is None or r.ids == ours]
 
 
 def candidates_for(requests: int, sent_at: float, listed: Iterable[dict[str, Any]], known: set[str],
@@ -133,18 +180,20 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
     return Decision(Action.COMPARE, tuple(candidates), "every candidate ended")
 
 
-def ledger_names_the_rest(candidates: Iterable[dict[str, Any]], with_our_ids: Sequence[str], *, rivals: int,
-                          named_after: float | None) -> str | None:
-    """Among ended candidates, the one the shared ledger proves this create's, if any: exactly one carries our
-    custom_ids (read whole), no rival of our size is out, and the ledger names every other submitter's batch since
-    before the first candidate (`named_after`). The other unnamed ones are then this owner's own earlier creates (a
-    table job's earlier run, given the same ledger), never another's: their ids are not ours. None: usage decides."""
+def ledger_names_the_rest(candidates: Iterable[dict[str, Any]], with_our_ids: Sequence[str], *,
+                          rivals: Sequence[Rival], named_after: float | None, clock_skew: float = 0.0) -> str | None:
+    """Among ended candidates, the one the shared ledger proves this create's, if any: of those that carry our
+    custom_ids (read whole), exactly one that no rival create may have made (`rivals`: those that may carry our ids,
+    `carrying`; a batch created before a rival's turn, less the clock skew, is not its batch), and the ledger names
+    every other submitter's batch since before the first candidate (`named_after`). The other unnamed ones are then
+    a rival's, or this owner's own earlier creates (a table job's earlier run, given the same ledger), never an
+    unnamed submitter's. None: usage decides."""
     listed = list(candidates)
-    if named_after is None or rivals or len(with_our_ids) != 1:
+    if named_after is None or any((parse_time(b.get("created_at")) or 0.0) < named_after for b in listed):
         return None
-    if any((parse_time(b.get("created_at")) or 0.0) < named_after for b in listed):
-        return None
-    return with_our_ids[0]
+    by_id = {str(b.get("id")): b for b in listed}
+    free = [k for k in with_our_ids if k in by_id and not rivals_among([by_id[k]], rivals, clock_skew)]
+    return free[0] if len(free) == 1 else None
 
 
 def nearest_first(candidates: Iterable[dict[str, Any]], sent_at: float) -> list[str]:

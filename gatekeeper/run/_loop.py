@@ -16,6 +16,7 @@ are tested without waiting. `submit` hands down one `Clock` for all of them, the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -92,6 +93,8 @@ class SubmitLoop(Part):
         self.lane = RealtimeLane(self.ctx, write_lock=self.ctx.write_lock, stop=stop,
                                  on_result=on_result)
         self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, self._deadline(), self.lane)
+        if self.keeper is not None:
+            self.collector.retry_within = self._reading_due
         self._committed_before = -1  # the output's committed length when this run began
 
     def _deadline(self) -> float:
@@ -180,6 +183,16 @@ class SubmitLoop(Part):
             wait = self._cut(wait)
             self.progress(snap, wait)
             await self._wait(wait)
+
+    def _reading_due(self) -> float | None:
+        """Seconds a download's failure may be ridden out before it is put off, under a deadline: until the deadline
+        wants its next reading (its last chance for the work left), or, with only batches to collect, until the
+        deadline less its slack (what they give back must still reach the real-time lane). None: no deadline."""
+        keeper = self.keeper
+        if keeper is None or self.user_canceled or keeper.closed is not None:
+            return None
+        due = keeper.wait(math.inf)
+        return due if due != math.inf else max(0.0, keeper.deadline - self.settings.deadline_slack - self.clock())
 
     def _cut(self, wait: float) -> float:
         """The wait before the next reading, cut to a download put off (its retry is due sooner than the poll), to a

@@ -24,6 +24,7 @@ from ..._errors import (
 from ...api._http import CREATE_ANSWER_WAIT
 from ...decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ...decide._budget import Spend, body_worst
+from ...decide._ownership import id_rank
 from ...input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
@@ -33,6 +34,7 @@ from ..shared._inputs import stat_identity
 from ..shared._part import Part, RunContext, Snapshot
 from ..shared._prepare import check_identity
 from ._collect import custom_id
+from ._evidence import IdPrint
 from ._reprime import PrimingGate
 from ._turns import Turns, others_reserved, wanted
 
@@ -54,6 +56,7 @@ class Admitter(Part):
         # the budget allows no more (or the run only collects): finish what is in flight, send nothing new
         self.budget_stopped = ctx.settings.collect_only
         self._worst: tuple[tuple[int, int, int], float] | None = None  # (batch, requests, bytes), its worst cost
+        self._ids: tuple[tuple[int, int, int], str] | None = None  # (batch, requests, bytes), its custom_ids' print
         self.priming = PrimingGate(ctx)
         shares = self.journal.get_meta("shares") or {}
         self.turns = Turns(ctx.ledger, self.journal.job or os.path.basename(ctx.path), ctx.settings.priority, ctx.settings.share,
@@ -101,7 +104,7 @@ class Admitter(Part):
                 if not self._within_budget(row, worst, planned):
                     await self.turns.turn(0)
                     return
-            if not await self.ledger.reserve(row.idx, row.requests, q.bound, seen):
+            if not await self.ledger.reserve(row.idx, row.requests, q.bound, seen, self._ids_print(row)):
                 self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
                 return
             outcome = await self.create(row, snap.depth, snap.unseen, worst)
@@ -128,6 +131,19 @@ class Admitter(Part):
 
     def _gated(self, planned: list[BatchRow], bound: int | None) -> tuple[list[BatchRow], list[int], int, int]:
         return self.priming.gated(planned, bound, self.batch_size)
+
+    def _ids_print(self, row: BatchRow) -> str | None:
+        """A print of the batch's custom_ids for a shared ledger, which records it with the reservation: a lost
+        create's candidate carrying other ids is then never taken for this one's (None without a shared ledger)."""
+        if not self.ledger.owner:
+            return None
+        key = (row.idx, row.requests, row.bytes)
+        if self._ids is None or self._ids[0] != key:
+            ids = IdPrint()
+            for _, _, body, _ in self._requests_of(row):
+                ids.add(id_rank(custom_id(body)))
+            self._ids = (key, ids.text())
+        return self._ids[1]
 
     def _worst_case(self, row: BatchRow) -> float:
         """The most this batch can cost (USD at batch prices): every request's input bound and full max_tokens
@@ -185,6 +201,7 @@ class Admitter(Part):
         reached("after-intent")
         self.emit("creating", {"batch": row.idx, "requests": row.requests, "bytes": row.bytes,
                                "answer_within": CREATE_ANSWER_WAIT})
+        await self.ledger.sending(row.idx)  # (unmarked, the ledger knows no batch came of the reservation)
         try:
             batch = await self.api.create_batch(self._body(row), size=row.bytes, body_sha256=digest)
         except QueueFull as exc:
@@ -234,7 +251,8 @@ class Admitter(Part):
                               "learned_bound": self.estimate.upper if self.ceiling is None else None})
         reached("after-refusal")
         waiting = self.journal.batches(BatchState.PLANNED)
-        size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.settings.margin)
+        size = recut_size(self.batch_size, max(b.requests for b in waiting), self.estimate.bound(now), self.settings.margin,
+                          row.requests)
         if size is not None:
             self._recut(waiting, size, "refusals show the ceiling is below the waiting batches")
 

@@ -26,14 +26,16 @@ class Download:
     (`read_line`: the answer's text is skipped); at the end, the whole was verified. `foreign` then counts the lines
     of other requests. `ours` None: every request is read (a candidate's)."""
 
-    def __init__(self, api: ApiClient, batch: dict[str, Any], ours: set[str] | None, label: str) -> None:
+    def __init__(self, api: ApiClient, batch: dict[str, Any], ours: set[str] | None, label: str,
+                 within: float | None = None) -> None:
         self.api, self.batch, self.ours, self.label = api, batch, ours, label
+        self.within = within  # seconds its opening may be retried (None: the client's policy)
         self.lines = 0
         self.foreign = 0
 
     async def __aiter__(self) -> AsyncIterator[tuple[str, bytes, Result]]:
         seen: set[str] = set()
-        async for raw in self.api.iter_results(self.batch):
+        async for raw in self.api.iter_results(self.batch, self.within):
             self.lines += 1
             cid, result = _parsed(raw, self.label)
             if not isinstance(cid, str) or (self.ours is not None and cid not in self.ours):

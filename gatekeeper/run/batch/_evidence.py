@@ -55,6 +55,10 @@ class IdPrint:
         self.total = (self.total + h) & 0xFFFF_FFFF_FFFF_FFFF
         self.xor ^= h
 
+    def text(self) -> str:
+        """The print as a ledger records it (`Reservation.ids`)."""
+        return f"{self.n}.{self.total:x}.{self.xor:x}"
+
 
 @dataclass
 class Ours:

@@ -3,6 +3,7 @@ cannot tell, against the candidates' results (`_evidence`, weighed by `decide._o
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..._errors import NotFoundError
@@ -11,13 +12,16 @@ from ...decide._ownership import choose
 from ...decide._reconcile import (
     Action,
     Decision,
+    Rival,
     candidates_for,
+    carrying,
     compared,
-    dead_rivals,
     decide,
     ledger_names_the_rest,
     nearest_first,
     others_in_flight,
+    rival_creates,
+    rivals_among,
 )
 from ...state._journal import BatchRow, BatchState
 from ...state.ledger._base import NAMED_FOR
@@ -42,16 +46,19 @@ class Reconciler(Part):
         if not intents:
             return
         reservations = await self.ledger.reservations()
-        theirs, unconfirmed = others_in_flight(reservations, self.ledger.owner)
+        theirs, _ = others_in_flight(reservations, self.ledger.owner)
         known = self.journal.adoptions.known_batch_ids() | theirs
-        now, grace = self.clock(), snap.grace(self.settings.reconcile_grace)
+        now, skew, grace = self.clock(), self.settings.clock_skew, snap.grace(self.settings.reconcile_grace)
         for row in intents:
             sent_at = row.intent_at or 0.0
-            candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, self.settings.clock_skew)
-            rivals = sum(1 for r in intents if r.idx != row.idx and r.requests == row.requests) + unconfirmed[row.requests] \
-                + dead_rivals(reservations, self.ledger.owner, row.requests, sent_at - self.settings.clock_skew, now,
-                              grace)  # (a create shows within the grace, or never: as ours)
-            d = decide(candidates, rivals=rivals, sent_at=sent_at, listed_at=snap.at, grace=grace,
+            candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, skew)
+            # (each other unknown create of the size, ours or another's, with the earliest its batch may have been
+            # made; another's orphan only if it may fall among our candidates: it shows within the grace, or never)
+            rivals = [Rival(r.intent_at if r.intent_at is not None else -math.inf)
+                      for r in intents if r.idx != row.idx and r.requests == row.requests]
+            rivals += rival_creates(reservations, self.ledger.owner, row.requests, sent_at - skew, now, grace)
+            rivals = rivals_among(candidates, rivals, skew)
+            d = decide(candidates, rivals=len(rivals), sent_at=sent_at, listed_at=snap.at, grace=grace,
                        body_complete=row.body_complete, named_after=self._named_after(snap.at))
             if d.action is Action.COMPARE:
                 d = await self._compare(row, d, sent_at, snap.at, rivals, grace)
@@ -64,8 +71,8 @@ class Reconciler(Part):
             return None
         return now - NAMED_FOR / 2
 
-    async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float, rivals: int,
-                       grace: float) -> Decision:
+    async def _compare(self, row: BatchRow, d: Decision, sent_at: float, listed_at: float,
+                       rivals: list[Rival], grace: float) -> Decision:
         """Settle an unknown create among ended candidates by their results: our custom_ids first, then whose
         prompts they were billed for (`_ownership`). Those proven another's are never candidates again."""
         ours = self._ours.get(row.idx)
@@ -81,11 +88,13 @@ class Reconciler(Part):
         same = {k: r for k, r in found.items() if r.missing or r.ids == ours.ids}
         whole = [k for k, r in same.items() if not r.missing]
         proven = None if len(whole) != len(same) else ledger_names_the_rest(
-            d.candidates, whole, rivals=rivals, named_after=self._named_after(listed_at))
+            d.candidates, whole, rivals=carrying(rivals, ours.ids.text()), named_after=self._named_after(listed_at),
+            clock_skew=self.settings.clock_skew)
         if proven is not None:
             return Decision(Action.ADOPT, tuple(b for b in d.candidates if str(b.get("id")) == proven),
-                            "the one candidate with our custom_ids, every other submitter's batch named in the shared "
-                            "ledger", "ledger")
+                            "the one candidate with our custom_ids that no other unknown create can have made (by its "
+                            "turn's time, its ids or a create never sent), every other submitter's batch named in the "
+                            "shared ledger", "ledger")
         # (a candidate without our custom_ids is not this create's, but may be another unknown create of ours: it is
         # left as it is, never set aside)
         counts = await count_ours(self.api, ours.sample, wanted_ids(ours.sample, (r.billed for r in same.values())),

@@ -20,18 +20,22 @@ expires `ttl` seconds after its owner's last heartbeat, so a killed submitter
 blocks the organization for at most `ttl`; a resumed one takes its live
 batches' reservations back (`hold`).
 
-Creates go one at a time across the ledger: a reservation is not granted while another submitter holds one
-that is not confirmed (its create is out, or its answer was lost and it is not yet reconciled). So when a
-create's answer is lost, every other submitter's batch created since is named in the ledger, and a lone
-unnamed batch of our size and custom_ids, created after our send, is ours whatever its usage says
-(`decide._reconcile`). A released reservation whose batch was created stays as a *name* (no requests) for
+Creates of one size go one at a time across the ledger: a reservation is not granted while another submitter holds
+one of the same size that is not confirmed (its create is out, or its answer was lost and it is not yet reconciled);
+creates of other sizes go at once (a lost create's candidates are of its size). So when a create's answer is lost,
+every other submitter's batch created since is named in the ledger, and a lone unnamed batch of our size and
+custom_ids, created after our send, is ours whatever its usage says (`decide._reconcile`). A SQL ledger also records
+when each turn was granted, a print of the custom_ids its create sends, and when its body goes out (`sending`), so
+that another's unknown create of our size is no rival of a candidate it cannot have made (`Reservation.granted_for`,
+`ids`, `sent`). A released reservation whose batch was created stays as a *name* (no requests) for
 `NAMED_FOR` seconds, so batches that ended are still told apart.
 
 A submitter that dies on this very machine never holds the others back for a TTL: each one records its
 process (machine, pid, start time) in the ledger, and every step first drops the submitters of this machine whose
 process has ended (`Liveness`; a reused pid is told apart by its start time): their confirmed batches stay named,
 their claims and job registrations go, and an unconfirmed reservation (a create that may have reached the server)
-frees its requests at once but stays an *orphan* of its size for `NAMED_FOR`. The orphan keeps the turn for creates
+frees its requests at once but stays an *orphan* of its size for `NAMED_FOR` (unless the ledger knows its body
+never went out: then it made no batch, and goes). The orphan keeps the turn for creates
 of its size alone (the only ones its batch could be taken for), until its owner's rerun takes it back and settles
 it, no longer than the reservation would have lasted (its TTL after the last heartbeat): so no two unknown creates
 of one size ever overlap, and the lone-candidate proof still holds; creates of every other size go at once. It stays
@@ -68,6 +72,15 @@ class Reservation:
     # an orphan: seconds since its owner was found dead on its machine with this create unconfirmed (its requests
     # are free; `requests` is the size of the batch it may have created); None for a reservation of a live owner
     dead_for: float | None = None
+    # seconds since its turn was granted: the create it stood for made no batch earlier (`decide._reconcile.
+    # rival_creates`); None where the ledger does not say (a create taken back by a resumed run, a Redis ledger)
+    granted_for: float | None = None
+    # a print of the custom_ids its create sent (`run.batch._evidence.IdPrint.text`): a batch that carries other ids
+    # is not its create's; None where the ledger does not say
+    ids: str | None = None
+    # False where the ledger knows its create was never sent (its turn granted, then the run ended or was killed
+    # before its body went out: no batch came of it); True where it was, or may have been
+    sent: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "batch": self.batch, "requests": self.requests, "batch_id": self.batch_id,
@@ -98,8 +111,9 @@ class Ledger(Protocol):
     ttl: float
     owner: str  # this submitter's name in the ledger ("" for the in-process one)
 
-    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool: ...
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int, ids: str | None = None) -> bool: ...
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None: ...
+    async def sending(self, batch: int) -> None: ...
     async def confirm(self, batch: int, batch_id: str) -> None: ...
     async def release(self, batch: int) -> None: ...
     async def release_all(self) -> None: ...

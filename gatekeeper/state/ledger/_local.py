@@ -14,10 +14,13 @@ class LocalLedger:
     ttl = DEFAULT_TTL
     owner = ""
 
-    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int, ids: str | None = None) -> bool:
         return True
 
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
+        return None
+
+    async def sending(self, batch: int) -> None:
         return None
 
     async def confirm(self, batch: int, batch_id: str) -> None:

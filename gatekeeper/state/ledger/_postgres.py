@@ -9,7 +9,7 @@ from typing import Any
 from ..._errors import LedgerError
 from .._db import Db, PgDb, pg_ddl, safe_url
 from ._base import DEFAULT_TTL, Liveness
-from ._sql import SQL_SCHEMA, SqlLedger, migrate_claims
+from ._sql import SQL_SCHEMA, SqlLedger, migrate
 
 LOCK_LEDGER = 7_046_913_202  # PostgreSQL: the advisory lock every grant takes (one grant at a time, all hosts)
 
@@ -30,7 +30,7 @@ class PgLedger(SqlLedger):
         self.db = PgDb(url, f"ledger {self.url}", LedgerError)
         self._tx(lambda db, now: [db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'),
                                   db.execute(f'SET LOCAL search_path TO "{schema}"'),
-                                  *[db.execute(pg_ddl(sql)) for sql in SQL_SCHEMA], migrate_claims(db, pg_ddl)])
+                                  *[db.execute(pg_ddl(sql)) for sql in SQL_SCHEMA], migrate(db, pg_ddl)])
         self.db.use_schema(schema)
 
     def _tx(self, fn: Callable[[Db, float], Any]) -> Any:

@@ -30,10 +30,10 @@ for i = 1, #all, 2 do
   elseif field ~= me then
     reserved = reserved + count
     if string.sub(field, 1, #owner + 1) == owner .. '|' then mine = mine + count
-    elseif bid == '' and count > 0 then creating = creating + 1 end
+    elseif bid == '' and count == n then creating = creating + 1 end
   end
 end
--- (a dead submitter's unknown create of this size keeps the turn for this size alone, a TTL at most)
+-- (another's unknown create keeps the turn for its size alone; a dead submitter's, a TTL at most)
 local orphans = redis.call('HGETALL', KEYS[2])
 for i = 1, #orphans, 2 do
   local count, holds = string.match(orphans[i + 1], '^(%d+):[^:]+:[^:]+:(.*)$')
@@ -339,7 +339,8 @@ class RedisLedger:
         await self._sweep()
         await self._register()
 
-    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int, ids: str | None = None) -> bool:
+        # (neither the grant's time nor the ids' print is recorded here yet: every rival counts, as before them)
         await self._sweep()
         limit = -1 if ceiling is None else ceiling - self.margin
         granted = bool(await self._guard(self._reserve(keys=[self.key, self.orphans_key],
@@ -347,6 +348,9 @@ class RedisLedger:
         if granted:
             await self._guard(self.client.hdel(self.orphans_key, self._field(batch)))
         return granted
+
+    async def sending(self, batch: int) -> None:
+        return None  # (not recorded here yet: each unknown create is taken as sent, as before)
 
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
         await self._guard(self._set(keys=[self.key], args=[self._field(batch), n, self.ttl, batch_id or ""]))

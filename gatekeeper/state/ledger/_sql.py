@@ -32,6 +32,11 @@ SQL_SCHEMA = (
 # Columns of `claims` added since it was first made (a ledger made by an earlier version gets them on opening).
 CLAIM_COLUMNS_ADDED = ("fit_limit INTEGER", "aged REAL NOT NULL DEFAULT 0", "behind_at REAL",
                        "overtaken INTEGER NOT NULL DEFAULT 0")
+# ... and of the other tables: when a reservation's turn was granted and a print of the custom_ids its create sent
+# (NULL: unknown, as in a row an earlier version wrote), carried into its orphan (`Reservation.granted_for`, `ids`),
+# and when its create's body began to go out (NULL with a grant recorded: never sent, so it leaves no orphan)
+COLUMNS_ADDED = {"claims": CLAIM_COLUMNS_ADDED, "reservations": ("granted_at REAL", "ids TEXT", "sent_at REAL"),
+                 "orphans": ("granted_at REAL", "ids TEXT")}
 _CLAIM_COLUMNS = ("owner, job, priority, share, want, vtime, admitted, fit_limit, aged, behind_at, overtaken, "
                   "waiting_since, claimed_at, expires_at")
 _CLAIM_UPSERT = (
@@ -42,12 +47,15 @@ _CLAIM_UPSERT = (
     "excluded.claimed_at, expires_at = excluded.expires_at")
 
 
-def migrate_claims(db: Db, ddl: Callable[[str], str]) -> list[Any]:
-    """Add the claims' newer columns to a ledger made by an earlier version (whose submitters go on working)."""
-    empty: Any = db.execute("SELECT * FROM claims WHERE 1 = 0")  # (its description names the columns, on both)
-    have = {d[0] for d in empty.description}
-    return [db.execute(ddl(f"ALTER TABLE claims ADD COLUMN {column}")) for column in CLAIM_COLUMNS_ADDED
-            if column.split()[0] not in have]
+def migrate(db: Db, ddl: Callable[[str], str]) -> list[Any]:
+    """Add the newer columns to a ledger made by an earlier version (whose submitters go on working)."""
+    out = []
+    for table, columns in COLUMNS_ADDED.items():
+        empty: Any = db.execute(f"SELECT * FROM {table} WHERE 1 = 0")  # (its description names the columns, on both)
+        have = {d[0] for d in empty.description}
+        out += [db.execute(ddl(f"ALTER TABLE {table} ADD COLUMN {column}")) for column in columns
+                if column.split()[0] not in have]
+    return out
 
 
 def _claim_row(r: Any) -> ClaimRow:
@@ -57,13 +65,21 @@ def _claim_row(r: Any) -> ClaimRow:
                     int(overtaken), None if since is None else float(since), float(claimed), float(expires))
 
 
-_UPSERT = ("INSERT INTO reservations VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner, batch) DO UPDATE SET "
-           "requests = excluded.requests, batch_id = excluded.batch_id, expires_at = excluded.expires_at")
+_UPSERT = ("INSERT INTO reservations (owner, batch, requests, batch_id, expires_at, granted_at, ids, sent_at) VALUES "
+           "(?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT (owner, batch) DO UPDATE SET requests = excluded.requests, batch_id = "
+           "excluded.batch_id, expires_at = excluded.expires_at, granted_at = excluded.granted_at, ids = excluded.ids, "
+           "sent_at = NULL")
 _REGISTER = ("INSERT INTO processes VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET machine = excluded.machine, "
              "pid = excluded.pid, started = excluded.started, seen_at = excluded.seen_at")
-_ORPHAN = ("INSERT INTO orphans SELECT owner, batch, requests, ?, ?, expires_at FROM reservations WHERE owner = ? AND "
-           "batch_id IS NULL AND requests > 0 AND expires_at >= ? ON CONFLICT (owner, batch) DO UPDATE SET requests = "
-           "excluded.requests, since = excluded.since, expires_at = excluded.expires_at, holds_until = excluded.holds_until")
+_ORPHAN = ("INSERT INTO orphans (owner, batch, requests, since, expires_at, holds_until, granted_at, ids) SELECT "
+           "owner, batch, requests, ?, ?, expires_at, granted_at, ids FROM reservations WHERE owner = ? AND batch_id IS "
+           "NULL AND requests > 0 AND expires_at >= ? AND (granted_at IS NULL OR sent_at IS NOT NULL) "
+           "ON CONFLICT (owner, batch) DO UPDATE SET requests = excluded.requests, since = excluded.since, expires_at = "
+           "excluded.expires_at, holds_until = excluded.holds_until, granted_at = excluded.granted_at, ids = excluded.ids")
+
+
+def _age(now: float, at: float | None) -> float | None:
+    return None if at is None else max(0.0, now - float(at))
 
 
 class SqlLedger(abc.ABC):
@@ -114,21 +130,22 @@ class SqlLedger(abc.ABC):
         db.execute("DELETE FROM orphans WHERE owner = ?" + ("" if batch is None else " AND batch = ?"),
                    (self.owner,) if batch is None else (self.owner, batch))
 
-    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int) -> bool:
+    async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int, ids: str | None = None) -> bool:
         def step(db: Db, now: float) -> bool:
             db.execute("DELETE FROM reservations WHERE expires_at < ?", (now,))
             reserved, mine, creating = db.execute(
                 "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(CASE WHEN owner = ? THEN requests END), 0), "
-                "COUNT(CASE WHEN owner <> ? AND batch_id IS NULL AND requests > 0 THEN 1 END) "
-                "FROM reservations WHERE NOT (owner = ? AND batch = ?)", (self.owner, self.owner, self.owner, batch)).fetchone()
-            # (a dead submitter's unknown create of this size keeps the turn for this size alone, no longer than its
-            # reservation would have: its TTL after its last heartbeat)
+                "COUNT(CASE WHEN owner <> ? AND batch_id IS NULL AND requests = ? THEN 1 END) "
+                "FROM reservations WHERE NOT (owner = ? AND batch = ?)",
+                (self.owner, self.owner, n, self.owner, batch)).fetchone()
+            # (another's unknown create keeps the turn for its size alone, the only creates its batch could be taken
+            # for; a dead submitter's, no longer than its reservation would have lasted: its TTL after its last heartbeat)
             creating += db.execute("SELECT COUNT(*) FROM orphans WHERE owner <> ? AND requests = ? AND holds_until >= ?",
                                    (self.owner, n, now)).fetchone()[0]
             limit = ceiling - self.margin if ceiling is not None else reserved + max(0, seen - mine) + n
             if not grant(int(reserved), seen, int(mine), n, limit, int(creating)):
                 return False
-            db.execute(_UPSERT, (self.owner, batch, n, None, now + self.ttl))
+            db.execute(_UPSERT, (self.owner, batch, n, None, now + self.ttl, now, ids))
             self._unorphan(db, batch)
             return True
 
@@ -136,10 +153,16 @@ class SqlLedger(abc.ABC):
 
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
         def step(db: Db, now: float) -> None:
-            db.execute(_UPSERT, (self.owner, batch, n, batch_id, now + self.ttl))
+            # (a create taken back: when it was sent is the journal's, not the ledger's to say)
+            db.execute(_UPSERT, (self.owner, batch, n, batch_id, now + self.ttl, None, None))
             self._unorphan(db, batch)
 
         await self._run(step)
+
+    async def sending(self, batch: int) -> None:
+        """Its create's body goes out now: until this, the ledger knows no batch came of the reservation."""
+        await self._run(lambda db, now: db.execute(
+            "UPDATE reservations SET sent_at = ? WHERE owner = ? AND batch = ?", (now, self.owner, batch)))
 
     async def confirm(self, batch: int, batch_id: str) -> None:
         await self._run(lambda db, now: db.execute(
@@ -195,12 +218,15 @@ class SqlLedger(abc.ABC):
 
     async def reservations(self) -> list[Reservation]:
         def step(db: Db, now: float) -> list[Reservation]:
-            rows = db.execute("SELECT owner, batch, requests, batch_id, expires_at FROM reservations "
-                              "WHERE expires_at >= ? ORDER BY owner, batch", (now,)).fetchall()
-            orphans = db.execute("SELECT owner, batch, requests, since, expires_at FROM orphans WHERE expires_at >= ? "
-                                 "ORDER BY owner, batch", (now,)).fetchall()
-            return [*(Reservation(o, b, n, bid, exp - now) for o, b, n, bid, exp in rows),
-                    *(Reservation(o, b, n, None, exp - now, max(0.0, now - since)) for o, b, n, since, exp in orphans)]
+            rows = db.execute("SELECT owner, batch, requests, batch_id, expires_at, granted_at, ids, granted_at IS NULL "
+                              "OR sent_at IS NOT NULL FROM reservations WHERE expires_at >= ? ORDER BY owner, batch",
+                              (now,)).fetchall()
+            orphans = db.execute("SELECT owner, batch, requests, since, expires_at, granted_at, ids FROM orphans "
+                                 "WHERE expires_at >= ? ORDER BY owner, batch", (now,)).fetchall()
+            return [*(Reservation(o, b, n, bid, exp - now, None, _age(now, g), ids, bool(sent))
+                      for o, b, n, bid, exp, g, ids, sent in rows),
+                    *(Reservation(o, b, n, None, exp - now, max(0.0, now - since), _age(now, g), ids)
+                      for o, b, n, since, exp, g, ids in orphans)]
 
         return list(await self._run(step))
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..._errors import LedgerError
 from .._db import Db, SqliteDb
 from ._base import DEFAULT_TTL, Liveness
-from ._sql import SQL_SCHEMA, SqlLedger, migrate_claims
+from ._sql import SQL_SCHEMA, SqlLedger, migrate
 
 
 class SqliteLedger(SqlLedger):
@@ -28,7 +28,7 @@ class SqliteLedger(SqlLedger):
         if not os.path.isdir(parent):
             # Not created: submitters that mean to share a ledger would each get their own, silently.
             raise LedgerError(f"ledger sqlite:///{path}: folder {parent} does not exist", setting="ledger")
-        self._tx(lambda db, now: [*[db.execute(sql) for sql in SQL_SCHEMA], migrate_claims(db, str)])
+        self._tx(lambda db, now: [*[db.execute(sql) for sql in SQL_SCHEMA], migrate(db, str)])
 
     def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
         """One atomic step on a connection of its own (steps run in worker threads)."""

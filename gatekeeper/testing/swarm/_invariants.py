@@ -3,6 +3,7 @@ outputs and summaries), named after the promise it keeps. A broken one says whic
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ import orjson
 
 from ..._prices import load_prices
 from ...decide._downloads import ANSWER_LOST
+from ...state._claims import PRIORITIES
 from .._wire import prompt_of
 from ._sim import LEASE, Weather
 from ._world import DrawnJob
@@ -195,8 +197,99 @@ def never_stalls(job: JobBooks, w: Weather) -> list[str]:
             f"(a turn takes at most {bound / 60:.0f} min)"] if longest > bound else []
 
 
+def wanting(w: Weather, name: str) -> list[tuple[float, float]]:
+    """The spans (from, to) in which the job's claim on the ledger wanted room, as the job posted it."""
+    spans, since = [], None
+    for t, want in w.wants.get(name, []):
+        if want > 0 and since is None:
+            since = t
+        elif want <= 0 and since is not None:
+            spans.append((since, t))
+            since = None
+    return spans + ([(since, math.inf)] if since is not None else [])
+
+
+def _both(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    return [(max(s, u), min(e, v)) for s, e in a for u, v in b if max(s, u) < min(e, v)]
+
+
+def _less(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The spans of `a` outside every span of `b`."""
+    out = []
+    for s, e in a:
+        pieces = [(s, e)]
+        for u, v in b:
+            pieces = [p for x, y in pieces for p in ((x, min(y, u)), (max(x, v), y)) if p[0] < p[1]]
+        out += pieces
+    return out
+
+
+def admissions(w: Weather, name: str) -> list[tuple[float, int]]:
+    return [(t, int(f.get("requests", 0))) for t, e, f in w.events.get(name, []) if e == "admitted"]
+
+
+def contended(w: Weather, a: DrawnJob, b: DrawnJob) -> list[tuple[float, float]]:
+    """The spans in which jobs `a` and `b`, of one priority, both wanted room (each held by the turn or the queue:
+    a job that can admit does so, and then wants no more) and no job of a higher priority did."""
+    rank = PRIORITIES[a.priority]
+    higher = [span for j in w.world.jobs if PRIORITIES[j.priority] < rank for span in wanting(w, j.name)]
+    return _less(_both(wanting(w, a.name), wanting(w, b.name)), higher)
+
+
+def share_bound(w: Weather, a: DrawnJob, b: DrawnJob) -> float:
+    """How far, in requests over share, `b` may get ahead of `a` while both want room: two batches of each (the rule
+    lets a batch that fits go before one that does not while the virtual times stay within the waiting job's next
+    two batches; two submitters reading the claims at once may both create, a batch at most)."""
+    def batch(j: DrawnJob) -> int:
+        return max([n for _, n in admissions(w, j.name)] or [j.batch_size])
+    return 2 * batch(a) / a.share + 2 * batch(b) / b.share
+
+
+def shares_kept(w: Weather) -> list[str]:
+    """Among jobs of one priority that all want room (no higher priority wanting any), room goes by their shares:
+    over any span in which both `a` and `b` wanted room, what `b` admitted over its share rises above what `a` did
+    over its own by no more than `share_bound` (fair queuing's bound for jobs that are both backlogged; issue 60,
+    point 3). A higher priority's precedence and the starvation bound are `never_stalls`' and the rule's tables'."""
+    out = []
+    for a in w.world.jobs:
+        for b in w.world.jobs:
+            if a.name == b.name or a.priority != b.priority:
+                continue
+            bound = share_bound(w, a, b)
+            for t0, t1 in contended(w, a, b):
+                rise = _rise([(t, n / a.share, 0.0) for t, n in admissions(w, a.name) if t0 < t <= t1]
+                             + [(t, 0.0, n / b.share) for t, n in admissions(w, b.name) if t0 < t <= t1])
+                if rise > bound:
+                    out.append(f"{b.name} got {rise:.0f} requests over its share ahead of {a.name} while both wanted "
+                               f"room from {t0 / 60:.0f}m to {min(t1, 1e9) / 60:.0f}m (at most {bound:.0f})")
+    return out
+
+
+def contention(w: Weather) -> str | None:
+    """What `shares_kept` weighed: the spans in which two jobs of one priority both wanted room, and the batches
+    admitted in them (None: none, the check had nothing to weigh)."""
+    pairs = [(a, b) for a in w.world.jobs for b in w.world.jobs if a.name < b.name and a.priority == b.priority]
+    spans = [(a, b, t0, t1) for a, b in pairs for t0, t1 in contended(w, a, b)]
+    if not spans:
+        return None
+    weighed = sum(1 for a, b, t0, t1 in spans for j in (a, b) for t, _ in admissions(w, j.name) if t0 < t <= t1)
+    end = max((r.ended for r in w.runs), default=0.0)  # (a span still open when the world ended: to its last moment)
+    minutes = sum(max(0.0, min(t1, end) - t0) for *_, t0, t1 in spans) / 60
+    return f"shares: {len(spans)} spans of contention, {minutes:.0f} min, {weighed} batches weighed"
+
+
+def _rise(steps: list[tuple[float, float, float]]) -> float:
+    """The largest rise of (b's admitted over its share) less (a's over its own) over any span of the steps."""
+    d = low = rise = 0.0
+    for _, da, db in sorted(steps, key=lambda x: x[0]):
+        d += db - da
+        low = min(low, d)
+        rise = max(rise, d - low)
+    return rise
+
+
 CHECKS = ("answered_once", "batch_once", "paid_at_most_twice", "never_crossed", "paid_answers_kept", "within_budget",
-          "deadline_kept", "never_stalls", "finishes")
+          "deadline_kept", "never_stalls", "finishes", "shares_kept")
 
 
 def check(w: Weather) -> tuple[list[JobBooks], dict[str, list[str]]]:
@@ -211,6 +304,8 @@ def check(w: Weather) -> tuple[list[JobBooks], dict[str, list[str]]]:
         for name, what in found.items():
             if what:
                 broken.setdefault(name, []).extend(f"{job.spec.name}: {x}" for x in what)
+    if shares := shares_kept(w):
+        broken["shares_kept"] = shares
     return all_books, broken
 
 

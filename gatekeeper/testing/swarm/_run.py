@@ -9,7 +9,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from ._invariants import check, check_more, figures, table_figures
+from ._invariants import check, check_more, contention, figures, table_figures
 from ._sim import run_world
 from ._world import draw
 
@@ -48,6 +48,8 @@ def run_seed(seed: int, hours: float = 8.0, jobs: int | None = None) -> SeedRepo
             broken.setdefault(name, []).extend(what)
         lines = world.describe() + ["  " + figures(b, w) for b in all_books] + ["  " + table_figures(b) for b in tables]
         records = w.fake.org.records
+        if shares := contention(w):
+            lines.append("  " + shares)
         lines.append(f"  fake: {records.creates} creates, deepest queue {records.max_depth}, {len(records.refusals)} "
                      f"refusals, {sum(records.realtime.values())} real-time answers")
     return SeedReport(seed, lines, broken, w.log)

@@ -49,6 +49,7 @@ from ...input._sizing import Limits
 from ...run._submit import submit
 from ...run.shared import _checkpoints
 from ...run.shared._settings import SubmitSettings
+from ...state._claims import Board, ClaimPost
 from ...state.ledger._base import Liveness
 from ...state.ledger._sqlite import SqliteLedger
 from .._inprocess import InProcess
@@ -214,6 +215,9 @@ class Weather:
     log: list[str] = field(default_factory=list)
     runs: list[RunRecord] = field(default_factory=list)
     events: dict[str, list[tuple[float, str, dict[str, Any]]]] = field(default_factory=dict)
+    # each job's claim on the ledger as it posted it: (when, the requests it wanted room for; 0 once it wanted none,
+    # its claim dropped, its run ended, or an unknown create of its own held its admissions)
+    wants: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
 
     processes: dict[int, Process] = field(default_factory=dict)
 
@@ -339,6 +343,30 @@ def _date(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")
 
 
+class ObservedLedger(SqliteLedger):
+    """The host ledger, its job's every post of its claim noted (`Weather.wants`): what it wanted, and when."""
+
+    def __init__(self, path: str, owner: str, *, wants: list[tuple[float, int]], **kw: Any) -> None:
+        super().__init__(path, owner, **kw)
+        self.wants = wants
+
+    def _note(self, want: int) -> None:
+        self.wants.append((self.clock() - EPOCH, want))
+
+    async def put_claim(self, mine: ClaimPost) -> Board:
+        board = await super().put_claim(mine)
+        self._note(mine.want)
+        return board
+
+    async def drop_claim(self) -> None:
+        await super().drop_claim()
+        self._note(0)
+
+    async def release_all(self) -> None:
+        await super().release_all()
+        self._note(0)
+
+
 async def drive(w: Weather, job: DrawnJob, config: ApiConfig, ledger_path: str) -> None:
     """One job, run again after every stop, kill or failure, until it finishes or the healthy world's time is up: as an
     operator would, the wait before a rerun doubling while runs fail, and a deadline that passed before the job
@@ -381,9 +409,13 @@ async def one_run(w: Weather, job: DrawnJob, proc: Process, stop_after: float | 
         if proc.dead:
             raise httpx.ConnectError("killed", request=request)
 
+    wants = w.wants.setdefault(job.name, [])
+
     def emit(event: str, fields: dict[str, Any]) -> None:
         if not proc.dead:
             events.append((w.clock.now() - EPOCH, event, fields))
+            if event == "create_unknown" or event == "waiting" and fields.get("reason") == "reconciling":
+                wants.append((w.clock.now() - EPOCH, 0))  # (its claim stands, but it admits nothing until reconciled)
 
     async def run() -> None:
         token = _PROCESS.set(proc)  # (every task the run starts inherits it)
@@ -393,7 +425,8 @@ async def one_run(w: Weather, job: DrawnJob, proc: Process, stop_after: float | 
             _PROCESS.reset(token)
 
     async def submitted() -> None:
-        ledger = SqliteLedger(ledger_path, f"{job.name}", ttl=LEASE, clock=w.clock.now, liveness=w.liveness(proc))
+        ledger = ObservedLedger(ledger_path, f"{job.name}", ttl=LEASE, clock=w.clock.now, liveness=w.liveness(proc),
+                                wants=wants)
         transport = InProcess(w.fake, w.clock.sleep, gate)
         try:
             if table is not None:
@@ -444,6 +477,7 @@ async def one_run(w: Weather, job: DrawnJob, proc: Process, stop_after: float | 
         proc.bury()
     record.how = record.how.replace(w.root, "ROOT")  # (the temporary folder's name: not part of a replay)
     record.ended = w.clock.now() - EPOCH
+    wants.append((record.ended, 0))
     w.log.append(f"{w.clock_text()} {job.name} run ends: {record.how[:200]}")
 
 
