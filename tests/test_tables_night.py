@@ -395,6 +395,9 @@ def test_an_s3_table_finds_its_state_from_any_folder_and_no_secret_is_printed_or
     assert missing.returncode == 2 and "s3://***@lake/night/nothing.parquet" in missing.stderr
     for text in (first.stdout, first.stderr, second.stdout, second.stderr, missing.stderr):
         assert secret not in text
+    for text in (first.stderr, missing.stderr):  # (the warning names the object store's settings, not PostgreSQL's)
+        assert "other users can read with ps; give the credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" \
+            in text and "PGPASSWORD" not in text
     home = Path(os.environ["XDG_STATE_HOME"])
     kept = [p for p in home.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert kept == [] and not list((tmp_path / "a").iterdir()) and not list((tmp_path / "b").iterdir())
@@ -497,6 +500,23 @@ def test_a_value_that_cannot_be_rendered_says_why(value: Any, why: str | None) -
     from gatekeeper.tables._template import parse_template
 
     assert parse_template("{v}").unfit({"v": value}) == (None if why is None else f"column 'v' is {why}")
+
+
+@pytest.mark.parametrize("args, said, not_said", [
+    (["s3://K:S@lake/t.parquet"], "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for s3://", "PGPASSWORD"),
+    (["gs://u:p@b/t.csv"], "GOOGLE_APPLICATION_CREDENTIALS for gs://", "PGPASSWORD"),
+    (["abfs://acct:key@c/t.parquet"], "AZURE_STORAGE_ACCOUNT_KEY", "PGPASSWORD"),
+    (["postgresql://u:p@h/db"], "PGPASSWORD or ~/.pgpass", "AWS_"),
+    (["--journal=postgresql://u:p@h/db"], "PGPASSWORD or ~/.pgpass", "AWS_"),
+    (["s3://K:S@lake/t.parquet", "redis://u:p@h/0"], "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for s3://; give it in "
+     "PGPASSWORD", "GOOGLE"),
+])
+def test_a_secret_on_the_command_line_is_sent_where_its_kind_of_url_reads_it(args: list[str], said: str,
+                                                                               not_said: str) -> None:
+    from gatekeeper.cli._common import where_secrets_go
+
+    advice = where_secrets_go(args)
+    assert said in advice and not_said not in advice
 
 
 @pytest.mark.parametrize("where, ident, shown, secret", [
@@ -607,3 +627,18 @@ def test_answers_an_earlier_version_kept_in_a_journal_under_the_old_name_are_fou
         assert gk(args + ["--job", old], env).returncode == 0  # (as the earlier version named it)
         again = gk(args + ["--json"], env)
         assert again.returncode == 0 and orjson.loads(again.stdout)["sent"] == 0 and len(_created(fake)) == 8, again.stderr
+
+
+def test_columns_named_with_colons_and_bangs_are_templated_as_written(tmp_path: Path) -> None:
+    """A field is the column's name as written between its braces: `{a:b}` and `{ok!}` are columns (no format
+    specs), `:` and `!` in text and in doubled braces are text; the fake is sent each row's prompt so rendered."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a:b": ["x", "y"], "ok!": [1, 2]}), table)
+    template = 'Ratio {a:b}! is {ok!} {{"k": "v:w!"}}'
+    with running_fake(rate=2000) as fake:
+        plan = gk(["plan", str(table), *_opts(template)[:6], "--json"], env_for(fake))
+        done = gk(["submit", str(table), *_opts(template)], env_for(fake))
+        prompts = _prompts(fake)
+    assert plan.returncode == 0 and orjson.loads(plan.stdout)["to_send"] == 2, plan.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert prompts == Counter({_digest('Ratio x! is 1 {"k": "v:w!"}'): 1, _digest('Ratio y! is 2 {"k": "v:w!"}'): 1})
