@@ -97,6 +97,32 @@ def test_a_kill_then_a_grown_and_changed_table_pays_for_each_row_once(tmp_path: 
     assert result.column("id").to_pylist() == [f"o-{i}" for i in range(70)]
 
 
+def test_plan_after_a_kill_counts_what_the_rerun_sends(tmp_path: Path) -> None:
+    """Killed right after its first batch (20 of 60 rows) was created: `plan` of the same table and state says 40 to
+    send, 20 out in the unfinished run (it said 60: the rows in flight counted again), and the rerun then sends
+    exactly those 40, in the batches plan said."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(_orders(60), table)
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake, admin=False)
+        args = [str(table), *_opts()[:6], "--id-column", "id", "--max-requests", "20"]
+        killed = gk(["submit", *args, *FAST, "--json"], env, crash_at="after-create:1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        planned = gk(["plan", *args, "--json"], env)
+        human = gk(["plan", *args], env)
+        sent_before = len(_created(fake))
+        done = gk(["submit", *args, *FAST, "--json"], env)
+        sent = len(_created(fake)) - sent_before
+    j = orjson.loads(planned.stdout)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert (j["to_send"], j["in_flight"], j["answered"]) == (40, 20, 0)
+    assert [(b["requests"], b["first_row"], b["last_row"]) for b in j["batches"]] == [(20, 21, 40), (20, 41, 60)]
+    assert [(u["requests"], u["taken"]) for u in j["unfinished"]] == [(60, 20)]
+    assert "(answered already: 0; out in an unfinished run: 20; rejected: 0)" in human.stdout
+    assert "to send         40 request(s) in 2 batch(es)" in human.stdout
+    assert done.returncode == 0 and sent == 40 == orjson.loads(done.stdout)["sent"], done.stderr[-2000:]
+
+
 def test_a_run_whose_requests_a_finished_run_had_is_a_run_of_its_own(tmp_path: Path) -> None:
     """The next night's unanswered rows can be exactly the rows a finished run sent (every one errored): that is a
     new run, sent again, not the finished one's journal read back ("finished")."""

@@ -163,18 +163,12 @@ class Admitter(Part):
         """Whether the next round is due at once for the budget's sake: a batch was cut to what the budget left, or
         one waited for the batches in flight and a collection since freed budget (its verdict is taken now: a stop
         ends the run at once, a batch that fits goes at the next reading, neither a poll later)."""
-        if self.budget_action is Spend.CUT:
-            return True
-        if self.budget_action is not Spend.WAIT or self.budget_stopped or not self._collected_since_wait():
-            return False
-        planned = self.journal.batches(BatchState.PLANNED)
-        if not planned:
-            return False
-        go = self._within_budget(planned[0], self._worst_case(planned[0]), planned)
-        return go or self.budget_action is Spend.CUT
-
-    def _collected_since_wait(self) -> bool:
-        return self.journal.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED) < self._live_at_wait
+        live = self.journal.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
+        if self.budget_action is Spend.WAIT and not self.budget_stopped and live < self._live_at_wait:
+            planned = self.journal.batches(BatchState.PLANNED)
+            if planned and self._within_budget(planned[0], self._worst_case(planned[0]), planned):
+                return True
+        return self.budget_action in (Spend.CUT,)
 
     async def create(self, row: BatchRow, depth: int, unseen: int, worst: float | None = None) -> str | None:
         """Create one batch; its id, or None when it must wait (refused, or outcome unknown). While a create is out
