@@ -668,3 +668,28 @@ def test_columns_named_with_colons_and_bangs_are_templated_as_written(tmp_path: 
     assert plan.returncode == 0 and orjson.loads(plan.stdout)["to_send"] == 2, plan.stderr[-2000:]
     assert done.returncode == 0, done.stderr[-2000:]
     assert prompts == Counter({_digest('Ratio x! is 1 {"k": "v:w!"}'): 1, _digest('Ratio y! is 2 {"k": "v:w!"}'): 1})
+
+
+@pytest.mark.parametrize("how", [[], ["--id-column", "id"], ["--system", "You sort {item}"]],
+                         ids=["sized", "ids", "planned-through-a-file"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_plan_of_a_big_table_stops_within_a_second(tmp_path: Path, how: list[str], sig: str) -> None:
+    """Ctrl-C (or SIGTERM) while `plan` reads and judges a 600,000-row Parquet, as a real process: exit 130, the
+    one line, no traceback, within about a second; nothing left in the state folder (issue 59, F9)."""
+    import signal
+    import time
+
+    from tests.runs import start
+
+    table = tmp_path / "big.parquet"
+    pq.write_table(_orders(600_000), table, row_group_size=600_000)  # (one row group: the longest read pyarrow makes)
+    run = start(["plan", str(table), *_opts()[:6], "--state", str(tmp_path / "state"), *how], {})
+    time.sleep(1.5)
+    assert run.poll() is None, "the plan ended before it could be stopped"
+    signalled = time.monotonic()
+    run.send_signal(getattr(signal, sig))
+    out, err = run.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    assert run.returncode == 130 and err == "gatekeeper: interrupted\n" and out == "", (run.returncode, err[-2000:])
+    assert took < 1.5, took  # (about a second at any load this suite runs at)
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*.jsonl"))
