@@ -89,3 +89,30 @@ def test_the_command_exits_with_main_s_code_and_output_and_without_the_collector
     out = subprocess.run([sys.executable, "-c", probe, str(EXAMPLES / "defective.jsonl")], capture_output=True,
                          text=True, check=True)
     assert out.stdout.split() == ["1", "0", "1", "True"], out.stderr
+
+
+def test_plan_after_a_killed_submit_counts_what_the_rerun_sends(tmp_path: Path) -> None:
+    """A JSONL job killed right after its first of three batches was created: `plan` of the same input (its state
+    beside it) says 40 to send in the 2 batches never created, 20 out; the rerun then sends exactly those 40. A
+    plan with no earlier run says what it always did (`rerun` null, to_send every request)."""
+    from tests.fakes import env_for, running_fake
+    from tests.runs import gk
+
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"b{i:04d}", text="Hello") for i in range(60)])
+    fresh = gk(["plan", str(path), "--json"], {})
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake, admin=False)
+        run = ["submit", str(path), "--max-requests", "20", "--interval", "0.05", "--reconcile-grace", "1", "--json"]
+        assert gk(run, env, crash_at="after-create:1").returncode == -9
+        planned = gk(["plan", str(path), "--json"], env)
+        human = gk(["plan", str(path)], env)
+        before = sum(len(b.requests) for b in fake.org.batches.values())
+        done = gk(run, env)
+        sent = sum(len(b.requests) for b in fake.org.batches.values()) - before
+    first = orjson.loads(fresh.stdout)
+    assert first["rerun"] is None and first["to_send"] == 60
+    j = orjson.loads(planned.stdout)
+    assert j["to_send"] == 40 and {k: j["rerun"][k] for k in ("out", "answered", "batches", "retries")} == \
+        {"out": 20, "answered": 0, "batches": 2, "retries": 0}
+    assert "20 request(s) out (collected, not sent again), 0 answered; a rerun sends 40: 2 batch(es)" in human.stdout
+    assert done.returncode == 0 and sent == 40, done.stderr[-2000:]

@@ -147,6 +147,24 @@ def test_budget_stops_before_it_and_a_higher_budget_finishes(tmp_path: Path) -> 
         assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
 
 
+def test_a_budget_stop_ends_the_run_when_it_is_decided_not_a_poll_later(tmp_path: Path) -> None:
+    """With a 3 s poll, the budget's verdict on the batch that waited for the ones in flight is taken as soon as
+    their collection freed budget: a cut batch goes at once and the stop follows its batch's collection at once (it
+    waited a whole poll after each collection before)."""
+    path = write_jsonl(tmp_path / "in.jsonl", [req(f"b{i:04d}", text="Hello") for i in range(1000)])
+    with running_fake(ceiling=100_000, rate=50_000) as fake:
+        proc = gk(["submit", str(path), "--interval", "3", "--max-rpm", "60000", "--json", "--budget", "0.05"],
+                  env_for(fake))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    evs = events(proc.stderr)
+    at = {e["event"]: e["t"] for e in evs}  # (each event's last time)
+    collected = [e["t"] for e in evs if e["event"] == "collected"]
+    recut = [e["t"] for e in evs if e["event"] == "recut"]
+    later = [r for r in recut if r > collected[0]]
+    assert later and all(any(0 <= r - c < 1.0 for c in collected) for r in later), evs  # (each at its collection)
+    assert 0 <= at["budget_reached"] - collected[-1] < 1.0 and at["finished"] - at["budget_reached"] < 1.0
+
+
 def test_the_budget_holds_under_a_price_table_whose_cache_writes_cost_five_times_input(tmp_path: Path) -> None:
     """A cold job of marked documents (each request its own: every request writes its document) under a table whose
     5-minute write costs 5x input: the worst case prices input at the table's own dearest rate, so the bill (the

@@ -37,16 +37,33 @@ OPTS = ["--template", "Ticket {id}: {body} {{json}}", "--model", MODEL, "--max-t
     ("braces {{literal}} {x}", {"x": "y"}, "braces {literal} y", ("x",)),
     ("a column with a space: {my col}", {"my col": "v"}, "a column with a space: v", ("my col",)),
     ("no fields", {}, "no fields", ()),
+    ("", {}, "", ()),
+    ("{a:b} and {x!r}", {"a:b": 1, "x!r": "y"}, "1 and y", ("a:b", "x!r")),  # (a field is the column's name as written)
+    ("{x:>10}", {"x:>10": "v"}, "v", ("x:>10",)),
+    ("{a[0]}.{b.c}", {"a[0]": 1, "b.c": 2}, "1.2", ("a[0]", "b.c")),
+    ("ratio 3:1! {{\"k\": {v}}}", {"v": 7}, 'ratio 3:1! {"k": 7}', ("v",)),  # (`:`, `!` as text, in braces too)
+    ("{{a:b}} {{x!}}", {}, "{a:b} {x!}", ()),
+    ("}}{x}{{", {"x": 0}, "}0{", ("x",)),
 ])
 def test_a_template_renders_each_row(text: str, row: dict, rendered: str, columns: tuple) -> None:
     t = parse_template(text)
     assert t.render(row) == rendered and t.columns == columns
 
 
-@pytest.mark.parametrize("text", ["{x:>10}", "{x!r}", "{", "}", "{}"])
-def test_a_malformed_template_is_a_usage_error(text: str) -> None:
-    with pytest.raises(UsageError, match="--template"):
+@pytest.mark.parametrize("text, said", [
+    ("{", "not closed"), ("}", "lone '}' at character 1"), ("{}", "names no column"), ("{ }", "names no column"),
+    ("a {b", "not closed"), ("{a{b}", "not closed"), ("x}y", "lone '}' at character 2"),
+])
+def test_a_malformed_template_is_a_usage_error(text: str, said: str) -> None:
+    with pytest.raises(UsageError, match="--template") as caught:
         parse_template(text)
+    assert said in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["{a:b} {{x}} {c!}", "}}{{", "plain", "{ spaced }"])
+def test_a_templates_text_parses_back_to_itself(text: str) -> None:
+    t = parse_template(text)
+    assert parse_template(t.text) == t
 
 
 @pytest.mark.parametrize("value, expected", [

@@ -97,6 +97,32 @@ def test_a_kill_then_a_grown_and_changed_table_pays_for_each_row_once(tmp_path: 
     assert result.column("id").to_pylist() == [f"o-{i}" for i in range(70)]
 
 
+def test_plan_after_a_kill_counts_what_the_rerun_sends(tmp_path: Path) -> None:
+    """Killed right after its first batch (20 of 60 rows) was created: `plan` of the same table and state says 40 to
+    send, 20 out in the unfinished run (it said 60: the rows in flight counted again), and the rerun then sends
+    exactly those 40, in the batches plan said."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(_orders(60), table)
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake, admin=False)
+        args = [str(table), *_opts()[:6], "--id-column", "id", "--max-requests", "20"]
+        killed = gk(["submit", *args, *FAST, "--json"], env, crash_at="after-create:1")
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        planned = gk(["plan", *args, "--json"], env)
+        human = gk(["plan", *args], env)
+        sent_before = len(_created(fake))
+        done = gk(["submit", *args, *FAST, "--json"], env)
+        sent = len(_created(fake)) - sent_before
+    j = orjson.loads(planned.stdout)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert (j["to_send"], j["in_flight"], j["answered"]) == (40, 20, 0)
+    assert [(b["requests"], b["first_row"], b["last_row"]) for b in j["batches"]] == [(20, 21, 40), (20, 41, 60)]
+    assert [(u["requests"], u["taken"]) for u in j["unfinished"]] == [(60, 20)]
+    assert "(answered already: 0; out in an unfinished run: 20; rejected: 0)" in human.stdout
+    assert "to send         40 request(s) in 2 batch(es)" in human.stdout
+    assert done.returncode == 0 and sent == 40 == orjson.loads(done.stdout)["sent"], done.stderr[-2000:]
+
+
 def test_a_run_whose_requests_a_finished_run_had_is_a_run_of_its_own(tmp_path: Path) -> None:
     """The next night's unanswered rows can be exactly the rows a finished run sent (every one errored): that is a
     new run, sent again, not the finished one's journal read back ("finished")."""
@@ -395,6 +421,9 @@ def test_an_s3_table_finds_its_state_from_any_folder_and_no_secret_is_printed_or
     assert missing.returncode == 2 and "s3://***@lake/night/nothing.parquet" in missing.stderr
     for text in (first.stdout, first.stderr, second.stdout, second.stderr, missing.stderr):
         assert secret not in text
+    for text in (first.stderr, missing.stderr):  # (the warning names the object store's settings, not PostgreSQL's)
+        assert "other users can read with ps; give the credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" \
+            in text and "PGPASSWORD" not in text
     home = Path(os.environ["XDG_STATE_HOME"])
     kept = [p for p in home.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert kept == [] and not list((tmp_path / "a").iterdir()) and not list((tmp_path / "b").iterdir())
@@ -497,6 +526,23 @@ def test_a_value_that_cannot_be_rendered_says_why(value: Any, why: str | None) -
     from gatekeeper.tables._template import parse_template
 
     assert parse_template("{v}").unfit({"v": value}) == (None if why is None else f"column 'v' is {why}")
+
+
+@pytest.mark.parametrize("args, said, not_said", [
+    (["s3://K:S@lake/t.parquet"], "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for s3://", "PGPASSWORD"),
+    (["gs://u:p@b/t.csv"], "GOOGLE_APPLICATION_CREDENTIALS for gs://", "PGPASSWORD"),
+    (["abfs://acct:key@c/t.parquet"], "AZURE_STORAGE_ACCOUNT_KEY", "PGPASSWORD"),
+    (["postgresql://u:p@h/db"], "PGPASSWORD or ~/.pgpass", "AWS_"),
+    (["--journal=postgresql://u:p@h/db"], "PGPASSWORD or ~/.pgpass", "AWS_"),
+    (["s3://K:S@lake/t.parquet", "redis://u:p@h/0"], "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for s3://; give it in "
+     "PGPASSWORD", "GOOGLE"),
+])
+def test_a_secret_on_the_command_line_is_sent_where_its_kind_of_url_reads_it(args: list[str], said: str,
+                                                                               not_said: str) -> None:
+    from gatekeeper.cli._common import where_secrets_go
+
+    advice = where_secrets_go(args)
+    assert said in advice and not_said not in advice
 
 
 @pytest.mark.parametrize("where, ident, shown, secret", [
@@ -607,3 +653,43 @@ def test_answers_an_earlier_version_kept_in_a_journal_under_the_old_name_are_fou
         assert gk(args + ["--job", old], env).returncode == 0  # (as the earlier version named it)
         again = gk(args + ["--json"], env)
         assert again.returncode == 0 and orjson.loads(again.stdout)["sent"] == 0 and len(_created(fake)) == 8, again.stderr
+
+
+def test_columns_named_with_colons_and_bangs_are_templated_as_written(tmp_path: Path) -> None:
+    """A field is the column's name as written between its braces: `{a:b}` and `{ok!}` are columns (no format
+    specs), `:` and `!` in text and in doubled braces are text; the fake is sent each row's prompt so rendered."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a:b": ["x", "y"], "ok!": [1, 2]}), table)
+    template = 'Ratio {a:b}! is {ok!} {{"k": "v:w!"}}'
+    with running_fake(rate=2000) as fake:
+        plan = gk(["plan", str(table), *_opts(template)[:6], "--json"], env_for(fake))
+        done = gk(["submit", str(table), *_opts(template)], env_for(fake))
+        prompts = _prompts(fake)
+    assert plan.returncode == 0 and orjson.loads(plan.stdout)["to_send"] == 2, plan.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert prompts == Counter({_digest('Ratio x! is 1 {"k": "v:w!"}'): 1, _digest('Ratio y! is 2 {"k": "v:w!"}'): 1})
+
+
+@pytest.mark.parametrize("how", [[], ["--id-column", "id"], ["--system", "You sort {item}"]],
+                         ids=["sized", "ids", "planned-through-a-file"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_plan_of_a_big_table_stops_within_a_second(tmp_path: Path, how: list[str], sig: str) -> None:
+    """Ctrl-C (or SIGTERM) while `plan` reads and judges a 600,000-row Parquet, as a real process: exit 130, the
+    one line, no traceback, within about a second; nothing left in the state folder (issue 59, F9)."""
+    import signal
+    import time
+
+    from tests.runs import start
+
+    table = tmp_path / "big.parquet"
+    pq.write_table(_orders(600_000), table, row_group_size=600_000)  # (one row group: the longest read pyarrow makes)
+    run = start(["plan", str(table), *_opts()[:6], "--state", str(tmp_path / "state"), *how], {})
+    time.sleep(1.5)
+    assert run.poll() is None, "the plan ended before it could be stopped"
+    signalled = time.monotonic()
+    run.send_signal(getattr(signal, sig))
+    out, err = run.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    assert run.returncode == 130 and err == "gatekeeper: interrupted\n" and out == "", (run.returncode, err[-2000:])
+    assert took < 1.5, took  # (about a second at any load this suite runs at)
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*.jsonl"))

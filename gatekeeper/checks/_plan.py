@@ -49,3 +49,24 @@ def plan_with_preflight(source: Source, config: ApiConfig | None, *, limits: Lim
 
 
 __all__ = ["plan_with_preflight"]
+
+
+def rerun_of(state_dir: str) -> dict[str, Any] | None:
+    """What a rerun of the job kept in `state_dir` sends, when an earlier run left its journal there (None: no
+    journal, a fresh job): its requests out (created or being created: collected, never sent again), answered, and
+    those still to send (the batches never created and the requests waiting for another attempt)."""
+    if not os.path.exists(os.path.join(state_dir, "journal.sqlite3")):
+        return None  # (no journal: nothing of the state is imported, `plan` starts as it did)
+    from ..state._journal import BatchState, open_job
+
+    j = open_job(state_dir)
+    try:
+        if not j.initialized:
+            return None
+        planned = j.batches(BatchState.PLANNED)
+        out = sum(b.requests for b in j.batches(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED))
+        waiting = j.groups.pending_count()
+        return {"state": state_dir, "out": out, "answered": j.outcomes.final_count(),
+                "to_send": sum(b.requests for b in planned) + waiting, "batches": len(planned), "retries": waiting}
+    finally:
+        j.close()

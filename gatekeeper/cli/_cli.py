@@ -125,9 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _warn_passwords_in_argv(argv: list[str]) -> None:
     """A password written in a URL on the command line can be read by every user of the host (ps)."""
-    from ._common import masked
+    from ._common import masked, where_secrets_go
 
-    if any(masked(a) != a for a in argv):
+    held = [a for a in argv if masked(a) != a]
+    if held:
         print("gatekeeper: warning: a URL on the command line holds a password, which other users can read with ps; "
-              "give it in PGPASSWORD or ~/.pgpass (PostgreSQL), or the whole URL in GATEKEEPER_JOURNAL or "
-              "GATEKEEPER_LEDGER", file=sys.stderr)
+              + where_secrets_go(held), file=sys.stderr)

@@ -201,6 +201,29 @@ def masked(arg: str) -> str:
     return safe_url(arg)  # (also --journal=URL)
 
 
+_STORES = (  # an object store's scheme, and where its SDKs (and pyarrow) read credentials
+    (("s3://",), "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for s3://"),
+    (("gs://", "gcs://"), "GOOGLE_APPLICATION_CREDENTIALS for gs://"),
+    (("az://", "abfs://", "abfss://"), "AZURE_STORAGE_ACCOUNT_KEY, or AZURE_CLIENT_ID, AZURE_TENANT_ID and "
+     "AZURE_CLIENT_SECRET, for az://"),
+)
+_DATABASES = ("give it in PGPASSWORD or ~/.pgpass (PostgreSQL), or the whole URL in GATEKEEPER_JOURNAL or "
+              "GATEKEEPER_LEDGER")
+
+
+def where_secrets_go(args: list[str]) -> str:
+    """Where the secrets of these URLs belong instead of the command line: the settings of the kind each names (an
+    object store's credentials are its cloud's own environment, a database's password PostgreSQL's)."""
+    kinds = dict.fromkeys(_store(a.partition("=")[2] if a.startswith("--") else a) for a in args)
+    stores = [k for k in kinds if k is not None]
+    said = [f"give the credentials in {'; '.join(stores)}"] if stores else []
+    return "; ".join(said + ([_DATABASES] if None in kinds else []))
+
+
+def _store(url: str) -> str | None:
+    return next((setting for schemes, setting in _STORES if url.startswith(schemes)), None)
+
+
 def for_cli(exc: GatekeeperError) -> str:
     """The library's message, with the flag that sets the setting it names."""
     flag = FLAGS.get(getattr(exc, "setting", None) or "")

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ExitCode
 from .._prices import load_prices
-from ..checks._plan import plan_with_preflight
+from ..checks._plan import plan_with_preflight, rerun_of
 from ..input._parallel import auto_workers
 from ._common import limits, optional_api_config, print_json, retry_notice, warn
-from ._render import render_caching, render_deadline, render_plan
+from ._render import render_caching, render_deadline, render_plan, render_rerun
 from ._tables import is_table_job, plan_table_command
 
 if TYPE_CHECKING:
@@ -33,12 +33,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     caching = report.caching(prices)
     deadline = None if args.deadline is None else _forecast(args, config, report, estimate)
     rounds = None if args.ceiling is None else _waves(report, args)
+    rerun = None if args.input == "-" else rerun_of(args.state or f"{args.input}.gatekeeper")
     if args.json:
         print_json({**report.to_json(), "estimate": estimate, "caching": caching,
+                    "to_send": report.requests if rerun is None else rerun["to_send"], "rerun": rerun,
                     **({"waves": rounds} if rounds is not None else {}),
                     **({"deadline": deadline} if deadline is not None else {})})
     else:
         print(render_plan(report, args.input))
+        if rerun is not None:
+            print(render_rerun(rerun))
         if rounds is not None:
             print(f"waves           {rounds:,} round(s) of creates at the ceiling {args.ceiling:,} (--ceiling)")
         cost = "unknown (a model has no price)" if estimate["input_cost_usd"] is None else f"~${estimate['input_cost_usd']:,.2f}"

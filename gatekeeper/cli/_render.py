@@ -236,3 +236,11 @@ def _adoptions(a: dict[str, Any]) -> str:
 def retry_line(f: dict[str, Any]) -> str:
     """A retried call, as people read it."""
     return (f"{f['endpoint']} ({f['url']}): {f['reason']}; retry {f['attempt'] + 1} in {f['retry_in']:g} s")
+
+
+def render_rerun(r: dict[str, Any]) -> str:
+    """What a rerun of a job an earlier run left in its state folder sends (`checks._plan.rerun_of`)."""
+    retries = f" and {r['retries']:,} waiting for another attempt" if r["retries"] else ""
+    return (f"rerun           {r['state']} holds an earlier run: {r['out']:,} request(s) out (collected, not sent again), "
+            f"{r['answered']:,} answered; a rerun sends {r['to_send']:,}: {r['batches']:,} batch(es) never "
+            f"created{retries}")

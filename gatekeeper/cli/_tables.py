@@ -82,9 +82,11 @@ def plan_table_command(args: argparse.Namespace, limits: Any) -> int:
 def render_table_plan(j: dict[str, Any]) -> str:
     """`plan TABLE` for people: rows, what goes out in how many batches and rounds, the cost, the rejected rows."""
     rejected = j["rejected_count"] + j["invalid"]  # (rows judged bad, and requests plan's rules refuse: as submit)
-    out = [f"rows            {j['rows']:,}   (answered already: {j['answered']:,}; rejected: {rejected:,})"]
+    flying = f"; out in an unfinished run: {j['in_flight']:,}" if j["in_flight"] else ""
+    out = [f"rows            {j['rows']:,}   (answered already: {j['answered']:,}{flying}; rejected: {rejected:,})"]
     for run in j["unfinished"]:
-        out.append(f"unfinished run  {run['run']} ({run['requests']:,} request(s)): submit collects it first")
+        out.append(f"unfinished run  {run['run']} ({run['requests']:,} request(s), {run['taken']:,} of them out or "
+                   "answered): submit collects it first and sends none of those again")
     batches, size = len(j["batches"]), j["batch_size"]
     at = (f"; {j['waves']:,} round(s) of creates at the ceiling {j['ceiling']:,}" if j["waves"] is not None else
           "; the ceiling is unknown (give --ceiling, or an Admin key): submit cuts batches to a quarter of it")

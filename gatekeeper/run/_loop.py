@@ -176,11 +176,11 @@ class SubmitLoop(Part):
             await self.collector.collect_ended(snap)
             await self._steer(snap)  # (what collection sent back for another attempt, before it forms a batch)
             self.form_retry_batches()
+            now = self.admitter.budget_now()  # (a stop decided here ends the run below, not a poll later)
             if self.done():
                 break
             self.readings += 1
-            wait = reading_wait(self.readings, self.settings.interval)
-            wait = self._cut(wait)
+            wait = 0.0 if now else self._cut(reading_wait(self.readings, self.settings.interval))
             self.progress(snap, wait)
             await self._wait(wait)
 

@@ -105,6 +105,23 @@ class Outcomes:
         counts = dict(self.db.execute("SELECT COALESCE(lane, 'batch'), COUNT(*) FROM results GROUP BY COALESCE(lane, 'batch')"))
         return {"batch": int(counts.get("batch", 0)), "realtime": int(counts.get("realtime", 0))}
 
+    def taken_lines(self, final_errors: Sequence[str]) -> set[int]:
+        """The lines a rerun does not send again: in a batch created or being created (its collection answers them),
+        or answered for good (succeeded, or errored with one of `final_errors`); not those waiting for another
+        attempt nor those whose result is not final. A set of the lines (8 bytes and a set's slot a line)."""
+        out: set[int] = set()
+        for first, last in self.db.execute("SELECT first_line, last_line FROM batches WHERE kind = 'plan' AND "
+                                           "state != 'planned'"):
+            out.update(range(first, last + 1))
+        out.update(r[0] for r in self.db.execute(
+            "SELECT m.line FROM members m JOIN batches b ON b.idx = m.batch WHERE b.state != 'planned'"))
+        out.difference_update(r[0] for r in self.db.execute("SELECT line FROM pending"))
+        marks = ",".join("?" * len(final_errors)) or "NULL"
+        out.difference_update(r[0] for r in self.db.execute(
+            "SELECT line FROM results WHERE NOT (type = 'succeeded' OR (type = 'errored' AND error_type IN "
+            f"({marks})))", list(final_errors)))
+        return out
+
     def result_types(self) -> set[str]:
         """Result types and error types present in the results (for checking a filter)."""
         return {r[0] for r in self.db.execute(

@@ -35,6 +35,7 @@ class Counts:
     rejected: int = 0
     first_rejected: list[dict[str, Any]] = field(default_factory=list)  # the first `KEPT`, as records
     unsent: int = 0  # distinct requests not answered yet
+    in_flight: int = 0  # rows whose requests a run that did not finish has out or answered (its collection answers)
 
     def reject(self, judged: Judgements) -> None:
         if not judged.rejected:
@@ -46,8 +47,8 @@ class Counts:
 
 
 def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbers: Path | None = None, *,
-                 name: Callable[[Path], Path] | None = None, setting: str | None = "state_dir"
-                 ) -> tuple[Path | None, Counts]:
+                 name: Callable[[Path], Path] | None = None, setting: str | None = "state_dir",
+                 taken: set[str] | None = None) -> tuple[Path | None, Counts]:
     """The requests not answered yet, written to a file named by its content (or by what `name` makes of that
     name; None: every row is answered or rejected); with `row_numbers`, beside it each line's row (4 bytes a
     line), for a plan to name the rows of the requests it refuses. A file that cannot be written (a full disk) is one
@@ -63,7 +64,7 @@ def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbe
     try:
         try:
             with open(tmp, "wb") as f:
-                for judged, keep in _unsent_rows(rows, answers, counts := Counts()):
+                for judged, keep in _unsent_rows(rows, answers, counts := Counts(), taken=taken):
                     lines = judged.lines(keep)
                     f.write(lines)
                     digest.update(lines)
@@ -83,11 +84,14 @@ def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbe
             numbers.close()
 
 
-def sized(rows: TableRows, answers: Answers | None, plan: SizedPlan, row_numbers: BinaryIO | None = None) -> Counts:
+def sized(rows: TableRows, answers: Answers | None, plan: SizedPlan, row_numbers: BinaryIO | None = None,
+          taken: set[str] | None = None) -> Counts:
     """`pending_file`'s requests fed to `plan` as sizes: nothing written (a third of a plan's time went to the file),
     and without answers to look up, no key computed; with `row_numbers`, each request's row written there (4 bytes
-    a request), as `pending_file` writes them."""
-    for judged, keep in _unsent_rows(rows, answers, counts := Counts(), keyed=answers is not None):
+    a request), as `pending_file` writes them. `taken`: the keys of requests that runs which did not finish have
+    out or answered (`_runs.taken_keys`), left out as answered ones are: their collection answers them."""
+    keyed = answers is not None or bool(taken)
+    for judged, keep in _unsent_rows(rows, answers, counts := Counts(), keyed=keyed, taken=taken):
         sizes, cids = judged.sizes(keep)
         if sizes:
             plan.add(sizes, cids)
@@ -96,22 +100,31 @@ def sized(rows: TableRows, answers: Answers | None, plan: SizedPlan, row_numbers
     return counts
 
 
-def _unsent_rows(rows: TableRows, answers: Answers | None, counts: Counts, keyed: bool = True
-                 ) -> Iterator[tuple[Judgements, list[bool] | None]]:
+def _unsent_rows(rows: TableRows, answers: Answers | None, counts: Counts, keyed: bool = True,
+                 taken: set[str] | None = None) -> Iterator[tuple[Judgements, list[bool] | None]]:
     """Each batch's rows judged, and which of them go in the run (`_unsent`), counted in `counts`."""
     seen = SeenRequests(rows.source.rows_hint)
     for _, judged in rows.judged(every_column=False, keyed=keyed):
         counts.rows += len(judged)
         counts.reject(judged)
-        yield judged, _unsent(judged, answers, seen, counts)
+        yield judged, _unsent(judged, answers, seen, counts, taken)
     counts.unsent = len(seen)
 
 
-def _unsent(judged: Judgements, answers: Answers | None, seen: SeenRequests, counts: Counts) -> list[bool] | None:
-    """Which of a batch's rows go in the run: neither rejected nor answered, and the first row of their request
-    (None: every row, the common case, told without a step a row). Answered rows are counted here."""
+def _unsent(judged: Judgements, answers: Answers | None, seen: SeenRequests, counts: Counts,
+            taken: set[str] | None = None) -> list[bool] | None:
+    """Which of a batch's rows go in the run: neither rejected, answered nor `taken`, and the first row of their
+    request (None: every row, the common case, told without a step a row). Answered and taken rows are counted here."""
     n, rejected = len(judged), judged.rejected
     places = None if not rejected else [i for i in range(n) if i not in rejected]
+    if taken:
+        keys = judged.keys
+        assert keys is not None, "taken requests are told by key"
+        out = [i for i in (range(n) if places is None else places) if keys[i] in taken]
+        if out:
+            counts.in_flight += len(out)
+            gone = set(out)
+            places = [i for i in (range(n) if places is None else places) if i not in gone]
     if answers is not None:
         keys = judged.keys
         assert keys is not None, "answers are looked up by key"

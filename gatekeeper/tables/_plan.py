@@ -22,7 +22,7 @@ from ._io import TableSource
 from ._judged import TableRows
 from ._pending import KEPT, Counts, pending_file, sized
 from ._rows import Judged, TableSpec, body_of
-from ._runs import unfinished_runs
+from ._runs import taken_keys, unfinished_runs
 from ._where import default_state_dir
 
 TableJudge = Callable[[Path, PlanReport, Limits], PlanReport]
@@ -40,6 +40,7 @@ class TablePlan:
     rejected: list[dict[str, Any]] = field(default_factory=list)
     rejected_count: int = 0
     answered: int = 0
+    in_flight: int = 0  # rows an unfinished run has out or answered: its collection answers them, not this plan's sends
     report: PlanReport | None = None
     batches: list[dict[str, Any]] = field(default_factory=list)  # `report`'s, by the rows each runs from and to
     errors: list[dict[str, Any]] = field(default_factory=list)  # requests `plan`'s rules refuse, with their rows
@@ -55,7 +56,7 @@ class TablePlan:
 
     def to_json(self) -> dict[str, Any]:
         r = self.report
-        return {"rows": self.rows, "answered": self.answered, "rejected": self.rejected,
+        return {"rows": self.rows, "answered": self.answered, "in_flight": self.in_flight, "rejected": self.rejected,
                 "rejected_count": self.rejected_count, "requests": self.to_send, "to_send": self.to_send,
                 "invalid": 0 if r is None else r.invalid, "errors": self.errors,
                 "batches": self.batches, "batch_size": self.batch_size,
@@ -87,12 +88,14 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
     cut = Limits(max_requests=size, max_bytes=limits.max_bytes, api_version=limits.api_version)
     try:
         unfinished = unfinished_runs(root, answers) if answers is not None else []
-        counts, report, batches, errors = _planned(rows, answers, cut, spec, judge)
+        taken = {p: taken_keys(p, journal, f"{job}.{p.stem}" if journal else None) for p in unfinished}
+        counts, report, batches, errors = _planned(rows, answers, cut, spec, judge, set().union(*taken.values()))
     finally:
         if answers is not None:
             answers.close()
-    out = TablePlan(counts.rows, counts.first_rejected, counts.rejected, counts.answered, report, batches, errors,
-                    ceiling, size, unfinished=[{"run": p.stem, "requests": _lines(p)} for p in unfinished])
+    out = TablePlan(counts.rows, counts.first_rejected, counts.rejected, counts.answered, counts.in_flight, report,
+                    batches, errors, ceiling, size,
+                    unfinished=[{"run": p.stem, "requests": _lines(p), "taken": len(taken[p])} for p in unfinished])
     if report is not None:
         out.estimate = report.estimate(prices or load_prices())
         if ceiling is not None:
@@ -107,8 +110,8 @@ def _answers(root: Path, journal: str | None, job: str | None) -> Answers | None
     return Answers.local(root / "answers.sqlite3") if (root / "answers.sqlite3").exists() else None
 
 
-def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec, judge: TableJudge | None = None
-             ) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]]]:
+def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec, judge: TableJudge | None = None,
+             taken: set[str] | None = None) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]]]:
     """The counts, the report, its batches and the requests it refused, by rows: planned from the requests' sizes
     when the spec is plain, else through `plan` over the run's file, written to a temporary folder. Each request's
     row is written beside them (4 bytes a request), for the few lines a report names."""
@@ -116,10 +119,10 @@ def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: Tab
         numbers = Path(tmp) / "rows.u32"
         if judge is None and _plain(spec, limits):
             with open(numbers, "wb") as f:
-                counts = sized(rows, answers, planned := SizedPlan(limits, spec.model), f)
+                counts = sized(rows, answers, planned := SizedPlan(limits, spec.model), f, taken)
             report = planned.finish() if counts.unsent else None
         else:
-            pending, counts = pending_file(rows, answers, Path(tmp), numbers, setting=None)  # (TMPDIR's)
+            pending, counts = pending_file(rows, answers, Path(tmp), numbers, setting=None, taken=taken)  # (TMPDIR's)
             report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending),
                                                        models=None if judge is None else {})  # (peaks, to judge)
             if pending is not None and report is not None and judge is not None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .._errors import GatekeeperError
 from ..state._answers import Answers
 from ..state._journal import BatchState, open_job
+from ._rows import NEVER_AGAIN, id_and_key
 
 if TYPE_CHECKING:
     from ..api._config import ApiConfig
@@ -52,6 +53,25 @@ def unfinished_runs(root: Path, answers: Answers) -> list[Path]:
     files = sorted(folder.glob("*.jsonl"), key=lambda p: (p.stat().st_mtime_ns, p.name))
     done = answers.settled([p.stem for p in files])
     return [p for p in files if p.stem not in done]
+
+
+def taken_keys(pending: Path, journal: str | None, job: str | None) -> set[str]:
+    """The keys of a run's requests that its collection answers (created, or answered for good), which the next run
+    does not send again; none when it has no journal (nothing of it was sent). `job`: its name in a shared journal."""
+    try:
+        j = open_job(run_dir(pending), journal=journal, job=job)
+    except GatekeeperError:
+        return set()
+    try:
+        lines = j.outcomes.taken_lines(NEVER_AGAIN) if j.initialized else set()
+    except GatekeeperError:
+        return set()
+    finally:
+        j.close()
+    if not lines:
+        return set()
+    with open(pending, "rb") as f:
+        return {id_and_key(line)[1] for n, line in enumerate(f, 1) if n in lines}
 
 
 def fresh_name(pending: Path, answers: Answers) -> Path:

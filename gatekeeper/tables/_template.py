@@ -8,7 +8,6 @@ as UTF-8 text; a null, a NaN or bytes that are not UTF-8 are the row's fault (`u
 
 from __future__ import annotations
 
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,18 +54,44 @@ def parse_template(text: str, setting: str = "template", *, files: bool = True) 
             text = Path(text[1:]).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--{setting} {text}: {exc.strerror or exc}", setting=setting) from None
-    try:
-        fields = list(string.Formatter().parse(text))
-    except ValueError as exc:
-        raise UsageError(f"--{setting}: {exc} (write {{{{ and }}}} for a literal brace)", setting=setting) from None
-    parts: list[tuple[str, str | None]] = []
-    for literal, name, spec, conversion in fields:
-        if name is not None and (spec or conversion or not name.strip()):
-            raise UsageError(f"--{setting}: the field {{{name}{'!' + conversion if conversion else ''}"
-                             f"{':' + spec if spec else ''}}} is not a column name (fields are {{column}}; "
-                             "{{ and }} for braces)", setting=setting)
-        parts.append((literal, name))
+    parts = _parts(text, setting)
     return Template(tuple(parts), setting, tuple(dict.fromkeys(c for _, c in parts if c is not None)))
+
+
+def _parts(text: str, setting: str) -> list[tuple[str, str | None]]:
+    """The literal text and the field after each piece of it. A field is everything between `{` and the next `}`,
+    verbatim (a column named `a:b`, `x!` or `price (USD)` is written as it is named: there are no format specs),
+    `{{` and `}}` outside a field are braces; a column whose name holds a brace cannot be named."""
+    parts: list[tuple[str, str | None]] = []
+    literal: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "{}" and text.startswith(c * 2, i):
+            literal.append(c)
+            i += 2
+        elif c == "}":
+            raise UsageError(f"--{setting}: a lone '}}' at character {i + 1} (write }}}} for a literal brace)",
+                             setting=setting)
+        elif c == "{":
+            end = text.find("}", i + 1)
+            name = text[i + 1:end] if end >= 0 else text[i + 1:]
+            if end < 0 or "{" in name:
+                raise UsageError(f"--{setting}: the field at character {i + 1} is not closed by '}}' (write {{{{ for "
+                                 "a literal brace; a column name cannot hold a brace)", setting=setting)
+            if not name.strip():
+                raise UsageError(f"--{setting}: the field {{{name}}} at character {i + 1} names no column (fields are "
+                                 "{column}; {{ and }} for braces)", setting=setting)
+            parts.append(("".join(literal), name))
+            literal = []
+            i = end + 1
+        else:
+            j = min((k for k in (text.find("{", i), text.find("}", i)) if k >= 0), default=n)
+            literal.append(text[i:j])
+            i = j
+    if literal:
+        parts.append(("".join(literal), None))
+    return parts
 
 
 def check_columns(template: Template, columns: list[str]) -> None:

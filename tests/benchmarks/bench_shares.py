@@ -105,7 +105,7 @@ def night(tmp: Path, speed: float) -> None:
     n = anyio.run(lambda: two_jobs_a_night(tmp, speed=speed, low=3000, high=9000))
     done = "both finished" if len(n.summaries) == 2 else "stopped at 3x the ideal, unfinished"
     print(f"night: {done} in {n.span / 60:.1f} simulated min = {n.span / n.ideal:.2f}x the ideal {n.ideal / 60:.0f} min; "
-          f"longest stretch with room for a waiting batch and no create {n.stall / 60:.1f} min "
+          f"longest stretch with room for a waiting batch and no create {n.stall / 60:.1f} min ({n.stall:.1f} s) "
           f"(at minute {n.stall_at / 60:.0f}); {time.monotonic() - t0:.0f} s of wall time at {speed:g}x")
 
 

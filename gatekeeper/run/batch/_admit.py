@@ -55,6 +55,8 @@ class Admitter(Part):
         self.batch_size = ctx.settings.limits.max_requests
         # the budget allows no more (or the run only collects): finish what is in flight, send nothing new
         self.budget_stopped = ctx.settings.collect_only
+        self.budget_action: Spend | None = None  # this round's budget verdict (None: none was asked for)
+        self._live_at_wait = 0  # the batches in flight when the budget last said wait
         self._worst: tuple[tuple[int, int, int], float] | None = None  # (batch, requests, bytes), its worst cost
         self._ids: tuple[tuple[int, int, int], str] | None = None  # (batch, requests, bytes), its custom_ids' print
         self.priming = PrimingGate(ctx)
@@ -63,6 +65,7 @@ class Admitter(Part):
                            ctx.clock, float(shares.get("waited_s", 0.0)))
 
     async def admit_round(self, snap: Snapshot) -> None:
+        self.budget_action = None
         if self.settings.collect_only:
             return
         planned = self.journal.batches(BatchState.PLANNED)
@@ -157,9 +160,11 @@ class Admitter(Part):
         """Whether the batch may go; when not, cut what waits to the remaining budget, or stop admitting."""
         assert self.settings.budget is not None
         d = check_spend(self.journal, self.prices, self.settings.budget, worst, row.requests)
+        self.budget_action = d.action
         if d.action is Spend.GO:
             return True
         if d.action is Spend.WAIT:
+            self._live_at_wait = self.journal.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
             self.emit("waiting", {"next": row.requests, "reason": "budget", "worst_usd": round(worst, 6)})
             return False
         if d.action is Spend.CUT:
@@ -171,6 +176,17 @@ class Admitter(Part):
                                          "in_flight_worst": round(d.in_flight, 6),
                                          "held_back": self.journal.held_back()})
         return False
+
+    def budget_now(self) -> bool:
+        """Whether the next round is due at once for the budget's sake: a batch was cut to what the budget left, or
+        one waited for the batches in flight and a collection since freed budget (its verdict is taken now: a stop
+        ends the run at once, a batch that fits goes at the next reading, neither a poll later)."""
+        live = self.journal.count(BatchState.INTENT, BatchState.CREATED, BatchState.ENDED)
+        if self.budget_action is Spend.WAIT and not self.budget_stopped and live < self._live_at_wait:
+            planned = self.journal.batches(BatchState.PLANNED)
+            if planned and self._within_budget(planned[0], self._worst_case(planned[0]), planned):
+                return True
+        return self.budget_action in (Spend.CUT,)
 
     async def create(self, row: BatchRow, depth: int, unseen: int, worst: float | None = None) -> str | None:
         """Create one batch; its id, or None when it must wait (refused, or outcome unknown). While a create is out
