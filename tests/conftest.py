@@ -118,9 +118,10 @@ def job_name(request: pytest.FixtureRequest) -> str:
 ASYNC_TEST_LIMIT = 60.0  # seconds: an async test that hangs fails instead of stalling the suite
 
 
-# Files whose tests run the CLI, kill it or restart servers: started first, so that the last seconds of the suite
-# are spent on short tests on every worker rather than on one long test while the other cores idle.
-LONG_FIRST = ("test_gateway_processes.py", "test_gateway.py",
+# Files whose tests run the CLI, kill it or restart servers, and the swarm's seeds (a third of the suite's CPU):
+# started first, so that the last seconds of the suite are spent on short tests on every worker rather than on one
+# long test while the other cores idle.
+LONG_FIRST = ("test_swarm.py", "test_gateway_processes.py", "test_gateway.py",
               "test_airflow.py", "test_caching.py", "test_waits_signals_and_proxies.py", "test_ownership.py",
               "test_ledger.py", "test_shared_journal.py", "test_rough_api.py", "test_submit.py", "test_report.py",
               "test_errors.py", "test_exporter.py", "test_preflight.py", "test_fake_sdk.py", "test_watch.py")

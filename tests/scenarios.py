@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+import httpx
 import orjson
 
-from gatekeeper import ApiConfig, Secret, SubmitSettings
+from gatekeeper import ApiConfig, Clock, Secret, SubmitSettings
+from gatekeeper._clock import WALL, inline_threads
 from gatekeeper.api._queue import connect
 from gatekeeper.run._loop import SubmitLoop
 from gatekeeper.state._journal import BatchState, Journal
@@ -21,6 +24,7 @@ from gatekeeper.testing import FakeAPI, FakeConfig
 from tests.forkserver import spawn
 
 KEYS = ["ledger-ws1", "ledger-ws2", "ledger-ws3"]
+T = TypeVar("T")
 
 
 @dataclass
@@ -90,6 +94,56 @@ class World:
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(max(0.0, seconds) / self.speed)
 
+    def fake(self, cfg: FakeConfig) -> FakeAPI:
+        return FakeAPI(cfg)
+
+    def transport(self, fake: FakeAPI) -> httpx.AsyncBaseTransport | None:
+        return None  # (real HTTP to the fake's socket)
+
+    def clock(self) -> Clock:
+        return WALL
+
+
+class SimulatedWorld:
+    """The same world on trio's `MockClock` (run under `simulated`): the fake served in process, every wait on the
+    simulated clock, so a night takes the CPU it needs and nothing races the wall clock (a loaded machine only makes
+    it slower, never different)."""
+
+    speed = 1.0  # (simulated seconds a simulated second: the proportions `World` keeps by speeding up are kept as they are)
+
+    def __init__(self) -> None:
+        from gatekeeper.testing.swarm._sim import SimClock
+
+        self.sim = SimClock()
+
+    def now(self) -> float:
+        return self.sim.now()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.sim.sleep(seconds)
+
+    def fake(self, cfg: FakeConfig) -> FakeAPI:
+        return FakeAPI(cfg, clock=self.sim.monotonic, epoch=self.sim.now(), listen=False)
+
+    def transport(self, fake: FakeAPI) -> httpx.AsyncBaseTransport | None:
+        from gatekeeper.testing._inprocess import InProcess
+
+        return InProcess(fake, self.sim.sleep)
+
+    def clock(self) -> Clock:
+        return self.sim
+
+
+def simulated(fn: Callable[[SimulatedWorld], Awaitable[T]]) -> T:
+    """`fn(world)` run to its end on trio's MockClock, which jumps to the next wake-up whenever every task waits
+    (blocking steps inline, as the swarm runs them, so that a step on a thread does not look like a wait)."""
+    import trio
+    import trio.testing
+
+    with inline_threads():
+        return anyio.run(lambda: fn(SimulatedWorld()), backend="trio",
+                         backend_options={"clock": trio.testing.MockClock(autojump_threshold=0)})
+
 
 @dataclass
 class Night:
@@ -103,20 +157,23 @@ class Night:
     summaries: dict[str, Any]  # each job's summary (a job stopped at `give_up_after` has none)
 
 
-async def two_jobs_a_night(tmp: Path, *, speed: float, low: int, high: int, high_after: float = 60.0,
-                           ceiling: int = 2000, rate: float = 5.0, poll: float = 60.0, give_up_after: float = 3.0) -> Night:
+async def two_jobs_a_night(tmp: Path, *, speed: float = 1.0, low: int, high: int, high_after: float = 60.0,
+                           ceiling: int = 2000, rate: float = 5.0, poll: float = 60.0, give_up_after: float = 3.0,
+                           world: World | SimulatedWorld | None = None) -> Night:
     """A `low` backfill of `low` requests, and `high_after` simulated seconds later a `high` job of `high`, each in a
-    workspace of its own on one SQLite ledger (only the ledger sees both), against the fake over real HTTP: its queue
-    holds `ceiling` requests and processes `rate` a simulated second. Batches of a quarter of the ceiling. Both are
-    stopped `give_up_after` times the ideal span after the start, if they have not finished by then."""
-    world = World(speed)
+    workspace of its own on one SQLite ledger (only the ledger sees both), against the fake: over real HTTP with the
+    world's clock run `speed` times faster than the wall (`World`, the default), or in process in simulated time
+    (`SimulatedWorld`, under `simulated`). Its queue holds `ceiling` requests and processes `rate` a simulated second.
+    Batches of a quarter of the ceiling. Both are stopped `give_up_after` times the ideal span after the start, if
+    they have not finished by then."""
+    world = world or World(speed)
     keys = {"k-low": "wrkspc_low", "k-high": "wrkspc_high"}
-    cfg = FakeConfig(ceiling=ceiling, rate=rate, speed=speed, workspaces=keys, queue_retry_after=1)
+    cfg = FakeConfig(ceiling=ceiling, rate=rate, speed=world.speed, workspaces=keys, queue_retry_after=1)
     ledger_path = str(tmp / "ledger.db")
     creates: list[tuple[float, str]] = []
     jobs: dict[str, Any] = {}
     stall = [0.0, 0.0, 0.0]  # (the current stretch's start, the longest, when the longest began)
-    with FakeAPI(cfg) as fake:
+    with world.fake(cfg) as fake:
         async def one(name: str, n: int, key: str, priority: str, after: float) -> None:
             await world.sleep(after)
             path = write_job(tmp / f"{name}.jsonl", name, n)
@@ -126,7 +183,7 @@ async def two_jobs_a_night(tmp: Path, *, speed: float, low: int, high: int, high
             ledger = SqliteLedger(ledger_path, f"{name}-owner", clock=world.now)
             config = ApiConfig(workspace_keys=[Secret(key)], base_url=fake.url)
             try:
-                async with connect(config, max_rpm=60_000) as conn:
+                async with connect(config, max_rpm=60_000, clock=world.clock(), transport=world.transport(fake)) as conn:
                     emit = lambda e, f: creates.append((world.now(), name)) if e == "admitted" else None  # noqa: E731
                     job = SubmitLoop(str(path), settings, conn, journal, out_path=str(tmp / f"{name}.out.jsonl"), emit=emit,
                               stop=anyio.Event(), ledger=ledger, clock=world.now, sleep=world.sleep)
@@ -145,7 +202,7 @@ async def two_jobs_a_night(tmp: Path, *, speed: float, low: int, high: int, high
 
         async def watch() -> None:  # (room: the ceiling less the batches not ended, as the listings show them)
             while True:
-                await anyio.sleep(0.02)
+                await world.sleep(0.02 * 120)  # (every 0.02 s of the wall at the test's speed, 120)
                 waiting = [b.requests for j in jobs.values() for b in j.journal.batches(BatchState.PLANNED)[:1]]
                 now, creates_seen = world.now(), len(creates)
                 fake.org.sync()
@@ -164,7 +221,7 @@ async def two_jobs_a_night(tmp: Path, *, speed: float, low: int, high: int, high
         async with anyio.create_task_group() as tg:
             tg.start_soon(beat)
             tg.start_soon(watch)
-            with anyio.move_on_after(give_up_after * (low + high) / rate / speed):
+            with anyio.move_on_after(give_up_after * (low + high) / rate / world.speed):
                 async with anyio.create_task_group() as both:
                     both.start_soon(one, "low", low, "k-low", "low", 0.0)
                     both.start_soon(one, "high", high, "k-high", "high", high_after)

@@ -31,7 +31,10 @@ from airflow.sdk.exceptions import AirflowException
 # test (about 20 s) on one, the rest (about 30 s) on the other.
 # The first test of a worker also waits for its Airflow home (the imports and `db migrate`: 5 s of CPU, a minute and
 # more on a loaded machine): a longer limit than the suite's 90 s, which still ends a hang.
-pytestmark = [pytest.mark.xdist_group("airflow"), pytest.mark.timeout(300)]
+# A bound on each wait for a Dag run (its start is Airflow's imports, 2-3.5 s of CPU: over a minute at load 20 on 2
+# cores), well inside the test's own limit: it ends a hang, it does not time the run.
+RUN_WAIT = 240.0
+pytestmark = [pytest.mark.xdist_group("airflow"), pytest.mark.timeout(600)]
 
 # One Dag run's output on stdout, after dag.test() returns: its state, the task's tries and XCom.
 DAG_FILE = """
@@ -80,7 +83,7 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (home / "dags").mkdir()
     _forks[home] = ForkServer(AIRFLOW_PRELOAD, _env(home))
     try:
-        done = _ran(_python(home, _env(home), module="airflow", args=["db", "migrate"]), timeout=120)
+        done = _ran(_python(home, _env(home), module="airflow", args=["db", "migrate"]), timeout=RUN_WAIT)
         assert done.returncode == 0, done.stderr[-3000:]
         yield home
     finally:
@@ -135,7 +138,7 @@ def _start(dag: dict, fake: FakeAPI) -> Run:
 def _run(dag: dict, fake: FakeAPI) -> tuple[dict, str]:
     """One Dag run to its end: (what it printed as RESULT, its whole log)."""
     proc = _start(dag, fake)
-    out, _ = proc.communicate(timeout=80)
+    out, _ = proc.communicate(timeout=RUN_WAIT)
     lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
     assert lines, out[-4000:]
     return json.loads(lines[-1][7:]), out
@@ -174,7 +177,7 @@ def test_a_dag_run_killed_after_its_first_create_then_a_fresh_run_continues_the_
     _write_dag(dag)
     with running_fake(ceiling=40, rate=30) as fake:  # batches of 10, slowly: the kill lands mid-job
         proc = _start(dag, fake)
-        fake.org.wait_for(lambda r: r.creates >= 1, "the first create", timeout=60)
+        fake.org.wait_for(lambda r: r.creates >= 1, "the first create", timeout=RUN_WAIT)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
         first = fake.org.records.creates
@@ -196,9 +199,9 @@ def test_a_first_try_that_fails_and_its_retry_reattach(dag: dict) -> None:
     _write_dag(dag, retries=1)
     with running_fake(ceiling=40, rate=30) as fake:
         proc = _start(dag, fake)
-        fake.org.wait_for(lambda r: r.creates >= 1, "the first create", timeout=60)
+        fake.org.wait_for(lambda r: r.creates >= 1, "the first create", timeout=RUN_WAIT)
         fake.inject(Fault("list", status=401, error_type="authentication_error", message="invalid x-api-key"))
-        out, _ = proc.communicate(timeout=80)
+        out, _ = proc.communicate(timeout=RUN_WAIT)
         result = json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][7:])
         assert result["state"] == "success" and result["tries"] == 2, out[-4000:]
         assert "AuthenticationError" in out and "a retry continues the job" in out
@@ -214,13 +217,19 @@ trigger = getattr(importlib.import_module(module), name)(**kwargs)
 
 async def main():
     stalls = [0.0]
-    async def ticker():
-        last = time.monotonic()
+    def queued():  # (seconds the loop's thread has waited for a core, runnable: a loaded machine's doing, not the trigger's)
+        try:
+            with open("/proc/thread-self/schedstat") as f:
+                return int(f.read().split()[1]) / 1e9
+        except OSError:
+            return 0.0
+    async def ticker():  # (a stall: the time between two ticks past the tick, less the time spent waiting for a core;
+        last, waited = time.monotonic(), queued()  # what the trigger held the loop with, computing or blocked on I/O)
         while True:
             await asyncio.sleep(0.005)
-            now = time.monotonic()
-            stalls[0] = max(stalls[0], now - last - 0.005)
-            last = now
+            now, wait = time.monotonic(), queued()
+            stalls[0] = max(stalls[0], now - last - 0.005 - (wait - waited))
+            last, waited = now, wait
     tick = asyncio.create_task(ticker())
     events = [e.payload async for e in trigger.run()]
     tick.cancel()
@@ -233,7 +242,8 @@ print("RESULT " + json.dumps({"events": events, "stall": stall}))
 
 def test_the_trigger_serialized_runs_in_another_process_and_never_stalls_its_loop(tmp_path: Path, airflow_home: Path) -> None:
     """The job prepared on the "worker" (this process), its trigger serialized (no key in it) and rehydrated in
-    another process, where it runs the whole job: the event loop it shares never stalls 100 ms."""
+    another process, where it runs the whole job: the event loop it shares is never held 100 ms (between two of a
+    ticker's turns, less the time the loop's thread waited for a core: a machine under load does not count)."""
     from gatekeeper.airflow import GatekeeperTrigger
     from gatekeeper.airflow._job import JobSpec
 
@@ -252,7 +262,7 @@ def test_the_trigger_serialized_runs_in_another_process_and_never_stalls_its_loo
         (tmp_path / "trigger.json").write_text(serialized)
         (tmp_path / "runner.py").write_text(TRIGGER_RUNNER)
         done = _ran(_python(airflow_home, _env(airflow_home, fake), script=str(tmp_path / "runner.py"),
-                            args=[str(tmp_path / "trigger.json")]), timeout=80)
+                            args=[str(tmp_path / "trigger.json")]), timeout=RUN_WAIT)
         line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         assert line, done.stderr[-4000:]
         result = json.loads(line[-1][7:])
@@ -440,11 +450,11 @@ def test_the_example_dag_runs_on_a_manual_trigger_and_on_its_schedule(tmp_path: 
         conn = f"example_{kind}_conn"
         add = _ran(_python(airflow_home, env, module="airflow", args=[
             "connections", "add", conn, "--conn-type", "anthropic", "--conn-password", WS1, "--conn-host", fake.url,
-            "--conn-extra", json.dumps({"admin_key": ADMIN})]), timeout=120)
+            "--conn-extra", json.dumps({"admin_key": ADMIN})]), timeout=RUN_WAIT)
         assert add.returncode == 0, add.stderr[-2000:]
         dag_file.write_text(dag_file.read_text().replace('conn_id="anthropic_default"', f"conn_id={conn!r}"))
         try:
-            out = _ran(_python(airflow_home, env, script=str(dag_file), cwd=str(dag_file.parent)), timeout=120)
+            out = _ran(_python(airflow_home, env, script=str(dag_file), cwd=str(dag_file.parent)), timeout=RUN_WAIT)
         finally:
             dag_file.unlink(missing_ok=True)
         lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
@@ -708,9 +718,9 @@ def test_a_dag_with_a_federation_connection_outlives_its_tokens_and_stores_none(
             "identity_token_file": str(token_file), "federation_rule_id": "fdrl_fake_1",
             "organization_id": "org_fake_1"}})
         run = _python(dag["home"], env, script=str(dag["file"]), cwd=str(dag["file"].parent), merged=True)
-        fake.org.wait_for(lambda r: r.creates >= 1, "a first create", timeout=60)
+        fake.org.wait_for(lambda r: r.creates >= 1, "a first create", timeout=RUN_WAIT)
         token_file.write_text(second)  # (rotated while the job runs)
-        log, _ = run.communicate(timeout=80)
+        log, _ = run.communicate(timeout=RUN_WAIT)
         result = json.loads([x for x in log.splitlines() if x.startswith("RESULT ")][-1][7:])
         assert result["state"] == "success", log[-4000:]
         assert_exactly_once(fake, _job_dir(dag) / "results.jsonl", ids)
@@ -753,7 +763,7 @@ def test_a_dag_on_claude_platform_on_aws_through_an_aws_connection(dag: dict) ->
             "extra": {"region_name": "us-east-1", "workspace_id": "wrkspc_aws_1"}})
         env.update(AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(Path(dag["state"]) / "none"),
                    AWS_SHARED_CREDENTIALS_FILE=str(Path(dag["state"]) / "none"))
-        out = _ran(_python(dag["home"], env, script=str(dag["file"]), cwd=str(dag["file"].parent)), timeout=120)
+        out = _ran(_python(dag["home"], env, script=str(dag["file"]), cwd=str(dag["file"].parent)), timeout=RUN_WAIT)
         lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
         assert lines, (out.stdout + out.stderr)[-4000:]
         result = json.loads(lines[-1][7:])

@@ -438,6 +438,16 @@ def test_a_token_endpoint_that_fails_mid_job_is_ridden_out(tmp_path: Path) -> No
         assert fake.org.records.requests_seen["token"] >= len(fed.exchanges) + 4  # (the four failures were met)
 
 
+def _process_after(fake, holds) -> None:
+    """The fake's processing (held at rate 0) let go at 400 a second once `holds`, or after a minute in any case."""
+    try:
+        fake.org.wait_for(holds, "a refusal or a first create", 60)
+    except AssertionError:
+        pass  # (the test's own assertions say what went wrong)
+    finally:
+        fake.org.config.rate = 400.0
+
+
 @pytest.mark.parametrize("extra, refused", [("wrkspc_2", False), ("", True)])
 def test_admission_counts_every_workspace_a_federation_acts_on(tmp_path: Path, extra: str, refused: bool) -> None:
     """Another workspace of the same rule holds 700 of a ceiling of 1,000. With ANTHROPIC_EXTRA_WORKSPACE_IDS naming
@@ -447,13 +457,20 @@ def test_admission_counts_every_workspace_a_federation_acts_on(tmp_path: Path, e
     token_file = tmp_path / "token"
     token_file.write_text(identity_token())
     fed = FakeFederation(rules={RULE: FakeRule(workspaces=("wrkspc_1", "wrkspc_2"))}, token_life=3)
-    with running_fake(ceiling=1000, rate=400, speed=1, federation=fed, queue_retry_after=0.2) as fake:
+    # (nothing is processed until the refusal, or the first create where none is due: the other workspace's 700 still
+    # hold their place when the job's second create goes out, however slowly a loaded machine runs the job up to it)
+    with running_fake(ceiling=1000, rate=0.0, speed=1, federation=fed, queue_retry_after=0.2) as fake:
         fake.org.add_batch("wrkspc_2", 700)
         env = federation_env(fake.url, token_file, ANTHROPIC_WORKSPACE_ID="wrkspc_1",
                              ANTHROPIC_EXTRA_WORKSPACE_IDS=extra)
         out = tmp_path / "out.jsonl"
-        done = gk(["submit", str(path), "--out", str(out), "--ceiling", "1000", "--max-requests", "300", "--json",
-                   *FAST], env)
+        release = threading.Thread(target=_process_after, args=(fake, lambda r: bool(r.refusals) or (not refused and r.creates >= 1)))
+        release.start()
+        try:
+            done = gk(["submit", str(path), "--out", str(out), "--ceiling", "1000", "--max-requests", "300", "--json",
+                       *FAST], env)
+        finally:
+            release.join()
         assert done.returncode == 0, done.stderr[-3000:]
         assert_exactly_once(fake, out, ids)
         assert bool(fake.org.records.refusals) is refused

@@ -393,7 +393,9 @@ def test_killed_submitter_capacity_returns_within_ttl(tmp_path: Path, redis_url:
         assert sum(r.requests for r in held) == 150  # two batches of 75
         started = time.monotonic()
         while anyio.run(lambda: _reservations(url)):  # polled: they must vanish once the 2 s TTL has passed
-            assert time.monotonic() - started < 4.0, "reservations outlived their TTL"
+            # (Redis expires them on its own clock; the bound is wide for the polls of a loaded machine, and still
+            # fails reservations that outlive the TTL for good, as a lost expiry or a dead owner's heartbeat would)
+            assert time.monotonic() - started < 20.0, "reservations outlived their TTL"
             time.sleep(0.1)
         fake.org.config.rate = 5000.0
         env2 = {"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "k2"}

@@ -43,7 +43,8 @@ from gatekeeper.testing.swarm._world import DrawnJob, draw
 
 HOURS = 0.5
 SEEDS = 200
-CHUNK = 8  # seeds a test (25 tests): the workers share them out, each well inside the test's time limit under load
+CHUNK = 4  # seeds a test (50 tests, about 2.5 s of CPU each): run first (conftest.LONG_FIRST), short enough that the
+# workers share them out evenly and none is left running one alone at the end of the suite
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
 KNOWN: dict[int, str] = {
     11294: "a primed job with a 30-minute deadline whose primer's create is answered 529 five times, each outcome "
@@ -112,10 +113,11 @@ def test_a_seed_replays_exactly() -> None:
 def test_the_command_prints_each_seed_and_exits_by_the_promises(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--seeds", "2", "--first", "3", "--hours", str(HOURS)])
     out, err = capsys.readouterr()
-    assert "seed 3:" in out and "seed 4:" in out and " => " in out
-    ok = [run_seed(s, HOURS).ok for s in (3, 4)]
-    assert code == (0 if all(ok) else 1)
-    assert ("every promise kept" in err) == all(ok)
+    assert "seed 3:" in out and "seed 4:" in out
+    told = [line.strip() for line in out.splitlines() if line.strip().startswith("=> ")]
+    assert len(told) == 2  # (each seed's verdict; that they are right is what the seeds' own tests check)
+    assert code == (0 if told == ["=> ok", "=> ok"] else 1)
+    assert ("every promise kept" in err) == (code == 0)
 
 
 def _books(**kw: object) -> JobBooks:
