@@ -4,9 +4,7 @@ journaled before its first byte leaves (its outcome unknown until answered or re
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -14,7 +12,6 @@ import anyio
 from ..._errors import (
     ApiError,
     CreateOutcomeUnknown,
-    InputError,
     QueueFull,
     RateLimited,
     ServerError,
@@ -25,7 +22,7 @@ from ...api._http import CREATE_ANSWER_WAIT
 from ...decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ...decide._budget import Spend, body_worst
 from ...decide._ownership import id_rank
-from ...input._sizing import Limits, Packer, body_chunks, body_size, pack_rows
+from ...input._sizing import Limits, Packer, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
 from ..shared._budget import check_spend
@@ -33,6 +30,7 @@ from ..shared._checkpoints import reached
 from ..shared._inputs import stat_identity
 from ..shared._part import Part, RunContext, Snapshot
 from ..shared._prepare import check_identity
+from ._body import body_digest, stream_body
 from ._collect import custom_id
 from ._evidence import IdPrint
 from ._reprime import PrimingGate
@@ -206,7 +204,8 @@ class Admitter(Part):
         j = self.journal
         if stat_identity(self.path) != tuple(j.get_meta("input")[k] for k in ("size", "mtime_ns")):
             await check_identity(self.journal, self.path)  # raises if the content changed
-        digest = await self._body_digest(row) if self.api.calls.signs_body else None  # (SigV4 signs the body's digest)
+        # (SigV4 signs the body's digest)
+        digest = await body_digest(b for _, _, b, _ in self._requests_of(row)) if self.api.calls.signs_body else None
         try:
             await self.api.calls.authenticated()  # (a token exchanged before the intent: a refusal leaves none to reconcile)
         except TransportError as exc:
@@ -219,7 +218,8 @@ class Admitter(Part):
                                "answer_within": CREATE_ANSWER_WAIT})
         await self.ledger.sending(row.idx)  # (unmarked, the ledger knows no batch came of the reservation)
         try:
-            batch = await self.api.create_batch(self._body(row), size=row.bytes, body_sha256=digest)
+            body = stream_body((b for _, _, b, _ in self._requests_of(row)), row, self.journal, self.path, self.clock)
+            batch = await self.api.create_batch(body, size=row.bytes, body_sha256=digest)
         except QueueFull as exc:
             self._refused(row, exc, depth, unseen)
             return None
@@ -294,39 +294,6 @@ class Admitter(Part):
             wait = deferral_wait(getattr(exc, "retry_after", None), self.settings.min_backoff, self.settings.max_backoff)
         self.backoff_until = self.clock() + wait
         self.emit("create_deferred", {"batch": row.idx, "reason": str(exc), "wait": wait})
-
-    async def _body_digest(self, row: BatchRow) -> str:
-        """The sha256 of the create body `_body` will stream (what a SigV4 signature covers): one pass over its
-        bytes before the intent, letting the event loop run between pieces (the journal is read on its thread)."""
-        h = hashlib.sha256()
-        for k, piece in enumerate(body_chunks(body for _, _, body, _ in self._requests_of(row))):
-            h.update(piece)
-            if k % 256 == 255:
-                await anyio.sleep(0)
-        return h.hexdigest()
-
-    async def _body(self, row: BatchRow) -> AsyncIterator[bytes]:
-        """The create body, streamed from the input's bytes in 1 MB pieces; its length must be the journaled size."""
-        sent = 0
-        pending: list[bytes] = []
-        size = 0
-        for piece in body_chunks(body for _, _, body, _ in self._requests_of(row)):
-            pending.append(piece)
-            size += len(piece)
-            if size >= 1 << 20:
-                sent += size
-                yield b"".join(pending)
-                pending, size = [], 0
-                await anyio.sleep(0)
-        sent += size
-        if sent != row.bytes:
-            raise InputError(f"{self.path} changed: batch {row.idx} is {sent} bytes now, {row.bytes} when planned")
-        # Before the last bytes leave: an intent without this mark cannot have become a batch (the server needs
-        # the whole body), so a rerun resends it at once instead of waiting out the reconcile grace.
-        self.journal.mark_body_complete(row.idx, self.clock())
-        reached("body-complete")
-        if pending:
-            yield b"".join(pending)
 
 
 def _recut_ranges(rows: list[BatchRow], limits: Limits, requests_of: Any) -> list[tuple[Any, ...]]:

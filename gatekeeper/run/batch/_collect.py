@@ -248,7 +248,7 @@ class Collector(Part):
                 billed[cid] = tokens
             member = members.pop(cid)
             if held:
-                pos += self._keep_apart(out, row, cid, raw, result, member, s, pos)
+                pos += _keep_apart(out, row, cid, raw, result, member, s, pos)
                 continue
             placed = self._settle_line(row, cid, raw, result, member, s, pos, policy)
             if placed:
@@ -267,7 +267,7 @@ class Collector(Part):
             self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
             raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
             # complete by the API's counts, yet ours is absent: final, never resent
-            pos += self._write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
+            pos += _write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
         return pos
 
     async def _weighed(self, row: BatchRow, sample: dict[str, tuple[str, bytes]], billed: dict[str, int],
@@ -318,31 +318,6 @@ class Collector(Part):
                 raise _NotYet(f"the results of {batch_id}, kept apart beside it, are not there yet")
             self.emit("kept_apart_unavailable", {"batch": row.idx, "id": batch_id, "reason": v.reason})
 
-    @staticmethod
-    def _keep_apart(out: BinaryIO, row: BatchRow, cid: str, raw: bytes, result: Result,
-                    member: tuple[int, int, int, int], s: Settlement, pos: int) -> int:
-        """An answer of a batch never proven ours: kept in the journal as it came, and a final errored line of
-        gatekeeper's own in its place (what it billed counts toward the budget: it may be ours). Never resent."""
-        line, _, _, attempt = member
-        s.keep_apart(line, cid, str(row.batch_id), raw)
-        # (no batch id in the line: a gateway's client must never see an upstream id; `results --only unproven` has it)
-        mark = errored_line(cid, UNPROVEN_ERROR, "answered in a batch found by listing after its create's answer was "
-                            "lost, which could not be proven this job's (another job may use the same custom_ids): "
-                            "kept apart, not joined, not resent; `gatekeeper results --only unproven` lists it")
-        usage = usage_of(result) if result.type == "succeeded" else (None, 0, 0, 0, 0, 0)
-        out.write(mark + b"\n")
-        s.final(line, cid, "errored", UNPROVEN_ERROR, attempt, pos, len(mark) + 1, usage)
-        return len(mark) + 1
-
-    @staticmethod
-    def _write_final(out: BinaryIO, s: Settlement, pos: int, member: tuple[int, int, int, int], cid: str, raw: bytes,
-                     error_type: str) -> int:
-        """A final errored line of gatekeeper's own; the bytes it adds."""
-        line, _, _, attempt = member
-        out.write(raw + b"\n")
-        s.final(line, cid, "errored", error_type, attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0, 0))
-        return len(raw) + 1
-
     def _results_missing(self, row: BatchRow, batch: dict[str, Any] | None) -> None:
         """A 404 or a null results_url: wait within the grace, else final lines that say so (never resent)."""
         v = missing_verdict(row, batch, self.settings, self.clock())
@@ -354,13 +329,37 @@ class Collector(Part):
             message = f"results unavailable: {v.reason}; not resent (processed, may have been billed)"
             for line, off, body, attempt in self._requests_of(row):
                 cid = custom_id(body)
-                pos += self._write_final(out, s, pos, (line, off, len(body), attempt), cid,
+                pos += _write_final(out, s, pos, (line, off, len(body), attempt), cid,
                                          errored_line(cid, RESULTS_UNAVAILABLE, message), RESULTS_UNAVAILABLE)
             s.committed = pos
         self.emit("results_unavailable", {"batch": row.idx, "id": row.batch_id, "requests": s.finals, "reason": v.reason})
 
     def _max_attempts(self) -> int:
         return int((self.journal.get_meta("settings") or {}).get("max_attempts", self.settings.max_attempts))
+
+
+def _keep_apart(out: BinaryIO, row: BatchRow, cid: str, raw: bytes, result: Result,
+                member: tuple[int, int, int, int], s: Settlement, pos: int) -> int:
+    """An answer of a batch never proven ours: kept in the journal as it came, and a final errored line of
+    gatekeeper's own in its place (what it billed counts toward the budget: it may be ours). Never resent."""
+    line, _, _, attempt = member
+    s.keep_apart(line, cid, str(row.batch_id), raw)
+    # (no batch id in the line: a gateway's client must never see an upstream id; `results --only unproven` has it)
+    mark = errored_line(cid, UNPROVEN_ERROR, "answered in a batch found by listing after its create's answer was "
+                        "lost, which could not be proven this job's (another job may use the same custom_ids): "
+                        "kept apart, not joined, not resent; `gatekeeper results --only unproven` lists it")
+    usage = usage_of(result) if result.type == "succeeded" else (None, 0, 0, 0, 0, 0)
+    out.write(mark + b"\n")
+    s.final(line, cid, "errored", UNPROVEN_ERROR, attempt, pos, len(mark) + 1, usage)
+    return len(mark) + 1
+
+def _write_final(out: BinaryIO, s: Settlement, pos: int, member: tuple[int, int, int, int], cid: str, raw: bytes,
+                 error_type: str) -> int:
+    """A final errored line of gatekeeper's own; the bytes it adds."""
+    line, _, _, attempt = member
+    out.write(raw + b"\n")
+    s.final(line, cid, "errored", error_type, attempt, pos, len(raw) + 1, (None, 0, 0, 0, 0, 0))
+    return len(raw) + 1
 
 
 class Members:
