@@ -212,6 +212,22 @@ def test_lists_and_structs_render_as_json_and_nan_ids_are_rejected(tmp_path: Pat
 
 # -- 4. encodings and types are judged before anything is paid ---------------------------------------------------
 
+@pytest.mark.parametrize("encoding, says", [("ascii", "is not ascii: line 2 has the byte 0xe9"),
+                                             ("shift_jis", "is not shift_jis: line 2 has the byte 0xe9"),
+                                             ("utf-16", "is not utf-16: UTF-16 stream does not start with BOM")])
+def test_a_csv_the_encoding_named_cannot_read_is_one_line(tmp_path: Path, encoding: str, says: str) -> None:
+    """`--encoding` naming the wrong encoding: one line naming it and the line (a cold tester met a traceback)."""
+    table = tmp_path / "menu.csv"
+    table.write_bytes("dish\ncafé crème\n".encode("latin-1"))
+    opts = ["--template", "Translate: {dish}", "--model", MODEL, "--max-tokens", "20", "--encoding", encoding]
+    with running_fake(rate=2000) as fake:
+        for command in ("plan", "submit"):
+            refused = gk([command, str(table), *opts], env_for(fake))
+            assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+            assert says in refused.stderr and "Traceback" not in refused.stderr
+        assert fake.org.records.creates == 0
+
+
 def test_a_csv_that_is_not_utf8_is_refused_naming_its_encoding_or_read_in_the_one_named(tmp_path: Path) -> None:
     table = tmp_path / "menu.csv"
     table.write_bytes("dish\ncafé crème\n".encode("latin-1"))

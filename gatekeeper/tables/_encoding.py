@@ -48,3 +48,23 @@ def _first_bad(data: bytes, at: int, lines: int) -> str:
     name = "cp1252" if guess.startswith("Windows") else "latin-1"
     return f"is not UTF-8: line {number} has the byte {data[at]:#04x}, which reads as {guess} {text!r}; " + \
         _FIX.format(f" ({name}, if that is it)")
+
+
+def not_in(f: Any, encoding: str) -> str:
+    """"is not <encoding>: ..." for the file `f`, read from its start through an incremental decoder up to its
+    first line the encoding cannot read (a CSV named in the wrong encoding: refused, never a traceback)."""
+    decoder = codecs.getincrementaldecoder(encoding)()
+    lines = 0
+    while True:
+        chunk = f.read(CHUNK)
+        try:
+            text = decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as exc:
+            at, newline = max(0, exc.start), b"\n"
+            return f"is not {encoding}: line {lines + chunk.count(newline, 0, at) + 1} has the byte {exc.object[at]:#04x}, " \
+                   f"which {encoding} cannot read; name the table's encoding (utf-8, cp1252, latin-1, utf-16, ...)"
+        except UnicodeError as exc:
+            return f"is not {encoding}: {exc}; name the table's encoding (utf-8, cp1252, latin-1, utf-16, ...)"
+        if not chunk:
+            return f"cannot be read as {encoding}; name the table's encoding (utf-8, cp1252, latin-1, utf-16, ...)"
+        lines += text.count("\n")

@@ -139,6 +139,8 @@ class TableSource:
                 if "Empty CSV" in str(exc):
                     raise InputError(f"{self.name}: the CSV is empty (not even a header row)") from None
                 raise self._unreadable(exc) from None
+            except UnicodeError:  # (the encoding named cannot read it)
+                raise self._not_in_encoding() from None
             names = reader.schema.names
             self._check_text(reader.schema)
             if self.infer_types:
@@ -193,6 +195,8 @@ class TableSource:
                     yield from _read(kind, f, columns)
             except (pa.ArrowException, OSError) as exc:
                 raise self._unreadable(exc) from None
+            except UnicodeError:  # (the encoding named cannot read it: Python's codec, under pyarrow's reader)
+                raise self._not_in_encoding() from None
 
     def _csv(self, f: Any, columns: list[str] | None) -> Iterator[pa.RecordBatch]:
         names = self._csv_schema.names
@@ -233,6 +237,13 @@ class TableSource:
         hint = (f" (its types were inferred from its first {CSV_BLOCK >> 20} MB: read its columns as text, the "
                 "default)") if self.infer_types and "conversion error" in text else ""
         return InputError(f"{self.name}: cannot be read as {self.kind} ({scrub(text, self.where)}){hint}")
+
+    def _not_in_encoding(self) -> UsageError:
+        from ._encoding import not_in
+
+        assert self.encoding is not None
+        with self._opened() as f:
+            return UsageError(f"{self.name} {not_in(f, self.encoding)}", setting="encoding")
 
     def _not_utf8(self) -> UsageError:
         from ._encoding import not_utf8
