@@ -639,3 +639,35 @@ async def test_room_beside_another_jobs_listed_batches_is_granted(tmp_path: Path
     seen = 100 - others_reserved([_listed("b0", 50), _listed("b1", 50)], await me.reservations(), "y")
     assert seen == 0 and await me.reserve(0, 50, 200, seen)
     assert await me.reserve(1, 50, 200, seen + 50) and not await me.reserve(2, 50, 200, seen + 100)  # (then full)
+
+
+async def test_a_turn_that_comes_before_the_watch_starts_wakes_it_at_once(tmp_path: Path) -> None:
+    """A low job's round finds the turn the high job's; before its watch starts, the high job posts `want 0` (its last
+    batch admitted). The watch must wake at once, not wait for the turn to change again (a cold tester's low job sat
+    18.8 and 26.8 s with room free and nothing else wanting it, until its next reading); and a round that still finds
+    the turn another's is not woken at once again (no loop of readings)."""
+    from gatekeeper.run.batch._turns import Turns
+
+    clock = [1_000_000.0]
+    now = lambda: clock[0]  # noqa: E731
+    lo_led = SqliteLedger(str(tmp_path / "ledger.db"), "x", clock=now)
+    hi_led = SqliteLedger(str(tmp_path / "ledger.db"), "y", clock=now)
+    lo, hi = Turns(lo_led, "lo", "low", 1.0, now), Turns(hi_led, "hi", "high", 1.0, now)
+    assert await hi.turn(50, 1000, 0)
+    assert not await lo.turn(50, 1000, 0) and lo.ahead == "hi"
+    slept: list[float] = []
+
+    async def tick(s: float) -> None:
+        slept.append(s)
+        clock[0] += s
+        await anyio.sleep(0)
+
+    with anyio.fail_after(10):
+        await hi.turn(0, 1000, 50)  # (the high job wants nothing more: the turn is the low job's now)
+        await lo.watch(tick)
+    assert slept == []  # (woken at its first look)
+    assert await hi.turn(50, 1000, 50)
+    assert not await lo.turn(50, 1000, 50) and lo.ahead == "hi"
+    with anyio.move_on_after(2):
+        await lo.watch(tick)
+    assert slept, "a round that finds the turn another's was woken at once"

@@ -41,6 +41,7 @@ class Turns:
         self.blocked_since: float | None = None
         self.ahead: str | None = None  # the job whose turn it was, when it was not ours
         self.others_want = False  # another job's claim wanted room at the last post
+        self.reserved_seen = 0  # the requests reserved on the ledger when the turn was last asked (`watch`)
 
     async def turn(self, want: int, ceiling: int | None = None, seen: int = 0) -> bool:
         """Post the claim and say whether this job may admit now. `want`: the requests of the batch it would admit
@@ -83,6 +84,10 @@ class Turns:
         """Return once another job frees room (the ledger's reservations drop) or the turn becomes this job's: a job
         waiting for room reads the queue then, not at its next poll (which may be 30 s away while the room sits
         idle: the job whose turn it was not waits for it)."""
+        if self.ahead is not None and may_admit(self.ledger.owner, await self.ledger.claims(), self.reserved_seen):
+            # (the turn came between the round that waited for it and this watch's start: by the round's own reading
+            # of the room, so a round that still finds it another's is never woken again at once)
+            return
         before = await self._reading()
         while True:
             await sleep(WATCH_EVERY)
@@ -103,6 +108,7 @@ class Turns:
             self.waited += now - self.blocked_since
         self.blocked_since = now if fitted and not ok else None
         self.ahead = ahead_of(self.ledger.owner, board.claims, board.reserved) if not ok else None
+        self.reserved_seen = board.reserved
 
     def to_json(self) -> dict[str, Any]:
         waited = self.waited + (self.clock() - self.blocked_since if self.blocked_since is not None else 0.0)
