@@ -12,7 +12,8 @@ origin; redirects are followed by hand for that reason (httpx would forward
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -139,7 +140,15 @@ class ApiClient:
         return str(batch.get("processing_status"))
 
     async def iter_results(self, batch: dict[str, Any], within: float | None = None) -> AsyncIterator[bytes]:
-        """The raw JSONL lines of an ended batch's results, one at a time (memory: one line).
+        """The raw JSONL lines of an ended batch's results, one at a time (`iter_result_chunks`, line by line)."""
+        async with aclosing(self.iter_result_chunks(batch, within)) as chunks:  # (a reader that stops closes the stream)
+            async for lines in chunks:
+                for line in lines:
+                    yield line
+
+    async def iter_result_chunks(self, batch: dict[str, Any], within: float | None = None) -> AsyncGenerator[list[bytes], None]:
+        """The raw JSONL lines of an ended batch's results, the lines each received chunk ends at a time (memory: a
+        chunk's lines; handing them over a chunk at a time saves the caller a step through the generators a line).
 
         Opening is retried like any read (the one retry loop), for `within` seconds at most when given (a deadline's
         reading is due: the caller puts the download off rather than wait out a 429 here). A failure once the stream is open is raised
@@ -155,36 +164,46 @@ class ApiClient:
                                            self.calls.retry if within is None else
                                            dataclasses.replace(self.calls.retry, max_total=min(self.calls.retry.max_total, within)))
         try:
-            async for line in _lines(response):
-                yield line
+            async for lines in _line_chunks(response):
+                yield lines
         except httpx.TransportError as exc:  # (a signed link's query is a credential: never in a message)
             raise map_transport_error(exc, "results", url.split("?", 1)[0], reached=True) from exc
         finally:
             await response.aclose()
 
 
-
-async def _lines(response: httpx.Response) -> AsyncIterator[bytes]:
-    """Non-blank lines of a streamed body; a last line without its newline is yielded too (the caller verifies it).
+async def _line_chunks(response: httpx.Response) -> AsyncIterator[list[bytes]]:
+    """Non-blank lines of a streamed body, a list for each chunk that ends one; a last line without its newline
+    comes too (the caller verifies it).
 
     Each newline is found with `find` (memchr) and each line copied once: `bytes.split` steps through every byte in
     Python's own loop, four instructions a byte, about as long as reading the lines' JSON."""
     held: list[bytes] = []  # the start of a line the chunks so far have not ended
     async for chunk in response.aiter_bytes():
+        lines = []
         start, end = 0, chunk.find(b"\n")
         if end >= 0 and held:
             line = b"".join([*held, chunk[:end]]).strip()
             held = []
             if line:
-                yield line
+                lines.append(line)
             start, end = end + 1, chunk.find(b"\n", end + 1)
         while end >= 0:
             line = chunk[start:end].strip()
             if line:
-                yield line
+                lines.append(line)
             start, end = end + 1, chunk.find(b"\n", end + 1)
         if start < len(chunk):
             held.append(chunk[start:])
+        if lines:
+            yield lines
     line = b"".join(held).strip()
     if line:
-        yield line
+        yield [line]
+
+
+async def _lines(response: httpx.Response) -> AsyncIterator[bytes]:
+    """`_line_chunks`, a line at a time."""
+    async for lines in _line_chunks(response):
+        for line in lines:
+            yield line

@@ -117,7 +117,8 @@ def classify(result: Any, *, user_canceled: bool = False) -> Verdict:
 def settle(result: Any, *, attempt: int, max_attempts: int, user_canceled: bool = False) -> Verdict:
     """The verdict on one result: `retry` only when another try can succeed and attempts are left."""
     v = classify(result, user_canceled=user_canceled)
-    return v._replace(retry=v.retry and attempt < max_attempts)
+    # (a final verdict as it is: `_replace` costs a line more than the rest of the verdict)
+    return v._replace(retry=attempt < max_attempts) if v.retry else v
 
 
 def errored_line(custom_id: str, error_type: str, message: str) -> bytes:
@@ -149,8 +150,9 @@ def usage_of(result: Result | dict[str, Any]) -> tuple[str | None, int, int, int
     hour = lives.get("ephemeral_1h_input_tokens") if isinstance(lives, dict) else None
     created = _count(u.cache_creation_input_tokens)
     hour = min(hour, created) if isinstance(hour, int) and hour > 0 else 0
-    return (msg.model, _count(u.input_tokens), _count(u.output_tokens), created, _count(u.cache_read_input_tokens),
-            hour)
+    given, output, read = u.input_tokens, u.output_tokens, u.cache_read_input_tokens  # (`_count`'s rule, inline: a line each)
+    return (msg.model, given if isinstance(given, int) else 0, output if isinstance(output, int) else 0, created,
+            read if isinstance(read, int) else 0, hour)
 
 
 _NO_USAGE = Usage()

@@ -414,9 +414,12 @@ class Settlement:
 
     def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
               usage: tuple[str | None, int, int, int, int, int], stop_reason: str | None = None) -> None:
-        self._finals.append((line, cid, kind, error_type, attempt, offset, length, *usage[:5], self._batch, usage[5],
-                             stop_reason))
-        self._maybe_flush()
+        model, given, output, created, read, hour = usage
+        finals = self._finals
+        finals.append((line, cid, kind, error_type, attempt, offset, length, model, given, output, created, read,
+                       self._batch, hour, stop_reason))
+        if len(finals) + len(self._retries) + len(self._kept) >= self.FLUSH_ROWS:  # (`_maybe_flush`, inline: a call a line)
+            self.flush()
 
     def retry(self, line: int, offset: int, length: int, cid: str, attempt: int, batch: int, kind: str,
               error_type: str | None, raw: bytes) -> None:

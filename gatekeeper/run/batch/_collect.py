@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import aclosing
 from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
 from ..._errors import IncompleteDownload, NotFoundError, RateLimited, ServerError, TransportError
@@ -76,8 +78,19 @@ class _NotYet(Exception):  # (control flow inside the collector, never raised pa
         self.until = until
 
 
+class _Request(msgspec.Struct, gc=False):
+    custom_id: Any = None  # (the rest of a request's line is skipped, not decoded)
+
+
+_request = msgspec.json.Decoder(_Request)
+
+
 def custom_id(line: bytes) -> str:
-    return str(orjson.loads(line).get("custom_id"))
+    """A request line's custom_id (the line was read at plan: an object)."""
+    try:
+        return str(_request.decode(line).custom_id)
+    except msgspec.ValidationError:
+        return str(orjson.loads(line).get("custom_id"))
 
 
 def missing_verdict(row: BatchRow | None, batch: dict[str, Any] | None, settings: SubmitSettings,
@@ -241,22 +254,25 @@ class Collector(Part):
         canceled = bool(self.journal.get_meta("user_canceled")) or row.idx in (self.journal.get_meta("canceled_batches") or [])
         # (a batch canceled for the deadline: its canceled requests go real time, their attempt not spent)
         policy = (self._max_attempts() + (row.idx in (self.journal.get_meta("deadline_canceled") or [])), canceled)
-        async for cid, raw, result in download:
-            if download.lines % 2048 == 0:
+        sample, pop = members.sample, members.pop
+        wrote = False
+        async with aclosing(download.chunks()) as chunks:
+            async for lines in chunks:  # (a chunk's lines at a time: the generators stepped once a chunk)
                 self.check_stop()  # a stop mid-download rolls back: the batch is downloaded again later
-            if cid in members.sample and (tokens := billed_prompt(result)) is not None:
-                billed[cid] = tokens
-            member = members.pop(cid)
-            if held:
-                pos += _keep_apart(out, row, cid, raw, result, member, s, pos)
-                continue
-            placed = self._settle_line(row, cid, raw, result, member, s, pos, policy)
-            if placed:
-                out.write(raw)
-                out.write(b"\n")  # (not `raw + b"\n"`: a copy of every answer)
-                pos += placed
-                if pos - start == placed:
-                    reached("mid-results")
+                placed: list[bytes] = []
+                for cid, raw, result in lines:
+                    if cid in sample and (tokens := billed_prompt(result)) is not None:
+                        billed[cid] = tokens
+                    if held:
+                        pos += _keep_apart(out, row, cid, raw, result, pop(cid), s, pos)
+                    elif size := self._settle_line(row, cid, raw, result, pop(cid), s, pos, policy):
+                        placed += (raw, b"\n")  # (not `raw + b"\n"`: a copy of every answer)
+                        pos += size
+                if placed:
+                    out.writelines(placed)  # (one call a chunk; the file's buffer gathers them)
+                    if not wrote:
+                        wrote = True
+                        reached("mid-results")
         if download.foreign:  # a batch adopted by listing that was not ours; ours may exist (not listed then): never resend
             raise _NotOurs(f"{download.foreign} results of another job's custom_ids")
         if held:

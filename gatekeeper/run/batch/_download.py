@@ -9,7 +9,8 @@ another job's (a batch adopted by listing that was not ours) is counted, never h
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import msgspec
@@ -24,7 +25,8 @@ from ...decide._settle import Result, read_line
 class Download:
     """`async for cid, raw, result in Download(...)`: our lines, each once, read no further than a job reads
     (`read_line`: the answer's text is skipped); at the end, the whole was verified. `foreign` then counts the lines
-    of other requests. `ours` None: every request is read (a candidate's)."""
+    of other requests. `ours` None: every request is read (a candidate's). `chunks()`: the same, a list a received
+    chunk (the collector's way: its loop steps no generator a line)."""
 
     def __init__(self, api: ApiClient, batch: dict[str, Any], ours: set[str] | None, label: str,
                  within: float | None = None) -> None:
@@ -34,17 +36,29 @@ class Download:
         self.foreign = 0
 
     async def __aiter__(self) -> AsyncIterator[tuple[str, bytes, Result]]:
+        async with aclosing(self.chunks()) as chunks:  # (a reader that stops closes the stream)
+            async for lines in chunks:
+                for line in lines:
+                    yield line
+
+    async def chunks(self) -> AsyncGenerator[list[tuple[str, bytes, Result]], None]:
+        """As `async for`, the lines each received chunk ends at a time (a chunk's lines may be none of ours)."""
         seen: set[str] = set()
-        async for raw in self.api.iter_results(self.batch, self.within):
-            self.lines += 1
-            cid, result = _parsed(raw, self.label)
-            if not isinstance(cid, str) or (self.ours is not None and cid not in self.ours):
-                self.foreign += 1
-                continue
-            if cid in seen:
-                raise IncompleteDownload(f"{self.label}: the result line for {cid!r} came twice")
-            seen.add(cid)
-            yield cid, raw, result
+        ours, label = self.ours, self.label
+        async with aclosing(self.api.iter_result_chunks(self.batch, self.within)) as stream:
+            async for raws in stream:
+                self.lines += len(raws)
+                kept = []
+                for raw in raws:
+                    cid, result = _parsed(raw, label)
+                    if not isinstance(cid, str) or (ours is not None and cid not in ours):
+                        self.foreign += 1
+                        continue
+                    if cid in seen:
+                        raise IncompleteDownload(f"{label}: the result line for {cid!r} came twice")
+                    seen.add(cid)
+                    kept.append((cid, raw, result))
+                yield kept
         left = 0 if self.ours is None else len(self.ours) - len(seen)
         reason = incomplete_reason(self.lines, total_requests(self.batch), left)
         if reason:
