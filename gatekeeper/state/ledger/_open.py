@@ -83,7 +83,7 @@ def open_ledger(url: str | None, *, owner: str | None = None, ttl: float = DEFAU
 
 def sqlite_file(url: str, namespace: str = "") -> str:
     """The file a sqlite:/// ledger URL names for a queue (`namespace`: beside the given one)."""
-    path = url[len("sqlite://"):]
-    if not path or path == "/":
+    path = "/" + url[len("sqlite://"):].lstrip("/") if url.startswith("sqlite:///") else url[len("sqlite://"):]
+    if not path or path == "/":  # (sqlite:////abs and sqlite:///abs name one file: SQLAlchemy's form, and ours)
         raise LedgerError(f"ledger {url}: give a file, as sqlite:///path/to/ledger.db", setting="ledger")
     return f"{path}.{namespace}" if namespace else path

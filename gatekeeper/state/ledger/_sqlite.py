@@ -27,12 +27,12 @@ class SqliteLedger(SqlLedger):
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             # Not created: submitters that mean to share a ledger would each get their own, silently.
-            raise LedgerError(f"ledger sqlite:///{path}: folder {parent} does not exist", setting="ledger")
+            raise LedgerError(f"ledger {_url(path)}: folder {parent} does not exist", setting="ledger")
         self._tx(lambda db, now: [*[db.execute(sql) for sql in SQL_SCHEMA], migrate(db, str)])
 
     def _tx(self, fn: Callable[[Db, float], Any]) -> Any:
         """One atomic step on a connection of its own (steps run in worker threads)."""
-        db = SqliteDb.open(self.path, f"ledger sqlite:///{self.path}", LedgerError)
+        db = SqliteDb.open(self.path, f"ledger {_url(self.path)}", LedgerError)
         try:
             _wal(db)
             db.begin()
@@ -45,6 +45,11 @@ class SqliteLedger(SqlLedger):
             return result
         finally:
             db.close()
+
+
+def _url(path: str) -> str:
+    """The ledger's URL as a user writes it (sqlite:///abs/path), whatever slashes it was given with."""
+    return "sqlite:///" + path.lstrip("/") if os.path.isabs(path) else f"sqlite:///{path}"
 
 
 WAL_WAITS = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # seconds between tries of the switch to WAL
