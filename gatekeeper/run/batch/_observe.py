@@ -25,7 +25,7 @@ class Observer(Part):
         self.ceiling = ceiling
         self._last: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
         # batches of ours (their creates answered) not listed yet, by send time, watched until listed even once
-        # ended: how long the listing lags (`listing_grace`), its longest this run in `_lag`
+        # ended: how long the listing lags (`listing_grace`), its longest seen in `_lag` (and the journal: "listing_lag")
         self._unlisted: dict[str, float] = {}
         # (an earlier run's too: a rerun reconciling a create its killed run left unknown has read no listing yet)
         self._lag = float(self.journal.get_meta("listing_lag") or 0.0)
