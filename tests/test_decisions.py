@@ -23,6 +23,7 @@ from gatekeeper.decide._admission import (
 )
 from gatekeeper.decide._budget import MIN_BATCH, Spend, answering_models, may_spend, request_worst
 from gatekeeper.decide._downloads import Missing, download_wait, incomplete_reason, when_results_missing
+from gatekeeper.decide._headroom import parse_time
 from gatekeeper.decide._ownership import Choice
 from gatekeeper.decide._reconcile import (
     ABSENCE_CAP,
@@ -31,6 +32,7 @@ from gatekeeper.decide._reconcile import (
     compared,
     decide,
     lag_seen,
+    lag_shown,
     listing_grace,
     nearest_first,
 )
@@ -188,6 +190,19 @@ def test_compared_abandons_only_on_a_listing_read_after_the_grace(
 ])
 def test_a_listing_that_lags_stretches_the_grace(grace: float, lag: float, expected: float) -> None:
     assert listing_grace(grace, lag) == expected
+
+
+def test_lag_shown_is_the_longest_a_newly_listed_batch_was_missing() -> None:
+    """A batch listed for the first time, created before the listing before (which missed it), shows the lag;
+    one listed before, one created since, or one without a time shows none."""
+    def b(minute: float | None) -> dict[str, Any]:
+        return {"created_at": None if minute is None else f"2027-01-04T00:{minute:02.0f}:00Z"}
+
+    before_at = parse_time("2027-01-04T00:10:00Z") or 0.0
+    listed = {"old": b(0), "late": b(3), "later": b(8), "new": b(12), "odd": b(None)}
+    assert lag_shown(listed, {"old"}, before_at) == 7 * 60.0
+    assert lag_shown(listed, {"old", "late", "later"}, before_at) == 0.0
+    assert lag_shown({}, set(), before_at) == 0.0
 
 
 def test_lag_seen_is_the_longest_a_batch_of_ours_was_missing() -> None:

@@ -332,24 +332,51 @@ def test_models_and_count_tokens_pass_through(tmp_path: Path, sdk, anthropic) ->
         assert counted.input_tokens > 0
 
 
-def test_metrics_are_prometheus_text(tmp_path: Path, sdk) -> None:
-    """/metrics parses with Prometheus' own parser and counts what happened: a create, its requests, a refusal."""
+def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
+    page = httpx.get(url + "/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(page) for s in f.samples}
+
+
+def test_metrics_are_prometheus_text(tmp_path: Path, sdk) -> None:
+    """/metrics parses with Prometheus' own parser and counts what happened: a create, its requests, a refusal."""
     with running_fake(rate=0.0) as fake, gateway(fake, tmp_path) as gw:
         client = sdk(gw.url, gw.key("acme"), max_retries=0)
         client.messages.batches.create(requests=requests(7))
         with pytest.raises(Exception):  # noqa: B017 -- (the SDK's BadRequestError)
             client.messages.batches.create(requests=[request("bad id")])
-        page = httpx.get(gw.url + "/metrics").text
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(page) for s in f.samples}
+        samples = _samples(gw.url)
     assert samples[("gatekeeper_gateway_creates_total", (("outcome", "created"),))] == 1
     assert samples[("gatekeeper_gateway_creates_total", (("outcome", "refused"),))] == 1
-    assert samples[("gatekeeper_gateway_received_requests_total", ())] == 7
+    assert samples[("gatekeeper_gateway_received_requests_total", (("outcome", "created"),))] == 7
     assert samples[("gatekeeper_gateway_batches", (("status", "in_progress"),))] == 1
     assert all("msgbatch_" not in str(labels) for _, labels in samples)
     assert not [name for name, _ in samples if name.endswith("_created")]  # (no series named as if it counted creates)
+
+
+def test_repeated_creates_count_what_they_sent(tmp_path: Path, sdk) -> None:
+    """A repeated create (the same Idempotency-Key, or the same requests, again) sent its body and had it judged:
+    its requests and bytes count as received, apart (`outcome="repeated"`), so that creates and received bytes agree
+    after a restart too (issue 61, F5: two repeats left both at 0)."""
+    sent = requests(7)
+    with running_fake(rate=0.0) as fake:
+        with gateway(fake, tmp_path, dedup_window=3600.0) as gw:
+            client = sdk(gw.url, gw.key("acme"), max_retries=0)
+            first = client.messages.batches.create(requests=sent, extra_headers={"Idempotency-Key": "k-1"})
+            made = _samples(gw.url)
+        with gateway(fake, tmp_path, dedup_window=3600.0) as gw:  # (restarted: its counters start again)
+            client = sdk(gw.url, gw.key("acme"), max_retries=0)
+            assert client.messages.batches.create(requests=sent, extra_headers={"Idempotency-Key": "k-1"}).id == first.id
+            assert client.messages.batches.create(requests=sent).id == first.id
+            again = _samples(gw.url)
+    bytes_made = made[("gatekeeper_gateway_received_bytes_total", (("outcome", "created"),))]
+    assert made[("gatekeeper_gateway_received_requests_total", (("outcome", "created"),))] == 7 and bytes_made > 7
+    assert again[("gatekeeper_gateway_creates_total", (("outcome", "repeated"),))] == 2
+    assert again[("gatekeeper_gateway_received_requests_total", (("outcome", "repeated"),))] == 14
+    assert again[("gatekeeper_gateway_received_bytes_total", (("outcome", "repeated"),))] == 2 * bytes_made
+    assert again.get(("gatekeeper_gateway_received_requests_total", (("outcome", "created"),)), 0) == 0
 
 
 def test_logs_are_json_lines(tmp_path: Path, sdk) -> None:

@@ -111,27 +111,37 @@ async def test_creates_of_one_size_go_one_at_a_time_across_submitters(make_ledge
     assert not await a.reserve(2, 10, 1000, 0)
 
 
-async def test_a_reservation_says_since_when_its_create_may_have_made_a_batch(make_ledger, request) -> None:
-    """A SQL ledger records when each turn was granted (`granted_for`, seconds ago), carried into its orphan when its
-    owner is found dead: a batch created before it is not its create's (`decide._reconcile.rival_creates`). A create
-    taken back by a resumed run, or a Redis ledger's, says nothing (None: a rival of every candidate)."""
+async def test_a_reservation_says_since_when_its_create_may_have_made_a_batch(make_ledger) -> None:
+    """Every shared ledger records when each turn was granted (`granted_for`, seconds ago) and the print of the
+    custom_ids its create sends (`ids`), carried into its orphan when its owner is found dead: a batch created before
+    it, or carrying other ids, is not its create's (`decide._reconcile.rival_creates`, `carrying`). A create taken
+    back by a resumed run says nothing (None: a rival of every candidate); a turn granted again says it afresh."""
     child = _sleeper()
     a = make_ledger("A", liveness=_process(child.pid))
     judge = make_ledger("judge", liveness=_process())
     await a.ping()
-    assert await a.reserve(0, 10, 1000, 0)
+    assert await a.reserve(0, 10, 1000, 0, ids="10.a.b")
     await a.sending(0)
     await a.hold(1, 20, None)
+    await a.sending(1)  # (a create taken back: sent or not is the journal's to say, not the ledger's)
+    assert await a.reserve(2, 30, 1000, 0)  # (a create that does not say its ids)
+    await a.sending(2)
     await make_ledger.elapse(1.5)
+    assert await a.reserve(3, 40, 1000, 0, ids="40.c.d") and await a.reserve(3, 40, 1000, 0, ids="40.e.f")
+    await a.sending(3)
     rows = {r.batch: r for r in await judge.reservations() if r.owner == "A"}
-    sql = "redis" not in request.node.callspec.id
-    assert rows[1].granted_for is None
-    assert (rows[0].granted_for is not None and 1.4 < rows[0].granted_for < 30) is sql
+    assert (rows[1].granted_for, rows[1].ids, rows[1].sent) == (None, None, True)
+    assert rows[0].granted_for is not None and 1.4 < rows[0].granted_for < 30 and rows[0].ids == "10.a.b"
+    assert rows[2].granted_for is not None and rows[2].ids is None
+    assert rows[3].granted_for is not None and rows[3].granted_for < 1.4 and rows[3].ids == "40.e.f"
     child.kill()
     child.wait()
     await judge.ping()
     orphans = {r.batch: r for r in await judge.reservations() if r.owner == "A"}
-    assert orphans[0].dead_for is not None and (orphans[0].granted_for is not None and orphans[0].granted_for >= 1.4) is sql
+    assert all(r.dead_for is not None for r in orphans.values())
+    assert orphans[0].granted_for is not None and orphans[0].granted_for >= 1.4 and orphans[0].ids == "10.a.b"
+    assert (orphans[1].granted_for, orphans[1].ids) == (None, None)
+    assert orphans[3].ids == "40.e.f"
 
 
 async def test_unreserved_depth_counts_once(make_ledger) -> None:
@@ -249,26 +259,26 @@ async def test_a_dead_submitters_create_holds_its_size_no_longer_than_its_ttl(ma
     assert await other.reserve(0, 40, 1000, 0)
 
 
-async def test_a_create_never_sent_leaves_no_orphan_and_no_rival(make_ledger, request) -> None:
-    """A SQL ledger knows a create whose body never went out (`sending` not called: the run was killed between its
-    turn and its send): it is no rival of another's lost create (`Reservation.sent`), and once its owner is found
-    dead it leaves no orphan to hold the size's turn (issue 60, seed 10990: a dead job's primer, never sent, kept a
-    lost create of the same size and ids unproven). One whose body went out leaves its orphan, as before. A Redis
-    ledger does not record it: each create is taken as sent."""
+async def test_a_create_never_sent_leaves_no_orphan_and_no_rival(make_ledger) -> None:
+    """Every shared ledger knows a create whose body never went out (`sending` not called: the run was killed
+    between its turn and its send): it is no rival of another's lost create (`Reservation.sent`), and once its owner
+    is found dead it leaves no orphan to hold the size's turn (issue 60, seed 10990: a dead job's primer, never
+    sent, kept a lost create of the same size and ids unproven). One whose body went out leaves its orphan."""
     child = _sleeper()
     a = make_ledger("A", liveness=_process(child.pid))
     judge = make_ledger("judge", liveness=_process())
     await a.ping()
     assert await a.reserve(0, 10, 1000, 0) and await a.reserve(1, 20, 1000, 0)
     await a.sending(1)
-    sql = "redis" not in request.node.callspec.id
-    assert {r.batch: r.sent for r in await judge.reservations() if r.owner == "A"} == {0: not sql, 1: True}
+    assert {r.batch: r.sent for r in await judge.reservations() if r.owner == "A"} == {0: False, 1: True}
     child.kill()
     child.wait()
     await judge.ping()
     orphans = {r.batch for r in await judge.reservations() if r.owner == "A" and r.dead_for is not None}
-    assert orphans == ({1} if sql else {0, 1})
-    assert await judge.reserve(0, 10, 1000, 0) is sql  # (no orphan of 10 holds the turn for that size)
+    assert orphans == {1}
+    assert await judge.reserve(0, 10, 1000, 0)  # (no orphan of 10 holds the turn for that size)
+    assert not await judge.reserve(1, 20, 1000, 0)  # (... the orphan of 20 does)
+
 
 async def test_a_pid_reused_by_a_later_process_is_not_taken_for_the_submitter(make_ledger) -> None:
     """A record whose pid is in use by a process started at another time (a reused pid) has ended; one whose pid
@@ -339,6 +349,36 @@ async def test_a_record_not_renewed_for_a_week_is_dropped_whatever_its_machine(t
     rows = {r.owner: r for r in await judge.reservations()}
     assert rows["kept"].live and not rows["gone"].live and rows["gone"].batch_id == "msgbatch_0"
     assert await judge.claim_job("j", {}) is None
+
+
+async def test_a_redis_ledger_keeps_a_turn_no_longer_than_its_reservation(redis_url: str) -> None:
+    """Redis keeps the turns in a hash of their own (beside the reservations' values an earlier version reads): a
+    turn goes with its reservation (released, or its owner found dead with its create never sent), stays with a
+    batch named, and goes with its orphan once the owner's rerun releases it."""
+    ns = f"t{time.monotonic_ns()}"
+    child = _sleeper()
+    a = RedisLedger(redis_url, "A", namespace=ns, liveness=_process())
+    b = RedisLedger(redis_url, "B", namespace=ns, liveness=_process(child.pid))
+    try:
+        await b.ping()
+        assert await b.reserve(0, 5, 1000, 0, ids="5.a.b") and await b.reserve(1, 6, 1000, 0)
+        await b.sending(1)
+        assert await a.reserve(0, 10, 1000, 0, ids="10.a.b") and await a.reserve(1, 20, 1000, 0)
+        await a.sending(1)
+        await a.confirm(1, "msgbatch_a1")
+        await a.release(0)
+        child.kill()
+        child.wait()
+        await a.ping()  # (B found dead: its create never sent goes, the one sent becomes an orphan)
+        await a.release_all()
+        assert sorted(await a.client.hkeys(a.turns_key)) == [b"A|1", b"B|1"]  # (A's batch named, B's orphan)
+        rerun = RedisLedger(redis_url, "B", namespace=ns, liveness=_process())
+        await rerun.release(1)
+        await rerun.close()
+        assert await a.client.hkeys(a.turns_key) == [b"A|1"]
+    finally:
+        await a.close()
+        await b.close()
 
 
 def test_open_ledger_urls(tmp_path: Path) -> None:

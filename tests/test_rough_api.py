@@ -289,3 +289,10 @@ def test_a_listing_that_lags_past_the_grace_proves_nothing_absent(tmp_path: Path
         assert fake.org.records.creates == 3  # one a batch: the lost two adopted, never made again
         assert_exactly_once(fake, _out(path), expected)
         _processed_once(fake, expected)
+    from gatekeeper.state._journal import Journal
+
+    journal = Journal.open(Path(str(path) + ".gatekeeper"))  # (the lag seen, kept for a rerun: it reads none at first)
+    try:
+        assert 0.5 < journal.get_meta("listing_lag") < 60
+    finally:
+        journal.close()

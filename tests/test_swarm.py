@@ -45,8 +45,16 @@ HOURS = 0.5
 SEEDS = 200
 CHUNK = 4  # seeds a test (50 tests, about 2.5 s of CPU each): run first (conftest.LONG_FIRST), short enough that the
 # workers share them out evenly and none is left running one alone at the end of the suite
+# a listing that lags past the grace before the run could see it lag (the roughness drawn later, `_world._rough`)
+LAG_UNSEEN = ("a listing that lags 450-1800 s, past the jobs' 300 s grace, before any batch was seen to lag: a create "
+              "left unknown (its answer lost, or its run killed mid-create and run again) is taken for never made "
+              "after the grace and sent again, paid twice (batch_once). A run learns the lag from its own answered "
+              "creates missing from the listing and from any batch listed late (`decide._reconcile.lag_shown`), and "
+              "keeps it in its journal for its reruns, but here none had shown yet; docs/exactly-once.md: set the "
+              "grace above the API's lag")
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
 KNOWN: dict[int, str] = {
+    **dict.fromkeys((5, 63, 84, 87, 117, 130, 167, 197, 40010, 40022, 40023, 40033, 40087, 40153, 40172), LAG_UNSEEN),
     11294: "a primed job with a 30-minute deadline whose primer's create is answered 529 five times, each outcome "
            "unknown until the listing's grace has passed: its held rest moves to the real-time lane at the reading "
            "after the last chance, past the deadline (deadline_could)",
@@ -85,10 +93,15 @@ def test_every_promise_holds_over_the_seeds(first: int) -> None:
     assert not broken, "\n\n".join(broken.values())
 
 
+# the seeds found before the roughness drawn later (`_world._rough`: lags past the grace, kills around a deadline's
+# cancel) came: each run in the world it was found in, so that it still tests what it found
+BEFORE_ROUGH = frozenset((*FOUND, 11294, 5908))
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", FOUND)
 def test_every_seed_a_soak_found_holds(seed: int) -> None:
-    report = run_seed(seed, HOURS)
+    report = run_seed(seed, HOURS, rough=seed not in BEFORE_ROUGH)
     assert report.ok, report.text(verbose=True)
 
 
@@ -98,7 +111,7 @@ def test_every_seed_a_soak_found_holds(seed: int) -> None:
 def test_known_findings(seed: int) -> None:
     """Each seed that breaks a promise on today's code for a bug being fixed elsewhere: once it passes (a strict
     expected failure turned pass fails here), the fix has landed and the seed leaves `KNOWN`."""
-    report = run_seed(seed, HOURS)
+    report = run_seed(seed, HOURS, rough=seed not in BEFORE_ROUGH)
     assert report.ok, report.text(verbose=True)
 
 

@@ -84,6 +84,16 @@ def lag_seen(live_unlisted: Iterable[float], listed_at: float) -> float:
     return max((listed_at - sent for sent in live_unlisted), default=0.0)
 
 
+def lag_shown(listed: dict[str, dict[str, Any]], before: set[str], before_at: float) -> float:
+    """The longest lag a batch listed now for the first time shows (anyone's: another job's, or from outside): it
+    was missing from the listing read at `before_at` (whose ids are `before`) though created before it (0 when
+    none). A run that has seen none of its own creates answered yet learns the listing's lag from these, before its
+    first lost create's absence would be taken for proof (swarm seeds 5, 27: a lag of 450-900 s, a first create's
+    answer lost, sent again after the 300 s grace: paid twice)."""
+    made = (parse_time(b.get("created_at")) for i, b in listed.items() if i not in before)
+    return max((before_at - c for c in made if c is not None and c < before_at), default=0.0)
+
+
 def others_in_flight(reservations: Iterable[Any], owner: str) -> tuple[set[str], Counter[int]]:
     """From a ledger's live reservations (`Reservation`s): the batch ids other submitters hold, never a
     candidate for our create, and how many of their creates of each size are not confirmed yet, rivals of ours

@@ -185,6 +185,8 @@ class Created:
     new: bool
     received_s: float
     judged_s: float
+    requests: int  # what this create's body brought (a repeated one's too: the batch is the one made before)
+    bytes: int
 
 
 async def create(chunks: AsyncIterator[bytes], *, tenant: str, api_version: str, idem_key: str | None, now: float,
@@ -216,7 +218,8 @@ async def create(chunks: AsyncIterator[bytes], *, tenant: str, api_version: str,
         raise
     if not new:
         await anyio.to_thread.run_sync(_remove, settings.batch_dir(batch_id))
-    return Created(batch, new, round(at_received - started, 3), round(at_judged - at_received, 3))
+    return Created(batch, new, round(at_received - started, 3), round(at_judged - at_received, 3), received.requests,
+                   received.bytes)
 
 
 def _fsync_dir(path: Path) -> None:

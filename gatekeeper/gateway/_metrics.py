@@ -26,10 +26,14 @@ class Metrics:
         self.creates = Counter("gatekeeper_gateway_creates", "Creates answered: created (a new batch), repeated (the "
                                "same batch again: an Idempotency-Key or the same requests), refused.", ["outcome"],
                                registry=r)
-        self.received = Counter("gatekeeper_gateway_received_requests", "Batch requests in creates that made a batch.",
-                                registry=r)
-        self.received_bytes = Counter("gatekeeper_gateway_received_bytes", "Bytes of the requests of creates that "
-                                      "made a batch, as spooled (one JSON line each).", registry=r)
+        # (a repeated create's body arrived and was judged as a new one's was: it counts, apart, so that what came in
+        # and what made batches are both read off the one series)
+        self.received = Counter("gatekeeper_gateway_received_requests", "Batch requests in creates answered with a "
+                                "batch, by outcome: created (a new batch) or repeated (the same batch again).",
+                                ["outcome"], registry=r)
+        self.received_bytes = Counter("gatekeeper_gateway_received_bytes", "Bytes of the requests of creates answered "
+                                      "with a batch, as spooled (one JSON line each), by outcome: created or repeated.",
+                                      ["outcome"], registry=r)
         self.results_bytes = Counter("gatekeeper_gateway_results_bytes", "Bytes of result lines streamed to clients.",
                                      registry=r)
         self.batches = Gauge("gatekeeper_gateway_batches", "Batches in the book by processing status (every replica's).",

@@ -135,10 +135,11 @@ class Gateway:
             self.metrics.creates.labels("refused").inc()
             raise
         record = done.batch
-        self.metrics.creates.labels("created" if done.new else "repeated").inc()
+        outcome = "created" if done.new else "repeated"
+        self.metrics.creates.labels(outcome).inc()
+        self.metrics.received.labels(outcome).inc(done.requests)
+        self.metrics.received_bytes.labels(outcome).inc(done.bytes)
         if done.new:
-            self.metrics.received.inc(record.requests)
-            self.metrics.received_bytes.inc(record.bytes)
             self.runner.wake()
         self.log("batch_created" if done.new else "batch_repeated", batch=record.id, tenant=tenant.name,
                  requests=record.requests, bytes=record.bytes, received_s=done.received_s, judged_s=done.judged_s,

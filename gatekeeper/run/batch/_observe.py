@@ -10,7 +10,7 @@ from ..._errors import NotFoundError
 from ...api._queue import read_live, recent_batches
 from ...decide._downloads import BATCH_LIFETIME
 from ...decide._headroom import LIVE_STATES, live_batches, parse_time
-from ...decide._reconcile import lag_seen, listing_grace
+from ...decide._reconcile import lag_seen, lag_shown, listing_grace
 from ...state._journal import BatchRow, BatchState
 from ..shared._part import Part, RunContext, Snapshot
 
@@ -25,9 +25,11 @@ class Observer(Part):
         self.ceiling = ceiling
         self._last: tuple[tuple[int, int | None, int] | None, float] = (None, 0.0)
         # batches of ours (their creates answered) not listed yet, by send time, watched until listed even once
-        # ended: how long the listing lags (`listing_grace`), its longest this run in `_lag`
+        # ended: how long the listing lags (`listing_grace`), its longest seen in `_lag` (and the journal: "listing_lag")
         self._unlisted: dict[str, float] = {}
-        self._lag = 0.0
+        # (an earlier run's too: a rerun reconciling a create its killed run left unknown has read no listing yet)
+        self._lag = float(self.journal.get_meta("listing_lag") or 0.0)
+        self._before: tuple[set[str], float] | None = None  # the last listing's ids, and when it was read
 
     async def observe(self) -> Snapshot:
         """List the queue over every key; move our batches that ended; count what the listing misses."""
@@ -51,7 +53,9 @@ class Observer(Part):
         mine = self.journal.adoptions.known_batch_ids()
         ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
         self._record(depth + unseen, ours)
-        self._note_lag(lag_seen(self._unlisted.values(), at))
+        shown = 0.0 if self._before is None else lag_shown(listed, *self._before)
+        self._note_lag(max(lag_seen(self._unlisted.values(), at), shown))
+        self._before = (set(listed), at)
         self._unlisted = {k: sent for k, sent in self._unlisted.items() if k not in listed}
         return Snapshot(depth, listed, unseen, at, self._lag)
 
@@ -61,7 +65,9 @@ class Observer(Part):
         if listing_grace(setting, lag) > listing_grace(setting, self._lag) == setting:
             self.emit("listing_lags", {"lag_s": round(lag, 1), "grace_s": round(listing_grace(setting, lag), 1),
                                        "policy": "a lost create's absence proves nothing before twice the lag seen"})
-        self._lag = max(self._lag, lag)
+        if lag > self._lag:
+            self.journal.set_meta("listing_lag", round(lag, 1))
+            self._lag = lag
 
     def _record(self, depth: int, ours: int) -> None:
         """A timeline point when the queue changed, or a minute after the last one (a plateau needs no more)."""

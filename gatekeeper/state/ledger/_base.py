@@ -24,7 +24,7 @@ Creates of one size go one at a time across the ledger: a reservation is not gra
 one of the same size that is not confirmed (its create is out, or its answer was lost and it is not yet reconciled);
 creates of other sizes go at once (a lost create's candidates are of its size). So when a create's answer is lost,
 every other submitter's batch created since is named in the ledger, and a lone unnamed batch of our size and
-custom_ids, created after our send, is ours whatever its usage says (`decide._reconcile`). A SQL ledger also records
+custom_ids, created after our send, is ours whatever its usage says (`decide._reconcile`). Each shared ledger also records
 when each turn was granted, a print of the custom_ids its create sends, and when its body goes out (`sending`), so
 that another's unknown create of our size is no rival of a candidate it cannot have made (`Reservation.granted_for`,
 `ids`, `sent`). A released reservation whose batch was created stays as a *name* (no requests) for
@@ -73,7 +73,8 @@ class Reservation:
     # are free; `requests` is the size of the batch it may have created); None for a reservation of a live owner
     dead_for: float | None = None
     # seconds since its turn was granted: the create it stood for made no batch earlier (`decide._reconcile.
-    # rival_creates`); None where the ledger does not say (a create taken back by a resumed run, a Redis ledger)
+    # rival_creates`); None where the ledger does not say (a create taken back by a resumed run, a reservation
+    # an earlier version wrote)
     granted_for: float | None = None
     # a print of the custom_ids its create sent (`run.batch._evidence.IdPrint.text`): a batch that carries other ids
     # is not its create's; None where the ledger does not say

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..._errors import LedgerError
 from .._claims import Board, Claim, ClaimPost, ClaimRow
@@ -13,7 +13,22 @@ from .._db import safe_url
 from ._base import DEFAULT_TTL, NAMED_FOR, Liveness, Reservation
 
 # One Lua script a step: Redis runs each atomically, on the server's clock (no skew between hosts).
-_LUA_RESERVE = """
+#
+# A reservation's turn (`turns`: granted:sent:ids, the same field as its reservation's) in a hash of its own, so
+# that a submitter of an earlier version, which reads and writes the other hashes' values as they were, works on
+# beside it (its reservations have none: unknown, like a SQL row's NULLs). When the turn was granted and when its
+# create's body went out are the server's time; sent is empty until `sending`, ids empty where the create did not
+# say. It lasts while the reservation, or the orphan it became, does (`_TIDY`), and goes when a create is taken
+# back (`hold`: the journal's, not the ledger's, to say when it was sent).
+_TIDY = """
+local function tidy(res, orphans, turns, field)
+  if redis.call('HEXISTS', res, field) == 0 and redis.call('HEXISTS', orphans, field) == 0 then
+    redis.call('HDEL', turns, field)
+  end
+end
+"""
+
+_LUA_RESERVE = _TIDY + """
 local key, owner, batch = KEYS[1], ARGV[1], ARGV[2]
 local n, ceiling, seen, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local t = redis.call('TIME')
@@ -27,6 +42,7 @@ for i = 1, #all, 2 do
   count, expires = tonumber(count), tonumber(expires)
   if expires < now then
     redis.call('HDEL', key, field)
+    tidy(key, KEYS[2], KEYS[3], field)
   elseif field ~= me then
     reserved = reserved + count
     if string.sub(field, 1, #owner + 1) == owner .. '|' then mine = mine + count
@@ -45,13 +61,29 @@ end
 if creating > 0 then return 0 end
 if ceiling >= 0 and reserved + math.max(0, seen - mine) + n > ceiling then return 0 end
 redis.call('HSET', key, me, n .. ':' .. (now + ttl) .. ':')
+redis.call('HSET', KEYS[3], me, now .. '::' .. ARGV[7])
+redis.call('HDEL', KEYS[2], me)
 return 1
 """
 
+# A reservation taken back (`hold`): no turn recorded, no orphan left.
 _LUA_SET = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. (now + tonumber(ARGV[3])) .. ':' .. ARGV[4])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return 1
+"""
+
+# Its create's body goes out now (a turn granted here only: one taken back says nothing of it).
+_LUA_SENDING = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local turn = redis.call('HGET', KEYS[2], ARGV[1])
+if not turn then return 0 end
+local granted, _, ids = string.match(turn, '^([^:]*):([^:]*):(.*)$')
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[2], ARGV[1], granted .. ':' .. (tonumber(t[1]) + tonumber(t[2]) / 1000000) .. ':' .. ids)
 return 1
 """
 
@@ -80,7 +112,7 @@ end
 return 1
 """
 
-_LUA_RELEASE = """
+_LUA_RELEASE = _TIDY + """
 local key, prefix, only, named = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -89,9 +121,15 @@ for i = 1, #all, 2 do
   local field, value = all[i], all[i + 1]
   if (only ~= '' and field == only) or (only == '' and string.sub(field, 1, #prefix) == prefix) then
     local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
-    if bid == '' then redis.call('HDEL', key, field)
+    if bid == '' then
+      redis.call('HDEL', key, field)
+      tidy(key, KEYS[2], KEYS[3], field)
     elseif tonumber(count) > 0 then redis.call('HSET', key, field, '0:' .. (now + named) .. ':' .. bid) end
   end
+end
+if only ~= '' then
+  redis.call('HDEL', KEYS[2], only)
+  tidy(key, KEYS[2], KEYS[3], only)
 end
 return 1
 """
@@ -210,7 +248,7 @@ return 1
 # not yet expired become orphans (count:since:expires:holds, holding the turn for their size until the reservation
 # would have expired), its job registrations, claim and record go.
 _LUA_DROP = """
-local res, jobs, claims, procs, orphans = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local res, jobs, claims, procs, orphans, turns = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, expected, named = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if redis.call('HGET', procs, owner) ~= expected then return 0 end
 local t = redis.call('TIME')
@@ -223,8 +261,13 @@ for i = 1, #all, 2 do
     local count, expires, bid = string.match(value, '^(%d+):([^:]+):(.*)$')
     if bid == '' then
       redis.call('HDEL', res, field)
-      if tonumber(count) > 0 and tonumber(expires) >= now then
+      -- (a turn granted whose create's body never went out made no batch: it leaves no orphan)
+      local turn = redis.call('HGET', turns, field)
+      local unsent = turn and string.match(turn, '^[^:]*:([^:]*):') == ''
+      if tonumber(count) > 0 and tonumber(expires) >= now and not unsent then
         redis.call('HSET', orphans, field, count .. ':' .. now .. ':' .. (now + named) .. ':' .. expires)
+      else
+        redis.call('HDEL', turns, field)
       end
     elseif tonumber(count) > 0 then redis.call('HSET', res, field, '0:' .. (now + named) .. ':' .. bid) end
   end
@@ -238,25 +281,32 @@ redis.call('HDEL', procs, owner)
 return 1
 """
 
-# The live orphans (count:since:expires), the expired ones deleted; the server's time.
-_LUA_ORPHANS = """
+# The server's time, the reservations, the live orphans (count:since:expires:holds; the expired ones deleted) and
+# the turns, in one step.
+_LUA_READ = _TIDY + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local all = redis.call('HGETALL', KEYS[1])
+local all = redis.call('HGETALL', KEYS[2])
 local live = {}
 for i = 1, #all, 2 do
   local expires = tonumber(string.match(all[i + 1], '^%d+:[^:]+:([^:]+):') or 0)
-  if expires < now then redis.call('HDEL', KEYS[1], all[i])
+  if expires < now then
+    redis.call('HDEL', KEYS[2], all[i])
+    tidy(KEYS[1], KEYS[2], KEYS[3], all[i])
   else table.insert(live, all[i]); table.insert(live, all[i + 1]) end
 end
-return {tostring(now), live}
+return {tostring(now), redis.call('HGETALL', KEYS[1]), live, redis.call('HGETALL', KEYS[3])}
 """
 
-# This submitter done: its orphans and its process record go.
-_LUA_FORGET = """
+# This submitter done: its orphans, the turns of its creates no longer named, and its process record go.
+_LUA_FORGET = _TIDY + """
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   if string.sub(all[i], 1, #ARGV[1]) == ARGV[1] then redis.call('HDEL', KEYS[1], all[i]) end
+end
+local turns = redis.call('HKEYS', KEYS[4])
+for _, field in ipairs(turns) do
+  if string.sub(field, 1, #ARGV[1]) == ARGV[1] then tidy(KEYS[3], KEYS[1], KEYS[4], field) end
 end
 redis.call('HDEL', KEYS[2], ARGV[2])
 return 1
@@ -296,9 +346,11 @@ class RedisLedger:
         self.procs_key = f"gatekeeper:{namespace}:processes"
         self.orphans_key = f"gatekeeper:{namespace}:orphans"
         self._drop = self.client.register_script(_LUA_DROP)
-        self._orphans = self.client.register_script(_LUA_ORPHANS)
+        self._read = self.client.register_script(_LUA_READ)
+        self._sending = self.client.register_script(_LUA_SENDING)
         self._forget = self.client.register_script(_LUA_FORGET)
         self.tiers_key = f"gatekeeper:{namespace}:tiers"
+        self.turns_key = f"gatekeeper:{namespace}:turns"
 
     def _field(self, batch: int) -> str:
         return f"{self.owner}|{batch}"
@@ -325,7 +377,7 @@ class RedisLedger:
             stale = float(rec.get("seen") or 0.0) < time.time() - NAMED_FOR
             if owner != self.owner and (stale or rec.get("machine") == live.machine and live.ended(rec)):
                 await self._guard(self._drop(keys=[self.key, self.jobs_key, self.claims_key, self.procs_key,
-                                                   self.orphans_key], args=[owner, value, NAMED_FOR]))
+                                                   self.orphans_key, self.turns_key], args=[owner, value, NAMED_FOR]))
 
     async def _register(self) -> None:
         me = self.liveness.me if self.liveness is not None else None
@@ -340,34 +392,33 @@ class RedisLedger:
         await self._register()
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int, ids: str | None = None) -> bool:
-        # (neither the grant's time nor the ids' print is recorded here yet: every rival counts, as before them)
         await self._sweep()
         limit = -1 if ceiling is None else ceiling - self.margin
-        granted = bool(await self._guard(self._reserve(keys=[self.key, self.orphans_key],
-                                                       args=[self.owner, batch, n, limit, seen, self.ttl])))
-        if granted:
-            await self._guard(self.client.hdel(self.orphans_key, self._field(batch)))
-        return granted
+        return bool(await self._guard(self._reserve(keys=[self.key, self.orphans_key, self.turns_key],
+                                                    args=[self.owner, batch, n, limit, seen, self.ttl, ids or ""])))
 
     async def sending(self, batch: int) -> None:
-        return None  # (not recorded here yet: each unknown create is taken as sent, as before)
+        """Its create's body goes out now: until this, the ledger knows no batch came of the reservation."""
+        await self._guard(self._sending(keys=[self.key, self.turns_key], args=[self._field(batch)]))
 
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
-        await self._guard(self._set(keys=[self.key], args=[self._field(batch), n, self.ttl, batch_id or ""]))
-        await self._guard(self.client.hdel(self.orphans_key, self._field(batch)))
+        await self._guard(self._set(keys=[self.key, self.orphans_key, self.turns_key],
+                                    args=[self._field(batch), n, self.ttl, batch_id or ""]))
 
     async def confirm(self, batch: int, batch_id: str) -> None:
         await self._guard(self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id]))
 
     async def release(self, batch: int) -> None:
-        await self._guard(self._release(keys=[self.key], args=[self.owner + "|", self._field(batch), NAMED_FOR]))
-        await self._guard(self.client.hdel(self.orphans_key, self._field(batch)))
+        await self._guard(self._release(keys=[self.key, self.orphans_key, self.turns_key],
+                                        args=[self.owner + "|", self._field(batch), NAMED_FOR]))
 
     async def release_all(self) -> None:
-        await self._guard(self._release(keys=[self.key], args=[self.owner + "|", "", NAMED_FOR]))
+        await self._guard(self._release(keys=[self.key, self.orphans_key, self.turns_key],
+                                        args=[self.owner + "|", "", NAMED_FOR]))
         await self._guard(self._jobs_beat(keys=[self.jobs_key], args=[self.owner, self.ttl, "1"]))
         await self._guard(self._claim_beat(keys=[self.claims_key], args=[self.owner, self.ttl, "1"]))
-        await self._guard(self._forget(keys=[self.orphans_key, self.procs_key], args=[self.owner + "|", self.owner]))
+        await self._guard(self._forget(keys=[self.orphans_key, self.procs_key, self.key, self.turns_key],
+                                       args=[self.owner + "|", self.owner]))
 
     async def heartbeat(self) -> None:
         await self._sweep()
@@ -401,24 +452,45 @@ class RedisLedger:
 
     async def reservations(self) -> list[Reservation]:
         await self._sweep()
-        now_text, flat = await self._guard(self._list(keys=[self.key]))
+        now_text, held, orphans, turns = await self._guard(self._read(keys=[self.key, self.orphans_key, self.turns_key]))
         now = float(now_text)
+        turn = {f.decode(): _Turn.parse(now, v.decode()) for f, v in zip(turns[::2], turns[1::2])}
         out = []
-        for field, value in zip(flat[::2], flat[1::2]):
+        for field, value in zip(held[::2], held[1::2]):
             owner, _, batch = field.decode().rpartition("|")
             count, expires, bid = value.decode().split(":", 2)
+            t = turn.get(field.decode(), _UNKNOWN)
             if float(expires) >= now:
-                out.append(Reservation(owner, int(batch), int(count), bid or None, float(expires) - now))
-        now_text, flat = await self._guard(self._orphans(keys=[self.orphans_key]))
-        now = float(now_text)
-        for field, value in zip(flat[::2], flat[1::2]):
+                out.append(Reservation(owner, int(batch), int(count), bid or None, float(expires) - now, None,
+                                       t.granted_for, t.ids, t.sent))
+        for field, value in zip(orphans[::2], orphans[1::2]):
             owner, _, batch = field.decode().rpartition("|")
             count, since, expires, _ = value.decode().split(":", 3)
-            out.append(Reservation(owner, int(batch), int(count), None, float(expires) - now, max(0.0, now - float(since))))
+            t = turn.get(field.decode(), _UNKNOWN)
+            out.append(Reservation(owner, int(batch), int(count), None, float(expires) - now, max(0.0, now - float(since)),
+                                   t.granted_for, t.ids))
         return sorted(out, key=lambda r: (r.owner, r.batch))
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+class _Turn(NamedTuple):
+    """A reservation's turn as `Reservation` reads it: seconds since it was granted, its ids' print, whether its
+    create's body may have gone out (the unknown turn, of a create taken back or an earlier version's: None, None,
+    True, as a SQL row's NULLs read)."""
+
+    granted_for: float | None
+    ids: str | None
+    sent: bool
+
+    @staticmethod
+    def parse(now: float, value: str) -> _Turn:
+        granted, sent, ids = value.split(":", 2)
+        return _Turn(max(0.0, now - float(granted)), ids or None, bool(sent))
+
+
+_UNKNOWN = _Turn(None, None, True)
 
 
 def _redis_claims_expiring(now: float, flat: list[Any]) -> list[tuple[Claim, float]]:

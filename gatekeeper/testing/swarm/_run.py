@@ -37,9 +37,9 @@ class SeedReport:
         return "\n".join(out)
 
 
-def run_seed(seed: int, hours: float = 8.0, jobs: int | None = None) -> SeedReport:
-    """One world, run and checked."""
-    world = draw(seed, hours, jobs)
+def run_seed(seed: int, hours: float = 8.0, jobs: int | None = None, *, rough: bool = True) -> SeedReport:
+    """One world, run and checked (`rough`: with the roughness drawn later, `_world._rough`)."""
+    world = draw(seed, hours, jobs, rough=rough)
     with tempfile.TemporaryDirectory(prefix=f"swarm-{seed}-", dir=SCRATCH) as root:
         w = run_world(world, root)
         all_books, broken = check(w)

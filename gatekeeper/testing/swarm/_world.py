@@ -20,6 +20,12 @@ MODELS = ("claude-sonnet-5", "claude-opus-5", "claude-sonnet-5-5", "claude-opus-
 # the named points of a run (`run.shared._checkpoints`) a kill may strike at, besides a drawn moment
 POINTS = ("before-intent", "after-intent", "body-complete", "after-create", "after-refusal", "mid-results",
           "before-results-commit", "realtime-answered", "realtime-before-commit")
+# ... and those drawn apart (`_rough`), around a batch canceled for a job's deadline (`run.realtime._deadline`)
+DEADLINE_POINTS = ("deadline-cancel-journaled", "deadline-canceled")
+# listing lags past the jobs' `--reconcile-grace` (`_sim.settings_of`: 300 s): the API's listing can lag minutes,
+# and gatekeeper stretches its grace to twice the lag it sees of its own answered creates (`decide._reconcile.
+# listing_grace`); drawn apart (`_rough`), in one world in five
+LONG_LAGS = (450.0, 900.0, 1800.0)
 
 
 @dataclass(frozen=True)
@@ -131,8 +137,9 @@ class World:
                 "ids_seed": self.seed, "queue_retry_after": 60.0}
 
 
-def draw(seed: int, hours: float = 8.0, jobs: int | None = None) -> World:
-    """The world of `seed`: `hours` of night (then `HEAL` of health), `jobs` jobs (drawn, 1 to 4, when None)."""
+def draw(seed: int, hours: float = 8.0, jobs: int | None = None, *, rough: bool = True) -> World:
+    """The world of `seed`: `hours` of night (then `HEAL` of health), `jobs` jobs (drawn, 1 to 4, when None);
+    without the roughness drawn later (`_rough`) when not `rough`: the world a seed found before it was found in."""
     rng = random.Random(seed)
     night = hours * 3600.0
     n = jobs if jobs is not None else rng.choice((1, 2, 2, 3, 3, 4))
@@ -155,7 +162,22 @@ def draw(seed: int, hours: float = 8.0, jobs: int | None = None) -> World:
     tables = random.Random(f"tables:{seed}")  # (its own generator: the rest of a seed's world as before tables came)
     for job in world.jobs:
         _table(tables, job)
+    if rough:
+        _rough(random.Random(f"rough:{seed}"), world)  # (its own too)
     return world
+
+
+def _rough(rng: random.Random, world: World) -> None:
+    """What a world drew after its first draws were fixed, from a generator of its own so that a seed's world is
+    otherwise as it was (a seed a soak found still makes the world it was found in): a listing that lags past the
+    jobs' grace, and, for a job with a deadline, a kill at a point around a batch canceled for it (appended: it
+    strikes the run after the job's drawn kills, the first when it has none)."""
+    if rng.random() < 0.2:
+        world.listing_lag = max(world.listing_lag, rng.choice(LONG_LAGS))
+    for job in world.jobs:
+        if job.deadline is not None and rng.random() < 0.4:
+            job.kills.append(Kill(rng.uniform(job.deadline / 2, world.night + job.deadline), rng.choice(DEADLINE_POINTS),
+                                  rng.randrange(1, 3)))
 
 
 def _table(rng: random.Random, job: DrawnJob) -> None:
