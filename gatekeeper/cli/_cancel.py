@@ -45,7 +45,8 @@ def _say_refused(result: Canceled) -> None:
     for b in result.batches:
         print(f"canceled batch {b.batch} {b.id} ({b.status})")
     ids = ", ".join(b.id for b in result.refused)
-    print(f"job marked canceled: nothing new will be sent ({result.not_sent:,} planned requests). "
+    held = f" ({result.not_sent:,} planned requests)" if result.not_sent else ""
+    print(f"job marked canceled: nothing new will be sent{held}. "
           f"{len(result.refused):,} live batch(es) could not be canceled, for lack of {result.permission} ({ids}): "
           "they run on, billed, and submit collects them when they end. `gatekeeper submit --resume-canceled` "
           "undoes the mark.")
