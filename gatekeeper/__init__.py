@@ -22,13 +22,14 @@ _EXPORTS: dict[str, str] = {
     # plan: reading, validating and sizing
     "plan": "input._planner", "PlanReport": "input._planner", "BatchPlan": "input._planner",
     "iter_batches": "input._batches", "Batch": "input._batches",
-    "Rejection": "input._reader", "Request": "input._batches", "Limits": "input._sizing",
+    "Rejection": "input._reader", "Request": "input._batches", "Limits": "input._sizing", "CacheScan": "input._caching",
     # submit and friends
     "submit": "run._submit", "submit_sync": "run._submit", "dry_run": "run._submit", "cancel": "run._submit", "job_summary": "run._submit",
     "preflight": "run._submit", "forecast_deadline": "checks._forecast",
     "SubmitSettings": "run.shared._settings", "Summary": "run.shared._summary", "DryRun": "run.shared._summary", "Canceled": "run.shared._summary",
     "CanceledBatch": "run.shared._summary", "ApiConfig": "api._config", "Secret": "api._config", "AwsPlatform": "api._aws",
     "Platform": "api._platform", "GooglePlatform": "api._google", "status": "checks._status", "Status": "checks._status",
+    "Auth": "api._tokens", "Outgoing": "api._tokens",  # (what a `Platform` subclass's hooks give and take)
     "Headroom": "decide._headroom", "QueuedBatch": "decide._headroom", "LedgerReading": "state.ledger._base",
     "BearerToken": "api._credentials", "Federation": "api._credentials", "ProfileLogin": "api._credentials",
     "RetryPolicy": "api._retry", "PriceTable": "_prices", "Rates": "_prices", "load_prices": "_prices",
@@ -38,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     # the type aliases public functions take (what a caller may name in its own annotations)
     "Source": "input._reader", "ModelRules": "input._reader", "EventSink": "run.shared._settings",
     "ResultSink": "run._loop", "Credential": "api._credentials", "TokenProvider": "api._google",
-    "RetryNotice": "api._http", "TableJudge": "tables._plan",
+    "RetryNotice": "api._http", "TableJudge": "tables._plan", "Spawn": "api._tokens",
     # table jobs (the tables extra: pyarrow)
     "submit_table": "tables._job", "submit_table_sync": "tables._job", "plan_table": "tables._plan",
     "TableSpec": "tables._rows", "Template": "tables._template", "TableResult": "tables._job", "TablePlan": "tables._plan",
@@ -55,18 +56,19 @@ _EXPORTS: dict[str, str] = {
 
 # (a literal list: type checkers read it to know what is exported; a test holds it to `_EXPORTS`)
 __all__ = [
-    "AccountRefused", "ApiConfig", "ApiError", "AuthenticationError", "AwsPlatform", "BadRequest", "Batch",
-    "BatchPlan", "BearerToken", "Board", "Canceled", "CanceledBatch", "Claim", "ClaimPost", "Clock",
+    "AccountRefused", "ApiConfig", "ApiError", "Auth", "AuthenticationError", "AwsPlatform", "BadRequest", "Batch",
+    "BatchPlan", "BearerToken", "Board", "CacheScan", "Canceled", "CanceledBatch", "Claim", "ClaimPost", "Clock",
     "CreateOutcomeUnknown", "Credential", "CredentialsError", "DryRun", "DuplicateJob", "EventSink", "ExitCode",
-    "Federation", "GatekeeperError", "GooglePlatform", "Headroom", "IncompleteDownload", "InputError", "Interrupted",
-    "JobLive", "JobMissing", "JournalError", "Ledger", "LedgerError", "LedgerReading", "Limits", "Liveness",
-    "ModelRules", "NotFoundError", "OutputError", "PlanReport", "Platform", "PriceTable", "ProfileLogin",
-    "QueueFull", "QueuedBatch", "RateLimited", "Rates", "Rejection", "Request", "RequestTooLarge", "Reservation",
-    "ResultSink", "RetryNotice", "RetryPolicy", "Secret", "ServerError", "Source", "SpendLimitReached", "Status",
-    "SubmitSettings", "Summary", "TableJudge", "TablePlan", "TableResult", "TableSpec", "Template", "TokenExpired",
-    "TokenProvider", "TransportError", "Unreachable", "UsageError", "WallClock", "cancel", "dry_run", "export",
-    "forecast_deadline", "iter_batches", "job_summary", "load_prices", "open_ledger", "plan", "plan_table",
-    "preflight", "status", "submit", "submit_sync", "submit_table", "submit_table_sync",
+    "Federation", "GatekeeperError", "GooglePlatform", "Headroom", "IncompleteDownload", "InputError",
+    "Interrupted", "JobLive", "JobMissing", "JournalError", "Ledger", "LedgerError", "LedgerReading", "Limits",
+    "Liveness", "ModelRules", "NotFoundError", "Outgoing", "OutputError", "PlanReport", "Platform", "PriceTable",
+    "ProfileLogin", "QueueFull", "QueuedBatch", "RateLimited", "Rates", "Rejection", "Request", "RequestTooLarge",
+    "Reservation", "ResultSink", "RetryNotice", "RetryPolicy", "Secret", "ServerError", "Source", "Spawn",
+    "SpendLimitReached", "Status", "SubmitSettings", "Summary", "TableJudge", "TablePlan", "TableResult",
+    "TableSpec", "Template", "TokenExpired", "TokenProvider", "TransportError", "Unreachable", "UsageError",
+    "WallClock", "cancel", "dry_run", "export", "forecast_deadline", "iter_batches", "job_summary", "load_prices",
+    "open_ledger", "plan", "plan_table", "preflight", "status", "submit", "submit_sync", "submit_table",
+    "submit_table_sync",
 ]
 
 
@@ -122,10 +124,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` 
     from .api._http import RetryNotice
     from .api._platform import Platform
     from .api._retry import RetryPolicy
+    from .api._tokens import Auth, Outgoing, Spawn
     from .checks._forecast import forecast_deadline
     from .checks._status import Status, status
     from .decide._headroom import Headroom, QueuedBatch
     from .input._batches import Batch, Request, iter_batches
+    from .input._caching import CacheScan
     from .input._planner import BatchPlan, PlanReport, plan
     from .input._reader import ModelRules, Rejection, Source
     from .input._sizing import Limits

@@ -354,7 +354,8 @@ def test_cancel_while_a_create_is_unanswered_says_so_and_the_batch_is_canceled_o
         proc = start_and_wait_for_create(["submit", str(path), *FAST, "--reconcile-grace", "30"], env_for(fake), fake)
         c = gk(["cancel", str(path), "--json"], env_for(fake))
         assert c.returncode == 0, c.stderr
-        assert orjson.loads(c.stdout) == {"canceled": [], "not_sent": 0, "unanswered_creates": 1}
+        assert orjson.loads(c.stdout) == {"canceled": [], "not_sent": 0, "unanswered_creates": 1, "refused": [],
+                                          "permission": None}
         human = gk(["cancel", str(path)], env_for(fake))
         assert "1 create(s) still unanswered" in human.stdout
         out, err = proc.communicate(timeout=60)
@@ -389,6 +390,56 @@ def test_cancel_then_rerun(tmp_path: Path) -> None:
         assert r["succeeded"] == 40 - s["canceled"] and r["canceled"] == s["canceled"]
         ids = output_ids(_out(path))
         assert len(ids) == len(set(ids)) == 40 and fake.org.records.succeeded_twice == 0
+
+
+def test_a_cancel_the_credentials_may_not_make_marks_the_job_and_the_batch_runs_on_to_be_collected(tmp_path: Path) -> None:
+    """An IAM policy without the cancel action (a 403 on cancel; a cold tester's `fake-api --google --deny
+    batches.cancel`): `cancel` marks the job, says the batch could not be canceled and how to undo the mark (exit 1,
+    not 2); the running submit never asks again, collects the batch when it ends and finishes (exit 1, the cancel
+    noted), and a plain rerun finishes too, instead of stopping on the same 403 while the batch is billed."""
+    path, _ = _input(tmp_path, 40)
+    with running_fake(ceiling=20, rate=0.0, cancel_delay=0.0) as fake:
+        fake.inject(Fault("cancel", status=403, error_type="permission_error", message="not allowed to cancel", times=50))
+        proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
+        c = gk(["cancel", str(path)], env_for(fake))
+        assert c.returncode == 1 and "Traceback" not in c.stderr, c.stderr
+        assert "job marked canceled: nothing new will be sent" in c.stdout and "could not be canceled, for lack of the " \
+            "right to cancel batches" in c.stdout and "--resume-canceled" in c.stdout, c.stdout
+        lists = fake.org.records.requests_seen.get("list", 0)  # (a reading or two with the batches live, then they end)
+        fake.org.wait_for(lambda r: r.requests_seen.get("list", 0) >= lists + 2, "the submit's next readings")
+        fake.org.config.rate = 4000
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err[-2000:]
+        s, live = orjson.loads(out), fake.org.records.creates
+        assert s["succeeded"] == 20 and s["canceled_job"]["left_live"] == live and s["canceled_job"]["not_sent"] == 20
+        asked = fake.org.records.requests_seen.get("cancel", 0)
+        assert live <= asked <= 2 * live  # (`cancel`'s, and the submit's of a batch it reached first)
+        said = [e["id"] for e in events(err) if e["event"] == "cancel_refused"]
+        assert sorted(said) == sorted(b.id for b in fake.org.batches.values())  # (each once, asked or not)
+        again = gk(["submit", str(path), "--interval", "0.05", "--max-rpm", "60000"], env_for(fake))
+        assert again.returncode == 1 and "ran on to their end" in again.stdout, again.stderr
+        assert fake.org.records.requests_seen.get("cancel", 0) == asked and fake.org.records.creates == live
+        assert len(output_ids(_out(path))) == 20
+
+
+def test_a_cancel_refused_to_the_running_submit_is_said_once_and_the_run_finishes(tmp_path: Path) -> None:
+    """`cancel` while the create's answer was lost (no id to cancel): the running submit finds the batch and its
+    cancel is refused (a 403): one event, never asked again, the batch collected when it ends, exit 1."""
+    path, _ = _input(tmp_path, 40)
+    with running_fake(ceiling=1000, rate=0.0, listing_lag=3.0, cancel_delay=0.0) as fake:
+        fake.inject(Fault("create", kind="drop_after_commit"))
+        fake.inject(Fault("cancel", status=403, error_type="permission_error", message="not allowed to cancel", times=50))
+        proc = start_and_wait_for_create(["submit", str(path), *FAST, "--reconcile-grace", "30"], env_for(fake), fake)
+        c = gk(["cancel", str(path), "--json"], env_for(fake))
+        assert c.returncode == 0 and orjson.loads(c.stdout)["refused"] == [], c.stderr
+        fake.org.wait_for(lambda r: r.requests_seen.get("cancel", 0) > 0, "the submit's cancel", 30)
+        fake.org.config.rate = 4000
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err[-2000:]
+        refused = [e for e in events(err) if e["event"] == "cancel_refused"]
+        assert len(refused) == 1 and "right to cancel batches" in refused[0]["policy"]
+        assert fake.org.records.requests_seen.get("cancel", 0) == 1
+        assert orjson.loads(out)["succeeded"] == 40 and fake.org.records.creates == 1
 
 
 def test_submit_usage_errors(tmp_path: Path) -> None:

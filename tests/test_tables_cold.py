@@ -186,3 +186,67 @@ def test_a_result_under_a_file_says_it_is_not_a_folder(tmp_path: Path) -> None:
         assert fake.org.records.creates == 0
     said = _said(done.stderr)
     assert done.returncode == 2 and len(said) == 1 and "is a file, not a folder (--out)" in said[0], said
+
+
+# -- issue 59 F4: a header alone, without a newline -------------------------------------------------------------
+
+def test_a_csv_of_a_header_alone_without_a_newline_is_an_empty_table(tmp_path: Path) -> None:
+    """`printf 'id,qty,zip,body' > h.csv`: no row, as with the newline (exit 0, an empty result of its columns),
+    not "the CSV is empty"; a file of nothing at all still is."""
+    table, out = tmp_path / "h.csv", tmp_path / "out.parquet"
+    table.write_bytes(b"id,qty,zip,body")
+    with running_fake(rate=2000) as fake:
+        planned = gk(["plan", str(table), *_opts("{body}"), "--json"], env_for(fake))
+        assert planned.returncode == 0 and orjson.loads(planned.stdout)["rows"] == 0, planned.stderr
+        done = gk(["submit", str(table), *_opts("{body}"), *FAST, "--out", str(out), "--json"], env_for(fake))
+        assert done.returncode == 0 and orjson.loads(done.stdout)["rows"] == 0, done.stderr[-2000:]
+        got = pq.read_table(out)
+        assert got.num_rows == 0 and got.column_names[:5] == ["id", "qty", "zip", "body", "custom_id"]
+        table.write_bytes(b"")
+        empty = gk(["plan", str(table), *_opts("{body}")], env_for(fake))
+        assert empty.returncode == 2 and "the CSV is empty (not even a header row)" in empty.stderr
+        assert fake.org.records.creates == 0
+
+
+# -- issue 59 F6: a rejected row keeps its id; plan while a submit runs -----------------------------------------
+
+@pytest.mark.parametrize("template, qty", [("{body}", [1, 2, 3]), ("{body} {qty}", [1, None, 3])],
+                         ids=["text-null", "int-null"])
+def test_a_row_rejected_for_its_values_keeps_its_id(tmp_path: Path, template: str, qty: list[Any]) -> None:
+    """A null in a templated column (a text column's, judged by columns; an integer's, row by row) rejects the row,
+    and its custom_id is still its id, in `plan --json` and in the result table (a cold tester read None)."""
+    table, out = tmp_path / "t.parquet", tmp_path / "out.parquet"
+    body = ["x", None, "z"] if template == "{body}" else ["x", "y", "z"]
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "qty": pa.array(qty, pa.int64()), "body": body}), table)
+    with running_fake(rate=2000) as fake:
+        planned = gk(["plan", str(table), *_opts(template), "--json"], env_for(fake))
+        j = orjson.loads(planned.stdout)
+        assert planned.returncode == 1 and [(r["row"], r["custom_id"]) for r in j["rejected"]] == [(2, "b")], j
+        done = gk(["submit", str(table), *_opts(template), *FAST, "--out", str(out), "--json"], env_for(fake))
+        assert done.returncode == 1, done.stderr[-2000:]
+        got = pq.read_table(out).to_pydict()
+        assert got["custom_id"] == ["a", "b", "c"] and got["status"] == ["succeeded", "rejected", "succeeded"]
+
+
+def test_plan_says_a_submit_is_running_the_run_now(tmp_path: Path) -> None:
+    """While a submit of the table is live, `plan` says a submit is running its run (a second one is refused), not
+    that "submit collects it first"; once that submit has stopped, it says the next submit collects it."""
+    from tests.runs import start_and_wait_for_create
+
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(20)], "body": [f"q {i}" for i in range(20)]}), table)
+    with running_fake(rate=0.0) as fake:
+        env = env_for(fake)
+        proc = start_and_wait_for_create(["submit", str(table), *_opts(), *FAST], env, fake)
+        try:
+            live = gk(["plan", str(table), *_opts()], env)
+            assert "a submit is running it now" in live.stdout and "collects it first" not in live.stdout, live.stdout
+            second = gk(["submit", str(table), *_opts(), *FAST], env)
+            assert second.returncode == 2 and "another gatekeeper is running" in second.stderr
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+        j = orjson.loads(gk(["plan", str(table), *_opts(), "--json"], env).stdout)
+        assert [u["running"] for u in j["unfinished"]] == [False]
+        after = gk(["plan", str(table), *_opts()], env)
+        assert "submit collects it first" in after.stdout, after.stdout

@@ -170,7 +170,7 @@ def test_a_column_drifting_from_int64_to_double_buys_nothing_again(tmp_path: Pat
     j = orjson.loads(plan.stdout)
     assert (j["rows"], j["answered"], j["to_send"], j["rejected_count"]) == (201, 200, 0, 1)
     why = "column 'qty' is null" + (" (NaN)" if how == "nan" else "")
-    assert j["rejected"] == [{"row": 201, "custom_id": None, "reason": why}] and plan.returncode == 1
+    assert j["rejected"] == [{"row": 201, "custom_id": "o-200", "reason": why}] and plan.returncode == 1  # (its id kept)
 
 
 def test_a_csv_is_read_as_written_unless_types_are_asked_to_be_inferred(tmp_path: Path) -> None:

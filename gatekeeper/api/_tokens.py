@@ -79,7 +79,9 @@ def jwt_expiry(token: str) -> float | None:
         return None
 
 
-Spawn = Callable[[Callable[["_Refresh"], Coroutine[Any, Any, None]], "_Refresh"], object]  # a task group's start_soon
+Spawn = Callable[[Callable[[Any], Coroutine[Any, Any, None]], Any], object]  # a task group's start_soon, one argument
+"""What a `Platform`'s `auths` and `admin` hooks are given to start background work with (a token's refresh ahead
+of its expiry): a task group's `start_soon`, or None where nothing runs in the background (a one-shot command)."""
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     results = [anyio.run(one, state) for state in states]  # (a table job's unfinished runs: one, as a rule)
     result = Canceled(tuple(b for r in results for b in r.batches), sum(r.not_sent for r in results),
-                      sum(r.unanswered for r in results))
+                      sum(r.unanswered for r in results), tuple(b for r in results for b in r.refused),
+                      next((r.permission for r in results if r.permission), None))
     if args.json:
         print_json(result.to_json())
+    elif result.refused:  # (a cold tester's cancel exited 2 on the 403, the mark already recorded, said nowhere)
+        _say_refused(result)
     else:
         for b in result.batches:
             print(f"canceled batch {b.batch} {b.id} ({b.status})")
@@ -35,4 +38,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         if result.unanswered:  # (a cold tester read "0 batch(es) canceled" while one ran on, its create unanswered)
             print(f"{result.unanswered:,} create(s) still unanswered (no batch id yet): the running submit, or the "
                   "next, cancels each once it finds it in the listing.")
-    return ExitCode.OK
+    return ExitCode.FINDINGS if result.refused else ExitCode.OK
+
+
+def _say_refused(result: Canceled) -> None:
+    for b in result.batches:
+        print(f"canceled batch {b.batch} {b.id} ({b.status})")
+    ids = ", ".join(b.id for b in result.refused)
+    held = f" ({result.not_sent:,} planned requests)" if result.not_sent else ""
+    print(f"job marked canceled: nothing new will be sent{held}. "
+          f"{len(result.refused):,} live batch(es) could not be canceled, for lack of {result.permission} ({ids}): "
+          "they run on, billed, and submit collects them when they end. `gatekeeper submit --resume-canceled` "
+          "undoes the mark.")

@@ -213,6 +213,9 @@ def render_summary(s: Summary) -> str:
     if s.canceled_job:
         lines.append(f"canceled    by `gatekeeper cancel` at {s.canceled_job['at']}: {s.canceled_job['not_sent']:,} "
                      "request(s) never sent. To send them, rerun this submit with --resume-canceled")
+        if s.canceled_job.get("left_live"):
+            lines.append(f"            {s.canceled_job['left_live']:,} batch(es) ran on to their end: the credentials "
+                         "may not cancel batches")
     lines.append(f"results     {s.output}")
     if s.job:
         lines.append(f"job         {s.job}   (--job: resume or read it from any host with the same --journal)")

@@ -84,9 +84,11 @@ def render_table_plan(j: dict[str, Any]) -> str:
     rejected = j["rejected_count"] + j["invalid"]  # (rows judged bad, and requests plan's rules refuse: as submit)
     flying = f"; out in an unfinished run: {j['in_flight']:,}" if j["in_flight"] else ""
     out = [f"rows            {j['rows']:,}   (answered already: {j['answered']:,}{flying}; rejected: {rejected:,})"]
-    for run in j["unfinished"]:
+    for run in j["unfinished"]:  # (a cold tester read "submit collects it first" while a second submit was refused)
+        then = ("a submit is running it now: another submit of this table is refused until it ends" if run["running"]
+                else "submit collects it first and sends none of those again")
         out.append(f"unfinished run  {run['run']} ({run['requests']:,} request(s), {run['taken']:,} of them out or "
-                   "answered): submit collects it first and sends none of those again")
+                   f"answered): {then}")
     batches, size = len(j["batches"]), j["batch_size"]
     at = (f"; {j['waves']:,} round(s) of creates at the ceiling {j['ceiling']:,}" if j["waves"] is not None else
           "; the ceiling is unknown (give --ceiling, or an Admin key): submit cuts batches to a quarter of it")

@@ -36,7 +36,10 @@ class CacheScan:
 
     The reader notes a chunk's marked lines as columns (`note`: a list extended a column, no step a line), kept
     pending (`pending`: lines, offsets, sizes, custom_ids, models, points) until `SETTLE_ROWS` are; `settle()` moves
-    them into the arrays in whole-column passes, and every reader of the arrays (the properties) settles first."""
+    them into the arrays in whole-column passes, and every reader of the arrays (the properties) settles first.
+
+    Exported to be named (the type of `PlanReport.cache_scan`); read it through `PlanReport.caching`: its members
+    are the reader's own and may change."""
 
     __slots__ = ("pending", "_marks", "_lines", "_later", "_pieces", "_offsets", "_cids", "read_ids", "unmarked",
                  "_model_index")

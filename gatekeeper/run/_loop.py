@@ -43,6 +43,7 @@ from .realtime._realtime import RealtimeLane
 from .recovery._rebuild import Rebuilder
 from .recovery._reconciler import Reconciler
 from .shared._beside import beside
+from .shared._cancel import REFUSED, cancel_batch, refused_policy
 from .shared._part import Part, RunContext, Snapshot
 from .shared._prepare import Preparation
 from .shared._settings import EventSink, SubmitSettings
@@ -285,9 +286,14 @@ class SubmitLoop(Part):
             return
         for row in self.journal.batches(BatchState.CREATED):
             if row.batch_id and row.batch_id not in self.cancel_sent:
-                status = await self.api.cancel_if_running(row.batch_id)
+                # (a cancel the credentials may not make, here or by `cancel`: said once a run, never asked again;
+                # the batch runs on and is collected when it ends, rather than stopping every rerun on the same 403)
+                status = await cancel_batch(self.api, self.journal, row)
                 self.cancel_sent.add(row.batch_id)
-                self.emit("canceled", {"batch": row.idx, "id": row.batch_id, "status": status})
+                if status == REFUSED:
+                    self.emit("cancel_refused", {"batch": row.idx, "id": row.batch_id, **refused_policy(self.api)})
+                else:
+                    self.emit("canceled", {"batch": row.idx, "id": row.batch_id, "status": status})
 
     def form_retry_batches(self) -> None:
         """Pack requests waiting for another attempt into new batches, once every first attempt has been admitted."""

@@ -32,6 +32,7 @@ from ..state.ledger._open import LedgerChoice, choose_ledger, open_ledger
 from ._loop import CALLS_OUT_WAIT, ResultSink, SubmitLoop
 from .shared._beats import give_up_claim, heartbeat, lease_heartbeat, ledger_owner, liveness
 from .shared._beside import beside
+from .shared._cancel import REFUSED, cancel_batch
 from .shared._opening import job_journal, out_path
 from .shared._settings import EventSink, SubmitSettings
 from .shared._spool import adopt_spool, check_respool, resolve_source, spool
@@ -260,6 +261,9 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
                  journal: str | None = None, job: str | None = None, on_event: EventSink | None = None) -> Canceled:
     """Cancel the run's live batches; a rerun of submit then sends nothing new and collects what ended.
 
+    A batch the credentials may not cancel (a 403: an IAM policy without the cancel action) is in
+    `Canceled.refused`, journaled: it runs on, no run asks again, and submit collects it when it ends.
+
     The cancel is recorded before any batch is touched, so even a cancel cut short
     stops every later submit of this job from creating more. A batch that has
     already ended (400, 404 or 409 on cancel) counts as not running; the others are
@@ -272,16 +276,20 @@ async def cancel(state_dir: str | os.PathLike[str], *, config: ApiConfig, max_rp
         # lines are final whichever run collects them (and an unknown create's batch, reconciled later, too).
         live = [r.idx for r in j.batches(BatchState.CREATED, BatchState.INTENT)]
         j.set_meta("canceled_batches", sorted({*(j.get_meta("canceled_batches") or []), *live}))
-        canceled = []
+        canceled: list[CanceledBatch] = []
+        refused: list[CanceledBatch] = []
+        permission = None
         async with connect(config, max_rpm=max_rpm, on_retry=_retry_events(on_event)) as conn:
             # (An unknown create has no id yet: the next submit reconciles it and, the cancel recorded, cancels it.)
             for row in j.batches(BatchState.CREATED):
                 assert row.batch_id is not None
-                status = await conn.primary.cancel_if_running(row.batch_id)
-                canceled.append(CanceledBatch(row.idx, row.batch_id, status))
+                status = await cancel_batch(conn.primary, j, row)  # (a 403: the batch runs on, the mark stays)
+                (refused if status == REFUSED else canceled).append(CanceledBatch(row.idx, row.batch_id, status))
+            if refused:
+                permission = conn.primary.calls.platform.permission("cancel")
         # (requests moved to the real-time lane and not yet called are never sent either)
         return Canceled(tuple(canceled), sum(b.requests for b in j.batches(BatchState.PLANNED)) + j.lane.queued(),
-                        len(j.batches(BatchState.INTENT)))
+                        len(j.batches(BatchState.INTENT)), tuple(refused), permission)
     finally:
         j.close()
 

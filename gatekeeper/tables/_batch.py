@@ -17,7 +17,19 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._rows import KEY_HEX, LINE_FRAME, Judged, TableSpec, custom_id_of, framed, hashable, judge_row, key_of, no_id
+from ._rows import (
+    KEY_HEX,
+    LINE_FRAME,
+    Judged,
+    TableSpec,
+    custom_id_of,
+    framed,
+    hashable,
+    judge_row,
+    kept_id,
+    key_of,
+    no_id,
+)
 from ._template import Template
 
 _hex, _key_part = methodcaller("hexdigest"), itemgetter(slice(0, KEY_HEX))
@@ -122,7 +134,8 @@ def judge_batch(spec: TableSpec, batch: pa.RecordBatch, first: int, duplicated: 
     out = Judgements(first, keys, _custom_ids(ids, keys), bodies, {})
     nulls = _nulls(sub, templates, unvouched)
     for i, column in nulls.items():  # (what `judge_row` says of them, without a row's values made a dict each)
-        out.put(i, Judged(first + i + 1, rejected=f"row {first + i + 1}: column {column!r} is null"))
+        cid = kept_id(ids[i], duplicated) if ids is not None else None
+        out.put(i, Judged(first + i + 1, custom_id=cid, rejected=f"row {first + i + 1}: column {column!r} is null"))
     rest = [i for i in unvouched if i not in nulls]
     if rest:  # (their values taken at once: a slice a row was most of a plan of a sparse column)
         for i, row in zip(rest, _taken(sub, rest)):

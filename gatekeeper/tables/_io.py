@@ -16,7 +16,7 @@ import functools
 import os
 import tempfile
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,8 @@ class TableSource:
     stream: pa.RecordBatchReader | None = None
     spool_dir: str | None = None
     grew: bool = False  # a bounded pass found rows after those a first pass read
+    # a CSV of a header alone without a newline, given one (pyarrow reads no such header)
+    _padded: bytes | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def of(cls, source: Any, *, encoding: str | None = None, infer_types: bool = False) -> TableSource:
@@ -136,9 +138,13 @@ class TableSource:
             try:
                 reader = pacsv.open_csv(f, read_options=self._csv_read(), convert_options=self._csv_convert(None, []))
             except pa.ArrowInvalid as exc:
-                if "Empty CSV" in str(exc):
+                if "Empty CSV" not in str(exc):
+                    raise self._unreadable(exc) from None
+                self._padded = self._header_alone(f)
+                if self._padded is None:
                     raise InputError(f"{self.name}: the CSV is empty (not even a header row)") from None
-                raise self._unreadable(exc) from None
+                reader = pacsv.open_csv(pa.BufferReader(self._padded), read_options=self._csv_read(),
+                                        convert_options=self._csv_convert(None, []))
             except UnicodeError:  # (the encoding named cannot read it)
                 raise self._not_in_encoding() from None
             names = reader.schema.names
@@ -146,6 +152,17 @@ class TableSource:
             if self.infer_types:
                 return reader.schema
             return pa.schema([pa.field(n, pa.string()) for n in names])
+
+    def _header_alone(self, f: Any) -> bytes | None:
+        """The CSV with a newline after it, when it is a header alone that ends without one (an empty result, as
+        with the newline); None when it is empty, or in an encoding whose newline is not one byte."""
+        f.seek(0)
+        head = f.read(CSV_BLOCK + 1)
+        newline = "\n".encode(self.encoding or "utf8")
+        if len(head) > CSV_BLOCK or len(newline) != 1 or not head.strip(b" \t\xef\xbb\xbf") or b"\n" in head \
+                or b"\r" in head:
+            return None
+        return bytes(head) + newline
 
     def _ipc_schema(self) -> pa.Schema:
         with self._opened() as f:
@@ -187,6 +204,8 @@ class TableSource:
             yield from (table if columns is None else table.select(columns)).to_batches(max_chunksize=BATCH_ROWS)
             return
         kind = self.kind
+        if kind == "csv":
+            self._csv_schema  # noqa: B018  (first: a header alone is then read with its newline)
         with self._opened() as f:
             try:
                 if kind == "csv":
@@ -221,6 +240,8 @@ class TableSource:
 
     def _opened(self) -> Any:
         assert self.where is not None
+        if self._padded is not None:
+            return pa.BufferReader(self._padded)
         fs, path = filesystem(self.where, "source")
         try:
             return fs.open_input_file(path)

@@ -22,10 +22,10 @@ from ._seen import SeenRequests
 KEPT = 100  # rejected rows kept with their reasons (the rest are counted)
 
 
-def rejection(text: str) -> dict[str, Any]:
+def rejection(text: str, custom_id: str | None = None) -> dict[str, Any]:
     """A judged row's rejection ("row N: why") as a record, with the keys `plan`'s rejections have."""
     head, _, reason = text.partition(": ")
-    return {"row": int(head.removeprefix("row ")), "custom_id": None, "reason": reason}
+    return {"row": int(head.removeprefix("row ")), "custom_id": custom_id, "reason": reason}
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Counts:
         self.rejected += len(judged.rejected)
         room = KEPT - len(self.first_rejected)
         if room > 0:
-            self.first_rejected += [rejection(judged.rejected[i]) for i in sorted(judged.rejected)[:room]]
+            self.first_rejected += [rejection(judged.rejected[i], judged.cids[i] if judged.cids else None) for i in sorted(judged.rejected)[:room]]
 
 
 def pending_file(rows: TableRows, answers: Answers | None, runs: Path, row_numbers: Path | None = None, *,

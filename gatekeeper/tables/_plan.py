@@ -22,7 +22,7 @@ from ._io import TableSource
 from ._judged import TableRows
 from ._pending import KEPT, Counts, pending_file, sized
 from ._rows import Judged, TableSpec, body_of
-from ._runs import taken_keys, unfinished_runs
+from ._runs import held_elsewhere, taken_keys, unfinished_runs
 from ._where import default_state_dir
 
 TableJudge = Callable[[Path, PlanReport, Limits], PlanReport]
@@ -95,7 +95,8 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
             answers.close()
     out = TablePlan(counts.rows, counts.first_rejected, counts.rejected, counts.answered, counts.in_flight, report,
                     batches, errors, ceiling, size,
-                    unfinished=[{"run": p.stem, "requests": _lines(p), "taken": len(taken[p])} for p in unfinished])
+                    unfinished=[{"run": p.stem, "requests": _lines(p), "taken": len(taken[p]),
+                                 "running": held_elsewhere(p)} for p in unfinished])
     if report is not None:
         out.estimate = report.estimate(prices or load_prices())
         if ceiling is not None:

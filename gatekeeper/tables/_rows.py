@@ -165,11 +165,11 @@ def custom_id_of(value: Any, key: str) -> str:
 def judge_row(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: Mapping[Any, list[int]]) -> Judged:
     """One row: its request and identity, or why it is rejected (a templated column null, NaN or not UTF-8; a null,
     NaN or duplicated id); `duplicated` maps each id that occurs more than once to the rows it is on."""
+    ident = row.get(spec.id_column) if spec.id_column else None
     for template in (spec.template, spec.system):
         why = template.unfit(row) if template is not None else None
         if why is not None:
-            return Judged(number, rejected=f"row {number}: {why}")
-    ident = row.get(spec.id_column) if spec.id_column else None
+            return Judged(number, custom_id=kept_id(ident, duplicated), rejected=f"row {number}: {why}")
     if spec.id_column and no_id(ident):
         return Judged(number, rejected=f"row {number}: the id column {spec.id_column!r} is "
                                        f"{'null' if ident is None else 'null (NaN)'}")
@@ -179,6 +179,15 @@ def judge_row(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: 
     body = body_of(spec, row)  # (joined bytes are their own length: orjson's each keep a 4 KB allocation)
     key = key_of(body)
     return Judged(number, key, custom_id_of(ident if spec.id_column else None, key), body)
+
+
+def kept_id(ident: Any, duplicated: Mapping[Any, list[int]]) -> str | None:
+    """The custom_id a row rejected for its values keeps: its id column's, when that names it alone (a cold tester's
+    result table had a null custom_id for a row whose id was sound); None without an id column, or one null or
+    duplicated."""
+    if no_id(ident) or hashable(ident) in duplicated:
+        return None
+    return custom_id_of(ident, "")
 
 
 def no_id(value: Any) -> bool:

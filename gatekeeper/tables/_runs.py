@@ -114,6 +114,17 @@ def hold(pending: Path) -> int | None:
     return fd
 
 
+def held_elsewhere(pending: Path) -> bool:
+    """Whether another process holds the run now (a submit is running it: a second one is refused until it ends)."""
+    if not pending.with_suffix(".lock").exists():
+        return False
+    fd = hold(pending)
+    if fd is None:
+        return True
+    let_go(fd)
+    return False
+
+
 def let_go(fd: int) -> None:
     os.close(fd)
 

@@ -26,6 +26,7 @@ from ...input._sizing import Limits, Packer, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
 from ..shared._budget import check_spend
+from ..shared._cancel import REFUSED, cancel_batch
 from ..shared._checkpoints import reached
 from ..shared._inputs import stat_identity
 from ..shared._part import Part, RunContext, Snapshot
@@ -250,8 +251,9 @@ class Admitter(Part):
         self.emit("admitted", {"batch": row.idx, "id": batch_id, "requests": row.requests, "bytes": row.bytes,
                                "depth": depth + unseen + row.requests, "ceiling": self.ceiling})
         if self.user_canceled:  # a cancel (another process, Airflow's on_kill) recorded while the create was out
-            status = await self.api.cancel_if_running(batch_id)
-            self.emit("canceled", {"batch": row.idx, "id": batch_id, "status": status})
+            status = await cancel_batch(self.api, j, j.batch(row.idx))
+            if status != REFUSED:  # (refused: journaled, it runs on; the loop's next reading says so, once)
+                self.emit("canceled", {"batch": row.idx, "id": batch_id, "status": status})
         return batch_id
 
     def _refused(self, row: BatchRow, exc: QueueFull, depth: int, unseen: int) -> None:

@@ -62,7 +62,9 @@ class Summary:
     @property
     def ok(self) -> bool:
         met = self.deadline is None or bool(self.deadline.get("met"))
-        return self.complete and self.invalid == 0 and self.succeeded == self.requests and met
+        # (a cancel the credentials refused is a finding even when the batches it left running all succeeded)
+        left_live = bool(self.canceled_job and self.canceled_job.get("left_live"))
+        return self.complete and self.invalid == 0 and self.succeeded == self.requests and met and not left_live
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -147,7 +149,7 @@ def canceled_job(j: Journal) -> dict[str, Any] | None:
         return None
     at = [e[0] for e in j.outcomes.events_of("user_canceled")]
     when = format_time(at[-1]) if at else None
-    return {"at": when, "not_sent": j.held_back() + j.lane.queued()}
+    return {"at": when, "not_sent": j.held_back() + j.lane.queued(), "left_live": len(j.get_meta("cancel_refused") or [])}
 
 
 def adoptions(j: Journal) -> dict[str, Any] | None:
@@ -246,7 +248,7 @@ class CanceledBatch:
 
     batch: int  # its index in the job
     id: str
-    status: str  # after the cancel: "canceling", or "ended" when it was not running
+    status: str  # after the cancel: "canceling", "ended" when it was not running, "refused" (a 403: it runs on)
 
 
 @dataclass(frozen=True)
@@ -257,7 +259,11 @@ class Canceled:
     not_sent: int
     # creates whose answer is not in yet (no id to cancel): the submit that reconciles each cancels it
     unanswered: int = 0
+    # batches the credentials may not cancel (a 403): they run on, and are collected when they end
+    refused: tuple[CanceledBatch, ...] = ()
+    permission: str | None = None  # what the credentials lack to cancel them, as the platform names it
 
     def to_json(self) -> dict[str, Any]:
         return {"canceled": [{"batch": b.batch, "id": b.id, "status": b.status} for b in self.batches],
-                "not_sent": self.not_sent, "unanswered_creates": self.unanswered}
+                "not_sent": self.not_sent, "unanswered_creates": self.unanswered,
+                "refused": [{"batch": b.batch, "id": b.id} for b in self.refused], "permission": self.permission}
