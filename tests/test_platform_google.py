@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -375,3 +376,102 @@ def test_plan_sizes_the_file_offline_when_the_google_credentials_are_missing(tmp
     warning = planned.stderr.strip().splitlines()
     assert len(warning) == 1 and "planned offline" in warning[0], planned.stderr
     assert refused.returncode == 2 and fake.org.records.creates == 0
+
+
+@pytest.mark.parametrize(("status", "retryable", "outage"), [
+    (503, True, True), (500, False, True), (502, False, True), (429, False, True), (408, False, True),
+    (None, True, True),  # (google-auth's own judgement, from the body: temporarily_unavailable)
+    (400, False, False), (401, False, False), (403, False, False), (None, False, False),
+])
+def test_which_token_failures_are_an_outage(status: int | None, retryable: bool, outage: bool) -> None:
+    from gatekeeper.api._google import token_outage
+
+    assert token_outage(status, retryable) is outage
+
+
+@pytest.mark.parametrize(("returncode", "stop"), [
+    (-signal.SIGINT, True), (-signal.SIGTERM, True), (-signal.SIGHUP, True), (130, True), (143, True),
+    (1, False), (2, False), (-signal.SIGKILL, False), (-signal.SIGSEGV, False), (0, False),
+])
+def test_which_token_command_exits_are_a_stop(returncode: int, stop: bool) -> None:
+    from gatekeeper.api._google import interrupted
+
+    assert interrupted(returncode) is stop
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("backend_error: None", {"error": "backend_error"}), "backend_error"),
+    (("invalid_grant: Invalid JWT Signature.", {"error": "invalid_grant"}), "invalid_grant: Invalid JWT Signature."),
+    (("plain",), "plain"),
+])
+def test_a_google_auth_error_is_said_without_its_data(args: tuple[object, ...], said: str) -> None:
+    from google.auth.exceptions import RefreshError
+
+    from gatekeeper.api._google import _said
+
+    assert _said(RefreshError(*args)) == said
+
+
+def test_a_token_endpoint_outage_mid_job_is_ridden_out(tmp_path: Path) -> None:
+    """Google's token endpoint answering 503 for a while mid-job (2 s tokens, so the job needs new ones during the
+    outage): the job waits, says so ("retrying" on the token endpoint), and finishes when the endpoint is back."""
+    from gatekeeper.testing import Fault
+
+    path, ids = _job(tmp_path)
+    google = FakeGoogle(token_life=2.0)
+    with running_fake(ceiling=1000, rate=20, google=google) as fake:
+        fake.inject(Fault("token", status=503, times=9, after=1))  # (google-auth tries 3 times per refresh)
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10", "--no-preflight"],
+                  google_env(fake.url, google, tmp_path), timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+        assert fake.org.records.requests_seen["token"] >= 10 and google.minted >= 2
+        assert "Google token refresh: HTTP 503" in done.stderr, done.stderr[-3000:]
+
+
+def test_a_token_refused_mid_job_stops_in_one_line(tmp_path: Path) -> None:
+    """400 invalid_grant from the token endpoint (the key revoked mid-job): exit 2, one line naming the credentials
+    and what the endpoint said, never google-auth's (message, data) tuple."""
+    from gatekeeper.testing import Fault
+
+    path, _ = _job(tmp_path)
+    google = FakeGoogle(token_life=2.0)
+    with running_fake(ceiling=1000, rate=20, google=google) as fake:
+        fake.inject(Fault("token", status=400, message="Invalid JWT Signature.", times=100, after=1))
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10", "--no-preflight"],
+                  google_env(fake.url, google, tmp_path), timeout=180)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert "were refused a token (invalid_grant: Invalid JWT Signature.)" in done.stderr, done.stderr[-3000:]
+        assert "{'error'" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ctrl_c_while_the_token_command_runs_is_an_interruption(tmp_path: Path) -> None:
+    """SIGINT to the process group (a terminal's Ctrl-C) while GATEKEEPER_GOOGLE_TOKEN_COMMAND runs: the command
+    dies of it too, and that is the stop it is (exit 130, the resume line), not a credential failure."""
+    path, _ = _job(tmp_path, 3)
+    started = tmp_path / "started"
+    script = tmp_path / "token.py"
+    script.write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(30)\n")
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS="",
+                         GATEKEEPER_GOOGLE_TOKEN_COMMAND=f"{sys.executable} {script}")
+        from tests.runs import _environ
+
+        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), *FAST, "--ceiling", "1000"],
+                               env=_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+        try:
+            for _ in range(300):
+                if started.exists():
+                    break
+                time.sleep(0.05)
+            assert started.exists()
+            os.killpg(run.pid, signal.SIGINT)
+            out, err = run.communicate(timeout=30)
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 130, err[-3000:]
+        assert "Resume with:" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+        assert fake.org.records.creates == 0

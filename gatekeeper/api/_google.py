@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from .._clock import WALL, Clock
-from .._errors import AuthenticationError, CredentialsError, TransportError, UsageError
+from .._errors import AuthenticationError, CredentialsError, Interrupted, TransportError, UsageError
 from ._config import ApiConfig, Secret, origin
 from ._platform import Platform
 from ._tokens import MAX_SHOWN, Minted, Outgoing, TokenCache, redacted
@@ -281,6 +281,8 @@ class GoogleAuth(TokenCache):
         except subprocess.SubprocessError as exc:
             raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) failed: {type(exc).__name__}",
                                    setting="google_credentials") from None
+        if interrupted(done.returncode):  # (Ctrl-C reaches the whole process group: we are being stopped too)
+            raise Interrupted(f"interrupted ({TOKEN_COMMAND} ({argv[0]}) was stopped by signal {-done.returncode})")
         if done.returncode != 0:
             said = redacted(done.stderr.decode(errors="replace").strip().replace("\n", " "), {})[:MAX_SHOWN]
             raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) failed with exit {done.returncode}: {said or 'no output'}",
@@ -297,10 +299,11 @@ class GoogleAuth(TokenCache):
             raise UsageError("Claude on Google Cloud takes its tokens from google-auth: pip install "
                              "'gatekeeper-batches[google]' (or set GATEKEEPER_GOOGLE_TOKEN_COMMAND)",
                              setting="platform") from None
+        request = _Recorded(Request())
         try:
             if self._credentials is None:
                 self._credentials = self._load()
-            self._credentials.refresh(Request())
+            self._credentials.refresh(request)
         except google.auth.exceptions.DefaultCredentialsError as exc:
             raise CredentialsError(f"no Google Cloud credentials found ({_cut(exc)}): set GOOGLE_APPLICATION_CREDENTIALS "
                                    "to a service-account key file, run gcloud auth application-default login, run where "
@@ -308,11 +311,14 @@ class GoogleAuth(TokenCache):
                                    setting="google_credentials") from None
         except google.auth.exceptions.TransportError as exc:
             if not self.reached:
-                raise CredentialsError(f"the {self.label} cannot reach their token endpoint ({_cut(exc)})",
+                raise CredentialsError(f"the {self.label} cannot reach their token endpoint ({_said(exc)})",
                                        setting="google_credentials") from None
-            raise TransportError(f"Google token refresh: {_cut(exc)}", endpoint="token") from None
+            raise TransportError(f"Google token refresh: {_said(exc)}", endpoint="token") from None
         except google.auth.exceptions.GoogleAuthError as exc:
-            raise CredentialsError(f"the {self.label} were refused a token ({_cut(exc)})",
+            if token_outage(request.status, bool(getattr(exc, "retryable", False))):
+                raise TransportError(f"Google token refresh: HTTP {request.status or '?'} ({_said(exc)})",
+                                     endpoint="token") from None
+            raise CredentialsError(f"the {self.label} were refused a token ({_said(exc)})",
                                    setting="google_credentials") from None
         return _from_google(self._credentials, self._wall())
 
@@ -331,6 +337,41 @@ class GoogleAuth(TokenCache):
         except (OSError, ValueError) as exc:
             raise CredentialsError(f"the service-account key {path} cannot be read: {type(exc).__name__}",
                                    setting="google_credentials") from None
+
+
+def interrupted(returncode: int) -> bool:
+    """Whether a token command's exit is a stop (killed by SIGINT, SIGTERM or SIGHUP, as a terminal's Ctrl-C or a
+    supervisor's stop reaches it with us), not a credential's failure. Pure."""
+    import signal
+
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    return returncode in (*(-s for s in stops), *(128 + s for s in stops))  # (128 + n: a shell's way of saying it)
+
+
+class _Recorded:
+    """google-auth's transport, the status of its last answer kept: its RefreshError does not say it."""
+
+    def __init__(self, request: Callable[..., Any]) -> None:
+        self._request = request
+        self.status: int | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        response = self._request(*args, **kwargs)
+        self.status = getattr(response, "status", None)
+        return response
+
+
+def token_outage(status: int | None, retryable: bool) -> bool:
+    """Whether a token google-auth could not have is the token endpoint out of service (429, a 5xx, or what google-auth
+    itself calls retryable): ridden out as the API's own 5xx, where a refusal (400 invalid_grant) stops. Pure."""
+    return retryable or status in (408, 429) or (status is not None and status >= 500)
+
+
+def _said(exc: Exception) -> str:
+    """What a google-auth error says, without the answer's data it carries as a second argument (a RefreshError is
+    `(message, response_data)`: printed whole, a Python tuple), nor an empty description."""
+    first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    return _cut(Exception(first.removesuffix(": None")))
 
 
 def _from_google(credentials: Any, now: float) -> Minted:
