@@ -445,30 +445,79 @@ def test_a_token_refused_mid_job_stops_in_one_line(tmp_path: Path) -> None:
         assert "{'error'" not in done.stderr and "Traceback" not in done.stderr
 
 
+def _slow_token_command(tmp: Path) -> tuple[str, Path]:
+    """A token command that says it started (its pid in a file) and then takes 30 s."""
+    started = tmp / "started"
+    script = tmp / "token.py"
+    script.write_text(f"import os, pathlib, time\npathlib.Path({str(started)!r}).write_text(str(os.getpid()))\n"
+                      "time.sleep(30)\n")
+    return f"{sys.executable} {script}", started
+
+
+def _started(run: subprocess.Popen[str], started: Path) -> int:
+    for _ in range(400):
+        if started.exists() and started.read_text():
+            return int(started.read_text())
+        assert run.poll() is None, run.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the token command never started")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("command", ["plan", "status"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_plan_and_status_stop_at_once_while_the_token_command_runs(tmp_path: Path, command: str, sig: int) -> None:
+    """SIGINT or SIGTERM to the process alone (not its group) while the token command runs: exit 130 within a
+    second or two, the command killed (not waited out, nor the signal lost and the command's answer used)."""
+    from tests.runs import _environ
+
+    path, _ = _job(tmp_path, 3)
+    argv, started = _slow_token_command(tmp_path)
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS="",
+                         GATEKEEPER_GOOGLE_TOKEN_COMMAND=argv)
+        args = ["plan", str(path)] if command == "plan" else ["status"]
+        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", *args, "--platform", "google"], env=_environ(env),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            child = _started(run, started)
+            sent = time.monotonic()
+            run.send_signal(sig)
+            _, err = run.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 130 and took < 5, (run.returncode, took, err[-2000:])
+        assert "Traceback" not in err and _gone(child), err[-2000:]
+
+
 def test_ctrl_c_while_the_token_command_runs_is_an_interruption(tmp_path: Path) -> None:
     """SIGINT to the process group (a terminal's Ctrl-C) while GATEKEEPER_GOOGLE_TOKEN_COMMAND runs: the command
     dies of it too, and that is the stop it is (exit 130, the resume line), not a credential failure."""
     path, _ = _job(tmp_path, 3)
-    started = tmp_path / "started"
-    script = tmp_path / "token.py"
-    script.write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(30)\n")
+    argv, started = _slow_token_command(tmp_path)
     google = FakeGoogle()
     with running_fake(ceiling=1000, rate=5000, google=google) as fake:
         env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS="",
-                         GATEKEEPER_GOOGLE_TOKEN_COMMAND=f"{sys.executable} {script}")
+                         GATEKEEPER_GOOGLE_TOKEN_COMMAND=argv)
         from tests.runs import _environ
 
         run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), *FAST, "--ceiling", "1000"],
                                env=_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
         try:
-            for _ in range(300):
-                if started.exists():
-                    break
-                time.sleep(0.05)
-            assert started.exists()
+            _started(run, started)
             os.killpg(run.pid, signal.SIGINT)
-            out, err = run.communicate(timeout=30)
+            _, err = run.communicate(timeout=30)
         finally:
             if run.poll() is None:
                 run.kill()

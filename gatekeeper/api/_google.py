@@ -274,20 +274,20 @@ class GoogleAuth(TokenCache):
 
         try:
             with anyio.fail_after(COMMAND_TIMEOUT):
-                done = await anyio.run_process(list(argv), check=False)
+                returncode, stdout, stderr = await _run(argv)
         except (OSError, TimeoutError) as exc:
             raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) could not run: {getattr(exc, 'strerror', None) or exc}",
                                    setting="google_credentials") from None
         except subprocess.SubprocessError as exc:
             raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) failed: {type(exc).__name__}",
                                    setting="google_credentials") from None
-        if interrupted(done.returncode):  # (Ctrl-C reaches the whole process group: we are being stopped too)
-            raise Interrupted(f"interrupted ({TOKEN_COMMAND} ({argv[0]}) was stopped by signal {-done.returncode})")
-        if done.returncode != 0:
-            said = redacted(done.stderr.decode(errors="replace").strip().replace("\n", " "), {})[:MAX_SHOWN]
-            raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) failed with exit {done.returncode}: {said or 'no output'}",
+        if interrupted(returncode):  # (Ctrl-C reaches the whole process group: we are being stopped too)
+            raise Interrupted(f"interrupted ({TOKEN_COMMAND} ({argv[0]}) was stopped, exit {returncode})")
+        if returncode != 0:
+            said = redacted(stderr.decode(errors="replace").strip().replace("\n", " "), {})[:MAX_SHOWN]
+            raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) failed with exit {returncode}: {said or 'no output'}",
                                    setting="google_credentials")
-        return _printed(done.stdout.decode(errors="replace"), argv[0])
+        return _printed(stdout.decode(errors="replace"), argv[0])
 
     def _refresh_google(self) -> Minted:
         """A new token from google-auth (blocking): the credentials loaded once (ADC, or the key file), refreshed."""
@@ -337,6 +337,32 @@ class GoogleAuth(TokenCache):
         except (OSError, ValueError) as exc:
             raise CredentialsError(f"the service-account key {path} cannot be read: {type(exc).__name__}",
                                    setting="google_credentials") from None
+
+
+async def _run(argv: tuple[str, ...]) -> tuple[int, bytes, bytes]:
+    """A command's exit and output; the command killed the moment the wait for it is cancelled (a Ctrl-C, SIGTERM,
+    the timeout). (anyio's `run_process` let a Ctrl-C's one cancellation pass and waited the command out.)"""
+    import anyio
+
+    process = await anyio.open_process(list(argv))
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: Any, into: bytearray) -> None:
+        async for chunk in stream:
+            into.extend(chunk)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain, process.stdout, out)
+            tg.start_soon(drain, process.stderr, err)
+            await process.wait()
+    except BaseException:
+        process.kill()
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+    return process.returncode or 0, bytes(out), bytes(err)
 
 
 def interrupted(returncode: int) -> bool:
