@@ -524,3 +524,18 @@ def test_ctrl_c_while_the_token_command_runs_is_an_interruption(tmp_path: Path) 
         assert run.returncode == 130, err[-3000:]
         assert "Resume with:" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
         assert fake.org.records.creates == 0
+
+
+@pytest.mark.parametrize(("fault", "code", "said"), [
+    ("token:503:6:1", 0, "Google token refresh: HTTP 503"),  # (an outage after the first token: ridden out)
+    ("token:400:50:1", 2, "were refused a token (invalid_grant"),  # (the grant refused: stops, one line)
+])
+def test_fake_api_faults_reach_the_google_token_endpoint(tmp_path: Path, fault: str, code: int, said: str) -> None:
+    """`fake-api --google 2 --fault token:...`: the fault is the Google token endpoint's (where google-auth mints),
+    so an outage or a refusal mid-job is rehearsed from the command line."""
+    with _fake_api("--google", "2", "--rate", "5", "--fault", fault) as env:
+        path, _ = _job(tmp_path, 30)
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10", "--no-preflight"], env,
+                  timeout=180)
+        assert done.returncode == code, done.stderr[-3000:]
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]

@@ -6,8 +6,9 @@ other path is Google's 404 (its own envelope, `status` not `type`). Every call n
 token minted here and not expired (else Google's 401), and the IAM permission its route needs (`PERMISSIONS`; one in
 `denied` is Google's 403 naming it in its ErrorInfo). Tokens are minted at `/token` on the fake itself, by the
 jwt-bearer grant google-auth sends for a service account: its assertion is checked against the key written by
-`write_credentials` (RS256, issuer, audience, expiry), so google-auth runs unmodified against the fake. Results
-URLs name Anthropic's host, as the body the gateway passes on does: a client must fetch them from its own route.
+`write_credentials` (RS256, issuer, audience, expiry), so google-auth runs unmodified against the fake; a fault on
+the "token" route strikes there (`token_fault`). Results URLs name Anthropic's host, as the body the gateway passes
+on does: a client must fetch them from its own route.
 """
 
 from __future__ import annotations
