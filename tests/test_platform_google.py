@@ -539,3 +539,18 @@ def test_fake_api_faults_reach_the_google_token_endpoint(tmp_path: Path, fault: 
                   timeout=180)
         assert done.returncode == code, done.stderr[-3000:]
         assert said in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_a_token_endpoint_down_from_the_start_is_named_as_such(tmp_path: Path) -> None:
+    """The token endpoint answering 503 before any token was had: one line naming the token refresh (exit 1, no
+    answer within the retries), not "no answer from the API" and its settings: the API was never asked."""
+    from gatekeeper.testing import Fault
+
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        fake.inject(Fault("token", status=503, times=30))
+        done = gk(["status", "--platform", "google"], google_env(fake.url, google, tmp_path), timeout=120)
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert "Google token refresh: HTTP 503 (backend_error" in done.stderr, done.stderr[-2000:]
+        assert "no answer from the API" not in done.stderr and "Traceback" not in done.stderr
+        assert google.paths == []  # (nothing reached the API without a token)

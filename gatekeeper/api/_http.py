@@ -394,9 +394,11 @@ def as_credential_error(auth: Auth, error: ApiError, generation: int) -> ApiErro
 
 def given_up(base_url: str, spoke: bool, failure: Exception, platform: Platform = FIRST_PARTY) -> Exception:
     """The error to raise when the retries are spent: before the API ever answered, the base URL is named, and the
-    settings that make it on its platform."""
+    settings that make it on its platform (not when it was a token endpoint that failed: the API was not asked)."""
     if spoke or not isinstance(failure, (TransportError, ServerError)):
         return failure
+    if isinstance(failure, TransportError) and failure.endpoint == "token":
+        return failure  # (the token endpoint failed, the API was never asked: its URL is not the fault)
     return Unreachable(f"no answer from the API at {base_url} ({failure}); check {platform.where} and "
                        "the network (a proxy is taken from HTTPS_PROXY)", setting=_address(platform))
 
