@@ -500,6 +500,35 @@ def test_plan_and_status_stop_at_once_while_the_token_command_runs(tmp_path: Pat
         assert "Traceback" not in err and _gone(child), err[-2000:]
 
 
+def test_status_stops_at_once_while_google_auth_waits_for_its_token_endpoint(tmp_path: Path) -> None:
+    """SIGINT to `status` while google-auth waits on a token endpoint that holds its answer 20 s (Application Default
+    Credentials, refreshed in a worker thread): exit 130 within a second or two, not when the endpoint answers."""
+    from gatekeeper.testing import Fault
+    from tests.runs import _environ
+
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        fake.inject(Fault("token", kind="delay", delay=20))
+        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "status", "--platform", "google"],
+                               env=_environ(google_env(fake.url, google, tmp_path)), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            for _ in range(400):
+                if fake.org.records.requests_seen.get("token"):
+                    break
+                time.sleep(0.05)
+            assert fake.org.records.requests_seen.get("token") == 1
+            sent = time.monotonic()
+            run.send_signal(signal.SIGINT)
+            _, err = run.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 130 and took < 5, (run.returncode, took, err[-2000:])
+        assert "Traceback" not in err, err[-2000:]
+
+
 def test_ctrl_c_while_the_token_command_runs_is_an_interruption(tmp_path: Path) -> None:
     """SIGINT to the process group (a terminal's Ctrl-C) while GATEKEEPER_GOOGLE_TOKEN_COMMAND runs: the command
     dies of it too, and that is the stop it is (exit 130, the resume line), not a credential failure."""

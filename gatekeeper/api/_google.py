@@ -28,7 +28,7 @@ import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 from .._clock import WALL, Clock
@@ -65,6 +65,7 @@ PERMISSIONS = {"create": "batches.create", "retrieve": "batches.get", "results":
                "cancel": "batches.cancel", "delete": "batches.delete", "models": "models.get",
                "count_tokens": "messages.countTokens", "messages": "messages.create", "rate_limits": "rateLimits.list"}
 _NAMED = re.compile(r"[Pp]ermission '?([A-Za-z0-9_./-]+?)'? (?:is )?denied")
+T = TypeVar("T")
 TokenProvider = Callable[[], "str | Awaitable[str]"]
 """`GooglePlatform(token_provider=...)`: called (in a worker thread, or awaited when async) for each new Google
 access token; returns the token alone, kept five minutes before it is asked for again, as the SDK's
@@ -250,16 +251,12 @@ class GoogleAuth(TokenCache):
             return await self._provided(p.token_provider)
         if p.token_command is not None:
             return await self._command(p.token_command)
-        import anyio.to_thread
-
-        return await anyio.to_thread.run_sync(self._refresh_google)
+        return await _left_on_stop(self._refresh_google)
 
     async def _provided(self, provider: TokenProvider) -> Minted:
         import inspect
 
-        import anyio.to_thread
-
-        token = await provider() if inspect.iscoroutinefunction(provider) else await anyio.to_thread.run_sync(provider)
+        token = await provider() if inspect.iscoroutinefunction(provider) else await _left_on_stop(provider)
         if inspect.isawaitable(token):
             token = await token
         if not isinstance(token, str) or not token.strip():
@@ -337,6 +334,34 @@ class GoogleAuth(TokenCache):
         except (OSError, ValueError) as exc:
             raise CredentialsError(f"the service-account key {path} cannot be read: {type(exc).__name__}",
                                    setting="google_credentials") from None
+
+
+async def _left_on_stop(fn: Callable[[], T]) -> T:
+    """`fn()` (blocking: google-auth's refresh, a provider) in a daemon thread, watched until it ends; a stop leaves it
+    behind. (An anyio worker thread is joined as the process exits: a Ctrl-C waited out google-auth's retries and its
+    120 s timeout. The thread only fills a credentials object nobody reads any more.)"""
+    import threading
+
+    import anyio
+
+    out: list[tuple[bool, Any]] = []
+
+    def work() -> None:
+        try:
+            out.append((True, fn()))
+        except BaseException as exc:  # (handed to the waiting task as it is)
+            out.append((False, exc))
+
+    thread = threading.Thread(target=work, name="gatekeeper-google-token", daemon=True)
+    thread.start()
+    wait = 0.002
+    while thread.is_alive():
+        await anyio.sleep(wait)
+        wait = min(wait * 2, 0.05)
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
 
 
 async def _run(argv: tuple[str, ...]) -> tuple[int, bytes, bytes]:
