@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -375,3 +376,210 @@ def test_plan_sizes_the_file_offline_when_the_google_credentials_are_missing(tmp
     warning = planned.stderr.strip().splitlines()
     assert len(warning) == 1 and "planned offline" in warning[0], planned.stderr
     assert refused.returncode == 2 and fake.org.records.creates == 0
+
+
+@pytest.mark.parametrize(("status", "retryable", "outage"), [
+    (503, True, True), (500, False, True), (502, False, True), (429, False, True), (408, False, True),
+    (None, True, True),  # (google-auth's own judgement, from the body: temporarily_unavailable)
+    (400, False, False), (401, False, False), (403, False, False), (None, False, False),
+])
+def test_which_token_failures_are_an_outage(status: int | None, retryable: bool, outage: bool) -> None:
+    from gatekeeper.api._google import token_outage
+
+    assert token_outage(status, retryable) is outage
+
+
+@pytest.mark.parametrize(("returncode", "stop"), [
+    (-signal.SIGINT, True), (-signal.SIGTERM, True), (-signal.SIGHUP, True), (130, True), (143, True),
+    (1, False), (2, False), (-signal.SIGKILL, False), (-signal.SIGSEGV, False), (0, False),
+])
+def test_which_token_command_exits_are_a_stop(returncode: int, stop: bool) -> None:
+    from gatekeeper.api._google import interrupted
+
+    assert interrupted(returncode) is stop
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("backend_error: None", {"error": "backend_error"}), "backend_error"),
+    (("invalid_grant: Invalid JWT Signature.", {"error": "invalid_grant"}), "invalid_grant: Invalid JWT Signature."),
+    (("plain",), "plain"),
+])
+def test_a_google_auth_error_is_said_without_its_data(args: tuple[object, ...], said: str) -> None:
+    from google.auth.exceptions import RefreshError
+
+    from gatekeeper.api._google import _said
+
+    assert _said(RefreshError(*args)) == said
+
+
+def test_a_token_endpoint_outage_mid_job_is_ridden_out(tmp_path: Path) -> None:
+    """Google's token endpoint answering 503 for a while mid-job (2 s tokens, so the job needs new ones during the
+    outage): the job waits, says so ("retrying" on the token endpoint), and finishes when the endpoint is back."""
+    from gatekeeper.testing import Fault
+
+    path, ids = _job(tmp_path)
+    google = FakeGoogle(token_life=2.0)
+    with running_fake(ceiling=1000, rate=20, google=google) as fake:
+        fake.inject(Fault("token", status=503, times=9, after=1))  # (google-auth tries 3 times per refresh)
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10", "--no-preflight"],
+                  google_env(fake.url, google, tmp_path), timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+        assert fake.org.records.requests_seen["token"] >= 10 and google.minted >= 2
+        assert "Google token refresh: HTTP 503" in done.stderr, done.stderr[-3000:]
+
+
+def test_a_token_refused_mid_job_stops_in_one_line(tmp_path: Path) -> None:
+    """400 invalid_grant from the token endpoint (the key revoked mid-job): exit 2, one line naming the credentials
+    and what the endpoint said, never google-auth's (message, data) tuple."""
+    from gatekeeper.testing import Fault
+
+    path, _ = _job(tmp_path)
+    google = FakeGoogle(token_life=2.0)
+    with running_fake(ceiling=1000, rate=20, google=google) as fake:
+        fake.inject(Fault("token", status=400, message="Invalid JWT Signature.", times=100, after=1))
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10", "--no-preflight"],
+                  google_env(fake.url, google, tmp_path), timeout=180)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert "were refused a token (invalid_grant: Invalid JWT Signature.)" in done.stderr, done.stderr[-3000:]
+        assert "{'error'" not in done.stderr and "Traceback" not in done.stderr
+
+
+def _slow_token_command(tmp: Path) -> tuple[str, Path]:
+    """A token command that says it started (its pid in a file) and then takes 30 s."""
+    started = tmp / "started"
+    script = tmp / "token.py"
+    script.write_text(f"import os, pathlib, time\npathlib.Path({str(started)!r}).write_text(str(os.getpid()))\n"
+                      "time.sleep(30)\n")
+    return f"{sys.executable} {script}", started
+
+
+def _started(run: subprocess.Popen[str], started: Path) -> int:
+    for _ in range(400):
+        if started.exists() and started.read_text():
+            return int(started.read_text())
+        assert run.poll() is None, run.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the token command never started")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("command", ["plan", "status"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_plan_and_status_stop_at_once_while_the_token_command_runs(tmp_path: Path, command: str, sig: int) -> None:
+    """SIGINT or SIGTERM to the process alone (not its group) while the token command runs: exit 130 within a
+    second or two, the command killed (not waited out, nor the signal lost and the command's answer used)."""
+    from tests.runs import _environ
+
+    path, _ = _job(tmp_path, 3)
+    argv, started = _slow_token_command(tmp_path)
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS="",
+                         GATEKEEPER_GOOGLE_TOKEN_COMMAND=argv)
+        args = ["plan", str(path)] if command == "plan" else ["status"]
+        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", *args, "--platform", "google"], env=_environ(env),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            child = _started(run, started)
+            sent = time.monotonic()
+            run.send_signal(sig)
+            _, err = run.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 130 and took < 5, (run.returncode, took, err[-2000:])
+        assert "Traceback" not in err and _gone(child), err[-2000:]
+
+
+def test_status_stops_at_once_while_google_auth_waits_for_its_token_endpoint(tmp_path: Path) -> None:
+    """SIGINT to `status` while google-auth waits on a token endpoint that holds its answer 20 s (Application Default
+    Credentials, refreshed in a worker thread): exit 130 within a second or two, not when the endpoint answers."""
+    from gatekeeper.testing import Fault
+    from tests.runs import _environ
+
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        fake.inject(Fault("token", kind="delay", delay=20))
+        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "status", "--platform", "google"],
+                               env=_environ(google_env(fake.url, google, tmp_path)), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            for _ in range(400):
+                if fake.org.records.requests_seen.get("token"):
+                    break
+                time.sleep(0.05)
+            assert fake.org.records.requests_seen.get("token") == 1
+            sent = time.monotonic()
+            run.send_signal(signal.SIGINT)
+            _, err = run.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 130 and took < 5, (run.returncode, took, err[-2000:])
+        assert "Traceback" not in err, err[-2000:]
+
+
+def test_ctrl_c_while_the_token_command_runs_is_an_interruption(tmp_path: Path) -> None:
+    """SIGINT to the process group (a terminal's Ctrl-C) while GATEKEEPER_GOOGLE_TOKEN_COMMAND runs: the command
+    dies of it too, and that is the stop it is (exit 130, the resume line), not a credential failure."""
+    path, _ = _job(tmp_path, 3)
+    argv, started = _slow_token_command(tmp_path)
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS="",
+                         GATEKEEPER_GOOGLE_TOKEN_COMMAND=argv)
+        from tests.runs import _environ
+
+        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), *FAST, "--ceiling", "1000"],
+                               env=_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+        try:
+            _started(run, started)
+            os.killpg(run.pid, signal.SIGINT)
+            _, err = run.communicate(timeout=30)
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 130, err[-3000:]
+        assert "Resume with:" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+        assert fake.org.records.creates == 0
+
+
+@pytest.mark.parametrize(("fault", "code", "said"), [
+    ("token:503:6:1", 0, "Google token refresh: HTTP 503"),  # (an outage after the first token: ridden out)
+    ("token:400:50:1", 2, "were refused a token (invalid_grant"),  # (the grant refused: stops, one line)
+])
+def test_fake_api_faults_reach_the_google_token_endpoint(tmp_path: Path, fault: str, code: int, said: str) -> None:
+    """`fake-api --google 2 --fault token:...`: the fault is the Google token endpoint's (where google-auth mints),
+    so an outage or a refusal mid-job is rehearsed from the command line."""
+    with _fake_api("--google", "2", "--rate", "5", "--fault", fault) as env:
+        path, _ = _job(tmp_path, 30)
+        done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10", "--no-preflight"], env,
+                  timeout=180)
+        assert done.returncode == code, done.stderr[-3000:]
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_a_token_endpoint_down_from_the_start_is_named_as_such(tmp_path: Path) -> None:
+    """The token endpoint answering 503 before any token was had: one line naming the token refresh (exit 1, no
+    answer within the retries), not "no answer from the API" and its settings: the API was never asked."""
+    from gatekeeper.testing import Fault
+
+    google = FakeGoogle()
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        fake.inject(Fault("token", status=503, times=30))
+        done = gk(["status", "--platform", "google"], google_env(fake.url, google, tmp_path), timeout=120)
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert "Google token refresh: HTTP 503 (backend_error" in done.stderr, done.stderr[-2000:]
+        assert "no answer from the API" not in done.stderr and "Traceback" not in done.stderr
+        assert google.paths == []  # (nothing reached the API without a token)

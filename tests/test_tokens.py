@@ -15,7 +15,7 @@ import pytest
 
 from gatekeeper import Federation, Secret, TransportError
 from gatekeeper.api._client import ApiClient
-from gatekeeper.api._http import open_http
+from gatekeeper.api._http import given_up, open_http
 from gatekeeper.api._retry import CallBudget
 from gatekeeper.api._tokens import ADVISORY_BACKOFF, Outgoing, TokenAuth, redacted
 from gatekeeper.testing import FakeAPI, FakeFederation, Fault, identity_token
@@ -254,3 +254,14 @@ def test_a_key_echoed_in_an_error_body_is_cut_from_the_line() -> None:
 
         line = anyio.run(read)
     assert "the upstream refused key *** for this route" in line and key not in line
+
+
+@pytest.mark.parametrize(("failure", "spoke", "kind"), [
+    (TransportError("list (u): ConnectError", endpoint="list"), False, "Unreachable"),  # (the URL or network is wrong)
+    (TransportError("list (u): ConnectError", endpoint="list"), True, "TransportError"),
+    (TransportError("Google token refresh: HTTP 503", endpoint="token"), False, "TransportError"),  # (API not asked)
+    (TransportError("token exchange (u): HTTP 502", endpoint="token"), True, "TransportError"),
+])
+def test_what_is_raised_when_the_retries_are_spent(failure: Exception, spoke: bool, kind: str) -> None:
+    raised = given_up("https://api.example", spoke, failure)
+    assert type(raised).__name__ == kind and (kind == "Unreachable" or raised is failure)

@@ -28,11 +28,11 @@ import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 from .._clock import WALL, Clock
-from .._errors import AuthenticationError, CredentialsError, TransportError, UsageError
+from .._errors import AuthenticationError, CredentialsError, Interrupted, TransportError, UsageError
 from ._config import ApiConfig, Secret, origin
 from ._platform import Platform
 from ._tokens import MAX_SHOWN, Minted, Outgoing, TokenCache, redacted
@@ -65,6 +65,7 @@ PERMISSIONS = {"create": "batches.create", "retrieve": "batches.get", "results":
                "cancel": "batches.cancel", "delete": "batches.delete", "models": "models.get",
                "count_tokens": "messages.countTokens", "messages": "messages.create", "rate_limits": "rateLimits.list"}
 _NAMED = re.compile(r"[Pp]ermission '?([A-Za-z0-9_./-]+?)'? (?:is )?denied")
+T = TypeVar("T")
 TokenProvider = Callable[[], "str | Awaitable[str]"]
 """`GooglePlatform(token_provider=...)`: called (in a worker thread, or awaited when async) for each new Google
 access token; returns the token alone, kept five minutes before it is asked for again, as the SDK's
@@ -250,16 +251,12 @@ class GoogleAuth(TokenCache):
             return await self._provided(p.token_provider)
         if p.token_command is not None:
             return await self._command(p.token_command)
-        import anyio.to_thread
-
-        return await anyio.to_thread.run_sync(self._refresh_google)
+        return await _left_on_stop(self._refresh_google)
 
     async def _provided(self, provider: TokenProvider) -> Minted:
         import inspect
 
-        import anyio.to_thread
-
-        token = await provider() if inspect.iscoroutinefunction(provider) else await anyio.to_thread.run_sync(provider)
+        token = await provider() if inspect.iscoroutinefunction(provider) else await _left_on_stop(provider)
         if inspect.isawaitable(token):
             token = await token
         if not isinstance(token, str) or not token.strip():
@@ -274,18 +271,20 @@ class GoogleAuth(TokenCache):
 
         try:
             with anyio.fail_after(COMMAND_TIMEOUT):
-                done = await anyio.run_process(list(argv), check=False)
+                returncode, stdout, stderr = await _run(argv)
         except (OSError, TimeoutError) as exc:
             raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) could not run: {getattr(exc, 'strerror', None) or exc}",
                                    setting="google_credentials") from None
         except subprocess.SubprocessError as exc:
             raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) failed: {type(exc).__name__}",
                                    setting="google_credentials") from None
-        if done.returncode != 0:
-            said = redacted(done.stderr.decode(errors="replace").strip().replace("\n", " "), {})[:MAX_SHOWN]
-            raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) failed with exit {done.returncode}: {said or 'no output'}",
+        if interrupted(returncode):  # (Ctrl-C reaches the whole process group: we are being stopped too)
+            raise Interrupted(f"interrupted ({TOKEN_COMMAND} ({argv[0]}) was stopped, exit {returncode})")
+        if returncode != 0:
+            said = redacted(stderr.decode(errors="replace").strip().replace("\n", " "), {})[:MAX_SHOWN]
+            raise CredentialsError(f"{TOKEN_COMMAND} ({argv[0]}) failed with exit {returncode}: {said or 'no output'}",
                                    setting="google_credentials")
-        return _printed(done.stdout.decode(errors="replace"), argv[0])
+        return _printed(stdout.decode(errors="replace"), argv[0])
 
     def _refresh_google(self) -> Minted:
         """A new token from google-auth (blocking): the credentials loaded once (ADC, or the key file), refreshed."""
@@ -297,10 +296,11 @@ class GoogleAuth(TokenCache):
             raise UsageError("Claude on Google Cloud takes its tokens from google-auth: pip install "
                              "'gatekeeper-batches[google]' (or set GATEKEEPER_GOOGLE_TOKEN_COMMAND)",
                              setting="platform") from None
+        request = _Recorded(Request())
         try:
             if self._credentials is None:
                 self._credentials = self._load()
-            self._credentials.refresh(Request())
+            self._credentials.refresh(request)
         except google.auth.exceptions.DefaultCredentialsError as exc:
             raise CredentialsError(f"no Google Cloud credentials found ({_cut(exc)}): set GOOGLE_APPLICATION_CREDENTIALS "
                                    "to a service-account key file, run gcloud auth application-default login, run where "
@@ -308,11 +308,14 @@ class GoogleAuth(TokenCache):
                                    setting="google_credentials") from None
         except google.auth.exceptions.TransportError as exc:
             if not self.reached:
-                raise CredentialsError(f"the {self.label} cannot reach their token endpoint ({_cut(exc)})",
+                raise CredentialsError(f"the {self.label} cannot reach their token endpoint ({_said(exc)})",
                                        setting="google_credentials") from None
-            raise TransportError(f"Google token refresh: {_cut(exc)}", endpoint="token") from None
+            raise TransportError(f"Google token refresh: {_said(exc)}", endpoint="token") from None
         except google.auth.exceptions.GoogleAuthError as exc:
-            raise CredentialsError(f"the {self.label} were refused a token ({_cut(exc)})",
+            if token_outage(request.status, bool(getattr(exc, "retryable", False))):
+                raise TransportError(f"Google token refresh: HTTP {request.status or '?'} ({_said(exc)})",
+                                     endpoint="token") from None
+            raise CredentialsError(f"the {self.label} were refused a token ({_said(exc)})",
                                    setting="google_credentials") from None
         return _from_google(self._credentials, self._wall())
 
@@ -331,6 +334,95 @@ class GoogleAuth(TokenCache):
         except (OSError, ValueError) as exc:
             raise CredentialsError(f"the service-account key {path} cannot be read: {type(exc).__name__}",
                                    setting="google_credentials") from None
+
+
+async def _left_on_stop(fn: Callable[[], T]) -> T:
+    """`fn()` (blocking: google-auth's refresh, a provider) in a daemon thread, watched until it ends; a stop leaves it
+    behind. (An anyio worker thread is joined as the process exits: a Ctrl-C waited out google-auth's retries and its
+    120 s timeout. The thread only fills a credentials object nobody reads any more.)"""
+    import threading
+
+    import anyio
+
+    out: list[tuple[bool, Any]] = []
+
+    def work() -> None:
+        try:
+            out.append((True, fn()))
+        except BaseException as exc:  # (handed to the waiting task as it is)
+            out.append((False, exc))
+
+    thread = threading.Thread(target=work, name="gatekeeper-google-token", daemon=True)
+    thread.start()
+    wait = 0.002
+    while thread.is_alive():
+        await anyio.sleep(wait)
+        wait = min(wait * 2, 0.05)
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+async def _run(argv: tuple[str, ...]) -> tuple[int, bytes, bytes]:
+    """A command's exit and output; the command killed the moment the wait for it is cancelled (a Ctrl-C, SIGTERM,
+    the timeout). (anyio's `run_process` let a Ctrl-C's one cancellation pass and waited the command out.)"""
+    import anyio
+
+    process = await anyio.open_process(list(argv))
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: Any, into: bytearray) -> None:
+        async for chunk in stream:
+            into.extend(chunk)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain, process.stdout, out)
+            tg.start_soon(drain, process.stderr, err)
+            await process.wait()
+    except BaseException:
+        process.kill()
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+    return process.returncode or 0, bytes(out), bytes(err)
+
+
+def interrupted(returncode: int) -> bool:
+    """Whether a token command's exit is a stop (killed by SIGINT, SIGTERM or SIGHUP, as a terminal's Ctrl-C or a
+    supervisor's stop reaches it with us), not a credential's failure. Pure."""
+    import signal
+
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    return returncode in (*(-s for s in stops), *(128 + s for s in stops))  # (128 + n: a shell's way of saying it)
+
+
+class _Recorded:
+    """google-auth's transport, the status of its last answer kept: its RefreshError does not say it."""
+
+    def __init__(self, request: Callable[..., Any]) -> None:
+        self._request = request
+        self.status: int | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        response = self._request(*args, **kwargs)
+        self.status = getattr(response, "status", None)
+        return response
+
+
+def token_outage(status: int | None, retryable: bool) -> bool:
+    """Whether a token google-auth could not have is the token endpoint out of service (429, a 5xx, or what google-auth
+    itself calls retryable): ridden out as the API's own 5xx, where a refusal (400 invalid_grant) stops. Pure."""
+    return retryable or status in (408, 429) or (status is not None and status >= 500)
+
+
+def _said(exc: Exception) -> str:
+    """What a google-auth error says, without the answer's data it carries as a second argument (a RefreshError is
+    `(message, response_data)`: printed whole, a Python tuple), nor an empty description."""
+    first = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+    return _cut(Exception(first.removesuffix(": None")))
 
 
 def _from_google(credentials: Any, now: float) -> Minted:

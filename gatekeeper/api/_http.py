@@ -50,7 +50,7 @@ FIRST_PARTY = Platform()  # how a client without a platform reads answers: the f
 # follow a long upload, waits longer, and the caller says so before it sends.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=60.0, write=120.0, pool=60.0)
 CREATE_ANSWER_WAIT = 600.0
-NOTICE_AFTER = 5.0  # seconds a failed try and the wait after it take before the retry is announced
+NOTICE_AFTER = 5.0  # seconds a call has been failing (its tries and waits so far, the next wait) before a retry is announced
 CREATE_TIMEOUT = httpx.Timeout(connect=15.0, read=CREATE_ANSWER_WAIT, write=120.0, pool=60.0)
 # Endpoints only the Batches API serves: an answer there that is not the API's means the base URL is wrong.
 _BATCH_READS = frozenset({"list", "retrieve", "cancel"})
@@ -336,7 +336,6 @@ class HttpCalls:
         attempt = 0
         while True:
             attempt += 1
-            tried_at = self._clock()
             try:
                 return await attempt_once()
             except _Retry as retry:
@@ -348,7 +347,7 @@ class HttpCalls:
             delay = next_delay(policy, max(0, attempt - 1), self._rand(), server_wait=wait, overloaded=overloaded)
             if attempt >= policy.max_attempts or self._clock() - started + delay > policy.max_total:
                 raise given_up(self.base_url, self.spoke, failure, self.platform)
-            if self._clock() - tried_at + delay >= NOTICE_AFTER:
+            if self._clock() - started + delay >= NOTICE_AFTER:  # (short tries that add up are a wait too)
                 self._notify(endpoint, url, attempt, failure, delay)
             await self._sleep(delay)
 
@@ -395,9 +394,11 @@ def as_credential_error(auth: Auth, error: ApiError, generation: int) -> ApiErro
 
 def given_up(base_url: str, spoke: bool, failure: Exception, platform: Platform = FIRST_PARTY) -> Exception:
     """The error to raise when the retries are spent: before the API ever answered, the base URL is named, and the
-    settings that make it on its platform."""
+    settings that make it on its platform (not when it was a token endpoint that failed: the API was not asked)."""
     if spoke or not isinstance(failure, (TransportError, ServerError)):
         return failure
+    if isinstance(failure, TransportError) and failure.endpoint == "token":
+        return failure  # (the token endpoint failed, the API was never asked: its URL is not the fault)
     return Unreachable(f"no answer from the API at {base_url} ({failure}); check {platform.where} and "
                        "the network (a proxy is taken from HTTPS_PROXY)", setting=_address(platform))
 

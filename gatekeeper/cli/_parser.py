@@ -420,7 +420,8 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "the line to paste names an identity token file it writes, a rule and an organization")
     p.add_argument("--fault", action="append", type=_fault, default=[], metavar="ROUTE:CODE[:TIMES[:AFTER]]",
                    help="answer the next TIMES calls (default 1) to ROUTE (create, list, retrieve, results, cancel, "
-                   "messages, count_tokens, models, token or *), after AFTER that pass, with CODE (repeatable): an "
+                   "messages, count_tokens, models, token (with --google: the Google token endpoint) or *), after AFTER "
+                   "that pass, with CODE (repeatable): an "
                    "HTTP status (500, 529, 429 ...), lose (create only: the batch is made, its answer dropped), or "
                    "the API's typed error code as the API sends it: ramp_limit_exceeded, load_shedding (a 429 whose details "
                    "are null), enforced_spend_limit_reached, contract_spend_limit_reached, "

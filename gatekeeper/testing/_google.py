@@ -6,8 +6,9 @@ other path is Google's 404 (its own envelope, `status` not `type`). Every call n
 token minted here and not expired (else Google's 401), and the IAM permission its route needs (`PERMISSIONS`; one in
 `denied` is Google's 403 naming it in its ErrorInfo). Tokens are minted at `/token` on the fake itself, by the
 jwt-bearer grant google-auth sends for a service account: its assertion is checked against the key written by
-`write_credentials` (RS256, issuer, audience, expiry), so google-auth runs unmodified against the fake. Results
-URLs name Anthropic's host, as the body the gateway passes on does: a client must fetch them from its own route.
+`write_credentials` (RS256, issuer, audience, expiry), so google-auth runs unmodified against the fake; a fault on
+the "token" route strikes there (`token_fault`). Results URLs name Anthropic's host, as the body the gateway passes
+on does: a client must fetch them from its own route.
 """
 
 from __future__ import annotations
@@ -103,7 +104,11 @@ def unprefixed(h: Wire, g: FakeGoogle) -> bool:
     """The token endpoint, or the path-style route taken off the request's path (True: answered here)."""
     split = urlsplit(h.path)
     if split.path == TOKEN_PATH and h.command == "POST":
-        token_grant(h, g)
+        fake = h.server.fake
+        with fake.org.lock:
+            fake.org.records.requests_seen["token"] = fake.org.records.requests_seen.get("token", 0) + 1
+        if not token_fault(h, g):
+            token_grant(h, g)
         return True
     found = g.unprefix(split.path)
     if found is None:
@@ -169,6 +174,28 @@ def token_grant(h: Wire, g: FakeGoogle) -> None:
         g.issued[token] = time.monotonic() + g.token_life
         g.minted += 1
     h.send_json(200, {"access_token": token, "expires_in": max(1, int(g.token_life)), "token_type": "Bearer"})
+
+
+def token_fault(h: Wire, g: FakeGoogle) -> bool:
+    """A fault injected on the "token" route (`--fault token:503:5`), as Google's token endpoint answers it: OAuth's
+    `{"error", "error_description"}` body (an outage `backend_error`, a 400 `invalid_grant`), a dropped connection,
+    or a delay. True: answered here."""
+    fault = h.server.fake.faults.take("token")
+    if fault is None:
+        return False
+    if fault.kind in ("delay", "delay_after_commit"):
+        h.pause(fault.delay)
+        return False
+    h.read_body()
+    if fault.kind in ("drop", "drop_after_commit"):
+        h.drop()
+        return True
+    if fault.delay:
+        h.pause(fault.delay)
+    error = "invalid_grant" if 400 <= fault.status < 500 and fault.status != 429 else "backend_error"
+    g.refused.append(f"token fault {fault.status}")
+    h.send_json(fault.status, {"error": error, "error_description": fault.message or f"injected fault ({fault.status})"})
+    return True
 
 
 def _deny(h: Wire, g: FakeGoogle, error: str, description: str) -> None:
