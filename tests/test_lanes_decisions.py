@@ -286,6 +286,32 @@ def test_a_short_job_at_the_lowest_limits_runs_within_1_2x_its_ideal(rpm: int, n
     assert lane_seconds(n, rpm / 60) == pytest.approx(took, rel=0.05)
 
 
+@pytest.mark.parametrize(("rpm", "n"), [(600, 1000), (4000, 1500), (4000, 2500), (6000, 10000)])
+def test_at_high_limits_the_ramp_never_trips_the_acceleration_rule_with_calls_a_quarter_second_unevenly_late(
+        rpm: int, n: int) -> None:
+    """A loaded machine's calls reach the API up to 0.2-0.3 s unevenly late: with the windows' edge moved by 0.1 s,
+    issue 58's F3 drew acceleration 429s at 4,000 a minute (simulated: 4, 2.01x the ideal; 9 at 6,000; 4 at 600)."""
+    admitted, records = against_the_fake(rpm, n, jitter=0.25, latency=0.3)
+    assert records.accelerated == 0
+    assert admitted[-1] - admitted[0] <= 1.35 * (n - rpm / 60) / (rpm / 60)
+
+
+@pytest.mark.parametrize(("sent_at", "ramp"), [
+    (None, 0.25),  # (not said when it went: a 429 of its own)
+    (0.5, 0.5),    # sent before the first 429 cut the share: the same burst's, answered by that cut
+    (1.5, 0.25),   # sent after it: a 429 of its own, and the share is halved again
+])
+def test_a_burst_of_429s_halves_the_share_once(sent_at: float | None, ramp: float) -> None:
+    """At a high limit, dozens of calls are out when the first 429 comes: each halving the share left 1/16 of it
+    after four, and the lane crawled (issue 58's F3: 2,500 requests in 65 s where the lane needed 40)."""
+    p = Pace(0.0)
+    p.seed(4000, 10**9, 10**9)
+    p.refused({}, 1.0, 1.0, 0.9)
+    assert p.ramp == 0.5
+    p.refused({}, 1.0, 1.0, sent_at)
+    assert p.ramp == ramp
+
+
 def test_batch_alone_counts_waves_of_the_turnaround() -> None:
     assert batch_alone(requests=10, rounds=2, turn=1000, window=2100)
     assert not batch_alone(requests=10, rounds=3, turn=1000, window=2100)

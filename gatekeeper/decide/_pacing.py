@@ -18,10 +18,12 @@ when it ends, and cache reads do not count against input tokens. `Pace` mirrors 
   "twice the window before, past half the limit", counted in whole requests, even at 2 or 3 requests a window
   (a continuous ramp crossed it there, every few seconds, at 50-90 requests a minute). The windows are counted on
   our own sends, their common edge moved by `EDGE` each way (a call reaches the API some milliseconds after we
-  count it, and not always the same); a call refused with a 429 is taken out (it was not let through). Full pace
-  comes in the third window: about half a window lost, whatever the job's size (docs/performance.md);
+  count it, and not always the same; `WIDE_EDGE` at higher limits, where a skew moves whole calls); a call refused
+  with a 429 is taken out (it was not let through). Full pace comes in the third window: about half a window lost,
+  whatever the job's size (docs/performance.md);
 - a 429 halves the share of the request limit in use, which then grows back by `RAMP_STEP` every `RAMP_EVERY`
-  seconds;
+  seconds; once for a burst: the 429s of calls sent before that cut (out at once, at a high limit) do not halve it
+  again;
 - a 429's `retry-after` is obeyed whatever its length; 5xx and dropped connections back off exponentially, a
   529 (load across all users) four times harder.
 """
@@ -39,6 +41,9 @@ WINDOW = 5.0  # seconds: the span an acceleration rule is taken to compare with 
 COLD_SHARE = 0.5  # of a window's worth of the request limit, at most, in a window with nothing before it
 GROWTH = 1.9  # times the window before, at most, in any later window
 EDGE = 0.1  # seconds the two windows' common edge is moved by, each way (calls reach the API unevenly late)
+# ... and from `WIDE_FROM` requests a window (120 a minute), where a skew moves whole calls across it: a loaded
+# machine's calls reach the API up to 0.2-0.3 s unevenly late, and at 4,000 a minute 0.1 s drew acceleration 429s
+WIDE_EDGE, WIDE_FROM = 0.25, 10.0
 RAMP_STEP, RAMP_EVERY = 1.6, 5.0  # after a 429 halved it, the share in use grows back by 1.6 every 5 s
 RAMP_FLOOR = 0.075  # the least share a run of 429s leaves
 ROUNDING = 500  # token `remaining` values are rounded to the nearest thousand: take the low side
@@ -101,6 +106,7 @@ class Pace:
     ramp: float = 1.0  # the share of the request limit in use: halved by a 429, grown back after
     ramp_from: float = 1.0  # the ramp at `ramp_at`, from which it grows
     ramp_at: float = field(init=False)
+    cut_at: float = float("-inf")  # when a 429 last halved the share: the calls sent before it do not halve it again
     sends: list[float] = field(default_factory=list)  # when the calls of the last two windows went, in order
     paused_until: float = 0.0
     failures: int = 0  # failed calls in a row (5xx, 529, dropped): the exponent of the backoff
@@ -148,8 +154,9 @@ class Pace:
         """Our calls in the window ending at `at` (its edge moved back by EDGE: a call we count as older may reach the
         API later than one we count as newer), in the window before it (narrowed by EDGE at both ends), and the
         oldest call in the recent one."""
-        edge = bisect.bisect_right(self.sends, at - WINDOW - EDGE)
-        start = bisect.bisect_right(self.sends, at - 2 * WINDOW + EDGE)
+        skew = WIDE_EDGE if self.requests.limit * WINDOW / 60.0 >= WIDE_FROM else EDGE
+        edge = bisect.bisect_right(self.sends, at - WINDOW - skew)
+        start = bisect.bisect_right(self.sends, at - 2 * WINDOW + skew)
         return len(self.sends) - edge, edge - start, self.sends[edge] if edge < len(self.sends) else None
 
     def sent(self, cost: Cost, now: float) -> float:
@@ -198,8 +205,10 @@ class Pace:
         wait = retry_after if retry_after is not None else _until_reset(headers, now)
         self.paused_until = max(self.paused_until, now + (wait if wait is not None else 1.0))
         self._grow(now)
+        if sent_at is not None and sent_at < self.cut_at:
+            return  # (sent before the last cut: the same burst's 429, already answered by it; four at once left 1/16)
         self.ramp = self.ramp_from = max(RAMP_FLOOR, self.ramp / 2)
-        self.ramp_at = now
+        self.ramp_at = self.cut_at = now
 
     def failed(self, now: float, rand: float, *, overloaded: bool = False) -> float:
         """A 5xx, a 529 (`overloaded`) or a dropped connection: the wait before this model's next call."""
