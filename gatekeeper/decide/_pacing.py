@@ -147,17 +147,21 @@ class Pace:
                 return at - now
             if first is None:
                 break
-            at = first + WINDOW + EDGE + 1e-6  # (when the oldest call of the recent window leaves it)
+            at = first + WINDOW + self._skew() + 1e-6  # (when the oldest call of the recent window leaves it)
         return max(at - now, 1e-3)
 
     def _windows(self, at: float) -> tuple[int, int, float | None]:
         """Our calls in the window ending at `at` (its edge moved back by EDGE: a call we count as older may reach the
         API later than one we count as newer), in the window before it (narrowed by EDGE at both ends), and the
         oldest call in the recent one."""
-        skew = WIDE_EDGE if self.requests.limit * WINDOW / 60.0 >= WIDE_FROM else EDGE
+        skew = self._skew()
         edge = bisect.bisect_right(self.sends, at - WINDOW - skew)
         start = bisect.bisect_right(self.sends, at - 2 * WINDOW + skew)
         return len(self.sends) - edge, edge - start, self.sends[edge] if edge < len(self.sends) else None
+
+    def _skew(self) -> float:
+        """Seconds the windows' common edge is moved by, each way: `WIDE_EDGE` where a skew moves whole calls."""
+        return WIDE_EDGE if self.requests.limit * WINDOW / 60.0 >= WIDE_FROM else EDGE
 
     def sent(self, cost: Cost, now: float) -> float:
         """A request went: its cost taken (at a share under 1, a request takes more of the request bucket), and it
