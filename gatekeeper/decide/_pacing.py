@@ -18,9 +18,8 @@ when it ends, and cache reads do not count against input tokens. `Pace` mirrors 
   "twice the window before, past half the limit", counted in whole requests, even at 2 or 3 requests a window
   (a continuous ramp crossed it there, every few seconds, at 50-90 requests a minute). The windows are counted on
   our own sends, their common edge moved by `EDGE` each way (a call reaches the API some milliseconds after we
-  count it, and not always the same; `WIDE_EDGE` at higher limits, where a skew moves whole calls); a call refused
-  with a 429 is taken out (it was not let through). Full pace comes in the third window: about half a window lost,
-  whatever the job's size (docs/performance.md);
+  count it, and not always the same); a call refused with a 429 is taken out (it was not let through). Full pace
+  comes in the third window: about half a window lost, whatever the job's size (docs/performance.md);
 - a 429 halves the share of the request limit in use, which then grows back by `RAMP_STEP` every `RAMP_EVERY`
   seconds; once for a burst: the 429s of calls sent before that cut (out at once, at a high limit) do not halve it
   again;
@@ -41,9 +40,6 @@ WINDOW = 5.0  # seconds: the span an acceleration rule is taken to compare with 
 COLD_SHARE = 0.5  # of a window's worth of the request limit, at most, in a window with nothing before it
 GROWTH = 1.9  # times the window before, at most, in any later window
 EDGE = 0.1  # seconds the two windows' common edge is moved by, each way (calls reach the API unevenly late)
-# ... and from `WIDE_FROM` requests a window (120 a minute), where a skew moves whole calls across it: a loaded
-# machine's calls reach the API up to 0.2-0.3 s unevenly late, and at 4,000 a minute 0.1 s drew acceleration 429s
-WIDE_EDGE, WIDE_FROM = 0.25, 10.0
 RAMP_STEP, RAMP_EVERY = 1.6, 5.0  # after a 429 halved it, the share in use grows back by 1.6 every 5 s
 RAMP_FLOOR = 0.075  # the least share a run of 429s leaves
 ROUNDING = 500  # token `remaining` values are rounded to the nearest thousand: take the low side
@@ -147,21 +143,16 @@ class Pace:
                 return at - now
             if first is None:
                 break
-            at = first + WINDOW + self._skew() + 1e-6  # (when the oldest call of the recent window leaves it)
+            at = first + WINDOW + EDGE + 1e-6  # (when the oldest call of the recent window leaves it)
         return max(at - now, 1e-3)
 
     def _windows(self, at: float) -> tuple[int, int, float | None]:
         """Our calls in the window ending at `at` (its edge moved back by EDGE: a call we count as older may reach the
         API later than one we count as newer), in the window before it (narrowed by EDGE at both ends), and the
         oldest call in the recent one."""
-        skew = self._skew()
-        edge = bisect.bisect_right(self.sends, at - WINDOW - skew)
-        start = bisect.bisect_right(self.sends, at - 2 * WINDOW + skew)
+        edge = bisect.bisect_right(self.sends, at - WINDOW - EDGE)
+        start = bisect.bisect_right(self.sends, at - 2 * WINDOW + EDGE)
         return len(self.sends) - edge, edge - start, self.sends[edge] if edge < len(self.sends) else None
-
-    def _skew(self) -> float:
-        """Seconds the windows' common edge is moved by, each way: `WIDE_EDGE` where a skew moves whole calls."""
-        return WIDE_EDGE if self.requests.limit * WINDOW / 60.0 >= WIDE_FROM else EDGE
 
     def sent(self, cost: Cost, now: float) -> float:
         """A request went: its cost taken (at a share under 1, a request takes more of the request bucket), and it
