@@ -286,6 +286,32 @@ def test_a_short_job_at_the_lowest_limits_runs_within_1_2x_its_ideal(rpm: int, n
     assert lane_seconds(n, rpm / 60) == pytest.approx(took, rel=0.05)
 
 
+@pytest.mark.parametrize(("rpm", "n", "bound"), [(4000, 1500, 1.45), (4000, 2500, 1.3), (6000, 10000, 1.12)])
+def test_at_high_limits_a_burst_of_429s_costs_little(rpm: int, n: int, bound: float) -> None:
+    """A loaded machine's calls reach the API up to 0.2 s unevenly late and draw acceleration 429s at high limits
+    (issue 58's F3): the dozens of calls out at once are refused together, and each halving the share again left
+    1/16 of it (simulated: 2.01x the ideal at 4,000 a minute, 1.59x for 2,500, 1.22x at 6,000)."""
+    admitted, records = against_the_fake(rpm, n, jitter=0.2)
+    assert records.accelerated > 0  # (the case: the ramp's 0.1 s edge does not cover 0.2 s)
+    assert admitted[-1] - admitted[0] <= bound * (n - rpm / 60) / (rpm / 60)
+
+
+@pytest.mark.parametrize(("sent_at", "ramp"), [
+    (None, 0.25),  # (not said when it went: a 429 of its own)
+    (0.5, 0.5),    # sent before the first 429 cut the share: the same burst's, answered by that cut
+    (1.5, 0.25),   # sent after it: a 429 of its own, and the share is halved again
+])
+def test_a_burst_of_429s_halves_the_share_once(sent_at: float | None, ramp: float) -> None:
+    """At a high limit, dozens of calls are out when the first 429 comes: each halving the share left 1/16 of it
+    after four, and the lane crawled (issue 58's F3: 2,500 requests in 65 s where the lane needed 40)."""
+    p = Pace(0.0)
+    p.seed(4000, 10**9, 10**9)
+    p.refused({}, 1.0, 1.0, 0.9)
+    assert p.ramp == 0.5
+    p.refused({}, 1.0, 1.0, sent_at)
+    assert p.ramp == ramp
+
+
 def test_batch_alone_counts_waves_of_the_turnaround() -> None:
     assert batch_alone(requests=10, rounds=2, turn=1000, window=2100)
     assert not batch_alone(requests=10, rounds=3, turn=1000, window=2100)
@@ -561,3 +587,53 @@ def test_while_a_batch_is_live_held_work_moves_with_it_and_earlier() -> None:
 
     assert at(3300.0, 0.0) == ((), ())              # without it, too early for either
     assert at(3300.0, 300.0) == ((0,), (1,))        # with it, both at once
+
+
+@pytest.mark.parametrize(("lane", "need", "expected"), [
+    (10, None, False),   # this piece alone: its last chance (3,530 s in) has not come
+    (10, 200, False),    # all the work known to miss needs 200 s: its last chance, 3,340 s in, has not come either
+    (10, 3600, True),    # ... it needs all the time left: this piece moves with the rest, not at its own later chance
+    (3600, 10, True),    # a `need` shorter than the piece's own time never delays it
+])
+def test_the_last_chance_is_that_of_all_the_work_known_to_miss(lane: float, need: float | None, expected: bool) -> None:
+    """Judged piece by piece, each had its own later last chance, and a reading between them moved none: the work a
+    minute late (seed 5908)."""
+    assert worth_moving(now=NOW, deadline=NOW + 3600, finish=NOW + 9000, lane=lane, slack=60, need=need) is expected
+
+
+@pytest.mark.parametrize(("now", "live", "expected"), [
+    # three held batches of 5 known to miss (1 s of lane a request), 90 s to read a canceled batch's results: the last
+    # chance of all three is 3,540 - 15 - 90 = 3,435; judged piece by piece, the first had its own at 3,445, and a
+    # reading at 3,436 moved none (the next came a minute later)
+    (3436.0, [], ((), (1, 2, 3))),
+    (3434.0, [], ((), ())),
+    # a live batch stalled behind them: its cancel counts in the time all of it needs (20 requests: 3,430)
+    (3430.0, [JobBatch(0, 5, 3000.0, 0)], ((0,), (1, 2, 3))),
+    (3428.0, [JobBatch(0, 5, 3000.0, 0)], ((), ())),
+])
+def test_work_known_to_miss_moves_together_at_the_last_chance_of_all_of_it(
+        now: float, live: list[JobBatch], expected: tuple[tuple[int, ...], tuple[int, ...]]) -> None:
+    m = moves(now=now, deadline=3600.0, live=live, held=[Held(i, 5) for i in (1, 2, 3)], turn=3000.0,
+              lane_time=lambda n: n * 1.0, queued=0, slack=60, collect=90.0)
+    assert (m.cancel, m.move) == expected
+
+
+@pytest.mark.parametrize(("now", "collect", "evidence", "moved"), [
+    # a batch not yet created, known to miss (the job's batches show 600 s with nothing done), 10 s of lane: its last
+    # chance comes `collect` earlier even with no batch live (created past it, it could come back only through a
+    # cancel and its collection) ...
+    (3440.0, 90.0, 600.0, True),
+    (3440.0, 0.0, 600.0, False),
+    (3530.0, 0.0, 600.0, True),
+    # ... and its end in the lane is not pushed back by it (it goes at once): 3,515, sooner than what the batches show
+    # (3,565); with the collection counted it would be 3,605, past that and the deadline, and it would stay
+    (3505.0, 90.0, 60.0, True),
+])
+def test_held_work_moves_before_it_is_created_past_its_last_chance(now: float, collect: float, evidence: float,
+                                                                   moved: bool) -> None:
+    """A primer whose creates went unanswered for 28 minutes, created at last 44 s before the deadline less the slack,
+    then canceled and read after the deadline (seed 11294): held work's last chance keeps the collection's time, its
+    end in the lane does not."""
+    m = moves(now=now, deadline=3600.0, live=[], held=[Held(1, 10)], turn=3600.0, lane_time=lambda n: n * 1.0,
+              queued=0, slack=60, collect=collect, evidence=evidence)
+    assert (m.move == (1,)) is moved

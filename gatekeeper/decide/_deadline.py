@@ -155,14 +155,17 @@ def stalled_for(b: JobBatch, now: float) -> float:
 
 
 def worth_moving(*, now: float, deadline: float, finish: float, lane: float, slack: float = SLACK,
-                 bound: bool = False) -> bool:
+                 bound: bool = False, need: float | None = None) -> bool:
     """Whether work the batch lane is projected to end at `finish` moves now, when the real-time lane needs `lane`
     seconds for it (and what is queued there before it): the batch lane would miss, this is the last chance, and
-    the real-time lane would end it sooner. `bound`: `finish` is only the earliest the batch lane could end it (what
-    the job's batches show before one has ended): the lane then also takes work it ends by the deadline itself,
-    never work it would end later than both."""
+    the real-time lane would end it sooner. `need`: the lane's time for all the work known to miss (`lane` when
+    None): the last chance comes when the lane needs it for all of that, not for this piece alone (the pieces
+    judged one by one had each their own, later, last chance, and a reading between two of them moved none).
+    `bound`: `finish` is only the earliest the batch lane could end it (what the job's batches show before one has
+    ended): the lane then also takes work it ends by the deadline itself, never work it would end later than both."""
     end = now + lane
-    return finish > deadline - slack and now >= deadline - slack - lane and (end < finish or bound and end <= deadline)
+    last = deadline - slack - max(lane, lane if need is None else need)
+    return finish > deadline - slack and now >= last and (end < finish or bound and end <= deadline)
 
 
 def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequence[Held], turn: float,
@@ -174,9 +177,10 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     (`turnaround(..., prior=0)`), and work moves only when it misses on that too (None once one has: `turn` is then
     the job's own); `measured`: whether `lane_time` rests on known limits (else no live batch is canceled); `read`:
     the lane was probed and its limits still not told (work not yet sent may then move on the lowest tier's);
-    `collect`: while a batch is live or one canceled for the deadline gives its requests back, every last chance comes
-    this much earlier (`canceled_collect`; the caller says when), so that what is held moves with what is canceled,
-    the canceled batch's results are read in time, and what it gives back goes to the lane, not into a new batch."""
+    `collect`: every last chance comes this much earlier (`canceled_collect`), so that a live batch's results, once it
+    is canceled, are read in time, what is held moves with what is canceled, and what is held moves before it is
+    created (a batch created past it could come back only through a cancel and its collection); a live batch's end in
+    the lane comes that much later too, a held one's not (it goes to the lane at once)."""
     items: list[tuple[float, float, int, str, int | None]] = [
         (project(b, now, turn), project(b, now, turn if evidence is None else evidence), b.requests - b.done, "live", b.idx)
         for b in live]
@@ -188,17 +192,19 @@ def moves(*, now: float, deadline: float, live: Sequence[JobBatch], held: Sequen
     move: list[int] = []
     pending = False
     probe = False
+    # (the last chance of the work known to miss is when the lane needs all of it: `reading_by` reads then)
+    need = lane_time(backlog + sum(n for _, known, n, _, _ in items if known > deadline - slack)) + collect
     for _, known, n, kind, idx in sorted(items, key=lambda i: -i[0]):  # (the latest projected weighed first)
         if known <= deadline - slack:
             continue  # (not known to miss: projected to on the prior alone, the batch lane is tried)
-        lane = lane_time(backlog + n) + collect
-        if not (measured or read) and now >= deadline - slack - lane:
+        lane = lane_time(backlog + n) + (collect if kind == "live" else 0.0)
+        if not (measured or read) and now >= deadline - slack - max(lane, need):
             probe = True  # (known late, and its last chance by the lowest tier's figures has come: read the limits)
             continue
         # (weighed against what the job's batches show, never the prior: a batch that has waited 20 s of a 45 s window
         # is not given to a lane that would end it a minute past the deadline)
         if not worth_moving(now=now, deadline=deadline, finish=known, lane=lane, slack=slack,
-                            bound=evidence is not None):
+                            bound=evidence is not None, need=need):
             continue
         if kind == "live" and not measured:
             continue

@@ -21,7 +21,8 @@ when it ends, and cache reads do not count against input tokens. `Pace` mirrors 
   count it, and not always the same); a call refused with a 429 is taken out (it was not let through). Full pace
   comes in the third window: about half a window lost, whatever the job's size (docs/performance.md);
 - a 429 halves the share of the request limit in use, which then grows back by `RAMP_STEP` every `RAMP_EVERY`
-  seconds;
+  seconds; once for a burst: the 429s of calls sent before that cut (out at once, at a high limit) do not halve it
+  again;
 - a 429's `retry-after` is obeyed whatever its length; 5xx and dropped connections back off exponentially, a
   529 (load across all users) four times harder.
 """
@@ -101,6 +102,7 @@ class Pace:
     ramp: float = 1.0  # the share of the request limit in use: halved by a 429, grown back after
     ramp_from: float = 1.0  # the ramp at `ramp_at`, from which it grows
     ramp_at: float = field(init=False)
+    cut_at: float = float("-inf")  # when a 429 last halved the share: the calls sent before it do not halve it again
     sends: list[float] = field(default_factory=list)  # when the calls of the last two windows went, in order
     paused_until: float = 0.0
     failures: int = 0  # failed calls in a row (5xx, 529, dropped): the exponent of the backoff
@@ -198,8 +200,10 @@ class Pace:
         wait = retry_after if retry_after is not None else _until_reset(headers, now)
         self.paused_until = max(self.paused_until, now + (wait if wait is not None else 1.0))
         self._grow(now)
+        if sent_at is not None and sent_at < self.cut_at:
+            return  # (sent before the last cut: the same burst's 429, already answered by it; four at once left 1/16)
         self.ramp = self.ramp_from = max(RAMP_FLOOR, self.ramp / 2)
-        self.ramp_at = now
+        self.ramp_at = self.cut_at = now
 
     def failed(self, now: float, rand: float, *, overloaded: bool = False) -> float:
         """A 5xx, a 529 (`overloaded`) or a dropped connection: the wait before this model's next call."""

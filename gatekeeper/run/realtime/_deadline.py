@@ -68,6 +68,7 @@ class DeadlineKeeper(Part):
         self.deadline = deadline
         self.lane = lane
         self.stalled = 0.0  # the longest any of this run's batches has gone with nothing done (seconds)
+        self.unanswered = 0.0  # the longest a create of this run has gone with its outcome unknown (seconds)
         # batch -> the span it was projected to take when canceled (kept in the journal: a rerun projects with them)
         self.canceled_spans: dict[int, float] = {int(k): float(v) for k, v in
                                                  (self.journal.get_meta("deadline_canceled_spans") or {}).items()}
@@ -77,7 +78,7 @@ class DeadlineKeeper(Part):
         self.closed: str | None = None  # why the lane may not be used this run (the credentials may not call it)
         self._window: float | None = None  # the deadline's window, from the job's first run (`_collect`)
         self.passed_said = False
-        self.recanceled = False  # whether this run asked again for the cancels journaled by a killed run (`_recancel`)
+        self.asked: set[int] = set()  # batches this run asked to cancel and saw canceling (not re-asked on a stale listing)
 
     def _sample(self, n: int = 50) -> None:
         """The lane's projections start from this job's own requests: their models, and the mean cost of the first
@@ -99,8 +100,7 @@ class DeadlineKeeper(Part):
             return
         if not self.sampled:
             self._sample()
-        if not self.recanceled:
-            await self._recancel(snap)
+        await self._recancel(snap)
         m = self.decide(snap)
         if m.probe:  # (then decided again on what it measured: an assumed lane moves nothing)
             if not await self._probe():
@@ -196,7 +196,7 @@ class DeadlineKeeper(Part):
         n += j.groups.pending_count() + j.lane.unanswered()
         if n == 0:
             return wait
-        lane = self.lane.paces.seconds_for(n) + (self._collect() if live or canceled else 0.0)  # (`moves`' last chance)
+        lane = self.lane.paces.seconds_for(n) + self._collect()  # (`moves`' last chance)
         return reading_by(now=self.clock(), deadline=self.deadline, lane=lane, wait=wait,
                           slack=self.settings.deadline_slack)
 
@@ -227,14 +227,17 @@ class DeadlineKeeper(Part):
                                      if r.idx not in canceled) if c is not None and e is not None]
         now = self.clock()
         self.stalled = max([self.stalled, *(stalled_for(b, now) for b in live)])
+        self.unanswered = max([self.unanswered, *(now - r.intent_at for r in j.batches(BatchState.INTENT) if r.intent_at)])
         spans = [*self.canceled_spans.values(), *(project(b, now, 0.0) - b.created for b in live if b.done)]
         turn = turnaround(ended, self.settings.turnaround, self.stalled, spans)
-        # (until one of its batches has ended, the job's own turnaround is unknown: what its batches show decides)
-        evidence = None if any(r.idx not in canceled for r in finished) else turnaround([], 0.0, self.stalled, spans)
+        # (until one of its batches has ended, the job's own turnaround is unknown: what its batches show decides, a
+        # create left unanswered as long as one that waited with nothing done: the batch lane took nothing meanwhile)
+        evidence = None if any(r.idx not in canceled for r in finished) else \
+            turnaround([], 0.0, max(self.stalled, self.unanswered), spans)
         # (a batch canceled for the deadline gives its requests to the lane once it has ended: they are ahead in it)
         coming = sum(r.requests for r in j.batches(BatchState.CREATED, BatchState.ENDED) if r.idx in canceled)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.paces.seconds_for,
-                     collect=self._collect() if live or canceled else 0.0,
+                     collect=self._collect(),
                      queued=j.lane.unanswered() + coming, slack=self.settings.deadline_slack, evidence=evidence,
                      measured=self.lane.paces.measured, read=self._limits_read())
 
@@ -257,17 +260,19 @@ class DeadlineKeeper(Part):
                 raise
             return self._cancel_refused(row, exc)
         reached("deadline-canceled")
+        if status != "ended":  # ("ended" may be a 404 for a batch created a moment before: asked again, `_recancel`)
+            self.asked.add(row.idx)
         self.emit("deadline_cancel", {"batch": row.idx, "id": row.batch_id, "status": status,
                                       "why": "projected to end after the deadline; its unfinished requests go real time"})
 
     async def _recancel(self, snap: Snapshot) -> None:
-        """Once a run: a batch journaled as canceled for the deadline that the listing shows still in progress (the
-        run before was killed between the journal and the cancel) is asked to cancel again."""
-        self.recanceled = True
+        """Each reading: a batch journaled as canceled for the deadline that the listing shows still in progress is
+        asked to cancel again (the run before was killed between the journal and the cancel, or the cancel was
+        answered 404 by a batch created a moment before, which the API may not show yet)."""
         canceled = set(self.journal.get_meta("deadline_canceled") or [])
         for row in self.journal.batches(BatchState.CREATED):
             listed = snap.listed.get(row.batch_id or "")
-            if row.idx in canceled and listed is not None and listed.get("processing_status") == "in_progress":
+            if row.idx in canceled - self.asked and listed is not None and listed.get("processing_status") == "in_progress":
                 await self._cancel(row, self.canceled_spans.get(row.idx, 0.0))
 
     def _cancel_refused(self, row: BatchRow, exc: AuthenticationError) -> None:
