@@ -505,3 +505,24 @@ def test_a_5xx_on_an_upstream_create_keeps_the_batch_in_progress_and_creates_onc
         assert fake.org.records.creates == 1 and fake.org.records.requests_seen["create"] == 2
         assert took >= grace if fault.code is None else took < 60, took
     answered_once(fake, {f"r{i}" for i in range(5)})
+
+
+def test_one_tenants_unsettled_create_holds_back_no_other_size(tmp_path: Path, sdk) -> None:
+    """Tenant A's upstream create is answered a bare 500 (made or not: settled only once the listing's grace has
+    passed); tenant B's create of another size goes at once, not after A's grace (a cold tester's B waited 2 min 7 s
+    behind A with the queue empty). Only a create of the same size could be mistaken for A's."""
+    grace = 20.0
+    with running_fake(rate=1e6, speed=100.0) as fake, gateway(fake, tmp_path, reconcile_grace=grace) as gw:
+        fake.inject(Fault("create", status=500))
+        a = sdk(gw.url, gw.key("team-a")).messages.batches.create(requests=requests(5, "a"))
+        started = time.monotonic()
+        while not fake.org.records.requests_seen.get("create"):
+            assert time.monotonic() - started < 30, "A's job never sent its create"
+            time.sleep(0.05)
+        client_b = sdk(gw.url, gw.key("team-b"))
+        b = client_b.messages.batches.create(requests=requests(7, "b"))
+        done = ended(client_b, b.id, timeout=90)
+        took = time.monotonic() - started
+        assert done.request_counts.succeeded == 7 and took < grace, took  # (B's 7 never waited out A's 5's grace)
+        assert ended(sdk(gw.url, gw.key("team-a")), a.id, timeout=120).request_counts.succeeded == 5
+    answered_once(fake, {*(f"a{i}" for i in range(5)), *(f"b{i}" for i in range(7))})
