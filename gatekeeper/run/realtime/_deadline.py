@@ -39,7 +39,7 @@ from ...decide._deadline import (
 )
 from ...decide._headroom import format_time, parse_time
 from ...decide._pacing import Cost
-from ...state._journal import BatchRow, BatchState
+from ...state._journal import BatchRow, BatchState, Journal
 from ..shared._budget import check_spend
 from ..shared._checkpoints import reached
 from ..shared._inputs import read_at
@@ -106,7 +106,7 @@ class DeadlineKeeper(Part):
             if not await self._probe():
                 return
             m = self.decide(snap)
-        given_back = self._given_back()
+        given_back = _given_back(self.journal)
         if not m.any and not given_back:
             return
         refused = set(self.journal.get_meta("deadline_cancel_refused") or [])
@@ -122,17 +122,6 @@ class DeadlineKeeper(Part):
                 self.emit("to_realtime", {"requests": n, "source": "retry", "deadline": format_time(self.deadline),
                                           "lane_needs_s": self._lane_needs()})
         self.lane.wake.set()
-
-    def _given_back(self) -> bool:
-        """Whether a batch canceled for the deadline has been collected since the last reading (journaled: a kill
-        between its collection and this reading is seen by the rerun): what it gave back goes to the lane, ahead,
-        never into a new batch of the lane that was too slow (`moves` counted it as coming to the lane)."""
-        j = self.journal
-        given = set(j.get_meta("deadline_given_back") or [])
-        new = newly_given_back(j.get_meta("deadline_canceled") or [], [r.idx for r in j.batches(BatchState.COLLECTED)], given)
-        if new:
-            j.set_meta("deadline_given_back", sorted(given | new))
-        return bool(new)
 
     def _say_passed(self) -> None:
         """Once the deadline has passed with work unfinished, say so at once (the run goes on to finish it, in the
@@ -253,6 +242,10 @@ class DeadlineKeeper(Part):
         self.journal.set_meta("deadline_canceled", sorted({*(self.journal.get_meta("deadline_canceled") or []), row.idx}),
                               "deadline_cancel", batch=row.idx, id=row.batch_id)
         reached("deadline-cancel-journaled")
+        await self._ask(row)
+
+    async def _ask(self, row: BatchRow) -> None:
+        """Ask the API to cancel a batch journaled as canceled for the deadline."""
         try:
             status = await self.api.cancel_if_running(str(row.batch_id))
         except AuthenticationError as exc:
@@ -273,7 +266,7 @@ class DeadlineKeeper(Part):
         for row in self.journal.batches(BatchState.CREATED):
             listed = snap.listed.get(row.batch_id or "")
             if row.idx in canceled - self.asked and listed is not None and listed.get("processing_status") == "in_progress":
-                await self._cancel(row, self.canceled_spans.get(row.idx, 0.0))
+                await self._ask(row)  # (journaled already, its budget weighed then: only asked again)
 
     def _cancel_refused(self, row: BatchRow, exc: AuthenticationError) -> None:
         """The credentials may not cancel (an IAM policy without the cancel action): the batch stays live and is
@@ -340,3 +333,13 @@ def _done(batch: dict[str, Any] | None) -> int:
 def _cid(body: bytes) -> str:
     return str(orjson.loads(body)["custom_id"])
 
+
+def _given_back(j: Journal) -> bool:
+    """Whether a batch canceled for the deadline has been collected since the last reading (journaled: a kill between
+    its collection and this reading is seen by the rerun): what it gave back goes to the lane, ahead, never into a
+    new batch of the lane that was too slow (`moves` counted it as coming to the lane)."""
+    given = set(j.get_meta("deadline_given_back") or [])
+    new = newly_given_back(j.get_meta("deadline_canceled") or [], [r.idx for r in j.batches(BatchState.COLLECTED)], given)
+    if new:
+        j.set_meta("deadline_given_back", sorted(given | new))
+    return bool(new)
