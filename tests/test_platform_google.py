@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from gatekeeper import UsageError
-from gatekeeper.testing import FakeGoogle
+from gatekeeper.testing import FakeAPI, FakeGoogle
 from gatekeeper.testing._google import TOKEN_PATH
 from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl
@@ -476,28 +476,35 @@ def _gone(pid: int) -> bool:
 def test_plan_and_status_stop_at_once_while_the_token_command_runs(tmp_path: Path, command: str, sig: int) -> None:
     """SIGINT or SIGTERM to the process alone (not its group) while the token command runs: exit 130 within a
     second or two, the command killed (not waited out, nor the signal lost and the command's answer used)."""
+    path, _ = _job(tmp_path, 3)
+    args = ["plan", str(path)] if command == "plan" else ["status"]
+    with _under_token_command(tmp_path, *args, "--platform", "google") as (run, child, _):
+        sent = time.monotonic()
+        run.send_signal(sig)
+        _, err = run.communicate(timeout=30)
+        took = time.monotonic() - sent
+    assert run.returncode == 130 and took < 5, (run.returncode, took, err[-2000:])
+    assert "Traceback" not in err and _gone(child), err[-2000:]
+
+
+@contextmanager
+def _under_token_command(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], int, FakeAPI]]:
+    """`gatekeeper ARGS` (a session of its own) against the Google fake, its tokens from a slow token command: yielded
+    once the command runs (with its pid), killed at the end if still running."""
     from tests.runs import _environ
 
-    path, _ = _job(tmp_path, 3)
     argv, started = _slow_token_command(tmp_path)
     google = FakeGoogle()
     with running_fake(ceiling=1000, rate=5000, google=google) as fake:
         env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS="",
                          GATEKEEPER_GOOGLE_TOKEN_COMMAND=argv)
-        args = ["plan", str(path)] if command == "plan" else ["status"]
-        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", *args, "--platform", "google"], env=_environ(env),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", *args], env=_environ(env), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            child = _started(run, started)
-            sent = time.monotonic()
-            run.send_signal(sig)
-            _, err = run.communicate(timeout=30)
-            took = time.monotonic() - sent
+            yield run, _started(run, started), fake
         finally:
             if run.poll() is None:
                 run.kill()
-        assert run.returncode == 130 and took < 5, (run.returncode, took, err[-2000:])
-        assert "Traceback" not in err and _gone(child), err[-2000:]
 
 
 def test_status_stops_at_once_while_google_auth_waits_for_its_token_endpoint(tmp_path: Path) -> None:
@@ -533,26 +540,12 @@ def test_ctrl_c_while_the_token_command_runs_is_an_interruption(tmp_path: Path) 
     """SIGINT to the process group (a terminal's Ctrl-C) while GATEKEEPER_GOOGLE_TOKEN_COMMAND runs: the command
     dies of it too, and that is the stop it is (exit 130, the resume line), not a credential failure."""
     path, _ = _job(tmp_path, 3)
-    argv, started = _slow_token_command(tmp_path)
-    google = FakeGoogle()
-    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
-        env = google_env(fake.url, google, tmp_path, GOOGLE_APPLICATION_CREDENTIALS="",
-                         GATEKEEPER_GOOGLE_TOKEN_COMMAND=argv)
-        from tests.runs import _environ
-
-        run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", str(path), *FAST, "--ceiling", "1000"],
-                               env=_environ(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-        try:
-            _started(run, started)
-            os.killpg(run.pid, signal.SIGINT)
-            _, err = run.communicate(timeout=30)
-        finally:
-            if run.poll() is None:
-                run.kill()
-        assert run.returncode == 130, err[-3000:]
-        assert "Resume with:" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    with _under_token_command(tmp_path, "submit", str(path), *FAST, "--ceiling", "1000") as (run, _, fake):
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=30)
         assert fake.org.records.creates == 0
+    assert run.returncode == 130, err[-3000:]
+    assert "Resume with:" in err and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
 
 
 @pytest.mark.parametrize(("fault", "code", "said"), [
