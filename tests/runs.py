@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -106,6 +107,20 @@ def start_and_wait_for_create(args: list[str], env: dict[str, str], fake: FakeAP
     fake.org.wait_for(lambda r: r.creates > 0 or proc.poll() is not None, "the first create", timeout)
     assert fake.org.records.creates > 0, f"the CLI exited ({proc.returncode}) before creating anything"
     return proc
+
+
+def wait_for_journaled_batch(journal: Path, timeout: float = 20) -> None:
+    """Return once the run's journal holds a batch id: the fake's accepting a create comes before the run has read
+    its answer, and a `cancel` in between finds only an unanswered create."""
+    def journaled() -> bool:
+        if not journal.exists():
+            return False
+        with contextlib.closing(sqlite3.connect(f"file:{journal}?mode=ro", uri=True)) as db:
+            try:
+                return db.execute("SELECT 1 FROM batches WHERE batch_id IS NOT NULL").fetchone() is not None
+            except sqlite3.OperationalError:  # (the schema not made yet, or a write in progress)
+                return False
+    wait_until(journaled, f"a batch id in {journal}", timeout)
 
 
 def events(stderr: str) -> list[dict]:

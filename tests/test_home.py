@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -29,6 +30,21 @@ def test_the_state_folder_is_made_for_this_user_only(tmp_path: Path) -> None:
     folder = ensure_home({"GATEKEEPER_HOME": str(tmp_path / "gk")}, "ledger")
     assert folder == tmp_path / "gk" / "ledger" and folder.is_dir()
     assert (folder.stat().st_mode & 0o777) == 0o700
+
+
+def _ensure_many(home: str) -> int:
+    for _ in range(300):
+        ensure_home({"GATEKEEPER_HOME": home}, "ledger")
+    return os.getpid()
+
+
+def test_jobs_starting_at_once_on_one_host_never_refuse_each_other_the_folder(tmp_path: Path) -> None:
+    """Several processes checking the same folder at once (two submits started together; a CI run found one refused,
+    exit 2, its probe file removed by the other): each checks with a probe of its own, so none is refused."""
+    home = str(tmp_path / "gk")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pids = pool.map(_ensure_many, [home] * 4)
+    assert len(set(pids)) >= 2 and not list((tmp_path / "gk" / "ledger").iterdir())
 
 
 def test_a_file_where_the_folder_should_be_is_one_line(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from gatekeeper.testing import FakeAPI, Fault
 from tests.fakes import WS1, WS2, env_for, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create
+from tests.runs import assert_exactly_once, events, gk, output_ids, start, start_and_wait_for_create, wait_for_journaled_batch
 
 FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
@@ -401,6 +401,7 @@ def test_a_cancel_the_credentials_may_not_make_marks_the_job_and_the_batch_runs_
     with running_fake(ceiling=20, rate=0.0, cancel_delay=0.0) as fake:
         fake.inject(Fault("cancel", status=403, error_type="permission_error", message="not allowed to cancel", times=50))
         proc = start_and_wait_for_create(["submit", str(path), *FAST], env_for(fake), fake)
+        wait_for_journaled_batch(_out(path).with_name("journal.sqlite3"))  # (so `cancel` has an id to be refused)
         c = gk(["cancel", str(path)], env_for(fake))
         assert c.returncode == 1 and "Traceback" not in c.stderr, c.stderr
         assert "job marked canceled: nothing new will be sent" in c.stdout and "could not be canceled, for lack of the " \

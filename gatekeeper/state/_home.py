@@ -59,7 +59,8 @@ def ensure_home(environ: Mapping[str, str], *sub: str) -> Path:
     folder = state_home(environ).joinpath(*sub)
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        probe = folder / ".gatekeeper-probe"
+        # One probe per process: two jobs starting at once on one host must not remove each other's.
+        probe = folder / f".gatekeeper-probe-{os.getpid()}"
         probe.touch()
         probe.unlink()
     except OSError as exc:
