@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -30,11 +31,15 @@ from gatekeeper.decide._reconcile import (
     Action,
     candidates_for,
     compared,
+    current_bound,
     decide,
+    lag_retrieved,
     lag_seen,
     lag_shown,
+    lag_since,
     listing_grace,
     nearest_first,
+    newest_made,
 )
 from gatekeeper.decide._settle import classify, errored_line, settle
 
@@ -203,6 +208,37 @@ def test_lag_shown_is_the_longest_a_newly_listed_batch_was_missing() -> None:
     assert lag_shown(listed, {"old"}, before_at) == 7 * 60.0
     assert lag_shown(listed, {"old", "late", "later"}, before_at) == 0.0
     assert lag_shown({}, set(), before_at) == 0.0
+
+
+@pytest.mark.parametrize("grace, lag, bound, expected", [
+    (180.0, 0.0, 20.0, 180.0),  # its newest batch 20 s old: current, the setting
+    (180.0, 0.0, 150.0, 300.0),  # 150 s old: it may lag that long, twice that
+    (180.0, 0.0, math.inf, 12 * 180.0),  # it shows nothing: twelve graces
+    (300.0, 0.0, 5 * 3600.0, ABSENCE_CAP),  # a quiet account (its newest five hours old): an hour at most
+    (10.0, 30.0, math.inf, 120.0),  # a lag seen (60) and nothing current: the longer
+    (180.0, 1000.0, 20.0, 2000.0),  # a lag seen past it: twice the lag seen, as before
+])
+def test_a_listing_never_seen_current_stretches_the_grace(grace: float, lag: float, bound: float, expected: float) -> None:
+    """`bound`: the least a listing was seen to lag at most (the age of the newest batch a reading showed)."""
+    assert listing_grace(grace, lag, bound) == expected
+
+
+def test_the_bound_and_the_lag_a_listing_shows_against_an_earlier_one() -> None:
+    """`current_bound`: the newest listed batch's age (infinite when none); `lag_since`: a batch listed now, made
+    after the earlier listing's newest and before it was read, was missing from it; `lag_retrieved`: a batch
+    retrieved that a listing missed lagged since its making."""
+    def b(minute: float | None) -> dict[str, Any]:
+        return {"created_at": None if minute is None else f"2027-01-04T00:{minute:02.0f}:00Z"}
+
+    at = parse_time("2027-01-04T00:10:00Z") or 0.0
+    assert current_bound({"a": b(2), "b": b(7), "c": b(None)}, at) == 3 * 60.0
+    assert current_bound({}, at) == math.inf
+    listed = {"old": b(0), "late": b(3), "later": b(8), "new": b(12)}
+    assert lag_since(listed, at - 9 * 60.0, at) == 7 * 60.0  # (the earlier newest: minute 1; minute 3 was missing)
+    assert lag_since(listed, None, at) == 10 * 60.0  # (it showed nothing: minute 0 was missing)
+    assert lag_since(listed, at - 60.0, at) == 0.0  # (made before its newest: it may have been shown)
+    assert lag_retrieved(b(4), at) == 6 * 60.0 and lag_retrieved(b(11), at) == 0.0 and lag_retrieved(b(None), at) == 0.0
+    assert newest_made(listed) == at + 2 * 60.0 and newest_made({}) is None
 
 
 def test_lag_seen_is_the_longest_a_batch_of_ours_was_missing() -> None:

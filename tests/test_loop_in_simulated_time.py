@@ -9,10 +9,12 @@ from typing import Any
 import anyio
 import pytest
 
-from gatekeeper import ApiConfig, Secret, SubmitSettings, submit
+from gatekeeper import ApiConfig, Limits, Secret, SubmitSettings, submit
 from gatekeeper.api._queue import connect
 from gatekeeper.run._loop import SubmitLoop
 from gatekeeper.state._journal import Journal
+from gatekeeper.state.ledger._base import Ledger
+from gatekeeper.state.ledger._sqlite import SqliteLedger
 from gatekeeper.testing import Fault
 from tests.fakes import WS1, running_fake
 from tests.helpers import req, write_jsonl
@@ -41,13 +43,14 @@ class SimulatedTime:
 
 
 async def _run_job(tmp_path: Path, fake: Any, sim: SimulatedTime, settings: SubmitSettings,
-                   events: list[tuple[str, dict[str, Any]]]) -> Any:
+                   events: list[tuple[str, dict[str, Any]]], ledger: Ledger | None = None) -> Any:
     journal = Journal.open(tmp_path / "state", clock=sim.clock)
     config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
     try:
         async with connect(config, max_rpm=60_000) as conn:  # the budget's real-time waits are not under test here
             job = SubmitLoop(str(tmp_path / "in.jsonl"), settings, conn, journal, out_path=str(tmp_path / "out.jsonl"),
-                      emit=lambda e, f: events.append((e, f)), stop=anyio.Event(), clock=sim.clock, sleep=sim.sleep)
+                      emit=lambda e, f: events.append((e, f)), stop=anyio.Event(), clock=sim.clock, sleep=sim.sleep,
+                      ledger=ledger)
             await job.prepare()
             return await job.run()
     finally:
@@ -55,12 +58,14 @@ async def _run_job(tmp_path: Path, fake: Any, sim: SimulatedTime, settings: Subm
 
 
 async def test_reconcile_grace_passes_in_simulated_time(tmp_path: Path) -> None:
-    """A create dropped before the server kept it waits out a 180 s grace in simulated time, then is resent once."""
+    """A create dropped before the server kept it, on a listing seen current (it shows a batch made moments before
+    the first reading): it waits out the 180 s grace in simulated time, then is resent once."""
     write_jsonl(tmp_path / "in.jsonl", [req(f"g{i}") for i in range(20)])
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []
     settings = SubmitSettings(ceiling=1000, interval=30.0, reconcile_grace=180.0)
     with running_fake(ceiling=1000, rate=5000) as fake:
+        fake.org.add_batch("wrkspc_1", 7, status="ended")  # (another's, just made: the listing is current)
         fake.inject(Fault("create", kind="drop"))
         with anyio.fail_after(20):
             summary = await _run_job(tmp_path, fake, sim, settings, events)
@@ -69,6 +74,45 @@ async def test_reconcile_grace_passes_in_simulated_time(tmp_path: Path) -> None:
     abandoned = [f for e, f in events if e == "reconciled" and f["outcome"] == "not created"]
     assert abandoned and abandoned[0]["how"] == "absent from listing"
     assert 180.0 < sim.slept < 400.0  # the grace passed on the simulated clock, not the real one
+    assert not [e for e, _ in events if e == "listing_unproven"]
+
+
+async def test_a_listing_never_seen_current_proves_no_absence_before_twelve_graces(tmp_path: Path) -> None:
+    """The night's first create lost on an account whose listing shows nothing: the listing may lag past the grace
+    unseen (swarm seed 63: 15 minutes behind, the batch made, sent again after the grace: paid twice), so absence
+    waits twelve graces (36 simulated minutes at 180 s), said once; then the create is sent again, once."""
+    write_jsonl(tmp_path / "in.jsonl", [req(f"g{i}") for i in range(20)])
+    sim = SimulatedTime()
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = SubmitSettings(ceiling=1000, interval=30.0, reconcile_grace=180.0)
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        fake.inject(Fault("create", kind="drop"))
+        with anyio.fail_after(30):
+            summary = await _run_job(tmp_path, fake, sim, settings, events)
+        assert summary.succeeded == 20 and fake.org.records.creates == 1
+    unproven = [f for e, f in events if e == "listing_unproven"]
+    assert len(unproven) == 1 and unproven[0]["waits_s"] == 12 * 180.0
+    assert 12 * 180.0 < sim.slept < 12 * 180.0 + 200.0
+
+
+async def test_on_a_listing_never_seen_current_the_jobs_other_batches_go_and_show_it(tmp_path: Path) -> None:
+    """With a ledger (one unknown create at a time), the first create lost on a listing that shows nothing: the
+    job's other batches go meanwhile; once one is listed the listing is current, and the lost create is sent again
+    after the plain grace, not twelve."""
+    write_jsonl(tmp_path / "in.jsonl", [req(f"g{i:02d}") for i in range(40)])
+    sim = SimulatedTime()
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = SubmitSettings(ceiling=1000, interval=30.0, reconcile_grace=180.0, limits=Limits(max_requests=10))
+    ledger = SqliteLedger(str(tmp_path / "ledger.db"), "the-job", clock=sim.clock)
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        fake.inject(Fault("create", kind="drop"))
+        with anyio.fail_after(30):
+            summary = await _run_job(tmp_path, fake, sim, settings, events, ledger)
+        assert summary.succeeded == 40 and fake.org.records.creates == 4
+        assert_exactly_once(fake, tmp_path / "out.jsonl", {f"g{i:02d}" for i in range(40)})
+    assert 180.0 < sim.slept < 600.0
+    order = [e for e, f in events if e == "admitted" or e == "reconciled" and f["outcome"] == "not created"]
+    assert order.index("reconciled") >= 1  # (another batch was created before the lost one was settled)
 
 
 async def test_refusal_backoff_doubles_in_simulated_time(tmp_path: Path) -> None:

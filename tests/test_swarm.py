@@ -45,17 +45,8 @@ HOURS = 0.5
 SEEDS = 200
 CHUNK = 4  # seeds a test (50 tests, about 2.5 s of CPU each): run first (conftest.LONG_FIRST), short enough that the
 # workers share them out evenly and none is left running one alone at the end of the suite
-# a listing that lags past the grace before the run could see it lag (the roughness drawn later, `_world._rough`)
-LAG_UNSEEN = ("a listing that lags 450-1800 s, past the jobs' 300 s grace, before any batch was seen to lag: a create "
-              "left unknown (its answer lost, or its run killed mid-create and run again) is taken for never made "
-              "after the grace and sent again, paid twice (batch_once). A run learns the lag from its own answered "
-              "creates missing from the listing and from any batch listed late (`decide._reconcile.lag_shown`), and "
-              "keeps it in its journal for its reruns, but here none had shown yet; docs/exactly-once.md: set the "
-              "grace above the API's lag")
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
-KNOWN: dict[int, str] = {
-    **dict.fromkeys((5, 63, 84, 87, 117, 130, 167, 197, 40010, 40022, 40023, 40033, 40087, 40153, 40172), LAG_UNSEEN),
-}
+KNOWN: dict[int, str] = {}
 # seeds past `SEEDS` that broke a promise in a soak, each run in the suite once fixed (docs/swarm.md lists what each
 # found): priming that never finished (201, 307), a table job's earlier run given the same ledger (581), a refusal
 # lifted after the night with batches one at a time (556, the world's own allowance), an answer lost twice to kills (625), a deadline
@@ -66,9 +57,12 @@ KNOWN: dict[int, str] = {
 # 8126, 10990), another job's unknown creates of any size holding the turn (9964), a one-request refusal that cut
 # every waiting batch to one request (7503), a deadline's work judged at each piece's own last chance, read at the
 # last chance of all of it and moved a minute late (5908), a primer whose creates went unanswered for 28 minutes
-# showing the batch lane nothing late, then created at its last chance (11294)
+# showing the batch lane nothing late, then created at its last chance (11294), a listing lagging 450-1,800 s past the
+# grace before any run saw it lag, a lost create taken for never made and paid twice (40010, 40022, 40023, 40033,
+# 40087, 40153, 40172, 50018, 50023, 50035, 50088; and 5, 63, 84, 87, 117, 130, 167, 197 of `SEEDS`)
 FOUND: tuple[int, ...] = (201, 307, 556, 581, 625, 1436, 1513, 1767, 2576, 2675, 3157, 3498, 3953, 5253, 5268, 5908,
-                          7045, 7208, 7503, 7558, 8126, 9964, 10990, 11294)
+                          7045, 7208, 7503, 7558, 8126, 9964, 10990, 11294, 40010, 40022, 40023, 40033, 40087, 40153,
+                          40172, 50018, 50023, 50035, 50088)
 
 
 # (CPU-bound worlds in simulated time, 0.7 s of CPU a seed on a quiet machine, 4 s at load 17 on 2 cores; a world

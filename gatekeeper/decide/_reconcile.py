@@ -70,12 +70,30 @@ def listing_would_show(sent_at: float, listed_at: float, grace: float) -> bool:
     return listed_at - sent_at > grace
 
 
-def listing_grace(grace: float, lag_seen: float) -> float:
+UNKNOWN_FACTOR = 12.0  # graces a lost create waits, at most, on a listing never seen current (its lag unknown)
+
+
+def listing_grace(grace: float, lag_seen: float, bound: float = 0.0) -> float:
     """How long after a send a listing must be read for a batch's absence from it to prove it was never made:
-    the setting, or twice the longest this run saw a batch of ours (its create answered: it exists) missing from
-    the listing, if longer (capped at `ABSENCE_CAP`). A listing that lags past the setting would otherwise prove a
-    batch that exists absent, and it would be sent again: paid twice."""
-    return max(grace, min(2.0 * lag_seen, ABSENCE_CAP))
+    the setting, or twice the longest this run saw a batch that exists missing from the listing, if longer (capped at
+    `ABSENCE_CAP`). A listing that lags past the setting would otherwise prove a batch that exists absent, and it
+    would be sent again: paid twice.
+
+    `bound` is the most the listing was seen to lag (`current_bound`: the age of the newest batch a reading showed;
+    infinite while it has shown none). A listing never seen current may lag past the setting unseen (swarm seed
+    63: the night's first create lost, a listing 15 minutes behind, nothing else made), so absence waits twice that
+    bound, at most `UNKNOWN_FACTOR` graces (an hour at most): the batch, if made, is listed meanwhile and adopted;
+    a create that made nothing is sent again later, never twice."""
+    unknown = min(2.0 * bound, UNKNOWN_FACTOR * grace, ABSENCE_CAP)
+    return max(grace, min(2.0 * lag_seen, ABSENCE_CAP), unknown)
+
+
+def current_bound(listed: dict[str, dict[str, Any]], listed_at: float) -> float:
+    """The most a listing read at `listed_at` can lag: the age of the newest batch it shows (it would not show that
+    one if it lagged more); infinite when it shows none. A quiet account's bound is loose; any recent batch, ours or
+    another's, tightens it."""
+    newest = newest_made(listed)
+    return math.inf if newest is None else max(0.0, listed_at - newest)
 
 
 def lag_seen(live_unlisted: Iterable[float], listed_at: float) -> float:
@@ -92,6 +110,38 @@ def lag_shown(listed: dict[str, dict[str, Any]], before: set[str], before_at: fl
     answer lost, sent again after the 300 s grace: paid twice)."""
     made = (parse_time(b.get("created_at")) for i, b in listed.items() if i not in before)
     return max((before_at - c for c in made if c is not None and c < before_at), default=0.0)
+
+
+def newest_made(listed: dict[str, dict[str, Any]]) -> float | None:
+    """When the newest batch a listing shows was made (None: it shows none)."""
+    return max((c for b in listed.values() if (c := parse_time(b.get("created_at"))) is not None), default=None)
+
+
+def lag_since(listed: dict[str, dict[str, Any]], newest_before: float | None, before_at: float) -> float:
+    """The lag a listing shows against one read earlier (at `before_at`, its newest batch made at `newest_before`),
+    however long before and by whichever run: a batch listed now, made after that newest yet before that reading,
+    was missing from it (else it would have been the newest), so the listing lagged at least that long. Kept in the
+    journal, this reaches a rerun (swarm seed 5: a run that read an empty listing at 14 minutes, ended by a refusal,
+    then a later run listing a batch made at 0: a lag of 14 minutes at least, where the grace was 5)."""
+    floor = -math.inf if newest_before is None else newest_before
+    made = (parse_time(b.get("created_at")) for b in listed.values())
+    return max((before_at - c for c in made if c is not None and floor < c < before_at), default=0.0)
+
+
+def lag_retrieved(retrieved: dict[str, Any], listed_at: float) -> float:
+    """The lag a batch shows that a listing read at `listed_at` missed and a retrieve then found: it existed since its
+    `created_at`, so the listing lags at least that long (0 when it was made after the listing was read)."""
+    made = parse_time(retrieved.get("created_at"))
+    return 0.0 if made is None else max(0.0, listed_at - made)
+
+
+def unlisted_theirs(reservations: Iterable[Any], owner: str, listed: Iterable[str]) -> list[str]:
+    """Batch ids other submitters confirmed in the ledger (their creates answered: they exist) that a listing misses:
+    retrieved, each shows how far the listing lags before a lost create of ours is taken for never made (swarm seed 5:
+    a listing lagging 900 s against a 300 s grace, a job's first create lost while another job's batch, made 3
+    minutes before, was still unlisted). One the retrieve does not find proves nothing (another workspace's key)."""
+    shown = set(listed)
+    return sorted({r.batch_id for r in reservations if r.owner != owner and r.batch_id and r.batch_id not in shown})
 
 
 def others_in_flight(reservations: Iterable[Any], owner: str) -> tuple[set[str], Counter[int]]:

@@ -87,9 +87,9 @@ class SubmitLoop(Part):
         self.readings = 0  # readings of the queue this run (the first waits are short: `reading_wait`)
         self.preparation = Preparation(self.ctx)
         self.admitter = Admitter(self.ctx)
-        self.reconciler = Reconciler(self.ctx)
         self.collector = Collector(self.ctx, on_result=on_result)
         self.observer = Observer(self.ctx, lambda: self.admitter.ceiling)
+        self.reconciler = Reconciler(self.ctx, self.observer.note_lag)
         self.cancel_sent: set[str] = set()  # batch ids this run has asked the API to cancel
         self.lane = RealtimeLane(self.ctx, write_lock=self.ctx.write_lock, stop=stop,
                                  on_result=on_result)

@@ -22,6 +22,7 @@ from ...api._http import CREATE_ANSWER_WAIT
 from ...decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ...decide._budget import Spend, body_worst
 from ...decide._ownership import id_rank
+from ...decide._reconcile import listing_grace
 from ...input._sizing import Limits, Packer, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
@@ -31,11 +32,18 @@ from ..shared._checkpoints import reached
 from ..shared._inputs import stat_identity
 from ..shared._part import Part, RunContext, Snapshot
 from ..shared._prepare import check_identity
+from ..shared._settings import SubmitSettings
 from ._body import body_digest, stream_body
 from ._collect import custom_id
 from ._evidence import IdPrint
 from ._reprime import PrimingGate
 from ._turns import Turns, others_reserved, wanted
+
+
+def current(snap: Snapshot, settings: SubmitSettings) -> bool:
+    """Whether the listing was seen current enough that a lost create's absence is proven after the grace (its
+    lag seen aside): a listing never seen current waits longer (`decide._reconcile.listing_grace`)."""
+    return snap.grace(settings.reconcile_grace) <= listing_grace(settings.reconcile_grace, snap.lag)
 
 
 class Admitter(Part):
@@ -68,9 +76,10 @@ class Admitter(Part):
         if self.settings.collect_only:
             return
         planned = self.journal.batches(BatchState.PLANNED)
-        if planned and self.ledger.owner and self.journal.count(BatchState.INTENT):
+        if planned and self.ledger.owner and self.journal.count(BatchState.INTENT) and current(snap, self.settings):
             # With a shared ledger, one unknown create at a time: the turn stays ours until it is reconciled (a lone
-            # unnamed candidate, proven at once), never until a rival of the same size ends and is weighed.
+            # unnamed candidate, proven at once), never until a rival of the same size ends and is weighed. On a
+            # listing never seen current the job's other batches go on meanwhile: theirs, listed, show it current.
             self.emit("waiting", {"next": planned[0].requests, "reason": "reconciling",
                                   "unknown_creates": self.journal.count(BatchState.INTENT)})
             return

@@ -3,6 +3,7 @@ counted, and a point on the job's timeline when the queue changed."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ from ..._errors import NotFoundError
 from ...api._queue import read_live, recent_batches
 from ...decide._downloads import BATCH_LIFETIME
 from ...decide._headroom import LIVE_STATES, live_batches, parse_time
-from ...decide._reconcile import lag_seen, lag_shown, listing_grace
+from ...decide._reconcile import current_bound, lag_seen, lag_shown, lag_since, listing_grace, newest_made
 from ...state._journal import BatchRow, BatchState
 from ..shared._part import Part, RunContext, Snapshot
 
@@ -30,6 +31,11 @@ class Observer(Part):
         # (an earlier run's too: a rerun reconciling a create its killed run left unknown has read no listing yet)
         self._lag = float(self.journal.get_meta("listing_lag") or 0.0)
         self._before: tuple[set[str], float] | None = None  # the last listing's ids, and when it was read
+        # kept for reruns: the last listing's newest batch's making and when it was read (`lag_since`), and the least
+        # a listing was seen to lag at most (`current_bound`; none seen: infinite)
+        read = self.journal.get_meta("listing_read") or {}
+        self._read_before = (read.get("newest"), read["at"]) if "at" in read else None
+        self._bound = math.inf if read.get("bound") is None else float(read["bound"])
 
     async def observe(self) -> Snapshot:
         """List the queue over every key; move our batches that ended; count what the listing misses."""
@@ -53,13 +59,24 @@ class Observer(Part):
         mine = self.journal.adoptions.known_batch_ids()
         ours = unseen + sum(r.processing for r in live_batches((b for i, b in listed.items() if i in mine), "ws1"))
         self._record(depth + unseen, ours)
+        self._learn_lag(listed, at)
+        return Snapshot(depth, listed, unseen, at, self._lag, self._bound)
+
+    def _learn_lag(self, listed: dict[str, dict[str, Any]], at: float) -> None:
+        """What this listing says of the listing's lag: batches it shows late (against the last listing, this run's
+        or an earlier run's), ours it still misses, and how current it is at most; kept for reruns."""
         shown = 0.0 if self._before is None else lag_shown(listed, *self._before)
-        self._note_lag(max(lag_seen(self._unlisted.values(), at), shown))
+        if self._read_before is not None:
+            shown = max(shown, lag_since(listed, *self._read_before))
+        self._read_before = (newest_made(listed), at)
+        self._bound = min(self._bound, current_bound(listed, at))
+        bound = None if math.isinf(self._bound) else round(self._bound, 1)
+        self.journal.set_meta("listing_read", {"newest": self._read_before[0], "at": at, "bound": bound})
+        self.note_lag(max(lag_seen(self._unlisted.values(), at), shown))
         self._before = (set(listed), at)
         self._unlisted = {k: sent for k, sent in self._unlisted.items() if k not in listed}
-        return Snapshot(depth, listed, unseen, at, self._lag)
 
-    def _note_lag(self, lag: float) -> None:
+    def note_lag(self, lag: float) -> None:
         """Keep the longest lag seen; say so when it first stretches the grace (a lost create then waits longer)."""
         setting = self.settings.reconcile_grace
         if listing_grace(setting, lag) > listing_grace(setting, self._lag) == setting:

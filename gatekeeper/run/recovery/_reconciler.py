@@ -4,6 +4,7 @@ cannot tell, against the candidates' results (`_evidence`, weighed by `decide._o
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from ..._errors import NotFoundError
@@ -17,11 +18,15 @@ from ...decide._reconcile import (
     carrying,
     compared,
     decide,
+    lag_retrieved,
     ledger_names_the_rest,
+    listing_grace,
+    listing_would_show,
     nearest_first,
     others_in_flight,
     rival_creates,
     rivals_among,
+    unlisted_theirs,
 )
 from ...state._journal import BatchRow, BatchState
 from ...state.ledger._base import NAMED_FOR
@@ -29,13 +34,18 @@ from ..batch._collect import custom_id, missing_verdict
 from ..batch._evidence import Ours, Results, count_ours, learned_relations, our_side, pairs_of, read_results, wanted_ids
 from ..shared._part import Part, RunContext, Snapshot
 
+ASKED_A_READING = 3  # other submitters' unlisted batches retrieved at most, a reading, to learn the listing's lag
+
 
 class Reconciler(Part):
     """Settles the run's unknown creates, one listing at a time. What a decision reads is kept until it is made:
     each candidate's results are downloaded once, our requests read once, each id counted once."""
 
-    def __init__(self, ctx: RunContext) -> None:
+    def __init__(self, ctx: RunContext, note_lag: Callable[[float], None]) -> None:
         super().__init__(ctx)
+        self.note_lag = note_lag  # (the Observer's: it keeps the longest lag seen, for every later listing and rerun)
+        self._theirs: dict[str, dict[str, Any] | None] = {}  # another's batch id -> its retrieve (None: not found)
+        self._said: set[int] = set()  # our batches whose wait past the grace was said (`_unproven`)
         self._ours: dict[int, Ours] = {}
         self._results: dict[tuple[int, str], Results] = {}  # (our batch, candidate id) -> what its results say of it
         self._counts: dict[int, dict[str, int]] = {}
@@ -60,9 +70,41 @@ class Reconciler(Part):
             rivals = rivals_among(candidates, rivals, skew)
             d = decide(candidates, rivals=len(rivals), sent_at=sent_at, listed_at=snap.at, grace=grace,
                        body_complete=row.body_complete, named_after=self._named_after(snap.at))
+            if d.action is Action.ABANDON and row.body_complete:  # (absence as proof: is the listing current?)
+                grace = max(grace, await self._lagging(snap, reservations))
+                d = decide(candidates, rivals=len(rivals), sent_at=sent_at, listed_at=snap.at, grace=grace,
+                           named_after=self._named_after(snap.at))
+            if d.action is Action.WAIT and not candidates:
+                self._unproven(row, snap, sent_at, grace)
             if d.action is Action.COMPARE:
                 d = await self._compare(row, d, sent_at, snap.at, rivals, grace)
             await self._apply(row, d, known)
+
+    async def _lagging(self, snap: Snapshot, reservations: list[Any]) -> float:
+        """The grace the listing's lag asks for, from other submitters' batches the ledger names and the listing
+        misses (`unlisted_theirs`), retrieved: a listing that has not shown a batch made minutes ago proves nothing
+        absent that was sent since (noted, so every later reading and a rerun wait as long)."""
+        unlisted = unlisted_theirs(reservations, self.ledger.owner, snap.listed)
+        for batch_id in [i for i in unlisted if i not in self._theirs][:ASKED_A_READING]:
+            try:
+                self._theirs[batch_id] = await self.api.retrieve_batch(batch_id)
+            except NotFoundError:  # (another workspace's, or not readable yet: no evidence either way)
+                self._theirs[batch_id] = None
+        lag = max((lag_retrieved(b, snap.at) for i in unlisted if (b := self._theirs.get(i))), default=0.0)
+        if lag:
+            self.note_lag(lag)
+        return listing_grace(self.settings.reconcile_grace, max(snap.lag, lag), snap.bound)
+
+    def _unproven(self, row: BatchRow, snap: Snapshot, sent_at: float, grace: float) -> None:
+        """Say once why a lost create waits past the grace: the listing was never seen current (`listing_grace`)."""
+        plain = listing_grace(self.settings.reconcile_grace, snap.lag)
+        if row.idx in self._said or not listing_would_show(sent_at, snap.at, plain):
+            return
+        self._said.add(row.idx)
+        self.emit("listing_unproven", {"batch": row.idx, "waits_s": round(grace, 1),
+                                       "newest_listed_s": None if math.isinf(snap.bound) else round(snap.bound, 1),
+                                       "policy": "a listing never seen current proves nothing absent: the create is "
+                                                 "sent again only after this wait, if its batch has not shown"})
 
     def _named_after(self, now: float) -> float | None:
         """Since when a shared ledger names every other submitter's batch (None: no shared ledger, or a clock skew

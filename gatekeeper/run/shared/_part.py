@@ -29,10 +29,12 @@ class Snapshot:
     unseen: int  # our live requests the listing does not show
     at: float  # the clock when the listing began to be read
     lag: float = 0.0  # the longest this run saw a batch of ours missing from a listing (`listing_grace`)
+    bound: float = 0.0  # the least a listing was seen to lag at most (`current_bound`; infinite: never seen current)
 
     def grace(self, setting: float) -> float:
-        """How long after a send this listing proves a batch absent: `setting`, or longer while the listing lags."""
-        return listing_grace(setting, self.lag)
+        """How long after a send this listing proves a batch absent: `setting`, or longer while the listing lags
+        or was never seen current."""
+        return listing_grace(setting, self.lag, self.bound)
 
 
 @dataclass(frozen=True)
