@@ -213,9 +213,9 @@ def test_lag_shown_is_the_longest_a_newly_listed_batch_was_missing() -> None:
 @pytest.mark.parametrize("grace, lag, bound, expected", [
     (180.0, 0.0, 20.0, 180.0),  # its newest batch 20 s old: current, the setting
     (180.0, 0.0, 150.0, 300.0),  # 150 s old: it may lag that long, twice that
-    (180.0, 0.0, math.inf, 12 * 180.0),  # it shows nothing: twelve graces
-    (300.0, 0.0, 5 * 3600.0, ABSENCE_CAP),  # a quiet account (its newest five hours old): an hour at most
-    (10.0, 30.0, math.inf, 120.0),  # a lag seen (60) and nothing current: the longer
+    (180.0, 0.0, math.inf, 8 * 180.0),  # it shows nothing: eight graces
+    (450.0, 0.0, 5 * 3600.0, ABSENCE_CAP),  # a quiet account (its newest five hours old): an hour at most
+    (10.0, 30.0, math.inf, 80.0),  # a lag seen (60) and nothing current: the longer (eight graces)
     (180.0, 1000.0, 20.0, 2000.0),  # a lag seen past it: twice the lag seen, as before
 ])
 def test_a_listing_never_seen_current_stretches_the_grace(grace: float, lag: float, bound: float, expected: float) -> None:

@@ -77,10 +77,10 @@ async def test_reconcile_grace_passes_in_simulated_time(tmp_path: Path) -> None:
     assert not [e for e, _ in events if e == "listing_unproven"]
 
 
-async def test_a_listing_never_seen_current_proves_no_absence_before_twelve_graces(tmp_path: Path) -> None:
+async def test_a_listing_never_seen_current_proves_no_absence_before_eight_graces(tmp_path: Path) -> None:
     """The night's first create lost on an account whose listing shows nothing: the listing may lag past the grace
     unseen (swarm seed 63: 15 minutes behind, the batch made, sent again after the grace: paid twice), so absence
-    waits twelve graces (36 simulated minutes at 180 s), said once; then the create is sent again, once."""
+    waits eight graces (24 simulated minutes at 180 s), said once; then the create is sent again, once."""
     write_jsonl(tmp_path / "in.jsonl", [req(f"g{i}") for i in range(20)])
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []
@@ -91,14 +91,14 @@ async def test_a_listing_never_seen_current_proves_no_absence_before_twelve_grac
             summary = await _run_job(tmp_path, fake, sim, settings, events)
         assert summary.succeeded == 20 and fake.org.records.creates == 1
     unproven = [f for e, f in events if e == "listing_unproven"]
-    assert len(unproven) == 1 and unproven[0]["waits_s"] == 12 * 180.0
-    assert 12 * 180.0 < sim.slept < 12 * 180.0 + 200.0
+    assert len(unproven) == 1 and unproven[0]["waits_s"] == 8 * 180.0
+    assert 8 * 180.0 < sim.slept < 8 * 180.0 + 200.0
 
 
 async def test_on_a_listing_never_seen_current_the_jobs_other_batches_go_and_show_it(tmp_path: Path) -> None:
     """With a ledger (one unknown create at a time), the first create lost on a listing that shows nothing: the
     job's other batches go meanwhile; once one is listed the listing is current, and the lost create is sent again
-    after the plain grace, not twelve."""
+    after the plain grace, not eight."""
     write_jsonl(tmp_path / "in.jsonl", [req(f"g{i:02d}") for i in range(40)])
     sim = SimulatedTime()
     events: list[tuple[str, dict[str, Any]]] = []

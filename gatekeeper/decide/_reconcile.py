@@ -70,7 +70,7 @@ def listing_would_show(sent_at: float, listed_at: float, grace: float) -> bool:
     return listed_at - sent_at > grace
 
 
-UNKNOWN_FACTOR = 12.0  # graces a lost create waits, at most, on a listing never seen current (its lag unknown)
+UNKNOWN_FACTOR = 8.0  # graces a lost create waits, at most, on a listing never seen current (its lag unknown)
 
 
 def listing_grace(grace: float, lag_seen: float, bound: float = 0.0) -> float:
@@ -82,7 +82,7 @@ def listing_grace(grace: float, lag_seen: float, bound: float = 0.0) -> float:
     `bound` is the most the listing was seen to lag (`current_bound`: the age of the newest batch a reading showed;
     infinite while it has shown none). A listing never seen current may lag past the setting unseen (swarm seed
     63: the night's first create lost, a listing 15 minutes behind, nothing else made), so absence waits twice that
-    bound, at most `UNKNOWN_FACTOR` graces (an hour at most): the batch, if made, is listed meanwhile and adopted;
+    bound, at most `UNKNOWN_FACTOR` graces (an hour at most; the swarm's lags reach 6): the batch, if made, is listed meanwhile and adopted;
     a create that made nothing is sent again later, never twice."""
     unknown = min(2.0 * bound, UNKNOWN_FACTOR * grace, ABSENCE_CAP)
     return max(grace, min(2.0 * lag_seen, ABSENCE_CAP), unknown)

@@ -22,7 +22,7 @@ from ...api._http import CREATE_ANSWER_WAIT
 from ...decide._admission import CeilingEstimate, QueueState, admit_round, deferral_wait, recut_size, refusal_wait
 from ...decide._budget import Spend, body_worst
 from ...decide._ownership import id_rank
-from ...decide._reconcile import listing_grace
+from ...decide._reconcile import listing_grace, listing_would_show
 from ...input._sizing import Limits, Packer, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
@@ -40,10 +40,12 @@ from ._reprime import PrimingGate
 from ._turns import Turns, others_reserved, wanted
 
 
-def current(snap: Snapshot, settings: SubmitSettings) -> bool:
-    """Whether the listing was seen current enough that a lost create's absence is proven after the grace (its
-    lag seen aside): a listing never seen current waits longer (`decide._reconcile.listing_grace`)."""
-    return snap.grace(settings.reconcile_grace) <= listing_grace(settings.reconcile_grace, snap.lag)
+def waits_unproven(snap: Snapshot, settings: SubmitSettings, unknown: list[BatchRow]) -> bool:
+    """Whether an unknown create has waited out the grace (its lag seen aside) on a listing never seen current, and
+    so waits longer (`decide._reconcile.listing_grace`): the job's other batches then go, to show it current."""
+    plain = listing_grace(settings.reconcile_grace, snap.lag)
+    return snap.grace(settings.reconcile_grace) > plain and \
+        any(listing_would_show(r.intent_at or 0.0, snap.at, plain) for r in unknown)
 
 
 class Admitter(Part):
@@ -76,12 +78,13 @@ class Admitter(Part):
         if self.settings.collect_only:
             return
         planned = self.journal.batches(BatchState.PLANNED)
-        if planned and self.ledger.owner and self.journal.count(BatchState.INTENT) and current(snap, self.settings):
+        unknown = self.journal.batches(BatchState.INTENT)
+        if planned and self.ledger.owner and unknown and not waits_unproven(snap, self.settings, unknown):
             # With a shared ledger, one unknown create at a time: the turn stays ours until it is reconciled (a lone
             # unnamed candidate, proven at once), never until a rival of the same size ends and is weighed. On a
             # listing never seen current the job's other batches go on meanwhile: theirs, listed, show it current.
             self.emit("waiting", {"next": planned[0].requests, "reason": "reconciling",
-                                  "unknown_creates": self.journal.count(BatchState.INTENT)})
+                                  "unknown_creates": len(unknown)})
             return
         now = self.clock()
         bound = self.ceiling if self.ceiling is not None else self.estimate.bound(now)

@@ -58,13 +58,16 @@ class Reconciler(Part):
         reservations = await self.ledger.reservations()
         theirs, _ = others_in_flight(reservations, self.ledger.owner)
         known = self.journal.adoptions.known_batch_ids() | theirs
+        prints = {r.batch: r.ids for r in reservations if r.owner == self.ledger.owner and r.ids}
         now, skew, grace = self.clock(), self.settings.clock_skew, snap.grace(self.settings.reconcile_grace)
         for row in intents:
             sent_at = row.intent_at or 0.0
             candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, skew)
             # (each other unknown create of the size, ours or another's, with the earliest its batch may have been
             # made; another's orphan only if it may fall among our candidates: it shows within the grace, or never)
-            rivals = [Rival(r.intent_at if r.intent_at is not None else -math.inf)
+            # (our own, with the print of the ids each sent where the ledger keeps it: one that sent other ids never
+            # made the candidate that carries ours)
+            rivals = [Rival(r.intent_at if r.intent_at is not None else -math.inf, prints.get(r.idx))
                       for r in intents if r.idx != row.idx and r.requests == row.requests]
             rivals += rival_creates(reservations, self.ledger.owner, row.requests, sent_at - skew, now, grace)
             rivals = rivals_among(candidates, rivals, skew)
