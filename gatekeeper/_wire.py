@@ -19,3 +19,6 @@ EXTRA_KEYS_VARIABLE = "ANTHROPIC_EXTRA_WORKSPACE_KEYS"
 # Any of these set may mean a credential (`api._credentials` reads them in the SDK's order); a profile on disk too.
 CREDENTIAL_VARIABLES = (API_KEY_VARIABLE, EXTRA_KEYS_VARIABLE, "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE",
                         "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_CONFIG_DIR")
+# Where Claude Platform on AWS's credentials come from, as a refusal names them (the library's line and the CLI's
+# setting alike: one text, so the CLI sees the line already says it and adds nothing).
+AWS_CREDENTIALS_HINT = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or ANTHROPIC_AWS_API_KEY"

@@ -126,14 +126,19 @@ def test_a_short_term_key_goes_as_x_api_key(tmp_path: Path) -> None:
 ])
 def test_a_refused_or_missing_credential_is_one_line_exit_2(tmp_path: Path, change: dict[str, str], named: str) -> None:
     """A wrong secret, an expired short-term key, a missing workspace id, region or credentials: exit 2 with one
-    line naming the variable or the credentials (and, for a refusal, the IAM action); nothing of a secret in it."""
+    line naming the variable or the credentials (and, for a refusal, the IAM action), where the credentials come from
+    said once (under --json and in plain text); nothing of a secret in it."""
     path, _ = _job(tmp_path, 5)
     with running_fake(ceiling=1000, rate=5000, aws=FakeAws()) as fake:
         env = aws_env(fake.url, tmp_path, **change)
         proc = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--no-preflight"], env)
         assert fake.org.records.creates == 0
         seen = sum(fake.org.records.requests_seen.values())
+        plain = gk(["status", "--platform", "aws"], env)
     assert proc.returncode == 2, proc.stderr[-2000:]
+    assert plain.returncode == 2 and len(plain.stderr.strip().splitlines()) == 1, plain.stderr[-2000:]
+    for line in (said(proc.stderr)[-1], plain.stderr.strip()):
+        assert line.count("AWS_SECRET_ACCESS_KEY") <= 1 and line.count("AWS_PROFILE") <= 1, line  # (the hint once)
     last = proc.stderr.strip().splitlines()[-1]
     assert named in last and "Traceback" not in proc.stderr
     assert "not/the/secret" not in proc.stderr + proc.stdout and SECRET not in proc.stderr + proc.stdout

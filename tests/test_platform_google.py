@@ -163,10 +163,55 @@ def test_a_wrong_workspace_or_location_names_the_google_settings(tmp_path: Path,
         env["ANTHROPIC_GOOGLE_CLOUD_BASE_URL"] = env["ANTHROPIC_GOOGLE_CLOUD_BASE_URL"].replace(right, where)
         proc = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--no-preflight"], env)
         assert proc.returncode == 2, proc.stderr[-2000:]
-        line = proc.stderr.strip().splitlines()[-1]
+        [line] = proc.stderr.strip().splitlines()
         assert "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID" in line and "ANTHROPIC_GOOGLE_CLOUD_LOCATION" in line, line
+        assert "Google said: Requested entity was not found" in line and where.split("/")[1] in line, line
+        assert "does not answer like the Anthropic API" not in line, line  # (Google's gateway answered, in its envelope)
         assert "ANTHROPIC_BASE_URL" not in line.replace("ANTHROPIC_GOOGLE_CLOUD_BASE_URL", "") and "Traceback" not in proc.stderr
         assert fake.org.records.creates == 0
+
+
+@pytest.mark.parametrize(("wrong", "said"), [
+    ("project", "Permission denied on resource project other-project."),
+    ("service", "Claude API has not been used in project fake-project before or it is disabled."),
+])
+def test_a_project_google_refuses_is_one_line_naming_the_project(tmp_path: Path, wrong: str, said: str) -> None:
+    """A project Google does not know, or one that has not enabled the service (Google's 403, its ErrorInfo's reason
+    CONSUMER_INVALID or SERVICE_DISABLED): submit and status stop with exit 2 in one line naming the project's
+    setting and what Google said (not "does not answer like the Anthropic API", nor a missing IAM permission)."""
+    path, _ = _job(tmp_path, 3)
+    google = FakeGoogle(service_disabled=wrong == "service")
+    with running_fake(ceiling=1000, rate=5000, google=google) as fake:
+        env = google_env(fake.url, google, tmp_path)
+        if wrong == "project":
+            env["ANTHROPIC_GOOGLE_CLOUD_PROJECT"] = "other-project"
+            env["ANTHROPIC_GOOGLE_CLOUD_BASE_URL"] = env["ANTHROPIC_GOOGLE_CLOUD_BASE_URL"].replace(
+                f"projects/{google.project}/", "projects/other-project/")
+        for argv in (["submit", str(path), *FAST, "--ceiling", "1000", "--no-preflight"],
+                     ["status", "--platform", "google"]):
+            proc = gk(argv, env)
+            assert proc.returncode == 2, proc.stderr[-2000:]
+            [line] = proc.stderr.strip().splitlines()
+            project = "other-project" if wrong == "project" else google.project
+            assert "ANTHROPIC_GOOGLE_CLOUD_PROJECT" in line and f"project {project!r}" in line, line
+            assert f"Google said: {said}" in line, line
+            assert "does not answer like" not in line and "IAM permission" not in line, line
+        assert fake.org.records.creates == 0
+
+
+def test_the_fake_refuses_an_unknown_project_as_google_does(tmp_path: Path) -> None:
+    """`fake-api --google`: a route naming another project is Google's 403 PERMISSION_DENIED with an ErrorInfo whose
+    reason is CONSUMER_INVALID and whose consumer is that project."""
+    import httpx
+
+    with _fake_api("--google") as env:
+        origin = env["GATEKEEPER_GOOGLE_CLOUD_ORIGIN"]
+        answer = httpx.get(f"{origin}/v1/projects/nobody/locations/global/workspaces/"
+                           f"{env['ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID']}/invoke/v1/messages/batches")
+    error = answer.json()["error"]
+    assert answer.status_code == 403 and error["status"] == "PERMISSION_DENIED", answer.text
+    [info] = [d for d in error["details"] if d["@type"].endswith("ErrorInfo")]
+    assert info["reason"] == "CONSUMER_INVALID" and info["metadata"]["consumer"] == "projects/nobody", info
 
 
 def test_a_token_command_serves_as_the_token_provider(tmp_path: Path) -> None:

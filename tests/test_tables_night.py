@@ -193,6 +193,33 @@ def test_a_csv_is_read_as_written_unless_types_are_asked_to_be_inferred(tmp_path
     assert j["rejected_count"] == 2 and "is on rows 1, 2" in j["rejected"][0]["reason"]
 
 
+def test_a_csvs_spelling_is_its_request_and_a_frame_does_not_share_a_files_answers(tmp_path: Path) -> None:
+    """As docs/tables.md says: a CSV is text, so `3` written `3.0` the next night is a changed row, bought again (a
+    Parquet column drifting from int64 to double is not: above); written as integers again, the first night's answer
+    is found. The same rows given as a DataFrame do not find the file's answers: they are kept by the table's
+    identity, and every table in memory shares one folder, the file's not."""
+    import pandas as pd
+
+    table = tmp_path / "orders.csv"
+    table.write_text("id,item,qty\no-1,widget,3\no-2,gadget,4\n")
+    args = ["submit", str(table), *_opts(), "--id-column", "id", "--json"]
+    spec = TableSpec.of("Order {id}: {qty} x {item}", MODEL, 20, id_column="id")
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        assert orjson.loads(gk(args, env).stdout)["sent"] == 2
+        table.write_text("id,item,qty\no-1,widget,3.0\no-2,gadget,4\n")
+        assert orjson.loads(gk(args, env).stdout)["sent"] == 1
+        table.write_text("id,item,qty\no-1,widget,3\no-2,gadget,4\n")
+        assert orjson.loads(gk(args, env).stdout)["sent"] == 0
+        frame = pd.DataFrame({"id": ["o-1", "o-2"], "item": ["widget", "gadget"], "qty": [3, 4]})
+        done = submit_table_sync(frame, spec, config=_config(fake), settings=_settings())
+        assert done.sent == 2 and done.by_status == {"succeeded": 2}
+        again = submit_table_sync(frame.copy(), spec, config=_config(fake), settings=_settings())
+        assert again.sent == 0 and again.by_status == {"succeeded": 2}  # (tables in memory share their answers)
+    assert _prompts(fake)[_digest("Order o-1: 3.0 x widget")] == 1
+    assert _prompts(fake)[_digest("Order o-1: 3 x widget")] == 2  # (the file's night, then the DataFrame's)
+
+
 def test_lists_and_structs_render_as_json_and_nan_ids_are_rejected(tmp_path: Path) -> None:
     """A list or struct value is rendered as JSON (not Python's repr); two NaN ids are two rows without an id,
     each rejected, not one id sent once (which crossed their answers)."""

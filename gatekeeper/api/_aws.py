@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._clock import WALL, Clock
 from .._errors import AuthenticationError, UsageError
+from .._wire import AWS_CREDENTIALS_HINT
 from ._config import ApiConfig, Secret
 from ._platform import Platform
 
@@ -39,7 +40,6 @@ ACTIONS = {"create": "CreateBatchInference", "retrieve": "GetBatchInference", "r
 
 
 TIER1_RPM = 50.0  # a workspace's Tier 1: where one starts, with no automatic advancement
-CREDENTIALS_HINT = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or ANTHROPIC_AWS_API_KEY"
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class AwsPlatform(Platform):
         if status not in (401, 403):
             return None
         err = AuthenticationError(f"the {label} were refused for {self.permission(endpoint)} on {SERVICE} "
-                                  f"({message or 'no reason given'}; credentials: {CREDENTIALS_HINT})", **fields)
+                                  f"({message or 'no reason given'}; credentials: {AWS_CREDENTIALS_HINT})", **fields)
         err.setting = "aws_credentials"
         return err
 
@@ -180,9 +180,8 @@ class SigV4Signer:
         except Exception as exc:  # (botocore's ProfileNotFound, a broken config file: one line, never a traceback)
             raise UsageError(f"AWS credentials: {exc}", setting="aws_credentials") from None
         if self._credentials is None:
-            raise UsageError("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
-                             "or run where a role provides them (or give a short-term key in ANTHROPIC_AWS_API_KEY)",
-                             setting="aws_credentials")
+            raise UsageError(f"no AWS credentials found: give {AWS_CREDENTIALS_HINT} (a role: run where one provides "
+                             "them)", setting="aws_credentials")
 
     def headers(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
                 body_sha256: str | None = None) -> dict[str, str]:

@@ -126,13 +126,18 @@ class GooglePlatform(Platform):
             return self.base_url
         return self.origin.rstrip("/") + ORGANIZATION_PATH.format(project=self.project, location=self.location)
 
-    @property
-    def scope(self) -> str:
-        """The project, location and workspace (read from `base_url`'s path when it has them)."""
-        project, location, workspace = self.project, self.location, self.workspace_id
+    def route_names(self) -> tuple[str | None, str, str | None]:
+        """The project, location and workspace the routes name (read from `base_url`'s path when it has them)."""
         m = re.search(r"/projects/([^/]+)/locations/([^/]+)/workspaces/([^/]+)/", (self.base_url or "") + "/")
         if self.base_url is not None and m:
             project, location, workspace = m.groups()
+            return project, location, workspace
+        return self.project, self.location, self.workspace_id
+
+    @property
+    def scope(self) -> str:
+        """The project, location and workspace (read from `base_url`'s path when it has them)."""
+        project, location, workspace = self.route_names()
         if not (project and workspace):
             _, host, port = origin(self.url)
             return "google_" + re.sub(r"[^a-z0-9]+", "_", f"{host}_{port}_{self.url.split('//', 1)[-1]}".lower())
@@ -170,14 +175,23 @@ class GooglePlatform(Platform):
         kind = error.get("type") or error.get("status")
         return str(kind) if kind else None
 
+    def route_refused(self, error: dict[str, Any] | None) -> bool:
+        """Google's envelope (`status`, no `type`): its gateway's own answer, not Anthropic's behind it."""
+        return error is not None and not error.get("type") and bool(error.get("status"))
+
     def refusal(self, status: int, message: str, error: dict[str, Any] | None, endpoint: str, label: str,
                 fields: dict[str, Any]) -> AuthenticationError | None:
-        """Google's refusals, one line each: a permission missing (named, with the resource), a token refused, a
-        project, location or workspace that is not there."""
-        gateway = error is not None and not error.get("type") and bool(error.get("status"))
+        """Google's refusals, one line each: a project it does not know or that has not enabled the service (the
+        project named), a permission missing (named, with the resource), a token refused, a location or workspace
+        that is not there."""
+        gateway = self.route_refused(error)
+        project = self._project_refusal(error, message, label, fields) if gateway else None
+        if project is not None:
+            return project
         if status == 404 and gateway:
-            err = AuthenticationError(f"{self.title} has no such workspace route ({message or 'not found'}): check "
-                                      f"{SETTINGS}", **fields)
+            names = "project {!r}, location {!r}, workspace {!r}".format(*self.route_names())
+            err = AuthenticationError(f"{self.title} has no route for {names} (Google said: {message or 'not found'}): "
+                                      f"check {SETTINGS}", **fields)
             err.setting = "google_workspace"
             return err
         if status == 401:
@@ -196,6 +210,26 @@ class GooglePlatform(Platform):
 
     def permission(self, endpoint: str) -> str:
         return f"{PERMISSIONS.get(endpoint, endpoint)} ({SERVICE})"
+
+    def _project_refusal(self, error: dict[str, Any] | None, message: str, label: str,
+                         fields: dict[str, Any]) -> AuthenticationError | None:
+        """Google's refusal of the project itself (its ErrorInfo's reason): one it does not know, or one that has not
+        enabled the service; None: another refusal."""
+        reason, meta = error_info(error)
+        project = self.route_names()[0] or str(meta.get("consumer", "")).removeprefix("projects/") or "?"
+        said = message or reason
+        if reason == "CONSUMER_INVALID":
+            text = (f"Google Cloud refused project {project!r} (Google said: {said}): check ANTHROPIC_GOOGLE_CLOUD_PROJECT "
+                    f"(the project must exist, be one the {label} may use, and be subscribed to Claude)")
+        elif reason == "SERVICE_DISABLED":
+            service = meta.get("service") or SERVICE
+            text = (f"project {project!r} has not enabled {service} (Google said: {said}): enable it there (gcloud "
+                    f"services enable {service} --project {project}), or check ANTHROPIC_GOOGLE_CLOUD_PROJECT")
+        else:
+            return None
+        err = AuthenticationError(text, **fields)
+        err.setting = "google_project"
+        return err
 
     def repair(self, state: str) -> list[str] | None:
         if state != "queue-limit-unknown":
@@ -219,6 +253,15 @@ class GooglePlatform(Platform):
 
     def legacy_identity(self, config: ApiConfig) -> str:
         return f"google:{self.scope}"
+
+
+def error_info(error: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
+    """The reason and metadata of a Google refusal's ErrorInfo (None, {}: it has none). Pure."""
+    for detail in (error or {}).get("details") or []:
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+            meta = detail.get("metadata")
+            return (str(detail["reason"]) if detail.get("reason") else None), (meta if isinstance(meta, dict) else {})
+    return None, {}
 
 
 def named_permission(error: dict[str, Any] | None, message: str) -> str | None:

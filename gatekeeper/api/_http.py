@@ -84,7 +84,9 @@ def not_the_api(response: httpx.Response, endpoint: str, platform: Platform = FI
     before the API ever answered: the base URL points elsewhere. 429s and 5xx are ridden out first. Pure."""
     if endpoint not in _BATCH_READS or response.status_code == 429 or response.status_code >= 500:
         return False
-    return not looks_like_api(response, platform) or (endpoint == "list" and response.status_code == 404)
+    if not looks_like_api(response, platform):
+        return True  # (a platform's gateway refusing the route itself names that platform's settings instead)
+    return endpoint == "list" and response.status_code == 404 and not platform.route_refused(_error_fields(response)[2])
 
 
 @asynccontextmanager

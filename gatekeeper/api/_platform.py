@@ -93,6 +93,12 @@ class Platform:
         kind = error.get("type")
         return str(kind) if kind else None
 
+    def route_refused(self, error: dict[str, Any] | None) -> bool:
+        """Whether an error object is the platform's own gateway refusing the route (a project, location or workspace
+        it does not serve), which `refusal` names; False: the API's answer (a 404 on the listing then says the base
+        URL points elsewhere)."""
+        return False
+
     def refusal(self, status: int, message: str, error: dict[str, Any] | None, endpoint: str, label: str,
                 fields: dict[str, Any]) -> AuthenticationError | None:
         """A refusal of the credentials (or of where they point), said in one line naming what to fix; None: not one

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._errors import GatekeeperError, UsageError
-from .._wire import API_VERSION, API_VERSION_VARIABLE, CREDENTIAL_VARIABLES
+from .._wire import API_VERSION, API_VERSION_VARIABLE, AWS_CREDENTIALS_HINT, CREDENTIAL_VARIABLES
 from ._render import retry_line
 
 if TYPE_CHECKING:
@@ -34,8 +34,7 @@ FLAGS = {"out": "--out", "state_dir": "--state", "ledger": "--ledger", "only": "
          "lease_ttl": "--lease-ttl", "encoding": "--encoding", "infer_types": "--infer-types", "platform": "--platform (or GATEKEEPER_PLATFORM)",
          "api_version": "--api-version (or GATEKEEPER_API_VERSION)",
          "aws_region": "AWS_REGION", "aws_workspace": "ANTHROPIC_AWS_WORKSPACE_ID",
-         "aws_credentials": "AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role, or "
-                            "ANTHROPIC_AWS_API_KEY"}
+         "aws_credentials": AWS_CREDENTIALS_HINT}
 
 
 def state_dir(args: argparse.Namespace) -> Path:

@@ -367,6 +367,16 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                  description="Serve the fake Message Batches API (gatekeeper.testing) until interrupted.\n\n"
                  "Example usage:\n  gatekeeper fake-api --port 8765 --simulated-ceiling 300000 --rate 5000 --speed 60\n"
                  "  ANTHROPIC_BASE_URL=http://127.0.0.1:8765 ANTHROPIC_API_KEY=test-key-ws1 gatekeeper status")
+    _fake_world_flags(p)
+    _fake_answer_flags(p)
+    _fake_lane_flags(p)
+    _fake_platform_flags(p)
+    _fake_fault_flag(p)
+    _add_json(p)
+
+
+def _fake_world_flags(p: _Parser) -> None:
+    """The fake's world: where it listens, its queue's ceiling and speed, the keys it takes."""
     p.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: any free port)")
     # (not --ceiling: everywhere else that is the ceiling you tell gatekeeper; here it is the one the fake enforces)
     p.add_argument("--simulated-ceiling", type=_positive_int, default=300_000, metavar="N",
@@ -378,6 +388,11 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--workspace-key", action="append", default=None, metavar="KEY",
                    help="a workspace key the fake accepts (repeatable; default test-key-ws1)")
     p.add_argument("--admin-key", default="test-admin-key", metavar="KEY", help="the Admin key it accepts")
+
+
+def _fake_answer_flags(p: _Parser) -> None:
+    """How the fake's answers go wrong or vary: a model that does not exist, usage, lost creates, a lagging listing,
+    its draws' seed."""
     p.add_argument("--error-model", default=None, metavar="MODEL",
                    help="requests for this model end errored with invalid_request_error (a model that does not exist)")
     p.add_argument("--usage", type=_usage_mode, default="count", metavar="MODE",
@@ -390,6 +405,10 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--listing-lag", type=_non_negative_float, default=0.0, metavar="SECONDS",
                    help="how long a new batch is missing from the listing, and answers 404 (default 0)")
     p.add_argument("--seed", type=int, default=1, help="the seed of the fake's draws (default 1)")
+
+
+def _fake_lane_flags(p: _Parser) -> None:
+    """The fake's real-time lane: its limits and latency."""
     lane = p.add_argument_group("the real-time lane (POST /v1/messages), the same limits for every model")
     lane.add_argument("--realtime-rpm", type=_positive_int, default=4_000, metavar="N", help="requests a minute (default 4,000)")
     lane.add_argument("--realtime-itpm", type=_positive_int, default=2_000_000, metavar="N",
@@ -398,6 +417,10 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                       help="output tokens a minute (default 400,000)")
     lane.add_argument("--realtime-latency", type=_non_negative_float, default=0.02, metavar="SECONDS",
                       help="how long an answer takes (default 0.02)")
+
+
+def _fake_platform_flags(p: _Parser) -> None:
+    """Which platform the fake serves as (Claude Platform on AWS, Claude on Google Cloud), or federation only."""
     p.add_argument("--aws", action="store_true",
                    help="serve as Claude Platform on AWS: SigV4 with the access key it prints (or its short-term API key), "
                    "the workspace header, no Admin API; the line to paste sets AWS_REGION, ANTHROPIC_AWS_WORKSPACE_ID, "
@@ -418,6 +441,10 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--federation", type=_positive_float, default=None, metavar="SECONDS",
                    help="take workload identity federation only (API keys refused), with access tokens of SECONDS: "
                    "the line to paste names an identity token file it writes, a rule and an organization")
+
+
+def _fake_fault_flag(p: _Parser) -> None:
+    """--fault: the errors the fake answers on a route."""
     p.add_argument("--fault", action="append", type=_fault, default=[], metavar="ROUTE:CODE[:TIMES[:AFTER]]",
                    help="answer the next TIMES calls (default 1) to ROUTE (create, list, retrieve, results, cancel, "
                    "messages, count_tokens, models, token (with --google: the Google token endpoint) or *), after AFTER "
@@ -428,7 +455,6 @@ def _fake_api_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
                    "linked_organization_spend_limit_reached, linked_organization_billing_unavailable, "
                    "organization_on_hold, workspace_human_review_disabled, cmek_key_disabled, "
                    "claude_code_key_creator_not_member or cmek_key_unreachable")
-    _add_json(p)
 
 
 def _share(text: str) -> float:

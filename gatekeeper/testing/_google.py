@@ -2,7 +2,9 @@
 
 A workspace's routes are `/v1/projects/{project}/locations/{location}/workspaces/{workspace_id}/invoke/v1/...` and
 the organization's `/v1/projects/{project}/locations/{location}/claudeOrganization/invoke/v1/organizations/...`; any
-other path is Google's 404 (its own envelope, `status` not `type`). Every call needs `Authorization: Bearer` with a
+other path is Google's 404 (its own envelope, `status` not `type`), and a route naming another project is Google's 403
+for a project it does not know (`CONSUMER_INVALID`), or, `service_disabled`, the fake's own project's 403 for a
+service not enabled there (`SERVICE_DISABLED`), each with the ErrorInfo Google gives. Every call needs `Authorization: Bearer` with a
 token minted here and not expired (else Google's 401), and the IAM permission its route needs (`PERMISSIONS`; one in
 `denied` is Google's 403 naming it in its ErrorInfo). Tokens are minted at `/token` on the fake itself, by the
 jwt-bearer grant google-auth sends for a service account: its assertion is checked against the key written by
@@ -27,6 +29,7 @@ from ._model import new_id
 if TYPE_CHECKING:
     from ._wire import Wire
 
+SERVICE = "claude.googleapis.com"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TOKEN_PATH = "/token"  # noqa: S105 (a path)
 _WORKSPACE = re.compile(r"^/v1/projects/([^/]+)/locations/([^/]+)/workspaces/([^/]+)/invoke(/.*)$")
@@ -61,6 +64,7 @@ class FakeGoogle:
     token_life: float = 3600.0
     denied: set[str] = field(default_factory=set)  # permissions refused, as `PERMISSIONS` names them
     organization_answers: bool = False
+    service_disabled: bool = False  # the project has not enabled claude.googleapis.com: every route is Google's 403
     minted: int = 0  # tokens issued
     expired_calls: int = 0  # calls refused because their token had expired
     refused: list[str] = field(default_factory=list)  # why each refused call or grant was refused
@@ -90,13 +94,37 @@ class FakeGoogle:
             return m.group(3), "organization"
         return None
 
+    def project_refusal(self, path: str) -> tuple[str, str, dict[str, str]] | None:
+        """Google's refusal of the project a route names (its message, ErrorInfo reason and metadata): one it does not
+        know, or this one while the service is not enabled there; None: the project is served."""
+        m = _WORKSPACE.match(path) or _ORGANIZATION.match(path)
+        if m is None:
+            return None
+        project = m.group(1)
+        meta = {"consumer": f"projects/{project}", "service": SERVICE}
+        if project != self.project:
+            return f"Permission denied on resource project {project}.", "CONSUMER_INVALID", {**meta, "containerInfo": project}
+        if self.service_disabled:
+            return (f"Claude API has not been used in project {project} before or it is disabled. Enable it by visiting "
+                    f"https://console.developers.google.com/apis/api/{SERVICE}/overview?project={project} then retry. "
+                    "If you enabled this API recently, wait a few minutes for the action to propagate to our systems "
+                    "and retry.", "SERVICE_DISABLED", meta)
+        return None
 
-def google_error(h: Wire, status: int, message: str, state: str, permission: str | None = None) -> None:
-    """Google's error envelope (`code`, `message`, `status`; an ErrorInfo naming a refused permission)."""
+
+def google_error(h: Wire, status: int, message: str, state: str, permission: str | None = None,
+                 info: tuple[str, dict[str, str]] | None = None) -> None:
+    """Google's error envelope (`code`, `message`, `status`; an ErrorInfo naming a refused permission, or `info`'s
+    reason and metadata)."""
     error: dict[str, Any] = {"code": status, "message": message, "status": state}
     if permission is not None:
         error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                             "domain": "claude.googleapis.com", "metadata": {"permission": permission}}]
+                             "domain": SERVICE, "metadata": {"permission": permission}}]
+    if info is not None:
+        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": info[0],
+                             "domain": "googleapis.com", "metadata": info[1]},
+                            {"@type": "type.googleapis.com/google.rpc.LocalizedMessage", "locale": "en-US",
+                             "message": message}]
     h.send_json(status, {"error": error})
 
 
@@ -111,10 +139,14 @@ def unprefixed(h: Wire, g: FakeGoogle) -> bool:
             token_grant(h, g)
         return True
     found = g.unprefix(split.path)
-    if found is None:
+    project = g.project_refusal(split.path)
+    if found is None or project is not None:
         if h.command == "POST":
             h.read_body()
-        google_error(h, 404, f"Requested entity was not found: {split.path}", "NOT_FOUND")
+        if project is not None:
+            google_error(h, 403, project[0], "PERMISSION_DENIED", info=project[1:])
+        else:
+            google_error(h, 404, f"Requested entity was not found: {split.path}", "NOT_FOUND")
         return True
     h.path = found[0] + (f"?{split.query}" if split.query else "")
     h.google_scope = found[1]

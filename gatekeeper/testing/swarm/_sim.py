@@ -403,82 +403,119 @@ async def drive(w: Weather, job: DrawnJob, config: ApiConfig, ledger_path: str) 
 async def one_run(w: Weather, job: DrawnJob, proc: Process, stop_after: float | None, settings: SubmitSettings,
                   config: ApiConfig, ledger_path: str, events: list[tuple[float, str, dict[str, Any]]],
                   record: RunRecord, table: TableInput | None = None) -> None:
-    stop = anyio.Event()
+    """One run of `job` as process `proc`: killed at its `Kill`, stopped after `stop_after` seconds, its outcome in
+    `record`."""
+    run = _Run(w, job, proc, settings, config, ledger_path, events, record, table, anyio.Event())
+    await run.supervised(stop_after)
+    run.ended()
 
-    def gate(request: httpx.Request) -> None:
-        if proc.dead:
+
+@dataclass
+class _Run:
+    """One process's run of a job: what its steps share (the world, the job's settings, where its outcome goes)."""
+
+    w: Weather
+    job: DrawnJob
+    proc: Process
+    settings: SubmitSettings
+    config: ApiConfig
+    ledger_path: str
+    events: list[tuple[float, str, dict[str, Any]]]
+    record: RunRecord
+    table: TableInput | None
+    stop: anyio.Event
+    wants: list[tuple[float, int]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.wants = self.w.wants.setdefault(self.job.name, [])
+
+    def gate(self, request: httpx.Request) -> None:
+        """The transport of a killed process sends nothing."""
+        if self.proc.dead:
             raise httpx.ConnectError("killed", request=request)
 
-    wants = w.wants.setdefault(job.name, [])
-
-    def emit(event: str, fields: dict[str, Any]) -> None:
-        if not proc.dead:
-            events.append((w.clock.now() - EPOCH, event, fields))
+    def emit(self, event: str, fields: dict[str, Any]) -> None:
+        """An event the run told, kept with its time (none once killed); a run reconciling wants no room."""
+        if not self.proc.dead:
+            self.events.append((self.w.clock.now() - EPOCH, event, fields))
             if event == "create_unknown" or event == "waiting" and fields.get("reason") == "reconciling":
-                wants.append((w.clock.now() - EPOCH, 0))  # (its claim stands, but it admits nothing until reconciled)
+                self.wants.append((self.w.clock.now() - EPOCH, 0))  # (its claim stands, but it admits nothing until reconciled)
 
-    async def run() -> None:
-        token = _PROCESS.set(proc)  # (every task the run starts inherits it)
+    async def supervised(self, stop_after: float | None) -> None:
+        """The run, with its kill and its stop scheduled; what a killed run raised on its way down dropped."""
+        with anyio.CancelScope() as scope:
+            self.proc.scope = scope
+            try:
+                async with anyio.create_task_group() as tg:
+                    if self.proc.kill_at is not None:
+                        tg.start_soon(self.kill_later, self.proc.kill_at.after)
+                    if stop_after is not None:
+                        tg.start_soon(self.stop_later, stop_after)
+                    await self.run()
+                    tg.cancel_scope.cancel()
+            except BaseException:
+                if not self.proc.dead:
+                    raise  # (whatever a killed run raised on its way down had no effect: its handles were dead)
+
+    async def run(self) -> None:
+        token = _PROCESS.set(self.proc)  # (every task the run starts inherits it)
         try:
-            await submitted()
+            await self.submitted()
         finally:
             _PROCESS.reset(token)
 
-    async def submitted() -> None:
-        ledger = ObservedLedger(ledger_path, f"{job.name}", ttl=LEASE, clock=w.clock.now, liveness=w.liveness(proc),
-                                wants=wants)
-        transport = InProcess(w.fake, w.clock.sleep, gate)
+    async def submitted(self) -> None:
+        """The job's command run once, how it ended put in the record."""
+        ledger = ObservedLedger(self.ledger_path, f"{self.job.name}", ttl=LEASE, clock=self.w.clock.now,
+                                liveness=self.w.liveness(self.proc), wants=self.wants)
+        transport = InProcess(self.w.fake, self.w.clock.sleep, self.gate)
         try:
-            if table is not None:
-                record.how, record.summary = await run_table(job, table, Path(w.root) / job.name, settings, config,
-                                                             on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
-                                                             transport=transport)
-                return
-            summary = await submit(str(Path(w.root) / job.name / f"{job.name}.jsonl"), config=config, settings=settings,
-                                   on_event=emit, stop=stop, ledger=ledger, clock=w.clock,
-                                   transport=transport)
-            record.how, record.summary = "finished", summary.to_json()
-            held = (summary.budget or {}).get("held_back", 0)
-            if summary.pending and summary.pending != held:  # (a budget's stop ends a job with its rest held back)
-                record.how = "unfinished"
+            await self.command(ledger, transport)
         except Interrupted:
-            record.how = "stopped"
+            self.record.how = "stopped"
         except GatekeeperError as exc:
-            record.how = f"error: {type(exc).__name__}: {exc}"
+            self.record.how = f"error: {type(exc).__name__}: {exc}"
         except Exception:
-            record.how = "bug: " + traceback.format_exc(limit=-3).replace("\n", " | ")
+            self.record.how = "bug: " + traceback.format_exc(limit=-3).replace("\n", " | ")
 
-    async def kill_later(after: float) -> None:
-        await w.clock.sleep(after)
-        w.log.append(f"{w.clock_text()} kill {job.name}")
-        proc.kill()
+    async def command(self, ledger: ObservedLedger, transport: InProcess) -> None:
+        """`submit` of the job's file, or its table's run; a job whose rest is not held back by its budget and not
+        answered is unfinished."""
+        w, job, record = self.w, self.job, self.record
+        if self.table is not None:
+            record.how, record.summary = await run_table(job, self.table, Path(w.root) / job.name, self.settings,
+                                                         self.config, on_event=self.emit, stop=self.stop, ledger=ledger,
+                                                         clock=w.clock, transport=transport)
+            return
+        summary = await submit(str(Path(w.root) / job.name / f"{job.name}.jsonl"), config=self.config,
+                               settings=self.settings, on_event=self.emit, stop=self.stop, ledger=ledger, clock=w.clock,
+                               transport=transport)
+        record.how, record.summary = "finished", summary.to_json()
+        held = (summary.budget or {}).get("held_back", 0)
+        if summary.pending and summary.pending != held:  # (a budget's stop ends a job with its rest held back)
+            record.how = "unfinished"
 
-    async def stop_later(after: float) -> None:
-        await w.clock.sleep(after)
-        w.log.append(f"{w.clock_text()} stop {job.name}")
-        stop.set()
+    async def kill_later(self, after: float) -> None:
+        await self.w.clock.sleep(after)
+        self.w.log.append(f"{self.w.clock_text()} kill {self.job.name}")
+        self.proc.kill()
 
-    with anyio.CancelScope() as scope:
-        proc.scope = scope
-        try:
-            async with anyio.create_task_group() as tg:
-                if proc.kill_at is not None:
-                    tg.start_soon(kill_later, proc.kill_at.after)
-                if stop_after is not None:
-                    tg.start_soon(stop_later, stop_after)
-                await run()
-                tg.cancel_scope.cancel()
-        except BaseException:
-            if not proc.dead:
-                raise  # (whatever a killed run raised on its way down had no effect: its handles were dead)
-    proc.ended = True
-    if proc.dead:
-        record.how, record.summary = "killed", None
-        proc.bury()
-    record.how = record.how.replace(w.root, "ROOT")  # (the temporary folder's name: not part of a replay)
-    record.ended = w.clock.now() - EPOCH
-    wants.append((record.ended, 0))
-    w.log.append(f"{w.clock_text()} {job.name} run ends: {record.how[:200]}")
+    async def stop_later(self, after: float) -> None:
+        await self.w.clock.sleep(after)
+        self.w.log.append(f"{self.w.clock_text()} stop {self.job.name}")
+        self.stop.set()
+
+    def ended(self) -> None:
+        """The process gone (a killed one's files closed), the run's end recorded and its claim dropped."""
+        w, proc, record = self.w, self.proc, self.record
+        proc.ended = True
+        if proc.dead:
+            record.how, record.summary = "killed", None
+            proc.bury()
+        record.how = record.how.replace(w.root, "ROOT")  # (the temporary folder's name: not part of a replay)
+        record.ended = w.clock.now() - EPOCH
+        self.wants.append((record.ended, 0))
+        w.log.append(f"{w.clock_text()} {self.job.name} run ends: {record.how[:200]}")
 
 
 async def simulate(world: World, root: str) -> Weather:
