@@ -237,14 +237,15 @@ def test_a_batch_lane_that_will_make_it_is_never_bypassed_even_when_the_rest_mov
 
 @pytest.mark.parametrize(("n", "rate", "sent", "expected"), [
     (0, 10, 0, 0.0),
-    # 10 a second, 50 a window: 25 in the first window (half of it), then 47 (1.9 times 25), then full pace
-    (25, 10, 0, 2.5), (26, 10, 0, 5.1), (72, 10, 0, 9.7), (100, 10, 0, 12.8),
+    # 10 a second, 50 a window: 25 in the first window (half of it), then 47 (1.9 times 25), then full pace; each
+    # window from when the first call of the one before left it, 5.2 s on (EDGE, 0.2 s, after the window's end)
+    (25, 10, 0, 2.5), (26, 10, 0, 5.3), (72, 10, 0, 9.9), (100, 10, 0, 13.2),
     (100, 10, 1000, 10.0),  # a lane past its ramp: the rate alone
-    (10, 10, 20, 3.5),  # mid-ramp: the 21st to 25th in the first window, the other five at the second's start
+    (10, 10, 20, 3.7),  # mid-ramp: the 21st to 25th in the first window, the other five at the second's start
     # 1.5 a second (90 RPM): 4 (3.75 rounded up), 7, then full pace
-    (40, 1.5, 0, 10 + 29 / 1.5),
+    (40, 1.5, 0, 10.4 + 29 / 1.5),
     # under 24 a minute a cold window holds one call (at 18, 1.5 a window): the next is at full pace
-    (3, 0.3, 0, 5 + 2 / 0.3),
+    (3, 0.3, 0, 5.2 + 2 / 0.3),
 ])
 def test_the_lane_needs_time_to_ramp(n: float, rate: float, sent: float, expected: float) -> None:
     assert lane_seconds(n, rate, sent) == pytest.approx(expected)
@@ -286,14 +287,50 @@ def test_a_short_job_at_the_lowest_limits_runs_within_1_2x_its_ideal(rpm: int, n
     assert lane_seconds(n, rpm / 60) == pytest.approx(took, rel=0.05)
 
 
-@pytest.mark.parametrize(("rpm", "n", "bound"), [(4000, 1500, 1.45), (4000, 2500, 1.3), (6000, 10000, 1.12)])
-def test_at_high_limits_a_burst_of_429s_costs_little(rpm: int, n: int, bound: float) -> None:
-    """A loaded machine's calls reach the API up to 0.2 s unevenly late and draw acceleration 429s at high limits
-    (issue 58's F3): the dozens of calls out at once are refused together, and each halving the share again left
-    1/16 of it (simulated: 2.01x the ideal at 4,000 a minute, 1.59x for 2,500, 1.22x at 6,000)."""
-    admitted, records = against_the_fake(rpm, n, jitter=0.2)
-    assert records.accelerated > 0  # (the case: the ramp's 0.1 s edge does not cover 0.2 s)
-    assert admitted[-1] - admitted[0] <= bound * (n - rpm / 60) / (rpm / 60)
+@pytest.mark.parametrize(("rpm", "n", "seed"), [(rpm, n, seed) for rpm, n in ((50, 30), (90, 40), (600, 1000), (4000, 1500),
+                                                                          (4000, 2500)) for seed in (1, 2)]
+                         + [(6000, 10000, 1)])
+def test_calls_reaching_the_api_200_ms_unevenly_late_draw_no_429(rpm: int, n: int, seed: int) -> None:
+    """A loaded machine's calls reach the API up to 0.2 s unevenly late (issue 58's F3: 4 acceleration 429s at 4,000
+    a minute, 2,500 requests in 1.21x the ideal; at 90 a minute other draws met 10 of them, 2.14x). The windows' edge
+    moved by 0.2 s and a reserve of 0.2 s of calls in the request bucket keep every call under the fake's rule and its
+    bucket, and at high limits within 1.2x the ideal (at 50 and 90 each answer's header, read later by the call's
+    lateness, slows the lane instead: `bench_pace.py --jitter 0.2`)."""
+    admitted, records = against_the_fake(rpm, n, jitter=0.2, seed=seed)
+    assert records.accelerated == 0 and records.limited == 0
+    if rpm >= 600:
+        assert admitted[-1] - admitted[0] <= 1.2 * (n - rpm / 60) / (rpm / 60)
+
+
+@pytest.mark.parametrize(("rpm", "level", "wait"), [
+    (4000, 14.0, 0.0),             # 66.7 a second: 13 calls (0.2 s of them) stay in the bucket, the 14th may go
+    (4000, 13.5, 0.5 / (4000 / 60)),
+    (600, 2.5, 0.05),              # 10 a second: 2 stay; 0.5 of a call more to refill
+    (90, 1.0, 0.0),                # 1.5 a second: 0.3 of a call, no whole one: nothing held back
+    (50, 1.0, 0.0),                # (a bucket of one call: never held back)
+])
+def test_the_request_bucket_keeps_a_reserve_of_the_calls_that_may_reach_the_api_bunched(
+        rpm: int, level: float, wait: float) -> None:
+    """Calls sent evenly reach the API up to EDGE unevenly late, bunched: its bucket is then lower than ours by the
+    whole calls of EDGE's worth, which stay in ours (a wait of EDGE once; the rate is the limit's all the same)."""
+    p = Pace(0.0)
+    p.seed(rpm, 10**9, 10**9)
+    p.requests.level = level
+    assert p.wait(Cost(1, 1), 0.0) == pytest.approx(wait)
+
+
+@pytest.mark.parametrize(("sends", "now", "wait"), [
+    ([0.0, 1.2, 2.4], 2.5, 2.7),   # 50 a minute, cold: 3 in the window; the next when the first left it 0.2 s ago
+    ([0.0, 1.2, 2.4], 5.2, 0.0),
+    ([0.0, 1.2, 2.4], 5.15, 0.05),  # (a call 0.2 s late to the API and the next on time still count apart)
+])
+def test_the_ramps_windows_have_their_edge_moved_by_the_lateness_calls_may_have(
+        sends: list[float], now: float, wait: float) -> None:
+    p = Pace(0.0)
+    p.seed(50, 10**9, 10**9)
+    for t in sends:
+        p.sent(Cost(1, 1), t)
+    assert p.window_wait(now) == pytest.approx(wait, abs=1e-5)
 
 
 @pytest.mark.parametrize(("sent_at", "ramp"), [

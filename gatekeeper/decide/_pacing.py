@@ -17,9 +17,13 @@ when it ends, and cache reads do not count against input tokens. `Pace` mirrors 
   more). A judgement: the API's acceleration limits are real and their size unknown; this never crosses a rule of
   "twice the window before, past half the limit", counted in whole requests, even at 2 or 3 requests a window
   (a continuous ramp crossed it there, every few seconds, at 50-90 requests a minute). The windows are counted on
-  our own sends, their common edge moved by `EDGE` each way (a call reaches the API some milliseconds after we
-  count it, and not always the same); a call refused with a 429 is taken out (it was not let through). Full pace
-  comes in the third window: about half a window lost, whatever the job's size (docs/performance.md);
+  our own sends, their common edge moved by `EDGE` each way: a call reaches the API some time after we count it,
+  and not always the same (up to 0.2 s apart on a loaded machine: at 0.1 s, issue 58's F3 met acceleration 429s);
+  a call refused with a 429 is taken out (it was not let through). Full pace comes in the third window: about
+  half a window lost, whatever the job's size (docs/performance.md);
+- for the same reason the request bucket keeps a reserve of the whole calls of `EDGE`'s worth (none under 300 a
+  minute): calls sent evenly may reach the API that much bunched, its bucket then that much lower than ours. A
+  wait of `EDGE` once; the rate is the limit's all the same;
 - a 429 halves the share of the request limit in use, which then grows back by `RAMP_STEP` every `RAMP_EVERY`
   seconds; once for a burst: the 429s of calls sent before that cut (out at once, at a high limit) do not halve it
   again;
@@ -39,7 +43,7 @@ FIRST_RPM, FIRST_ITPM, FIRST_OTPM = 50, 30_000, 8_000  # the lowest tier's, unti
 WINDOW = 5.0  # seconds: the span an acceleration rule is taken to compare with the span before it
 COLD_SHARE = 0.5  # of a window's worth of the request limit, at most, in a window with nothing before it
 GROWTH = 1.9  # times the window before, at most, in any later window
-EDGE = 0.1  # seconds the two windows' common edge is moved by, each way (calls reach the API unevenly late)
+EDGE = 0.2  # seconds calls may reach the API unevenly late: the windows' common edge moves by it each way
 RAMP_STEP, RAMP_EVERY = 1.6, 5.0  # after a 429 halved it, the share in use grows back by 1.6 every 5 s
 RAMP_FLOOR = 0.075  # the least share a run of 429s leaves
 ROUNDING = 500  # token `remaining` values are rounded to the nearest thousand: take the low side
@@ -128,7 +132,9 @@ class Pace:
     def wait(self, cost: Cost, now: float) -> float:
         """Seconds before a request of this cost may go (0: now)."""
         self._grow(now)
-        pace = self.requests.wait(1 / self.ramp, now) if self.ramp < 1 else self.requests.wait(1, now)
+        # (whole calls only: under one, each answer's header, a whole number, would take the reserve back every call)
+        reserve = math.floor(self.requests.limit / 60.0 * EDGE)
+        pace = self.requests.wait((1 / self.ramp if self.ramp < 1 else 1) + reserve, now)
         return max(self.paused_until - now, pace, self.input.wait(cost.input, now), self.output.wait(cost.output, now),
                    self.window_wait(now), 0.0)
 
@@ -238,7 +244,8 @@ def window_allows(before: int, per_window: float) -> int:
 def lane_seconds(n: float, per_second: float, sent: float = 0) -> float:
     """Seconds to send `n` more requests at `per_second` (what the limits sustain) by a lane that has sent `sent`
     since it was last cold: the ramp's windows (`window_allows`: half a window's worth, then 1.9 times the one
-    before, up to full pace), each sending at `per_second` from its start."""
+    before, up to full pace), each sending at `per_second` from its start, a window `EDGE` later than the one
+    before it ends (the first call leaves the ramp's recent window only then)."""
     return max(0.0, _send_time(sent + max(0.0, n), per_second) - _send_time(sent, per_second))
 
 
@@ -248,7 +255,7 @@ def _send_time(m: float, per_second: float) -> float:
     full = rate * WINDOW
     count, start, done = min(full, window_allows(0, full)), 0.0, 0.0
     while count < full and m > done + count:
-        done, start = done + count, start + WINDOW
+        done, start = done + count, start + WINDOW + EDGE
         count = min(full, window_allows(int(count), full))
     return start + (m - done) / rate
 
