@@ -12,8 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from gatekeeper._errors import UsageError
+from gatekeeper._errors import LedgerError, UsageError
 from gatekeeper.run.shared._beats import liveness
+from gatekeeper.state._db import SqliteDb
 from gatekeeper.state._host import process_started
 from gatekeeper.state.ledger._base import ClaimPost, Liveness, grant
 from gatekeeper.state.ledger._local import LocalLedger
@@ -349,6 +350,65 @@ async def test_a_record_not_renewed_for_a_week_is_dropped_whatever_its_machine(t
     rows = {r.owner: r for r in await judge.reservations()}
     assert rows["kept"].live and not rows["gone"].live and rows["gone"].batch_id == "msgbatch_0"
     assert await judge.claim_job("j", {}) is None
+
+
+def _count_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    opened: list[str] = []
+    real = SqliteDb.open
+
+    def counted(cls: type, target: str, *args: object, **kw: object) -> SqliteDb:
+        opened.append(target)
+        return real(target, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SqliteDb, "open", classmethod(counted))
+    return opened
+
+
+async def test_a_sqlite_ledgers_steps_share_one_connection_until_one_fails_the_file_goes_or_it_is_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its steps run on one connection (opening one a step, and the checkpoint at its close, were a fifth of a step's
+    time); after a step that failed, after `close`, and once the file at its path is gone, the next step opens
+    another, which finds what a new submitter would: here no ledger at all."""
+    opened = _count_opens(monkeypatch)
+    path = str(tmp_path / "ledger.db")
+    led = SqliteLedger(path, "a")
+    for k in range(3):
+        assert await led.reserve(k, 10, 100, seen=0)
+    assert len(await led.reservations()) == 3 and len(opened) == 1
+    with pytest.raises(LedgerError, match="no such table"):
+        led._tx(lambda db, now: db.execute("SELECT * FROM missing"))
+    assert len(await led.reservations()) == 3 and len(opened) == 2
+    await led.close()
+    assert len(await led.reservations()) == 3 and len(opened) == 3
+    for suffix in ("", "-wal", "-shm"):
+        Path(path + suffix).unlink(missing_ok=True)
+    with pytest.raises(LedgerError, match="no such table"):
+        await led.reservations()
+    assert len(opened) == 4
+
+
+def test_a_forked_child_opens_a_connection_of_its_own_and_leaves_its_parents_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's rule: a connection is never carried across fork. The child's first step opens its own; the parent
+    goes on with the one it had, its reservation and the child's both there."""
+    opened = _count_opens(monkeypatch)
+    led = SqliteLedger(str(tmp_path / "ledger.db"), "a")
+    count = "SELECT COUNT(*) FROM reservations"
+    led._tx(lambda db, now: db.execute("INSERT INTO reservations (owner, batch, requests, expires_at) VALUES "
+                                       "('parent', 0, 1, 1e12)"))
+    parents = led._db
+    pid = os.fork()
+    if pid == 0:  # (the child: its verdict is its exit status)
+        try:
+            ok = led._db is None and led._tx(lambda db, now: db.execute(
+                "INSERT INTO reservations (owner, batch, requests, expires_at) VALUES ('child', 0, 1, 1e12)")) is not None
+            os._exit(0 if ok and led._db is not parents and len(opened) == 2 else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert led._tx(lambda db, now: db.execute(count).fetchone()[0]) == 2
+    assert led._db is parents and len(opened) == 1
 
 
 async def test_a_redis_ledger_keeps_a_turn_no_longer_than_its_reservation(redis_url: str) -> None:

@@ -99,11 +99,13 @@ class SqliteDb:
         self.path = path  # the file (None in memory): a full disk is told apart by its free space
 
     @classmethod
-    def open(cls, target: str, where: str, error: Error, *, uri: bool = False, path: str | None = None) -> SqliteDb:
-        """`target`: the file, or with `uri` a URI naming it (`path`: that file, for the messages of a full disk)."""
+    def open(cls, target: str, where: str, error: Error, *, uri: bool = False, path: str | None = None,
+             any_thread: bool = False) -> SqliteDb:
+        """`target`: the file, or with `uri` a URI naming it (`path`: that file, for the messages of a full disk);
+        `any_thread`: usable from any thread (the caller lets one use it at a time)."""
         path = path if uri else target
         try:
-            conn = sqlite3.connect(target, isolation_level=None, timeout=30.0, uri=uri)
+            conn = sqlite3.connect(target, isolation_level=None, timeout=30.0, uri=uri, check_same_thread=not any_thread)
         except sqlite3.Error as exc:
             raise error(sqlite_said(where, exc, path)) from exc
         return cls(conn, where, error, path)
