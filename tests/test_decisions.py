@@ -40,6 +40,7 @@ from gatekeeper.decide._reconcile import (
     listing_grace,
     nearest_first,
     newest_made,
+    within_deadline,
 )
 from gatekeeper.decide._settle import classify, errored_line, settle
 
@@ -221,6 +222,18 @@ def test_lag_shown_is_the_longest_a_newly_listed_batch_was_missing() -> None:
 def test_a_listing_never_seen_current_stretches_the_grace(grace: float, lag: float, bound: float, expected: float) -> None:
     """`bound`: the least a listing was seen to lag at most (the age of the newest batch a reading showed)."""
     assert listing_grace(grace, lag, bound) == expected
+
+
+@pytest.mark.parametrize("stretched, latest, expected", [
+    (1440.0, None, 1440.0),  # no deadline: the whole stretch
+    (1440.0, T0 + 3600.0, 1440.0),  # the real-time lane's last chance far enough: the whole stretch
+    (1440.0, T0 + 900.0, 900.0),  # nearer: until that last chance
+    (300.0, T0 + 100.0, 100.0),  # before even the plain grace: that last chance (its requests go real time)
+    (300.0, T0 - 50.0, 0.0),  # already past it: at once
+])
+def test_a_deadline_cuts_an_unknown_creates_wait_at_the_lanes_last_chance(stretched: float, latest: float | None,
+                                                                          expected: float) -> None:
+    assert within_deadline(stretched, T0, latest) == expected
 
 
 def test_the_bound_and_the_lag_a_listing_shows_against_an_earlier_one() -> None:

@@ -88,6 +88,19 @@ def listing_grace(grace: float, lag_seen: float, bound: float = 0.0) -> float:
     return max(grace, min(2.0 * lag_seen, ABSENCE_CAP), unknown)
 
 
+def within_deadline(stretched: float, sent_at: float, latest: float | None) -> float:
+    """The stretched absence wait (`listing_grace`) a deadline allows: up to `latest`, the last moment the
+    real-time lane can still answer the create's requests in time (None: no deadline), even below the plain grace
+    (the setting, or twice a lag seen) unless that last chance comes first. A create that made nothing must not hold
+    its requests past the deadline (swarm seed 11294: a create answered 529 three times on a quiet account, each
+    waiting 13 minutes, a 30-minute deadline missed); cut there, its requests go real time at once, never in another
+    batch, and a batch it did make is paid at most twice, the real-time lane's own bound (seed 87: cut at half the
+    time and sent again as a batch, its first batch, made, never collected)."""
+    if latest is None:
+        return stretched
+    return min(stretched, max(0.0, latest - sent_at))
+
+
 def current_bound(listed: dict[str, dict[str, Any]], listed_at: float) -> float:
     """The most a listing read at `listed_at` can lag: the age of the newest batch it shows (it would not show that
     one if it lagged more); infinite when it shows none. A quiet account's bound is loose; any recent batch, ours or

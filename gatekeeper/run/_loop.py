@@ -28,6 +28,7 @@ from .._prices import PriceTable, load_prices
 from ..api._http import Sleep
 from ..api._queue import Connection
 from ..decide._admission import FIRST_READING_WAIT, reading_wait
+from ..decide._deadline import SLACK
 from ..decide._headroom import format_time
 from ..input._sizing import Limits, body_size, pack_rows
 from ..state._journal import BatchState, Journal
@@ -96,6 +97,8 @@ class SubmitLoop(Part):
         self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, self._deadline(), self.lane)
         if self.keeper is not None:
             self.collector.retry_within = self._reading_due
+            self.reconciler.latest = self.keeper.deadline - settings.deadline_slack - SLACK
+            self.reconciler.to_realtime = self.keeper.move_planned
         self._committed_before = -1  # the output's committed length when this run began
 
     def _deadline(self) -> float:

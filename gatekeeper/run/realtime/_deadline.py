@@ -114,7 +114,7 @@ class DeadlineKeeper(Part):
             span = m.projected[idx] - (parse_time(self.journal.batch(idx).created_at) or snap.at)
             await self._cancel(self.journal.batch(idx), span)
         for idx in m.move:
-            self._move_planned(self.journal.batch(idx))
+            self.move_planned(self.journal.batch(idx))
         if (m.move_pending or given_back) and self.journal.groups.pending_count():
             worst = self._worst_pending()
             if worst is not None:
@@ -282,7 +282,8 @@ class DeadlineKeeper(Part):
                                                         f"{self.api.calls.platform.permission('cancel')} for the "
                                                         "deadline to move it"})
 
-    def _move_planned(self, row: BatchRow) -> None:
+    def move_planned(self, row: BatchRow) -> None:
+        """Send a planned batch's requests through the real-time lane (within the budget)."""
         rows, worst = [], []
         for line, off, body, attempt in self._requests_of(row):
             rows.append((line, off, len(body), _cid(body), attempt))

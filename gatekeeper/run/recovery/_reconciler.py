@@ -27,6 +27,7 @@ from ...decide._reconcile import (
     rival_creates,
     rivals_among,
     unlisted_theirs,
+    within_deadline,
 )
 from ...state._journal import BatchRow, BatchState
 from ...state.ledger._base import NAMED_FOR
@@ -44,6 +45,10 @@ class Reconciler(Part):
     def __init__(self, ctx: RunContext, note_lag: Callable[[float], None]) -> None:
         super().__init__(ctx)
         self.note_lag = note_lag  # (the Observer's: it keeps the longest lag seen, for every later listing and rerun)
+        # with a deadline: the latest an unknown create may wait (`within_deadline`), and where its requests go
+        # when cut there (the keeper's real-time lane)
+        self.latest: float | None = None
+        self.to_realtime: Callable[[BatchRow], None] | None = None
         self._theirs: dict[str, dict[str, Any] | None] = {}  # another's batch id -> its retrieve (None: not found)
         self._said: set[int] = set()  # our batches whose wait past the grace was said (`_unproven`)
         self._ours: dict[int, Ours] = {}
@@ -58,34 +63,50 @@ class Reconciler(Part):
         reservations = await self.ledger.reservations()
         theirs, _ = others_in_flight(reservations, self.ledger.owner)
         known = self.journal.adoptions.known_batch_ids() | theirs
-        prints = {r.batch: r.ids for r in reservations if r.owner == self.ledger.owner and r.ids}
-        now, skew, grace = self.clock(), self.settings.clock_skew, snap.grace(self.settings.reconcile_grace)
         for row in intents:
-            sent_at = row.intent_at or 0.0
-            candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, skew)
-            # (each other unknown create of the size, ours or another's, with the earliest its batch may have been
-            # made; another's orphan only if it may fall among our candidates: it shows within the grace, or never)
-            # (our own, with the print of the ids each sent where the ledger keeps it: one that sent other ids never
-            # made the candidate that carries ours)
-            rivals = [Rival(r.intent_at if r.intent_at is not None else -math.inf, prints.get(r.idx))
-                      for r in intents if r.idx != row.idx and r.requests == row.requests]
-            rivals += rival_creates(reservations, self.ledger.owner, row.requests, sent_at - skew, now, grace)
-            rivals = rivals_among(candidates, rivals, skew)
+            await self._settle(row, snap, intents, reservations, known)
+
+    async def _settle(self, row: BatchRow, snap: Snapshot, intents: list[BatchRow], reservations: list[Any],
+                      known: set[str]) -> None:
+        """One unknown create against this listing: adopted, abandoned (with a deadline, cut at the real-time
+        lane's last chance and moved there), compared, or left waiting."""
+        sent_at, skew = row.intent_at or 0.0, self.settings.clock_skew
+        stretched = snap.grace(self.settings.reconcile_grace)
+        candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, skew)
+        rivals = self._rivals(row, intents, reservations, candidates, stretched)
+        grace = within_deadline(stretched, sent_at, self.latest)
+        d = decide(candidates, rivals=len(rivals), sent_at=sent_at, listed_at=snap.at, grace=grace,
+                   body_complete=row.body_complete, named_after=self._named_after(snap.at))
+        if d.action is Action.ABANDON and row.body_complete:  # (absence as proof: is the listing current?)
+            lag = max(snap.lag, await self._lagging(snap, reservations))
+            stretched = max(stretched, listing_grace(self.settings.reconcile_grace, lag, snap.bound))
+            grace = within_deadline(stretched, sent_at, self.latest)
             d = decide(candidates, rivals=len(rivals), sent_at=sent_at, listed_at=snap.at, grace=grace,
-                       body_complete=row.body_complete, named_after=self._named_after(snap.at))
-            if d.action is Action.ABANDON and row.body_complete:  # (absence as proof: is the listing current?)
-                grace = max(grace, await self._lagging(snap, reservations))
-                d = decide(candidates, rivals=len(rivals), sent_at=sent_at, listed_at=snap.at, grace=grace,
-                           named_after=self._named_after(snap.at))
-            if d.action is Action.WAIT and not candidates:
-                self._unproven(row, snap, sent_at, grace)
-            if d.action is Action.COMPARE:
-                d = await self._compare(row, d, sent_at, snap.at, rivals, grace)
-            await self._apply(row, d, known)
+                       named_after=self._named_after(snap.at))
+        if d.action is Action.WAIT and not candidates:
+            self._unproven(row, snap, sent_at, grace)
+        if d.action is Action.COMPARE:
+            d = await self._compare(row, d, sent_at, snap.at, rivals, grace)
+        await self._apply(row, d, known)
+        if d.action is Action.ABANDON and grace < stretched and self.to_realtime is not None:
+            self.to_realtime(self.journal.batch(row.idx))  # (cut by the deadline: no batch could make it now)
+
+    def _rivals(self, row: BatchRow, intents: list[BatchRow], reservations: list[Any],
+                candidates: list[dict[str, Any]], grace: float) -> list[Rival]:
+        """Each other unknown create of the size that may have made one of the candidates: ours (with the print of
+        the ids each sent, where the ledger keeps it: one that sent other ids never made the candidate that carries
+        ours), or another's, with the earliest its batch may have been made (another's orphan only if it may fall
+        among our candidates: it shows within the grace, or never)."""
+        prints = {r.batch: r.ids for r in reservations if r.owner == self.ledger.owner and r.ids}
+        rivals = [Rival(r.intent_at if r.intent_at is not None else -math.inf, prints.get(r.idx))
+                  for r in intents if r.idx != row.idx and r.requests == row.requests]
+        sent_at, skew = row.intent_at or 0.0, self.settings.clock_skew
+        rivals += rival_creates(reservations, self.ledger.owner, row.requests, sent_at - skew, self.clock(), grace)
+        return rivals_among(candidates, rivals, skew)
 
     async def _lagging(self, snap: Snapshot, reservations: list[Any]) -> float:
-        """The grace the listing's lag asks for, from other submitters' batches the ledger names and the listing
-        misses (`unlisted_theirs`), retrieved: a listing that has not shown a batch made minutes ago proves nothing
+        """The listing's lag shown by other submitters' batches the ledger names and the listing misses
+        (`unlisted_theirs`), retrieved: a listing that has not shown a batch made minutes ago proves nothing
         absent that was sent since (noted, so every later reading and a rerun wait as long)."""
         unlisted = unlisted_theirs(reservations, self.ledger.owner, snap.listed)
         for batch_id in [i for i in unlisted if i not in self._theirs][:ASKED_A_READING]:
@@ -96,7 +117,7 @@ class Reconciler(Part):
         lag = max((lag_retrieved(b, snap.at) for i in unlisted if (b := self._theirs.get(i))), default=0.0)
         if lag:
             self.note_lag(lag)
-        return listing_grace(self.settings.reconcile_grace, max(snap.lag, lag), snap.bound)
+        return lag
 
     def _unproven(self, row: BatchRow, snap: Snapshot, sent_at: float, grace: float) -> None:
         """Say once why a lost create waits past the grace: the listing was never seen current (`listing_grace`)."""
