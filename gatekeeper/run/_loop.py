@@ -98,7 +98,7 @@ class SubmitLoop(Part):
         if self.keeper is not None:
             self.collector.retry_within = self._reading_due
             self.reconciler.latest = self.keeper.deadline - settings.deadline_slack - SLACK
-            self.reconciler.to_realtime = self.keeper.move_planned
+            self.reconciler.to_realtime, self.reconciler.takes = self.keeper.move_planned, self.keeper.takes
         self._committed_before = -1  # the output's committed length when this run began
 
     def _deadline(self) -> float:

@@ -282,6 +282,13 @@ class DeadlineKeeper(Part):
                                                         f"{self.api.calls.platform.permission('cancel')} for the "
                                                         "deadline to move it"})
 
+    def takes(self, row: BatchRow) -> bool:
+        """Whether the lane would take a batch's requests now: open to these credentials, within the budget."""
+        if self.closed is not None:
+            return False
+        worst = [self._worst(body, line) for line, _, body, _ in self._requests_of(row)]
+        return not self._refused_by_budget(sum(worst), len(worst))
+
     def move_planned(self, row: BatchRow) -> None:
         """Send a planned batch's requests through the real-time lane (within the budget)."""
         rows, worst = [], []

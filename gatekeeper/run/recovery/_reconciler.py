@@ -49,6 +49,7 @@ class Reconciler(Part):
         # when cut there (the keeper's real-time lane)
         self.latest: float | None = None
         self.to_realtime: Callable[[BatchRow], None] | None = None
+        self.takes: Callable[[BatchRow], bool] = lambda row: False  # (whether the lane takes them: open, the budget)
         self._theirs: dict[str, dict[str, Any] | None] = {}  # another's batch id -> its retrieve (None: not found)
         self._said: set[int] = set()  # our batches whose wait past the grace was said (`_unproven`)
         self._ours: dict[int, Ours] = {}
@@ -74,13 +75,13 @@ class Reconciler(Part):
         stretched = snap.grace(self.settings.reconcile_grace)
         candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, skew)
         rivals = self._rivals(row, intents, reservations, candidates, stretched)
-        grace = within_deadline(stretched, sent_at, self.latest)
+        grace = self._within_deadline(row, stretched)
         d = decide(candidates, rivals=len(rivals), sent_at=sent_at, listed_at=snap.at, grace=grace,
                    body_complete=row.body_complete, named_after=self._named_after(snap.at))
         if d.action is Action.ABANDON and row.body_complete:  # (absence as proof: is the listing current?)
             lag = max(snap.lag, await self._lagging(snap, reservations))
             stretched = max(stretched, listing_grace(self.settings.reconcile_grace, lag, snap.bound))
-            grace = within_deadline(stretched, sent_at, self.latest)
+            grace = self._within_deadline(row, stretched)
             d = decide(candidates, rivals=len(rivals), sent_at=sent_at, listed_at=snap.at, grace=grace,
                        named_after=self._named_after(snap.at))
         if d.action is Action.WAIT and not candidates:
@@ -90,6 +91,13 @@ class Reconciler(Part):
         await self._apply(row, d, known)
         if d.action is Action.ABANDON and grace < stretched and self.to_realtime is not None:
             self.to_realtime(self.journal.batch(row.idx))  # (cut by the deadline: no batch could make it now)
+
+    def _within_deadline(self, row: BatchRow, stretched: float) -> float:
+        """The wait, cut at the real-time lane's last chance when there is a deadline and the lane would take the
+        create's requests (open to these credentials, within the budget); else the whole wait: cut without the lane
+        to take them, they would go in another batch (swarm seed 144: the budget refused the lane, paid twice)."""
+        grace = within_deadline(stretched, row.intent_at or 0.0, self.latest)
+        return grace if grace >= stretched or self.takes(row) else stretched
 
     def _rivals(self, row: BatchRow, intents: list[BatchRow], reservations: list[Any],
                 candidates: list[dict[str, Any]], grace: float) -> list[Rival]:
