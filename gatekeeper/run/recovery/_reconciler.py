@@ -102,11 +102,11 @@ class Reconciler(Part):
     def _rivals(self, row: BatchRow, intents: list[BatchRow], reservations: list[Any],
                 candidates: list[dict[str, Any]], grace: float) -> list[Rival]:
         """Each other unknown create of the size that may have made one of the candidates: ours (with the print of
-        the ids each sent, where the ledger keeps it: one that sent other ids never made the candidate that carries
-        ours), or another's, with the earliest its batch may have been made (another's orphan only if it may fall
-        among our candidates: it shows within the grace, or never)."""
-        prints = {r.batch: r.ids for r in reservations if r.owner == self.ledger.owner and r.ids}
-        rivals = [Rival(r.intent_at if r.intent_at is not None else -math.inf, prints.get(r.idx))
+        the ids each sent, read from the input: one that sent other ids never made the candidate that carries ours;
+        swarm seed 60044: a rerun's creates taken back without their print in the ledger), or another's, with the
+        earliest its batch may have been made (another's orphan only if it may fall among our candidates: it shows
+        within the grace, or never)."""
+        rivals = [Rival(r.intent_at if r.intent_at is not None else -math.inf, self._side(r).ids.text())
                   for r in intents if r.idx != row.idx and r.requests == row.requests]
         sent_at, skew = row.intent_at or 0.0, self.settings.clock_skew
         rivals += rival_creates(reservations, self.ledger.owner, row.requests, sent_at - skew, self.clock(), grace)
@@ -149,9 +149,7 @@ class Reconciler(Part):
                        rivals: list[Rival], grace: float) -> Decision:
         """Settle an unknown create among ended candidates by their results: our custom_ids first, then whose
         prompts they were billed for (`_ownership`). Those proven another's are never candidates again."""
-        ours = self._ours.get(row.idx)
-        if ours is None:
-            ours = self._ours[row.idx] = our_side((custom_id(body), body) for _, _, body, _ in self._requests_of(row))
+        ours = self._side(row)
         for b in d.candidates:  # (kept per batch of ours: what a candidate billed is kept for our sampled ids only)
             if (row.idx, str(b.get("id"))) not in self._results:
                 got = await self._read(b, ours)
@@ -187,6 +185,13 @@ class Reconciler(Part):
             self.emit("not_ours", {"batch": row.idx, "ids": list(choice.foreign), "why": "its usage is another's prompts"})
         return compared(choice, d.candidates, sent_at=sent_at, listed_at=listed_at, grace=grace,
                         with_our_ids=with_ids)
+
+    def _side(self, row: BatchRow) -> Ours:
+        """What our requests of `row` are (their ids' print, a sample), read once from the input."""
+        ours = self._ours.get(row.idx)
+        if ours is None:
+            ours = self._ours[row.idx] = our_side((custom_id(body), body) for _, _, body, _ in self._requests_of(row))
+        return ours
 
     async def _read(self, batch: dict[str, Any], ours: Ours) -> Results | None:
         """A candidate's results; missing past the grace from its end, a candidate that cannot be weighed."""
