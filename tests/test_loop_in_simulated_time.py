@@ -11,6 +11,7 @@ import pytest
 
 from gatekeeper import ApiConfig, Limits, Secret, SubmitSettings, submit
 from gatekeeper.api._queue import connect
+from gatekeeper.api._retry import RetryPolicy
 from gatekeeper.run._loop import SubmitLoop
 from gatekeeper.state._journal import Journal
 from gatekeeper.state.ledger._base import Ledger
@@ -43,11 +44,12 @@ class SimulatedTime:
 
 
 async def _run_job(tmp_path: Path, fake: Any, sim: SimulatedTime, settings: SubmitSettings,
-                   events: list[tuple[str, dict[str, Any]]], ledger: Ledger | None = None) -> Any:
+                   events: list[tuple[str, dict[str, Any]]], ledger: Ledger | None = None,
+                   retry: RetryPolicy | None = None) -> Any:
     journal = Journal.open(tmp_path / "state", clock=sim.clock)
     config = ApiConfig(workspace_keys=[Secret(WS1)], base_url=fake.url)
     try:
-        async with connect(config, max_rpm=60_000) as conn:  # the budget's real-time waits are not under test here
+        async with connect(config, max_rpm=60_000, retry=retry) as conn:  # (the budget's waits are not under test)
             job = SubmitLoop(str(tmp_path / "in.jsonl"), settings, conn, journal, out_path=str(tmp_path / "out.jsonl"),
                       emit=lambda e, f: events.append((e, f)), stop=anyio.Event(), clock=sim.clock, sleep=sim.sleep,
                       ledger=ledger)
@@ -113,6 +115,23 @@ async def test_on_a_listing_never_seen_current_the_jobs_other_batches_go_and_sho
     assert 180.0 < sim.slept < 600.0
     order = [e for e, f in events if e == "admitted" or e == "reconciled" and f["outcome"] == "not created"]
     assert order.index("reconciled") >= 1  # (another batch was created before the lost one was settled)
+
+
+async def test_a_reading_that_fails_past_its_retries_is_waited_out(tmp_path: Path) -> None:
+    """The API answered, then a reading fails past its retries (the network down, 503s; a cold tester stopped the
+    fake mid-run: exit 1 after 17 s): waited out, 5 s then doubling, said each time; the job finishes."""
+    write_jsonl(tmp_path / "in.jsonl", [req(f"o{i}") for i in range(10)])
+    sim = SimulatedTime()
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = SubmitSettings(ceiling=1000, interval=1.0)
+    with running_fake(ceiling=1000, rate=5000) as fake:
+        fake.inject(Fault("list", status=503, after=2, times=6))  # (after the API has answered)
+        with anyio.fail_after(30):
+            summary = await _run_job(tmp_path, fake, sim, settings, events,
+                                     retry=RetryPolicy(max_attempts=2, base=0.01, cap=0.02))
+        assert summary.succeeded == 10 and fake.org.records.creates == 1
+    said = [f for e, f in events if e == "api_unreachable"]
+    assert [f["retry_in"] for f in said] == [5.0, 10.0, 20.0] and "503" in said[0]["error"]
 
 
 async def test_refusal_backoff_doubles_in_simulated_time(tmp_path: Path) -> None:

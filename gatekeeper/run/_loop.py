@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import orjson
 
-from .._errors import Interrupted, UsageError
+from .._errors import Interrupted, ServerError, TransportError, UsageError
 from .._prices import PriceTable, load_prices
 from ..api._http import Sleep
 from ..api._queue import Connection
@@ -56,6 +56,7 @@ it every result earlier runs committed); `result` is the result line's object.""
 # seconds a stop waits at most for the real-time calls out to answer and be committed (a call takes seconds; each one
 # cut off may be billed twice); a second Ctrl-C abandons them at once
 CALLS_OUT_WAIT = 60.0
+OUTAGE_WAITS = (5.0, 60.0)  # seconds between readings while the API does not answer: the first, the longest
 
 
 class SubmitLoop(Part):
@@ -170,7 +171,7 @@ class SubmitLoop(Part):
     async def _loop(self) -> None:
         while True:
             self._check_stop()
-            snap = await self.observer.observe()
+            snap = await self._reading()
             await self.cancel_live()
             await self.reconciler.reconcile(snap)
             await self._steer(snap)
@@ -187,6 +188,22 @@ class SubmitLoop(Part):
             wait = 0.0 if now else self._cut(reading_wait(self.readings, self.settings.interval))
             self.progress(snap, wait)
             await self._wait(wait)
+
+    async def _reading(self) -> Snapshot:
+        """A reading of the queue. The API answered before (or the run would have stopped at its start), so a reading
+        that fails past its retries (the network down, 5xx) is waited out and said, never a reason to stop a run
+        that must finish (a cold tester: the fake stopped mid-run, exit 1 after 17 s)."""
+        wait = OUTAGE_WAITS[0]
+        while True:
+            try:
+                return await self.observer.observe()
+            except (TransportError, ServerError) as exc:
+                self._check_stop()
+                self.emit("api_unreachable", {"error": str(exc), "retry_in": wait,
+                                              "policy": "the reading is tried again until the API answers"})
+                await self._wait(wait)
+                self._check_stop()
+                wait = min(wait * 2.0, OUTAGE_WAITS[1])
 
     def _reading_due(self) -> float | None:
         """Seconds a download's failure may be ridden out before it is put off, under a deadline: until the deadline

@@ -30,6 +30,7 @@ class Observer(Part):
         self._unlisted: dict[str, float] = {}
         # (an earlier run's too: a rerun reconciling a create its killed run left unknown has read no listing yet)
         self._lag = float(self.journal.get_meta("listing_lag") or 0.0)
+        self._said = self._lag  # the lag last said in a `listing_lags` event (a rerun's journal: already said)
         self._before: tuple[set[str], float] | None = None  # the last listing's ids, and when it was read
         # kept for reruns: the last listing's newest batch's making and when it was read (`lag_since`), and the least
         # a listing was seen to lag at most (`current_bound`; none seen: infinite)
@@ -77,9 +78,11 @@ class Observer(Part):
         self._unlisted = {k: sent for k, sent in self._unlisted.items() if k not in listed}
 
     def note_lag(self, lag: float) -> None:
-        """Keep the longest lag seen; say so when it first stretches the grace (a lost create then waits longer)."""
+        """Keep the longest lag seen; say so when it stretches the grace, and again each time it doubles what was
+        said (a cold tester read a 5 s lag said once while the listing lagged 60 s and a lost create waited 132 s)."""
         setting = self.settings.reconcile_grace
-        if listing_grace(setting, lag) > listing_grace(setting, self._lag) == setting:
+        if listing_grace(setting, lag) > setting and lag >= 2.0 * self._said:
+            self._said = lag
             self.emit("listing_lags", {"lag_s": round(lag, 1), "grace_s": round(listing_grace(setting, lag), 1),
                                        "policy": "a lost create's absence proves nothing before twice the lag seen"})
         if lag > self._lag:
