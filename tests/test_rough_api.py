@@ -296,3 +296,17 @@ def test_a_listing_that_lags_past_the_grace_proves_nothing_absent(tmp_path: Path
         assert 0.5 < journal.get_meta("listing_lag") < 60
     finally:
         journal.close()
+
+
+def test_batches_of_ours_missing_from_a_lagging_listing_never_hold_the_readings(tmp_path: Path) -> None:
+    """Our fresh batches missing from a lagging listing, and 404 to a retrieve meanwhile (the API is eventually
+    consistent): each is asked once a reading, never retried in the reading one after another (a cold tester: no
+    reading for 60 s with 4 fresh batches, 13 s of retries each)."""
+    path, expected = _job(tmp_path, 40)
+    with running_fake(ceiling=1000, rate=0.0, listing_lag=30.0, not_found_after_create=30.0) as fake:
+        proc = start_and_wait_for_create(["submit", str(path), *FAST, "--max-requests", "10"], env_for(fake), fake)
+        time.sleep(4.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    readings = [e for e in events(err) if e["event"] == "progress"]
+    assert len(readings) >= 10, [e["event"] for e in events(err)][-20:]

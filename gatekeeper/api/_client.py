@@ -101,8 +101,11 @@ class ApiClient:
         """Treat 404s on this batch as transient for a while (an id adopted by reconciliation)."""
         self.calls.created(batch_id, adopted=True)
 
-    async def retrieve_batch(self, batch_id: str) -> dict[str, Any]:
-        return dict(await self.calls.call("GET", f"/v1/messages/batches/{batch_id}", "retrieve", batch_id=batch_id))
+    async def retrieve_batch(self, batch_id: str, *, wait_if_new: bool = True) -> dict[str, Any]:
+        """A batch. A 404 on one we created moments ago is retried (the API is eventually consistent) unless not
+        `wait_if_new`: a caller that asks again at its next reading takes the 404 at once."""
+        return dict(await self.calls.call("GET", f"/v1/messages/batches/{batch_id}", "retrieve",
+                                          batch_id=batch_id if wait_if_new else None))
 
     async def list_page(self, *, limit: int = 1000, after_id: str | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit}

@@ -101,7 +101,9 @@ class Observer(Part):
         """A batch of ours the listing misses: retrieve it. A 404 is lag (the API is eventually consistent), not
         a verdict, until the batch must have expired: then it is taken as ended and its results are looked for."""
         try:
-            return await self.api.retrieve_batch(str(row.batch_id))
+            # (one try: a 404 is asked again at the next reading; retried here, one batch after another, a listing
+            # that lagged held the loop 13 s a batch: a cold tester)
+            return await self.api.retrieve_batch(str(row.batch_id), wait_if_new=False)
         except NotFoundError:
             created = parse_time(row.created_at)
             if created is not None and self.clock() > created + BATCH_LIFETIME + self.settings.results_grace:
