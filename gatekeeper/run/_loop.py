@@ -17,7 +17,7 @@ are tested without waiting. `submit` hands down one `Clock` for all of them, the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -57,6 +57,24 @@ it every result earlier runs committed); `result` is the result line's object.""
 # cut off may be billed twice); a second Ctrl-C abandons them at once
 CALLS_OUT_WAIT = 60.0
 OUTAGE_WAITS = (5.0, 60.0)  # seconds between readings while the API does not answer: the first, the longest
+
+
+async def read_through_outage(observe: Callable[[], Awaitable[Snapshot]], wait: Callable[[float], Awaitable[None]],
+                              emit: EventSink, check_stop: Callable[[], None]) -> Snapshot:
+    """A reading of the queue. The API answered before (or the run would have stopped at its start), so a reading
+    that fails past its retries (the network down, 5xx) is waited out and said, never a reason to stop a run that
+    must finish (a cold tester: the fake stopped mid-run, exit 1 after 17 s)."""
+    pause = OUTAGE_WAITS[0]
+    while True:
+        try:
+            return await observe()
+        except (TransportError, ServerError) as exc:
+            check_stop()
+            emit("api_unreachable", {"error": str(exc), "retry_in": pause,
+                                     "policy": "the reading is tried again until the API answers"})
+            await wait(pause)
+            check_stop()
+            pause = min(pause * 2.0, OUTAGE_WAITS[1])
 
 
 class SubmitLoop(Part):
@@ -171,7 +189,7 @@ class SubmitLoop(Part):
     async def _loop(self) -> None:
         while True:
             self._check_stop()
-            snap = await self._reading()
+            snap = await read_through_outage(self.observer.observe, self._wait, self.emit, self._check_stop)
             await self.cancel_live()
             await self.reconciler.reconcile(snap)
             await self._steer(snap)
@@ -188,22 +206,6 @@ class SubmitLoop(Part):
             wait = 0.0 if now else self._cut(reading_wait(self.readings, self.settings.interval))
             self.progress(snap, wait)
             await self._wait(wait)
-
-    async def _reading(self) -> Snapshot:
-        """A reading of the queue. The API answered before (or the run would have stopped at its start), so a reading
-        that fails past its retries (the network down, 5xx) is waited out and said, never a reason to stop a run
-        that must finish (a cold tester: the fake stopped mid-run, exit 1 after 17 s)."""
-        wait = OUTAGE_WAITS[0]
-        while True:
-            try:
-                return await self.observer.observe()
-            except (TransportError, ServerError) as exc:
-                self._check_stop()
-                self.emit("api_unreachable", {"error": str(exc), "retry_in": wait,
-                                              "policy": "the reading is tried again until the API answers"})
-                await self._wait(wait)
-                self._check_stop()
-                wait = min(wait * 2.0, OUTAGE_WAITS[1])
 
     def _reading_due(self) -> float | None:
         """Seconds a download's failure may be ridden out before it is put off, under a deadline: until the deadline
