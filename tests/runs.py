@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -168,3 +168,27 @@ def killed_after_a_create_then_rerun(fake: FakeAPI, path: Path, ids: set[str], a
     done = gk(args, env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)
+
+
+@contextlib.contextmanager
+def fake_api_process(*args: str) -> Iterator[dict[str, str]]:
+    """`gatekeeper fake-api ARGS --json` served in a process of its own: the environment it prints to paste. The
+    files it points at (a service account, an identity token) are removed when it stops."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", *args, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.getcwd()})
+    env: dict[str, str] = {}
+    try:
+        assert run.stdout is not None
+        lines = [run.stdout.readline()]
+        while lines[-1].rstrip() != "}":
+            assert lines[-1], run.stderr.read() if run.stderr else "fake-api ended"
+            lines.append(run.stdout.readline())
+        env = orjson.loads("".join(lines))["env"]
+        yield env
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=60)
+        for name in ("GOOGLE_APPLICATION_CREDENTIALS", "ANTHROPIC_IDENTITY_TOKEN_FILE"):
+            if env.get(name):
+                Path(env[name]).unlink(missing_ok=True)

@@ -29,7 +29,7 @@ from gatekeeper.api._tokens import Due, jwt_expiry, refresh_due
 from gatekeeper.testing import FakeFederation, FakeRule, identity_token
 from tests.fakes import WS1, running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, events, gk, killed_after_a_create_then_rerun
+from tests.runs import assert_exactly_once, events, fake_api_process, gk, killed_after_a_create_then_rerun
 
 RULE, ORG = "fdrl_fake_1", "org_fake_1"
 FAST = ["--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1"]
@@ -385,20 +385,7 @@ def test_an_airflow_connection_can_name_federation() -> None:
 def test_the_fake_rehearses_federation_from_its_command_line(tmp_path: Path) -> None:
     """`fake-api --federation 2`: keys refused, tokens of 2 s; with the exports it prints (an identity token file,
     a rule, an organization), a job exchanges its tokens and finishes; an API key is refused."""
-    import signal
-    import subprocess
-    import sys
-
-    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", "--federation", "2",
-                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "PYTHONPATH": os.getcwd()})
-    env: dict[str, str] = {}
-    try:
-        assert run.stdout is not None
-        lines = [run.stdout.readline()]
-        while lines[-1].rstrip() != "}":
-            lines.append(run.stdout.readline())
-        env = orjson.loads("".join(lines))["env"]
+    with fake_api_process("--federation", "2") as env:
         assert {"ANTHROPIC_IDENTITY_TOKEN_FILE", "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID"} <= set(env)
         path, ids = _job(tmp_path, 10)
         done = gk(["submit", str(path), *FAST, "--json"], env)
@@ -406,11 +393,6 @@ def test_the_fake_rehearses_federation_from_its_command_line(tmp_path: Path) -> 
         assert orjson.loads(done.stdout)["succeeded"] == 10
         keyed = gk(["status"], {"ANTHROPIC_BASE_URL": env["ANTHROPIC_BASE_URL"], "ANTHROPIC_API_KEY": WS1})
         assert keyed.returncode == 2 and "API keys are not accepted" in keyed.stderr
-    finally:
-        run.send_signal(signal.SIGINT)
-        run.communicate(timeout=60)
-        if env:
-            Path(env["ANTHROPIC_IDENTITY_TOKEN_FILE"]).unlink(missing_ok=True)
 
 
 def test_a_token_endpoint_that_fails_mid_job_is_ridden_out(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from gatekeeper.testing import FakeAPI, FakeGoogle
 from gatekeeper.testing._google import TOKEN_PATH
 from tests.fakes import running_fake
 from tests.helpers import req, write_jsonl
-from tests.runs import assert_exactly_once, gk
+from tests.runs import assert_exactly_once, fake_api_process, gk
 
 FAST = ["--platform", "google", "--interval", "0.05", "--max-rpm", "60000", "--reconcile-grace", "1", "--json"]
 
@@ -204,7 +204,7 @@ def test_the_fake_refuses_an_unknown_project_as_google_does(tmp_path: Path) -> N
     reason is CONSUMER_INVALID and whose consumer is that project."""
     import httpx
 
-    with _fake_api("--google") as env:
+    with fake_api_process("--google") as env:
         origin = env["GATEKEEPER_GOOGLE_CLOUD_ORIGIN"]
         answer = httpx.get(f"{origin}/v1/projects/nobody/locations/global/workspaces/"
                            f"{env['ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID']}/invoke/v1/messages/batches")
@@ -301,28 +301,6 @@ def test_the_fake_speaks_google_cloud_from_its_command_line(tmp_path: Path) -> N
             Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).unlink(missing_ok=True)
 
 
-@contextmanager
-def _fake_api(*args: str) -> Iterator[dict[str, str]]:
-    """`gatekeeper fake-api ARGS --json` served in a process of its own; the environment it prints to paste."""
-    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0", *args, "--json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "PYTHONPATH": os.getcwd()})
-    env: dict[str, str] = {}
-    try:
-        assert run.stdout is not None
-        lines = [run.stdout.readline()]
-        while lines[-1].rstrip() != "}":
-            assert lines[-1], run.stderr.read() if run.stderr else "fake-api ended"
-            lines.append(run.stdout.readline())
-        env = orjson.loads("".join(lines))["env"]
-        yield env
-    finally:
-        run.send_signal(signal.SIGINT)
-        run.communicate(timeout=10)
-        if env:
-            Path(env["GOOGLE_APPLICATION_CREDENTIALS"]).unlink(missing_ok=True)
-
-
 @pytest.mark.parametrize("answers", [True, False])
 def test_the_ceiling_read_on_the_organization_route_is_rehearsed_from_the_command_line(tmp_path: Path,
                                                                                       answers: bool) -> None:
@@ -331,7 +309,7 @@ def test_the_ceiling_read_on_the_organization_route_is_rehearsed_from_the_comman
     reads the ceiling on `.../claudeOrganization/invoke/v1/organizations/rate_limits`; without the flag that read is
     refused (403 rateLimits.list) and status says what to do: --ceiling, or what submit learns."""
     flag = ["--organization-answers"] if answers else []
-    with _fake_api("--google", "--simulated-ceiling", "777", *flag) as env:
+    with fake_api_process("--google", "--simulated-ceiling", "777", *flag) as env:
         assert "ANTHROPIC_GOOGLE_CLOUD_BASE_URL" not in env and env["GATEKEEPER_GOOGLE_CLOUD_ORIGIN"].startswith("http://127.0.0.1:")
         status = gk(["status", "--json"], env)
         said = orjson.loads(status.stdout)
@@ -600,7 +578,7 @@ def test_ctrl_c_while_the_token_command_runs_is_an_interruption(tmp_path: Path) 
 def test_fake_api_faults_reach_the_google_token_endpoint(tmp_path: Path, fault: str, code: int, said: str) -> None:
     """`fake-api --google 2 --fault token:...`: the fault is the Google token endpoint's (where google-auth mints),
     so an outage or a refusal mid-job is rehearsed from the command line."""
-    with _fake_api("--google", "2", "--rate", "5", "--fault", fault) as env:
+    with fake_api_process("--google", "2", "--rate", "5", "--fault", fault) as env:
         path, _ = _job(tmp_path, 30)
         done = gk(["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10", "--no-preflight"], env,
                   timeout=180)

@@ -78,13 +78,7 @@ class Admitter(Part):
         if self.settings.collect_only:
             return
         planned = self.journal.batches(BatchState.PLANNED)
-        unknown = self.journal.batches(BatchState.INTENT)
-        if planned and self.ledger.owner and unknown and not waits_unproven(snap, self.settings, unknown):
-            # With a shared ledger, one unknown create at a time: the turn stays ours until it is reconciled (a lone
-            # unnamed candidate, proven at once), never until a rival of the same size ends and is weighed. On a
-            # listing never seen current the job's other batches go on meanwhile: theirs, listed, show it current.
-            self.emit("waiting", {"next": planned[0].requests, "reason": "reconciling",
-                                  "unknown_creates": len(unknown)})
+        if planned and self._reconciling(snap, planned[0].requests):
             return
         now = self.clock()
         bound = self.ceiling if self.ceiling is not None else self.estimate.bound(now)
@@ -134,6 +128,16 @@ class Admitter(Part):
             after = dataclasses.replace(q, in_flight=q.in_flight + k + 1)
             await self.turns.took(row.requests, seen,
                                   wanted(rest[0].requests if rest else 0, after, self.budget_stopped, now))
+
+    def _reconciling(self, snap: Snapshot, next_batch: int) -> bool:
+        """With a shared ledger, one unknown create at a time: the turn stays ours until it is reconciled (a lone
+        unnamed candidate, proven at once), never until a rival of the same size ends and is weighed. Past the grace
+        on a listing never seen current the job's other batches go on meanwhile: theirs, listed, show it current."""
+        unknown = self.journal.batches(BatchState.INTENT)
+        if not self.ledger.owner or not unknown or waits_unproven(snap, self.settings, unknown):
+            return False
+        self.emit("waiting", {"next": next_batch, "reason": "reconciling", "unknown_creates": len(unknown)})
+        return True
 
     async def _seen(self, snap: Snapshot) -> int:
         """The depth this job sees for the ledger (`Turns.turn`, `reserve`): less what other submitters' reservations
