@@ -258,8 +258,14 @@ def test_the_password_is_never_in_ps_logs_or_errors(tmp_path: Path, pg_url: str,
         assert "other users can read with ps" in typed.stderr and password not in typed.stderr + typed.stdout
 
 
-def test_results_report_and_cancel_read_a_named_job_from_any_folder(tmp_path: Path, pg_url: str, job_name: str) -> None:
-    """The reading commands find a shared journal's job by --job (or by INPUT and key), with --json, from anywhere."""
+def test_results_report_and_cancel_read_a_named_job_from_any_folder(tmp_path: Path, pg_url: str, job_name: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reading commands find a shared journal's job by --job (or by INPUT and key), with --json, from anywhere,
+    and leave that folder as it was (`cancel --job` made the working folder 0700: a clean clone's CI then failed)."""
+    here = tmp_path / "anywhere"
+    here.mkdir(mode=0o755)
+    here.chmod(0o755)
+    monkeypatch.chdir(here)
     path = write_jsonl(tmp_path / "in.jsonl", [req(f"{job_name}-{i}") for i in range(12)])
     with running_fake(ceiling=100, rate=4000) as fake:
         env = env_for(fake)
@@ -275,6 +281,7 @@ def test_results_report_and_cancel_read_a_named_job_from_any_folder(tmp_path: Pa
         assert orjson.loads(by_input.stdout)["summary"]["job"] == name
         cancel = gk(["cancel", "--journal", pg_url, "--job", name, "--json"], env)
         assert cancel.returncode == 0 and orjson.loads(cancel.stdout)["canceled"] == []
+        assert here.stat().st_mode & 0o777 == 0o755 and not list(here.iterdir())
         missing = gk(["results", "--journal", pg_url, "--job", "no-such-job", "--json", "--out", str(out)], env)
         assert missing.returncode == 2 and "no job named 'no-such-job'" in missing.stderr
         unnamed = gk(["report", "--journal", pg_url], {})

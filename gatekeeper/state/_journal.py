@@ -164,7 +164,9 @@ def open_job(state_dir: str | os.PathLike[str], *, journal: str | None = None, j
     if journal:
         if not job:
             raise UsageError("a job in a shared journal is found by its name", setting="job")
-        return Journal.open_shared(journal, job, state_dir, readonly=readonly)
+        # (a named job is read, or canceled, from any folder: the folder is not its state, and is left as it is; a
+        # `cancel --job` made the working folder 0700)
+        return Journal.open_shared(journal, job, state_dir, readonly=readonly, local=False)
     if job:
         raise UsageError("a job name needs a postgresql:// journal; a local job is named by its state directory", setting="job")
     if readonly:
@@ -226,9 +228,12 @@ class Journal(JournalBase):
 
     @classmethod
     def open_shared(cls, url: str, job: str, state_dir: str | os.PathLike[str], *, clock: Callable[[], float] = time.time,
-                    readonly: bool = False, ride_out: float = 60.0) -> Journal:
-        """Job `job`'s journal in PostgreSQL, created with its schema on first use (unless `readonly`)."""
-        return _open_shared(cls, url, job, Path(state_dir), clock, readonly=readonly, ride_out=ride_out)
+                    readonly: bool = False, ride_out: float = 60.0, local: bool = True) -> Journal:
+        """Job `job`'s journal in PostgreSQL, created with its schema on first use (unless `readonly`); `local`:
+        `state_dir` is the run's own folder, made private (not for a command that names the job from any folder:
+        that is the user's working folder, never to be touched)."""
+        return _open_shared(cls, url, job, Path(state_dir), clock, readonly=readonly, ride_out=ride_out,
+                            private=local and not readonly)
 
     @classmethod
     def recorded(cls, url: str, job: str) -> bool:
@@ -373,10 +378,10 @@ def _open_local(cls: type[Journal], path: Path, clock: Callable[[], float]) -> J
 
 
 def _open_shared(cls: type[Journal], url: str, job: str, state_dir: Path, clock: Callable[[], float], *, readonly: bool,
-                 ride_out: float) -> Journal:
+                 ride_out: float, private: bool) -> Journal:
     require_postgres(url)
     where = f"journal {safe_url(url)} (job {job})"
-    if not readonly:
+    if private:
         private_dir(state_dir)
     db = PgDb(url, where, JournalError, readonly=readonly, ride_out=ride_out)
     schema = job_schema(job)
