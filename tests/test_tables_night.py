@@ -255,6 +255,21 @@ def test_a_csv_the_encoding_named_cannot_read_is_one_line(tmp_path: Path, encodi
         assert fake.org.records.creates == 0
 
 
+def test_a_utf16_csv_is_refused_naming_its_encoding_then_read_in_it(tmp_path: Path) -> None:
+    """A UTF-16 CSV (its NULs read as UTF-8: a cold tester's was refused as "Expected 2 columns, got 1", its
+    encoding unnamed): one line naming UTF-16 and --encoding, exit 2, nothing sent; with `--encoding utf-16`, read."""
+    table = tmp_path / "u16.csv"
+    table.write_text("id,dish\n1,sixteen\n2,two\n", encoding="utf-16")
+    with running_fake(rate=2000) as fake:
+        args = ["submit", str(table), *_opts("Translate: {dish}"), "--json"]
+        refused = gk(args, env_for(fake))
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "UTF-16 byte-order mark" in refused.stderr and "--encoding" in refused.stderr
+        assert fake.org.records.creates == 0
+        done = gk([*args, "--encoding", "utf-16"], env_for(fake))
+        assert done.returncode == 0 and _prompts(fake)[_digest("Translate: sixteen")] == 1, done.stderr[-2000:]
+
+
 def test_a_csv_that_is_not_utf8_is_refused_naming_its_encoding_or_read_in_the_one_named(tmp_path: Path) -> None:
     table = tmp_path / "menu.csv"
     table.write_bytes("dish\ncafé crème\n".encode("latin-1"))

@@ -12,13 +12,17 @@ CHUNK = 1 << 20
 _FIX = "name its encoding{}, or convert it to UTF-8"
 
 
+def bom_of(head: bytes) -> str | None:
+    """The encoding a file's first bytes name by their byte-order mark (UTF-16 or UTF-32), if any."""
+    return next((name for bom, name in _BOMS if head.startswith(bom)), None)
+
+
 def not_utf8(f: Any) -> str:
     """"is not UTF-8: ..." for the file `f` (read from its start, a chunk at a time, up to its first byte that is
     not UTF-8)."""
-    head = f.read(4)
-    for bom, name in _BOMS:
-        if head.startswith(bom):
-            return f"is not UTF-8: it starts with a {name} byte-order mark; {_FIX.format(f' ({name.lower()})')}"
+    name = bom_of(f.read(4))
+    if name is not None:
+        return f"is not UTF-8: it starts with a {name} byte-order mark; {_FIX.format(f' ({name.lower()})')}"
     f.seek(0)
     carry, lines = b"", 0
     while True:

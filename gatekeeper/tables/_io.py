@@ -253,11 +253,19 @@ class TableSource:
     def _unreadable(self, exc: BaseException) -> GatekeeperError:
         assert self.where is not None
         text = str(exc).splitlines()[0]
-        if "invalid UTF8" in text and self.encoding is None:
+        if self.encoding is None and ("invalid UTF8" in text or self._wide()):
             return self._not_utf8()
         hint = (f" (its types were inferred from its first {CSV_BLOCK >> 20} MB: read its columns as text, the "
                 "default)") if self.infer_types and "conversion error" in text else ""
         return InputError(f"{self.name}: cannot be read as {self.kind} ({scrub(text, self.where)}){hint}")
+
+    def _wide(self) -> bool:
+        """Whether the file starts with a UTF-16 or UTF-32 byte-order mark: its NULs read as UTF-8 (a cold tester's
+        UTF-16 CSV was refused as "Expected 2 columns, got 1", its encoding unnamed)."""
+        from ._encoding import bom_of
+
+        with self._opened() as f:
+            return bom_of(f.read(4)) is not None
 
     def _not_in_encoding(self) -> UsageError:
         from ._encoding import not_in
