@@ -37,6 +37,7 @@ class Observer(Part):
         read = self.journal.get_meta("listing_read") or {}
         self._read_before = (read.get("newest"), read["at"]) if "at" in read else None
         self._bound = math.inf if read.get("bound") is None else float(read["bound"])
+        self._kept = float(read.get("at") or 0.0)  # when "listing_read" was last written
 
     async def observe(self) -> Snapshot:
         """List the queue over every key; move our batches that ended; count what the listing misses."""
@@ -69,10 +70,15 @@ class Observer(Part):
         shown = 0.0 if self._before is None else lag_shown(listed, *self._before)
         if self._read_before is not None:
             shown = max(shown, lag_since(listed, *self._read_before))
-        self._read_before = (newest_made(listed), at)
-        self._bound = min(self._bound, current_bound(listed, at))
-        bound = None if math.isinf(self._bound) else round(self._bound, 1)
-        self.journal.set_meta("listing_read", {"newest": self._read_before[0], "at": at, "bound": bound})
+        newest, bound = newest_made(listed), min(self._bound, current_bound(listed, at))
+        # (kept when it says more, or a minute on: a journal write every reading was a commit on the loop's path;
+        # an older reading's time is weaker evidence, never wrong)
+        changed = self._read_before is None or newest != self._read_before[0] or bound != self._bound
+        if changed or at - self._kept >= READING_EVERY:
+            self.journal.set_meta("listing_read", {"newest": newest, "at": at,
+                                                   "bound": None if math.isinf(bound) else round(bound, 1)})
+            self._kept = at
+        self._read_before, self._bound = (newest, at), bound
         self.note_lag(max(lag_seen(self._unlisted.values(), at), shown))
         self._before = (set(listed), at)
         self._unlisted = {k: sent for k, sent in self._unlisted.items() if k not in listed}
