@@ -286,7 +286,7 @@ def test_the_fake_answers_a_code_from_its_command_line(tmp_path: Path) -> None:
 def test_the_fake_loses_a_create_and_answers_a_status_from_its_command_line(tmp_path: Path) -> None:
     """`fake-api --fault create:lose --fault create:529:2:1`: the first create's answer dropped (the batch made), the
     next two creates overloaded; the submit finishes with every request answered once, and the fake's summary counts
-    what it received. A status outside 400-599, or `lose` on another route, is refused in one line."""
+    what it received, the lost answer included. A status outside 400-599, or `lose` on another route, is refused in one line."""
     for wrong in ("create:200", "list:lose"):
         bad = subprocess.run([sys.executable, "-m", "gatekeeper", "fake-api", "--fault", wrong], capture_output=True,
                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
@@ -308,6 +308,7 @@ def test_the_fake_loses_a_create_and_answers_a_status_from_its_command_line(tmp_
         out, _ = run.communicate(timeout=10)
     received = orjson.loads(out)["received"]
     assert received["answered_twice"] == 0 and received["requests"] == 6 and received["creates"] == 2, received
+    assert received["lost_create_answers"] == 1, received  # (the fault's loss counted, as --lose-creates' are)
 
 
 def test_every_stop_is_an_account_refusal_and_an_api_error() -> None:

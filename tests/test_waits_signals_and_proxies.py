@@ -221,6 +221,7 @@ def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
         out, _ = run.communicate(timeout=10)
     assert run.returncode == 0
     assert "the fake received 1 creates (0 refused for a full queue) and 2 requests; 2 succeeded, 0 answered twice" in out
+    assert "; 0 create answer(s) lost" in out
 
 
 def test_the_fake_rehearses_a_deadline_on_the_aws_platform_from_its_command_line(tmp_path: Path) -> None:

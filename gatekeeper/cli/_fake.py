@@ -64,7 +64,8 @@ def cmd_fake_api(args: argparse.Namespace) -> int:
         else:
             print(f"\nthe fake received {seen['creates']:,} creates ({seen['refusals']:,} refused for a full queue) and "
                   f"{seen['requests']:,} requests; {seen['succeeded']:,} succeeded, {seen['answered_twice']:,} answered "
-                  f"twice; deepest queue {seen['deepest_queue']:,}", flush=True)
+                  f"twice; deepest queue {seen['deepest_queue']:,}; {seen['lost_create_answers']:,} create answer(s) "
+                  "lost (the batch made, the answer dropped)", flush=True)
         return ExitCode.OK
 
 

@@ -60,7 +60,7 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
     if isinstance(result, dict):
         return _queue_full(h, result["limit"])
     fake.org.records.versions[result.id] = version or ""
-    if h.pending_drop or fake.org.answer_lost():
+    if fake.org.answer_lost(dropped=h.pending_drop):
         return h.drop()  # committed, but the answer is lost
     if h.pending_delay:
         h.pause(h.pending_delay)  # committed; the answer is late (a client may die waiting)

@@ -244,7 +244,7 @@ class Records:
     billed_realtime: dict[str, list[int]] = field(default_factory=dict)  # the part of `billed` the real-time lane's
     first_create_at: float | None = None
     last_end_at: float | None = None
-    lost_answers: int = 0  # creates committed whose answer was dropped (`lost_creates`)
+    lost_answers: int = 0  # creates committed whose answer was dropped (`lost_creates`, a `drop_after_commit` fault)
 
     def bill(self, model: str, usage: Usage, *, realtime: bool = False) -> None:
         """Add one succeeded request's tokens to what its model was billed (`realtime`: at standard prices)."""
@@ -289,10 +289,11 @@ class Organization:
         self._offset = 0.0
         self._tick = 0.0  # simulated time processing has reached
 
-    def answer_lost(self) -> bool:
-        """Whether this committed create's answer is lost (`FakeConfig.lost_creates`), counted when it is."""
+    def answer_lost(self, *, dropped: bool = False) -> bool:
+        """Whether this committed create's answer is lost, counted when it is: `dropped` by a fault, else drawn
+        (`FakeConfig.lost_creates`; no draw for a dropped one, so a seed's draws stay as they were)."""
         with self.lock:
-            lost = self.config.lost_creates > 0 and self.loss_rng.random() < self.config.lost_creates
+            lost = dropped or (self.config.lost_creates > 0 and self.loss_rng.random() < self.config.lost_creates)
             self.records.lost_answers += lost
             return lost
 
