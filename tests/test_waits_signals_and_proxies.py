@@ -271,6 +271,25 @@ def test_a_long_command_stopped_by_sigterm_ends_as_ctrl_c_ends_it(command: list[
         assert "the fake received 0 creates (0 refused for a full queue) and 0 requests" in out
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_fake_in_the_background_of_a_script_stops_on_sigint_and_sigterm(sig: signal.Signals) -> None:
+    """`gatekeeper fake-api ... &` in a shell script starts with SIGINT ignored (a shell does that to its background
+    jobs, and Python keeps it so): `kill -INT` and `kill` (TERM) still stop it as Ctrl-C does, exit 0 with what it
+    received, well inside the wait."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "fake-api", "--port", "0"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert run.stdout is not None and "Ctrl-C stops it" in run.stdout.readline()
+        run.send_signal(sig)
+        out, err = run.communicate(timeout=10)
+    finally:
+        run.kill()
+        run.communicate()
+    assert run.returncode == 0 and "Traceback" not in err, err[-2000:]
+    assert "the fake received 0 creates (0 refused for a full queue) and 0 requests" in out
+
+
 @pytest.mark.parametrize("command", [["status", "--watch", "0.2", "--json"],
                                      ["exporter", "--port", "0", "--interval", "0.2", "--json"]])
 def test_sigterm_inside_a_reading_stops_the_long_command_cleanly(command: list[str]) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,23 @@ from ._common import print_json
 
 
 def cmd_fake_api(args: argparse.Namespace) -> int:
+    with _stoppable():
+        return _serve(args)
+
+
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """Ctrl-C, `kill -INT` and `kill` (SIGTERM: the CLI's, a Ctrl-C) stop the fake even where SIGINT came ignored: a
+    shell starts a script's background job so (`gatekeeper fake-api ... &`), and Python keeps it ignored, so a
+    `kill -INT %1` meant for the fake did nothing and never had its report. (The caller's handler is put back after.)"""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _serve(args: argparse.Namespace) -> int:
     _check_google_only(args.deny, args.organization_answers, google=args.google is not None)
     keys = args.workspace_key or ["test-key-ws1"]
     bad_model = args.error_model
