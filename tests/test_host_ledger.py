@@ -292,8 +292,42 @@ def test_status_names_the_ledger_in_use(tmp_path: Path) -> None:
     assert ledger["file"] == str(host_ledger_file(home, socket.gethostname()))  # (the first-party queue: no suffix)
     assert f"ledger    this host's, {ledger['file']}" in human.stdout
     assert orjson.loads(none.stdout)["ledger"] == {"kind": "none", "url": None, "file": None, "reserved": 0, "reservations": [],
-                                                    "jobs": []}
+                                                    "jobs": [], "orphans": []}
     assert "ledger    none (--ledger none)" in by_env.stdout
+
+
+@pytest.mark.parametrize("ledger", ["host", "sqlite", "postgres"])
+def test_status_shows_a_killed_jobs_orphan_and_why_it_is_held(tmp_path: Path, ledger: str,
+                                                              request: pytest.FixtureRequest) -> None:
+    """A job killed (SIGKILL) with its create's body out leaves an orphan on the ledger: its requests freed, the turn
+    for creates of its size held until its reservation would have lapsed. `status` (JSON and text) shows it: which
+    job, its pid on this host, how many requests, since when, when it lapses. One killed between its reservation and
+    its send holds nothing, and status shows nothing."""
+    url = {"host": [], "sqlite": ["--ledger", f"sqlite:///{tmp_path / 'ledger.db'}"],
+           "postgres": ["--ledger", request.getfixturevalue("pg_database")] if ledger == "postgres" else []}[ledger]
+    a, b = tmp_path / "a" / "in.jsonl", tmp_path / "b" / "in.jsonl"
+    _spread_job(a, 40, seed=1), _spread_job(b, 40, seed=2)
+    with running_fake(ceiling=100_000, rate=0.0) as fake:
+        early = start(["submit", str(b), *FAST, *url, "--ledger-ttl", "600"],
+                      {**env_for(fake), "GATEKEEPER_CRASH_AT": "after-intent:1"})
+        assert early.wait(timeout=60) == -9
+        nothing = gk(["status", "--json", *url], env_for(fake))
+        killed = start(["submit", str(a), *FAST, *url, "--ledger-ttl", "600"],
+                       {**env_for(fake), "GATEKEEPER_CRASH_AT": "body-complete:1"})
+        assert killed.wait(timeout=60) == -9
+        js = gk(["status", "--json", *url], env_for(fake))
+        text = gk(["status", *url], env_for(fake))
+    assert nothing.returncode == 0, nothing.stderr[-2000:]
+    assert orjson.loads(nothing.stdout)["ledger"]["orphans"] == []  # (its create never went out: no batch, no turn)
+    assert js.returncode == 0, js.stderr[-2000:]
+    held = orjson.loads(js.stdout)["ledger"]
+    assert held["reserved"] == 0 and held["reservations"] == []  # (its requests are free: no room held)
+    [orphan] = held["orphans"]
+    assert orphan["job"] == "in.jsonl" and orphan["pid"] == killed.pid and orphan["this_host"] is True
+    assert orphan["requests"] == 40 and orphan["sent"] is True and 0 <= orphan["dead_for"] < 60
+    assert 500 < orphan["lapses_in"] <= 600  # (its TTL after its last heartbeat)
+    assert (f"orphan of dead job in.jsonl (pid {killed.pid} on this host), batch {orphan['batch']}: its create of 40 "
+            "requests was out when it died") in text.stdout and "holds the turn for creates of 40 requests" in text.stdout
 
 
 def test_an_unwritable_state_folder_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from gatekeeper._errors import LedgerError, UsageError
 from gatekeeper.run.shared._beats import liveness
 from gatekeeper.state._db import SqliteDb
-from gatekeeper.state._host import process_started
+from gatekeeper.state._host import process_started, this_process
 from gatekeeper.state.ledger._base import ClaimPost, Liveness, grant
 from gatekeeper.state.ledger._local import LocalLedger
 from gatekeeper.state.ledger._open import open_ledger
@@ -229,6 +229,10 @@ async def test_a_submitter_dead_on_this_machine_is_dropped_at_once(make_ledger) 
     assert rows["dead", 0].expires_in > 86_400  # (named as a released batch is, for NAMED_FOR)
     orphan = rows["dead", 1]
     assert (orphan.requests, orphan.batch_id, orphan.live) == (40, None, False) and orphan.dead_for is not None
+    # (what `status` shows of it: how long it still holds the turn, and, where the ledger keeps them, whose it was)
+    assert orphan.holding and orphan.holds_for is not None and 500 < orphan.holds_for <= 600
+    named = (orphan.job, orphan.pid) == ("job-x", child.pid) and orphan.machine == this_process()["machine"]
+    assert named or isinstance(dead, RedisLedger) and (orphan.job, orphan.pid) == (None, None)
     assert await other.claim_job("input-x", {"host": "h2"}) is None  # its registration gone
     assert [c.owner for c in await other.claims()] == []
     assert sum(r.requests for r in await other.reservations() if r.live) == 10
@@ -256,7 +260,9 @@ async def test_a_dead_submitters_create_holds_its_size_no_longer_than_its_ttl(ma
     assert not await other.reserve(0, 40, 1000, 0)  # (held for its size)
     assert await other.reserve(1, 30, 1000, 0)  # (lapsed before its owner was found dead: nothing held)
     assert [r.owner for r in await other.reservations() if r.dead_for is not None] == ["dead"]
+    assert [r.owner for r in await other.reservations() if r.holding] == ["dead"]
     await make_ledger.elapse(2.1)
+    assert not [r for r in await other.reservations() if r.holding]  # (a rival's name now, holding nothing)
     assert await other.reserve(0, 40, 1000, 0)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._clock import WALL, Clock
@@ -15,7 +15,7 @@ from ..api._http import RetryNotice
 from ..api._queue import connect, read_headroom
 from ..decide._headroom import FINDINGS, SCOPE_CAVEAT, Headroom, repair_lines, verdict
 from ..decide._host import run_ended
-from ..state._host import process_started, this_process
+from ..state._host import machine_id, process_started, this_process
 from ..state.ledger._base import LedgerReading, Liveness
 from ..state.ledger._open import HOST, choose_ledger, open_ledger, sqlite_file
 
@@ -36,6 +36,7 @@ class Status:
     verdict: str
     detail: str
     repair: list[str]
+    machine: str | None = None  # this machine (`state._host.machine_id`): an orphan of a process here says so
 
     @property
     def finding(self) -> bool:
@@ -54,10 +55,12 @@ class Status:
             "measured": f"enqueued_batch_requests from {source}; the sum of request_counts.processing over "
                         f"{len(h.batches)} live batch(es) in {h.workspaces} workspace(s)",
             "inferred": SCOPE_CAVEAT, "repair": self.repair,
-            "ledger": {"kind": "none", "url": None, "file": None, "reserved": 0, "reservations": [], "jobs": []} if ledger is None else {
+            "ledger": {"kind": "none", "url": None, "file": None, "reserved": 0, "reservations": [], "jobs": [],
+                       "orphans": []} if ledger is None else {
                 **(ledger.in_use or {"kind": "shared", "url": None, "file": None}),
                 "reserved": sum(r.requests for r in ledger.reservations),
-                "reservations": [r.to_json() for r in ledger.reservations], "jobs": ledger.jobs()},
+                "reservations": [r.to_json() for r in ledger.reservations], "jobs": ledger.jobs(),
+                "orphans": [r.orphan_json(self.machine) for r in ledger.orphans]},
         }
 
 
@@ -84,8 +87,10 @@ async def status(config: ApiConfig, *, ceiling: int | None = None, threshold: in
     book = open_ledger(chosen.url, owner="status", namespace=config.scope, clock=clock.now, liveness=_reader())
     try:
         await book.ping()
-        live = [r for r in await book.reservations() if r.live]  # (not the names of released batches, nor orphans)
-        return judge_reading(h, LedgerReading(live, await book.claims(), chosen.to_json(config.scope)), threshold, config)
+        held = await book.reservations()
+        live = [r for r in held if r.live]  # (not the names of released batches, nor orphans)
+        reading = LedgerReading(live, await book.claims(), chosen.to_json(config.scope), tuple(r for r in held if r.holding))
+        return replace(judge_reading(h, reading, threshold, config), machine=machine_id())
     finally:
         await book.close()
 

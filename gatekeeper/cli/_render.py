@@ -68,8 +68,20 @@ def render_status(r: dict[str, Any]) -> str:
                    f"beside the observed depth {r['depth']:,}")
         out += [f"    {x['owner']:<36} batch {x['batch']:<5} {x['requests']:>9,}  {x['batch_id'] or '(creating)'}  "
                 f"expires in {x['expires_in']:,.0f} s" for x in ledger["reservations"][:10]]
+        out += [_orphan_line(x) for x in (ledger.get("orphans") or [])[:10]]
         out += _jobs_lines(ledger.get("jobs") or [])
     return "\n".join(out)
+
+
+def _orphan_line(x: dict[str, Any]) -> str:
+    """A dead job's create that was out when it died: whose, and why and how long it still holds creates of its size
+    (their batch could be taken for its after a lost answer: docs/shared.md)."""
+    who = f"job {x['job']}" if x["job"] else f"submitter {x['owner']}"
+    where = "" if x["pid"] is None else f" (pid {x['pid']} {'on this host' if x['this_host'] else 'on another host'})"
+    found = "" if x["dead_for"] is None else f", found dead {x['dead_for']:,.0f} s ago"
+    return (f"    orphan of dead {who}{where}, batch {x['batch']}: its create of {x['requests']:,} requests was out when it "
+            f"died{found}; holds the turn for creates of {x['requests']:,} requests (no room), lapses in "
+            f"{x['lapses_in']:,.0f} s or when its rerun settles it")
 
 
 def _jobs_lines(jobs: list[dict[str, Any]]) -> list[str]:

@@ -82,10 +82,30 @@ class Reservation:
     # False where the ledger knows its create was never sent (its turn granted, then the run ended or was killed
     # before its body went out: no batch came of it); True where it was, or may have been
     sent: bool = True
+    # an orphan's (`status` shows them): the seconds it still holds the turn for creates of its size (0: no longer,
+    # it stays a rival's name only); its dead owner's job (its claim's name), machine and pid, None where the ledger
+    # does not say (an earlier version's orphan, Redis's, a job that posted no claim)
+    holds_for: float | None = None
+    job: str | None = None
+    machine: str | None = None
+    pid: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "batch": self.batch, "requests": self.requests, "batch_id": self.batch_id,
                 "expires_in": round(self.expires_in, 1)}
+
+    def orphan_json(self, machine: str | None) -> dict[str, Any]:
+        """An orphan holding the turn as `status --json` shows it (`machine`: the reader's, to say "this host")."""
+        return {"owner": self.owner, "job": self.job, "pid": self.pid,
+                "this_host": self.machine is not None and self.machine == machine, "batch": self.batch,
+                "requests": self.requests, "sent": self.sent,
+                "dead_for": None if self.dead_for is None else round(self.dead_for, 1),
+                "lapses_in": round(self.holds_for or 0.0, 1)}
+
+    @property
+    def holding(self) -> bool:
+        """An orphan that still holds the turn for creates of its size."""
+        return self.dead_for is not None and (self.holds_for or 0.0) > 0
 
     @property
     def live(self) -> bool:
@@ -129,12 +149,13 @@ class Ledger(Protocol):
 
 
 class LedgerReading(NamedTuple):
-    """What `status` and the exporter read of a ledger: live reservations, the jobs' claims, and which ledger it is
-    (`in_use`: `LedgerChoice.to_json()`)."""
+    """What `status` and the exporter read of a ledger: live reservations, the jobs' claims, which ledger it is
+    (`in_use`: `LedgerChoice.to_json()`), and the orphans that still hold a turn (`Reservation.holding`)."""
 
     reservations: list[Reservation]
     claims: list[Claim]
     in_use: dict[str, Any] | None = None
+    orphans: tuple[Reservation, ...] = ()  # dead submitters' creates that still hold the turn for their size
 
     def jobs(self) -> list[dict[str, Any]]:
         """Each job on the ledger: name, priority, share, queued (its live reservations), waiting, admitted."""

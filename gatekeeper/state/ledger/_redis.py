@@ -465,10 +465,10 @@ class RedisLedger:
                                        t.granted_for, t.ids, t.sent))
         for field, value in zip(orphans[::2], orphans[1::2]):
             owner, _, batch = field.decode().rpartition("|")
-            count, since, expires, _ = value.decode().split(":", 3)
+            count, since, expires, holds = value.decode().split(":", 3)
             t = turn.get(field.decode(), _UNKNOWN)
             out.append(Reservation(owner, int(batch), int(count), None, float(expires) - now, max(0.0, now - float(since)),
-                                   t.granted_for, t.ids))
+                                   t.granted_for, t.ids, holds_for=max(0.0, float(holds) - now)))
         return sorted(out, key=lambda r: (r.owner, r.batch))
 
     async def close(self) -> None:
