@@ -16,7 +16,7 @@ from gatekeeper._errors import LedgerError, UsageError
 from gatekeeper.run.shared._beats import liveness
 from gatekeeper.state._db import SqliteDb
 from gatekeeper.state._host import process_started, this_process
-from gatekeeper.state.ledger._base import ClaimPost, Liveness, grant
+from gatekeeper.state.ledger._base import ClaimPost, Liveness, creating_of_size, grant
 from gatekeeper.state.ledger._local import LocalLedger
 from gatekeeper.state.ledger._open import open_ledger
 from gatekeeper.state.ledger._postgres import PgLedger
@@ -100,16 +100,26 @@ async def test_creates_of_one_size_go_one_at_a_time_across_submitters(make_ledge
     of another size goes at once: a lost one's candidates are of its size, never taken for A's (issue 60, seed 9964:
     a job whose creates kept failing held every other job's, of any size, for 43 minutes with the queue empty)."""
     a, b = make_ledger("A"), make_ledger("B")
+
+    async def held(led, n: int) -> bool:  # (what the refused job reads to know no room building up ends it: rule 4)
+        return creating_of_size(await led.reservations(), led.owner, n)
+
     assert await a.reserve(0, 10, 1000, 0)
     assert not await b.reserve(0, 10, 1000, 0) and not await b.reserve(0, 10, None, 0)
+    assert await held(b, 10) and not await held(a, 10) and not await held(b, 7)
     assert await b.reserve(5, 7, 1000, 0)  # (another size)
     assert not await a.reserve(5, 7, 1000, 0)  # (... and B's of that size out holds A's of it)
+    assert await held(a, 7)
     assert await a.reserve(1, 10, 1000, 0)
     await a.confirm(0, "msgbatch_a0")
     assert not await b.reserve(0, 10, 1000, 0)  # (A's second is still out)
     await a.release(1)
+    assert not await held(b, 10)
     assert await b.reserve(0, 10, 1000, 0)
     assert not await a.reserve(2, 10, 1000, 0)
+    await b.confirm(0, "msgbatch_b0")
+    await b.confirm(5, "msgbatch_b5")
+    assert not await a.reserve(2, 990, 1000, 0) and not await held(a, 990)  # (refused for room: that builds up)
 
 
 async def test_a_reservation_says_since_when_its_create_may_have_made_a_batch(make_ledger) -> None:
@@ -261,8 +271,10 @@ async def test_a_dead_submitters_create_holds_its_size_no_longer_than_its_ttl(ma
     assert await other.reserve(1, 30, 1000, 0)  # (lapsed before its owner was found dead: nothing held)
     assert [r.owner for r in await other.reservations() if r.dead_for is not None] == ["dead"]
     assert [r.owner for r in await other.reservations() if r.holding] == ["dead"]
+    assert creating_of_size(await other.reservations(), other.owner, 40)
     await make_ledger.elapse(2.1)
     assert not [r for r in await other.reservations() if r.holding]  # (a rival's name now, holding nothing)
+    assert not creating_of_size(await other.reservations(), other.owner, 40)
     assert await other.reserve(0, 40, 1000, 0)
 
 

@@ -26,6 +26,7 @@ from ...decide._reconcile import listing_grace, listing_would_show
 from ...input._sizing import Limits, Packer, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
+from ...state.ledger._base import creating_of_size
 from ..shared._budget import check_spend
 from ..shared._cancel import REFUSED, cancel_batch
 from ..shared._checkpoints import reached
@@ -76,6 +77,8 @@ class Admitter(Part):
     async def admit_round(self, snap: Snapshot) -> None:
         self.budget_action = None
         if self.settings.collect_only:
+            # (it holds no turn: a killed run of its own, whose rerun this is, left a claim that wants room)
+            await self.turns.turn(0)
             return
         planned = self.journal.batches(BatchState.PLANNED)
         if planned and self._reconciling(snap, planned[0].requests):
@@ -114,6 +117,8 @@ class Admitter(Part):
                     return
             if not await self.ledger.reserve(row.idx, row.requests, q.bound, seen, self._ids_print(row)):
                 self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
+                if creating_of_size(await self.ledger.reservations(), self.ledger.owner, row.requests):
+                    await self.turns.turn(0)  # (it holds no turn meanwhile; one held for room keeps it, rule 4)
                 return
             outcome = await self.create(row, snap.depth, snap.unseen, worst)
             if outcome is None:

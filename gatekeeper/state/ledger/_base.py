@@ -52,7 +52,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -169,6 +169,14 @@ def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int, others_crea
     """The admission formula (pure; the shared ledgers evaluate the same inside their atomic step): room under the
     ceiling, and no other submitter's create out or unreconciled (`others_creating`)."""
     return not others_creating and reserved + max(0, seen - mine) + n <= ceiling
+
+
+def creating_of_size(reservations: Iterable[Reservation], owner: str, n: int) -> bool:
+    """Whether another submitter's create of `n` requests, out or not yet reconciled (a dead one's while it holds
+    the turn), keeps the ledger from granting a create of that size (`grant`'s `others_creating`): the one refusal
+    that room building up does not end."""
+    return any(r.owner != owner and r.requests == n and r.batch_id is None and (r.dead_for is None or r.holding)
+               for r in reservations)
 
 
 def new_owner() -> str:
