@@ -32,7 +32,7 @@ from ._out import TableWriter, check_destination, writable_schema
 from ._pending import Counts, pending_file
 from ._rows import NOT_SENT, RESULT_COLUMNS, TableSpec, id_and_key, is_final, result_columns
 from ._runs import discard, fresh_name, hold, let_go, quiet, recorded_run, run_dir, run_name, unfinished_runs
-from ._where import default_state_dir, identity, shown
+from ._where import default_state_dir, former_identity, identity, shown
 
 if TYPE_CHECKING:
     from ..run.shared._summary import Summary
@@ -101,10 +101,14 @@ def table_job_name(where: str, spec: TableSpec, config: ApiConfig, *, legacy: bo
 def job_names(where: str | None, root: Path, spec: TableSpec, config: ApiConfig) -> tuple[str, tuple[str, ...]]:
     """A table job's default name in a shared journal, by its table's identity (so the CLI from any folder, the
     library and the operator name it alike) and its account, and the names earlier versions gave it (by the key's
-    digest, and by the table as it was written): their answers are read too, and their runs found."""
+    digest, by the table as it was written, and by a URI's identity with its query): their answers are read too, and
+    their runs found."""
     ident = str(root.resolve()) if where is None else identity(where)
     name = table_job_name(ident, spec, config)
-    before = [table_job_name(w, spec, config, legacy=True) for w in dict.fromkeys([ident, where or ident])]
+    former = None if where is None else former_identity(where)
+    before = [table_job_name(w, spec, config, legacy=True) for w in dict.fromkeys([ident, where or ident, former]) if w]
+    if former is not None:
+        before.append(table_job_name(former, spec, config))
     return name, tuple(b for b in dict.fromkeys(before) if b != name)
 
 
