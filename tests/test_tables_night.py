@@ -445,6 +445,53 @@ def test_plan_reports_rejections_as_records_with_flat_memory(tmp_path: Path) -> 
         assert key in j, key
 
 
+def test_plan_keeps_the_first_rejections_the_models_api_refuses_and_counts_the_rest(tmp_path: Path) -> None:
+    """A model the Models API does not know refuses each of 300 rows: `rejected` has the first 100 as records (the
+    memory of a hundred, however many rows), `rejected_count`, `invalid` and the preflight's tally count all 300.
+    Rows sharing a refused request (300 rows, 63 distinct requests) are each rejected too, as `submit` rejects them:
+    `invalid` counts the 63 requests, `rejected_count` the 300 rows."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(_orders(300), table)
+    spec = ["--model", "claude-nope-9", "--max-tokens", "20", "--id-column", "id", "--token-sample", "0", "--json"]
+    with running_fake(rate=2000) as fake:
+        done = gk(["plan", str(table), "--template", "{id} {item}", *spec], env_for(fake))
+        shared = gk(["plan", str(table), "--template", "{item}", *spec], env_for(fake))
+        submitted = gk(["submit", str(table), "--template", "{item}", *spec, *FAST], env_for(fake))
+    j = orjson.loads(done.stdout)
+    assert done.returncode == 1 and (j["rejected_count"], j["invalid"], j["to_send"]) == (300, 300, 0), j
+    assert [r["row"] for r in j["rejected"]] == list(range(1, 101)) and len(j["errors"]) == 100
+    assert j["rejected"][99]["custom_id"] == "o-99" and "not a model the Models API knows" in j["rejected"][99]["reason"]
+    assert j["preflight"]["models"]["claude-nope-9"]["lines_rejected"] == 300
+    s = orjson.loads(shared.stdout)
+    assert (s["rejected_count"], s["invalid"], s["to_send"]) == (300, 63, 0), s
+    assert [r["row"] for r in s["rejected"]] == list(range(1, 101))
+    assert s["rejected"][70] == {"row": 71, "custom_id": "o-70", "reason": s["rejected"][7]["reason"]}  # (row 8's)
+    assert orjson.loads(submitted.stdout)["by_status"] == {"rejected": 300}
+
+
+def test_rows_with_one_request_share_it_and_plan_and_submit_say_how_many(tmp_path: Path) -> None:
+    """200 rows with --id-column, of 180 distinct prompts: plan and submit say 180 requests for 200 rows (20 share a
+    request with an identical row), the fake is sent 180 and each row gets its request's answer, keeping its id."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [f"o-{i}" for i in range(200)], "body": [f"b {i % 180}" for i in range(200)]}),
+                   table)
+    args = ["--template", "{body}", "--model", MODEL, "--max-tokens", "20", "--id-column", "id"]
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        plan = orjson.loads(gk(["plan", str(table), *args, "--json"], env).stdout)
+        text = gk(["plan", str(table), *args], env).stdout
+        done = gk(["submit", str(table), *args, *FAST, "--json", "--out", str(tmp_path / "r.parquet")], env)
+        said = gk(["submit", str(table), *args, *FAST, "--state", str(tmp_path / "s")], env).stdout
+        assert len(_created(fake)) == 360  # (180 a run: the second has a state of its own)
+    assert (plan["rows"], plan["to_send"], plan["shared"]) == (200, 180, 20), plan
+    assert "shared          20 row(s) share a request with an identical row" in text, text
+    j = orjson.loads(done.stdout)
+    assert (j["sent"], j["shared"], j["by_status"]) == (180, 20, {"succeeded": 200}), j
+    assert "shared    20 row(s) share a request with an identical row" in said, said
+    result = pq.read_table(tmp_path / "r.parquet").to_pylist()
+    assert result[185]["id"] == "o-185" and result[185]["text"] == result[5]["text"] and result[185]["custom_id"] == "o-185"
+
+
 # -- 7. state follows the table, not the shell -------------------------------------------------------------------
 
 def test_an_s3_table_finds_its_state_from_any_folder_and_no_secret_is_printed_or_kept(

@@ -62,6 +62,7 @@ class TableResult:
     state_dir: str = ""
     grew: bool = False
     canceled: bool = False  # a run collected first had been canceled (`cancel TABLE`): nothing new was sent
+    shared: int = 0  # rows of this call's run whose request is an earlier row's: one request answers them all
 
     def count(self, summary: Summary) -> None:
         self.sent += summary.requests - summary.pending
@@ -79,7 +80,7 @@ class TableResult:
     def to_json(self) -> dict[str, Any]:
         return {"rows": self.rows, "by_status": self.by_status, "sent": self.sent, "batches": self.batches,
                 "out": self.out, "state_dir": self.state_dir, "grew": self.grew, "earlier": self.earlier,
-                "canceled": self.canceled,
+                "canceled": self.canceled, "shared": self.shared,
                 "run": None if self.summary is None else self.summary.to_json()}
 
 
@@ -210,13 +211,14 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     result = TableResult(state_dir=str(root))
     try:
         spent = await collect_earlier(job, config, replace(settings, job=name), prices, result, submit_options, also)
-        pending = None if result.canceled else job.pending()[0]  # (a cancel holds for the run that collects it)
+        pending, counts = (None, None) if result.canceled else job.pending()  # (a cancel holds for the run collecting it)
         budget = None if settings.budget is None else settings.budget - spent
         if pending is not None and (budget is None or budget > 0):
             runs = run_name(pending, name, config) if settings.journal else None
             run = replace(settings, state_dir=run_dir(pending), out=None, job=runs, budget=budget)
             result.summary = await _submit(pending, config, run, prices, submit_options)
             result.count(result.summary)
+            result.shared = 0 if counts is None else counts.shared
             job.settle(pending, journal=settings.journal, job=runs)
         job.write(where, prices, result)
         return result
