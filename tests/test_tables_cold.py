@@ -153,25 +153,40 @@ def test_results_report_and_cancel_find_a_table_job_by_its_table(tmp_path: Path)
 ])
 def test_plan_of_a_table_judges_rows_as_submit_does(tmp_path: Path, model: str, max_tokens: str, reason: str) -> None:
     """With a key, `plan TABLE` asks the Models API as `submit` does: a max_tokens over the model's most, or a model
-    it does not know, rejects every row in plan (exit 1, nothing to send) as submit rejects them; a sound spec's
-    estimate is measured by count_tokens."""
+    it does not know, rejects every row in plan (exit 1, nothing to send) as submit rejects them, each row a record
+    of `rejected` with its row and reason (as a null row's, and as the JSONL plan's lines); a sound spec's estimate
+    is measured by count_tokens."""
     table = tmp_path / "n1.parquet"
-    pq.write_table(pa.table({"id": [f"r{i}" for i in range(30)], "body": [f"q {i}" for i in range(30)]}), table)
+    body = [None if i == 4 else f"q {i}" for i in range(30)]
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(30)], "body": body}), table)
     spec = ["--template", "Q {body}", "--model", model, "--max-tokens", max_tokens, "--id-column", "id"]
     with running_fake(rate=2000) as fake:
         env = env_for(fake)
         planned = gk(["plan", str(table), *spec, "--json"], env)
         assert planned.returncode == 1, planned.stdout[-2000:]
         j = orjson.loads(planned.stdout)
-        assert (j["to_send"], j["invalid"], len(j["errors"])) == (0, 30, 30), j
+        assert (j["to_send"], j["invalid"], len(j["errors"]), j["rejected_count"]) == (0, 29, 29, 30), j
         assert j["errors"][0]["row"] == 1 and reason in j["errors"][0]["reason"], j["errors"][0]
+        assert [r["row"] for r in j["rejected"]] == list(range(1, 31)), j["rejected"]
+        assert j["rejected"][0] == {"row": 1, "custom_id": "r0", "reason": j["errors"][0]["reason"]}
+        assert j["rejected"][4] == {"row": 5, "custom_id": "r4", "reason": "column 'body' is null"}
         said = gk(["plan", str(table), *spec], env)
         assert j["errors"][-1]["row"] == 30 and "rejected: 30" in said.stdout and said.returncode == 1, said.stdout
+        assert "  rejected: row 5: column 'body' is null" in said.stdout and "... and 10 more" in said.stdout
+        lines = tmp_path / "n1.jsonl"  # (the JSONL plan of the same requests: its rejections by line, the same keys)
+        lines.write_bytes(b"".join(orjson.dumps({"custom_id": f"r{i}", "params": {
+            "model": model, "max_tokens": int(max_tokens), "messages": [{"role": "user", "content": "Q x"}]}}) + b"\n"
+            for i in range(3)))
+        jsonl = orjson.loads(gk(["plan", str(lines), "--json"], env).stdout)
+        assert [(e["line"], e["custom_id"]) for e in jsonl["errors"]] == [(1, "r0"), (2, "r1"), (3, "r2")]
+        assert reason in jsonl["errors"][0]["reason"] and set(jsonl["errors"][0]) - {"line"} == set(j["rejected"][0]) - {"row"}
         submitted = gk(["submit", str(table), *spec, *FAST, "--json"], env)
         assert submitted.returncode == 1 and orjson.loads(submitted.stdout)["by_status"] == {"rejected": 30}
         sound = gk(["plan", str(table), *spec[:2], "--model", MODEL, "--max-tokens", "20", "--id-column", "id",
                     "--json"], env)
-        assert sound.returncode == 0 and orjson.loads(sound.stdout)["estimate"]["method"].startswith("count_tokens")
+        ok = orjson.loads(sound.stdout)
+        assert sound.returncode == 1 and ok["estimate"]["method"].startswith("count_tokens")  # (the null row)
+        assert (ok["rejected_count"], ok["invalid"], ok["to_send"]) == (1, 0, 29), ok
         assert fake.org.records.creates == 0
 
 

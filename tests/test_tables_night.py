@@ -445,6 +445,53 @@ def test_plan_reports_rejections_as_records_with_flat_memory(tmp_path: Path) -> 
         assert key in j, key
 
 
+def test_plan_keeps_the_first_rejections_the_models_api_refuses_and_counts_the_rest(tmp_path: Path) -> None:
+    """A model the Models API does not know refuses each of 300 rows: `rejected` has the first 100 as records (the
+    memory of a hundred, however many rows), `rejected_count`, `invalid` and the preflight's tally count all 300.
+    Rows sharing a refused request (300 rows, 63 distinct requests) are each rejected too, as `submit` rejects them:
+    `invalid` counts the 63 requests, `rejected_count` the 300 rows."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(_orders(300), table)
+    spec = ["--model", "claude-nope-9", "--max-tokens", "20", "--id-column", "id", "--token-sample", "0", "--json"]
+    with running_fake(rate=2000) as fake:
+        done = gk(["plan", str(table), "--template", "{id} {item}", *spec], env_for(fake))
+        shared = gk(["plan", str(table), "--template", "{item}", *spec], env_for(fake))
+        submitted = gk(["submit", str(table), "--template", "{item}", *spec, *FAST], env_for(fake))
+    j = orjson.loads(done.stdout)
+    assert done.returncode == 1 and (j["rejected_count"], j["invalid"], j["to_send"]) == (300, 300, 0), j
+    assert [r["row"] for r in j["rejected"]] == list(range(1, 101)) and len(j["errors"]) == 100
+    assert j["rejected"][99]["custom_id"] == "o-99" and "not a model the Models API knows" in j["rejected"][99]["reason"]
+    assert j["preflight"]["models"]["claude-nope-9"]["lines_rejected"] == 300
+    s = orjson.loads(shared.stdout)
+    assert (s["rejected_count"], s["invalid"], s["to_send"]) == (300, 63, 0), s
+    assert [r["row"] for r in s["rejected"]] == list(range(1, 101))
+    assert s["rejected"][70] == {"row": 71, "custom_id": "o-70", "reason": s["rejected"][7]["reason"]}  # (row 8's)
+    assert orjson.loads(submitted.stdout)["by_status"] == {"rejected": 300}
+
+
+def test_rows_with_one_request_share_it_and_plan_and_submit_say_how_many(tmp_path: Path) -> None:
+    """200 rows with --id-column, of 180 distinct prompts: plan and submit say 180 requests for 200 rows (20 share a
+    request with an identical row), the fake is sent 180 and each row gets its request's answer, keeping its id."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [f"o-{i}" for i in range(200)], "body": [f"b {i % 180}" for i in range(200)]}),
+                   table)
+    args = ["--template", "{body}", "--model", MODEL, "--max-tokens", "20", "--id-column", "id"]
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        plan = orjson.loads(gk(["plan", str(table), *args, "--json"], env).stdout)
+        text = gk(["plan", str(table), *args], env).stdout
+        done = gk(["submit", str(table), *args, *FAST, "--json", "--out", str(tmp_path / "r.parquet")], env)
+        said = gk(["submit", str(table), *args, *FAST, "--state", str(tmp_path / "s")], env).stdout
+        assert len(_created(fake)) == 360  # (180 a run: the second has a state of its own)
+    assert (plan["rows"], plan["to_send"], plan["shared"]) == (200, 180, 20), plan
+    assert "shared          20 row(s) share a request with an identical row" in text, text
+    j = orjson.loads(done.stdout)
+    assert (j["sent"], j["shared"], j["by_status"]) == (180, 20, {"succeeded": 200}), j
+    assert "shared    20 row(s) share a request with an identical row" in said, said
+    result = pq.read_table(tmp_path / "r.parquet").to_pylist()
+    assert result[185]["id"] == "o-185" and result[185]["text"] == result[5]["text"] and result[185]["custom_id"] == "o-185"
+
+
 # -- 7. state follows the table, not the shell -------------------------------------------------------------------
 
 def test_an_s3_table_finds_its_state_from_any_folder_and_no_secret_is_printed_or_kept(
@@ -485,6 +532,65 @@ def test_an_s3_table_finds_its_state_from_any_folder_and_no_secret_is_printed_or
     home = Path(os.environ["XDG_STATE_HOME"])
     kept = [p for p in home.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert kept == [] and not list((tmp_path / "a").iterdir()) and not list((tmp_path / "b").iterdir())
+
+
+def test_an_s3_tables_state_follows_the_object_not_its_connection_settings(
+        tmp_path: Path, s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`?region=` and `?endpoint_override=&scheme=` say how to reach the object, not which it is: the same object
+    given with them, or without a query, finds the answers already paid for (the fake is sent each row once); a
+    secret in the query is in no output line nor any file."""
+    from pyarrow import fs
+
+    for k, v in s3.items():
+        monkeypatch.setenv(k, v)
+    lake, _ = fs.FileSystem.from_uri("s3://lake/x")
+    with lake.open_output_stream("lake/night/q.parquet") as f:
+        pq.write_table(_orders(6), f)
+    endpoint = s3["AWS_ENDPOINT_URL"].removeprefix("http://")
+    secret = "SuperSecret456"
+    forms = ["s3://lake/night/q.parquet?region=us-east-1", "s3://lake/night/q.parquet",
+             f"s3://lake/night/q.parquet?endpoint_override={endpoint}&scheme=http&region=us-east-1",
+             f"s3://testing:{secret}@lake/night/q.parquet?region=us-east-1"]
+    with running_fake(rate=2000) as fake:
+        env = {**env_for(fake), **s3}
+        runs = [gk(["submit", where, *_opts(), "--id-column", "id", "--json"], env) for where in forms]
+        assert len(_created(fake)) == 6
+    assert [r.returncode for r in runs] == [0] * 4, runs[-1].stderr[-2000:]
+    assert [orjson.loads(r.stdout)["sent"] for r in runs] == [6, 0, 0, 0]
+    assert len({orjson.loads(r.stdout)["state_dir"] for r in runs}) == 1
+    assert not any(secret in r.stdout + r.stderr for r in runs)
+    home = Path(os.environ["GATEKEEPER_HOME"])
+    assert [p for p in home.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()] == []
+
+
+def test_state_an_earlier_version_keyed_by_a_uris_query_is_still_found(
+        tmp_path: Path, s3: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier version keyed an `s3://...?region=us-east-1` table's folder by the URI with its query: after the
+    upgrade the same command finds the answers there and sends nothing (the fake is sent each row once); the
+    library's `plan_table` sees them answered too."""
+    import hashlib
+
+    from pyarrow import fs
+
+    for k, v in s3.items():
+        monkeypatch.setenv(k, v)
+    lake, _ = fs.FileSystem.from_uri("s3://lake/x")
+    with lake.open_output_stream("lake/night/old.parquet") as f:
+        pq.write_table(_orders(5), f)
+    where = "s3://lake/night/old.parquet?region=us-east-1"
+    home = Path(os.environ["GATEKEEPER_HOME"]) / "tables"
+    # (the folder an earlier version made: the file's name and the digest of the URI with its query, sorted)
+    before = home / f"old.parquet-{hashlib.sha256(where.encode()).hexdigest()[:16]}"
+    with running_fake(rate=2000) as fake:
+        env = {**env_for(fake), **s3}
+        old = gk(["submit", where, *_opts(), "--id-column", "id", "--state", str(before)], env)
+        assert old.returncode == 0, old.stderr[-2000:]
+        now = gk(["submit", where, *_opts(), "--id-column", "id", "--json"], env)
+        assert now.returncode == 0, now.stderr[-2000:]
+        assert len(_created(fake)) == 5
+    j = orjson.loads(now.stdout)
+    assert j["sent"] == 0 and j["state_dir"] == str(before) and j["by_status"] == {"succeeded": 5}
+    assert plan_table(where, TableSpec.of("Order {id}: {qty} x {item}", MODEL, 20, id_column="id")).answered == 5
 
 
 def test_the_cli_and_the_library_find_each_others_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -608,18 +714,20 @@ def test_a_secret_on_the_command_line_is_sent_where_its_kind_of_url_reads_it(arg
     ("s3://lake/t.parquet", "s3://lake/t.parquet", "s3://lake/t.parquet", False),
     ("s3://AKIA:Se%2Fcret@lake/t.parquet", "s3://lake/t.parquet", "s3://***@lake/t.parquet", True),
     ("s3://AKIA@lake/t.parquet", "s3://lake/t.parquet", "s3://***@lake/t.parquet", False),
-    ("s3://lake/t.parquet?region=eu&endpoint_override=x", "s3://lake/t.parquet?endpoint_override=x&region=eu",
+    ("s3://lake/t.parquet?region=eu&endpoint_override=x", "s3://lake/t.parquet",
      "s3://lake/t.parquet?region=eu&endpoint_override=x", False),
-    ("gs://lake/t.csv?access_token=abc&x=1", "gs://lake/t.csv?x=1", "gs://lake/t.csv?access_token=***&x=1", True),
+    ("gs://lake/t.csv?access_token=abc&x=1", "gs://lake/t.csv", "gs://lake/t.csv?access_token=***&x=1", True),
     ("abfs://acct:KEY==@c.dfs.core.windows.net/t.arrow", "abfs://c.dfs.core.windows.net/t.arrow",
      "abfs://***@c.dfs.core.windows.net/t.arrow", True),
 ])
 def test_a_tables_identity_and_shown_form_carry_no_secret(where: str, ident: str | None, shown: str,
                                                          secret: bool) -> None:
-    from gatekeeper.tables._where import folder_name, has_secret, identity, scrub
+    from gatekeeper.tables._where import folder_name, former_identity, has_secret, identity, scrub
     from gatekeeper.tables._where import shown as shown_as
 
     assert identity(where) == (os.path.abspath(where) if ident is None else ident)
+    former = former_identity(where)  # (an earlier version's, with the query: its folder is still found)
+    assert former is None or ("abc" not in former and former.startswith(identity(where) + "?")), former
     assert shown_as(where) == shown and has_secret(where) == secret
     if "Se%2Fcret" in where:  # (quoted as given, or as the URI parser decoded it)
         said = scrub(f"failed to open {where}: user AKIA, password Se/cret (Se%2Fcret)", where)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -106,11 +106,12 @@ async def _model_or_none(api: ApiClient, name: str) -> dict[str, Any] | None:
         return None
 
 
-def outcome(pf: Preflight, errors: Iterable[Any]) -> dict[str, Any]:
-    """The preflight as reports show it: checked or why not, and per model its answer and the lines it rejected."""
+def outcome(pf: Preflight, errors: Iterable[Any], dropped: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The preflight as reports show it: checked or why not, and per model its answer and the lines it rejected
+    (`dropped`: those a report counted without keeping, by `model 'x'`)."""
     out = pf.to_json()
     if pf.checked:
-        counts: dict[str, int] = {}
+        counts: dict[str, int] = {name: (dropped or {}).get(f"model {name!r}", 0) for name in pf.models}
         for e in errors:
             for name in pf.models:
                 if e.reason.startswith(f"model {name!r}:"):
@@ -150,8 +151,9 @@ async def judge_plan(source: Source, api: ApiClient, report: PlanReport, *, limi
     if not pf.checked and on_warning is not None:
         on_warning(str(pf.reason))
     if needs_second_pass(pf, report.max_tokens_peak):
-        report = await _off_loop(source, limits=limits, hash_content=hash_content, models=pf.rules())
-    report.preflight = outcome(pf, report.errors)
+        report = await _off_loop(source, limits=limits, hash_content=hash_content, models=pf.rules(),
+                                 errors_kept=report.errors_kept)
+    report.preflight = outcome(pf, report.errors, report.dropped_by_model)
     path = isinstance(source, (str, os.PathLike)) and os.fspath(source) != "-"
     if pf.checked and token_sample > 0 and path and report.model_bytes:
         report.calibration = await calibrate(api, os.fspath(source), report.model_bytes, token_sample)  # type: ignore[arg-type]

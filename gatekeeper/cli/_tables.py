@@ -76,12 +76,12 @@ def plan_table_command(args: argparse.Namespace, limits: Any) -> int:
         print(orjson.dumps(j).decode())
     else:
         print(render_table_plan(j))
-    return ExitCode.OK if not j["rejected_count"] and not j["invalid"] else ExitCode.FINDINGS
+    return ExitCode.OK if not j["rejected_count"] else ExitCode.FINDINGS
 
 
 def render_table_plan(j: dict[str, Any]) -> str:
     """`plan TABLE` for people: rows, what goes out in how many batches and rounds, the cost, the rejected rows."""
-    rejected = j["rejected_count"] + j["invalid"]  # (rows judged bad, and requests plan's rules refuse: as submit)
+    rejected = j["rejected_count"]  # (rows judged bad, and requests plan's rules refuse: as submit)
     flying = f"; out in an unfinished run: {j['in_flight']:,}" if j["in_flight"] else ""
     out = [f"rows            {j['rows']:,}   (answered already: {j['answered']:,}{flying}; rejected: {rejected:,})"]
     for run in j["unfinished"]:  # (a cold tester read "submit collects it first" while a second submit was refused)
@@ -94,6 +94,8 @@ def render_table_plan(j: dict[str, Any]) -> str:
           "; the ceiling is unknown (give --ceiling, or an Admin key): submit cuts batches to a quarter of it")
     out.append(f"to send         {j['to_send']:,} request(s) in {batches:,} batch(es) of at most {size:,}"
                + (at if batches else "") + (f"; {j['invalid']:,} refused by plan's rules" if j["invalid"] else ""))
+    if j["shared"]:
+        out.append(f"shared          {_shared(j['shared'])}")
     e = j["estimate"]
     if e is not None:
         cost = "unknown (a model has no price)" if e["input_cost_usd"] is None else f"~${e['input_cost_usd']:,.2f}"
@@ -101,12 +103,16 @@ def render_table_plan(j: dict[str, Any]) -> str:
                "nothing to send" if not j["to_send"] else e["method"].split(";")[0])
         out.append(f"estimate        ~{e['input_tokens']:,} input tokens, {cost} at batch prices ({how}; output not "
                    "included)")
-    for r in j["rejected"][:10] + j["errors"][:10]:
+    for r in j["rejected"][:20]:
         out.append(f"  rejected: row {r['row']}: {r['reason']}")
-    shown = min(10, len(j["rejected"])) + min(10, len(j["errors"]))
-    if j["rejected_count"] + j["invalid"] > shown:
-        out.append(f"  ... and {j['rejected_count'] + j['invalid'] - shown:,} more (--json lists the first 100)")
+    if rejected > len(j["rejected"][:20]):
+        out.append(f"  ... and {rejected - len(j['rejected'][:20]):,} more (--json lists the first 100)")
     return "\n".join(out)
+
+
+def _shared(n: int) -> str:
+    return (f"{n:,} row(s) share a request with an identical row: it is sent once, and its answer joined to each "
+            "(make the prompts differ to sample one prompt several times)")
 
 
 def _judge(args: argparse.Namespace) -> Any:
@@ -214,6 +220,8 @@ def render_table_result(j: dict[str, Any]) -> str:
     out.append(f"sent      {j['sent']:,} request(s) in {j['batches']:,} batch(es)"
                + (f"; {unsent:,} row(s) not sent" if unsent else "")
                + ("" if j["sent"] or unsent else "; every row was answered before or rejected"))
+    if j["shared"]:
+        out.append(f"shared    {_shared(j['shared'])}")
     if j.get("canceled"):
         out.append("canceled  the run collected had been canceled: nothing new was sent; submit again sends the rows "
                    "not answered")

@@ -7,7 +7,8 @@ the batches `plan` reports are the batches `submit` sends.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, MutableSequence, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -52,12 +53,15 @@ class BatchPlan(msgspec.Struct, frozen=True):
 
 
 class PlanReport(msgspec.Struct, kw_only=True):
-    """What `plan` found: counts, every rejection, and the batches."""
+    """What `plan` found: counts, every rejection (or the first `errors_kept`, the rest counted), and the batches."""
 
     limits: Limits
     lines: int = 0  # lines read, blank ones included
     requests: int = 0  # valid requests
     errors: list[Rejection] = []
+    errors_kept: int | None = None  # None: every rejection kept; else the first so many (a table's plan: flat memory)
+    dropped: MutableSequence[int] = msgspec.field(default_factory=lambda: array("I"))  # lines rejected past `errors_kept`
+    dropped_by_model: dict[str, int] = {}  # of those, the ones a model's rule refused (`model 'x': ...`), by model
     batches: list[BatchPlan] = []
     largest_bytes: int = 0
     largest_line: int = 0
@@ -73,11 +77,22 @@ class PlanReport(msgspec.Struct, kw_only=True):
 
     @property
     def invalid(self) -> int:
-        return len(self.errors)
+        return len(self.errors) + len(self.dropped)
 
     @property
     def ok(self) -> bool:
-        return not self.errors
+        return not self.invalid
+
+    def reject(self, rejection: Rejection) -> None:
+        """Note a rejected line: kept, or past `errors_kept` its number alone, 4 bytes (and its model counted, for the
+        preflight's tally)."""
+        if self.errors_kept is None or len(self.errors) < self.errors_kept:
+            self.errors.append(rejection)
+            return
+        self.dropped.append(rejection.line)
+        head = rejection.reason.partition(": ")[0]
+        if head.startswith("model "):
+            self.dropped_by_model[head] = self.dropped_by_model.get(head, 0) + 1
 
     def estimate(self, prices: PriceTable) -> dict[str, Any]:
         """Input tokens and cost before anything is sent (output tokens cannot be known yet).
@@ -143,6 +158,7 @@ def plan(
     workers: int | None = None,
     models: ModelRules | None = None,
     ids_in_memory: int | None = None,
+    errors_kept: int | None = None,
 ) -> PlanReport:
     """Validate and size `source` in one pass; nothing is sent.
 
@@ -151,6 +167,7 @@ def plan(
     validate it in parallel: do not ask for it from a process that runs threads.
     A file of more than `ids_in_memory` custom_ids (default 1,048,576) sets them
     aside on disk (TMPDIR) to tell repeats, and is read a second time if it has any.
+    `errors_kept` keeps only the first so many rejections, counting the rest (memory stays flat however many).
     Example::
 
         report = gatekeeper.plan("requests.jsonl", limits=Limits(max_requests=50_000))
@@ -159,7 +176,7 @@ def plan(
     limits = limits or Limits()
     repeats = None
     while True:  # twice only for a file whose repeated ids were told at the end (`_duplicates`)
-        report = PlanReport(limits=limits)
+        report = PlanReport(limits=limits, errors_kept=errors_kept)
         report.cache_scan = CacheScan()
         stats = ScanStats()
         if use_parallel(source, hash_content, workers):
@@ -193,7 +210,7 @@ def _plan_rows(source: Source, report: PlanReport, hash_content: bool, rules: Mo
     total = largest = 0
     first = last = (0, 0, "", 0)  # (line, offset, custom_id, bytes) of the open batch's first and last requests
     for line, offset, cid, model, n, _ in scan(
-        source, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
+        source, report.reject, item_limit=max_item_bytes(report.limits.max_bytes), stats=stats, hasher=hasher,
         ids_in_memory=ids_in_memory, repeats=repeats, models=rules,
         peaks=report.max_tokens_peak if rules is not None else None, cache=report.cache_scan,
         api_version=report.limits.api_version,
@@ -237,7 +254,7 @@ def _plan_segments(path: str, report: PlanReport, workers: int, rules: ModelRule
         last_at: tuple[Segment, int] | None = None  # where the open batch's last request is: read back only if it closes
         total = largest = 0
         largest_at: tuple[Segment, int] | None = None
-        for seg in parallel_scan(path, report.errors.append, item_limit=max_item_bytes(report.limits.max_bytes),
+        for seg in parallel_scan(path, report.reject, item_limit=max_item_bytes(report.limits.max_bytes),
                                  stats=stats, models=report.models, model_bytes=report.model_bytes, workers=workers,
                                  rules=rules, peaks=report.max_tokens_peak, cache=report.cache_scan,
                                  api_version=report.limits.api_version, ids_in_memory=ids_in_memory,
@@ -273,8 +290,8 @@ class SizedPlan:
     it is the report `plan` gives of that file, without the file being written or read. A request over the batch
     limit is rejected here, as the reader rejects it."""
 
-    def __init__(self, limits: Limits, model: str) -> None:
-        self.report = PlanReport(limits=limits)
+    def __init__(self, limits: Limits, model: str, errors_kept: int | None = None) -> None:
+        self.report = PlanReport(limits=limits, errors_kept=errors_kept)
         self.report.cache_scan = CacheScan()
         self.model, self.packer = model, Packer(limits)
         self.item_limit = max_item_bytes(limits.max_bytes)
@@ -285,7 +302,7 @@ class SizedPlan:
         at = self._edges(sizes, cids)
         if max(sizes, default=0) > self.item_limit:
             for k in [k for k, n in enumerate(sizes) if n > self.item_limit]:
-                self.report.errors.append(Rejection(self.lines + 1 + k, cids[k], too_large(sizes[k], self.item_limit)))
+                self.report.reject(Rejection(self.lines + 1 + k, cids[k], too_large(sizes[k], self.item_limit)))
             kept = [k for k, n in enumerate(sizes) if n <= self.item_limit]
             self._pack([sizes[k] for k in kept], lambda i: at(kept[i]))
         else:

@@ -32,7 +32,7 @@ from ._out import TableWriter, check_destination, writable_schema
 from ._pending import Counts, pending_file
 from ._rows import NOT_SENT, RESULT_COLUMNS, TableSpec, id_and_key, is_final, result_columns
 from ._runs import discard, fresh_name, hold, let_go, quiet, recorded_run, run_dir, run_name, unfinished_runs
-from ._where import default_state_dir, identity, shown
+from ._where import default_state_dir, former_identity, identity, shown
 
 if TYPE_CHECKING:
     from ..run.shared._summary import Summary
@@ -62,6 +62,7 @@ class TableResult:
     state_dir: str = ""
     grew: bool = False
     canceled: bool = False  # a run collected first had been canceled (`cancel TABLE`): nothing new was sent
+    shared: int = 0  # rows of this call's run whose request is an earlier row's: one request answers them all
 
     def count(self, summary: Summary) -> None:
         self.sent += summary.requests - summary.pending
@@ -79,7 +80,7 @@ class TableResult:
     def to_json(self) -> dict[str, Any]:
         return {"rows": self.rows, "by_status": self.by_status, "sent": self.sent, "batches": self.batches,
                 "out": self.out, "state_dir": self.state_dir, "grew": self.grew, "earlier": self.earlier,
-                "canceled": self.canceled,
+                "canceled": self.canceled, "shared": self.shared,
                 "run": None if self.summary is None else self.summary.to_json()}
 
 
@@ -101,10 +102,14 @@ def table_job_name(where: str, spec: TableSpec, config: ApiConfig, *, legacy: bo
 def job_names(where: str | None, root: Path, spec: TableSpec, config: ApiConfig) -> tuple[str, tuple[str, ...]]:
     """A table job's default name in a shared journal, by its table's identity (so the CLI from any folder, the
     library and the operator name it alike) and its account, and the names earlier versions gave it (by the key's
-    digest, and by the table as it was written): their answers are read too, and their runs found."""
+    digest, by the table as it was written, and by a URI's identity with its query): their answers are read too, and
+    their runs found."""
     ident = str(root.resolve()) if where is None else identity(where)
     name = table_job_name(ident, spec, config)
-    before = [table_job_name(w, spec, config, legacy=True) for w in dict.fromkeys([ident, where or ident])]
+    former = None if where is None else former_identity(where)
+    before = [table_job_name(w, spec, config, legacy=True) for w in dict.fromkeys([ident, where or ident, former]) if w]
+    if former is not None:
+        before.append(table_job_name(former, spec, config))
     return name, tuple(b for b in dict.fromkeys(before) if b != name)
 
 
@@ -206,13 +211,14 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     result = TableResult(state_dir=str(root))
     try:
         spent = await collect_earlier(job, config, replace(settings, job=name), prices, result, submit_options, also)
-        pending = None if result.canceled else job.pending()[0]  # (a cancel holds for the run that collects it)
+        pending, counts = (None, None) if result.canceled else job.pending()  # (a cancel holds for the run collecting it)
         budget = None if settings.budget is None else settings.budget - spent
         if pending is not None and (budget is None or budget > 0):
             runs = run_name(pending, name, config) if settings.journal else None
             run = replace(settings, state_dir=run_dir(pending), out=None, job=runs, budget=budget)
             result.summary = await _submit(pending, config, run, prices, submit_options)
             result.count(result.summary)
+            result.shared = 0 if counts is None else counts.shared
             job.settle(pending, journal=settings.journal, job=runs)
         job.write(where, prices, result)
         return result

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from .._errors import JournalError, os_error
 from ..input._planner import SizedPlan
 from ..state._answers import Answers
 from ._batch import Judgements
 from ._judged import TableRows
-from ._seen import SeenRequests
+from ._seen import SeenIds, SeenRequests
 
 KEPT = 100  # rejected rows kept with their reasons (the rest are counted)
 
@@ -35,6 +37,7 @@ class Counts:
     rejected: int = 0
     first_rejected: list[dict[str, Any]] = field(default_factory=list)  # the first `KEPT`, as records
     unsent: int = 0  # distinct requests not answered yet
+    shared: int = 0  # rows to send whose request an earlier row has: one request is sent for them all
     in_flight: int = 0  # rows whose requests a run that did not finish has out or answered (its collection answers)
 
     def reject(self, judged: Judgements) -> None:
@@ -100,21 +103,27 @@ def sized(rows: TableRows, answers: Answers | None, plan: SizedPlan, row_numbers
     return counts
 
 
+Note = Callable[[Judgements, list[int]], None]
+"""Told each batch's rows to send (their places in it), before the rows that repeat a request are left out."""
+
+
 def _unsent_rows(rows: TableRows, answers: Answers | None, counts: Counts, keyed: bool = True,
-                 taken: set[str] | None = None) -> Iterator[tuple[Judgements, list[bool] | None]]:
+                 taken: set[str] | None = None, note: Note | None = None
+                 ) -> Iterator[tuple[Judgements, list[bool] | None]]:
     """Each batch's rows judged, and which of them go in the run (`_unsent`), counted in `counts`."""
     seen = SeenRequests(rows.source.rows_hint)
     for _, judged in rows.judged(every_column=False, keyed=keyed):
         counts.rows += len(judged)
         counts.reject(judged)
-        yield judged, _unsent(judged, answers, seen, counts, taken)
+        yield judged, _unsent(judged, answers, seen, counts, taken, note)
     counts.unsent = len(seen)
 
 
 def _unsent(judged: Judgements, answers: Answers | None, seen: SeenRequests, counts: Counts,
-            taken: set[str] | None = None) -> list[bool] | None:
+            taken: set[str] | None = None, note: Note | None = None) -> list[bool] | None:
     """Which of a batch's rows go in the run: neither rejected, answered nor `taken`, and the first row of their
-    request (None: every row, the common case, told without a step a row). Answered and taken rows are counted here."""
+    request (None: every row, the common case, told without a step a row). Answered, taken and shared rows are
+    counted here."""
     n, rejected = len(judged), judged.rejected
     places = None if not rejected else [i for i in range(n) if i not in rejected]
     if taken:
@@ -134,10 +143,39 @@ def _unsent(judged: Judgements, answers: Answers | None, seen: SeenRequests, cou
             counts.answered += sum(k in done for k in valid)
             places = [i for i in (range(n) if places is None else places) if keys[i] not in done]
     bodies = judged.bodies
+    if note is not None:
+        note(judged, list(range(n)) if places is None else places)
     again = seen.add_many(bodies if places is None else [bodies[i] for i in places])  # (positions among those)
+    counts.shared += len(again)
     if places is None and not again:
         return None
     keep = [False] * n
     for j, i in enumerate(range(n) if places is None else places):
         keep[i] = j not in again
     return keep
+
+
+def refused_shares(rows: TableRows, answers: Answers | None, refused: np.ndarray, reasons: dict[int, str], *,
+                   keyed: bool, taken: set[str] | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """The rows that share a request a plan refused (`refused`: the first rows of the refused requests, sorted;
+    `reasons`: the reasons of the first `KEPT` of them, by row), which `submit` rejects as it rejects that request:
+    their count, and the first `KEPT` of those whose request's reason is kept, as records. One more pass over the
+    table, asked only when a plan refused some request and some rows share one (the ids: about 17 bytes a request)."""
+    seen, found = SeenIds(rows.source.rows_hint), [0]
+    records: list[dict[str, Any]] = []
+
+    def note(judged: Judgements, places: list[int]) -> None:
+        chosen, numbers = set(places), [judged.first + 1 + i for i in places]
+        cids, _ = judged.kept([i in chosen for i in range(len(judged))])  # (in the order of `places`)
+        at = {row: k for k, row in enumerate(numbers)}
+        for row, first in seen.add_many([judged.bodies[i] for i in places], numbers):
+            k = int(np.searchsorted(refused, first))
+            if k == len(refused) or refused[k] != first:
+                continue
+            found[0] += 1
+            if first in reasons and len(records) < KEPT:
+                records.append({"row": row, "custom_id": cids[at[row]], "reason": reasons[first]})
+
+    for _ in _unsent_rows(rows, answers, Counts(), keyed=keyed, taken=taken, note=note):
+        pass
+    return found[0], records

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._prices import PriceTable, load_prices
 from ..decide._admission import batch_size_for, waves
 from ..input._parallel import auto_workers
@@ -20,7 +22,7 @@ from ..input._sizing import Limits
 from ..state._answers import Answers
 from ._io import TableSource
 from ._judged import TableRows
-from ._pending import KEPT, Counts, pending_file, sized
+from ._pending import KEPT, Counts, pending_file, refused_shares, sized
 from ._rows import Judged, TableSpec, body_of
 from ._runs import held_elsewhere, taken_keys, unfinished_runs
 from ._where import default_state_dir
@@ -32,7 +34,8 @@ report judged (the Models API's verdicts, count_tokens), whose refusals become r
 
 @dataclass
 class TablePlan:
-    """What `plan_table` found: rows judged, rejected (the first `KEPT` as records with their row number), answered
+    """What `plan_table` found: rows judged, rejected (`rejected_count`: rows judged bad and rows whose requests
+    plan's rules refuse, as `submit` rejects them; the first `KEPT` as records with their row number), answered
     already; the requests to send planned (`report`, None when there are none) at `batch_size` a batch, in `waves`
     rounds at the ceiling (None: unknown); the runs that did not finish, which `submit` finishes first."""
 
@@ -49,6 +52,7 @@ class TablePlan:
     waves: int | None = None
     estimate: dict[str, Any] | None = None
     unfinished: list[dict[str, Any]] = field(default_factory=list)
+    shared: int = 0  # rows to send whose request is an earlier row's: one request (paid once) answers them all
 
     @property
     def to_send(self) -> int:
@@ -63,7 +67,7 @@ class TablePlan:
                 "waves": self.waves, "ceiling": self.ceiling, "estimate": self.estimate,
                 "largest_request": None if r is None else r.to_json()["largest_request"],
                 "models": {} if r is None else r.to_json()["models"], "request_bytes": 0 if r is None else r.request_bytes,
-                "limits": None if r is None else r.to_json()["limits"], "unfinished": self.unfinished,
+                "limits": None if r is None else r.to_json()["limits"], "unfinished": self.unfinished, "shared": self.shared,
                 "preflight": None if r is None else r.preflight}
 
 
@@ -89,19 +93,30 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
     try:
         unfinished = unfinished_runs(root, answers) if answers is not None else []
         taken = {p: taken_keys(p, journal, f"{job}.{p.stem}" if journal else None) for p in unfinished}
-        counts, report, batches, errors = _planned(rows, answers, cut, spec, judge, set().union(*taken.values()))
+        out_taken = set().union(*taken.values())
+        counts, report, batches, errors, refused = _planned(rows, answers, cut, spec, judge, out_taken)
+        shares, shared = refused_shares(rows, answers, refused, {e["row"]: e["reason"] for e in errors},
+                                        keyed=answers is not None or bool(out_taken), taken=out_taken) \
+            if len(refused) and counts.shared else (0, [])  # (rows sharing a refused request: submit rejects them too)
     finally:
         if answers is not None:
             answers.close()
-    out = TablePlan(counts.rows, counts.first_rejected, counts.rejected, counts.answered, counts.in_flight, report,
-                    batches, errors, ceiling, size,
+    out = TablePlan(counts.rows, _first(counts.first_rejected, errors + shared),
+                    counts.rejected + len(refused) + shares, counts.answered,
+                    counts.in_flight, report, batches, errors, ceiling, size,
                     unfinished=[{"run": p.stem, "requests": _lines(p), "taken": len(taken[p]),
-                                 "running": held_elsewhere(p)} for p in unfinished])
+                                 "running": held_elsewhere(p)} for p in unfinished], shared=counts.shared)
     if report is not None:
         out.estimate = report.estimate(prices or load_prices())
         if ceiling is not None:
             out.waves = waves([b.requests for b in report.batches], ceiling, margin)
     return out
+
+
+def _first(judged: list[dict[str, Any]], refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first `KEPT` rejected rows, in row order: those judged bad, and those whose requests plan refused (each
+    list the first `KEPT` of its kind, so the first `KEPT` of both are among them)."""
+    return sorted(judged + refused, key=lambda r: r["row"])[:KEPT]
 
 
 def _answers(root: Path, journal: str | None, job: str | None) -> Answers | None:
@@ -112,26 +127,38 @@ def _answers(root: Path, journal: str | None, job: str | None) -> Answers | None
 
 
 def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec, judge: TableJudge | None = None,
-             taken: set[str] | None = None) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]]]:
-    """The counts, the report, its batches and the requests it refused, by rows: planned from the requests' sizes
-    when the spec is plain, else through `plan` over the run's file, written to a temporary folder. Each request's
-    row is written beside them (4 bytes a request), for the few lines a report names."""
+             taken: set[str] | None = None
+             ) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]], np.ndarray]:
+    """The counts, the report, its batches and the requests it refused, by rows (the first `KEPT` as records; the
+    first rows of all, sorted): planned from the requests' sizes when the spec is plain, else through `plan` over
+    the run's file, written to a temporary folder. Each request's row is written beside them (4 bytes a request),
+    for the lines a report names."""
     with tempfile.TemporaryDirectory() as tmp:
         numbers = Path(tmp) / "rows.u32"
         if judge is None and _plain(spec, limits):
             with open(numbers, "wb") as f:
-                counts = sized(rows, answers, planned := SizedPlan(limits, spec.model), f, taken)
+                counts = sized(rows, answers, planned := SizedPlan(limits, spec.model, KEPT), f, taken)
             report = planned.finish() if counts.unsent else None
         else:
             pending, counts = pending_file(rows, answers, Path(tmp), numbers, setting=None, taken=taken)  # (TMPDIR's)
             report = None if pending is None else plan(pending, limits=limits, workers=auto_workers(pending),
-                                                       models=None if judge is None else {})  # (peaks, to judge)
+                                                       models=None if judge is None else {},  # (peaks, to judge)
+                                                       errors_kept=KEPT)
             if pending is not None and report is not None and judge is not None:
                 report = judge(pending, report, limits)
         if report is None:
-            return counts, None, [], []
+            return counts, None, [], [], np.zeros(0, "<u4")
         with open(numbers, "rb") as f:
-            return counts, report, _batches(report, f), _refusals(report, f)
+            return counts, report, _batches(report, f), _refusals(report, f), _refused_rows(numbers, report)
+
+
+def _refused_rows(numbers: Path, report: PlanReport) -> np.ndarray:
+    """The first rows of the requests `plan` refused, sorted (4 bytes each)."""
+    if not report.invalid:
+        return np.zeros(0, "<u4")
+    lines = np.fromiter((e.line for e in report.errors), np.int64, len(report.errors))
+    lines = np.concatenate((lines, np.array(report.dropped, np.int64)))
+    return np.sort(np.memmap(numbers, "<u4", mode="r")[lines - 1])
 
 
 def _batches(report: PlanReport, f: Any) -> list[dict[str, Any]]:

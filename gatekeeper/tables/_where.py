@@ -2,10 +2,11 @@
 
 A table job's state (its answers, its runs, its default result) follows the table, not the shell: it is kept in the
 user's state folder (`state._home`), in a folder keyed by the table's *identity*: a local path made absolute, an
-object-storage URI without its credentials. So the CLI run from any directory, the library and the Airflow operator
-on one host find one table's answers. A folder an earlier version kept (`TABLE.gatekeeper/` beside a local table,
-`table-HASH.gatekeeper/` in the current directory for a URI or a table in memory) is used where it exists: users
-have answers there.
+object-storage URI without its credentials or its query (every query parameter pyarrow takes is a connection's
+setting, a region or an endpoint, never part of the object's name). So the CLI run from any directory, the library
+and the Airflow operator on one host find one table's answers. A folder an earlier version kept (`TABLE.gatekeeper/`
+beside a local table, `table-HASH.gatekeeper/` in the current directory for a URI or a table in memory, and the
+folder keyed by a URI with its query) is used where it exists: users have answers there.
 
 A URI may carry a secret (`s3://KEY:SECRET@bucket/...`, a signature in its query): `shown` is the only form of it
 printed or kept (errors, `result ...`, `TableResult.out`); the identity is hashed, never written out.
@@ -51,13 +52,22 @@ def has_secret(where: str) -> bool:
 
 
 def identity(where: str) -> str:
-    """What names a table across callers: a local path made absolute; a URI without its user, password or any
-    secret query parameter (the others, an endpoint or a region, are part of where it is)."""
+    """What names a table across callers: a local path made absolute; a URI's scheme, bucket and key, without its
+    user, password or query (`?region=`, `?endpoint_override=`: how to reach the object, not which it is)."""
     if not is_uri(where):
         return os.path.abspath(where)
+    head, _, path, _ = _split(where)
+    return head + path
+
+
+def former_identity(where: str) -> str | None:
+    """The identity an earlier version gave a URI with a query: its query's parameters kept but the secret ones,
+    sorted (None: the same as `identity`). Its state is found under it still."""
+    if not is_uri(where):
+        return None
     head, _, path, query = _split(where)
     kept = sorted((k, v) for k, v in parse_qsl(query, keep_blank_values=True) if not _SECRET_PARAM.search(k))
-    return head + path + (f"?{urlencode(kept)}" if kept else "")
+    return head + path + f"?{urlencode(kept)}" if kept else None
 
 
 def shown(where: str) -> str:
@@ -87,7 +97,10 @@ def folder_name(where: str | None) -> str:
     """A table job's folder in the state folder: its table's file name, for people, and its identity's digest."""
     if where is None:
         return "in-memory"
-    ident = identity(where)
+    return _folder(identity(where))
+
+
+def _folder(ident: str) -> str:
     name = _LABEL.sub("_", ident.split("?", 1)[0].rstrip("/").rpartition("/")[2])[:48] or "table"
     return f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
 
@@ -102,10 +115,16 @@ def legacy_dir(where: str | None) -> Path:
 
 def default_state_dir(where: str | None, environ: Mapping[str, str], *, create: bool = True) -> Path:
     """A table job's state folder: the one an earlier version kept, where it exists, else the table's folder in the
-    user's state folder (created, unless not `create`: a plan writes nothing)."""
+    user's state folder (created, unless not `create`: a plan writes nothing). A URI with a query whose folder an
+    earlier version keyed by it keeps using that folder, while the table has none of its own: its answers are there."""
     legacy = legacy_dir(where)
     if legacy.is_dir():
         return legacy
+    former = None if where is None else former_identity(where)
+    if former is not None:
+        tables = state_home(environ) / "tables"
+        if not (tables / folder_name(where)).is_dir() and (tables / _folder(former)).is_dir():
+            return tables / _folder(former)
     if not create:
         return state_home(environ) / "tables" / folder_name(where)
     return ensure_home(environ, "tables", folder_name(where))
