@@ -562,6 +562,22 @@ def test_no_call_is_paid_for_while_the_batch_lane_is_not_known_to_be_late(tmp_pa
         assert set(output_ids(_out(path))) == expected
 
 
+def test_a_short_deadline_makes_no_probe_for_a_batch_lane_not_known_to_be_late(tmp_path: Path) -> None:
+    """A cold tester's night: no Admin key, a batch lane that ends at once, a lane of 90 requests a minute, 80 requests,
+    `--deadline 45s` and the default slack. A minute's slack in a 45 s window called every request late at the first
+    reading, and a paid probe went out 26 ms after the create; the slack is now at most a quarter of the window: no
+    call to the Messages API, the batch lane meets the deadline."""
+    path, expected = _input(tmp_path, 80)
+    with running_fake(rate=5000.0, realtime=LANE_90) as fake:
+        done = gk(["submit", str(path), "--deadline", "45s", *ONE_BATCH], env_for(fake, admin=False))
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = orjson.loads(done.stdout)
+        assert s["deadline"]["met"] is True and s["lanes"]["batch"]["requests"] == 80 and "realtime" not in s["lanes"]
+        assert fake.org.records.requests_seen.get("messages", 0) == 0 and fake.realtime.records.calls == 0
+        assert not [e for e in events(done.stderr) if e["event"] in ("realtime_probe", "to_realtime")]
+        assert set(output_ids(_out(path))) == expected
+
+
 def test_a_probe_refused_the_invoke_permission_warns_once_and_the_batch_lane_runs_on(tmp_path: Path) -> None:
     """No Admin key and a batch lane known late (its batches wait with nothing done past the deadline's last chance):
     the lane's limits are read with one probe; a 403 to it (a policy without the invoke action) is said once

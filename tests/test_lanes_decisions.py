@@ -674,3 +674,13 @@ def test_held_work_moves_before_it_is_created_past_its_last_chance(now: float, c
     m = moves(now=now, deadline=3600.0, live=[], held=[Held(1, 10)], turn=3600.0, lane_time=lambda n: n * 1.0,
               queued=0, slack=60, collect=collect, evidence=evidence)
     assert (m.move == (1,)) is moved
+
+
+@pytest.mark.parametrize(("given", "window", "kept"), [
+    (None, 3600.0, 60.0), (None, 240.0, 60.0), (None, 120.0, 30.0), (None, 45.0, 11.25), (None, -5.0, 0.0),
+    (38.0, 40.0, 38.0), (5.0, 3600.0, 5.0)])
+def test_the_default_slack_is_a_minute_at_most_a_quarter_of_the_window_and_a_given_one_is_kept(
+        given: float | None, window: float, kept: float) -> None:
+    from gatekeeper.decide._deadline import kept_slack
+
+    assert kept_slack(given, window) == pytest.approx(kept)

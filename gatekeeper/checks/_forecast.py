@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..decide._deadline import PRIOR_TURNAROUND, SLACK, forecast
+from ..decide._deadline import PRIOR_TURNAROUND, forecast, kept_slack
 from ..decide._headroom import ModelLimits, format_time
 from ..decide._pacing import FIRST_ITPM, FIRST_OTPM, FIRST_RPM, Cost, Pace, lane_seconds
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def forecast_from_limits(report: PlanReport, estimate: Mapping[str, Any], *, deadline: float, now: float,
                       limits: Mapping[str, ModelLimits], ceiling: int | None, turnaround: float = PRIOR_TURNAROUND,
-                      slack: float = SLACK) -> dict[str, Any]:
+                      slack: float | None = None) -> dict[str, Any]:
     """The forecast for a planned job: its waves against the window, the rest at the real-time lane's pace (the
     slowest of the job's models, or the lowest tier's when no limits were read), its extra input cost."""
     job = {m: v for m, v in limits.items() if m in report.models} or dict(limits)  # (the job's models when named)
@@ -31,7 +31,7 @@ def forecast_from_limits(report: PlanReport, estimate: Mapping[str, Any], *, dea
     rounds = -(-report.requests // ceiling) if ceiling else 1
     window = deadline - now
     f = forecast(requests=report.requests, rounds=rounds, turn=turnaround, window=window,
-                 lane_time=lambda k: lane_seconds(k, per_second), slack=slack)
+                 lane_time=lambda k: lane_seconds(k, per_second), slack=kept_slack(slack, window))
     cost = estimate["input_cost_usd"]
     extra = None if cost is None else round(cost * f["realtime_requests"] / n, 6)  # real time: twice the batch price
     return {"at": format_time(deadline), "window_seconds": round(window), **f, "extra_input_cost_usd": extra,
@@ -44,7 +44,7 @@ def forecast_from_limits(report: PlanReport, estimate: Mapping[str, Any], *, dea
 
 
 def forecast_deadline(report: PlanReport, estimate: Mapping[str, Any], *, deadline: float, now: float,
-                      config: ApiConfig | None = None, turnaround: float = PRIOR_TURNAROUND, slack: float = SLACK,
+                      config: ApiConfig | None = None, turnaround: float = PRIOR_TURNAROUND, slack: float | None = None,
                       max_rpm: float | None = None,
                       on_retry: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """`forecast_from_limits` with the real-time lane's limits and the queue's ceiling read through `config`'s Admin key

@@ -81,8 +81,8 @@ def _add_deadline(p: argparse.ArgumentParser) -> None:
                    "prices, paced on its rate limits (default: the batch lane only, no real-time call)")
     p.add_argument("--turnaround", type=_positive_float, default=3600.0, metavar="SECONDS",
                    help="how long a batch is expected to take until the job has seen one end (default 3600)")
-    p.add_argument("--deadline-slack", type=_positive_float, default=60.0, metavar="SECONDS",
-                   help="time kept in hand before the deadline (default 60)")
+    p.add_argument("--deadline-slack", type=_positive_float, default=None, metavar="SECONDS",
+                   help="time kept in hand before the deadline (default 60, at most a quarter of the window)")
 
 
 def _percent(text: str) -> int:

@@ -45,6 +45,15 @@ CANCELED_COLLECT = 180.0
 CANCELED_COLLECT_SHARE = 0.05
 
 
+SLACK_SHARE = 0.25  # the slack kept is at most this share of the deadline's window
+
+
+def kept_slack(slack: float | None, window: float) -> float:
+    """The seconds kept in hand before a deadline: the setting given, else a minute, at most a quarter of the job's
+    window (a minute's slack in a 45 s window called every request late at the first reading, and paid for a probe)."""
+    return slack if slack is not None else min(SLACK, max(0.0, window) * SLACK_SHARE)
+
+
 def canceled_collect(window: float) -> float:
     """Seconds kept for reading a canceled batch's results, in a deadline's window of `window` seconds."""
     return min(CANCELED_COLLECT, max(0.0, window) * CANCELED_COLLECT_SHARE)

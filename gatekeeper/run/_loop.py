@@ -115,8 +115,8 @@ class SubmitLoop(Part):
                                  on_result=on_result)
         self.keeper = None if settings.deadline is None else DeadlineKeeper(self.ctx, self._deadline(), self.lane)
         if self.keeper is not None:
-            self.collector.retry_within = self._reading_due
-            self.reconciler.latest = self.keeper.deadline - settings.deadline_slack - SLACK
+            self.collector.retry_within, self.collector.slack = self._reading_due, self.keeper.slack
+            self.reconciler.latest = self.keeper.deadline - self.keeper.slack() - SLACK
             self.reconciler.to_realtime, self.reconciler.takes = self.keeper.move_planned, self.keeper.takes
         self._committed_before = -1  # the output's committed length when this run began
 
@@ -215,7 +215,7 @@ class SubmitLoop(Part):
         if keeper is None or self.user_canceled or keeper.closed is not None:
             return None
         due = keeper.wait(math.inf)
-        return due if due != math.inf else max(0.0, keeper.deadline - self.settings.deadline_slack - self.clock())
+        return due if due != math.inf else max(0.0, keeper.deadline - keeper.slack() - self.clock())
 
     def _cut(self, wait: float) -> float:
         """The wait before the next reading, cut to a download put off (its retry is due sooner than the poll), to a

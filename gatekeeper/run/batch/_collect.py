@@ -21,6 +21,7 @@ import msgspec
 import orjson
 
 from ..._errors import IncompleteDownload, NotFoundError, RateLimited, ServerError, TransportError
+from ...decide._deadline import SLACK
 from ...decide._downloads import (
     MISSING_RESULT,
     RESULTS_UNAVAILABLE,
@@ -118,6 +119,7 @@ class Collector(Part):
         # reading is due by then (issue 60, seed 5908: a 429 ridden out for 2.5 minutes inside a download let the
         # last chance pass, the rest reaching the real-time lane after the deadline)
         self.retry_within: Callable[[], float | None] = lambda: None
+        self.slack: Callable[[], float] = lambda: SLACK  # the deadline's slack (`DeadlineKeeper.slack`)
 
     async def collect_ended(self, snap: Snapshot | None = None) -> None:
         """Collect every ended batch whose download is due; a failed download waits its turn, the others go on.
@@ -143,7 +145,7 @@ class Collector(Part):
         """Try this batch again after a doubling wait (a failed download, or results not there yet), or at `until`
         (nothing can change before then: no download in between)."""
         n = self.download_failures[row.idx] = self.download_failures.get(row.idx, 0) + 1
-        urgent = self.settings.deadline_slack / 4 if row.idx in (self.journal.get_meta("deadline_canceled") or ()) else None
+        urgent = self.slack() / 4 if row.idx in (self.journal.get_meta("deadline_canceled") or ()) else None
         wait = download_wait(n, self.settings.min_backoff, self.settings.max_backoff, urgent) if until is None \
             else max(0.0, until - self.clock())
         self.download_at[row.idx] = self.clock() + wait

@@ -29,6 +29,7 @@ from ...decide._deadline import (
     Moves,
     canceled_collect,
     canceled_watch,
+    kept_slack,
     moves,
     newly_given_back,
     project,
@@ -179,22 +180,29 @@ class DeadlineKeeper(Part):
         j = self.journal
         canceled = set(j.get_meta("deadline_canceled") or [])
         ending = sum(1 for r in j.batches(BatchState.CREATED) if r.idx in canceled)
-        wait = canceled_watch(wait, ending, self.settings.deadline_slack)
+        wait = canceled_watch(wait, ending, self.slack())
         live = [r for r in j.batches(BatchState.CREATED) if r.idx not in canceled]
         n = sum(r.requests for r in j.batches(BatchState.PLANNED)) + sum(r.requests for r in live)
         n += j.groups.pending_count() + j.lane.unanswered()
         if n == 0:
             return wait
         lane = self.lane.paces.seconds_for(n) + self._collect()  # (`moves`' last chance)
-        return reading_by(now=self.clock(), deadline=self.deadline, lane=lane, wait=wait,
-                          slack=self.settings.deadline_slack)
+        return reading_by(now=self.clock(), deadline=self.deadline, lane=lane, wait=wait, slack=self.slack())
 
     def _collect(self) -> float:
-        """What a canceled batch's results take to read, in this job's window (from its first run's start)."""
+        """What a canceled batch's results take to read, in this job's window."""
+        return canceled_collect(self._span())
+
+    def slack(self) -> float:
+        """The seconds kept in hand before the deadline, in this job's window (`kept_slack`)."""
+        return kept_slack(self.settings.deadline_slack, self._span())
+
+    def _span(self) -> float:
+        """The deadline's window, from the job's first run's start."""
         if self._window is None:
             first = self.journal.outcomes.events_of("deadline")
             self._window = self.deadline - (first[0][0] if first else self.clock())
-        return canceled_collect(self._window)
+        return self._window
 
     def _limits_read(self) -> bool:
         """Whether each of the job's models the lane has not measured was probed: answered without its limits, or
@@ -227,7 +235,7 @@ class DeadlineKeeper(Part):
         coming = sum(r.requests for r in j.batches(BatchState.CREATED, BatchState.ENDED) if r.idx in canceled)
         return moves(now=now, deadline=self.deadline, live=live, held=held, turn=turn, lane_time=self.lane.paces.seconds_for,
                      collect=self._collect(),
-                     queued=j.lane.unanswered() + coming, slack=self.settings.deadline_slack, evidence=evidence,
+                     queued=j.lane.unanswered() + coming, slack=self.slack(), evidence=evidence,
                      measured=self.lane.paces.measured, read=self._limits_read())
 
     async def _cancel(self, row: BatchRow, span: float) -> None:

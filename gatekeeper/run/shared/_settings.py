@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ...decide._deadline import PRIOR_TURNAROUND, SLACK
+from ...decide._deadline import PRIOR_TURNAROUND
 from ...input._sizing import Limits
 
 EventSink = Callable[[str, dict[str, Any]], None]
@@ -66,7 +66,8 @@ class SubmitSettings:
     # ("90m", "6h"), an ISO 8601 time, a datetime or wall seconds; None: the batch lane only, no real-time call
     deadline: str | float | datetime | None = None
     turnaround: float = PRIOR_TURNAROUND  # seconds a batch is expected to take until this job has seen one end
-    deadline_slack: float = SLACK  # seconds kept in hand before the deadline
+    # seconds kept in hand before the deadline; None: a minute, at most a quarter of the job's window (`kept_slack`)
+    deadline_slack: float | None = None
     # send nothing new: collect what is in flight, then end (a table job's earlier run that did not finish, whose
     # unsent requests are planned again from the table as it is now)
     collect_only: bool = False
