@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gatekeeper.decide._shares import STARVE_AFTER, Claim, may_admit, next_up, overtaken_by, starved
+from gatekeeper.decide._shares import STARVE_AFTER, Claim, ahead_of, may_admit, next_up, overtaken_by, starved
 from gatekeeper.state._claims import ClaimPost, ClaimRow, behind, posted, tier_after
 from gatekeeper.state._db import pg_ddl
 from gatekeeper.state.ledger._sqlite import SqliteLedger
@@ -307,6 +307,17 @@ async def test_a_ledger_made_by_an_earlier_version_gets_the_new_columns(tmp_path
     finally:
         await led.close()
 
+
+
+def test_the_job_ahead_is_named_by_its_submitter_too_where_two_share_its_name() -> None:
+    """A waiting job's `ahead` names the job whose turn it is; two inputs of one file name (`in.jsonl` from two
+    folders) are told apart by their submitters (a cold tester could not tell which of them was ahead)."""
+    high = Claim("host-1-aa", "in.jsonl", H, 1.0, 100)
+    low = Claim("host-2-bb", "in.jsonl", L, 1.0, 100)
+    other = Claim("host-3-cc", "other.jsonl", L, 1.0, 100)
+    assert ahead_of("host-2-bb", [high, low]) == "in.jsonl (host-1-aa)"
+    assert ahead_of("host-3-cc", [high, other]) == "in.jsonl"
+    assert ahead_of("host-1-aa", [high, low]) is None
 
 # -- jobs through the CLI, against the fake --------------------------------------------------------
 

@@ -241,8 +241,8 @@ def decide(candidates: list[dict[str, Any]], *, rivals: int, sent_at: float, lis
         return Decision(Action.ABANDON, reason="the body was never sent whole")
     if len(candidates) == 1 and not rivals:
         if named_after is not None and (parse_time(candidates[0].get("created_at")) or 0.0) >= named_after:
-            return Decision(Action.ADOPT, (candidates[0],), "the one batch of its size since our send that the shared "
-                            "ledger names for no other submitter (creates go one at a time)", "ledger")
+            return Decision(Action.ADOPT, (candidates[0],), "the one batch of its size since our send that the ledger "
+                            "names for no other submitter (creates go one at a time)", "ledger")
         return Decision(Action.ADOPT, (candidates[0],), "one candidate in the listing", "listing")
     if not candidates:
         if listing_would_show(sent_at, listed_at, grace):

@@ -113,6 +113,9 @@ def may_admit(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_
 
 
 def ahead_of(owner: str, claims: Sequence[Claim], reserved: int = 0, *, starve_after: float = STARVE_AFTER) -> str | None:
-    """The job whose turn it is, when it is not `owner`'s (for the report)."""
+    """The job whose turn it is, when it is not `owner`'s (for the report): its name, and its submitter where
+    another job of that name holds a claim too (two inputs of one file name)."""
     up = turn_of(claims, reserved, starve_after=starve_after)
-    return None if up is None or up.owner == owner else up.job
+    if up is None or up.owner == owner:
+        return None
+    return up.job if sum(c.job == up.job for c in claims) == 1 else f"{up.job} ({up.owner})"
