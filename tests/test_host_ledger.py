@@ -30,6 +30,7 @@ from gatekeeper.decide._reconcile import (
     compared,
     dead_rivals,
     ledger_names_the_rest,
+    made_in_time,
     rival_creates,
     rivals_among,
 )
@@ -470,6 +471,23 @@ def test_a_candidate_made_before_a_rivals_turn_is_not_its_batch(made: dict[str, 
     cands = [_b(k, _at(m)) for k, m in made.items()]
     starts = [Rival(T0 + r.start * 60 if r.start != -math.inf else r.start, r.ids) for r in rivals]
     assert ledger_names_the_rest(cands, list(made), rivals=starts, named_after=T0 - 86_400, clock_skew=300.0) == proven
+
+
+@pytest.mark.parametrize(("made", "taken"), [
+    # (candidates with our custom_ids, made at minute m; our body went out whole at minute 0; 10 minutes' answer wait,
+    # 5 minutes' clock skew)
+    ({"a": 0, "b": 15.3}, "a"),         # the other made after our create was given up (seed 8126): ours is the first
+    ({"a": 0, "b": 14.9}, None),        # ... within the wait and the skew: either may be ours
+    ({"a": 0.5, "b": 1.0}, None),       # two made in time: usage weighs them
+    ({"a": 20.0, "b": 30.0}, None),     # none made in time: nothing is proven by the clock
+    ({"a": 0.0}, None),                 # a lone candidate: its own rules (never set apart by the clock alone)
+])
+def test_a_candidate_made_after_our_create_was_given_up_is_not_its_batch(made: dict[str, float], taken: str | None) -> None:
+    """The server had our body whole when we recorded it; a batch made more than the answer wait (and the clock
+    skew) later is another create's, made after ours was given up: of two candidates with our custom_ids, the one
+    made in time is ours (issue 60, seed 8126: two jobs of one set of ids each lost a create of its size)."""
+    cands = [_b(k, _at(m)) for k, m in made.items()]
+    assert made_in_time(cands, list(made), sent_at=T0, answer_wait=600.0, clock_skew=300.0) == taken
 
 
 def test_rivals_are_those_whose_turn_and_ids_could_have_made_a_candidate() -> None:

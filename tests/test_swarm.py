@@ -46,12 +46,7 @@ SEEDS = 200
 CHUNK = 4  # seeds a test (50 tests, about 2.5 s of CPU each): run first (conftest.LONG_FIRST), short enough that the
 # workers share them out evenly and none is left running one alone at the end of the suite
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
-KNOWN: dict[int, str] = {
-    8126: "issue 60: two jobs with the same custom_ids each lose a create of 5 (j1's at 0 s, then killed; j2's at 917 s, "
-          "its reservation lapsed by j1's rerun at 3600 s): both batches carry j1's ids and no rival is on the ledger, "
-          "so j1 keeps both apart (safe, never joined) where the create's lifetime (j1 was dead 15 minutes before the "
-          "second was made) would prove the first its own",
-}
+KNOWN: dict[int, str] = {}
 # seeds past `SEEDS` that broke a promise in a soak, each run in the suite once fixed (docs/swarm.md lists what each
 # found): priming that never finished (201, 307), a table job's earlier run given the same ledger (581), a refusal
 # lifted after the night with batches one at a time (556, the world's own allowance), an answer lost twice to kills (625), a deadline
@@ -59,7 +54,8 @@ KNOWN: dict[int, str] = {
 # 7208, 7558), a table row whose real-time answer was lost twice sent again by the next run (3157, 3953), a lone lost
 # create's candidate with our custom_ids kept apart while another job's unknown create of its size was out, which the
 # ledger now tells apart by its turn's time, its ids' print or a create never sent (1513, 1767, 2675, 3498, 5253,
-# 10990), another job's unknown creates of any size holding the turn (9964), a one-request refusal that cut
+# 8126, 10990; 8126 again, its creates lost on both sides, by when each was made: `made_in_time`), another job's
+# unknown creates of any size holding the turn (9964), a one-request refusal that cut
 # every waiting batch to one request (7503), a deadline's work judged at each piece's own last chance, read at the
 # last chance of all of it and moved a minute late (5908), a primer whose creates went unanswered for 28 minutes
 # showing the batch lane nothing late, then created at its last chance (11294), a listing lagging 450-1,800 s past the
@@ -68,7 +64,7 @@ KNOWN: dict[int, str] = {
 # collecting a table's earlier run, and a job the ledger refused for another's unknown create of its size, each
 # holding the turn from a job that could admit, for 34-40 minutes (80101)
 FOUND: tuple[int, ...] = (201, 307, 556, 581, 625, 1436, 1513, 1767, 2576, 2675, 3157, 3498, 3953, 5253, 5268, 5908,
-                          7045, 7208, 7503, 7558, 9964, 10990, 11294, 40010, 40022, 40023, 40033, 40087, 40153,
+                          7045, 7208, 7503, 7558, 8126, 9964, 10990, 11294, 40010, 40022, 40023, 40033, 40087, 40153,
                           40172, 50018, 50023, 50035, 50088, 80101)
 
 
@@ -90,7 +86,7 @@ def test_every_promise_holds_over_the_seeds(first: int) -> None:
 
 # the seeds found before the roughness drawn later (`_world._rough`: lags past the grace, kills around a deadline's
 # cancel) came: each run in the world it was found in, so that it still tests what it found
-BEFORE_ROUGH = frozenset((*FOUND, 11294, 5908, 8126))
+BEFORE_ROUGH = frozenset((*FOUND, 11294, 5908))
 
 
 @pytest.mark.timeout(300)

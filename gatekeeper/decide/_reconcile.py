@@ -269,6 +269,19 @@ def ledger_names_the_rest(candidates: Iterable[dict[str, Any]], with_our_ids: Se
     return free[0] if len(free) == 1 else None
 
 
+def made_in_time(candidates: Iterable[dict[str, Any]], with_our_ids: Sequence[str], *, sent_at: float,
+                 answer_wait: float, clock_skew: float = 0.0) -> str | None:
+    """Of the candidates that carry our custom_ids (read whole), the one made while our create could still be
+    answered, when the others were all made later: the server had our body whole at `sent_at`, and a batch made
+    more than `answer_wait` (what the client waits for the answer) after it is another create's, made after ours was
+    given up (issue 60, seed 8126: another job's create of our ids, 15 minutes after ours was cut by a kill). None:
+    no candidate is set apart so, or not exactly one is left."""
+    by_id = {str(b.get("id")): b for b in candidates}
+    latest = sent_at + answer_wait + clock_skew
+    timely = [k for k in with_our_ids if k in by_id and (parse_time(by_id[k].get("created_at")) or 0.0) <= latest]
+    return timely[0] if len(timely) == 1 and len(with_our_ids) > 1 else None
+
+
 def nearest_first(candidates: Iterable[dict[str, Any]], sent_at: float) -> list[str]:
     """Candidate ids by how soon after our send they were created (the tie-break when results cannot tell)."""
     return [str(b.get("id")) for b in sorted(candidates, key=lambda b: abs((parse_time(b.get("created_at")) or 0.0) - sent_at))]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..._errors import NotFoundError
+from ...api._http import CREATE_ANSWER_WAIT
 from ...decide._downloads import Missing
 from ...decide._ownership import choose
 from ...decide._reconcile import (
@@ -22,6 +23,7 @@ from ...decide._reconcile import (
     ledger_names_the_rest,
     listing_grace,
     listing_would_show,
+    made_in_time,
     nearest_first,
     others_in_flight,
     rival_creates,
@@ -167,6 +169,12 @@ class Reconciler(Part):
                             "the one candidate with our custom_ids that no other unknown create can have made (by its "
                             "turn's time, its ids or a create never sent), every other submitter's batch named in the "
                             "shared ledger", "ledger")
+        timely = None if len(whole) != len(same) else made_in_time(
+            d.candidates, whole, sent_at=sent_at, answer_wait=CREATE_ANSWER_WAIT, clock_skew=self.settings.clock_skew)
+        if timely is not None:
+            return Decision(Action.ADOPT, tuple(b for b in d.candidates if str(b.get("id")) == timely),
+                            "the one candidate with our custom_ids made while our create could still be answered (the "
+                            "others were made after it was given up)", "results")
         # (a candidate without our custom_ids is not this create's, but may be another unknown create of ours: it is
         # left as it is, never set aside)
         counts = await count_ours(self.api, ours.sample, wanted_ids(ours.sample, (r.billed for r in same.values())),
