@@ -210,6 +210,23 @@ def test_reconciliations_grace_counts_from_when_the_body_was_whole(tmp_path: Pat
         j.close()
 
 
+def test_requests_of_a_create_that_may_have_made_its_batch_go_real_time_counted_as_charged_once(
+        open_journal: Open) -> None:
+    """A lost create's wait cut by the deadline sends its requests real time counted as possibly charged once (the
+    batch it may have made): a call of theirs out at a kill makes twice, and the lane never makes a third
+    (`row.lost >= 2`; swarm seed 100095: billed in the batch, then twice in real time across two kills)."""
+    j = open_journal()
+    try:
+        j.start_job(_plan(2))
+        j.lane.move_planned(1, [(10 + k, k * 100, 100, f"c{10 + k}", 1) for k in range(3)], [0.0] * 3, lost=1)
+        assert [r.lost for r in j.lane.rows(10)] == [1, 1, 1]
+        j.lane.sending(10)
+        assert j.lane.resume() == 1
+        assert {r.line: r.lost for r in j.lane.rows(10)} == {10: 2, 11: 1, 12: 1}
+    finally:
+        j.close()
+
+
 def test_the_budget_counts_lost_real_time_calls_and_prices_an_unknown_model_at_the_dearest(open_journal: Open) -> None:
     """What `--budget` counts as spent: a real-time call whose answer was lost at its worst case (it may have been
     billed), once per loss; an answer whose model has no price at the table's dearest rates, never as free."""

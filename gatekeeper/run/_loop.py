@@ -117,7 +117,7 @@ class SubmitLoop(Part):
         if self.keeper is not None:
             self.collector.retry_within, self.collector.slack = self._reading_due, self.keeper.slack
             self.reconciler.latest = self.keeper.deadline - self.keeper.slack() - SLACK
-            self.reconciler.to_realtime, self.reconciler.takes = self.keeper.move_planned, self.keeper.takes
+            self.reconciler.to_realtime, self.reconciler.takes = self.keeper.move_unknown, self.keeper.takes
         self._committed_before = -1  # the output's committed length when this run began
 
     def _deadline(self) -> float:

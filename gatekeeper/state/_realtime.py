@@ -57,15 +57,18 @@ class LaneRecords:
         self.core = core  # the connection, transactions, meta and events every part shares
         self.db = core.db
 
-    def move_planned(self, idx: int, rows: Iterable[tuple[int, int, int, str, int]], worst: list[float]) -> int:
+    def move_planned(self, idx: int, rows: Iterable[tuple[int, int, int, str, int]], worst: list[float],
+                     lost: int = 0) -> int:
         """A batch never created goes to the real-time lane whole, in one transaction: its requests
-        (line, offset, length, custom_id, attempt) are queued, the batch is gone. The requests moved."""
+        (line, offset, length, custom_id, attempt) are queued, the batch is gone. The requests moved. `lost`: the
+        possible charges each carries already (1 for a create whose batch may have been made, cut by the deadline)."""
         rows = list(rows)
         with self.core.transaction() as db:
             if db.execute("SELECT state FROM batches WHERE idx = ?", (idx,)).fetchone()[0] != "planned":
                 return 0  # (never one already sent)
-            db.executemany('INSERT INTO realtime (line, "offset", length, custom_id, attempt, state, worst_usd) '
-                           "VALUES (?, ?, ?, ?, ?, 'queued', ?)", [(*r, w) for r, w in zip(rows, worst, strict=True)])
+            db.executemany('INSERT INTO realtime (line, "offset", length, custom_id, attempt, state, worst_usd, lost) '
+                           "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
+                           [(*r, w, lost) for r, w in zip(rows, worst, strict=True)])
             db.execute("DELETE FROM members WHERE batch = ?", (idx,))
             db.execute("DELETE FROM batches WHERE idx = ?", (idx,))
             self.core.note(db, "to_realtime", idx, requests=len(rows), source="planned")
