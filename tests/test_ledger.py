@@ -16,7 +16,7 @@ from gatekeeper._errors import LedgerError, UsageError
 from gatekeeper.run.shared._beats import liveness
 from gatekeeper.state._db import SqliteDb
 from gatekeeper.state._host import process_started, this_process
-from gatekeeper.state.ledger._base import ClaimPost, Liveness, creating_of_size, grant
+from gatekeeper.state.ledger._base import ClaimPost, Liveness, Reservation, creating_of_size, grant
 from gatekeeper.state.ledger._local import LocalLedger
 from gatekeeper.state.ledger._open import open_ledger
 from gatekeeper.state.ledger._postgres import PgLedger
@@ -71,6 +71,23 @@ def test_grant_formula(reserved: int, seen: int, mine: int, n: int, ok: bool) ->
     assert grant(reserved, seen, mine, n, 300, others_creating=1) is False
 
 
+@pytest.mark.parametrize(("granted_for", "dead_for", "holds_for", "held"), [
+    (1.0, None, None, False),     # a create just out: answered in a moment, the turn stays the refused job's
+    (45.0, None, None, True),     # out unanswered past 30 s: lost, or being reconciled
+    (None, None, None, True),     # taken back by a rerun: being reconciled
+    (1.0, 5.0, 100.0, True),      # a dead submitter's, while it holds the turn
+    (1.0, 5.0, 0.0, False),       # ... and once it no longer does
+])
+def test_a_refusal_for_anothers_create_of_the_size_lasts_only_when_that_create_is_lost_or_dead(
+        granted_for: float | None, dead_for: float | None, holds_for: float | None, held: bool) -> None:
+    """What lets a refused job give its turn up (`run.batch._admit`): another's create of its size that will not be
+    answered in a moment. Giving it up for a create just out let a low job take the whole freed queue while a
+    normal one waited (a cold tester), and keeping it for a lost one stalled every job for 40 minutes (seed 80101)."""
+    r = Reservation("B", 0, 10, None, 60.0, dead_for, granted_for, holds_for=holds_for)
+    assert creating_of_size([r], "A", 10) is held
+    assert creating_of_size([r], "A", 11) is False and creating_of_size([r], "B", 10) is False
+
+
 async def test_reserve_confirm_release(make_ledger) -> None:
     """Reservations of two owners add up against the ceiling; release gives the room back, and a released batch
     stays named (no requests) so a lost create of another is never taken for it."""
@@ -102,7 +119,7 @@ async def test_creates_of_one_size_go_one_at_a_time_across_submitters(make_ledge
     a, b = make_ledger("A"), make_ledger("B")
 
     async def held(led, n: int) -> bool:  # (what the refused job reads to know no room building up ends it: rule 4)
-        return creating_of_size(await led.reservations(), led.owner, n)
+        return creating_of_size(await led.reservations(), led.owner, n, stuck_after=-1.0)  # (out: at once stuck)
 
     assert await a.reserve(0, 10, 1000, 0)
     assert not await b.reserve(0, 10, 1000, 0) and not await b.reserve(0, 10, None, 0)
@@ -271,7 +288,7 @@ async def test_a_dead_submitters_create_holds_its_size_no_longer_than_its_ttl(ma
     assert await other.reserve(1, 30, 1000, 0)  # (lapsed before its owner was found dead: nothing held)
     assert [r.owner for r in await other.reservations() if r.dead_for is not None] == ["dead"]
     assert [r.owner for r in await other.reservations() if r.holding] == ["dead"]
-    assert creating_of_size(await other.reservations(), other.owner, 40)
+    assert creating_of_size(await other.reservations(), other.owner, 40)  # (a dead one's: however fresh)
     await make_ledger.elapse(2.1)
     assert not [r for r in await other.reservations() if r.holding]  # (a rival's name now, holding nothing)
     assert not creating_of_size(await other.reservations(), other.owner, 40)

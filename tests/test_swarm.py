@@ -69,7 +69,7 @@ KNOWN: dict[int, str] = {
 # holding the turn from a job that could admit, for 34-40 minutes (80101)
 FOUND: tuple[int, ...] = (201, 307, 556, 581, 625, 1436, 1513, 1767, 2576, 2675, 3157, 3498, 3953, 5253, 5268, 5908,
                           7045, 7208, 7503, 7558, 8126, 9964, 10990, 11294, 40010, 40022, 40023, 40033, 40087, 40153,
-                          40172, 50018, 50023, 50035, 50088, 80101)
+                          40172, 50018, 50023, 50035, 50088, 60044, 80101)
 
 
 # (CPU-bound worlds in simulated time, 0.7 s of CPU a seed on a quiet machine, 4 s at load 17 on 2 cores; a world
@@ -90,7 +90,8 @@ def test_every_promise_holds_over_the_seeds(first: int) -> None:
 
 # the seeds found before the roughness drawn later (`_world._rough`: lags past the grace, kills around a deadline's
 # cancel) came: each run in the world it was found in, so that it still tests what it found
-BEFORE_ROUGH = frozenset((*FOUND, 11294, 5908))
+BEFORE_ROUGH = frozenset((201, 307, 556, 581, 625, 1436, 1513, 1767, 2576, 2675, 3157, 3498, 3953, 5253, 5268, 7045,
+                          7208, 7503, 7558, 8126, 9964, 10990, 11294, 5908))  # (the later ones were found rough)
 
 
 @pytest.mark.timeout(300)

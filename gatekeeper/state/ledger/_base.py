@@ -171,12 +171,18 @@ def grant(reserved: int, seen: int, mine: int, n: int, ceiling: int, others_crea
     return not others_creating and reserved + max(0, seen - mine) + n <= ceiling
 
 
-def creating_of_size(reservations: Iterable[Reservation], owner: str, n: int) -> bool:
-    """Whether another submitter's create of `n` requests, out or not yet reconciled (a dead one's while it holds
-    the turn), keeps the ledger from granting a create of that size (`grant`'s `others_creating`): the one refusal
-    that room building up does not end."""
-    return any(r.owner != owner and r.requests == n and r.batch_id is None and (r.dead_for is None or r.holding)
-               for r in reservations)
+STUCK_AFTER = 30.0  # seconds a create's turn may be out unanswered before it is taken for lost (answers take seconds)
+
+
+def creating_of_size(reservations: Iterable[Reservation], owner: str, n: int, stuck_after: float = STUCK_AFTER) -> bool:
+    """Whether another submitter's create of `n` requests that is lost or being reconciled (out unanswered past
+    `stuck_after`, taken back by a rerun, or a dead one's while it holds the turn) keeps the ledger from granting a
+    create of that size (`grant`'s `others_creating`): a refusal that room building up does not end, and that lasts.
+    A create just out (answered in a moment) is not: the job keeps its turn (a cold tester: a normal job refused for
+    a low job's create of its size gave the turn up, and the low job took the whole freed queue)."""
+    return any(r.owner != owner and r.requests == n and r.batch_id is None and (
+        r.holding if r.dead_for is not None else r.granted_for is None or r.granted_for > stuck_after)
+        for r in reservations)
 
 
 def new_owner() -> str:
