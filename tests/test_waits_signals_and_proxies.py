@@ -178,7 +178,9 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
         signalled = time.monotonic()
         run.send_signal(signal.SIGINT)
         _, err = run.communicate(timeout=30)
-        assert run.returncode == 130 and time.monotonic() - signalled < 0.9, err[-1000:]
+        # (the create is held 30 s and a stopping run waits for it: only the second signal ends it sooner; 5 s is
+        # a loaded machine's margin, where 0.9 left none)
+        assert run.returncode == 130 and time.monotonic() - signalled < 5, err[-1000:]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -194,7 +196,8 @@ def test_plan_stops_on_either_signal(sig: signal.Signals) -> None:
     signalled = time.monotonic()
     run.send_signal(sig)
     _, err = run.communicate(timeout=30)
-    assert run.returncode == 130 and b"Traceback" not in err and time.monotonic() - signalled < 2, err[-1000:]
+    # (the pipe stays open: without the signal's exit it runs until communicate's 30 s; 10 s holds on a loaded machine)
+    assert run.returncode == 130 and b"Traceback" not in err and time.monotonic() - signalled < 10, err[-1000:]
 
 
 def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
