@@ -404,8 +404,8 @@ def test_a_high_job_killed_while_it_waits_blocks_no_one_past_its_lease(tmp_path:
     assert backfill.returncode == 0, err[-2000:]
     assert _by_workspace(fake).count("wrkspc_high") == 0 and orjson.loads(out)["succeeded"] == 500
     # (no lease waited out: the queue's own time, and the margin a loaded machine needs)
-    assert took < 2 + 5, f"the low job took {took:.1f} s after the kill"
-    assert orjson.loads(out)["shares"]["waited_s"] < 2 + 1
+    assert took < 15, f"the low job took {took:.1f} s after the kill"  # (half the lease: 2 s alone)
+    assert orjson.loads(out)["shares"]["waited_s"] < 10  # (the lease waited out reads 30)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
