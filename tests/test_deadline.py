@@ -679,39 +679,47 @@ def test_a_kill_at_a_deadline_cancel_sends_its_requests_real_time_on_the_rerun(t
         assert_one_lane_each(fake, _out(path), expected)
 
 
-@pytest.mark.anyio
-async def test_the_keeper_projects_the_pace_the_lane_keeps_when_its_calls_are_slow(
+def test_the_keeper_projects_the_pace_the_lane_keeps_when_its_calls_are_slow(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 58, point 4: the limits allow 10 calls a second, but each answer takes 0.5 s and two calls may be out
     (a lane bound by slow calls, as 64 long ones bind it): the lane keeps 4 a second at most. Once it has had work
     waiting past its ramp, the keeper projects what is left at that measured pace (what the rest then took, give or
-    take a third), never at the limits' pace (less than half of it)."""
+    take a third), never at the limits' pace (less than half of it). In simulated time (the fake in process, its
+    latency and every wait on trio's MockClock): over the wall, a loaded machine slowed the lane between the
+    keeper's readings and moved what the rest took, and the run took 25 s of it."""
     import anyio
 
     from gatekeeper import submit
     from gatekeeper.run.realtime import _deadline, _realtime
+    from gatekeeper.testing import FakeConfig
     from tests.fakes import ADMIN
+    from tests.scenarios import SimulatedWorld, simulated
 
     monkeypatch.setattr(_realtime, "IN_FLIGHT", 2)
     readings: list[tuple[float, int, float, float]] = []  # (when, requests left, the keeper's projection, the limits')
     original = _deadline.DeadlineKeeper.wait
-
-    def wait(keeper: _deadline.DeadlineKeeper, seconds: float) -> float:
-        left = keeper.journal.lane.unanswered()
-        if left and keeper.lane.paces.busy_from is not None:
-            paces = keeper.lane.paces
-            readings.append((time.monotonic(), left, keeper._lane_needs(), left / paces.per_second()))
-        return original(keeper, seconds)
-
-    monkeypatch.setattr(_deadline.DeadlineKeeper, "wait", wait)
     path, _ = _input(tmp_path, 90)
-    with running_fake(rate=0.0, realtime=FakeRealtime(rpm=600, itpm=50_000_000, otpm=10_000_000, latency=0.5)) as fake:
-        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "s", interval=0.5, max_rpm=60_000, deadline=time.time() + 120,
-                                  deadline_slack=118, token_sample=2)
-        with anyio.fail_after(110):
-            summary = await submit(path, config=config, settings=settings)
-        ended = time.monotonic()
+
+    async def night(world: SimulatedWorld) -> tuple[Summary, float]:
+        def wait(keeper: _deadline.DeadlineKeeper, seconds: float) -> float:
+            left = keeper.journal.lane.unanswered()
+            if left and keeper.lane.paces.busy_from is not None:
+                paces = keeper.lane.paces
+                readings.append((world.sim.monotonic(), left, keeper._lane_needs(), left / paces.per_second()))
+            return original(keeper, seconds)
+
+        monkeypatch.setattr(_deadline.DeadlineKeeper, "wait", wait)
+        realtime = FakeRealtime(rpm=600, itpm=50_000_000, otpm=10_000_000, latency=0.5)
+        with world.fake(FakeConfig(rate=0.0, realtime=realtime)) as fake:
+            config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+            settings = SubmitSettings(state_dir=tmp_path / "s", interval=0.5, max_rpm=60_000,
+                                      deadline=world.now() + 120, deadline_slack=118, token_sample=2)
+            with anyio.fail_after(110):
+                summary = await submit(path, config=config, settings=settings, clock=world.clock(),
+                                       transport=world.transport(fake))
+            return summary, world.sim.monotonic()
+
+    summary, ended = simulated(night)
     assert summary.succeeded == 90 and summary.lanes["realtime"]["requests"] == 90
     first = readings[0][0]
     late = [r for r in readings if r[0] - first >= 16.0 and r[1] >= 12]  # (past the ramp and a window's measure)
