@@ -265,10 +265,10 @@ def test_token_sampling_of_few_huge_lines_reads_a_bounded_amount(tmp_path: Path)
 
     rows = [req(f"r{i}", model=("m-a", "m-b")[i % 2], text="x" * (2 << 20)) for i in range(60)]
     path = write_jsonl(tmp_path / "in.jsonl", rows)
-    started = time.monotonic()
+    started = time.process_time()  # (this process's CPU: what the reads cost, not how busy the machine is)
     picked = calibrate.pick_samples(str(path), ["m-a", "m-b"], per_model=50)
     assert all(0 < len(picked[m]) <= 30 for m in ("m-a", "m-b")), {m: len(v) for m, v in picked.items()}
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
 
 
 @pytest.mark.parametrize("fault", [{"status": 429, "retry_after": "0"}, {"status": 529}, {"kind": "drop"}],
