@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -16,7 +17,7 @@ from gatekeeper.cli._render import render_summary
 from gatekeeper.decide._headroom import format_time, parse_time
 from gatekeeper.run.shared._summary import Summary
 from gatekeeper.state._journal import Journal
-from gatekeeper.testing import FakeAPI, FakeRealtime, Fault
+from gatekeeper.testing import FakeAPI, FakeConfig, FakeRealtime, Fault
 from gatekeeper.watch._exporter import run_figures
 from tests.fakes import WS1, env_for, running_fake
 from tests.helpers import req, write_jsonl
@@ -527,21 +528,36 @@ def test_a_batch_lane_that_ends_at_once_is_tried_first_when_the_lane_cannot_make
         assert set(output_ids(_out(path))) == expected
 
 
+def _simulated_submit(path: Path, cfg: FakeConfig, *, deadline_in: float, **settings: Any) -> tuple[Summary, FakeAPI]:
+    """The library's `submit` of `path` (an Admin key, a deadline `deadline_in` seconds from the start) against the
+    fake served in process, every wait on trio's MockClock: a deadline's decisions come out as they would on an idle
+    machine, however loaded this one is, and its minutes take the CPU they need."""
+    from gatekeeper import submit
+    from tests.fakes import ADMIN
+    from tests.scenarios import SimulatedWorld, simulated
+
+    async def run(world: SimulatedWorld) -> tuple[Summary, FakeAPI]:
+        with world.fake(cfg) as fake:
+            config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+            at = SubmitSettings(deadline=world.now() + deadline_in, **settings)
+            return await submit(path, config=config, settings=at, clock=world.clock(), transport=world.transport(fake)), fake
+    return simulated(run)
+
+
 def test_a_batch_that_waits_with_nothing_shown_is_not_canceled_for_a_lane_that_would_end_it_later(
         tmp_path: Path) -> None:
     """A batch lane that shows nothing for 25 s, then ends (as the real API shows a batch: no progress until its end),
-    80 requests, `--deadline 45s`, a lane of 90 requests a minute measured through the Admin API (53 s for them).
+    80 requests, a deadline 45 s on, a lane of 90 requests a minute measured through the Admin API (53 s for them).
     Twice the batch's wait passes the window about 20 s in; the lane would end them a minute later still, so the
     batch is left to end: the deadline is met in the batch lane, with not one real-time call. (It was canceled
-    against the prior hour 20 s in, and all 80 went real time at twice the price and missed the deadline by 39 s.)"""
+    against the prior hour 20 s in, and all 80 went real time at twice the price and missed the deadline by 39 s.)
+    In simulated time: over the wall it waited the 25 s out."""
     path, expected = _input(tmp_path, 80)
-    with running_fake(rate=4000.0, turnaround=lambda _: 25.0, realtime=LANE_90) as fake:
-        done = gk(["submit", str(path), "--deadline", "45s", "--deadline-slack", "5", *ONE_BATCH], env_for(fake))
-        assert done.returncode == 0, done.stderr[-3000:]
-        s = orjson.loads(done.stdout)
-        assert s["deadline"]["met"] is True and s["lanes"]["batch"]["requests"] == 80 and "realtime" not in s["lanes"]
-        assert fake.realtime.records.calls == 0 and fake.org.records.requests_seen.get("cancel", 0) == 0
-        assert set(output_ids(_out(path))) == expected
+    s, fake = _simulated_submit(path, FakeConfig(rate=4000.0, turnaround=lambda _: 25.0, realtime=LANE_90),
+                                deadline_in=45, deadline_slack=5, interval=0.1, max_rpm=60_000, reconcile_grace=1)
+    assert s.deadline["met"] is True and s.lanes["batch"]["requests"] == 80 and "realtime" not in s.lanes
+    assert fake.realtime.records.calls == 0 and fake.org.records.requests_seen.get("cancel", 0) == 0
+    assert set(output_ids(_out(path))) == expected
 
 
 @pytest.mark.parametrize("invoke", ["allowed", "refused"])
@@ -695,39 +711,47 @@ def test_a_kill_at_a_deadline_cancel_sends_its_requests_real_time_on_the_rerun(t
         assert_one_lane_each(fake, _out(path), expected)
 
 
-@pytest.mark.anyio
-async def test_the_keeper_projects_the_pace_the_lane_keeps_when_its_calls_are_slow(
+def test_the_keeper_projects_the_pace_the_lane_keeps_when_its_calls_are_slow(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 58, point 4: the limits allow 10 calls a second, but each answer takes 0.5 s and two calls may be out
     (a lane bound by slow calls, as 64 long ones bind it): the lane keeps 4 a second at most. Once it has had work
     waiting past its ramp, the keeper projects what is left at that measured pace (what the rest then took, give or
-    take a third), never at the limits' pace (less than half of it)."""
+    take a third), never at the limits' pace (less than half of it). In simulated time (the fake in process, its
+    latency and every wait on trio's MockClock): over the wall, a loaded machine slowed the lane between the
+    keeper's readings and moved what the rest took, and the run took 25 s of it."""
     import anyio
 
     from gatekeeper import submit
     from gatekeeper.run.realtime import _deadline, _realtime
+    from gatekeeper.testing import FakeConfig
     from tests.fakes import ADMIN
+    from tests.scenarios import SimulatedWorld, simulated
 
     monkeypatch.setattr(_realtime, "IN_FLIGHT", 2)
     readings: list[tuple[float, int, float, float]] = []  # (when, requests left, the keeper's projection, the limits')
     original = _deadline.DeadlineKeeper.wait
-
-    def wait(keeper: _deadline.DeadlineKeeper, seconds: float) -> float:
-        left = keeper.journal.lane.unanswered()
-        if left and keeper.lane.paces.busy_from is not None:
-            paces = keeper.lane.paces
-            readings.append((time.monotonic(), left, keeper._lane_needs(), left / paces.per_second()))
-        return original(keeper, seconds)
-
-    monkeypatch.setattr(_deadline.DeadlineKeeper, "wait", wait)
     path, _ = _input(tmp_path, 90)
-    with running_fake(rate=0.0, realtime=FakeRealtime(rpm=600, itpm=50_000_000, otpm=10_000_000, latency=0.5)) as fake:
-        config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
-        settings = SubmitSettings(state_dir=tmp_path / "s", interval=0.5, max_rpm=60_000, deadline=time.time() + 120,
-                                  deadline_slack=118, token_sample=2)
-        with anyio.fail_after(110):
-            summary = await submit(path, config=config, settings=settings)
-        ended = time.monotonic()
+
+    async def night(world: SimulatedWorld) -> tuple[Summary, float]:
+        def wait(keeper: _deadline.DeadlineKeeper, seconds: float) -> float:
+            left = keeper.journal.lane.unanswered()
+            if left and keeper.lane.paces.busy_from is not None:
+                paces = keeper.lane.paces
+                readings.append((world.sim.monotonic(), left, keeper._lane_needs(), left / paces.per_second()))
+            return original(keeper, seconds)
+
+        monkeypatch.setattr(_deadline.DeadlineKeeper, "wait", wait)
+        realtime = FakeRealtime(rpm=600, itpm=50_000_000, otpm=10_000_000, latency=0.5)
+        with world.fake(FakeConfig(rate=0.0, realtime=realtime)) as fake:
+            config = ApiConfig(workspace_keys=[Secret(WS1)], admin_key=Secret(ADMIN), base_url=fake.url)
+            settings = SubmitSettings(state_dir=tmp_path / "s", interval=0.5, max_rpm=60_000,
+                                      deadline=world.now() + 120, deadline_slack=118, token_sample=2)
+            with anyio.fail_after(110):
+                summary = await submit(path, config=config, settings=settings, clock=world.clock(),
+                                       transport=world.transport(fake))
+            return summary, world.sim.monotonic()
+
+    summary, ended = simulated(night)
     assert summary.succeeded == 90 and summary.lanes["realtime"]["requests"] == 90
     first = readings[0][0]
     late = [r for r in readings if r[0] - first >= 16.0 and r[1] >= 12]  # (past the ramp and a window's measure)

@@ -161,8 +161,9 @@ def test_a_budget_stop_ends_the_run_when_it_is_decided_not_a_poll_later(tmp_path
     collected = [e["t"] for e in evs if e["event"] == "collected"]
     recut = [e["t"] for e in evs if e["event"] == "recut"]
     later = [r for r in recut if r > collected[0]]
-    assert later and all(any(0 <= r - c < 1.0 for c in collected) for r in later), evs  # (each at its collection)
-    assert 0 <= at["budget_reached"] - collected[-1] < 1.0 and at["finished"] - at["budget_reached"] < 1.0
+    # (each at its collection, not the 3 s poll after it: 2 s is a loaded machine's margin)
+    assert later and all(any(0 <= r - c < 2.0 for c in collected) for r in later), evs
+    assert 0 <= at["budget_reached"] - collected[-1] < 2.0 and at["finished"] - at["budget_reached"] < 2.0
 
 
 def test_the_budget_holds_under_a_price_table_whose_cache_writes_cost_five_times_input(tmp_path: Path) -> None:
@@ -264,10 +265,10 @@ def test_token_sampling_of_few_huge_lines_reads_a_bounded_amount(tmp_path: Path)
 
     rows = [req(f"r{i}", model=("m-a", "m-b")[i % 2], text="x" * (2 << 20)) for i in range(60)]
     path = write_jsonl(tmp_path / "in.jsonl", rows)
-    started = time.monotonic()
+    started = time.process_time()  # (this process's CPU: what the reads cost, not how busy the machine is)
     picked = calibrate.pick_samples(str(path), ["m-a", "m-b"], per_model=50)
     assert all(0 < len(picked[m]) <= 30 for m in ("m-a", "m-b")), {m: len(v) for m, v in picked.items()}
-    assert time.monotonic() - started < 5
+    assert time.process_time() - started < 5
 
 
 @pytest.mark.parametrize("fault", [{"status": 429, "retry_after": "0"}, {"status": 529}, {"kind": "drop"}],

@@ -353,7 +353,9 @@ def _by_workspace(fake) -> list[str]:
 def test_a_high_job_goes_before_a_low_one_and_its_queued_batches_drain(tmp_path: Path) -> None:
     """A low job fills the queue; a high job then waits for room: every batch created from then on is the high
     job's until it has none left (the low job's queued batches drain, nothing is canceled); both finish; the low
-    job's summary says how long it waited for the other; alone, nothing changes."""
+    job's summary says how long it waited for the other (how long is the night's test's: here the low job's batch
+    fits only between its own batch's end and the high job's next reservation, a moment a loaded machine can skip,
+    which read 0.0 at load 8); the high job waited for no one."""
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     low, high = write_job(tmp_path / "low.jsonl", "low", 600), write_job(tmp_path / "high.jsonl", "high", 300)
     with running_fake(ceiling=300, rate=0.0, workspaces=dict(KEYS)) as fake:
@@ -372,7 +374,7 @@ def test_a_high_job_goes_before_a_low_one_and_its_queued_batches_drain(tmp_path:
     assert set(order[first + high_batches:]) == {"wrkspc_low"}
     assert all(b.cancel_initiated_at is None for b in fake.org.batches.values())
     shares = orjson.loads(b_out)["shares"]
-    assert shares["priority"] == "low" and shares["waited_s"] > 0
+    assert shares["priority"] == "low" and shares["waited_s"] >= 0
     assert orjson.loads(n_out)["shares"]["waited_s"] == 0
     assert any(e.get("reason") == "shares" for e in events(b_err))
     from gatekeeper.cli._render import render_summary
@@ -413,8 +415,8 @@ def test_a_high_job_killed_while_it_waits_blocks_no_one_past_its_lease(tmp_path:
     assert backfill.returncode == 0, err[-2000:]
     assert _by_workspace(fake).count("wrkspc_high") == 0 and orjson.loads(out)["succeeded"] == 500
     # (no lease waited out: the queue's own time, and the margin a loaded machine needs)
-    assert took < 2 + 5, f"the low job took {took:.1f} s after the kill"
-    assert orjson.loads(out)["shares"]["waited_s"] < 2 + 1
+    assert took < 15, f"the low job took {took:.1f} s after the kill"  # (half the lease: 2 s alone)
+    assert orjson.loads(out)["shares"]["waited_s"] < 10  # (the lease waited out reads 30)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -451,7 +453,8 @@ def test_two_jobs_through_40_minutes_of_a_full_queue_never_stall() -> None:
     HTTP, 120 times faster than the wall). Before the fix the low job's wait reached the bound at minute 30 and
     neither admitted again: no create from minute 31 until it was stopped at 3x the ideal. Now the high job goes
     first and both finish; the queue never sits with room for a waiting batch longer than two polls (a minute
-    each), and the span stays within 1.2x the ideal."""
+    each), and the span stays within 1.2x the ideal. The low job's summary says how long its batch fitted while the
+    turn was the high job's (the high job's says 0), in simulated seconds: a figure no machine's load moves."""
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:  # (no disk waits)
         night = simulated(lambda world: two_jobs_a_night(Path(d), low=3000, high=9000, world=world))
     assert {k: v["succeeded"] for k, v in night.summaries.items()} == {"low": 3000, "high": 9000}
@@ -462,6 +465,8 @@ def test_two_jobs_through_40_minutes_of_a_full_queue_never_stall() -> None:
     assert all(at - highs[0] >= STARVE_AFTER for at in between), told  # (precedence, but for the bound)
     assert night.stall < 2 * 60, (night.stall, night.stall_at, told)  # (two polls: no machine's load in simulated time)
     assert night.span / night.ideal < 1.2, (night.span, night.ideal)
+    waited = {k: v["shares"]["waited_s"] for k, v in night.summaries.items()}
+    assert waited["low"] > 0 and waited["high"] == 0, waited
 
 
 def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:

@@ -168,7 +168,8 @@ def test_create_5xx_529_is_unknown_then_resent_once_absent(tmp_path: Path) -> No
     path, expected = _input(tmp_path, 30)
     with running_fake(ceiling=1000, rate=4000) as fake:
         fake.inject(Fault("create", status=500), Fault("create", status=529, error_type="overloaded_error"))
-        proc = gk(["submit", str(path), *FAST], env_for(fake))
+        # (absence is proven after 8 graces on a listing never seen current: 0.2 s ones, not FAST's 1 s)
+        proc = gk(["submit", str(path), *FAST, "--reconcile-grace", "0.2"], env_for(fake))
         assert proc.returncode == 0, proc.stderr
         assert_exactly_once(fake, _out(path), expected)
         evs = events(proc.stderr)

@@ -178,7 +178,9 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
         signalled = time.monotonic()
         run.send_signal(signal.SIGINT)
         _, err = run.communicate(timeout=30)
-        assert run.returncode == 130 and time.monotonic() - signalled < 0.9, err[-1000:]
+        # (the create is held 30 s and a stopping run waits for it: only the second signal ends it sooner; 5 s is
+        # a loaded machine's margin, where 0.9 left none)
+        assert run.returncode == 130 and time.monotonic() - signalled < 5, err[-1000:]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -194,7 +196,8 @@ def test_plan_stops_on_either_signal(sig: signal.Signals) -> None:
     signalled = time.monotonic()
     run.send_signal(sig)
     _, err = run.communicate(timeout=30)
-    assert run.returncode == 130 and b"Traceback" not in err and time.monotonic() - signalled < 2, err[-1000:]
+    # (the pipe stays open: without the signal's exit it runs until communicate's 30 s; 10 s holds on a loaded machine)
+    assert run.returncode == 130 and b"Traceback" not in err and time.monotonic() - signalled < 10, err[-1000:]
 
 
 def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
@@ -218,7 +221,7 @@ def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
         assert line["result"]["message"]["usage"]["input_tokens"] == prompt_of(req("a")["params"])[0] - 3
     finally:
         run.send_signal(signal.SIGINT)
-        out, _ = run.communicate(timeout=10)
+        out, _ = run.communicate(timeout=60)  # (as `fake_api_process`: 10 s ran out at load 16, its summary not yet out)
     assert run.returncode == 0
     assert "the fake received 1 creates (0 refused for a full queue) and 2 requests; 2 succeeded, 0 answered twice" in out
     assert "; 0 create answer(s) lost" in out
@@ -250,7 +253,7 @@ def test_the_fake_rehearses_a_deadline_on_the_aws_platform_from_its_command_line
         assert s["succeeded"] == 8 and s["lanes"]["realtime"]["requests"] == 8 and s["deadline"]["met"] is True
     finally:
         run.send_signal(signal.SIGINT)
-        out, _ = run.communicate(timeout=10)
+        out, _ = run.communicate(timeout=60)  # (as `fake_api_process`: 10 s ran out at load 16, its summary not yet out)
     received = orjson.loads(out)["received"]
     assert run.returncode == 0 and received["answered_twice"] == 0 and received["creates"] <= 1
 
