@@ -61,6 +61,27 @@ def deadline_of(s: SubmitSettings, now: float) -> float:
         raise UsageError(str(exc), setting="deadline") from None
 
 
+class Window:
+    """A deadline's window, from the job's first run's start (the journal's first `deadline` event): what is kept in
+    hand before the deadline (`kept_slack`), and for a canceled batch's results (`canceled_collect`)."""
+
+    def __init__(self, ctx: RunContext, deadline: float) -> None:
+        self.ctx, self.deadline = ctx, deadline
+        self._span: float | None = None
+
+    def span(self) -> float:
+        if self._span is None:
+            first = self.ctx.journal.outcomes.events_of("deadline")
+            self._span = self.deadline - (first[0][0] if first else self.ctx.clock())
+        return self._span
+
+    def slack(self) -> float:
+        return kept_slack(self.ctx.settings.deadline_slack, self.span())
+
+    def collect(self) -> float:
+        return canceled_collect(self.span())
+
+
 class DeadlineKeeper(Part):
     """Moves work to the real-time lane when the batch lane is projected to miss the deadline."""
 
@@ -77,7 +98,8 @@ class DeadlineKeeper(Part):
         self.probes: dict[str, int] = {}  # model -> calls made only to read its limits
         self.answered: set[str] = set()  # models whose probe was answered (with their limits, or without: a gateway)
         self.closed: str | None = None  # why the lane may not be used this run (the credentials may not call it)
-        self._window: float | None = None  # the deadline's window, from the job's first run (`_collect`)
+        self.window = Window(ctx, deadline)
+        self.slack, self._collect = self.window.slack, self.window.collect
         self.passed_said = False
         self.asked: set[int] = set()  # batches this run asked to cancel and saw canceling (not re-asked on a stale listing)
 
@@ -188,21 +210,6 @@ class DeadlineKeeper(Part):
             return wait
         lane = self.lane.paces.seconds_for(n) + self._collect()  # (`moves`' last chance)
         return reading_by(now=self.clock(), deadline=self.deadline, lane=lane, wait=wait, slack=self.slack())
-
-    def _collect(self) -> float:
-        """What a canceled batch's results take to read, in this job's window."""
-        return canceled_collect(self._span())
-
-    def slack(self) -> float:
-        """The seconds kept in hand before the deadline, in this job's window (`kept_slack`)."""
-        return kept_slack(self.settings.deadline_slack, self._span())
-
-    def _span(self) -> float:
-        """The deadline's window, from the job's first run's start."""
-        if self._window is None:
-            first = self.journal.outcomes.events_of("deadline")
-            self._window = self.deadline - (first[0][0] if first else self.clock())
-        return self._window
 
     def _limits_read(self) -> bool:
         """Whether each of the job's models the lane has not measured was probed: answered without its limits, or
