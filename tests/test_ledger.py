@@ -363,6 +363,62 @@ async def test_a_rerun_of_a_dead_submitter_takes_its_place_back(make_ledger) -> 
     assert [(r.batch, r.live) for r in await judge.reservations() if r.owner == "job-1"] == [(0, False)]
 
 
+async def _dead_with_a_create_out(make_ledger, n: int = 30):
+    """A submitter ("job-1") with one batch confirmed and a create of `n` out, killed on this machine; a live one
+    ("other") of this machine that finds it dead: its create an orphan holding the turn for `n`."""
+    child = _sleeper()
+    first = make_ledger("job-1", ttl=600, liveness=_process(child.pid))
+    await first.ping()
+    assert await first.reserve(0, n, 1000, 0)
+    await first.confirm(0, "msgbatch_j0")
+    assert await first.reserve(1, n, 1000, 0)
+    await first.sending(1)
+    child.kill()
+    child.wait()
+    other = make_ledger("other", ttl=600, liveness=_process())
+    assert not await other.reserve(0, n, 1000, 0)
+    assert [r.holding for r in await other.reservations() if r.owner == "job-1" and r.batch == 1] == [True]
+    return other
+
+
+async def test_a_dead_submitters_create_settled_by_anothers_listing_holds_nobody(make_ledger) -> None:
+    """Issue 58 (a cold test: job B waited 593 s for job A's rerun): a live submitter that finds the dead one's
+    batch settles its orphan (`settle_orphan`): named for the dead one, the turn for its size is free at once, the
+    batch stays named (no other's lost create takes it), and the dead one's rerun takes the name back with its create
+    (neither holding the turn nor unnamed); settled once only."""
+    other = await _dead_with_a_create_out(make_ledger)
+    assert await other.settle_orphan("job-1", 1, "msgbatch_j1")
+    assert not await other.settle_orphan("job-1", 1, "msgbatch_j1")  # (gone: settled already)
+    rows = {(r.owner, r.batch): r for r in await other.reservations()}
+    assert (rows["job-1", 1].batch_id, rows["job-1", 1].requests, rows["job-1", 1].dead_for) == ("msgbatch_j1", 0, None)
+    assert not creating_of_size(await other.reservations(), other.owner, 30)
+    assert await other.reserve(0, 30, 1000, 0)  # (at once: the TTL is 600 s)
+    await other.confirm(0, "msgbatch_o0")
+    rerun = make_ledger("job-1", ttl=600, liveness=_process())
+    await rerun.ping()
+    await rerun.hold(1, 30, "msgbatch_j1")  # (`run._loop.named_for`: the name its journal does not know yet)
+    rows = {(r.owner, r.batch): r for r in await other.reservations()}
+    assert (rows["job-1", 1].batch_id, rows["job-1", 1].live) == ("msgbatch_j1", True)
+    assert await other.reserve(1, 30, 1000, 0)
+
+
+async def test_a_dead_submitters_create_that_made_no_batch_is_dropped(make_ledger) -> None:
+    """Settled as having made no batch, the orphan goes without a name: the turn for its size is free, and it is no
+    rival of anyone's lost create any more."""
+    other = await _dead_with_a_create_out(make_ledger)
+    assert await other.settle_orphan("job-1", 1, None)
+    assert not [r for r in await other.reservations() if r.owner == "job-1" and r.batch == 1]
+    assert await other.reserve(0, 30, 1000, 0)
+
+
+async def test_a_submitter_never_settles_its_own_orphan_for_itself(make_ledger) -> None:
+    """A rerun settles its own create by reconciling it (`hold`, then `confirm` or `release`), never as another's."""
+    await _dead_with_a_create_out(make_ledger)
+    rerun = make_ledger("job-1", ttl=600, liveness=_process())
+    assert not await rerun.settle_orphan("job-1", 1, "msgbatch_j1")
+    assert [r.holding for r in await rerun.reservations() if r.owner == "job-1" and r.batch == 1] == [True]
+
+
 async def test_a_record_not_renewed_for_a_week_is_dropped_whatever_its_machine(tmp_path: Path) -> None:
     """A submitter of another machine that never came back leaves no record for ever: not renewed for NAMED_FOR
     (its heartbeat renews it every ttl/3), it is dropped, its names kept; one renewed stays."""

@@ -23,6 +23,9 @@ class LocalLedger:
     async def sending(self, batch: int) -> None:
         return None
 
+    async def settle_orphan(self, owner: str, batch: int, batch_id: str | None) -> bool:
+        return False
+
     async def confirm(self, batch: int, batch_id: str) -> None:
         return None
 

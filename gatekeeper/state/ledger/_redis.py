@@ -87,6 +87,21 @@ redis.call('HSET', KEYS[2], ARGV[1], granted .. ':' .. (tonumber(t[1]) + tonumbe
 return 1
 """
 
+# Another submitter's orphan settled by this one's listing: its batch named for it (ARGV[2]; its turn kept), or
+# (ARGV[2] empty: it made none) dropped with its turn; 0 when it is gone already.
+_LUA_SETTLE = _TIDY + """
+local res, orphans, turns, field, bid = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
+if redis.call('HEXISTS', orphans, field) == 0 then return 0 end
+redis.call('HDEL', orphans, field)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if bid ~= '' and redis.call('HEXISTS', res, field) == 0 then
+  redis.call('HSET', res, field, '0:' .. (now + tonumber(ARGV[3])) .. ':' .. bid)
+end
+tidy(res, orphans, turns, field)
+return 1
+"""
+
 _LUA_CONFIRM = """
 local value = redis.call('HGET', KEYS[1], ARGV[1])
 if not value then return 0 end
@@ -333,6 +348,7 @@ class RedisLedger:
         self._reserve = self.client.register_script(_LUA_RESERVE)
         self._set = self.client.register_script(_LUA_SET)
         self._confirm = self.client.register_script(_LUA_CONFIRM)
+        self._settle = self.client.register_script(_LUA_SETTLE)
         self._heartbeat = self.client.register_script(_LUA_HEARTBEAT)
         self._release = self.client.register_script(_LUA_RELEASE)
         self._list = self.client.register_script(_LUA_LIST)
@@ -404,6 +420,13 @@ class RedisLedger:
     async def hold(self, batch: int, n: int, batch_id: str | None) -> None:
         await self._guard(self._set(keys=[self.key, self.orphans_key, self.turns_key],
                                     args=[self._field(batch), n, self.ttl, batch_id or ""]))
+
+    async def settle_orphan(self, owner: str, batch: int, batch_id: str | None) -> bool:
+        """Another submitter's orphan settled by this one's listing (see `SqlLedger.settle_orphan`)."""
+        if owner == self.owner:
+            return False
+        return bool(await self._guard(self._settle(keys=[self.key, self.orphans_key, self.turns_key],
+                                                   args=[f"{owner}|{batch}", batch_id or "", NAMED_FOR])))
 
     async def confirm(self, batch: int, batch_id: str) -> None:
         await self._guard(self._confirm(keys=[self.key], args=[self._field(batch), self.ttl, batch_id]))

@@ -81,6 +81,20 @@ _ORPHAN = ("INSERT INTO orphans (owner, batch, requests, since, expires_at, hold
            "excluded.granted_at, ids = excluded.ids, job = excluded.job, machine = excluded.machine, pid = excluded.pid")
 
 
+def _settle(db: Db, now: float, owner: str, batch: int, batch_id: str | None) -> bool:
+    """A dead submitter's orphan settled by another's listing (`decide._orphans`): its batch named for it (its rerun
+    takes the name back with the create: `run._loop.named_for`), or, None, dropped (it made none); False when it is gone."""
+    row = db.execute("SELECT granted_at, ids FROM orphans WHERE owner = ? AND batch = ?", (owner, batch)).fetchone()
+    if row is None:
+        return False
+    db.execute("DELETE FROM orphans WHERE owner = ? AND batch = ?", (owner, batch))
+    if batch_id is not None:
+        db.execute("INSERT INTO reservations (owner, batch, requests, batch_id, expires_at, granted_at, ids, sent_at) "
+                   "VALUES (?, ?, 0, ?, ?, ?, ?, ?) ON CONFLICT (owner, batch) DO NOTHING",
+                   (owner, batch, batch_id, now + NAMED_FOR, row[0], row[1], now))
+    return True
+
+
 def _age(now: float, at: float | None) -> float | None:
     return None if at is None else max(0.0, now - float(at))
 
@@ -132,6 +146,10 @@ class SqlLedger(abc.ABC):
         """This submitter's orphans (of one batch, or all): it holds, reserves or releases them itself now."""
         db.execute("DELETE FROM orphans WHERE owner = ?" + ("" if batch is None else " AND batch = ?"),
                    (self.owner,) if batch is None else (self.owner, batch))
+
+    async def settle_orphan(self, owner: str, batch: int, batch_id: str | None) -> bool:
+        """Another submitter's orphan settled by this one's listing (`_settle`); False when it is gone already."""
+        return owner != self.owner and bool(await self._run(lambda db, now: _settle(db, now, owner, batch, batch_id)))
 
     async def reserve(self, batch: int, n: int, ceiling: int | None, seen: int, ids: str | None = None) -> bool:
         def step(db: Db, now: float) -> bool:
