@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from gatekeeper._errors import UsageError
+from gatekeeper.decide._orphans import NO_BATCH, orphan_batch
 from gatekeeper.decide._ownership import Pair, choose
 from gatekeeper.decide._reconcile import (
     Action,
@@ -275,6 +276,41 @@ def test_a_killed_jobs_create_keeps_the_turn_for_its_own_size_only_until_its_ttl
     assert [e for e in events(other.stderr) if e["event"] == "waiting" and e.get("reason") == "ledger"]
 
 
+@pytest.mark.parametrize("made", [True, False])
+def test_a_killed_jobs_create_of_anothers_size_is_settled_by_the_others_listing(tmp_path: Path, made: bool) -> None:
+    """Issue 58 (a cold test: job B, of job A's size, waited 593 s, until A's rerun came): A is killed with its
+    second create out (made by the server, its answer held back; or killed as the body went, never made) and a TTL
+    of 10 minutes; B, of the same size, sees A's workspace (A's first batch is listed, and named for A), so it names
+    A's batch for A, or finds none a grace later, and goes on without waiting for A's rerun; the rerun takes the
+    name back with its create and adopts it (or finds it never made): every line once, nothing twice."""
+    from gatekeeper.testing import Fault
+
+    a, b = tmp_path / "a" / "in.jsonl", tmp_path / "b" / "in.jsonl"
+    da, db = _spread_job(a, 200, seed=1), _spread_job(b, 300, seed=2)
+    same = ["--ledger-ttl", "600", "--max-requests", "100"]
+    with running_fake(ceiling=100_000, rate=20_000, listing_lag=0.3) as fake:
+        if made:
+            fake.inject(Fault("create", kind="delay_after_commit", delay=20.0, after=1))
+            killed = start(["submit", str(a), *FAST, *same], env_for(fake))
+            fake.org.wait_for(lambda r: r.creates >= 2 or killed.poll() is not None, "A's second create", 30)
+            killed.kill()
+            assert killed.wait(10) == -9 and fake.org.records.creates == 2
+        else:
+            assert gk(["submit", str(a), *FAST, *same], env_for(fake), crash_at="body-complete:2").returncode == -9
+        started = time.monotonic()
+        other = gk(["submit", str(b), *FAST, *same], env_for(fake), timeout=120)
+        took = time.monotonic() - started
+        assert other.returncode == 0, other.stderr[-2000:]
+        rerun = gk(["submit", str(a), *FAST, *same], env_for(fake))
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert _answers(a, da, fake) == (200, 0) and _answers(b, db, fake) == (300, 0)
+    assert took < 60, f"job B took {took:.1f} s behind a killed job's create"
+    settled = [(e["batch"], e["requests"], e["outcome"]) for e in events(other.stderr) if e["event"] == "orphan_settled"]
+    assert settled == [(1, 100, "named" if made else "made no batch")]
+    reconciled = [e for e in events(rerun.stderr) if e["event"] == "reconciled" and e["batch"] == 1]
+    assert [e["outcome"] for e in reconciled] == ["created" if made else "not created"]
+
+
 # -- what status says -----------------------------------------------------------------------------------------------
 
 def test_status_names_the_ledger_in_use(tmp_path: Path) -> None:
@@ -508,3 +544,42 @@ def test_rivals_are_those_whose_turn_and_ids_could_have_made_a_candidate() -> No
     assert rivals_among([], [Rival(T0 + 3600)], 300.0) == [Rival(T0 + 3600)]
     assert carrying(rivals, "20.a.b") == [r for r in rivals if r.ids in (None, "20.a.b")]
     assert len(carrying(rivals, "20.e.f")) == 1  # (only the one that does not say)
+
+
+# -- a killed job's create settled by another job's listing (issue 58) ----------------------------------------------
+
+def _listed(k: str, minute: float, n: int = 20) -> dict[str, object]:
+    return {"id": k, "created_at": _at(minute), "request_counts": {"processing": n}}
+
+
+ORPHAN = Reservation("dead", 1, 20, None, 600.0, dead_for=600.0, granted_for=660.0, holds_for=300.0)
+DEAD_NAMED = Reservation("dead", 0, 0, "msgbatch_d0", 86_400.0)  # (a batch of the dead job, confirmed: named)
+
+
+@pytest.mark.parametrize(("held", "listed", "listed_min", "found"), [
+    # the orphan's turn came at minute 59 and it was found dead at minute 60; now is minute 70
+    ([DEAD_NAMED], [_listed("msgbatch_d0", 58), _listed("x", 59.5)], 70, "x"),           # its one batch: named
+    ([DEAD_NAMED], [_listed("msgbatch_d0", 58)], 70, NO_BATCH),                         # none, the grace past: none
+    ([DEAD_NAMED], [_listed("msgbatch_d0", 58)], 62, None),                             # ... within the grace
+    ([], [_listed("x", 59.5)], 70, None),                  # no batch of the dead job listed: its workspace unseen
+    ([DEAD_NAMED], [_listed("msgbatch_d0", 58), _listed("x", 59.5), _listed("y", 59.6)], 70, None),  # two
+    ([DEAD_NAMED], [_listed("msgbatch_d0", 58), _listed("x", 59.5, n=21)], 70, NO_BATCH),  # another size
+    ([DEAD_NAMED], [_listed("msgbatch_d0", 58), _listed("x", 40)], 70, NO_BATCH),       # made before its turn
+    ([DEAD_NAMED, Reservation("b", 0, 0, "x", 600.0)],
+     [_listed("msgbatch_d0", 58), _listed("x", 59.5)], 70, NO_BATCH),                  # another's, named
+    ([DEAD_NAMED, Reservation("b", 0, 20, None, 600.0)],
+     [_listed("msgbatch_d0", 58), _listed("x", 59.5)], 70, None),                       # a live rival of the size
+    ([DEAD_NAMED, Reservation("b", 0, 20, None, 600.0, granted_for=1.0)],
+     [_listed("msgbatch_d0", 58), _listed("x", 59.5)], 70, "x"),                        # ... whose turn came after
+])
+def test_a_killed_jobs_create_is_settled_by_what_another_job_lists(held: list[Reservation], listed: list[dict],
+                                                                   listed_min: float, found: str | None) -> None:
+    """`orphan_batch`: a dead job's unknown create is settled from another job's listing only where that listing
+    shows the dead job's workspace (a batch the ledger names for it is listed): its one unnamed batch of its size made
+    from its turn to the grace after it was found dead, and no other unknown create that can have made it; none in a
+    listing read the grace after it was found dead; else (None) it holds the turn as before."""
+    now = T0 + 70 * 60
+    assert orphan_batch(ORPHAN, [ORPHAN, *held], listed, set(), now=now, listed_at=T0 + listed_min * 60, grace=180.0,
+                        clock_skew=0.0) == found
+    assert orphan_batch(ORPHAN, [ORPHAN, *held], listed, {"x"}, now=now, listed_at=now, grace=180.0,
+                        clock_skew=0.0) != "x"  # (a batch the reader's journal knows is never the orphan's)

@@ -163,15 +163,17 @@ class SubmitLoop(Part):
     async def _take_reservations_back(self) -> None:
         """A resumed run takes back the reservations of its batches in the queue or whose create is unknown, and
         frees any other an earlier run left unconfirmed (reserved, then killed before its intent was journaled, or
-        refused outright): on a shared ledger such a reservation counts as a create out, which holds every other
-        job's creates, and this run's heartbeats would keep it alive for as long as it runs."""
+        refused outright; or an orphan of it the journal has no create out for): on a shared ledger such a reservation
+        counts as a create out, which holds every other job's creates of its size, and this run's heartbeats would
+        keep it alive for as long as it runs."""
         held = self.journal.batches(BatchState.INTENT, BatchState.CREATED)
+        named = await named_for(self.ledger, self.journal)
         for row in held:
-            await self.ledger.hold(row.idx, row.requests, row.batch_id)
+            await self.ledger.hold(row.idx, row.requests, row.batch_id or named.get(row.idx))
         if self.ledger.owner:
             ours = {row.idx for row in held}
             for r in await self.ledger.reservations():
-                if r.owner == self.ledger.owner and r.live and r.batch_id is None and r.batch not in ours:
+                if r.owner == self.ledger.owner and (r.live or r.dead_for is not None) and r.batch_id is None and r.batch not in ours:
                     await self.ledger.release(r.batch)
 
     async def _finish(self) -> Summary:
@@ -353,3 +355,14 @@ def replay(out: OutputFile, sink: ResultSink | None, committed: int) -> None:
     for line in out.lines(0, committed):
         obj = orjson.loads(line)
         sink(obj["custom_id"], obj["result"])
+
+
+async def named_for(ledger: Ledger, journal: Journal) -> dict[int, str]:
+    """The batches another job named for a killed run's lost creates (`run.batch._orphans`), by its batch: a rerun
+    takes them back with the create, still named, so that no other job's lost create takes them for its own while
+    this one's is reconciled (a batch the journal knows already is never one)."""
+    if not ledger.owner:
+        return {}
+    known = journal.adoptions.known_batch_ids()
+    return {r.batch: r.batch_id for r in await ledger.reservations()
+            if r.owner == ledger.owner and r.batch_id and not r.requests and r.dead_for is None and r.batch_id not in known}

@@ -37,6 +37,7 @@ from ..shared._settings import SubmitSettings
 from ._body import body_digest, stream_body
 from ._collect import custom_id
 from ._evidence import IdPrint
+from ._orphans import reserve_settling
 from ._reprime import PrimingGate
 from ._turns import Turns, others_reserved, wanted
 
@@ -115,7 +116,7 @@ class Admitter(Part):
                 if not self._within_budget(row, worst, planned):
                     await self.turns.turn(0)
                     return
-            if not await self.ledger.reserve(row.idx, row.requests, q.bound, seen, self._ids_print(row)):
+            if not await reserve_settling(self.ctx, snap, row.idx, row.requests, q.bound, seen, self._ids_print(row)):
                 self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
                 if creating_of_size(await self.ledger.reservations(), self.ledger.owner, row.requests):
                     await self.turns.turn(0)  # (it holds no turn meanwhile; one held for room keeps it, rule 4)

@@ -1,0 +1,35 @@
+"""A killed job's create that holds the turn for a size, settled by this job's listing (`decide._orphans`), so
+that the job waiting for that size goes on at once rather than when the killed job's rerun comes, or a TTL later."""
+
+from __future__ import annotations
+
+from ...decide._orphans import NO_BATCH, orphan_batch
+from ...state._journal import BatchState
+from ..shared._part import RunContext, Snapshot
+
+
+async def reserve_settling(ctx: RunContext, snap: Snapshot, batch: int, n: int, bound: int | None, seen: int,
+                           ids: str | None) -> bool:
+    """The ledger's grant for a batch of `n` requests; refused, asked again once when a killed job's create that
+    held the turn for that size is settled by our listing meanwhile (it would hold it until its rerun, or its TTL)."""
+    if await ctx.ledger.reserve(batch, n, bound, seen, ids):
+        return True
+    return await settle(ctx, snap, n) and await ctx.ledger.reserve(batch, n, bound, seen, ids)
+
+
+async def settle(ctx: RunContext, snap: Snapshot, n: int) -> bool:
+    """Whether an orphan of `n` requests was settled (named or dropped): the turn for that size may be free."""
+    ledger, settings = ctx.ledger, ctx.settings
+    if not ledger.owner or any(r.requests == n for r in ctx.journal.batches(BatchState.INTENT)):
+        return False  # (a lost create of ours of that size: its batch could be taken for the orphan's)
+    held = await ledger.reservations()
+    known = ctx.journal.adoptions.known_batch_ids()
+    settled = False
+    for o in [r for r in held if r.owner != ledger.owner and r.requests == n and r.holding]:
+        found = orphan_batch(o, held, snap.listed.values(), known, now=ctx.clock(), listed_at=snap.at,
+                             grace=snap.grace(settings.reconcile_grace), clock_skew=settings.clock_skew)
+        if found is not None and await ledger.settle_orphan(o.owner, o.batch, found or None):
+            settled = True
+            ctx.emit("orphan_settled", {"owner": o.owner, "job": o.job, "pid": o.pid, "batch": o.batch, "requests": n,
+                                        "id": found or None, "outcome": "made no batch" if found == NO_BATCH else "named"})
+    return settled
