@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 from collections.abc import Iterator
 
 
@@ -57,6 +58,7 @@ class GatekeeperError(Exception):
     """Base class of every error gatekeeper raises on purpose."""
 
     exit_code: ExitCode = ExitCode.USAGE
+    disk_full: bool = False  # a write found no room where SQLite cannot say it as an OSError (`_db` sets it)
 
 
 class UsageError(GatekeeperError):
@@ -250,6 +252,20 @@ def os_error(exc: OSError, what: str) -> str:
     reason = exc.strerror or type(exc).__name__
     name = exc.filename if exc.filename is not None else ""
     return f"{what}: {reason}" + (f": {name}" if name and str(name) not in what else "")
+
+
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full(exc: BaseException | None) -> bool:
+    """Whether `exc` (or what caused it) is a write that found no room: a disk or a quota full, in the journal or a
+    file."""
+    while exc is not None:
+        if getattr(exc, "disk_full", False) or getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" \
+                or (isinstance(exc, OSError) and exc.errno in _NO_ROOM):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 @contextlib.contextmanager

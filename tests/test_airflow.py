@@ -323,8 +323,8 @@ def test_a_stopped_trigger_waits_for_the_real_time_calls_out_as_long_as_the_run_
     finishes the job buying none again."""
     from gatekeeper.airflow import GatekeeperSubmitOperator, GatekeeperTrigger, _trigger
     from gatekeeper.airflow._job import connection_config
-    from gatekeeper.run._loop import CALLS_OUT_WAIT
     from gatekeeper.run._submit import STOP_GRACE
+    from gatekeeper.run.realtime._realtime import CALLS_OUT_WAIT
     from gatekeeper.state._journal import Journal
     from gatekeeper.testing import FakeRealtime
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..run._loop import CALLS_OUT_WAIT
 from ..run._submit import STOP_GRACE
+from ..run.realtime._realtime import CALLS_OUT_WAIT
 from ._connection import api_config
 from ._job import JobSpec, cancel_job, connection_config, failure, finished, run_job
 

@@ -95,7 +95,8 @@ class Progress:
         elif event in ("refused", "resumed", "reconciled", "create_unknown", "resubmitting", "ceiling_unknown", "planned",
                        "deadline_cancel", "to_realtime", "deadline_for_budget", "realtime_lost", "realtime_unknown",
                        "realtime_stopping", "create_stopping", "deadline_cancel_refused", "cancel_refused", "realtime_closed",
-                       "adoption_unproven", "deadline_passed", "workspaces", "collecting"):
+                       "adoption_unproven", "deadline_passed", "workspaces", "collecting", "ballast_freed", "ballast_short",
+                       "realtime_unrecorded"):
             self._clear()
             detail = ", ".join(f"{k}={_human(v)}" for k, v in fields.items() if k not in ("t",))
             self.stream.write(f"gatekeeper: {event}: {detail}\n")

@@ -40,7 +40,7 @@ from .batch._collect import Collector
 from .batch._observe import Observer
 from .batch._turns import READ_FOR_OTHERS
 from .realtime._deadline import DeadlineKeeper, deadline_of
-from .realtime._realtime import RealtimeLane
+from .realtime._realtime import CALLS_OUT_WAIT, RealtimeLane
 from .recovery._rebuild import Rebuilder
 from .recovery._reconciler import Reconciler
 from .shared._beside import beside
@@ -53,9 +53,6 @@ from .shared._summary import Summary, summarize
 ResultSink = Callable[[str, dict[str, Any]], None]
 """`on_result(custom_id, result)`: called once per final result, after it is committed (a resumed run first hands
 it every result earlier runs committed); `result` is the result line's object."""
-# seconds a stop waits at most for the real-time calls out to answer and be committed (a call takes seconds; each one
-# cut off may be billed twice); a second Ctrl-C abandons them at once
-CALLS_OUT_WAIT = 60.0
 OUTAGE_WAITS = (5.0, 60.0)  # seconds between readings while the API does not answer: the first, the longest
 
 
@@ -157,7 +154,10 @@ class SubmitLoop(Part):
         if self.keeper is None and not self.journal.lane.unanswered():
             await self._loop()
         else:
-            await beside(self._loop_then_settle, self.lane.run)  # (a rerun without the deadline finishes what moved)
+            try:
+                await beside(self._loop_then_settle, self.lane.run)  # (a rerun without the deadline finishes what moved)
+            finally:
+                self.lane.ballast.drop()
         return await self._finish()
 
     async def _take_reservations_back(self) -> None:
@@ -238,14 +238,16 @@ class SubmitLoop(Part):
 
     async def _loop_then_settle(self) -> None:
         """The loop; on any stop (a user's, or an error of the batch lane: a refusal on a listing, a connection lost
-        past its retries, a full disk), the real-time calls out are given a bounded moment to answer and be committed
-        first (each one cut off is a possible double charge on the rerun), and nothing new is sent meanwhile."""
+        past its retries, a full disk, or a write of the real-time lane's own), the real-time calls out are given a
+        bounded moment to answer and be committed first (each one cut off is a possible double charge on the rerun),
+        and nothing new is sent meanwhile; on a full disk, the lane frees its ballast to journal their answers."""
         try:
             await self._loop()
         except Interrupted:
             await self.lane.settle(CALLS_OUT_WAIT)
             raise
         except Exception as exc:
+            self.lane.stopping_on(exc)
             await self.lane.settle(CALLS_OUT_WAIT, reason=f"{type(exc).__name__}: {exc}")
             raise
 
@@ -256,6 +258,8 @@ class SubmitLoop(Part):
     def _check_stop(self) -> None:
         if self.stop.is_set():
             raise Interrupted("interrupted")
+        if self.lane.failure is not None:  # (a write of the real-time lane failed: the run stops on it, settled)
+            raise self.lane.failure
 
     async def _wait(self, seconds: float) -> None:
         """`sleep(seconds)`, cut short by a stop request, the real-time lane drained, or room freed on the ledger."""
@@ -272,7 +276,12 @@ class SubmitLoop(Part):
                 await self.admitter.turns.watch(self.sleep)
                 tg.cancel_scope.cancel()
 
+            async def failing() -> None:  # (a write of the real-time lane failed: the run stops now)
+                await self.lane.failing.wait()
+                tg.cancel_scope.cancel()
+
             tg.start_soon(stopper)
+            tg.start_soon(failing)
             if self.admitter.turns.watching() and not self.done():
                 tg.start_soon(room)
             if self.journal.lane.unanswered():

@@ -29,7 +29,8 @@ from ..state._journal import BatchState, Journal, open_job
 from ..state._output import check_writable
 from ..state.ledger._base import Ledger
 from ..state.ledger._open import LedgerChoice, choose_ledger, open_ledger
-from ._loop import CALLS_OUT_WAIT, ResultSink, SubmitLoop
+from ._loop import ResultSink, SubmitLoop
+from .realtime._realtime import CALLS_OUT_WAIT
 from .shared._beats import give_up_claim, heartbeat, lease_heartbeat, ledger_owner, liveness
 from .shared._beside import beside
 from .shared._cancel import REFUSED, cancel_batch

@@ -75,16 +75,28 @@ def sqlite_said(where: str, exc: sqlite3.Error, path: str | None) -> str:
     """One line for a SQLite failure. A write that found no room is named as such: SQLite says "database or disk is
     full" for some and "disk I/O error" for others, which alone sends a user looking for a broken disk."""
     text = f"{where}: {exc}"
+    free = _free_when_full(exc, path)
+    return text if free is None else f"{text} (the disk holding it is full, {free:,} bytes free: make room and run the same command again)"
+
+
+def _free_when_full(exc: sqlite3.Error, path: str | None) -> int | None:
+    """The bytes free on `path`'s disk when `exc` is a write that found no room there; None when it is not."""
     name = getattr(exc, "sqlite_errorname", "")
     if path is None or not (name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR")):
-        return text
+        return None
     try:
         free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
     except OSError:
-        return text
-    if free >= FULL_BELOW:
-        return text
-    return f"{text} (the disk holding it is full, {free:,} bytes free: make room and run the same command again)"
+        return None
+    return free if free < FULL_BELOW else None
+
+
+def sqlite_error(error: Error, where: str, exc: sqlite3.Error, path: str | None) -> GatekeeperError:
+    """`exc` as the caller's error class, its one line said by `sqlite_said`; marked `disk_full` when SQLite found
+    no room (a run then frees the room it kept to record what it has paid for: `run.realtime._realtime`)."""
+    failure = error(sqlite_said(where, exc, path))
+    failure.disk_full = getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or _free_when_full(exc, path) is not None
+    return failure
 
 
 class SqliteDb:
@@ -107,7 +119,7 @@ class SqliteDb:
         try:
             conn = sqlite3.connect(target, isolation_level=None, timeout=30.0, uri=uri, check_same_thread=not any_thread)
         except sqlite3.Error as exc:
-            raise error(sqlite_said(where, exc, path)) from exc
+            raise sqlite_error(error, where, exc, path) from exc
         return cls(conn, where, error, path)
 
     @property
@@ -118,13 +130,13 @@ class SqliteDb:
         try:
             return self.conn.execute(sql, args)
         except sqlite3.Error as exc:
-            raise self.error(sqlite_said(self.where, exc, self.path)) from exc
+            raise sqlite_error(self.error, self.where, exc, self.path) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         try:
             self.conn.executemany(sql, rows)
         except sqlite3.Error as exc:
-            raise self.error(sqlite_said(self.where, exc, self.path)) from exc
+            raise sqlite_error(self.error, self.where, exc, self.path) from exc
 
     def load(self, insert: str, copy: str, rows: Sequence[Sequence[Any]]) -> None:
         """Many new rows at once: `insert` (SQLite's executemany)."""

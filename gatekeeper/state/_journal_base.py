@@ -38,10 +38,12 @@ class JournalBase:
             if self.guard is not None:
                 self.guard()
             yield self.db
+            self.db.end(commit=True)
         except BaseException:
+            # (a COMMIT that fails, as one that finds the disk full does, leaves SQLite's transaction open: rolled
+            # back here, or the next change of the run would fail on it rather than on the disk)
             self.db.end(commit=False)
             raise
-        self.db.end(commit=True)
 
     def get_meta(self, key: str) -> Any:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
