@@ -396,7 +396,7 @@ async def test_a_dead_submitters_create_settled_by_anothers_listing_holds_nobody
     await other.confirm(0, "msgbatch_o0")
     rerun = make_ledger("job-1", ttl=600, liveness=_process())
     await rerun.ping()
-    await rerun.hold(1, 30, "msgbatch_j1")  # (`run._loop.named_for`: the name its journal does not know yet)
+    await rerun.hold(1, 30, "msgbatch_j1")  # (`run.shared._beats.named_for`: the name its journal does not know yet)
     rows = {(r.owner, r.batch): r for r in await other.reservations()}
     assert (rows["job-1", 1].batch_id, rows["job-1", 1].live) == ("msgbatch_j1", True)
     assert await other.reserve(1, 30, 1000, 0)

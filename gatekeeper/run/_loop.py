@@ -43,6 +43,7 @@ from .realtime._deadline import DeadlineKeeper, deadline_of
 from .realtime._realtime import CALLS_OUT_WAIT, RealtimeLane
 from .recovery._rebuild import Rebuilder
 from .recovery._reconciler import Reconciler
+from .shared._beats import take_reservations_back
 from .shared._beside import beside
 from .shared._cancel import REFUSED, cancel_batch, refused_policy
 from .shared._part import Part, RunContext, Snapshot
@@ -148,33 +149,14 @@ class SubmitLoop(Part):
             self.out.truncate_to(self.journal.outcomes.committed_output())
         self._committed_before = self.journal.outcomes.committed_output()
         replay(self.out, self.collector.on_result, self._committed_before)
-        await self._take_reservations_back()
+        await take_reservations_back(self.journal, self.ledger)
         if self.keeper is not None and self.journal.get_meta("deadline") is None:
             self.journal.set_meta("deadline", self.keeper.deadline, "deadline", at=self.keeper.deadline)
         if self.keeper is None and not self.journal.lane.unanswered():
             await self._loop()
         else:
-            try:
-                await beside(self._loop_then_settle, self.lane.run)  # (a rerun without the deadline finishes what moved)
-            finally:
-                self.lane.ballast.drop()
+            await beside(self._loop_then_settle, self.lane.run)  # (a rerun without the deadline finishes what moved)
         return await self._finish()
-
-    async def _take_reservations_back(self) -> None:
-        """A resumed run takes back the reservations of its batches in the queue or whose create is unknown, and
-        frees any other an earlier run left unconfirmed (reserved, then killed before its intent was journaled, or
-        refused outright; or an orphan of it the journal has no create out for): on a shared ledger such a reservation
-        counts as a create out, which holds every other job's creates of its size, and this run's heartbeats would
-        keep it alive for as long as it runs."""
-        held = self.journal.batches(BatchState.INTENT, BatchState.CREATED)
-        named = await named_for(self.ledger, self.journal)
-        for row in held:
-            await self.ledger.hold(row.idx, row.requests, row.batch_id or named.get(row.idx))
-        if self.ledger.owner:
-            ours = {row.idx for row in held}
-            for r in await self.ledger.reservations():
-                if r.owner == self.ledger.owner and (r.live or r.dead_for is not None) and r.batch_id is None and r.batch not in ours:
-                    await self.ledger.release(r.batch)
 
     async def _finish(self) -> Summary:
         await self.ledger.release_all()
@@ -238,16 +220,16 @@ class SubmitLoop(Part):
 
     async def _loop_then_settle(self) -> None:
         """The loop; on any stop (a user's, or an error of the batch lane: a refusal on a listing, a connection lost
-        past its retries, a full disk, or a write of the real-time lane's own), the real-time calls out are given a
-        bounded moment to answer and be committed first (each one cut off is a possible double charge on the rerun),
-        and nothing new is sent meanwhile; on a full disk, the lane frees its ballast to journal their answers."""
+        past its retries, a full disk, a write of the real-time lane's own), the real-time calls out are given a bounded
+        moment to answer and be committed first (each one cut off is a possible double charge on the rerun), and
+        nothing new is sent meanwhile (a full disk frees the lane's ballast to journal their answers)."""
         try:
             await self._loop()
         except Interrupted:
             await self.lane.settle(CALLS_OUT_WAIT)
             raise
         except Exception as exc:
-            self.lane.stopping_on(exc)
+            self.lane.halt.on(exc)
             await self.lane.settle(CALLS_OUT_WAIT, reason=f"{type(exc).__name__}: {exc}")
             raise
 
@@ -258,8 +240,8 @@ class SubmitLoop(Part):
     def _check_stop(self) -> None:
         if self.stop.is_set():
             raise Interrupted("interrupted")
-        if self.lane.failure is not None:  # (a write of the real-time lane failed: the run stops on it, settled)
-            raise self.lane.failure
+        if self.lane.halt.failure is not None:  # (a write of the real-time lane failed: the run stops on it, settled)
+            raise self.lane.halt.failure
 
     async def _wait(self, seconds: float) -> None:
         """`sleep(seconds)`, cut short by a stop request, the real-time lane drained, or room freed on the ledger."""
@@ -277,7 +259,7 @@ class SubmitLoop(Part):
                 tg.cancel_scope.cancel()
 
             async def failing() -> None:  # (a write of the real-time lane failed: the run stops now)
-                await self.lane.failing.wait()
+                await self.lane.halt.failing.wait()
                 tg.cancel_scope.cancel()
 
             tg.start_soon(stopper)
@@ -364,14 +346,3 @@ def replay(out: OutputFile, sink: ResultSink | None, committed: int) -> None:
     for line in out.lines(0, committed):
         obj = orjson.loads(line)
         sink(obj["custom_id"], obj["result"])
-
-
-async def named_for(ledger: Ledger, journal: Journal) -> dict[int, str]:
-    """The batches another job named for a killed run's lost creates (`run.batch._orphans`), by its batch: a rerun
-    takes them back with the create, still named, so that no other job's lost create takes them for its own while
-    this one's is reconciled (a batch the journal knows already is never one)."""
-    if not ledger.owner:
-        return {}
-    known = journal.adoptions.known_batch_ids()
-    return {r.batch: r.batch_id for r in await ledger.reservations()
-            if r.owner == ledger.owner and r.batch_id and not r.requests and r.dead_for is None and r.batch_id not in known}

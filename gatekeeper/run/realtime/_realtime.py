@@ -7,11 +7,9 @@ request is answered in one lane only. A call whose answer is lost (on the wire, 
 processed, as the Messages API has no idempotency key: it is sent once more, counted, and reported as a possible
 double charge; lost a second time (on the wire or to crashes), the request ends errored `gatekeeper_answer_lost`,
 never sent a third time. An answer is journaled as received before it is committed, so a stop, a crash or a full
-disk between the two never buys it again; and a full disk finds room to journal it: the lane keeps a ballast in the
-state folder while its calls may be out (`state._ballast`), freed on the first write that finds the disk full. A
-write of its own that fails (a full disk, a journal gone) stops the lane as any stop does: nothing new is sent, the
-calls out are waited for (`settle`), and the run stops on the error. Every journal write of the lane takes the run's write lock: a batch's
-settlement holds one transaction across its download, and nothing of the lane may land inside it (so, too, no call
+disk between the two never buys it again; a full disk frees a ballast kept for their records, and a write of the
+lane's own that fails stops it as any stop does (`_halt`). Every journal write of the lane takes the run's write lock:
+a batch's settlement holds one transaction across its download, and nothing of the lane may land inside it (so, too, no call
 goes out and no answer waits in memory beyond the calls allowed out while a settlement runs).
 """
 
@@ -24,18 +22,18 @@ from typing import Any
 import anyio
 import orjson
 
-from ..._errors import ApiError, GatekeeperError, disk_full, first_of_group
+from ..._errors import ApiError, first_of_group
 from ..._prices import BYTES_PER_TOKEN_PACING
 from ...api._messages import Call, Kind, send_message
 from ...decide._downloads import ANSWER_LOST
 from ...decide._headroom import ModelLimits
 from ...decide._pacing import Cost, Pace, must_stream
 from ...decide._settle import errored_line, stop_of, usage_of
-from ...state._ballast import Ballast, room_for
 from ...state._realtime import Answer, LaneRow
 from ..shared._checkpoints import reached
 from ..shared._inputs import read_at
 from ..shared._part import Part, RunContext
+from ._halt import Halt
 from ._paces import Paces
 
 MAX_CALLS = 12  # calls for one request before a server that keeps failing it ends it errored
@@ -75,36 +73,15 @@ class RealtimeLane(Part):
         self.refusal: ApiError | None = None  # the account was refused: nothing more is sent, the run stops on it
         self.halted = False  # the run is stopping on an error of its own: nothing new is sent, the calls out settle
         self.told_at = 0.0
-        self.failure: GatekeeperError | None = None  # a write of the lane's own failed: the run stops on it
-        self.failing = anyio.Event()  # set with `failure` (the batch loop's wait ends on it)
-        # answers are only journaled as received, no more committed (the disk is full, or a commit failed): a commit
-        # would take the room their records need, and the rerun commits them
-        self.recording_only = False
-        self.said_stopping = False
-        # room on the journal's disk to record the calls out once it is full (none with a shared journal: the server's)
-        self.ballast = Ballast(None if self.journal.job else self.journal.state_dir)
-        self.room_tokens = 0  # the max_tokens the ballast is sized for (the largest of any call sent)
+        self.halt = Halt(self.emit, None if self.journal.job else self.journal.state_dir, self._look_again)  # (its own stop)
 
     def busy(self) -> bool:
-        """Whether calls are out or answers wait to be committed (a stop waits for them; only for the calls out when
-        no more are committed)."""
-        return bool(self.calls_out() if self.recording_only else self.out_now or self.answers)
+        """Whether calls are out or answers wait to be committed (a stop waits for them; only for calls, recording only)."""
+        return bool(self.calls_out() if self.halt.recording_only else self.out_now or self.answers)
 
     def calls_out(self) -> set[int]:
         """The lines with a call out whose answer has not come."""
         return self.out_now - {a.line for a, _ in self.answers}
-
-    def stopping_on(self, exc: BaseException) -> None:
-        """The run stops on `exc`. On a full disk, the ballast's room is freed for the answers of the calls out, each
-        journaled as received as it comes and left for the rerun to commit (a commit would take the room they need)."""
-        if not disk_full(exc):
-            return
-        self.recording_only = True
-        if not self.ballast.released:
-            freed = self.ballast.release()
-            if freed:
-                self.emit("ballast_freed", {"bytes": freed, "where": str(self.ballast.path),
-                                            "why": "the disk is full: room to journal the answers of the calls out"})
 
     async def settle(self, grace: float, reason: str | None = None) -> None:
         """The run is stopping (a user's stop, or `reason`, an error of either lane): nothing new is sent; wait up
@@ -112,12 +89,7 @@ class RealtimeLane(Part):
         when no more are committed). Said once, however many of the run's parts wait."""
         self.halted = True
         self.wake.set()
-        calls = len(self.calls_out())
-        if calls and not self.said_stopping:
-            self.said_stopping = True
-            self.emit("realtime_stopping", {"calls_out": calls, "wait_at_most": grace,
-                                            **({"reason": reason} if reason else {}),
-                                            "why": "each call cut off may be billed twice; Ctrl-C again abandons them"})
+        self.halt.say_stopping(len(self.calls_out()), grace, reason)
         until = self.clock() + grace
         while self.busy() and self.clock() < until:
             await self.wait_for(self.paced, min(0.05, until - self.clock()))
@@ -137,37 +109,17 @@ class RealtimeLane(Part):
                 self.answers = [_kept(row, raw) for row, raw in received]
                 self.commit(held=0)
         self.limiter = anyio.Semaphore(IN_FLIGHT)
-        with first_of_group():
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._committer)
-                await self._dispatch(tg)
-
-    def _fail(self, exc: GatekeeperError) -> None:
-        """A write of the lane's own failed: nothing new is sent, no more is committed, and the run stops on the
-        first such error once the calls out have answered (`_dispatch`; the batch loop stops on it too)."""
-        self.recording_only = True
-        self.stopping_on(exc)
-        if self.failure is None:
-            self.failure, self.halted = exc, True
-            self.failing.set()
-            self.wake.set()
-            self.paced.set()
-
-    def _wrote(self, write: Callable[[], object], *, paid: bool = False) -> bool:
-        """`write`, a journal write of the lane's; whether it was made. One that fails stops the lane (`_fail`); a
-        `paid` one (an answer's record) that found the disk full is tried once more, in the room the ballast freed."""
         try:
-            write()
-            return True
-        except GatekeeperError as exc:
-            self._fail(exc)
-            if not (paid and disk_full(exc)):
-                return False
-        try:
-            write()
-            return True
-        except GatekeeperError:
-            return False
+            with first_of_group():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._committer)
+                    await self._dispatch(tg)
+        finally:
+            self.halt.ballast.drop()  # (the run's own: gone with it)
+
+    def _look_again(self) -> None:
+        self.wake.set()
+        self.paced.set()
 
     async def _dispatch(self, tg: anyio.abc.TaskGroup) -> None:
         assert self.limiter is not None
@@ -175,9 +127,9 @@ class RealtimeLane(Part):
         while True:
             if self.refusal is not None and not self.busy():
                 raise self.refusal  # (once the calls out have answered and been committed)
-            if self.failure is not None:
-                await self.settle(CALLS_OUT_WAIT, reason=f"{type(self.failure).__name__}: {self.failure}")
-                raise self.failure
+            if (failure := self.halt.failure) is not None:  # (a write of its own failed: the calls out settle first)
+                await self.settle(CALLS_OUT_WAIT, reason=f"{type(failure).__name__}: {failure}")
+                raise failure
             rows = [] if self._holding() else [r for r in self.journal.lane.rows(IN_FLIGHT) if r.line not in self.out_now]
             if not rows:
                 self.paces.idle()
@@ -193,7 +145,7 @@ class RealtimeLane(Part):
 
     def _holding(self) -> bool:
         """Whether nothing new may be sent: a stop, a user's cancel, a refusal of the account, the run halting."""
-        return self.stop.is_set() or self.halted or self.user_canceled or self.refusal is not None
+        return self.stop.is_set() or self.halted or self.user_canceled or self.refusal is not None or self.halt.failure is not None
 
     async def _idle(self) -> None:
         await self.wait_for(self.wake, IDLE_LOOK)
@@ -210,7 +162,7 @@ class RealtimeLane(Part):
         model, max_tokens = str(params.get("model")), int(params.get("max_tokens") or 1)
         cost = Cost(int(row.length / BYTES_PER_TOKEN_PACING), max_tokens)
         self._costs(cost)
-        self._keep_room(max_tokens)
+        self.halt.keep_room(IN_FLIGHT, max_tokens)
         pace = self.paces.pace(model)
         await self._paced(pace, cost)
         if self._holding():
@@ -223,7 +175,7 @@ class RealtimeLane(Part):
             async with self.write_lock:  # (every journal write of the lane waits out a settlement's transaction)
                 # (judged and counted at the moment it goes, under the lock: a wait for it never bunches calls)
                 if pace.wait(cost, self.clock()) <= 0:
-                    if not self._wrote(lambda: self.journal.lane.sending(row.line)):
+                    if not self.halt.wrote(lambda: self.journal.lane.sending(row.line)):
                         limiter.release()  # (not journaled: not sent; the run stops on the error)
                         return
                     at = pace.sent(cost, self.clock())
@@ -234,19 +186,6 @@ class RealtimeLane(Part):
         stream = must_stream(max_tokens, str(params.get("model") or ""))
         body = orjson.dumps({**params, "stream": True} if stream else params)
         tg.start_soon(self._call, row, body, stream, pace, cost, limiter, at)
-
-    def _keep_room(self, max_tokens: int) -> None:
-        """The ballast as large as recording every call allowed out at `max_tokens` needs (said once when the disk
-        has no room for it: the calls still go)."""
-        if max_tokens <= self.room_tokens:
-            return
-        self.room_tokens = max_tokens
-        size = room_for(IN_FLIGHT, max_tokens)
-        if not self.ballast.hold(size) and self.ballast.path is not None:
-            self.room_tokens = 1 << 62  # (tried once a run)
-            self.emit("ballast_short", {"bytes": size, "where": str(self.ballast.path), "policy": "calls go out; on a "
-                                        "full disk, an answer that cannot be journaled is sent again by the rerun, "
-                                        "counted as a possible double charge"})
 
     async def _paced(self, pace: Pace, cost: Cost) -> None:
         """Wait until `pace` lets a request of `cost` go (an answer gives back what its start over-charged, or
@@ -314,7 +253,7 @@ class RealtimeLane(Part):
 
     def _again(self, row: LaneRow, *, lost: bool) -> bool:
         """The request goes back to the queue for another call (`lost`: counted as a possible double charge)."""
-        self._wrote(lambda: self.journal.lane.again(row.line, lost=lost), paid=True)  # (journaled sent: lost on the rerun)
+        self.halt.wrote(lambda: self.journal.lane.again(row.line, lost=lost), paid=True)  # (journaled sent: lost on the rerun)
         self.out_now.discard(row.line)
         self.wake.set()
         return False
@@ -330,10 +269,9 @@ class RealtimeLane(Part):
     def _final(self, row: LaneRow, result: dict[str, Any], kind: str, error_type: str | None,
                usage: tuple[str | None, int, int, int, int, int], stop: str | None) -> bool:
         raw = orjson.dumps({"custom_id": row.custom_id, "result": result})
-        # (journaled as received: a stop or a full disk before its commit never re-buys it; one that cannot be is
-        # counted as a possible double charge by the rerun, which sends it again)
-        if kind == "succeeded" and not self._wrote(lambda: self.journal.lane.received(row.line, raw), paid=True):
-            self.emit("realtime_unrecorded", {"custom_id": row.custom_id, "why": str(self.failure),
+        # (journaled as received: a stop or a full disk before its commit never re-buys it; one that cannot be, may)
+        if kind == "succeeded" and not self.halt.wrote(lambda: self.journal.lane.received(row.line, raw), paid=True):
+            self.emit("realtime_unrecorded", {"custom_id": row.custom_id, "why": str(self.halt.failure),
                                               "policy": "sent again by the rerun, counted as a possible double charge"})
         self.answers.append((Answer(row.line, row.custom_id, raw, kind, error_type, usage, stop), result))
         self.arrived.set()
@@ -342,12 +280,12 @@ class RealtimeLane(Part):
     async def _committer(self) -> None:
         """Commit the answers that came in, together, under the run's write lock (a batch's settlement holds it)."""
         while True:
-            if not self.answers or self.recording_only:
+            if not self.answers or self.halt.recording_only:
                 await self.wait_for(self.arrived, IDLE_LOOK)
                 self.arrived = anyio.Event()
                 continue
             async with self.write_lock:
-                self._wrote(self.commit)  # (one that fails leaves its answers journaled as received: the rerun's)
+                self.halt.wrote(self.commit)  # (one that fails leaves its answers journaled as received: the rerun's)
             self.wake.set()  # (the dispatcher looks again: room for calls, or nothing left: drained)
 
     def commit(self, held: int | None = None) -> None:

@@ -1,5 +1,6 @@
 """What keeps a live run's claims alive while it runs: the shared ledger's reservations and the shared
-journal's lease, each renewed beside the run (`_beside`), and the run's stable identity in the ledger.
+journal's lease, each renewed beside the run (`_beside`), the reservations a resumed run takes back, and the run's
+stable identity in the ledger.
 
 The beats wait on the run's clock (`sleep`: the real one unless the caller hands down another, as a simulation
 does with its SQLite ledger, whose expiry is on that clock too); what a server's clock expires (a PostgreSQL or
@@ -15,7 +16,7 @@ from ..._clock import run_sync
 from ..._errors import JournalError, LedgerError
 from ...decide._host import run_ended
 from ...state._host import process_started, this_process
-from ...state._journal import Journal
+from ...state._journal import BatchState, Journal
 from ...state.ledger._base import Ledger, Liveness, new_owner
 from ._settings import EventSink
 
@@ -51,6 +52,34 @@ async def lease_heartbeat(journal: Journal, ttl: float, emit: EventSink, sleep: 
                 emit("journal_unavailable", {"reason": str(exc)})
     finally:
         db.close()
+
+
+async def take_reservations_back(journal: Journal, ledger: Ledger) -> None:
+    """A resumed run takes back the reservations of its batches in the queue or whose create is unknown, and
+    frees any other an earlier run left unconfirmed (reserved, then killed before its intent was journaled, or
+    refused outright; or an orphan of it the journal has no create out for): on a shared ledger such a reservation
+    counts as a create out, which holds every other job's creates of its size, and this run's heartbeats would
+    keep it alive for as long as it runs."""
+    held = journal.batches(BatchState.INTENT, BatchState.CREATED)
+    named = await named_for(ledger, journal)
+    for row in held:
+        await ledger.hold(row.idx, row.requests, row.batch_id or named.get(row.idx))
+    if ledger.owner:
+        ours = {row.idx for row in held}
+        for r in await ledger.reservations():
+            if r.owner == ledger.owner and (r.live or r.dead_for is not None) and r.batch_id is None and r.batch not in ours:
+                await ledger.release(r.batch)
+
+
+async def named_for(ledger: Ledger, journal: Journal) -> dict[int, str]:
+    """The batches another job named for a killed run's lost creates (`run.batch._orphans`), by its batch: a rerun
+    takes them back with the create, still named, so that no other job's lost create takes them for its own while
+    this one's is reconciled (a batch the journal knows already is never one)."""
+    if not ledger.owner:
+        return {}
+    known = journal.adoptions.known_batch_ids()
+    return {r.batch: r.batch_id for r in await ledger.reservations()
+            if r.owner == ledger.owner and r.batch_id and not r.requests and r.dead_for is None and r.batch_id not in known}
 
 
 CLAIM_DROP_WAIT = 5.0  # seconds a run that stops gives the ledger to drop its claim (an unreachable one: its lease)

@@ -83,7 +83,7 @@ _ORPHAN = ("INSERT INTO orphans (owner, batch, requests, since, expires_at, hold
 
 def _settle(db: Db, now: float, owner: str, batch: int, batch_id: str | None) -> bool:
     """A dead submitter's orphan settled by another's listing (`decide._orphans`): its batch named for it (its rerun
-    takes the name back with the create: `run._loop.named_for`), or, None, dropped (it made none); False when it is gone."""
+    takes the name back with the create: `run.shared._beats.named_for`), or, None, dropped (it made none); False when it is gone."""
     row = db.execute("SELECT granted_at, ids FROM orphans WHERE owner = ? AND batch = ?", (owner, batch)).fetchone()
     if row is None:
         return False
