@@ -270,6 +270,35 @@ def test_a_utf16_csv_is_refused_naming_its_encoding_then_read_in_it(tmp_path: Pa
         assert done.returncode == 0 and _prompts(fake)[_digest("Translate: sixteen")] == 1, done.stderr[-2000:]
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+def test_a_wide_csv_without_a_bom_is_refused_naming_its_encoding_then_read_in_it(tmp_path: Path,
+                                                                                  encoding: str) -> None:
+    """A UTF-16 or UTF-32 CSV without a byte-order mark (a cold tester's was refused as "cannot be read as csv (CSV
+    parse error: Expected 2 columns, got 1)", its encoding unnamed; one of ASCII alone was read with NULs in its
+    names): one line naming the encoding and --encoding, exit 2, by plan and submit, nothing sent; read in it."""
+    table = tmp_path / "u.csv"
+    table.write_bytes("id,dish\n1,café\n2,two\n".encode(encoding))
+    with running_fake(rate=2000) as fake:
+        for args in (["plan", str(table), *_opts("Translate: {dish}")[:6]], ["submit", str(table), *_opts("Translate: {dish}")]):
+            refused = gk(args, env_for(fake))
+            assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+            assert f"is not UTF-8: its first bytes hold NULs as {encoding.upper()} without a byte-order mark" \
+                f" does; name its encoding ({encoding}, if that is it)" in refused.stderr, refused.stderr
+            assert "--encoding" in refused.stderr
+        assert fake.org.records.creates == 0
+        done = gk(["submit", str(table), *_opts("Translate: {dish}"), "--encoding", encoding], env_for(fake))
+        assert done.returncode == 0 and _prompts(fake)[_digest("Translate: café")] == 1, done.stderr[-2000:]
+
+
+def test_utf8_text_is_never_taken_for_utf16_without_a_bom() -> None:
+    from gatekeeper.tables._encoding import unmarked_of
+
+    for text in ("id,body\n1,café\n", "日本語,テキスト\n" * 4, "a\n" * 40, "x"):
+        assert unmarked_of(text.encode()) is None
+    assert unmarked_of("日本語,テキスト\n".encode("utf-16-le")) is None  # (no NUL: not guessed)
+    assert unmarked_of("id,body\n".encode("utf-16-be")) == "UTF-16-BE"
+
+
 def test_a_csv_that_is_not_utf8_is_refused_naming_its_encoding_or_read_in_the_one_named(tmp_path: Path) -> None:
     table = tmp_path / "menu.csv"
     table.write_bytes("dish\ncafé crème\n".encode("latin-1"))
