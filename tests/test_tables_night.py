@@ -474,6 +474,18 @@ def test_plan_reports_rejections_as_records_with_flat_memory(tmp_path: Path) -> 
         assert key in j, key
 
 
+@pytest.mark.parametrize("system", [None, "Be brief about {item}"])  # (sized, and planned through the run's file)
+def test_plan_names_the_largest_request_by_its_row(tmp_path: Path, system: str | None) -> None:
+    """`largest_request` names its row, as the table's rejections and batches do (a cold tester found `line`, the
+    line of the run's file: rows rejected before it shift it); a JSONL plan's keeps `line`."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "item": [None, None, "x", "y" * 500]}), table)
+    opts = _opts("{item}")[:6] + ([] if system is None else ["--system", system])
+    j = orjson.loads(gk(["plan", str(table), *opts, "--id-column", "id", "--json"], {}).stdout)
+    assert {k: v for k, v in j["largest_request"].items() if k != "bytes"} == {"row": 4, "custom_id": "d"}, j
+    assert j["largest_request"]["bytes"] > 500
+
+
 def test_plan_keeps_the_first_rejections_the_models_api_refuses_and_counts_the_rest(tmp_path: Path) -> None:
     """A model the Models API does not know refuses each of 300 rows: `rejected` has the first 100 as records (the
     memory of a hundred, however many rows), `rejected_count`, `invalid` and the preflight's tally count all 300.
