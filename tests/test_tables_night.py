@@ -237,6 +237,27 @@ def test_lists_and_structs_render_as_json_and_nan_ids_are_rejected(tmp_path: Pat
     assert result[1]["error"] == "row 2: the id column 'id' is null (NaN)" and done.returncode == 1
 
 
+def test_an_integer_id_is_mapped_so_its_custom_id_outlives_the_column_turning_double(tmp_path: Path) -> None:
+    """Integer ids are mapped (`id-` and a digest of the value as its integer), not sent as their text: an id column
+    int64 one night and double the next (pandas' way once a NaN appears) keeps every row's custom_id, where `1.0`
+    would not be the custom id `1`; the text `1` is its own custom_id (ids are compared as written)."""
+    table = tmp_path / "t.parquet"
+    spec = TableSpec.of("Say {body}", MODEL, 20, id_column="id")
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "body": ["a", "b"]}), table)
+    with running_fake(rate=2000) as fake:
+        first = submit_table_sync(str(table), spec, config=_config(fake), settings=_settings())
+        pq.write_table(pa.table({"id": pa.array([1.0, 2.0, math.nan], pa.float64(), from_pandas=False),
+                                 "body": ["a", "b", "c"]}), table)
+        second = submit_table_sync(str(table), spec, config=_config(fake), settings=_settings())
+        text = submit_table_sync(pa.table({"id": ["1"], "body": ["a"]}), spec, config=_config(fake),
+                                 settings=_settings(tmp_path / "text"))
+        assert len(_created(fake)) == 2 + 1  # (the double night sent nothing again; the text's own state, once)
+    assert first.table is not None and second.table is not None and text.table is not None
+    ids = first.table.column("custom_id").to_pylist()
+    assert all(i.startswith("id-") for i in ids) and second.table.column("custom_id").to_pylist()[:2] == ids
+    assert text.table.column("custom_id").to_pylist() == ["1"] and second.sent == 0
+
+
 # -- 4. encodings and types are judged before anything is paid ---------------------------------------------------
 
 @pytest.mark.parametrize("encoding, says", [("ascii", "is not ascii: line 2 has the byte 0xe9"),
