@@ -258,6 +258,37 @@ def test_an_integer_id_is_mapped_so_its_custom_id_outlives_the_column_turning_do
     assert text.table.column("custom_id").to_pylist() == ["1"] and second.sent == 0
 
 
+def test_two_specs_over_one_table_keep_default_results_of_their_own(tmp_path: Path) -> None:
+    """Two jobs over one table with different templates, without --out: both wrote `STATE/result.parquet`, the
+    second over the first's answers (a cold tester). The first spec keeps `result.parquet` (a pipeline reads that
+    path); the other's is `result-<its spec's digest>.parquet`, in its `result` line and --json `out`; each rerun
+    writes its own again; the library without `out` writes no file."""
+    from gatekeeper.tables._result import SHORT, spec_digest
+
+    table = tmp_path / "tt.parquet"
+    pq.write_table(pa.table({"id": ["a", "b"], "body": ["the printer is on fire", "no login"]}), table)
+    classify, summarize = _opts("Classify {body}")[:6], _opts("Summarize this for me, please: {body}")[:6]
+    state = _state(table)
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        first = gk(["submit", str(table), *classify, *FAST, "--id-column", "id"], env)
+        assert first.returncode == 0 and f"result    {state / 'result.parquet'}" in first.stdout, first.stderr[-2000:]
+        mine = pq.read_table(state / "result.parquet")
+        second = gk(["submit", str(table), *summarize, *FAST, "--id-column", "id", "--json"], env)
+        assert second.returncode == 0, second.stderr[-2000:]
+        digest = spec_digest(TableSpec.of("Summarize this for me, please: {body}", MODEL, 20, id_column="id"))
+        theirs = state / f"result-{digest[:SHORT]}.parquet"
+        assert orjson.loads(second.stdout)["out"] == str(theirs)
+        assert pq.read_table(state / "result.parquet").equals(mine)  # (the first's answers, unmoved)
+        assert pq.read_table(theirs).column("input_tokens").to_pylist() != mine.column("input_tokens").to_pylist()
+        again = gk(["submit", str(table), *classify, *FAST, "--id-column", "id", "--json"], env)
+        assert orjson.loads(again.stdout)["out"] == str(state / "result.parquet") and len(_created(fake)) == 4
+        other = submit_table_sync(str(table), TableSpec.of("Other {body}", MODEL, 20, id_column="id"),
+                                  config=_config(fake), settings=_settings())
+        assert other.out is None and other.table is not None  # (the library without `out`: a table, no file)
+    assert sorted(p.name for p in state.glob("result*.parquet")) == sorted(["result.parquet", theirs.name])
+
+
 # -- 4. encodings and types are judged before anything is paid ---------------------------------------------------
 
 @pytest.mark.parametrize("encoding, says", [("ascii", "is not ascii: line 2 has the byte 0xe9"),
