@@ -276,3 +276,24 @@ def test_the_sdk_of_2026_speaks_to_the_fake_as_to_the_api(sdk, anthropic) -> Non
         with pytest.raises(anthropic.BadRequestError, match="temperature"):
             client.messages.count_tokens(model="claude-haiku-4-5", messages=[{"role": "user", "content": "hi"}],
                                          extra_body={"temperature": 0.5})  # (the SDK no longer offers it)
+
+
+def test_output_never_exceeds_max_tokens_in_either_lane(sdk) -> None:
+    """The real API never bills more output than a request's max_tokens, and says it cut the answer (stop_reason
+    "max_tokens"); the fake billed 12 output tokens at max_tokens 5 (a cold tester, issue 59). Its answer is 12 tokens:
+    cut below that, whole at 12 and above, in a batch's results, a real-time answer and what the fake billed."""
+    with running_fake(rate=1e9, speed=1.0) as fake:
+        client = sdk(fake.url, WS1)
+        created = client.messages.batches.create(requests=[
+            {"custom_id": f"m{n}", "params": {"model": "claude-haiku-4-5", "max_tokens": n,
+                                              "messages": [{"role": "user", "content": "hi"}]}} for n in (1, 5, 12, 16)])
+        fake.org.advance(1)
+        assert client.messages.batches.retrieve(created.id).processing_status == "ended"
+        got = {r.custom_id: r.result.message for r in client.messages.batches.results(created.id)}
+        assert {cid: (m.usage.output_tokens, m.stop_reason) for cid, m in got.items()} == {
+            "m1": (1, "max_tokens"), "m5": (5, "max_tokens"), "m12": (12, "end_turn"), "m16": (12, "end_turn")}
+        assert fake.org.records.billed["claude-haiku-4-5"][1] == 1 + 5 + 12 + 12
+        for n, want in ((5, (5, "max_tokens")), (12, (12, "end_turn")), (64, (12, "end_turn"))):
+            m = client.messages.create(model="claude-haiku-4-5", max_tokens=n, messages=[{"role": "user", "content": "hi"}])
+            assert (m.usage.output_tokens, m.stop_reason) == want, n
+        assert fake.org.records.billed_realtime["claude-haiku-4-5"][1] == 5 + 12 + 12

@@ -237,6 +237,58 @@ def test_lists_and_structs_render_as_json_and_nan_ids_are_rejected(tmp_path: Pat
     assert result[1]["error"] == "row 2: the id column 'id' is null (NaN)" and done.returncode == 1
 
 
+def test_an_integer_id_is_mapped_so_its_custom_id_outlives_the_column_turning_double(tmp_path: Path) -> None:
+    """Integer ids are mapped (`id-` and a digest of the value as its integer), not sent as their text: an id column
+    int64 one night and double the next (pandas' way once a NaN appears) keeps every row's custom_id, where `1.0`
+    would not be the custom id `1`; the text `1` is its own custom_id (ids are compared as written)."""
+    table = tmp_path / "t.parquet"
+    spec = TableSpec.of("Say {body}", MODEL, 20, id_column="id")
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "body": ["a", "b"]}), table)
+    with running_fake(rate=2000) as fake:
+        first = submit_table_sync(str(table), spec, config=_config(fake), settings=_settings())
+        pq.write_table(pa.table({"id": pa.array([1.0, 2.0, math.nan], pa.float64(), from_pandas=False),
+                                 "body": ["a", "b", "c"]}), table)
+        second = submit_table_sync(str(table), spec, config=_config(fake), settings=_settings())
+        text = submit_table_sync(pa.table({"id": ["1"], "body": ["a"]}), spec, config=_config(fake),
+                                 settings=_settings(tmp_path / "text"))
+        assert len(_created(fake)) == 2 + 1  # (the double night sent nothing again; the text's own state, once)
+    assert first.table is not None and second.table is not None and text.table is not None
+    ids = first.table.column("custom_id").to_pylist()
+    assert all(i.startswith("id-") for i in ids) and second.table.column("custom_id").to_pylist()[:2] == ids
+    assert text.table.column("custom_id").to_pylist() == ["1"] and second.sent == 0
+
+
+def test_two_specs_over_one_table_keep_default_results_of_their_own(tmp_path: Path) -> None:
+    """Two jobs over one table with different templates, without --out: both wrote `STATE/result.parquet`, the
+    second over the first's answers (a cold tester). The first spec keeps `result.parquet` (a pipeline reads that
+    path); the other's is `result-<its spec's digest>.parquet`, in its `result` line and --json `out`; each rerun
+    writes its own again; the library without `out` writes no file."""
+    from gatekeeper.tables._result import SHORT, spec_digest
+
+    table = tmp_path / "tt.parquet"
+    pq.write_table(pa.table({"id": ["a", "b"], "body": ["the printer is on fire", "no login"]}), table)
+    classify, summarize = _opts("Classify {body}")[:6], _opts("Summarize this for me, please: {body}")[:6]
+    state = _state(table)
+    with running_fake(rate=2000) as fake:
+        env = env_for(fake)
+        first = gk(["submit", str(table), *classify, *FAST, "--id-column", "id"], env)
+        assert first.returncode == 0 and f"result    {state / 'result.parquet'}" in first.stdout, first.stderr[-2000:]
+        mine = pq.read_table(state / "result.parquet")
+        second = gk(["submit", str(table), *summarize, *FAST, "--id-column", "id", "--json"], env)
+        assert second.returncode == 0, second.stderr[-2000:]
+        digest = spec_digest(TableSpec.of("Summarize this for me, please: {body}", MODEL, 20, id_column="id"))
+        theirs = state / f"result-{digest[:SHORT]}.parquet"
+        assert orjson.loads(second.stdout)["out"] == str(theirs)
+        assert pq.read_table(state / "result.parquet").equals(mine)  # (the first's answers, unmoved)
+        assert pq.read_table(theirs).column("input_tokens").to_pylist() != mine.column("input_tokens").to_pylist()
+        again = gk(["submit", str(table), *classify, *FAST, "--id-column", "id", "--json"], env)
+        assert orjson.loads(again.stdout)["out"] == str(state / "result.parquet") and len(_created(fake)) == 4
+        other = submit_table_sync(str(table), TableSpec.of("Other {body}", MODEL, 20, id_column="id"),
+                                  config=_config(fake), settings=_settings())
+        assert other.out is None and other.table is not None  # (the library without `out`: a table, no file)
+    assert sorted(p.name for p in state.glob("result*.parquet")) == sorted(["result.parquet", theirs.name])
+
+
 # -- 4. encodings and types are judged before anything is paid ---------------------------------------------------
 
 @pytest.mark.parametrize("encoding, says", [("ascii", "is not ascii: line 2 has the byte 0xe9"),
@@ -268,6 +320,35 @@ def test_a_utf16_csv_is_refused_naming_its_encoding_then_read_in_it(tmp_path: Pa
         assert fake.org.records.creates == 0
         done = gk([*args, "--encoding", "utf-16"], env_for(fake))
         assert done.returncode == 0 and _prompts(fake)[_digest("Translate: sixteen")] == 1, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+def test_a_wide_csv_without_a_bom_is_refused_naming_its_encoding_then_read_in_it(tmp_path: Path,
+                                                                                  encoding: str) -> None:
+    """A UTF-16 or UTF-32 CSV without a byte-order mark (a cold tester's was refused as "cannot be read as csv (CSV
+    parse error: Expected 2 columns, got 1)", its encoding unnamed; one of ASCII alone was read with NULs in its
+    names): one line naming the encoding and --encoding, exit 2, by plan and submit, nothing sent; read in it."""
+    table = tmp_path / "u.csv"
+    table.write_bytes("id,dish\n1,café\n2,two\n".encode(encoding))
+    with running_fake(rate=2000) as fake:
+        for args in (["plan", str(table), *_opts("Translate: {dish}")[:6]], ["submit", str(table), *_opts("Translate: {dish}")]):
+            refused = gk(args, env_for(fake))
+            assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+            assert f"is not UTF-8: its first bytes hold NULs as {encoding.upper()} without a byte-order mark" \
+                f" does; name its encoding ({encoding}, if that is it)" in refused.stderr, refused.stderr
+            assert "--encoding" in refused.stderr
+        assert fake.org.records.creates == 0
+        done = gk(["submit", str(table), *_opts("Translate: {dish}"), "--encoding", encoding], env_for(fake))
+        assert done.returncode == 0 and _prompts(fake)[_digest("Translate: café")] == 1, done.stderr[-2000:]
+
+
+def test_utf8_text_is_never_taken_for_utf16_without_a_bom() -> None:
+    from gatekeeper.tables._encoding import unmarked_of
+
+    for text in ("id,body\n1,café\n", "日本語,テキスト\n" * 4, "a\n" * 40, "x"):
+        assert unmarked_of(text.encode()) is None
+    assert unmarked_of("日本語,テキスト\n".encode("utf-16-le")) is None  # (no NUL: not guessed)
+    assert unmarked_of("id,body\n".encode("utf-16-be")) == "UTF-16-BE"
 
 
 def test_a_csv_that_is_not_utf8_is_refused_naming_its_encoding_or_read_in_the_one_named(tmp_path: Path) -> None:
@@ -443,6 +524,18 @@ def test_plan_reports_rejections_as_records_with_flat_memory(tmp_path: Path) -> 
     assert (j["batches"][0]["first_row"], j["batches"][0]["last_row"]) == (1, 1498)  # (rows, not the run's lines)
     for key in ("requests", "invalid", "errors", "batches", "largest_request", "models", "request_bytes", "limits"):
         assert key in j, key
+
+
+@pytest.mark.parametrize("system", [None, "Be brief about {item}"])  # (sized, and planned through the run's file)
+def test_plan_names_the_largest_request_by_its_row(tmp_path: Path, system: str | None) -> None:
+    """`largest_request` names its row, as the table's rejections and batches do (a cold tester found `line`, the
+    line of the run's file: rows rejected before it shift it); a JSONL plan's keeps `line`."""
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "item": [None, None, "x", "y" * 500]}), table)
+    opts = _opts("{item}")[:6] + ([] if system is None else ["--system", system])
+    j = orjson.loads(gk(["plan", str(table), *opts, "--id-column", "id", "--json"], {}).stdout)
+    assert {k: v for k, v in j["largest_request"].items() if k != "bytes"} == {"row": 4, "custom_id": "d"}, j
+    assert j["largest_request"]["bytes"] > 500
 
 
 def test_plan_keeps_the_first_rejections_the_models_api_refuses_and_counts_the_rest(tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 content) on the worker; the trigger continues that run. Where the trigger's machine cannot see the worker's file, it
 renders the rows again from the table's URI (object storage reads the same from any machine) and checks that it
 made the same run. When the run has ended its answers are kept and the result table is written: to `results_path`
-(Parquet, CSV or Arrow IPC by suffix, local or object storage through pyarrow), else `result.parquet` in the job's
-folder. A run of the job that did not finish (a killed worker or triggerer) is collected on the worker first, as
-the CLI does. Imported only for a table job: a JSONL job never imports pyarrow."""
+(Parquet, CSV or Arrow IPC by suffix, local or object storage through pyarrow), else the job's default result in its
+folder (`result.parquet`, or its spec's own beside it: `tables._result`). A run of the job that did not finish (a
+killed worker or triggerer) is collected on the worker first, as the CLI does. Imported only for a table job: a JSONL job never imports pyarrow."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from .._prices import load_prices
 from ..api._config import ApiConfig
 from ..run.shared._summary import Summary
 from ..tables._job import TableJob, TableResult, check_out, collect_earlier, job_names, open_answers, table_job
+from ..tables._result import default_result
 from ..tables._rows import TableSpec
 from ..tables._where import default_state_dir
 from ._job import JobSpec, configured_state_dir, settings_of, state_base
@@ -79,7 +80,7 @@ def prepare_table(spec: JobSpec, config: ApiConfig) -> tuple[JobSpec, dict[str, 
             asked = dataclasses.replace(config, api_version=spec.api_version) if spec.api_version else config
             anyio.run(lambda: collect_earlier(job, asked, settings_of(spec), load_prices(), TableResult(), {},
                                               tuple(spec.aliases)))
-        check_out(job.rows, _result_path(spec), job.root)
+        check_out(job.rows, spec.results_path or str(default_result(job.root, job.rows.spec)), job.root)
         pending, _ = job.pending()
         if pending is None:
             return spec, _written(job, spec, None)
@@ -114,15 +115,11 @@ def finish_table(spec: JobSpec, summary: Summary) -> dict[str, Any]:
         job.close()
 
 
-def _result_path(spec: JobSpec) -> str:
-    return spec.results_path or str(Path(spec.state_dir) / "result.parquet")
-
-
 def _written(job: TableJob, spec: JobSpec, summary: Summary | None) -> dict[str, Any]:
     result = TableResult(state_dir=spec.state_dir, summary=summary)
     if summary is not None:
         result.count(summary)
-    job.write(_result_path(spec), load_prices(), result)
+    job.write(spec.results_path, load_prices(), result, default=spec.results_path is None)  # (`_result`)
     return small_table_summary(spec, result)
 
 

@@ -72,7 +72,8 @@ def run_dirs(args: argparse.Namespace, *, live: bool = False) -> list[Path]:
         given = default_state_dir(str(args.input), os.environ, create=False)
     runs = table_runs(given, live=live)
     print(f"gatekeeper: the table job's run {runs[-1].stem} in {given} (its result table, every row: "
-          f"{given / 'result.parquet'}, or submit's --out)", file=sys.stderr)
+          f"{given / 'result.parquet'}, result-SPEC.parquet beside it for a job of another template, or submit's "
+          "--out)", file=sys.stderr)
     return runs
 
 

@@ -228,7 +228,8 @@ def _submit_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     _add_table(p)
     _add_state(p)
     p.add_argument("--out", default=None, metavar="FILE", help="the file this command writes: the job's results "
-                   "(default STATE/results.jsonl; for a table job STATE/result.parquet, or .csv, .arrow, s3://...)")
+                   "(default STATE/results.jsonl; for a table job STATE/result.parquet, or STATE/result-SPEC.parquet "
+                   "when a job of another spec wrote that first; or .csv, .arrow, s3://...)")
     _add_ceiling(p)
     _add_margin(p)
     _add_interval(p, "between queue readings")

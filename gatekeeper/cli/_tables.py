@@ -186,15 +186,13 @@ async def submit_table_run(args: argparse.Namespace, config: Any, settings: Any,
     from dataclasses import replace
     from pathlib import Path
 
-    from ..tables._job import submit_table
-    from ..tables._where import default_state_dir
+    from ..tables._job import run_table
 
     spec, source = table_spec(args), _source(args)
-    state = Path(args.state) if args.state else default_state_dir(source.where, os.environ, create=False)
-    out = args.out or str(state / "result.parquet")
-    return await submit_table(source, spec, config=config,  # (no --state: the library's default, made there)
-                              settings=replace(settings, state_dir=state if args.state else None, out=None),
-                              out=out, prices=prices, on_event=progress, stop=stop)
+    state = Path(args.state) if args.state else None  # (none: the library's default, made there)
+    return await run_table(source, spec, config=config, settings=replace(settings, state_dir=state, out=None),
+                           out=args.out, default_out=True,  # (STATE/result.parquet, or the spec's own)
+                           prices=prices, on_event=progress, stop=stop)
 
 
 def report_table(args: argparse.Namespace, result: Any) -> int:

@@ -1,5 +1,6 @@
-"""What a CSV that is not UTF-8 looks like, for the one line that refuses it: a byte-order mark's encoding, or its
-first line that is not UTF-8 as Windows-1252 (Latin-1's superset, the usual culprit) reads it."""
+"""What a CSV that is not UTF-8 looks like, for the one line that refuses it: a byte-order mark's encoding, the
+UTF-16 or UTF-32 its first bytes' NULs say without one, or its first line that is not UTF-8 as Windows-1252 (Latin-1's
+superset, the usual culprit) reads it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from typing import Any
 
 _BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
          (codecs.BOM_UTF16_BE, "UTF-16"))
+# which of each 4 bytes are mostly NUL, for text without a byte-order mark (ASCII and Latin-1 characters' high bytes)
+_NULS = (((False, True, True, True), "UTF-32-LE"), ((True, True, True, False), "UTF-32-BE"),
+         ((False, True, False, True), "UTF-16-LE"), ((True, False, True, False), "UTF-16-BE"))
+HEAD = 64  # bytes a file's start is judged by
 CHUNK = 1 << 20
 _FIX = "name its encoding{}, or convert it to UTF-8"
 
@@ -17,12 +22,35 @@ def bom_of(head: bytes) -> str | None:
     return next((name for bom, name in _BOMS if head.startswith(bom)), None)
 
 
+def unmarked_of(head: bytes) -> str | None:
+    """The UTF-16 or UTF-32 (with its byte order) that a file's first bytes look like without a byte-order mark:
+    NULs in alternate places, as its ASCII characters' high bytes are (UTF-8 text holds no NUL)."""
+    n = min(len(head), HEAD) // 4 * 4
+    if n < 8 or b"\0" not in head[:n]:
+        return None
+    per = n // 4
+    mostly = tuple(2 * sum(1 for b in head[k:n:4] if b == 0) >= per for k in range(4))
+    return next((name for pattern, name in _NULS if mostly == pattern), None)
+
+
+def wide_of(head: bytes) -> str | None:
+    """Why a file's first bytes are UTF-16 or UTF-32, not UTF-8 (its byte-order mark, or its NULs), if they are."""
+    name = bom_of(head)
+    if name is not None:
+        return f"it starts with a {name} byte-order mark; {_FIX.format(f' ({name.lower()})')}"
+    name = unmarked_of(head)
+    if name is not None:
+        return f"its first bytes hold NULs as {name} without a byte-order mark does; " + \
+            _FIX.format(f" ({name.lower()}, if that is it)")
+    return None
+
+
 def not_utf8(f: Any) -> str:
     """"is not UTF-8: ..." for the file `f` (read from its start, a chunk at a time, up to its first byte that is
     not UTF-8)."""
-    name = bom_of(f.read(4))
-    if name is not None:
-        return f"is not UTF-8: it starts with a {name} byte-order mark; {_FIX.format(f' ({name.lower()})')}"
+    wide = wide_of(f.read(HEAD))
+    if wide is not None:
+        return f"is not UTF-8: {wide}"
     f.seek(0)
     carry, lines = b"", 0
     while True:

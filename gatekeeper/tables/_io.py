@@ -135,6 +135,7 @@ class TableSource:
     def _csv_schema(self) -> pa.Schema:
         """A CSV's columns: every one text, or, with `infer_types`, as pyarrow infers them from the first block."""
         with self._opened() as f:
+            self._check_wide(f)
             try:
                 reader = pacsv.open_csv(f, read_options=self._csv_read(), convert_options=self._csv_convert(None, []))
             except pa.ArrowInvalid as exc:
@@ -253,19 +254,23 @@ class TableSource:
     def _unreadable(self, exc: BaseException) -> GatekeeperError:
         assert self.where is not None
         text = str(exc).splitlines()[0]
-        if self.encoding is None and ("invalid UTF8" in text or self._wide()):
+        if self.encoding is None and "invalid UTF8" in text:
             return self._not_utf8()
         hint = (f" (its types were inferred from its first {CSV_BLOCK >> 20} MB: read its columns as text, the "
                 "default)") if self.infer_types and "conversion error" in text else ""
         return InputError(f"{self.name}: cannot be read as {self.kind} ({scrub(text, self.where)}){hint}")
 
-    def _wide(self) -> bool:
-        """Whether the file starts with a UTF-16 or UTF-32 byte-order mark: its NULs read as UTF-8 (a cold tester's
-        UTF-16 CSV was refused as "Expected 2 columns, got 1", its encoding unnamed)."""
-        from ._encoding import bom_of
+    def _check_wide(self, f: Any) -> None:
+        """A UTF-8 CSV that starts as UTF-16 or UTF-32 does (a byte-order mark, or NULs in alternate places without
+        one) is refused naming it: its NULs read as UTF-8 (a cold tester's UTF-16 CSV was refused as "Expected 2
+        columns, got 1", or its names were read with NULs in them). `f` is left at its start."""
+        from ._encoding import HEAD, wide_of
 
-        with self._opened() as f:
-            return bom_of(f.read(4)) is not None
+        if self.encoding is None:
+            wide = wide_of(f.read(HEAD))
+            f.seek(0)
+            if wide is not None:
+                raise UsageError(f"{self.name} is not UTF-8: {wide}", setting="encoding")
 
     def _not_in_encoding(self) -> UsageError:
         from ._encoding import not_in

@@ -30,6 +30,7 @@ from ._io import TableSource
 from ._judged import TableRows
 from ._out import TableWriter, check_destination, writable_schema
 from ._pending import Counts, pending_file
+from ._result import claim_default, default_result
 from ._rows import NOT_SENT, RESULT_COLUMNS, TableSpec, id_and_key, is_final, result_columns
 from ._runs import discard, fresh_name, hold, let_go, quiet, recorded_run, run_dir, run_name, unfinished_runs
 from ._where import default_state_dir, former_identity, identity, shown
@@ -165,7 +166,11 @@ class TableJob:
         _merge(self.answers, pending, run_dir(pending), journal, job)
         self.answers.settle(pending.stem)
 
-    def write(self, where: str | None, prices: PriceTable, result: TableResult) -> None:
+    def write(self, where: str | None, prices: PriceTable, result: TableResult, *, default: bool = False) -> None:
+        """Write the result table to `where` (None: kept in memory, `result.table`); `default`: to the job's default
+        result file in its state folder instead (`_result`: its spec's own when another spec's is there)."""
+        if default:
+            where = str(claim_default(self.root, self.rows.spec))
         try:
             result.table = _write(self.rows, self.answers, prices, where, result)
         except OutputError as exc:
@@ -191,6 +196,16 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
     IPC, local or object storage, whole or not at all). A run of this table job that did not finish is collected
     first. State: `settings.state_dir`, default the table's folder in the user's state folder (`environ`, default
     the process's, names it). A CSV is read as text in UTF-8 unless `encoding` or `infer_types` say otherwise."""
+    return await run_table(source, spec, config=config, settings=settings, out=out, prices=prices, encoding=encoding,
+                           infer_types=infer_types, environ=environ, **submit_options)
+
+
+async def run_table(source: Any, spec: TableSpec, *, config: ApiConfig, settings: SubmitSettings | None = None,
+                    out: str | os.PathLike[str] | None = None, default_out: bool = False,
+                    prices: PriceTable | None = None, encoding: str | None = None, infer_types: bool = False,
+                    environ: Mapping[str, str] | None = None, **submit_options: Any) -> TableResult:
+    """`submit_table`; with `default_out` and no `out`, the result written to the job's default result file in its
+    state folder (`_result`), as the CLI writes it."""
     settings = settings or SubmitSettings()
     src = TableSource.of(source, encoding=encoding, infer_types=infer_types)
     environ = environ if environ is not None else os.environ
@@ -202,7 +217,8 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
         root.mkdir(parents=True, exist_ok=True)
         src.spool_dir = str(root)
     rows = TableRows(src, spec)
-    check_out(rows, where, root)  # (a table refused leaves no state folder behind)
+    default = default_out and where is None
+    check_out(rows, str(default_result(root, spec)) if default else where, root)  # (a table refused: no state folder)
     if settings.state_dir is None:
         root = default_state_dir(src.where, environ)
     name, also = job_names(src.where, root, spec, config) if settings.journal and not settings.job else (settings.job, ())
@@ -220,7 +236,7 @@ async def submit_table(source: Any, spec: TableSpec, *, config: ApiConfig, setti
             result.count(result.summary)
             result.shared = 0 if counts is None else counts.shared
             job.settle(pending, journal=settings.journal, job=runs)
-        job.write(where, prices, result)
+        job.write(where, prices, result, default=default)
         return result
     finally:
         job.close()

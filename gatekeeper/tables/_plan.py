@@ -53,6 +53,7 @@ class TablePlan:
     estimate: dict[str, Any] | None = None
     unfinished: list[dict[str, Any]] = field(default_factory=list)
     shared: int = 0  # rows to send whose request is an earlier row's: one request (paid once) answers them all
+    largest: dict[str, Any] | None = None  # `report`'s largest request, by its row
 
     @property
     def to_send(self) -> int:
@@ -65,7 +66,7 @@ class TablePlan:
                 "invalid": 0 if r is None else r.invalid, "errors": self.errors,
                 "batches": self.batches, "batch_size": self.batch_size,
                 "waves": self.waves, "ceiling": self.ceiling, "estimate": self.estimate,
-                "largest_request": None if r is None else r.to_json()["largest_request"],
+                "largest_request": self.largest,
                 "models": {} if r is None else r.to_json()["models"], "request_bytes": 0 if r is None else r.request_bytes,
                 "limits": None if r is None else r.to_json()["limits"], "unfinished": self.unfinished, "shared": self.shared,
                 "preflight": None if r is None else r.preflight}
@@ -94,7 +95,7 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
         unfinished = unfinished_runs(root, answers) if answers is not None else []
         taken = {p: taken_keys(p, journal, f"{job}.{p.stem}" if journal else None) for p in unfinished}
         out_taken = set().union(*taken.values())
-        counts, report, batches, errors, refused = _planned(rows, answers, cut, spec, judge, out_taken)
+        counts, report, (batches, largest), errors, refused = _planned(rows, answers, cut, spec, judge, out_taken)
         shares, shared = refused_shares(rows, answers, refused, {e["row"]: e["reason"] for e in errors},
                                         keyed=answers is not None or bool(out_taken), taken=out_taken) \
             if len(refused) and counts.shared else (0, [])  # (rows sharing a refused request: submit rejects them too)
@@ -105,7 +106,8 @@ def plan_table(source: Any, spec: TableSpec, *, limits: Limits | None = None,
                     counts.rejected + len(refused) + shares, counts.answered,
                     counts.in_flight, report, batches, errors, ceiling, size,
                     unfinished=[{"run": p.stem, "requests": _lines(p), "taken": len(taken[p]),
-                                 "running": held_elsewhere(p)} for p in unfinished], shared=counts.shared)
+                                 "running": held_elsewhere(p)} for p in unfinished], shared=counts.shared,
+                    largest=largest)
     if report is not None:
         out.estimate = report.estimate(prices or load_prices())
         if ceiling is not None:
@@ -128,8 +130,9 @@ def _answers(root: Path, journal: str | None, job: str | None) -> Answers | None
 
 def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: TableSpec, judge: TableJudge | None = None,
              taken: set[str] | None = None
-             ) -> tuple[Counts, PlanReport | None, list[dict[str, Any]], list[dict[str, Any]], np.ndarray]:
-    """The counts, the report, its batches and the requests it refused, by rows (the first `KEPT` as records; the
+             ) -> tuple[Counts, PlanReport | None, tuple[list[dict[str, Any]], dict[str, Any] | None],
+                        list[dict[str, Any]], np.ndarray]:
+    """The counts, the report, its batches and largest request and the requests it refused, by rows (the first `KEPT` as records; the
     first rows of all, sorted): planned from the requests' sizes when the spec is plain, else through `plan` over
     the run's file, written to a temporary folder. Each request's row is written beside them (4 bytes a request),
     for the lines a report names."""
@@ -147,9 +150,10 @@ def _planned(rows: TableRows, answers: Answers | None, limits: Limits, spec: Tab
             if pending is not None and report is not None and judge is not None:
                 report = judge(pending, report, limits)
         if report is None:
-            return counts, None, [], [], np.zeros(0, "<u4")
+            return counts, None, ([], None), [], np.zeros(0, "<u4")
         with open(numbers, "rb") as f:
-            return counts, report, _batches(report, f), _refusals(report, f), _refused_rows(numbers, report)
+            return counts, report, (_batches(report, f), _largest(report, f)), _refusals(report, f), \
+                _refused_rows(numbers, report)
 
 
 def _refused_rows(numbers: Path, report: PlanReport) -> np.ndarray:
@@ -169,6 +173,14 @@ def _batches(report: PlanReport, f: Any) -> list[dict[str, Any]]:
         first, last = j.pop("first_line"), j.pop("last_line")
         out.append({**j, "first_row": _row_at(f, first), "last_row": _row_at(f, last)})
     return out
+
+
+def _largest(report: PlanReport, f: Any) -> dict[str, Any] | None:
+    """The report's largest request as `plan` gives a JSONL file's, by its row (not the run's line)."""
+    if not report.requests:
+        return None
+    return {"bytes": report.largest_bytes, "row": _row_at(f, report.largest_line),
+            "custom_id": report.largest_custom_id}
 
 
 def _refusals(report: PlanReport, f: Any) -> list[dict[str, Any]]:

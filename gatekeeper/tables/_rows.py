@@ -3,8 +3,10 @@ columns. Pure.
 
 A row's *key* is the sha256 of its rendered request (params, keys sorted): what an answer is kept under across runs,
 so a changed row is a new request and an unchanged one is never bought twice. Its `custom_id` is its id column's
-value when that is a valid custom id, else one derived from the value (the result row carries the original), or,
-without an id column, derived from the key (rows with the same request share one answer).
+value when that is a string that is a valid custom id, else one derived from the value and its type (an integer too:
+`1234` and `"1234"` are two ids, and an integral float is its integer's, so an int64 id column stored as double the
+next night keeps its custom_ids; the result row carries the original), or, without an id column, derived from the key
+(rows with the same request share one answer).
 """
 
 from __future__ import annotations

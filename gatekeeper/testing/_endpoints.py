@@ -13,7 +13,7 @@ import orjson
 
 from .._wire import BOTH_CURSORS
 from ._cache import CachePoint
-from ._model import FakeBatch, batch_json
+from ._model import OUTPUT_TOKENS, FakeBatch, batch_json, output_of
 from ._wire import _CID, _SIGNED_PATH, Wire, _result_json, prompt_points, version_refusal
 
 
@@ -28,6 +28,7 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
     items: list[tuple[str, str]] = []
     prompts: list[tuple[int, str]] = []
     points: list[tuple[CachePoint, ...]] = []
+    outputs: list[int] = []
     bad: set[int] = set()
     doomed: dict[int, str] = {}
     for i, item in enumerate(requests):
@@ -48,6 +49,7 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
                 return h.send_api_error(400, f"requests.{i}.params: stream, speed and max_tokens < 1 are not supported in batches")
             bad.add(i)
         items.append((cid, str(params.get("model") or "")))
+        outputs.append(output_of(mt))
         prompt, marked = prompt_points(params)
         prompts.append(prompt)
         points.append(marked)
@@ -56,7 +58,7 @@ def create(h: Wire, workspace: str, _: str | None) -> None:
             or version_refusal(version, params)
         if why:
             doomed[i] = why
-    result = fake.org.create(workspace, items, frozenset(bad), doomed, prompts, points)
+    result = fake.org.create(workspace, items, frozenset(bad), doomed, prompts, points, outputs)
     if isinstance(result, dict):
         return _queue_full(h, result["limit"])
     fake.org.records.versions[result.id] = version or ""
@@ -246,7 +248,8 @@ def _result_lines(h: Wire, b: FakeBatch) -> list[bytes]:
     for i in order:
         cid, outcome = b.results[i]
         prompt = b.prompts[i] if b.prompts else None
-        result = _result_json(outcome, cid, b.requests[i][1], answer, prompt, b.usage.get(i))
+        result = _result_json(outcome, cid, b.requests[i][1], answer, prompt, b.usage.get(i),
+                              b.outputs[i] if b.outputs else OUTPUT_TOKENS)
         if fake.config.usage == "none" and "message" in result:
             del result["message"]["usage"]
         out.append(orjson.dumps({"custom_id": cid, "result": result}) + b"\n")

@@ -33,7 +33,13 @@ if TYPE_CHECKING:
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 DAY = 86_400.0
-OUTPUT_TOKENS = 12  # every succeeded message's output
+OUTPUT_TOKENS = 12  # every succeeded message's output, unless its max_tokens is less
+
+
+def output_of(max_tokens: Any) -> int:
+    """A succeeded message's output tokens: `OUTPUT_TOKENS`, cut at the request's max_tokens as the API cuts an
+    answer (never more; its stop_reason is then "max_tokens")."""
+    return min(OUTPUT_TOKENS, max_tokens) if isinstance(max_tokens, int) and max_tokens >= 1 else OUTPUT_TOKENS
 
 
 def new_id(prefix: str, rng: random.Random) -> str:
@@ -199,6 +205,7 @@ class FakeBatch:
     # whose request a result answers when two jobs share custom_ids (None: a seeded batch, 25 tokens each)
     prompts: Sequence[tuple[int, str]] | None = None
     points: Sequence[tuple[CachePoint, ...]] | None = None  # each request's marked prefixes (the fake's prompt cache)
+    outputs: Sequence[int] | None = None  # each request's output tokens if it succeeds (`output_of` its max_tokens)
     usage: dict[int, Usage] = field(default_factory=dict)  # index -> what its prompt was billed, once succeeded
     bad: frozenset[int] = frozenset()  # indexes errored for disallowed params (per-request mode)
     doomed: dict[int, str] = field(default_factory=dict)  # index -> why the model refuses it (errored at processing)
@@ -246,11 +253,12 @@ class Records:
     last_end_at: float | None = None
     lost_answers: int = 0  # creates committed whose answer was dropped (`lost_creates`, a `drop_after_commit` fault)
 
-    def bill(self, model: str, usage: Usage, *, realtime: bool = False) -> None:
-        """Add one succeeded request's tokens to what its model was billed (`realtime`: at standard prices)."""
+    def bill(self, model: str, usage: Usage, *, output: int = OUTPUT_TOKENS, realtime: bool = False) -> None:
+        """Add one succeeded request's tokens (`output` its output's) to what its model was billed (`realtime`: at
+        standard prices)."""
         for billed in (self.billed, self.billed_realtime) if realtime else (self.billed,):
             row = billed.setdefault(model, [0, 0, 0, 0, 0])
-            for k, v in enumerate((usage.input, OUTPUT_TOKENS, usage.write_5m, usage.write_1h, usage.read)):
+            for k, v in enumerate((usage.input, output, usage.write_5m, usage.write_1h, usage.read)):
                 row[k] += v
 
     def summary(self) -> dict[str, Any]:
@@ -417,7 +425,7 @@ class Organization:
             usage = Usage(total, 0, 0, 0)
         usage = billed_as(usage, self.config.usage, b.prompts[i][1] if b.prompts else "")
         b.usage[i] = usage
-        self.records.bill(model, usage)
+        self.records.bill(model, usage, output=b.outputs[i] if b.outputs else OUTPUT_TOKENS)
 
     def _end(self, b: FakeBatch, at: float, leftover: str) -> None:
         self._settle_processed(b, at)
@@ -449,7 +457,8 @@ class Organization:
     def create(self, workspace: str, requests: list[tuple[str, str]], bad: frozenset[int],
                doomed: dict[int, str] | None = None,
                prompts: list[tuple[int, str]] | None = None,
-               points: list[tuple[CachePoint, ...]] | None = None) -> FakeBatch | dict[str, Any]:
+               points: list[tuple[CachePoint, ...]] | None = None,
+               outputs: list[int] | None = None) -> FakeBatch | dict[str, Any]:
         """A new batch, or a refusal dict when the queue cannot take it whole."""
         with self.lock:
             self._process()
@@ -467,7 +476,7 @@ class Organization:
             b = FakeBatch(
                 id=new_id("msgbatch_", self.id_rng), workspace=workspace, seq=self._seq, created_at=now,
                 expires_at=now + DAY, requests=requests, bad=bad, created_wall=self.clock(), doomed=doomed or {},
-                prompts=prompts, points=points if points and any(points) else None,
+                prompts=prompts, points=points if points and any(points) else None, outputs=outputs,
                 ready_at=now + turnaround(self.rng) if turnaround is not None else 0.0,
             )
             self.batches[b.id] = b

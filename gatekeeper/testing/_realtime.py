@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ._cache import Usage, billed_as
-from ._model import OUTPUT_TOKENS, FakeRealtime, new_id
+from ._model import OUTPUT_TOKENS, FakeRealtime, new_id, output_of
 from ._wire import prompt_points, version_refusal
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def serve_message(h: Wire, workspace: str) -> None:
             fake.org.records.realtime_lost[digest] = fake.org.records.realtime_lost.get(digest, 0) + 1
         return h.drop()  # processed and billed; the answer never arrives
     lane.records.answered += 1
-    message = _message(model, digest, usage, out_tokens, max_tokens, fake.config.answer_bytes)
+    message = _message(model, digest, usage, out_tokens, fake.config.answer_bytes)
     if fake.config.usage == "none":  # (billed, but no usage reported, as a gateway may answer)
         del message["usage"]
     if body.get("stream") is True:
@@ -220,15 +220,16 @@ def _process(fake: Any, workspace: str, model: str, tokens: int, digest: str, po
         usage = org.cache.serve(workspace, points, tokens, m.cache_min if m else 1024, org.now(),
                                 f"realtime-{org.realtime_calls}", 0) if points else Usage(tokens, 0, 0, 0)
         usage = billed_as(usage, fake.config.usage, digest)
-        org.records.bill(model, usage, realtime=True)
+        out = output_of(max_tokens)
+        org.records.bill(model, usage, output=out, realtime=True)
         org.records.realtime[digest] = org.records.realtime.get(digest, 0) + 1  # (by prompt: the lane has no custom_id)
-    return usage, min(OUTPUT_TOKENS, max_tokens)
+    return usage, out
 
 
-def _message(model: str, digest: str, u: Usage, out: int, max_tokens: int, answer_bytes: int) -> dict[str, Any]:
+def _message(model: str, digest: str, u: Usage, out: int, answer_bytes: int) -> dict[str, Any]:
     return {"id": "msg_" + digest, "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": "x" * answer_bytes}],
-            "stop_reason": "max_tokens" if out >= max_tokens else "end_turn", "stop_sequence": None,
+            "stop_reason": "max_tokens" if out < OUTPUT_TOKENS else "end_turn", "stop_sequence": None,  # (cut short)
             "usage": {"input_tokens": u.input, "output_tokens": out,
                       "cache_creation_input_tokens": u.write_5m + u.write_1h, "cache_read_input_tokens": u.read,
                       "cache_creation": {"ephemeral_5m_input_tokens": u.write_5m, "ephemeral_1h_input_tokens": u.write_1h},

@@ -184,15 +184,18 @@ def prompt_points(params: dict[str, Any]) -> tuple[tuple[int, str], tuple[CacheP
 
 
 def _result_json(o: Outcome, cid: str, model: str, answer: str, prompt: tuple[int, str] | None = None,
-                 usage: Usage | None = None) -> dict[str, Any]:
+                 usage: Usage | None = None, output: int = OUTPUT_TOKENS) -> dict[str, Any]:
+    """A result line's `result`; a succeeded one's `output` tokens (fewer than `OUTPUT_TOKENS`: cut at its
+    max_tokens, its stop_reason "max_tokens" unless an injected one says otherwise)."""
     if o.type == "succeeded":
         tokens, digest = prompt or (25, cid[-20:].rjust(20, "0"))
         u = usage or Usage(tokens, 0, 0, 0)
+        stop = "max_tokens" if output < OUTPUT_TOKENS and o.stop_reason == "end_turn" else o.stop_reason
         return {"type": "succeeded", "message": {
             "id": "msg_" + digest, "type": "message", "role": "assistant", "model": model or "claude-x",
-            "content": [{"type": "text", "text": answer}], "stop_reason": o.stop_reason, "stop_sequence": None,
-            "stop_details": {"type": "refusal", "category": "cyber"} if o.stop_reason == "refusal" else None, "container": None,
-            "usage": {"input_tokens": u.input, "output_tokens": OUTPUT_TOKENS,
+            "content": [{"type": "text", "text": answer}], "stop_reason": stop, "stop_sequence": None,
+            "stop_details": {"type": "refusal", "category": "cyber"} if stop == "refusal" else None, "container": None,
+            "usage": {"input_tokens": u.input, "output_tokens": output,
                       "cache_creation_input_tokens": u.write_5m + u.write_1h, "cache_read_input_tokens": u.read,
                       "cache_creation": {"ephemeral_5m_input_tokens": u.write_5m, "ephemeral_1h_input_tokens": u.write_1h},
                       "service_tier": "batch"}}}
