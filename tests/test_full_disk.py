@@ -95,7 +95,7 @@ def test_a_full_tmpfs_settles_the_calls_out_and_the_rerun_buys_none_again(tmp_pa
         done = gk(args, env_for(fake))
         assert done.returncode == 0, done.stderr[-3000:]
         s = orjson.loads(done.stdout)
-        assert s["succeeded"] == 100 and s["lanes"]["realtime"]["possible_double_charges"] == 0
+        assert s["succeeded"] == 100 and s["lanes"]["realtime"]["possible_double_charges"] == 0, (err[-4000:], done.stderr[-3000:])
         assert fake.realtime.records.calls == 100 and "realtime_unknown" not in done.stderr
         ids = output_ids(tfs / "res.jsonl")
         assert len(ids) == len(set(ids)) and set(ids) == expected
