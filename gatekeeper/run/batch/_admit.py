@@ -26,7 +26,6 @@ from ...decide._reconcile import listing_grace, listing_would_show
 from ...input._sizing import Limits, Packer, body_size, pack_rows
 from ...state._journal import BatchRow, BatchState, PendingRow
 from ...state._records import Group
-from ...state.ledger._base import creating_of_size
 from ..shared._budget import check_spend
 from ..shared._cancel import REFUSED, cancel_batch
 from ..shared._checkpoints import reached
@@ -116,9 +115,11 @@ class Admitter(Part):
                 if not self._within_budget(row, worst, planned):
                     await self.turns.turn(0)
                     return
-            if not await reserve_settling(self.ctx, snap, row.idx, row.requests, q.bound, seen, self._ids_print(row)):
+            granted, stuck = await reserve_settling(self.ctx, snap, row.idx, row.requests, q.bound, seen,
+                                                    self._ids_print(row))
+            if not granted:
                 self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
-                if creating_of_size(await self.ledger.reservations(), self.ledger.owner, row.requests):
+                if stuck:
                     await self.turns.turn(0)  # (it holds no turn meanwhile; one held for room keeps it, rule 4)
                 return
             outcome = await self.create(row, snap.depth, snap.unseen, worst)
