@@ -115,10 +115,8 @@ class Admitter(Part):
                 if not self._within_budget(row, worst, planned):
                     await self.turns.turn(0)
                     return
-            granted, stuck = await reserve_settling(self.ctx, snap, row.idx, row.requests, q.bound, seen,
-                                                    self._ids_print(row))
+            granted, stuck = await reserve_settling(self.ctx, snap, row.idx, row.requests, q.bound, seen, self._ids_print(row))
             if not granted:
-                self.emit("waiting", {"next": row.requests, "reason": "ledger", "depth": snap.depth})
                 if stuck:
                     await self.turns.turn(0)  # (it holds no turn meanwhile; one held for room keeps it, rule 4)
                 return

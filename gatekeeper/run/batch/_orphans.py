@@ -14,7 +14,8 @@ async def reserve_settling(ctx: RunContext, snap: Snapshot, batch: int, n: int, 
     """The ledger's grant for a batch of `n` requests, asked again once when a killed job's create that held the
     turn for that size is settled by our listing meanwhile (it would hold it until its rerun, or its TTL); and, when
     refused, whether another's create of that size that will not be answered in a moment holds it
-    (`creating_of_size`: a refusal that room building up does not end). The reservations are read once a refusal."""
+    (`creating_of_size`: a refusal that room building up does not end), the refusal said. The reservations are read
+    once a refusal."""
     ledger = ctx.ledger
     if await ledger.reserve(batch, n, bound, seen, ids):
         return True, False
@@ -23,6 +24,7 @@ async def reserve_settling(ctx: RunContext, snap: Snapshot, batch: int, n: int, 
         if await ledger.reserve(batch, n, bound, seen, ids):
             return True, False
         held = await ledger.reservations()  # (one was settled: the ledger has changed since)
+    ctx.emit("waiting", {"next": n, "reason": "ledger", "depth": snap.depth})
     return False, creating_of_size(held, ledger.owner, n)
 
 
