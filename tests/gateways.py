@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +29,7 @@ from gatekeeper.gateway._server import server
 from gatekeeper.gateway._settings import GatewaySettings
 from gatekeeper.testing import FakeAPI
 from tests.fakes import ADMIN, WS1
+from tests.services import Listening
 
 QUICK = {"interval": 0.3, "scan": 0.1, "lease_ttl": 3.0}  # a job's readings and a replica's looks, in tenths of seconds
 
@@ -154,7 +155,7 @@ class Relay:
             def log_message(self, *args: object) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = Listening(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()

@@ -248,6 +248,10 @@ ROUTES: dict[str, Endpoint] = {
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # the API's servers never refuse a connection for want of a listen queue; socketserver's default of 5 did, under
+    # load, to 64 real-time calls opened at once: the kernel reset a dozen of them after their bytes were sent, and
+    # each was counted (rightly) as a possible double charge
+    request_queue_size = 1024
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys
