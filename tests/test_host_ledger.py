@@ -8,6 +8,7 @@ test has its own state folder (GATEKEEPER_HOME, set by conftest), so its own hos
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -38,7 +39,7 @@ from gatekeeper.decide._reconcile import (
 from gatekeeper.state.ledger._base import Reservation
 from gatekeeper.state.ledger._open import choose_ledger, host_ledger_file
 from gatekeeper.testing import FakeAPI, prompt_of
-from tests.fakes import env_for, running_fake
+from tests.fakes import WS2, env_for, running_fake
 from tests.runs import events, gk, start
 from tests.test_ownership import FLAGS as OWNERSHIP_FLAGS
 from tests.test_ownership import N, ended, judge, write_templated
@@ -258,7 +259,8 @@ def test_a_job_killed_on_this_host_never_holds_another_back(tmp_path: Path, poin
 def test_a_killed_jobs_create_keeps_the_turn_for_its_own_size_only_until_its_ttl(tmp_path: Path) -> None:
     """The one thing a killed job's create that was out still holds: creates of its very size (its batch, if the
     server made it, could be taken for theirs after a lost answer), a TTL (here 8 s) after its process was found
-    gone at most; then job B, of that size, goes and finishes, and A's rerun settles its own: nothing twice."""
+    gone at most, where nothing shows job B that it lists A's workspace (B's key is another's, and nothing of A is
+    named yet); then job B, of that size, goes and finishes, and A's rerun settles its own: nothing twice."""
     a, b = tmp_path / "a" / "in.jsonl", tmp_path / "b" / "in.jsonl"
     da, db = _spread_job(a, 200, seed=1), _spread_job(b, 200, seed=2)
     ttl = ["--ledger-ttl", "8"]
@@ -266,7 +268,7 @@ def test_a_killed_jobs_create_keeps_the_turn_for_its_own_size_only_until_its_ttl
         killed = gk(["submit", str(a), *FAST, *ttl], env_for(fake), crash_at="body-complete:1")
         assert killed.returncode == -9, killed.stderr[-2000:]
         started = time.monotonic()
-        other = gk(["submit", str(b), *FAST, *ttl], env_for(fake), timeout=120)  # (a turn held for good ends here)
+        other = gk(["submit", str(b), *FAST, *ttl], env_for(fake, keys=(WS2,)), timeout=120)  # (held for good ends here)
         took = time.monotonic() - started
         assert other.returncode == 0, other.stderr[-2000:]
         rerun = gk(["submit", str(a), *FAST, *ttl], env_for(fake))
@@ -308,6 +310,41 @@ def test_a_killed_jobs_create_of_anothers_size_is_settled_by_the_others_listing(
     settled = [(e["batch"], e["requests"], e["outcome"]) for e in events(other.stderr) if e["event"] == "orphan_settled"]
     assert settled == [(1, 100, "named" if made else "made no batch")]
     reconciled = [e for e in events(rerun.stderr) if e["event"] == "reconciled" and e["batch"] == 1]
+    assert [e["outcome"] for e in reconciled] == ["created" if made else "not created"]
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_a_job_killed_on_its_first_create_is_settled_by_a_job_listing_its_workspace(tmp_path: Path, made: bool) -> None:
+    """Issue 58, the first-create gap: A is killed with its very first create out (made by the server, its answer
+    held back; or killed as the body went, never made), so nothing of A is named in the ledger; B, of the same size
+    and on the same key, lists the workspace the ledger records for A (its print, not the key), names A's batch for A
+    or finds none a grace later, and goes on without waiting out A's TTL of 10 minutes; A's rerun takes the name back
+    and adopts its batch (or finds it never made): every line once, nothing twice. Before, B waited for A's rerun."""
+    from gatekeeper.testing import Fault
+
+    a, b = tmp_path / "a" / "in.jsonl", tmp_path / "b" / "in.jsonl"
+    da, db = _spread_job(a, 200, seed=1), _spread_job(b, 300, seed=2)
+    same = ["--ledger-ttl", "600", "--max-requests", "100"]
+    with running_fake(ceiling=100_000, rate=20_000, listing_lag=0.3) as fake:
+        if made:
+            fake.inject(Fault("create", kind="delay_after_commit", delay=20.0))
+            killed = start(["submit", str(a), *FAST, *same], env_for(fake))
+            fake.org.wait_for(lambda r: r.creates >= 1 or killed.poll() is not None, "A's first create", 30)
+            killed.kill()
+            assert killed.wait(10) == -9 and fake.org.records.creates == 1
+        else:
+            assert gk(["submit", str(a), *FAST, *same], env_for(fake), crash_at="body-complete:1").returncode == -9
+        started = time.monotonic()
+        other = gk(["submit", str(b), *FAST, *same], env_for(fake), timeout=120)
+        took = time.monotonic() - started
+        assert other.returncode == 0, other.stderr[-2000:]
+        rerun = gk(["submit", str(a), *FAST, *same], env_for(fake))
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        assert _answers(a, da, fake) == (200, 0) and _answers(b, db, fake) == (300, 0)
+    assert took < 60, f"job B took {took:.1f} s behind a job killed on its first create"
+    settled = [(e["batch"], e["requests"], e["outcome"]) for e in events(other.stderr) if e["event"] == "orphan_settled"]
+    assert settled == [(0, 100, "named" if made else "made no batch")]
+    reconciled = [e for e in events(rerun.stderr) if e["event"] == "reconciled" and e["batch"] == 0]
     assert [e["outcome"] for e in reconciled] == ["created" if made else "not created"]
 
 
@@ -583,3 +620,28 @@ def test_a_killed_jobs_create_is_settled_by_what_another_job_lists(held: list[Re
                         clock_skew=0.0) == found
     assert orphan_batch(ORPHAN, [ORPHAN, *held], listed, {"x"}, now=now, listed_at=now, grace=180.0,
                         clock_skew=0.0) != "x"  # (a batch the reader's journal knows is never the orphan's)
+
+
+FIRST = Reservation("dead", 0, 20, None, 600.0, dead_for=600.0, granted_for=660.0, holds_for=300.0, workspace="w1")
+
+
+@pytest.mark.parametrize(("mine", "listed", "listed_min", "found"), [
+    # a job killed on its first create: nothing of it named; the ledger records the print of the workspace it listed
+    ("w1", [_listed("x", 59.5)], 70, "x"),             # the same print: its one batch, named
+    ("w1", [], 70, NO_BATCH),                          # ... none, the grace past: it made none
+    ("w1", [], 62, None),                              # ... within the grace: cannot tell yet
+    ("w1", [_listed("x", 59.5), _listed("y", 59.6)], 70, None),  # two of its size: cannot tell
+    ("w2", [_listed("x", 59.5)], 70, None),            # another print: its workspace may not be listed
+    ("w2", [], 70, None),                              # ... and "none listed" proves nothing
+    (None, [_listed("x", 59.5)], 70, None),            # our print unknown (a bearer token's workspace)
+])
+def test_a_job_killed_on_its_first_create_is_settled_only_by_a_listing_of_its_workspace(
+        mine: str | None, listed: list[dict], listed_min: float, found: str | None) -> None:
+    """`orphan_batch` with the workspace prints the ledger records: the same print proves the listing shows the dead
+    job's workspace even before any batch of it is named; another print, or none, leaves the orphan holding."""
+    now = T0 + 70 * 60
+    assert orphan_batch(FIRST, [FIRST], listed, set(), now=now, listed_at=T0 + listed_min * 60, grace=180.0,
+                        clock_skew=0.0, workspace=mine) == found
+    unknown = dataclasses.replace(FIRST, workspace=None)  # (an earlier version's orphan: its print unknown)
+    assert orphan_batch(unknown, [unknown], listed, set(), now=now, listed_at=now, grace=180.0, clock_skew=0.0,
+                        workspace=mine) is None

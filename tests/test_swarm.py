@@ -305,9 +305,9 @@ async def test_a_run_killed_in_a_world_leaves_the_host_ledger_at_once(tmp_path: 
     path = str(tmp_path / "ledger.db")
     dying, living, ending = w.spawn(None), w.spawn(None), w.spawn(None)
     assert len({dying.pid, living.pid, ending.pid}) == 3
-    a = SqliteLedger(path, "a", ttl=900.0, clock=Now().now, liveness=w.liveness(dying))
-    b = SqliteLedger(path, "b", ttl=900.0, clock=Now().now, liveness=w.liveness(living))
-    c = SqliteLedger(path, "c", ttl=900.0, clock=Now().now, liveness=w.liveness(ending))
+    a = SqliteLedger(path, "a", ttl=900.0, clock=Now().now, liveness=w.liveness(dying, None))
+    b = SqliteLedger(path, "b", ttl=900.0, clock=Now().now, liveness=w.liveness(living, None))
+    c = SqliteLedger(path, "c", ttl=900.0, clock=Now().now, liveness=w.liveness(ending, None))
     for led in (a, b, c):
         await led.ping()
     assert await c.reserve(0, 40, 100, 0)

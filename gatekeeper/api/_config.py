@@ -185,6 +185,22 @@ class ApiConfig:
 
         return hashlib.sha256(b"gatekeeper-account:" + self.account().encode()).hexdigest()[:16]
 
+    def workspace_print(self) -> str | None:
+        """A short digest naming the workspace whose batches this configuration's listing shows (its first key's,
+        or the one its platform or credential names), so that two submitters on one ledger can tell they list the
+        same batches (`decide._orphans`); None where the workspace is left to the server (a bearer token's, a
+        federation rule's): nothing is then judged by it. Keeps no secret: a key enters only as its own digest."""
+        import hashlib
+
+        named = getattr(self.credential, "workspace_id", None)
+        if self.workspace_keys:
+            which = "key:" + self.workspace_keys[0].fingerprint()
+        elif self.scope or named:
+            which = f"named:{named or ''}"
+        else:
+            return None
+        return hashlib.sha256(f"gatekeeper-workspace:{self.account()}|{which}".encode()).hexdigest()[:16]
+
     def legacy_fingerprint(self) -> str:
         """What named a job before names stopped following secrets: the first key's digest, or the credential's
         (with a bearer token's own). Kept only to find the jobs started under those names (`job_name_of`)."""

@@ -46,6 +46,7 @@ class Connection:
     # refusal there leaves the ceiling unknown, where a refused Admin key stops the command
     admin_tried: bool = False
     ceiling_source: str = "admin-api"  # how a ceiling its organization's routes gave is named (`Platform.ceiling_source`)
+    workspace: str | None = None  # the primary workspace's print (`ApiConfig.workspace_print`)
 
     @property
     def primary(self) -> ApiClient:
@@ -77,7 +78,7 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
         org = platform.admin(config, http, spawn, auths)
         admin = None if org is None else ApiClient(http, org[0], org[1], label=org[2], **common)
         yield Connection(ws, admin, config.fingerprint(), admin_tried=config.admin_key is None,
-                         ceiling_source=platform.ceiling_source)
+                         ceiling_source=platform.ceiling_source, workspace=config.workspace_print())
 
 
 async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[str, Any]]:

@@ -3,8 +3,10 @@ reservations, the listing and the clock come in as values.
 
 A submitter killed on this machine with a create out leaves an *orphan* that keeps the turn for creates of its size
 (`state.ledger._base`): a batch it made, unnamed, would otherwise be taken for another's lost create of that size.
-Its rerun settles it; until then a live submitter whose listing shows the dead one's workspace (one of the batches
-the ledger names for it is listed) can settle it for it, so that nobody waits for a rerun that may never come:
+Its rerun settles it; until then a live submitter whose listing shows the dead one's workspace (the ledger records
+the same workspace print for both, or one of the batches it names for the dead one is listed: a print alone
+settles a job killed on its very first create) can settle it for it, so that nobody waits for a rerun that may
+never come:
 
 - the one unnamed batch of the orphan's size made between its turn and the listing's grace after it was found dead
   (less and plus the clock skew), when no other unknown create of that size can have made it: its batch, named in
@@ -26,16 +28,17 @@ NO_BATCH = ""  # the orphan's create made no batch
 
 
 def orphan_batch(orphan: Any, reservations: Iterable[Any], listed: Iterable[dict[str, Any]], known: set[str], *,
-                 now: float, listed_at: float, grace: float, clock_skew: float) -> str | None:
+                 now: float, listed_at: float, grace: float, clock_skew: float, workspace: str | None = None) -> str | None:
     """The batch the dead submitter's create `orphan` (`Reservation` with `dead_for`) made, as this listing (read
     at `listed_at`) shows it: its id, `NO_BATCH` when it made none, None when the listing cannot tell. `known`: the
-    batch ids the reader's journal knows; `grace`: how long after a send a listing proves a batch absent."""
+    batch ids the reader's journal knows; `grace`: how long after a send a listing proves a batch absent;
+    `workspace`: the print of the workspace the listing is of (`ApiConfig.workspace_print`; None: unknown)."""
     if orphan.dead_for is None or orphan.granted_for is None:
         return None  # (an earlier version's orphan: when its turn came is unknown)
     held = list(reservations)
     batches = {str(b.get("id")): b for b in listed}
-    if not any(r.owner == orphan.owner and r.batch_id in batches for r in held):
-        return None  # (this listing may not show its workspace)
+    if not _lists_its_workspace(orphan, held, batches, workspace):
+        return None
     named = {r.batch_id for r in held if r.batch_id} | known
     found = now - orphan.dead_for
     window = (now - orphan.granted_for - clock_skew, found + grace + clock_skew)
@@ -46,6 +49,14 @@ def orphan_batch(orphan: Any, reservations: Iterable[Any], listed: Iterable[dict
     if len(made) == 1:
         return str(made[0].get("id"))
     return NO_BATCH if not made and listed_at - found > grace else None
+
+
+def _lists_its_workspace(orphan: Any, held: list[Any], batches: dict[str, Any], workspace: str | None) -> bool:
+    """Whether the listing is of the orphan's workspace: the ledger records the same print for both, or a batch
+    it names for the orphan's owner is listed. (Otherwise its batch may be in a workspace this listing does not show,
+    and "none listed" would prove nothing.)"""
+    same = workspace is not None and getattr(orphan, "workspace", None) == workspace
+    return same or any(r.owner == orphan.owner and r.batch_id in batches for r in held)
 
 
 def _within(batch: dict[str, Any], window: tuple[float, float]) -> bool:

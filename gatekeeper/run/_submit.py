@@ -116,7 +116,7 @@ def _ledger_of(chosen: LedgerChoice | None, journal: Journal, settings: SubmitSe
     """The ledger chosen, opened for this job: its owner stable across reruns, this process recorded there."""
     assert chosen is not None
     return open_ledger(chosen.url, owner=ledger_owner(journal), ttl=settings.ledger_ttl, margin=settings.margin,
-                       namespace=config.scope, liveness=liveness(registered=True), clock=clock.now)
+                       namespace=config.scope, liveness=liveness(registered=True, workspace=config.workspace_print()), clock=clock.now)
 
 
 async def _steps(loop: SubmitLoop, ledger: Ledger, stop: anyio.Event | None, prepare_only: bool, sleep: Sleep) -> Summary:

@@ -38,7 +38,8 @@ async def settle(ctx: RunContext, snap: Snapshot, n: int, held: list[Reservation
     settled = False
     for o in [r for r in held if r.owner != ledger.owner and r.requests == n and r.holding]:
         found = orphan_batch(o, held, snap.listed.values(), known, now=ctx.clock(), listed_at=snap.at,
-                             grace=snap.grace(settings.reconcile_grace), clock_skew=settings.clock_skew)
+                             grace=snap.grace(settings.reconcile_grace), clock_skew=settings.clock_skew,
+                             workspace=ctx.conn.workspace)
         if found is not None and await ledger.settle_orphan(o.owner, o.batch, found or None):
             settled = True
             ctx.emit("orphan_settled", {"owner": o.owner, "job": o.job, "pid": o.pid, "batch": o.batch, "requests": n,

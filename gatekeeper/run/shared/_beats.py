@@ -105,10 +105,11 @@ def ledger_owner(journal: Journal) -> str:
     return str(owner)
 
 
-def liveness(*, registered: bool) -> Liveness:
+def liveness(*, registered: bool, workspace: str | None = None) -> Liveness:
     """What a ledger opened here knows of this machine's processes: a submitter of this machine whose process has
     ended (its pid gone, or reused by a later process) is dropped at once (`decide._host.run_ended`).
-    `registered`: this process is recorded there too (a submitter; not a reader such as `status`)."""
-    me = this_process()
+    `registered`: this process is recorded there too (a submitter; not a reader such as `status`), with the print
+    of the workspace its listing shows (`ApiConfig.workspace_print`), for another to settle its orphans by."""
+    me = {**this_process(), "workspace": workspace}
     here = me["machine"]
     return Liveness(me if registered else None, here, lambda record: run_ended(record, here, process_started))

@@ -90,6 +90,9 @@ class Reservation:
     job: str | None = None
     machine: str | None = None
     pid: int | None = None
+    # an orphan's: the print of the workspace its dead owner's listing showed (`ApiConfig.workspace_print`), None
+    # where unknown; a listing of that workspace can settle it before anything of it is named (`decide._orphans`)
+    workspace: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"owner": self.owner, "batch": self.batch, "requests": self.requests, "batch_id": self.batch_id,

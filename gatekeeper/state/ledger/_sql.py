@@ -35,9 +35,11 @@ CLAIM_COLUMNS_ADDED = ("fit_limit INTEGER", "aged REAL NOT NULL DEFAULT 0", "beh
 # ... and of the other tables: when a reservation's turn was granted and a print of the custom_ids its create sent
 # (NULL: unknown, as in a row an earlier version wrote), carried into its orphan (`Reservation.granted_for`, `ids`),
 # and when its create's body began to go out (NULL with a grant recorded: never sent, so it leaves no orphan); an
-# orphan's dead process and job, as `status` names them (NULL: an earlier version's, or a claim never posted)
+# orphan's dead process and job, as `status` names them (NULL: an earlier version's, or a claim never posted); the
+# print of the workspace a process lists, carried into its orphans (NULL: unknown)
 COLUMNS_ADDED = {"claims": CLAIM_COLUMNS_ADDED, "reservations": ("granted_at REAL", "ids TEXT", "sent_at REAL"),
-                 "orphans": ("granted_at REAL", "ids TEXT", "job TEXT", "machine TEXT", "pid INTEGER")}
+                 "orphans": ("granted_at REAL", "ids TEXT", "job TEXT", "machine TEXT", "pid INTEGER", "workspace TEXT"),
+                 "processes": ("workspace TEXT",)}
 _CLAIM_COLUMNS = ("owner, job, priority, share, want, vtime, admitted, fit_limit, aged, behind_at, overtaken, "
                   "waiting_since, claimed_at, expires_at")
 _CLAIM_UPSERT = (
@@ -70,15 +72,18 @@ _UPSERT = ("INSERT INTO reservations (owner, batch, requests, batch_id, expires_
            "(?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT (owner, batch) DO UPDATE SET requests = excluded.requests, batch_id = "
            "excluded.batch_id, expires_at = excluded.expires_at, granted_at = excluded.granted_at, ids = excluded.ids, "
            "sent_at = NULL")
-_REGISTER = ("INSERT INTO processes VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET machine = excluded.machine, "
-             "pid = excluded.pid, started = excluded.started, seen_at = excluded.seen_at")
+_REGISTER = ("INSERT INTO processes (owner, machine, pid, started, seen_at, workspace) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
+             "(owner) DO UPDATE SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, seen_at = "
+             "excluded.seen_at, workspace = excluded.workspace")
 _ORPHAN = ("INSERT INTO orphans (owner, batch, requests, since, expires_at, holds_until, granted_at, ids, job, machine, "
-           "pid) SELECT r.owner, r.batch, r.requests, ?, ?, r.expires_at, r.granted_at, r.ids, c.job, p.machine, p.pid "
+           "pid, workspace) SELECT r.owner, r.batch, r.requests, ?, ?, r.expires_at, r.granted_at, r.ids, c.job, p.machine, "
+           "p.pid, p.workspace "
            "FROM reservations r LEFT JOIN claims c ON c.owner = r.owner LEFT JOIN processes p ON p.owner = r.owner "
            "WHERE r.owner = ? AND r.batch_id IS NULL AND r.requests > 0 AND r.expires_at >= ? AND (r.granted_at IS NULL "
            "OR r.sent_at IS NOT NULL) ON CONFLICT (owner, batch) DO UPDATE SET requests = excluded.requests, since = "
            "excluded.since, expires_at = excluded.expires_at, holds_until = excluded.holds_until, granted_at = "
-           "excluded.granted_at, ids = excluded.ids, job = excluded.job, machine = excluded.machine, pid = excluded.pid")
+           "excluded.granted_at, ids = excluded.ids, job = excluded.job, machine = excluded.machine, pid = excluded.pid, "
+           "workspace = excluded.workspace")
 
 
 def _settle(db: Db, now: float, owner: str, batch: int, batch_id: str | None) -> bool:
@@ -140,7 +145,8 @@ class SqlLedger(abc.ABC):
         """Record this submitter's process (see `_sweep`)."""
         me = self.liveness.me if self.liveness is not None else None
         if me is not None and me.get("machine"):
-            db.execute(_REGISTER, (self.owner, me["machine"], int(me["pid"]), str(me.get("started") or ""), now))
+            db.execute(_REGISTER, (self.owner, me["machine"], int(me["pid"]), str(me.get("started") or ""), now,
+                                   me.get("workspace")))
 
     def _unorphan(self, db: Db, batch: int | None = None) -> None:
         """This submitter's orphans (of one batch, or all): it holds, reserves or releases them itself now."""
@@ -243,13 +249,14 @@ class SqlLedger(abc.ABC):
                               "OR sent_at IS NOT NULL FROM reservations WHERE expires_at >= ? ORDER BY owner, batch",
                               (now,)).fetchall()
             orphans = db.execute("SELECT owner, batch, requests, since, expires_at, granted_at, ids, holds_until, job, "
-                                 "machine, pid FROM orphans WHERE expires_at >= ? ORDER BY owner, batch", (now,)).fetchall()
+                                 "machine, pid, workspace FROM orphans WHERE expires_at >= ? ORDER BY owner, batch",
+                                 (now,)).fetchall()
             return [*(Reservation(o, b, n, bid, exp - now, None, _age(now, g), ids, bool(sent))
                       for o, b, n, bid, exp, g, ids, sent in rows),
                     *(Reservation(o, b, n, None, exp - now, max(0.0, now - since), _age(now, g), ids,
                                   holds_for=max(0.0, holds - now), job=job, machine=machine,
-                                  pid=None if pid is None else int(pid))
-                      for o, b, n, since, exp, g, ids, holds, job, machine, pid in orphans)]
+                                  pid=None if pid is None else int(pid), workspace=ws)
+                      for o, b, n, since, exp, g, ids, holds, job, machine, pid, ws in orphans)]
 
         return list(await self._run(step))
 

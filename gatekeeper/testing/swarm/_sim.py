@@ -231,7 +231,7 @@ class Weather:
         self.processes[proc.pid] = proc
         return proc
 
-    def liveness(self, proc: Process) -> Liveness:
+    def liveness(self, proc: Process, workspace: str | None) -> Liveness:
         """The host ledger's knowledge of this world's processes, as `run.shared._beats.liveness` has it of a real
         machine's: a run killed or ended is dropped from the ledger by the next step of any other (not after its
         TTL); the rule is the real one (`decide._host.run_ended`), only the process table is the world's."""
@@ -239,7 +239,7 @@ class Weather:
             other = self.processes.get(pid)
             return None if other is None or other.ended or other.dead else other.started
 
-        me = {"machine": MACHINE, "pid": proc.pid, "started": proc.started}
+        me = {"machine": MACHINE, "pid": proc.pid, "started": proc.started, "workspace": workspace}
         return Liveness(me, MACHINE, lambda record: run_ended(record, MACHINE, started))
 
 
@@ -467,7 +467,7 @@ class _Run:
     async def submitted(self) -> None:
         """The job's command run once, how it ended put in the record."""
         ledger = ObservedLedger(self.ledger_path, f"{self.job.name}", ttl=LEASE, clock=self.w.clock.now,
-                                liveness=self.w.liveness(self.proc), wants=self.wants)
+                                liveness=self.w.liveness(self.proc, self.config.workspace_print()), wants=self.wants)
         transport = InProcess(self.w.fake, self.w.clock.sleep, self.gate)
         try:
             await self.command(ledger, transport)
