@@ -952,3 +952,28 @@ def test_plan_of_a_big_table_stops_within_a_second(tmp_path: Path, how: list[str
     assert run.returncode == 130 and err == "gatekeeper: interrupted\n" and out == "", (run.returncode, err[-2000:])
     assert took < 1.5, took  # (about a second at any load this suite runs at)
     assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*.jsonl"))
+
+
+# -- 1. the ledger names a table job by its table ---------------------------------------------------------------------
+
+def test_a_table_job_is_named_by_its_table_on_the_ledger(tmp_path: Path) -> None:
+    """A cold tester's finding (issue 59): other jobs and `status` named a table job by its run's file, a hash.
+    A table job waiting on a full queue is named by its table's file name in the ledger's jobs, as `status --json`
+    lists them, never by its run."""
+    from tests.runs import start, wait_until
+
+    table = tmp_path / "tickets.csv"
+    pacsv.write_csv(_orders(30), table)
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with running_fake(rate=0.0) as fake:
+        run = start(["submit", str(table), *_opts(), "--ledger", ledger, "--json"], env_for(fake))
+        try:
+            def named() -> list[str]:
+                shown = gk(["status", "--json", "--ledger", ledger], env_for(fake))
+                assert shown.returncode in (0, 1), shown.stderr[-2000:]
+                return [j["job"] for j in orjson.loads(shown.stdout)["ledger"]["jobs"]]
+            wait_until(lambda: bool(named()), "the table job's claim", timeout=60)
+            assert named() == ["tickets.csv"]
+        finally:
+            run.kill()
+            run.communicate()

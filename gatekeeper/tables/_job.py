@@ -33,7 +33,7 @@ from ._pending import Counts, pending_file
 from ._result import claim_default, default_result
 from ._rows import NOT_SENT, RESULT_COLUMNS, TableSpec, id_and_key, is_final, result_columns
 from ._runs import discard, fresh_name, hold, let_go, quiet, recorded_run, run_dir, run_name, unfinished_runs
-from ._where import default_state_dir, former_identity, identity, shown
+from ._where import default_state_dir, former_identity, identity, label, shown
 
 if TYPE_CHECKING:
     from ..run.shared._summary import Summary
@@ -222,6 +222,7 @@ async def run_table(source: Any, spec: TableSpec, *, config: ApiConfig, settings
     if settings.state_dir is None:
         root = default_state_dir(src.where, environ)
     name, also = job_names(src.where, root, spec, config) if settings.journal and not settings.job else (settings.job, ())
+    settings = replace(settings, label=settings.label or label(src.where))  # (not its run's hash: `status`, `ahead`)
     job = TableJob(rows, root, open_answers(root, settings.journal, name, also))
     prices = prices or load_prices()
     result = TableResult(state_dir=str(root))

@@ -60,6 +60,12 @@ def identity(where: str) -> str:
     return head + path
 
 
+def label(where: str | None) -> str:
+    """How other jobs on the ledger name a table job (`status`, `ahead`): its table's file name, from its identity
+    (no user, password or query); "a table in memory" for a DataFrame or a stream."""
+    return "a table in memory" if where is None else os.path.basename(identity(where).rstrip("/")) or identity(where)
+
+
 def former_identity(where: str) -> str | None:
     """The identity an earlier version gave a URI with a query: its query's parameters kept but the secret ones,
     sorted (None: the same as `identity`). Its state is found under it still."""

@@ -61,6 +61,9 @@ class SubmitSettings:
     prime: bool = True  # send one request per shared cache prefix first, the rest once it is cached (see _priming)
     journal: str | None = None  # None: SQLite in the state directory; "postgresql://...": a shared journal
     job: str | None = None  # the job's name in a shared journal; default: from the input's sha256 and the key
+    # how other jobs on the ledger name this one (`status`, `ahead`); default: its job's name, else its input's file
+    # name (a table job: its table's)
+    label: str | None = None
     lease_ttl: float = 60.0  # seconds a job's lease outlives its holder's last heartbeat (shared journal only)
     # finish by then, the real-time lane taking what the batch lane is projected to miss (see _deadline): a duration
     # ("90m", "6h"), an ISO 8601 time, a datetime or wall seconds; None: the batch lane only, no real-time call
