@@ -71,9 +71,8 @@ class Admitter(Part):
         self._ids: tuple[tuple[int, int, int], str] | None = None  # (batch, requests, bytes), its custom_ids' print
         self.priming = PrimingGate(ctx)
         shares = self.journal.get_meta("shares") or {}
-        label = ctx.settings.label or self.journal.job or os.path.basename(ctx.path)
-        self.turns = Turns(ctx.ledger, label, ctx.settings.priority, ctx.settings.share, ctx.clock,
-                           float(shares.get("waited_s", 0.0)))
+        self.turns = Turns(ctx.ledger, ctx.settings.label or self.journal.job or os.path.basename(ctx.path),
+                           ctx.settings.priority, ctx.settings.share, ctx.clock, float(shares.get("waited_s", 0.0)))
 
     async def admit_round(self, snap: Snapshot) -> None:
         self.budget_action = None
