@@ -42,7 +42,7 @@ from gatekeeper.decide._reconcile import (
     newest_made,
     within_deadline,
 )
-from gatekeeper.decide._settle import classify, errored_line, settle
+from gatekeeper.decide._settle import CutAnswer, classify, cut_answer, errored_line, settle
 
 # -- sizing and room ---------------------------------------------------------
 
@@ -575,3 +575,21 @@ def test_readings_start_fast_and_settle_at_the_interval(readings: int, interval:
     from gatekeeper.decide._admission import reading_wait
 
     assert reading_wait(readings, interval) == wait
+
+
+@pytest.mark.parametrize(("result", "lane", "want"), [
+    ({"type": "succeeded", "message": {}}, "queued", CutAnswer(join=True, charged=True)),  # (a call lost twice waits)
+    ({"type": "succeeded", "message": {}}, "sent", CutAnswer(join=True, charged=True)),  # (its call's answer kept aside)
+    ({"type": "succeeded", "message": {}}, "received", CutAnswer(join=False, charged=True)),  # the lane's first
+    ({"type": "succeeded", "message": {}}, "answered", CutAnswer(join=False, charged=True)),
+    ({"type": "errored", "error": {"type": "error", "error": {"type": "invalid_request_error"}}}, "queued",
+     CutAnswer(join=True, charged=True)),  # (final: the same whichever lane)
+    ({"type": "expired"}, "queued", CutAnswer(join=False, charged=False)),  # not processed: the lane sends it
+    ({"type": "canceled"}, "answered", CutAnswer(join=False, charged=False)),
+    ({"type": "errored", "error": {"type": "error", "error": {"type": "overloaded_error"}}}, "queued",
+     CutAnswer(join=False, charged=False)),
+])
+def test_a_cut_creates_batch_answers_where_the_lane_has_not(result: dict[str, Any], lane: str, want: CutAnswer) -> None:
+    """A batch found after the deadline cut its create's wait: each answer joined only where the real-time lane has
+    not answered, never one the batch did not process (swarm seed 100095)."""
+    assert cut_answer(result, lane) == want

@@ -227,6 +227,51 @@ def test_requests_of_a_create_that_may_have_made_its_batch_go_real_time_counted_
         j.close()
 
 
+def test_a_create_cut_by_the_deadline_stays_reconciled_and_its_batch_answers_where_the_lane_has_not(
+        open_journal: Open) -> None:
+    """Swarm seed 100095: a lost create's wait cut by the deadline keeps its batch row (`cut`, its intent kept, to be
+    reconciled still); its requests go real time counted as charged once; one whose calls were lost twice waits for
+    the batch instead of ending `gatekeeper_answer_lost`; once adopted and collected, the batch's answer is joined
+    where the lane has not answered (the lane then never sends it), kept aside where it has, and an answer it did
+    not process (expired) takes back the charge it was counted for. A cut create proven never made frees its rows."""
+    j = open_journal()
+    try:
+        j.start_job(_plan(2))
+        j.mark_intent(1, 100.0)
+        j.mark_body_complete(1, 110.0)
+        assert j.lane.move_cut(1, [(10 + k, k * 100, 100, f"c{10 + k}", 1) for k in range(4)], [0.0] * 4) == 4
+        assert j.batch(1).state is BatchState.CUT and j.batch(1).cut and j.batch(1).intent_at == 110.0
+        assert [r.lost for r in j.lane.rows(10)] == [1, 1, 1, 1]
+        for line in (10, 11, 12):
+            assert j.lane.sending(line)
+        assert j.lane.resume() == 3  # (a kill: each call out counted, lost twice)
+        assert [r.line for r in j.lane.rows(10)] == [13] and j.lane.waiting() == 3  # (10-12 wait for the batch)
+        assert j.lane.waits(13)  # (its call lost now would wait too, not end it)
+        j.lane.sending(13)
+        j.lane.received(13, b'{"custom_id": "c13"}')  # (the lane answered 13 first)
+        j.mark_created(1, "msgbatch_cut", None, adopted="ledger")
+        assert j.batch(1).cut and j.lane.waiting() == 3
+        with j.settling(1) as s:
+            s.joined_first(10)
+            s.final(10, "c10", "succeeded", None, 1, 0, 10, ("m", 1, 1, 0, 0, 0))
+            s.aside(11, 1, "expired", None, b"{}", charged=False)  # (not processed by the batch: not a charge)
+            s.aside(13, 1, "succeeded", None, b"{}", charged=True)  # (the lane's first: a double charge, not joined)
+            s.committed = 10
+        assert j.lane.joined([10, 11, 13]) == {10}
+        assert not j.lane.sending(10)  # (answered by the batch: no call goes)
+        assert {line: lost for line, (_, lost) in j.lane.cut_rows(1).items()} == {10: 2, 11: 1, 12: 2, 13: 1}
+        assert [r.line for r in j.lane.rows(10)] == [11, 12] and not j.lane.waiting()  # (11 once more; 12 ends lost)
+        j.mark_intent(0, 100.0)
+        j.lane.move_cut(0, [(0, 0, 100, "c0", 1)], [0.0])
+        j.lane.sending(0)
+        j.lane.again(0, lost=True)
+        assert j.lane.waiting() == 1
+        j.lane.uncut(0)  # (reconciled: never made)
+        assert [(r.line, r.lost) for r in j.lane.rows(10)][0] == (0, 1) and not j.batches(BatchState.CUT)
+    finally:
+        j.close()
+
+
 def test_the_budget_counts_lost_real_time_calls_and_prices_an_unknown_model_at_the_dearest(open_journal: Open) -> None:
     """What `--budget` counts as spent: a real-time call whose answer was lost at its worst case (it may have been
     billed), once per loss; an answer whose model has no price at the table's dearest rates, never as free."""

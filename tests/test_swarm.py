@@ -46,11 +46,7 @@ SEEDS = 200
 CHUNK = 4  # seeds a test (50 tests, about 2.5 s of CPU each): run first (conftest.LONG_FIRST), short enough that the
 # workers share them out evenly and none is left running one alone at the end of the suite
 # seed -> what it finds on today's code (issue and finding): each an expected failure until its fix lands
-KNOWN: dict[int, str] = {
-    100095: "issue 58: a lost create's wait cut at the deadline sends its requests real time; their calls lost to a kill "
-            "end `answer_lost` (paid at most twice: the batch it made, one call), while the batch's answers, paid for, "
-            "are never collected: the rerun should go back to the create (its batch listed by then) before the lane",
-}
+KNOWN: dict[int, str] = {}
 # seeds past `SEEDS` that broke a promise in a soak, each run in the suite once fixed (docs/swarm.md lists what each
 # found): priming that never finished (201, 307), a table job's earlier run given the same ledger (581), a refusal
 # lifted after the night with batches one at a time (556, the world's own allowance), an answer lost twice to kills (625), a deadline
@@ -66,10 +62,11 @@ KNOWN: dict[int, str] = {
 # grace before any run saw it lag, a lost create taken for never made and paid twice (40010, 40022, 40023, 40033,
 # 40087, 40153, 40172, 50018, 50023, 50035, 50088; and 5, 63, 84, 87, 117, 130, 167, 197 of `SEEDS`), a rerun only
 # collecting a table's earlier run, and a job the ledger refused for another's unknown create of its size, each
-# holding the turn from a job that could admit, for 34-40 minutes (80101)
+# holding the turn from a job that could admit, for 34-40 minutes (80101), a lost create's wait cut at the deadline
+# whose batch, paid for, was never collected, its requests lost twice to kills ending `answer_lost` (100095)
 FOUND: tuple[int, ...] = (201, 307, 556, 581, 625, 1436, 1513, 1767, 2576, 2675, 3157, 3498, 3953, 5253, 5268, 5908,
                           7045, 7208, 7503, 7558, 8126, 9964, 10990, 11294, 40010, 40022, 40023, 40033, 40087, 40153,
-                          40172, 50018, 50023, 50035, 50088, 60044, 80101)
+                          40172, 50018, 50023, 50035, 50088, 60044, 80101, 100095)
 
 
 # (CPU-bound worlds in simulated time, 0.7 s of CPU a seed on a quiet machine, 4 s at load 17 on 2 cores; a world

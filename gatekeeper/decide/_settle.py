@@ -160,3 +160,20 @@ _NO_USAGE = Usage()
 
 def _count(value: Any) -> int:
     return value if isinstance(value, int) else 0
+
+
+class CutAnswer(NamedTuple):
+    """What a cut create's batch's answer to one request does (`cut_answer`)."""
+
+    join: bool  # it is the request's final result (the real-time lane had not answered it)
+    charged: bool  # the batch processed the request (and may have billed it)
+
+
+def cut_answer(result: Any, lane_state: str | None) -> CutAnswer:
+    """A batch found after the deadline cut its create's wait, its requests moved to the real-time lane
+    (`lane_state`: the request's row there): an answer the batch did not process (expired, canceled, a transient
+    error) is never joined, and not counted a charge; any other is joined unless the lane answered first
+    (`received` or `answered`), and is then a double charge, kept aside."""
+    if classify(result).retry:
+        return CutAnswer(join=False, charged=False)
+    return CutAnswer(join=lane_state not in ("received", "answered", None), charged=True)

@@ -52,7 +52,7 @@ class Adoptions:
             adopted = {k: v for k, v in (self.core.get_meta("adopted") or {}).items() if k != str(idx)}
             self.core.put_meta(db, "adopted", adopted)
             self._unkeep(db, idx)
-            self.core.set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
+            self.core.set_state(db, idx, self._unknown(idx), batch_id=None, created_at=None, ended_at=None, counts=None)
             self.core.note(db, "adoption_undone", idx, id=batch_id, why=why)
 
     def reopen(self, idx: int, batch_id: str, why: str) -> None:
@@ -62,8 +62,13 @@ class Adoptions:
             adopted = {k: v for k, v in (self.core.get_meta("adopted") or {}).items() if k != str(idx)}
             self.core.put_meta(db, "adopted", adopted)
             self._unkeep(db, idx)
-            self.core.set_state(db, idx, BatchState.INTENT, batch_id=None, created_at=None, ended_at=None, counts=None)
+            self.core.set_state(db, idx, self._unknown(idx), batch_id=None, created_at=None, ended_at=None, counts=None)
             self.core.note(db, "adoption_reopened", idx, id=batch_id, why=why)
+
+    def _unknown(self, idx: int) -> BatchState:
+        """The state of a create whose outcome is unknown again: `cut` for one the deadline cut (its requests stay
+        the real-time lane's), else `intent`."""
+        return BatchState.CUT if self.core.batch(idx).cut else BatchState.INTENT
 
     def foreign(self, batch_ids: Iterable[str]) -> None:
         """Batches whose results proved them another submitter's: never a candidate again."""

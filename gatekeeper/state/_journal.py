@@ -38,8 +38,8 @@ from ._groups import Groups
 from ._journal_base import JournalBase
 from ._lease import Lease
 from ._outcomes import Outcomes
+from ._realtime import CUT_MIGRATION, LaneRecords
 from ._realtime import MIGRATION as REALTIME_MIGRATION
-from ._realtime import LaneRecords
 from ._records import RESULTS_SQL_COLUMNS, BatchRow, BatchState, JobPlan, PendingRow, Totals
 
 __all__ = ["BatchRow", "BatchState", "JobPlan", "Journal", "PendingRow", "Settlement", "Totals", "open_job"]
@@ -137,6 +137,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         DROP TABLE unproven;
         ALTER TABLE unproven_each RENAME TO unproven
     """),
+    CUT_MIGRATION,
 ]
 # The registry of named jobs in PostgreSQL: one row a job, its schema and its lease (on the server's clock).
 REGISTRY = """
@@ -425,6 +426,8 @@ class Settlement:
         self.before_commit: Callable[[], None] = lambda: None  # a crash-test checkpoint
         self.adopted: tuple[str, str] | None = None  # (batch id, proof) of a listing adoption its results weighed
         self._kept: list[tuple[Any, ...]] = []
+        self._lane: list[tuple[int]] = []  # lines a cut create's batch answered first: the lane sends them no more
+        self._uncounted: list[tuple[int]] = []  # lines its batch did not process: not charged there after all
 
     def final(self, line: int, cid: str, kind: str, error_type: str | None, attempt: int, offset: int, length: int,
               usage: tuple[str | None, int, int, int, int, int], stop_reason: str | None = None) -> None:
@@ -441,6 +444,18 @@ class Settlement:
         self._retries.append((line, offset, length, cid, attempt + 1))
         self._history.append((line, attempt, batch, kind, error_type, raw))
         self._maybe_flush()
+
+    def aside(self, line: int, attempt: int, kind: str, error_type: str | None, raw: bytes, *, charged: bool) -> None:
+        """A cut create's batch's answer not joined (the real-time lane answered first, or will: it did not process
+        the request): kept for the record; `charged` False, the charge its row counted for the batch is taken off."""
+        self._history.append((line, attempt, self._batch, kind, error_type, raw))
+        if not charged:
+            self._uncounted.append((line,))
+        self._maybe_flush()
+
+    def joined_first(self, line: int) -> None:
+        """A cut create's batch answered this request before the real-time lane: the lane's row is answered."""
+        self._lane.append((line,))
 
     def keep_apart(self, line: int, cid: str, batch_id: str, raw: bytes) -> None:
         """An answer from a batch that could not be proven ours: kept for the record, never joined."""
@@ -461,7 +476,12 @@ class Settlement:
                              self._history)
         self._db.executemany("INSERT INTO unproven VALUES (?, ?, ?, ?) ON CONFLICT (line, batch_id) DO UPDATE SET "
                              "custom_id = excluded.custom_id, raw = excluded.raw", self._kept)
+        self._db.executemany("UPDATE realtime SET state = 'answered' WHERE line = ? AND state IN ('queued', 'sent')",
+                             self._lane)
+        self._db.executemany("UPDATE realtime SET lost = lost - 1 WHERE line = ? AND lost > 0", self._uncounted)
         self._kept.clear()
+        self._lane.clear()
+        self._uncounted.clear()
         self.finals += len(self._finals)
         self.retries += len(self._retries)
         self._finals.clear()

@@ -81,7 +81,8 @@ class JournalBase:
         """A batch read by column name (`BATCH_COLUMNS`, selected in `BatchRow`'s field order, whatever order the
         migrations gave the table's columns)."""
         row = dict(zip(BATCH_COLUMNS, r, strict=True))
-        return BatchRow(**{**row, "state": BatchState(row["state"]), "body_complete": bool(row["body_complete"])})
+        return BatchRow(**{**row, "state": BatchState(row["state"]), "body_complete": bool(row["body_complete"]),
+                           "cut": bool(row["cut"])})
 
     def batches(self, *states: BatchState) -> list[BatchRow]:
         sql = f"SELECT {BATCH_SELECT} FROM batches"

@@ -7,7 +7,10 @@ never sent a third time), `received` (its answer is here, in `raw`, not yet comm
 disk before the commit never buys it again), `answered` (its result
 is in the output and the results table, with its line kept here: the output can be rebuilt from the journal, as
 a batch's is from the API). A request is moved here only from where no batch can still answer it: a batch never
-created, or the requests waiting for another attempt (a canceled batch's come through there once it has ended).
+created, or the requests waiting for another attempt (a canceled batch's come through there once it has ended);
+or a create whose wait the deadline cut (`move_cut`): its batch, if made, is still reconciled and collected, each
+of its answers joined only where the lane has not answered (then the row is `answered` by the batch), and a row of
+it whose calls were lost twice waits for that batch rather than ending `gatekeeper_answer_lost`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,17 @@ MIGRATION = ("0009_realtime", """
     -- the lane that answered a final result: NULL the batch lane, 'realtime' the Messages API
     ALTER TABLE results ADD COLUMN lane TEXT
 """)
+
+
+CUT_MIGRATION = ("0012_cut", """
+    -- a create whose wait the deadline cut: its batch row stays (state 'cut', still reconciled, and collected once
+    -- adopted), and its requests in the real-time lane name it: each answer joined from whichever lane answered first
+    ALTER TABLE batches ADD COLUMN cut INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE realtime ADD COLUMN cut_batch INTEGER
+""")
+# a lane row that may not be sent now: its calls lost twice, and the cut create's batch, which may answer it, not yet
+# collected (nor proven never made, its row then gone)
+_WAITS = ("(lost >= 2 AND cut_batch IS NOT NULL AND cut_batch IN (SELECT idx FROM batches WHERE state != 'collected'))")
 
 
 class LaneRow(NamedTuple):
@@ -74,6 +88,59 @@ class LaneRecords:
             self.core.note(db, "to_realtime", idx, requests=len(rows), source="planned")
         return len(rows)
 
+    def move_cut(self, idx: int, rows: Iterable[tuple[int, int, int, str, int]], worst: list[float]) -> int:
+        """A create whose wait the deadline cut (its outcome unknown): its requests are queued in the lane, each
+        counted as possibly charged once already (the batch it may have made), and the batch stays `cut`, its intent
+        kept, to be reconciled still: a batch it made is adopted and its answers collected. The requests moved."""
+        rows = list(rows)
+        with self.core.transaction() as db:
+            if db.execute("SELECT state FROM batches WHERE idx = ?", (idx,)).fetchone()[0] != "intent":
+                return 0
+            db.executemany('INSERT INTO realtime (line, "offset", length, custom_id, attempt, state, worst_usd, lost, '
+                           "cut_batch) VALUES (?, ?, ?, ?, ?, 'queued', ?, 1, ?)",
+                           [(*r, w, idx) for r, w in zip(rows, worst, strict=True)])
+            db.execute("UPDATE batches SET state = 'cut', cut = 1 WHERE idx = ?", (idx,))
+            self.core.note(db, "to_realtime", idx, requests=len(rows), source="cut")
+        return len(rows)
+
+    def uncut(self, idx: int) -> None:
+        """A cut create reconciled as never made: the batch is gone, and its requests no longer count the charge it
+        might have made (a row whose calls were lost twice may then go once more: two charges at most)."""
+        with self.core.transaction() as db:
+            db.execute("UPDATE realtime SET lost = lost - 1 WHERE cut_batch = ? AND lost > 0", (idx,))
+            db.execute("UPDATE realtime SET cut_batch = NULL WHERE cut_batch = ?", (idx,))
+            db.execute("DELETE FROM members WHERE batch = ?", (idx,))
+            db.execute("DELETE FROM batches WHERE idx = ? AND state = 'cut'", (idx,))
+            self.core.note(db, "cut_not_created", idx)
+
+    def cut_rows(self, idx: int) -> dict[int, tuple[str, int]]:
+        """line -> (state, lost) of the lane's rows moved from cut create `idx`."""
+        return {int(line): (str(state), int(lost)) for line, state, lost in self.db.execute(
+            "SELECT line, state, lost FROM realtime WHERE cut_batch = ?", (idx,))}
+
+    def waits(self, line: int) -> bool:
+        """Whether a row whose call is lost again waits for its cut create's batch (not ended `answer_lost`)."""
+        return bool(self.core.scalar("SELECT COUNT(*) FROM realtime WHERE line = ? AND cut_batch IS NOT NULL AND "
+                                     "cut_batch IN (SELECT idx FROM batches WHERE state != 'collected')", line))
+
+    def waiting(self) -> int:
+        """Rows that may not be sent now, waiting for their cut create's batch (`_WAITS`)."""
+        return int(self.core.scalar(f"SELECT COUNT(*) FROM realtime WHERE state = 'queued' AND {_WAITS}"))
+
+    def joined(self, lines: Iterable[int]) -> set[int]:
+        """Of `lines`, those with a final result already (a cut create's batch answered them first)."""
+        lines = list(lines)
+        if not lines:
+            return set()
+        marks = ",".join("?" * len(lines))
+        return {int(r[0]) for r in self.db.execute(f"SELECT line FROM results WHERE line IN ({marks})", lines)}
+
+    def after_batch(self, answers: list[tuple[bytes, int]]) -> None:
+        """Real-time answers (raw, line) that came after a cut create's batch answered their requests: kept with
+        their rows for the record, never joined."""
+        with self.core.transaction() as db:
+            db.executemany("UPDATE realtime SET raw = ? WHERE line = ?", answers)
+
     def move_pending(self, worst: dict[int, float]) -> int:
         """Every request waiting for another attempt goes to the real-time lane instead of a new batch."""
         with self.core.transaction() as db:
@@ -87,7 +154,8 @@ class LaneRecords:
     def rows(self, limit: int) -> list[LaneRow]:
         """Requests waiting for a call, in line order (one with a call out is `sent`, not among them)."""
         return [LaneRow(*r) for r in self.db.execute('SELECT line, "offset", length, custom_id, attempt, lost, calls '
-                                                     "FROM realtime WHERE state = 'queued' ORDER BY line LIMIT ?", (limit,))]
+                                                     f"FROM realtime WHERE state = 'queued' AND NOT {_WAITS} "
+                                                     "ORDER BY line LIMIT ?", (limit,))]
 
     def resume(self) -> int:
         """On resume: calls a crash left out may have been processed; each is counted and sent again."""
@@ -99,9 +167,10 @@ class LaneRecords:
         return n
 
     def received(self, line: int, raw: bytes) -> None:
-        """An answer has come: kept before it is committed (what was paid for is never bought again)."""
+        """An answer has come: kept before it is committed (what was paid for is never bought again; not over a
+        cut create's answer joined while the call was out)."""
         with self.core.transaction() as db:
-            db.execute("UPDATE realtime SET state = 'received', raw = ? WHERE line = ?", (raw, line))
+            db.execute("UPDATE realtime SET state = 'received', raw = ? WHERE line = ? AND state = 'sent'", (raw, line))
 
     def received_rows(self) -> list[tuple[LaneRow, bytes]]:
         """Answers received by an earlier run and not committed, in line order."""
@@ -109,15 +178,19 @@ class LaneRecords:
             'SELECT line, "offset", length, custom_id, attempt, lost, calls, raw FROM realtime '
             "WHERE state = 'received' ORDER BY line")]
 
-    def sending(self, line: int) -> None:
-        """Before a call's first byte: from here its outcome is unknown until answered."""
+    def sending(self, line: int) -> bool:
+        """Before a call's first byte: from here its outcome is unknown until answered. False: the row is no longer
+        queued (a cut create's batch answered it meanwhile), and no call may go."""
         with self.core.transaction() as db:
-            db.execute("UPDATE realtime SET state = 'sent', calls = calls + 1 WHERE line = ?", (line,))
+            return bool(db.execute("UPDATE realtime SET state = 'sent', calls = calls + 1 WHERE line = ? AND "
+                                   "state = 'queued'", (line,)).rowcount)
 
     def again(self, line: int, *, lost: bool) -> None:
         """The call will be made again (`lost`: its answer was lost, so it may have been processed: counted)."""
         with self.core.transaction() as db:
-            db.execute("UPDATE realtime SET state = 'queued', lost = lost + ? WHERE line = ?", (int(lost), line))
+            # (a row a cut create's batch answered while the call was out stays answered; a lost call still counts)
+            db.execute("UPDATE realtime SET state = CASE WHEN state = 'sent' THEN 'queued' ELSE state END, "
+                       "lost = lost + ? WHERE line = ?", (int(lost), line))
 
     def commit(self, answers: list[Answer], start: int, group: int) -> int:
         """Answers, with the output's new length, in one transaction (the output holds their lines from `start`);

@@ -17,6 +17,9 @@ class BatchState(str, enum.Enum):
     CREATED = "created"  # the API gave it an id; processing
     ENDED = "ended"  # the API says it ended; results not yet committed
     COLLECTED = "collected"  # its results are in the output and the journal
+    # a create whose wait the deadline cut: its requests moved to the real-time lane, its outcome still reconciled (a
+    # batch it made is adopted and collected, each answer joined only where the lane has not answered)
+    CUT = "cut"
 
 
 @dataclass
@@ -40,6 +43,7 @@ class BatchRow:
     body_complete: bool = False
     worst_usd: float | None = None
     cache_round: int | None = None  # a primer's or a rest's round of priming (None: any other batch)
+    cut: bool = False  # its create's wait was cut by the deadline, its requests moved to the real-time lane
 
 
 BATCH_COLUMNS = tuple(f.name for f in fields(BatchRow))  # the batches table's columns, read by name

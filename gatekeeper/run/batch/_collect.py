@@ -34,7 +34,7 @@ from ...decide._downloads import (
 from ...decide._headroom import parse_time
 from ...decide._ownership import Fit, Relation, fit_of
 from ...decide._reconcile import candidates_for, listing_would_show, others_in_flight
-from ...decide._settle import Result, errored_line, settle, stop_of, usage_of
+from ...decide._settle import Result, classify, cut_answer, errored_line, settle, stop_of, usage_of
 from ...state._journal import BatchRow, BatchState, Settlement
 from ..shared._checkpoints import reached
 from ..shared._part import Part, RunContext, Snapshot
@@ -229,7 +229,8 @@ class Collector(Part):
     async def _reopen(self, row: BatchRow, why: str) -> None:
         """Another listed batch may be ours: the create's outcome is unknown again; reconciliation compares them."""
         self.journal.adoptions.reopen(row.idx, str(row.batch_id), why)
-        await self.ledger.hold(row.idx, row.requests, None)
+        if not row.cut:  # (a cut create holds no reservation: released when cut)
+            await self.ledger.hold(row.idx, row.requests, None)
         self.download_failures.pop(row.idx, None)
         self.download_at.pop(row.idx, None)
         self.emit("adoption_reopened", {"batch": row.idx, "id": row.batch_id, "why": why})
@@ -238,7 +239,8 @@ class Collector(Part):
         """Not ours after all: the create's outcome is unknown again (ours may exist, not listed then) and that
         batch is never a candidate again; the reservation stands, unconfirmed, while ours may be in the queue."""
         self.journal.adoptions.not_ours(row.idx, str(row.batch_id), why)
-        await self.ledger.hold(row.idx, row.requests, None)
+        if not row.cut:
+            await self.ledger.hold(row.idx, row.requests, None)
         self.download_failures.pop(row.idx, None)
         self.download_at.pop(row.idx, None)
         self.emit("adoption_undone", {"batch": row.idx, "id": row.batch_id, "why": why})
@@ -252,6 +254,9 @@ class Collector(Part):
         download = Download(self.api, batch, members.ids(), f"batch {row.idx}", self.retry_within())
         billed: dict[str, int] = {}
         pos = start
+        # (a create the deadline cut: its requests are the real-time lane's too, each joined from whichever answered
+        # first; read inside the settlement, so no answer of the lane lands between)
+        cut = self.journal.lane.cut_rows(row.idx) if row.cut else None
         # Read once a batch, not once a line: with a journal on a server each read is a round trip.
         canceled = bool(self.journal.get_meta("user_canceled")) or row.idx in (self.journal.get_meta("canceled_batches") or [])
         # (a batch canceled for the deadline: its canceled requests go real time, their attempt not spent)
@@ -266,8 +271,9 @@ class Collector(Part):
                     if cid in sample and (tokens := billed_prompt(result)) is not None:
                         billed[cid] = tokens
                     if held:
-                        pos += _keep_apart(out, row, cid, raw, result, pop(cid), s, pos)
-                    elif size := self._settle_line(row, cid, raw, result, pop(cid), s, pos, policy):
+                        pos += _keep_apart(out, row, cid, raw, result, pop(cid), s, pos, cut is None)
+                    elif size := (self._settle_line(row, cid, raw, result, pop(cid), s, pos, policy) if cut is None
+                                  else _settle_cut(cid, raw, result, pop(cid), s, pos, cut)):
                         placed += (raw, b"\n")  # (not `raw + b"\n"`: a copy of every answer)
                         pos += size
                 if placed:
@@ -283,6 +289,8 @@ class Collector(Part):
             s.adopted = (str(row.batch_id), await self._weighed(row, members.sample, billed, learned))
         for cid, (line, off, length, attempt) in members.left():
             self.emit("missing_result", {"batch": row.idx, "custom_id": cid})
+            if cut is not None:
+                continue  # (the real-time lane's to answer)
             raw = errored_line(cid, MISSING_RESULT, "the batch's complete results had no line for this request")
             # complete by the API's counts, yet ours is absent: final, never resent
             pos += _write_final(out, s, pos, (line, off, length, attempt), cid, raw, MISSING_RESULT)
@@ -345,7 +353,7 @@ class Collector(Part):
         with self.journal.settling(row.idx) as s, self.out.appending(start) as out:
             pos = start
             message = f"results unavailable: {v.reason}; not resent (processed, may have been billed)"
-            for line, off, body, attempt in self._requests_of(row):
+            for line, off, body, attempt in ([] if row.cut else self._requests_of(row)):  # (cut: the lane's to answer)
                 cid = custom_id(body)
                 pos += _write_final(out, s, pos, (line, off, len(body), attempt), cid,
                                          errored_line(cid, RESULTS_UNAVAILABLE, message), RESULTS_UNAVAILABLE)
@@ -357,11 +365,14 @@ class Collector(Part):
 
 
 def _keep_apart(out: BinaryIO, row: BatchRow, cid: str, raw: bytes, result: Result,
-                member: tuple[int, int, int, int], s: Settlement, pos: int) -> int:
+                member: tuple[int, int, int, int], s: Settlement, pos: int, final: bool = True) -> int:
     """An answer of a batch never proven ours: kept in the journal as it came, and a final errored line of
-    gatekeeper's own in its place (what it billed counts toward the budget: it may be ours). Never resent."""
+    gatekeeper's own in its place (what it billed counts toward the budget: it may be ours). Never resent. Not
+    `final` (a cut create's: its requests are the real-time lane's): kept apart only."""
     line, _, _, attempt = member
     s.keep_apart(line, cid, str(row.batch_id), raw)
+    if not final:
+        return 0
     # (no batch id in the line: a gateway's client must never see an upstream id; `results --only unproven` has it)
     mark = errored_line(cid, UNPROVEN_ERROR, "answered in a batch found by listing after its create's answer was "
                         "lost, which could not be proven this job's (another job may use the same custom_ids): "
@@ -370,6 +381,23 @@ def _keep_apart(out: BinaryIO, row: BatchRow, cid: str, raw: bytes, result: Resu
     out.write(mark + b"\n")
     s.final(line, cid, "errored", UNPROVEN_ERROR, attempt, pos, len(mark) + 1, usage)
     return len(mark) + 1
+
+def _settle_cut(cid: str, raw: bytes, result: Result, member: tuple[int, int, int, int], s: Settlement, pos: int,
+                lane: dict[int, tuple[str, int]]) -> int:
+    """One answer of a cut create's batch (`decide._settle.cut_answer`): joined where the real-time lane has not
+    answered (the lane then sends it no more), else kept aside as a double charge; the bytes it adds."""
+    line, _, _, attempt = member
+    c = cut_answer(result, lane[line][0] if line in lane else None)
+    v = classify(result)
+    if not c.join:
+        s.aside(line, attempt, v.type, v.error_type, raw, charged=c.charged)
+        return 0
+    s.joined_first(line)
+    succeeded = v.type == "succeeded"
+    usage = usage_of(result) if succeeded else (None, 0, 0, 0, 0, 0)
+    s.final(line, cid, v.type, v.error_type, attempt, pos, len(raw) + 1, usage, stop_of(result) if succeeded else None)
+    return len(raw) + 1
+
 
 def _write_final(out: BinaryIO, s: Settlement, pos: int, member: tuple[int, int, int, int], cid: str, raw: bytes,
                  error_type: str) -> int:

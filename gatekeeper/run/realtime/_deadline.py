@@ -203,7 +203,7 @@ class DeadlineKeeper(Part):
         canceled = set(j.get_meta("deadline_canceled") or [])
         ending = sum(1 for r in j.batches(BatchState.CREATED) if r.idx in canceled)
         wait = canceled_watch(wait, ending, self.slack())
-        live = [r for r in j.batches(BatchState.CREATED) if r.idx not in canceled]
+        live = [r for r in j.batches(BatchState.CREATED) if r.idx not in canceled and not r.cut]  # (cut: counted in the lane)
         n = sum(r.requests for r in j.batches(BatchState.PLANNED)) + sum(r.requests for r in live)
         n += j.groups.pending_count() + j.lane.unanswered()
         if n == 0:
@@ -223,7 +223,8 @@ class DeadlineKeeper(Part):
         canceled = set(j.get_meta("deadline_canceled") or [])
         # (a batch found by listing is not canceled before its results prove it ours: it may be another job's)
         live = [JobBatch(r.idx, r.requests, parse_time(r.created_at) or snap.at, _done(snap.listed.get(r.batch_id or "")))
-                for r in j.batches(BatchState.CREATED) if r.idx not in canceled and _proven(j.adoptions.of(r.idx))]
+                for r in j.batches(BatchState.CREATED)
+                if r.idx not in canceled and not r.cut and _proven(j.adoptions.of(r.idx))]  # (cut: the lane's work)
         # (a create whose outcome is unknown may hold its requests: it is neither moved nor counted as movable)
         held = [Held(r.idx, r.requests) for r in j.batches(BatchState.PLANNED)] + [Held(None, j.groups.pending_count())]
         finished = j.batches(BatchState.ENDED, BatchState.COLLECTED)
@@ -304,23 +305,24 @@ class DeadlineKeeper(Part):
         worst = [self._worst(body, line) for line, _, body, _ in self._requests_of(row)]
         return not self._refused_by_budget(sum(worst), len(worst))
 
-    def move_unknown(self, row: BatchRow) -> None:
+    def move_unknown(self, row: BatchRow) -> bool:
         """A create whose batch may have been made, its wait cut by the deadline: its requests go through the lane
-        counted as possibly charged once already, so a call of theirs lost (a kill) is never made again: the batch
-        and one call are the most they cost (swarm seed 100095: paid in a batch and twice in real time)."""
-        self.move_planned(row, lost=1)
+        counted as charged once already, so a call lost (a kill) is not made again (swarm seed 100095); the create
+        stays to be reconciled (`state._realtime.move_cut`): a batch it made is collected. Whether they went."""
+        return self.move_planned(row, cut=True)
 
-    def move_planned(self, row: BatchRow, lost: int = 0) -> None:
-        """Send a planned batch's requests through the real-time lane (within the budget)."""
+    def move_planned(self, row: BatchRow, cut: bool = False) -> bool:
+        """A planned (or `cut`) batch's requests to the real-time lane, within the budget; whether they went."""
         rows, worst = [], []
         for line, off, body, attempt in self._requests_of(row):
             rows.append((line, off, len(body), _cid(body), attempt))
             worst.append(self._worst(body, line))
         if self._refused_by_budget(sum(worst), len(rows)):
-            return
-        n = self.journal.lane.move_planned(row.idx, rows, worst, lost)
-        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "planned", "deadline": format_time(self.deadline),
-                                  "lane_needs_s": self._lane_needs()})
+            return False
+        n = (self.journal.lane.move_cut if cut else self.journal.lane.move_planned)(row.idx, rows, worst)
+        self.emit("to_realtime", {"batch": row.idx, "requests": n, "source": "cut" if cut else "planned",
+                                  "deadline": format_time(self.deadline), "lane_needs_s": self._lane_needs()})
+        return bool(n)
 
     def _lane_needs(self) -> float:
         """Seconds the lane is projected to need for all it holds, at the pace it keeps."""

@@ -55,18 +55,17 @@ class Halt:
             self.woken()
 
     def wrote(self, write: Callable[[], object], *, paid: bool = False) -> bool:
-        """`write`, a journal write of the lane's; whether it was made. One that fails stops the lane (`fail`); a
-        `paid` one (an answer's record) that found the disk full is tried once more, in the room the ballast freed."""
+        """`write`, a journal write of the lane's; whether it was made (one that says False made nothing: a call
+        not to go). One that fails stops the lane (`fail`); a `paid` one (an answer's record) that found the disk full
+        is tried once more, in the room the ballast freed."""
         try:
-            write()
-            return True
+            return write() is not False
         except GatekeeperError as exc:
             self.fail(exc)
             if not (paid and disk_full(exc)):
                 return False
         try:
-            write()
-            return True
+            return write() is not False
         except GatekeeperError:
             return False
 

@@ -133,8 +133,8 @@ class RealtimeLane(Part):
             rows = [] if self._holding() else [r for r in self.journal.lane.rows(IN_FLIGHT) if r.line not in self.out_now]
             if not rows:
                 self.paces.idle()
-                if not self.busy():
-                    self.drained.set()
+                if not self.busy() and not self.journal.lane.waiting():  # (rows waiting for a cut create's batch:
+                    self.drained.set()  # the loop's readings collect it, and its wait is not cut short for them)
                 await self._idle()
                 continue
             self.paces.busy(self.clock())
@@ -176,7 +176,7 @@ class RealtimeLane(Part):
                 # (judged and counted at the moment it goes, under the lock: a wait for it never bunches calls)
                 if pace.wait(cost, self.clock()) <= 0:
                     if not self.halt.wrote(lambda: self.journal.lane.sending(row.line)):
-                        limiter.release()  # (not journaled: not sent; the run stops on the error)
+                        limiter.release()  # (not journaled, the run stops on it; or a cut create's batch answered it)
                         return
                     at = pace.sent(cost, self.clock())
                     break
@@ -242,8 +242,8 @@ class RealtimeLane(Part):
             return self._errored(row, et, call.detail)
         else:
             pace.failed(now, self.rand(), overloaded=call.kind is Kind.OVERLOADED)
-        if call.kind is Kind.LOST and row.lost >= 1:
-            return self._lost_twice(row)
+        if call.kind is Kind.LOST and row.lost >= 1 and not self.journal.lane.waits(row.line):
+            return self._lost_twice(row)  # (one of a cut create's waits for its batch: `_again`, counted)
         if call.kind not in (Kind.LIMITED, Kind.UNSENT) and row.calls + 1 >= MAX_CALLS:
             return self._errored(row, "api_error", f"{MAX_CALLS} calls failed: {call.detail}")
         if call.kind is Kind.LOST:
@@ -292,6 +292,7 @@ class RealtimeLane(Part):
         """Commit the answers received (output and journal together); each frees the call slot it held (`held`:
         how many of them hold one, all by default)."""
         answers, self.answers = self.answers, []
+        answers = _not_joined(self, answers)
         start = self.journal.outcomes.committed_output()
         try:
             with self.out.appending(start) as out:
@@ -314,6 +315,22 @@ class RealtimeLane(Part):
         if self.clock() - self.told_at >= TELL_EVERY or not self.out_now:  # (every few seconds, and when all came in)
             self.told_at = self.clock()
             self.emit("realtime_answered", {"requests": self.answered, "left": self.journal.lane.unanswered()})
+
+
+def _not_joined(lane: RealtimeLane, answers: list[tuple[Answer, dict[str, Any]]]) -> list[tuple[Answer, dict[str, Any]]]:
+    """The answers to commit: not those whose request a cut create's batch answered first (kept with their row, a
+    double charge it counts already, never joined; each frees its call's slot)."""
+    late = lane.journal.lane.joined(a.line for a, _ in answers)
+    if not late:
+        return answers
+    lane.journal.lane.after_batch([(a.raw, a.line) for a, _ in answers if a.line in late])
+    lane.emit("realtime_after_batch", {"requests": len(late), "policy": "answered first by the batch of the create the "
+                                       "deadline cut: kept, not joined (a possible double charge)"})
+    lane.out_now -= late
+    if lane.limiter is not None:  # (none held at a run's start: its answers were kept before)
+        for _ in late:
+            lane.limiter.release()
+    return [x for x in answers if x[0].line not in late]
 
 
 def _counted(usage: tuple[Any, ...], reads_count: bool) -> tuple[int, int]:

@@ -48,9 +48,9 @@ class Reconciler(Part):
         super().__init__(ctx)
         self.note_lag = note_lag  # (the Observer's: it keeps the longest lag seen, for every later listing and rerun)
         # with a deadline: the latest an unknown create may wait (`within_deadline`), and where its requests go
-        # when cut there (the keeper's real-time lane)
+        # when cut there (the keeper's real-time lane; whether they went)
         self.latest: float | None = None
-        self.to_realtime: Callable[[BatchRow], None] | None = None
+        self.to_realtime: Callable[[BatchRow], bool] | None = None
         self.takes: Callable[[BatchRow], bool] = lambda row: False  # (whether the lane takes them: open, the budget)
         self._theirs: dict[str, dict[str, Any] | None] = {}  # another's batch id -> its retrieve (None: not found)
         self._said: set[int] = set()  # our batches whose wait past the grace was said (`_unproven`)
@@ -59,8 +59,9 @@ class Reconciler(Part):
         self._counts: dict[int, dict[str, int]] = {}
 
     async def reconcile(self, snap: Snapshot) -> None:
-        """Settle every create whose outcome is unknown, before anything is resent."""
-        intents = self.journal.batches(BatchState.INTENT)
+        """Settle every create whose outcome is unknown, before anything is resent (those the deadline cut too: a
+        batch one made is adopted and collected, its answers joined where the real-time lane has not answered)."""
+        intents = self.journal.batches(BatchState.INTENT, BatchState.CUT)
         if not intents:
             return
         reservations = await self.ledger.reservations()
@@ -72,7 +73,7 @@ class Reconciler(Part):
     async def _settle(self, row: BatchRow, snap: Snapshot, intents: list[BatchRow], reservations: list[Any],
                       known: set[str]) -> None:
         """One unknown create against this listing: adopted, abandoned (with a deadline, cut at the real-time
-        lane's last chance and moved there), compared, or left waiting."""
+        lane's last chance: its requests moved there, the create still reconciled), compared, or left waiting."""
         sent_at, skew = row.intent_at or 0.0, self.settings.clock_skew
         stretched = snap.grace(self.settings.reconcile_grace)
         candidates = candidates_for(row.requests, sent_at, snap.listed.values(), known, skew)
@@ -90,14 +91,15 @@ class Reconciler(Part):
             self._unproven(row, snap, sent_at, grace)
         if d.action is Action.COMPARE:
             d = await self._compare(row, d, sent_at, snap.at, rivals, grace)
-        await self._apply(row, d, known)
-        if d.action is Action.ABANDON and grace < stretched and self.to_realtime is not None:
-            self.to_realtime(self.journal.batch(row.idx))  # (cut by the deadline: no batch could make it now)
+        await self._apply(row, d, known, cut=grace < stretched)
 
     def _within_deadline(self, row: BatchRow, stretched: float) -> float:
         """The wait, cut at the real-time lane's last chance when there is a deadline and the lane would take the
         create's requests (open to these credentials, within the budget); else the whole wait: cut without the lane
-        to take them, they would go in another batch (swarm seed 144: the budget refused the lane, paid twice)."""
+        to take them, they would go in another batch (swarm seed 144: the budget refused the lane, paid twice). A
+        create cut already waits its whole wait: its requests are the lane's, and only a batch it made is looked for."""
+        if row.state is BatchState.CUT:
+            return stretched
         grace = within_deadline(stretched, row.intent_at or 0.0, self.latest)
         return grace if grace >= stretched or self.takes(row) else stretched
 
@@ -210,7 +212,8 @@ class Reconciler(Part):
         v = missing_verdict(None, batch, self.settings, self.clock())
         return None if v.action is Missing.WAIT else Results(missing=True)
 
-    async def _apply(self, row: BatchRow, d: Decision, known: set[str]) -> None:
+    async def _apply(self, row: BatchRow, d: Decision, known: set[str], cut: bool = False) -> None:
+        """What a decision does (`cut`: an abandon only because the deadline cut the wait)."""
         if d.action in (Action.ADOPT, Action.ABANDON):
             self._forget(row, d)
         if d.action is Action.ADOPT:
@@ -222,6 +225,15 @@ class Reconciler(Part):
             known.update((batch_id, *d.apart))
             self.emit("reconciled", {"batch": row.idx, "outcome": "created", "id": batch_id, "how": d.reason,
                                      **({"kept_apart": list(d.apart)} if d.apart else {})})
+        elif d.action is Action.ABANDON and row.state is BatchState.CUT:  # (its requests the lane's already)
+            self.journal.lane.uncut(row.idx)
+            self.emit("reconciled", {"batch": row.idx, "outcome": "not created", "how": d.reason, "cut": True})
+        elif d.action is Action.ABANDON and cut and self.to_realtime is not None and self.to_realtime(row):
+            await self.ledger.release(row.idx)  # (no batch could make the deadline now: its requests went real time)
+            self.emit("reconciled", {"batch": row.idx, "outcome": "cut", "how": d.reason,
+                                     "policy": "its requests go real time, counted as charged once; a batch the create "
+                                               "made is still looked for, and its answers joined where the lane has "
+                                               "not answered"})
         elif d.action is Action.ABANDON:
             self.journal.back_to_planned(row.idx)
             await self.ledger.release(row.idx)
