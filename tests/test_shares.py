@@ -505,6 +505,26 @@ def test_two_jobs_through_40_minutes_of_a_full_queue_never_stall() -> None:
     assert waited["low"] > 0 and waited["high"] == 0, waited
 
 
+def test_when_load_outside_the_ledger_drains_a_low_job_goes_first_no_further_than_the_high_jobs_batch() -> None:
+    """Both jobs on one key (each lists the other's batches), simulated time: 200 requests from outside the ledger
+    fill a queue of 200 when a low job starts, and a high job joins 5 s later, both with batches of 50 and a poll of
+    30 s; the outside load ends at 40 s. The high job's claim said its batch could not fit however the reservations
+    drained, and the low job reads the queue first (at 61 s): it may go first for as much as the high job's next
+    batch (50, rule 4), and the high job then reads the queue at once and has every batch until it has none left.
+    Before the fix the low job took all four batches of the room (200), and the high job began at its next poll."""
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
+        night = simulated(lambda world: two_jobs_a_night(
+            Path(d), low=600, high=400, high_after=5.0, ceiling=200, rate=5.0, poll=30.0, world=world, batch=50,
+            outside=200, one_workspace=True, fifo=True))
+    assert {k: v["succeeded"] for k, v in night.summaries.items()} == {"low": 600, "high": 400}
+    t0 = night.creates[0][0]
+    told = [(round(at - t0, 1), who) for at, who in night.creates]
+    last_high = max(i for i, (_, who) in enumerate(told) if who == "high")
+    assert [who for _, who in told[:last_high]].count("low") == 1, told  # (one batch of 50: the high job's own)
+    first_high = next(at for at, who in told if who == "high")
+    assert first_high - told[0][0] <= 1.0, told  # (its watch woke it: not its next poll, 10 s on)
+
+
 def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:
     """`status --ledger` names every job with its priority, share, queued requests and wait; the exporter the same."""
     from gatekeeper.state.ledger._sqlite import SqliteLedger

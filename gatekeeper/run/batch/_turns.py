@@ -90,6 +90,8 @@ class Turns:
             # of the room, so a round that still finds it another's is never woken again at once)
             return
         before = await self._reading()
+        if before[1] and before[2]:
+            return  # (its turn by a limit others admitted past since its round posted it: read the queue now)
         while True:
             await sleep(WATCH_EVERY)
             now = await self._reading()
