@@ -17,6 +17,7 @@ import orjson
 from gatekeeper import ApiConfig, Clock, Secret, SubmitSettings
 from gatekeeper._clock import WALL, inline_threads
 from gatekeeper.api._queue import connect
+from gatekeeper.input._sizing import Limits
 from gatekeeper.run._loop import SubmitLoop
 from gatekeeper.state._journal import BatchState, Journal
 from gatekeeper.state.ledger._sqlite import SqliteLedger
@@ -159,26 +160,33 @@ class Night:
 
 async def two_jobs_a_night(tmp: Path, *, speed: float = 1.0, low: int, high: int, high_after: float = 60.0,
                            ceiling: int = 2000, rate: float = 5.0, poll: float = 60.0, give_up_after: float = 3.0,
-                           world: World | SimulatedWorld | None = None) -> Night:
+                           world: World | SimulatedWorld | None = None, batch: int | None = None, outside: int = 0,
+                           one_workspace: bool = False, fifo: bool = False) -> Night:
     """A `low` backfill of `low` requests, and `high_after` simulated seconds later a `high` job of `high`, each in a
     workspace of its own on one SQLite ledger (only the ledger sees both), against the fake: over real HTTP with the
     world's clock run `speed` times faster than the wall (`World`, the default), or in process in simulated time
     (`SimulatedWorld`, under `simulated`). Its queue holds `ceiling` requests and processes `rate` a simulated second.
     Batches of a quarter of the ceiling. Both are stopped `give_up_after` times the ideal span after the start, if
-    they have not finished by then."""
+    they have not finished by then. `batch`: requests a batch at most; `outside`: a batch of that many requests from
+    outside the ledger in the low job's workspace at the start; `one_workspace`: both jobs in it (each lists the other's
+    batches, and the load outside); `fifo`: the queue processes one batch at a time, in order."""
     world = world or World(speed)
-    keys = {"k-low": "wrkspc_low", "k-high": "wrkspc_high"}
-    cfg = FakeConfig(ceiling=ceiling, rate=rate, speed=world.speed, workspaces=keys, queue_retry_after=1)
+    keys = {"k-low": "wrkspc_low", "k-high": "wrkspc_low" if one_workspace else "wrkspc_high"}
+    cfg = FakeConfig(ceiling=ceiling, rate=rate, speed=world.speed, workspaces=keys, queue_retry_after=1, fifo=fifo)
     ledger_path = str(tmp / "ledger.db")
     creates: list[tuple[float, str]] = []
     jobs: dict[str, Any] = {}
     stall = [0.0, 0.0, 0.0]  # (the current stretch's start, the longest, when the longest began)
     with world.fake(cfg) as fake:
+        if outside:
+            fake.org.add_batch("wrkspc_low", outside, prefix="outside")
+
         async def one(name: str, n: int, key: str, priority: str, after: float) -> None:
             await world.sleep(after)
             path = write_job(tmp / f"{name}.jsonl", name, n)
             settings = SubmitSettings(ceiling=ceiling, interval=poll, priority=priority, preflight=False, token_sample=0,
-                                      ledger_ttl=900.0, state_dir=tmp / f"{name}.state")
+                                      ledger_ttl=900.0, state_dir=tmp / f"{name}.state",
+                                      **({"limits": Limits(max_requests=batch)} if batch else {}))
             journal = Journal.open(tmp / f"{name}.state", clock=world.now)
             ledger = SqliteLedger(ledger_path, f"{name}-owner", clock=world.now)
             config = ApiConfig(workspace_keys=[Secret(key)], base_url=fake.url)

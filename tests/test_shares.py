@@ -32,8 +32,9 @@ H, N, L = 0, 1, 2
 
 
 def c(owner: str, priority: int = N, share: float = 1.0, want: int = 100, waited: float = 0.0, vtime: float = 0.0,
-      limit: int | None = None, overtaken: int = 0) -> Claim:
-    return Claim(owner, f"job-{owner}", priority, share, want, waited, vtime, limit=limit, overtaken=overtaken)
+      limit: int | None = None, overtaken: int = 0, unread: int = 0) -> Claim:
+    return Claim(owner, f"job-{owner}", priority, share, want, waited, vtime, limit=limit, overtaken=overtaken,
+                 unread=unread)
 
 
 # -- the decision ---------------------------------------------------------------------------------
@@ -65,6 +66,16 @@ def c(owner: str, priority: int = N, share: float = 1.0, want: int = 100, waited
     ([c("a", H, want=500, limit=400, overtaken=500), c("b", L, want=100, limit=1000)], 600, "b",
      "a batch that would not fit however the reservations drain (load outside the ledger) keeps no turn"),
     ([c("a", L, want=500, limit=400, waited=1900), c("b", H, want=100, limit=1000)], 600, "b", "starving or not"),
+    ([c("a", H, want=500, limit=400, overtaken=500, unread=100), c("b", L, want=100, limit=1000)], 600, "a",
+     "but once another job admitted since that limit was read (the load outside may have drained), it keeps the turn "
+     "until it reads the queue again"),
+    ([c("a", H, want=500, limit=400, overtaken=100, unread=100), c("b", L, want=100, limit=1000)], 600, "b",
+     "as any other would: not before the others have taken as much as its batch"),
+    ([c("a", L, want=500, limit=400, waited=1900, unread=100), c("b", H, want=100, limit=1000)], 600, "a",
+     "starving, the same"),
+    ([c("a", N, want=500, limit=400, unread=100), c("b", N, want=100, limit=1000, vtime=901)], 600, "a",
+     "within a priority, the same (the other's virtual time beyond a batch of its own)"),
+    ([c("a", N, want=500, limit=400), c("b", N, want=100, limit=1000, vtime=901)], 600, "b", "not before"),
     ([c("a", H, want=500), c("b", L, want=100)], 10**9, "a", "no ceiling known: every batch fits"),
 ])
 def test_whose_turn(claims: list[Claim], reserved: int, up: str | None, why: str) -> None:
@@ -74,7 +85,8 @@ def test_whose_turn(claims: list[Claim], reserved: int, up: str | None, why: str
     turn = up if up is not None else None if first is None else first.owner  # (nobody fits: the first in order)
     for claim in claims:
         assert may_admit(claim.owner, claims, reserved) == (turn is None or claim.owner == turn), why
-        by_bound = claim.owner == up and claim.waited >= STARVE_AFTER and (claim.limit is None or claim.want <= claim.limit)
+        reach = claim.limit is None or claim.want <= claim.limit or claim.unread > 0
+        by_bound = claim.owner == up and claim.waited >= STARVE_AFTER and reach
         assert starved(claim.owner, claims) == by_bound, why  # (its batch then moves no virtual time in its tier)
 
 
@@ -94,8 +106,9 @@ def test_a_batch_that_goes_before_ones_that_do_not_fit_names_them(claims: list[C
 # -- what a post does to the claims (the ledgers' step, pure) -------------------------------------------------------
 
 def row(owner: str = "me", priority: int = N, want: int = 100, vtime: float = 0.0, aged: float = 0.0,
-        behind_at: float | None = None, overtaken: int = 0) -> ClaimRow:
-    return ClaimRow(owner, f"job-{owner}", priority, 1.0, want, vtime, 0, None, aged, behind_at, overtaken, None, 0.0, 60.0)
+        behind_at: float | None = None, overtaken: int = 0, limit: int | None = None, unread: int = 0) -> ClaimRow:
+    return ClaimRow(owner, f"job-{owner}", priority, 1.0, want, vtime, 0, limit, aged, behind_at, overtaken, None, 0.0,
+                    60.0, unread)
 
 
 def post(want: int = 100, vtime: float = 0.0, priority: int = N, took: int = 0, started: float = 0.0,
@@ -143,6 +156,23 @@ def test_a_claim_that_admits_or_stops_wanting_starts_again(prev: ClaimRow, mine:
     got = posted(prev, "me", mine, tier=0.0, mine=0, now=10.0, ttl=60.0)
     assert (got.aged, got.overtaken) == (aged, overtaken), why
     assert tier_after(40.0, post(took=100, started=55.0)) == 55.0 and tier_after(60.0, post(took=100, started=55.0)) == 60.0
+
+
+@pytest.mark.parametrize(("other", "mine", "unread", "why"), [
+    (row("o", H, want=500, limit=400), post(priority=L, took=100), 100,
+     "its batch beyond its limit: what another admits since is counted, a lower priority's too"),
+    (row("o", N, want=500, limit=400, unread=100), post(priority=N, took=50), 150, "its own priority's too, adding up"),
+    (row("o", H, want=500, limit=1000), post(priority=L, took=100), 0, "within its limit: nothing counted"),
+    (row("o", H, want=500), post(priority=L, took=100), 0, "no ceiling known: nothing"),
+    (row("o", H, want=0, limit=400), post(priority=L, took=100), 0, "wanting nothing: nothing"),
+    (row("o", H, want=500, limit=400), post(priority=L), 0, "a post without an admission: nothing"),
+])
+def test_an_admission_is_counted_against_a_limit_that_said_its_batch_could_not_fit(other: ClaimRow, mine: ClaimPost,
+                                                                                   unread: int, why: str) -> None:
+    got = behind(other, mine, "me", 10.0) or other
+    assert got.unread == unread, why
+    again = posted(got, "o", post(want=500, vtime=0.0, priority=other.priority), tier=0.0, mine=0, now=11.0, ttl=60.0)
+    assert again.unread == 0, "its own post reads the queue again: nothing unread"
 
 
 jobs = st.lists(st.tuples(st.sampled_from([H, N, L]), st.sampled_from([1.0, 2.0, 3.0]),
@@ -234,8 +264,10 @@ async def test_claims_are_posted_read_and_lapse_with_their_lease(make_ledger) ->
 async def test_every_ledger_keeps_the_claims_as_the_pure_step_says(make_ledger) -> None:  # noqa: F811
     """Eighty posts of four jobs (joining, wanting, admitting, overtaking, wanting nothing) on each ledger, and the
     same posts through `state._claims` alone: after each one the ledger reads back what the pure step says (its
-    Lua script on Redis included), ages and all, on the ledger's own clock."""
+    Lua script on Redis included), ages and all, on the ledger's own clock; some posts see load outside the ledger
+    that leaves a batch of 500 out of reach (what others admit then is counted: `unread`)."""
     rng = random.Random(59)
+    outside = random.Random(60)  # (its own generator: the sequence of posts is as it was)
     owners = {"h": H, "n": N, "m": N, "l": L}
     ledgers = {o: make_ledger(o) for o in owners}
     local = {o: 0.0 for o in owners}  # each job's own virtual time, as `Turns` keeps it
@@ -246,7 +278,9 @@ async def test_every_ledger_keeps_the_claims_as_the_pure_step_says(make_ledger) 
         o = rng.choice(list(owners))
         want, took = rng.choice([0, 100, 500]), rng.choice([0, 0, 100])
         overtook = tuple(x for x in owners if x != o and rng.random() < 0.3) if took else ()
-        mine = ClaimPost(f"job-{o}", owners[o], 2.0, want, local[o] + took / 2.0, step, 20_000, 0, took, local[o], overtook)
+        depth = outside.choice([0, 0, 19_800])  # (a limit of 200)
+        mine = ClaimPost(f"job-{o}", owners[o], 2.0, want, local[o] + took / 2.0, step, 20_000, depth, took, local[o],
+                         overtook)
         await make_ledger.elapse(0.002)  # (the model's clock is the step: only which ages are above 0 is compared)
         got = {c.owner: c for c in (await ledgers[o].put_claim(mine)).claims}
         when = float(step)
@@ -260,11 +294,13 @@ async def test_every_ledger_keeps_the_claims_as_the_pure_step_says(make_ledger) 
         local[o] = got[o].vtime
         for name, r in rows.items():
             c = got[name]
-            assert (c.want, c.admitted, c.limit, c.overtaken) == (r.want, r.admitted, r.limit, r.overtaken), (step, name)
+            assert (c.want, c.admitted, c.limit, c.overtaken, c.unread) == (r.want, r.admitted, r.limit, r.overtaken,
+                                                                            r.unread), (step, name)
             assert c.vtime == pytest.approx(r.vtime) and (c.waited > 0) == (r.aged > 0), (step, name, c, r)
             seen |= {"aged"} if r.aged else set()
             seen |= {"overtaken"} if r.overtaken else set()
-    assert seen == {"aged", "overtaken", "joined"}  # (the sequence went through each)
+            seen |= {"unread"} if r.unread else set()
+    assert seen == {"aged", "overtaken", "joined", "unread"}  # (the sequence went through each)
 
 
 OLD_CLAIMS = ("CREATE TABLE claims (owner TEXT PRIMARY KEY, job TEXT NOT NULL, priority INTEGER NOT NULL, share REAL NOT "
@@ -467,6 +503,26 @@ def test_two_jobs_through_40_minutes_of_a_full_queue_never_stall() -> None:
     assert night.span / night.ideal < 1.2, (night.span, night.ideal)
     waited = {k: v["shares"]["waited_s"] for k, v in night.summaries.items()}
     assert waited["low"] > 0 and waited["high"] == 0, waited
+
+
+def test_when_load_outside_the_ledger_drains_a_low_job_goes_first_no_further_than_the_high_jobs_batch() -> None:
+    """Both jobs on one key (each lists the other's batches), simulated time: 200 requests from outside the ledger
+    fill a queue of 200 when a low job starts, and a high job joins 5 s later, both with batches of 50 and a poll of
+    30 s; the outside load ends at 40 s. The high job's claim said its batch could not fit however the reservations
+    drained, and the low job reads the queue first (at 61 s): it may go first for as much as the high job's next
+    batch (50, rule 4), and the high job then reads the queue at once and has every batch until it has none left.
+    Before the fix the low job took all four batches of the room (200), and the high job began at its next poll."""
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as d:
+        night = simulated(lambda world: two_jobs_a_night(
+            Path(d), low=600, high=400, high_after=5.0, ceiling=200, rate=5.0, poll=30.0, world=world, batch=50,
+            outside=200, one_workspace=True, fifo=True))
+    assert {k: v["succeeded"] for k, v in night.summaries.items()} == {"low": 600, "high": 400}
+    t0 = night.creates[0][0]
+    told = [(round(at - t0, 1), who) for at, who in night.creates]
+    last_high = max(i for i, (_, who) in enumerate(told) if who == "high")
+    assert [who for _, who in told[:last_high]].count("low") == 1, told  # (one batch of 50: the high job's own)
+    first_high = next(at for at, who in told if who == "high")
+    assert first_high - told[0][0] <= 1.0, told  # (its watch woke it: not its next poll, 10 s on)
 
 
 def test_status_lists_the_jobs_on_the_ledger(tmp_path: Path) -> None:

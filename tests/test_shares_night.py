@@ -383,3 +383,42 @@ async def test_a_job_past_the_bound_goes_first_and_its_batch_costs_its_share_not
     assert await low.turn(100) and low.starving
     await low.took(100, 0, 100)
     assert low.vtime == 0.0 and await high.turn(100) and not await low.turn(100)
+
+
+async def test_a_limit_read_before_the_queue_drained_keeps_the_turn_from_a_lower_job(tmp_path: Path) -> None:
+    """Load outside the ledger fills a queue of 200 (both jobs list it: one key): the high job's claim says its batch
+    of 50 cannot fit however the reservations drain, so it holds no turn. The load drains; the low job reads the
+    queue first and may go first for as much as the high job's next batch (50), no further: the high job's limit
+    was read before the queue drained, so the turn is its own until it reads the queue again (its watch wakes at
+    once). Before the fix the low job took every room that freed until the high job's next poll (the measured case:
+    100 and more, where the rules allow 50). Where the load outside is still there when it reads, the low job goes
+    on."""
+    clock = Clock()
+    high, low = _turns(tmp_path, clock, "high", "high"), _turns(tmp_path, clock, "low", "low")
+    await high.turn(50, 200, 200)  # (its reading: 200 outside the ledger; nobody fits)
+    assert not await low.turn(50, 200, 200)
+    clock.now += 40  # the outside load ends; the low job reads the queue first
+    assert await low.turn(50, 200, 0) and low.overtaking == ("high",)
+    assert await low.ledger.reserve(0, 50, 200, 0)
+    await low.ledger.confirm(0, "msgbatch_l0")
+    await low.took(50, 50, 50)
+    assert not await low.turn(50, 200, 50) and low.ahead == "high", "the low job went on past the high job's batch"
+    slept: list[float] = []
+
+    async def tick(s: float) -> None:
+        slept.append(s)
+        clock.now += s
+
+    await high.watch(tick)  # (woken at its first look: the turn is its own by a limit others have admitted past)
+    assert slept == []
+    assert await high.turn(50, 200, 0) and await high.ledger.reserve(0, 50, 200, 0)  # (it reads the queue: room)
+    await high.ledger.confirm(0, "msgbatch_h0")
+    await high.took(50, 50, 50)
+    # the same again, but the load outside is still there when the high job reads: it lets the low job by
+    await high.turn(50, 200, 250)  # (200 outside the ledger beside its own 50)
+    assert await low.turn(50, 200, 50) and await low.ledger.reserve(1, 50, 200, 50)
+    await low.ledger.confirm(1, "msgbatch_l1")
+    await low.took(50, 100, 50)
+    assert not await low.turn(50, 200, 100)  # (its limit may be stale again: read once more)
+    assert not await high.turn(50, 200, 250) and high.ahead == "low"
+    assert await low.turn(50, 200, 100)

@@ -21,6 +21,9 @@ for every submitter that reads them):
      own would be after its next two batches (so the shares still hold, within a batch);
    - a job of a lower priority goes before it until such jobs have taken, while it waited for room, as much as its
      own next batch (`overtaken`, less what it admits itself).
+   A job whose batch would not fit however the reservations drained (load outside the ledger in its way) keeps no
+   turn, by its limit as it last read the queue; once another job has admitted since (`unread`), it keeps the turn as
+   any other would until it reads the queue again, since that load may have drained meanwhile.
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ def fits(claim: Claim, reserved: int) -> bool:
 
 def _room_can_build(claim: Claim) -> bool:
     """Whether its batch fits once the reservations drain (not when only load outside the ledger is in its way):
-    only then may it keep the turn while the room builds up for it."""
-    return claim.limit is None or claim.want <= claim.limit
+    only then may it keep the turn while the room builds up for it. A limit that says it cannot is taken at its word
+    only until another job admits: the load outside the ledger it counted may have drained since, so the job keeps
+    the turn as any other would until it has read the queue again (and the job that took the room waits that long;
+    without this, it took every room that freed until the other's next poll)."""
+    return claim.limit is None or claim.want <= claim.limit or claim.unread > 0
 
 
 def _starving(claims: Sequence[Claim], starve_after: float) -> Claim | None:

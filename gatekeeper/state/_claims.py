@@ -17,6 +17,10 @@ What a post does, besides storing the claim:
 - **Limit.** How full the ledger's reservations may be with its next batch still fitting: its ceiling (less its
   margin) less the depth it sees that no reservation covers, the grant formula's terms (`ledger._base.grant`).
   Every submitter judges every claim's fit against the same reservations with it.
+- **Unread.** A limit is as old as the reading of the queue it came from. A claim whose limit says its batch cannot
+  fit however the reservations drain (load outside the ledger in its way) counts the requests other jobs admit
+  meanwhile (`unread`): that load may have drained since, and the room they took may have been its own. Back to 0
+  at its next post, which reads the queue again.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ class Claim:
     age: float = 0.0  # seconds since it claimed
     limit: int | None = None  # reservations (all submitters') under which its next batch fits; None: no ceiling known
     overtaken: int = 0  # requests lower priorities admitted ahead of it while its batch did not fit
+    # requests others admitted since its limit was read, while that limit said its batch could not fit however the
+    # reservations drained: the load outside the ledger it counted may have drained since (`decide._shares`)
+    unread: int = 0
 
     @property
     def priority_name(self) -> str:
@@ -94,10 +101,16 @@ class ClaimRow:
     waiting_since: float | None
     claimed_at: float
     expires_at: float
+    unread: int = 0
 
     def claim(self, now: float) -> Claim:
         return Claim(self.owner, self.job, self.priority, self.share, self.want, self.aged, self.vtime, self.admitted,
-                     max(0.0, now - self.claimed_at), self.limit, self.overtaken)
+                     max(0.0, now - self.claimed_at), self.limit, self.overtaken, self.unread)
+
+    @property
+    def out_of_reach(self) -> bool:
+        """Whether its limit says its batch cannot fit however the reservations drain (load outside the ledger)."""
+        return self.want > 0 and self.limit is not None and self.want > self.limit
 
 
 class Board(NamedTuple):
@@ -134,11 +147,14 @@ def tier_after(tier: float, post: ClaimPost) -> float:
 
 def behind(row: ClaimRow, post: ClaimPost, owner: str, now: float) -> ClaimRow | None:
     """Another claim after `owner` admitted a batch (`post.took`): aged when of a lower priority, `overtaken` by the
-    batch when it went first only because the other's did not fit; None when the admission leaves it as it was."""
+    batch when it went first only because the other's did not fit, `unread` by it when its limit said its batch
+    could not fit however the reservations drained; None when the admission leaves it as it was."""
     if post.took <= 0 or row.owner == owner or row.want <= 0:
         return None
     overtaken = row.overtaken + (post.took if row.owner in post.overtook else 0)
+    unread = row.unread + (post.took if row.out_of_reach else 0)
     if row.priority <= post.priority:
-        return dataclasses.replace(row, overtaken=overtaken) if overtaken != row.overtaken else None
+        moved = (overtaken, unread) != (row.overtaken, row.unread)
+        return dataclasses.replace(row, overtaken=overtaken, unread=unread) if moved else None
     aged = row.aged + (now - row.behind_at if row.behind_at is not None else 0.0)
-    return dataclasses.replace(row, aged=aged, behind_at=now, overtaken=overtaken)
+    return dataclasses.replace(row, aged=aged, behind_at=now, overtaken=overtaken, unread=unread)

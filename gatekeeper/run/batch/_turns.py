@@ -81,25 +81,31 @@ class Turns:
         return bool(self.ledger.owner) and self.want > 0
 
     async def watch(self, sleep: Callable[[float], Awaitable[None]]) -> None:
-        """Return once another job frees room (the ledger's reservations drop) or the turn becomes this job's: a job
-        waiting for room reads the queue then, not at its next poll (which may be 30 s away while the room sits
-        idle: the job whose turn it was not waits for it)."""
+        """Return once another job frees room (the ledger's reservations drop) or the turn becomes this job's (or,
+        being its own, another job admitted while this one's limit said its batch could not fit: that limit may be
+        stale, and the others wait for it to be read again): a job waiting for room reads the queue then, not at its
+        next poll (which may be 30 s away while the room sits idle: the job whose turn it was not waits for it)."""
         if self.ahead is not None and may_admit(self.ledger.owner, await self.ledger.claims(), self.reserved_seen):
             # (the turn came between the round that waited for it and this watch's start: by the round's own reading
             # of the room, so a round that still finds it another's is never woken again at once)
             return
         before = await self._reading()
+        if before[1] and before[2]:
+            return  # (its turn by a limit others admitted past since its round posted it: read the queue now)
         while True:
             await sleep(WATCH_EVERY)
             now = await self._reading()
-            if now[0] < before[0] or (now[1] and not before[1]):
+            if now[0] < before[0] or (now[1] and (not before[1] or now[2] > before[2])):
                 return
             before = now
 
-    async def _reading(self) -> tuple[int, bool]:
-        """The requests reserved on the ledger, and whether the turn is this job's by the claims as they stand."""
+    async def _reading(self) -> tuple[int, bool, int]:
+        """The requests reserved on the ledger, whether the turn is this job's by the claims as they stand, and what
+        others admitted since this job's limit said its batch could not fit (`Claim.unread`)."""
         reserved = sum(r.requests for r in await self.ledger.reservations() if r.live)
-        return reserved, may_admit(self.ledger.owner, await self.ledger.claims(), reserved)
+        claims = await self.ledger.claims()
+        mine = next((c for c in claims if c.owner == self.ledger.owner), None)
+        return reserved, may_admit(self.ledger.owner, claims, reserved), 0 if mine is None else mine.unread
 
     def _account(self, fitted: bool, ok: bool, board: Board) -> None:
         """Time its batch fitted but the turn was another's counts as waited for other jobs' turns."""

@@ -207,7 +207,7 @@ local prev = old and cjson.decode(old) or nil
 local joining = post.want > 0 and (prev == nil or prev.want == 0)
 local fresh = joining or post.took > 0 or post.want == 0 or prev == nil
 local rec = {job = post.job, priority = post.priority, share = post.share, want = post.want, admitted = post.admitted,
-             vtime = post.vtime, limit = cjson.null, aged = 0, behind_at = cjson.null, overtaken = 0,
+             vtime = post.vtime, limit = cjson.null, aged = 0, behind_at = cjson.null, overtaken = 0, unread = 0,
              waiting_since = cjson.null, claimed_at = now, expires_at = now + ttl}
 if joining then rec.vtime = math.max(post.vtime, tier) end
 if val(post.ceiling) then rec.limit = post.ceiling - math.max(0, post.seen - held) end
@@ -229,8 +229,10 @@ for i = 1, #all, 2 do
   local r = cjson.decode(all[i + 1])
   if r.expires_at < now then redis.call('HDEL', ckey, all[i])
   else
-    if post.took > 0 and all[i] ~= owner and r.want > 0 and (overtook[all[i]] or r.priority > post.priority) then
+    local out_of_reach = val(r.limit) and r.want > r.limit
+    if post.took > 0 and all[i] ~= owner and r.want > 0 and (overtook[all[i]] or r.priority > post.priority or out_of_reach) then
       if overtook[all[i]] then r.overtaken = (val(r.overtaken) or 0) + post.took end
+      if out_of_reach then r.unread = (val(r.unread) or 0) + post.took end
       if r.priority > post.priority then
         local behind = val(r.behind_at)
         r.aged = (val(r.aged) or 0) + (behind and now - behind or 0)
@@ -523,7 +525,8 @@ def _redis_claims_expiring(now: float, flat: list[Any]) -> list[tuple[Claim, flo
         limit = r.get("limit")
         row = ClaimRow(field.decode(), r["job"], int(r["priority"]), float(r["share"]), int(r["want"]), float(r["vtime"]),
                        int(r["admitted"]), None if limit is None else int(limit), float(r.get("aged") or 0.0), None,
-                       int(r.get("overtaken") or 0), None, float(r["claimed_at"]), float(r["expires_at"]))
+                       int(r.get("overtaken") or 0), None, float(r["claimed_at"]), float(r["expires_at"]),
+                       int(r.get("unread") or 0))
         out.append((row.claim(now), row.expires_at))
     return sorted(out, key=lambda p: p[0].owner)
 

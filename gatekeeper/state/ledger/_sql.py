@@ -31,7 +31,7 @@ SQL_SCHEMA = (
 )
 # Columns of `claims` added since it was first made (a ledger made by an earlier version gets them on opening).
 CLAIM_COLUMNS_ADDED = ("fit_limit INTEGER", "aged REAL NOT NULL DEFAULT 0", "behind_at REAL",
-                       "overtaken INTEGER NOT NULL DEFAULT 0")
+                       "overtaken INTEGER NOT NULL DEFAULT 0", "unread INTEGER NOT NULL DEFAULT 0")
 # ... and of the other tables: when a reservation's turn was granted and a print of the custom_ids its create sent
 # (NULL: unknown, as in a row an earlier version wrote), carried into its orphan (`Reservation.granted_for`, `ids`),
 # and when its create's body began to go out (NULL with a grant recorded: never sent, so it leaves no orphan); an
@@ -41,13 +41,13 @@ COLUMNS_ADDED = {"claims": CLAIM_COLUMNS_ADDED, "reservations": ("granted_at REA
                  "orphans": ("granted_at REAL", "ids TEXT", "job TEXT", "machine TEXT", "pid INTEGER", "workspace TEXT"),
                  "processes": ("workspace TEXT",)}
 _CLAIM_COLUMNS = ("owner, job, priority, share, want, vtime, admitted, fit_limit, aged, behind_at, overtaken, "
-                  "waiting_since, claimed_at, expires_at")
+                  "waiting_since, claimed_at, expires_at, unread")
 _CLAIM_UPSERT = (
-    f"INSERT INTO claims ({_CLAIM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner) DO "
+    f"INSERT INTO claims ({_CLAIM_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner) DO "
     "UPDATE SET job = excluded.job, priority = excluded.priority, share = excluded.share, want = excluded.want, vtime = "
     "excluded.vtime, admitted = excluded.admitted, fit_limit = excluded.fit_limit, aged = excluded.aged, behind_at = "
     "excluded.behind_at, overtaken = excluded.overtaken, waiting_since = excluded.waiting_since, claimed_at = "
-    "excluded.claimed_at, expires_at = excluded.expires_at")
+    "excluded.claimed_at, expires_at = excluded.expires_at, unread = excluded.unread")
 
 
 def migrate(db: Db, ddl: Callable[[str], str]) -> list[Any]:
@@ -62,10 +62,10 @@ def migrate(db: Db, ddl: Callable[[str], str]) -> list[Any]:
 
 
 def _claim_row(r: Any) -> ClaimRow:
-    owner, job, priority, share, want, vtime, admitted, limit, aged, behind_at, overtaken, since, claimed, expires = r
+    owner, job, priority, share, want, vtime, admitted, limit, aged, behind_at, overtaken, since, claimed, expires, unread = r
     return ClaimRow(owner, job, int(priority), float(share), int(want), float(vtime), int(admitted),
                     None if limit is None else int(limit), float(aged), None if behind_at is None else float(behind_at),
-                    int(overtaken), None if since is None else float(since), float(claimed), float(expires))
+                    int(overtaken), None if since is None else float(since), float(claimed), float(expires), int(unread))
 
 
 _UPSERT = ("INSERT INTO reservations (owner, batch, requests, batch_id, expires_at, granted_at, ids, sent_at) VALUES "
@@ -278,8 +278,8 @@ class SqlLedger(abc.ABC):
                 moved = behind(other, mine, self.owner, now)
                 if moved is not None:
                     rows[moved.owner] = moved
-                    db.execute("UPDATE claims SET aged = ?, behind_at = ?, overtaken = ? WHERE owner = ?",
-                               (moved.aged, moved.behind_at, moved.overtaken, moved.owner))
+                    db.execute("UPDATE claims SET aged = ?, behind_at = ?, overtaken = ?, unread = ? WHERE owner = ?",
+                               (moved.aged, moved.behind_at, moved.overtaken, moved.unread, moved.owner))
             if tier_after(tier, mine) != tier:
                 db.execute("INSERT INTO tiers VALUES (?, ?) ON CONFLICT (priority) DO UPDATE SET vtime = excluded.vtime",
                            (mine.priority, tier_after(tier, mine)))
