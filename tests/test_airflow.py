@@ -660,6 +660,9 @@ def test_the_trigger_resolves_the_state_folder_by_its_own_machines_rule(tmp_path
     (None, "http://127.0.0.1:9/v1/projects/p/locations/us/workspaces/w/invoke",
      {"platform": "google", "key_path": "/k.json"}, None, "anthropic",
      ("google", "http://127.0.0.1:9/v1/projects/p/locations/us/workspaces/w/invoke", 1, None)),  # host: every route
+    (None, None, {"platform": "google", "project": "p-1", "workspace_id": "wrkspc_g", "origin": "http://127.0.0.1:9"},
+     None, "anthropic",  # (origin: the derived routes moved, as GATEKEEPER_GOOGLE_CLOUD_ORIGIN; a cold tester's finding)
+     ("google", "http://127.0.0.1:9/v1/projects/p-1/locations/global/workspaces/wrkspc_g/invoke", 1, None)),
 ])
 def test_a_connection_becomes_an_api_config(password: str | None, host: str | None, extra: dict, login: str | None,
                                             conn_type: str, expect: tuple) -> None:
@@ -679,6 +682,7 @@ def test_a_connection_becomes_an_api_config(password: str | None, host: str | No
 @pytest.mark.parametrize(("extra", "said"), [
     ({"platform": "google", "project": "p"}, "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID"),
     ({"platform": "foundry"}, "Microsoft Foundry"),
+    ({"platform": "google", "project": "p", "workspace_id": "w", "origin": "http://h/v1"}, "origin='http://h/v1'"),
 ])
 def test_a_google_or_foundry_connection_is_refused_in_one_line(extra: dict, said: str) -> None:
     from gatekeeper._errors import UsageError

@@ -138,6 +138,11 @@ def test_a_refused_iam_permission_is_one_line_exit_2(tmp_path: Path, permission:
      "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID"),
     ({"GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/sa.json"}, "Google Cloud credentials"),
     ({"GATEKEEPER_GOOGLE_TOKEN_COMMAND": "false"}, "GATEKEEPER_GOOGLE_TOKEN_COMMAND"),
+    # (a cold tester's finding: a path-shaped workspace was put in the routes as given, and the error named it)
+    ({"ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID": "../../x", "ANTHROPIC_GOOGLE_CLOUD_BASE_URL": ""},
+     "ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID='../../x' is not a name"),
+    ({"ANTHROPIC_GOOGLE_CLOUD_LOCATION": "us east", "ANTHROPIC_GOOGLE_CLOUD_BASE_URL": ""},
+     "ANTHROPIC_GOOGLE_CLOUD_LOCATION='us east' is not a name"),
 ])
 def test_missing_or_broken_google_settings_are_one_line_exit_2(tmp_path: Path, change: dict[str, str],
                                                                 named: str) -> None:
@@ -320,6 +325,8 @@ def test_the_ceiling_read_on_the_organization_route_is_rehearsed_from_the_comman
             assert said["ceiling"] is None and said["ceiling_source"] is None, said
             assert "claudeOrganization" in " ".join(said["repair"]) and "--ceiling" in " ".join(said["repair"])
             assert "rateLimits.list" in said["ceiling_error"] and "claudeOrganization" in said["ceiling_error"], said
+            # (an organization route's permission: not the workspace's to grant; a cold tester's finding)
+            assert "grant it on the project" in said["ceiling_error"] and "on the workspace" not in said["ceiling_error"]
 
 
 @pytest.mark.parametrize("env, url, organization", [
@@ -599,3 +606,32 @@ def test_a_token_endpoint_down_from_the_start_is_named_as_such(tmp_path: Path) -
         assert "Google token refresh: HTTP 503 (backend_error" in done.stderr, done.stderr[-2000:]
         assert "no answer from the API" not in done.stderr and "Traceback" not in done.stderr
         assert google.paths == []  # (nothing reached the API without a token)
+
+
+def test_a_job_resumed_with_another_platforms_settings_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A cold tester's finding (issue 62): a job stopped on Google Cloud, rerun with the first-party settings, polled
+    its Google batch ids on Anthropic's API, counted live (`batch_not_found`, asked again) without a word. Now the
+    rerun stops at once, one line naming the platform and scope the job was submitted to and `--platform google`
+    (exit 2), nothing created there; the same command on Google then finishes, each request once."""
+    from tests.fakes import env_for
+    from tests.runs import start
+
+    path, ids = _job(tmp_path)
+    google = FakeGoogle()
+    args = ["submit", str(path), *FAST, "--ceiling", "1000", "--max-requests", "10"]
+    with running_fake(ceiling=1000, rate=0.0, google=google) as fake, running_fake(ceiling=1000) as first_party:
+        env = google_env(fake.url, google, tmp_path)
+        run = start(args, env)
+        fake.org.wait_for(lambda r: r.creates >= 1, "a batch on Google", 60)
+        run.send_signal(signal.SIGINT)
+        assert run.wait(60) == 130
+        other = [a for a in args if a not in ("--platform", "google")]
+        wrong = gk([*other, "--platform", "anthropic"], env_for(first_party))
+        assert wrong.returncode == 2, wrong.stderr[-2000:]
+        last = wrong.stderr.strip().splitlines()[-1]
+        assert "was submitted to Claude on Google Cloud" in last and "--platform google" in last, last
+        assert "Traceback" not in wrong.stderr and first_party.org.records.creates == 0
+        fake.org.config.rate = 5000.0
+        done = gk(args, env, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert_exactly_once(fake, Path(str(path) + ".gatekeeper") / "results.jsonl", ids)

@@ -23,8 +23,10 @@ def api_config(conn_id: str, password: str | None, host: str | None, extra: dict
     `region_name` and `workspace_id`), or an `anthropic` one whose extra says `"platform": "aws"` (password an
     optional short-term key; else the AWS credential chain, extra `profile`). Claude on Google Cloud: extra
     `"platform": "google"` with `project`, `workspace_id`, optionally `location`, `key_path` (a service-account key
-    file; else Application Default Credentials on the worker and the triggerer) and `token_command`; host, when set,
-    is the URL of every route (as ANTHROPIC_GOOGLE_CLOUD_BASE_URL). `"platform": "foundry"` is refused (no batches)."""
+    file; else Application Default Credentials on the worker and the triggerer), `token_command` and `origin` (as
+    GATEKEEPER_GOOGLE_CLOUD_ORIGIN); host, when set, is the URL of every route (as ANTHROPIC_GOOGLE_CLOUD_BASE_URL).
+    `"platform": "foundry"` is refused (no batches). A connection is the whole configuration: no setting of the
+    platform is read from the worker's environment."""
     if extra.get("platform") == "google":
         return _google_config(conn_id, host, extra)
     if extra.get("platform") == "foundry":
@@ -79,7 +81,7 @@ def _google_config(conn_id: str, host: str | None, extra: dict[str, Any]) -> Api
     """Claude on Google Cloud named in the extra (the SDK's settings, by the same names less their prefix)."""
     import shlex
 
-    from ..api._google import DEFAULT_LOCATION, GooglePlatform
+    from ..api._google import DEFAULT_LOCATION, ORIGIN, GooglePlatform, checked_origin
 
     def text(key: str) -> str | None:
         return str(extra.get(key) or "").strip() or None
@@ -90,7 +92,7 @@ def _google_config(conn_id: str, host: str | None, extra: dict[str, Any]) -> Api
         return ApiConfig(platform=GooglePlatform(
             text("project"), text("workspace_id"), location=text("location") or DEFAULT_LOCATION,
             base_url=_base(base) if base else None, token_command=tuple(shlex.split(command)) if command else None,
-            credentials_file=Path(key_path) if key_path else None))
+            credentials_file=Path(key_path) if key_path else None, origin=checked_origin(text("origin"), "origin") or ORIGIN))
     except UsageError as exc:
         raise UsageError(f"Airflow connection {conn_id!r} is for Claude on Google Cloud: {exc}", setting="conn_id") from None
 

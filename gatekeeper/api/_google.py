@@ -57,6 +57,7 @@ TOKEN_COMMAND = "GATEKEEPER_GOOGLE_TOKEN_COMMAND"  # noqa: S105 (a variable's na
 # Connect endpoint, or the fake, whose organization route can then be rehearsed. ANTHROPIC_GOOGLE_CLOUD_BASE_URL, the
 # URL of every route, wins over it.
 ORIGIN_VARIABLE = "GATEKEEPER_GOOGLE_CLOUD_ORIGIN"
+_PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a project, location or workspace: one segment of a path
 SETTINGS = ("ANTHROPIC_GOOGLE_CLOUD_PROJECT, ANTHROPIC_GOOGLE_CLOUD_LOCATION and ANTHROPIC_GOOGLE_CLOUD_WORKSPACE_ID "
             "(or ANTHROPIC_GOOGLE_CLOUD_BASE_URL)")
 # The permission each call needs (`resource.verb` of claude.googleapis.com). Only `messages.create` is named in
@@ -110,6 +111,11 @@ class GooglePlatform(Platform):
         if not self.location:
             raise UsageError("Claude on Google Cloud: ANTHROPIC_GOOGLE_CLOUD_LOCATION is empty (default global)",
                              setting="google_location")
+        for value, name in ((self.project, "project"), (self.location, "location"), (self.workspace_id, "workspace")):
+            if not _PATH_NAME.fullmatch(str(value)):  # (each is one segment of every route's path, sent as given)
+                variable = f"ANTHROPIC_GOOGLE_CLOUD_{'WORKSPACE_ID' if name == 'workspace' else name.upper()}"
+                raise UsageError(f"Claude on Google Cloud: {variable}={value!r} is not a name (letters, digits, '.', "
+                                 "'_' and '-' only: it is a segment of every route's path)", setting=f"google_{name}")
 
     @property
     def url(self) -> str:
@@ -202,9 +208,11 @@ class GooglePlatform(Platform):
         if status != 403:
             return None
         named = named_permission(error, message) or self.permission(endpoint)
+        grant = ("grant it on the project (the organization's route, where the queue's ceiling is read), or give the "
+                 "ceiling with --ceiling" if endpoint == "rate_limits" else
+                 "grant it on the workspace, a role such as roles/claude.user has the batch job's")
         err = AuthenticationError(f"the {label} lack the IAM permission {named} of {SERVICE} (for {endpoint}; "
-                                  f"{message or 'no reason given'}): grant it on the workspace, a role such as "
-                                  f"roles/claude.user has the batch job's, or check {SETTINGS}", **fields)
+                                  f"{message or 'no reason given'}): {grant}, or check {SETTINGS}", **fields)
         err.setting = "google_permission"
         return err
 
@@ -505,16 +513,22 @@ def _cut(exc: Exception) -> str:
     return redacted(str(exc).replace("\n", " "), {})[:MAX_SHOWN] or type(exc).__name__
 
 
+def checked_origin(moved: str | None, named: str) -> str | None:
+    """An origin the derived routes move to (`named`: the setting that gave it), refused in one line unless it is
+    an origin alone."""
+    if moved is not None and (not moved.startswith(("https://", "http://")) or urlsplit(moved).path.strip("/")):
+        raise UsageError(f"{named}={moved!r}: give an origin alone, such as https://claude.googleapis.com "
+                         "(the routes' paths are derived from the project, location and workspace)", setting="platform")
+    return moved
+
+
 def from_env(environ: Mapping[str, str]) -> GooglePlatform:
     """As `AnthropicGoogleCloud` reads the environment; a missing project or workspace named before any call."""
     def get(name: str) -> str | None:
         return (environ.get(name) or "").strip() or None
 
     base = get("ANTHROPIC_GOOGLE_CLOUD_BASE_URL")
-    moved = get(ORIGIN_VARIABLE)
-    if moved is not None and (not moved.startswith(("https://", "http://")) or urlsplit(moved).path.strip("/")):
-        raise UsageError(f"{ORIGIN_VARIABLE}={moved!r}: give an origin alone, such as https://claude.googleapis.com "
-                         "(the routes' paths are derived from the project, location and workspace)", setting="platform")
+    moved = checked_origin(get(ORIGIN_VARIABLE), ORIGIN_VARIABLE)
     command = get(TOKEN_COMMAND)
     project = get("ANTHROPIC_GOOGLE_CLOUD_PROJECT") or get("GOOGLE_CLOUD_PROJECT")
     if project is None and base is None and command is None:

@@ -47,6 +47,8 @@ class Connection:
     admin_tried: bool = False
     ceiling_source: str = "admin-api"  # how a ceiling its organization's routes gave is named (`Platform.ceiling_source`)
     workspace: str | None = None  # the primary workspace's print (`ApiConfig.workspace_print`)
+    # where a job's batches are found: the platform (its name, its title) and its scope (`Platform.scope`)
+    platform: tuple[str, str, str] = ("anthropic", "Anthropic's API", "")
 
     @property
     def primary(self) -> ApiClient:
@@ -78,7 +80,8 @@ async def connect(config: ApiConfig, *, retry: RetryPolicy | None = None, max_rp
         org = platform.admin(config, http, spawn, auths)
         admin = None if org is None else ApiClient(http, org[0], org[1], label=org[2], **common)
         yield Connection(ws, admin, config.fingerprint(), admin_tried=config.admin_key is None,
-                         ceiling_source=platform.ceiling_source, workspace=config.workspace_print())
+                         ceiling_source=platform.ceiling_source, workspace=config.workspace_print(),
+                         platform=(platform.name, platform.title, config.scope))
 
 
 async def recent_batches(client: ApiClient, now: float) -> AsyncIterator[dict[str, Any]]:

@@ -79,6 +79,7 @@ class Preparation(Part):
     async def _resume(self) -> None:
         j = self.journal
         await check_identity(self.journal, self.path)
+        self._check_platform()
         recorded = j.get_meta("output")
         if recorded and os.path.abspath(self.out.path) != recorded:
             if not j.job:
@@ -93,6 +94,23 @@ class Preparation(Part):
             j.set_meta("user_canceled", False, "cancel_lifted", not_sent=j.held_back())
             self.emit("cancel_lifted", {"not_sent": j.held_back()})
         await self._check_visible()
+
+    def _check_platform(self) -> None:
+        """A job's batches are found only on the platform (and in the scope) it was submitted to: a rerun with
+        another's settings would poll ids that platform never made, counted live for a day. Refused at once, in one
+        line naming both; a journal of an earlier version records this run's."""
+        name, title, scope = self.conn.platform
+        recorded = self.journal.get_meta("platform")
+        if recorded is None:
+            self.journal.set_meta("platform", {"name": name, "title": title, "scope": scope})
+            return
+        if (recorded.get("name"), recorded.get("scope")) == (name, scope):
+            return
+        was = f"{recorded.get('title') or recorded.get('name')}" + (f" ({recorded['scope']})" if recorded.get("scope") else "")
+        now = f"{title}" + (f" ({scope})" if scope else "")
+        raise UsageError(f"job {self.journal.job or self.journal.state_dir} was submitted to {was}, and its batches are "
+                         f"found only there; this run goes to {now}. Run it with that platform's settings (--platform "
+                         f"{recorded.get('name')}), or start another job (--job, or another --state)", setting="platform")
 
     async def _check_visible(self, most: int = 3) -> None:
         """A job is named by its account, not its key (`ApiConfig.fingerprint`), so a rerun may come with another
@@ -124,6 +142,7 @@ class Preparation(Part):
         if stat_identity(self.path) != (size, mtime):
             raise InputError(f"{self.path} changed while it was being read")
         self.journal.start_job(self._job_plan(report, size, mtime), lambda g: body_size(len(g), sum(r.length for r in g)))
+        self._check_platform()  # (recorded: a rerun on another platform is refused)
         self.emit("planned", {"requests": report.requests, "invalid": report.invalid, "batches": len(self.journal.batches()),
                               "batch_size": self.batch_size, "ceiling": self.ceiling})
         for err in report.errors[:20]:
