@@ -949,7 +949,9 @@ def test_plan_of_a_big_table_stops_within_a_second(tmp_path: Path, how: list[str
     run.send_signal(getattr(signal, sig))
     out, err = run.communicate(timeout=60)
     took = time.monotonic() - signalled
-    assert run.returncode == 130 and err == "gatekeeper: interrupted\n" and out == "", (run.returncode, err[-2000:])
+    # (once in a full run at load 15, exit 0 with nothing on stderr: the output says whether the plan had finished)
+    assert run.returncode == 130 and err == "gatekeeper: interrupted\n" and out == "", (run.returncode, err[-2000:],
+                                                                                      out[-600:], took)
     assert took < 1.5, took  # (about a second at any load this suite runs at)
     assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*.jsonl"))
 
