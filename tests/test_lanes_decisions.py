@@ -558,7 +558,7 @@ def test_the_keeper_projects_the_pace_the_lane_keeps_not_the_limits() -> None:
 
     now = [0.0]
     paces = Paces(lambda: now[0], {"m": (600, 10_000_000, 10_000_000, False)})
-    paces.models = {"m"}
+    paces.models = {"m": 1000}
     paces.mean_cost = Cost(10, 10)
     assert paces.seconds_for(1000) == pytest.approx(lane_seconds(1000, 10.0))  # (cold: the limits, ramp included)
     paces.busy(0.0)
@@ -571,6 +571,41 @@ def test_the_keeper_projects_the_pace_the_lane_keeps_not_the_limits() -> None:
     paces.idle()
     now[0] += 3600.0  # an hour idle: cold again, at the pace last measured
     assert paces.seconds_for(1000) == pytest.approx(lane_seconds(1000, 5.0, 0), rel=0.03)
+
+
+LIMITS = (300, 10_000_000, 400_000, False)  # (requests, input and output tokens a minute; cache reads counted)
+
+
+@pytest.mark.parametrize(("models", "per_second"), [
+    ({"a": 600}, 5.0),                              # one model: its 300 a minute
+    ({"a": 200, "b": 200, "c": 200}, 15.0),         # three of one limit, a third each: three times one's pace
+    ({"a": 400, "b": 200}, 7.5),                    # two thirds on one: it ends last (400 at 5 a second: 80 s)
+])
+def test_the_lanes_models_take_their_shares_side_by_side(models: dict[str, int], per_second: float) -> None:
+    """A cold tester's finding (issue 58): a job of three models, each with its own buckets, was projected at the
+    slowest one's pace alone, three times slower than the lane ran (123 s projected, 43 s taken), so its work moved
+    late and the deadline was missed. Each model takes its share of the requests at its own pace."""
+    from gatekeeper.run.realtime._paces import Paces
+
+    paces = Paces(lambda: 0.0, {m: LIMITS for m in models})
+    paces.models = dict(models)
+    paces.mean_cost = Cost(100, 64)
+    assert paces.per_second() == pytest.approx(per_second)
+
+
+def test_the_lane_projects_the_output_its_answers_held_not_max_tokens() -> None:
+    """Before any answer, a request is projected at its `max_tokens` (the API charges it up front); once answers
+    came, at the output they held, as the API gives the rest back (a cold tester's finding: 1,024 projected against
+    400,000 output tokens a minute, 12 held: 95 s projected for 600 requests that took 43). Here 200,000 a minute."""
+    from gatekeeper.run.realtime._paces import Paces
+
+    paces = Paces(lambda: 0.0, {"a": (300, 10_000_000, 200_000, False)})
+    paces.models = {"a": 600}
+    paces.mean_cost = Cost(100, 1024)
+    assert paces.per_second() == pytest.approx(200_000 / 60 / 1024)  # (the output limit binds: 3.3 a second)
+    for _ in range(10):
+        paces.answered(100, 12)
+    assert paces.per_second() == pytest.approx(5.0)  # (the request limit binds again)
 
 
 @pytest.mark.parametrize(("now", "lane", "wait", "expected"), [

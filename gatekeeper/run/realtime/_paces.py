@@ -23,9 +23,12 @@ class Paces:
         self.clock = clock
         self.by_model: dict[str, Pace] = {}
         self.limits = limits or {}  # model -> its limits from the Admin API, when a key could read them
-        self.models: set[str] = set()  # the job's models (the keeper names them): projections weigh only theirs
+        # the job's models, each with its number of requests (the keeper names them): projections weigh only theirs,
+        # each model's limits taking its share of the requests (its own buckets, side by side)
+        self.models: dict[str, int] = {}
         self.mean_cost = Cost(1000, 1024)  # until requests are sent: a guess the keeper replaces from the input
-        self.billed = (0, 0)  # answers with a usage, and the input tokens the input limit counted for them
+        # answers with a usage, and the input tokens the input limit counted for them and the output tokens they held
+        self.billed = (0, 0, 0)
         self.since_cold = 0  # calls since the lane last went two windows without one: where its ramp stands
         self.last_went = float("-inf")
         self.busy_from: float | None = None  # since when the lane has had work waiting throughout (None: it has none)
@@ -44,23 +47,32 @@ class Paces:
             p.seed(*self.limits[model])
         return p
 
-    def _job_paces(self) -> list[Pace]:
-        return [self.pace(m) for m in sorted(self.models)] or list(self.by_model.values()) or [self._fresh(None)]
+    def _job_paces(self) -> list[tuple[Pace, float]]:
+        """Each of the job's models' paces with its share of the job's requests (the models seen, or the lowest
+        tier's, alike, where the keeper has named none)."""
+        total = sum(self.models.values())
+        if total > 0:
+            return [(self.pace(m), n / total) for m, n in sorted(self.models.items()) if n > 0]
+        paces = list(self.by_model.values()) or [self._fresh(None)]
+        return [(p, 1.0) for p in paces]  # (each as if it took them all: the slowest decides)
 
     def per_second(self) -> float:
-        """Requests a second the lane's limits sustain for this job's requests (the slowest of its models': from the
-        answers' headers, else the Admin API's, else the lowest tier's)."""
-        return min(p.per_second(self._projected_cost()) for p in self._job_paces())
+        """Requests a second the lane's limits sustain for this job's requests (from the answers' headers, else the
+        Admin API's, else the lowest tier's): each model's buckets take their share of them side by side, so the
+        lane ends when its most loaded model does (three models of one limit, a third each: three times one's pace)."""
+        cost = self._projected_cost()
+        return 1.0 / max(share / max(p.per_second(cost), 1e-9) for p, share in self._job_paces())
 
     def _projected_cost(self) -> Cost:
-        """A request's cost for projections: its input as the answers so far were billed (the up-front charge is a
-        bound, given back on answer), else as estimated from its size."""
-        n, tokens = self.billed
-        return Cost(tokens // n, self.mean_cost.output) if n else self.mean_cost
+        """A request's cost for projections: its input and output as the answers so far were billed (the up-front
+        charge of `max_tokens` is a bound the API gives back on answer), else as estimated from its size and its
+        `max_tokens`."""
+        n, tokens, output = self.billed
+        return Cost(tokens // n, max(1, output // n)) if n else self.mean_cost
 
-    def answered(self, input_tokens: int) -> None:
-        """An answer with a usage: the input its limit counted, for the projections' cost."""
-        self.billed = (self.billed[0] + 1, self.billed[1] + input_tokens)
+    def answered(self, input_tokens: int, output_tokens: int) -> None:
+        """An answer with a usage: the input its limit counted and the output it held, for the projections' cost."""
+        self.billed = (self.billed[0] + 1, self.billed[1] + input_tokens, self.billed[2] + output_tokens)
 
     @property
     def measured(self) -> bool:

@@ -224,7 +224,7 @@ class RealtimeLane(Part):
             billed = _counted(usage, pace.reads_count) if isinstance(call.message.get("usage"), dict) else None
             pace.answered(call.headers, cost, billed, now)  # (no usage: nothing given back; the headers say)
             if billed is not None:
-                self.paces.answered(billed[0])
+                self.paces.answered(*billed)
             return self._final(row, result, "succeeded", None, usage, stop_of(result))
         if call.kind is Kind.LIMITED:
             pace.refused(call.headers, call.retry_after, now, at)
