@@ -344,6 +344,46 @@ async def test_a_ledger_made_by_an_earlier_version_gets_the_new_columns(tmp_path
         await led.close()
 
 
+# what a submitter of an earlier version (0.2.0) writes into a ledger it shares with this one, statements as it sends
+EARLIER_WRITES = ("INSERT INTO processes VALUES ('old', 'host', 42, 'x', 1.0)", "INSERT INTO jobs VALUES ('j', 'old', '{}', 1.0)",
+                  "INSERT INTO tiers VALUES (9, 1.0)",
+                  "INSERT INTO claims (owner, job, priority, share, want, vtime, admitted, fit_limit, aged, behind_at, "
+                  "overtaken, waiting_since, claimed_at, expires_at) VALUES ('old', 'j', 2, 1.0, 5, 0.0, 0, NULL, 0, NULL, "
+                  "0, NULL, 1.0, 2.0)",
+                  "INSERT INTO orphans (owner, batch, requests, since, expires_at, holds_until, granted_at, ids, job, "
+                  "machine, pid) VALUES ('old', 0, 5, 1.0, 2.0, 2.0, NULL, NULL, NULL, NULL, NULL)")
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+async def test_a_submitter_of_an_earlier_version_still_writes_a_ledger_this_one_opened(
+        tmp_path: Path, store: str, request: pytest.FixtureRequest) -> None:
+    """Found by a helper's benchmark: a column added to `processes` (which an earlier version fills by position) broke
+    every earlier submitter on the host ("table processes has 6 columns but 5 values were supplied"). A ledger this
+    version opened (and migrated) takes each of an earlier version's writes."""
+    from gatekeeper.state.ledger._postgres import PgLedger
+    from gatekeeper.state.ledger._sqlite import SqliteLedger
+
+    if store == "sqlite":
+        import sqlite3
+
+        led: Any = SqliteLedger(str(tmp_path / "ledger.db"), "new-submitter", clock=lambda: 1000.0)
+        await led.reservations()
+        with sqlite3.connect(tmp_path / "ledger.db") as conn:
+            for sql in EARLIER_WRITES:
+                conn.execute(sql)
+    else:
+        import psycopg
+
+        url, ns = request.getfixturevalue("pg_url"), f"new{os.urandom(4).hex()}"
+        led = PgLedger(url, "new-submitter", namespace=ns)
+        await led.reservations()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "gatekeeper_ledger_{ns}"')
+            for sql in EARLIER_WRITES:
+                conn.execute(sql)
+    await led.close()
+
+
 
 def test_the_job_ahead_is_named_by_its_submitter_too_where_two_share_its_name() -> None:
     """A waiting job's `ahead` names the job whose turn it is; two inputs of one file name (`in.jsonl` from two

@@ -28,6 +28,9 @@ SQL_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS orphans (owner TEXT NOT NULL, batch INTEGER NOT NULL, requests INTEGER NOT NULL, "
     "since REAL NOT NULL, expires_at REAL NOT NULL, holds_until REAL NOT NULL, PRIMARY KEY (owner, batch))",
     "CREATE TABLE IF NOT EXISTS tiers (priority INTEGER PRIMARY KEY, vtime REAL NOT NULL)",
+    # the print of the workspace each submitter's process lists (`ApiConfig.workspace_print`), carried into its
+    # orphans; a table of its own, since an earlier version inserts into `processes` by position
+    "CREATE TABLE IF NOT EXISTS workspaces (owner TEXT PRIMARY KEY, workspace TEXT NOT NULL)",
 )
 # Columns of `claims` added since it was first made (a ledger made by an earlier version gets them on opening).
 CLAIM_COLUMNS_ADDED = ("fit_limit INTEGER", "aged REAL NOT NULL DEFAULT 0", "behind_at REAL",
@@ -35,11 +38,12 @@ CLAIM_COLUMNS_ADDED = ("fit_limit INTEGER", "aged REAL NOT NULL DEFAULT 0", "beh
 # ... and of the other tables: when a reservation's turn was granted and a print of the custom_ids its create sent
 # (NULL: unknown, as in a row an earlier version wrote), carried into its orphan (`Reservation.granted_for`, `ids`),
 # and when its create's body began to go out (NULL with a grant recorded: never sent, so it leaves no orphan); an
-# orphan's dead process and job, as `status` names them (NULL: an earlier version's, or a claim never posted); the
-# print of the workspace a process lists, carried into its orphans (NULL: unknown)
+# orphan's dead process and job, as `status` names them (NULL: an earlier version's, or a claim never posted), and
+# the print of the workspace its process listed (NULL: unknown)
 COLUMNS_ADDED = {"claims": CLAIM_COLUMNS_ADDED, "reservations": ("granted_at REAL", "ids TEXT", "sent_at REAL"),
-                 "orphans": ("granted_at REAL", "ids TEXT", "job TEXT", "machine TEXT", "pid INTEGER", "workspace TEXT"),
-                 "processes": ("workspace TEXT",)}
+                 "orphans": ("granted_at REAL", "ids TEXT", "job TEXT", "machine TEXT", "pid INTEGER", "workspace TEXT")}
+# (never a column added to `jobs`, `tiers` or `processes`: submitters of earlier versions, on the same ledger, insert
+# into them by position)
 _CLAIM_COLUMNS = ("owner, job, priority, share, want, vtime, admitted, fit_limit, aged, behind_at, overtaken, "
                   "waiting_since, claimed_at, expires_at, unread")
 _CLAIM_UPSERT = (
@@ -72,13 +76,15 @@ _UPSERT = ("INSERT INTO reservations (owner, batch, requests, batch_id, expires_
            "(?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT (owner, batch) DO UPDATE SET requests = excluded.requests, batch_id = "
            "excluded.batch_id, expires_at = excluded.expires_at, granted_at = excluded.granted_at, ids = excluded.ids, "
            "sent_at = NULL")
-_REGISTER = ("INSERT INTO processes (owner, machine, pid, started, seen_at, workspace) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
-             "(owner) DO UPDATE SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, seen_at = "
-             "excluded.seen_at, workspace = excluded.workspace")
+_REGISTER = ("INSERT INTO processes (owner, machine, pid, started, seen_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (owner) DO "
+             "UPDATE SET machine = excluded.machine, pid = excluded.pid, started = excluded.started, seen_at = "
+             "excluded.seen_at")
+_WORKSPACE = "INSERT INTO workspaces VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET workspace = excluded.workspace"
 _ORPHAN = ("INSERT INTO orphans (owner, batch, requests, since, expires_at, holds_until, granted_at, ids, job, machine, "
            "pid, workspace) SELECT r.owner, r.batch, r.requests, ?, ?, r.expires_at, r.granted_at, r.ids, c.job, p.machine, "
-           "p.pid, p.workspace "
-           "FROM reservations r LEFT JOIN claims c ON c.owner = r.owner LEFT JOIN processes p ON p.owner = r.owner "
+           "p.pid, w.workspace "
+           "FROM reservations r LEFT JOIN claims c ON c.owner = r.owner LEFT JOIN processes p ON p.owner = r.owner LEFT "
+           "JOIN workspaces w ON w.owner = r.owner "
            "WHERE r.owner = ? AND r.batch_id IS NULL AND r.requests > 0 AND r.expires_at >= ? AND (r.granted_at IS NULL "
            "OR r.sent_at IS NOT NULL) ON CONFLICT (owner, batch) DO UPDATE SET requests = excluded.requests, since = "
            "excluded.since, expires_at = excluded.expires_at, holds_until = excluded.holds_until, granted_at = "
@@ -137,7 +143,7 @@ class SqlLedger(abc.ABC):
             if seen < now - NAMED_FOR or live.ended({"machine": machine, "pid": int(pid), "started": started}):
                 db.execute(_ORPHAN, (now, now + NAMED_FOR, owner, now))
                 self._release(db, now, "", (), owner=owner)
-                for table in ("jobs", "claims", "processes"):
+                for table in ("jobs", "claims", "processes", "workspaces"):
                     db.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))
         db.execute("DELETE FROM orphans WHERE expires_at < ?", (now,))
 
@@ -145,8 +151,9 @@ class SqlLedger(abc.ABC):
         """Record this submitter's process (see `_sweep`)."""
         me = self.liveness.me if self.liveness is not None else None
         if me is not None and me.get("machine"):
-            db.execute(_REGISTER, (self.owner, me["machine"], int(me["pid"]), str(me.get("started") or ""), now,
-                                   me.get("workspace")))
+            db.execute(_REGISTER, (self.owner, me["machine"], int(me["pid"]), str(me.get("started") or ""), now))
+            if me.get("workspace"):
+                db.execute(_WORKSPACE, (self.owner, me["workspace"]))
 
     def _unorphan(self, db: Db, batch: int | None = None) -> None:
         """This submitter's orphans (of one batch, or all): it holds, reserves or releases them itself now."""
@@ -217,6 +224,7 @@ class SqlLedger(abc.ABC):
             db.execute("DELETE FROM jobs WHERE owner = ?", (self.owner,))
             db.execute("DELETE FROM claims WHERE owner = ?", (self.owner,))
             db.execute("DELETE FROM processes WHERE owner = ?", (self.owner,))
+            db.execute("DELETE FROM workspaces WHERE owner = ?", (self.owner,))
 
         await self._run(step)
 
