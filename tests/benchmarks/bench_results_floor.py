@@ -102,7 +102,7 @@ async def by_httpx(port: int, lines: bool, read: int | None = None) -> int:
 
 async def _received(port: int, lines: bool) -> int:
     n = 0
-    async with httpx.AsyncClient() as http, http.stream("GET", f"http://127.0.0.1:{port}/results") as response:
+    async with httpx.AsyncClient(trust_env=False) as http, http.stream("GET", f"http://127.0.0.1:{port}/results") as response:
         if not lines:
             async for chunk in response.aiter_bytes():
                 n += len(chunk)
