@@ -60,7 +60,9 @@ def run(tree: str, path: str, answer_bytes: int) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with FakeAPI(cfg) as fake:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-        env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "bench-key"})
+        # (a home of its own: the user's ledger is not touched, and a baseline from before a ledger migration does
+        # not meet the other tree's columns: "table processes has 6 columns but 5 values were supplied")
+        env.update({"ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "bench-key", "GATEKEEPER_HOME": state + ".home"})
         proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "submit", path, "--json", "--interval", "0.05",
                                  "--ceiling", "10000000", "--state", state], env=env, cwd=tree,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -79,6 +81,7 @@ def run(tree: str, path: str, answer_bytes: int) -> dict[str, float]:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     size = os.path.getsize(os.path.join(state, "results.jsonl"))
     shutil.rmtree(state)
+    shutil.rmtree(state + ".home", ignore_errors=True)
     return {"wall": at["collected"][0] - at["ended"][0], "cpu": at["collected"][1] - at["ended"][1], "size": size,
             "job_cpu": usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime,
             "rss": rss}
