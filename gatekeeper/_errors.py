@@ -43,6 +43,7 @@ import contextlib
 import enum
 import errno
 from collections.abc import Iterator
+from typing import Any
 
 
 class ExitCode(enum.IntEnum):
@@ -174,9 +175,12 @@ class RequestTooLarge(ApiError):
 class AccountRefused(ApiError):
     """The account's state, not the request's: every request would get the same answer until it is lifted (an
     organization on hold, a workspace's encryption key disabled, Human Review off, a key whose creator left). The
-    run stops with its requests still to send, its line naming the code; the same command continues it."""
+    run stops with its requests still to send, its line naming the code; the same command continues it. `said` and
+    `details`: the API's own message and `error.details` (an appeal URL), which the gateway passes on as they came."""
 
     exit_code = ExitCode.USAGE
+    said: str | None = None
+    details: dict[str, Any] | None = None
 
 
 class SpendLimitReached(AccountRefused):
@@ -240,11 +244,13 @@ class GatewayRefusal(GatekeeperError):
     """A request to `gatekeeper serve` refused as the API refuses it: the status, the error type and the message
     become the API's error envelope (a 400 naming `requests.3`, a 401, a 404)."""
 
-    def __init__(self, status: int, message: str, *, error_type: str | None = None, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, *, error_type: str | None = None, code: str | None = None,
+                 details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.error_type = error_type
         self.code = code  # the API's typed error code, passed on as `error.details.error_code`
+        self.details = details  # the API's whole `error.details`, when passing on its refusal (an appeal URL)
 
 
 def os_error(exc: OSError, what: str) -> str:

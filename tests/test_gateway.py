@@ -159,6 +159,10 @@ def test_an_idempotency_key_names_one_batch(tmp_path: Path, sdk, anthropic) -> N
         assert other.id != first.id
         theirs = sdk(gw.url, gw.key("globex")).messages.batches.create(requests=requests(3))
         assert theirs.id not in (first.id, other.id)
+        # (canceled, the same requests again are a new batch, never the ended one: a cold tester's finding)
+        a.messages.batches.cancel(other.id)
+        after = a.messages.batches.create(requests=requests(3, prefix="s"))
+        assert after.id != other.id and after.processing_status == "in_progress"
     with running_fake(rate=0.0) as fake, gateway(fake, tmp_path / "no-window", dedup_window=0.0) as gw:
         a = sdk(gw.url, gw.key("acme"))
         assert a.messages.batches.create(requests=requests(3)).id != a.messages.batches.create(requests=requests(3)).id
@@ -284,6 +288,12 @@ def test_an_account_refused_upstream_is_the_clients_refusal_until_it_is_lifted(t
         with pytest.raises(anthropic.BadRequestError) as refused:
             client.messages.batches.create(requests=requests(3, prefix="s"))
         assert refused.value.body["error"]["details"]["error_code"] == "organization_on_hold", refused.value.body  # type: ignore[index]
+        # (the API's own words and details, its appeal URL among them, not the CLI's line: a cold tester's finding)
+        from gatekeeper.testing._wire import CODED
+
+        _, error_type, said, details, _ = CODED["organization_on_hold"]
+        error = refused.value.body["error"]  # type: ignore[index]
+        assert (error["type"], error["message"], error["details"]) == (error_type, said, details), error
         assert client.messages.batches.retrieve(first.id).processing_status == "in_progress"
         with fake.faults.lock:
             fake.faults.items.clear()  # (lifted)

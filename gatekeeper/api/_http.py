@@ -158,7 +158,9 @@ def error_from_response(response: httpx.Response, endpoint: str, *, creating: bo
         "retry_after": parse_retry_after(response.headers, time.time() if now is None else now), "code": None if code == SHED else code,
     }
     if code in STOPS:
-        return (SpendLimitReached if code in SPEND else AccountRefused)(stop_line(code, message, details), **kw)
+        stop = (SpendLimitReached if code in SPEND else AccountRefused)(stop_line(code, message, details), **kw)
+        stop.said, stop.details = message, details  # (the API's own words: the gateway passes them on)
+        return stop
     if code in WAIT:  # (a ramp limit, or load shedding: a wait, never a full queue)
         return RateLimited(message or "rate limited", **kw)
     lowered = message.lower()

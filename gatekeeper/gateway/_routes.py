@@ -64,7 +64,7 @@ class Gateway:
             try:
                 response = await handler(request, rid)
             except GatewayRefusal as exc:
-                response = self.refusal(exc.status, str(exc), rid, exc.error_type, exc.code)
+                response = self.refusal(exc.status, str(exc), rid, exc.error_type, exc.code, exc.details)
                 refused["error"] = str(exc)
             except ClientDisconnect:  # (an upload cut off: its spool is gone, nobody reads this answer)
                 response = self.refusal(400, "the client disconnected before the body was whole", rid)
@@ -86,9 +86,10 @@ class Gateway:
         return serve
 
     @staticmethod
-    def refusal(status: int, message: str, rid: str, error_type: str | None = None, code: str | None = None) -> Response:
-        return Response(error_body(status, message, rid, error_type, code), status, media_type="application/json",
-                        headers={"request-id": rid})
+    def refusal(status: int, message: str, rid: str, error_type: str | None = None, code: str | None = None,
+                details: dict[str, Any] | None = None) -> Response:
+        return Response(error_body(status, message, rid, error_type, code, details), status,
+                        media_type="application/json", headers={"request-id": rid})
 
     def tenant(self, request: Request) -> Tenant:
         """Who calls: the key (x-api-key, or a Bearer token as the SDK sends it) checked against the keys file; the
@@ -225,7 +226,8 @@ class Gateway:
         trouble = self.runner.trouble
         refusal = trouble.refuses(self.clock()) if trouble is not None else None
         if refusal is not None:
-            raise GatewayRefusal(refusal.status, refusal.api_message, error_type=refusal.error_type, code=refusal.code)
+            raise GatewayRefusal(refusal.status, refusal.said or refusal.api_message, error_type=refusal.error_type,
+                                 code=refusal.code, details=refusal.details)
 
     async def health(self, request: Request, rid: str) -> Response:
         """200 while the book answers (a probe restarts nothing for an upstream outage every replica shares);

@@ -35,15 +35,15 @@ def stamp(seconds: float | None) -> str | None:
 
 
 def error_body(status: int, message: str, request_id: str, error_type: str | None = None,
-               code: str | None = None) -> bytes:
+               code: str | None = None, details: dict[str, Any] | None = None) -> bytes:
     """The API's error envelope (a 413 as the API's edge sends it: no top-level type, no request id), with its typed
-    code in `details` when there is one."""
+    code in `details` when there is one (the API's whole `details`, an appeal URL with it, when passing one on)."""
     kind = error_type or ERROR_TYPES.get(status, "api_error")
     if status == 413:
         return orjson.dumps({"error": {"type": kind, "message": message}})
     error: dict[str, Any] = {"type": kind, "message": message}
     if code is not None:
-        error["details"] = {"error_code": code}
+        error["details"] = {**(details or {}), "error_code": code}
     return orjson.dumps({"type": "error", "error": error, "request_id": request_id})
 
 

@@ -144,7 +144,9 @@ class GatewayBook:
 
     def _same(self, db: Db, record: BatchRecord, window: float) -> BatchRecord | None:
         """The batch a keyed create names (a new key is a new batch, whatever its requests: the client said so), else
-        one of the same request set within the window (the SDK sends no key: its retries are told by their content)."""
+        one of the same request set within the window (the SDK sends no key: its retries are told by their content),
+        never one canceled since (a retry comes before any cancel; the same set sent after one is sent again: the API
+        never answers a create with an ended batch)."""
         if record.idem_key is not None:
             row = db.execute(f"SELECT {_COLUMNS} FROM gateway_batches WHERE tenant = ? AND idem_key = ? AND "
                              "deleted_at IS NULL ORDER BY seq DESC LIMIT 1", (record.tenant, record.idem_key)).fetchone()
@@ -152,7 +154,7 @@ class GatewayBook:
         if window <= 0:
             return None
         row = db.execute(f"SELECT {_COLUMNS} FROM gateway_batches WHERE tenant = ? AND digest = ? AND created_at >= ? "
-                         "AND deleted_at IS NULL ORDER BY seq DESC LIMIT 1",
+                         "AND deleted_at IS NULL AND cancel_at IS NULL ORDER BY seq DESC LIMIT 1",
                          (record.tenant, record.digest, record.created_at - window)).fetchone()
         return None if row is None else _record(row)
 
