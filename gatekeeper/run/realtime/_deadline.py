@@ -107,8 +107,7 @@ class DeadlineKeeper(Part):
         """The lane's projections start from this job's own requests: their models, and the mean cost of the first
         few."""
         self.sampled = True
-        counts = (self.journal.get_meta("report") or {}).get("models") or {}
-        self.lane.paces.models = {str(m): int(n) for m, n in counts.items()}
+        self.lane.paces.models = {str(m): int(n) for m, n in ((self.journal.get_meta("report") or {}).get("models") or {}).items()}
         rows = self.journal.batches()
         costs = []
         for _, _, body, _ in self._requests_of(rows[0]) if rows else ():
