@@ -200,6 +200,23 @@ def test_plan_stops_on_either_signal(sig: signal.Signals) -> None:
     assert run.returncode == 130 and b"Traceback" not in err and time.monotonic() - signalled < 10, err[-1000:]
 
 
+def test_a_command_started_with_sigint_ignored_still_stops_on_it() -> None:
+    """`gatekeeper plan ... &` in a shell script starts with SIGINT ignored (a shell does that to its background
+    jobs, and Python keeps it so): `kill -INT` meant for it did nothing, and a test suite started so saw a big
+    table's `plan` run on past its Ctrl-C (twice in clean-clone runs). It stops as Ctrl-C stops it: exit 130."""
+    run = subprocess.Popen([sys.executable, "-m", "gatekeeper", "plan", "-", "--json"], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()},
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert run.stdin is not None
+    run.stdin.write(b"".join(orjson.dumps(req(f"r{i}")) + b"\n" for i in range(1000)))
+    run.stdin.flush()  # (and the pipe stays open: the upstream is still writing)
+    time.sleep(0.5)
+    assert run.poll() is None
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=30)  # (ignored, it runs until this times out: the pipe stays open)
+    assert run.returncode == 130 and b'"type":"Interrupted"' in err and b"Traceback" not in err, err[-1000:]
+
+
 def test_the_fakes_start_line_is_what_to_paste(tmp_path: Path) -> None:
     """`fake-api` prints the exports a newcomer pastes; with exactly those, the commands reach it; stopped, it says
     what it received (so "nothing sent twice" can be checked against it), billing as `--usage` says."""

@@ -33,18 +33,25 @@ COMMANDS = {"plan": ("_plan", "cmd_plan"), "status": ("_status", "cmd_status"), 
 def _run_command(args: argparse.Namespace) -> int:
     """The command, with an orchestrator's stop (SIGTERM: `kill`, `docker stop`, systemd) made a Ctrl-C: 130, or as
     the commands that run until stopped end on Ctrl-C (`fake-api` saying what it received); never cut off. (`submit`
-    listens for both itself while it runs; `plan`'s workers are reaped.) The caller's handler is put back after, for
-    a process that calls `main()` and goes on."""
+    listens for both itself while it runs; `plan`'s workers are reaped.) SIGINT that came ignored stops it too: a
+    shell starts a script's background job so (`gatekeeper submit ... &`), and Python keeps it ignored, so a `kill
+    -INT` meant for the job did nothing (a test suite started so saw every command run on past its Ctrl-C). The
+    caller's handlers are put back after, for a process that calls `main()` and goes on."""
     import signal  # (here: `--version` and `--help` start without it)
 
     module, name = COMMANDS[args.command]
     _import_msgspec()
     command = getattr(importlib.import_module(f".{module}", __package__), name)
     before = signal.signal(signal.SIGTERM, _interrupt)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return int(command(args))
     finally:
         signal.signal(signal.SIGTERM, before)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _import_msgspec() -> None:
