@@ -275,7 +275,9 @@ def test_a_killed_jobs_create_keeps_the_turn_for_its_own_size_only_until_its_ttl
         assert rerun.returncode == 0, rerun.stderr[-2000:]
         assert _answers(a, da, fake) == (200, 0) and _answers(b, db, fake) == (200, 0)
     assert took > 5, f"job B took {took:.1f} s: it did not wait for the killed create's TTL"
-    assert [e for e in events(other.stderr) if e["event"] == "waiting" and e.get("reason") == "ledger"]
+    waits = [e for e in events(other.stderr) if e["event"] == "waiting" and e.get("reason") == "ledger"]
+    # (what holds it, named: a cold tester watched two jobs wait 13 minutes on an empty queue, told only "ledger")
+    assert waits and all(e["held_by"]["dead_job"] == "in.jsonl" and e["held_by"]["pid"] > 0 for e in waits), waits[:3]
 
 
 @pytest.mark.parametrize("made", [True, False])
@@ -613,3 +615,17 @@ def test_a_job_killed_on_its_first_create_is_settled_only_by_a_listing_of_its_wo
     unknown = dataclasses.replace(FIRST, workspace=None)  # (an earlier version's orphan: its print unknown)
     assert orphan_batch(unknown, [unknown], listed, set(), now=now, listed_at=now, grace=180.0, clock_skew=0.0,
                         workspace=mine) is None
+
+
+def test_who_holds_the_turn_for_a_size_is_named() -> None:
+    """`holder_of_size`: a dead job's create of that size first (its job, pid, the seconds it still holds), else
+    another's create out unanswered; never our own, a named batch, or another size."""
+    from gatekeeper.state.ledger._base import holder_of_size
+
+    dead = Reservation("d", 0, 20, None, 600.0, dead_for=5.0, granted_for=9.0, holds_for=300.0, job="a.jsonl", pid=42)
+    out = Reservation("o", 0, 20, None, 600.0, granted_for=40.0)
+    assert holder_of_size([out, dead], "me", 20) == {"dead_job": "a.jsonl", "pid": 42, "owner": "d", "lapses_in": 300.0}
+    assert holder_of_size([out], "me", 20) == {"owner": "o", "out_for": 40.0}
+    assert holder_of_size([out, dead], "me", 21) is None
+    assert holder_of_size([Reservation("me", 0, 20, None, 600.0), Reservation("x", 1, 20, "msgbatch_x", 600.0)],
+                          "me", 20) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...decide._orphans import NO_BATCH, orphan_batch
 from ...state._journal import BatchState
-from ...state.ledger._base import Reservation, creating_of_size
+from ...state.ledger._base import Reservation, creating_of_size, holder_of_size
 from ..shared._part import RunContext, Snapshot
 
 
@@ -24,7 +24,8 @@ async def reserve_settling(ctx: RunContext, snap: Snapshot, batch: int, n: int, 
         if await ledger.reserve(batch, n, bound, seen, ids):
             return True, False
         held = await ledger.reservations()  # (one was settled: the ledger has changed since)
-    ctx.emit("waiting", {"next": n, "reason": "ledger", "depth": snap.depth})
+    holder = holder_of_size(held, ledger.owner, n)
+    ctx.emit("waiting", {"next": n, "reason": "ledger", "depth": snap.depth, **({"held_by": holder} if holder else {})})
     return False, creating_of_size(held, ledger.owner, n)
 
 

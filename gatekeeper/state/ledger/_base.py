@@ -190,5 +190,19 @@ def creating_of_size(reservations: Iterable[Reservation], owner: str, n: int, st
         for r in reservations)
 
 
+def holder_of_size(reservations: Iterable[Reservation], owner: str, n: int) -> dict[str, Any] | None:
+    """Who holds the turn for creates of `n` requests, for a waiting job's event (an operator sees why nothing
+    moves while the queue is empty): a dead job's create (its job, pid and the seconds it still holds), else another
+    job's create out unanswered (its owner, and since when); None when none does."""
+    reservations = list(reservations)
+    for r in reservations:
+        if r.owner != owner and r.requests == n and r.batch_id is None and r.holding:
+            return {"dead_job": r.job, "pid": r.pid, "owner": r.owner, "lapses_in": round(r.holds_for or 0.0, 1)}
+    for r in reservations:
+        if r.owner != owner and r.requests == n and r.batch_id is None and r.dead_for is None:
+            return {"owner": r.owner, "out_for": None if r.granted_for is None else round(r.granted_for, 1)}
+    return None
+
+
 def new_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
