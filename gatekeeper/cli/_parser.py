@@ -637,7 +637,8 @@ def _add_table(p: argparse.ArgumentParser) -> None:
 
 
 def _add_state(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--state", default=None, metavar="DIR", help="the run's state directory (default INPUT.gatekeeper/ beside the input)")
+    p.add_argument("--state", default=None, metavar="DIR", help="the run's state directory (default INPUT.gatekeeper/ beside the input; a table's: "
+                   "the user's state folder's tables/NAME-DIGEST/)")
 
 
 class _OldName(argparse.Action):
