@@ -80,6 +80,8 @@ def test_rows_are_judged_null_duplicate_and_sound() -> None:
     spec = TableSpec(parse_template("{body}"), MODEL, 10, id_column="id")
     assert judge_row(spec, {"id": 1, "body": None}, 3, {}).rejected == "row 3: column 'body' is null"
     assert "is on rows 1, 4" in (judge_row(spec, {"id": 7, "body": "x"}, 4, {7: [1, 4]}).rejected or "")
+    many = judge_row(spec, {"id": 7, "body": "x"}, 4, {7: list(range(1, 152))}).rejected or ""  # (a cold tester: 151)
+    assert "is on rows 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 141 more (ids must be unique)" in many, many
     ok = judge_row(spec, {"id": 7, "body": "x"}, 5, {})
     assert ok.key and ok.params == {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
     same = judge_row(TableSpec(parse_template("{body}"), MODEL, 10), {"body": "x"}, 9, {})

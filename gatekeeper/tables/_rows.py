@@ -176,7 +176,8 @@ def judge_row(spec: TableSpec, row: Mapping[str, Any], number: int, duplicated: 
         return Judged(number, rejected=f"row {number}: the id column {spec.id_column!r} is "
                                        f"{'null' if ident is None else 'null (NaN)'}")
     if spec.id_column and hashable(ident) in duplicated:
-        rows = ", ".join(str(r) for r in duplicated[hashable(ident)][:10])
+        on = duplicated[hashable(ident)]
+        rows = ", ".join(str(r) for r in on[:10]) + (f" and {len(on) - 10:,} more" if len(on) > 10 else "")
         return Judged(number, rejected=f"row {number}: id {ident!r} is on rows {rows} (ids must be unique)")
     body = body_of(spec, row)  # (joined bytes are their own length: orjson's each keep a 4 KB allocation)
     key = key_of(body)
