@@ -168,6 +168,12 @@ def test_a_csv_table_through_the_cli_then_a_rerun_a_grown_table_and_a_changed_ro
         assert (planned["rows"], planned["answered"], planned["to_send"]) == (25, 19, 6)  # (looked up by key)
         third = gk(args + ["--json"], env)
         assert third.returncode == 0 and orjson.loads(third.stdout)["sent"] == 6 and _sent(fake) == 26
+        # (the summary for people says what the run cost, as a JSONL job's does: a cold tester found no cost line)
+        cost = orjson.loads(third.stdout)["run"]["cost_usd"]
+        from gatekeeper.cli._tables import render_table_result
+
+        assert f"cost      ~${cost:,.2f}" in render_table_result(orjson.loads(third.stdout)).splitlines()
+        assert not [x for x in render_table_result(orjson.loads(again.stdout)).splitlines() if x.startswith("cost")]
         final = pq.read_table(out)
         assert final.num_rows == 25 and set(final.column("status").to_pylist()) == {"succeeded"}
         twice = [cid for cid, n in fake.org.records.succeeded.items() if n > 1]

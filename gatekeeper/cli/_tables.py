@@ -220,6 +220,10 @@ def render_table_result(j: dict[str, Any]) -> str:
                + ("" if j["sent"] or unsent else "; every row was answered before or rejected"))
     if j["shared"]:
         out.append(f"shared    {_shared(j['shared'])}")
+    run_cost = (j.get("run") or {}).get("cost_usd")
+    if j["sent"] or run_cost:  # (the run's: what this submit bought, as a JSONL job's summary says it)
+        out.append(f"cost      ~${run_cost or 0:,.2f}" if run_cost is not None else
+                   "cost      unknown: a model that succeeded has no price (give --prices FILE)")
     if j.get("canceled"):
         out.append("canceled  the run collected had been canceled: nothing new was sent; submit again sends the rows "
                    "not answered")
