@@ -185,23 +185,26 @@ def creating_of_size(reservations: Iterable[Reservation], owner: str, n: int, st
     create of that size (`grant`'s `others_creating`): a refusal that room building up does not end, and that lasts.
     A create just out (answered in a moment) is not: the job keeps its turn (a cold tester: a normal job refused for
     a low job's create of its size gave the turn up, and the low job took the whole freed queue)."""
-    return any(r.owner != owner and r.requests == n and r.batch_id is None and (
-        r.holding if r.dead_for is not None else r.granted_for is None or r.granted_for > stuck_after)
-        for r in reservations)
+    return any(r.holding if r.dead_for is not None else r.granted_for is None or r.granted_for > stuck_after
+               for r in _others_creating(reservations, owner, n))
 
 
 def holder_of_size(reservations: Iterable[Reservation], owner: str, n: int) -> dict[str, Any] | None:
     """Who holds the turn for creates of `n` requests, for a waiting job's event (an operator sees why nothing
     moves while the queue is empty): a dead job's create (its job, pid and the seconds it still holds), else another
     job's create out unanswered (its owner, and since when); None when none does."""
-    reservations = list(reservations)
-    for r in reservations:
-        if r.owner != owner and r.requests == n and r.batch_id is None and r.holding:
+    creating = _others_creating(reservations, owner, n)
+    for r in sorted(creating, key=lambda r: not r.holding):  # (a dead job's first)
+        if r.holding:
             return {"dead_job": r.job, "pid": r.pid, "owner": r.owner, "lapses_in": round(r.holds_for or 0.0, 1)}
-    for r in reservations:
-        if r.owner != owner and r.requests == n and r.batch_id is None and r.dead_for is None:
+        if r.dead_for is None:
             return {"owner": r.owner, "out_for": None if r.granted_for is None else round(r.granted_for, 1)}
     return None
+
+
+def _others_creating(reservations: Iterable[Reservation], owner: str, n: int) -> list[Reservation]:
+    """Other submitters' creates of `n` requests not named yet (out, lost, or a dead one's)."""
+    return [r for r in reservations if r.owner != owner and r.requests == n and r.batch_id is None]
 
 
 def new_owner() -> str:
